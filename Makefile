@@ -55,7 +55,7 @@ TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 ALL_LIBS := $(PKG_LIBS) $(CUDA_LIBS)
 
-.PHONY: all test fuzz clean run bench
+.PHONY: all test fuzz clean run bench bench-bin
 all: $(BUILD)/libdeepinfer.so $(BUILD)/libdeepinfer.a $(BUILD)/deepinfer $(TEST_BIN)
 
 $(BUILD)/obj/%.o: %.c
@@ -97,6 +97,15 @@ build-fuzz/obj/%.o: %.c
 build-fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_OBJ)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) -o $@ $(PKG_LIBS)
 fuzz: $(FUZZ_BIN)
+
+# Benchmarks: bench/*.c, each one binary linked with the library and OpenBLAS
+# (the peer most of them measure against). Run with bench/run_all.sh.
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libdeepinfer.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -O3 -march=native $< $(BUILD)/libdeepinfer.a -o $@ $(LDFLAGS) $(ALL_LIBS) -lopenblas
+bench-bin: $(BENCH_BIN)
 
 run: all
 	$(BUILD)/deepinfer run
