@@ -6,6 +6,7 @@
 #define DI_IO_CHECKPOINT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -27,5 +28,26 @@ size_t di_checkpoint_count(const di_checkpoint *ck);
 const di_ckpt_tensor *di_checkpoint_at(const di_checkpoint *ck, size_t i);
 /* NULL when absent. O(1) average (hash table). */
 const di_ckpt_tensor *di_checkpoint_find(const di_checkpoint *ck, const char *name);
+
+/* Shard files, in load order (each opened once). */
+size_t di_checkpoint_file_count(const di_checkpoint *ck);
+const char *di_checkpoint_file_name(const di_checkpoint *ck, size_t i); /* no directory */
+uint64_t di_checkpoint_file_size(const di_checkpoint *ck, size_t i);    /* whole file */
+
+/* Tensor bytes of one dtype, and of all tensors. */
+uint64_t di_checkpoint_dtype_bytes(const di_checkpoint *ck, di_dtype dtype);
+uint64_t di_checkpoint_total_bytes(const di_checkpoint *ck);
+
+typedef struct di_ckpt_read_stats {
+    uint64_t bytes;    /* tensor bytes read (every tensor, once) */
+    double seconds;    /* wall time of the pass */
+    uint64_t checksum; /* wrapping sum of the little-endian 64-bit words of
+                          each file's data section (tail bytes zero-padded) */
+} di_ckpt_read_stats;
+
+/* Reads every byte of every tensor once, in file order, so that a bad page
+ * or a short file shows up now rather than mid-inference, and the page cache
+ * holds the weights afterwards. */
+di_status di_checkpoint_read_all(const di_checkpoint *ck, di_ckpt_read_stats *out, di_err *err);
 
 #endif
