@@ -1,0 +1,103 @@
+/* Run-time choice between the AVX2 and scalar CPU kernels (kernels.h), and
+ * the decoding tables both share. */
+#include "backend/cpu/kernels.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "core/cpu_features.h"
+#include "core/dtype.h"
+
+static float e4m3_table[256], e8m0_table[256];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void tables_init(void) {
+    for (int b = 0; b < 256; b++) {
+        e4m3_table[b] = di_e4m3_to_f32((uint8_t)b);
+        e8m0_table[b] = di_e8m0_to_f32((uint8_t)b);
+    }
+}
+
+const float *di_cpu_e4m3_table(void) {
+    pthread_once(&tables_once, tables_init);
+    return e4m3_table;
+}
+
+const float *di_cpu_e8m0_table(void) {
+    pthread_once(&tables_once, tables_init);
+    return e8m0_table;
+}
+
+float di_act_scale_fp8(const float *x32) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; i++) {
+        float a = x32[i] < 0 ? -x32[i] : x32[i];
+        if (a > amax) amax = a;
+    }
+    if (amax < 1e-4f) amax = 1e-4f;
+    /* The reference multiplies by the fp32 reciprocal of 448, then takes
+     * ceil(log2) from the exponent bits: exponent, plus one when any mantissa
+     * bit is set. */
+    float t = amax * (float)(1.0 / 448.0);
+    uint32_t b = di_f32_bits(t);
+    int32_t e = (int32_t)((b >> 23) & 0xffu) - 127 + ((b & 0x7fffffu) != 0);
+    if (e > 128) e = 128; /* NaN block: keep the shift in range (result unspecified) */
+    return di_bits_f32((uint32_t)(e + 127) << 23);
+}
+
+/* -1: not yet decided; 0: scalar; 1: AVX2 */
+static atomic_int use_avx2 = -1;
+static atomic_int forced_scalar;
+
+static int pick_avx2(void) {
+    int v = atomic_load_explicit(&use_avx2, memory_order_relaxed);
+    if (v < 0) {
+#ifdef DI_HAVE_AVX2_KERNELS
+        v = di_cpu_has_avx2();
+#else
+        v = 0;
+#endif
+        atomic_store(&use_avx2, v);
+    }
+    return v && !atomic_load_explicit(&forced_scalar, memory_order_relaxed);
+}
+
+void di_cpu_kernels_force_scalar(int on) { atomic_store(&forced_scalar, on != 0); }
+
+const char *di_cpu_kernels_path(void) { return pick_avx2() ? "avx2" : "scalar"; }
+
+#ifdef DI_HAVE_AVX2_KERNELS
+#define DISPATCH(name, ...)                     \
+    do {                                        \
+        if (pick_avx2()) name##_avx2(__VA_ARGS__); \
+        else name##_scalar(__VA_ARGS__);        \
+    } while (0)
+#else
+#define DISPATCH(name, ...) name##_scalar(__VA_ARGS__)
+#endif
+
+void di_act_quant_fp8(const float *x, int64_t M, int64_t K, uint8_t *q, float *s) {
+    DISPATCH(di_act_quant_fp8, x, M, K, q, s);
+}
+
+void di_act_qdq_fp8(const float *x, int64_t n, float *out) { DISPATCH(di_act_qdq_fp8, x, n, out); }
+
+void di_gemm_fp8(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
+                 const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
+    DISPATCH(di_gemm_fp8, qa, sa, M, K, w, ws, N, out, tp);
+}
+
+void di_gemm_mxfp4(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
+                   const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
+    DISPATCH(di_gemm_mxfp4, qa, sa, M, K, w, ws, N, out, tp);
+}
+
+void di_gemm_bf16(const float *x, int64_t M, int64_t K, const uint16_t *w, int64_t N, float *out,
+                  di_threadpool *tp) {
+    DISPATCH(di_gemm_bf16, x, M, K, w, N, out, tp);
+}
+
+void di_gemm_f32(const float *x, int64_t M, int64_t K, const float *w, int64_t N, float *out,
+                 di_threadpool *tp) {
+    DISPATCH(di_gemm_f32, x, M, K, w, N, out, tp);
+}

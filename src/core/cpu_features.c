@@ -1,0 +1,43 @@
+/* Run-time CPU feature detection (see cpu_features.h). */
+#include "core/cpu_features.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+int di_cpu_has_avx2(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    /* FMA (ecx 12), OSXSAVE (27), AVX (28), F16C (29) */
+    const unsigned need1 = (1u << 12) | (1u << 27) | (1u << 28) | (1u << 29);
+    if ((c & need1) != need1) return 0;
+    /* The OS must save the XMM and YMM state (XCR0 bits 1 and 2). */
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 6u) != 6u) return 0;
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b >> 5) & 1u; /* AVX2 */
+#else
+    return 0;
+#endif
+}
+
+int di_cpu_count(void) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+const char *di_cpu_describe(void) {
+    return di_cpu_has_avx2() ? "avx2+fma+f16c" : "scalar";
+}

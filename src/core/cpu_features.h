@@ -1,0 +1,13 @@
+/* What the host CPU can do, asked once at run time, so one binary built for
+ * baseline x86-64 picks its AVX2/FMA kernels only where they can run. */
+#ifndef DI_CORE_CPU_FEATURES_H
+#define DI_CORE_CPU_FEATURES_H
+
+/* 1 when AVX2, FMA and F16C are all usable (x86-64 only; 0 elsewhere). */
+int di_cpu_has_avx2(void);
+/* Online logical CPUs available to this process (at least 1). */
+int di_cpu_count(void);
+/* "avx2+fma+f16c" or "scalar": for `deepinfer info` and benchmark headers. */
+const char *di_cpu_describe(void);
+
+#endif

@@ -1,0 +1,190 @@
+/* Fixed-size pthread pool with a dynamic-chunk parallel for (threadpool.h).
+ *
+ * Workers sleep on a condition variable between jobs; each job bumps a
+ * generation counter. Work is handed out in chunks from an atomic cursor, so
+ * a core slowed by other processes simply takes fewer chunks. Workers spin
+ * briefly before sleeping because decode issues many short jobs back to
+ * back and a futex wake-up costs more than one of them. */
+#include "core/threadpool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "core/cpu_features.h"
+
+#define SPIN_ITERS 20000
+
+typedef struct worker {
+    di_threadpool *tp;
+    int index; /* 1 .. n-1 (0 is the caller) */
+} worker;
+
+struct di_threadpool {
+    int n;                 /* threads in all, caller included */
+    pthread_t *threads;    /* [n-1] */
+    worker *workers;       /* [n-1] */
+    int started;           /* workers actually running */
+    pthread_mutex_t run;   /* one parallel-for at a time */
+    pthread_mutex_t mu;    /* guards stop and the sleeps below */
+    pthread_cond_t wake;   /* a new generation or stop */
+    pthread_cond_t done;   /* pending reached 0 */
+    atomic_ulong gen;
+    atomic_int stop;
+    atomic_int pending;    /* workers still inside the current job */
+    /* the current job */
+    di_parallel_fn fn;
+    void *ctx;
+    int64_t n_items, grain;
+    atomic_llong next;
+};
+
+/* The pool this thread is executing a job for, and its index in it: lets a
+ * nested call on the same pool run inline instead of deadlocking. */
+static _Thread_local di_threadpool *tl_pool;
+static _Thread_local int tl_index;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void run_chunks(di_threadpool *tp, int index) {
+    di_threadpool *outer = tl_pool;
+    int outer_index = tl_index;
+    tl_pool = tp;
+    tl_index = index;
+    for (;;) {
+        int64_t b = atomic_fetch_add_explicit(&tp->next, tp->grain, memory_order_relaxed);
+        if (b >= tp->n_items) break;
+        int64_t e = b + tp->grain < tp->n_items ? b + tp->grain : tp->n_items;
+        tp->fn(tp->ctx, b, e, index);
+    }
+    tl_pool = outer;
+    tl_index = outer_index;
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    di_threadpool *tp = w->tp;
+    unsigned long seen = 0;
+    for (;;) {
+        unsigned long g = atomic_load_explicit(&tp->gen, memory_order_acquire);
+        for (int i = 0; g == seen && i < SPIN_ITERS && !atomic_load(&tp->stop); i++) {
+            cpu_relax();
+            g = atomic_load_explicit(&tp->gen, memory_order_acquire);
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&tp->mu);
+            while ((g = atomic_load(&tp->gen)) == seen && !atomic_load(&tp->stop))
+                pthread_cond_wait(&tp->wake, &tp->mu);
+            pthread_mutex_unlock(&tp->mu);
+        }
+        if (atomic_load(&tp->stop)) return NULL;
+        seen = g;
+        run_chunks(tp, w->index);
+        if (atomic_fetch_sub_explicit(&tp->pending, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&tp->mu);
+            pthread_cond_signal(&tp->done);
+            pthread_mutex_unlock(&tp->mu);
+        }
+    }
+}
+
+di_status di_threadpool_create(int n_threads, di_threadpool **out, di_err *err) {
+    *out = NULL;
+    if (n_threads < 0 || n_threads > 1024)
+        return di_err_set(err, DI_ERR_INVALID_ARG,
+                          "thread count %d out of range (0 = one per core, or 1..1024)", n_threads);
+    if (n_threads == 0) n_threads = di_cpu_count();
+    di_threadpool *tp = calloc(1, sizeof *tp);
+    if (!tp) return di_err_set(err, DI_ERR_NOMEM, "thread pool: out of memory");
+    tp->n = n_threads;
+    pthread_mutex_init(&tp->run, NULL);
+    pthread_mutex_init(&tp->mu, NULL);
+    pthread_cond_init(&tp->wake, NULL);
+    pthread_cond_init(&tp->done, NULL);
+    if (n_threads > 1) {
+        tp->threads = calloc((size_t)n_threads - 1, sizeof *tp->threads);
+        tp->workers = calloc((size_t)n_threads - 1, sizeof *tp->workers);
+        if (!tp->threads || !tp->workers) {
+            di_threadpool_destroy(tp);
+            return di_err_set(err, DI_ERR_NOMEM, "thread pool of %d threads: out of memory",
+                              n_threads);
+        }
+        for (int i = 0; i < n_threads - 1; i++) {
+            tp->workers[i].tp = tp;
+            tp->workers[i].index = i + 1;
+            int rc = pthread_create(&tp->threads[i], NULL, worker_main, &tp->workers[i]);
+            if (rc != 0) {
+                di_threadpool_destroy(tp);
+                return di_err_set(err, DI_ERR_INTERNAL,
+                                  "thread pool: could not start thread %d of %d (error %d)", i + 1,
+                                  n_threads, rc);
+            }
+            tp->started++;
+        }
+    }
+    *out = tp;
+    return DI_OK;
+}
+
+void di_threadpool_destroy(di_threadpool *tp) {
+    if (!tp) return;
+    pthread_mutex_lock(&tp->mu);
+    atomic_store(&tp->stop, 1);
+    pthread_cond_broadcast(&tp->wake);
+    pthread_mutex_unlock(&tp->mu);
+    for (int i = 0; i < tp->started; i++) pthread_join(tp->threads[i], NULL);
+    pthread_cond_destroy(&tp->done);
+    pthread_cond_destroy(&tp->wake);
+    pthread_mutex_destroy(&tp->mu);
+    pthread_mutex_destroy(&tp->run);
+    free(tp->workers);
+    free(tp->threads);
+    free(tp);
+}
+
+int di_threadpool_size(const di_threadpool *tp) { return tp ? tp->n : 1; }
+
+void di_threadpool_for(di_threadpool *tp, int64_t n, int64_t grain, di_parallel_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    if (!tp) {
+        fn(ctx, 0, n, 0);
+        return;
+    }
+    if (tl_pool == tp) { /* nested call from one of our own jobs */
+        fn(ctx, 0, n, tl_index);
+        return;
+    }
+    pthread_mutex_lock(&tp->run);
+    if (tp->started == 0 || n <= grain) {
+        fn(ctx, 0, n, 0);
+        pthread_mutex_unlock(&tp->run);
+        return;
+    }
+    tp->fn = fn;
+    tp->ctx = ctx;
+    tp->n_items = n;
+    tp->grain = grain;
+    atomic_store_explicit(&tp->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&tp->pending, tp->started, memory_order_relaxed);
+    pthread_mutex_lock(&tp->mu);
+    atomic_fetch_add_explicit(&tp->gen, 1, memory_order_release);
+    pthread_cond_broadcast(&tp->wake);
+    pthread_mutex_unlock(&tp->mu);
+
+    run_chunks(tp, 0);
+
+    for (int i = 0; i < SPIN_ITERS && atomic_load_explicit(&tp->pending, memory_order_acquire) > 0;
+         i++)
+        cpu_relax();
+    if (atomic_load_explicit(&tp->pending, memory_order_acquire) > 0) {
+        pthread_mutex_lock(&tp->mu);
+        while (atomic_load(&tp->pending) > 0) pthread_cond_wait(&tp->done, &tp->mu);
+        pthread_mutex_unlock(&tp->mu);
+    }
+    pthread_mutex_unlock(&tp->run);
+}

@@ -1,0 +1,39 @@
+/* A small fixed-size thread pool with one operation: a parallel for over an
+ * index range. The calling thread takes part in the work, so a pool of n
+ * threads starts n-1 workers. Kernels use it to split output columns across
+ * cores; the split never changes any result (see backend/cpu/kernels.h).
+ *
+ * The pool never prints and never exits; creation reports failures through
+ * di_err. A pool may be used by one caller at a time per parallel-for (calls
+ * from several threads are serialised); a callback that itself calls
+ * di_threadpool_for on the same pool runs that inner loop on its own thread. */
+#ifndef DI_CORE_THREADPOOL_H
+#define DI_CORE_THREADPOOL_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+
+typedef struct di_threadpool di_threadpool;
+
+/* Body of a parallel for: handles indices [begin, end). `thread` is in
+ * [0, di_threadpool_size()) and is unique among the threads running at once
+ * (0 = the calling thread), so it can index per-thread scratch. */
+typedef void (*di_parallel_fn)(void *ctx, int64_t begin, int64_t end, int thread);
+
+/* Creates a pool of n_threads threads in all (the caller counts as one);
+ * n_threads == 0 means one per online core (di_cpu_count()). Fails with
+ * DI_ERR_INVALID_ARG for n_threads < 0 or > 1024, DI_ERR_NOMEM / DI_ERR_INTERNAL
+ * when memory or threads cannot be had. */
+di_status di_threadpool_create(int n_threads, di_threadpool **out, di_err *err);
+/* Joins the workers and frees the pool. NULL is accepted. */
+void di_threadpool_destroy(di_threadpool *tp);
+/* Threads in the pool, caller included; 1 for NULL. */
+int di_threadpool_size(const di_threadpool *tp);
+
+/* Runs fn over [0, n) in chunks of `grain` indices (grain < 1 means 1),
+ * handed out dynamically, and returns when all are done. tp == NULL runs
+ * everything on the calling thread as one call fn(ctx, 0, n, 0). */
+void di_threadpool_for(di_threadpool *tp, int64_t n, int64_t grain, di_parallel_fn fn, void *ctx);
+
+#endif
