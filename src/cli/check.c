@@ -3,14 +3,22 @@
  * once and prints a summary; exit 0 when loadable, 1 with a message naming
  * the problem otherwise, 2 on a usage error.
  *
+ * When the directory has a config.json, every tensor is also bound to the
+ * model it describes (names, dtypes and shapes; missing and unknown tensors
+ * are errors); without one only the files are checked.
+ *
  * --list adds one line per tensor (name, dtype, shape, file, CRC-32 of its
  * bytes) so that other readers can be compared with this one tensor by
  * tensor. */
 #include <stdio.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "cli/cli.h"
 #include "io/checkpoint.h"
+#include "model/config.h"
+#include "model/weights.h"
 
 static void check_usage(FILE *out) {
     fprintf(out, "usage: deepinfer check --model DIR [--list]\n"
@@ -67,6 +75,26 @@ static void print_summary(const char *dir, const di_checkpoint *ck, const di_ckp
            (unsigned long long)rs->bytes, rs->seconds, gbs, (unsigned long long)rs->checksum);
 }
 
+/* Binds the checkpoint's tensors to DIR/config.json. 0: bound, 1: no config
+ * (file-level check only), -1: failed (err set). */
+static int bind_to_config(const char *dir, di_checkpoint *ck, di_config *cfg, di_err *err) {
+    char path[4096];
+    struct stat sb;
+    if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path) {
+        di_err_set(err, DI_ERR_INVALID_ARG, "%s: path too long", dir);
+        return -1;
+    }
+    if (stat(path, &sb) != 0) return 1;
+    if (di_config_load(path, cfg, err)) return -1;
+    di_weights w;
+    if (di_weights_init(&w, cfg, err)) return -1;
+    di_tensor_source src;
+    di_weights_source_checkpoint(&src, ck);
+    di_status s = di_weights_bind(&w, cfg, &src, err);
+    di_weights_free(&w);
+    return s ? -1 : 0;
+}
+
 int cli_check(int argc, char **argv) {
     const char *dir = NULL;
     int list = 0;
@@ -94,6 +122,13 @@ int cli_check(int argc, char **argv) {
         fprintf(stderr, "deepinfer check: %s\n", err.msg);
         return 1;
     }
+    di_config cfg;
+    int bound = bind_to_config(dir, ck, &cfg, &err);
+    if (bound < 0) {
+        fprintf(stderr, "deepinfer check: %s\n", err.msg);
+        di_checkpoint_close(ck);
+        return 1;
+    }
     di_ckpt_read_stats rs;
     if (di_checkpoint_read_all(ck, &rs, &err)) {
         fprintf(stderr, "deepinfer check: %s\n", err.msg);
@@ -101,6 +136,10 @@ int cli_check(int argc, char **argv) {
         return 1;
     }
     print_summary(dir, ck, &rs);
+    if (bound == 0)
+        printf("binding  every tensor matches config.json (%d layers + %d DSpark stages)\n",
+               cfg.n_layers, cfg.n_mtp);
+    else printf("binding  skipped: no config.json (file-level check only)\n");
     if (list) print_list(ck);
     printf("ok: %s is loadable\n", dir);
     di_checkpoint_close(ck);

@@ -316,6 +316,67 @@ static void test_cli(void) {
     CHECK_STR_CONTAINS(out, "ok: ");
 }
 
+/* Copies src to dst, replacing the first occurrence of `from` by `to` (same
+ * length) when from is non-NULL. Returns 0 when from was not found. */
+static int copy_patched(const char *src, const char *dst, const char *from, const char *to) {
+    FILE *f = fopen(src, "rb");
+    if (!f) return 0;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n);
+    size_t got = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    int ok = got == (size_t)n;
+    if (ok && from) {
+        size_t fl = strlen(from);
+        char *hit = NULL;
+        for (size_t i = 0; i + fl <= got && !hit; i++)
+            if (!memcmp(buf + i, from, fl)) hit = buf + i;
+        if (hit) memcpy(hit, to, fl);
+        else ok = 0;
+    }
+    if (ok) write_bytes(dst, buf, got);
+    free(buf);
+    return ok;
+}
+
+/* With a config.json, check binds every tensor to the model it describes. */
+static void test_cli_binding(void) {
+    const char *shared = test_shared_dir();
+    if (!shared) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
+    if (access(cli_path, X_OK) != 0) SKIP("%s not built", cli_path);
+    static const char *const files[] = {"config.json", "model.safetensors.index.json",
+                                        "model-00001-of-00002.safetensors",
+                                        "model-00002-of-00002.safetensors"};
+    char src[4400], dst[1024], buf[8192];
+    const char *out = buf;
+    /* A shard whose attention sink is declared I32 instead of F32: a valid
+     * file, but not the model's dtype. */
+    const char *dir = case_dir("bind_mistyped");
+    for (int i = 0; i < 4; i++) {
+        snprintf(src, sizeof src, "%s/golden/v41-tiny/%s", shared, files[i]);
+        snprintf(dst, sizeof dst, "%s", file_in(dir, files[i]));
+        int ok = i == 2 ? copy_patched(src, dst, "\"layers.0.attn.attn_sink\":{\"dtype\":\"F32\"",
+                                       "\"layers.0.attn.attn_sink\":{\"dtype\":\"I32\"")
+                        : copy_patched(src, dst, NULL, NULL);
+        CHECKF(ok, "copy %s", src);
+    }
+    int rc = run_cli(dir, buf, sizeof buf);
+    CHECKF(rc == 1, "bind_mistyped: exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "layers.0.attn.attn_sink");
+    CHECK_STR_CONTAINS(out, "I32");
+    /* The right files with the wrong config: a synthetic shard + the tiny
+     * config misses every model tensor. */
+    dir = case_dir("bind_missing");
+    snprintf(src, sizeof src, "%s/golden/v41-tiny/config.json", shared);
+    CHECK(copy_patched(src, file_in(dir, "config.json"), NULL, NULL));
+    write_st(file_in(dir, "model.safetensors"), SHARD1, 0, 4);
+    rc = run_cli(dir, buf, sizeof buf);
+    CHECKF(rc == 1, "bind_missing: exit %d: %s", rc, out);
+    CHECK_STR_CONTAINS(out, "missing");
+}
+
 /* ---- the golden tiny model ---- */
 
 static cJSON *load_json(const char *path) {
@@ -453,6 +514,7 @@ int main(int argc, char **argv) {
     RUN(test_index);
     RUN(test_no_index);
     RUN(test_cli);
+    RUN(test_cli_binding);
     RUN(test_golden_tiny);
     remove_tree(tmp_root);
     return test_summary();
