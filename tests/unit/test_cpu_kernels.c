@@ -1,0 +1,433 @@
+/* CPU kernels (src/backend/cpu/kernels.h; architecture.md §2, §8.3): the
+ * scalar path against double-precision references built from the exact
+ * conversions of core/dtype.h, the AVX2 path bit for bit against the scalar
+ * one (kernels.h documents why the two orders give identical bits), and the
+ * batch-invariance properties the engine relies on. Plus the thread pool. */
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "test.h"
+#include "backend/cpu/kernels.h"
+#include "core/cpu_features.h"
+#include "core/dtype.h"
+#include "core/threadpool.h"
+
+/* ---- deterministic inputs ---- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float rnd_unit(void) { return (float)((rnd() & 0xffffff) / 16777216.0) * 2.0f - 1.0f; }
+
+/* Activations whose 32-blocks have very different magnitudes, with zeros. */
+static void fill_act(float *x, int64_t n) {
+    for (int64_t b = 0; b < n; b += 32) {
+        float mag = ldexpf(1.0f, (int)(rnd() % 30) - 15);
+        for (int i = 0; i < 32 && b + i < n; i++)
+            x[b + i] = (rnd() % 16 == 0) ? 0.0f : di_round_bf16(rnd_unit() * mag);
+    }
+}
+static uint8_t rnd_e4m3(void) {
+    uint8_t b;
+    do b = (uint8_t)rnd(); while ((b & 0x7f) == 0x7f);
+    return b;
+}
+
+/* ---- references ---- */
+
+/* The block scale by a route independent of the kernels' bit tricks. */
+static float ref_scale(const float *x) {
+    float amax = 0;
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
+    amax = fmaxf(amax, 1e-4f);
+    float t = amax * (float)(1.0 / 448.0);
+    int e;
+    float m = frexpf(t, &e); /* t = m·2^e, m in [0.5, 1) */
+    return ldexpf(1.0f, m == 0.5f ? e - 1 : e);
+}
+
+/* Σ_kb (Σ_k qa·qw)·sa·sw in double (exact block sums), and Σ |terms| for the
+ * error bound. fp4 selects the MXFP4 weight layout. */
+static void ref_block_gemm(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
+                           const uint8_t *w, const uint8_t *ws, int64_t N, double *ref,
+                           double *mag) {
+    int64_t KB = K / 32;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) {
+            double acc = 0, abs_acc = 0;
+            for (int64_t kb = 0; kb < KB; kb++) {
+                double blk = 0, abs_blk = 0;
+                for (int i = 0; i < 32; i++) {
+                    int64_t k = kb * 32 + i;
+                    double a = di_e4m3_to_f32(qa[m * K + k]);
+                    double v = fp4 ? di_e2m1_to_f32((uint8_t)(w[n * (K / 2) + k / 2] >> (4 * (k & 1))))
+                                   : di_e4m3_to_f32(w[n * K + k]);
+                    blk += a * v;
+                    abs_blk += fabs(a * v);
+                }
+                double s = (double)sa[m * KB + kb] *
+                           di_e8m0_to_f32(fp4 ? ws[n * KB + kb] : ws[(n / 32) * KB + kb]);
+                acc += blk * s;
+                abs_acc += abs_blk * s;
+            }
+            ref[m * N + n] = acc;
+            mag[m * N + n] = abs_acc;
+        }
+}
+
+/* Max over elements of |got - ref| / (bound_terms · 2^-24 · mag): ≤ 1 passes.
+ * A sequential fp32 sum of terms t_i has |error| ≤ (depth)·u·Σ|t_i|(1+O(u)),
+ * the depth being the number of roundings a term goes through. */
+static double err_ratio(const float *got, const double *ref, const double *mag, int64_t n,
+                        double depth) {
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double bound = depth * 0x1p-24 * mag[i] * 1.001 + 1e-300;
+        double r = fabs((double)got[i] - ref[i]) / bound;
+        if (!(r <= worst)) worst = r; /* NaN counts as worst */
+    }
+    return worst;
+}
+
+/* ---- act quant ---- */
+
+static void check_act_quant_path(int avx2) {
+    enum { M = 3, K = 32 * 9 };
+    float x[M * K];
+    fill_act(x, M * K);
+    /* Special blocks: all zeros (amax floor), tiny values below the floor,
+     * huge values, negative zero, exact powers of two at the 448 boundary. */
+    for (int i = 0; i < 32; i++) x[i] = 0.0f;
+    for (int i = 0; i < 32; i++) x[32 + i] = (i & 1 ? -1 : 1) * 3e-6f * (float)i;
+    for (int i = 0; i < 32; i++) x[64 + i] = (i & 1 ? -3e38f : 1.5e38f) / (float)(i + 1);
+    for (int i = 0; i < 32; i++) x[96 + i] = (i % 3 == 0) ? -0.0f : 0.25f * (float)(i % 5);
+    for (int i = 0; i < 32; i++) x[128 + i] = (i == 7) ? -448.0f : 1.0f / (float)(i + 1);
+    for (int i = 0; i < 32; i++) x[160 + i] = (i == 0) ? 896.0f * 1.0000001f : 0.001f * (float)i;
+    uint8_t q[M * K];
+    float s[M * K / 32];
+    if (avx2) {
+#ifdef DI_HAVE_AVX2_KERNELS
+        di_act_quant_fp8_avx2(x, M, K, q, s);
+#endif
+    } else {
+        di_act_quant_fp8_scalar(x, M, K, q, s);
+    }
+    int bad_s = 0, bad_q = 0;
+    for (int b = 0; b < M * K / 32; b++) {
+        float rs = ref_scale(x + b * 32);
+        if (di_f32_bits(rs) != di_f32_bits(s[b])) bad_s++;
+        for (int i = 0; i < 32; i++) {
+            float v = fminf(fmaxf(x[b * 32 + i] / rs, -448.0f), 448.0f);
+            if (q[b * 32 + i] != di_f32_to_e4m3(v)) bad_q++;
+        }
+    }
+    CHECKF(bad_s == 0, "%d scales differ (avx2=%d)", bad_s, avx2);
+    CHECKF(bad_q == 0, "%d codes differ (avx2=%d)", bad_q, avx2);
+    /* fixed points of the rule, independent of the reference above */
+    CHECK(s[0] == 0x1p-22f);                    /* 1e-4/448 = 2.2e-7 -> 2^-22 */
+    CHECK(s[4] == 1.0f);                         /* amax 448 -> exactly 1 */
+    CHECK(q[128 + 7] == 0xfe);                   /* -448 */
+    CHECK(s[5] == 4.0f);                         /* just above 896 -> 4 */
+    CHECK(q[96] == 0x80 && q[99] == 0x80);       /* -0 keeps its sign */
+    CHECK(q[97] == di_f32_to_e4m3(0.25f / s[3]));
+    for (int i = 0; i < 32; i++) CHECK(q[i] == 0);
+
+    /* QDQ = dequantized codes, also in place */
+    float y[M * K], y2[M * K];
+    memcpy(y2, x, sizeof x);
+    if (avx2) {
+#ifdef DI_HAVE_AVX2_KERNELS
+        di_act_qdq_fp8_avx2(x, M * K, y);
+        di_act_qdq_fp8_avx2(y2, M * K, y2);
+#endif
+    } else {
+        di_act_qdq_fp8_scalar(x, M * K, y);
+        di_act_qdq_fp8_scalar(y2, M * K, y2);
+    }
+    int bad_y = 0;
+    for (int i = 0; i < M * K; i++) {
+        float want = di_e4m3_to_f32(q[i]) * s[i / 32];
+        if (di_f32_bits(want) != di_f32_bits(y[i]) || di_f32_bits(want) != di_f32_bits(y2[i])) bad_y++;
+    }
+    CHECKF(bad_y == 0, "%d QDQ values differ (avx2=%d)", bad_y, avx2);
+}
+
+static void test_act_quant_scalar(void) { check_act_quant_path(0); }
+static void test_act_quant_avx2(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+    check_act_quant_path(1);
+}
+
+/* ---- GEMMs ---- */
+
+enum { FMT_FP8, FMT_FP4, FMT_BF16, FMT_F32 };
+static const char *fmt_name[] = {"fp8", "mxfp4", "bf16", "f32"};
+
+typedef struct problem {
+    int fmt;
+    int64_t M, K, N;
+    float *x;      /* [M,K] activations */
+    uint8_t *qa;   /* [M,K] */
+    float *sa;     /* [M,K/32] */
+    void *w;       /* weights */
+    uint8_t *ws;   /* scales */
+} problem;
+
+static void problem_init(problem *p, int fmt, int64_t M, int64_t K, int64_t N) {
+    p->fmt = fmt;
+    p->M = M, p->K = K, p->N = N;
+    p->x = malloc(sizeof(float) * M * K);
+    fill_act(p->x, M * K);
+    p->qa = NULL, p->sa = NULL, p->ws = NULL;
+    if (fmt == FMT_FP8 || fmt == FMT_FP4) {
+        p->qa = malloc(M * K);
+        p->sa = malloc(sizeof(float) * M * (K / 32));
+        di_act_quant_fp8_scalar(p->x, M, K, p->qa, p->sa);
+    }
+    if (fmt == FMT_FP8) {
+        uint8_t *w = malloc(N * K);
+        for (int64_t i = 0; i < N * K; i++) w[i] = rnd_e4m3();
+        int64_t nb = (N + 31) / 32;
+        p->ws = malloc(nb * (K / 32));
+        for (int64_t i = 0; i < nb * (K / 32); i++) p->ws[i] = (uint8_t)(112 + rnd() % 20);
+        p->w = w;
+    } else if (fmt == FMT_FP4) {
+        uint8_t *w = malloc(N * K / 2);
+        for (int64_t i = 0; i < N * K / 2; i++) w[i] = (uint8_t)rnd();
+        p->ws = malloc(N * (K / 32));
+        for (int64_t i = 0; i < N * (K / 32); i++) p->ws[i] = (uint8_t)(115 + rnd() % 20);
+        p->w = w;
+    } else if (fmt == FMT_BF16) {
+        uint16_t *w = malloc(sizeof(uint16_t) * N * K);
+        for (int64_t i = 0; i < N * K; i++) w[i] = di_f32_to_bf16(rnd_unit() * 0.05f);
+        p->w = w;
+    } else {
+        float *w = malloc(sizeof(float) * N * K);
+        for (int64_t i = 0; i < N * K; i++) w[i] = rnd_unit() * 0.05f;
+        p->w = w;
+    }
+}
+
+static void problem_free(problem *p) {
+    free(p->x), free(p->qa), free(p->sa), free(p->w), free(p->ws);
+}
+
+/* Runs rows [m0, m0+M) of p on the chosen path. */
+static void run_gemm(const problem *p, int avx2, int64_t m0, int64_t M, float *out,
+                     di_threadpool *tp) {
+    int64_t K = p->K;
+    const float *x = p->x + m0 * K;
+    const uint8_t *qa = p->qa ? p->qa + m0 * K : NULL;
+    const float *sa = p->sa ? p->sa + m0 * (K / 32) : NULL;
+#ifdef DI_HAVE_AVX2_KERNELS
+    if (avx2) {
+        switch (p->fmt) {
+        case FMT_FP8: di_gemm_fp8_avx2(qa, sa, M, K, p->w, p->ws, p->N, out, tp); break;
+        case FMT_FP4: di_gemm_mxfp4_avx2(qa, sa, M, K, p->w, p->ws, p->N, out, tp); break;
+        case FMT_BF16: di_gemm_bf16_avx2(x, M, K, p->w, p->N, out, tp); break;
+        default: di_gemm_f32_avx2(x, M, K, p->w, p->N, out, tp); break;
+        }
+        return;
+    }
+#endif
+    switch (p->fmt) {
+    case FMT_FP8: di_gemm_fp8_scalar(qa, sa, M, K, p->w, p->ws, p->N, out, tp); break;
+    case FMT_FP4: di_gemm_mxfp4_scalar(qa, sa, M, K, p->w, p->ws, p->N, out, tp); break;
+    case FMT_BF16: di_gemm_bf16_scalar(x, M, K, p->w, p->N, out, tp); break;
+    default: di_gemm_f32_scalar(x, M, K, p->w, p->N, out, tp); break;
+    }
+}
+
+/* The scalar result against the double reference, within the rounding bound. */
+static void check_against_reference(const problem *p, const float *got) {
+    int64_t M = p->M, K = p->K, N = p->N;
+    double *ref = malloc(sizeof(double) * M * N), *mag = malloc(sizeof(double) * M * N);
+    double depth;
+    if (p->fmt == FMT_FP8 || p->fmt == FMT_FP4) {
+        ref_block_gemm(p->fmt == FMT_FP4, p->qa, p->sa, M, K, p->w, p->ws, N, ref, mag);
+        depth = 32 + (double)(K / 32); /* ≤ 31 block additions, then K/32 outer ones */
+    } else {
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < N; n++) {
+                double acc = 0, a = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    double wv = p->fmt == FMT_BF16 ? di_bf16_to_f32(((const uint16_t *)p->w)[n * K + k])
+                                                   : ((const float *)p->w)[n * K + k];
+                    acc += (double)p->x[m * K + k] * wv;
+                    a += fabs((double)p->x[m * K + k] * wv);
+                }
+                ref[m * N + n] = acc;
+                mag[m * N + n] = a;
+            }
+        depth = (double)K + 1; /* one rounding per fused step */
+    }
+    double r = err_ratio(got, ref, mag, M * N, depth);
+    CHECKF(r <= 1.0, "%s M=%lld K=%lld N=%lld: error %.3g x the rounding bound", fmt_name[p->fmt],
+           (long long)M, (long long)K, (long long)N, r);
+    free(ref), free(mag);
+}
+
+static int count_diff_bits(const float *a, const float *b, int64_t n) {
+    int d = 0;
+    for (int64_t i = 0; i < n; i++) d += di_f32_bits(a[i]) != di_f32_bits(b[i]);
+    return d;
+}
+
+static const int64_t Ms[] = {1, 3, 7, 33};
+static const int64_t Ks[][2] = {{32, 45}, {96, 100}, {256, 17}, {4096, 33}}; /* {K, N} */
+
+static void check_format(int fmt) {
+    int have_avx2 = di_cpu_has_avx2();
+    for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
+        for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++) {
+            int64_t M = Ms[mi], K = Ks[ki][0], N = Ks[ki][1];
+            if (K >= 4096 && M > 7) continue; /* keeps the ASan run short */
+            problem p;
+            problem_init(&p, fmt, M, K, N);
+            float *o_s = malloc(sizeof(float) * M * N), *o_v = malloc(sizeof(float) * M * N);
+            run_gemm(&p, 0, 0, M, o_s, NULL);
+            check_against_reference(&p, o_s);
+            if (have_avx2) {
+                run_gemm(&p, 1, 0, M, o_v, NULL);
+                int d = count_diff_bits(o_s, o_v, M * N);
+                CHECKF(d == 0, "%s M=%lld K=%lld N=%lld: %d outputs differ from scalar",
+                       fmt_name[fmt], (long long)M, (long long)K, (long long)N, d);
+            }
+            free(o_s), free(o_v);
+            problem_free(&p);
+        }
+    }
+    if (!have_avx2) SKIP("no AVX2/FMA/F16C: only the scalar %s path checked", fmt_name[fmt]);
+}
+
+static void test_gemm_fp8(void) { check_format(FMT_FP8); }
+static void test_gemm_mxfp4(void) { check_format(FMT_FP4); }
+static void test_gemm_bf16(void) { check_format(FMT_BF16); }
+static void test_gemm_f32(void) { check_format(FMT_F32); }
+
+/* Row m's bits do not depend on M, on the row's position in the batch, or on
+ * the number of threads; checked on both paths for every format. */
+static void test_batch_and_thread_invariance(void) {
+    di_threadpool *pools[3] = {NULL, NULL, NULL};
+    di_err err;
+    for (int t = 0; t < 3; t++) CHECK(di_threadpool_create(t + 1, &pools[t], &err) == DI_OK);
+    enum { M = 33, K = 320, N = 200 };
+    for (int fmt = FMT_FP8; fmt <= FMT_F32; fmt++) {
+        problem p;
+        problem_init(&p, fmt, M, K, N);
+        for (int avx2 = 0; avx2 <= di_cpu_has_avx2(); avx2++) {
+            float *full = malloc(sizeof(float) * M * N), *o = malloc(sizeof(float) * M * N);
+            run_gemm(&p, avx2, 0, M, full, pools[0]);
+            for (int t = 1; t < 3; t++) {
+                run_gemm(&p, avx2, 0, M, o, pools[t]);
+                CHECKF(count_diff_bits(full, o, M * N) == 0, "%s avx2=%d: %d threads differ",
+                       fmt_name[fmt], avx2, t + 1);
+            }
+            int bad = 0;
+            for (int64_t m = 0; m < M; m++) {
+                run_gemm(&p, avx2, m, 1, o, pools[1]);
+                bad += count_diff_bits(full + m * N, o, N) != 0;
+            }
+            /* a batch of 5 starting at an odd row */
+            run_gemm(&p, avx2, 11, 5, o, pools[2]);
+            bad += count_diff_bits(full + 11 * N, o, 5 * N) != 0;
+            CHECKF(bad == 0, "%s avx2=%d: %d rows depend on the batch", fmt_name[fmt], avx2, bad);
+            free(full), free(o);
+        }
+        problem_free(&p);
+    }
+    for (int t = 0; t < 3; t++) di_threadpool_destroy(pools[t]);
+}
+
+/* The public entry points follow di_cpu_kernels_force_scalar. */
+static void test_dispatch(void) {
+    di_cpu_kernels_force_scalar(1);
+    CHECK(strcmp(di_cpu_kernels_path(), "scalar") == 0);
+    problem p;
+    problem_init(&p, FMT_FP8, 2, 64, 40);
+    float a[80], b[80];
+    di_gemm_fp8(p.qa, p.sa, 2, 64, p.w, p.ws, 40, a, NULL);
+    di_gemm_fp8_scalar(p.qa, p.sa, 2, 64, p.w, p.ws, 40, b, NULL);
+    CHECK(count_diff_bits(a, b, 80) == 0);
+    di_cpu_kernels_force_scalar(0);
+    CHECK(strcmp(di_cpu_kernels_path(), di_cpu_has_avx2() ? "avx2" : "scalar") == 0);
+    problem_free(&p);
+}
+
+/* ---- thread pool ---- */
+
+typedef struct count_ctx {
+    atomic_int *hits;
+    atomic_int calls;
+    di_threadpool *tp;
+    int bad_thread;
+} count_ctx;
+
+static void count_body(void *ctx, int64_t b, int64_t e, int thread) {
+    count_ctx *c = ctx;
+    if (thread < 0 || thread >= di_threadpool_size(c->tp)) c->bad_thread = 1;
+    for (int64_t i = b; i < e; i++) atomic_fetch_add(&c->hits[i], 1);
+    atomic_fetch_add(&c->calls, 1);
+}
+
+static void nested_body(void *ctx, int64_t b, int64_t e, int thread) {
+    count_ctx *c = ctx;
+    /* a nested loop on the same pool runs inline on this thread */
+    for (int64_t i = b; i < e; i++) di_threadpool_for(c->tp, 1, 1, count_body, ctx);
+}
+
+static void test_threadpool(void) {
+    di_err err;
+    di_threadpool *tp = NULL;
+    CHECK(di_threadpool_create(-1, &tp, &err) == DI_ERR_INVALID_ARG && tp == NULL);
+    CHECK_STR_CONTAINS(err.msg, "thread count -1");
+    CHECK(di_threadpool_create(0, &tp, &err) == DI_OK);
+    CHECK_EQ_INT(di_threadpool_size(tp), di_cpu_count());
+    di_threadpool_destroy(tp);
+    CHECK(di_threadpool_create(3, &tp, &err) == DI_OK);
+    CHECK_EQ_INT(di_threadpool_size(tp), 3);
+    enum { N = 1000 };
+    static atomic_int hits[N];
+    for (int rep = 0; rep < 50; rep++) {
+        for (int i = 0; i < N; i++) atomic_store(&hits[i], 0);
+        count_ctx c = {hits, 0, tp, 0};
+        di_threadpool_for(tp, N, 1 + rep % 7, count_body, &c);
+        int bad = 0;
+        for (int i = 0; i < N; i++) bad += atomic_load(&hits[i]) != 1;
+        CHECK_EQ_INT(bad, 0);
+        CHECK(!c.bad_thread);
+    }
+    {
+        for (int i = 0; i < N; i++) atomic_store(&hits[i], 0);
+        count_ctx c = {hits, 0, tp, 0};
+        di_threadpool_for(tp, 10, 1, nested_body, &c);
+        CHECK_EQ_INT(atomic_load(&hits[0]), 10);
+        CHECK_EQ_INT(atomic_load(&c.calls), 10);
+    }
+    {
+        count_ctx c = {hits, 0, NULL, 0};
+        for (int i = 0; i < N; i++) atomic_store(&hits[i], 0);
+        di_threadpool_for(NULL, N, 8, count_body, &c);
+        CHECK_EQ_INT(atomic_load(&c.calls), 1);
+        CHECK_EQ_INT(atomic_load(&hits[N - 1]), 1);
+    }
+    di_threadpool_destroy(tp);
+    di_threadpool_destroy(NULL);
+}
+
+int main(void) {
+    RUN(test_threadpool);
+    RUN(test_act_quant_scalar);
+    RUN(test_act_quant_avx2);
+    RUN(test_gemm_fp8);
+    RUN(test_gemm_mxfp4);
+    RUN(test_gemm_bf16);
+    RUN(test_gemm_f32);
+    RUN(test_batch_and_thread_invariance);
+    RUN(test_dispatch);
+    return test_summary();
+}
