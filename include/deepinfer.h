@@ -91,6 +91,79 @@ DI_API di_status di_model_plan(const di_model *model, int as_json,
 /* Releases memory the library allocated for the caller. */
 DI_API void di_free(void *p);
 
+/* -------------------------------------------------------------- tokenizer */
+
+/* A byte-level BPE tokenizer loaded from a Hugging Face tokenizer.json of the
+ * DeepSeek V3/V4 family. Immutable once loaded: every function below may be
+ * called from several threads at once on the same tokenizer. */
+typedef struct di_tokenizer di_tokenizer;
+
+DI_API di_status di_tokenizer_load(const char *path, di_tokenizer **out);
+DI_API di_status di_tokenizer_load_memory(const char *json, size_t len, di_tokenizer **out);
+DI_API void di_tokenizer_free(di_tokenizer *tok);
+
+/* Number of token ids (largest id + 1, added tokens included). */
+DI_API size_t di_tokenizer_vocab_size(const di_tokenizer *tok);
+
+/* Encoding flags. Without DI_TOKENIZE_PARSE_SPECIAL the text is plain text:
+ * the spelling of an added token ("<｜User｜>") encodes as ordinary
+ * characters, so user content cannot inject control tokens. With it, added
+ * tokens are matched first (leftmost-longest), as HF tokenizers' encode()
+ * does; use it only for trusted prompt templates. */
+enum { DI_TOKENIZE_PARSE_SPECIAL = 1 };
+
+/* Encodes text[0..len) (any bytes; invalid UTF-8 is encoded byte by byte and
+ * decodes back to the same bytes) into a new array *ids of *n_ids ids,
+ * released with di_free(). */
+DI_API di_status di_tokenizer_encode(const di_tokenizer *tok, const char *text, size_t len,
+                                     unsigned flags, int32_t **ids, size_t *n_ids);
+
+/* Decodes ids into a new NUL-terminated byte string (*text, *len bytes
+ * before the NUL), released with di_free(). An id outside the vocabulary is
+ * an error. The bytes need not be valid UTF-8 (a partial sequence). */
+DI_API di_status di_tokenizer_decode(const di_tokenizer *tok, const int32_t *ids, size_t n_ids,
+                                     char **text, size_t *len);
+
+/* The bytes one token decodes to; *bytes stays valid while tok lives. */
+DI_API di_status di_tokenizer_token_bytes(const di_tokenizer *tok, int32_t id,
+                                          const char **bytes, size_t *len);
+
+/* Id of a token by its spelling in tokenizer.json (added tokens such as
+ * "<｜end▁of▁sentence｜>", or vocabulary entries in the byte-level alphabet).
+ * DI_ERR_NOT_FOUND when absent. */
+DI_API di_status di_tokenizer_token_id(const di_tokenizer *tok, const char *spelling,
+                                       int32_t *id);
+
+/* 1 when id is an added token marked "special" in tokenizer.json. */
+DI_API int di_tokenizer_is_special(const di_tokenizer *tok, int32_t id);
+
+/* Streaming detokenizer: feed ids one at a time and get the text that is
+ * complete so far. An incomplete UTF-8 sequence at the end is held back
+ * until the next token completes it (or the flush). */
+typedef struct di_detokenizer di_detokenizer;
+
+/* Flags: DI_DETOK_LOSSY replaces every ill-formed sequence by U+FFFD, so
+ * all output is valid UTF-8; without it the concatenated output equals
+ * di_tokenizer_decode() of the same ids byte for byte. */
+enum { DI_DETOK_LOSSY = 1 };
+
+DI_API di_status di_detokenizer_new(const di_tokenizer *tok, unsigned flags,
+                                    di_detokenizer **out);
+/* Appends one token. *text / *len: the newly completed bytes (possibly
+ * none), valid until the next call on d. */
+DI_API di_status di_detokenizer_push(di_detokenizer *d, int32_t id, const char **text,
+                                     size_t *len);
+/* Ends the stream: returns what was held back (an unfinished sequence,
+ * as U+FFFD in lossy mode) and resets d for a new stream. */
+DI_API di_status di_detokenizer_flush(di_detokenizer *d, const char **text, size_t *len);
+DI_API void di_detokenizer_free(di_detokenizer *d);
+
+/* Engram compressed-token map (architecture.md §6.2): map_out (room for
+ * di_tokenizer_vocab_size() entries) receives each id's class, numbered in
+ * first-seen order; *n_classes the number of classes. */
+DI_API di_status di_tokenizer_engram_map(const di_tokenizer *tok, int32_t *map_out,
+                                         int *n_classes);
+
 #ifdef __cplusplus
 }
 #endif
