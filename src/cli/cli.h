@@ -8,5 +8,6 @@ int cli_run(int argc, char **argv);
 int cli_plan(int argc, char **argv);
 int cli_check(int argc, char **argv);
 int cli_info(int argc, char **argv);
+int cli_tokenize(int argc, char **argv);
 
 #endif

@@ -16,6 +16,7 @@ static const cli_command commands[] = {
     {"plan", cli_plan, "memory plan of a config or model (--config FILE | --model DIR) [--json]"},
     {"check", cli_check, "validate a checkpoint: every tensor, every byte (--model DIR)"},
     {"info", cli_info, "build, backends and devices"},
+    {"tokenize", cli_tokenize, "text -> token ids, ids -> text (--tokenizer FILE --text STR | --file PATH)"},
 };
 
 static void usage(FILE *out) {

@@ -1,0 +1,181 @@
+/* deepinfer tokenize: text -> ids, ids -> text, with a tokenizer.json
+ * (ecosystem.md §2; the tokenizer is src/recipe/tokenizer.c).
+ *
+ *   deepinfer tokenize --tokenizer FILE (--text STR | --file PATH) [--parse-special]
+ *       prints the ids as one JSON array on one line
+ *   deepinfer tokenize --tokenizer FILE --decode (--text '[1,2]' | --file PATH)
+ *       prints the decoded bytes exactly (no newline is added)
+ *   deepinfer tokenize --tokenizer FILE --chat FILE
+ *       renders an OpenAI-style chat JSON to the prompt and its ids */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "deepinfer.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: deepinfer tokenize --tokenizer FILE (--text STR | --file PATH) [--parse-special]\n"
+            "       deepinfer tokenize --tokenizer FILE --decode (--text JSON | --file PATH)\n"
+            "       deepinfer tokenize --tokenizer FILE --chat FILE\n"
+            "  --text STR        input given on the command line\n"
+            "  --file PATH       input read from a file ('-' = standard input)\n"
+            "  --parse-special   match added-token spellings (trusted templates only);\n"
+            "                    by default they encode as plain text\n"
+            "  --decode          input is a JSON array of token ids; prints the text\n"
+            "  --chat FILE       render a chat request (messages, thinking switches) to\n"
+            "                    the prompt and its ids\n");
+}
+
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        fprintf(stderr, "deepinfer tokenize: %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    size_t n = 0, cap = 0, got;
+    do {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 1 << 16;
+            char *p = realloc(buf, cap + 1);
+            if (!p) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = p;
+        }
+        got = fread(buf + n, 1, cap - n, f);
+        n += got;
+    } while (got);
+    if (f != stdin) fclose(f);
+    if (!buf) {
+        fprintf(stderr, "deepinfer tokenize: %s: out of memory\n", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static int print_ids(const int32_t *ids, size_t n) {
+    putchar('[');
+    for (size_t i = 0; i < n; i++) printf(i ? ",%d" : "%d", ids[i]);
+    puts("]");
+    return 0;
+}
+
+static int encode(const di_tokenizer *tok, const char *text, size_t len, unsigned flags) {
+    int32_t *ids;
+    size_t n;
+    if (di_tokenizer_encode(tok, text, len, flags, &ids, &n)) {
+        fprintf(stderr, "deepinfer tokenize: %s\n", di_last_error());
+        return 1;
+    }
+    print_ids(ids, n);
+    di_free(ids);
+    return 0;
+}
+
+static int decode(const di_tokenizer *tok, const char *json, size_t len) {
+    cJSON *arr = cJSON_ParseWithLength(json, len);
+    if (!cJSON_IsArray(arr)) {
+        fprintf(stderr, "deepinfer tokenize --decode: input is not a JSON array of token ids\n");
+        cJSON_Delete(arr);
+        return 1;
+    }
+    size_t n = (size_t)cJSON_GetArraySize(arr), i = 0;
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    const cJSON *v;
+    int rc = ids ? 0 : 1;
+    cJSON_ArrayForEach(v, arr) {
+        if (rc) break;
+        double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
+        if (d < 0 || d > 2147483647.0 || d != (double)(int32_t)d) {
+            fprintf(stderr, "deepinfer tokenize --decode: element %zu is not a token id\n", i);
+            rc = 1;
+            break;
+        }
+        ids[i++] = (int32_t)d;
+    }
+    cJSON_Delete(arr);
+    char *text;
+    size_t tl;
+    if (!rc && di_tokenizer_decode(tok, ids, n, &text, &tl)) {
+        fprintf(stderr, "deepinfer tokenize --decode: %s\n", di_last_error());
+        rc = 1;
+    } else if (!rc) {
+        fwrite(text, 1, tl, stdout);
+        di_free(text);
+    }
+    free(ids);
+    return rc;
+}
+
+/* --chat: rendering belongs to the chat encoder (src/recipe/chat.*); this is
+ * where it plugs in. */
+static int chat(const di_tokenizer *tok, const char *chat_path) {
+    (void)tok;
+    fprintf(stderr, "deepinfer tokenize --chat %s: chat rendering is not available in this build\n",
+            chat_path);
+    return 1;
+}
+
+int cli_tokenize(int argc, char **argv) {
+    const char *tok_path = NULL, *text = NULL, *file = NULL, *chat_path = NULL;
+    unsigned flags = 0;
+    int do_decode = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--tokenizer") && has_value) {
+            tok_path = argv[++i];
+        } else if (!strcmp(a, "--text") && has_value) {
+            text = argv[++i];
+        } else if (!strcmp(a, "--file") && has_value) {
+            file = argv[++i];
+        } else if (!strcmp(a, "--chat") && has_value) {
+            chat_path = argv[++i];
+        } else if (!strcmp(a, "--parse-special")) {
+            flags |= DI_TOKENIZE_PARSE_SPECIAL;
+        } else if (!strcmp(a, "--decode")) {
+            do_decode = 1;
+        } else {
+            fprintf(stderr, "deepinfer tokenize: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    int inputs = (text != NULL) + (file != NULL) + (chat_path != NULL);
+    if (!tok_path || inputs != 1 || (chat_path && (do_decode || flags))) {
+        fprintf(stderr, "deepinfer tokenize: need --tokenizer and exactly one of --text, --file, "
+                        "--chat\n");
+        usage(stderr);
+        return 2;
+    }
+    di_tokenizer *tok;
+    if (di_tokenizer_load(tok_path, &tok)) {
+        fprintf(stderr, "deepinfer tokenize: %s\n", di_last_error());
+        return 1;
+    }
+    int rc;
+    if (chat_path) {
+        rc = chat(tok, chat_path);
+    } else {
+        size_t len = text ? strlen(text) : 0;
+        char *buf = file ? read_all(file, &len) : NULL;
+        const char *in = file ? buf : text;
+        if (!in) rc = 1;
+        else rc = do_decode ? decode(tok, in, len) : encode(tok, in, len, flags);
+        free(buf);
+    }
+    di_tokenizer_free(tok);
+    return rc;
+}
