@@ -164,6 +164,135 @@ DI_API void di_detokenizer_free(di_detokenizer *d);
 DI_API di_status di_tokenizer_engram_map(const di_tokenizer *tok, int32_t *map_out,
                                          int *n_classes);
 
+/* ------------------------------------------------------------------- chat */
+
+/* V4.1 chat encoding and output parsing (architecture.md §9.2). A chat is
+ * given as JSON: either an array of OpenAI messages, or a Chat Completions
+ * request object (messages, tools, tool_choice, response_format, thinking,
+ * reasoning_effort, ...). Roles: system (and developer), user, assistant
+ * (content, reasoning_content, tool_calls, prefix), tool (tool_call_id),
+ * latest_reminder; a system message may carry "tools" (V4.1 updated tool
+ * schemas). */
+typedef struct di_chat_options {
+    int thinking;                 /* -1: as the JSON says (default on); 0 off; 1 on */
+    const char *reasoning_effort; /* NULL: as the JSON says; else none/minimal/low/
+                                     medium/high/xhigh/max */
+    int add_generation_prompt;    /* 1 (default): end with the assistant turn opening */
+} di_chat_options;
+
+DI_API void di_chat_options_default(di_chat_options *opts);
+
+/* The prompt text (special tokens spelled out), NUL-terminated, released
+ * with di_free(); *prompt_len (may be NULL) receives its length. */
+DI_API di_status di_chat_render(const char *json, size_t len, const di_chat_options *opts,
+                                char **prompt, size_t *prompt_len);
+
+/* The prompt's token ids (released with di_free()): the template's special
+ * tokens as their ids, all message text encoded as plain text, so special
+ * spellings typed by users stay ordinary characters. */
+DI_API di_status di_chat_encode(const di_tokenizer *tok, const char *json, size_t len,
+                                const di_chat_options *opts, int32_t **ids, size_t *n_ids);
+
+/* Output parsing flags: how the prompt ended. */
+enum {
+    DI_CHAT_PARSE_THINKING = 1,   /* the prompt opened a think block */
+    DI_CHAT_PARSE_TOOLS = 2,      /* tools were offered: parse DSML tool calls */
+    DI_CHAT_PARSE_IN_CALLS = 4,   /* the prompt opened the tool-call block (required) */
+    DI_CHAT_PARSE_CONTINUE = 8    /* the output continues a prefix message */
+};
+
+/* Parses a whole generated text into an assistant message, as JSON:
+ * {"role": "assistant", "content": ..., "reasoning_content": ... (thinking),
+ *  "tool_calls": [{"index", "type": "function", "function": {"name",
+ *  "arguments"}}] (when any)}. Released with di_free(). */
+DI_API di_status di_chat_parse(const char *text, size_t len, unsigned flags, char **message_json);
+
+/* Incremental parsing. Each push returns the delta it completed as JSON
+ * ({} when nothing): {"reasoning_content": ..., "content": ..., "tool_calls":
+ * [{"index": i, "function": {"name": ... (first delta), "arguments": ...}}]}.
+ * finish returns the last delta and the whole message. The result never
+ * depends on how the text was split. Strings released with di_free(). */
+typedef struct di_chat_stream di_chat_stream;
+
+DI_API di_status di_chat_stream_new(unsigned flags, const char *const *stop, size_t n_stop,
+                                    di_chat_stream **out);
+DI_API di_status di_chat_stream_push(di_chat_stream *s, const char *text, size_t len,
+                                     char **delta_json);
+DI_API di_status di_chat_stream_finish(di_chat_stream *s, char **delta_json, char **message_json);
+DI_API void di_chat_stream_free(di_chat_stream *s);
+
+/* ------------------------------------------------------------ constraints */
+
+/* Structured output (docs/structured-output.md): a regex, JSON Schema, EBNF
+ * (GBNF dialect), list of choices or "any JSON object" is compiled against a
+ * vocabulary into an immutable grammar; a matcher per request follows the
+ * generated tokens and fills the allowed-token mask. Grammars and
+ * vocabularies may be shared by threads; a matcher belongs to one thread. */
+typedef struct di_vocab di_vocab;
+typedef struct di_grammar di_grammar;
+typedef struct di_matcher di_matcher;
+
+/* A vocabulary of n_vocab ids (the logits size: ids without a token get
+ * lens[i] = 0 or bytes[i] = NULL and are never allowed; so do special
+ * tokens, which are not text). eos_id (-1: none) is allowed exactly where
+ * the grammar may end. The bytes are copied. */
+DI_API di_status di_vocab_create(size_t n_vocab, const uint8_t *const *bytes, const size_t *lens,
+                                 int32_t eos_id, di_vocab **out);
+DI_API size_t di_vocab_size(const di_vocab *v);
+DI_API void di_vocab_free(di_vocab *v);
+
+typedef enum di_constraint_kind {
+    DI_CONSTRAINT_JSON_SCHEMA = 0, /* text: a JSON Schema (draft 2020-12) */
+    DI_CONSTRAINT_REGEX = 1,       /* text: a regex the whole output must match */
+    DI_CONSTRAINT_EBNF = 2,        /* text: GBNF rules, start symbol `root` */
+    DI_CONSTRAINT_CHOICE = 3,      /* text: JSON array of strings, output one of them */
+    DI_CONSTRAINT_JSON_OBJECT = 4  /* text ignored: any JSON object */
+} di_constraint_kind;
+
+typedef enum di_whitespace {
+    DI_WS_FLEXIBLE = 0, /* JSON whitespace around punctuation, at most max_whitespace bytes each */
+    DI_WS_COMPACT = 1   /* no whitespace between JSON tokens */
+} di_whitespace;
+
+typedef struct di_grammar_options {
+    int lenient;                     /* 1: skip unsupported JSON Schema keywords instead of failing */
+    int forbid_additional_properties;/* 1: objects without additionalProperties get false (spec default: true) */
+    di_whitespace whitespace;
+    uint32_t max_whitespace;         /* per gap, flexible policy (default 16) */
+    uint32_t max_rules;              /* grammar size cap (default 200000) */
+    uint32_t max_depth;              /* schema / grammar nesting cap (default 64) */
+    uint32_t max_lexer_states;       /* DFA states over all lexemes (default 500000) */
+    uint32_t max_repeat;             /* cap on unrolled counts: maxItems, maxLength... (default 4096) */
+    double max_compile_ms;           /* compile time budget (default 10000) */
+} di_grammar_options;
+
+DI_API void di_grammar_options_default(di_grammar_options *opts);
+
+/* Compiles a constraint. Failures: DI_ERR_FORMAT (syntax, with line:column),
+ * DI_ERR_UNSUPPORTED (names the keyword / construct), DI_ERR_LIMIT (names
+ * the cap). The vocabulary must outlive the grammar. */
+DI_API di_status di_grammar_compile(const di_vocab *vocab, di_constraint_kind kind,
+                                    const char *text, size_t len,
+                                    const di_grammar_options *opts, di_grammar **out);
+DI_API void di_grammar_free(di_grammar *g);
+
+DI_API di_status di_matcher_create(const di_grammar *g, di_matcher **out);
+DI_API void di_matcher_free(di_matcher *m);
+/* Consumes one token. A token the mask would not allow fails with
+ * DI_ERR_INVALID_ARG and leaves the state unchanged. EOS ends the output. */
+DI_API di_status di_matcher_advance(di_matcher *m, int32_t token);
+/* Consumes raw bytes as one step (counts as one token for rollback). */
+DI_API di_status di_matcher_advance_bytes(di_matcher *m, const uint8_t *bytes, size_t len);
+/* Undoes the last n steps (DI_ERR_INVALID_ARG if fewer were taken). */
+DI_API di_status di_matcher_rollback(di_matcher *m, size_t n);
+/* 1 when the output so far is complete (EOS would be allowed). */
+DI_API int di_matcher_is_accepting(const di_matcher *m);
+/* 1 once EOS was consumed. */
+DI_API int di_matcher_is_finished(const di_matcher *m);
+/* Writes the allowed-token bitset: bit (i % 32) of mask[i / 32] is set when
+ * token i may come next. n_words must be at least (n_vocab + 31) / 32. */
+DI_API di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words);
+
 #ifdef __cplusplus
 }
 #endif
