@@ -116,4 +116,8 @@ bench: all
 clean:
 	rm -rf build build-asan build-clang build-fuzz
 
+# The default model's files are assembled into the library (.incbin), which
+# the compiler's dependency files do not see.
+$(BUILD)/obj/src/model/default_model.o build-fuzz/obj/src/model/default_model.o: $(wildcard assets/default-model/*)
+
 -include $(shell find $(BUILD) build-fuzz -name '*.d' 2>/dev/null)

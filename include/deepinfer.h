@@ -63,6 +63,14 @@ typedef struct di_model_options {
     di_load_format load_format;
     uint64_t seed;        /* dummy weights: generator seed */
     int verify_data;      /* 1 = read every byte once while opening (check) */
+    /* Dummy weights only. The real config is 510 GB: materialise only blocks
+     * [dummy_block_begin, dummy_block_end) (0, 0 = all), or nothing at all
+     * with dummy_lazy = 1. Tensors left out keep their shapes and dtypes and
+     * are generated on demand. dummy_max_bytes (0 = no cap) refuses larger
+     * allocations with DI_ERR_LIMIT. */
+    int32_t dummy_block_begin, dummy_block_end;
+    int dummy_lazy;
+    uint64_t dummy_max_bytes;
 } di_model_options;
 
 DI_API void di_model_options_default(di_model_options *opts);
@@ -72,6 +80,26 @@ DI_API void di_model_options_default(di_model_options *opts);
 DI_API di_status di_model_open(const char *path, const di_model_options *opts,
                                di_model **out);
 DI_API void di_model_close(di_model *model);
+
+/* Summary of an opened model. */
+typedef struct di_model_info {
+    int n_layers;          /* backbone layers */
+    int n_dspark_stages;   /* mtp.* blocks */
+    int64_t hidden_size;
+    int64_t vocab_size;
+    int n_routed_experts;
+    int n_active_experts;
+    uint64_t n_tensors;    /* bound tensors */
+    uint64_t weight_bytes; /* bytes of the bound tensors */
+    uint64_t resident_bytes; /* of which in memory now (dummy) or mapped (checkpoint) */
+    int is_dummy;
+} di_model_info;
+
+DI_API di_status di_model_get_info(const di_model *model, di_model_info *out);
+
+/* Human-readable summary (config, per-layer roles, weights) in a new string
+ * released with di_free(). */
+DI_API di_status di_model_describe(const di_model *model, char **out);
 
 /* Directory of the embedded default tiny model. It is generated
  * deterministically (dummy weights in the official format) into the cache
@@ -83,7 +111,9 @@ DI_API di_status di_default_model_path(char *buf, size_t buf_size);
 
 /* Renders the memory plan of a model (weights per dtype, per-token KV/index
  * bytes, fixed per-sequence state, devices needed) as text or JSON into a
- * newly allocated string the caller releases with di_free(). */
+ * newly allocated string the caller releases with di_free(). Zero for
+ * context_tokens, batch or device_gib takes the default (131072 tokens, 1
+ * sequence, 140 GiB). */
 DI_API di_status di_model_plan(const di_model *model, int as_json,
                                uint64_t context_tokens, uint32_t batch,
                                double device_gib, char **out);

@@ -3,6 +3,12 @@
  * value distributions that match the documented targets. */
 #include <stdint.h>
 
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "deepinfer.h"
+#include "model/default_model.h"
 #include "model/dummy.h"
 #include "test.h"
 
@@ -202,6 +208,117 @@ static void test_real_lazy(void) {
     CHECK(di_dummy_build(&d, &real, &o, &e) == DI_ERR_INVALID_ARG);
 }
 
+static long file_bytes(const char *path, unsigned char **out) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    *out = malloc((size_t)n + 1);
+    if (fread(*out, 1, (size_t)n, f) != (size_t)n) n = -1;
+    fclose(f);
+    return n;
+}
+
+/* The embedded files are the ones in assets/default-model (themselves
+ * copies of the golden tiny model's config and tokenizer). */
+static void test_assets(void) {
+    const char *dirs[] = {"assets/default-model", "../assets/default-model", "../../assets/default-model"};
+    CHECK_EQ_INT(di_default_model_asset_count(), 3);
+    for (size_t i = 0; i < di_default_model_asset_count(); i++) {
+        const di_asset *a = di_default_model_asset(i);
+        unsigned char *buf = NULL;
+        long n = -1;
+        for (int d = 0; d < 3 && n < 0; d++) {
+            char p[512];
+            snprintf(p, sizeof p, "%s/%s", dirs[d], a->name);
+            n = file_bytes(p, &buf);
+        }
+        CHECKF(n == (long)a->size && !memcmp(buf, a->data, a->size), "%s", a->name);
+        CHECK(a->data[a->size] == 0);
+        free(buf);
+    }
+}
+
+static void rm_model(const char *dir) {
+    const char *files[] = {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors.index.json",
+                           "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
+    char p[4300];
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, files[i]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
+/* First use generates the folder, the second reuses it; two generations are
+ * byte-identical; the public API opens it (checkpoint) and the config alone
+ * (dummy) with the same weights. */
+static void test_default_model(void) {
+    char root1[] = "/tmp/di-cache-XXXXXX", root2[] = "/tmp/di-cache-XXXXXX";
+    CHECK(mkdtemp(root1) && mkdtemp(root2));
+    char dir1[4096], dir2[4096];
+    di_err e = {0};
+    int gen = -1;
+    setenv("DEEPINFER_CACHE_DIR", root1, 1);
+    CHECKF(di_default_model_ensure(dir1, sizeof dir1, &gen, &e) == DI_OK, "%s", e.msg);
+    CHECK_EQ_INT(gen, 1);
+    CHECK(strncmp(dir1, root1, strlen(root1)) == 0 && strstr(dir1, "default-v41-tiny-") != NULL);
+    CHECK(di_default_model_ensure(dir1, sizeof dir1, &gen, &e) == DI_OK);
+    CHECK_EQ_INT(gen, 0);
+    char pub[4096];
+    CHECK(di_default_model_path(pub, sizeof pub) == DI_OK && !strcmp(pub, dir1));
+    setenv("DEEPINFER_CACHE_DIR", root2, 1);
+    CHECK(di_default_model_ensure(dir2, sizeof dir2, &gen, &e) == DI_OK && gen == 1);
+    const char *files[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                           "model.safetensors.index.json", "config.json"};
+    for (int i = 0; i < 4; i++) {
+        char a[4300], b[4300];
+        unsigned char *x = NULL, *y = NULL;
+        snprintf(a, sizeof a, "%s/%s", dir1, files[i]);
+        snprintf(b, sizeof b, "%s/%s", dir2, files[i]);
+        long na = file_bytes(a, &x), nb = file_bytes(b, &y);
+        CHECKF(na > 0 && na == nb && !memcmp(x, y, (size_t)na), "%s", files[i]);
+        free(x);
+        free(y);
+    }
+    /* open through the public API: checkpoint, then dummy from the config */
+    di_model *m = NULL, *d = NULL;
+    di_model_options o;
+    di_model_options_default(&o);
+    CHECKF(di_model_open(dir1, &o, &m) == DI_OK, "%s", di_last_error());
+    o.load_format = DI_LOAD_DUMMY;
+    o.seed = DI_DEFAULT_MODEL_SEED;
+    char cfgp[4300];
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", dir1);
+    CHECKF(di_model_open(cfgp, &o, &d) == DI_OK, "%s", di_last_error());
+    di_model_info im, idm;
+    CHECK(di_model_get_info(m, &im) == DI_OK && di_model_get_info(d, &idm) == DI_OK);
+    CHECK_EQ_INT(im.n_tensors, 1005);
+    CHECK_EQ_INT(idm.n_tensors, 1005);
+    CHECK(im.weight_bytes == idm.weight_bytes && idm.is_dummy && !im.is_dummy);
+    char *txt = NULL;
+    CHECK(di_model_describe(m, &txt) == DI_OK);
+    CHECK_STR_CONTAINS(txt, "indexer in pool of 6");
+    di_free(txt);
+    CHECK(di_model_plan(m, 1, 1000, 2, 80, &txt) == DI_OK);
+    CHECK_STR_CONTAINS(txt, "\"weights_bytes\":\t4743944");
+    di_free(txt);
+    di_model_close(m);
+    di_model_close(d);
+    /* errors are published */
+    CHECK(di_model_open("/nonexistent-model", NULL, &m) != DI_OK && m == NULL);
+    CHECK_STR_CONTAINS(di_last_error(), "/nonexistent-model");
+    o.dummy_lazy = 1;
+    CHECK(di_model_open("/nonexistent/config.json", &o, &m) == DI_ERR_IO);
+    CHECK_STR_CONTAINS(di_last_error(), "/nonexistent/config.json");
+    unsetenv("DEEPINFER_CACHE_DIR");
+    rm_model(dir1);
+    rm_model(dir2);
+    rmdir(root1);
+    rmdir(root2);
+}
+
 int main(void) {
     if (!load("v41-tiny-config.json", &tiny) || !load("v41-flash-config.json", &real)) return 1;
     RUN(test_determinism);
@@ -209,5 +326,7 @@ int main(void) {
     RUN(test_binds);
     RUN(test_distributions);
     RUN(test_real_lazy);
+    RUN(test_assets);
+    RUN(test_default_model);
     return test_summary();
 }
