@@ -97,7 +97,8 @@ static di_status special_id(void *ctx, const char *s, size_t n, int32_t *id, di_
     name[n] = '\0';
     if (di_tokenizer_token_id(ctx, name, id))
         return di_err_set(err, DI_ERR_NOT_FOUND,
-                          "chat encode: the tokenizer has no token \"%s\" (not a V4-series tokenizer?)",
+                          "chat encode: the tokenizer has no special token \"%s\" (V4.1 added "
+                          "<｜System｜>; a V4 tokenizer.json lacks it)",
                           name);
     return DI_OK;
 }

@@ -5,7 +5,8 @@
  *       prints the ids as one JSON array on one line
  *   deepinfer tokenize --tokenizer FILE --decode (--text '[1,2]' | --file PATH)
  *       prints the decoded bytes exactly (no newline is added)
- *   deepinfer tokenize --tokenizer FILE --chat FILE
+ *   deepinfer tokenize --tokenizer FILE --chat FILE [--thinking | --no-thinking]
+ *                      [--reasoning-effort E]
  *       renders an OpenAI-style chat JSON to the prompt and its ids */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -20,14 +21,19 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: deepinfer tokenize --tokenizer FILE (--text STR | --file PATH) [--parse-special]\n"
             "       deepinfer tokenize --tokenizer FILE --decode (--text JSON | --file PATH)\n"
-            "       deepinfer tokenize --tokenizer FILE --chat FILE\n"
+            "       deepinfer tokenize --tokenizer FILE --chat FILE [--thinking | --no-thinking]\n"
+            "                          [--reasoning-effort E]\n"
             "  --text STR        input given on the command line\n"
             "  --file PATH       input read from a file ('-' = standard input)\n"
             "  --parse-special   match added-token spellings (trusted templates only);\n"
             "                    by default they encode as plain text\n"
             "  --decode          input is a JSON array of token ids; prints the text\n"
-            "  --chat FILE       render a chat request (messages, thinking switches) to\n"
-            "                    the prompt and its ids\n");
+            "  --chat FILE       render a chat (OpenAI messages array or request object\n"
+            "                    with thinking / reasoning_effort fields) and print the\n"
+            "                    prompt (a JSON string) and its ids on two lines\n"
+            "  --thinking, --no-thinking, --reasoning-effort E\n"
+            "                    override the chat's thinking switches (E: none, low,\n"
+            "                    medium, high, xhigh, max)\n");
 }
 
 static char *read_all(const char *path, size_t *len) {
@@ -116,19 +122,47 @@ static int decode(const di_tokenizer *tok, const char *json, size_t len) {
     return rc;
 }
 
-/* --chat: rendering belongs to the chat encoder (src/recipe/chat.*); this is
- * where it plugs in. */
-static int chat(const di_tokenizer *tok, const char *chat_path) {
-    (void)tok;
-    fprintf(stderr, "deepinfer tokenize --chat %s: chat rendering is not available in this build\n",
-            chat_path);
-    return 1;
+/* --chat: renders the chat (src/recipe/chat.*) and prints two lines: the
+ * prompt as a JSON string, then its ids as a JSON array. */
+static int chat(const di_tokenizer *tok, const char *chat_path, const di_chat_options *opts) {
+    size_t len = 0;
+    char *json = read_all(chat_path, &len);
+    if (!json) return 1;
+    char *prompt = NULL;
+    size_t plen = 0;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = 0;
+    if (di_chat_render(json, len, opts, &prompt, &plen) ||
+        di_chat_encode(tok, json, len, opts, &ids, &n)) {
+        fprintf(stderr, "deepinfer tokenize: %s: %s\n", chat_path, di_last_error());
+        rc = 1;
+    } else {
+        cJSON *s = cJSON_CreateString(prompt);
+        char *quoted = s ? cJSON_PrintUnformatted(s) : NULL;
+        if (!quoted) {
+            fprintf(stderr, "deepinfer tokenize: out of memory\n");
+            rc = 1;
+        } else {
+            printf("%s\n[", quoted);
+            for (size_t i = 0; i < n; i++) printf(i ? ",%d" : "%d", (int)ids[i]);
+            printf("]\n");
+        }
+        free(quoted);
+        cJSON_Delete(s);
+    }
+    di_free(prompt);
+    di_free(ids);
+    free(json);
+    return rc;
 }
 
 int cli_tokenize(int argc, char **argv) {
     const char *tok_path = NULL, *text = NULL, *file = NULL, *chat_path = NULL;
     unsigned flags = 0;
     int do_decode = 0;
+    di_chat_options chat_opts;
+    di_chat_options_default(&chat_opts);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_value = i + 1 < argc;
@@ -143,6 +177,10 @@ int cli_tokenize(int argc, char **argv) {
             file = argv[++i];
         } else if (!strcmp(a, "--chat") && has_value) {
             chat_path = argv[++i];
+        } else if (!strcmp(a, "--thinking") || !strcmp(a, "--no-thinking")) {
+            chat_opts.thinking = !strcmp(a, "--thinking");
+        } else if (!strcmp(a, "--reasoning-effort") && has_value) {
+            chat_opts.reasoning_effort = argv[++i];
         } else if (!strcmp(a, "--parse-special")) {
             flags |= DI_TOKENIZE_PARSE_SPECIAL;
         } else if (!strcmp(a, "--decode")) {
@@ -167,7 +205,7 @@ int cli_tokenize(int argc, char **argv) {
     }
     int rc;
     if (chat_path) {
-        rc = chat(tok, chat_path);
+        rc = chat(tok, chat_path, &chat_opts);
     } else {
         size_t len = text ? strlen(text) : 0;
         char *buf = file ? read_all(file, &len) : NULL;
