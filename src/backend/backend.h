@@ -1,0 +1,171 @@
+/* The backend interface: the table of ops the V4.1 forward pass calls
+ * (architecture.md §2–§10). The model code never touches activation memory
+ * itself; it asks the backend for buffers, fills them through ops, and reads
+ * back only small integer results it needs for bookkeeping. A CUDA backend
+ * plugs in by providing another table; the model does not change.
+ *
+ * Conventions shared by every op:
+ * - Activations are fp32 buffers owned by the backend (alloc/free). Where the
+ *   reference keeps a tensor in bf16, the op rounds its result to the nearest
+ *   bf16 value and stores it as fp32, so every rounding point of §2 is one
+ *   explicit flag or op below (see docs/numerics.md).
+ * - Rows are independent tokens; `m` is the number of rows of the call.
+ * - Weights are di_tensor views in checkpoint formats; ops dequantize on the
+ *   fly and never keep converted copies.
+ * - Ops cannot fail once their inputs are validated by the model (shapes are
+ *   checked when the model is built), so they return nothing. */
+#ifndef DI_BACKEND_BACKEND_H
+#define DI_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+/* A weight matrix [n_out, n_in] in one of the checkpoint formats. */
+typedef enum di_wfmt {
+    DI_WFMT_NONE = 0,
+    DI_WFMT_FP8,  /* F8_E4M3 weight + F8_E8M0 scale per 32x32 tile */
+    DI_WFMT_FP4,  /* I8 packed E2M1 (low nibble = even) + F8_E8M0 per 32 inputs */
+    DI_WFMT_BF16, /* BF16 weight */
+    DI_WFMT_F32   /* F32 weight */
+} di_wfmt;
+
+typedef struct di_wmat {
+    di_wfmt fmt;
+    int64_t n_out, n_in;
+    const void *w;     /* [n_out, n_in] (FP4: [n_out, n_in/2] bytes) */
+    const uint8_t *s;  /* FP8: [ceil(n_out/32), ceil(n_in/32)]; FP4: [n_out, n_in/32] */
+} di_wmat;
+
+/* matmul flags */
+#define DI_MM_ACT_FP8 1u  /* quantize each row per 32 inputs to FP8 first (§2) */
+#define DI_MM_OUT_BF16 2u /* round the fp32 result to bf16 */
+
+/* One entry of a query's attention list: a pointer to a [head_dim] K=V row,
+ * or NULL for an empty slot (empty slots still count for the 64-slot blocks
+ * of the online softmax). */
+typedef const float *di_kvrow;
+
+typedef struct di_backend di_backend;
+
+typedef struct di_backend_ops {
+    const char *name;
+
+    /* ---- memory ---- */
+    void *(*alloc)(di_backend *be, size_t bytes); /* zeroed; NULL on failure */
+    void (*free)(di_backend *be, void *p);
+    void (*upload)(di_backend *be, void *dst, const void *src, size_t bytes);
+    void (*download)(di_backend *be, void *dst, const void *src, size_t bytes);
+    void (*copy)(di_backend *be, void *dst, const void *src, size_t bytes);
+
+    /* ---- linear algebra ---- */
+    /* y[m, n_out] = x[m, n_in] · Wᵀ, fp32 accumulation per 32-input block
+     * (quantized formats: block partials scaled and summed in K order). */
+    void (*matmul)(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
+                   unsigned flags);
+    /* Grouped bf16 projection: x [m, g, k] with weight [g*r, k] → y [m, g*r], bf16 out. */
+    void (*matmul_grouped)(di_backend *be, const di_wmat *w, int groups, const float *x,
+                           int64_t m, float *y);
+
+    /* ---- elementwise / normalisation ---- */
+    /* y = bf16(w ⊙ x / sqrt(mean(x²) + eps)) per row of n (w BF16 [n]). */
+    void (*rmsnorm)(di_backend *be, const float *x, const di_tensor *w, int64_t m, int64_t n,
+                    double eps, float *y);
+    /* Rotates the last rd dims of each of `heads` vectors of width hd per row,
+     * interleaved pairs, angle pos[row]·freq[j]; inverse conjugates. The rows
+     * have stride `stride` floats. Results rounded to bf16. */
+    void (*rope)(di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd,
+                 int64_t rd, const int32_t *pos, const float *freq, int inverse);
+    /* In-place quantize-dequantize of n values (n a multiple of the block). */
+    void (*qdq_fp8)(di_backend *be, float *x, int64_t n);       /* FP8 per 32, e8m0 */
+    void (*qdq_fp4_e8m0)(di_backend *be, float *x, int64_t n);  /* FP4 per 32, e8m0 */
+    void (*qdq_fp4_e4m3)(di_backend *be, float *x, int64_t n);  /* FP4 per 16, e4m3 */
+    void (*round_bf16)(di_backend *be, float *x, int64_t n);
+    /* x = bf16(x·c) over n values (a bf16 tensor times a scalar). */
+    void (*scale_bf16)(di_backend *be, float *x, int64_t n, float c);
+
+    /* ---- gathers ---- */
+    /* out[i] = bf16 table row ids[i] ([V, n] BF16). */
+    void (*embed)(di_backend *be, const di_tensor *table, const int32_t *ids, int64_t m,
+                  float *out);
+    /* out[i, c] = dequantized FP8 row ids[i, c] of an Engram table, rounded to bf16. */
+    void (*engram_gather)(di_backend *be, const di_tensor *rows, const di_tensor *scales,
+                          const int32_t *ids, int64_t m, int ncols, float *out);
+
+    /* ---- mHC (§4) ---- */
+    void (*hc_mix)(di_backend *be, const float *s, int64_t m, int hc, int64_t d,
+                   const float *fn, const float *base, const float *scale, double norm_eps,
+                   double hc_eps, int iters, float *pre, float *post, float *comb);
+    /* y[i] = bf16(Σ_k w[i,k]·s[i,k,:]) */
+    void (*hc_collapse)(di_backend *be, const float *s, const float *w, int64_t m, int hc,
+                        int64_t d, float *y);
+    /* out[i,b] = bf16(post[i,b]·y[i] + Σ_a comb[i,a,b]·s[i,a]); out may alias s. */
+    void (*hc_expand)(di_backend *be, const float *y, const float *s, const float *post,
+                      const float *comb, int64_t m, int hc, int64_t d, float *out);
+    /* out[i] = bf16(mean over copies of s[i]) (DSpark taps) */
+    void (*hc_mean)(di_backend *be, const float *s, int64_t m, int hc, int64_t d, float *out,
+                    int64_t out_stride);
+
+    /* ---- Engram gate (§6.3) ---- s ← bf16(s + gate·value), kv [m, (hc+1)·d] */
+    void (*engram_gate)(di_backend *be, float *s, const float *kv, const di_tensor *qw,
+                        const di_tensor *kw, int64_t m, int hc, int64_t d, double eps);
+
+    /* ---- attention (§5) ---- */
+    /* Ratio-r gated pooling: a, g [m, r, n] fp32 → out [m, n] bf16 (softmax over r). */
+    void (*compress_pool)(di_backend *be, const float *a, const float *g, int64_t m, int r,
+                          int64_t n, float *out);
+    /* Sparse attention with sink: q [m, h, d] bf16, rows [m, n_slots], out [m, h, d]. */
+    void (*sparse_attn)(di_backend *be, const float *q, int64_t m, int h, int64_t d,
+                        const di_kvrow *rows, int n_slots, const float *sink, float scale,
+                        float *out);
+    /* Index scores with the reference's bf16 rounding points: q [m, hi, di],
+     * w [m, hi], keys[i] → [n_vis[i], di]; out [m, width], -inf beyond n_vis. */
+    void (*index_scores)(di_backend *be, const float *q, const float *w, int64_t m, int hi,
+                         int64_t di, const float *const *keys, const int32_t *n_vis,
+                         int64_t width, float *out);
+    /* Candidate pool (§5.4.4): keep the top `topk_blocks` blocks of `bs`
+     * positions (block score = max, newest block pinned); entries outside the
+     * kept blocks are set to -inf in `pool_scores` (the re-index layer's
+     * scores, same shape), and the kept flags go to keep [m, width]. */
+    void (*candidate_mask)(di_backend *be, const float *src_scores, const int32_t *n_vis,
+                           int64_t m, int64_t width, int topk_blocks, int bs, uint8_t *keep);
+    void (*apply_mask)(di_backend *be, float *scores, const uint8_t *keep, int64_t m,
+                       int64_t width);
+    /* Top-k selection per row among the first n_vis[i] finite scores; indices
+     * ascending, -1 padding; ties go to the lower index. */
+    void (*topk_select)(di_backend *be, const float *scores, const int32_t *n_vis, int64_t m,
+                        int64_t width, int k, int32_t *idx);
+
+    /* ---- MoE (§7) ---- */
+    /* logits [m, e] fp32 → selected experts [m, k] and weights [m, k]. */
+    void (*moe_route)(di_backend *be, const float *logits, const float *bias, int64_t m, int e,
+                      int k, int normalize, float route_scale, int32_t *idx, float *w);
+    /* out = bf16(w·silu(min(g, lim))·clamp(u, ±lim)) for gate/up [m, n]; w may be NULL. */
+    void (*swiglu)(di_backend *be, const float *g, const float *u, const float *w, int64_t m,
+                   int64_t n, float limit, float *out);
+    /* Row gather / scatter-add of [n]-wide rows. */
+    void (*gather_rows)(di_backend *be, const float *src, const int32_t *rows, int64_t m,
+                        int64_t n, float *dst);
+    void (*scatter_add_rows)(di_backend *be, float *dst, const int32_t *rows, const float *src,
+                             int64_t m, int64_t n);
+    /* y += x (fp32), n values */
+    void (*add)(di_backend *be, float *y, const float *x, int64_t n);
+} di_backend_ops;
+
+struct di_backend {
+    const di_backend_ops *ops;
+    int n_threads;
+    void *impl; /* backend private */
+};
+
+/* CPU backend (scalar reference paths, threads over rows). n_threads <= 0:
+ * one per online core. */
+di_status di_backend_cpu_create(int n_threads, di_backend **out, di_err *err);
+void di_backend_destroy(di_backend *be);
+
+/* Views a weight tensor pair as a di_wmat (FP8 needs its scale, FP4 too). */
+di_status di_wmat_from(di_wmat *out, const di_tensor *w, const di_tensor *s, di_err *err);
+
+#endif

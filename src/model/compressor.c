@@ -1,0 +1,127 @@
+/* Compressor of a kv-source block (architecture.md §5.3): ratio r > 1 pools
+ * each complete group of r tokens with a per-channel softmax gate (fp32),
+ * ratio 1 is a plain bf16 projection. Each new entry j (positioned at its
+ * group's first token j·r) gives an index key (RMSNorm, RoPE, FP4-QDQ per 32
+ * with E8M0 scales) and a compressed-KV row (RoPE, FP4-QDQ per 16 with E4M3
+ * scales). A group split across chunks is completed from the per-token
+ * projections kept in the sequence state. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/forward.h"
+
+/* Groups of sequence s completed by this chunk: j in [*j0, *j1). */
+static void new_groups(const di_fwd *f, int s, int ratio, int64_t *j0, int64_t *j1) {
+    int64_t start = f->seqs[s].st->n_tokens, end = start + f->seqs[s].n;
+    *j0 = start / ratio; /* first group not yet emitted */
+    *j1 = end / ratio;
+}
+
+di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
+    const di_lm *lm = f->lm;
+    const di_config *c = lm->cfg;
+    const di_layer_role *r = &c->roles[block];
+    const di_lm_block *lb = &lm->blocks[block];
+    const di_w_attn *wa = &lm->w->blocks[block].attn;
+    di_backend *be = lm->be;
+    int ratio = r->ratio;
+    int64_t m = f->m, dh = c->head_dim, di = c->index_head_dim, rd = c->rope_dim;
+    int64_t n_new = 0;
+    for (int s = 0; s < f->n_seqs; s++) {
+        int64_t j0, j1;
+        new_groups(f, s, ratio, &j0, &j1);
+        n_new += j1 - j0;
+    }
+    int keys = r->is_index_source && lb->idx_wk.w;
+    di_status st = DI_OK;
+    float *a = NULL, *g = NULL, *ga = NULL, *gg = NULL;
+    float *lat = be->ops->alloc(be, (size_t)((n_new > 0 ? n_new : 1) * dh) * sizeof(float));
+    float *key = be->ops->alloc(be, (size_t)((n_new > 0 ? n_new : 1) * di) * sizeof(float));
+    int32_t *epos = malloc((size_t)(n_new + 1) * sizeof(int32_t));
+    if (!lat || !key || !epos) goto nomem;
+    if (!lb->cmp_wkv.w || lb->cmp_wkv.n_out != dh || (ratio > 1 && lb->cmp_wgate.n_out != dh)) {
+        st = di_err_set(err, DI_ERR_FORMAT, "compressor weights missing or not [head_dim, dim]");
+        goto out;
+    }
+    if (ratio == 1) {
+        /* one entry per token: latent = RMSNorm(x·Wkvᵀ), bf16 GEMM */
+        be->ops->matmul(be, &lb->cmp_wkv, x, m, lat, DI_MM_OUT_BF16);
+        for (int64_t i = 0; i < m; i++) epos[i] = f->pos[i];
+    } else {
+        a = be->ops->alloc(be, (size_t)(m * dh) * sizeof(float));
+        g = be->ops->alloc(be, (size_t)(m * dh) * sizeof(float));
+        ga = be->ops->alloc(be, (size_t)((n_new + 1) * ratio * dh) * sizeof(float));
+        gg = be->ops->alloc(be, (size_t)((n_new + 1) * ratio * dh) * sizeof(float));
+        if (!a || !g || !ga || !gg) goto nomem;
+        be->ops->matmul(be, &lb->cmp_wkv, x, m, a, 0); /* fp32 projections */
+        be->ops->matmul(be, &lb->cmp_wgate, x, m, g, 0);
+        int64_t e = 0;
+        for (int s = 0; s < f->n_seqs; s++) {
+            di_seqstate *sq = f->seqs[s].st;
+            int64_t j0, j1, start = sq->n_tokens, r0 = f->row0[s];
+            new_groups(f, s, ratio, &j0, &j1);
+            for (int64_t j = j0; j < j1; j++, e++) {
+                for (int t = 0; t < ratio; t++) {
+                    int64_t p = j * ratio + t;
+                    const float *sa, *sg;
+                    if (p >= start) {
+                        sa = a + (r0 + p - start) * dh;
+                        sg = g + (r0 + p - start) * dh;
+                    } else { /* earlier chunk: from the per-token ring */
+                        sa = sq->ctok[block] + ((p % sq->tok_cap) * 2) * dh;
+                        sg = sa + dh;
+                    }
+                    be->ops->copy(be, ga + (e * ratio + t) * dh, sa, (size_t)dh * 4);
+                    be->ops->copy(be, gg + (e * ratio + t) * dh, sg, (size_t)dh * 4);
+                }
+                epos[e] = (int32_t)(j * ratio);
+            }
+            /* keep this chunk's last projections for groups that finish later */
+            int64_t n = f->seqs[s].n, first = n > sq->tok_cap ? n - sq->tok_cap : 0;
+            for (int64_t i = first; i < n; i++) {
+                float *dst = sq->ctok[block] + (((start + i) % sq->tok_cap) * 2) * dh;
+                be->ops->copy(be, dst, a + (r0 + i) * dh, (size_t)dh * 4);
+                be->ops->copy(be, dst + dh, g + (r0 + i) * dh, (size_t)dh * 4);
+            }
+        }
+        if (n_new > 0) be->ops->compress_pool(be, ga, gg, n_new, ratio, dh, lat);
+    }
+    if (n_new == 0) goto out;
+    be->ops->rmsnorm(be, lat, &wa->cmp_norm, n_new, dh, c->eps, lat);
+    /* index keys from the RoPE-free latent, at the group's first position */
+    if (keys) {
+        if (lb->idx_wk.n_in != dh || lb->idx_wk.n_out != di) {
+            st = di_err_set(err, DI_ERR_FORMAT, "indexer.wk is not [index_head_dim, head_dim]");
+            goto out;
+        }
+        be->ops->matmul(be, &lb->idx_wk, lat, n_new, key, DI_MM_OUT_BF16);
+        be->ops->rmsnorm(be, key, &wa->idx_k_norm, n_new, di, c->eps, key);
+        be->ops->rope(be, key, n_new, di, 1, di, rd, epos, lb->freq, 0);
+        be->ops->qdq_fp4_e8m0(be, key, n_new * di);
+    }
+    be->ops->rope(be, lat, n_new, dh, 1, dh, rd, epos, lb->freq, 0);
+    be->ops->qdq_fp4_e4m3(be, lat, n_new * dh);
+    /* append to each sequence's caches */
+    int64_t e = 0;
+    for (int s = 0; s < f->n_seqs; s++) {
+        di_seqstate *sq = f->seqs[s].st;
+        int64_t j0, j1;
+        new_groups(f, s, ratio, &j0, &j1);
+        for (int64_t j = j0; j < j1; j++, e++) {
+            be->ops->copy(be, sq->ckv[block] + j * dh, lat + e * dh, (size_t)dh * 4);
+            if (keys) be->ops->copy(be, sq->ikey[block] + j * di, key + e * di, (size_t)di * 4);
+        }
+    }
+    goto out;
+nomem:
+    st = di_err_set(err, DI_ERR_NOMEM, "compressor: out of memory");
+out:
+    be->ops->free(be, lat);
+    be->ops->free(be, key);
+    be->ops->free(be, a);
+    be->ops->free(be, g);
+    be->ops->free(be, ga);
+    be->ops->free(be, gg);
+    free(epos);
+    return st;
+}

@@ -1,0 +1,230 @@
+/* The V4.1 forward pass, top level (architecture.md §3, §4): Engram hashes,
+ * embedding, the blocks with single-pass mHC, the final collapse, norm and
+ * fp32 head, and the DSpark ring update. See forward.h. */
+#include "model/forward.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/mhc.h"
+
+di_status di_fwd_begin(di_fwd *f, const di_lm *lm, const di_fwd_seq *seqs, int n_seqs,
+                       di_err *err) {
+    memset(f, 0, sizeof *f);
+    const di_config *c = lm->cfg;
+    f->lm = lm;
+    f->seqs = seqs;
+    f->n_seqs = n_seqs;
+    f->dspark_p = -1;
+    if (n_seqs < 1) return di_err_set(err, DI_ERR_INVALID_ARG, "forward: no sequence");
+    int64_t m = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        const di_fwd_seq *q = &seqs[s];
+        if (!q->st || q->st->lm != lm || q->n < 1 || !q->ids)
+            return di_err_set(err, DI_ERR_INVALID_ARG, "forward: sequence %d has no state or no tokens", s);
+        if (q->st->n_tokens + q->n > q->st->max_tokens)
+            return di_err_set(err, DI_ERR_LIMIT, "forward: sequence %d would reach %lld tokens, capacity %lld",
+                              s, (long long)(q->st->n_tokens + q->n), (long long)q->st->max_tokens);
+        for (int64_t i = 0; i < q->n; i++)
+            if (q->ids[i] < 0 || q->ids[i] >= c->vocab_size)
+                return di_err_set(err, DI_ERR_INVALID_ARG, "forward: sequence %d token %lld: id %d outside [0, %lld)",
+                                  s, (long long)i, q->ids[i], (long long)c->vocab_size);
+        for (int t = 0; t < s; t++)
+            if (seqs[t].st == q->st)
+                return di_err_set(err, DI_ERR_INVALID_ARG, "forward: sequence state given twice (%d and %d)", t, s);
+        m += q->n;
+    }
+    f->m = m;
+    int ncols = (c->engram_max_ngram - 1) * c->engram_n_heads;
+    f->pos = malloc((size_t)m * sizeof(int32_t));
+    f->seq = malloc((size_t)m * sizeof(int32_t));
+    f->ids = malloc((size_t)m * sizeof(int32_t));
+    f->row0 = malloc((size_t)n_seqs * sizeof(int64_t));
+    f->sel = calloc((size_t)c->n_blocks, sizeof(int32_t *));
+    if (c->n_engram > 0) f->hash = malloc((size_t)(m * c->n_engram * ncols) * sizeof(int32_t));
+    if (c->n_dspark_taps > 0)
+        f->taps = lm->be->ops->alloc(lm->be, (size_t)(m * c->n_dspark_taps * c->dim) * sizeof(float));
+    if (!f->pos || !f->seq || !f->ids || !f->row0 || !f->sel || (c->n_engram > 0 && !f->hash) ||
+        (c->n_dspark_taps > 0 && !f->taps)) {
+        di_fwd_end(f);
+        return di_err_set(err, DI_ERR_NOMEM, "forward of %lld rows: out of memory", (long long)m);
+    }
+    int64_t r = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        f->row0[s] = r;
+        for (int64_t i = 0; i < seqs[s].n; i++, r++) {
+            f->pos[r] = (int32_t)(seqs[s].st->n_tokens + i);
+            f->seq[r] = s;
+            f->ids[r] = seqs[s].ids[i];
+        }
+        if (c->n_engram > 0)
+            di_engram_hash(lm, seqs[s].st, seqs[s].ids, seqs[s].n, seqs[s].st->n_tokens,
+                           f->hash + f->row0[s] * c->n_engram * ncols);
+    }
+    return DI_OK;
+}
+
+static void fwd_release(di_fwd *f) {
+    di_backend *be = f->lm->be;
+    if (f->sel)
+        for (int b = 0; b < f->lm->cfg->n_blocks; b++)
+            if (f->sel[b]) be->ops->free(be, f->sel[b]);
+    if (f->taps) be->ops->free(be, f->taps);
+    if (f->cand) be->ops->free(be, f->cand);
+    free(f->pos);
+    free(f->seq);
+    free(f->ids);
+    free(f->row0);
+    free(f->sel);
+    free(f->hash);
+    memset(f, 0, sizeof *f);
+}
+
+void di_fwd_end(di_fwd *f) {
+    if (!f->lm) return;
+    if (f->pos)
+        for (int s = 0; s < f->n_seqs; s++) {
+            di_seqstate *st = f->seqs[s].st;
+            if (f->lm->cfg->n_engram > 0)
+                di_engram_record(f->lm, st, f->seqs[s].ids, f->seqs[s].n, st->n_tokens);
+            st->n_tokens += f->seqs[s].n;
+        }
+    fwd_release(f);
+}
+
+di_status di_fwd_block(di_fwd *f, int block, float *s, float *pre, di_err *err) {
+    const di_lm *lm = f->lm;
+    const di_config *c = lm->cfg;
+    di_backend *be = lm->be;
+    const di_w_block *wb = &lm->w->blocks[block];
+    int64_t m = f->m, d = c->dim;
+    int hc = c->hc_mult;
+    di_status st = DI_OK;
+    float *x = be->ops->alloc(be, (size_t)(m * d) * sizeof(float));
+    float *y = be->ops->alloc(be, (size_t)(m * d) * sizeof(float));
+    float *pre_a = be->ops->alloc(be, (size_t)(m * hc) * sizeof(float));
+    float *post = be->ops->alloc(be, (size_t)(m * hc) * sizeof(float));
+    float *comb = be->ops->alloc(be, (size_t)(m * hc * hc) * sizeof(float));
+    if (!x || !y || !pre_a || !post || !comb) {
+        st = di_err_set(err, DI_ERR_NOMEM, "block %d: out of memory", block);
+        goto out;
+    }
+    /* attention site: collapse with the previous site's pre */
+    if ((st = di_mhc_site(f, &wb->hc_attn, &wb->attn_norm, s, pre, pre_a, post, comb, x, err)))
+        goto out;
+    if ((st = di_attention(f, block, x, y, err))) goto out;
+    if (f->trace && f->trace->attn_out) be->ops->download(be, f->trace->attn_out, y, (size_t)(m * d) * 4);
+    be->ops->hc_expand(be, y, s, post, comb, m, hc, d, s);
+    /* FFN site: collapse with the attention site's pre; its own pre goes out */
+    if ((st = di_mhc_site(f, &wb->hc_ffn, &wb->ffn_norm, s, pre_a, pre, post, comb, x, err)))
+        goto out;
+    if ((st = di_moe(f, block, x, y, err))) goto out;
+    if (f->trace && f->trace->ffn_out) be->ops->download(be, f->trace->ffn_out, y, (size_t)(m * d) * 4);
+    be->ops->hc_expand(be, y, s, post, comb, m, hc, d, s);
+out:
+    if (st) di_err_prefix(err, "block %d: ", block);
+    be->ops->free(be, x);
+    be->ops->free(be, y);
+    be->ops->free(be, pre_a);
+    be->ops->free(be, post);
+    be->ops->free(be, comb);
+    return st;
+}
+
+/* s [m, HC, D] = HC copies of the embedding, pre = one-hot(copy 0). */
+di_status di_fwd_embed(di_fwd *f, const int32_t *ids, float *s, float *pre) {
+    const di_config *c = f->lm->cfg;
+    di_backend *be = f->lm->be;
+    int64_t m = f->m, d = c->dim;
+    int hc = c->hc_mult;
+    be->ops->embed(be, &f->lm->w->embed, ids, m, s);
+    /* spread row i to copies, back to front so the source row survives */
+    for (int64_t i = m - 1; i >= 0; i--)
+        for (int k = hc - 1; k >= 0; k--)
+            be->ops->copy(be, s + (i * hc + k) * d, s + i * d, (size_t)d * sizeof(float));
+    float *oh = calloc((size_t)(m * hc), sizeof(float));
+    if (!oh) return DI_ERR_NOMEM;
+    for (int64_t i = 0; i < m; i++) oh[i * hc] = 1.f;
+    be->ops->upload(be, pre, oh, (size_t)(m * hc) * sizeof(float));
+    free(oh);
+    return DI_OK;
+}
+
+/* logits [n, V] of rows `rows` from the final streams: collapse with the
+ * last pre, RMSNorm, fp32 head (§3.6–7). */
+di_status di_fwd_head(di_fwd *f, const float *s, const float *pre, const int32_t *rows,
+                      int64_t n, float *logits, di_err *err) {
+    const di_lm *lm = f->lm;
+    const di_config *c = lm->cfg;
+    di_backend *be = lm->be;
+    int64_t d = c->dim;
+    int hc = c->hc_mult;
+    float *ss = be->ops->alloc(be, (size_t)(n * hc * d) * sizeof(float));
+    float *pp = be->ops->alloc(be, (size_t)(n * hc) * sizeof(float));
+    float *h = be->ops->alloc(be, (size_t)(n * d) * sizeof(float));
+    float *lg = be->ops->alloc(be, (size_t)(n * c->vocab_size) * sizeof(float));
+    di_status st = DI_OK;
+    if (!ss || !pp || !h || !lg) {
+        st = di_err_set(err, DI_ERR_NOMEM, "head: out of memory");
+        goto out;
+    }
+    be->ops->gather_rows(be, s, rows, n, hc * d, ss);
+    be->ops->gather_rows(be, pre, rows, n, hc, pp);
+    be->ops->hc_collapse(be, ss, pp, n, hc, d, h);
+    be->ops->rmsnorm(be, h, &lm->w->norm, n, d, c->eps, h);
+    be->ops->matmul(be, &lm->head, h, n, lg, 0);
+    be->ops->download(be, logits, lg, (size_t)(n * c->vocab_size) * sizeof(float));
+out:
+    be->ops->free(be, ss);
+    be->ops->free(be, pp);
+    be->ops->free(be, h);
+    be->ops->free(be, lg);
+    return st;
+}
+
+di_status di_forward(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float *logits,
+                     int all_rows, di_err *err) {
+    const di_config *c = lm->cfg;
+    di_backend *be = lm->be;
+    di_fwd f;
+    di_status st = di_fwd_begin(&f, lm, seqs, n_seqs, err);
+    if (st) return st;
+    int64_t m = f.m, d = c->dim;
+    int hc = c->hc_mult;
+    float *s = be->ops->alloc(be, (size_t)(m * hc * d) * sizeof(float));
+    float *pre = be->ops->alloc(be, (size_t)(m * hc) * sizeof(float));
+    int32_t *rows = malloc((size_t)m * sizeof(int32_t));
+    if (!s || !pre || !rows) {
+        st = di_err_set(err, DI_ERR_NOMEM, "forward of %lld rows: out of memory", (long long)m);
+        goto out;
+    }
+    if ((st = di_fwd_embed(&f, f.ids, s, pre))) {
+        di_err_set(err, st, "forward: out of memory");
+        goto out;
+    }
+    for (int b = 0; b < c->n_layers; b++) {
+        const di_layer_role *r = &c->roles[b];
+        if (r->engram >= 0 && (st = di_engram_apply(&f, b, s, err))) goto out;
+        if (r->dspark_tap >= 0 && f.taps)
+            be->ops->hc_mean(be, s, m, hc, d, f.taps + r->dspark_tap * d, c->n_dspark_taps * d);
+        if ((st = di_fwd_block(&f, b, s, pre, err))) goto out;
+    }
+    if (logits) {
+        int64_t n = 0;
+        for (int q = 0; q < n_seqs; q++) {
+            if (all_rows)
+                for (int64_t i = 0; i < seqs[q].n; i++) rows[n++] = (int32_t)(f.row0[q] + i);
+            else
+                rows[n++] = (int32_t)(f.row0[q] + seqs[q].n - 1);
+        }
+        if ((st = di_fwd_head(&f, s, pre, rows, n, logits, err))) goto out;
+    }
+    if (lm->has_dspark && (st = di_dspark_seed(&f, err))) goto out;
+out:
+    be->ops->free(be, s);
+    be->ops->free(be, pre);
+    free(rows);
+    if (st) fwd_release(&f);
+    else di_fwd_end(&f);
+    return st;
+}

@@ -1,0 +1,107 @@
+/* The V4.1 forward pass over a batch of sequences (architecture.md §3–§10).
+ *
+ * A batch is several sequences, each with a chunk of new tokens that starts
+ * at its own position (a whole prompt, a prefill chunk, or one decode
+ * token). The chunks are stacked into m rows; row-wise work (linears, norms,
+ * MoE, mHC) runs over all rows at once, and the few sequence-aware steps
+ * (window, compressor, indexer, Engram history) look rows up by sequence.
+ *
+ * A query's attention list has a fixed, chunk-independent layout (window
+ * slots for positions max(0, t-W+1) .. in order, then the selected
+ * compressed entries), so a sequence gives bit-identical results whether it
+ * is prefilled in one chunk or many, alone or batched with others. */
+#ifndef DI_MODEL_FORWARD_H
+#define DI_MODEL_FORWARD_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+#include "model/seqstate.h"
+
+typedef struct di_fwd_seq {
+    di_seqstate *st;     /* its state; the chunk starts at st->n_tokens */
+    const int32_t *ids;  /* [n] token ids */
+    int64_t n;
+} di_fwd_seq;
+
+/* Optional host copies of intermediate values, for tests and dumps. */
+typedef struct di_fwd_trace {
+    float *attn_out;     /* [m, D] attention sublayer output of the traced block */
+    float *ffn_out;      /* [m, D] MoE output of the traced block */
+} di_fwd_trace;
+
+/* One forward in progress. */
+typedef struct di_fwd {
+    const di_lm *lm;
+    const di_fwd_seq *seqs;
+    int n_seqs;
+    int64_t m;           /* rows = sum of chunk lengths */
+    int32_t *pos;        /* [m] absolute position of each row */
+    int32_t *seq;        /* [m] sequence of each row */
+    int64_t *row0;       /* [n_seqs] first row of each sequence */
+    int32_t *ids;        /* [m] */
+    int32_t *hash;       /* [m, n_engram, (N-1)*Ne] Engram rows */
+    int32_t **sel;       /* [n_blocks] -> [m, index_topk] selections of index sources */
+    uint8_t *cand;       /* [m, cand_width] candidate pool of this forward */
+    int64_t cand_width;
+    float *taps;         /* [m, n_taps*D] DSpark main hidden (bf16 values) */
+    int dspark_p;        /* DSpark draft: main position p, else -1 */
+    di_fwd_trace *trace; /* NULL or where the next block writes its sublayer outputs */
+} di_fwd;
+
+di_status di_fwd_begin(di_fwd *f, const di_lm *lm, const di_fwd_seq *seqs, int n_seqs,
+                       di_err *err);
+/* Records the chunk in each sequence's state (Engram history, length) and
+ * releases the forward. */
+void di_fwd_end(di_fwd *f);
+
+/* s [m, HC, D] = HC copies of the embedding of ids [m]; pre [m, HC] = one-hot. */
+di_status di_fwd_embed(di_fwd *f, const int32_t *ids, float *s, float *pre);
+/* Logits [n, V] (host) of the given rows of the final streams s / pre. */
+di_status di_fwd_head(di_fwd *f, const float *s, const float *pre, const int32_t *rows, int64_t n,
+                      float *logits, di_err *err);
+
+/* One block: s [m, HC, D] streams and pre [m, HC] collapse weights in, the
+ * block's outputs and its FFN `pre` out (§4). */
+di_status di_fwd_block(di_fwd *f, int block, float *s, float *pre, di_err *err);
+/* Engram module of a block applied to s (§6.3). */
+di_status di_engram_apply(di_fwd *f, int block, float *s, di_err *err);
+/* Attention sublayer: x [m, D] normalised input → y [m, D] (§5). */
+di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *err);
+/* Compressor of a kv-source block: appends the entries completed by this
+ * chunk to the compressed-KV and index-key caches (§5.3). */
+di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err);
+/* Indexer of an index-source block: fills f->sel[block] (§5.4). */
+di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_err *err);
+/* MoE sublayer: x [m, D] → y [m, D] (§7). */
+di_status di_moe(di_fwd *f, int block, const float *x, float *y, di_err *err);
+/* Writes the DSpark rings from f->taps for every row (§10.2). */
+di_status di_dspark_seed(di_fwd *f, di_err *err);
+
+/* Engram rows of n tokens starting at pos0 (history from st). */
+void di_engram_hash(const di_lm *lm, const di_seqstate *st, const int32_t *ids, int64_t n,
+                    int64_t pos0, int32_t *rows /*[n, n_engram, (N-1)*Ne]*/);
+void di_engram_record(const di_lm *lm, di_seqstate *st, const int32_t *ids, int64_t n,
+                      int64_t pos0);
+
+/* Whole forward: logits of every row ([m, V], all_rows = 1) or of the last
+ * row of each sequence ([n_seqs, V]); logits may be NULL. Advances every
+ * sequence by its chunk. */
+di_status di_forward(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float *logits,
+                     int all_rows, di_err *err);
+
+/* One DSpark round (§10.3) for a sequence whose last processed position is
+ * p = st->n_tokens - 1, with x_{p+1} = input_id. Greedy drafting. Outputs:
+ * logits [B, V] (Markov bias included), markov_bias [B, V] (may be NULL),
+ * confidence [B], ids [B] with B = dspark_block_size. The sequence state is
+ * not changed. */
+di_status di_dspark_draft(const di_lm *lm, di_seqstate *st, int32_t input_id, float *logits,
+                          float *markov_bias, float *confidence, int32_t *ids, di_err *err);
+
+/* The reference sampler (§3.8) given its Exp(1) noise e [V]: temperature 0
+ * is argmax; otherwise argmax(softmax(logits / T) / e), the Gumbel-max form
+ * of multinomial sampling. Ties go to the lower id. */
+void di_sample_exp_noise(const float *logits, const float *e, int64_t V, float temperature,
+                         int32_t *out);
+
+#endif

@@ -1,0 +1,75 @@
+/* Lightning indexer of an index-source block (architecture.md §5.4): FP4
+ * index queries against the kv source's index keys, scores with the
+ * reference's bf16 rounding points, the candidate pool of the candidate
+ * source, the pool restriction of re-index layers, and the top-k selection
+ * that this block and the following reuse layers attend to. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/forward.h"
+
+di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_err *err) {
+    const di_lm *lm = f->lm;
+    const di_config *c = lm->cfg;
+    const di_layer_role *r = &c->roles[block];
+    const di_lm_block *lb = &lm->blocks[block];
+    di_backend *be = lm->be;
+    int64_t m = f->m, di = c->index_head_dim;
+    int hi = c->index_n_heads, k = c->index_topk, ratio = c->roles[r->kv_src].ratio;
+    di_status st = DI_OK;
+    if (!lb->idx_wq_b.w || !lb->idx_wp.w || lb->idx_wq_b.n_out != hi * di || lb->idx_wp.n_out != hi)
+        return di_err_set(err, DI_ERR_FORMAT, "indexer weights missing or of the wrong shape");
+    f->sel[block] = be->ops->alloc(be, (size_t)(m * k + 1) * sizeof(int32_t));
+    int32_t *nvis = malloc((size_t)m * sizeof(int32_t));
+    const float **keys = malloc((size_t)m * sizeof(float *));
+    float *q = be->ops->alloc(be, (size_t)(m * hi * di) * sizeof(float));
+    float *w = be->ops->alloc(be, (size_t)(m * hi) * sizeof(float));
+    float *sc = NULL;
+    if (!f->sel[block] || !nvis || !keys || !q || !w) goto nomem;
+    int64_t width = 0;
+    for (int64_t i = 0; i < m; i++) {
+        nvis[i] = (f->pos[i] + 1) / ratio; /* entries whose group the query has passed */
+        if (nvis[i] > width) width = nvis[i];
+        keys[i] = f->seqs[f->seq[i]].st->ikey[r->kv_src];
+    }
+    /* FP4 index queries */
+    be->ops->matmul(be, &lb->idx_wq_b, qr, m, q, lm->mm_q);
+    be->ops->rope(be, q, m, hi * di, hi, di, c->rope_dim, f->pos, lb->freq, 0);
+    be->ops->qdq_fp4_e8m0(be, q, m * hi * di);
+    /* head weights: bf16 projection times 1/sqrt(Di·Hi), rounded to bf16 */
+    be->ops->matmul(be, &lb->idx_wp, x, m, w, DI_MM_OUT_BF16);
+    be->ops->scale_bf16(be, w, m * hi, (float)(pow((double)di, -0.5) * pow((double)hi, -0.5)));
+    if (width == 0) { /* nothing visible yet */
+        for (int64_t i = 0; i < m * k; i++) f->sel[block][i] = -1;
+        goto out;
+    }
+    sc = be->ops->alloc(be, (size_t)(m * width) * sizeof(float));
+    if (!sc) goto nomem;
+    be->ops->index_scores(be, q, w, m, hi, di, keys, nvis, width, sc);
+    if (r->is_candidate_source) {
+        if (f->cand) be->ops->free(be, f->cand);
+        f->cand = be->ops->alloc(be, (size_t)(m * width));
+        if (!f->cand) goto nomem;
+        f->cand_width = width;
+        be->ops->candidate_mask(be, sc, nvis, m, width, c->candidate_topk_blocks,
+                                c->candidate_block_size, f->cand);
+    } else if (r->indexer == DI_INDEXER_POOL) {
+        if (!f->cand || f->cand_width != width) {
+            st = di_err_set(err, DI_ERR_STATE, "re-index block %d: no candidate pool of matching width", block);
+            goto out;
+        }
+        be->ops->apply_mask(be, sc, f->cand, m, width);
+    }
+    be->ops->topk_select(be, sc, nvis, m, width, k, f->sel[block]);
+    goto out;
+nomem:
+    st = di_err_set(err, DI_ERR_NOMEM, "indexer: out of memory");
+out:
+    free(nvis);
+    free(keys);
+    be->ops->free(be, q);
+    be->ops->free(be, w);
+    be->ops->free(be, sc);
+    return st;
+}

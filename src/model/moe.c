@@ -1,0 +1,100 @@
+/* MoE sublayer (architecture.md §7): sqrt-softplus router in fp32, biased
+ * top-k selection, renormalised weights × route scale, clamped SwiGLU
+ * experts with the routing weight applied before the down projection, and
+ * the shared expert. Expert outputs are accumulated in fp32 in ascending
+ * expert order, the shared expert last, as the reference does. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/forward.h"
+
+/* y = W2·swiglu(W1x, W3x) for the n rows of x; w (per row) or NULL. */
+static di_status expert_run(const di_lm *lm, const di_lm_expert *ex, const float *x, int64_t n,
+                            const float *w, float *y, di_err *err) {
+    di_backend *be = lm->be;
+    int64_t I = ex->w1.n_out;
+    float *g = be->ops->alloc(be, (size_t)(n * I) * sizeof(float));
+    float *u = be->ops->alloc(be, (size_t)(n * I) * sizeof(float));
+    if (!g || !u) {
+        be->ops->free(be, g);
+        be->ops->free(be, u);
+        return di_err_set(err, DI_ERR_NOMEM, "expert: out of memory");
+    }
+    be->ops->matmul(be, &ex->w1, x, n, g, lm->mm_q);
+    be->ops->matmul(be, &ex->w3, x, n, u, lm->mm_q);
+    be->ops->swiglu(be, g, u, w, n, I, (float)lm->cfg->swiglu_limit, g);
+    be->ops->matmul(be, &ex->w2, g, n, y, lm->mm_q);
+    be->ops->free(be, g);
+    be->ops->free(be, u);
+    return DI_OK;
+}
+
+di_status di_moe(di_fwd *f, int block, const float *x, float *y, di_err *err) {
+    const di_lm *lm = f->lm;
+    const di_config *c = lm->cfg;
+    const di_layer_role *r = &c->roles[block];
+    const di_lm_block *lb = &lm->blocks[block];
+    const di_w_moe *wm = &lm->w->blocks[block].ffn;
+    di_backend *be = lm->be;
+    int64_t m = f->m, d = c->dim;
+    int E = r->n_experts, K = r->n_active;
+    di_status st = DI_OK;
+    if (lb->gate.n_out != E || !wm->gate_bias.data)
+        return di_err_set(err, DI_ERR_FORMAT, "router of %d experts missing", E);
+    float *logits = be->ops->alloc(be, (size_t)(m * E) * sizeof(float));
+    int32_t *idx = malloc((size_t)(m * K) * sizeof(int32_t));
+    float *wt = malloc((size_t)(m * K) * sizeof(float));
+    int32_t *rows = malloc((size_t)m * sizeof(int32_t));
+    float *rw = malloc((size_t)m * sizeof(float));
+    float *xe = be->ops->alloc(be, (size_t)(m * d) * sizeof(float));
+    float *ye = be->ops->alloc(be, (size_t)(m * d) * sizeof(float));
+    float *acc = be->ops->alloc(be, (size_t)(m * d) * sizeof(float));
+    float *dw = be->ops->alloc(be, (size_t)m * sizeof(float));
+    if (!logits || !idx || !wt || !rows || !rw || !xe || !ye || !acc || !dw) {
+        st = di_err_set(err, DI_ERR_NOMEM, "moe: out of memory");
+        goto out;
+    }
+    be->ops->matmul(be, &lb->gate, x, m, logits, 0); /* fp32 router */
+    if (c->gate_temp != 1.0) {
+        float *h = malloc((size_t)(m * E) * sizeof(float));
+        if (!h) {
+            st = di_err_set(err, DI_ERR_NOMEM, "moe: out of memory");
+            goto out;
+        }
+        be->ops->download(be, h, logits, (size_t)(m * E) * 4);
+        for (int64_t i = 0; i < m * E; i++) h[i] = (float)(h[i] / c->gate_temp);
+        be->ops->upload(be, logits, h, (size_t)(m * E) * 4);
+        free(h);
+    }
+    be->ops->moe_route(be, logits, wm->gate_bias.data, m, E, K, c->norm_topk_prob,
+                       (float)c->route_scale, idx, wt);
+    for (int e = 0; e < E; e++) {
+        int64_t n = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int k = 0; k < K; k++)
+                if (idx[i * K + k] == e) {
+                    rows[n] = (int32_t)i;
+                    rw[n++] = wt[i * K + k];
+                }
+        if (n == 0) continue;
+        be->ops->gather_rows(be, x, rows, n, d, xe);
+        be->ops->upload(be, dw, rw, (size_t)n * sizeof(float));
+        if ((st = expert_run(lm, &lb->experts[e], xe, n, dw, ye, err))) goto out;
+        be->ops->scatter_add_rows(be, acc, rows, ye, n, d);
+    }
+    if ((st = expert_run(lm, &lb->shared, x, m, NULL, ye, err))) goto out;
+    be->ops->add(be, acc, ye, m * d);
+    be->ops->round_bf16(be, acc, m * d);
+    be->ops->copy(be, y, acc, (size_t)(m * d) * sizeof(float));
+out:
+    be->ops->free(be, logits);
+    free(idx);
+    free(wt);
+    free(rows);
+    free(rw);
+    be->ops->free(be, xe);
+    be->ops->free(be, ye);
+    be->ops->free(be, acc);
+    be->ops->free(be, dw);
+    return st;
+}

@@ -1,0 +1,161 @@
+/* End-to-end forward against the golden fixtures (golden README levels 3–5):
+ * prefill logits of every prompt position, decode logits fed with the
+ * golden decode inputs, free-running greedy tokens up to the first near-tie,
+ * and the DSpark rounds (logits with Markov bias, confidence, drafted ids),
+ * for v41-tiny (FP8 activation numerics) and v41-tiny-bf16. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "golden_util.h"
+#include "test.h"
+
+typedef struct bounds {
+    double mean, p99, p999, max, row_mean, margin, agree;
+} bounds;
+
+static const bounds B_FP8 = {0.25, 1.2, 2.0, 3.9, 0.98, 1.2, 0.85};
+static const bounds B_BF16 = {0.14, 1.2, 2.2, 4.9, 1.3, 1.0, 0.85};
+
+static void check_logits(const char *what, const float *mine, const float *gold, int64_t rows,
+                         int64_t v, const bounds *b) {
+    logit_stats s = logit_compare(mine, gold, rows, v, b->margin);
+    fprintf(stderr, "  %-28s mean %.4f p99 %.3f p999 %.3f max %.3f row-mean %.3f argmax %.3f\n", what,
+            s.mean, s.p99, s.p999, s.max, s.worst_row_mean, s.argmax_agree);
+    CHECKF(s.mean <= b->mean, "%s mean %.4f", what, s.mean);
+    CHECKF(s.p99 <= b->p99, "%s p99 %.3f", what, s.p99);
+    CHECKF(s.p999 <= b->p999, "%s p999 %.3f", what, s.p999);
+    CHECKF(s.max <= b->max, "%s max %.3f", what, s.max);
+    CHECKF(s.worst_row_mean <= b->row_mean, "%s row mean %.3f", what, s.worst_row_mean);
+    CHECKF(s.argmax_agree >= b->agree, "%s argmax agreement %.3f", what, s.argmax_agree);
+    CHECKF(s.must_match_fail == 0, "%s: %d rows with a clear golden argmax differ", what, s.must_match_fail);
+}
+
+static int64_t argmax(const float *x, int64_t n) {
+    int64_t b = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static void run_prompt(gold_model *g, const char *p, const bounds *b, int with_draft) {
+    char name[128];
+    int64_t S = 0, V = g->cfg.vocab_size, n = 0;
+    snprintf(name, sizeof name, "%s.prompt_ids", p);
+    const int32_t *ids = gold_i32(g, name, &S);
+    snprintf(name, sizeof name, "%s.prefill.logits", p);
+    const float *gl = gold_f32(g, name, NULL);
+    snprintf(name, sizeof name, "%s.decode.input_ids", p);
+    const int32_t *din = gold_i32(g, name, &n);
+    snprintf(name, sizeof name, "%s.decode.logits", p);
+    const float *dl = gold_f32(g, name, NULL);
+    snprintf(name, sizeof name, "%s.decode.next_ids", p);
+    const int32_t *dnext = gold_i32(g, name, NULL);
+    snprintf(name, sizeof name, "%s.decode.margin", p);
+    const float *dmargin = gold_f32(g, name, NULL);
+    CHECK(ids && gl && din && dl && dnext && dmargin);
+    if (!ids || !gl || !din || !dl || !dnext || !dmargin) return;
+
+    di_err err = {0};
+    di_seqstate st;
+    CHECK(di_seqstate_init(&st, &g->lm, S + n + 8, 8, &err) == DI_OK);
+    float *lg = malloc((size_t)((S > n ? S : n) * V) * sizeof(float));
+    di_fwd_seq q = {&st, ids, S};
+    di_status rc = di_forward(&g->lm, &q, 1, lg, 1, &err);
+    CHECKF(rc == DI_OK, "prefill: %s", err.msg);
+    snprintf(name, sizeof name, "%s prefill", p);
+    if (rc == DI_OK) check_logits(name, lg, gl, S, V, b);
+
+    /* DSpark round 0 right after the prefill */
+    if (with_draft && g->lm.has_dspark) {
+        float dlg[8 * 1024], conf[8];
+        int32_t did[8];
+        snprintf(name, sizeof name, "%s.draft0.input_id", p);
+        const int32_t *in0 = gold_i32(g, name, NULL);
+        snprintf(name, sizeof name, "%s.draft0.logits", p);
+        const float *glog = gold_f32(g, name, NULL);
+        snprintf(name, sizeof name, "%s.draft0.confidence", p);
+        const float *gconf = gold_f32(g, name, NULL);
+        snprintf(name, sizeof name, "%s.draft0.ids", p);
+        const int32_t *gids = gold_i32(g, name, NULL);
+        int B = g->cfg.dspark_block_size;
+        if (in0 && glog && gconf && gids && B <= 8 && V <= 1024) {
+            rc = di_dspark_draft(&g->lm, &st, in0[0], dlg, NULL, conf, did, &err);
+            CHECKF(rc == DI_OK, "draft: %s", err.msg);
+            snprintf(name, sizeof name, "%s draft0", p);
+            check_logits(name, dlg, glog, B, V, b);
+            double cmax = 0;
+            for (int i = 0; i < B; i++) {
+                double dd = conf[i] - gconf[i];
+                if (dd < 0) dd = -dd;
+                if (dd > cmax) cmax = dd;
+            }
+            fprintf(stderr, "  %s draft0 confidence max |diff| %.4f, ids", p, cmax);
+            for (int i = 0; i < B; i++) fprintf(stderr, " %d/%d", did[i], gids[i]);
+            fputc('\n', stderr);
+            CHECKF(cmax <= b->max, "confidence diff %.3f", cmax);
+            /* drafted ids up to the first slot whose golden margin is small */
+            for (int i = 0; i < B; i++) {
+                const float *r = glog + (int64_t)i * V;
+                int64_t a1 = argmax(r, V);
+                float m2 = -1e30f;
+                for (int64_t k = 0; k < V; k++)
+                    if (k != a1 && r[k] > m2) m2 = r[k];
+                if (r[a1] - m2 < b->margin) break;
+                CHECK_EQ_INT(did[i], gids[i]);
+            }
+        }
+    }
+
+    /* decode fed with the golden inputs */
+    for (int64_t i = 0; i < n && rc == DI_OK; i++) {
+        di_fwd_seq d = {&st, din + i, 1};
+        rc = di_forward(&g->lm, &d, 1, lg + i * V, 0, &err);
+        CHECKF(rc == DI_OK, "decode %lld: %s", (long long)i, err.msg);
+    }
+    snprintf(name, sizeof name, "%s decode", p);
+    if (rc == DI_OK) check_logits(name, lg, dl, n, V, b);
+
+    /* free-running greedy from the prompt, up to the first near-tie */
+    di_seqstate_reset(&st);
+    rc = di_forward(&g->lm, &q, 1, lg, 0, &err);
+    int32_t tok = (int32_t)argmax(lg, V);
+    CHECK_EQ_INT(tok, din[0]);
+    int matched = 0;
+    for (int64_t i = 0; i < n && rc == DI_OK; i++) {
+        di_fwd_seq d = {&st, &tok, 1};
+        rc = di_forward(&g->lm, &d, 1, lg, 0, &err);
+        tok = (int32_t)argmax(lg, V);
+        if (dmargin[i] < b->margin) break;
+        CHECKF(tok == dnext[i], "%s greedy step %lld: %d vs %d", p, (long long)i, tok, dnext[i]);
+        if (tok != dnext[i]) break;
+        matched++;
+    }
+    fprintf(stderr, "  %s greedy: %d steps identical before the first near-tie\n", p, matched);
+    free(lg);
+    di_seqstate_free(&st);
+}
+
+static void fixture(const char *fx, const bounds *b) {
+    const char *shared = test_shared_dir();
+    if (!shared) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
+    gold_model g;
+    if (gold_open(&g, shared, fx)) {
+        CHECK(0);
+        return;
+    }
+    fprintf(stderr, "%s:\n", fx);
+    run_prompt(&g, "short", b, 1);
+    if (getenv("DEEPINFER_TEST_QUICK")) fprintf(stderr, "  long prompt skipped (DEEPINFER_TEST_QUICK)\n");
+    else run_prompt(&g, "long", b, 1);
+    gold_close(&g);
+}
+
+static void test_fp8(void) { fixture("v41-tiny", &B_FP8); }
+static void test_bf16(void) { fixture("v41-tiny-bf16", &B_BF16); }
+
+int main(void) {
+    RUN(test_fp8);
+    RUN(test_bf16);
+    return test_summary();
+}
