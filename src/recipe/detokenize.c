@@ -65,7 +65,7 @@ static di_status emit(di_detokenizer *d, const uint8_t *src, size_t n, int final
      * front to back into the same allocation. */
     uint8_t *in = d->buf + d->cap - total;
     memcpy(in, d->held, d->n_held);
-    memcpy(in + d->n_held, src, n);
+    if (n) memcpy(in + d->n_held, src, n);
     size_t tail = final ? 0 : di_utf8_incomplete_tail(in, total);
     size_t body = total - tail;
     uint8_t held[4];
