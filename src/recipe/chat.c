@@ -370,14 +370,16 @@ static void w_user_turn(writer *w, const di_chat *c, size_t lo, size_t hi,
     free(tools);
 }
 
-static void w_assistant(writer *w, const di_chat *c, const di_chat_msg *m, int keep_reasoning) {
+static void w_assistant(writer *w, const di_chat *c, const di_chat_msg *m, int keep_reasoning,
+                        int has_system) {
     w_special(w, DI_CHAT_ASSISTANT_TOK);
     if (m->prefix) {
         /* A continued final turn: its reasoning is shown even when earlier
          * ones are dropped, and the think block stays open until there is
-         * something after it. A chat that is nothing but the continued turn
-         * is continued as an answer. */
-        if (c->thinking && m != &c->msgs[0]) {
+         * something after it. A turn with nothing before it (not even
+         * tools or a response format in the header) is continued as an
+         * answer. */
+        if (c->thinking && (m != &c->msgs[0] || has_system)) {
             w_special(w, DI_CHAT_THINK_START);
             if (m->reasoning) w_texts(w, m->reasoning);
             if (!m->content[0] && !m->n_calls) return;
@@ -473,7 +475,7 @@ di_status di_chat_prompt_render(const di_chat *c, di_chat_prompt *out, di_err *e
             break;
         }
         case DI_CHAT_ASSISTANT:
-            w_assistant(&w, c, m, keep_reasoning);
+            w_assistant(&w, c, m, keep_reasoning, tools_active || format_section);
             if (m->n_calls) calls_msg = m;
             i++;
             break;

