@@ -44,6 +44,7 @@ static inline float gauss(uint64_t h) {
 
 static uint8_t fp8_code[256]; /* E4M3 of 16 * Φ⁻¹((u + .5) / 256) */
 static uint8_t fp4_code[16];  /* E2M1 of 2 * Φ⁻¹((u + .5) / 16) */
+static uint8_t fp4_pair[256]; /* a random byte -> two packed codes (low nibble first) */
 static double fp8_std, fp4_std; /* RMS of the decoded tables */
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
 
@@ -72,6 +73,7 @@ static void tables_init(void) {
         s += v * v;
     }
     fp4_std = sqrt(s / 16);
+    for (int u = 0; u < 256; u++) fp4_pair[u] = (uint8_t)(fp4_code[u & 15] | fp4_code[u >> 4] << 4);
 }
 
 /* UE8M0 byte of the power of two nearest (in log) to want / code_std. */
@@ -103,7 +105,7 @@ static void real_params(const di_manifest_entry *e, float *mean, float *std) {
 static inline uint8_t byte_elem(const di_manifest_entry *e, uint64_t key, uint8_t scale, uint64_t i) {
     uint8_t rb = (uint8_t)(draw(key, i >> 3) >> (8 * (i & 7)));
     switch (e->role) {
-    case DI_TR_FP4_WEIGHT: return (uint8_t)(fp4_code[rb & 15] | fp4_code[rb >> 4] << 4);
+    case DI_TR_FP4_WEIGHT: return fp4_pair[rb];
     case DI_TR_FP8_SCALE:
     case DI_TR_FP4_SCALE:
     case DI_TR_ENGRAM_SCALE: return scale;
@@ -130,12 +132,19 @@ void di_dummy_fill(uint64_t seed, const di_manifest_entry *e, uint64_t offset, v
         uint64_t i = offset;
         /* whole 8-byte groups share one draw */
         while (n && (i & 7)) *out++ = byte_elem(e, key, sc, i++), n--;
-        int table = e->role == DI_TR_FP8_WEIGHT || e->role == DI_TR_ENGRAM_TABLE;
-        if (table) {
+        if (e->role == DI_TR_FP8_WEIGHT || e->role == DI_TR_ENGRAM_TABLE) {
             for (; n >= 8; n -= 8, i += 8, out += 8) {
                 uint64_t h = draw(key, i >> 3);
                 for (int k = 0; k < 8; k++) out[k] = fp8_code[(uint8_t)(h >> (8 * k))];
             }
+        } else if (e->role == DI_TR_FP4_WEIGHT) {
+            for (; n >= 8; n -= 8, i += 8, out += 8) {
+                uint64_t h = draw(key, i >> 3);
+                for (int k = 0; k < 8; k++) out[k] = fp4_pair[(uint8_t)(h >> (8 * k))];
+            }
+        } else { /* scales: one constant per tensor */
+            memset(out, sc, n);
+            return;
         }
         while (n) *out++ = byte_elem(e, key, sc, i++), n--;
         return;
