@@ -7,9 +7,10 @@
  * that is 509,315,486,040 bytes in 95,819 tensors, 0.19% under the index's
  * total_size of 510,286,023,000 (96,085 tensors): I8 278.59 GB, F8_E4M3
  * 204.02 GB, F8_E8M0 23.56 GB and F32 0.17 GB match §8.1's dtype totals, and
- * the whole gap is BF16 (2.98 GB here vs 3.95 GB): the 266 tensors of the
- * vision tower (vision.*, aligner.*, image_*), which a text engine tolerates
- * in the files but never loads. */
+ * the whole gap is BF16 (2.98 GB here vs 3.95 GB) in 266 tensors. By
+ * elimination those are the vision tower (vision.*, aligner.*, image_*; BF16
+ * in the reference), which a text engine tolerates in the files but never
+ * loads. */
 #ifndef DI_MODEL_PLANNER_H
 #define DI_MODEL_PLANNER_H
 
