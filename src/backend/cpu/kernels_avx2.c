@@ -34,7 +34,9 @@
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-enum { NR = 16, MR = 6, KC = 256 };
+enum { NR = 16, MR = 6, KC = 256, DECODE_ROWS = 16 };
+/* Panels per parallel-for chunk at most, and the per-thread scratch. */
+enum { MAX_CHUNK = 16, SCRATCH_FLOATS = MAX_CHUNK * KC * NR + MAX_CHUNK * (KC / 32) * NR };
 enum { FMT_FP8, FMT_FP4, FMT_BF16, FMT_F32 };
 
 typedef struct job {
@@ -45,145 +47,212 @@ typedef struct job {
     const uint8_t *ws;  /* weight scales (block formats) */
     int64_t M, K, N;
     float *out;         /* [M, N] */
+    float *scratch;     /* [threads][SCRATCH_FLOATS]: decoded tiles and scales */
+    float *edge;        /* [M, 16]: the last panel when N % 16 != 0 */
 } job;
 
-/* ---- micro-kernels: C[mr][16] (row stride ldc) ---- */
+/* ---- micro-kernels: mr rows × np panels of 16 columns ----
+ * Every lane is one output's sequential chain, and a chain is a sequence of
+ * dependent FMAs, so throughput needs at least ~8 independent accumulators
+ * (FMA latency × ports): decode rows (mr = 1, 2) therefore run several
+ * panels side by side. Bp of panel p is at bp + p·bps, its column scales at
+ * swv + p·sws; c[p] / ldc[p] is panel p's output tile. */
 
-/* Block formats: for each 32-block, 12 (or 2·mr) fresh block sums, then
- * C += (blk·sa)·sw. swv holds the 16 column scales of each block. */
-AVX2_INLINE void ukr_block(const int mr, int64_t nkb, const float *ap, const float *bp,
-                           const float *sa, int64_t sa_stride, const float *swv, float *c,
-                           int64_t ldc) {
+/* Block formats: per 32-block, fresh block sums, then C += (blk·sa)·sw. */
+AVX2_INLINE void ukr_block(const int mr, const int np, const int half, int64_t nkb,
+                           const float *ap, const void *bpv, int64_t bps, const float *sa, int64_t sa_stride,
+                           const float *swv, int64_t sws, float *const *c, const int64_t *ldc) {
     for (int64_t kb = 0; kb < nkb; kb++) {
-        __m256 acc[MR][2];
+        __m256 acc[MR][8];
 #pragma GCC unroll 6
         for (int m = 0; m < MR; m++)
-            if (m < mr) acc[m][0] = acc[m][1] = _mm256_setzero_ps();
-#pragma GCC unroll 4
+#pragma GCC unroll 8
+            for (int h = 0; h < 8; h++)
+                if (m < mr && h < 2 * np) acc[m][h] = _mm256_setzero_ps();
+#pragma GCC unroll 2
         for (int k = 0; k < 32; k++) {
-            __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++)
+                if (p < np) {
+                    __m256 b0, b1;
+                    /* panel p starts at float offset p·bps in either form */
+                    const float *panel = (const float *)bpv + p * bps;
+                    if (half) {
+                        const uint16_t *h = (const uint16_t *)panel + (kb * 32 + k) * NR;
+                        b0 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)h));
+                        b1 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(h + 8)));
+                    } else {
+                        const float *b = panel + (kb * 32 + k) * NR;
+                        b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
+                    }
 #pragma GCC unroll 6
-            for (int m = 0; m < MR; m++)
-                if (m < mr) {
-                    __m256 a = _mm256_broadcast_ss(ap + m);
-                    acc[m][0] = _mm256_fmadd_ps(a, b0, acc[m][0]);
-                    acc[m][1] = _mm256_fmadd_ps(a, b1, acc[m][1]);
+                    for (int m = 0; m < MR; m++)
+                        if (m < mr) {
+                            __m256 a = _mm256_broadcast_ss(ap + k * MR + m);
+                            acc[m][2 * p] = _mm256_fmadd_ps(a, b0, acc[m][2 * p]);
+                            acc[m][2 * p + 1] = _mm256_fmadd_ps(a, b1, acc[m][2 * p + 1]);
+                        }
                 }
-            ap += MR;
-            bp += NR;
         }
-        __m256 sw0 = _mm256_load_ps(swv), sw1 = _mm256_load_ps(swv + 8);
-        swv += NR;
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++)
+            if (p < np) {
+                const float *sw = swv + p * sws + kb * NR;
+                __m256 sw0 = _mm256_load_ps(sw), sw1 = _mm256_load_ps(sw + 8);
 #pragma GCC unroll 6
-        for (int m = 0; m < MR; m++)
-            if (m < mr) {
-                __m256 s = _mm256_broadcast_ss(sa + m * sa_stride + kb);
-                float *cm = c + m * ldc;
-                __m256 t0 = _mm256_mul_ps(_mm256_mul_ps(acc[m][0], s), sw0);
-                __m256 t1 = _mm256_mul_ps(_mm256_mul_ps(acc[m][1], s), sw1);
-                _mm256_storeu_ps(cm, _mm256_add_ps(_mm256_loadu_ps(cm), t0));
-                _mm256_storeu_ps(cm + 8, _mm256_add_ps(_mm256_loadu_ps(cm + 8), t1));
+                for (int m = 0; m < MR; m++)
+                    if (m < mr) {
+                        __m256 s = _mm256_broadcast_ss(sa + m * sa_stride + kb);
+                        float *cm = c[p] + m * ldc[p];
+                        __m256 t0 = _mm256_mul_ps(_mm256_mul_ps(acc[m][2 * p], s), sw0);
+                        __m256 t1 = _mm256_mul_ps(_mm256_mul_ps(acc[m][2 * p + 1], s), sw1);
+                        _mm256_storeu_ps(cm, _mm256_add_ps(_mm256_loadu_ps(cm), t0));
+                        _mm256_storeu_ps(cm + 8, _mm256_add_ps(_mm256_loadu_ps(cm + 8), t1));
+                    }
             }
+        ap += 32 * MR;
     }
 }
 
 /* Plain formats: C = fma chain over kc inputs, C loaded first. */
-AVX2_INLINE void ukr_plain(const int mr, int64_t kc, const float *ap, const float *bp, float *c,
-                           int64_t ldc) {
-    __m256 acc[MR][2];
-#pragma GCC unroll 6
-    for (int m = 0; m < MR; m++)
-        if (m < mr) {
-            acc[m][0] = _mm256_loadu_ps(c + m * ldc);
-            acc[m][1] = _mm256_loadu_ps(c + m * ldc + 8);
-        }
+AVX2_INLINE void ukr_plain(const int mr, const int np, int64_t kc, const float *ap,
+                           const float *bp, int64_t bps, float *const *c, const int64_t *ldc) {
+    __m256 acc[MR][8];
 #pragma GCC unroll 4
-    for (int64_t k = 0; k < kc; k++) {
-        __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
+    for (int p = 0; p < 4; p++)
 #pragma GCC unroll 6
         for (int m = 0; m < MR; m++)
-            if (m < mr) {
-                __m256 a = _mm256_broadcast_ss(ap + m);
-                acc[m][0] = _mm256_fmadd_ps(a, b0, acc[m][0]);
-                acc[m][1] = _mm256_fmadd_ps(a, b1, acc[m][1]);
+            if (p < np && m < mr) {
+                acc[m][2 * p] = _mm256_loadu_ps(c[p] + m * ldc[p]);
+                acc[m][2 * p + 1] = _mm256_loadu_ps(c[p] + m * ldc[p] + 8);
             }
-        ap += MR;
-        bp += NR;
-    }
+#pragma GCC unroll 2
+    for (int64_t k = 0; k < kc; k++) {
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++)
+            if (p < np) {
+                const float *b = bp + p * bps + k * NR;
+                __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
 #pragma GCC unroll 6
-    for (int m = 0; m < MR; m++)
-        if (m < mr) {
-            _mm256_storeu_ps(c + m * ldc, acc[m][0]);
-            _mm256_storeu_ps(c + m * ldc + 8, acc[m][1]);
-        }
+                for (int m = 0; m < MR; m++)
+                    if (m < mr) {
+                        __m256 a = _mm256_broadcast_ss(ap + k * MR + m);
+                        acc[m][2 * p] = _mm256_fmadd_ps(a, b0, acc[m][2 * p]);
+                        acc[m][2 * p + 1] = _mm256_fmadd_ps(a, b1, acc[m][2 * p + 1]);
+                    }
+            }
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++)
+#pragma GCC unroll 6
+        for (int m = 0; m < MR; m++)
+            if (p < np && m < mr) {
+                _mm256_storeu_ps(c[p] + m * ldc[p], acc[m][2 * p]);
+                _mm256_storeu_ps(c[p] + m * ldc[p] + 8, acc[m][2 * p + 1]);
+            }
 }
 
-#define UKR_INSTANCES(mr)                                                                   \
-    static AVX2 void ukr_block_##mr(int64_t nkb, const float *ap, const float *bp,          \
-                                    const float *sa, int64_t sas, const float *swv,          \
-                                    float *c, int64_t ldc) {                                 \
-        ukr_block(mr, nkb, ap, bp, sa, sas, swv, c, ldc);                                    \
-    }                                                                                        \
-    static AVX2 void ukr_plain_##mr(int64_t kc, const float *ap, const float *bp, float *c, \
-                                    int64_t ldc) {                                           \
-        ukr_plain(mr, kc, ap, bp, c, ldc);                                                   \
-    }
-UKR_INSTANCES(1)
-UKR_INSTANCES(2)
-UKR_INSTANCES(3)
-UKR_INSTANCES(4)
-UKR_INSTANCES(5)
-UKR_INSTANCES(6)
+typedef void (*ukr_block_fn)(int64_t, const float *, const void *, int64_t, const float *,
+                             int64_t, const float *, int64_t, float *const *, const int64_t *);
+typedef void (*ukr_plain_fn)(int64_t, const float *, const float *, int64_t, float *const *,
+                             const int64_t *);
 
-typedef void (*ukr_block_fn)(int64_t, const float *, const float *, const float *, int64_t,
-                             const float *, float *, int64_t);
-typedef void (*ukr_plain_fn)(int64_t, const float *, const float *, float *, int64_t);
-static const ukr_block_fn ukr_blocks[MR + 1] = {NULL, ukr_block_1, ukr_block_2, ukr_block_3,
-                                                ukr_block_4, ukr_block_5, ukr_block_6};
-static const ukr_plain_fn ukr_plains[MR + 1] = {NULL, ukr_plain_1, ukr_plain_2, ukr_plain_3,
-                                                ukr_plain_4, ukr_plain_5, ukr_plain_6};
+#define UKR_INSTANCES(mr, np)                                                               \
+    static AVX2 void ukr_block_##mr##_##np(int64_t nkb, const float *ap, const void *bp,     \
+                                           int64_t bps, const float *sa, int64_t sas,        \
+                                           const float *swv, int64_t sws, float *const *c,   \
+                                           const int64_t *ldc) {                             \
+        ukr_block(mr, np, 0, nkb, ap, bp, bps, sa, sas, swv, sws, c, ldc);                    \
+    }                                                                                        \
+    static AVX2 void ukr_half_##mr##_##np(int64_t nkb, const float *ap, const void *bp,      \
+                                          int64_t bps, const float *sa, int64_t sas,         \
+                                          const float *swv, int64_t sws, float *const *c,    \
+                                          const int64_t *ldc) {                              \
+        ukr_block(mr, np, 1, nkb, ap, bp, bps, sa, sas, swv, sws, c, ldc);                    \
+    }                                                                                        \
+    static AVX2 void ukr_plain_##mr##_##np(int64_t kc, const float *ap, const float *bp,     \
+                                           int64_t bps, float *const *c, const int64_t *ldc) { \
+        ukr_plain(mr, np, kc, ap, bp, bps, c, ldc);                                           \
+    }
+UKR_INSTANCES(1, 1)
+UKR_INSTANCES(1, 2)
+UKR_INSTANCES(1, 4)
+UKR_INSTANCES(2, 1)
+UKR_INSTANCES(2, 2)
+UKR_INSTANCES(3, 1)
+UKR_INSTANCES(4, 1)
+UKR_INSTANCES(5, 1)
+UKR_INSTANCES(6, 1)
+
+/* Panels run side by side for mr rows: enough accumulators, no spills. */
+static const int panels_for_rows[MR + 1] = {0, 4, 2, 1, 1, 1, 1};
+/* [mr][np], np in {1, 2, 4} */
+static const ukr_block_fn ukr_blocks[MR + 1][5] = {
+    {0}, {0, ukr_block_1_1, ukr_block_1_2, 0, ukr_block_1_4}, {0, ukr_block_2_1, ukr_block_2_2},
+    {0, ukr_block_3_1}, {0, ukr_block_4_1}, {0, ukr_block_5_1}, {0, ukr_block_6_1}};
+static const ukr_block_fn ukr_halves[MR + 1][5] = {
+    {0}, {0, ukr_half_1_1, ukr_half_1_2, 0, ukr_half_1_4}, {0, ukr_half_2_1, ukr_half_2_2},
+    {0, ukr_half_3_1}, {0, ukr_half_4_1}, {0, ukr_half_5_1}, {0, ukr_half_6_1}};
+static const ukr_plain_fn ukr_plains[MR + 1][5] = {
+    {0}, {0, ukr_plain_1_1, ukr_plain_1_2, 0, ukr_plain_1_4}, {0, ukr_plain_2_1, ukr_plain_2_2},
+    {0, ukr_plain_3_1}, {0, ukr_plain_4_1}, {0, ukr_plain_5_1}, {0, ukr_plain_6_1}};
 
 /* ---- weight decoding into Bp[k][16] ---- */
 
-/* Two 16x16 byte transposes at once, one per 128-bit lane: afterwards r[j]
- * holds in lane L the bytes that were at position j of lane L of r[0..15]. */
-AVX2_INLINE void transpose_16x16_bytes(__m256i r[16]) {
-    for (int round = 0; round < 4; round++) {
-        __m256i t[16];
-        for (int i = 0; i < 8; i++) {
-            t[2 * i] = _mm256_unpacklo_epi8(r[i], r[i + 8]);
-            t[2 * i + 1] = _mm256_unpackhi_epi8(r[i], r[i + 8]);
-        }
-        for (int i = 0; i < 16; i++) r[i] = t[i];
+/* Transposes 8 rows of 32 bytes in 3 rounds of unpacks, within each 128-bit
+ * lane: afterwards r[q] holds, in lane L, bytes 0..7 = rows 0..7 at position
+ * 16L + 2q and bytes 8..15 = rows 0..7 at position 16L + 2q + 1. Eight
+ * registers plus temporaries: no spills. */
+AVX2_INLINE void transpose_8x32_bytes(__m256i r[8]) {
+#pragma GCC unroll 16
+    for (int d = 4; d >= 1; d >>= 1)
+#pragma GCC unroll 16
+        for (int q = 0; q < 8; q++)
+            if (!(q & d)) {
+                __m256i lo = _mm256_unpacklo_epi8(r[q], r[q + d]);
+                r[q + d] = _mm256_unpackhi_epi8(r[q], r[q + d]);
+                r[q] = lo;
+            }
+}
+
+/* Halves in 16-bit lanes (lo lane -> element i0 of Bp, hi lane -> i1; 8
+ * columns each) stored as they are (half = 1: decode rows widen them when
+ * loading, each is used once) or widened to fp32 (prefill reuses them). */
+AVX2_INLINE void store_halves(__m256i h, void *bp, int64_t i0, int64_t i1, const int half) {
+    if (half) {
+        _mm_store_si128((__m128i *)((uint16_t *)bp + i0), _mm256_castsi256_si128(h));
+        _mm_store_si128((__m128i *)((uint16_t *)bp + i1), _mm256_extracti128_si256(h, 1));
+    } else {
+        _mm256_store_ps((float *)bp + i0, _mm256_cvtph_ps(_mm256_castsi256_si128(h)));
+        _mm256_store_ps((float *)bp + i1, _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)));
     }
 }
 
-/* Halves in 16-bit lanes (lo lane -> row k0, hi lane -> row k1 of Bp, columns
- * c0..c0+7) widened to fp32 and stored. */
-AVX2_INLINE void store_halves(__m256i h, float *bp_k0, float *bp_k1) {
-    _mm256_store_ps(bp_k0, _mm256_cvtph_ps(_mm256_castsi256_si128(h)));
-    _mm256_store_ps(bp_k1, _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)));
-}
-
-/* FP8: 16 rows × 32 codes (rows[i] points at the block) -> Bp[32][16] = w·2^-8. */
-AVX2_INLINE void decode_fp8_block(const uint8_t *const rows[16], float *bp) {
-    __m256i r[16];
-    for (int i = 0; i < 16; i++) r[i] = _mm256_loadu_si256((const __m256i *)rows[i]);
-    transpose_16x16_bytes(r);
+/* FP8: 16 rows × 32 codes (rows[i] points at the block) -> Bp[32][16] = w·2^-8,
+ * as two groups of 8 rows (columns 0..7 and 8..15 of Bp). */
+AVX2_INLINE void decode_fp8_block(const uint8_t *const rows[16], void *bp, const int half) {
     const __m256i zero = _mm256_setzero_si256(), mask = _mm256_set1_epi16((short)0xbf80);
-    for (int j = 0; j < 16; j++) {
-        /* code b in the high byte, shifted right once (arithmetic): sign at
-         * bit 15, magnitude at 13..7; bit 14 (a sign copy) cleared. */
-        __m256i lo = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(zero, r[j]), 1), mask);
-        __m256i hi = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(zero, r[j]), 1), mask);
-        store_halves(lo, bp + j * NR, bp + (16 + j) * NR);
-        store_halves(hi, bp + j * NR + 8, bp + (16 + j) * NR + 8);
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; g++) {
+        __m256i r[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)rows[g * 8 + i]);
+        transpose_8x32_bytes(r);
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) {
+            /* code in the high byte, shifted right once (arithmetic): sign at
+             * bit 15, magnitude at 13..7; bit 14 (a sign copy) cleared. */
+            __m256i lo = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(zero, r[q]), 1), mask);
+            __m256i hi = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(zero, r[q]), 1), mask);
+            store_halves(lo, bp, (2 * q) * NR + g * 8, (16 + 2 * q) * NR + g * 8, half);
+            store_halves(hi, bp, (2 * q + 1) * NR + g * 8, (17 + 2 * q) * NR + g * 8, half);
+        }
     }
 }
 
 /* MXFP4: 16 rows × 16 bytes (32 codes) -> Bp[32][16] = e2m1·2^-8. */
-AVX2_INLINE void decode_fp4_block(const uint8_t *const rows[16], float *bp) {
-    /* high byte of the half e2m1(code)·2^-8 */
+AVX2_INLINE void decode_fp4_block(const uint8_t *const rows[16], void *bp, const int half) {
+    /* high byte of the half e2m1(code)·2^-8; its low byte is always 0 */
     const __m256i lut = _mm256_setr_epi8(0, 0x18, 0x1c, 0x1e, 0x20, 0x22, 0x24, 0x26, (char)0x80,
                                          (char)0x98, (char)0x9c, (char)0x9e, (char)0xa0,
                                          (char)0xa2, (char)0xa4, (char)0xa6, 0, 0x18, 0x1c, 0x1e,
@@ -191,18 +260,25 @@ AVX2_INLINE void decode_fp4_block(const uint8_t *const rows[16], float *bp) {
                                          (char)0x9c, (char)0x9e, (char)0xa0, (char)0xa2,
                                          (char)0xa4, (char)0xa6);
     const __m256i nib = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
-    __m256i r[16];
-    for (int i = 0; i < 16; i++) {
-        __m128i x = _mm_loadu_si128((const __m128i *)rows[i]);
-        /* lo lane: even k (low nibbles), hi lane: odd k (high nibbles) */
-        __m256i xx = _mm256_inserti128_si256(_mm256_castsi128_si256(x), _mm_srli_epi16(x, 4), 1);
-        r[i] = _mm256_shuffle_epi8(lut, _mm256_and_si256(xx, nib));
-    }
-    transpose_16x16_bytes(r);
-    for (int j = 0; j < 16; j++) {
-        __m256i lo = _mm256_unpacklo_epi8(zero, r[j]), hi = _mm256_unpackhi_epi8(zero, r[j]);
-        store_halves(lo, bp + (2 * j) * NR, bp + (2 * j + 1) * NR);
-        store_halves(hi, bp + (2 * j) * NR + 8, bp + (2 * j + 1) * NR + 8);
+#pragma GCC unroll 2
+    for (int g = 0; g < 2; g++) {
+        __m256i r[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            __m128i x = _mm_loadu_si128((const __m128i *)rows[g * 8 + i]);
+            /* lane 0: even k (low nibbles), lane 1: odd k (high nibbles) */
+            __m256i xx = _mm256_inserti128_si256(_mm256_castsi128_si256(x), _mm_srli_epi16(x, 4), 1);
+            r[i] = _mm256_shuffle_epi8(lut, _mm256_and_si256(xx, nib));
+        }
+        transpose_8x32_bytes(r);
+        /* r[q]: lane L bytes 0..7 = k 4q+L, bytes 8..15 = k 4q+2+L */
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) {
+            store_halves(_mm256_unpacklo_epi8(zero, r[q]), bp, (4 * q) * NR + g * 8,
+                         (4 * q + 1) * NR + g * 8, half);
+            store_halves(_mm256_unpackhi_epi8(zero, r[q]), bp, (4 * q + 2) * NR + g * 8,
+                         (4 * q + 3) * NR + g * 8, half);
+        }
     }
 }
 
@@ -230,8 +306,10 @@ AVX2_INLINE void transpose8_store(__m256 r[8], float *bp) {
 static AVX2 void decode_plain_chunk(int fmt, const void *const rows[16], int64_t kc, float *bp) {
     int64_t k = 0;
     for (; k + 8 <= kc; k += 8) {
+#pragma GCC unroll 16
         for (int half = 0; half < 2; half++) {
             __m256 r[8];
+#pragma GCC unroll 16
             for (int i = 0; i < 8; i++) {
                 const void *p = rows[half * 8 + i];
                 if (fmt == FMT_BF16) {
@@ -245,6 +323,7 @@ static AVX2 void decode_plain_chunk(int fmt, const void *const rows[16], int64_t
         }
     }
     for (; k < kc; k++)
+#pragma GCC unroll 16
         for (int i = 0; i < 16; i++) {
             uint32_t bits;
             if (fmt == FMT_BF16) bits = (uint32_t)((const uint16_t *)rows[i])[k] << 16;
@@ -258,76 +337,108 @@ static AVX2 void decode_plain_chunk(int fmt, const void *const rows[16], int64_t
 /* Zero codes / values standing in for the missing rows of the last panel. */
 static const uint8_t zero_row[KC * 4] __attribute__((aligned(32)));
 
-static AVX2 void panels(void *ctx, int64_t p0, int64_t p1, int thread) {
-    const job *j = ctx;
-    const int64_t M = j->M, K = j->K, N = j->N, KB = K / 32;
-    const int block = j->fmt == FMT_FP8 || j->fmt == FMT_FP4;
+/* Decodes inputs [k0, k0+kc) of panel p (first column n0, nn valid columns)
+ * into bp[kc][16] and, for block formats, the column scales swv[kc/32][16]. */
+static AVX2 void decode_panel(const job *j, int64_t n0, int64_t nn, int64_t k0, int64_t kc,
+                              float *bp, float *swv, int half) {
+    const int64_t K = j->K, KB = K / 32, kb0 = k0 / 32;
     const float *e8m0 = di_cpu_e8m0_table();
-    float bp[KC * NR] __attribute__((aligned(32)));
-    float swv[(KC / 32) * NR] __attribute__((aligned(32)));
-    float *edge = NULL; /* [M][16] result of a panel narrower than 16 */
-
-    for (int64_t p = p0; p < p1; p++) {
-        const int64_t n0 = p * NR, nn = N - n0 < NR ? N - n0 : NR;
-        float *c;
-        int64_t ldc;
-        if (nn == NR) {
-            c = j->out + n0;
-            ldc = N;
-        } else {
-            if (!edge) edge = aligned_alloc(32, (size_t)((M * NR * sizeof(float) + 31) & ~(size_t)31));
-            if (!edge) return; /* cannot happen in practice; leaves the panel unwritten */
-            c = edge;
-            ldc = NR;
+    if (j->fmt == FMT_FP8) {
+        const uint8_t *w = j->w;
+        for (int64_t b = 0; b < kc / 32; b++) {
+            const uint8_t *rows[16];
+            for (int i = 0; i < 16; i++) rows[i] = i < nn ? w + (n0 + i) * K + k0 + b * 32 : zero_row;
+            if (half) decode_fp8_block(rows, (uint16_t *)bp + b * 32 * NR, 1);
+            else decode_fp8_block(rows, bp + b * 32 * NR, 0);
+            /* a 16-column panel lies inside one 32-row scale tile */
+            __m256 s = _mm256_set1_ps(e8m0[j->ws[(n0 / 32) * KB + kb0 + b]]);
+            _mm256_store_ps(swv + b * NR, s);
+            _mm256_store_ps(swv + b * NR + 8, s);
         }
-        for (int64_t m = 0; m < M; m++) memset(c + m * ldc, 0, NR * sizeof(float));
+    } else if (j->fmt == FMT_FP4) {
+        const uint8_t *w = j->w;
+        for (int64_t b = 0; b < kc / 32; b++) {
+            const uint8_t *rows[16];
+            for (int i = 0; i < 16; i++) {
+                rows[i] = i < nn ? w + (n0 + i) * (K / 2) + (k0 + b * 32) / 2 : zero_row;
+                swv[b * NR + i] = i < nn ? e8m0[j->ws[(n0 + i) * KB + kb0 + b]] : 0.0f;
+            }
+            if (half) decode_fp4_block(rows, (uint16_t *)bp + b * 32 * NR, 1);
+            else decode_fp4_block(rows, bp + b * 32 * NR, 0);
+        }
+    } else {
+        const void *rows[16];
+        size_t esz = j->fmt == FMT_BF16 ? 2 : 4;
+        for (int i = 0; i < 16; i++)
+            rows[i] = i < nn ? (const char *)j->w + ((n0 + i) * K + k0) * esz : (const void *)zero_row;
+        decode_plain_chunk(j->fmt, rows, kc, bp);
+    }
+}
 
-        for (int64_t k0 = 0; k0 < K; k0 += KC) {
-            const int64_t kc = K - k0 < KC ? K - k0 : KC;
-            const int64_t kb0 = k0 / 32, nkb = kc / 32;
-            if (j->fmt == FMT_FP8) {
-                const uint8_t *w = j->w;
-                for (int64_t b = 0; b < nkb; b++) {
-                    const uint8_t *rows[16];
-                    for (int i = 0; i < 16; i++)
-                        rows[i] = i < nn ? w + (n0 + i) * K + k0 + b * 32 : zero_row;
-                    decode_fp8_block(rows, bp + b * 32 * NR);
-                    /* a 16-column panel lies inside one 32-row scale tile */
-                    __m256 s = _mm256_set1_ps(e8m0[j->ws[(n0 / 32) * KB + kb0 + b]]);
-                    _mm256_store_ps(swv + b * NR, s);
-                    _mm256_store_ps(swv + b * NR + 8, s);
-                }
-            } else if (j->fmt == FMT_FP4) {
-                const uint8_t *w = j->w;
-                for (int64_t b = 0; b < nkb; b++) {
-                    const uint8_t *rows[16];
-                    for (int i = 0; i < 16; i++) {
-                        rows[i] = i < nn ? w + (n0 + i) * (K / 2) + (k0 + b * 32) / 2 : zero_row;
-                        swv[b * NR + i] = i < nn ? e8m0[j->ws[(n0 + i) * KB + kb0 + b]] : 0.0f;
-                    }
-                    decode_fp4_block(rows, bp + b * 32 * NR);
-                }
-            } else {
-                const void *rows[16];
-                size_t esz = j->fmt == FMT_BF16 ? 2 : 4;
-                for (int i = 0; i < 16; i++)
-                    rows[i] = i < nn ? (const char *)j->w + ((n0 + i) * K + k0) * esz
-                                     : (const void *)zero_row;
-                decode_plain_chunk(j->fmt, rows, kc, bp);
+/* Panels [p0, p1) (at most MAX_CHUNK): each chunk of KC inputs is decoded
+ * for all of them, then every 6-row block of activations sweeps them while
+ * its packed rows sit in L1. Decode-sized M uses 32-input chunks so the
+ * decoded tiles stay in L1 too. */
+static AVX2 void panel_chunk(const job *j, int64_t p0, int64_t p1, int thread) {
+    const int64_t M = j->M, K = j->K, N = j->N, KB = K / 32, np = p1 - p0;
+    const int block = j->fmt == FMT_FP8 || j->fmt == FMT_FP4;
+    /* decode-sized batches: per-call tiles small enough for L1, kept as halves */
+    const int small = M <= DECODE_ROWS;
+    const int half = small && block;
+    const int64_t kc_max = small ? 64 : KC;
+    float *bp = j->scratch + (int64_t)thread * SCRATCH_FLOATS;
+    float *swv = bp + MAX_CHUNK * KC * NR;
+    float *c[MAX_CHUNK];
+    int64_t ldc[MAX_CHUNK];
+    for (int64_t p = 0; p < np; p++) {
+        int64_t n0 = (p0 + p) * NR;
+        if (N - n0 >= NR) c[p] = j->out + n0, ldc[p] = N;
+        else c[p] = j->edge, ldc[p] = NR; /* the one partial panel */
+        for (int64_t m = 0; m < M; m++) memset(c[p] + m * ldc[p], 0, NR * sizeof(float));
+    }
+    /* Prefill decodes all panels of the chunk, then sweeps them with every
+     * row block; decode rows decode only the panels one kernel call uses. */
+    const int64_t group = small ? 4 : np;
+    for (int64_t k0 = 0; k0 < K; k0 += kc_max) {
+        const int64_t kc = K - k0 < kc_max ? K - k0 : kc_max;
+        for (int64_t g0 = 0; g0 < np; g0 += group) {
+            const int64_t g1 = g0 + group < np ? g0 + group : np;
+            for (int64_t p = g0; p < g1; p++) {
+                int64_t n0 = (p0 + p) * NR;
+                decode_panel(j, n0, N - n0 < NR ? N - n0 : NR, k0, kc, bp + (p - g0) * KC * NR,
+                             swv + (p - g0) * (KC / 32) * NR, half);
             }
             for (int64_t m0 = 0; m0 < M; m0 += MR) {
                 const int mr = M - m0 < MR ? (int)(M - m0) : MR;
                 const float *ap = j->ap + m0 * K + k0 * MR;
-                if (block)
-                    ukr_blocks[mr](nkb, ap, bp, j->sa + m0 * KB + kb0, KB, swv, c + m0 * ldc, ldc);
-                else
-                    ukr_plains[mr](kc, ap, bp, c + m0 * ldc, ldc);
+                float *cm[MAX_CHUNK];
+                for (int64_t p = g0; p < g1; p++) cm[p - g0] = c[p] + m0 * ldc[p];
+                for (int64_t p = g0; p < g1;) {
+                    int w = panels_for_rows[mr];
+                    while (w > g1 - p) w >>= 1;
+                    const int64_t i = p - g0;
+                    if (block)
+                        (half ? ukr_halves : ukr_blocks)[mr][w](kc / 32, ap, bp + i * KC * NR, KC * NR,
+                                          j->sa + m0 * KB + k0 / 32, KB, swv + i * (KC / 32) * NR,
+                                          (KC / 32) * NR, cm + i, ldc + p);
+                    else
+                        ukr_plains[mr][w](kc, ap, bp + i * KC * NR, KC * NR, cm + i, ldc + p);
+                    p += w;
+                }
             }
         }
-        if (c == edge)
-            for (int64_t m = 0; m < M; m++) memcpy(j->out + m * N + n0, edge + m * NR, nn * sizeof(float));
     }
-    free(edge);
+    for (int64_t p = 0; p < np; p++)
+        if (c[p] == j->edge) {
+            int64_t n0 = (p0 + p) * NR;
+            for (int64_t m = 0; m < M; m++)
+                memcpy(j->out + m * N + n0, j->edge + m * NR, (size_t)(N - n0) * sizeof(float));
+        }
+}
+
+static void panels(void *ctx, int64_t p0, int64_t p1, int thread) {
+    for (int64_t p = p0; p < p1; p += MAX_CHUNK)
+        panel_chunk(ctx, p, p1 - p < MAX_CHUNK ? p1 : p + MAX_CHUNK, thread);
 }
 
 /* Packs rows of activations as [ceil(M/MR)][K][MR] fp32 (missing rows zero);
@@ -357,8 +468,12 @@ static float *pack_act(const uint8_t *qa, const float *x, int64_t M, int64_t K) 
 
 static void run(job *j, const uint8_t *qa, const float *x, di_threadpool *tp) {
     if (j->M <= 0 || j->N <= 0) return;
+    int threads = di_threadpool_size(tp);
     float *ap = pack_act(qa, x, j->M, j->K);
-    if (!ap) { /* out of memory: the scalar path needs none */
+    float *scratch = aligned_alloc(32, (size_t)threads * SCRATCH_FLOATS * sizeof(float));
+    float *edge = aligned_alloc(32, (size_t)((j->M * NR * sizeof(float) + 31) & ~(size_t)31));
+    if (!ap || !scratch || !edge) { /* out of memory: the scalar path needs none */
+        free(ap), free(scratch), free(edge);
         switch (j->fmt) {
         case FMT_FP8: di_gemm_fp8_scalar(qa, j->sa, j->M, j->K, j->w, j->ws, j->N, j->out, tp); break;
         case FMT_FP4: di_gemm_mxfp4_scalar(qa, j->sa, j->M, j->K, j->w, j->ws, j->N, j->out, tp); break;
@@ -367,38 +482,38 @@ static void run(job *j, const uint8_t *qa, const float *x, di_threadpool *tp) {
         }
         return;
     }
-    j->ap = ap;
+    j->ap = ap, j->scratch = scratch, j->edge = edge;
     int64_t np = (j->N + NR - 1) / NR;
-    /* a few panels per hand-out: small enough to balance two busy cores */
-    int64_t grain = np / (8 * di_threadpool_size(tp));
-    if (grain < 1) grain = 1;
-    if (grain > 16) grain = 16;
+    /* several chunks per thread so a core slowed by other work takes fewer;
+     * a multiple of 4 panels so decode rows can run 4 panels side by side */
+    int64_t grain = np / (4 * threads);
+    grain = grain < 4 ? 4 : (grain > MAX_CHUNK ? MAX_CHUNK : grain & ~(int64_t)3);
     di_threadpool_for(tp, np, grain, panels, j);
-    free(ap);
+    free(ap), free(scratch), free(edge);
 }
 
 void di_gemm_fp8_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                       const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
-    job j = {FMT_FP8, NULL, sa, w, ws, M, K, N, out};
+    job j = {FMT_FP8, NULL, sa, w, ws, M, K, N, out, NULL, NULL};
     run(&j, qa, NULL, tp);
 }
 
 void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
                         const uint8_t *w, const uint8_t *ws, int64_t N, float *out,
                         di_threadpool *tp) {
-    job j = {FMT_FP4, NULL, sa, w, ws, M, K, N, out};
+    job j = {FMT_FP4, NULL, sa, w, ws, M, K, N, out, NULL, NULL};
     run(&j, qa, NULL, tp);
 }
 
 void di_gemm_bf16_avx2(const float *x, int64_t M, int64_t K, const uint16_t *w, int64_t N,
                        float *out, di_threadpool *tp) {
-    job j = {FMT_BF16, NULL, NULL, w, NULL, M, K, N, out};
+    job j = {FMT_BF16, NULL, NULL, w, NULL, M, K, N, out, NULL, NULL};
     run(&j, NULL, x, tp);
 }
 
 void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int64_t N,
                       float *out, di_threadpool *tp) {
-    job j = {FMT_F32, NULL, NULL, w, NULL, M, K, N, out};
+    job j = {FMT_F32, NULL, NULL, w, NULL, M, K, N, out, NULL, NULL};
     run(&j, NULL, x, tp);
 }
 

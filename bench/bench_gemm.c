@@ -1,0 +1,239 @@
+/* CPU kernel benchmark (architecture.md §2; performance.md §4.3): FP8 and
+ * MXFP4 linears on real V4.1-Flash shapes against OpenBLAS sgemm on the same
+ * weights dequantized to fp32 (same thread count, same run), and the decode
+ * path against the memory bandwidth measured in the same run.
+ *
+ *   build/bench/bench_gemm [--quick] [--threads N]
+ *
+ * Times are medians of several runs. Decode (M <= 8) streams rotating copies
+ * of the weights, more than the last-level cache holds, so every call reads
+ * its weights from DRAM as a real decode step does; prefill uses one copy.
+ * GB/s counts the weight bytes (codes + scales) read per call. */
+#include <cblas.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cpu/kernels.h"
+#include "core/cpu_features.h"
+#include "core/dtype.h"
+#include "core/threadpool.h"
+
+void openblas_set_num_threads(int);
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 20);
+}
+
+/* ---- memory bandwidth: threads read disjoint parts of a large buffer ---- */
+
+typedef struct bw_ctx {
+    const uint64_t *buf;
+    int64_t words;
+    volatile uint64_t sink[64];
+} bw_ctx;
+
+static void bw_read(void *ctx, int64_t b, int64_t e, int thread) {
+    bw_ctx *c = ctx;
+    int64_t per = c->words / 64;
+    for (int64_t part = b; part < e; part++) {
+        const uint64_t *p = c->buf + part * per;
+        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int64_t i = 0; i < per; i += 4) s0 ^= p[i], s1 ^= p[i + 1], s2 ^= p[i + 2], s3 ^= p[i + 3];
+        c->sink[part] = s0 ^ s1 ^ s2 ^ s3;
+    }
+}
+
+static double median_of(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return t[n / 2];
+}
+
+static double measure_read_bw(di_threadpool *tp) {
+    const int64_t bytes = (int64_t)512 << 20;
+    bw_ctx c = {.words = bytes / 8};
+    uint64_t *buf = malloc((size_t)bytes);
+    for (int64_t i = 0; i < c.words; i++) buf[i] = (uint64_t)i * 0x9e3779b97f4a7c15ull;
+    c.buf = buf;
+    double t[7];
+    for (int r = 0; r < 7; r++) {
+        double t0 = now();
+        di_threadpool_for(tp, 64, 1, bw_read, &c);
+        t[r] = now() - t0;
+    }
+    free(buf);
+    return bytes / median_of(t, 7) / 1e9;
+}
+
+static double measure_memcpy_bw(void) {
+    const size_t bytes = (size_t)512 << 20;
+    char *a = malloc(bytes), *b = malloc(bytes);
+    memset(a, 1, bytes), memset(b, 2, bytes);
+    double t[5];
+    for (int r = 0; r < 5; r++) {
+        double t0 = now();
+        memcpy(b, a, bytes);
+        t[r] = now() - t0;
+    }
+    free(a), free(b);
+    return 2.0 * bytes / median_of(t, 5) / 1e9; /* read + write */
+}
+
+/* ---- one weight matrix in its checkpoint format ---- */
+
+typedef struct wmat {
+    const char *name;
+    int fp4;
+    int64_t N, K;
+} wmat;
+
+typedef struct wcopy {
+    uint8_t *w, *ws;
+} wcopy;
+
+static size_t w_bytes(const wmat *m) { return (size_t)(m->fp4 ? m->N * m->K / 2 : m->N * m->K); }
+static size_t ws_bytes(const wmat *m) {
+    return (size_t)(m->fp4 ? m->N * (m->K / 32) : ((m->N + 31) / 32) * (m->K / 32));
+}
+
+static void wcopy_fill(const wmat *m, wcopy *c) {
+    c->w = malloc(w_bytes(m));
+    c->ws = malloc(ws_bytes(m));
+    for (size_t i = 0; i < w_bytes(m); i++) {
+        uint8_t b = (uint8_t)rnd();
+        if (!m->fp4 && (b & 0x7f) == 0x7f) b = 0x30;
+        c->w[i] = b;
+    }
+    for (size_t i = 0; i < ws_bytes(m); i++) c->ws[i] = (uint8_t)(118 + rnd() % 8);
+}
+
+static float *dequant(const wmat *m, const wcopy *c) {
+    float *d = malloc(sizeof(float) * m->N * m->K);
+    int64_t KB = m->K / 32;
+    for (int64_t n = 0; n < m->N; n++)
+        for (int64_t k = 0; k < m->K; k++) {
+            float v, s;
+            if (m->fp4) {
+                v = di_e2m1_to_f32((uint8_t)(c->w[n * (m->K / 2) + k / 2] >> (4 * (k & 1))));
+                s = di_e8m0_to_f32(c->ws[n * KB + k / 32]);
+            } else {
+                v = di_e4m3_to_f32(c->w[n * m->K + k]);
+                s = di_e8m0_to_f32(c->ws[(n / 32) * KB + k / 32]);
+            }
+            d[n * m->K + k] = v * s;
+        }
+    return d;
+}
+
+/* Runs fn until ~budget seconds or max_reps, at least 3 times; median. */
+#define TIME_MEDIAN(result, budget, stmt)                                   \
+    do {                                                                    \
+        double ts_[15];                                                     \
+        int n_ = 0;                                                         \
+        double start_ = now();                                              \
+        while (n_ < 15 && (n_ < 3 || now() - start_ < (budget))) {          \
+            double t0_ = now();                                             \
+            stmt;                                                           \
+            ts_[n_++] = now() - t0_;                                        \
+        }                                                                   \
+        result = median_of(ts_, n_);                                        \
+    } while (0)
+
+int main(int argc, char **argv) {
+    int quick = 0, threads = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+    }
+    if (threads <= 0) threads = di_cpu_count();
+    di_err err;
+    di_threadpool *tp = NULL;
+    if (di_threadpool_create(threads, &tp, &err) != DI_OK) {
+        fprintf(stderr, "bench_gemm: %s\n", err.msg);
+        return 1;
+    }
+    openblas_set_num_threads(threads);
+    const double budget = quick ? 0.2 : 1.0;
+
+    double bw = measure_read_bw(tp), bw_cpy = measure_memcpy_bw();
+    printf("# CPU kernels: path %s (%s), %d thread(s)\n", di_cpu_kernels_path(), di_cpu_describe(),
+           threads);
+    printf("# memory: read %.1f GB/s (%d threads), memcpy %.1f GB/s (1 thread, read+write)\n", bw,
+           threads, bw_cpy);
+    printf("# GFLOP/s = 2MNK/t; vs-sgemm = ours/OpenBLAS sgemm on fp32-dequantized weights;\n"
+           "# GB/s = weight bytes per call / t (decode rows: weights from DRAM); vs-bw = GB/s / read bw\n");
+    printf("%-14s %-5s %4s %9s %9s %9s %7s %8s %6s\n", "weight", "fmt", "M", "ours_ms", "GFLOP/s",
+           "sgemm", "vs_sg", "GB/s", "vs_bw");
+
+    const wmat mats[] = {
+        {"wq_a", 0, 1280, 5120},      {"wkv", 0, 512, 5120},        {"wo_b", 0, 5120, 8192},
+        {"shared.w1", 0, 2304, 5120}, {"expert.w1", 1, 2304, 5120}, {"expert.w2", 1, 5120, 2304},
+    };
+    const int64_t Ms[] = {1, 8, 64, 512};
+    for (size_t mi = 0; mi < sizeof mats / sizeof *mats; mi++) {
+        const wmat *m = &mats[mi];
+        size_t bytes = w_bytes(m) + ws_bytes(m);
+        /* enough copies to exceed the last-level cache several times */
+        int ncopy = (int)((256u << 20) / bytes) + 1;
+        if (ncopy > 64) ncopy = 64;
+        if (quick && ncopy > 8) ncopy = 8;
+        wcopy *cp = calloc((size_t)ncopy, sizeof *cp);
+        for (int c = 0; c < ncopy; c++) wcopy_fill(m, &cp[c]);
+        float *wd = dequant(m, &cp[0]);
+        for (size_t xi = 0; xi < sizeof Ms / sizeof *Ms; xi++) {
+            int64_t M = Ms[xi], K = m->K, N = m->N;
+            if (quick && M == 512 && N * K > 20000000) continue;
+            float *x = malloc(sizeof(float) * M * K), *out = malloc(sizeof(float) * M * N);
+            float *sa = malloc(sizeof(float) * M * (K / 32));
+            uint8_t *qa = malloc((size_t)(M * K));
+            for (int64_t i = 0; i < M * K; i++) x[i] = di_round_bf16(((int)(rnd() % 2001) - 1000) * 1e-3f);
+            di_act_quant_fp8(x, M, K, qa, sa);
+            int rot = 0;
+            double t_ours, t_blas;
+            if (M <= 8) {
+                TIME_MEDIAN(t_ours, budget, {
+                    wcopy *c = &cp[rot++ % ncopy];
+                    if (m->fp4) di_gemm_mxfp4(qa, sa, M, K, c->w, c->ws, N, out, tp);
+                    else di_gemm_fp8(qa, sa, M, K, c->w, c->ws, N, out, tp);
+                });
+            } else {
+                TIME_MEDIAN(t_ours, budget, {
+                    if (m->fp4) di_gemm_mxfp4(qa, sa, M, K, cp[0].w, cp[0].ws, N, out, tp);
+                    else di_gemm_fp8(qa, sa, M, K, cp[0].w, cp[0].ws, N, out, tp);
+                });
+            }
+            /* the peer multiplies the activations the kernel saw (QDQ values) */
+            for (int64_t i = 0; i < M * K; i++) x[i] = di_e4m3_to_f32(qa[i]) * sa[i / 32];
+            TIME_MEDIAN(t_blas, budget,
+                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K,
+                                    1.0f, x, (int)K, wd, (int)K, 0.0f, out, (int)N));
+            double flops = 2.0 * M * N * K;
+            double gbs = bytes / t_ours / 1e9;
+            printf("%-14s %-5s %4lld %9.3f %9.1f %9.1f %7.2f %8.1f %6.2f\n", m->name,
+                   m->fp4 ? "mxfp4" : "fp8", (long long)M, t_ours * 1e3, flops / t_ours / 1e9,
+                   flops / t_blas / 1e9, t_blas / t_ours, gbs, gbs / bw);
+            fflush(stdout);
+            free(x), free(out), free(sa), free(qa);
+        }
+        free(wd);
+        for (int c = 0; c < ncopy; c++) free(cp[c].w), free(cp[c].ws);
+        free(cp);
+    }
+    di_threadpool_destroy(tp);
+    return 0;
+}
