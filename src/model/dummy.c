@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/dtype.h"
 #include "core/threadpool.h"
@@ -262,6 +263,16 @@ di_status di_dummy_build(di_dummy *d, const di_config *cfg, const di_dummy_optio
         return di_err_set(err, DI_ERR_LIMIT,
                           "dummy weights: %llu bytes to materialise, over the cap of %llu (materialise fewer blocks)",
                           (unsigned long long)total, (unsigned long long)opt->max_bytes);
+    }
+    /* Overcommit would accept more than the machine holds and the fill would
+     * then be killed by the kernel: refuse with a message instead. */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0 && total > (uint64_t)pages * (uint64_t)page) {
+        di_dummy_free(d);
+        return di_err_set(err, DI_ERR_LIMIT,
+                          "dummy weights: %.1f GB to materialise, more than this machine's %.1f GB of memory "
+                          "(materialise a block range, or none)",
+                          (double)total / 1e9, (double)pages * (double)page / 1e9);
     }
     if (total && (total > SIZE_MAX || posix_memalign(&d->arena, ARENA_ALIGN, (size_t)total))) {
         d->arena = NULL;

@@ -5,32 +5,12 @@
 
 #include "model/config.h"
 #include "model/manifest.h"
+#include "model_fixtures.h"
 #include "test.h"
-
-/* Reads tests/data/<name> from the repository root or a build folder. */
-static char *read_data(const char *name, size_t *n) {
-    const char *dirs[] = {"tests/data", "../tests/data", "../../tests/data"};
-    for (size_t i = 0; i < 3; i++) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s", dirs[i], name);
-        FILE *f = fopen(path, "rb");
-        if (!f) continue;
-        fseek(f, 0, SEEK_END);
-        long sz = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *buf = malloc((size_t)sz + 1);
-        *n = fread(buf, 1, (size_t)sz, f);
-        buf[*n] = 0;
-        fclose(f);
-        return buf;
-    }
-    fprintf(stderr, "missing tests/data/%s\n", name);
-    exit(1);
-}
 
 static di_status parse_data(const char *name, di_config *c, di_err *e) {
     size_t n;
-    char *s = read_data(name, &n);
+    char *s = fixture_read(name, &n);
     di_status st = di_config_parse(s, n, c, e);
     free(s);
     return st;
@@ -100,7 +80,7 @@ static void test_real_roles(void) {
 /* Flat layout: the text_config keys at the top level parse the same. */
 static void test_flat_layout(void) {
     size_t n;
-    char *s = read_data("v41-tiny-config.json", &n);
+    char *s = fixture_read("v41-tiny-config.json", &n);
     cJSON *root = cJSON_Parse(s);
     cJSON *tc = cJSON_DetachItemFromObject(root, "text_config");
     cJSON *it = tc->child;
@@ -125,7 +105,7 @@ static void test_flat_layout(void) {
  * level when top != 0), parses, and expects failure mentioning `needle`. */
 static void expect_bad(int top, const char *key, const char *value_json, const char *needle) {
     size_t n;
-    char *s = read_data("v41-tiny-config.json", &n);
+    char *s = fixture_read("v41-tiny-config.json", &n);
     cJSON *root = cJSON_Parse(s);
     cJSON *obj = top ? root : cJSON_GetObjectItem(root, "text_config");
     const char *dot = strchr(key, '.');
@@ -193,15 +173,11 @@ static void test_errors(void) {
 static void test_manifest_tiny(void) {
     const char *shared = test_shared_dir();
     if (!shared) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
+    char *buf = fixture_golden_index(shared);
+    if (!buf) SKIP("golden v41-tiny index missing");
     char path[4200];
-    snprintf(path, sizeof path, "%s/golden/v41-tiny/model.safetensors.index.json", shared);
-    FILE *f = fopen(path, "rb");
-    if (!f) SKIP("%s missing", path);
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
     cJSON *idx = cJSON_Parse(buf);
+    free(buf);
     cJSON *map = cJSON_GetObjectItem(idx, "weight_map");
     double total = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(idx, "metadata"), "total_size"));
     di_config c;

@@ -10,19 +10,8 @@
 #include "deepinfer.h"
 #include "model/default_model.h"
 #include "model/dummy.h"
+#include "model_fixtures.h"
 #include "test.h"
-
-static int load(const char *name, di_config *c) {
-    const char *dirs[] = {"tests/data", "../tests/data", "../../tests/data"};
-    di_err e = {0};
-    for (int i = 0; i < 3; i++) {
-        char p[256];
-        snprintf(p, sizeof p, "%s/%s", dirs[i], name);
-        if (di_config_load(p, c, &e) == DI_OK) return 1;
-    }
-    fprintf(stderr, "cannot load %s: %s\n", name, e.msg);
-    return 0;
-}
 
 static di_config tiny, real;
 
@@ -206,6 +195,12 @@ static void test_real_lazy(void) {
     CHECK_STR_CONTAINS(e.msg, "cap");
     o.block_end = 99;
     CHECK(di_dummy_build(&d, &real, &o, &e) == DI_ERR_INVALID_ARG);
+    /* the whole real model (510 GB) is refused up front, not left to the OOM killer */
+    if ((double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) < 400e9) {
+        di_dummy_options_default(&o);
+        CHECK(di_dummy_build(&d, &real, &o, &e) == DI_ERR_LIMIT);
+        CHECK_STR_CONTAINS(e.msg, "memory");
+    }
 }
 
 static long file_bytes(const char *path, unsigned char **out) {
@@ -320,7 +315,7 @@ static void test_default_model(void) {
 }
 
 int main(void) {
-    if (!load("v41-tiny-config.json", &tiny) || !load("v41-flash-config.json", &real)) return 1;
+    if (!fixture_config("v41-tiny-config.json", &tiny) || !fixture_config("v41-flash-config.json", &real)) return 1;
     RUN(test_determinism);
     RUN(test_fill_slices);
     RUN(test_binds);

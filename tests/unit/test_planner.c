@@ -4,19 +4,8 @@
 #include <stdint.h>
 
 #include "model/planner.h"
+#include "model_fixtures.h"
 #include "test.h"
-
-static int load(const char *name, di_config *c) {
-    const char *dirs[] = {"tests/data", "../tests/data", "../../tests/data"};
-    di_err e = {0};
-    for (int i = 0; i < 3; i++) {
-        char p[256];
-        snprintf(p, sizeof p, "%s/%s", dirs[i], name);
-        if (di_config_load(p, c, &e) == DI_OK) return 1;
-    }
-    fprintf(stderr, "cannot load %s: %s\n", name, e.msg);
-    return 0;
-}
 
 static di_config tiny, real;
 
@@ -79,15 +68,10 @@ static void test_devices(void) {
 static void test_tiny_matches_golden(void) {
     const char *shared = test_shared_dir();
     if (!shared) SKIP("../shared not found");
-    char path[4200];
-    snprintf(path, sizeof path, "%s/golden/v41-tiny/model.safetensors.index.json", shared);
-    FILE *f = fopen(path, "rb");
-    if (!f) SKIP("%s missing", path);
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
+    char *buf = fixture_golden_index(shared);
+    if (!buf) SKIP("golden v41-tiny index missing");
     cJSON *idx = cJSON_Parse(buf);
+    free(buf);
     double total = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(idx, "metadata"), "total_size"));
     cJSON_Delete(idx);
     di_plan p;
@@ -124,7 +108,7 @@ static void test_render(void) {
 }
 
 int main(void) {
-    if (!load("v41-tiny-config.json", &tiny) || !load("v41-flash-config.json", &real)) return 1;
+    if (!fixture_config("v41-tiny-config.json", &tiny) || !fixture_config("v41-flash-config.json", &real)) return 1;
     RUN(test_real_figures);
     RUN(test_devices);
     RUN(test_tiny_matches_golden);
