@@ -102,23 +102,32 @@ static void real_params(const di_manifest_entry *e, float *mean, float *std) {
     }
 }
 
-/* One byte-sized element (FP8 / FP4 / scale tables). */
-static inline uint8_t byte_elem(const di_manifest_entry *e, uint64_t key, uint8_t scale, uint64_t i) {
-    uint8_t rb = (uint8_t)(draw(key, i >> 3) >> (8 * (i & 7)));
+/* Scales vary per tile / group by a factor 2^{-1, 0, +1} (probabilities 1/4,
+ * 1/2, 1/4), so kernels that index the wrong scale give wrong results; the
+ * tensor's base exponent absorbs the jitter's RMS, 2^(½·log2(1.5625)). */
+#define SCALE_JITTER_RMS 1.25
+
+static inline uint8_t jitter(uint8_t base, uint8_t rb) {
+    static const int8_t d[4] = {-1, 0, 0, 1};
+    return (uint8_t)(base + d[rb & 3]);
+}
+
+/* One byte-sized element (FP8 / FP4 codes, scales) from its random byte. */
+static inline uint8_t code_of(const di_manifest_entry *e, uint8_t scale, uint8_t rb) {
     switch (e->role) {
     case DI_TR_FP4_WEIGHT: return fp4_pair[rb];
     case DI_TR_FP8_SCALE:
     case DI_TR_FP4_SCALE:
-    case DI_TR_ENGRAM_SCALE: return scale;
+    case DI_TR_ENGRAM_SCALE: return jitter(scale, rb);
     default: return fp8_code[rb];
     }
 }
 
 static uint8_t entry_scale(const di_manifest_entry *e) {
     switch (e->role) {
-    case DI_TR_FP8_SCALE: return scale_byte(fan_in_std(e), fp8_std);
-    case DI_TR_FP4_SCALE: return scale_byte(fan_in_std(e), fp4_std);
-    case DI_TR_ENGRAM_SCALE: return scale_byte(1.0, fp8_std);
+    case DI_TR_FP8_SCALE: return scale_byte(fan_in_std(e) / SCALE_JITTER_RMS, fp8_std);
+    case DI_TR_FP4_SCALE: return scale_byte(fan_in_std(e) / SCALE_JITTER_RMS, fp4_std);
+    case DI_TR_ENGRAM_SCALE: return scale_byte(1.0 / SCALE_JITTER_RMS, fp8_std);
     default: return 0;
     }
 }
@@ -131,23 +140,13 @@ void di_dummy_fill(uint64_t seed, const di_manifest_entry *e, uint64_t offset, v
     if (es == 1) {
         uint8_t sc = entry_scale(e);
         uint64_t i = offset;
-        /* whole 8-byte groups share one draw */
-        while (n && (i & 7)) *out++ = byte_elem(e, key, sc, i++), n--;
-        if (e->role == DI_TR_FP8_WEIGHT || e->role == DI_TR_ENGRAM_TABLE) {
-            for (; n >= 8; n -= 8, i += 8, out += 8) {
-                uint64_t h = draw(key, i >> 3);
-                for (int k = 0; k < 8; k++) out[k] = fp8_code[(uint8_t)(h >> (8 * k))];
-            }
-        } else if (e->role == DI_TR_FP4_WEIGHT) {
-            for (; n >= 8; n -= 8, i += 8, out += 8) {
-                uint64_t h = draw(key, i >> 3);
-                for (int k = 0; k < 8; k++) out[k] = fp4_pair[(uint8_t)(h >> (8 * k))];
-            }
-        } else { /* scales: one constant per tensor */
-            memset(out, sc, n);
-            return;
+        /* each draw gives the random bytes of 8 consecutive elements */
+        for (; n && (i & 7); n--, i++) *out++ = code_of(e, sc, (uint8_t)(draw(key, i >> 3) >> (8 * (i & 7))));
+        for (; n >= 8; n -= 8, i += 8, out += 8) {
+            uint64_t h = draw(key, i >> 3);
+            for (int k = 0; k < 8; k++) out[k] = code_of(e, sc, (uint8_t)(h >> (8 * k)));
         }
-        while (n) *out++ = byte_elem(e, key, sc, i++), n--;
+        for (; n; n--, i++) *out++ = code_of(e, sc, (uint8_t)(draw(key, i >> 3) >> (8 * (i & 7))));
         return;
     }
     float mean, std;

@@ -7,9 +7,10 @@
  * is how a 510 GB config is used on a small machine: materialise a range of
  * blocks, or none, and fill the rest when needed.
  *
- * Values are chosen so a random network stays calm: FP8/FP4 weights with one
- * power-of-two scale per tensor such that the effective weight std is about
- * 1/sqrt(fan_in); BF16 Linears N(0, 1/fan_in); norms and Engram q/k weights
+ * Values are chosen so a random network stays calm: FP8/FP4 weights whose
+ * power-of-two scales (one per 32x32 tile / 32 inputs) vary by 2^{-1,0,+1}
+ * around a per-tensor base such that the effective weight std is about
+ * 1/sqrt(fan_in) (within the factor sqrt(2) of a power-of-two base); BF16 Linears N(0, 1/fan_in); norms and Engram q/k weights
  * 1 + N(0, 0.02²); mHC projections small (std 0.1/sqrt(fan_in)), bases
  * N(0, 0.1²), scales ~1; router bias N(0, 0.01²); attention sinks N(0, 1);
  * embeddings and Engram rows N(0, 1). */

@@ -123,8 +123,8 @@ static void bf16_stats(const di_tensor *t, double *mean, double *std) {
     *std = sqrt(s2 / (double)n - *mean * *mean);
 }
 
-/* Effective weight std within a factor sqrt(2) of 1/sqrt(fan_in) (one
- * power-of-two scale per tensor), norms ~1. */
+/* Effective weight std within a factor sqrt(2) of 1/sqrt(fan_in) (a
+ * power-of-two base per tensor), norms ~1. */
 static void test_distributions(void) {
     di_dummy a;
     build(&a, 3, 0);
@@ -139,6 +139,14 @@ static void test_distributions(void) {
     want = 1 / sqrt(32.0);
     s = fp4_std(&b->ffn.experts[1].w2);
     CHECKF(s > want / 1.42 && s < want * 1.42, "w2 std %g want %g", s, want);
+    /* scales vary per group, by one binade either way */
+    const uint8_t *sc4 = b->ffn.experts[1].w1.scale.data;
+    int lo = 255, hi = 0;
+    for (int64_t i = 0; i < di_tensor_numel(&b->ffn.experts[1].w1.scale); i++) {
+        if (sc4[i] < lo) lo = sc4[i];
+        if (sc4[i] > hi) hi = sc4[i];
+    }
+    CHECK_EQ_INT(hi - lo, 2);
     double m, sd;
     bf16_stats(&b->attn_norm, &m, &sd);
     CHECKF(fabs(m - 1) < 0.01 && sd < 0.05, "norm mean %g std %g", m, sd);
