@@ -101,7 +101,9 @@ di_status di_plan_compute(const di_config *c, const di_plan_request *req, di_pla
     p->device_margin = (uint64_t)margin;
     double usable = (double)p->device_bytes - margin;
     double need = (double)p->weights_bytes + (double)p->kv_bytes_total;
+    double need_host = need - (double)p->weights_by_part[DI_PART_ENGRAM];
     p->devices_needed = usable > 0 ? (uint32_t)fmin(ceil(need / usable), 4294967295.0) : 0;
+    p->devices_needed_engram_on_host = usable > 0 ? (uint32_t)fmin(ceil(need_host / usable), 4294967295.0) : 0;
     return DI_OK;
 }
 
@@ -148,6 +150,7 @@ static cJSON *plan_json(const di_config *c, const di_plan *p) {
     cJSON_AddNumberToObject(dv, "device_bytes", (double)p->device_bytes);
     cJSON_AddNumberToObject(dv, "margin_bytes_per_device", (double)p->device_margin);
     cJSON_AddNumberToObject(dv, "needed", p->devices_needed);
+    cJSON_AddNumberToObject(dv, "needed_engram_tables_on_host", p->devices_needed_engram_on_host);
     return o;
 }
 
@@ -196,9 +199,12 @@ static char *plan_text(const di_config *c, const di_plan *p) {
     OUT("context %llu tokens x batch %u (%s KV): %s\n", (unsigned long long)p->req.context, p->req.batch,
         di_kv_format_name(p->req.kv_format), h);
     human(h, sizeof h, (double)p->device_margin);
-    if (p->devices_needed)
+    if (p->devices_needed) {
         OUT("devices of %.1f GiB needed: %u (reserving %s per device for activations and workspace)\n",
             p->req.device_gib, p->devices_needed, h);
+        if (p->weights_by_part[DI_PART_ENGRAM])
+            OUT("  with the Engram tables in host memory: %u\n", p->devices_needed_engram_on_host);
+    }
     else OUT("devices of %.1f GiB cannot hold the %s reserve\n", p->req.device_gib, h);
 #undef OUT
     if (k >= cap) s[cap - 1] = 0;

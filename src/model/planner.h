@@ -72,6 +72,9 @@ typedef struct di_plan {
     uint64_t device_bytes;
     uint64_t device_margin;     /* reserved per device for activations and workspace */
     uint32_t devices_needed;    /* 0 when a single device cannot even hold its margin */
+    /* The same with the Engram tables in host memory: a token reads only
+     * (N-1)·Ne rows of each, so they need not occupy device memory. */
+    uint32_t devices_needed_engram_on_host;
 } di_plan;
 
 /* Plans cfg for req (NULL = defaults). */

@@ -53,6 +53,8 @@ static void test_devices(void) {
         double usable = (double)p.device_bytes - (double)p.device_margin;
         double need = (double)p.weights_bytes + (double)p.kv_bytes_total;
         CHECK(p.devices_needed * usable >= need && (p.devices_needed - 1) * usable < need);
+        need -= (double)p.weights_by_part[DI_PART_ENGRAM];
+        CHECK(p.devices_needed_engram_on_host * usable >= need && (p.devices_needed_engram_on_host - 1) * usable < need);
         CHECK(p.devices_needed >= prev);
         prev = p.devices_needed;
     }
