@@ -11,6 +11,9 @@
 
 /* Largest config.json we accept: the real one is 4 KB. */
 #define CFG_MAX_FILE_BYTES (16u << 20)
+/* Routed experts per layer. The real model has 384; the cap keeps the tensor
+ * list of any accepted config (6 tensors per expert per block) in memory. */
+#define CFG_MAX_EXPERTS 2048
 
 /* Keys are looked up in `text_config` first, then at the top level, so both
  * the HF layout and a flat text-only file work. Messages name the key with
@@ -297,7 +300,7 @@ static di_status parse_doc(const cJSON *root, di_config *c, di_err *err) {
     TRY(get_int(&r, "max_position_embeddings", 0, 1 << 20, 1, (int64_t)1 << 40, &c->max_position));
     TRY(get_num(&r, "rope_theta", 0, 10000, 1, 1e12, &c->rope_theta));
     TRY(parse_rope_scaling(&r, c));
-    TRY(get_i(&r, "n_routed_experts", 1, 0, 1, 1 << 16, &c->n_routed_experts));
+    TRY(get_i(&r, "n_routed_experts", 1, 0, 1, CFG_MAX_EXPERTS, &c->n_routed_experts));
     TRY(get_i(&r, "n_shared_experts", 0, 1, 1, 1, &c->n_shared_experts));
     TRY(get_i(&r, "num_experts_per_tok", 1, 0, 1, c->n_routed_experts, &c->n_active_experts));
     TRY(get_bool(&r, "norm_topk_prob", 1, &c->norm_topk_prob));
@@ -363,7 +366,7 @@ static di_status parse_doc(const cJSON *root, di_config *c, di_err *err) {
         for (int i = 0; i < n; i++) c->dspark_taps[i] = (int)buf[i];
         TRY(get_int(&r, "dspark_markov_rank", 0, 256, 1, 1 << 16, &c->dspark_markov_rank));
         /* 0 / absent means "same as the backbone", as in the reference. */
-        TRY(get_i(&r, "dspark_n_routed_experts", 0, 0, 0, 1 << 16, &c->dspark_n_experts));
+        TRY(get_i(&r, "dspark_n_routed_experts", 0, 0, 0, CFG_MAX_EXPERTS, &c->dspark_n_experts));
         if (!c->dspark_n_experts) c->dspark_n_experts = c->n_routed_experts;
         TRY(get_i(&r, "dspark_num_experts_per_tok", 0, 0, 0, c->dspark_n_experts, &c->dspark_n_active));
         if (!c->dspark_n_active) c->dspark_n_active = c->n_active_experts;

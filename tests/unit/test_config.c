@@ -149,6 +149,7 @@ static void test_errors(void) {
     expect_bad(0, "dspark_target_layer_ids", "[9,10,99]", "dspark_target_layer_ids[2]");
     expect_bad(0, "candidate_source_layer_id", "7", "not in index_source_layer_ids");
     expect_bad(0, "o_groups", "3", "o_groups");
+    expect_bad(0, "n_routed_experts", "100000", "[1, 2048]");
     expect_bad(0, "num_key_value_heads", "2", "num_key_value_heads");
     expect_bad(0, "qk_rope_head_dim", "15", "qk_rope_head_dim");
     expect_bad(0, "rope_scaling", "{\"rope_type\":\"linear\",\"factor\":2}", "yarn");
