@@ -81,7 +81,8 @@ static void tables_init(void) {
 static uint8_t scale_byte(double want, double code_std) {
     long k = lround(log2(want / code_std));
     long b = 127 + k;
-    return (uint8_t)(b < 1 ? 1 : b > 254 ? 254 : b);
+    /* one binade of room on each side for the jitter; 255 would be NaN */
+    return (uint8_t)(b < 2 ? 2 : b > 253 ? 253 : b);
 }
 
 static double fan_in_std(const di_manifest_entry *e) { return e->fan_in > 0 ? 1.0 / sqrt((double)e->fan_in) : 1.0; }
@@ -104,7 +105,7 @@ static void real_params(const di_manifest_entry *e, float *mean, float *std) {
 
 /* Scales vary per tile / group by a factor 2^{-1, 0, +1} (probabilities 1/4,
  * 1/2, 1/4), so kernels that index the wrong scale give wrong results; the
- * tensor's base exponent absorbs the jitter's RMS, 2^(½·log2(1.5625)). */
+ * tensor's base exponent absorbs the RMS of that factor, sqrt(1.5625). */
 #define SCALE_JITTER_RMS 1.25
 
 static inline uint8_t jitter(uint8_t base, uint8_t rb) {
