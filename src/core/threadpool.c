@@ -13,7 +13,7 @@
 
 #include "core/cpu_features.h"
 
-#define SPIN_ITERS 20000
+#define SPIN_ITERS 4000
 
 typedef struct worker {
     di_threadpool *tp;

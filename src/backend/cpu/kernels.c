@@ -34,6 +34,10 @@ float di_act_scale_fp8(const float *x32) {
         float a = x32[i] < 0 ? -x32[i] : x32[i];
         if (a > amax) amax = a;
     }
+    return di_act_scale_fp8_amax(amax);
+}
+
+float di_act_scale_fp8_amax(float amax) {
     if (amax < 1e-4f) amax = 1e-4f;
     /* The reference multiplies by the fp32 reciprocal of 448, then takes
      * ceil(log2) from the exponent bits: exponent, plus one when any mantissa

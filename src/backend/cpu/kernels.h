@@ -108,8 +108,10 @@ void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int6
  * (E4M3 NaN codes give NaN, E8M0 0xFF gives NaN). Built on first use. */
 const float *di_cpu_e4m3_table(void); /* [256] */
 const float *di_cpu_e8m0_table(void); /* [256] */
-/* The FP8 block scale s of 32 values (see di_act_quant_fp8). */
+/* The FP8 block scale s of 32 values (see di_act_quant_fp8), and the same
+ * from their max |x| (before the 1e-4 floor). */
 float di_act_scale_fp8(const float *x32);
+float di_act_scale_fp8_amax(float amax);
 
 /* Forces the scalar path (1) or restores run-time selection (0). Tests
  * compare the AVX2 path against it. Process-wide; set it before running

@@ -517,10 +517,67 @@ void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int6
     run(&j, NULL, x, tp);
 }
 
-void di_act_quant_fp8_avx2(const float *x, int64_t M, int64_t K, uint8_t *q, float *s) {
-    di_act_quant_fp8_scalar(x, M, K, q, s);
+/* ---- FP8 activation quantization ---- */
+
+/* Quantizes one 32-block: the block scale from the vector max, then the same
+ * RNE rounding as di_f32_to_e4m3 on |x/s| <= 448 — normal results by adding
+ * the rounding bias to the fp32 bits, subnormal ones (below 2^-6) by rounding
+ * |x/s|·2^9 to an integer. Returns the scale; codes -> q (if q), exact
+ * dequantized values -> out (if out). */
+static AVX2 float quant_block(const float *x, uint8_t *q, float *out) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 v[4], mx = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        mx = _mm256_max_ps(_mm256_and_ps(v[i], absmask), mx); /* NaN ignored */
+    }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+    const float s = di_act_scale_fp8_amax(_mm_cvtss_f32(m4));
+    /* x / s == x · (1/s) exactly: s is a power of two in [2^-22, 2^121] */
+    const __m256 inv = _mm256_set1_ps(1.0f / s), sv = _mm256_set1_ps(s);
+    const __m256 lim = _mm256_set1_ps(448.0f), tiny = _mm256_set1_ps(0x1p-6f);
+    const __m256i bias = _mm256_set1_epi32((int)(0x7ffffu - (120u << 23))), one = _mm256_set1_epi32(1);
+    const __m256i keep = _mm256_set1_epi32((int)0xfff00000u);
+    __m256i code[4];
+    for (int i = 0; i < 4; i++) {
+        __m256 y = _mm256_mul_ps(v[i], inv);
+        __m256 sign = _mm256_andnot_ps(absmask, y);
+        __m256 a = _mm256_min_ps(_mm256_and_ps(y, absmask), lim);
+        __m256i ab = _mm256_castps_si256(a);
+        /* normal: round the fp32 bits at bit 20, ties to even */
+        __m256i rb = _mm256_add_epi32(_mm256_add_epi32(ab, _mm256_set1_epi32(0x7ffff)),
+                                      _mm256_and_si256(_mm256_srli_epi32(ab, 20), one));
+        __m256i cn = _mm256_srli_epi32(_mm256_add_epi32(ab, _mm256_add_epi32(bias,
+                                       _mm256_and_si256(_mm256_srli_epi32(ab, 20), one))), 20);
+        __m256 vn = _mm256_castsi256_ps(_mm256_and_si256(rb, keep));
+        /* subnormal: multiples of 2^-9 */
+        __m256i cs = _mm256_cvtps_epi32(_mm256_mul_ps(a, _mm256_set1_ps(512.0f)));
+        __m256 vs = _mm256_mul_ps(_mm256_cvtepi32_ps(cs), _mm256_set1_ps(0x1p-9f));
+        __m256 is_sub = _mm256_cmp_ps(a, tiny, _CMP_LT_OQ);
+        __m256i c = _mm256_blendv_epi8(cn, cs, _mm256_castps_si256(is_sub));
+        code[i] = _mm256_or_si256(c, _mm256_srli_epi32(_mm256_castps_si256(sign), 24));
+        if (out) {
+            __m256 val = _mm256_or_ps(_mm256_blendv_ps(vn, vs, is_sub), sign);
+            _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(val, sv));
+        }
+    }
+    if (q) {
+        __m256i w01 = _mm256_packs_epi32(code[0], code[1]), w23 = _mm256_packs_epi32(code[2], code[3]);
+        __m256i b = _mm256_packus_epi16(w01, w23);
+        b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)q, b);
+    }
+    return s;
 }
 
-void di_act_qdq_fp8_avx2(const float *x, int64_t n, float *out) { di_act_qdq_fp8_scalar(x, n, out); }
+void di_act_quant_fp8_avx2(const float *x, int64_t M, int64_t K, uint8_t *q, float *s) {
+    for (int64_t b = 0; b < M * (K / 32); b++) s[b] = quant_block(x + b * 32, q + b * 32, NULL);
+}
+
+void di_act_qdq_fp8_avx2(const float *x, int64_t n, float *out) {
+    for (int64_t b = 0; b < n; b += 32) quant_block(x + b, NULL, out + b);
+}
 
 #endif
