@@ -5,69 +5,82 @@
 #include <string.h>
 
 #define NO_RANK UINT32_MAX
-#define LINEAR_MAX 48 /* words up to this many bytes use the linear scan */
+#define LINEAR_MAX 24 /* words up to this many bytes use the linear scan */
 
-static inline size_t pair_slot(uint64_t key, size_t mask) {
-    key ^= key >> 29;
-    key *= 0x9E3779B97F4A7C15ull;
-    return (size_t)(key >> 17) & mask;
-}
+#define EMPTY UINT64_MAX
 
 static inline uint64_t pair_key(int32_t a, int32_t b) {
-    return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
+    return ((uint64_t)(uint32_t)a << 20) | (uint32_t)b; /* 40 bits */
+}
+
+static inline size_t pair_slot(uint64_t key, size_t mask) {
+    key *= 0x9E3779B97F4A7C15ull;
+    return (size_t)(key >> 24) & mask;
 }
 
 di_status di_bpe_init(di_bpe *bpe, size_t n_merges, di_err *err) {
     memset(bpe, 0, sizeof *bpe);
     for (int i = 0; i < 256; i++) bpe->byte_id[i] = -1;
+    if (n_merges > DI_BPE_MAX_MERGES)
+        return di_err_set(err, DI_ERR_LIMIT, "%zu merges: at most %d are supported", n_merges,
+                          DI_BPE_MAX_MERGES);
     size_t cap = 64;
-    while (cap < n_merges * 2 + 1) cap *= 2;
-    bpe->keys = malloc(cap * sizeof *bpe->keys);
-    bpe->rank = malloc(cap * sizeof *bpe->rank);
-    bpe->merged = malloc(cap * sizeof *bpe->merged);
-    if (!bpe->keys || !bpe->rank || !bpe->merged) {
+    while (cap < n_merges + n_merges / 3 + 1) cap *= 2;
+    bpe->slots = malloc(cap * sizeof *bpe->slots);
+    bpe->merged = malloc((n_merges ? n_merges : 1) * sizeof *bpe->merged);
+    if (!bpe->slots || !bpe->merged) {
         di_bpe_free(bpe);
         return di_err_set(err, DI_ERR_NOMEM, "BPE merge table of %zu merges: out of memory",
                           n_merges);
     }
-    memset(bpe->keys, 0xFF, cap * sizeof *bpe->keys);
+    memset(bpe->slots, 0xFF, cap * sizeof *bpe->slots);
     bpe->cap = cap;
+    bpe->n_ranks = n_merges;
     return DI_OK;
 }
 
 void di_bpe_free(di_bpe *bpe) {
-    free(bpe->keys);
-    free(bpe->rank);
+    free(bpe->slots);
     free(bpe->merged);
-    bpe->keys = NULL;
-    bpe->rank = NULL;
+    free(bpe->byte_pairs);
+    bpe->slots = NULL;
     bpe->merged = NULL;
-    bpe->cap = bpe->count = 0;
+    bpe->byte_pairs = NULL;
+    bpe->cap = bpe->n_ranks = 0;
 }
 
 void di_bpe_add(di_bpe *bpe, int32_t left, int32_t right, int32_t merged, uint32_t rank) {
     uint64_t key = pair_key(left, right);
     size_t mask = bpe->cap - 1, s = pair_slot(key, mask);
-    while (bpe->keys[s] != UINT64_MAX && bpe->keys[s] != key) s = (s + 1) & mask;
-    if (bpe->keys[s] == UINT64_MAX) bpe->count++;
-    bpe->keys[s] = key;
-    bpe->rank[s] = rank;
-    bpe->merged[s] = merged;
+    while (bpe->slots[s] != EMPTY && (bpe->slots[s] >> 24) != key) s = (s + 1) & mask;
+    bpe->slots[s] = key << 24 | rank;
+    bpe->merged[rank] = merged;
 }
 
-/* Rank of merging (a, b), NO_RANK when no merge exists; *merged gets the id. */
-static inline uint32_t pair_rank(const di_bpe *bpe, int32_t a, int32_t b, int32_t *merged) {
+/* Rank of merging (a, b), NO_RANK when no merge exists. */
+static inline uint32_t pair_rank(const di_bpe *bpe, int32_t a, int32_t b) {
     uint64_t key = pair_key(a, b);
     size_t mask = bpe->cap - 1, s = pair_slot(key, mask);
     for (;;) {
-        uint64_t k = bpe->keys[s];
-        if (k == key) {
-            *merged = bpe->merged[s];
-            return bpe->rank[s];
-        }
-        if (k == UINT64_MAX) return NO_RANK;
+        uint64_t v = bpe->slots[s];
+        if ((v >> 24) == key) return (uint32_t)(v & 0xFFFFFF);
+        if (v == EMPTY) return NO_RANK;
         s = (s + 1) & mask;
     }
+}
+
+di_status di_bpe_finish(di_bpe *bpe, di_err *err) {
+    bpe->byte_pairs = malloc(256 * 256 * sizeof *bpe->byte_pairs);
+    if (!bpe->byte_pairs) return di_err_set(err, DI_ERR_NOMEM, "BPE byte pairs: out of memory");
+    for (int x = 0; x < 256; x++)
+        for (int y = 0; y < 256; y++) {
+            di_bpe_pair *p = &bpe->byte_pairs[x * 256 + y];
+            p->rank = bpe->byte_id[x] < 0 || bpe->byte_id[y] < 0
+                          ? NO_RANK
+                          : pair_rank(bpe, bpe->byte_id[x], bpe->byte_id[y]);
+            p->merged = p->rank == NO_RANK ? -1 : bpe->merged[p->rank];
+        }
+    return DI_OK;
 }
 
 void di_bpe_scratch_free(di_bpe_scratch *s) {
@@ -76,22 +89,22 @@ void di_bpe_scratch_free(di_bpe_scratch *s) {
     s->cap = 0;
 }
 
-static size_t merge_linear(const di_bpe *bpe, int32_t *ids, size_t m) {
+static size_t merge_linear(const di_bpe *bpe, int32_t *ids, const uint8_t *kb, size_t m) {
     uint32_t ranks[LINEAR_MAX];
-    int32_t news[LINEAR_MAX];
-    for (size_t k = 0; k + 1 < m; k++) ranks[k] = pair_rank(bpe, ids[k], ids[k + 1], &news[k]);
+    for (size_t k = 0; k + 1 < m; k++) ranks[k] = bpe->byte_pairs[kb[k] * 256 + kb[k + 1]].rank;
     while (m > 1) {
         size_t best = 0;
         for (size_t k = 1; k + 1 < m; k++)
             if (ranks[k] < ranks[best]) best = k;
         if (ranks[best] == NO_RANK) break;
-        ids[best] = news[best];
-        memmove(ids + best + 1, ids + best + 2, (m - best - 2) * sizeof *ids);
-        memmove(ranks + best, ranks + best + 1, (m - best - 2) * sizeof *ranks);
-        memmove(news + best, news + best + 1, (m - best - 2) * sizeof *news);
+        ids[best] = bpe->merged[ranks[best]];
+        for (size_t k = best + 1; k + 1 < m; k++) {
+            ids[k] = ids[k + 1];
+            ranks[k - 1] = ranks[k];
+        }
         m--;
-        if (best + 1 < m) ranks[best] = pair_rank(bpe, ids[best], ids[best + 1], &news[best]);
-        if (best > 0) ranks[best - 1] = pair_rank(bpe, ids[best - 1], ids[best], &news[best - 1]);
+        if (best + 1 < m) ranks[best] = pair_rank(bpe, ids[best], ids[best + 1]);
+        if (best > 0) ranks[best - 1] = pair_rank(bpe, ids[best - 1], ids[best]);
     }
     return m;
 }
@@ -100,7 +113,6 @@ static size_t merge_linear(const di_bpe *bpe, int32_t *ids, size_t m) {
 typedef struct cand {
     uint32_t rank;
     uint32_t pos;
-    int32_t merged;
 } cand;
 
 static inline int cand_less(const cand *a, const cand *b) {
@@ -135,8 +147,11 @@ static cand heap_pop(cand *h, size_t *n) {
 
 /* The same merge order with a heap over a linked list of symbols: a popped
  * candidate is used only if its left symbol is alive, has a right neighbour,
- * and that pair still merges into the candidate's token. */
-static size_t merge_heap(const di_bpe *bpe, int32_t *ids, size_t m, di_bpe_scratch *sc) {
+ * and that pair still has the candidate's rank. (HF compares the merged ids;
+ * for a fixed left position the two tests agree, because symbols only grow:
+ * an equal merged token over the same span implies the same pair.) */
+static size_t merge_heap(const di_bpe *bpe, int32_t *ids, const uint8_t *kb, size_t m,
+                         di_bpe_scratch *sc) {
     /* Each merge pushes at most two candidates: m - 1 initial + 2 (m - 1). */
     size_t need = m * (2 * sizeof(int32_t)) + 3 * m * sizeof(cand);
     if (sc->cap < need) {
@@ -153,25 +168,25 @@ static size_t merge_heap(const di_bpe *bpe, int32_t *ids, size_t m, di_bpe_scrat
         next[k] = k + 1 < m ? (int32_t)k + 1 : -1;
     }
     for (size_t k = 0; k + 1 < m; k++) {
-        int32_t mg;
-        uint32_t r = pair_rank(bpe, ids[k], ids[k + 1], &mg);
-        if (r != NO_RANK) heap_push(heap, &nh, (cand){r, (uint32_t)k, mg});
+        uint32_t r = bpe->byte_pairs[kb[k] * 256 + kb[k + 1]].rank;
+        if (r != NO_RANK) heap_push(heap, &nh, (cand){r, (uint32_t)k});
     }
     while (nh) {
         cand c = heap_pop(heap, &nh);
         size_t pos = c.pos;
         if (ids[pos] < 0 || next[pos] < 0) continue;
-        int32_t right = next[pos], mg;
-        if (pair_rank(bpe, ids[pos], ids[right], &mg) == NO_RANK || mg != c.merged) continue;
+        int32_t right = next[pos];
+        if (pair_rank(bpe, ids[pos], ids[right]) != c.rank) continue;
+        int32_t mg = bpe->merged[c.rank];
         ids[pos] = mg;
         ids[right] = -1;
         next[pos] = next[right];
         if (next[pos] >= 0) prev[next[pos]] = (int32_t)pos;
         uint32_t r;
-        if (prev[pos] >= 0 && (r = pair_rank(bpe, ids[prev[pos]], mg, &c.merged)) != NO_RANK)
-            heap_push(heap, &nh, (cand){r, (uint32_t)prev[pos], c.merged});
-        if (next[pos] >= 0 && (r = pair_rank(bpe, mg, ids[next[pos]], &c.merged)) != NO_RANK)
-            heap_push(heap, &nh, (cand){r, (uint32_t)pos, c.merged});
+        if (prev[pos] >= 0 && (r = pair_rank(bpe, ids[prev[pos]], mg)) != NO_RANK)
+            heap_push(heap, &nh, (cand){r, (uint32_t)prev[pos]});
+        if (next[pos] >= 0 && (r = pair_rank(bpe, mg, ids[next[pos]])) != NO_RANK)
+            heap_push(heap, &nh, (cand){r, (uint32_t)pos});
     }
     size_t out = 0;
     for (size_t k = 0; k < m; k++)
@@ -181,11 +196,25 @@ static size_t merge_heap(const di_bpe *bpe, int32_t *ids, size_t m, di_bpe_scrat
 
 size_t di_bpe_word(const di_bpe *bpe, const uint8_t *bytes, size_t n, int32_t *out,
                    di_bpe_scratch *scratch) {
+    /* Bytes without a token are dropped (HF without an unk token); the
+     * common case keeps them all and needs no copy. */
     size_t m = 0;
     for (size_t k = 0; k < n; k++) {
         int32_t id = bpe->byte_id[bytes[k]];
         if (id >= 0) out[m++] = id;
     }
-    if (m < 2) return m;
-    return m <= LINEAR_MAX ? merge_linear(bpe, out, m) : merge_heap(bpe, out, m, scratch);
+    const uint8_t *kb = bytes;
+    uint8_t small[LINEAR_MAX], *kept = NULL;
+    if (m < n) {
+        kept = m <= LINEAR_MAX ? small : malloc(m);
+        if (!kept) return (size_t)-1;
+        for (size_t k = 0, j = 0; k < n; k++)
+            if (bpe->byte_id[bytes[k]] >= 0) kept[j++] = bytes[k];
+        kb = kept;
+    }
+    size_t r = m < 2 ? m
+               : m <= LINEAR_MAX ? merge_linear(bpe, out, kb, m)
+                                 : merge_heap(bpe, out, kb, m, scratch);
+    if (kept != small) free(kept);
+    return r;
 }

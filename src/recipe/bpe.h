@@ -11,22 +11,39 @@
 
 #include "core/error.h"
 
+/* Largest token id and merge count the packed merge table can hold. */
+#define DI_BPE_MAX_ID ((1 << 20) - 2)
+#define DI_BPE_MAX_MERGES (1 << 24)
+
+/* Merge of two single-byte tokens, looked up by the two bytes. */
+typedef struct di_bpe_pair {
+    uint32_t rank;   /* UINT32_MAX = no merge */
+    int32_t merged;
+} di_bpe_pair;
+
 typedef struct di_bpe {
-    int32_t byte_id[256]; /* [256] id of the single-byte token, -1 when absent */
-    uint64_t *keys;       /* [cap] (left << 32 | right); UINT64_MAX = empty slot */
-    uint32_t *rank;       /* [cap] merge rank (its index in the merges list) */
-    int32_t *merged;      /* [cap] id of the merged token */
-    size_t cap;           /* power of two */
-    size_t count;
+    int32_t byte_id[256];    /* [256] id of the single-byte token, -1 when absent */
+    uint64_t *slots;         /* [cap] open addressing: left (20 bits) | right (20) | rank (24);
+                                8 bytes a slot keep the table at 2 MiB for 128k merges */
+    int32_t *merged;         /* [n_ranks] id each merge produces, by rank */
+    size_t cap;              /* power of two */
+    size_t n_ranks;
+    di_bpe_pair *byte_pairs; /* [256 * 256] the first merges of every word: a dense
+                                table (512 KiB) instead of one hash probe each */
 } di_bpe;
 
-/* Sizes the merge table for n_merges entries; byte_id starts all -1. */
+/* Sizes the merge table for n_merges entries (<= DI_BPE_MAX_MERGES); byte_id
+ * starts all -1. */
 di_status di_bpe_init(di_bpe *bpe, size_t n_merges, di_err *err);
 void di_bpe_free(di_bpe *bpe);
 
-/* Adds (left, right) -> merged with the given rank. A pair listed twice keeps
- * the later entry, as HF's loader does. */
+/* Adds (left, right) -> merged (ids <= DI_BPE_MAX_ID) with the given rank
+ * (< n_merges). A pair listed twice keeps the later entry, as HF's loader
+ * does. */
 void di_bpe_add(di_bpe *bpe, int32_t left, int32_t right, int32_t merged, uint32_t rank);
+
+/* Fills byte_pairs once byte_id and every merge are in. */
+di_status di_bpe_finish(di_bpe *bpe, di_err *err);
 
 /* Scratch for long words; reused across calls. */
 typedef struct di_bpe_scratch {

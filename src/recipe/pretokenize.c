@@ -147,18 +147,21 @@ di_status di_pretokenize(const uint8_t *text, size_t n, di_pretok_scratch *sc,
         if (!cls || !off) return di_err_set(err, DI_ERR_NOMEM, "pre-tokenizer: out of memory");
         sc->cap = n;
     }
+    const uint16_t *bmp = di_unicode_bmp_classes();
     size_t nch = 0;
     for (size_t p = 0; p < n;) {
         int32_t cp;
         size_t len;
         if (text[p] < 0x80) {
-            cp = text[p];
-            len = 1;
-        } else if (!(len = di_utf8_decode(text + p, n - p, &cp))) {
+            sc->cls[nch] = bmp[text[p]];
+            sc->off[nch++] = (uint32_t)p++;
+            continue;
+        }
+        if (!(len = di_utf8_decode(text + p, n - p, &cp))) {
             cp = -1;
             len = 1;
         }
-        sc->cls[nch] = (uint16_t)di_unicode_class(cp);
+        sc->cls[nch] = (uint16_t)(cp >= 0 && cp < 0x10000 ? bmp[cp] : di_unicode_class(cp));
         sc->off[nch++] = (uint32_t)p;
         p += len;
     }

@@ -63,8 +63,16 @@ static inline uint64_t hash_bytes(const uint8_t *p, size_t n) {
         p += 8;
         n -= 8;
     }
+    /* The 0-7 byte tail without a variable-length memcpy call. */
     uint64_t v = 0;
-    memcpy(&v, p, n);
+    if (n >= 4) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + n - 4, 4);
+        v = (uint64_t)lo << 32 | hi;
+    } else {
+        for (size_t i = 0; i < n; i++) v = v << 8 | p[i];
+    }
     h = (h ^ v) * 0xC4CEB9FE1A85EC53ull;
     return h ^ (h >> 29);
 }
@@ -540,8 +548,7 @@ static di_status build_bytes(di_tokenizer *t, di_err *err) {
         int32_t id = di_tokenizer_lookup(t, (const char *)u, n);
         t->bpe.byte_id[b] = id >= 0 && (t->flags[id] & TOK_VOCAB) ? id : -1;
     }
-    (void)err;
-    return DI_OK;
+    return di_bpe_finish(&t->bpe, err);
 }
 
 /* Line and column of byte offset pos in text, for parse errors. */

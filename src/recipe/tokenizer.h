@@ -14,7 +14,7 @@
 #include "recipe/bpe.h"
 
 /* Largest token id accepted from a file (the real vocabularies are ~2^17). */
-#define DI_TOKENIZER_MAX_ID ((1 << 24) - 1)
+#define DI_TOKENIZER_MAX_ID DI_BPE_MAX_ID
 
 enum {
     DI_TOK_PRESENT = 1, /* the id names a token (ids may have holes) */

@@ -221,6 +221,11 @@ static void bmp_init(void) {
         bmp_class[cp] = (uint16_t)(cp < 0x80 ? ascii_class(cp) : class_slow(cp));
 }
 
+const uint16_t *di_unicode_bmp_classes(void) {
+    pthread_once(&bmp_once, bmp_init);
+    return bmp_class;
+}
+
 unsigned di_unicode_class(int32_t cp) {
     if (cp < 0x80) return cp < 0 ? DI_UC_S : ascii_class(cp);
     if (cp < 0x10000) {

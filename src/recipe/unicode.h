@@ -71,7 +71,11 @@ size_t di_utf8_incomplete_tail(const uint8_t *s, size_t n);
 /* Encodes cp (a Unicode scalar value) into out[0..4); returns the length. */
 size_t di_utf8_encode(int32_t cp, uint8_t out[4]);
 
-/* DI_UC_* class bits of a code point. */
+/* DI_UC_* class bits of a code point (-1 = an invalid byte). */
 unsigned di_unicode_class(int32_t cp);
+
+/* The classes of U+0000..U+FFFF, for loops that classify many characters:
+ * bmp[cp] == di_unicode_class(cp). Thread-safe; computed on first use. */
+const uint16_t *di_unicode_bmp_classes(void);
 
 #endif
