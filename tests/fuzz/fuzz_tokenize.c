@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "deepinfer.h"
+#include "io/json_text.h"
 #include "recipe/detokenize.h"
-#include "recipe/unicode.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -30,15 +30,7 @@ static di_tokenizer *tiny(void) {
     return tok;
 }
 
-static int valid_utf8(const uint8_t *s, size_t n) {
-    for (size_t k = 0; k < n;) {
-        int32_t cp;
-        size_t l = di_utf8_decode(s + k, n - k, &cp);
-        if (!l) return 0;
-        k += l;
-    }
-    return 1;
-}
+static int valid_utf8(const uint8_t *s, size_t n) { return di_utf8_valid_prefix(s, n) == n; }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     di_tokenizer *t = tiny();

@@ -8,8 +8,8 @@
 
 #include "deepinfer.h"
 #include "io/safetensors.h"
+#include "io/json_text.h"
 #include "recipe/detokenize.h"
-#include "recipe/unicode.h"
 #include "test.h"
 
 #define TINY "tests/data/tokenizer-v41-tiny.json"
@@ -225,15 +225,7 @@ static void test_roundtrip_bytes(void) {
     di_tokenizer_free(t);
 }
 
-static int valid_utf8(const uint8_t *s, size_t n) {
-    for (size_t k = 0; k < n;) {
-        int32_t cp;
-        size_t l = di_utf8_decode(s + k, n - k, &cp);
-        if (!l) return 0;
-        k += l;
-    }
-    return 1;
-}
+static int valid_utf8(const uint8_t *s, size_t n) { return di_utf8_valid_prefix(s, n) == n; }
 
 static void test_streaming(void) {
     di_tokenizer *t = tiny();
