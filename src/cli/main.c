@@ -17,6 +17,7 @@ static const cli_command commands[] = {
     {"check", cli_check, "validate a checkpoint: every tensor, every byte (--model DIR)"},
     {"info", cli_info, "build, backends and devices"},
     {"tokenize", cli_tokenize, "text -> token ids, ids -> text (--tokenizer FILE --text STR | --file PATH)"},
+    {"dump", cli_dump, "forward-pass outputs of the prompts in an inputs file (--model DIR --inputs F --out F)"},
 };
 
 static void usage(FILE *out) {

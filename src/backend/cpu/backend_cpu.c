@@ -140,8 +140,9 @@ static void mm_range(void *p, int64_t lo, int64_t hi) {
 
 static void cpu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
                        unsigned flags) {
-    di_threadpool *tp = be->impl;
     int64_t K = w->n_in, N = w->n_out;
+    /* waking the pool costs more than a small product */
+    di_threadpool *tp = (double)m * (double)N * (double)K >= 4e6 ? be->impl : NULL;
     int quant = (flags & DI_MM_ACT_FP8) && (w->fmt == DI_WFMT_FP8 || w->fmt == DI_WFMT_FP4);
     if (quant) {
         uint8_t *q = malloc((size_t)(m * K) + 1);

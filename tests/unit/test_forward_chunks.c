@@ -1,0 +1,164 @@
+/* Sequence handling of the forward pass: prefilling a prompt in one chunk or
+ * in chunks of 1, 7 and 64 tokens gives bit-identical logits; a sequence
+ * gives the same logits alone or batched with other sequences at other
+ * positions; rolling back and replaying restores the exact state. Uses the
+ * golden tiny model and the long prompt (523 tokens: the window wraps, the
+ * ratio-2 groups straddle chunk borders, the candidate pool is active). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "golden_util.h"
+#include "test.h"
+
+static gold_model G;
+static int64_t S, V;
+static const int32_t *IDS;
+static float *REF; /* [S, V] one-chunk prefill */
+static int64_t LEN; /* tokens used (DEEPINFER_TEST_QUICK shortens the prompt) */
+
+static int setup(void) {
+    const char *shared = test_shared_dir();
+    if (!shared) return 0;
+    if (gold_open(&G, shared, "v41-tiny")) return -1;
+    IDS = gold_i32(&G, "long.prompt_ids", &S);
+    V = G.cfg.vocab_size;
+    LEN = getenv("DEEPINFER_TEST_QUICK") ? 200 : S;
+    REF = malloc((size_t)(LEN * V) * sizeof(float));
+    di_err err = {0};
+    di_seqstate st;
+    if (di_seqstate_init(&st, &G.lm, S + 16, 8, &err)) return -1;
+    di_fwd_seq q = {&st, IDS, LEN};
+    int rc = di_forward(&G.lm, &q, 1, REF, 1, &err) != DI_OK;
+    di_seqstate_free(&st);
+    return rc ? -1 : 1;
+}
+
+static void check_chunks(int chunk) {
+    di_err err = {0};
+    di_seqstate st;
+    CHECK(di_seqstate_init(&st, &G.lm, S + 16, 8, &err) == DI_OK);
+    float *lg = malloc((size_t)(LEN * V) * sizeof(float));
+    for (int64_t t = 0; t < LEN; t += chunk) {
+        int64_t n = LEN - t < chunk ? LEN - t : chunk;
+        di_fwd_seq q = {&st, IDS + t, n};
+        CHECK(di_forward(&G.lm, &q, 1, lg + t * V, 1, &err) == DI_OK);
+    }
+    int64_t diff = 0;
+    for (int64_t i = 0; i < LEN * V; i++) diff += lg[i] != REF[i];
+    CHECKF(diff == 0, "chunks of %d: %lld logits differ from the one-chunk prefill", chunk, (long long)diff);
+    free(lg);
+    di_seqstate_free(&st);
+}
+
+static void test_chunks(void) {
+    if (!REF) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
+    check_chunks(64);
+    check_chunks(7);
+    check_chunks(1);
+}
+
+/* Sequence A (short prompt then decode) batched with B (the long prompt, in
+ * chunks, at other positions): A's logits equal A alone; B's equal REF. */
+static void test_batch(void) {
+    if (!REF) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
+    di_err err = {0};
+    int64_t sa = 0;
+    const int32_t *a_ids = gold_i32(&G, "short.prompt_ids", &sa);
+    const int32_t *a_dec = gold_i32(&G, "short.decode.input_ids", NULL);
+    di_seqstate a, b, solo;
+    CHECK(di_seqstate_init(&a, &G.lm, S + 16, 0, &err) == DI_OK);
+    CHECK(di_seqstate_init(&b, &G.lm, S + 16, 0, &err) == DI_OK);
+    CHECK(di_seqstate_init(&solo, &G.lm, S + 16, 0, &err) == DI_OK);
+    float *alone = malloc((size_t)((sa + 4) * V) * sizeof(float));
+    float *lg = malloc((size_t)((sa + LEN) * V) * sizeof(float));
+    /* A alone: prefill, then 4 decode steps */
+    di_fwd_seq q = {&solo, a_ids, sa};
+    CHECK(di_forward(&G.lm, &q, 1, alone, 1, &err) == DI_OK);
+    for (int i = 0; i < 4; i++) {
+        di_fwd_seq d = {&solo, a_dec + i, 1};
+        CHECK(di_forward(&G.lm, &d, 1, alone + (sa + i) * V, 1, &err) == DI_OK);
+    }
+    /* B gets a head start of 100 tokens */
+    di_fwd_seq qb = {&b, IDS, 100};
+    CHECK(di_forward(&G.lm, &qb, 1, lg, 1, &err) == DI_OK);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < 100 * V; i++) diff += lg[i] != REF[i];
+    /* batch 1: A's whole prompt with B's next 37 tokens */
+    di_fwd_seq two[2] = {{&a, a_ids, sa}, {&b, IDS + 100, 37}};
+    CHECK(di_forward(&G.lm, two, 2, lg, 1, &err) == DI_OK);
+    int64_t da = 0;
+    for (int64_t i = 0; i < sa * V; i++) da += lg[i] != alone[i];
+    for (int64_t i = 0; i < 37 * V; i++) diff += lg[sa * V + i] != REF[100 * V + i];
+    /* then 4 steps: A decodes one token while B prefills 5 */
+    for (int s = 0; s < 4; s++) {
+        di_fwd_seq pair[2] = {{&b, IDS + 137 + 5 * s, 5}, {&a, a_dec + s, 1}};
+        CHECK(di_forward(&G.lm, pair, 2, lg, 1, &err) == DI_OK);
+        for (int64_t i = 0; i < 5 * V; i++) diff += lg[i] != REF[(137 + 5 * s) * V + i];
+        for (int64_t i = 0; i < V; i++) da += lg[5 * V + i] != alone[(sa + s) * V + i];
+    }
+    CHECKF(da == 0, "%lld logits of A differ between alone and batched", (long long)da);
+    CHECKF(diff == 0, "%lld logits of B differ from the one-chunk prefill", (long long)diff);
+    free(alone);
+    free(lg);
+    di_seqstate_free(&a);
+    di_seqstate_free(&b);
+    di_seqstate_free(&solo);
+}
+
+/* Prefill 150 tokens, feed 5 wrong tokens, roll back 5, continue with the
+ * right ones: the logits equal the straight prefill's. */
+static void test_rollback(void) {
+    if (!REF) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
+    di_err err = {0};
+    di_seqstate st;
+    CHECK(di_seqstate_init(&st, &G.lm, S + 16, 8, &err) == DI_OK);
+    float *lg = malloc((size_t)(32 * V) * sizeof(float));
+    di_fwd_seq q = {&st, IDS, 151};
+    CHECK(di_forward(&G.lm, &q, 1, NULL, 1, &err) == DI_OK);
+    int32_t wrong[5] = {5, 6, 7, 8, 9};
+    di_fwd_seq w = {&st, wrong, 5};
+    CHECK(di_forward(&G.lm, &w, 1, NULL, 1, &err) == DI_OK);
+    CHECK(di_seqstate_rollback(&st, 151, &err) == DI_OK);
+    CHECK(di_seqstate_rollback(&st, 100, &err) != DI_OK); /* beyond max_rollback */
+    di_fwd_seq r = {&st, IDS + 151, 20};
+    CHECK(di_forward(&G.lm, &r, 1, lg, 1, &err) == DI_OK);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < 20 * V; i++) diff += lg[i] != REF[151 * V + i];
+    CHECKF(diff == 0, "%lld logits differ after rollback", (long long)diff);
+    free(lg);
+    di_seqstate_free(&st);
+}
+
+/* Bad input gives errors, not crashes. */
+static void test_errors(void) {
+    if (!REF) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
+    di_err err = {0};
+    di_seqstate st;
+    CHECK(di_seqstate_init(&st, &G.lm, 10, 0, &err) == DI_OK);
+    int32_t bad = (int32_t)V;
+    di_fwd_seq q = {&st, &bad, 1};
+    CHECK(di_forward(&G.lm, &q, 1, NULL, 1, &err) == DI_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(err.msg, "outside");
+    di_fwd_seq big = {&st, IDS, 11};
+    CHECK(di_forward(&G.lm, &big, 1, NULL, 1, &err) == DI_ERR_LIMIT);
+    di_fwd_seq twice[2] = {{&st, IDS, 1}, {&st, IDS, 1}};
+    CHECK(di_forward(&G.lm, twice, 2, NULL, 1, &err) == DI_ERR_INVALID_ARG);
+    CHECK_EQ_INT(st.n_tokens, 0);
+    di_seqstate_free(&st);
+}
+
+int main(void) {
+    int ok = setup();
+    if (ok < 0) {
+        CHECK(0);
+        return test_summary();
+    }
+    RUN(test_chunks);
+    RUN(test_batch);
+    RUN(test_rollback);
+    RUN(test_errors);
+    free(REF);
+    if (ok > 0) gold_close(&G);
+    return test_summary();
+}
