@@ -27,7 +27,10 @@ static const char M_PARAM[] = "<" DI_CHAT_DSML " parameter name=\"";
 static const char M_INVOKE_END[] = "</" DI_CHAT_DSML " invoke>";
 static const char M_PARAM_END[] = "</" DI_CHAT_DSML " parameter>";
 static const char M_NAME_END[] = "\">";
-static const char M_KEY_END[] = "\" string=\"";
+/* bytes of "</｜DSML｜": the shortest closing-tag tail that counts as a tag */
+#define DSML_TAG_MIN (sizeof(DI_CHAT_DSML) + 1)
+static const char M_ATTR_TRUE[] = " string=\"true\">";
+static const char M_ATTR_FALSE[] = " string=\"false\">";
 
 di_status di_parser_init(di_parser *p, di_parse_start start, int parse_tools,
                          const char *const *stop, size_t n_stop, di_err *err) {
@@ -196,56 +199,70 @@ static int step(di_parser *p, int final) {
     case ST_CALLS:
     case ST_INVOKE: {
         size_t ws = 0;
-        while (ws < n && (s[ws] == ' ' || s[ws] == '\n' || s[ws] == '\t' || s[ws] == '\r')) ws++;
+        while (!p->sub && ws < n && (s[ws] == ' ' || s[ws] == '\n' || s[ws] == '\t' || s[ws] == '\r'))
+            ws++;
         if (ws) { consume(p, ws); return 1; }
-        if (p->state == ST_INVOKE && p->sub) {
-            /* key written, expecting the string attribute */
-            int is_true = starts(s, n, "true\">"), is_false = starts(s, n, "false\">");
+        if (p->state == ST_INVOKE && p->sub == 1) {
+            /* inside a parameter name: streamed as a JSON string up to '"' */
+            di_buf *a = &current_call(p)->arguments;
+            const char *q = memchr(s, '"', n);
+            size_t take = q ? (size_t)(q - s) : n;
+            di_jv_escape(s, take, a);
+            if (q) { di_buf_put(a, "\"", 1); p->sub = 2; }
+            consume(p, q ? take + 1 : take);
+            return 1;
+        }
+        if (p->state == ST_INVOKE && p->sub == 2) {
+            /* name written; whatever follows it separates the value */
+            di_buf_puts(&current_call(p)->arguments, ": ");
+            p->sub = 3;
+            return 1;
+        }
+        if (p->state == ST_INVOKE && p->sub == 3) {
+            /* expecting the string attribute */
+            int is_true = starts(s, n, M_ATTR_TRUE), is_false = starts(s, n, M_ATTR_FALSE);
             if (is_true || is_false) {
                 p->value_is_string = is_true;
                 if (is_true) di_buf_put(&current_call(p)->arguments, "\"", 1);
-                consume(p, is_true ? 6 : 7);
+                consume(p, strlen(is_true ? M_ATTR_TRUE : M_ATTR_FALSE));
                 p->sub = 0;
                 p->state = ST_VALUE;
                 return 1;
             }
-            if (!final && (is_prefix_of(s, n, "true\">") || is_prefix_of(s, n, "false\">"))) return 0;
+            if (!final && (is_prefix_of(s, n, M_ATTR_TRUE) || is_prefix_of(s, n, M_ATTR_FALSE))) return 0;
             p->state = ST_DONE;
             return 1;
         }
         const char *open = p->state == ST_CALLS ? M_INVOKE : M_PARAM;
         const char *close = p->state == ST_CALLS ? M_CALLS_END : M_INVOKE_END;
-        const char *term = p->state == ST_CALLS ? M_NAME_END : M_KEY_END;
         if (starts(s, n, open)) {
             size_t ol = strlen(open);
-            const char *end = find(s + ol, n - ol, term);
-            if (!end) {
-                if (final) p->state = ST_DONE;
-                return final;
-            }
-            size_t nl = (size_t)(end - (s + ol));
-            if (p->state == ST_CALLS) {
-                if (p->n_calls == p->cap_calls) {
-                    size_t cap = p->cap_calls ? p->cap_calls * 2 : 4;
-                    di_parse_call *c = realloc(p->calls, cap * sizeof *c);
-                    if (!c) { p->oom = 1; p->state = ST_DONE; return 1; }
-                    p->calls = c;
-                    p->cap_calls = cap;
-                }
-                di_parse_call *c = &p->calls[p->n_calls++];
-                memset(c, 0, sizeof *c);
-                di_buf_put(&c->name, s + ol, nl);
-                di_buf_put(&c->arguments, "{", 1);
-                p->params_in_call = 0;
-                p->state = ST_INVOKE;
-            } else {
+            if (p->state == ST_INVOKE) {
                 di_buf *a = &current_call(p)->arguments;
-                if (p->params_in_call) di_buf_puts(a, ", ");
-                di_jv_dump_string(s + ol, nl, a);
-                di_buf_puts(a, ": ");
+                di_buf_puts(a, p->params_in_call || a->len ? ", \"" : "{\"");
                 p->sub = 1;
+                consume(p, ol);
+                return 1;
             }
-            consume(p, ol + nl + strlen(term));
+            const char *end = find(s + ol, n - ol, M_NAME_END);
+            if (!end && !final) return 0;
+            /* output cut after the name's closing quote still names a call */
+            const char *quote = end ? end : memchr(s + ol, '"', n - ol);
+            if (!quote) { p->state = ST_DONE; return 1; }
+            size_t nl = (size_t)(quote - (s + ol));
+            if (p->n_calls == p->cap_calls) {
+                size_t cap = p->cap_calls ? p->cap_calls * 2 : 4;
+                di_parse_call *c = realloc(p->calls, cap * sizeof *c);
+                if (!c) { p->oom = 1; p->state = ST_DONE; return 1; }
+                p->calls = c;
+                p->cap_calls = cap;
+            }
+            di_parse_call *c = &p->calls[p->n_calls++];
+            memset(c, 0, sizeof *c);
+            di_buf_put(&c->name, s + ol, nl);
+            p->params_in_call = 0;
+            p->state = ST_INVOKE;
+            consume(p, end ? ol + nl + strlen(M_NAME_END) : n);
             return 1;
         }
         if (starts(s, n, close)) {
@@ -253,19 +270,37 @@ static int step(di_parser *p, int final) {
             if (p->state == ST_CALLS) {
                 p->state = ST_DONE;
             } else {
-                di_buf_put(&current_call(p)->arguments, "}", 1);
+                di_buf *a = &current_call(p)->arguments;
+                di_buf_puts(a, a->len ? "}" : "{}");
                 p->state = ST_CALLS;
             }
             return 1;
         }
         if (!final && (is_prefix_of(s, n, open) || is_prefix_of(s, n, close))) return 0;
+        /* Output cut inside the closing tag of an invoke still closes it,
+         * once the tag's DSML token is there. */
+        if (final && p->state == ST_INVOKE && is_prefix_of(s, n, close) && n >= DSML_TAG_MIN) {
+            di_buf *a = &current_call(p)->arguments;
+            di_buf_puts(a, a->len ? "}" : "{}");
+        }
         p->state = ST_DONE;
         return 1;
     }
     case ST_VALUE: {
         di_buf *a = &current_call(p)->arguments;
+        /* At the end a partial closing tag is dropped once its DSML token is
+         * there; a shorter tail is value text. */
         const char *hit = find(s, n, M_PARAM_END);
-        size_t take = hit ? (size_t)(hit - s) : n - (final ? 0 : partial(s, n, M_PARAM_END));
+        size_t keep = hit ? 0 : partial(s, n, M_PARAM_END);
+        if (final && keep < DSML_TAG_MIN) keep = 0;
+        size_t take = hit ? (size_t)(hit - s) : n - keep;
+        if (final && !hit && !take) {
+            /* a cut closing tag still closes the parameter */
+            if (p->value_is_string) di_buf_put(a, "\"", 1);
+            consume(p, n);
+            p->state = ST_DONE;
+            return 0;
+        }
         if (!hit && !take) return 0;
         if (p->value_is_string) di_jv_escape(s, take, a);
         else di_buf_put(a, s, take);
@@ -298,8 +333,10 @@ di_status di_parser_push(di_parser *p, const char *text, size_t len, di_err *err
 di_status di_parser_finish(di_parser *p, di_err *err) {
     if (p->finished) return DI_OK;
     while (step(p, 1)) {}
-    /* Trailing newlines belong to the answer, not to the reasoning. */
+    /* Newlines at the very end are kept (only "</think>" and a call block
+     * drop the ones before them). */
     if (p->state == ST_CONTENT || p->stopped) flush_newlines(p, &p->content);
+    if (p->state == ST_REASONING) flush_newlines(p, &p->reasoning);
     p->held_newlines = 0;
     p->finished = 1;
     if (p->oom || p->reasoning.oom || p->content.oom)

@@ -44,10 +44,11 @@ def main():
     rng = random.Random(22)
     with open(os.path.join(OUT, "parse_cases.jsonl"), "w") as f:
         outs = t.generated_outputs(rng)[:40] + t.generated_outputs(rng)[-34:]
-        for text, thinking, _ in outs:
-            if 'name="a b"' in text:
+        cut = random.Random(24)
+        for full, thinking, _ in outs:
+            if 'name="a b"' in full:
                 continue
-            for tools in (True, False):
+            for text, tools in ((full, True), (full, False), (full[:cut.randint(0, len(full))], True)):
                 r, c, calls = t.recipe_parse(text, thinking, tools, [text])
                 flags = (1 if thinking else 0) | (2 if tools else 0)
                 f.write(json.dumps({"text": text, "flags": flags, "stop": [], "reasoning": r, "content": c,

@@ -425,20 +425,23 @@ def generated_outputs(rng):
 
 
 def test_parse_matches_recipe(lib):
+    """Whole outputs and outputs cut anywhere (a length limit), split into
+    random pieces on our side."""
     rng = random.Random(9)
     n = 0
-    for text, thinking, _ in generated_outputs(rng):
-        if 'name="a b"' in text:
+    for full, thinking, _ in generated_outputs(rng):
+        if 'name="a b"' in full:
             # the recipe cuts a parameter name at its first space and loses
             # the closing quote ('"a: 1'); ours keeps the name whole
             continue
-        for tools in (True, False):
-            want = recipe_parse(text, thinking, tools, [text])
-            pieces = split(rng, text)
-            got = ours_parse(lib, text, thinking, tools, pieces)
-            assert got == want, f"text={text!r} thinking={thinking} tools={tools} pieces={pieces!r}"
-            n += 1
-    assert n > 200
+        for text in [full] + [full[:rng.randint(0, len(full))] for _ in range(2)]:
+            for tools in (True, False):
+                want = recipe_parse(text, thinking, tools, [text])
+                pieces = split(rng, text)
+                got = ours_parse(lib, text, thinking, tools, pieces)
+                assert got == want, f"text={text!r} thinking={thinking} tools={tools} pieces={pieces!r}"
+                n += 1
+    assert n > 600
 
 
 def test_parse_stop_and_required_match_recipe(lib):
