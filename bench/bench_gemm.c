@@ -3,7 +3,8 @@
  * weights dequantized to fp32 (same thread count, same run), and the decode
  * path against the memory bandwidth measured in the same run.
  *
- *   build/bench/bench_gemm [--quick] [--threads N]
+ *   build/bench/bench_gemm [--quick] [--decode] [--threads N]
+ *   (--quick: shorter timing, skips the largest prefill; --decode: M <= 8 only)
  *
  * Times are medians of several runs. Decode (M <= 8) streams rotating copies
  * of the weights, more than the last-level cache holds, so every call reads
@@ -155,9 +156,10 @@ static float *dequant(const wmat *m, const wcopy *c) {
     } while (0)
 
 int main(int argc, char **argv) {
-    int quick = 0, threads = 0;
+    int quick = 0, threads = 0, decode_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--decode")) decode_only = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     }
     if (threads <= 0) threads = di_cpu_count();
@@ -197,7 +199,7 @@ int main(int argc, char **argv) {
         float *wd = dequant(m, &cp[0]);
         for (size_t xi = 0; xi < sizeof Ms / sizeof *Ms; xi++) {
             int64_t M = Ms[xi], K = m->K, N = m->N;
-            if (quick && M == 512 && N * K > 20000000) continue;
+            if ((quick && M == 512 && N * K > 20000000) || (decode_only && M > 8)) continue;
             float *x = malloc(sizeof(float) * M * K), *out = malloc(sizeof(float) * M * N);
             float *sa = malloc(sizeof(float) * M * (K / 32));
             uint8_t *qa = malloc((size_t)(M * K));
