@@ -46,6 +46,7 @@ void di_buf_free(di_buf *b) {
 char *di_buf_take(di_buf *b) {
     if (b->oom) { di_buf_free(b); return NULL; }
     if (buf_reserve(b, 0)) { di_buf_free(b); return NULL; }
+    b->p[b->len] = '\0'; /* a buffer nothing was written to has no terminator yet */
     char *p = b->p;
     memset(b, 0, sizeof *b);
     return p;

@@ -11,22 +11,21 @@
 enum {
     ST_REASONING,
     ST_CONTENT,
-    ST_CALLS_OPEN, /* after "<｜DSML｜" in content: expecting " calls>" */
-    ST_CALLS,      /* between invokes */
-    ST_INVOKE,     /* between parameters */
+    ST_CALLS,      /* tool-call block, outside any invoke */
+    ST_INVOKE,     /* inside an invoke, between parameters (sub: 1 in a name, 2-3 after it) */
     ST_VALUE,      /* inside a parameter value */
     ST_DONE
 };
 
 static const char M_THINK_END[] = DI_CHAT_THINK_END;
 static const char M_DSML[] = "<" DI_CHAT_DSML;
-static const char M_CALLS_REST[] = " calls>";
+static const char M_DSML_CLOSE[] = "</" DI_CHAT_DSML;
+static const char M_CALLS[] = "<" DI_CHAT_DSML " calls>";
 static const char M_INVOKE[] = "<" DI_CHAT_DSML " invoke name=\"";
 static const char M_CALLS_END[] = "</" DI_CHAT_DSML " calls>";
 static const char M_PARAM[] = "<" DI_CHAT_DSML " parameter name=\"";
 static const char M_INVOKE_END[] = "</" DI_CHAT_DSML " invoke>";
 static const char M_PARAM_END[] = "</" DI_CHAT_DSML " parameter>";
-static const char M_NAME_END[] = "\">";
 /* bytes of "</｜DSML｜": the shortest closing-tag tail that counts as a tag */
 #define DSML_TAG_MIN (sizeof(DI_CHAT_DSML) + 1)
 static const char M_ATTR_TRUE[] = " string=\"true\">";
@@ -139,7 +138,17 @@ static int step(di_parser *p, int final) {
     if (!n) return 0;
     switch (p->state) {
     case ST_REASONING: {
+        /* "</think>" ends the reasoning; a tool-call block may also start
+         * right inside it (the reference ends the reasoning there too) */
         const char *hit = find(s, n, M_THINK_END);
+        const char *calls = p->parse_tools ? find(s, n, M_DSML) : NULL;
+        if (calls && (!hit || calls < hit)) {
+            put_text(p, &p->reasoning, s, (size_t)(calls - s));
+            p->held_newlines = 0;
+            p->state = ST_CALLS;
+            consume(p, (size_t)(calls - s));
+            return 1;
+        }
         if (hit) {
             put_text(p, &p->reasoning, s, (size_t)(hit - s));
             p->held_newlines = 0;
@@ -149,6 +158,10 @@ static int step(di_parser *p, int final) {
             return 1;
         }
         size_t keep = final ? 0 : partial(s, n, M_THINK_END);
+        if (p->parse_tools && !final) {
+            size_t k = partial(s, n, M_DSML);
+            if (k > keep) keep = k;
+        }
         if (keep == n) return 0;
         put_text(p, &p->reasoning, s, n - keep);
         consume(p, n - keep);
@@ -172,7 +185,7 @@ static int step(di_parser *p, int final) {
             /* newlines are dropped only right before a call block: a
              * removed "</think>" settles the ones before it */
             if (kind == 0) { flush_newlines(p, &p->content); p->leading = 0; }
-            if (kind == 1) { p->held_newlines = 0; p->state = ST_CALLS_OPEN; }
+            if (kind == 1) { p->held_newlines = 0; p->state = ST_CALLS; hit_len = 0; }
             if (kind == 2) { flush_newlines(p, &p->content); p->stopped = 1; p->state = ST_DONE; }
             consume(p, (size_t)(hit - s) + hit_len);
             return 1;
@@ -191,17 +204,8 @@ static int step(di_parser *p, int final) {
         consume(p, n - keep);
         return 1;
     }
-    case ST_CALLS_OPEN:
-        if (starts(s, n, M_CALLS_REST)) { consume(p, strlen(M_CALLS_REST)); p->state = ST_CALLS; return 1; }
-        if (!final && is_prefix_of(s, n, M_CALLS_REST)) return 0;
-        p->state = ST_DONE;
-        return 1;
     case ST_CALLS:
     case ST_INVOKE: {
-        size_t ws = 0;
-        while (!p->sub && ws < n && (s[ws] == ' ' || s[ws] == '\n' || s[ws] == '\t' || s[ws] == '\r'))
-            ws++;
-        if (ws) { consume(p, ws); return 1; }
         if (p->state == ST_INVOKE && p->sub == 1) {
             /* inside a parameter name: streamed as a JSON string up to '"' */
             di_buf *a = &current_call(p)->arguments;
@@ -219,7 +223,7 @@ static int step(di_parser *p, int final) {
             return 1;
         }
         if (p->state == ST_INVOKE && p->sub == 3) {
-            /* expecting the string attribute */
+            /* expecting the string attribute; anything else ends parsing */
             int is_true = starts(s, n, M_ATTR_TRUE), is_false = starts(s, n, M_ATTR_FALSE);
             if (is_true || is_false) {
                 p->value_is_string = is_true;
@@ -233,21 +237,51 @@ static int step(di_parser *p, int final) {
             p->state = ST_DONE;
             return 1;
         }
-        const char *open = p->state == ST_CALLS ? M_INVOKE : M_PARAM;
-        const char *close = p->state == ST_CALLS ? M_CALLS_END : M_INVOKE_END;
-        if (starts(s, n, open)) {
-            size_t ol = strlen(open);
+        /* Text between tags is skipped: only DSML tags mean something. */
+        const char *open = find(s, n, M_DSML), *close = find(s, n, M_DSML_CLOSE);
+        const char *tag = open && (!close || open < close) ? open : close;
+        if (!tag) {
+            size_t keep = 0;
+            if (!final) {
+                keep = partial(s, n, M_DSML);
+                size_t k = partial(s, n, M_DSML_CLOSE);
+                if (k > keep) keep = k;
+            } else if (p->state == ST_INVOKE && is_prefix_of(s, n, M_INVOKE_END) &&
+                       n >= DSML_TAG_MIN) {
+                /* output cut inside "</｜DSML｜ invoke>" still closes the invoke */
+                di_buf *a = &current_call(p)->arguments;
+                di_buf_puts(a, a->len ? "}" : "{}");
+                p->state = ST_CALLS;
+            }
+            if (keep == n) return 0;
+            consume(p, n - keep);
+            return 1;
+        }
+        if (tag > s) { consume(p, (size_t)(tag - s)); return 1; }
+        if (starts(s, n, M_CALLS)) { consume(p, strlen(M_CALLS)); return 1; }
+        if (starts(s, n, M_CALLS_END)) { consume(p, n); p->state = ST_DONE; return 1; }
+        if (starts(s, n, M_INVOKE_END)) {
             if (p->state == ST_INVOKE) {
                 di_buf *a = &current_call(p)->arguments;
-                di_buf_puts(a, p->params_in_call || a->len ? ", \"" : "{\"");
-                p->sub = 1;
-                consume(p, ol);
-                return 1;
+                di_buf_puts(a, a->len ? "}" : "{}");
+                p->state = ST_CALLS;
             }
-            const char *end = find(s + ol, n - ol, M_NAME_END);
-            if (!end && !final) return 0;
-            /* output cut after the name's closing quote still names a call */
-            const char *quote = end ? end : memchr(s + ol, '"', n - ol);
+            consume(p, strlen(M_INVOKE_END));
+            return 1;
+        }
+        if (p->state == ST_INVOKE && starts(s, n, M_PARAM)) {
+            di_buf *a = &current_call(p)->arguments;
+            di_buf_puts(a, p->params_in_call || a->len ? ", \"" : "{\"");
+            p->sub = 1;
+            consume(p, strlen(M_PARAM));
+            return 1;
+        }
+        if (starts(s, n, M_INVOKE)) {
+            /* the name runs to the next quote; what follows it up to the
+             * next tag (normally just ">") is skipped */
+            size_t ol = strlen(M_INVOKE);
+            const char *quote = memchr(s + ol, '"', n - ol);
+            if (!quote && !final) return 0;
             if (!quote) { p->state = ST_DONE; return 1; }
             size_t nl = (size_t)(quote - (s + ol));
             if (p->n_calls == p->cap_calls) {
@@ -262,28 +296,21 @@ static int step(di_parser *p, int final) {
             di_buf_put(&c->name, s + ol, nl);
             p->params_in_call = 0;
             p->state = ST_INVOKE;
-            consume(p, end ? ol + nl + strlen(M_NAME_END) : n);
+            consume(p, ol + nl + 1);
             return 1;
         }
-        if (starts(s, n, close)) {
-            consume(p, strlen(close));
-            if (p->state == ST_CALLS) {
-                p->state = ST_DONE;
-            } else {
-                di_buf *a = &current_call(p)->arguments;
-                di_buf_puts(a, a->len ? "}" : "{}");
-                p->state = ST_CALLS;
-            }
-            return 1;
-        }
-        if (!final && (is_prefix_of(s, n, open) || is_prefix_of(s, n, close))) return 0;
-        /* Output cut inside the closing tag of an invoke still closes it,
-         * once the tag's DSML token is there. */
-        if (final && p->state == ST_INVOKE && is_prefix_of(s, n, close) && n >= DSML_TAG_MIN) {
+        /* a tag still arriving, or one that means nothing here (skipped) */
+        static const char *const tags[] = {M_CALLS, M_CALLS_END, M_INVOKE_END, M_PARAM, M_INVOKE};
+        for (size_t k = 0; k < sizeof tags / sizeof *tags; k++)
+            if (!final && is_prefix_of(s, n, tags[k])) return 0;
+        if (final && p->state == ST_INVOKE && is_prefix_of(s, n, M_INVOKE_END)) {
             di_buf *a = &current_call(p)->arguments;
             di_buf_puts(a, a->len ? "}" : "{}");
+            consume(p, n);
+            p->state = ST_DONE;
+            return 1;
         }
-        p->state = ST_DONE;
+        consume(p, tag == open ? strlen(M_DSML) : strlen(M_DSML_CLOSE));
         return 1;
     }
     case ST_VALUE: {

@@ -3,15 +3,20 @@
  * (name + JSON arguments), incrementally while streaming.
  *
  * The rules follow DeepSeek's deepseek-recipe stream parser:
- * - thinking: reasoning runs to the first "</think>"; leading and trailing
- *   newlines of the reasoning are dropped; then the answer content starts;
+ * - thinking: reasoning runs to the first "</think>" (or to a tool-call
+ *   block opening inside it); its leading newlines are dropped, and its
+ *   trailing ones when "</think>" or a call block follows;
  * - content: leading newlines are dropped, "</think>" is removed, and the
  *   first "<｜DSML｜" opens the tool-call block (newlines just before it are
  *   dropped); stop strings end the output (in content only);
- * - tool calls: each `invoke` becomes one call whose arguments are a JSON
- *   object built as the text arrives: string="true" values as JSON strings,
- *   other values copied verbatim; anything unexpected in the block ends
- *   parsing, keeping what was complete.
+ * - tool calls: only DSML tags count, text between them is skipped; each
+ *   `invoke` becomes one call whose arguments are a JSON object built as the
+ *   text arrives: string="true" values as JSON strings, other values copied
+ *   verbatim; a bad string attribute or the closing `calls` tag ends
+ *   parsing. Output cut by a length limit keeps what was there, as the
+ *   reference does (an open string stays open).
+ * On well-formed and truncated outputs the result is the reference's; on
+ * DSML garbage (tags inside names or values) the two may differ.
  * Text is consumed as it arrives; only a suffix that might still turn into a
  * marker (or a stop string, or newlines whose fate is unknown) is held back,
  * so the result never depends on how the text was split into pieces. */

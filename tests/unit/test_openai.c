@@ -114,6 +114,7 @@ static void test_rejections(void) {
          "messages[0].content: NUL characters"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"audio\": 1}]}", DI_ERR_UNSUPPORTED,
          "messages[0].audio: unsupported message field"},
+        {"{\"messages\": [{\"\": 1}]}", DI_ERR_UNSUPPORTED, "messages[0].: unsupported message field"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"tool_calls\": []}]}", DI_ERR_INVALID_ARG,
          "messages[0].tool_calls: only allowed on assistant messages"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"logit_bias\": {\"1\": 5}}",
