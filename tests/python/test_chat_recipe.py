@@ -418,6 +418,14 @@ def generated_outputs(rng):
             "r</think>a\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"f\">\n<｜DSML｜ parameter name=\"p\" string=\"maybe\">v</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>",
             "r</think><｜DSML｜ calls><｜DSML｜ invoke name=\"f\"><｜DSML｜ parameter name=\"p\" string=\"false\">\n 1 \n</｜DSML｜ parameter></｜DSML｜ invoke></｜DSML｜ calls>trailing",
             "r</think>a\n\n\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"g\">\n</｜DSML｜ invoke>\n</｜DSML｜ calls>\n\nmore"]
+    D = "｜DSML｜"
+    inv = f'<{D} invoke name="f">\n<{D} parameter name="k" string="true">v</{D} parameter>\n</{D} invoke>\n'
+    edge += [f"r\n\n<{D} calls>\n{inv}</{D} calls>",  # calls inside the reasoning
+             f"r<{D} calls>\n{inv}</{D} calls>tail</think>c",
+             f'r</think>a<{D} calls>\njunk<{D} invoke name="f">\n</{D} invoke>\n</{D} calls>',
+             f"r</think>a<{D} calls>\n{inv}junk{inv}</{D} calls>",
+             f'r</think>a<{D} invoke name="f">\n</{D} invoke>',  # no calls wrapper
+             f"r</think>a<{D} calls>\n{inv}</{D} calls>\n\n<{D} calls>\n{inv}</{D} calls>"]
     for e in edge:
         outs.append((e, True, None))
         outs.append((e, False, None))
