@@ -142,9 +142,12 @@ DI_API size_t di_tokenizer_vocab_size(const di_tokenizer *tok);
  * does; use it only for trusted prompt templates. */
 enum { DI_TOKENIZE_PARSE_SPECIAL = 1 };
 
-/* Encodes text[0..len) (any bytes; invalid UTF-8 is encoded byte by byte and
- * decodes back to the same bytes) into a new array *ids of *n_ids ids,
- * released with di_free(). */
+/* Encodes text[0..len) into a new array *ids of *n_ids ids, released with
+ * di_free(). Any bytes are accepted: a byte that is not part of valid UTF-8
+ * is pre-tokenized as if it were U+FFFD (what HF tokenizers would see after
+ * a lossy decode) but keeps its own byte, so decode(encode(x)) == x for
+ * every byte string. Each calling thread keeps a 1 MiB cache of short
+ * pieces across calls (freed when the thread exits). */
 DI_API di_status di_tokenizer_encode(const di_tokenizer *tok, const char *text, size_t len,
                                      unsigned flags, int32_t **ids, size_t *n_ids);
 

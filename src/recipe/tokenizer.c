@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "recipe/bpe_cache.h"
 #include "recipe/pretokenize.h"
 #include "recipe/unicode.h"
 
@@ -586,6 +587,7 @@ di_status di_tokenizer_parse(const char *json, size_t len, const char *what, di_
     if (!rc) rc = load_merges(t, cJSON_GetObjectItemCaseSensitive(model, "merges"), err);
     if (!rc) rc = build_bytes(t, err);
     if (!rc) rc = build_added(t, added, err);
+    if (!rc) t->serial = di_bpe_cache_serial();
     cJSON_Delete(root);
     if (rc) {
         di_err_prefix(err, "%s: ", what);
@@ -611,6 +613,8 @@ typedef struct cache_entry {
 typedef struct encoder {
     const di_tokenizer *t;
     const uint8_t *base; /* the span being pre-tokenized */
+    size_t text_len;     /* of the whole call */
+    di_bpe_cache *shared; /* this thread's cache across calls, or NULL */
     int32_t *ids;
     size_t n, cap;
     cache_entry *cache; /* [cache_cap] pieces seen in this call */
@@ -633,7 +637,11 @@ static int reserve(encoder *e, size_t more) {
 static void cache_insert(encoder *e, uint64_t h, const uint8_t *p, size_t n, size_t start,
                          size_t count) {
     if ((e->cache_n + 1) * 2 > e->cache_cap) {
-        size_t cap = e->cache_cap ? e->cache_cap * 2 : 4096;
+        /* First size from the text length (a piece is ~4 bytes on average),
+         * so short texts do not pay for a large table. */
+        size_t cap = e->cache_cap * 2;
+        if (!cap)
+            for (cap = 64; cap < e->text_len / 4 && cap < 65536;) cap *= 2;
         cache_entry *c = calloc(cap, sizeof *c);
         if (!c) return; /* the cache is an optimization only */
         for (size_t i = 0; i < e->cache_cap; i++) {
@@ -663,6 +671,26 @@ static int encode_piece(void *ctx, size_t start, size_t end) {
         return 0;
     }
     uint64_t h = 0;
+    if (n <= DI_BPE_CACHE_BYTES && e->shared) {
+        h = hash_bytes(p, n);
+        di_bpe_cache_slot *sl = di_bpe_cache_slot_of(e->shared, (uint32_t)h);
+        if (sl->len == n && sl->hash == (uint32_t)h && !memcmp(sl->bytes, p, n)) {
+            memcpy(e->ids + e->n, sl->ids, sl->n_ids * sizeof *e->ids);
+            e->n += sl->n_ids;
+            return 0;
+        }
+        size_t got = di_bpe_word(&e->t->bpe, p, n, e->ids + e->n, &e->bpe);
+        if (got == (size_t)-1) return 1;
+        if (got <= DI_BPE_CACHE_IDS) {
+            sl->hash = (uint32_t)h;
+            sl->len = (uint8_t)n;
+            sl->n_ids = (uint8_t)got;
+            memcpy(sl->bytes, p, n);
+            memcpy(sl->ids, e->ids + e->n, got * sizeof *e->ids);
+        }
+        e->n += got;
+        return 0;
+    }
     if (n <= CACHE_MAX_PIECE) {
         h = hash_bytes(p, n);
         if (e->cache_cap) {
@@ -714,7 +742,7 @@ static di_status encode_added(encoder *e, int level, const uint8_t *s, size_t n,
 
 static di_status tokenizer_encode(const di_tokenizer *t, const uint8_t *text, size_t len,
                                   unsigned flags, int32_t **ids, size_t *n_ids, di_err *err) {
-    encoder e = {.t = t};
+    encoder e = {.t = t, .text_len = len, .shared = di_bpe_cache_get(t->serial)};
     di_status rc = (flags & DI_TOKENIZE_PARSE_SPECIAL) ? encode_added(&e, 0, text, len, err)
                                                        : encode_plain(&e, text, len, err);
     free(e.cache);

@@ -31,6 +31,7 @@ typedef struct di_added_trie {
 } di_added_trie;
 
 struct di_tokenizer {
+    uint64_t serial;       /* tags this tokenizer's entries in the piece caches */
     size_t n_ids;          /* largest id + 1 */
     uint8_t *flags;        /* [n_ids] DI_TOK_* */
     uint32_t *str_off;     /* [n_ids + 1] spelling of each id in tokenizer.json, in strs */

@@ -187,6 +187,17 @@ def test_differential_tiny(lib):
     assert_same_ids(docs, ours, theirs, hf)
 
 
+def test_two_tokenizers_interleaved(lib, v4, hf_v4):
+    """Encoding keeps a per-thread piece cache across calls; alternating
+    tokenizers on one thread must not mix their entries."""
+    tiny = Tokenizer(lib, TINY)
+    hf_tiny = tokenizers.Tokenizer.from_file(str(TINY))
+    for seed in range(40):
+        d = document(3000 + seed, 300, specials=False)
+        for tok, hf in ((v4, hf_v4), (tiny, hf_tiny), (v4, hf_v4)):
+            assert tok.encode(d) == hf.encode(d, add_special_tokens=False).ids
+
+
 def test_long_pieces(v4, hf_v4):
     """Pieces far longer than a word take the heap path of the BPE merge."""
     rng = random.Random(5)
