@@ -122,14 +122,18 @@ static double drop_cache(const file_list *fl) {
     return pages ? (double)resident / (double)pages : 0.0;
 }
 
-/* The peer: sequential read() of every file with an 8 MiB buffer. */
-static double read_loop(const file_list *fl, uint64_t *sum_out) {
+/* The peers: sequential read() of every file with an 8 MiB buffer, through
+ * the page cache (the plain loop) or around it (O_DIRECT: the device's own
+ * sequential bandwidth, with no readahead window limiting the request size). */
+static double read_loop(const file_list *fl, int direct, uint64_t *sum_out) {
     size_t cap = 8u << 20;
-    uint8_t *buf = malloc(cap);
+    void *mem = NULL;
+    if (posix_memalign(&mem, 4096, cap)) return 0;
+    uint8_t *buf = mem;
     uint64_t sum = 0;
     double t0 = now();
     for (size_t i = 0; i < fl->n; i++) {
-        int fd = open(fl->paths[i], O_RDONLY);
+        int fd = open(fl->paths[i], O_RDONLY | (direct ? O_DIRECT : 0));
         if (fd < 0) continue;
         for (;;) {
             ssize_t r = read(fd, buf, cap);
@@ -145,13 +149,14 @@ static double read_loop(const file_list *fl, uint64_t *sum_out) {
     return t;
 }
 
-/* Ours: open with every check + read every tensor byte once. */
-static double load_all(const char *dir, uint64_t *bytes) {
+/* Ours: open with every check + read every tensor byte once (threads: 0 =
+ * the library's default). */
+static double load_all(const char *dir, int threads, uint64_t *bytes) {
     double t0 = now();
     di_checkpoint *ck = NULL;
     di_err err = {0};
     di_ckpt_read_stats rs = {0};
-    if (di_checkpoint_open(dir, &ck, &err) || di_checkpoint_read_all(ck, &rs, &err)) {
+    if (di_checkpoint_open(dir, &ck, &err) || di_checkpoint_read_all_threads(ck, threads, &rs, &err)) {
         fprintf(stderr, "bench_load: %s\n", err.msg);
         exit(1);
     }
@@ -217,24 +222,46 @@ int main(int argc, char **argv) {
     printf("bench_load: wrote %.2f GB in %zu files to %s in %.1f s\n", (double)fl.bytes / 1e9, fl.n,
            dir, now() - t0);
 
-    double cold_peer[50], cold_ours[50], warm_peer[50], warm_ours[50], resident = 0;
+    double cold_peer[50], cold_direct[50], cold_ours[50], warm_peer[50], warm_ours[50];
+    double cold_one[50], warm_one[50];
+    double resident = 0;
     uint64_t sum = 0, tensor_bytes = 0;
     for (int r = 0; r < reps; r++) {
-        resident += drop_cache(&fl);
-        cold_peer[r] = read_loop(&fl, &sum);
-        warm_peer[r] = read_loop(&fl, &sum);
-        resident += drop_cache(&fl);
-        cold_ours[r] = load_all(dir, &tensor_bytes);
-        warm_ours[r] = load_all(dir, &tensor_bytes);
+        /* the order alternates so that neither side always follows the other */
+        for (int k = 0; k < 4; k++) switch ((k + r) % 4) {
+            case 0:
+                resident += drop_cache(&fl);
+                cold_peer[r] = read_loop(&fl, 0, &sum);
+                warm_peer[r] = read_loop(&fl, 0, &sum);
+                break;
+            case 1:
+                resident += drop_cache(&fl);
+                cold_direct[r] = read_loop(&fl, 1, &sum);
+                break;
+            case 2:
+                resident += drop_cache(&fl);
+                cold_one[r] = load_all(dir, 1, &tensor_bytes);
+                warm_one[r] = load_all(dir, 1, &tensor_bytes);
+                break;
+            default:
+                resident += drop_cache(&fl);
+                cold_ours[r] = load_all(dir, 0, &tensor_bytes);
+                warm_ours[r] = load_all(dir, 0, &tensor_bytes);
+            }
     }
     double gbf = (double)fl.bytes / 1e9, gbt = (double)tensor_bytes / 1e9;
     double cp = gbf / median(cold_peer, reps), co = gbt / median(cold_ours, reps);
+    double cd = gbf / median(cold_direct, reps);
     double wp = gbf / median(warm_peer, reps), wo = gbt / median(warm_ours, reps);
     printf("pages resident after each drop: %.1f%% (0 = cache really dropped)\n",
-           100.0 * resident / (2.0 * reps));
-    printf("%-34s %10s %10s %8s\n", "medians of " , "read() GB/s", "ours GB/s", "ours/read");
-    printf("%-34s %10.2f %10.2f %8.2f\n", "cold (from disk)", cp, co, co / cp);
-    printf("%-34s %10.2f %10.2f %8.2f\n", "warm (page cache)", wp, wo, wo / wp);
+           100.0 * resident / (4.0 * reps));
+    printf("%-20s %14s %10s %10s\n", "medians", "peer GB/s", "ours GB/s", "ours/peer");
+    printf("%-20s %14.2f %10.2f %10.2f\n", "cold, read()", cp, co, co / cp);
+    printf("%-20s %14.2f %10.2f %10.2f\n", "cold, O_DIRECT", cd, co, co / cd);
+    printf("%-20s %14.2f %10.2f %10.2f\n", "warm, read()", wp, wo, wo / wp);
+    double c1 = gbt / median(cold_one, reps), w1 = gbt / median(warm_one, reps);
+    printf("ours on one thread: cold %.2f GB/s (%.2f of read(), %.2f of O_DIRECT), warm %.2f GB/s "
+           "(%.2f of read())\n", c1, c1 / cp, c1 / cd, w1, w1 / wp);
     printf("(%d reps; read() counts %.2f GB of files, ours %.2f GB of tensors; checksum %llu)\n",
            reps, gbf, gbt, (unsigned long long)sum);
 

@@ -15,6 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/cpu_features.h"
+#include "core/threadpool.h"
 #include "io/checkpoint_index.h"
 #include "io/name_table.h"
 #include "io/safetensors.h"
@@ -301,9 +303,27 @@ uint64_t di_checkpoint_total_bytes(const di_checkpoint *ck) { return ck->total_b
 
 /* ---- reading every byte ---- */
 
-/* Pages are asked for this far ahead of the summing loop, so the disk works
- * while the CPU sums; small enough not to evict what was just read. */
-#define READ_AHEAD_BYTES (64u << 20)
+/* Reading works in chunks handed to a few threads in file order. Each
+ * thread asks the disk for the chunk `threads` places ahead of its own
+ * (MADV_WILLNEED, asynchronous) and then maps its chunk in one call
+ * (MADV_POPULATE_READ) and sums it, so several chunks are in flight and the
+ * page-cache and page-table work is shared between cores. The sum is a
+ * wrapping add of 64-bit words, so the split never changes the checksum.
+ * Chunks start at multiples of 8 inside each data section. */
+#define READ_CHUNK_BYTES ((size_t)32 << 20)
+#define READ_MAX_THREADS 4
+
+typedef struct read_chunk {
+    const di_safetensors *st;
+    size_t off, len;
+} read_chunk;
+
+typedef struct read_job {
+    read_chunk *chunks;
+    int64_t n_chunks;
+    int ahead;            /* chunks between a chunk and the one it prefetches */
+    uint64_t sums[64];    /* per thread */
+} read_job;
 
 static uint64_t sum_words(const uint8_t *p, size_t n) {
     uint64_t a = 0, b = 0, c = 0, d = 0;
@@ -338,6 +358,21 @@ static void advise(const di_safetensors *st, const uint8_t *from, size_t len, in
     if (hi > lo) (void)madvise((void *)lo, hi - lo, how); /* a hint: failure is harmless */
 }
 
+static void read_chunks(void *ctx, int64_t begin, int64_t end, int thread) {
+    read_job *job = ctx;
+    for (int64_t i = begin; i < end; i++) {
+        if (i + job->ahead < job->n_chunks) {
+            const read_chunk *a = &job->chunks[i + job->ahead];
+            advise(a->st, a->st->data + a->off, a->len, MADV_WILLNEED);
+        }
+        const read_chunk *c = &job->chunks[i];
+#ifdef MADV_POPULATE_READ
+        advise(c->st, c->st->data + c->off, c->len, MADV_POPULATE_READ);
+#endif
+        job->sums[thread & 63] += sum_words(c->st->data + c->off, c->len);
+    }
+}
+
 static double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -345,28 +380,54 @@ static double now_seconds(void) {
 }
 
 di_status di_checkpoint_read_all(const di_checkpoint *ck, di_ckpt_read_stats *out, di_err *err) {
+    return di_checkpoint_read_all_threads(ck, 0, out, err);
+}
+
+di_status di_checkpoint_read_all_threads(const di_checkpoint *ck, int n_threads,
+                                         di_ckpt_read_stats *out, di_err *err) {
     memset(out, 0, sizeof *out);
     if (!ck) return di_err_set(err, DI_ERR_INVALID_ARG, "NULL checkpoint");
+    if (n_threads < 0 || n_threads > 64)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "read threads %d out of range [0, 64]", n_threads);
+    if (n_threads == 0) {
+        n_threads = di_cpu_count();
+        if (n_threads > READ_MAX_THREADS) n_threads = READ_MAX_THREADS;
+        if (n_threads < 1) n_threads = 1;
+    }
     double t0 = now_seconds();
-    uint64_t sum = 0, bytes = 0;
+    read_job job;
+    memset(&job, 0, sizeof job);
+    size_t n = 0;
+    for (size_t f = 0; f < ck->n_files; f++)
+        n += (ck->files[f].data_size + READ_CHUNK_BYTES - 1) / READ_CHUNK_BYTES;
+    job.chunks = calloc(n ? n : 1, sizeof *job.chunks);
+    if (!job.chunks) return di_err_set(err, DI_ERR_NOMEM, "out of memory");
+    uint64_t bytes = 0;
     for (size_t f = 0; f < ck->n_files; f++) {
         const di_safetensors *st = &ck->files[f];
         advise(st, st->data, st->data_size, MADV_SEQUENTIAL);
-        advise(st, st->data, READ_AHEAD_BYTES, MADV_WILLNEED);
-        for (size_t off = 0; off < st->data_size; off += READ_AHEAD_BYTES) {
-            size_t len = st->data_size - off < READ_AHEAD_BYTES ? st->data_size - off
-                                                                : READ_AHEAD_BYTES;
-            if (off + len < st->data_size)
-                advise(st, st->data + off + len, READ_AHEAD_BYTES, MADV_WILLNEED);
-#ifdef MADV_POPULATE_READ
-            /* Maps the chunk's pages in one call instead of one fault per
-             * page; the kernel ignores it where unsupported. */
-            advise(st, st->data + off, len, MADV_POPULATE_READ);
-#endif
-            sum += sum_words(st->data + off, len);
+        for (size_t off = 0; off < st->data_size; off += READ_CHUNK_BYTES) {
+            size_t left = st->data_size - off;
+            job.chunks[job.n_chunks++] =
+                (read_chunk){st, off, left < READ_CHUNK_BYTES ? left : READ_CHUNK_BYTES};
         }
         bytes += st->data_size;
     }
+    job.ahead = n_threads;
+    for (int64_t i = 0; i < job.ahead && i < job.n_chunks; i++)
+        advise(job.chunks[i].st, job.chunks[i].st->data + job.chunks[i].off, job.chunks[i].len,
+               MADV_WILLNEED);
+    di_threadpool *tp = NULL;
+    /* Without threads (creation failed) the pass still runs, on this thread. */
+    if (n_threads > 1 && job.n_chunks > 1) {
+        di_err ignored = {0};
+        if (di_threadpool_create(n_threads, &tp, &ignored)) tp = NULL;
+    }
+    di_threadpool_for(tp, job.n_chunks, 1, read_chunks, &job);
+    di_threadpool_destroy(tp);
+    free(job.chunks);
+    uint64_t sum = 0;
+    for (int t = 0; t < 64; t++) sum += job.sums[t];
     out->bytes = bytes;
     out->checksum = sum;
     out->seconds = now_seconds() - t0;

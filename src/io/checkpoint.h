@@ -49,5 +49,8 @@ typedef struct di_ckpt_read_stats {
  * or a short file shows up now rather than mid-inference, and the page cache
  * holds the weights afterwards. */
 di_status di_checkpoint_read_all(const di_checkpoint *ck, di_ckpt_read_stats *out, di_err *err);
+/* The same with n_threads threads (0 = one per core, at most 4; the default). */
+di_status di_checkpoint_read_all_threads(const di_checkpoint *ck, int n_threads,
+                                         di_ckpt_read_stats *out, di_err *err);
 
 #endif

@@ -203,6 +203,39 @@ static void test_header_order_free(void) {
     di_checkpoint_close(ck);
 }
 
+/* A file of several read chunks: every thread count gives the checksum of
+ * the format's definition (wrapping sum of little-endian words, tail padded
+ * with zeros), computed here from the bytes as written. */
+static void test_read_all_split(void) {
+    const size_t n = (70u << 20) + 3; /* three chunks and an odd tail */
+    char header[128];
+    snprintf(header, sizeof header, "{\"t\":{\"dtype\":\"U8\",\"shape\":[%zu],\"data_offsets\":[0,%zu]}}",
+             n, n);
+    const char *dir = case_dir("read_split");
+    write_st(file_in(dir, "model.safetensors"), header, 0, n);
+    uint64_t want = 0;
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t w = 0;
+        for (size_t k = 0; k < 8 && i + k < n; k++) w |= (uint64_t)(unsigned char)(i + k) << (8 * k);
+        want += w;
+    }
+    di_checkpoint *ck = NULL;
+    di_err err = {0};
+    CHECKF(di_checkpoint_open(dir, &ck, &err) == DI_OK, "%s", err.msg);
+    if (!ck) return;
+    static const int threads[] = {1, 2, 3, 0};
+    for (int i = 0; i < 4; i++) {
+        di_ckpt_read_stats rs;
+        CHECK_EQ_INT(di_checkpoint_read_all_threads(ck, threads[i], &rs, &err), DI_OK);
+        CHECK_EQ_INT(rs.bytes, n);
+        CHECKF(rs.checksum == want, "threads %d: %016llx != %016llx", threads[i],
+               (unsigned long long)rs.checksum, (unsigned long long)want);
+    }
+    CHECK_EQ_INT(di_checkpoint_read_all_threads(ck, -1, &(di_ckpt_read_stats){0}, &err),
+                 DI_ERR_INVALID_ARG);
+    di_checkpoint_close(ck);
+}
+
 /* ---- sharded corpus ---- */
 
 #define SHARD1 "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]}}"
@@ -511,6 +544,7 @@ int main(int argc, char **argv) {
 
     RUN(test_malformed_files);
     RUN(test_header_order_free);
+    RUN(test_read_all_split);
     RUN(test_index);
     RUN(test_no_index);
     RUN(test_cli);
