@@ -17,7 +17,7 @@
 static int buf_reserve(di_buf *b, size_t extra) {
     if (b->oom) return -1;
     if (b->len + extra + 1 <= b->cap) return 0;
-    size_t cap = b->cap ? b->cap : 256;
+    size_t cap = b->cap ? b->cap : 64;
     while (cap < b->len + extra + 1) {
         if (cap > SIZE_MAX / 2) { b->oom = 1; return -1; }
         cap *= 2;
@@ -254,6 +254,20 @@ static void put_utf8(di_buf *b, unsigned cp) {
 /* Reads a string literal at p->i (on the opening quote) into out. */
 static di_status jp_string(jparser *p, di_buf *out) {
     p->i++;
+    /* Most strings have no escapes: size the buffer once. */
+    size_t end = p->i;
+    while (end < p->n && p->s[end] != '"' && p->s[end] != '\\' && (unsigned char)p->s[end] >= 0x20)
+        end++;
+    if (end < p->n && p->s[end] == '"' && !out->p) {
+        size_t ok = di_utf8_valid_prefix((const unsigned char *)p->s + p->i, end - p->i);
+        if (ok != end - p->i) { p->i += ok; return jp_fail(p, "invalid UTF-8"); }
+        if (!(out->p = malloc(end - p->i + 1)))
+            return di_err_set(p->err, DI_ERR_NOMEM, "%s: out of memory", p->what);
+        out->cap = end - p->i + 1;
+        di_buf_put(out, p->s + p->i, end - p->i);
+        p->i = end + 1;
+        return DI_OK;
+    }
     for (;;) {
         if (p->i >= p->n) return jp_fail(p, "unterminated string");
         unsigned char c = (unsigned char)p->s[p->i];
@@ -392,9 +406,16 @@ static di_status jp_value(jparser *p, int depth, di_jv **out) {
         di_buf b = {0};
         di_status st = jp_string(p, &b);
         if (st) { di_buf_free(&b); return st; }
-        di_jv *v = di_jv_new_string(b.p ? b.p : "", b.len);
-        di_buf_free(&b);
-        if (!v) return di_err_set(p->err, DI_ERR_NOMEM, "%s: out of memory", p->what);
+        di_jv *v = di_jv_new(DI_JV_STRING);
+        size_t len = b.len;
+        char *text = di_buf_take(&b); /* the value keeps the buffer */
+        if (!v || !text) {
+            free(v);
+            free(text);
+            return di_err_set(p->err, DI_ERR_NOMEM, "%s: out of memory", p->what);
+        }
+        v->str = text;
+        v->len = len;
         *out = v;
         return DI_OK;
     }

@@ -123,9 +123,7 @@ static void flush_newlines(di_parser *p, di_buf *b) {
 }
 
 static void consume(di_parser *p, size_t n) {
-    memmove(p->pending.p, p->pending.p + n, p->pending.len - n);
-    p->pending.len -= n;
-    if (p->pending.p) p->pending.p[p->pending.len] = '\0';
+    p->pending_off += n; /* compacted on the next push: no quadratic moves */
 }
 
 static di_parse_call *current_call(di_parser *p) { return &p->calls[p->n_calls - 1]; }
@@ -133,9 +131,9 @@ static di_parse_call *current_call(di_parser *p) { return &p->calls[p->n_calls -
 /* One step on pending text; returns 1 when it made progress, 0 when it
  * needs more text. `final`: no more text will come. */
 static int step(di_parser *p, int final) {
-    const char *s = p->pending.p;
-    size_t n = p->pending.len;
+    size_t n = p->pending.len - p->pending_off;
     if (!n) return 0;
+    const char *s = p->pending.p + p->pending_off;
     switch (p->state) {
     case ST_REASONING: {
         /* "</think>" ends the reasoning; a tool-call block may also start
@@ -350,6 +348,11 @@ static int step(di_parser *p, int final) {
 di_status di_parser_push(di_parser *p, const char *text, size_t len, di_err *err) {
     if (p->finished) return di_err_set(err, DI_ERR_STATE, "parser: push after finish");
     if (p->state == ST_DONE) return DI_OK;
+    if (p->pending_off) {
+        memmove(p->pending.p, p->pending.p + p->pending_off, p->pending.len - p->pending_off);
+        p->pending.len -= p->pending_off;
+        p->pending_off = 0;
+    }
     di_buf_put(&p->pending, text, len);
     while (step(p, 0)) {}
     if (p->oom || p->pending.oom || p->reasoning.oom || p->content.oom)

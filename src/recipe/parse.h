@@ -51,7 +51,8 @@ typedef struct di_parser {
     int stopped;          /* a stop string was found */
     /* internal */
     int state, sub, params_in_call, value_is_string, leading, finished, parse_tools;
-    di_buf pending;       /* text received but not consumed */
+    di_buf pending;       /* text received; bytes from pending_off on are not consumed */
+    size_t pending_off;
     size_t held_newlines; /* content/reasoning newlines whose fate is unknown */
     char **stop;          /* [n_stop] copies */
     size_t n_stop;
