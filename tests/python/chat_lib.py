@@ -1,7 +1,8 @@
 """ctypes access to the chat section of libdeepinfer (include/deepinfer.h)."""
 import ctypes
 import json
-import os
+
+from tokenizer_lib import library_path, load_library  # noqa: F401 (library_path re-exported)
 
 
 class ChatOptions(ctypes.Structure):
@@ -9,17 +10,9 @@ class ChatOptions(ctypes.Structure):
                 ("add_generation_prompt", ctypes.c_int)]
 
 
-def library_path():
-    build = os.environ.get("DEEPINFER_BUILD", "build")
-    here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(os.path.dirname(here))
-    path = build if os.path.isabs(build) else os.path.join(root, build)
-    return os.path.join(path, "libdeepinfer.so")
-
-
 class ChatLib:
     def __init__(self, path):
-        L = ctypes.CDLL(path)
+        L = load_library(path)
         self.L = L
         L.di_last_error.restype = ctypes.c_char_p
         L.di_free.argtypes = [ctypes.c_void_p]
