@@ -57,7 +57,9 @@ static int file_exists(const char *dir, const char *name) {
 /* Reads a whole small file (the index) into a malloc'd buffer. */
 static di_status read_text(const char *path, char **out, size_t *n, di_err *err) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO or device in place of a file must fail the
+     * regular-file check below, not block the open. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return di_err_set(err, DI_ERR_IO, "cannot open: %s", strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {

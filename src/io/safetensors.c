@@ -314,7 +314,9 @@ di_status di_safetensors_parse(const void *bytes, size_t size, const char *label
 
 di_status di_safetensors_open(const char *path, di_safetensors *st, di_err *err) {
     memset(st, 0, sizeof *st);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO or device in place of a file must fail the
+     * regular-file check below, not block the open. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return di_err_set(err, DI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {

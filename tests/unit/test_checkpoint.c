@@ -315,6 +315,16 @@ static void test_no_index(void) {
     write_st(file_in(dir, "x2.safetensors"), SHARD1, 0, 4);
     expect_open_error(dir, "tensor 'a' is in both x1.safetensors and x2.safetensors");
     expect_open_error(case_dir("nothing"), "no model.safetensors.index.json, model.safetensors");
+    /* a FIFO or a folder where a file should be: refused, without blocking */
+    const char *fifo = case_dir("fifo_shard");
+    CHECK(mkfifo(file_in(fifo, "model.safetensors"), 0644) == 0);
+    expect_open_error(fifo, "model.safetensors: not a regular file");
+    const char *fifo_ix = case_dir("fifo_index");
+    CHECK(mkfifo(file_in(fifo_ix, "model.safetensors.index.json"), 0644) == 0);
+    expect_open_error(fifo_ix, "model.safetensors.index.json: not a readable regular file");
+    const char *sub = case_dir("dir_shard");
+    mkdir(file_in(sub, "model.safetensors"), 0755);
+    expect_open_error(sub, "not a regular file");
     char missing[600];
     snprintf(missing, sizeof missing, "%s/does_not_exist", tmp_root);
     expect_open_error(missing, "does_not_exist");
