@@ -3,7 +3,7 @@
  * weights dequantized to fp32 (same thread count, same run), and the decode
  * path against the memory bandwidth measured in the same run.
  *
- *   build/bench/bench_gemm [--quick] [--decode] [--threads N]
+ *   build/bench/bench_gemm [--quick] [--decode] [--threads N] [--only WEIGHT]
  *   (--quick: shorter timing, skips the largest prefill; --decode: M <= 8 only)
  *
  * Times are medians of several runs. Decode (M <= 8) streams rotating copies
@@ -157,9 +157,11 @@ static float *dequant(const wmat *m, const wcopy *c) {
 
 int main(int argc, char **argv) {
     int quick = 0, threads = 0, decode_only = 0;
+    const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--decode")) decode_only = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
     }
     if (threads <= 0) threads = di_cpu_count();
@@ -189,6 +191,7 @@ int main(int argc, char **argv) {
     const int64_t Ms[] = {1, 8, 64, 512};
     for (size_t mi = 0; mi < sizeof mats / sizeof *mats; mi++) {
         const wmat *m = &mats[mi];
+        if (only && strcmp(only, m->name) != 0) continue;
         size_t bytes = w_bytes(m) + ws_bytes(m);
         /* enough copies to exceed the last-level cache several times */
         int ncopy = (int)((256u << 20) / bytes) + 1;

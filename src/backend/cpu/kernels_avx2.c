@@ -1,17 +1,23 @@
-/* AVX2 + FMA CPU kernels (kernels.h), compiled with per-function target
- * attributes so the library still runs on any x86-64 and only calls these
- * after di_cpu_has_avx2().
+/* AVX2 + FMA CPU kernels (kernels.h; architecture.md §2, §8.3), compiled with
+ * per-function target attributes so the library still runs on any x86-64 and
+ * only calls these after di_cpu_has_avx2().
  *
  * Layout of the work. The output is cut into panels of NR = 16 columns (16
- * weight rows); threads take panels from the pool, so a column is computed by
- * one thread from start to end (no split-K). For each panel and each chunk of
- * KC inputs the weights are decoded once into a small transposed buffer
- * Bp[k][16] (fp32, L1-resident), then a register-blocked micro-kernel sweeps
- * all rows of the activations, MR = 6 rows at a time, with 12 accumulators of
- * 8 lanes (lanes = output columns). Each lane therefore runs exactly the
- * sequential chain of kernels.h: for decode the one row reuses Bp once, for
- * prefill Bp is reused by every 6-row block, which is what makes it
- * compute-bound rather than decode-bound.
+ * weight rows); threads take chunks of panels from the pool, so a column is
+ * computed by one thread from start to end (no split-K). Weights are decoded
+ * chunk by chunk into a small transposed tile Bp[k][16], and a
+ * register-blocked micro-kernel runs MR = 6 activation rows at a time with
+ * the 16 columns in the 8-float lanes of two registers. Each lane therefore
+ * runs exactly the sequential chain of kernels.h, which is why the results
+ * equal the scalar ones bit for bit whatever M or the thread count.
+ * - Prefill (M > 16): a chunk of KC = 256 inputs of up to 16 panels is
+ *   decoded to fp32 once, then every 6-row block of activations sweeps it:
+ *   the decode cost is shared by all rows and the FMAs dominate.
+ * - Decode (M <= 16): 4 panels × 64 inputs at a time, kept as halves (each is
+ *   used by at most three row blocks) and widened by the micro-kernel; four
+ *   panels side by side give the 8 independent FMA chains one row needs.
+ *   The rows of the next chunk are prefetched: 64 rows far apart are too many
+ *   streams for the hardware prefetchers.
  *
  * Decoding tricks (all exact):
  * - E4M3 -> fp32 goes through IEEE half: placing the 7 magnitude bits of the
@@ -21,8 +27,8 @@
  *   exactly: the chain sees the same fp32 values as the scalar one.
  * - E2M1 codes map to the high byte of the half of e2m1·2^-8 (low bytes are
  *   all zero) with one pshufb.
- * - The 16x32 code tile is transposed as bytes (4 rounds of unpack on 16
- *   registers: two 16x16 transposes, one per 128-bit lane). */
+ * - 8 rows × 32 codes are transposed as bytes in 3 rounds of unpacks per
+ *   128-bit lane, which leaves 8 rows of one input side by side. */
 #include "backend/cpu/kernels.h"
 
 #ifdef DI_HAVE_AVX2_KERNELS
@@ -228,15 +234,15 @@ AVX2_INLINE void store_halves(__m256i h, void *bp, int64_t i0, int64_t i1, const
     }
 }
 
-/* FP8: 16 rows × 32 codes (rows[i] points at the block) -> Bp[32][16] = w·2^-8,
- * as two groups of 8 rows (columns 0..7 and 8..15 of Bp). */
-AVX2_INLINE void decode_fp8_block(const uint8_t *const rows[16], void *bp, const int half) {
+/* FP8: rows g·8 .. g·8+7 of a panel, 32 codes from byte off of each ->
+ * columns g·8 .. g·8+7 of Bp[32][16] = w·2^-8. */
+AVX2_INLINE void decode_fp8_block(const uint8_t *const rows[16], int64_t off, void *bp,
+                                  const int half, const int g) {
     const __m256i zero = _mm256_setzero_si256(), mask = _mm256_set1_epi16((short)0xbf80);
-#pragma GCC unroll 2
-    for (int g = 0; g < 2; g++) {
+    {
         __m256i r[8];
 #pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)rows[g * 8 + i]);
+        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(rows[g * 8 + i] + off));
         transpose_8x32_bytes(r);
 #pragma GCC unroll 8
         for (int q = 0; q < 8; q++) {
@@ -250,8 +256,10 @@ AVX2_INLINE void decode_fp8_block(const uint8_t *const rows[16], void *bp, const
     }
 }
 
-/* MXFP4: 16 rows × 16 bytes (32 codes) -> Bp[32][16] = e2m1·2^-8. */
-AVX2_INLINE void decode_fp4_block(const uint8_t *const rows[16], void *bp, const int half) {
+/* MXFP4: rows g·8 .. g·8+7, 16 bytes (32 codes) from byte off of each ->
+ * columns g·8 .. g·8+7 of Bp[32][16] = e2m1·2^-8. */
+AVX2_INLINE void decode_fp4_block(const uint8_t *const rows[16], int64_t off, void *bp,
+                                  const int half, const int g) {
     /* high byte of the half e2m1(code)·2^-8; its low byte is always 0 */
     const __m256i lut = _mm256_setr_epi8(0, 0x18, 0x1c, 0x1e, 0x20, 0x22, 0x24, 0x26, (char)0x80,
                                          (char)0x98, (char)0x9c, (char)0x9e, (char)0xa0,
@@ -260,12 +268,11 @@ AVX2_INLINE void decode_fp4_block(const uint8_t *const rows[16], void *bp, const
                                          (char)0x9c, (char)0x9e, (char)0xa0, (char)0xa2,
                                          (char)0xa4, (char)0xa6);
     const __m256i nib = _mm256_set1_epi8(0x0f), zero = _mm256_setzero_si256();
-#pragma GCC unroll 2
-    for (int g = 0; g < 2; g++) {
+    {
         __m256i r[8];
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
-            __m128i x = _mm_loadu_si128((const __m128i *)rows[g * 8 + i]);
+            __m128i x = _mm_loadu_si128((const __m128i *)(rows[g * 8 + i] + off));
             /* lane 0: even k (low nibbles), lane 1: odd k (high nibbles) */
             __m256i xx = _mm256_inserti128_si256(_mm256_castsi128_si256(x), _mm_srli_epi16(x, 4), 1);
             r[i] = _mm256_shuffle_epi8(lut, _mm256_and_si256(xx, nib));
@@ -352,32 +359,37 @@ static AVX2 void decode_panel(const job *j, int64_t n0, int64_t nn, int64_t k0, 
         const int64_t len = sh < 0 ? kc / 2 : kc << sh, ahead = len < 128 ? 256 : 2 * len;
         for (int i = 0; i < nn; i++) {
             const char *r = (const char *)j->w + (n0 + i) * row + start + ahead;
-            for (int64_t off = 0; off < len; off += 64) _mm_prefetch(r + off, _MM_HINT_T0);
+            for (int64_t off = 0; off < len; off += 64) _mm_prefetch(r + off, _MM_HINT_T1);
         }
     }
+    /* Group by group of 8 rows, every block of the chunk: the 8 rows' lines
+     * are reused while still in L1 even when rows alias in the cache (a row
+     * length of 8 KiB puts every row in the same L1 set). */
     if (j->fmt == FMT_FP8) {
-        const uint8_t *w = j->w;
+        const uint8_t *w = j->w, *rows[16];
+        for (int i = 0; i < 16; i++) rows[i] = i < nn ? w + (n0 + i) * K + k0 : zero_row;
+        for (int g = 0; g < 2; g++)
+            for (int64_t b = 0; b < kc / 32; b++) {
+                if (half) decode_fp8_block(rows, b * 32, (uint16_t *)bp + b * 32 * NR, 1, g);
+                else decode_fp8_block(rows, b * 32, bp + b * 32 * NR, 0, g);
+            }
         for (int64_t b = 0; b < kc / 32; b++) {
-            const uint8_t *rows[16];
-            for (int i = 0; i < 16; i++) rows[i] = i < nn ? w + (n0 + i) * K + k0 + b * 32 : zero_row;
-            if (half) decode_fp8_block(rows, (uint16_t *)bp + b * 32 * NR, 1);
-            else decode_fp8_block(rows, bp + b * 32 * NR, 0);
             /* a 16-column panel lies inside one 32-row scale tile */
             __m256 s = _mm256_set1_ps(e8m0[j->ws[(n0 / 32) * KB + kb0 + b]]);
             _mm256_store_ps(swv + b * NR, s);
             _mm256_store_ps(swv + b * NR + 8, s);
         }
     } else if (j->fmt == FMT_FP4) {
-        const uint8_t *w = j->w;
-        for (int64_t b = 0; b < kc / 32; b++) {
-            const uint8_t *rows[16];
-            for (int i = 0; i < 16; i++) {
-                rows[i] = i < nn ? w + (n0 + i) * (K / 2) + (k0 + b * 32) / 2 : zero_row;
-                swv[b * NR + i] = i < nn ? e8m0[j->ws[(n0 + i) * KB + kb0 + b]] : 0.0f;
+        const uint8_t *w = j->w, *rows[16];
+        for (int i = 0; i < 16; i++) rows[i] = i < nn ? w + (n0 + i) * (K / 2) + k0 / 2 : zero_row;
+        for (int g = 0; g < 2; g++)
+            for (int64_t b = 0; b < kc / 32; b++) {
+                if (half) decode_fp4_block(rows, b * 16, (uint16_t *)bp + b * 32 * NR, 1, g);
+                else decode_fp4_block(rows, b * 16, bp + b * 32 * NR, 0, g);
             }
-            if (half) decode_fp4_block(rows, (uint16_t *)bp + b * 32 * NR, 1);
-            else decode_fp4_block(rows, bp + b * 32 * NR, 0);
-        }
+        for (int64_t b = 0; b < kc / 32; b++)
+            for (int i = 0; i < 16; i++)
+                swv[b * NR + i] = i < nn ? e8m0[j->ws[(n0 + i) * KB + kb0 + b]] : 0.0f;
     } else {
         const void *rows[16];
         size_t esz = j->fmt == FMT_BF16 ? 2 : 4;
@@ -387,10 +399,8 @@ static AVX2 void decode_panel(const job *j, int64_t n0, int64_t nn, int64_t k0, 
     }
 }
 
-/* Panels [p0, p1) (at most MAX_CHUNK): each chunk of KC inputs is decoded
- * for all of them, then every 6-row block of activations sweeps them while
- * its packed rows sit in L1. Decode-sized M uses 32-input chunks so the
- * decoded tiles stay in L1 too. */
+/* Panels [p0, p1) (at most MAX_CHUNK): see the top of the file for the
+ * prefill and decode orders of the loops. */
 static AVX2 void panel_chunk(const job *j, int64_t p0, int64_t p1, int thread) {
     const int64_t M = j->M, K = j->K, N = j->N, KB = K / 32, np = p1 - p0;
     const int block = j->fmt == FMT_FP8 || j->fmt == FMT_FP4;
