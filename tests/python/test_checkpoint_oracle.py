@@ -64,6 +64,21 @@ def test_tiny_listing_matches_reference(cli, shared_dir):
     assert ours == ref
     assert f"tensors  1005 ({total} bytes" in r.stdout
     assert index["metadata"]["total_size"] == total
+    # bytes per dtype in the summary
+    per_dtype = {}
+    for dtype, shape, _, _ in ref.values():
+        n = 1
+        for d in shape:
+            n *= d
+        per_dtype[dtype] = per_dtype.get(dtype, 0) + n * {"I8": 1, "F8_E4M3": 1, "F8_E8M0": 1,
+                                                          "BF16": 2, "F32": 4}[dtype]
+    summary = {}
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] in per_dtype and parts[2] == "bytes":
+            summary[parts[0]] = int(parts[1])
+    assert summary == per_dtype
+    assert sum(per_dtype.values()) == total
 
 
 def st_file(header: bytes, data: bytes, length=None) -> bytes:
@@ -128,3 +143,21 @@ def test_valid_accepted_like_reference(cli, tmp_path, case, blob):
             _, name, dtype, shape, _, crc = line.split("\t")
             ours[name] = (dtype, [int(x) for x in shape.strip("[]").split(",") if x], int(crc, 16))
     assert ours == ref
+
+
+def test_golden_outputs_file_matches_reference(cli, shared_dir):
+    """A folder without index or model.safetensors: every *.safetensors is read."""
+    folder = shared_dir / "golden" / "v41-tiny-bf16"
+    r = run_check(cli, folder, "--list")
+    assert r.returncode == 0, r.stderr
+    ours = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("tensor\t"):
+            _, name, dtype, shape, shard, crc = line.split("\t")
+            ours[name] = (dtype, [int(x) for x in shape.strip("[]").split(",") if x], shard,
+                          int(crc, 16))
+    ref = {n: (i["dtype"], list(i["shape"]), "golden.safetensors", zlib.crc32(bytes(i["data"])))
+           for n, i in safetensors.deserialize((folder / "golden.safetensors").read_bytes())}
+    assert len(ref) > 50
+    assert ours == ref
+    assert "binding  skipped: no config.json" in r.stdout
