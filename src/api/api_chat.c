@@ -137,6 +137,18 @@ di_status di_chat_encode(const di_tokenizer *tok, const char *json, size_t len,
     return st ? di_err_publish(&err) : DI_OK;
 }
 
+di_status di_chat_output_flags(const char *json, size_t len, const di_chat_options *opts,
+                               unsigned *flags) {
+    di_err err = {0};
+    if (!flags) return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "di_chat_output_flags: flags is NULL"});
+    *flags = 0;
+    di_chat chat;
+    if (chat_from_json(json, len, opts, &chat, &err)) return di_err_publish(&err);
+    *flags = di_chat_parse_flags(&chat);
+    di_chat_free(&chat);
+    return DI_OK;
+}
+
 /* ---------------------------------------------------------------- parsing */
 
 struct di_chat_stream {

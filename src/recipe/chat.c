@@ -507,6 +507,27 @@ di_status di_chat_prompt_render(const di_chat *c, di_chat_prompt *out, di_err *e
     return DI_OK;
 }
 
+unsigned di_chat_parse_flags(const di_chat *c) {
+    int tools_active = c->n_tools > 0 && c->tool_choice != DI_CHAT_TOOL_NONE;
+    int format_section = c->format == DI_CHAT_FORMAT_JSON_OBJECT ||
+                         c->format == DI_CHAT_FORMAT_JSON_SCHEMA;
+    int any_tools = tools_active;
+    for (size_t i = 0; i < c->n_msgs; i++) any_tools |= c->msgs[i].n_tools > 0;
+    const di_chat_msg *last = c->n_msgs ? &c->msgs[c->n_msgs - 1] : NULL;
+    int continued = last && last->prefix;
+    unsigned f = any_tools ? DI_CHAT_PARSE_TOOLS : 0;
+    if (c->tool_choice == DI_CHAT_TOOL_REQUIRED && tools_active && (continued || c->add_generation_prompt))
+        return f | DI_CHAT_PARSE_TOOLS | DI_CHAT_PARSE_IN_CALLS | (continued ? DI_CHAT_PARSE_CONTINUE : 0);
+    if (continued) {
+        /* the think block is still open only when w_assistant left it so */
+        int thinks = c->thinking && (c->n_msgs > 1 || tools_active || format_section);
+        if (thinks && !last->content[0] && !last->n_calls) f |= DI_CHAT_PARSE_THINKING;
+        return f | DI_CHAT_PARSE_CONTINUE;
+    }
+    if (c->add_generation_prompt && c->thinking) f |= DI_CHAT_PARSE_THINKING;
+    return f;
+}
+
 void di_chat_prompt_free(di_chat_prompt *p) {
     if (!p) return;
     free(p->text);

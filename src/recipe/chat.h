@@ -124,6 +124,12 @@ typedef struct di_chat_prompt {
 di_status di_chat_prompt_render(const di_chat *c, di_chat_prompt *out, di_err *err);
 void di_chat_prompt_free(di_chat_prompt *p);
 
+/* How output generated after this chat's prompt must be parsed: the
+ * DI_CHAT_PARSE_* flags of deepinfer.h (think block open, tools offered, call
+ * block open, continuing a prefix message), derived with the renderer's own
+ * rules. */
+unsigned di_chat_parse_flags(const di_chat *c);
+
 /* The special-token spellings the template uses (for the tokenizer). */
 #define DI_CHAT_BOS "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"
 #define DI_CHAT_EOS "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"

@@ -22,6 +22,8 @@ class ChatLib:
                                      ctypes.POINTER(ChatOptions),
                                      ctypes.POINTER(ctypes.POINTER(ctypes.c_int32)),
                                      ctypes.POINTER(ctypes.c_size_t)]
+        L.di_chat_output_flags.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ChatOptions),
+                                           ctypes.POINTER(ctypes.c_uint)]
         L.di_chat_parse.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint,
                                     ctypes.POINTER(ctypes.c_void_p)]
         L.di_chat_stream_new.argtypes = [ctypes.c_uint, ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t,
@@ -58,6 +60,14 @@ class ChatLib:
         if st:
             raise ValueError(self.error())
         return self._take(out, n.value).decode("utf-8")
+
+    def output_flags(self, chat, thinking=-1, effort=None, add_generation_prompt=1):
+        data = (chat if isinstance(chat, str) else json.dumps(chat, ensure_ascii=False)).encode()
+        flags = ctypes.c_uint()
+        opts = self._opts(thinking, effort, add_generation_prompt)
+        if self.L.di_chat_output_flags(data, len(data), ctypes.byref(opts), ctypes.byref(flags)):
+            raise ValueError(self.error())
+        return flags.value
 
     def load_tokenizer(self, path):
         tok = ctypes.c_void_p()

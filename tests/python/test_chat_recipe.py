@@ -13,8 +13,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from chat_lib import (PARSE_IN_CALLS, PARSE_THINKING, PARSE_TOOLS, ChatLib,  # noqa: E402
-                      library_path)
+from chat_lib import (PARSE_CONTINUE, PARSE_IN_CALLS, PARSE_THINKING, PARSE_TOOLS,  # noqa: E402
+                      ChatLib, library_path)
 
 dr = pytest.importorskip("deepseek_recipe", reason="deepseek-recipe is not installed "
                          "(pip install deepseek-recipe==0.2.0); the C unit tests check stored fixtures")
@@ -335,11 +335,29 @@ def test_requests_match_recipe_conversion(lib):
             body["messages"][0] = dict(body["messages"][0], content=[{"type": "text", "text": m["content"]},
                                                                      {"type": "text", "text": "part two"}])
         try:
-            conv = dr.ChatCompletionRequest(json.dumps(body)).convert(dr.ConversionOptions()).conversation
+            converted = dr.ChatCompletionRequest(json.dumps(body)).convert(dr.ConversionOptions())
         except (dr.ConversionError, ValueError):
             continue
-        want = enc.render_conversation(conv).prompt
+        want = enc.render_conversation(converted.conversation).prompt
         assert lib.render(body) == want, json.dumps(body, ensure_ascii=False)[:1500]
+        # how the output will be parsed: the recipe's parsing options
+        po, flags = converted.parsing_options, lib.output_flags(body)
+        msgs = body["messages"]
+        if len(msgs) == 1 and msgs[0].get("prefix"):
+            # a continued turn with nothing before it: the recipe renders no
+            # think block yet asks for reasoning; we follow the prompt
+            continue
+        assert bool(flags & PARSE_TOOLS) == po.parse_tool_calls
+        assert bool(flags & PARSE_IN_CALLS) == po.starts_in_tool_calls
+        stage = po.thinking_initial_stage
+        S = dr.ThinkingInitialStage
+        if stage is None:
+            want_flags = PARSE_CONTINUE if msgs[-1].get("prefix") else 0
+        else:
+            want_flags = next(f for st, f in [(S.ReasoningStart, PARSE_THINKING),
+                                              (S.ReasoningContinuation, PARSE_THINKING | PARSE_CONTINUE),
+                                              (S.ContentContinuation, PARSE_CONTINUE)] if stage == st)
+        assert flags & (PARSE_THINKING | PARSE_CONTINUE) == want_flags, (flags, stage)
         n += 1
     assert n > 80, n
 

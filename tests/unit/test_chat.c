@@ -9,6 +9,7 @@
 #include "deepinfer.h"
 #include "recipe/chat.h"
 #include "recipe/chat_json.h"
+#include "recipe/openai.h"
 #include "test.h"
 
 static char *render(const char *json, int thinking, di_status *st) {
@@ -20,6 +21,35 @@ static char *render(const char *json, int thinking, di_status *st) {
     *st = di_chat_render(json, strlen(json), &o, &p, &n);
     if (p) CHECK_EQ_INT(n, strlen(p));
     return p;
+}
+
+/* From the rendered segments: does the prompt end inside an open think
+ * block (last special token "<think>"), or right after the opening of a
+ * tool-call block? */
+static void last_specials(const char *json, int thinking, int *think_open, int *in_calls) {
+    di_jv *root = NULL;
+    di_err err;
+    di_chat c;
+    di_sampling s;
+    *think_open = *in_calls = 0;
+    if (di_jv_parse(json, strlen(json), "chat", &root, &err)) { CHECK(0); return; }
+    if (di_openai_convert_value(root, NULL, &c, &s, &err)) { CHECK(0); di_jv_free(root); return; }
+    di_jv_free(root);
+    di_sampling_free(&s);
+    c.thinking = thinking;
+    di_chat_prompt p;
+    if (di_chat_prompt_render(&c, &p, &err) == DI_OK && p.n_segs) {
+        const di_chat_segment *last = NULL;
+        for (size_t i = 0; i < p.n_segs; i++)
+            if (p.segs[i].special) last = &p.segs[i];
+        const char *tail = "<" DI_CHAT_DSML " calls>\n";
+        *in_calls = last && p.len >= strlen(tail) && !strcmp(p.text + p.len - strlen(tail), tail) &&
+                    last->offset + last->len + strlen(" calls>\n") == p.len;
+        *think_open = last && last->len == strlen(DI_CHAT_THINK_START) &&
+                      !memcmp(p.text + last->offset, DI_CHAT_THINK_START, last->len);
+    }
+    di_chat_prompt_free(&p);
+    di_chat_free(&c);
 }
 
 static void test_recipe_prompts(void) {
@@ -39,6 +69,19 @@ static void test_recipe_prompts(void) {
         char *got = render(chat, thinking, &st);
         CHECKF(st == DI_OK && got && !strcmp(got, want), "case %d: %s\n got: %s\nwant: %s", n,
                st ? di_last_error() : "", got ? got : "", want);
+        /* the parse flags agree with how the prompt ends, read from its
+         * special segments (typed text may spell anything) */
+        di_chat_options fo;
+        di_chat_options_default(&fo);
+        fo.thinking = thinking;
+        unsigned flags = 0;
+        CHECK(di_chat_output_flags(chat, strlen(chat), &fo, &flags) == DI_OK);
+        int think_open = 0, in_calls = 0;
+        last_specials(chat, thinking, &think_open, &in_calls);
+        CHECKF(!!(flags & DI_CHAT_PARSE_THINKING) == think_open, "case %d: flags %u", n, flags);
+        CHECKF(!!(flags & DI_CHAT_PARSE_IN_CALLS) == in_calls, "case %d: flags %u", n, flags);
+        CHECKF(!!(flags & DI_CHAT_PARSE_CONTINUE) == (strstr(chat, "\"prefix\": true") != NULL),
+               "case %d: flags %u", n, flags);
         di_free(got);
         cJSON *ids = cJSON_GetObjectItem(c, "ids");
         if (tok && cJSON_IsArray(ids)) {
