@@ -259,6 +259,249 @@ DI_API di_status di_chat_stream_push(di_chat_stream *s, const char *text, size_t
 DI_API di_status di_chat_stream_finish(di_chat_stream *s, char **delta_json, char **message_json);
 DI_API void di_chat_stream_free(di_chat_stream *s);
 
+/* ----------------------------------------------------------------- engine */
+
+/* The offline generation engine (docs/engine.md): continuous batching of
+ * many requests over one model, chunked prefill mixed with decode under a
+ * per-step token budget, admission by the memory each sequence's state
+ * needs and preemption (recompute) when it runs short, sampling with
+ * per-request seeds, stop strings, structured output and chat parsing.
+ *
+ * Usage: di_engine_open, then any number of di_engine_submit_* (each
+ * validated on its own: a bad request fails at submit and leaves the others
+ * alone), then di_engine_run (to completion) or di_engine_step in a loop,
+ * then read each request's outputs. Requests may be submitted between steps.
+ * One engine is driven by one thread at a time. */
+typedef struct di_engine di_engine;
+
+typedef enum di_accelerator {
+    DI_ACCEL_ENV = 0,    /* $DEEPINFER_ACCELERATOR, else cpu */
+    DI_ACCEL_CPU = 1,
+    DI_ACCEL_NVIDIA = 2  /* CUDA backend (DI_ERR_UNSUPPORTED when not built in) */
+} di_accelerator;
+
+typedef struct di_engine_options {
+    /* Model: a checkpoint folder (DI_LOAD_AUTO), or a config.json / folder
+     * with one (DI_LOAD_DUMMY, weights generated from dummy_seed). NULL:
+     * $DEEPINFER_HF_MODEL_DIR, else the embedded default tiny model. */
+    const char *model;
+    di_load_format load_format;
+    uint64_t dummy_seed;
+    /* tokenizer.json; NULL: <model folder>/tokenizer.json. Without a usable
+     * tokenizer only token-id prompts are accepted and no text is produced. */
+    const char *tokenizer;
+    di_accelerator accelerator;
+    int n_threads;               /* backend threads; 0 = all cores */
+    int max_batch;               /* sequences per step (default 64) */
+    int64_t max_tokens_per_step; /* token budget of one step (default 512) */
+    int64_t max_prefill_chunk;   /* longest prefill chunk (default 0 = the budget) */
+    uint64_t memory_limit;       /* bytes for per-sequence state (default 0 = 2 GiB) */
+    int64_t max_model_len;       /* prompt + output cap (default 0 = the config's
+                                    max_position_embeddings, at most 65536) */
+    int batch_invariant;         /* -1 (default): $DEEPINFER_BATCH_INVARIANT; 0 off; 1 on */
+    int async_scheduling;        /* 1 (default): prepare step N+1 while step N runs */
+    int bf16_numerics;           /* 1: skip FP8 activation quantization (reference dtype="bf16") */
+    uint64_t seed;               /* seeds requests that set none (vLLM's LLM(seed=0)) */
+} di_engine_options;
+
+DI_API void di_engine_options_default(di_engine_options *opts);
+
+/* Opens the model, its tokenizer and the backend; reads and validates the
+ * DEEPINFER_* environment variables (a bad value is an error naming the
+ * variable and the accepted values). */
+DI_API di_status di_engine_open(const di_engine_options *opts, di_engine **out);
+DI_API void di_engine_close(di_engine *e);
+
+typedef struct di_engine_info {
+    int64_t vocab_size;
+    int64_t max_model_len;
+    int32_t bos_id, eos_id;
+    int has_tokenizer;
+    int batch_invariant;   /* effective setting */
+    int async_scheduling;
+    int n_threads;
+    const char *accelerator; /* "cpu" / "nvidia" */
+    const char *model_path;  /* the folder or config actually opened */
+} di_engine_info;
+
+DI_API di_status di_engine_get_info(const di_engine *e, di_engine_info *out);
+/* The engine's tokenizer (NULL when it has none); lives as long as e. */
+DI_API const di_tokenizer *di_engine_tokenizer(const di_engine *e);
+
+/* The DEEPINFER_* environment variables, their values and meaning, as text
+ * (one per line) in a new string released with di_free(). Fails like
+ * di_engine_open on a bad value. */
+DI_API di_status di_engine_env_describe(char **out);
+
+/* Sampling settings of one request: vLLM's SamplingParams field names and
+ * defaults, plus seq_seed and the structured-output fields. Pointers are
+ * read during submit only (copied). */
+typedef struct di_sampling_params {
+    int32_t n;                  /* completions (default 1), 1..64 */
+    double temperature;         /* default 1.0; 0 = greedy; [0, 100] */
+    double top_p;               /* default 1.0; (0, 1] */
+    int32_t top_k;              /* default 0; 0 or -1 = all */
+    double min_p;               /* default 0; [0, 1] */
+    double presence_penalty;    /* default 0; [-2, 2] */
+    double frequency_penalty;   /* default 0; [-2, 2] */
+    double repetition_penalty;  /* default 1; (0, 2] */
+    /* Deterministic sampling: the draw of output position i of completion
+     * j depends only on (seq_seed, j, i). Without it the seed is derived
+     * from the engine seed and the request's submit order. */
+    int has_seq_seed;
+    uint64_t seq_seed;
+    const char *const *stop;    /* [n_stop] stop strings (matched on the text) */
+    size_t n_stop;
+    const int32_t *stop_token_ids; /* [n_stop_token_ids] */
+    size_t n_stop_token_ids;
+    int include_stop_str_in_output; /* default 0 */
+    int ignore_eos;             /* default 0 */
+    int64_t max_tokens;         /* default 16; >= 1 (0 allowed with prompt_logprobs) */
+    int64_t min_tokens;         /* default 0: EOS / stop ids masked before this many */
+    int32_t logprobs;           /* default -1: none; k >= 0: sampled token + top k (k <= 20) */
+    int32_t prompt_logprobs;    /* default -1: none; k >= 0: each prompt token + top k */
+    const int32_t *logit_bias_ids;   /* [n_logit_bias] added to the logits */
+    const float *logit_bias_values;  /* [n_logit_bias], each in [-100, 100] */
+    size_t n_logit_bias;
+    int skip_special_tokens;    /* default 1: special tokens left out of the text */
+    /* Structured output: at most one of these (else DI_ERR_INVALID_ARG). */
+    const char *json_schema;    /* JSON Schema text */
+    const char *regex;
+    const char *ebnf;           /* GBNF, start symbol root */
+    const char *const *choice;  /* [n_choice] strings */
+    size_t n_choice;
+    int json_object;            /* 1: any JSON object */
+    int disable_any_whitespace;        /* compact JSON */
+    int disable_additional_properties; /* objects closed unless the schema says */
+    /* Thinking (requests whose prompt ends by opening a think block): at most
+     * this many tokens of reasoning, then `</think>` is forced; -1 = no cap.
+     * A constraint applies to the answer after `</think>`. */
+    int64_t thinking_token_budget;
+} di_sampling_params;
+
+DI_API void di_sampling_params_default(di_sampling_params *p);
+
+/* Submitting. Every submit validates the request completely (prompt not
+ * empty, ids in the vocabulary, prompt shorter than max_model_len, sampling
+ * values in range, at most one constraint and a constraint that compiles)
+ * and fails with DI_ERR_INVALID_ARG (or the compile error) and a message
+ * naming the field, or returns a request id (> 0, never reused). */
+DI_API di_status di_engine_submit_tokens(di_engine *e, const int32_t *ids, size_t n_ids,
+                                         const di_sampling_params *params, uint64_t *id);
+/* Text is encoded with special-token spellings recognised (like a HF
+ * tokenizer's encode of a template-rendered prompt); no BOS is added. */
+DI_API di_status di_engine_submit_text(di_engine *e, const char *text, size_t len,
+                                       const di_sampling_params *params, uint64_t *id);
+/* A chat: a JSON array of OpenAI messages or a Chat Completions body
+ * (messages, tools, response_format, thinking, reasoning_effort, and, when
+ * params is NULL, its sampling fields: temperature, top_p, max_tokens,
+ * seed, stop, n, logprobs/top_logprobs; response_format json_schema /
+ * json_object becomes the constraint). chat_opts may be NULL. Outputs of a
+ * chat are parsed into reasoning_content / content / tool_calls. */
+DI_API di_status di_engine_submit_chat(di_engine *e, const char *json, size_t len,
+                                       const di_chat_options *chat_opts,
+                                       const di_sampling_params *params, uint64_t *id);
+/* Ends a request now (finish reason abort). Unknown id: DI_ERR_NOT_FOUND. */
+DI_API di_status di_engine_abort(di_engine *e, uint64_t id);
+
+/* Progress of a run. */
+typedef struct di_engine_progress {
+    uint64_t requests_done, requests_total;
+    uint64_t prompt_tokens, output_tokens; /* processed / generated so far */
+    double elapsed_s;
+    double prompt_tps, output_tps;         /* tokens per second so far */
+} di_engine_progress;
+
+/* Called after each step; a nonzero return stops di_engine_run early (the
+ * requests stay and a later run continues them). */
+typedef int (*di_engine_progress_fn)(void *user, const di_engine_progress *p);
+
+/* One scheduler step: a batch of decode tokens and prefill chunks. *n_active
+ * (may be NULL) receives the number of unfinished requests after it. A
+ * failure here is an engine failure (the backend); a request's own problem
+ * ends that request with DI_FINISH_ERROR and the step succeeds. */
+DI_API di_status di_engine_step(di_engine *e, size_t *n_active);
+/* Steps until every submitted request has finished. progress may be NULL. */
+DI_API di_status di_engine_run(di_engine *e, di_engine_progress_fn progress, void *user);
+
+typedef enum di_finish_reason {
+    DI_FINISH_NONE = 0,       /* still running */
+    DI_FINISH_STOP = 1,       /* EOS, a stop string or a stop token id */
+    DI_FINISH_LENGTH = 2,     /* max_tokens or max_model_len reached */
+    DI_FINISH_CONSTRAINT = 3, /* the constraint allowed no token (dead end) */
+    DI_FINISH_ERROR = 4,      /* see error */
+    DI_FINISH_ABORT = 5       /* di_engine_abort */
+} di_finish_reason;
+
+DI_API const char *di_finish_reason_name(di_finish_reason r); /* "stop", "length", ... */
+
+/* Ids of requests finished since the last call (each reported once):
+ * up to cap ids into ids, their number into *n. */
+DI_API di_status di_engine_poll_finished(di_engine *e, uint64_t *ids, size_t cap, size_t *n);
+
+/* One completion of a request. Pointers stay valid until the request is
+ * released or the engine closed. */
+typedef struct di_completion {
+    int32_t index;                /* 0..n-1 */
+    const int32_t *token_ids;     /* [n_tokens] generated ids (stop string text trimmed
+                                     from `text`, ids kept) */
+    size_t n_tokens;
+    const char *text;             /* detokenized output, NUL-terminated */
+    size_t text_len;
+    di_finish_reason finish_reason;
+    const char *stop_str;         /* the matched stop string, else NULL */
+    int32_t stop_token;           /* the stop token id (EOS included), else -1 */
+    const char *error;            /* DI_FINISH_ERROR: the message, else NULL */
+    double cumulative_logprob;    /* sum of the sampled tokens' logprobs */
+    /* logprobs >= 0: per position, the sampled token's logprob and the top k */
+    const float *logprobs;        /* [n_tokens] or NULL */
+    int32_t n_top;                /* k */
+    const int32_t *top_ids;       /* [n_tokens, n_top] by decreasing logprob */
+    const float *top_logprobs;    /* [n_tokens, n_top] */
+    /* Chat requests: the parsed assistant message (NULL otherwise). */
+    const char *reasoning_content;
+    const char *content;
+    const char *tool_calls_json;  /* JSON array, or NULL when no calls */
+    const char *message_json;     /* the whole message as JSON */
+} di_completion;
+
+/* A request as a whole. */
+typedef struct di_request_output {
+    uint64_t id;
+    int finished;                 /* 1 when every completion has finished */
+    const int32_t *prompt_ids;    /* [n_prompt] */
+    size_t n_prompt;
+    /* prompt_logprobs >= 0: logprob of each prompt token given the ones
+     * before it (entry 0 is NaN: nothing predicts it) and the top k. */
+    const float *prompt_logprobs; /* [n_prompt] or NULL */
+    int32_t n_prompt_top;
+    const int32_t *prompt_top_ids;       /* [n_prompt, n_prompt_top] (row 0 all -1) */
+    const float *prompt_top_logprobs;    /* [n_prompt, n_prompt_top] */
+    size_t n_completions;
+    const char *error;            /* a request-level error, else NULL */
+} di_request_output;
+
+DI_API di_status di_engine_get_output(const di_engine *e, uint64_t id, di_request_output *out);
+DI_API di_status di_engine_get_completion(const di_engine *e, uint64_t id, size_t index,
+                                          di_completion *out);
+/* Forgets a finished request and frees its outputs. */
+DI_API di_status di_engine_release(di_engine *e, uint64_t id);
+
+/* Counters since open. */
+typedef struct di_engine_stats {
+    uint64_t steps;
+    uint64_t prompt_tokens;        /* prefill tokens computed (recomputation included) */
+    uint64_t output_tokens;        /* tokens sampled */
+    uint64_t preemptions;          /* sequences evicted and requeued for memory */
+    uint64_t memory_used, memory_peak, memory_limit; /* per-sequence state bytes */
+    double forward_s;              /* time the backend spent in forward passes */
+    double host_s;                 /* host work: scheduling, masks, sampling, text */
+    double overlap_s;              /* host work done while a forward ran (async) */
+    double wall_s;                 /* inside di_engine_step / run */
+} di_engine_stats;
+
+DI_API di_status di_engine_get_stats(const di_engine *e, di_engine_stats *out);
+
 #ifdef __cplusplus
 }
 #endif
