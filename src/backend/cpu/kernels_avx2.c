@@ -465,33 +465,48 @@ static void panels(void *ctx, int64_t p0, int64_t p1, int thread) {
 
 /* Packs rows of activations as [ceil(M/MR)][K][MR] fp32 (missing rows zero);
  * codes are decoded and multiplied by 2^8 (see the top of the file). */
-static float *pack_act(const uint8_t *qa, const float *x, int64_t M, int64_t K) {
-    int64_t mb = (M + MR - 1) / MR;
-    float *ap = aligned_alloc(32, (size_t)((mb * K * MR * sizeof(float) + 31) & ~(size_t)31));
-    if (!ap) return NULL;
+typedef struct pack_job {
+    const uint8_t *qa;
+    const float *x;
+    int64_t M, K;
+    float *ap;
+} pack_job;
+
+static void pack_blocks(void *ctx, int64_t b0, int64_t b1, int thread) {
+    const pack_job *p = ctx;
+    const int64_t M = p->M, K = p->K;
     const float *e4m3 = di_cpu_e4m3_table();
-    for (int64_t b = 0; b < mb; b++) {
-        float *dst = ap + b * K * MR;
+    for (int64_t b = b0; b < b1; b++) {
+        float *dst = p->ap + b * K * MR;
         for (int m = 0; m < MR; m++) {
             int64_t row = b * MR + m;
             if (row >= M) {
                 for (int64_t k = 0; k < K; k++) dst[k * MR + m] = 0.0f;
-            } else if (qa) {
-                const uint8_t *src = qa + row * K;
+            } else if (p->qa) {
+                const uint8_t *src = p->qa + row * K;
                 for (int64_t k = 0; k < K; k++) dst[k * MR + m] = e4m3[src[k]] * 256.0f;
             } else {
-                const float *src = x + row * K;
+                const float *src = p->x + row * K;
                 for (int64_t k = 0; k < K; k++) dst[k * MR + m] = src[k];
             }
         }
     }
+}
+
+static float *pack_act(const uint8_t *qa, const float *x, int64_t M, int64_t K, di_threadpool *tp) {
+    int64_t mb = (M + MR - 1) / MR;
+    float *ap = aligned_alloc(32, (size_t)((mb * K * MR * sizeof(float) + 31) & ~(size_t)31));
+    if (!ap) return NULL;
+    pack_job p = {qa, x, M, K, ap};
+    /* worth spreading only for prefill-sized inputs */
+    di_threadpool_for(M * K >= (1 << 18) ? tp : NULL, mb, 4, pack_blocks, &p);
     return ap;
 }
 
 static void run(job *j, const uint8_t *qa, const float *x, di_threadpool *tp) {
     if (j->M <= 0 || j->N <= 0) return;
     int threads = di_threadpool_size(tp);
-    float *ap = pack_act(qa, x, j->M, j->K);
+    float *ap = pack_act(qa, x, j->M, j->K, tp);
     float *scratch = aligned_alloc(32, (size_t)threads * SCRATCH_FLOATS * sizeof(float));
     float *edge = aligned_alloc(32, (size_t)((j->M * NR * sizeof(float) + 31) & ~(size_t)31));
     if (!ap || !scratch || !edge) { /* out of memory: the scalar path needs none */
