@@ -1,0 +1,70 @@
+/* The real model runner over the V4.1 forward pass (see runner.h). */
+#include "engine/runner.h"
+
+#include <stdlib.h>
+
+#include "model/forward.h"
+#include "model/seqstate.h"
+
+/* Mirrors the allocations of di_seqstate_init with no rollback room: window
+ * rings per backbone layer, compressed KV + index keys (capacity / ratio + 1
+ * entries) and the per-token compressor ring per kv source, the Engram
+ * history, DSpark rings. */
+static uint64_t lm_state_bytes(void *ctx, int64_t max_tokens) {
+    const di_lm *lm = ctx;
+    const di_config *c = lm->cfg;
+    uint64_t dh = (uint64_t)c->head_dim, f = sizeof(float), total = 0;
+    int maxr = 1;
+    for (int b = 0; b < c->n_blocks; b++)
+        if (c->compress_ratios[b] > maxr) maxr = c->compress_ratios[b];
+    for (int b = 0; b < c->n_layers; b++) {
+        const di_layer_role *r = &c->roles[b];
+        total += (uint64_t)c->window * dh * f;
+        if (r->owns_compressor && r->ratio > 0) {
+            uint64_t n = (uint64_t)(max_tokens / r->ratio + 1);
+            total += n * (dh + (uint64_t)c->index_head_dim) * f;
+            if (r->ratio > 1) total += (uint64_t)maxr * 2 * dh * f;
+        }
+    }
+    if (lm->has_dspark) total += (uint64_t)c->n_mtp * (uint64_t)c->window * dh * f;
+    total += (uint64_t)(c->engram_max_ngram > 1 ? c->engram_max_ngram - 1 : 1) * sizeof(int32_t);
+    return total + sizeof(di_seqstate);
+}
+
+static di_status lm_state_new(void *ctx, int64_t max_tokens, void **state, di_err *err) {
+    di_seqstate *st = calloc(1, sizeof *st);
+    if (!st) return di_err_set(err, DI_ERR_NOMEM, "out of memory");
+    di_status s = di_seqstate_init(st, ctx, max_tokens, 0, err);
+    if (s) { free(st); return s; }
+    *state = st;
+    return DI_OK;
+}
+
+static void lm_state_free(void *ctx, void *state) {
+    (void)ctx;
+    if (!state) return;
+    di_seqstate_free(state);
+    free(state);
+}
+
+static di_status lm_forward(void *ctx, const di_runner_seq *seqs, int n_seqs, float *logits, int all_rows,
+                            di_err *err) {
+    di_fwd_seq *fs = malloc((size_t)(n_seqs > 0 ? n_seqs : 1) * sizeof *fs);
+    if (!fs) return di_err_set(err, DI_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n_seqs; i++) {
+        fs[i].st = seqs[i].state;
+        fs[i].ids = seqs[i].ids;
+        fs[i].n = seqs[i].n;
+    }
+    di_status st = di_forward(ctx, fs, n_seqs, logits, all_rows, err);
+    free(fs);
+    return st;
+}
+
+static const di_runner_ops lm_ops = {lm_state_bytes, lm_state_new, lm_state_free, lm_forward};
+
+void di_runner_lm_init(di_runner *r, const di_lm *lm) {
+    r->ops = &lm_ops;
+    r->ctx = (void *)lm;
+    r->vocab = lm->cfg->vocab_size;
+}

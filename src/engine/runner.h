@@ -1,0 +1,42 @@
+/* The model runner: runs one forward over a batch plan (a chunk of tokens
+ * per sequence, each continuing its own state) and returns logits. It also
+ * owns how per-sequence state is created and what it costs, so the memory
+ * manager and the scheduler never look inside it.
+ *
+ * The runner is a small table of functions: the real one drives the V4.1
+ * forward pass (src/model/forward.h); tests plug in a fake one. */
+#ifndef DI_ENGINE_RUNNER_H
+#define DI_ENGINE_RUNNER_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+#include "model/model.h"
+
+typedef struct di_runner_seq {
+    void *state;          /* from state_new; the chunk continues it */
+    const int32_t *ids;   /* [n] */
+    int64_t n;
+} di_runner_seq;
+
+typedef struct di_runner_ops {
+    /* Bytes a state of capacity max_tokens occupies. */
+    uint64_t (*state_bytes)(void *ctx, int64_t max_tokens);
+    di_status (*state_new)(void *ctx, int64_t max_tokens, void **state, di_err *err);
+    void (*state_free)(void *ctx, void *state);
+    /* Logits: all_rows = 0: [n_seqs, V] of each chunk's last row;
+     * all_rows = 1: [sum n, V] of every row. Advances every state. */
+    di_status (*forward)(void *ctx, const di_runner_seq *seqs, int n_seqs, float *logits,
+                         int all_rows, di_err *err);
+} di_runner_ops;
+
+typedef struct di_runner {
+    const di_runner_ops *ops;
+    void *ctx;
+    int64_t vocab;        /* V */
+} di_runner;
+
+/* The real runner over a runtime model (lm must outlive it). */
+void di_runner_lm_init(di_runner *r, const di_lm *lm);
+
+#endif

@@ -1,0 +1,206 @@
+/* Sampling and the counter-based generator (see sampler.h; deepinfer.md §4). */
+#include "engine/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+uint64_t di_rng_bits(uint64_t key, uint64_t a, uint64_t b, uint64_t c) {
+    /* Each input passes the finaliser before the next is mixed in, so
+     * nearby counters give unrelated outputs. */
+    uint64_t h = mix64(key + 0x9e3779b97f4a7c15ull);
+    h = mix64(h ^ (a + 0x632be59bd9b4e019ull));
+    h = mix64(h ^ (b + 0x8cb92ba72f3d8dd7ull));
+    return mix64(h ^ (c + 0xd1b54a32d192ed03ull));
+}
+
+double di_rng_exp(uint64_t key, uint64_t a, uint64_t b, uint64_t c) {
+    /* u in (0, 1]: 53 random bits, +1 so log never sees 0. */
+    double u = ((double)(di_rng_bits(key, a, b, c) >> 11) + 1.0) * 0x1.0p-53;
+    return -log(u);
+}
+
+int di_sampler_init(di_sampler *s, int64_t V) {
+    memset(s, 0, sizeof *s);
+    s->V = V;
+    s->work = malloc((size_t)V * sizeof *s->work);
+    s->seen = calloc((size_t)V, 1);
+    s->count = calloc((size_t)V, sizeof *s->count);
+    s->idx = malloc((size_t)V * sizeof *s->idx);
+    if (!s->work || !s->seen || !s->count || !s->idx) {
+        di_sampler_free(s);
+        return -1;
+    }
+    return 0;
+}
+
+void di_sampler_free(di_sampler *s) {
+    free(s->work);
+    free(s->seen);
+    free(s->count);
+    free(s->idx);
+    memset(s, 0, sizeof *s);
+}
+
+static const float *g_sort_vals;
+
+/* Descending value, then ascending id: a total order, so results never
+ * depend on the sort algorithm. */
+static int cmp_desc(const void *a, const void *b) {
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    float x = g_sort_vals[i], y = g_sort_vals[j];
+    if (x > y) return -1;
+    if (x < y) return 1;
+    return (i > j) - (i < j);
+}
+
+/* The k largest of vals over ids[0..n) into the front of ids, sorted. */
+static void top_sorted(const float *vals, int32_t *ids, int64_t n) {
+    g_sort_vals = vals; /* qsort has no context argument; callers are single-threaded per sampler */
+    qsort(ids, (size_t)n, sizeof *ids, cmp_desc);
+}
+
+float di_logprob_top(const float *logits, int64_t V, int32_t token, int32_t k, int32_t *top_ids,
+                     float *top_lp, int32_t *rank) {
+    double mx = -INFINITY;
+    for (int64_t i = 0; i < V; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    for (int64_t i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    if (k > V) k = (int32_t)V;
+    if (k > 0) {
+        /* selection by repeated scans keeps this allocation-free; k <= 20 */
+        for (int32_t j = 0; j < k; j++) {
+            int32_t best = -1;
+            for (int64_t i = 0; i < V; i++) {
+                int taken = 0;
+                for (int32_t q = 0; q < j; q++)
+                    if (top_ids[q] == i) { taken = 1; break; }
+                if (taken) continue;
+                if (best < 0 || logits[i] > logits[best]) best = (int32_t)i;
+            }
+            top_ids[j] = best;
+            top_lp[j] = (float)((double)logits[best] - lse);
+        }
+    }
+    if (rank && token >= 0) {
+        int32_t r = 1;
+        for (int64_t i = 0; i < V; i++)
+            if (logits[i] > logits[token] || (logits[i] == logits[token] && i < token)) r++;
+        *rank = r;
+    }
+    return token >= 0 ? (float)((double)logits[token] - lse) : NAN;
+}
+
+static int allowed(const uint32_t *mask, int64_t i) { return !mask || ((mask[i >> 5] >> (i & 31)) & 1u); }
+
+void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sample_in *in,
+                       const float *logits, di_sample_out *out) {
+    const int64_t V = s->V;
+    float *w = s->work;
+    out->token = -1;
+    out->logprob = NAN;
+    out->rank = 0;
+    if (in->forced >= 0) {
+        out->token = in->forced;
+        out->logprob = di_logprob_top(logits, V, in->forced, 0, NULL, NULL, &out->rank);
+        return;
+    }
+    memcpy(w, logits, (size_t)V * sizeof *w);
+    for (size_t i = 0; i < p->n_bias; i++) w[p->bias_ids[i]] += p->bias_values[i];
+    if (in->n_output < p->min_tokens) {
+        for (size_t i = 0; i < p->n_stop_ids; i++) w[p->stop_ids[i]] = -INFINITY;
+        if (p->eos_id >= 0) w[p->eos_id] = -INFINITY;
+    }
+    if (p->ignore_eos && p->eos_id >= 0) w[p->eos_id] = -INFINITY;
+    /* Penalties (vLLM): repetition over prompt and output, divides positive
+     * logits and multiplies negative ones; frequency by output count;
+     * presence once per output token seen. */
+    if (p->repetition_penalty != 1.0) {
+        for (int64_t i = 0; i < in->n_prompt; i++) s->seen[in->prompt[i]] = 1;
+        for (int64_t i = 0; i < in->n_output; i++) s->seen[in->output[i]] = 1;
+        float r = (float)p->repetition_penalty;
+        for (int64_t i = 0; i < in->n_prompt; i++) {
+            int32_t t = in->prompt[i];
+            if (s->seen[t]) { w[t] = w[t] > 0 ? w[t] / r : w[t] * r; s->seen[t] = 0; }
+        }
+        for (int64_t i = 0; i < in->n_output; i++) {
+            int32_t t = in->output[i];
+            if (s->seen[t]) { w[t] = w[t] > 0 ? w[t] / r : w[t] * r; s->seen[t] = 0; }
+        }
+    }
+    if (p->frequency_penalty != 0.0 || p->presence_penalty != 0.0) {
+        for (int64_t i = 0; i < in->n_output; i++) s->count[in->output[i]]++;
+        for (int64_t i = 0; i < in->n_output; i++) {
+            int32_t t = in->output[i];
+            if (s->count[t]) {
+                w[t] -= (float)(p->frequency_penalty * s->count[t] + p->presence_penalty);
+                s->count[t] = 0;
+            }
+        }
+    }
+    /* Candidates: allowed by the mask and not -inf. */
+    int64_t n = 0;
+    for (int64_t i = 0; i < V; i++)
+        if (allowed(in->mask, i) && w[i] > -INFINITY && !isnan(w[i])) s->idx[n++] = (int32_t)i;
+    if (n == 0) return;
+    int32_t tok = s->idx[0];
+    if (p->temperature == 0.0) {
+        for (int64_t j = 1; j < n; j++)
+            if (w[s->idx[j]] > w[tok]) tok = s->idx[j];
+    } else {
+        /* Probabilities in double over the candidates. */
+        double inv_t = 1.0 / p->temperature, mx = -INFINITY, sum = 0;
+        for (int64_t j = 0; j < n; j++)
+            if (w[s->idx[j]] * inv_t > mx) mx = w[s->idx[j]] * inv_t;
+        for (int64_t j = 0; j < n; j++) sum += exp(w[s->idx[j]] * inv_t - mx);
+        int64_t keep = n;
+        if (p->min_p > 0.0) {
+            /* p_i >= min_p * p_max  <=>  logit/T - mx >= log(min_p) */
+            double cut = log(p->min_p);
+            int64_t k2 = 0;
+            for (int64_t j = 0; j < keep; j++)
+                if (w[s->idx[j]] * inv_t - mx >= cut) s->idx[k2++] = s->idx[j];
+            keep = k2;
+            sum = 0;
+            for (int64_t j = 0; j < keep; j++) sum += exp(w[s->idx[j]] * inv_t - mx);
+        }
+        int need_sort = (p->top_k > 0 && p->top_k < keep) || p->top_p < 1.0;
+        if (need_sort) {
+            top_sorted(w, s->idx, keep);
+            if (p->top_k > 0 && p->top_k < keep) {
+                keep = p->top_k;
+                sum = 0;
+                for (int64_t j = 0; j < keep; j++) sum += exp(w[s->idx[j]] * inv_t - mx);
+            }
+            if (p->top_p < 1.0) {
+                double acc = 0, lim = p->top_p * sum;
+                int64_t j = 0;
+                while (j < keep) {
+                    acc += exp(w[s->idx[j]] * inv_t - mx);
+                    j++;
+                    if (acc >= lim) break;
+                }
+                keep = j;
+            }
+        }
+        /* Exponential race: argmax (logit/T - log E); ties to the lower id. */
+        double best = -INFINITY;
+        tok = -1;
+        for (int64_t j = 0; j < keep; j++) {
+            int32_t t = s->idx[j];
+            double e = di_rng_exp(p->seed, in->stream, (uint64_t)in->n_output, (uint64_t)t);
+            double v = w[t] * inv_t - mx - log(e);
+            if (v > best || (v == best && t < tok)) { best = v; tok = t; }
+        }
+    }
+    out->token = tok;
+    out->logprob = di_logprob_top(logits, V, tok, 0, NULL, NULL, &out->rank);
+}

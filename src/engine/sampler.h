@@ -1,0 +1,79 @@
+/* Token sampling (deepinfer.md §4; ecosystem.md §4.1): logit processing in
+ * vLLM's order — logit bias, min_tokens masking of EOS / stop ids,
+ * repetition / frequency / presence penalties, the constraint mask —
+ * then greedy argmax (temperature 0) or, for temperature > 0, min-p, top-k
+ * and top-p filtering and the exponential race argmax(p_i / E_i) of the
+ * reference sampler, E_i ~ Exp(1).
+ *
+ * Deterministic sampling: E_i comes from a counter-based generator keyed on
+ * (seed, stream, position, token id) — no state carried between calls — so
+ * a token's draw depends only on its request's seed, its completion index
+ * and its output position: never on the batch, the order of requests or
+ * the number of threads. */
+#ifndef DI_ENGINE_SAMPLER_H
+#define DI_ENGINE_SAMPLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A 64-bit counter-based hash of (key, a, b, c) (SplitMix64 finaliser over
+ * a Weyl-sequence mix); uniformly distributed bits. */
+uint64_t di_rng_bits(uint64_t key, uint64_t a, uint64_t b, uint64_t c);
+/* Exp(1) draw for (key, a, b, c): -log(u) with u in (0, 1]. */
+double di_rng_exp(uint64_t key, uint64_t a, uint64_t b, uint64_t c);
+
+/* Settings that stay fixed for a whole request. */
+typedef struct di_sampler_params {
+    double temperature, top_p, min_p;
+    int32_t top_k;
+    double presence_penalty, frequency_penalty, repetition_penalty;
+    const int32_t *bias_ids;     /* [n_bias] */
+    const float *bias_values;    /* [n_bias] */
+    size_t n_bias;
+    const int32_t *stop_ids;     /* [n_stop_ids]: masked while min_tokens is not reached */
+    size_t n_stop_ids;
+    int32_t eos_id;              /* -1 none; masked like stop ids (unless ignore_eos: always) */
+    int ignore_eos;
+    int64_t min_tokens;
+    uint64_t seed;
+} di_sampler_params;
+
+/* One sampling call. */
+typedef struct di_sample_in {
+    const int32_t *prompt;       /* [n_prompt] (repetition penalty) */
+    int64_t n_prompt;
+    const int32_t *output;       /* [n_output] tokens generated so far */
+    int64_t n_output;
+    const uint32_t *mask;        /* allowed-token bitset [(V+31)/32], NULL = all */
+    int32_t forced;              /* >= 0: this token, no draw (thinking budget) */
+    uint64_t stream;             /* completion index */
+} di_sample_in;
+
+typedef struct di_sample_out {
+    int32_t token;               /* -1: no token allowed (dead end) */
+    float logprob;               /* of token under the model's distribution */
+    int32_t rank;                /* 1-based rank of token in that distribution */
+} di_sample_out;
+
+/* Scratch memory of a sampler, reusable across calls of one thread. */
+typedef struct di_sampler {
+    int64_t V;
+    float *work;                 /* [V] processed logits */
+    uint8_t *seen;               /* [V] penalty marks */
+    int32_t *count;              /* [V] output counts */
+    int32_t *idx;                /* [V] candidate ids */
+} di_sampler;
+
+int di_sampler_init(di_sampler *s, int64_t V); /* -1 when out of memory */
+void di_sampler_free(di_sampler *s);
+
+/* Samples from logits [V] (not modified). */
+void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sample_in *in,
+                       const float *logits, di_sample_out *out);
+
+/* Log-softmax of logits [V] at `token`, and the k most likely ids with
+ * their logprobs (descending, ties by lower id) when k > 0. */
+float di_logprob_top(const float *logits, int64_t V, int32_t token, int32_t k, int32_t *top_ids,
+                     float *top_lp, int32_t *rank);
+
+#endif

@@ -1,0 +1,208 @@
+/* Scheduler and memory manager against a fake runner whose logits are a
+ * deterministic function of each sequence's token history: the outputs of
+ * many requests must not depend on batch size, token budget, chunk size,
+ * async scheduling or a memory budget so small that sequences are
+ * preempted and recomputed; nothing is lost, and the plan respects its
+ * limits. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "test.h"
+
+#define FV 64 /* fake vocabulary */
+
+typedef struct fake_state {
+    int64_t cap, n;
+    uint64_t h;
+} fake_state;
+
+typedef struct fake {
+    int64_t max_rows, max_seqs, calls, overflow;
+} fake;
+
+static uint64_t fmix(uint64_t h, uint64_t x) { return di_rng_bits(h, x, 17, 23); }
+
+static uint64_t f_bytes(void *ctx, int64_t cap) { return 4096 + 64 * (uint64_t)cap; }
+static di_status f_new(void *ctx, int64_t cap, void **st, di_err *err) {
+    fake_state *s = calloc(1, sizeof *s);
+    if (!s) return di_err_set(err, DI_ERR_NOMEM, "oom");
+    s->cap = cap;
+    *st = s;
+    return DI_OK;
+}
+static void f_free(void *ctx, void *st) { free(st); }
+static di_status f_forward(void *ctx, const di_runner_seq *seqs, int n, float *logits, int all_rows, di_err *err) {
+    fake *f = ctx;
+    int64_t rows = 0, row = 0;
+    for (int i = 0; i < n; i++) rows += seqs[i].n;
+    if (rows > f->max_rows) f->max_rows = rows;
+    if (n > f->max_seqs) f->max_seqs = n;
+    f->calls++;
+    for (int i = 0; i < n; i++) {
+        fake_state *s = seqs[i].state;
+        for (int64_t j = 0; j < seqs[i].n; j++) {
+            s->h = fmix(s->h, (uint64_t)seqs[i].ids[j]);
+            if (++s->n > s->cap) f->overflow++;
+            if (all_rows || j == seqs[i].n - 1) {
+                float *o = logits + (all_rows ? row : i) * FV;
+                for (int v = 0; v < FV; v++) o[v] = (float)(fmix(s->h, (uint64_t)v) % 8000) / 1000.0f - 4.0f;
+            }
+            row++;
+        }
+    }
+    return DI_OK;
+}
+static const di_runner_ops fake_ops = {f_bytes, f_new, f_free, f_forward};
+
+#define NREQ 40
+
+typedef struct outcome {
+    int32_t toks[NREQ][2][256];
+    int n[NREQ][2];
+    int finish[NREQ][2];
+} outcome;
+
+static void make_prompt(int r, int32_t *ids, int *n) {
+    *n = 1 + (r * 37) % 150;
+    for (int i = 0; i < *n; i++) ids[i] = 3 + (int32_t)((r * 7 + i * 13) % (FV - 3));
+}
+
+static int run_all(outcome *out, int max_batch, int64_t budget, int64_t chunk, uint64_t mem, int async,
+                   fake *f, uint64_t *preempt) {
+    di_runner r = {&fake_ops, f, FV};
+    di_engine_cfg cfg = {.max_model_len = 400, .max_batch = max_batch, .budget = budget, .max_chunk = chunk,
+                         .memory_limit = mem, .async = async, .seed = 5, .eos_id = 1, .bos_id = 0};
+    di_engine *e = calloc(1, sizeof *e);
+    di_err err = {0};
+    if (di_engine_init(e, &r, NULL, &cfg, &err)) return -1;
+    uint64_t ids[NREQ];
+    for (int q = 0; q < NREQ; q++) {
+        int32_t p[200];
+        int n;
+        make_prompt(q, p, &n);
+        di_sampling_params sp;
+        di_sampling_params_default(&sp);
+        sp.max_tokens = 1 + (q * 53) % 250;
+        sp.temperature = q % 3 ? 0.8 : 0.0;
+        sp.top_p = q % 4 ? 0.9 : 1.0;
+        sp.n = q % 5 == 0 ? 2 : 1;
+        sp.has_seq_seed = q % 2;
+        sp.seq_seed = 1000 + (uint64_t)q;
+        sp.ignore_eos = q % 7 == 0;
+        if (di_engine_add(e, p, (size_t)n, &sp, 0, 0, &ids[q], &err)) return -2;
+    }
+    size_t active = 1;
+    int guard = 0;
+    while (active && guard++ < 100000)
+        if (di_engine_do_step(e, &active, &err)) return -3;
+    for (int q = 0; q < NREQ; q++) {
+        di_request_output ro;
+        if (di_engine_get_output(e, ids[q], &ro) || !ro.finished) return -4;
+        for (size_t j = 0; j < ro.n_completions; j++) {
+            di_completion c;
+            di_engine_get_completion(e, ids[q], j, &c);
+            out->n[q][j] = (int)c.n_tokens;
+            out->finish[q][j] = c.finish_reason;
+            memcpy(out->toks[q][j], c.token_ids, c.n_tokens * sizeof(int32_t));
+        }
+    }
+    *preempt = e->stats.preemptions;
+    int leak = e->mem.used != 0;
+    di_engine_fini(e);
+    free(e);
+    return leak ? -5 : 0;
+}
+
+static void test_invariance(void) {
+    static outcome ref, o;
+    fake f0 = {0};
+    uint64_t pre = 0;
+    CHECK_EQ_INT(run_all(&ref, 64, 512, 0, 1ull << 30, 0, &f0, &pre), 0);
+    CHECK_EQ_INT(pre, 0);
+    CHECK_EQ_INT(f0.overflow, 0);
+    int stopped = 0, lengths = 0;
+    for (int q = 0; q < NREQ; q++) {
+        stopped += ref.finish[q][0] == DI_FINISH_STOP;
+        lengths += ref.finish[q][0] == DI_FINISH_LENGTH;
+        CHECK(ref.n[q][0] >= 1);
+    }
+    CHECKF(stopped > 0 && lengths > 0, "stop %d length %d", stopped, lengths);
+    struct {
+        int mb;
+        int64_t budget, chunk;
+        uint64_t mem;
+        int async;
+    } cases[] = {
+        {1, 512, 0, 1ull << 30, 1},    /* one at a time */
+        {3, 17, 5, 1ull << 30, 0},     /* tiny budget, small chunks */
+        {32, 64, 16, 1ull << 30, 1},
+        {64, 512, 0, 30000, 1},        /* memory for a few sequences: preemption */
+        {8, 40, 7, 32000, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        fake f = {0};
+        memset(&o, 0, sizeof o);
+        int rc = run_all(&o, cases[c].mb, cases[c].budget, cases[c].chunk, cases[c].mem, cases[c].async, &f, &pre);
+        CHECKF(rc == 0, "case %zu: rc %d", c, rc);
+        CHECKF(f.max_rows <= cases[c].budget, "case %zu: %lld rows", c, (long long)f.max_rows);
+        CHECKF(f.max_seqs <= cases[c].mb, "case %zu: %lld seqs", c, (long long)f.max_seqs);
+        CHECK_EQ_INT(f.overflow, 0);
+        if (cases[c].mem < 100000) CHECKF(pre > 0, "case %zu: no preemption", c);
+        int same = 1;
+        for (int q = 0; q < NREQ; q++)
+            for (int j = 0; j < (q % 5 == 0 ? 2 : 1); j++)
+                if (o.n[q][j] != ref.n[q][j] || o.finish[q][j] != ref.finish[q][j] ||
+                    memcmp(o.toks[q][j], ref.toks[q][j], (size_t)ref.n[q][j] * sizeof(int32_t))) {
+                    if (same)
+                        fprintf(stderr, "  case %zu: request %d.%d: %d tokens (%d) vs %d (%d)\n", c, q, j, o.n[q][j],
+                                o.finish[q][j], ref.n[q][j], ref.finish[q][j]);
+                    same = 0;
+                }
+        CHECKF(same, "case %zu: outputs differ from the reference", c);
+    }
+}
+
+/* A request whose state can never fit fails alone; the others finish. */
+static void test_too_big(void) {
+    fake f = {0};
+    di_runner r = {&fake_ops, &f, FV};
+    di_engine_cfg cfg = {.max_model_len = 4000, .max_batch = 8, .budget = 256, .memory_limit = 4096 + 64 * 200,
+                         .async = 1, .seed = 1, .eos_id = 1};
+    di_engine *e = calloc(1, sizeof *e);
+    di_err err = {0};
+    CHECK(di_engine_init(e, &r, NULL, &cfg, &err) == DI_OK);
+    int32_t big[500], small[4] = {5, 6, 7, 8};
+    for (int i = 0; i < 500; i++) big[i] = 3 + i % 50;
+    di_sampling_params sp;
+    di_sampling_params_default(&sp);
+    sp.temperature = 0;
+    sp.ignore_eos = 1;
+    sp.max_tokens = 5;
+    uint64_t a, b, c;
+    CHECK(di_engine_add(e, small, 4, &sp, 0, 0, &a, &err) == DI_OK);
+    CHECK(di_engine_add(e, big, 500, &sp, 0, 0, &b, &err) == DI_OK);
+    CHECK(di_engine_add(e, small, 3, &sp, 0, 0, &c, &err) == DI_OK);
+    size_t active = 1;
+    for (int g = 0; active && g < 1000; g++) CHECK(di_engine_do_step(e, &active, &err) == DI_OK);
+    CHECK_EQ_INT(active, 0);
+    di_completion ca, cb, cc;
+    di_engine_get_completion(e, a, 0, &ca);
+    di_engine_get_completion(e, b, 0, &cb);
+    di_engine_get_completion(e, c, 0, &cc);
+    CHECK_EQ_INT(ca.finish_reason, DI_FINISH_LENGTH);
+    CHECK_EQ_INT(ca.n_tokens, 5);
+    CHECK_EQ_INT(cc.finish_reason, DI_FINISH_LENGTH);
+    CHECK_EQ_INT(cb.finish_reason, DI_FINISH_ERROR);
+    CHECK_STR_CONTAINS(cb.error, "memory budget");
+    CHECK_EQ_INT(e->mem.used, 0);
+    di_engine_fini(e);
+    free(e);
+}
+
+int main(void) {
+    RUN(test_invariance);
+    RUN(test_too_big);
+    return test_summary();
+}
