@@ -125,3 +125,12 @@ logit_stats logit_compare(const float *a, const float *b, int64_t rows, int64_t 
     free(d);
     return s;
 }
+
+int quick_mode(void) {
+    if (getenv("DEEPINFER_TEST_FULL")) return 0;
+#ifdef DI_SANITIZE
+    return 1;
+#else
+    return getenv("DEEPINFER_TEST_QUICK") != NULL;
+#endif
+}

@@ -40,4 +40,9 @@ typedef struct logit_stats {
 /* Statistics of |a - b| over rows × v logits; thr is the argmax margin. */
 logit_stats logit_compare(const float *a, const float *b, int64_t rows, int64_t v, double thr);
 
+/* Heavy golden cases (the 523-token prompt end to end) are cut down in
+ * sanitizer builds and with DEEPINFER_TEST_QUICK, unless DEEPINFER_TEST_FULL
+ * is set. */
+int quick_mode(void);
+
 #endif

@@ -149,10 +149,7 @@ static void cpu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t
         float *s = malloc((size_t)(m * (K / 32) + 1) * sizeof(float));
         if (q && s) {
             di_act_quant_fp8(x, m, K, q, s);
-            /* The AVX2 FP8 GEMM currently disagrees with the scalar order of
-             * kernels.h (measured up to 1.0 on small codes), so FP8 linears
-             * take the scalar path until it is fixed. */
-            if (w->fmt == DI_WFMT_FP8) di_gemm_fp8_scalar(q, s, m, K, w->w, w->s, N, y, tp);
+            if (w->fmt == DI_WFMT_FP8) di_gemm_fp8(q, s, m, K, w->w, w->s, N, y, tp);
             else di_gemm_mxfp4(q, s, m, K, w->w, w->s, N, y, tp);
         } else {
             memset(y, 0, (size_t)(m * N) * sizeof(float));
