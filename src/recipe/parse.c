@@ -12,7 +12,7 @@ enum {
     ST_REASONING,
     ST_CONTENT,
     ST_CALLS,      /* tool-call block, outside any invoke */
-    ST_INVOKE,     /* inside an invoke, between parameters (sub: 1 in a name, 2-3 after it) */
+    ST_INVOKE,     /* inside an invoke, between parameters (sub: see parse.h) */
     ST_VALUE,      /* inside a parameter value */
     ST_DONE
 };
@@ -23,13 +23,13 @@ static const char M_DSML_CLOSE[] = "</" DI_CHAT_DSML;
 static const char M_CALLS[] = "<" DI_CHAT_DSML " calls>";
 static const char M_INVOKE[] = "<" DI_CHAT_DSML " invoke name=\"";
 static const char M_CALLS_END[] = "</" DI_CHAT_DSML " calls>";
-static const char M_PARAM[] = "<" DI_CHAT_DSML " parameter name=\"";
+static const char M_PARAM[] = "<" DI_CHAT_DSML " parameter name=";
 static const char M_INVOKE_END[] = "</" DI_CHAT_DSML " invoke>";
 static const char M_PARAM_END[] = "</" DI_CHAT_DSML " parameter>";
 /* bytes of "</｜DSML｜": the shortest closing-tag tail that counts as a tag */
 #define DSML_TAG_MIN (sizeof(DI_CHAT_DSML) + 1)
-static const char M_ATTR_TRUE[] = " string=\"true\">";
-static const char M_ATTR_FALSE[] = " string=\"false\">";
+static const char M_ATTR_TRUE[] = "string=\"true\">";
+static const char M_ATTR_FALSE[] = "string=\"false\">";
 
 di_status di_parser_init(di_parser *p, di_parse_start start, int parse_tools,
                          const char *const *stop, size_t n_stop, di_err *err) {
@@ -220,8 +220,20 @@ static int step(di_parser *p, int final) {
             p->sub = 3;
             return 1;
         }
+        if (p->state == ST_INVOKE && p->sub == 4) {
+            /* "name=" seen: the name's opening quote */
+            if (s[0] != '"') { p->state = ST_DONE; return 1; }
+            di_buf_put(&current_call(p)->arguments, "\"", 1);
+            consume(p, 1);
+            p->sub = 1;
+            return 1;
+        }
         if (p->state == ST_INVOKE && p->sub == 3) {
-            /* expecting the string attribute; anything else ends parsing */
+            /* expecting the string attribute after blanks; anything else
+             * ends parsing */
+            size_t ws = 0;
+            while (ws < n && (s[ws] == ' ' || s[ws] == '\t' || s[ws] == '\n' || s[ws] == '\r')) ws++;
+            if (ws) { consume(p, ws); return 1; }
             int is_true = starts(s, n, M_ATTR_TRUE), is_false = starts(s, n, M_ATTR_FALSE);
             if (is_true || is_false) {
                 p->value_is_string = is_true;
@@ -269,8 +281,8 @@ static int step(di_parser *p, int final) {
         }
         if (p->state == ST_INVOKE && starts(s, n, M_PARAM)) {
             di_buf *a = &current_call(p)->arguments;
-            di_buf_puts(a, p->params_in_call || a->len ? ", \"" : "{\"");
-            p->sub = 1;
+            di_buf_puts(a, p->params_in_call || a->len ? ", " : "{");
+            p->sub = 4;
             consume(p, strlen(M_PARAM));
             return 1;
         }

@@ -50,7 +50,7 @@ typedef struct di_parser {
     int has_reasoning;    /* started in thinking mode */
     int stopped;          /* a stop string was found */
     /* internal */
-    int state, sub, params_in_call, value_is_string, leading, finished, parse_tools;
+    int state, sub /* parameter header: 4 before the name, 1 in it, 2-3 after it */, params_in_call, value_is_string, leading, finished, parse_tools;
     di_buf pending;       /* text received; bytes from pending_off on are not consumed */
     size_t pending_off;
     size_t held_newlines; /* content/reasoning newlines whose fate is unknown */

@@ -121,7 +121,7 @@ def gen_case(rng):
         if rng.random() < 0.15:
             m["tools"] = [rand_tool(rng)]
         msgs.append(m)
-    last_ids = []
+    last_ids, all_ids = [], []
     call_no = 0
     for _ in range(rng.randint(0, 7)):
         kind = rng.random()
@@ -138,11 +138,13 @@ def gen_case(rng):
                     cid = f"call_{call_no}"
                     call_no += 1
                     last_ids.append(cid)
+                    all_ids.append(cid)
                     m["tool_calls"].append({"id": cid, "type": "function", "function": {
                         "name": rng.choice(["get_weather", "search", "f"]), "arguments": rand_args(rng)}})
             msgs.append(m)
         elif kind < 0.82:
-            cid = rng.choice(last_ids + ["unknown"]) if last_ids else "unknown"
+            # mostly the latest calls; sometimes an older call or none at all
+            cid = rng.choice(last_ids + all_ids[:2] + ["unknown"]) if last_ids else "unknown"
             msgs.append({"role": "tool", "tool_call_id": cid, "content": rand_text(rng)})
         elif kind < 0.9:
             m = {"role": "system", "content": rand_text(rng, allow_empty=False)}
@@ -359,7 +361,7 @@ def test_requests_match_recipe_conversion(lib):
                                               (S.ContentContinuation, PARSE_CONTINUE)] if stage == st)
         assert flags & (PARSE_THINKING | PARSE_CONTINUE) == want_flags, (flags, stage)
         n += 1
-    assert n > 80, n
+    assert n > 60, n
 
 
 # ------------------------------------------------------------------ parsing
