@@ -8,7 +8,25 @@
  * explicit special token the template placed, or plain text. Token ids come
  * from encoding special segments as their token and plain segments with the
  * added vocabulary switched off, so a user who types a special-token
- * spelling gets its characters, never the control token. */
+ * spelling gets its characters, never the control token.
+ *
+ * The layout, as DeepSeek's V4.1 encoder produces it:
+ *   BOS, then a header <｜System｜> [Reasoning Effort line (thinking)] [first
+ *   system message] [## Tools section] [## Response Format section] [the
+ *   first system message's ### Updated Tool Schemas]; the header exists when
+ *   any part but the effort line does, or thinking is on and there is a
+ *   message. Then per message: later system turns <｜System｜>text; a run of
+ *   user/tool messages is one <｜User｜> turn, parts joined by blank lines,
+ *   tool results as <tool_result>…</tool_result> stably sorted into the
+ *   order of the latest assistant calls (unknown ids rank with the first
+ *   call); a run of
+ *   latest_reminder messages shows only its first; an assistant turn is
+ *   <｜Assistant｜> + (<think>reasoning</think> when thinking with tools
+ *   offered, else </think>) + content + DSML calls + EOS. A final prefix
+ *   message is continued instead (its reasoning shown, think block left
+ *   open while it has no content). The generation prompt is
+ *   <｜Assistant｜><think> or </think>, plus an opened call block when a
+ *   tool call is required. */
 #ifndef DI_RECIPE_CHAT_H
 #define DI_RECIPE_CHAT_H
 

@@ -9,7 +9,13 @@
  * off; minimal/low → low, medium/high → high, xhigh, max/ultra → max) and the
  * vLLM-style `chat_template_kwargs.thinking`. Unlike DeepSeek's API server,
  * requested temperature and top_p are kept in thinking mode: an offline
- * engine does what the caller asked. */
+ * engine does what the caller asked. Also more lenient than that server:
+ * n > 1 is accepted, tool_call_id is optional, tool results need not follow
+ * calls, json_object does not require the word "json" in the prompt. Like
+ * it: empty system messages are dropped, text parts are joined by blank
+ * lines, tools without parameters get {}, strict tools get every property
+ * required and no others allowed, and a required (or named) tool choice is
+ * refused in thinking mode. */
 #ifndef DI_RECIPE_OPENAI_H
 #define DI_RECIPE_OPENAI_H
 
