@@ -19,10 +19,10 @@
  *   user/tool messages is one <｜User｜> turn, parts joined by blank lines,
  *   tool results as <tool_result>…</tool_result> stably sorted into the
  *   order of the latest assistant calls (unknown ids rank with the first
- *   call); a run of
- *   latest_reminder messages shows only its first; an assistant turn is
- *   <｜Assistant｜> + (<think>reasoning</think> when thinking with tools
- *   offered, else </think>) + content + DSML calls + EOS. A final prefix
+ *   call); a run of latest_reminder messages shows only its first; an
+ *   assistant turn is <｜Assistant｜> + (<think>reasoning</think> when
+ *   thinking with tools offered, else </think>) + content + DSML calls +
+ *   EOS. A final prefix
  *   message is continued instead (its reasoning shown, think block left
  *   open while it has no content). The generation prompt is
  *   <｜Assistant｜><think> or </think>, plus an opened call block when a
