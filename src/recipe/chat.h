@@ -22,10 +22,9 @@
  *   call); a run of latest_reminder messages shows only its first; an
  *   assistant turn is <｜Assistant｜> + (<think>reasoning</think> when
  *   thinking with tools offered, else </think>) + content + DSML calls +
- *   EOS. A final prefix
- *   message is continued instead (its reasoning shown, think block left
- *   open while it has no content). The generation prompt is
- *   <｜Assistant｜><think> or </think>, plus an opened call block when a
+ *   EOS. A final prefix message is continued instead (its reasoning shown,
+ *   think block left open while it has no content). The generation prompt
+ *   is <｜Assistant｜><think> or </think>, plus an opened call block when a
  *   tool call is required. */
 #ifndef DI_RECIPE_CHAT_H
 #define DI_RECIPE_CHAT_H
