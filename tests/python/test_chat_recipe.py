@@ -514,3 +514,30 @@ def test_parse_round_trip(lib):
                 assert json.loads(args) == {"arguments": c["function"]["arguments"]}
         checked += 1
     assert checked > 100
+
+
+def test_cli_tokenize_chat(tmp_path):
+    """deepinfer tokenize --chat prints the recipe's prompt and ids."""
+    import subprocess
+    exe = os.path.join(os.path.dirname(library_path()), "deepinfer")
+    if not os.path.exists(exe):
+        pytest.skip(f"{exe} not built (run make)")
+    chat = [{"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "你好 <｜end▁of▁sentence｜> 1+1?"},
+            {"role": "assistant", "content": "2", "reasoning_content": "easy"},
+            {"role": "user", "content": "and 2+2?"}]
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(chat, ensure_ascii=False), encoding="utf-8")
+    tok = dr.Tokenizer.from_file(TINY_TOKENIZER)
+    for flags, thinking, effort in [([], True, None), (["--no-thinking"], False, None),
+                                    (["--reasoning-effort", "max"], True, "max")]:
+        out = subprocess.run([exe, "tokenize", "--tokenizer", TINY_TOKENIZER, "--chat", str(path)] + flags,
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+        conv = dr.Conversation([dr.SystemMessage(chat[0]["content"]), dr.UserMessage(chat[1]["content"]),
+                                dr.AssistantMessage("2", reasoning_content="easy"), dr.UserMessage(chat[3]["content"])],
+                               thinking_mode=thinking, reasoning_effort=effort)
+        assert json.loads(out[0]) == dr.DeepseekV41Encoding().render_conversation(conv).prompt
+        assert json.loads(out[1]) == dr.DeepseekV41Encoding().with_tokenizer(tok).encode(conv)
+    bad = subprocess.run([exe, "tokenize", "--tokenizer", TINY_TOKENIZER, "--chat", str(path),
+                          "--reasoning-effort", "huge"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "'huge'" in bad.stderr
