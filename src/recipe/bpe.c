@@ -18,6 +18,12 @@ static inline size_t pair_slot(uint64_t key, size_t mask) {
     return (size_t)(key >> 24) & mask;
 }
 
+#define FILTER_BITS (1u << 21)
+
+static inline uint32_t filter_bit(uint64_t key) {
+    return (uint32_t)((key * 0xD6E8FEB86659FD93ull) >> 43); /* 21 bits */
+}
+
 di_status di_bpe_init(di_bpe *bpe, size_t n_merges, di_err *err) {
     memset(bpe, 0, sizeof *bpe);
     for (int i = 0; i < 256; i++) bpe->byte_id[i] = -1;
@@ -28,7 +34,8 @@ di_status di_bpe_init(di_bpe *bpe, size_t n_merges, di_err *err) {
     while (cap < n_merges + n_merges / 3 + 1) cap *= 2;
     bpe->slots = malloc(cap * sizeof *bpe->slots);
     bpe->merged = malloc((n_merges ? n_merges : 1) * sizeof *bpe->merged);
-    if (!bpe->slots || !bpe->merged) {
+    bpe->filter = calloc(FILTER_BITS / 64, sizeof *bpe->filter);
+    if (!bpe->slots || !bpe->merged || !bpe->filter) {
         di_bpe_free(bpe);
         return di_err_set(err, DI_ERR_NOMEM, "BPE merge table of %zu merges: out of memory",
                           n_merges);
@@ -42,10 +49,12 @@ di_status di_bpe_init(di_bpe *bpe, size_t n_merges, di_err *err) {
 void di_bpe_free(di_bpe *bpe) {
     free(bpe->slots);
     free(bpe->merged);
-    free(bpe->byte_pairs);
+    free(bpe->filter);
+    free(bpe->byte_rank);
     bpe->slots = NULL;
     bpe->merged = NULL;
-    bpe->byte_pairs = NULL;
+    bpe->filter = NULL;
+    bpe->byte_rank = NULL;
     bpe->cap = bpe->n_ranks = 0;
 }
 
@@ -55,11 +64,15 @@ void di_bpe_add(di_bpe *bpe, int32_t left, int32_t right, int32_t merged, uint32
     while (bpe->slots[s] != EMPTY && (bpe->slots[s] >> 24) != key) s = (s + 1) & mask;
     bpe->slots[s] = key << 24 | rank;
     bpe->merged[rank] = merged;
+    uint32_t f = filter_bit(key);
+    bpe->filter[f >> 6] |= 1ull << (f & 63);
 }
 
 /* Rank of merging (a, b), NO_RANK when no merge exists. */
 static inline uint32_t pair_rank(const di_bpe *bpe, int32_t a, int32_t b) {
     uint64_t key = pair_key(a, b);
+    uint32_t f = filter_bit(key);
+    if (!(bpe->filter[f >> 6] >> (f & 63) & 1)) return NO_RANK;
     size_t mask = bpe->cap - 1, s = pair_slot(key, mask);
     for (;;) {
         uint64_t v = bpe->slots[s];
@@ -69,17 +82,21 @@ static inline uint32_t pair_rank(const di_bpe *bpe, int32_t a, int32_t b) {
     }
 }
 
+static inline void prefetch_pair(const di_bpe *bpe, int32_t a, int32_t b) {
+    uint64_t key = pair_key(a, b);
+    uint32_t f = filter_bit(key);
+    if (bpe->filter[f >> 6] >> (f & 63) & 1)
+        __builtin_prefetch(&bpe->slots[pair_slot(key, bpe->cap - 1)]);
+}
+
 di_status di_bpe_finish(di_bpe *bpe, di_err *err) {
-    bpe->byte_pairs = malloc(256 * 256 * sizeof *bpe->byte_pairs);
-    if (!bpe->byte_pairs) return di_err_set(err, DI_ERR_NOMEM, "BPE byte pairs: out of memory");
+    bpe->byte_rank = malloc(256 * 256 * sizeof *bpe->byte_rank);
+    if (!bpe->byte_rank) return di_err_set(err, DI_ERR_NOMEM, "BPE byte pairs: out of memory");
     for (int x = 0; x < 256; x++)
-        for (int y = 0; y < 256; y++) {
-            di_bpe_pair *p = &bpe->byte_pairs[x * 256 + y];
-            p->rank = bpe->byte_id[x] < 0 || bpe->byte_id[y] < 0
-                          ? NO_RANK
-                          : pair_rank(bpe, bpe->byte_id[x], bpe->byte_id[y]);
-            p->merged = p->rank == NO_RANK ? -1 : bpe->merged[p->rank];
-        }
+        for (int y = 0; y < 256; y++)
+            bpe->byte_rank[x * 256 + y] = bpe->byte_id[x] < 0 || bpe->byte_id[y] < 0
+                                              ? NO_RANK
+                                              : pair_rank(bpe, bpe->byte_id[x], bpe->byte_id[y]);
     return DI_OK;
 }
 
@@ -91,7 +108,7 @@ void di_bpe_scratch_free(di_bpe_scratch *s) {
 
 static size_t merge_linear(const di_bpe *bpe, int32_t *ids, const uint8_t *kb, size_t m) {
     uint32_t ranks[LINEAR_MAX];
-    for (size_t k = 0; k + 1 < m; k++) ranks[k] = bpe->byte_pairs[kb[k] * 256 + kb[k + 1]].rank;
+    for (size_t k = 0; k + 1 < m; k++) ranks[k] = bpe->byte_rank[kb[k] * 256 + kb[k + 1]];
     while (m > 1) {
         size_t best = 0;
         for (size_t k = 1; k + 1 < m; k++)
@@ -103,8 +120,15 @@ static size_t merge_linear(const di_bpe *bpe, int32_t *ids, const uint8_t *kb, s
             ranks[k - 1] = ranks[k];
         }
         m--;
+        /* Start both probes' loads before waiting on either. */
+        if (best + 1 < m) prefetch_pair(bpe, ids[best], ids[best + 1]);
+        if (best > 0) prefetch_pair(bpe, ids[best - 1], ids[best]);
         if (best + 1 < m) ranks[best] = pair_rank(bpe, ids[best], ids[best + 1]);
         if (best > 0) ranks[best - 1] = pair_rank(bpe, ids[best - 1], ids[best]);
+        /* The merged id is read only when a pair wins; fetch it meanwhile. */
+        if (best + 1 < m && ranks[best] != NO_RANK) __builtin_prefetch(&bpe->merged[ranks[best]]);
+        if (best > 0 && ranks[best - 1] != NO_RANK)
+            __builtin_prefetch(&bpe->merged[ranks[best - 1]]);
     }
     return m;
 }
@@ -168,7 +192,7 @@ static size_t merge_heap(const di_bpe *bpe, int32_t *ids, const uint8_t *kb, siz
         next[k] = k + 1 < m ? (int32_t)k + 1 : -1;
     }
     for (size_t k = 0; k + 1 < m; k++) {
-        uint32_t r = bpe->byte_pairs[kb[k] * 256 + kb[k + 1]].rank;
+        uint32_t r = bpe->byte_rank[kb[k] * 256 + kb[k + 1]];
         if (r != NO_RANK) heap_push(heap, &nh, (cand){r, (uint32_t)k});
     }
     while (nh) {

@@ -15,21 +15,19 @@
 #define DI_BPE_MAX_ID ((1 << 20) - 2)
 #define DI_BPE_MAX_MERGES (1 << 24)
 
-/* Merge of two single-byte tokens, looked up by the two bytes. */
-typedef struct di_bpe_pair {
-    uint32_t rank;   /* UINT32_MAX = no merge */
-    int32_t merged;
-} di_bpe_pair;
-
 typedef struct di_bpe {
     int32_t byte_id[256];    /* [256] id of the single-byte token, -1 when absent */
     uint64_t *slots;         /* [cap] open addressing: left (20 bits) | right (20) | rank (24);
                                 8 bytes a slot keep the table at 2 MiB for 128k merges */
     int32_t *merged;         /* [n_ranks] id each merge produces, by rank */
+    uint64_t *filter;        /* [FILTER_BITS / 64] one bit per hashed pair: most pairs a
+                                word asks about have no merge, and this 256 KiB answer
+                                stays in cache where the 2 MiB table does not */
     size_t cap;              /* power of two */
     size_t n_ranks;
-    di_bpe_pair *byte_pairs; /* [256 * 256] the first merges of every word: a dense
-                                table (512 KiB) instead of one hash probe each */
+    uint32_t *byte_rank;     /* [256 * 256] rank of merging two single-byte tokens, by
+                                their bytes (UINT32_MAX = none): the first merges of
+                                every word from a dense table instead of hash probes */
 } di_bpe;
 
 /* Sizes the merge table for n_merges entries (<= DI_BPE_MAX_MERGES); byte_id
@@ -42,7 +40,7 @@ void di_bpe_free(di_bpe *bpe);
  * does. */
 void di_bpe_add(di_bpe *bpe, int32_t left, int32_t right, int32_t merged, uint32_t rank);
 
-/* Fills byte_pairs once byte_id and every merge are in. */
+/* Fills byte_rank once byte_id and every merge are in. */
 di_status di_bpe_finish(di_bpe *bpe, di_err *err);
 
 /* Scratch for long words; reused across calls. */
