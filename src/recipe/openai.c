@@ -283,6 +283,14 @@ static di_status read_tools(const di_jv *tools, const char *where, di_chat *chat
             return wrong_type(err, loc, "function.description", "a string", desc);
         const di_jv *params = di_jv_get(fn, "parameters");
         const di_jv *strict = di_jv_get(fn, "strict");
+        if (params && params->type != DI_JV_NULL) {
+            /* function arguments are an object: the schema must say so */
+            const char *ptype = di_jv_string(di_jv_get(params, "type"));
+            if (params->type != DI_JV_OBJECT || !ptype || strcmp(ptype, "object"))
+                return di_err_set(err, DI_ERR_INVALID_ARG,
+                                  "%s.function.parameters: must be a JSON Schema with \"type\": \"object\"",
+                                  loc);
+        }
         /* Missing parameters read as an empty schema, as DeepSeek's API does. */
         di_jv *p = params && params->type != DI_JV_NULL ? di_jv_clone(params) : di_jv_new(DI_JV_OBJECT);
         if (!p) return nomem(err);

@@ -145,6 +145,9 @@ static void test_rejections(void) {
          DI_ERR_UNSUPPORTED, "response_format.type: 'xml' is not supported"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"response_format\": {\"type\": \"json_schema\"}}",
          DI_ERR_INVALID_ARG, "response_format.json_schema: missing"},
+        {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
+         "\"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"string\"}}}]}",
+         DI_ERR_INVALID_ARG, "tools[0].function.parameters: must be a JSON Schema with \"type\": \"object\""},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"web_search\"}]}",
          DI_ERR_UNSUPPORTED, "tools[0].type: only 'function' tools"},
         {"{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}], \"tools\": [{\"type\": \"function\", "
