@@ -75,13 +75,6 @@ static void cpu_copy(di_backend *be, void *dst, const void *src, size_t n) {
 
 /* ------------------------------------------------------------ matmul */
 
-typedef struct mm_ctx {
-    const di_wmat *w;
-    const float *x; /* [m, K] */
-    int64_t m;
-    float *y;       /* [m, N] */
-} mm_ctx;
-
 /* Dequantized weight row n into buf [K] (exact: every format times a power
  * of two fits fp32). */
 static void w_row(const di_wmat *w, int64_t n, float *buf) {
@@ -118,26 +111,6 @@ static void w_row(const di_wmat *w, int64_t n, float *buf) {
     }
 }
 
-/* Parallel over output columns: each thread dequantizes its weight rows once
- * and applies them to every activation row. */
-static void mm_range(void *p, int64_t lo, int64_t hi) {
-    mm_ctx *c = p;
-    const di_wmat *w = c->w;
-    int64_t K = w->n_in, N = w->n_out;
-    float *vals = malloc((size_t)K * sizeof(float));
-    if (!vals) return;
-    for (int64_t n = lo; n < hi; n++) {
-        w_row(w, n, vals);
-        for (int64_t i = 0; i < c->m; i++) {
-            const float *x = c->x + i * K;
-            float acc = 0.f;
-            for (int64_t k = 0; k < K; k++) acc = fmaf(x[k], vals[k], acc);
-            c->y[i * N + n] = acc;
-        }
-    }
-    free(vals);
-}
-
 static void cpu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
                        unsigned flags) {
     int64_t K = w->n_in, N = w->n_out;
@@ -162,9 +135,24 @@ static void cpu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t
         di_gemm_f32(x, m, K, w->w, N, y, tp);
     } else {
         /* quantized weights without activation quantization (bf16 mode):
-         * the weight's exact values, fp32 accumulation */
-        mm_ctx c = {w, x, m, y};
-        par_for(be, N, (double)m * (double)N * (double)K, mm_range, &c);
+         * their exact values, decoded 64 rows at a time into a small panel
+         * for the fp32 kernel (no dequantized copy of the whole matrix) */
+        enum { NB = 64 };
+        float *panel = malloc((size_t)(NB * K) * sizeof(float));
+        float *yt = malloc((size_t)(m * NB) * sizeof(float));
+        if (!panel || !yt) {
+            memset(y, 0, (size_t)(m * N) * sizeof(float));
+        } else {
+            for (int64_t n0 = 0; n0 < N; n0 += NB) {
+                int64_t nb = N - n0 < NB ? N - n0 : NB;
+                for (int64_t j = 0; j < nb; j++) w_row(w, n0 + j, panel + j * K);
+                di_gemm_f32(x, m, K, panel, nb, yt, tp);
+                for (int64_t i = 0; i < m; i++)
+                    memcpy(y + i * N + n0, yt + i * nb, (size_t)nb * sizeof(float));
+            }
+        }
+        free(panel);
+        free(yt);
     }
     if (flags & DI_MM_OUT_BF16)
         for (int64_t i = 0; i < m * N; i++) y[i] = di_round_bf16(y[i]);
