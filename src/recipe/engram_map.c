@@ -18,13 +18,17 @@
 
 #define SENTINEL 0xE000 /* protects a text that is exactly one space from Strip */
 
-static di_status nf(const uint8_t *s, size_t n, int options, uint8_t **out, di_err *err) {
+/* One utf8proc normalization; *out_len counts the bytes (the text may hold
+ * U+0000, so the terminator utf8proc adds is no guide). */
+static di_status nf(const uint8_t *s, size_t n, int options, uint8_t **out, size_t *out_len,
+                    di_err *err) {
     utf8proc_uint8_t *dst = NULL;
     utf8proc_ssize_t m = utf8proc_map(s, (utf8proc_ssize_t)n, &dst, options);
     if (m < 0)
         return di_err_set(err, DI_ERR_INTERNAL, "Unicode normalization failed: %s",
                           utf8proc_errmsg(m));
     *out = dst;
+    *out_len = (size_t)m;
     return DI_OK;
 }
 
@@ -38,14 +42,14 @@ di_status di_engram_normalize(const uint8_t *s, size_t n, uint8_t **out, size_t 
         *out = calloc(1, 1);
         return *out ? DI_OK : di_err_set(err, DI_ERR_NOMEM, "out of memory");
     }
-    if ((rc = nf(s, n, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT, &nfkc, err)))
+    size_t kl = 0, len = 0;
+    if ((rc = nf(s, n, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT, &nfkc, &kl, err)))
         return rc;
-    rc = nf(nfkc, strlen((char *)nfkc), UTF8PROC_STABLE | UTF8PROC_DECOMPOSE, &nfd, err);
+    rc = kl ? nf(nfkc, kl, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE, &nfd, &len, err) : DI_OK;
     free(nfkc);
     if (rc) return rc;
-    size_t len = strlen((char *)nfd);
-    /* Lowercasing can grow a character (U+0130 -> 3 bytes from 2); 2x is
-     * ample since every other mapping stays within 4 bytes per character. */
+    /* At most two code points per input code point (U+0130 lowercases to
+     * "i" + U+0307), and there are at most len input code points. */
     int32_t *cps = malloc((len * 2 + 1) * sizeof *cps);
     if (!cps) {
         free(nfd);
