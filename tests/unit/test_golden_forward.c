@@ -3,6 +3,7 @@
  * golden decode inputs, free-running greedy tokens up to the first near-tie,
  * and the DSpark rounds (logits with Markov bias, confidence, drafted ids),
  * for v41-tiny (FP8 activation numerics) and v41-tiny-bf16. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,65 @@ static int64_t argmax(const float *x, int64_t n) {
     return b;
 }
 
+/* One DSpark round from the state's last position against golden <p>.<round>.*:
+ * Markov bias (1e-4), logits and confidence (logit bounds), drafted ids up to
+ * the first slot with a near-tie. */
+static void check_draft(gold_model *g, di_seqstate *st, const char *p, const char *round,
+                        const bounds *b) {
+    if (!g->lm.has_dspark) return;
+    char name[128];
+    int64_t V = g->cfg.vocab_size;
+    int B = g->cfg.dspark_block_size;
+    snprintf(name, sizeof name, "%s.%s.input_id", p, round);
+    const int32_t *in0 = gold_i32(g, name, NULL);
+    snprintf(name, sizeof name, "%s.%s.start_pos", p, round);
+    const int32_t *sp = gold_i32(g, name, NULL);
+    snprintf(name, sizeof name, "%s.%s.logits", p, round);
+    const float *glog = gold_f32(g, name, NULL);
+    snprintf(name, sizeof name, "%s.%s.markov_bias", p, round);
+    const float *gmb = gold_f32(g, name, NULL);
+    snprintf(name, sizeof name, "%s.%s.confidence", p, round);
+    const float *gconf = gold_f32(g, name, NULL);
+    snprintf(name, sizeof name, "%s.%s.ids", p, round);
+    const int32_t *gids = gold_i32(g, name, NULL);
+    if (!in0 || !sp || !glog || !gmb || !gconf || !gids || B > 8) {
+        CHECK(0);
+        return;
+    }
+    CHECK_EQ_INT(sp[0], st->n_tokens - 1);
+    float *dlg = malloc((size_t)(B * V) * sizeof(float)), *mb = malloc((size_t)(B * V) * sizeof(float));
+    float conf[8];
+    int32_t did[8];
+    di_err err = {0};
+    di_status rc = di_dspark_draft(&g->lm, st, in0[0], dlg, mb, conf, did, &err);
+    CHECKF(rc == DI_OK, "draft: %s", err.msg);
+    double mbmax = 0, cmax = 0;
+    for (int64_t i = 0; i < B * V; i++) {
+        double d = fabs((double)mb[i] - gmb[i]);
+        if (d > mbmax) mbmax = d;
+    }
+    for (int i = 0; i < B; i++) cmax = fmax(cmax, fabs((double)conf[i] - gconf[i]));
+    snprintf(name, sizeof name, "%s %s", p, round);
+    check_logits(name, dlg, glog, B, V, b);
+    fprintf(stderr, "  %s %s: markov bias max |diff| %.2e, confidence max |diff| %.4f, ids", p, round,
+            mbmax, cmax);
+    for (int i = 0; i < B; i++) fprintf(stderr, " %d/%d", did[i], gids[i]);
+    fputc('\n', stderr);
+    CHECKF(mbmax <= 1e-4, "markov bias %.3e", mbmax);
+    CHECKF(cmax <= b->max, "confidence diff %.3f", cmax);
+    for (int i = 0; i < B; i++) { /* ids up to the first near-tie slot */
+        const float *r = glog + (int64_t)i * V;
+        int64_t a1 = argmax(r, V);
+        float m2 = -1e30f;
+        for (int64_t k = 0; k < V; k++)
+            if (k != a1 && r[k] > m2) m2 = r[k];
+        if (r[a1] - m2 < b->margin) break;
+        CHECK_EQ_INT(did[i], gids[i]);
+    }
+    free(dlg);
+    free(mb);
+}
+
 static void run_prompt(gold_model *g, const char *p, const bounds *b, int with_draft) {
     char name[128];
     int64_t S = 0, V = g->cfg.vocab_size, n = 0;
@@ -67,51 +127,15 @@ static void run_prompt(gold_model *g, const char *p, const bounds *b, int with_d
     if (rc == DI_OK) check_logits(name, lg, gl, S, V, b);
 
     /* DSpark round 0 right after the prefill */
-    if (with_draft && g->lm.has_dspark) {
-        float dlg[8 * 1024], conf[8];
-        int32_t did[8];
-        snprintf(name, sizeof name, "%s.draft0.input_id", p);
-        const int32_t *in0 = gold_i32(g, name, NULL);
-        snprintf(name, sizeof name, "%s.draft0.logits", p);
-        const float *glog = gold_f32(g, name, NULL);
-        snprintf(name, sizeof name, "%s.draft0.confidence", p);
-        const float *gconf = gold_f32(g, name, NULL);
-        snprintf(name, sizeof name, "%s.draft0.ids", p);
-        const int32_t *gids = gold_i32(g, name, NULL);
-        int B = g->cfg.dspark_block_size;
-        if (in0 && glog && gconf && gids && B <= 8 && V <= 1024) {
-            rc = di_dspark_draft(&g->lm, &st, in0[0], dlg, NULL, conf, did, &err);
-            CHECKF(rc == DI_OK, "draft: %s", err.msg);
-            snprintf(name, sizeof name, "%s draft0", p);
-            check_logits(name, dlg, glog, B, V, b);
-            double cmax = 0;
-            for (int i = 0; i < B; i++) {
-                double dd = conf[i] - gconf[i];
-                if (dd < 0) dd = -dd;
-                if (dd > cmax) cmax = dd;
-            }
-            fprintf(stderr, "  %s draft0 confidence max |diff| %.4f, ids", p, cmax);
-            for (int i = 0; i < B; i++) fprintf(stderr, " %d/%d", did[i], gids[i]);
-            fputc('\n', stderr);
-            CHECKF(cmax <= b->max, "confidence diff %.3f", cmax);
-            /* drafted ids up to the first slot whose golden margin is small */
-            for (int i = 0; i < B; i++) {
-                const float *r = glog + (int64_t)i * V;
-                int64_t a1 = argmax(r, V);
-                float m2 = -1e30f;
-                for (int64_t k = 0; k < V; k++)
-                    if (k != a1 && r[k] > m2) m2 = r[k];
-                if (r[a1] - m2 < b->margin) break;
-                CHECK_EQ_INT(did[i], gids[i]);
-            }
-        }
-    }
+    if (with_draft) check_draft(g, &st, p, "draft0", b);
 
     /* decode fed with the golden inputs */
     for (int64_t i = 0; i < n && rc == DI_OK; i++) {
         di_fwd_seq d = {&st, din + i, 1};
         rc = di_forward(&g->lm, &d, 1, lg + i * V, 0, &err);
         CHECKF(rc == DI_OK, "decode %lld: %s", (long long)i, err.msg);
+        /* DSpark round 1 after decode step 0, as the reference's loop does */
+        if (i == 0 && with_draft) check_draft(g, &st, p, "draft1", b);
     }
     snprintf(name, sizeof name, "%s decode", p);
     if (rc == DI_OK) check_logits(name, lg, dl, n, V, b);
