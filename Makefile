@@ -37,8 +37,9 @@ ifneq ($(strip $(CU_SRC)),)
 HAVE_CUDA := 1
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CFLAGS    += -DDI_HAVE_CUDA=1
-NVCCFLAGS ?= -O3 -std=c++17 -arch=sm_90a -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Isrc
-CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -lcudart -lcublas -lcublasLt
+# -gencode (not -arch=sm_90a): wgmma needs the sm_90a target and nothing else.
+NVCCFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Isrc
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt
 endif
 endif
 
@@ -64,7 +65,7 @@ $(BUILD)/obj/%.o: %.c
 
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libdeepinfer.a: $(LIB_OBJ) $(CU_OBJ)
 	@rm -f $@

@@ -2,8 +2,31 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_backend.h"
 #include "cli/cli.h"
 #include "deepinfer.h"
+
+/* One line per visible CUDA device, or the reason there is none. */
+static void print_cuda_devices(void) {
+    di_err err = {0};
+    int n = 0;
+    if (di_cuda_device_count(&n, &err) != DI_OK) {
+        printf("cuda: %s\n", err.msg);
+        return;
+    }
+    for (int d = 0; d < n; d++) {
+        di_cuda_device_info info;
+        if (di_cuda_device_info_get(d, &info, &err) != DI_OK) {
+            printf("cuda device %d: %s\n", d, err.msg);
+            continue;
+        }
+        printf("cuda device %d: %s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free), "
+               "L2 %.0f MiB\n",
+               d, info.name, info.cc_major, info.cc_minor, info.sm_count,
+               info.total_mem / 1073741824.0, info.free_mem / 1073741824.0,
+               info.l2_bytes / 1048576.0);
+    }
+}
 
 int cli_info(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -21,5 +44,10 @@ int cli_info(int argc, char **argv) {
     );
     printf("cpu: avx2 %s, fma %s\n", __builtin_cpu_supports("avx2") ? "yes" : "no",
            __builtin_cpu_supports("fma") ? "yes" : "no");
+#ifdef DI_HAVE_CUDA
+    print_cuda_devices();
+#else
+    printf("cuda: not compiled into this build\n");
+#endif
     return 0;
 }

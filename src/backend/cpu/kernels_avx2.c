@@ -44,6 +44,10 @@ enum { NR = 16, MR = 6, KC = 256, DECODE_ROWS = 16 };
 /* Panels per parallel-for chunk at most, and the per-thread scratch. */
 enum { MAX_CHUNK = 16, SCRATCH_FLOATS = MAX_CHUNK * KC * NR + MAX_CHUNK * (KC / 32) * NR };
 enum { FMT_FP8, FMT_FP4, FMT_BF16, FMT_F32 };
+/* How a block kernel applies the scales: MODE_EXACT and MODE_HALF multiply
+ * each block sum by sa then sw as kernels.h states; MODE_FOLDED (prefill)
+ * has them multiplied into the operands already (see fold_ok()). */
+enum { MODE_EXACT, MODE_HALF, MODE_FOLDED };
 
 typedef struct job {
     int fmt;
@@ -55,6 +59,7 @@ typedef struct job {
     float *out;         /* [M, N] */
     float *scratch;     /* [threads][SCRATCH_FLOATS]: decoded tiles and scales */
     float *edge;        /* [M, 16]: the last panel when N % 16 != 0 */
+    int folded;         /* prefill with the scales folded into the operands */
 } job;
 
 /* ---- micro-kernels: mr rows × np panels of 16 columns ----
@@ -65,7 +70,7 @@ typedef struct job {
  * swv + p·sws; c[p] / ldc[p] is panel p's output tile. */
 
 /* Block formats: per 32-block, fresh block sums, then C += (blk·sa)·sw. */
-AVX2_INLINE void ukr_block(const int mr, const int np, const int half, int64_t nkb,
+AVX2_INLINE void ukr_block(const int mr, const int np, const int mode, int64_t nkb,
                            const float *ap, const void *bpv, int64_t bps, const float *sa, int64_t sa_stride,
                            const float *swv, int64_t sws, float *const *c, const int64_t *ldc) {
     for (int64_t kb = 0; kb < nkb; kb++) {
@@ -83,7 +88,7 @@ AVX2_INLINE void ukr_block(const int mr, const int np, const int half, int64_t n
                     __m256 b0, b1;
                     /* panel p starts at float offset p·bps in either form */
                     const float *panel = (const float *)bpv + p * bps;
-                    if (half) {
+                    if (mode == MODE_HALF) {
                         const uint16_t *h = (const uint16_t *)panel + (kb * 32 + k) * NR;
                         b0 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)h));
                         b1 = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(h + 8)));
@@ -99,6 +104,19 @@ AVX2_INLINE void ukr_block(const int mr, const int np, const int half, int64_t n
                             acc[m][2 * p + 1] = _mm256_fmadd_ps(a, b1, acc[m][2 * p + 1]);
                         }
                 }
+        }
+        if (mode == MODE_FOLDED) { /* the scales are inside the operands already */
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++)
+#pragma GCC unroll 6
+                for (int m = 0; m < MR; m++)
+                    if (p < np && m < mr) {
+                        float *cm = c[p] + m * ldc[p];
+                        _mm256_storeu_ps(cm, _mm256_add_ps(_mm256_loadu_ps(cm), acc[m][2 * p]));
+                        _mm256_storeu_ps(cm + 8, _mm256_add_ps(_mm256_loadu_ps(cm + 8), acc[m][2 * p + 1]));
+                    }
+            ap += 32 * MR;
+            continue;
         }
 #pragma GCC unroll 4
         for (int p = 0; p < 4; p++)
@@ -168,13 +186,19 @@ typedef void (*ukr_plain_fn)(int64_t, const float *, const float *, int64_t, flo
                                            int64_t bps, const float *sa, int64_t sas,        \
                                            const float *swv, int64_t sws, float *const *c,   \
                                            const int64_t *ldc) {                             \
-        ukr_block(mr, np, 0, nkb, ap, bp, bps, sa, sas, swv, sws, c, ldc);                    \
+        ukr_block(mr, np, MODE_EXACT, nkb, ap, bp, bps, sa, sas, swv, sws, c, ldc);           \
     }                                                                                        \
     static AVX2 void ukr_half_##mr##_##np(int64_t nkb, const float *ap, const void *bp,      \
                                           int64_t bps, const float *sa, int64_t sas,         \
                                           const float *swv, int64_t sws, float *const *c,    \
                                           const int64_t *ldc) {                              \
-        ukr_block(mr, np, 1, nkb, ap, bp, bps, sa, sas, swv, sws, c, ldc);                    \
+        ukr_block(mr, np, MODE_HALF, nkb, ap, bp, bps, sa, sas, swv, sws, c, ldc);            \
+    }                                                                                        \
+    static AVX2 void ukr_fold_##mr##_##np(int64_t nkb, const float *ap, const void *bp,      \
+                                          int64_t bps, const float *sa, int64_t sas,         \
+                                          const float *swv, int64_t sws, float *const *c,    \
+                                          const int64_t *ldc) {                              \
+        ukr_block(mr, np, MODE_FOLDED, nkb, ap, bp, bps, sa, sas, swv, sws, c, ldc);          \
     }                                                                                        \
     static AVX2 void ukr_plain_##mr##_##np(int64_t kc, const float *ap, const float *bp,     \
                                            int64_t bps, float *const *c, const int64_t *ldc) { \
@@ -199,6 +223,9 @@ static const ukr_block_fn ukr_blocks[MR + 1][5] = {
 static const ukr_block_fn ukr_halves[MR + 1][5] = {
     {0}, {0, ukr_half_1_1, ukr_half_1_2, 0, ukr_half_1_4}, {0, ukr_half_2_1, ukr_half_2_2},
     {0, ukr_half_3_1}, {0, ukr_half_4_1}, {0, ukr_half_5_1}, {0, ukr_half_6_1}};
+static const ukr_block_fn ukr_folds[MR + 1][5] = {
+    {0}, {0, ukr_fold_1_1, ukr_fold_1_2, 0, ukr_fold_1_4}, {0, ukr_fold_2_1, ukr_fold_2_2},
+    {0, ukr_fold_3_1}, {0, ukr_fold_4_1}, {0, ukr_fold_5_1}, {0, ukr_fold_6_1}};
 static const ukr_plain_fn ukr_plains[MR + 1][5] = {
     {0}, {0, ukr_plain_1_1, ukr_plain_1_2, 0, ukr_plain_1_4}, {0, ukr_plain_2_1, ukr_plain_2_2},
     {0, ukr_plain_3_1}, {0, ukr_plain_4_1}, {0, ukr_plain_5_1}, {0, ukr_plain_6_1}};
@@ -224,20 +251,23 @@ AVX2_INLINE void transpose_8x32_bytes(__m256i r[8]) {
 /* Halves in 16-bit lanes (lo lane -> element i0 of Bp, hi lane -> i1; 8
  * columns each) stored as they are (half = 1: decode rows widen them when
  * loading, each is used once) or widened to fp32 (prefill reuses them). */
-AVX2_INLINE void store_halves(__m256i h, void *bp, int64_t i0, int64_t i1, const int half) {
+AVX2_INLINE void store_halves(__m256i h, void *bp, int64_t i0, int64_t i1, const int half,
+                              __m256 scale) {
     if (half) {
         _mm_store_si128((__m128i *)((uint16_t *)bp + i0), _mm256_castsi256_si128(h));
         _mm_store_si128((__m128i *)((uint16_t *)bp + i1), _mm256_extracti128_si256(h, 1));
     } else {
-        _mm256_store_ps((float *)bp + i0, _mm256_cvtph_ps(_mm256_castsi256_si128(h)));
-        _mm256_store_ps((float *)bp + i1, _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)));
+        __m256 v0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+        __m256 v1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+        _mm256_store_ps((float *)bp + i0, _mm256_mul_ps(v0, scale));
+        _mm256_store_ps((float *)bp + i1, _mm256_mul_ps(v1, scale));
     }
 }
 
 /* FP8: rows g·8 .. g·8+7 of a panel, 32 codes from byte off of each ->
  * columns g·8 .. g·8+7 of Bp[32][16] = w·2^-8. */
 AVX2_INLINE void decode_fp8_block(const uint8_t *const rows[16], int64_t off, void *bp,
-                                  const int half, const int g) {
+                                  const int half, const int g, __m256 scale) {
     const __m256i zero = _mm256_setzero_si256(), mask = _mm256_set1_epi16((short)0xbf80);
     {
         __m256i r[8];
@@ -250,8 +280,8 @@ AVX2_INLINE void decode_fp8_block(const uint8_t *const rows[16], int64_t off, vo
              * bit 15, magnitude at 13..7; bit 14 (a sign copy) cleared. */
             __m256i lo = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpacklo_epi8(zero, r[q]), 1), mask);
             __m256i hi = _mm256_and_si256(_mm256_srai_epi16(_mm256_unpackhi_epi8(zero, r[q]), 1), mask);
-            store_halves(lo, bp, (2 * q) * NR + g * 8, (16 + 2 * q) * NR + g * 8, half);
-            store_halves(hi, bp, (2 * q + 1) * NR + g * 8, (17 + 2 * q) * NR + g * 8, half);
+            store_halves(lo, bp, (2 * q) * NR + g * 8, (16 + 2 * q) * NR + g * 8, half, scale);
+            store_halves(hi, bp, (2 * q + 1) * NR + g * 8, (17 + 2 * q) * NR + g * 8, half, scale);
         }
     }
 }
@@ -259,7 +289,7 @@ AVX2_INLINE void decode_fp8_block(const uint8_t *const rows[16], int64_t off, vo
 /* MXFP4: rows g·8 .. g·8+7, 16 bytes (32 codes) from byte off of each ->
  * columns g·8 .. g·8+7 of Bp[32][16] = e2m1·2^-8. */
 AVX2_INLINE void decode_fp4_block(const uint8_t *const rows[16], int64_t off, void *bp,
-                                  const int half, const int g) {
+                                  const int half, const int g, __m256 scale) {
     /* high byte of the half e2m1(code)·2^-8; its low byte is always 0 */
     const __m256i lut = _mm256_setr_epi8(0, 0x18, 0x1c, 0x1e, 0x20, 0x22, 0x24, 0x26, (char)0x80,
                                          (char)0x98, (char)0x9c, (char)0x9e, (char)0xa0,
@@ -282,9 +312,9 @@ AVX2_INLINE void decode_fp4_block(const uint8_t *const rows[16], int64_t off, vo
 #pragma GCC unroll 8
         for (int q = 0; q < 8; q++) {
             store_halves(_mm256_unpacklo_epi8(zero, r[q]), bp, (4 * q) * NR + g * 8,
-                         (4 * q + 1) * NR + g * 8, half);
+                         (4 * q + 1) * NR + g * 8, half, scale);
             store_halves(_mm256_unpackhi_epi8(zero, r[q]), bp, (4 * q + 2) * NR + g * 8,
-                         (4 * q + 3) * NR + g * 8, half);
+                         (4 * q + 3) * NR + g * 8, half, scale);
         }
     }
 }
@@ -348,6 +378,7 @@ static const uint8_t zero_row[KC * 4] __attribute__((aligned(32)));
  * into bp[kc][16] and, for block formats, the column scales swv[kc/32][16]. */
 static AVX2 void decode_panel(const job *j, int64_t n0, int64_t nn, int64_t k0, int64_t kc,
                               float *bp, float *swv, int half) {
+    const int fold = j->folded; /* fp32 tiles carry the weight scales */
     const int64_t K = j->K, KB = K / 32, kb0 = k0 / 32;
     const float *e8m0 = di_cpu_e8m0_table();
     /* The rows of a panel are far apart (one stream each, too many for the
@@ -370,8 +401,9 @@ static AVX2 void decode_panel(const job *j, int64_t n0, int64_t nn, int64_t k0, 
         for (int i = 0; i < 16; i++) rows[i] = i < nn ? w + (n0 + i) * K + k0 : zero_row;
         for (int g = 0; g < 2; g++)
             for (int64_t b = 0; b < kc / 32; b++) {
-                if (half) decode_fp8_block(rows, b * 32, (uint16_t *)bp + b * 32 * NR, 1, g);
-                else decode_fp8_block(rows, b * 32, bp + b * 32 * NR, 0, g);
+                __m256 sc = _mm256_set1_ps(fold ? e8m0[j->ws[(n0 / 32) * KB + kb0 + b]] : 1.0f);
+                if (half) decode_fp8_block(rows, b * 32, (uint16_t *)bp + b * 32 * NR, 1, g, sc);
+                else decode_fp8_block(rows, b * 32, bp + b * 32 * NR, 0, g, sc);
             }
         for (int64_t b = 0; b < kc / 32; b++) {
             /* a 16-column panel lies inside one 32-row scale tile */
@@ -382,14 +414,15 @@ static AVX2 void decode_panel(const job *j, int64_t n0, int64_t nn, int64_t k0, 
     } else if (j->fmt == FMT_FP4) {
         const uint8_t *w = j->w, *rows[16];
         for (int i = 0; i < 16; i++) rows[i] = i < nn ? w + (n0 + i) * (K / 2) + k0 / 2 : zero_row;
-        for (int g = 0; g < 2; g++)
-            for (int64_t b = 0; b < kc / 32; b++) {
-                if (half) decode_fp4_block(rows, b * 16, (uint16_t *)bp + b * 32 * NR, 1, g);
-                else decode_fp4_block(rows, b * 16, bp + b * 32 * NR, 0, g);
-            }
         for (int64_t b = 0; b < kc / 32; b++)
             for (int i = 0; i < 16; i++)
                 swv[b * NR + i] = i < nn ? e8m0[j->ws[(n0 + i) * KB + kb0 + b]] : 0.0f;
+        for (int g = 0; g < 2; g++)
+            for (int64_t b = 0; b < kc / 32; b++) {
+                __m256 sc = fold ? _mm256_load_ps(swv + b * NR + g * 8) : _mm256_set1_ps(1.0f);
+                if (half) decode_fp4_block(rows, b * 16, (uint16_t *)bp + b * 32 * NR, 1, g, sc);
+                else decode_fp4_block(rows, b * 16, bp + b * 32 * NR, 0, g, sc);
+            }
     } else {
         const void *rows[16];
         size_t esz = j->fmt == FMT_BF16 ? 2 : 4;
@@ -440,7 +473,7 @@ static AVX2 void panel_chunk(const job *j, int64_t p0, int64_t p1, int thread) {
                     while (w > g1 - p) w >>= 1;
                     const int64_t i = p - g0;
                     if (block)
-                        (half ? ukr_halves : ukr_blocks)[mr][w](kc / 32, ap, bp + i * KC * NR, KC * NR,
+                        (half ? ukr_halves : j->folded ? ukr_folds : ukr_blocks)[mr][w](kc / 32, ap, bp + i * KC * NR, KC * NR,
                                           j->sa + m0 * KB + k0 / 32, KB, swv + i * (KC / 32) * NR,
                                           (KC / 32) * NR, cm + i, ldc + p);
                     else
@@ -468,6 +501,7 @@ static void panels(void *ctx, int64_t p0, int64_t p1, int thread) {
 typedef struct pack_job {
     const uint8_t *qa;
     const float *x;
+    const float *sa; /* [M, K/32]: multiplied in when the scales are folded, else NULL */
     int64_t M, K;
     float *ap;
 } pack_job;
@@ -484,7 +518,12 @@ static void pack_blocks(void *ctx, int64_t b0, int64_t b1, int thread) {
                 for (int64_t k = 0; k < K; k++) dst[k * MR + m] = 0.0f;
             } else if (p->qa) {
                 const uint8_t *src = p->qa + row * K;
-                for (int64_t k = 0; k < K; k++) dst[k * MR + m] = e4m3[src[k]] * 256.0f;
+                if (p->sa) {
+                    const float *sa = p->sa + row * (K / 32);
+                    for (int64_t k = 0; k < K; k++) dst[k * MR + m] = e4m3[src[k]] * 256.0f * sa[k / 32];
+                } else {
+                    for (int64_t k = 0; k < K; k++) dst[k * MR + m] = e4m3[src[k]] * 256.0f;
+                }
             } else {
                 const float *src = p->x + row * K;
                 for (int64_t k = 0; k < K; k++) dst[k * MR + m] = src[k];
@@ -493,20 +532,42 @@ static void pack_blocks(void *ctx, int64_t b0, int64_t b1, int thread) {
     }
 }
 
-static float *pack_act(const uint8_t *qa, const float *x, int64_t M, int64_t K, di_threadpool *tp) {
+static float *pack_act(const uint8_t *qa, const float *x, const float *sa, int64_t M, int64_t K,
+                       di_threadpool *tp) {
     int64_t mb = (M + MR - 1) / MR;
     float *ap = aligned_alloc(32, (size_t)((mb * K * MR * sizeof(float) + 31) & ~(size_t)31));
     if (!ap) return NULL;
-    pack_job p = {qa, x, M, K, ap};
+    pack_job p = {qa, x, sa, M, K, ap};
     /* worth spreading only for prefill-sized inputs */
     di_threadpool_for(M * K >= (1 << 18) ? tp : NULL, mb, 4, pack_blocks, &p);
     return ap;
 }
 
+/* Whether prefill may fold the scales into the operands: A·2^8·sa and
+ * W·2^-8·sw. Every product and partial block sum is then the scalar one
+ * times sa·sw exactly, so blk·sa·sw comes out with the very same roundings,
+ * provided nothing leaves the normal fp32 range: all products and partial
+ * sums are multiples of 2^-18·sa·sw and below 2^23·sa·sw. With sa in
+ * [2^-60, 2^50] and sw in [2^-48, 2^50] (every real checkpoint and
+ * activation) that holds with room; otherwise the exact-order kernels run.
+ * Folding spares the two multiplications per block and accumulator that
+ * would otherwise compete with the FMAs. */
+static int fold_ok(const job *j) {
+    if (!(j->fmt == FMT_FP8 || j->fmt == FMT_FP4) || j->M <= DECODE_ROWS) return 0;
+    const int64_t KB = j->K / 32;
+    for (int64_t i = 0; i < j->M * KB; i++)
+        if (!(j->sa[i] >= 0x1p-60f && j->sa[i] <= 0x1p50f)) return 0;
+    const int64_t nws = j->fmt == FMT_FP8 ? ((j->N + 31) / 32) * KB : j->N * KB;
+    for (int64_t i = 0; i < nws; i++)
+        if (j->ws[i] < 127 - 48 || j->ws[i] > 127 + 50) return 0;
+    return 1;
+}
+
 static void run(job *j, const uint8_t *qa, const float *x, di_threadpool *tp) {
     if (j->M <= 0 || j->N <= 0) return;
     int threads = di_threadpool_size(tp);
-    float *ap = pack_act(qa, x, j->M, j->K, tp);
+    j->folded = fold_ok(j);
+    float *ap = pack_act(qa, x, j->folded ? j->sa : NULL, j->M, j->K, tp);
     float *scratch = aligned_alloc(32, (size_t)threads * SCRATCH_FLOATS * sizeof(float));
     float *edge = aligned_alloc(32, (size_t)((j->M * NR * sizeof(float) + 31) & ~(size_t)31));
     if (!ap || !scratch || !edge) { /* out of memory: the scalar path needs none */
@@ -531,26 +592,26 @@ static void run(job *j, const uint8_t *qa, const float *x, di_threadpool *tp) {
 
 void di_gemm_fp8_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                       const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
-    job j = {FMT_FP8, NULL, sa, w, ws, M, K, N, out, NULL, NULL};
+    job j = {FMT_FP8, NULL, sa, w, ws, M, K, N, out, NULL, NULL, 0};
     run(&j, qa, NULL, tp);
 }
 
 void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
                         const uint8_t *w, const uint8_t *ws, int64_t N, float *out,
                         di_threadpool *tp) {
-    job j = {FMT_FP4, NULL, sa, w, ws, M, K, N, out, NULL, NULL};
+    job j = {FMT_FP4, NULL, sa, w, ws, M, K, N, out, NULL, NULL, 0};
     run(&j, qa, NULL, tp);
 }
 
 void di_gemm_bf16_avx2(const float *x, int64_t M, int64_t K, const uint16_t *w, int64_t N,
                        float *out, di_threadpool *tp) {
-    job j = {FMT_BF16, NULL, NULL, w, NULL, M, K, N, out, NULL, NULL};
+    job j = {FMT_BF16, NULL, NULL, w, NULL, M, K, N, out, NULL, NULL, 0};
     run(&j, NULL, x, tp);
 }
 
 void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int64_t N,
                       float *out, di_threadpool *tp) {
-    job j = {FMT_F32, NULL, NULL, w, NULL, M, K, N, out, NULL, NULL};
+    job j = {FMT_F32, NULL, NULL, w, NULL, M, K, N, out, NULL, NULL, 0};
     run(&j, NULL, x, tp);
 }
 

@@ -1,0 +1,338 @@
+/* GPU benchmark of the CUDA backend's weight-format kernels against the
+ * machine's own ceilings, measured in the same run (performance.md §1.2-1.4,
+ * METHOD.md): device-to-device copy bandwidth (bytes read + written) is the
+ * floor for the memory-bound decode kernels; the FP8 GEMM's peer is
+ * torch._scaled_mm, timed by bench_cuda_torch.py in the same scripts/gpu-suite
+ * call.
+ *
+ * Weights are rotated over enough copies to exceed the L2 several times, and
+ * launches are captured in a CUDA graph (as decode steps will be) so that
+ * launch gaps do not count. Times are medians over repeated graph replays.
+ * Output: one "RESULT name value unit [extra]" line per number, then a table. */
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include "backend/cuda/cuda_backend.h"
+
+#define CK(x)                                                                              \
+    do {                                                                                   \
+        cudaError_t e_ = (x);                                                              \
+        if (e_ != cudaSuccess) {                                                           \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+#define DK(x)                                                                              \
+    do {                                                                                   \
+        di_err err_ = {};                                                                  \
+        di_err *err = &err_;                                                               \
+        if ((x) != DI_OK) {                                                                \
+            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, err_.msg);                  \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static double g_copy_bw = 0; /* bytes/s, measured first */
+
+/* Random bytes on the device (a hash per byte). kind 0: any byte; 1: e4m3
+ * without the NaN codes; 2: E8M0 scales 2^-7 .. 2^0. */
+__global__ void fill_random(uint8_t *p, size_t n, uint32_t seed, int kind) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+        uint8_t b = (uint8_t)h;
+        if (kind == 1 && (b & 0x7f) == 0x7f) b ^= 1;
+        if (kind == 2) b = (uint8_t)(120 + (h & 7));
+        p[i] = b;
+    }
+}
+__global__ void fill_scales(float *p, size_t n, uint32_t seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = ldexpf(1.0f, (int)(((uint32_t)i * 2654435761u ^ seed) >> 28) - 12);
+}
+static void rnd(void *p, size_t n, uint32_t seed, int kind = 0) {
+    fill_random<<<1024, 256>>>((uint8_t *)p, n, seed, kind);
+    CK(cudaGetLastError());
+}
+
+static void *dalloc(size_t n) {
+    void *p = NULL;
+    DK(di_cuda_alloc(&p, n, err));
+    return p;
+}
+
+/* Median time (seconds) of one replay of `graph`, each replay doing `per`
+ * operations: returns seconds per operation. */
+static double time_graph(cudaGraphExec_t exec, int per, int reps) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(exec, 0));
+    CK(cudaDeviceSynchronize());
+    std::vector<float> ms;
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(a, 0));
+        CK(cudaGraphLaunch(exec, 0));
+        CK(cudaEventRecord(b, 0));
+        CK(cudaEventSynchronize(b));
+        float t = 0;
+        CK(cudaEventElapsedTime(&t, a, b));
+        ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return ms[ms.size() / 2] * 1e-3 / per;
+}
+
+template <typename F> static double time_ops(F op, int per, int reps) {
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < per; i++) op(i, s);
+    CK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t exec;
+    CK(cudaGraphInstantiate(&exec, g, 0));
+    double t = time_graph(exec, per, reps);
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(g));
+    CK(cudaStreamDestroy(s));
+    return t;
+}
+
+/* Plain streaming copy: 16-byte accesses, four loads in flight per thread. */
+__global__ void copy_kernel(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        uint4 a = __ldcs(src + i), b = __ldcs(src + i + stride), c = __ldcs(src + i + 2 * stride),
+              d = __ldcs(src + i + 3 * stride);
+        __stcs(dst + i, a); __stcs(dst + i + stride, b);
+        __stcs(dst + i + 2 * stride, c); __stcs(dst + i + 3 * stride, d);
+    }
+    for (; i < n; i += stride) dst[i] = src[i];
+}
+
+/* The bandwidth ceiling: the faster of the copy engine (cudaMemcpyAsync) and
+ * a copy kernel, bytes read + written. */
+static void bench_copy(void) {
+    size_t n = (size_t)2 << 30;
+    void *a = dalloc(n), *b = dalloc(n);
+    rnd(a, n, 1);
+    double t1 = time_ops([&](int, cudaStream_t s) {
+        CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, s)); }, 1, 20);
+    int sms = 132;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    double t2 = time_ops([&](int, cudaStream_t s) {
+        copy_kernel<<<sms * 8, 256, 0, s>>>((const uint4 *)a, (uint4 *)b, n / 16); }, 1, 20);
+    CK(cudaGetLastError());
+    g_copy_bw = 2.0 * n / std::min(t1, t2);
+    printf("RESULT copy_bw %.1f GB/s (2 GiB device-to-device, read+write; memcpy %.0f, kernel %.0f)\n",
+           g_copy_bw / 1e9, 2.0 * n / t1 / 1e9, 2.0 * n / t2 / 1e9);
+    di_cuda_free(a);
+    di_cuda_free(b);
+}
+
+static void bench_act_quant(void) {
+    int64_t m = 8192, k = 5120;
+    void *x = dalloc((size_t)(m * k) * 2), *q = dalloc((size_t)(m * k));
+    void *s = dalloc((size_t)(m * k / 32) * 4);
+    rnd(x, (size_t)(m * k) * 2, 2);
+    double t = time_ops([&](int, cudaStream_t st) {
+        DK(di_cuda_act_quant_fp8(x, DI_DTYPE_BF16, m, k, (uint8_t *)q, (float *)s, st, err)); },
+        10, 20);
+    double bytes = (double)m * k * 3 + m * k / 32 * 4;
+    printf("RESULT act_quant_8192x5120 %.2f us %.0f GB/s %.0f%% of copy\n", t * 1e6,
+           bytes / t / 1e9, 100 * bytes / t / g_copy_bw);
+    di_cuda_free(x); di_cuda_free(q); di_cuda_free(s);
+}
+
+/* Decode matrix-vector: weight copies rotated so that every call reads
+ * cold weights from HBM. */
+static void bench_matvec(int fmt, const char *name, int64_t n, int64_t k, int64_t m) {
+    int64_t kbn = k / 32;
+    size_t wb = fmt == 0 ? (size_t)(n * k) : (size_t)(n * k / 2);
+    size_t sb = fmt == 0 ? (size_t)(((n + 31) / 32) * kbn) : (size_t)(n * kbn);
+    size_t per_copy = wb + sb;
+    int copies = (int)std::max<size_t>(2, ((size_t)512 << 20) / per_copy + 1);
+    if (copies > 64) copies = 64;
+    std::vector<void *> w(copies), ws(copies);
+    for (int c = 0; c < copies; c++) {
+        w[c] = dalloc(wb);
+        ws[c] = dalloc(sb);
+        rnd(w[c], wb, 100 + c, fmt == 0 ? 1 : 0);
+        rnd(ws[c], sb, 200 + c, 2);
+    }
+    void *qa = dalloc((size_t)(m * k)), *sa = dalloc((size_t)(m * kbn) * 4);
+    void *out = dalloc((size_t)(m * n) * 4);
+    rnd(qa, (size_t)(m * k), 3, 1);
+    fill_scales<<<256, 256>>>((float *)sa, (size_t)(m * kbn), 4);
+    double t = time_ops([&](int i, cudaStream_t s) {
+        int c = i % copies;
+        if (fmt == 0)
+            DK(di_cuda_gemm_fp8((uint8_t *)qa, (float *)sa, m, k, (uint8_t *)w[c], (uint8_t *)ws[c],
+                                n, out, DI_DTYPE_F32, DI_CUDA_GEMM_MATVEC, s, err));
+        else
+            DK(di_cuda_gemm_mxfp4((uint8_t *)qa, (float *)sa, m, k, (uint8_t *)w[c], (uint8_t *)ws[c],
+                                  n, out, DI_DTYPE_F32, DI_CUDA_GEMM_MATVEC, s, err));
+    }, copies, 15);
+    double bytes = (double)per_copy + m * k + m * kbn * 4 + m * n * 4;
+    printf("RESULT %s_%s_%lldx%lld_m%lld %.2f us %.0f GB/s %.0f%% of copy (floor %.2f us)\n",
+           fmt ? "mxfp4" : "fp8", name, (long long)n, (long long)k, (long long)m, t * 1e6,
+           bytes / t / 1e9, 100 * bytes / t / g_copy_bw, bytes / g_copy_bw * 1e6);
+    for (int c = 0; c < copies; c++) { di_cuda_free(w[c]); di_cuda_free(ws[c]); }
+    di_cuda_free(qa); di_cuda_free(sa); di_cuda_free(out);
+}
+
+extern "C" void cuda_tiled_set_variant(int v); /* measuring aid in cuda_gemm_tiled.cu */
+
+static void bench_gemm(int64_t m, int64_t n, int64_t k, di_cuda_gemm_path path,
+                       int variant = -1) {
+    int64_t kbn = k / 32;
+    void *qa = dalloc((size_t)(m * k)), *sa = dalloc((size_t)(m * kbn) * 4);
+    void *w = dalloc((size_t)(n * k)), *ws = dalloc((size_t)(((n + 31) / 32) * kbn));
+    void *out = dalloc((size_t)(m * n) * 2);
+    rnd(qa, (size_t)(m * k), 5, 1);
+    rnd(w, (size_t)(n * k), 6, 1);
+    rnd(ws, (size_t)(((n + 31) / 32) * kbn), 7, 2);
+    fill_scales<<<256, 256>>>((float *)sa, (size_t)(m * kbn), 8);
+    int per = std::max(1, (int)(2e11 / (2.0 * m * n * k)));
+    if (variant >= 0) cuda_tiled_set_variant(variant);
+    double t = time_ops([&](int, cudaStream_t s) {
+        DK(di_cuda_gemm_fp8((uint8_t *)qa, (float *)sa, m, k, (uint8_t *)w, (uint8_t *)ws, n, out,
+                            DI_DTYPE_BF16, path, s, err)); }, per, 10);
+    double tflops = 2.0 * m * n * k / t / 1e12;
+    if (variant >= 0) {
+        printf("RESULT gemm_fp8_variant%d_%lldx%lldx%lld %.1f TFLOP/s (%.3f ms)\n", variant,
+               (long long)m, (long long)n, (long long)k, tflops, t * 1e3);
+        cuda_tiled_set_variant(-1);
+    } else {
+        printf("RESULT gemm_fp8_%s_%lldx%lldx%lld %.1f TFLOP/s (%.3f ms)\n",
+               path == DI_CUDA_GEMM_TILED ? "tiled" : "matvec", (long long)m, (long long)n,
+               (long long)k, tflops, t * 1e3);
+    }
+    di_cuda_free(qa); di_cuda_free(sa); di_cuda_free(w); di_cuda_free(ws); di_cuda_free(out);
+}
+
+/* Peak of FP8 mma.sync m16n8k32 on this GPU: 8 independent chains per warp,
+ * operands in registers; with promote, each result starts from zero and is
+ * added into an fp32 accumulator with an FMA (the per-32 promotion). */
+__global__ void mma_sync_peak(float *out, int iters, int promote) {
+    uint32_t a = 0x38383838u ^ threadIdx.x, b = 0x30303030u ^ (threadIdx.x << 8);
+    float acc[8][4] = {};
+    for (int it = 0; it < iters; it++) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            if (promote) {
+                float d[4];
+                asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+                             "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+                             : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                             : "r"(a), "r"(a + j), "r"(b), "r"(b + j), "r"(a ^ b), "r"(b), "f"(0.0f));
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[j][i] = fmaf(d[i], 0.5f, acc[j][i]);
+            } else {
+                asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+                             "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                             : "+f"(acc[j][0]), "+f"(acc[j][1]), "+f"(acc[j][2]), "+f"(acc[j][3])
+                             : "r"(a), "r"(a + j), "r"(b), "r"(b + j), "r"(a ^ b), "r"(b));
+            }
+        }
+    }
+    float s = 0;
+    for (int j = 0; j < 8; j++) s += acc[j][0] + acc[j][1] + acc[j][2] + acc[j][3];
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s;
+}
+
+static void bench_mma_sync(void) {
+    int sms = 132;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    int blocks = sms * 4, threads = 256, iters = 2048;
+    float *out = (float *)dalloc((size_t)blocks * threads * 4);
+    for (int promote = 0; promote < 2; promote++) {
+        double t = time_ops([&](int, cudaStream_t s) {
+            mma_sync_peak<<<blocks, threads, 0, s>>>(out, iters, promote); }, 1, 5);
+        double flops = (double)blocks * (threads / 32) * iters * 8 * (16.0 * 8 * 32 * 2);
+        printf("RESULT mma_sync_fp8_peak%s %.1f TFLOP/s\n", promote ? "_promoted" : "",
+               flops / t / 1e12);
+    }
+    di_cuda_free(out);
+}
+
+/* Every structure of the tiled kernel must give the same bits, run after
+ * run (the block sums and their promotion order are the same). */
+static void check_variants(void) {
+    int64_t m = 300, n = 640, k = 1280, kbn = k / 32;
+    void *qa = dalloc((size_t)(m * k)), *sa = dalloc((size_t)(m * kbn) * 4);
+    void *w = dalloc((size_t)(n * k)), *ws = dalloc((size_t)(((n + 31) / 32) * kbn));
+    void *o = dalloc((size_t)(m * n) * 4);
+    rnd(qa, (size_t)(m * k), 15, 1);
+    rnd(w, (size_t)(n * k), 16, 1);
+    rnd(ws, (size_t)(((n + 31) / 32) * kbn), 17, 2);
+    fill_scales<<<256, 256>>>((float *)sa, (size_t)(m * kbn), 18);
+    const int vs[] = {8, 8, 0, 0, 8, 8};
+    std::vector<std::vector<float>> h(6, std::vector<float>(m * n));
+    for (int i = 0; i < 6; i++) {
+        cuda_tiled_set_variant(vs[i]);
+        DK(di_cuda_gemm_fp8((uint8_t *)qa, (float *)sa, m, k, (uint8_t *)w, (uint8_t *)ws, n, o,
+                            DI_DTYPE_F32, DI_CUDA_GEMM_TILED, NULL, err));
+        CK(cudaMemcpy(h[i].data(), o, m * n * 4, cudaMemcpyDeviceToHost));
+    }
+    cuda_tiled_set_variant(-1);
+    for (int i = 1; i < 6; i++) {
+        int64_t diff = 0;
+        double worst = 0;
+        for (int64_t j = 0; j < m * n; j++)
+            if (memcmp(&h[i][j], &h[0][j], 4)) {
+                diff++;
+                double r = fabs(h[i][j] - h[0][j]) / (fabs(h[0][j]) + 1e-30);
+                if (r > worst) worst = r;
+            }
+        printf("RESULT variant_%d_run%d_vs_8 %lld elements differ (largest relative %.3g)\n",
+               vs[i], i, (long long)diff, worst);
+    }
+    di_cuda_free(qa); di_cuda_free(sa); di_cuda_free(w); di_cuda_free(ws); di_cuda_free(o);
+}
+
+int main(int argc, char **argv) {
+    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    DK(di_cuda_init(0, err));
+    di_cuda_device_info info;
+    DK(di_cuda_device_info_get(0, &info, err));
+    printf("device: %s, %d SMs, %.1f GiB, L2 %.0f MiB, cc %d.%d\n", info.name, info.sm_count,
+           info.total_mem / 1073741824.0, info.l2_bytes / 1048576.0, info.cc_major, info.cc_minor);
+    bench_copy();
+    bench_act_quant();
+    /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */
+    struct { const char *name; int64_t n, k; } fp8[] = {
+        {"wq_b", 32768, 1280}, {"wq_a", 1280, 5120}, {"wo_b", 5120, 8192},
+        {"shared_w1", 2304, 5120}, {"shared_w2", 5120, 2304}};
+    int64_t ms[] = {1, 8, 16};
+    for (auto &s : fp8)
+        for (int64_t m : ms) bench_matvec(0, s.name, s.n, s.k, m);
+    struct { const char *name; int64_t n, k; } fp4[] = {
+        {"expert_w1", 2304, 5120}, {"expert_w2", 5120, 2304}, {"experts16_w1", 16 * 2304, 5120}};
+    for (auto &s : fp4)
+        for (int64_t m : ms) bench_matvec(1, s.name, s.n, s.k, m);
+    int64_t shapes[][3] = {{8192, 8192, 8192}, {8192, 5120, 5120}, {8192, 32768, 1280},
+                           {4096, 5120, 2304}, {4096, 2304, 5120}};
+    for (auto &s : shapes) bench_gemm(s[0], s[1], s[2], DI_CUDA_GEMM_TILED);
+    if (!quick) bench_gemm(4096, 5120, 5120, DI_CUDA_GEMM_MATVEC);
+    /* tiled-kernel variants: 8 the real kernel, 9 the same without the
+     * promotion (what the promotion costs), 0 the unswizzled layout */
+    const int variants[] = {8, 9, 0};
+    for (int v : variants) bench_gemm(8192, 8192, 8192, DI_CUDA_GEMM_TILED, v);
+    for (int v : variants) bench_gemm(4096, 5120, 2304, DI_CUDA_GEMM_TILED, v);
+    check_variants();
+    bench_mma_sync();
+    return 0;
+}

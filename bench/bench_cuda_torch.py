@@ -1,0 +1,104 @@
+"""PyTorch peers for bench_cuda_ops.cu, timed on the same GPU in the same
+scripts/gpu-suite call (performance.md §1.4, METHOD.md):
+
+- device-to-device copy bandwidth (bytes read + written),
+- torch._scaled_mm FP8 GEMMs (per-tensor and per-row scales: torch has no
+  32x32 block-scaled FP8 GEMM on SM90, so per-row is the closest peer) on the
+  shapes bench_cuda_ops.cu times,
+- the straightforward decode matrix-vector a PyTorch engine would run: bf16
+  weights (dequantized, 2 bytes per weight) times m activation rows.
+
+Prints "RESULT name value unit" lines. Times are medians of CUDA-event timed
+repetitions after warm-up; inputs are random, never zeros; decode weights
+rotate over copies larger than L2.
+"""
+import statistics
+import sys
+
+try:
+    import torch
+except ImportError:  # the CPU machines have no torch: nothing to compare here
+    torch = None
+
+
+def time_ms(fn, reps=20, warmup=3):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b))
+    return statistics.median(out)
+
+
+def main():
+    if torch is None or not torch.cuda.is_available():
+        print("torch sees no CUDA device; skipping")
+        return 0
+    dev = torch.device("cuda")
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
+    n = 2 << 30
+    src = torch.randint(0, 255, (n,), dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    t = time_ms(lambda: dst.copy_(src))
+    copy_bw = 2 * n / (t * 1e-3)
+    print(f"RESULT torch_copy_bw {copy_bw / 1e9:.1f} GB/s")
+    del src, dst
+
+    shapes = [(8192, 8192, 8192), (8192, 5120, 5120), (8192, 32768, 1280),
+              (4096, 5120, 2304), (4096, 2304, 5120)]
+    f8 = torch.float8_e4m3fn
+    for m, n_, k in shapes:
+        a = (torch.randn(m, k, device=dev) * 4).to(f8)
+        b = (torch.randn(n_, k, device=dev) * 4).to(f8)
+        flops = 2.0 * m * n_ * k
+        one = torch.ones((), device=dev)
+        t = time_ms(lambda: torch._scaled_mm(a, b.t(), scale_a=one, scale_b=one,
+                                             out_dtype=torch.bfloat16))
+        print(f"RESULT torch_scaled_mm_tensor_{m}x{n_}x{k} {flops / t / 1e9:.1f} TFLOP/s")
+        sa = torch.rand(m, 1, device=dev) + 0.5
+        sb = torch.rand(1, n_, device=dev) + 0.5
+        try:
+            t = time_ms(lambda: torch._scaled_mm(a, b.t(), scale_a=sa, scale_b=sb,
+                                                 out_dtype=torch.bfloat16))
+            print(f"RESULT torch_scaled_mm_row_{m}x{n_}x{k} {flops / t / 1e9:.1f} TFLOP/s")
+        except RuntimeError as e:  # older builds have no row-wise scaling
+            print(f"torch row-wise _scaled_mm failed: {e}")
+        del a, b
+
+    decode = [("wq_b", 32768, 1280), ("wq_a", 1280, 5120), ("wo_b", 5120, 8192),
+              ("shared_w1", 2304, 5120), ("shared_w2", 5120, 2304),
+              ("expert_w1", 2304, 5120)]
+    for name, n_, k in decode:
+        copies = max(2, (512 << 20) // (n_ * k * 2) + 1)
+        ws = [torch.randn(n_, k, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
+        for m in (1, 8, 16):
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16)
+
+            def run():
+                for w in ws:
+                    x @ w.t()
+
+            # captured in a CUDA graph, as bench_cuda_ops.cu does, so that
+            # launch overhead does not count against either side
+            run()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                run()
+            t = time_ms(g.replay, reps=10) / copies
+            fp8_bytes = n_ * k + n_ * k / 1024  # what the same layer reads in FP8
+            print(f"RESULT torch_bf16_matvec_{name}_{n_}x{k}_m{m} {t * 1e3:.2f} us "
+                  f"{n_ * k * 2 / (t * 1e-3) / 1e9:.0f} GB/s "
+                  f"(fp8 floor {fp8_bytes / copy_bw * 1e6:.2f} us)")
+        del ws
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

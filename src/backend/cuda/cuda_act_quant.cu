@@ -1,0 +1,136 @@
+/* FP8 activation quantization per 32 contiguous elements (architecture.md §2,
+ * "FP8 linear"): bit-identical to the CPU op, which tests/unit/test_cuda_ops.c
+ * checks byte for byte.
+ *
+ * Memory-bound (3 bytes per bf16 element): the fast path gives each lane 8
+ * consecutive values with 16-byte loads, four lanes per 32-block. */
+#include <cuda_fp8.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+/* Power-of-two scale of a block: 2^ceil(log2(amax / 448)) from the exponent
+ * bits of amax * (1/448), the way the reference computes it. amax >= 1e-4, so
+ * the ratio is a normal number and the result lies in [2^-22, 2^121]. */
+__device__ __forceinline__ float block_scale(float amax) {
+    amax = fmaxf(amax, 1e-4f);
+    uint32_t r = __float_as_uint(amax * (1.0f / 448.0f));
+    uint32_t e = (r >> 23) & 0xffu;
+    if (r & 0x7fffffu) e += 1;
+    return __uint_as_float(e << 23);
+}
+
+/* x / s with s a power of two in [2^-22, 2^121]: multiplying by the exact
+ * reciprocal gives the same bits (both round the same exact quotient) at a
+ * fraction of a division's cost. */
+__device__ __forceinline__ uint8_t quant_e4m3(float x, float inv_s) {
+    float v = fminf(fmaxf(x * inv_s, -448.0f), 448.0f);
+    return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+/* Two values at once (cvt.rn.satfinite.e4m3x2.f32); byte 0 = a. */
+__device__ __forceinline__ uint32_t quant_e4m3x2(float a, float b, float inv_s) {
+    float va = fminf(fmaxf(a * inv_s, -448.0f), 448.0f);
+    float vb = fminf(fmaxf(b * inv_s, -448.0f), 448.0f);
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(va, vb), __NV_SATFINITE, __NV_E4M3);
+}
+
+__device__ __forceinline__ float bf16_to_f32(uint32_t h) { return __uint_as_float(h << 16); }
+__device__ __forceinline__ float load_x(const uint16_t *p, int64_t i) { return bf16_to_f32(p[i]); }
+__device__ __forceinline__ float load_x(const float *p, int64_t i) { return p[i]; }
+
+/* Any k and alignment: element by element. */
+template <typename T>
+__global__ void act_quant_fp8_generic(const T *__restrict__ x, int64_t m, int64_t k,
+                                      uint8_t *__restrict__ q, float *__restrict__ scale) {
+    int64_t kb_n = (k + 31) / 32;
+    int64_t blk = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (blk >= m * kb_n) return;
+    int64_t row = blk / kb_n, kb = blk % kb_n;
+    int64_t k0 = kb * 32, k1 = k0 + 32 < k ? k0 + 32 : k;
+    const T *xr = x + row * k;
+    float amax = 0.0f;
+    for (int64_t i = k0; i < k1; i++) amax = fmaxf(amax, fabsf(load_x(xr, i)));
+    float s = block_scale(amax);
+    scale[blk] = s;
+    for (int64_t i = k0; i < k1; i++) q[row * k + i] = quant_e4m3(load_x(xr, i), 1.0f / s);
+}
+
+/* 8 consecutive values from one 16-byte (bf16) or two 16-byte (f32) loads. */
+__device__ __forceinline__ void load8v(const uint16_t *p, float v[8]) {
+    uint4 r = __ldg((const uint4 *)p);
+    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        v[2 * i] = bf16_to_f32(w[i] & 0xffffu);
+        v[2 * i + 1] = bf16_to_f32(w[i] >> 16);
+    }
+}
+__device__ __forceinline__ void load8v(const float *p, float v[8]) {
+    float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
+/* k % 32 == 0 and 16-byte aligned rows: four lanes per 32-block, each with 8
+ * consecutive values, so a warp reads 512 (bf16) or 1024 (f32) contiguous
+ * bytes; the block's amax is combined with two shuffles. */
+template <typename T>
+__global__ void act_quant_fp8_vec(const T *__restrict__ x, int64_t nblocks,
+                                  uint8_t *__restrict__ q, float *__restrict__ scale) {
+    int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t blk = tid >> 2;
+    bool live = blk < nblocks;
+    float v[8];
+    if (live) load8v(x + tid * 8, v);
+    else
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = 0.0f;
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    if (!live) return;
+    float s = block_scale(amax);
+    if ((threadIdx.x & 3) == 0) scale[blk] = s;
+    const float inv = 1.0f / s;
+    uint32_t lo = quant_e4m3x2(v[0], v[1], inv) | (quant_e4m3x2(v[2], v[3], inv) << 16);
+    uint32_t hi = quant_e4m3x2(v[4], v[5], inv) | (quant_e4m3x2(v[6], v[7], inv) << 16);
+    *(uint2 *)(q + tid * 8) = make_uint2(lo, hi);
+}
+
+template <typename T>
+static void launch(const T *x, int64_t m, int64_t k, uint8_t *q, float *scale, unsigned grid,
+                   int threads, cudaStream_t s) {
+    int64_t nblocks = m * ((k + 31) / 32);
+    if ((uintptr_t)x % 16 == 0 && (uintptr_t)q % 16 == 0 && k % 32 == 0)
+        act_quant_fp8_vec<T><<<(unsigned)((nblocks * 4 + threads - 1) / threads), threads, 0, s>>>(
+            x, nblocks, q, scale);
+    else
+        act_quant_fp8_generic<T><<<grid, threads, 0, s>>>(x, m, k, q, scale);
+}
+
+extern "C" di_status di_cuda_act_quant_fp8(const void *x, di_dtype x_dtype, int64_t m, int64_t k,
+                                           uint8_t *q, float *scale, void *stream, di_err *err) {
+    if (m < 0 || k < 0)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "act_quant_fp8: bad shape [%lld, %lld]",
+                          (long long)m, (long long)k);
+    if (x_dtype != DI_DTYPE_BF16 && x_dtype != DI_DTYPE_F32)
+        return di_err_set(err, DI_ERR_UNSUPPORTED,
+                          "act_quant_fp8: input dtype %s (supported: BF16, F32)",
+                          di_dtype_name(x_dtype));
+    if (m == 0 || k == 0) return DI_OK;
+    if (!x || !q || !scale)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "act_quant_fp8: NULL buffer");
+    int64_t nblocks = m * ((k + 31) / 32);
+    const int threads = 256;
+    int64_t grid = (nblocks + threads - 1) / threads;
+    if (grid > 0x7fffffff / 4)
+        return di_err_set(err, DI_ERR_LIMIT, "act_quant_fp8: [%lld, %lld] is too large",
+                          (long long)m, (long long)k);
+    cudaStream_t s = (cudaStream_t)stream;
+    if (x_dtype == DI_DTYPE_BF16)
+        launch((const uint16_t *)x, m, k, q, scale, (unsigned)grid, threads, s);
+    else
+        launch((const float *)x, m, k, q, scale, (unsigned)grid, threads, s);
+    return cuda_check_launch(err, "act_quant_fp8 launch");
+}

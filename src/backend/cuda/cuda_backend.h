@@ -1,0 +1,101 @@
+/* CUDA backend: devices, device buffers and the weight-format kernels
+ * (architecture.md §2 numerics, §8.3 formats; performance.md §1.3 for the
+ * Hopper build and measuring rules).
+ *
+ * A plain C interface so that the C side of the engine never sees CUDA
+ * types: device pointers are void*, a stream is an opaque void* (NULL = the
+ * default stream). Every function returns a di_status and fills `err`; none
+ * prints or exits. When the build has no CUDA (nvcc absent or DI_NO_CUDA=1)
+ * cuda_stub.c provides the same functions, each failing with
+ * DI_ERR_UNSUPPORTED, so callers need no #ifdef.
+ *
+ * Formats, all row-major, outermost first (as in the checkpoint):
+ *   activations       bf16 [m, k]
+ *   quantized act.    e4m3 [m, k] + f32 scale [m, ceil(k/32)] (powers of two)
+ *   FP8 weight        e4m3 [n, k] + E8M0 scale [ceil(n/32), ceil(k/32)]
+ *   MXFP4 weight      I8 [n, k/2] (two E2M1 codes per byte, low nibble = even
+ *                     element) + E8M0 scale [n, ceil(k/32)]
+ *   GEMM output       f32 or bf16 [m, n] */
+#ifndef DI_BACKEND_CUDA_BACKEND_H
+#define DI_BACKEND_CUDA_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" { /* the core headers are C: keep their names unmangled in .cu files */
+#endif
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+/* ---------------------------------------------------------------- devices */
+
+typedef struct di_cuda_device_info {
+    int index;
+    char name[256];
+    int cc_major, cc_minor;     /* compute capability (9.0 = Hopper) */
+    int sm_count;
+    size_t total_mem;           /* bytes */
+    size_t free_mem;            /* bytes, at the time of the query */
+    size_t l2_bytes;
+    size_t smem_per_block_optin; /* largest dynamic shared memory a block may ask for */
+    int clock_khz;              /* peak SM clock as reported (0 if unknown) */
+} di_cuda_device_info;
+
+/* Number of visible devices. Fails with DI_ERR_BACKEND and a message that
+ * starts with "no CUDA device visible" when there is none (no driver, no
+ * GPU, or CUDA_VISIBLE_DEVICES hides them all). */
+di_status di_cuda_device_count(int *count, di_err *err);
+di_status di_cuda_device_info_get(int dev, di_cuda_device_info *info, di_err *err);
+/* Makes `dev` current for the calling thread and creates its context. */
+di_status di_cuda_init(int dev, di_err *err);
+di_status di_cuda_synchronize(di_err *err);
+
+/* ---------------------------------------------------------------- buffers */
+
+di_status di_cuda_alloc(void **dev_ptr, size_t bytes, di_err *err);
+void di_cuda_free(void *dev_ptr); /* NULL is a no-op; errors are ignored */
+di_status di_cuda_upload(void *dev_dst, const void *host_src, size_t bytes, di_err *err);
+di_status di_cuda_download(void *host_dst, const void *dev_src, size_t bytes, di_err *err);
+/* Fills bytes with `byte` (used to poison outputs before a checked run). */
+di_status di_cuda_fill(void *dev_ptr, int byte, size_t bytes, di_err *err);
+
+/* -------------------------------------------------------------------- ops */
+
+/* FP8 activation quantization per 32 contiguous elements along k, bit-identical
+ * to the CPU's di_act_quant_fp8: amax = max(max|x|, 1e-4), s = 2^ceil(log2(amax
+ * * fp32(1/448))) from the exponent bits, q = e4m3_rne(clamp(x / s, -448, 448)).
+ * The last block of a row may be short (the CPU op needs k % 32 == 0).
+ *   x [m, k] bf16 or f32 (x_dtype) -> q [m, k] e4m3, scale [m, ceil(k/32)] f32 */
+di_status di_cuda_act_quant_fp8(const void *x, di_dtype x_dtype, int64_t m, int64_t k,
+                                uint8_t *q, float *scale, void *stream, di_err *err);
+
+/* Which kernel a GEMM runs. AUTO picks by shape; the others exist so that
+ * tests and benchmarks can cross-check and time every path on one shape. */
+typedef enum di_cuda_gemm_path {
+    DI_CUDA_GEMM_AUTO = 0,
+    DI_CUDA_GEMM_MATVEC = 1, /* mma.sync, 16 rows of a at a time: decode, any shape */
+    DI_CUDA_GEMM_TILED = 2   /* wgmma tiles (FP8 only): prefill; needs k % 128 == 0 */
+} di_cuda_gemm_path;
+
+/* out[i, j] = sum over 32-blocks b of sa[i, b] * sw[j/32, b] * sum_{k in b} qa[i, k] * w[j, k]
+ * with fp32 accumulation; out_dtype is DI_DTYPE_F32 or DI_DTYPE_BF16 (RNE). */
+di_status di_cuda_gemm_fp8(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                           const uint8_t *w, const uint8_t *w_scale, int64_t n, void *out,
+                           di_dtype out_dtype, di_cuda_gemm_path path, void *stream,
+                           di_err *err);
+
+/* Same with an MXFP4 weight: w [n, k/2] packed E2M1, w_scale [n, ceil(k/32)] E8M0
+ * (one scale per row and 32-block). k must be even. Only the MATVEC path. */
+di_status di_cuda_gemm_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                             const uint8_t *w, const uint8_t *w_scale, int64_t n, void *out,
+                             di_dtype out_dtype, di_cuda_gemm_path path, void *stream,
+                             di_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,75 @@
+/* Helpers shared by the CUDA backend's translation units (not a public
+ * header): error conversion, E8M0 decoding, bf16 output, and the launchers
+ * each kernel file provides to the dispatch in cuda_gemm.cu. */
+#ifndef DI_BACKEND_CUDA_COMMON_CUH
+#define DI_BACKEND_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_backend.h"
+
+/* Turns a CUDA error into a di_status with the operation named. */
+static inline di_status cuda_check(cudaError_t e, di_err *err, const char *what) {
+    if (e == cudaSuccess) return DI_OK;
+    return di_err_set(err, DI_ERR_BACKEND, "%s: %s (%s)", what, cudaGetErrorString(e),
+                      cudaGetErrorName(e));
+}
+
+/* After a launch: a bad configuration shows up here, a fault in the kernel
+ * only at the next synchronizing call. */
+static inline di_status cuda_check_launch(di_err *err, const char *what) {
+    return cuda_check(cudaGetLastError(), err, what);
+}
+
+/* E8M0 byte -> fp32 power of two 2^(b-127); 0xFF is NaN. Built from bits
+ * with selects, no branches (it sits in the kernels' inner loops): b = 0 is
+ * the one subnormal (2^-127). */
+__device__ __forceinline__ float e8m0_to_f32(uint32_t b) {
+    uint32_t v = b << 23;
+    v = b == 0 ? 0x00400000u : v;
+    v = b == 0xffu ? 0x7fc00000u : v;
+    return __uint_as_float(v);
+}
+
+/* fp32 -> bf16 bits, round to nearest even (NaN stays a quiet NaN), the same
+ * rule as di_f32_to_bf16. */
+__device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* Stores a pair of adjacent outputs (col, col+1) of row `row`, either of
+ * which may lie past n. */
+__device__ __forceinline__ void store_out2(void *out, int out_bf16, int64_t n, int64_t row,
+                                           int64_t col, float v0, float v1) {
+    int64_t idx = row * n + col;
+    if (out_bf16) {
+        uint16_t *o = (uint16_t *)out;
+        if (col < n) o[idx] = f32_to_bf16_bits(v0);
+        if (col + 1 < n) o[idx + 1] = f32_to_bf16_bits(v1);
+    } else {
+        float *o = (float *)out;
+        if (col + 1 < n && (idx & 1) == 0) {
+            *(float2 *)(o + idx) = make_float2(v0, v1);
+        } else {
+            if (col < n) o[idx] = v0;
+            if (col + 1 < n) o[idx + 1] = v1;
+        }
+    }
+}
+
+/* Launchers (each in its kernel's file). Arguments are checked by the caller. */
+di_status cuda_launch_matvec_fp8(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                                 const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
+                                 int out_bf16, cudaStream_t stream, di_err *err);
+di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                                   const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
+                                   int out_bf16, cudaStream_t stream, di_err *err);
+di_status cuda_launch_gemm_fp8_tiled(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                                     const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
+                                     int out_bf16, cudaStream_t stream, di_err *err);
+
+#endif

@@ -1,0 +1,96 @@
+/* CUDA devices and device buffers (the plain C interface of cuda_backend.h). */
+#include <stdio.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+extern "C" di_status di_cuda_device_count(int *count, di_err *err) {
+    *count = 0;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= 0) {
+        (void)cudaGetLastError(); /* the runtime keeps the error sticky otherwise */
+        const char *why = e == cudaSuccess || e == cudaErrorNoDevice ? "no GPU found"
+                          : e == cudaErrorInsufficientDriver
+                              ? "no NVIDIA driver loaded, or one older than this CUDA runtime"
+                              : cudaGetErrorString(e);
+        return di_err_set(err, DI_ERR_BACKEND, "no CUDA device visible (%s)", why);
+    }
+    *count = n;
+    return DI_OK;
+}
+
+extern "C" di_status di_cuda_device_info_get(int dev, di_cuda_device_info *info, di_err *err) {
+    memset(info, 0, sizeof *info);
+    cudaDeviceProp p;
+    di_status st = cuda_check(cudaGetDeviceProperties(&p, dev), err, "cudaGetDeviceProperties");
+    if (st) return di_err_prefix(err, "device %d: ", dev);
+    info->index = dev;
+    snprintf(info->name, sizeof info->name, "%s", p.name);
+    info->cc_major = p.major;
+    info->cc_minor = p.minor;
+    info->sm_count = p.multiProcessorCount;
+    info->total_mem = p.totalGlobalMem;
+    info->l2_bytes = (size_t)p.l2CacheSize;
+    info->smem_per_block_optin = p.sharedMemPerBlockOptin;
+    int clk = 0;
+    if (cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, dev) == cudaSuccess)
+        info->clock_khz = clk;
+    (void)cudaGetLastError();
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cudaSetDevice(dev) == cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) info->free_mem = fr;
+        if (cur >= 0) cudaSetDevice(cur);
+    }
+    (void)cudaGetLastError();
+    return DI_OK;
+}
+
+extern "C" di_status di_cuda_init(int dev, di_err *err) {
+    int n = 0;
+    di_status st = di_cuda_device_count(&n, err);
+    if (st) return st;
+    if (dev < 0 || dev >= n)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "CUDA device %d does not exist (%d visible)",
+                          dev, n);
+    st = cuda_check(cudaSetDevice(dev), err, "cudaSetDevice");
+    if (st) return st;
+    /* cudaFree(0) forces context creation now rather than inside the first op. */
+    return cuda_check(cudaFree(0), err, "creating the CUDA context");
+}
+
+extern "C" di_status di_cuda_synchronize(di_err *err) {
+    return cuda_check(cudaDeviceSynchronize(), err, "cudaDeviceSynchronize");
+}
+
+extern "C" di_status di_cuda_alloc(void **dev_ptr, size_t bytes, di_err *err) {
+    *dev_ptr = NULL;
+    cudaError_t e = cudaMalloc(dev_ptr, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        *dev_ptr = NULL;
+        (void)cudaGetLastError();
+        return di_err_set(err, e == cudaErrorMemoryAllocation ? DI_ERR_NOMEM : DI_ERR_BACKEND,
+                          "cudaMalloc of %zu bytes: %s", bytes, cudaGetErrorString(e));
+    }
+    return DI_OK;
+}
+
+extern "C" void di_cuda_free(void *dev_ptr) {
+    if (dev_ptr) cudaFree(dev_ptr);
+}
+
+extern "C" di_status di_cuda_upload(void *dev_dst, const void *host_src, size_t bytes,
+                                    di_err *err) {
+    return cuda_check(cudaMemcpy(dev_dst, host_src, bytes, cudaMemcpyHostToDevice), err,
+                      "upload (host to device copy)");
+}
+
+extern "C" di_status di_cuda_download(void *host_dst, const void *dev_src, size_t bytes,
+                                      di_err *err) {
+    return cuda_check(cudaMemcpy(host_dst, dev_src, bytes, cudaMemcpyDeviceToHost), err,
+                      "download (device to host copy)");
+}
+
+extern "C" di_status di_cuda_fill(void *dev_ptr, int byte, size_t bytes, di_err *err) {
+    return cuda_check(cudaMemset(dev_ptr, byte, bytes), err, "cudaMemset");
+}

@@ -1,0 +1,57 @@
+/* GEMM entry points: argument checks and the choice of kernel by shape
+ * (architecture.md §2 numerics). Decode (m <= 16) runs the mma.sync
+ * matrix-vector kernel, bound by weight bytes; prefill runs the wgmma tiles
+ * when k allows, else the matrix-vector kernel over 16-row slices. */
+#include "backend/cuda/cuda_common.cuh"
+
+static di_status check_args(const char *op, const uint8_t *qa, const float *sa, int64_t m,
+                            int64_t k, const uint8_t *w, const uint8_t *ws, int64_t n,
+                            const void *out, di_dtype out_dtype, di_err *err) {
+    if (m < 0 || k < 0 || n < 0)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "%s: bad shape m=%lld k=%lld n=%lld", op,
+                          (long long)m, (long long)k, (long long)n);
+    if (out_dtype != DI_DTYPE_F32 && out_dtype != DI_DTYPE_BF16)
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "%s: output dtype %s (supported: F32, BF16)",
+                          op, di_dtype_name(out_dtype));
+    if (m && n && (!out || (k && (!qa || !sa || !w || !ws))))
+        return di_err_set(err, DI_ERR_INVALID_ARG, "%s: NULL buffer", op);
+    return DI_OK;
+}
+
+extern "C" di_status di_cuda_gemm_fp8(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                                      const uint8_t *w, const uint8_t *w_scale, int64_t n,
+                                      void *out, di_dtype out_dtype, di_cuda_gemm_path path,
+                                      void *stream, di_err *err) {
+    di_status st = check_args("gemm_fp8", qa, sa, m, k, w, w_scale, n, out, out_dtype, err);
+    if (st || m == 0 || n == 0) return st;
+    int bf16 = out_dtype == DI_DTYPE_BF16;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (k == 0) /* empty sum */
+        return cuda_check(cudaMemsetAsync(out, 0, (size_t)(m * n) * (bf16 ? 2 : 4), s), err,
+                          "gemm_fp8: clearing the output");
+    bool tiled_ok = k % 128 == 0 && (uintptr_t)qa % 16 == 0 && (uintptr_t)w % 16 == 0 &&
+                    (uintptr_t)sa % 16 == 0 && (uintptr_t)w_scale % 4 == 0;
+    if (path == DI_CUDA_GEMM_TILED || (path == DI_CUDA_GEMM_AUTO && m > 16 && tiled_ok))
+        return cuda_launch_gemm_fp8_tiled(qa, sa, m, k, w, w_scale, n, out, bf16, s, err);
+    return cuda_launch_matvec_fp8(qa, sa, m, k, w, w_scale, n, out, bf16, s, err);
+}
+
+extern "C" di_status di_cuda_gemm_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                                        const uint8_t *w, const uint8_t *w_scale, int64_t n,
+                                        void *out, di_dtype out_dtype, di_cuda_gemm_path path,
+                                        void *stream, di_err *err) {
+    di_status st = check_args("gemm_mxfp4", qa, sa, m, k, w, w_scale, n, out, out_dtype, err);
+    if (st) return st;
+    if (k % 2)
+        return di_err_set(err, DI_ERR_INVALID_ARG,
+                          "gemm_mxfp4: k = %lld is odd (two E2M1 codes per byte)", (long long)k);
+    if (path == DI_CUDA_GEMM_TILED)
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "gemm_mxfp4: no tiled kernel yet");
+    if (m == 0 || n == 0) return DI_OK;
+    int bf16 = out_dtype == DI_DTYPE_BF16;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (k == 0)
+        return cuda_check(cudaMemsetAsync(out, 0, (size_t)(m * n) * (bf16 ? 2 : 4), s), err,
+                          "gemm_mxfp4: clearing the output");
+    return cuda_launch_matvec_mxfp4(qa, sa, m, k, w, w_scale, n, out, bf16, s, err);
+}

@@ -1,0 +1,308 @@
+/* Prefill FP8 GEMM on Hopper tensor cores (wgmma), in the checkpoint's block
+ * format (architecture.md §2 "FP8 linear"; performance.md §1.3, §2.2).
+ *
+ * out[m, n] = sum_b sa[m, b] * sw[n/32, b] * (qa[m, b-block] . w[n, b-block])
+ *
+ * Tile 128 x 128 x 128 per block of two math warpgroups (64 rows each); all
+ * 256 threads stage the next tiles with cp.async into a 4-deep shared-memory
+ * ring laid out in 8-row x 16-byte core matrices (no swizzle), which the
+ * wgmma descriptors read directly. One wgmma m64n128k32 covers exactly one
+ * 32-block of k, so every result is promoted into fp32 accumulators with its
+ * own scales right away (DeepGEMM promotes per 128; the checkpoint's 32x32
+ * scales force per 32). Two result register sets alternate so that the
+ * promotion FMAs of step j overlap the tensor-core work of step j+1. The
+ * promotion also sidesteps the FP8 tensor-core adder's reduced precision:
+ * no partial sum runs longer than 32 products.
+ *
+ * Needs k % 128 == 0 (whole 32-blocks per stage and 16-byte aligned scale
+ * rows); m and n may be anything (rows past the end are zero-filled). */
+#include "backend/cuda/cuda_common.cuh"
+
+
+/* NWG math warpgroups of 64 rows each: block tile (64 NWG) x 128 x 128 */
+#define TG_BN 128
+#define TG_BK 128
+#define TG_STAGES 4
+#define TG_GROUP_M 8
+#define TG_B_BYTES (TG_BN * TG_BK)
+#define TG_SW_BYTES 16
+#define TG_ROWS(nwg) (64 * (nwg))
+#define TG_SMEM(nwg) (TG_STAGES * (TG_ROWS(nwg) * TG_BK + TG_B_BYTES + TG_ROWS(nwg) * 16 + TG_SW_BYTES))
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Shared-memory matrix descriptor, no swizzle: start address, the byte
+ * distance between core matrices adjacent along k (LBO) and along m/n (SBO). */
+__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo,
+                                              int swz128) {
+    return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3fffu) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3fffu) << 32) | ((uint64_t)(swz128 ? 1 : 0) << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Tells the compiler the registers change here (the tensor core writes them
+ * asynchronously between issue and wait). */
+__device__ __forceinline__ void fence_regs(float d[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ void wgmma_m64n128k32(float d[64], uint64_t da, uint64_t db,
+                                                 int accumulate = 0) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+
+/* acc += p * scale: rows r0 (p[4i], p[4i+1]) and r0+8 (p[4i+2], p[4i+3]) of
+ * the warp's 16, columns 8i + 2t (+1); column block 32 changes every 4 i. */
+__device__ __forceinline__ void promote(float acc[64], const float p[64], const float *sa_st,
+                                        const uint8_t *sw_st, int r0, int j) {
+    float s0 = sa_st[r0 * 4 + j], s1 = sa_st[(r0 + 8) * 4 + j];
+    float f0[4], f1[4];
+#pragma unroll
+    for (int b = 0; b < 4; b++) {
+        float w = e8m0_to_f32(sw_st[b * 4 + j]);
+        f0[b] = s0 * w;
+        f1[b] = s1 * w;
+    }
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        acc[4 * i + 0] = fmaf(p[4 * i + 0], f0[i / 4], acc[4 * i + 0]);
+        acc[4 * i + 1] = fmaf(p[4 * i + 1], f0[i / 4], acc[4 * i + 1]);
+        acc[4 * i + 2] = fmaf(p[4 * i + 2], f1[i / 4], acc[4 * i + 2]);
+        acc[4 * i + 3] = fmaf(p[4 * i + 3], f1[i / 4], acc[4 * i + 3]);
+    }
+}
+
+/* SWZ: shared-memory layout, 0 = 8x16-byte core matrices without swizzle,
+ * 1 = 128-byte rows with the 128B swizzle (1.7x faster: the no-swizzle
+ * layout stalls the copies and the tensor cores). MODE 1 is a measuring aid:
+ * no promotion, one accumulator over all of k (wrong numerics), which times
+ * everything but the promotion. */
+template <int SWZ, int MODE, int NWG>
+__global__ void __launch_bounds__(NWG * 128, 1)
+    gemm_fp8_tiled_kernel(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int m,
+                          int k, const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws,
+                          int n, void *__restrict__ out, int out_bf16, uint32_t lbo,
+                          uint32_t sbo) {
+    constexpr int TG_BM = 64 * NWG, TG_THREADS = 128 * NWG, TG_A_BYTES = TG_BM * TG_BK;
+    extern __shared__ __align__(1024) uint8_t smem[];
+    uint8_t *sA = smem;
+    uint8_t *sB = sA + TG_STAGES * TG_A_BYTES;
+    float *sSA = (float *)(sB + TG_STAGES * TG_B_BYTES);
+    uint8_t *sSW = (uint8_t *)(sSA + TG_STAGES * TG_BM * 4);
+
+    /* grouped raster: a wave of blocks covers TG_GROUP_M row tiles x many
+     * column tiles, so both operands stay in L2 while they are reused */
+    const int tiles_m = (m + TG_BM - 1) / TG_BM, tiles_n = (n + TG_BN - 1) / TG_BN;
+    const int pid = blockIdx.x, per_group = TG_GROUP_M * tiles_n;
+    const int first_m = (pid / per_group) * TG_GROUP_M;
+    const int gm = min(tiles_m - first_m, TG_GROUP_M);
+    const int tm = first_m + (pid % per_group) % gm, tn = (pid % per_group) / gm;
+    const int m0 = tm * TG_BM, n0 = tn * TG_BN;
+
+    const int tid = threadIdx.x;
+    const int kbn = k / 32, kt_n = k / TG_BK;
+    const int nbn = (n + 31) / 32;
+
+    /* chunk q of a 128x128 tile: row (q>>6)*8 + (q&7), 16-byte column (q>>3)&7,
+     * stored at q*16, which is the core-matrix layout and conflict-free */
+    auto load_stage = [&](int st, int kt) {
+        const uint32_t a_st = smem_u32(sA + st * TG_A_BYTES), b_st = smem_u32(sB + st * TG_B_BYTES);
+        /* SWZ 1: row q/8, chunk q%8 at (chunk ^ row%8) in a 128-byte row */
+#pragma unroll
+        for (int i = 0; i < TG_BM * 8 / TG_THREADS; i++) {
+            int q = tid + i * TG_THREADS;
+            int r = SWZ ? q >> 3 : (q >> 6) * 8 + (q & 7), c = SWZ ? q & 7 : (q >> 3) & 7;
+            uint32_t so = SWZ ? r * 128 + ((c ^ (r & 7)) << 4) : q * 16;
+            int ra = m0 + r;
+            const uint8_t *ga = qa + (size_t)(ra < m ? ra : 0) * k + kt * TG_BK + c * 16;
+            cp_async16(a_st + so, ga, ra < m);
+        }
+#pragma unroll
+        for (int i = 0; i < (TG_BN * 8 + TG_THREADS - 1) / TG_THREADS; i++) {
+            int q = tid + i * TG_THREADS;
+            if (q >= TG_BN * 8) break;
+            int r = SWZ ? q >> 3 : (q >> 6) * 8 + (q & 7), c = SWZ ? q & 7 : (q >> 3) & 7;
+            uint32_t so = SWZ ? r * 128 + ((c ^ (r & 7)) << 4) : q * 16;
+            int rb = n0 + r;
+            const uint8_t *gb = w + (size_t)(rb < n ? rb : 0) * k + kt * TG_BK + c * 16;
+            cp_async16(b_st + so, gb, rb < n);
+        }
+        if (tid < TG_BM) {
+            int ra = m0 + tid;
+            const float *g = sa + (size_t)(ra < m ? ra : 0) * kbn + kt * 4;
+            cp_async16(smem_u32(sSA + st * TG_BM * 4 + tid * 4), g, ra < m);
+        } else if (tid < TG_BM + 4) {
+            int b = tid - TG_BM, nb = n0 / 32 + b;
+            const uint8_t *g = ws + (size_t)(nb < nbn ? nb : 0) * kbn + kt * 4;
+            cp_async4(smem_u32(sSW + st * TG_SW_BYTES + b * 4), g, nb < nbn);
+        }
+    };
+
+    const int wg = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int r0 = wg * 64 + wi * 16 + g; /* tile row of p[4i], p[4i+1] */
+
+    float acc[64], p0[64], p1[64];
+    const int swz = SWZ;
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < TG_STAGES - 1; s++) {
+        if (s < kt_n) load_stage(s, s);
+        cp_async_commit();
+    }
+
+    for (int kt = 0; kt < kt_n; kt++) {
+        cp_async_wait<TG_STAGES - 2>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        {
+            int nk = kt + TG_STAGES - 1;
+            if (nk < kt_n) load_stage(nk % TG_STAGES, nk);
+            cp_async_commit();
+        }
+        const int st = kt % TG_STAGES;
+        /* SWZ 0: 64 rows = 8 core-matrix rows of 1024 bytes, k32 step = 2 core
+         * matrices (256 bytes); SWZ 1: 64 rows of 128 bytes, k32 step = 32
+         * bytes inside the swizzled row */
+        const uint32_t a_base = smem_u32(sA + st * TG_A_BYTES) + wg * 8 * 1024;
+        const uint32_t b_base = smem_u32(sB + st * TG_B_BYTES);
+        const float *sa_st = sSA + st * TG_BM * 4;
+        const uint8_t *sw_st = sSW + st * TG_SW_BYTES;
+#define DESC_A(j) make_desc(a_base + (j) * (swz ? 32 : 256), swz ? 16 : lbo, swz ? 1024 : sbo, swz)
+#define DESC_B(j) make_desc(b_base + (j) * (swz ? 32 : 256), swz ? 16 : lbo, swz ? 1024 : sbo, swz)
+        if (MODE == 1) {
+            /* timing aid: accumulate straight into acc, no promotion */
+            fence_regs(acc);
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < 4; j++) wgmma_m64n128k32(acc, DESC_A(j), DESC_B(j), 1);
+            wg_commit();
+            wg_wait<0>();
+            fence_regs(acc);
+            continue;
+        }
+        fence_regs(p0);
+        fence_regs(p1);
+        wg_fence();
+        wgmma_m64n128k32(p0, DESC_A(0), DESC_B(0));
+        wg_commit();
+        wgmma_m64n128k32(p1, DESC_A(1), DESC_B(1));
+        wg_commit();
+        wg_wait<1>();
+        fence_regs(p0);
+        promote(acc, p0, sa_st, sw_st, r0, 0);
+        fence_regs(p0);
+        wg_fence();
+        wgmma_m64n128k32(p0, DESC_A(2), DESC_B(2));
+        wg_commit();
+        wg_wait<1>();
+        fence_regs(p1);
+        promote(acc, p1, sa_st, sw_st, r0, 1);
+        fence_regs(p1);
+        wg_fence();
+        wgmma_m64n128k32(p1, DESC_A(3), DESC_B(3));
+        wg_commit();
+        wg_wait<1>();
+        fence_regs(p0);
+        promote(acc, p0, sa_st, sw_st, r0, 2);
+        wg_wait<0>();
+        fence_regs(p1);
+        promote(acc, p1, sa_st, sw_st, r0, 3);
+#undef DESC_A
+#undef DESC_B
+    }
+
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        int col = n0 + 8 * i + 2 * t;
+        int row = m0 + r0;
+        if (row < m) store_out2(out, out_bf16, n, row, col, acc[4 * i], acc[4 * i + 1]);
+        if (row + 8 < m) store_out2(out, out_bf16, n, row + 8, col, acc[4 * i + 2], acc[4 * i + 3]);
+    }
+}
+
+static int tiled_variant = 8;
+
+di_status cuda_launch_gemm_fp8_tiled(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                                     const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
+                                     int out_bf16, cudaStream_t stream, di_err *err) {
+    if (k % TG_BK != 0)
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "gemm_fp8 (tiled): k = %lld is not a multiple of %d",
+                          (long long)k, TG_BK);
+    if ((uintptr_t)qa % 16 || (uintptr_t)w % 16 || (uintptr_t)sa % 16 || (uintptr_t)ws % 4)
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "gemm_fp8 (tiled): operands are not 16-byte aligned");
+    if (m > 0x7fffffffLL - 256 || n > 0x7fffffffLL - TG_BN || k > 0x7fffffffLL ||
+        ((m + 127) / 128) * ((n + TG_BN - 1) / TG_BN) > 0x7fffffffLL)
+        return di_err_set(err, DI_ERR_LIMIT, "gemm_fp8 (tiled): shape m=%lld n=%lld k=%lld too large",
+                          (long long)m, (long long)n, (long long)k);
+    uint32_t lbo = 128, sbo = 1024;
+    cudaError_t e;
+#define TG_CASE(S, M, W)                                                                     \
+    case S * 8 + M + (W == 3 ? 16 : 0): {                                                    \
+        static bool attr = false;                                                            \
+        if (!attr) {                                                                         \
+            e = cudaFuncSetAttribute(gemm_fp8_tiled_kernel<S, M, W>,                         \
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, TG_SMEM(W)); \
+            if (e != cudaSuccess) break;                                                     \
+            attr = true;                                                                     \
+        }                                                                                    \
+        int64_t blocks = ((m + TG_ROWS(W) - 1) / TG_ROWS(W)) * ((n + TG_BN - 1) / TG_BN);        \
+        gemm_fp8_tiled_kernel<S, M, W><<<(unsigned)blocks, W * 128, TG_SMEM(W), stream>>>(   \
+            qa, sa, (int)m, (int)k, w, ws, (int)n, out, out_bf16, lbo, sbo);                 \
+        e = cudaGetLastError();                                                              \
+        break;                                                                               \
+    }
+    switch (tiled_variant) {
+        TG_CASE(1, 0, 2) TG_CASE(1, 1, 2) TG_CASE(0, 0, 2)
+    default: e = cudaErrorInvalidValue;
+    }
+#undef TG_CASE
+    return cuda_check(e, err, "gemm_fp8 (tiled) launch");
+}
+
+/* Measuring aid for bench/bench_cuda_ops.cu: layout * 8 + mode (see the
+ * kernel); 8 (128B swizzle, real kernel) is the default, 9 times it without
+ * the promotion (wrong results), 0 is the unswizzled layout. */
+extern "C" void cuda_tiled_set_variant(int v) { tiled_variant = v < 0 ? 8 : v; }

@@ -1,0 +1,464 @@
+/* Decode matrix-vector products on the checkpoint's own weight formats
+ * (architecture.md §2 "FP8 linear" and "FP4 expert linear", §8.3):
+ *   FP8 e4m3 weights with 32x32 E8M0 block scales, and
+ *   MXFP4 weights (packed E2M1, one E8M0 scale per row and 32 inputs),
+ * both against FP8-quantized activations with one f32 scale per 32 inputs.
+ *
+ * Why tensor cores for a memory-bound op: at m = 16 a CUDA-core version would
+ * need 16 FMAs per weight byte, about twice what the H200's FP32 units can do
+ * at full memory speed. mma.sync m16n8k32 (e4m3) takes 16 activation rows x
+ * 8 weight rows x one 32-block per instruction, so every size m = 1..16 costs
+ * the same and the loop stays bound by weight bytes. Each mma starts from
+ * zero and its result is promoted into an fp32 accumulator with the block's
+ * two scales (exact powers of two), which is the reference's
+ * sum_b s_a s_w (q_a . q_w).
+ *
+ * The order of k inside a 32-block is free as long as both operands use the
+ * same one, so each lane loads 8 contiguous bytes of a row (a whole 32-byte
+ * sector per 4 lanes) and the activation fragment is loaded in the matching
+ * order. MXFP4 codes become e4m3 bytes with two shifts and masks: placing the
+ * E2M1 bits at the bottom of the e4m3 exponent and the top of its mantissa
+ * gives exactly value * 2^-6 (subnormals included), and the 2^6 goes back in
+ * at the end.
+ *
+ * The same kernel serves any m (16 rows per grid row), so it is also the
+ * fallback GEMM for shapes the tiled kernel does not take. */
+#include "backend/cuda/cuda_common.cuh"
+
+#define MV_THREADS 128
+#define MV_WARPS 4
+
+__device__ __forceinline__ void mma_e4m3_16832(float d[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                               uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
+/* 8 bytes p[off .. off+8) of a row of `len` bytes, zero past the end; `fast`
+ * callers guarantee the whole range is inside and 8-byte aligned. */
+template <bool FAST>
+__device__ __forceinline__ uint2 load8(const uint8_t *__restrict__ p, int64_t off, int64_t len,
+                                       bool valid) {
+    if (!valid) return make_uint2(0, 0);
+    if (FAST) return __ldg((const uint2 *)(p + off));
+    uint32_t v[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        if (off + i < len) v[i >> 2] |= (uint32_t)__ldg(p + off + i) << (8 * (i & 3));
+    return make_uint2(v[0], v[1]);
+}
+
+template <bool FAST>
+__device__ __forceinline__ uint32_t load4(const uint8_t *__restrict__ p, int64_t off, int64_t len,
+                                          bool valid) {
+    if (!valid) return 0;
+    if (FAST) return __ldg((const uint32_t *)(p + off));
+    uint32_t v = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        if (off + i < len) v |= (uint32_t)__ldg(p + off + i) << (8 * i);
+    return v;
+}
+
+/* E2M1 nibbles -> e4m3 bytes of value * 2^-6: the low nibbles of w's bytes
+ * (even elements) and the high nibbles (odd elements). */
+__device__ __forceinline__ uint32_t fp4_lo_to_e4m3(uint32_t w) {
+    return ((w << 2) & 0x1c1c1c1cu) | ((w << 4) & 0x80808080u);
+}
+__device__ __forceinline__ uint32_t fp4_hi_to_e4m3(uint32_t w) {
+    return ((w >> 2) & 0x1c1c1c1cu) | (w & 0x80808080u);
+}
+
+/* One warp: 8 weight rows [n0, n0+8) x 16 activation rows [m0, m0+16) over
+ * the 32-blocks [kb0, kb1). Lane (g = lane/4, t = lane%4) accumulates
+ * acc[0..1] = out[m0+g][n0+2t .. +1], acc[2..3] = out[m0+g+8][n0+2t .. +1].
+ * M16 = false when m - m0 <= 8: the upper 8 activation rows are zero and not
+ * loaded. U weight loads are issued before the first is used: the loop is
+ * bound by how many weight bytes are in flight, and activations (reused by
+ * every warp) come from L1. */
+template <bool FAST, bool M16, int U>
+__device__ __forceinline__ void warp_fp8(const uint8_t *__restrict__ qa,
+                                         const float *__restrict__ sa, int64_t m, int64_t k,
+                                         const uint8_t *__restrict__ w,
+                                         const uint8_t *__restrict__ ws, int64_t n, int64_t m0,
+                                         int64_t n0, int64_t kb0, int64_t kb1, int lane,
+                                         float acc[4]) {
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t kbn = (k + 31) / 32;
+    const int64_t ra = m0 + g, rb = m0 + g + 8, rn = n0 + g;
+    const bool va = ra < m, vb = M16 && rb < m, vn = rn < n;
+    const uint8_t *pa = qa + (va ? ra : 0) * k, *pb = qa + (vb ? rb : 0) * k;
+    const uint8_t *pw = w + (vn ? rn : 0) * k;
+    const float *psa = sa + (va ? ra : 0) * kbn, *psb = sa + (vb ? rb : 0) * kbn;
+    const uint8_t *pws = ws + (n0 / 32) * kbn;
+    for (int64_t kb = kb0; kb < kb1; kb += U) {
+        uint2 bw[U];
+        uint32_t sw[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            bool in = kb + u < kb1;
+            bw[u] = load8<FAST>(pw, (kb + u) * 32 + 8 * t, k, in && vn);
+            sw[u] = in ? __ldg(pws + kb + u) : 0u;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kb + u >= kb1) break; /* uniform across the warp */
+            int64_t off = (kb + u) * 32 + 8 * t;
+            uint2 xa = load8<FAST>(pa, off, k, va);
+            uint2 xb = M16 ? load8<FAST>(pb, off, k, vb) : make_uint2(0, 0);
+            float fw = e8m0_to_f32(sw[u]);
+            float s0 = va ? __ldg(psa + kb + u) * fw : 0.0f;
+            float s1 = vb ? __ldg(psb + kb + u) * fw : 0.0f;
+            float d[4];
+            mma_e4m3_16832(d, xa.x, xb.x, xa.y, xb.y, bw[u].x, bw[u].y);
+            acc[0] = fmaf(d[0], s0, acc[0]);
+            acc[1] = fmaf(d[1], s0, acc[1]);
+            acc[2] = fmaf(d[2], s1, acc[2]);
+            acc[3] = fmaf(d[3], s1, acc[3]);
+        }
+    }
+}
+
+/* MXFP4 rows are k/2 bytes; a 32-block is 16 bytes. FAST (k % 64 == 0) takes
+ * two blocks per step: lane t loads bytes [8t, 8t+8) of the 32-byte pair, so
+ * lanes 0,1 hold block 2p and lanes 2,3 block 2p+1; one shuffle gives every
+ * lane 4 bytes (8 codes) of each block. The activation bytes are fetched at
+ * the element offsets those codes came from and split even/odd to match the
+ * two nibble halves. The weight scale is per row, so each lane needs the two
+ * of its output columns. */
+__device__ __forceinline__ void mma_fp4_block(float acc[4], uint32_t wq, uint2 xa, uint2 xb,
+                                              float fa, float fb, float w0, float w1) {
+    float d[4];
+    mma_e4m3_16832(d, __byte_perm(xa.x, xa.y, 0x6420), __byte_perm(xb.x, xb.y, 0x6420),
+                   __byte_perm(xa.x, xa.y, 0x7531), __byte_perm(xb.x, xb.y, 0x7531),
+                   fp4_lo_to_e4m3(wq), fp4_hi_to_e4m3(wq));
+    acc[0] = fmaf(d[0], fa * w0, acc[0]);
+    acc[1] = fmaf(d[1], fa * w1, acc[1]);
+    acc[2] = fmaf(d[2], fb * w0, acc[2]);
+    acc[3] = fmaf(d[3], fb * w1, acc[3]);
+}
+
+template <bool FAST, bool M16, int U>
+__device__ __forceinline__ void warp_fp4(const uint8_t *__restrict__ qa,
+                                         const float *__restrict__ sa, int64_t m, int64_t k,
+                                         const uint8_t *__restrict__ w,
+                                         const uint8_t *__restrict__ ws, int64_t n, int64_t m0,
+                                         int64_t n0, int64_t kb0, int64_t kb1, int lane,
+                                         float acc[4]) {
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t kbn = (k + 31) / 32, rowb = k / 2;
+    const int64_t ra = m0 + g, rb = m0 + g + 8, rn = n0 + g;
+    const int64_t c0 = n0 + 2 * t, c1 = c0 + 1;
+    const bool va = ra < m, vb = M16 && rb < m, vn = rn < n, v0 = c0 < n, v1 = c1 < n;
+    const uint8_t *pa = qa + (va ? ra : 0) * k, *pb = qa + (vb ? rb : 0) * k;
+    const uint8_t *pw = w + (vn ? rn : 0) * rowb;
+    const float *psa = sa + (va ? ra : 0) * kbn, *psb = sa + (vb ? rb : 0) * kbn;
+    const uint8_t *pws0 = ws + (v0 ? c0 : 0) * kbn, *pws1 = ws + (v1 ? c1 : 0) * kbn;
+    {
+        /* any even k: one block per step, lane t holds codes [8t, 8t+8) */
+        for (int64_t b = kb0; b < kb1; b++) {
+            uint32_t wq = load4<false>(pw, b * 16 + 4 * t, rowb, vn);
+            int64_t off = b * 32 + 8 * t;
+            uint2 xa = load8<false>(pa, off, k, va);
+            uint2 xb = M16 ? load8<false>(pb, off, k, vb) : make_uint2(0, 0);
+            float fa = va ? __ldg(psa + b) : 0.0f, fb = vb ? __ldg(psb + b) : 0.0f;
+            float w0 = v0 ? e8m0_to_f32(__ldg(pws0 + b)) : 0.0f;
+            float w1 = v1 ? e8m0_to_f32(__ldg(pws1 + b)) : 0.0f;
+            mma_fp4_block(acc, wq, xa, xb, fa, fb, w0, w1);
+        }
+    }
+    /* the codes were read as value * 2^-6 */
+#pragma unroll
+    for (int i = 0; i < 4; i++) acc[i] *= 64.0f;
+}
+
+/* ---- fast path: weights streamed through a per-warp shared-memory ring ----
+ *
+ * Each warp copies its 8 weight rows in chunks of MV_CHUNK bytes per row (8
+ * FP8 blocks or 16 MXFP4 blocks) with cp.async: a warp instruction moves two
+ * whole 256-byte row segments, and the copies in flight cost no registers, so
+ * MV_STAGES - 1 chunks (6 KB per warp) stay in flight while the tensor cores
+ * work on the current one. (512-byte chunks were faster on the largest
+ * matrix and slower on the expert-sized ones, which dominate decode.) Rows are padded by 16 bytes so the fragment reads
+ * below hit 32 distinct banks per half-warp. */
+#define MV_STAGES 4
+#define MV_CHUNK 256              /* bytes of each row per copy step */
+#define MV_ROW (MV_CHUNK + 16)   /* padded: row r starts 4 banks after row r-1 */
+#define MV_STAGE_BYTES (8 * MV_ROW)
+#define MV_SMEM (MV_WARPS * MV_STAGES * MV_STAGE_BYTES)
+
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+
+template <int FMT, bool M16>
+__device__ __forceinline__ void warp_pipe(const uint8_t *__restrict__ qa,
+                                          const float *__restrict__ sa, int64_t m, int64_t k,
+                                          const uint8_t *__restrict__ w,
+                                          const uint8_t *__restrict__ ws, int64_t n, int64_t m0,
+                                          int64_t n0, int64_t kb0, int64_t kb1, int lane,
+                                          uint8_t *ring, float acc[4]) {
+    constexpr int BPB = FMT == 0 ? 32 : 16; /* weight bytes per row per 32-block */
+    constexpr int CH = MV_CHUNK / BPB;      /* blocks per chunk */
+    const int g = lane >> 2, t = lane & 3;
+    const int64_t kbn = (k + 31) / 32, rowb = FMT == 0 ? k : k / 2;
+    const int64_t ra = m0 + g, rb = m0 + g + 8;
+    const bool va = ra < m, vb = M16 && rb < m;
+    const uint8_t *pa = qa + (va ? ra : 0) * k, *pb = qa + (vb ? rb : 0) * k;
+    const float *psa = sa + (va ? ra : 0) * kbn, *psb = sa + (vb ? rb : 0) * kbn;
+    /* FP8: one scale row per 32 weight rows; MXFP4: one per row, and lane t
+     * produces columns n0 + 2t, n0 + 2t + 1 */
+    const int64_t c0 = n0 + 2 * t, c1 = c0 + 1;
+    const bool v0 = c0 < n, v1 = c1 < n;
+    const uint8_t *pws = FMT == 0 ? ws + (n0 / 32) * kbn : ws + (v0 ? c0 : 0) * kbn;
+    const uint8_t *pws1 = ws + (v1 ? c1 : 0) * kbn;
+
+    /* copy plan: piece q = lane + 32 i is row q / P, bytes [16 (q % P), +16) */
+    constexpr int P = MV_CHUNK / 16;
+    const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
+    const int64_t end = kb1 * BPB; /* bytes of each row this warp reads */
+    const int nch = (int)((kb1 - kb0 + CH - 1) / CH);
+    auto issue = [&](int c) {
+        if (c < nch) {
+            const uint32_t st = ring_s + (c % MV_STAGES) * MV_STAGE_BYTES;
+#pragma unroll
+            for (int i = 0; i < 8 * P / 32; i++) {
+                int q = lane + 32 * i, row = q / P, col = (q % P) * 16;
+                int64_t off = (kb0 + (int64_t)c * CH) * BPB + col;
+                bool ok = n0 + row < n && off < end;
+                const uint8_t *src = w + (ok ? (n0 + row) * rowb + off : 0);
+                cp_async16_zfill(st + row * MV_ROW + col, src, ok);
+            }
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+#pragma unroll
+    for (int c = 0; c < MV_STAGES - 1; c++) issue(c);
+    for (int c = 0; c < nch; c++) {
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(MV_STAGES - 2));
+        __syncwarp();
+        const uint8_t *st = ring + (c % MV_STAGES) * MV_STAGE_BYTES + g * MV_ROW;
+        /* groups of 8 blocks, branch-free: loads past kb1 are predicated off
+         * (and the copy zero-filled those weight bytes), so the compiler can
+         * issue all of a group's loads before the first mma */
+#pragma unroll 1
+        for (int gb = 0; gb < CH; gb += 8) {
+            const int64_t b0 = kb0 + (int64_t)c * CH + gb;
+            uint2 xa[8], xb[8];
+            float fa[8], fb[8], w0[8], w1[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int64_t b = b0 + u;
+                const bool in = b < kb1;
+                const int64_t off = b * 32 + 8 * t;
+                xa[u] = in && va ? __ldg((const uint2 *)(pa + off)) : make_uint2(0, 0);
+                xb[u] = M16 && in && vb ? __ldg((const uint2 *)(pb + off)) : make_uint2(0, 0);
+                fa[u] = in && va ? __ldg(psa + b) : 0.0f;
+                fb[u] = M16 && in && vb ? __ldg(psb + b) : 0.0f;
+                w0[u] = in && (FMT == 0 || v0) ? e8m0_to_f32(__ldg(pws + b)) : 0.0f;
+                w1[u] = FMT == 1 && in && v1 ? e8m0_to_f32(__ldg(pws1 + b)) : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int bb = gb + u;
+                float d[4];
+                if (FMT == 0) {
+                    uint2 bw = *(const uint2 *)(st + bb * 32 + 8 * t);
+                    mma_e4m3_16832(d, xa[u].x, xb[u].x, xa[u].y, xb[u].y, bw.x, bw.y);
+                    w1[u] = w0[u];
+                } else {
+                    uint32_t wq = *(const uint32_t *)(st + bb * 16 + 4 * t);
+                    mma_e4m3_16832(d, __byte_perm(xa[u].x, xa[u].y, 0x6420),
+                                   __byte_perm(xb[u].x, xb[u].y, 0x6420),
+                                   __byte_perm(xa[u].x, xa[u].y, 0x7531),
+                                   __byte_perm(xb[u].x, xb[u].y, 0x7531), fp4_lo_to_e4m3(wq),
+                                   fp4_hi_to_e4m3(wq));
+                }
+                acc[0] = fmaf(d[0], fa[u] * w0[u], acc[0]);
+                acc[1] = fmaf(d[1], fa[u] * w1[u], acc[1]);
+                if (M16) {
+                    acc[2] = fmaf(d[2], fb[u] * w0[u], acc[2]);
+                    acc[3] = fmaf(d[3], fb[u] * w1[u], acc[3]);
+                }
+            }
+        }
+        __syncwarp(); /* every lane is done with this stage before it is refilled */
+        issue(c + MV_STAGES - 1);
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    if (FMT == 1)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[i] *= 64.0f; /* codes were read as value * 2^-6 */
+}
+
+/* A block of MV_WARPS warps covers 8 * (MV_WARPS / KSPLIT) weight rows; the KSPLIT warps of
+ * one row group split k into contiguous ranges and their partial sums are
+ * added in a fixed order, so results do not depend on timing (and, since the
+ * split depends on n only, not on m either). */
+template <int FMT, bool FAST, int KSPLIT, bool M16>
+__global__ void __launch_bounds__(MV_THREADS, 6) /* six rings per SM */
+    matvec_kernel(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int64_t m,
+                  int64_t k, const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws,
+                  int64_t n, void *__restrict__ out, int out_bf16) {
+    __shared__ float red[MV_WARPS][32][4];
+    extern __shared__ __align__(16) uint8_t mv_ring[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int rg = warp / KSPLIT, ks = warp % KSPLIT;
+    const int64_t m0 = (int64_t)blockIdx.y * 16;
+    const int64_t kbn = (k + 31) / 32;
+    const int64_t per = (kbn + KSPLIT - 1) / KSPLIT;
+    const int64_t kb0 = ks * per, kb1 = kb0 + per < kbn ? kb0 + per : kbn;
+    const int g = lane >> 2, t = lane & 3;
+    /* a block walks over groups of 8 * (8 / KSPLIT) rows: the grid holds only
+     * as many blocks as fit on the GPU at once, so there is no partial last
+     * wave */
+    const int64_t ngroups = ((n + 7) / 8 + (MV_WARPS / KSPLIT) - 1) / (MV_WARPS / KSPLIT);
+    for (int64_t grp = blockIdx.x; grp < ngroups; grp += gridDim.x) {
+        const int64_t n0 = (grp * (MV_WARPS / KSPLIT) + rg) * 8;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (n0 < n && kb0 < kb1) {
+            if (FAST)
+                warp_pipe<FMT, M16>(qa, sa, m, k, w, ws, n, m0, n0, kb0, kb1, lane,
+                                    mv_ring + warp * MV_STAGES * MV_STAGE_BYTES, acc);
+            else if (FMT == 0)
+                warp_fp8<false, true, 1>(qa, sa, m, k, w, ws, n, m0, n0, kb0, kb1, lane, acc);
+            else
+                warp_fp4<false, true, 1>(qa, sa, m, k, w, ws, n, m0, n0, kb0, kb1, lane, acc);
+        }
+        if (KSPLIT > 1) {
+            /* partial sums of one row group are added in a fixed order */
+#pragma unroll
+            for (int i = 0; i < 4; i++) red[warp][lane][i] = acc[i];
+            __syncthreads();
+            if (ks == 0) {
+#pragma unroll
+                for (int j = 1; j < KSPLIT; j++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) acc[i] += red[warp + j][lane][i];
+            }
+            __syncthreads(); /* red is reused by the next group */
+            if (ks != 0) continue;
+        }
+        if (n0 >= n) continue;
+        const int64_t col = n0 + 2 * t;
+        if (m0 + g < m) store_out2(out, out_bf16, n, m0 + g, col, acc[0], acc[1]);
+        if (m0 + g + 8 < m) store_out2(out, out_bf16, n, m0 + g + 8, col, acc[2], acc[3]);
+    }
+}
+
+/* Fewest k-splits that still give every SM a few blocks. */
+static int pick_ksplit(int64_t n) {
+    static int sms = 0;
+    if (sms == 0) {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+            sms = v;
+        else
+            sms = 132;
+        (void)cudaGetLastError();
+    }
+    /* The split depends on n only, never on m (batch invariance). Time goes
+     * as (rounds of blocks) x (k range per warp): pick the split with the
+     * fewest rounds per unit of k, counting the blocks that fit at once
+     * (six rings of MV_SMEM per SM). */
+    const int64_t tiles = (n + 7) / 8, slots = 6 * (int64_t)sms;
+    int best = 1;
+    double best_t = 1e300;
+    for (int ks = 1; ks <= MV_WARPS; ks *= 2) {
+        int64_t groups = (tiles * ks + MV_WARPS - 1) / MV_WARPS;
+        double t = (double)((groups + slots - 1) / slots) / ks;
+        if (t < best_t * 0.999) { best_t = t; best = ks; }
+    }
+    return best;
+}
+
+template <int FMT, bool FAST, int KS, bool M16>
+static cudaError_t launch_kernel(int64_t groups, unsigned mtiles, const uint8_t *qa,
+                                 const float *sa, int64_t m, int64_t k, const uint8_t *w,
+                                 const uint8_t *ws, int64_t n, void *out, int out_bf16,
+                                 cudaStream_t s) {
+    auto *kern = matvec_kernel<FMT, FAST, KS, M16>;
+    const int smem = FAST ? MV_SMEM : 0;
+    static int resident = 0; /* blocks the whole GPU holds at once, per instantiation */
+    if (!resident) {
+        cudaError_t e = cudaSuccess;
+        if (FAST)
+            e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        int per_sm = 0, dev = 0, sms = 0;
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, MV_THREADS, smem);
+        if (e == cudaSuccess) e = cudaGetDevice(&dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        if (e != cudaSuccess) return e;
+        resident = per_sm * sms > 0 ? per_sm * sms : 1;
+    }
+    /* equal rounds: every block walks the same number of row groups (a
+     * partial last round would leave most of the GPU idle) */
+    int64_t rounds = (groups + resident - 1) / resident;
+    int64_t gx = (groups + rounds - 1) / rounds;
+    kern<<<dim3((unsigned)gx, mtiles), MV_THREADS, smem, s>>>(qa, sa, m, k, w, ws, n, out, out_bf16);
+    return cudaGetLastError();
+}
+
+template <int FMT, bool FAST, int KS>
+static cudaError_t launch_one(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                              const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
+                              int out_bf16, cudaStream_t s) {
+    int64_t tiles = (n + 7) / 8, groups = (tiles + (MV_WARPS / KS) - 1) / (MV_WARPS / KS);
+    unsigned mt = (unsigned)((m + 15) / 16);
+    /* the upper half of the 16-row tile is empty when m <= 8 (every decode
+     * batch up to 8); larger m takes the 16-row kernel for all its tiles, so
+     * a row's result does not depend on how many rows come with it */
+    if (FAST && m <= 8)
+        return launch_kernel<FMT, FAST, KS, false>(groups, mt, qa, sa, m, k, w, ws, n, out, out_bf16, s);
+    return launch_kernel<FMT, FAST, KS, true>(groups, mt, qa, sa, m, k, w, ws, n, out, out_bf16, s);
+}
+
+template <int FMT, bool FAST>
+static cudaError_t launch_ks(int ks, const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                             const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
+                             int out_bf16, cudaStream_t s) {
+    switch (ks) {
+    case 1: return launch_one<FMT, FAST, 1>(qa, sa, m, k, w, ws, n, out, out_bf16, s);
+    case 2: return launch_one<FMT, FAST, 2>(qa, sa, m, k, w, ws, n, out, out_bf16, s);
+    default: return launch_one<FMT, FAST, 4>(qa, sa, m, k, w, ws, n, out, out_bf16, s);
+    }
+}
+
+static di_status check_grid(int64_t m, int64_t n, di_err *err, const char *what) {
+    if ((m + 15) / 16 > 65535 || (n + 7) / 8 > 0x7fffffffLL)
+        return di_err_set(err, DI_ERR_LIMIT, "%s: shape m=%lld n=%lld exceeds the grid", what,
+                          (long long)m, (long long)n);
+    return DI_OK;
+}
+
+/* The streamed path needs whole 32-blocks and 16-byte aligned weight rows. */
+static bool fast_ok(const uint8_t *qa, const uint8_t *w, int64_t k) {
+    return k % 32 == 0 && (uintptr_t)qa % 8 == 0 && (uintptr_t)w % 16 == 0;
+}
+
+di_status cuda_launch_matvec_fp8(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                                 const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
+                                 int out_bf16, cudaStream_t stream, di_err *err) {
+    if (check_grid(m, n, err, "gemm_fp8")) return err->code;
+    int ks = pick_ksplit(n);
+    cudaError_t e = fast_ok(qa, w, k)
+                        ? launch_ks<0, true>(ks, qa, sa, m, k, w, ws, n, out, out_bf16, stream)
+                        : launch_ks<0, false>(ks, qa, sa, m, k, w, ws, n, out, out_bf16, stream);
+    return cuda_check(e, err, "gemm_fp8 (matvec) launch");
+}
+
+di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                                   const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
+                                   int out_bf16, cudaStream_t stream, di_err *err) {
+    if (check_grid(m, n, err, "gemm_mxfp4")) return err->code;
+    int ks = pick_ksplit(n);
+    cudaError_t e = fast_ok(qa, w, k)
+                        ? launch_ks<1, true>(ks, qa, sa, m, k, w, ws, n, out, out_bf16, stream)
+                        : launch_ks<1, false>(ks, qa, sa, m, k, w, ws, n, out, out_bf16, stream);
+    return cuda_check(e, err, "gemm_mxfp4 (matvec) launch");
+}

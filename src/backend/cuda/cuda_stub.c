@@ -1,0 +1,54 @@
+/* The CUDA backend's C interface in builds without CUDA (nvcc absent or
+ * DI_NO_CUDA=1): every call fails with DI_ERR_UNSUPPORTED and says why, so
+ * callers link and behave the same way without #ifdefs. */
+#ifndef DI_HAVE_CUDA
+
+#include "backend/cuda/cuda_backend.h"
+
+static di_status no_cuda(di_err *err) {
+    return di_err_set(err, DI_ERR_UNSUPPORTED,
+                      "this build has no CUDA backend (nvcc was not found or DI_NO_CUDA=1)");
+}
+
+di_status di_cuda_device_count(int *count, di_err *err) {
+    *count = 0;
+    return no_cuda(err);
+}
+di_status di_cuda_device_info_get(int dev, di_cuda_device_info *info, di_err *err) {
+    memset(info, 0, sizeof *info);
+    return no_cuda(err);
+}
+di_status di_cuda_init(int dev, di_err *err) { return no_cuda(err); }
+di_status di_cuda_synchronize(di_err *err) { return no_cuda(err); }
+di_status di_cuda_alloc(void **dev_ptr, size_t bytes, di_err *err) {
+    *dev_ptr = NULL;
+    return no_cuda(err);
+}
+void di_cuda_free(void *dev_ptr) { (void)dev_ptr; }
+di_status di_cuda_upload(void *dev_dst, const void *host_src, size_t bytes, di_err *err) {
+    return no_cuda(err);
+}
+di_status di_cuda_download(void *host_dst, const void *dev_src, size_t bytes, di_err *err) {
+    return no_cuda(err);
+}
+di_status di_cuda_fill(void *dev_ptr, int byte, size_t bytes, di_err *err) { return no_cuda(err); }
+di_status di_cuda_act_quant_fp8(const void *x, di_dtype x_dtype, int64_t m, int64_t k,
+                                uint8_t *q, float *scale, void *stream, di_err *err) {
+    return no_cuda(err);
+}
+di_status di_cuda_gemm_fp8(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                           const uint8_t *w, const uint8_t *w_scale, int64_t n, void *out,
+                           di_dtype out_dtype, di_cuda_gemm_path path, void *stream,
+                           di_err *err) {
+    return no_cuda(err);
+}
+di_status di_cuda_gemm_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                             const uint8_t *w, const uint8_t *w_scale, int64_t n, void *out,
+                             di_dtype out_dtype, di_cuda_gemm_path path, void *stream,
+                             di_err *err) {
+    return no_cuda(err);
+}
+
+#else
+typedef int di_cuda_stub_unused; /* ISO C wants a non-empty translation unit */
+#endif

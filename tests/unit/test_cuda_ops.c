@@ -1,0 +1,467 @@
+/* CUDA ops against the CPU's scalar kernels (src/backend/cpu/kernels.h) and
+ * an exact double-precision reference (architecture.md §2 numerics): FP8
+ * activation quantization (byte for byte), FP8 and MXFP4 GEMMs on every
+ * kernel path, over many shapes including odd ones, on fresh random inputs.
+ * Outputs are poisoned with NaN before every run so an element the kernel
+ * never writes fails the check. Without a GPU (or without CUDA in the build)
+ * every test skips with the reason. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/dtype.h"
+#include "test.h"
+
+static int have_gpu = -1;
+static char gpu_why[DI_ERR_MSG_MAX];
+
+static int gpu_ready(void) {
+    if (have_gpu < 0) {
+        di_err err = {0};
+        have_gpu = di_cuda_init(0, &err) == DI_OK;
+        if (!have_gpu) snprintf(gpu_why, sizeof gpu_why, "%s", err.msg);
+    }
+    return have_gpu;
+}
+
+/* ---- random inputs (splitmix64; a fresh seed per run, printed on failure) */
+
+static uint64_t rng_state;
+static uint64_t rng_next(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rng_unit(void) { return (double)(rng_next() >> 11) / 9007199254740992.0; }
+static float rng_normal(void) {
+    double u = rng_unit() + 1e-300, v = rng_unit();
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+
+/* Activations; each 32-block gets its own magnitude (2^-20 .. 2^12) so
+ * scales vary, and some blocks are all zero or tiny (below the 1e-4 floor).
+ * xf holds the values as fp32 (bf16-rounded when xb is given, which receives
+ * the bf16 bits). */
+static void fill_act(float *xf, uint16_t *xb, int64_t m, int64_t k) {
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t b = 0; b < k; b += 32) {
+            int kind = (int)(rng_next() % 16);
+            float mag = ldexpf(1.0f, (int)(rng_next() % 33) - 20);
+            for (int64_t i = b; i < b + 32 && i < k; i++) {
+                float v = kind == 0 ? 0.0f : kind == 1 ? 1e-6f * rng_normal() : mag * rng_normal();
+                if (xb) {
+                    xb[r * k + i] = di_f32_to_bf16(v);
+                    v = di_bf16_to_f32(xb[r * k + i]);
+                }
+                xf[r * k + i] = v;
+            }
+        }
+}
+
+static uint8_t rand_e4m3(void) {
+    for (;;) {
+        uint8_t b = (uint8_t)rng_next();
+        if ((b & 0x7f) != 0x7f) return b;
+    }
+}
+
+/* ---- scalar references */
+
+/* FP8 activation quantization per 32 (architecture.md §2), written out here
+ * for any k (the CPU op needs k % 32 == 0; where it applies the two are
+ * checked against each other). */
+static void ref_act_quant(const float *x, int64_t m, int64_t k, uint8_t *q, float *s) {
+    int64_t kbn = (k + 31) / 32;
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t b = 0; b < kbn; b++) {
+            int64_t k0 = b * 32, k1 = k0 + 32 < k ? k0 + 32 : k;
+            float amax = 0.0f;
+            for (int64_t i = k0; i < k1; i++) amax = fmaxf(amax, fabsf(x[r * k + i]));
+            amax = fmaxf(amax, 1e-4f);
+            uint32_t bits = di_f32_bits(amax * (1.0f / 448.0f));
+            uint32_t e = (bits >> 23) & 0xffu;
+            if (bits & 0x7fffffu) e++;
+            float sc = di_bits_f32(e << 23);
+            s[r * kbn + b] = sc;
+            for (int64_t i = k0; i < k1; i++) {
+                float v = x[r * k + i] / sc;
+                v = fminf(fmaxf(v, -448.0f), 448.0f);
+                q[r * k + i] = di_f32_to_e4m3(v);
+            }
+        }
+}
+
+/* Weight element (row j, column i) as a value without its block scale, and
+ * that scale. fmt 0: FP8 e4m3 [n, k] + E8M0 [ceil(n/32), kbn]; fmt 1: MXFP4
+ * [n, k/2] + E8M0 [n, kbn]. */
+static double w_value(int fmt, const uint8_t *w, int64_t k, int64_t j, int64_t i) {
+    if (fmt == 0) return di_cpu_e4m3_table()[w[j * k + i]];
+    uint8_t byte = w[j * (k / 2) + i / 2];
+    return di_e2m1_to_f32((i & 1) ? (uint8_t)(byte >> 4) : (uint8_t)(byte & 15));
+}
+static double w_scale(int fmt, const uint8_t *ws, int64_t kbn, int64_t j, int64_t b) {
+    return di_cpu_e8m0_table()[fmt == 0 ? ws[(j / 32) * kbn + b] : ws[j * kbn + b]];
+}
+
+/* ref[i, j] = sum_b sa sw (sum_{k in b} qa w), in double: the products are
+ * exact and so are the 32-term block sums. bound[i, j] is the rounding budget
+ * of the GPU's arithmetic (see check_gemm). */
+static void ref_gemm(int fmt, const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                     const uint8_t *w, const uint8_t *ws, int64_t n, double *ref, double *bound,
+                     double *abs_sum) {
+    int64_t kbn = (k + 31) / 32;
+    const float *e4m3 = di_cpu_e4m3_table();
+    for (int64_t r = 0; r < m; r++)
+        for (int64_t j = 0; j < n; j++) {
+            double acc = 0.0, sum_abs = 0.0, sum_max = 0.0;
+            for (int64_t b = 0; b < kbn; b++) {
+                double part = 0.0, mx = 0.0, abs_part = 0.0;
+                for (int64_t i = b * 32; i < b * 32 + 32 && i < k; i++) {
+                    double p = (double)e4m3[qa[r * k + i]] * w_value(fmt, w, k, j, i);
+                    part += p;
+                    abs_part += fabs(p);
+                    if (fabs(p) > mx) mx = fabs(p);
+                }
+                double sc = (double)sa[r * kbn + b] * w_scale(fmt, ws, kbn, j, b);
+                acc += part * sc;
+                sum_abs += abs_part * sc;
+                sum_max += mx * sc;
+            }
+            ref[r * n + j] = acc;
+            /* FP8 tensor cores add a 32-block's exact products with a short
+             * adder (about 13 fraction bits below the largest addend, per
+             * DeepGEMM's notes): at most 32 * 2^-13 * max|p| = 2^-8 max|p| per
+             * block. The promotion is an fp32 FMA per block: at most
+             * kbn * 2^-24 of the running magnitude, bounded by sum|p|. */
+            bound[r * n + j] = ldexp(sum_max, -8) + (double)(kbn + 2) * ldexp(sum_abs, -24);
+            abs_sum[r * n + j] = sum_abs;
+        }
+}
+
+/* ---- device buffers */
+
+typedef struct dbuf { void *p; size_t n; } dbuf;
+static dbuf dput(const void *host, size_t n) {
+    dbuf d = {NULL, n};
+    di_err err = {0};
+    if (di_cuda_alloc(&d.p, n, &err) != DI_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    if (host && di_cuda_upload(d.p, host, n, &err) != DI_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+    return d;
+}
+static void dget(void *host, dbuf d) {
+    di_err err = {0};
+    if (di_cuda_download(host, d.p, d.n, &err) != DI_OK) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(1);
+    }
+}
+
+/* ---- tests */
+
+static void test_act_quant(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+    const int64_t shapes[][2] = {{1, 32}, {3, 100}, {7, 5120}, {16, 33}, {5, 1}, {64, 4096},
+                                 {2, 31}, {9, 1280}, {1, 8192}};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++)
+        for (int as_bf16 = 0; as_bf16 < 2; as_bf16++) {
+            int64_t m = shapes[c][0], k = shapes[c][1], kbn = (k + 31) / 32;
+            float *xf = malloc((size_t)(m * k) * 4);
+            uint16_t *xb = malloc((size_t)(m * k) * 2);
+            uint8_t *q = malloc((size_t)(m * k)), *gq = malloc((size_t)(m * k));
+            float *s = malloc((size_t)(m * kbn) * 4), *gs = malloc((size_t)(m * kbn) * 4);
+            fill_act(xf, as_bf16 ? xb : NULL, m, k);
+            ref_act_quant(xf, m, k, q, s);
+            if (k % 32 == 0) { /* the CPU op itself, where its contract allows */
+                uint8_t *cq = malloc((size_t)(m * k));
+                float *cs = malloc((size_t)(m * kbn) * 4);
+                di_act_quant_fp8_scalar(xf, m, k, cq, cs);
+                CHECKF(memcmp(cq, q, (size_t)(m * k)) == 0 &&
+                           memcmp(cs, s, (size_t)(m * kbn) * 4) == 0,
+                       "[%lld, %lld]: CPU op and the reference here disagree", (long long)m,
+                       (long long)k);
+                free(cq);
+                free(cs);
+            }
+            dbuf dx = as_bf16 ? dput(xb, (size_t)(m * k) * 2) : dput(xf, (size_t)(m * k) * 4);
+            dbuf dq = dput(NULL, (size_t)(m * k)), ds = dput(NULL, (size_t)(m * kbn) * 4);
+            di_err err = {0};
+            CHECK(di_cuda_fill(dq.p, 0xff, dq.n, &err) == DI_OK);
+            CHECK(di_cuda_fill(ds.p, 0xff, ds.n, &err) == DI_OK);
+            di_status st = di_cuda_act_quant_fp8(dx.p, as_bf16 ? DI_DTYPE_BF16 : DI_DTYPE_F32, m,
+                                                 k, dq.p, ds.p, NULL, &err);
+            if (st == DI_OK) st = di_cuda_synchronize(&err);
+            CHECKF(st == DI_OK, "%s", err.msg);
+            dget(gq, dq);
+            dget(gs, ds);
+            int64_t bad_q = 0, bad_s = 0, first = -1;
+            for (int64_t i = 0; i < m * k; i++)
+                if (q[i] != gq[i]) { bad_q++; if (first < 0) first = i; }
+            for (int64_t i = 0; i < m * kbn; i++)
+                if (di_f32_bits(s[i]) != di_f32_bits(gs[i])) bad_s++;
+            CHECKF(bad_q == 0 && bad_s == 0,
+                   "%s [%lld, %lld]: %lld codes and %lld scales differ (first code %lld: cpu %02x "
+                   "gpu %02x)",
+                   as_bf16 ? "bf16" : "f32", (long long)m, (long long)k, (long long)bad_q,
+                   (long long)bad_s, (long long)first, first >= 0 ? q[first] : 0,
+                   first >= 0 ? gq[first] : 0);
+            di_cuda_free(dx.p);
+            di_cuda_free(dq.p);
+            di_cuda_free(ds.p);
+            free(xf); free(xb); free(q); free(gq); free(s); free(gs);
+        }
+}
+
+/* Runs one GEMM on the GPU (fmt 0 FP8, 1 MXFP4) over random inputs and
+ * compares every element with the exact result: |gpu - ref| <= bound (+ half
+ * a bf16 ulp of |ref| for bf16 output); when k % 32 == 0 also with the CPU's
+ * scalar op, whose own fp32 chain may be off by (kbn + 33) * 2^-24 * sum|terms|.
+ * Returns the largest error / bound seen. */
+static double check_gemm(int fmt, int64_t m, int64_t n, int64_t k, di_cuda_gemm_path path,
+                         di_dtype out_dtype) {
+    int64_t kbn = (k + 31) / 32;
+    size_t wbytes = fmt == 0 ? (size_t)(n * k) : (size_t)(n * (k / 2));
+    size_t sbytes = fmt == 0 ? (size_t)(((n + 31) / 32) * kbn) : (size_t)(n * kbn);
+    float *x = malloc((size_t)(m * k) * 4 + 4);
+    uint8_t *qa = malloc((size_t)(m * k) + 1), *w = malloc(wbytes + 1), *ws = malloc(sbytes + 1);
+    float *sa = malloc((size_t)(m * kbn) * 4 + 4), *cpu = malloc((size_t)(m * n) * 4 + 4);
+    double *ref = malloc((size_t)(m * n) * 8 + 8), *bound = malloc((size_t)(m * n) * 8 + 8);
+    double *abs_sum = malloc((size_t)(m * n) * 8 + 8);
+    size_t osz = out_dtype == DI_DTYPE_BF16 ? 2 : 4;
+    void *out = malloc((size_t)(m * n) * osz + 4);
+    fill_act(x, NULL, m, k);
+    ref_act_quant(x, m, k, qa, sa);
+    for (size_t i = 0; i < wbytes; i++) w[i] = fmt == 0 ? rand_e4m3() : (uint8_t)rng_next();
+    for (size_t i = 0; i < sbytes; i++) ws[i] = (uint8_t)(127 - 12 + rng_next() % 20);
+    ref_gemm(fmt, qa, sa, m, k, w, ws, n, ref, bound, abs_sum);
+    int with_cpu = k % 32 == 0;
+    if (with_cpu) {
+        if (fmt == 0) di_gemm_fp8_scalar(qa, sa, m, k, w, ws, n, cpu, NULL);
+        else di_gemm_mxfp4_scalar(qa, sa, m, k, w, ws, n, cpu, NULL);
+    }
+
+    dbuf dqa = dput(qa, (size_t)(m * k)), dsa = dput(sa, (size_t)(m * kbn) * 4),
+         dw = dput(w, wbytes), dws = dput(ws, sbytes), dout = dput(NULL, (size_t)(m * n) * osz);
+    di_err err = {0};
+    CHECK(di_cuda_fill(dout.p, 0xff, dout.n, &err) == DI_OK); /* NaN in f32 and bf16 */
+    di_status st = fmt == 0 ? di_cuda_gemm_fp8(dqa.p, dsa.p, m, k, dw.p, dws.p, n, dout.p,
+                                               out_dtype, path, NULL, &err)
+                            : di_cuda_gemm_mxfp4(dqa.p, dsa.p, m, k, dw.p, dws.p, n, dout.p,
+                                                 out_dtype, path, NULL, &err);
+    double worst = 0.0;
+    if (st == DI_OK) st = di_cuda_synchronize(&err);
+    CHECKF(st == DI_OK, "%s m=%lld n=%lld k=%lld: %s", fmt ? "mxfp4" : "fp8", (long long)m,
+           (long long)n, (long long)k, err.msg);
+    if (st == DI_OK) {
+        dget(out, dout);
+        int64_t bad = 0, bad_cpu = 0, first = -1;
+        double num = 0.0, den = 0.0;
+        for (int64_t i = 0; i < m * n; i++) {
+            double g = out_dtype == DI_DTYPE_BF16 ? di_bf16_to_f32(((uint16_t *)out)[i])
+                                                  : ((float *)out)[i];
+            double tol = bound[i] + (out_dtype == DI_DTYPE_BF16 ? ldexp(fabs(ref[i]), -8) : 0.0);
+            double e = fabs(g - ref[i]);
+            if (!(e <= tol)) { bad++; if (first < 0) first = i; }
+            if (tol > 0 && e / tol > worst) worst = e / tol;
+            if (with_cpu) {
+                double cpu_tol = (double)(kbn + 33) * ldexp(abs_sum[i], -24);
+                if (!(fabs(g - cpu[i]) <= tol + cpu_tol)) bad_cpu++;
+                if (!(fabs(cpu[i] - ref[i]) <= cpu_tol)) bad_cpu++;
+            }
+            num += e * e;
+            den += ref[i] * ref[i];
+        }
+        CHECKF(bad == 0,
+               "%s path %d m=%lld n=%lld k=%lld %s: %lld of %lld wrong; first [%lld, %lld] gpu %.9g "
+               "ref %.9g bound %.3g",
+               fmt ? "mxfp4" : "fp8", (int)path, (long long)m, (long long)n, (long long)k,
+               di_dtype_name(out_dtype), (long long)bad, (long long)(m * n),
+               (long long)(first / n), (long long)(first % n),
+               out_dtype == DI_DTYPE_BF16 ? di_bf16_to_f32(((uint16_t *)out)[first])
+                                          : ((float *)out)[first],
+               ref[first], bound[first]);
+        /* The per-element bound above is worst-case; on random data the f32
+         * output must also be close in aggregate, while one wrong 32-block
+         * alone would show as ~1/sqrt(kbn) > 1e-2. */
+        double rel = den > 0 ? sqrt(num / den) : 0.0;
+        /* wgmma's FP8 adder keeps fewer bits than mma.sync's: measured 1.1e-4
+         * (about 2^-13, the "14-bit accumulation" DeepGEMM reports) against
+         * ~1e-7 for the matvec kernel; the limits leave a 4x margin. */
+        int tiled = path == DI_CUDA_GEMM_TILED || (path == DI_CUDA_GEMM_AUTO && m > 16 && fmt == 0);
+        if (out_dtype == DI_DTYPE_F32)
+            CHECKF(rel <= ldexp(1.0, tiled ? -11 : -16), "%s path %d m=%lld n=%lld k=%lld: relative L2 error %.3g",
+                   fmt ? "mxfp4" : "fp8", (int)path, (long long)m, (long long)n, (long long)k, rel);
+        CHECKF(bad_cpu == 0, "%s path %d m=%lld n=%lld k=%lld: %lld disagreements with the CPU op",
+               fmt ? "mxfp4" : "fp8", (int)path, (long long)m, (long long)n, (long long)k,
+               (long long)bad_cpu);
+        if (getenv("DI_TEST_VERBOSE"))
+            fprintf(stderr, "  %s path %d %lldx%lldx%lld %s: max err/bound %.3g, rel L2 %.3g\n",
+                    fmt ? "mxfp4" : "fp8", (int)path, (long long)m, (long long)n, (long long)k,
+                    di_dtype_name(out_dtype), worst, rel);
+    }
+    di_cuda_free(dqa.p); di_cuda_free(dsa.p); di_cuda_free(dw.p); di_cuda_free(dws.p);
+    di_cuda_free(dout.p);
+    free(x); free(qa); free(w); free(ws); free(sa); free(cpu); free(ref); free(bound);
+    free(abs_sum); free(out);
+    return worst;
+}
+
+static void test_gemm_fp8_matvec(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+    const int64_t ms[] = {1, 2, 5, 8, 9, 16, 17, 33};
+    const int64_t ns[] = {1, 7, 8, 37, 100, 256, 1000};
+    const int64_t ks[] = {32, 64, 96, 100, 128, 512, 1280, 5120, 31};
+    double worst = 0;
+    for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+        for (size_t b = 0; b < sizeof ns / sizeof *ns; b++) {
+            int64_t k = ks[(a * 7 + b * 3) % (sizeof ks / sizeof *ks)];
+            if (ms[a] * ns[b] * k > 40000000) k = 512;
+            double e = check_gemm(0, ms[a], ns[b], k, DI_CUDA_GEMM_MATVEC,
+                                  (a + b) % 2 ? DI_DTYPE_BF16 : DI_DTYPE_F32);
+            if (e > worst) worst = e;
+        }
+    printf("fp8 matvec: largest error / bound %.3g\n", worst);
+}
+
+static void test_gemm_fp8_tiled(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+    const int64_t shapes[][3] = {{128, 128, 128}, {17, 128, 128}, {1, 37, 256},
+                                 {200, 200, 256},  {257, 160, 1280}, {5, 1000, 512},
+                                 {150, 130, 5120}, {129, 1, 128},    {64, 96, 384}};
+    double worst = 0;
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        double e = check_gemm(0, shapes[c][0], shapes[c][1], shapes[c][2], DI_CUDA_GEMM_TILED,
+                              c % 2 ? DI_DTYPE_BF16 : DI_DTYPE_F32);
+        if (e > worst) worst = e;
+    }
+    /* AUTO on a prefill shape takes the tiled kernel */
+    double e = check_gemm(0, 96, 160, 640, DI_CUDA_GEMM_AUTO, DI_DTYPE_F32);
+    if (e > worst) worst = e;
+    printf("fp8 tiled: largest error / bound %.3g\n", worst);
+}
+
+static void test_gemm_mxfp4(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+    const int64_t ms[] = {1, 3, 8, 16, 20};
+    const int64_t ns[] = {1, 9, 64, 300};
+    const int64_t ks[] = {2, 30, 32, 64, 100, 128, 2304, 5120};
+    double worst = 0;
+    for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+        for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
+            for (size_t c = (a + b) % 2; c < sizeof ks / sizeof *ks; c += 2) {
+                if (ms[a] * ns[b] * ks[c] > 20000000) continue;
+                double e = check_gemm(1, ms[a], ns[b], ks[c], DI_CUDA_GEMM_AUTO,
+                                      c % 3 ? DI_DTYPE_F32 : DI_DTYPE_BF16);
+                if (e > worst) worst = e;
+            }
+    printf("mxfp4 matvec: largest error / bound %.3g\n", worst);
+}
+
+/* A row's result must not depend on the other rows of the batch, nor on the
+ * run: m = 1 and m = 13 (other kernel specialisation) agree bit for bit. */
+static void test_batch_invariance(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+    for (int fmt = 0; fmt < 2; fmt++) {
+        int64_t m = 13, n = 200, k = 1280, kbn = k / 32;
+        size_t wbytes = fmt == 0 ? (size_t)(n * k) : (size_t)(n * k / 2);
+        size_t sbytes = fmt == 0 ? (size_t)(((n + 31) / 32) * kbn) : (size_t)(n * kbn);
+        float *x = malloc((size_t)(m * k) * 4);
+        uint8_t *qa = malloc((size_t)(m * k)), *w = malloc(wbytes), *ws = malloc(sbytes);
+        float *sa = malloc((size_t)(m * kbn) * 4), *o1 = malloc((size_t)n * 4),
+              *om = malloc((size_t)(m * n) * 4), *om2 = malloc((size_t)(m * n) * 4);
+        fill_act(x, NULL, m, k);
+        ref_act_quant(x, m, k, qa, sa);
+        for (size_t i = 0; i < wbytes; i++) w[i] = fmt == 0 ? rand_e4m3() : (uint8_t)rng_next();
+        for (size_t i = 0; i < sbytes; i++) ws[i] = (uint8_t)(120 + rng_next() % 10);
+        dbuf dqa = dput(qa, (size_t)(m * k)), dsa = dput(sa, (size_t)(m * kbn) * 4),
+             dw = dput(w, wbytes), dws = dput(ws, sbytes), dout = dput(NULL, (size_t)(m * n) * 4);
+        di_err err = {0};
+        di_status (*gemm)(const uint8_t *, const float *, int64_t, int64_t, const uint8_t *,
+                          const uint8_t *, int64_t, void *, di_dtype, di_cuda_gemm_path, void *,
+                          di_err *) = fmt == 0 ? di_cuda_gemm_fp8 : di_cuda_gemm_mxfp4;
+        int ok = gemm(dqa.p, dsa.p, m, k, dw.p, dws.p, n, dout.p, DI_DTYPE_F32,
+                      DI_CUDA_GEMM_AUTO, NULL, &err) == DI_OK;
+        ok = ok && di_cuda_synchronize(&err) == DI_OK;
+        dget(om, dout);
+        ok = ok && gemm(dqa.p, dsa.p, m, k, dw.p, dws.p, n, dout.p, DI_DTYPE_F32,
+                        DI_CUDA_GEMM_AUTO, NULL, &err) == DI_OK;
+        ok = ok && di_cuda_synchronize(&err) == DI_OK;
+        dget(om2, dout);
+        ok = ok && gemm((const uint8_t *)dqa.p + 4 * k, (const float *)dsa.p + 4 * kbn, 1, k,
+                        dw.p, dws.p, n, dout.p, DI_DTYPE_F32, DI_CUDA_GEMM_AUTO, NULL,
+                        &err) == DI_OK;
+        ok = ok && di_cuda_synchronize(&err) == DI_OK;
+        CHECKF(ok, "%s", err.msg);
+        dbuf d1 = {dout.p, (size_t)n * 4};
+        dget(o1, d1);
+        CHECKF(memcmp(om, om2, (size_t)(m * n) * 4) == 0, "%s: two runs differ",
+               fmt ? "mxfp4" : "fp8");
+        CHECKF(memcmp(o1, om + 4 * n, (size_t)n * 4) == 0, "%s: row 4 alone != row 4 of 13",
+               fmt ? "mxfp4" : "fp8");
+        if (fmt == 0) { /* the tiled kernel: the same bits run after run, too */
+            ok = gemm(dqa.p, dsa.p, m, k, dw.p, dws.p, n, dout.p, DI_DTYPE_F32,
+                      DI_CUDA_GEMM_TILED, NULL, &err) == DI_OK;
+            ok = ok && di_cuda_synchronize(&err) == DI_OK;
+            dget(om, dout);
+            ok = ok && gemm(dqa.p, dsa.p, m, k, dw.p, dws.p, n, dout.p, DI_DTYPE_F32,
+                            DI_CUDA_GEMM_TILED, NULL, &err) == DI_OK;
+            ok = ok && di_cuda_synchronize(&err) == DI_OK;
+            dget(om2, dout);
+            CHECKF(ok, "%s", err.msg);
+            CHECKF(memcmp(om, om2, (size_t)(m * n) * 4) == 0, "tiled fp8: two runs differ");
+        }
+        di_cuda_free(dqa.p); di_cuda_free(dsa.p); di_cuda_free(dw.p); di_cuda_free(dws.p);
+        di_cuda_free(dout.p);
+        free(x); free(qa); free(w); free(ws); free(sa); free(o1); free(om); free(om2);
+    }
+}
+
+static void test_bad_arguments(void) {
+    di_err err = {0};
+    int n = 0;
+    if (di_cuda_device_count(&n, &err) != DI_OK) {
+        /* without a device the failure must say so (and not crash) */
+        CHECK(n == 0);
+        CHECK(err.code == DI_ERR_BACKEND || err.code == DI_ERR_UNSUPPORTED);
+        CHECK(err.msg[0] != 0);
+        SKIP("%s", err.msg);
+    }
+    CHECK(n > 0);
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+    uint8_t b = 0;
+    float f = 0;
+    CHECK(di_cuda_gemm_mxfp4(&b, &f, 1, 33, &b, &b, 1, &f, DI_DTYPE_F32, DI_CUDA_GEMM_AUTO, NULL,
+                             &err) == DI_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(err.msg, "odd");
+    CHECK(di_cuda_gemm_fp8(&b, &f, 1, 32, &b, &b, 1, &f, DI_DTYPE_I8, DI_CUDA_GEMM_AUTO, NULL,
+                           &err) == DI_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(err.msg, "output dtype");
+    CHECK(di_cuda_gemm_fp8(NULL, &f, 4, 32, &b, &b, 4, &f, DI_DTYPE_F32, DI_CUDA_GEMM_AUTO, NULL,
+                           &err) == DI_ERR_INVALID_ARG);
+    CHECK(di_cuda_init(n + 5, &err) == DI_ERR_INVALID_ARG);
+    CHECK(di_cuda_init(0, &err) == DI_OK);
+}
+
+int main(void) {
+    const char *seed = getenv("DI_TEST_SEED");
+    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
+    printf("seed %llu\n", (unsigned long long)rng_state);
+    RUN(test_bad_arguments);
+    RUN(test_act_quant);
+    RUN(test_gemm_fp8_matvec);
+    RUN(test_gemm_fp8_tiled);
+    RUN(test_gemm_mxfp4);
+    RUN(test_batch_invariance);
+    return test_summary();
+}
