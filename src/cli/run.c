@@ -1,7 +1,9 @@
 /* `deepinfer run [--model DIR]`: the main job. Opens the embedded default
  * tiny model (generating it into the cache folder on first use) or DIR,
- * prints its summary and its memory plan. */
+ * prints its summary and its memory plan, then generates a continuation of
+ * a few chat prompts with the engine (batched) and prints tokens/s. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -10,7 +12,7 @@
 #include "model/default_model.h"
 
 static void run_usage(FILE *out) {
-    fprintf(out, "usage: deepinfer run [--model DIR]\n"
+    fprintf(out, "usage: deepinfer run [--model DIR] [--max-tokens N]\n"
                  "  without --model: the embedded default tiny model, generated on first use into\n"
                  "  $DEEPINFER_CACHE_DIR, else $XDG_CACHE_HOME/deepinfer, else ~/.cache/deepinfer\n");
 }
@@ -21,14 +23,85 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* A few chat prompts through the engine, in one batch. */
+static int generate(const char *model, long max_tokens) {
+    static const char *prompts[] = {
+        "What is the capital of France?",
+        "Write a haiku about the sea.",
+        "Explain what a mixture-of-experts layer does, in one sentence.",
+        "List three prime numbers.",
+    };
+    enum { N = sizeof prompts / sizeof *prompts };
+    di_engine_options o;
+    di_engine_options_default(&o);
+    o.model = model;
+    di_engine *e;
+    double t0 = now_s();
+    if (di_engine_open(&o, &e)) {
+        fprintf(stderr, "deepinfer run: %s\n", di_last_error());
+        return 1;
+    }
+    printf("\ngeneration (engine opened in %.3f s; %ld tokens per prompt, temperature 0.7, seed 1)\n",
+           now_s() - t0, max_tokens);
+    di_sampling_params p;
+    di_sampling_params_default(&p);
+    p.temperature = 0.7;
+    p.max_tokens = max_tokens;
+    p.has_seq_seed = 1;
+    p.seq_seed = 1;
+    di_chat_options co;
+    di_chat_options_default(&co);
+    co.thinking = 0;
+    uint64_t id[N];
+    for (int i = 0; i < N; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "[{\"role\": \"user\", \"content\": \"%s\"}]", prompts[i]);
+        if (di_engine_submit_chat(e, json, strlen(json), &co, &p, &id[i])) {
+            fprintf(stderr, "deepinfer run: prompt %d: %s\n", i, di_last_error());
+            di_engine_close(e);
+            return 1;
+        }
+    }
+    t0 = now_s();
+    if (di_engine_run(e, NULL, NULL)) {
+        fprintf(stderr, "deepinfer run: %s\n", di_last_error());
+        di_engine_close(e);
+        return 1;
+    }
+    double secs = now_s() - t0;
+    for (int i = 0; i < N; i++) {
+        di_completion c;
+        if (di_engine_get_completion(e, id[i], 0, &c)) continue;
+        printf("\n> %s\n%s\n[%zu tokens, %s]\n", prompts[i], c.content ? c.content : c.text, c.n_tokens,
+               di_finish_reason_name(c.finish_reason));
+    }
+    di_engine_stats st;
+    di_engine_get_stats(e, &st);
+    printf("\n%d prompts: %llu prompt tokens, %llu generated tokens in %.3f s: %.1f tokens/s generated, "
+           "%.1f tokens/s in all (%llu steps)\n",
+           N, (unsigned long long)st.prompt_tokens, (unsigned long long)st.output_tokens, secs,
+           secs > 0 ? (double)st.output_tokens / secs : 0.0,
+           secs > 0 ? (double)(st.output_tokens + st.prompt_tokens) / secs : 0.0, (unsigned long long)st.steps);
+    di_engine_close(e);
+    return 0;
+}
+
 int cli_run(int argc, char **argv) {
     const char *model = NULL;
+    long max_tokens = 32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             run_usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
             model = argv[++i];
+        } else if (!strcmp(argv[i], "--max-tokens") && i + 1 < argc) {
+            char *end;
+            max_tokens = strtol(argv[++i], &end, 10);
+            if (*end || max_tokens < 1 || max_tokens > 1 << 20) {
+                fprintf(stderr, "deepinfer run: --max-tokens: expected an integer in 1..1048576\n");
+                return 2;
+            }
         } else {
             fprintf(stderr, "deepinfer run: unexpected argument '%s'\n", argv[i]);
             run_usage(stderr);
@@ -81,5 +154,5 @@ int cli_run(int argc, char **argv) {
     fputs(s, stdout);
     di_free(s);
     di_model_close(m);
-    return 0;
+    return generate(model, max_tokens);
 }

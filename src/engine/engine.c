@@ -545,6 +545,7 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
         rs[i].ids = e->items[i].seq->tokens + e->items[i].start;
         rs[i].n = e->items[i].n;
     }
+    double t_plan = di_now_s() - t_step;
     fwd_job job = {.runner = &e->runner, .seqs = rs, .n = (int)n, .logits = e->logits, .all_rows = all_rows};
     pthread_t th;
     int threaded = 0;
@@ -595,7 +596,7 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
     if (n == 0) post_all(e); /* nothing ran: finish the text of the last tokens now */
     retire_and_complete(e);
     double t_end = di_now_s();
-    e->stats.host_s += host_post + (t_end - t_samp) + (t_host - t_step);
+    e->stats.host_s += host_post + (t_end - t_samp) + t_plan;
     e->stats.wall_s += t_end - t_step;
     e->stats.steps++;
     e->stats.memory_used = e->mem.used;

@@ -138,13 +138,11 @@ static void test_stop_strings(void) {
     /* a stop string made of the last byte of token k and the first byte of
      * token k+1 (both plain ASCII) spans the boundary */
     char stop[3] = {0};
-    size_t off = 0;
     for (size_t k = 0; k + 1 < c.n_tokens && !stop[0]; k++) {
         const char *a, *b;
         size_t na, nb;
         di_tokenizer_token_bytes(tok, c.token_ids[k], &a, &na);
         di_tokenizer_token_bytes(tok, c.token_ids[k + 1], &b, &nb);
-        off += na;
         if (k > 2 && na && nb && (unsigned char)a[na - 1] < 128 && (unsigned char)b[0] < 128 && a[na - 1] > ' ' &&
             b[0] > ' ') {
             stop[0] = a[na - 1];

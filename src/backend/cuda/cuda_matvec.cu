@@ -441,24 +441,28 @@ static bool fast_ok(const uint8_t *qa, const uint8_t *w, int64_t k) {
     return k % 32 == 0 && (uintptr_t)qa % 8 == 0 && (uintptr_t)w % 16 == 0;
 }
 
+template <int FMT>
+static di_status launch_matvec(const char *op, const uint8_t *qa, const float *sa, int64_t m,
+                               int64_t k, const uint8_t *w, const uint8_t *ws, int64_t n,
+                               void *out, int out_bf16, cudaStream_t stream, di_err *err) {
+    if (check_grid(m, n, err, op)) return err->code;
+    int ks = pick_ksplit(n);
+    cudaError_t e = fast_ok(qa, w, k)
+                        ? launch_ks<FMT, true>(ks, qa, sa, m, k, w, ws, n, out, out_bf16, stream)
+                        : launch_ks<FMT, false>(ks, qa, sa, m, k, w, ws, n, out, out_bf16, stream);
+    return cuda_check(e, err, op);
+}
+
 di_status cuda_launch_matvec_fp8(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                  const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                  int out_bf16, cudaStream_t stream, di_err *err) {
-    if (check_grid(m, n, err, "gemm_fp8")) return err->code;
-    int ks = pick_ksplit(n);
-    cudaError_t e = fast_ok(qa, w, k)
-                        ? launch_ks<0, true>(ks, qa, sa, m, k, w, ws, n, out, out_bf16, stream)
-                        : launch_ks<0, false>(ks, qa, sa, m, k, w, ws, n, out, out_bf16, stream);
-    return cuda_check(e, err, "gemm_fp8 (matvec) launch");
+    return launch_matvec<0>("gemm_fp8 (matvec)", qa, sa, m, k, w, ws, n, out, out_bf16, stream,
+                            err);
 }
 
 di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                    const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                    int out_bf16, cudaStream_t stream, di_err *err) {
-    if (check_grid(m, n, err, "gemm_mxfp4")) return err->code;
-    int ks = pick_ksplit(n);
-    cudaError_t e = fast_ok(qa, w, k)
-                        ? launch_ks<1, true>(ks, qa, sa, m, k, w, ws, n, out, out_bf16, stream)
-                        : launch_ks<1, false>(ks, qa, sa, m, k, w, ws, n, out, out_bf16, stream);
-    return cuda_check(e, err, "gemm_mxfp4 (matvec) launch");
+    return launch_matvec<1>("gemm_mxfp4 (matvec)", qa, sa, m, k, w, ws, n, out, out_bf16,
+                            stream, err);
 }
