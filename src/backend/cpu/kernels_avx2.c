@@ -181,25 +181,17 @@ typedef void (*ukr_block_fn)(int64_t, const float *, const void *, int64_t, cons
 typedef void (*ukr_plain_fn)(int64_t, const float *, const float *, int64_t, float *const *,
                              const int64_t *);
 
+#define UKR_BLOCK_FN(name, mode, mr, np)                                                    \
+    static AVX2 void name##_##mr##_##np(int64_t nkb, const float *ap, const void *bp,        \
+                                        int64_t bps, const float *sa, int64_t sas,           \
+                                        const float *swv, int64_t sws, float *const *c,      \
+                                        const int64_t *ldc) {                                \
+        ukr_block(mr, np, mode, nkb, ap, bp, bps, sa, sas, swv, sws, c, ldc);                 \
+    }
 #define UKR_INSTANCES(mr, np)                                                               \
-    static AVX2 void ukr_block_##mr##_##np(int64_t nkb, const float *ap, const void *bp,     \
-                                           int64_t bps, const float *sa, int64_t sas,        \
-                                           const float *swv, int64_t sws, float *const *c,   \
-                                           const int64_t *ldc) {                             \
-        ukr_block(mr, np, MODE_EXACT, nkb, ap, bp, bps, sa, sas, swv, sws, c, ldc);           \
-    }                                                                                        \
-    static AVX2 void ukr_half_##mr##_##np(int64_t nkb, const float *ap, const void *bp,      \
-                                          int64_t bps, const float *sa, int64_t sas,         \
-                                          const float *swv, int64_t sws, float *const *c,    \
-                                          const int64_t *ldc) {                              \
-        ukr_block(mr, np, MODE_HALF, nkb, ap, bp, bps, sa, sas, swv, sws, c, ldc);            \
-    }                                                                                        \
-    static AVX2 void ukr_fold_##mr##_##np(int64_t nkb, const float *ap, const void *bp,      \
-                                          int64_t bps, const float *sa, int64_t sas,         \
-                                          const float *swv, int64_t sws, float *const *c,    \
-                                          const int64_t *ldc) {                              \
-        ukr_block(mr, np, MODE_FOLDED, nkb, ap, bp, bps, sa, sas, swv, sws, c, ldc);          \
-    }                                                                                        \
+    UKR_BLOCK_FN(ukr_block, MODE_EXACT, mr, np)                                              \
+    UKR_BLOCK_FN(ukr_half, MODE_HALF, mr, np)                                                \
+    UKR_BLOCK_FN(ukr_fold, MODE_FOLDED, mr, np)                                              \
     static AVX2 void ukr_plain_##mr##_##np(int64_t kc, const float *ap, const float *bp,     \
                                            int64_t bps, float *const *c, const int64_t *ldc) { \
         ukr_plain(mr, np, kc, ap, bp, bps, c, ldc);                                           \
@@ -217,18 +209,16 @@ UKR_INSTANCES(6, 1)
 /* Panels run side by side for mr rows: enough accumulators, no spills. */
 static const int panels_for_rows[MR + 1] = {0, 4, 2, 1, 1, 1, 1};
 /* [mr][np], np in {1, 2, 4} */
-static const ukr_block_fn ukr_blocks[MR + 1][5] = {
-    {0}, {0, ukr_block_1_1, ukr_block_1_2, 0, ukr_block_1_4}, {0, ukr_block_2_1, ukr_block_2_2},
-    {0, ukr_block_3_1}, {0, ukr_block_4_1}, {0, ukr_block_5_1}, {0, ukr_block_6_1}};
-static const ukr_block_fn ukr_halves[MR + 1][5] = {
-    {0}, {0, ukr_half_1_1, ukr_half_1_2, 0, ukr_half_1_4}, {0, ukr_half_2_1, ukr_half_2_2},
-    {0, ukr_half_3_1}, {0, ukr_half_4_1}, {0, ukr_half_5_1}, {0, ukr_half_6_1}};
-static const ukr_block_fn ukr_folds[MR + 1][5] = {
-    {0}, {0, ukr_fold_1_1, ukr_fold_1_2, 0, ukr_fold_1_4}, {0, ukr_fold_2_1, ukr_fold_2_2},
-    {0, ukr_fold_3_1}, {0, ukr_fold_4_1}, {0, ukr_fold_5_1}, {0, ukr_fold_6_1}};
-static const ukr_plain_fn ukr_plains[MR + 1][5] = {
-    {0}, {0, ukr_plain_1_1, ukr_plain_1_2, 0, ukr_plain_1_4}, {0, ukr_plain_2_1, ukr_plain_2_2},
-    {0, ukr_plain_3_1}, {0, ukr_plain_4_1}, {0, ukr_plain_5_1}, {0, ukr_plain_6_1}};
+#define UKR_TABLE(type, name)                                                               \
+    static const type name##s[MR + 1][5] = {                                                 \
+        {0},                                                                                 \
+        {0, name##_1_1, name##_1_2, 0, name##_1_4},                                          \
+        {0, name##_2_1, name##_2_2},                                                         \
+        {0, name##_3_1}, {0, name##_4_1}, {0, name##_5_1}, {0, name##_6_1}}
+UKR_TABLE(ukr_block_fn, ukr_block);
+UKR_TABLE(ukr_block_fn, ukr_half);
+UKR_TABLE(ukr_block_fn, ukr_fold);
+UKR_TABLE(ukr_plain_fn, ukr_plain);
 
 /* ---- weight decoding into Bp[k][16] ---- */
 
@@ -473,7 +463,7 @@ static AVX2 void panel_chunk(const job *j, int64_t p0, int64_t p1, int thread) {
                     while (w > g1 - p) w >>= 1;
                     const int64_t i = p - g0;
                     if (block)
-                        (half ? ukr_halves : j->folded ? ukr_folds : ukr_blocks)[mr][w](kc / 32, ap, bp + i * KC * NR, KC * NR,
+                        (half ? ukr_halfs : j->folded ? ukr_folds : ukr_blocks)[mr][w](kc / 32, ap, bp + i * KC * NR, KC * NR,
                                           j->sa + m0 * KB + k0 / 32, KB, swv + i * (KC / 32) * NR,
                                           (KC / 32) * NR, cm + i, ldc + p);
                     else
