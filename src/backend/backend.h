@@ -12,6 +12,12 @@
  * - Rows are independent tokens; `m` is the number of rows of the call.
  * - Weights are di_tensor views in checkpoint formats; ops dequantize on the
  *   fly and never keep converted copies.
+ * - Small integer metadata lives on the host and is passed as host arrays:
+ *   positions, token ids, row indices of gathers/scatters, the per-query
+ *   attention row tables (host arrays of pointers into backend buffers),
+ *   visible counts, top-k selections and expert routing results. A device
+ *   backend uploads or downloads these itself; float tensors never leave
+ *   backend memory except through download.
  * - Ops cannot fail once their inputs are validated by the model (shapes are
  *   checked when the model is built), so they return nothing. */
 #ifndef DI_BACKEND_BACKEND_H

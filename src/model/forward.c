@@ -68,7 +68,7 @@ static void fwd_release(di_fwd *f) {
     di_backend *be = f->lm->be;
     if (f->sel)
         for (int b = 0; b < f->lm->cfg->n_blocks; b++)
-            if (f->sel[b]) be->ops->free(be, f->sel[b]);
+            free(f->sel[b]);
     if (f->taps) be->ops->free(be, f->taps);
     if (f->cand) be->ops->free(be, f->cand);
     free(f->pos);

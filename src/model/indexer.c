@@ -20,7 +20,7 @@ di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_e
     di_status st = DI_OK;
     if (!lb->idx_wq_b.w || !lb->idx_wp.w || lb->idx_wq_b.n_out != hi * di || lb->idx_wp.n_out != hi)
         return di_err_set(err, DI_ERR_FORMAT, "indexer weights missing or of the wrong shape");
-    f->sel[block] = be->ops->alloc(be, (size_t)(m * k + 1) * sizeof(int32_t));
+    f->sel[block] = malloc((size_t)(m * k + 1) * sizeof(int32_t)); /* host metadata */
     int32_t *nvis = malloc((size_t)m * sizeof(int32_t));
     const float **keys = malloc((size_t)m * sizeof(float *));
     float *q = be->ops->alloc(be, (size_t)(m * hi * di) * sizeof(float));

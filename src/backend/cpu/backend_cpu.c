@@ -4,7 +4,6 @@
  * fp32 and add the scaled block partials in K order, as the reference GEMMs
  * do. Work is split over rows (or output columns) across threads. */
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -18,40 +17,28 @@
 
 typedef void (*range_fn)(void *ctx, int64_t lo, int64_t hi);
 
-typedef struct par_job {
+typedef struct par_ctx {
     range_fn fn;
     void *ctx;
-    int64_t lo, hi;
-} par_job;
+} par_ctx;
 
-static void *par_main(void *p) {
-    par_job *j = p;
-    j->fn(j->ctx, j->lo, j->hi);
-    return NULL;
+static void par_body(void *p, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    par_ctx *c = p;
+    c->fn(c->ctx, begin, end);
 }
 
-/* Runs fn over [0, n) split in contiguous ranges; `work` is a rough cost
- * used to stay single-threaded on small calls. */
+/* Runs fn over [0, n) on the backend's pool; `work` is a rough cost used to
+ * stay on the calling thread for small calls. Each index is handled by one
+ * thread from start to end, so results never depend on the split. */
 static void par_for(di_backend *be, int64_t n, double work, range_fn fn, void *ctx) {
-    int nt = be->n_threads;
-    if (nt > n) nt = (int)n;
-    if (nt <= 1 || work < 2e5) {
+    if (!be->impl || work < 2e5 || n < 2) {
         fn(ctx, 0, n);
         return;
     }
-    if (nt > 64) nt = 64;
-    pthread_t th[64];
-    par_job jobs[64];
-    int started[64] = {0};
-    for (int t = 0; t < nt; t++) {
-        jobs[t] = (par_job){fn, ctx, n * t / nt, n * (t + 1) / nt};
-        if (t > 0) started[t] = pthread_create(&th[t], NULL, par_main, &jobs[t]) == 0;
-    }
-    fn(ctx, jobs[0].lo, jobs[0].hi);
-    for (int t = 1; t < nt; t++) {
-        if (started[t]) pthread_join(th[t], NULL);
-        else fn(ctx, jobs[t].lo, jobs[t].hi);
-    }
+    par_ctx c = {fn, ctx};
+    int64_t nt = di_threadpool_size(be->impl), grain = n / (4 * nt);
+    di_threadpool_for(be->impl, n, grain > 0 ? grain : 1, par_body, &c);
 }
 
 /* E4M3 / E8M0 byte values (tables shared with the kernels). */
@@ -271,26 +258,35 @@ static void cpu_engram_gather(di_backend *be, const di_tensor *rows, const di_te
 
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-static void cpu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_t d,
-                       const float *fn, const float *base, const float *scale, double norm_eps,
-                       double hc_eps, int iters, float *pre, float *post, float *comb) {
-    (void)be;
-    int64_t n = (int64_t)hc * d;
+typedef struct mix_ctx {
+    const float *s, *fn, *base, *scale;
+    int hc;
+    int64_t d;
+    double norm_eps, hc_eps;
+    int iters;
+    float *pre, *post, *comb;
+} mix_ctx;
+
+static void mix_range(void *p, int64_t lo, int64_t hi) {
+    const mix_ctx *x = p;
+    int hc = x->hc, iters = x->iters;
+    int64_t n = (int64_t)hc * x->d;
     int nmix = (2 + hc) * hc;
     float mix[(2 + 16) * 16];
-    float eps = (float)hc_eps;
-    for (int64_t i = 0; i < m; i++) {
-        const float *u = s + i * n;
+    float eps = (float)x->hc_eps;
+    const float *scale = x->scale, *base = x->base;
+    for (int64_t i = lo; i < hi; i++) {
+        const float *u = x->s + i * n;
         float ss = 0.f;
         for (int64_t k = 0; k < n; k++) ss += u[k] * u[k];
-        float r = 1.0f / sqrtf(ss / (float)n + (float)norm_eps);
+        float r = 1.0f / sqrtf(ss / (float)n + (float)x->norm_eps);
         for (int o = 0; o < nmix; o++) {
-            const float *f = fn + (int64_t)o * n;
+            const float *f = x->fn + (int64_t)o * n;
             float acc = 0.f;
             for (int64_t k = 0; k < n; k++) acc += u[k] * f[k];
             mix[o] = acc * r;
         }
-        float *pr = pre + i * hc, *po = post + i * hc, *c = comb + i * hc * hc;
+        float *pr = x->pre + i * hc, *po = x->post + i * hc, *c = x->comb + i * hc * hc;
         for (int k = 0; k < hc; k++) {
             pr[k] = sigmoidf_(mix[k] * scale[0] + base[k]) + eps;
             po[k] = 2.0f * sigmoidf_(mix[hc + k] * scale[1] + base[hc + k]);
@@ -306,7 +302,7 @@ static void cpu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_
             }
             for (int b = 0; b < hc; b++) c[a * hc + b] = c[a * hc + b] / sum + eps;
         }
-        for (int it = 0; it < iters; it++) {
+        for (int it = 0; it < iters; it++) { /* column first, then row + column */
             if (it > 0)
                 for (int a = 0; a < hc; a++) {
                     float sum = 0.f;
@@ -320,6 +316,13 @@ static void cpu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_
             }
         }
     }
+}
+
+static void cpu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_t d,
+                       const float *fn, const float *base, const float *scale, double norm_eps,
+                       double hc_eps, int iters, float *pre, float *post, float *comb) {
+    mix_ctx x = {s, fn, base, scale, hc, d, norm_eps, hc_eps, iters, pre, post, comb};
+    par_for(be, m, (double)m * (2 + hc) * hc * hc * (double)d, mix_range, &x);
 }
 
 static void cpu_hc_collapse(di_backend *be, const float *s, const float *w, int64_t m, int hc,
@@ -477,30 +480,47 @@ static void cpu_sparse_attn(di_backend *be, const float *q, int64_t m, int h, in
     par_for(be, m, (double)m * h * n_slots * (double)d * 2, attn_range, &c);
 }
 
-static void cpu_index_scores(di_backend *be, const float *q, const float *w, int64_t m, int hi,
-                             int64_t di, const float *const *keys, const int32_t *n_vis,
-                             int64_t width, float *out) {
-    (void)be;
-    for (int64_t i = 0; i < m; i++) {
-        float *o = out + i * width;
-        for (int64_t j = 0; j < width; j++) {
-            if (j >= n_vis[i]) {
+typedef struct idx_ctx {
+    const float *q, *w;
+    int hi;
+    int64_t di;
+    const float *const *keys;
+    const int32_t *n_vis;
+    int64_t width;
+    float *out;
+} idx_ctx;
+
+static void idx_range(void *p, int64_t lo, int64_t hi_row) {
+    const idx_ctx *x = p;
+    int hi = x->hi;
+    int64_t di = x->di;
+    for (int64_t i = lo; i < hi_row; i++) {
+        float *o = x->out + i * x->width;
+        for (int64_t j = 0; j < x->width; j++) {
+            if (j >= x->n_vis[i]) {
                 o[j] = -INFINITY;
                 continue;
             }
-            const float *k = keys[i] + j * di;
+            const float *k = x->keys[i] + j * di;
             float total = 0.f;
             for (int h = 0; h < hi; h++) {
-                const float *qh = q + (i * hi + h) * di;
+                const float *qh = x->q + (i * hi + h) * di;
                 float dot = 0.f;
                 for (int64_t t = 0; t < di; t++) dot += qh[t] * k[t];
                 dot = di_round_bf16(dot);
                 if (dot < 0.f) dot = 0.f;
-                total += di_round_bf16(dot * w[i * hi + h]);
+                total += di_round_bf16(dot * x->w[i * hi + h]);
             }
             o[j] = di_round_bf16(total);
         }
     }
+}
+
+static void cpu_index_scores(di_backend *be, const float *q, const float *w, int64_t m, int hi,
+                             int64_t di, const float *const *keys, const int32_t *n_vis,
+                             int64_t width, float *out) {
+    idx_ctx x = {q, w, hi, di, keys, n_vis, width, out};
+    par_for(be, m, (double)m * (double)width * hi * (double)di, idx_range, &x);
 }
 
 /* Index of the best `k` of n scores (ties: lower index), written in
