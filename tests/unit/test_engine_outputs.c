@@ -308,6 +308,80 @@ static void test_bad_inputs(void) {
     CHECK_STR_CONTAINS(di_last_error(), "/nonexistent/model");
 }
 
+typedef struct progress_log {
+    int calls;
+    uint64_t last_done, total;
+    int monotonic;
+} progress_log;
+
+static int on_progress(void *user, const di_engine_progress *p) {
+    progress_log *l = user;
+    l->monotonic &= p->requests_done >= l->last_done && p->elapsed_s >= 0 && p->output_tps >= 0;
+    l->last_done = p->requests_done;
+    l->total = p->requests_total;
+    l->calls++;
+    return 0;
+}
+
+/* A chat body's own settings (params NULL): max_tokens, seed and a
+ * response_format that becomes the constraint; progress reports; a memory
+ * budget that holds one sequence at a time still completes every request
+ * with the same tokens. */
+static void test_body_progress_memory(void) {
+    if (!g_have) SKIP("../shared (golden fixtures) not found");
+    di_engine *e = open_engine(0);
+    if (!e) return;
+    const char *body = "{\"messages\": [{\"role\": \"user\", \"content\": \"JSON please\"}], \"max_tokens\": 7, "
+                       "\"seed\": 3, \"thinking\": {\"type\": \"disabled\"}, "
+                       "\"response_format\": {\"type\": \"json_object\"}}";
+    uint64_t id, ids[4];
+    CHECKF(di_engine_submit_chat(e, body, strlen(body), NULL, NULL, &id) == DI_OK, "%s", di_last_error());
+    di_sampling_params p;
+    di_sampling_params_default(&p);
+    p.temperature = 0.8;
+    p.max_tokens = 12;
+    p.ignore_eos = 1;
+    p.has_seq_seed = 1;
+    p.seq_seed = 31;
+    int32_t pr[4][6] = {{0, 1017, 300, 301, 302, 1018}, {0, 1017, 500, 1018}, {0, 1017, 77, 78, 1018}, {0, 5, 6}};
+    size_t pl[4] = {6, 4, 5, 3};
+    for (int i = 0; i < 4; i++) CHECK(di_engine_submit_tokens(e, pr[i], pl[i], &p, &ids[i]) == DI_OK);
+    progress_log log = {0, 0, 0, 1};
+    CHECK(di_engine_run(e, on_progress, &log) == DI_OK);
+    CHECK(log.calls > 0 && log.monotonic);
+    CHECK_EQ_INT(log.last_done, 5);
+    CHECK_EQ_INT(log.total, 5);
+    di_completion c;
+    CHECK(di_engine_get_completion(e, id, 0, &c) == DI_OK);
+    CHECK(c.n_tokens <= 7);
+    CHECKF(c.text_len > 0 && c.text[0] == '{', "json_object output \"%s\"", c.text);
+    int32_t ref[4][12];
+    for (int i = 0; i < 4; i++) {
+        CHECK(di_engine_get_completion(e, ids[i], 0, &c) == DI_OK);
+        CHECK_EQ_INT(c.n_tokens, 12);
+        memcpy(ref[i], c.token_ids, sizeof ref[i]);
+    }
+    di_engine_close(e);
+    /* memory for about one sequence */
+    di_engine_options o;
+    di_engine_options_default(&o);
+    o.model = g_model;
+    o.memory_limit = 700000;
+    CHECK(di_engine_open(&o, &e) == DI_OK);
+    if (!e) return;
+    for (int i = 0; i < 4; i++) CHECK(di_engine_submit_tokens(e, pr[i], pl[i], &p, &ids[i]) == DI_OK);
+    CHECK(di_engine_run(e, NULL, NULL) == DI_OK);
+    di_engine_stats st;
+    di_engine_get_stats(e, &st);
+    CHECKF(st.memory_peak <= 700000 && st.memory_peak > 0, "peak %llu", (unsigned long long)st.memory_peak);
+    for (int i = 0; i < 4; i++) {
+        CHECK(di_engine_get_completion(e, ids[i], 0, &c) == DI_OK);
+        CHECK_EQ_INT(c.n_tokens, 12);
+        CHECK(!memcmp(ref[i], c.token_ids, sizeof ref[i]));
+    }
+    di_engine_close(e);
+}
+
 int main(void) {
     const char *shared = test_shared_dir();
     if (shared) {
@@ -318,5 +392,6 @@ int main(void) {
     RUN(test_stop_strings);
     RUN(test_n_logprobs_chat);
     RUN(test_bad_inputs);
+    RUN(test_body_progress_memory);
     return test_summary();
 }
