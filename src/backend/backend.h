@@ -131,14 +131,16 @@ typedef struct di_backend_ops {
     void (*index_scores)(di_backend *be, const float *q, const float *w, int64_t m, int hi,
                          int64_t di, const float *const *keys, const int32_t *n_vis,
                          int64_t width, float *out);
-    /* Candidate pool (§5.4.4): keep the top `topk_blocks` blocks of `bs`
-     * positions (block score = max, newest block pinned); entries outside the
-     * kept blocks are set to -inf in `pool_scores` (the re-index layer's
-     * scores, same shape), and the kept flags go to keep [m, width]. */
-    void (*candidate_mask)(di_backend *be, const float *src_scores, const int32_t *n_vis,
-                           int64_t m, int64_t width, int topk_blocks, int bs, uint8_t *keep);
-    void (*apply_mask)(di_backend *be, float *scores, const uint8_t *keep, int64_t m,
-                       int64_t width);
+    /* Candidate pool (§5.4.4): per row, the `topk_blocks` best blocks of `bs`
+     * positions (block score = max of its positions, the block of the newest
+     * visible entry pinned, unreachable blocks dropped), ascending, -1
+     * padding, into blocks [m, topk_blocks] (host). */
+    void (*candidate_blocks)(di_backend *be, const float *scores, const int32_t *n_vis,
+                             int64_t m, int64_t width, int topk_blocks, int bs,
+                             int32_t *blocks);
+    /* Sets to -inf every score [m, width] outside the row's kept blocks. */
+    void (*restrict_blocks)(di_backend *be, float *scores, const int32_t *blocks, int64_t m,
+                            int64_t width, int topk_blocks, int bs);
     /* Top-k selection per row among the first n_vis[i] finite scores; indices
      * ascending, -1 padding; ties go to the lower index. */
     void (*topk_select)(di_backend *be, const float *scores, const int32_t *n_vis, int64_t m,

@@ -70,7 +70,7 @@ static void fwd_release(di_fwd *f) {
         for (int b = 0; b < f->lm->cfg->n_blocks; b++)
             free(f->sel[b]);
     if (f->taps) be->ops->free(be, f->taps);
-    if (f->cand) be->ops->free(be, f->cand);
+    free(f->cand);
     free(f->pos);
     free(f->seq);
     free(f->ids);

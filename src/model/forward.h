@@ -42,8 +42,7 @@ typedef struct di_fwd {
     int32_t *ids;        /* [m] */
     int32_t *hash;       /* [m, n_engram, (N-1)*Ne] Engram rows */
     int32_t **sel;       /* [n_blocks] -> [m, index_topk] selections of index sources */
-    uint8_t *cand;       /* [m, cand_width] candidate pool of this forward */
-    int64_t cand_width;
+    int32_t *cand;       /* [m, candidate_topk_blocks] candidate blocks of this forward (host) */
     float *taps;         /* [m, n_taps*D] DSpark main hidden (bf16 values) */
     int dspark_p;        /* DSpark draft: main position p, else -1 */
     di_fwd_trace *trace; /* NULL or where the next block writes its sublayer outputs */

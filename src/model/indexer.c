@@ -1,13 +1,18 @@
 /* Lightning indexer of an index-source block (architecture.md §5.4): FP4
  * index queries against the kv source's index keys, scores with the
- * reference's bf16 rounding points, the candidate pool of the candidate
- * source, the pool restriction of re-index layers, and the top-k selection
- * that this block and the following reuse layers attend to. */
+ * reference's bf16 rounding points, the candidate blocks of the candidate
+ * source, the block restriction of re-index layers, and the top-k selection
+ * that this block and the following reuse layers attend to.
+ *
+ * Scores are materialised for a slice of rows at a time (at most
+ * SCORE_BUDGET values), so long contexts do not need rows × entries memory. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model/forward.h"
+
+#define SCORE_BUDGET (1 << 24)
 
 di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_err *err) {
     const di_lm *lm = f->lm;
@@ -17,9 +22,12 @@ di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_e
     di_backend *be = lm->be;
     int64_t m = f->m, di = c->index_head_dim;
     int hi = c->index_n_heads, k = c->index_topk, ratio = c->roles[r->kv_src].ratio;
+    int nbk = c->candidate_topk_blocks, bs = c->candidate_block_size;
     di_status st = DI_OK;
     if (!lb->idx_wq_b.w || !lb->idx_wp.w || lb->idx_wq_b.n_out != hi * di || lb->idx_wp.n_out != hi)
         return di_err_set(err, DI_ERR_FORMAT, "indexer weights missing or of the wrong shape");
+    if (r->indexer == DI_INDEXER_POOL && !r->is_candidate_source && !f->cand)
+        return di_err_set(err, DI_ERR_STATE, "re-index block %d: no candidate pool in this forward", block);
     f->sel[block] = malloc((size_t)(m * k + 1) * sizeof(int32_t)); /* host metadata */
     int32_t *nvis = malloc((size_t)m * sizeof(int32_t));
     const float **keys = malloc((size_t)m * sizeof(float *));
@@ -27,6 +35,11 @@ di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_e
     float *w = be->ops->alloc(be, (size_t)(m * hi) * sizeof(float));
     float *sc = NULL;
     if (!f->sel[block] || !nvis || !keys || !q || !w) goto nomem;
+    if (r->is_candidate_source) {
+        free(f->cand);
+        f->cand = malloc((size_t)(m * (nbk > 0 ? nbk : 1)) * sizeof(int32_t));
+        if (!f->cand) goto nomem;
+    }
     int64_t width = 0;
     for (int64_t i = 0; i < m; i++) {
         nvis[i] = (f->pos[i] + 1) / ratio; /* entries whose group the query has passed */
@@ -42,26 +55,24 @@ di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_e
     be->ops->scale_bf16(be, w, m * hi, (float)(pow((double)di, -0.5) * pow((double)hi, -0.5)));
     if (width == 0) { /* nothing visible yet */
         for (int64_t i = 0; i < m * k; i++) f->sel[block][i] = -1;
+        if (r->is_candidate_source)
+            for (int64_t i = 0; i < m * nbk; i++) f->cand[i] = -1;
         goto out;
     }
-    sc = be->ops->alloc(be, (size_t)(m * width) * sizeof(float));
+    int64_t rows = SCORE_BUDGET / width > 0 ? SCORE_BUDGET / width : 1;
+    if (rows > m) rows = m;
+    sc = be->ops->alloc(be, (size_t)(rows * width) * sizeof(float));
     if (!sc) goto nomem;
-    be->ops->index_scores(be, q, w, m, hi, di, keys, nvis, width, sc);
-    if (r->is_candidate_source) {
-        if (f->cand) be->ops->free(be, f->cand);
-        f->cand = be->ops->alloc(be, (size_t)(m * width));
-        if (!f->cand) goto nomem;
-        f->cand_width = width;
-        be->ops->candidate_mask(be, sc, nvis, m, width, c->candidate_topk_blocks,
-                                c->candidate_block_size, f->cand);
-    } else if (r->indexer == DI_INDEXER_POOL) {
-        if (!f->cand || f->cand_width != width) {
-            st = di_err_set(err, DI_ERR_STATE, "re-index block %d: no candidate pool of matching width", block);
-            goto out;
-        }
-        be->ops->apply_mask(be, sc, f->cand, m, width);
+    for (int64_t i0 = 0; i0 < m; i0 += rows) {
+        int64_t n = m - i0 < rows ? m - i0 : rows;
+        be->ops->index_scores(be, q + i0 * hi * di, w + i0 * hi, n, hi, di, keys + i0, nvis + i0,
+                              width, sc);
+        if (r->is_candidate_source)
+            be->ops->candidate_blocks(be, sc, nvis + i0, n, width, nbk, bs, f->cand + i0 * nbk);
+        else if (r->indexer == DI_INDEXER_POOL)
+            be->ops->restrict_blocks(be, sc, f->cand + i0 * nbk, n, width, nbk, bs);
+        be->ops->topk_select(be, sc, nvis + i0, n, width, k, f->sel[block] + i0 * k);
     }
-    be->ops->topk_select(be, sc, nvis, m, width, k, f->sel[block]);
     goto out;
 nomem:
     st = di_err_set(err, DI_ERR_NOMEM, "indexer: out of memory");

@@ -2,7 +2,7 @@
  * and 2), short prompt: exact Engram row ids, every block fed with the
  * golden streams and pre-mix and compared (streams, pre-mix, attention and
  * MoE outputs), the compressed-KV and index-key caches of the sources, the
- * indexer selections (identical except at recorded near-ties), each Engram
+ * candidate blocks, the indexer selections (identical except at recorded near-ties), each Engram
  * module on its golden input, and the final norm + head. Both fixtures. */
 #include <math.h>
 #include <stdio.h>
@@ -152,6 +152,21 @@ static void fixture(const char *fx, const tol *T) {
             }
             fprintf(stderr, " sel: %d rows differ (+%d at near-ties, margin <= %.2g)", diff, tied, tie_max);
             CHECKF(gs && gm && diff == 0, "block %d: %d selections differ away from ties", l, diff);
+        }
+        if (r->is_candidate_source) {
+            int64_t n = 0;
+            int nb = c->candidate_topk_blocks, diff = 0, tied = 0;
+            snprintf(name, sizeof name, "short.prefill.cand_blocks.L%d", l);
+            const int32_t *gb = gold_i32(&g, name, &n);
+            snprintf(name, sizeof name, "short.prefill.cand_margin.L%d", l);
+            const float *gm = gold_f32(&g, name, NULL);
+            for (int64_t i = 0; gb && gm && n == S * nb && i < S; i++)
+                if (memcmp(f.cand + i * nb, gb + i * nb, (size_t)nb * sizeof(int32_t))) {
+                    if (gm[i] < SEL_TIE) tied++;
+                    else diff++;
+                }
+            fprintf(stderr, " candidate blocks: %d rows differ (+%d at near-ties)", diff, tied);
+            CHECKF(gb && gm && n == S * nb && diff == 0, "block %d: %d candidate rows differ", l, diff);
         }
         fputc('\n', stderr);
     }

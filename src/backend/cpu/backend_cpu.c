@@ -563,13 +563,16 @@ static void cpu_topk_select(di_backend *be, const float *scores, const int32_t *
     }
 }
 
-static void cpu_candidate_mask(di_backend *be, const float *src, const int32_t *n_vis, int64_t m,
-                               int64_t width, int topk_blocks, int bs, uint8_t *keep) {
+static void cpu_candidate_blocks(di_backend *be, const float *src, const int32_t *n_vis,
+                                 int64_t m, int64_t width, int topk_blocks, int bs,
+                                 int32_t *blocks) {
     (void)be;
     int64_t nb = (width + bs - 1) / bs;
     float *bsc = malloc((size_t)(nb + 1) * sizeof(float));
-    int32_t *pick = malloc((size_t)(nb + 1) * sizeof(int32_t));
-    if (!bsc || !pick) goto out;
+    if (!bsc) {
+        for (int64_t i = 0; i < m * topk_blocks; i++) blocks[i] = -1;
+        return;
+    }
     for (int64_t i = 0; i < m; i++) {
         const float *s = src + i * width;
         for (int64_t b = 0; b < nb; b++) {
@@ -581,22 +584,26 @@ static void cpu_candidate_mask(di_backend *be, const float *src, const int32_t *
         int64_t last = n_vis[i] > 0 ? (n_vis[i] - 1) / bs : -1;
         if (last >= 0 && last < nb) bsc[last] = INFINITY;
         int kk = topk_blocks < nb ? topk_blocks : (int)nb;
-        int cnt = select_topk(bsc, nb, kk, pick);
-        memset(keep + i * width, 0, (size_t)width);
-        for (int c = 0; c < cnt; c++)
-            for (int64_t j = (int64_t)pick[c] * bs; j < (int64_t)(pick[c] + 1) * bs && j < width; j++)
-                keep[i * width + j] = 1;
+        int32_t *o = blocks + i * topk_blocks;
+        int cnt = select_topk(bsc, nb, kk, o);
+        for (int c = cnt; c < topk_blocks; c++) o[c] = -1;
     }
-out:
     free(bsc);
-    free(pick);
 }
 
-static void cpu_apply_mask(di_backend *be, float *scores, const uint8_t *keep, int64_t m,
-                           int64_t width) {
+static void cpu_restrict_blocks(di_backend *be, float *scores, const int32_t *blocks, int64_t m,
+                                int64_t width, int topk_blocks, int bs) {
     (void)be;
-    for (int64_t i = 0; i < m * width; i++)
-        if (!keep[i]) scores[i] = -INFINITY;
+    for (int64_t i = 0; i < m; i++) {
+        float *s = scores + i * width;
+        const int32_t *b = blocks + i * topk_blocks;
+        int c = 0; /* blocks are ascending: walk them alongside the positions */
+        for (int64_t j = 0; j < width; j++) {
+            int64_t blk = j / bs;
+            while (c < topk_blocks && b[c] >= 0 && b[c] < blk) c++;
+            if (!(c < topk_blocks && b[c] == blk)) s[j] = -INFINITY;
+        }
+    }
 }
 
 /* ------------------------------------------------------------ MoE */
@@ -697,8 +704,8 @@ static const di_backend_ops cpu_ops = {
     .compress_pool = cpu_compress_pool,
     .sparse_attn = cpu_sparse_attn,
     .index_scores = cpu_index_scores,
-    .candidate_mask = cpu_candidate_mask,
-    .apply_mask = cpu_apply_mask,
+    .candidate_blocks = cpu_candidate_blocks,
+    .restrict_blocks = cpu_restrict_blocks,
     .topk_select = cpu_topk_select,
     .moe_route = cpu_moe_route,
     .swiglu = cpu_swiglu,
