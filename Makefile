@@ -72,7 +72,7 @@ $(BUILD)/libdeepinfer.a: $(LIB_OBJ) $(CU_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/libdeepinfer.so: $(LIB_OBJ) $(CU_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(ALL_LIBS)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(ALL_LIBS) $(if $(HAVE_CUDA),-lstdc++)
 
 # The CLI links the static archive so it runs from any folder without
 # LD_LIBRARY_PATH; the Python package and other programs use the .so.
