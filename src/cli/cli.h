@@ -10,5 +10,6 @@ int cli_check(int argc, char **argv);
 int cli_info(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_dump(int argc, char **argv);
+int cli_grammar(int argc, char **argv);
 
 #endif

@@ -18,6 +18,7 @@ static const cli_command commands[] = {
     {"info", cli_info, "build, backends and devices"},
     {"tokenize", cli_tokenize, "text -> token ids, ids -> text (--tokenizer FILE --text STR | --file PATH)"},
     {"dump", cli_dump, "forward-pass outputs of the prompts in an inputs file (--model DIR --inputs F --out F)"},
+    {"grammar", cli_grammar, "structured output: grammar check --tokenizer F (--json-schema F | --regex S | --ebnf F)"},
 };
 
 static void usage(FILE *out) {

@@ -81,6 +81,8 @@ di_status di_dspark_draft(const di_lm *lm, di_seqstate *st, int32_t input_id, fl
     int64_t d = c->dim, V = c->vocab_size, rm = c->dspark_markov_rank;
     if (!lm->has_dspark || B < 1 || c->n_mtp < 1)
         return di_err_set(err, DI_ERR_UNSUPPORTED, "the model has no DSpark drafter");
+    if (B > 64)
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "dspark_block_size %d: at most 64 is supported", B);
     if (st->n_tokens < 1)
         return di_err_set(err, DI_ERR_STATE, "DSpark draft needs at least one processed token");
     if (input_id < 0 || input_id >= V)
@@ -108,7 +110,7 @@ di_status di_dspark_draft(const di_lm *lm, di_seqstate *st, int32_t input_id, fl
     int32_t *seqi = calloc((size_t)B, sizeof(int32_t));
     int64_t row0 = 0;
     di_status rc = DI_OK;
-    if (!bid || !s || !pre || !h || !cin || !emb || !bias || !conf || !hb || !pos || !seqi || B > 64) {
+    if (!bid || !s || !pre || !h || !cin || !emb || !bias || !conf || !hb || !pos || !seqi) {
         rc = di_err_set(err, DI_ERR_NOMEM, "dspark draft: out of memory");
         goto out;
     }

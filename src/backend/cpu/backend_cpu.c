@@ -400,15 +400,11 @@ static void cpu_compress_pool(di_backend *be, const float *a, const float *g, in
     (void)be;
     for (int64_t i = 0; i < m; i++)
         for (int64_t k = 0; k < n; k++) {
-            float mx = -INFINITY;
-            for (int t = 0; t < r; t++) mx = fmaxf(mx, g[(i * r + t) * n + k]);
-            float e[16], sum = 0.f;
-            for (int t = 0; t < r; t++) {
-                e[t] = expf(g[(i * r + t) * n + k] - mx);
-                sum += e[t];
-            }
-            float acc = 0.f;
-            for (int t = 0; t < r; t++) acc += a[(i * r + t) * n + k] * (e[t] / sum);
+            const float *gi = g + i * r * n + k, *ai = a + i * r * n + k;
+            float mx = -INFINITY, sum = 0.f, acc = 0.f;
+            for (int t = 0; t < r; t++) mx = fmaxf(mx, gi[t * n]);
+            for (int t = 0; t < r; t++) sum += expf(gi[t * n] - mx);
+            for (int t = 0; t < r; t++) acc += ai[t * n] * (expf(gi[t * n] - mx) / sum);
             out[i * n + k] = di_round_bf16(acc);
         }
 }

@@ -1,0 +1,1702 @@
+/* JSON Schema (draft 2020-12, with draft-07 tuple items) → grammar IR.
+ * Spec: ecosystem.md §1.1 (keyword coverage of the other engines), §1.4
+ * (policies: refuse what we cannot enforce, explicit whitespace, property
+ * order, additionalProperties default true).
+ *
+ * Policies, each chosen so that an accepted output always validates:
+ * - strings, keys and patterns use one canonical JSON encoding per character
+ *   when a pattern, format or key set is involved (plain strings accept any
+ *   escape);
+ * - objects accept members in any order, tracking required members (and
+ *   member counts) in the grammar state when that stays small, else in the
+ *   order written in `properties`;
+ * - numbers with bounds are written without exponent; integers may carry a
+ *   zero fraction (1.0 is an integer in JSON Schema);
+ * - oneOf is compiled only when its branches are provably disjoint;
+ * - keywords we cannot enforce are errors naming them, unless lenient. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar.h"
+#include "grammar/regex.h"
+
+#define JS_MAX_UNROLL_STATES 4096
+#define JS_MAX_DISTRIBUTE 64
+
+typedef struct memo_ent {
+    const cJSON *node;
+    int32_t nt;
+} memo_ent;
+
+typedef struct js_ctx {
+    di_cfg *g;
+    const di_grammar_options *o;
+    di_err *err;
+    cJSON *doc;
+    memo_ent *memo;
+    uint32_t n_memo, cap_memo;
+    cJSON *owned;          /* array owning merged schemas */
+    cJSON *true_schema;    /* `true`, for absent subschemas */
+    int depth;
+    int32_t any_value;     /* -1 until built */
+    di_sym t_lbrace, t_rbrace, t_lbrack, t_rbrack, t_comma, t_colon;
+    char path[512];        /* JSON pointer of the schema being compiled, for messages */
+} js_ctx;
+
+static int js_fail(js_ctx *c, di_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int js_fail(js_ctx *c, di_status code, const char *fmt, ...) {
+    char buf[DI_ERR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    di_err_set(c->err, code, "%s", buf);
+    return -1;
+}
+#define FAIL js_fail
+
+static int32_t js_value(js_ctx *c, const cJSON *s);
+
+/* ------------------------------------------------------------ helpers */
+
+static int32_t new_nt(js_ctx *c) { return di_cfg_nt(c->g, c->err); }
+
+static int add_rule(js_ctx *c, int32_t lhs, const di_sym *s, uint32_t n) {
+    return di_cfg_rule_add(c->g, (uint32_t)lhs, s, n, c->err) ? -1 : 0;
+}
+
+static int regex_sym(js_ctx *c, const char *pat, unsigned flags, di_sym *out) {
+    return di_cfg_regex_sym(c->g, pat, flags, out, c->err) ? -1 : 0;
+}
+
+static int lit_sym(js_ctx *c, const char *s, di_sym *out) {
+    return di_cfg_literal_sym(c->g, s, strlen(s), out, c->err) ? -1 : 0;
+}
+
+static cJSON *own(js_ctx *c, cJSON *x) {
+    if (x) cJSON_AddItemToArray(c->owned, x);
+    return x;
+}
+
+static const char *unsupported_keywords[] = {
+    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "contains",
+    "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
+    "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor", "$anchor", "$vocabulary", "extends",
+    "disallow", "divisibleBy", NULL};
+
+static const char *constraint_keywords[] = {
+    "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties",
+    "propertyNames", "minProperties", "maxProperties", "items", "prefixItems", "additionalItems",
+    "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format", "minimum",
+    "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
+    "x-di-patterns", NULL};
+
+static int in_list(const char *k, const char **l) {
+    for (int i = 0; l[i]; i++)
+        if (!strcmp(k, l[i])) return 1;
+    return 0;
+}
+
+/* Keywords that constrain instances (supported or not); everything else is
+ * an annotation. */
+static int is_constraint(const char *k) {
+    return in_list(k, constraint_keywords) || in_list(k, unsupported_keywords);
+}
+
+/* Checks keywords of one schema object: an unsupported one is an error
+ * (unless lenient); unknown ones are annotations. */
+static int check_keywords(js_ctx *c, const cJSON *s) {
+    for (const cJSON *k = s->child; k; k = k->next) {
+        if (in_list(k->string, unsupported_keywords)) {
+            if (c->o->lenient) continue;
+            return FAIL(c, DI_ERR_UNSUPPORTED, "JSON Schema keyword '%s' is not supported (at %s)", k->string,
+                        c->path[0] ? c->path : "#");
+        }
+        if (!strcmp(k->string, "uniqueItems") && cJSON_IsTrue(k) && !c->o->lenient)
+            return FAIL(c, DI_ERR_UNSUPPORTED, "JSON Schema keyword 'uniqueItems' is not supported (at %s)",
+                        c->path[0] ? c->path : "#");
+    }
+    return 0;
+}
+
+/* Resolves a local $ref ("#", "#/a/b", "#/$defs/x"). */
+static const cJSON *resolve_ref(js_ctx *c, const char *ref) {
+    if (ref[0] != '#') {
+        FAIL(c, DI_ERR_UNSUPPORTED, "$ref '%s': only local references (#/...) are supported", ref);
+        return NULL;
+    }
+    const cJSON *cur = c->doc;
+    const char *p = ref + 1;
+    if (*p && *p != '/') {
+        FAIL(c, DI_ERR_UNSUPPORTED, "$ref '%s': anchors are not supported", ref);
+        return NULL;
+    }
+    char tok[256];
+    while (*p == '/') {
+        p++;
+        size_t n = 0;
+        while (*p && *p != '/' && n + 1 < sizeof tok) {
+            if (*p == '~' && p[1] == '0') { tok[n++] = '~'; p += 2; }
+            else if (*p == '~' && p[1] == '1') { tok[n++] = '/'; p += 2; }
+            else if (*p == '%' && p[1] && p[2]) {
+                char h[3] = {p[1], p[2], 0};
+                tok[n++] = (char)strtol(h, NULL, 16);
+                p += 3;
+            } else tok[n++] = *p++;
+        }
+        tok[n] = 0;
+        if (cJSON_IsArray(cur)) {
+            char *end;
+            long idx = strtol(tok, &end, 10);
+            cur = (*end || idx < 0) ? NULL : cJSON_GetArrayItem(cur, (int)idx);
+        } else if (cJSON_IsObject(cur)) cur = cJSON_GetObjectItemCaseSensitive(cur, tok);
+        else cur = NULL;
+        if (!cur) {
+            FAIL(c, DI_ERR_NOT_FOUND, "$ref '%s' does not resolve", ref);
+            return NULL;
+        }
+    }
+    return cur;
+}
+
+/* ------------------------------------------------------------- types */
+
+enum { T_NULL = 1, T_BOOL = 2, T_OBJ = 4, T_ARR = 8, T_STR = 16, T_INT = 32, T_NUM = 64, T_ALL = 127 };
+
+static int type_bit(const char *t) {
+    if (!strcmp(t, "null")) return T_NULL;
+    if (!strcmp(t, "boolean")) return T_BOOL;
+    if (!strcmp(t, "object")) return T_OBJ;
+    if (!strcmp(t, "array")) return T_ARR;
+    if (!strcmp(t, "string")) return T_STR;
+    if (!strcmp(t, "integer")) return T_INT;
+    if (!strcmp(t, "number")) return T_NUM | T_INT;
+    return 0;
+}
+
+static int types_of(js_ctx *c, const cJSON *s, int *out) {
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "type");
+    if (!t) { *out = T_ALL; return 0; }
+    int m = 0;
+    if (cJSON_IsString(t)) {
+        m = type_bit(t->valuestring);
+        if (!m) return FAIL(c, DI_ERR_FORMAT, "unknown type '%s'", t->valuestring);
+    } else if (cJSON_IsArray(t)) {
+        for (const cJSON *x = t->child; x; x = x->next) {
+            int b = cJSON_IsString(x) ? type_bit(x->valuestring) : 0;
+            if (!b) return FAIL(c, DI_ERR_FORMAT, "bad entry in 'type'");
+            m |= b;
+        }
+    } else return FAIL(c, DI_ERR_FORMAT, "'type' must be a string or an array");
+    *out = m;
+    return 0;
+}
+
+static int value_type(const cJSON *v) {
+    if (cJSON_IsNull(v)) return T_NULL;
+    if (cJSON_IsBool(v)) return T_BOOL;
+    if (cJSON_IsObject(v)) return T_OBJ;
+    if (cJSON_IsArray(v)) return T_ARR;
+    if (cJSON_IsString(v)) return T_STR;
+    if (cJSON_IsNumber(v)) return (v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 9e15) ? T_INT : T_NUM;
+    return 0;
+}
+
+/* --------------------------------------------------------- punctuation */
+
+static int punct(js_ctx *c) {
+    char ws[64];
+    if (c->o->whitespace == DI_WS_COMPACT) ws[0] = 0;
+    else snprintf(ws, sizeof ws, "[ \\t\\n\\r]{0,%u}", c->o->max_whitespace);
+    char buf[256];
+    struct { di_sym *out; const char *fmt; } ps[] = {
+        {&c->t_lbrace, "\\{%s"}, {&c->t_rbrace, "%s\\}"}, {&c->t_lbrack, "\\[%s"},
+        {&c->t_rbrack, "%s\\]"}, {&c->t_comma, "%s,%s"}, {&c->t_colon, "%s:%s"}};
+    for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
+        snprintf(buf, sizeof buf, ps[i].fmt, ws, ws);
+        if (regex_sym(c, buf, 0, ps[i].out)) return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------- strings */
+
+/* One character of a JSON string in any valid encoding (surrogate pairs as
+ * one character, lone surrogates refused). */
+#define STR_UNIT "([^\"\\\\\\x00-\\x1f]|\\\\[\"\\\\/bfnrt]|\\\\u([0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})|\\\\u[dD][89abAB][0-9a-fA-F]{2}\\\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+
+static const char *format_regex(const char *f) {
+    if (!strcmp(f, "date"))
+        return "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))";
+    if (!strcmp(f, "time"))
+        return "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+    if (!strcmp(f, "date-time"))
+        return "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))"
+               "[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+    if (!strcmp(f, "duration"))
+        return "P([0-9]{1,9}W|([0-9]{1,9}Y([0-9]{1,9}M([0-9]{1,9}D)?)?|[0-9]{1,9}M([0-9]{1,9}D)?|[0-9]{1,9}D)"
+               "(T([0-9]{1,9}H([0-9]{1,9}M([0-9]{1,9}S)?)?|[0-9]{1,9}M([0-9]{1,9}S)?|[0-9]{1,9}S))?"
+               "|T([0-9]{1,9}H([0-9]{1,9}M([0-9]{1,9}S)?)?|[0-9]{1,9}M([0-9]{1,9}S)?|[0-9]{1,9}S))";
+    if (!strcmp(f, "email"))
+        return "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,64}(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,64}){0,8}@"
+               "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,8}";
+    if (!strcmp(f, "hostname"))
+        return "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,3}";
+    if (!strcmp(f, "ipv4"))
+        return "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}";
+    if (!strcmp(f, "ipv6"))
+        return "(([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}"
+               "|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}"
+               "|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}"
+               "|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}|:((:[0-9a-fA-F]{1,4}){1,7}|:))";
+    if (!strcmp(f, "uuid"))
+        return "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
+    if (!strcmp(f, "uri"))
+        return "[A-Za-z][A-Za-z0-9+.-]*:([A-Za-z0-9._~:/?#@!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*";
+    return NULL;
+}
+
+static int get_count(js_ctx *c, const cJSON *s, const char *key, long *out, long dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, key);
+    *out = dflt;
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble))
+        return FAIL(c, DI_ERR_FORMAT, "'%s' must be a non-negative integer", key);
+    *out = v->valuedouble > 1e9 ? 1000000000L : (long)v->valuedouble;
+    return 0;
+}
+
+static int dfa_and(js_ctx *c, di_dfa *acc, int *have, di_dfa *x) {
+    if (!*have) { *acc = *x; *have = 1; return 0; }
+    di_dfa r;
+    di_status st = di_dfa_product(acc, x, 0, c->o->max_lexer_states, &r, c->err);
+    di_dfa_free(acc);
+    di_dfa_free(x);
+    if (st) return -1;
+    *acc = r;
+    return 0;
+}
+
+/* Canonical-encoding DFA of the strings a schema allows (pattern(s),
+ * format, lengths). *any = 1 when nothing constrains the content. */
+static int string_dfa(js_ctx *c, const cJSON *s, di_dfa *out, int *any) {
+    int have = 0;
+    di_dfa d;
+    long mn, mx;
+    if (get_count(c, s, "minLength", &mn, 0) || get_count(c, s, "maxLength", &mx, -1)) return -1;
+    *any = 0;
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
+    const cJSON *pats = cJSON_GetObjectItemCaseSensitive(s, "x-di-patterns");
+    const cJSON *plist[64];
+    int np = 0;
+    if (pat) plist[np++] = pat;
+    if (pats) for (const cJSON *x = pats->child; x && np < 64; x = x->next) plist[np++] = x;
+    for (int i = 0; i < np; i++) {
+        if (!cJSON_IsString(plist[i])) return FAIL(c, DI_ERR_FORMAT, "'pattern' must be a string");
+        const char *p = plist[i]->valuestring;
+        if (di_regex_compile(p, strlen(p), DI_RX_SEARCH | DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err)) {
+            di_err_prefix(c->err, "pattern /%s/: ", p);
+            if (have) di_dfa_free(out);
+            return -1;
+        }
+        if (dfa_and(c, out, &have, &d)) return -1;
+    }
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
+    if (fmt && cJSON_IsString(fmt)) {
+        const char *fr = format_regex(fmt->valuestring);
+        if (fr) {
+            if (di_regex_compile(fr, strlen(fr), DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err)) {
+                if (have) di_dfa_free(out);
+                return -1;
+            }
+            if (dfa_and(c, out, &have, &d)) return -1;
+        }
+    }
+    if (mn > 0 || mx >= 0) {
+        if (mn > (long)c->o->max_repeat || mx > (long)c->o->max_repeat) {
+            if (have) di_dfa_free(out);
+            return FAIL(c, DI_ERR_LIMIT, "string length bound %ld exceeds the limit of %u (max_repeat)",
+                        mx > mn ? mx : mn, c->o->max_repeat);
+        }
+        char buf[96];
+        if (mx >= 0) snprintf(buf, sizeof buf, "[\\u{0}-\\u{10FFFF}]{%ld,%ld}", mn, mx);
+        else snprintf(buf, sizeof buf, "[\\u{0}-\\u{10FFFF}]{%ld,}", mn);
+        if (di_regex_compile(buf, strlen(buf), DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err)) {
+            if (have) di_dfa_free(out);
+            return -1;
+        }
+        if (dfa_and(c, out, &have, &d)) return -1;
+    }
+    if (!have) {
+        *any = 1;
+        const char *all = "[\\u{0}-\\u{10FFFF}]*";
+        if (di_regex_compile(all, strlen(all), DI_RX_JSON_STRING, c->o->max_lexer_states, out, c->err)) return -1;
+    }
+    return 0;
+}
+
+static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
+    const cJSON *pats = cJSON_GetObjectItemCaseSensitive(s, "x-di-patterns");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
+    int fmt_known = fmt && cJSON_IsString(fmt) && format_regex(fmt->valuestring);
+    if (!pat && !pats && !fmt_known) {
+        long mn, mx;
+        if (get_count(c, s, "minLength", &mn, 0) || get_count(c, s, "maxLength", &mx, -1)) return -1;
+        if (mn > (long)c->o->max_repeat || mx > (long)c->o->max_repeat)
+            return FAIL(c, DI_ERR_LIMIT, "string length bound %ld exceeds the limit of %u (max_repeat)",
+                        mx > mn ? mx : mn, c->o->max_repeat);
+        char buf[512];
+        if (mx >= 0) snprintf(buf, sizeof buf, "\"%s{%ld,%ld}\"", STR_UNIT, mn, mx);
+        else if (mn > 0) snprintf(buf, sizeof buf, "\"%s{%ld,}\"", STR_UNIT, mn);
+        else snprintf(buf, sizeof buf, "\"%s*\"", STR_UNIT);
+        return regex_sym(c, buf, 0, out);
+    }
+    di_dfa d;
+    int any;
+    if (string_dfa(c, s, &d, &any)) return -1;
+    return di_cfg_dfa_sym(c->g, &d, NULL, out, c->err) ? -1 : 0;
+}
+
+/* ---------------------------------------------------------- numbers */
+
+static void append(char *out, size_t cap, size_t *k, const char *str) {
+    size_t n = strlen(str);
+    if (*k + n + 1 > cap) n = *k + 1 < cap ? cap - *k - 1 : 0;
+    memcpy(out + *k, str, n);
+    *k += n;
+    out[*k] = 0;
+}
+
+/* Regex for decimal integers with digits in [lo, hi] of the same length. */
+static void range_same_len(const char *lo, const char *hi, char *out, size_t cap) {
+    size_t n = strlen(lo), k = 0;
+    char tmp[64];
+    out[0] = 0;
+    if (n == 0) return;
+    if (n == 1) {
+        snprintf(tmp, sizeof tmp, "[%c-%c]", lo[0], hi[0]);
+        append(out, cap, &k, tmp);
+        return;
+    }
+    int full = 1;
+    for (size_t i = 0; i < n; i++) full &= lo[i] == '0' && hi[i] == '9';
+    if (full) {
+        snprintf(tmp, sizeof tmp, "[0-9]{%zu}", n);
+        append(out, cap, &k, tmp);
+        return;
+    }
+    char *sub = malloc(cap);
+    if (!sub) return;
+    if (lo[0] == hi[0]) {
+        range_same_len(lo + 1, hi + 1, sub, cap);
+        tmp[0] = lo[0]; tmp[1] = 0;
+        append(out, cap, &k, tmp);
+        append(out, cap, &k, sub);
+        free(sub);
+        return;
+    }
+    char nines[32], zeros[32];
+    memset(nines, '9', n - 1); nines[n - 1] = 0;
+    memset(zeros, '0', n - 1); zeros[n - 1] = 0;
+    range_same_len(lo + 1, nines, sub, cap);
+    snprintf(tmp, sizeof tmp, "(%c", lo[0]);
+    append(out, cap, &k, tmp);
+    append(out, cap, &k, sub);
+    if (hi[0] - lo[0] >= 2) {
+        snprintf(tmp, sizeof tmp, "|[%c-%c][0-9]{%zu}", lo[0] + 1, hi[0] - 1, n - 1);
+        append(out, cap, &k, tmp);
+    }
+    range_same_len(zeros, hi + 1, sub, cap);
+    snprintf(tmp, sizeof tmp, "|%c", hi[0]);
+    append(out, cap, &k, tmp);
+    append(out, cap, &k, sub);
+    append(out, cap, &k, ")");
+    free(sub);
+}
+
+/* Regex for non-negative integers in [lo, hi] (hi < 0: unbounded),
+ * canonical (no leading zeros). Empty string when the range is empty. */
+static void int_range(long long lo, long long hi, char *out, size_t cap) {
+    out[0] = 0;
+    if (lo < 0) lo = 0;
+    if (hi >= 0 && hi < lo) return;
+    char los[32], his[32];
+    snprintf(los, sizeof los, "%lld", lo);
+    size_t ll = strlen(los), hl;
+    size_t k = 0;
+    k += (size_t)snprintf(out + k, cap - k, "(");
+    int first = 1;
+    if (hi < 0) {
+        /* same length as lo and >= lo, or longer */
+        char nines[32];
+        memset(nines, '9', ll); nines[ll] = 0;
+        char sub[4096];
+        range_same_len(los, nines, sub, sizeof sub);
+        k += (size_t)snprintf(out + k, cap - k, "%s|[1-9][0-9]{%zu,}", sub, ll);
+        snprintf(out + k, cap - k, ")");
+        return;
+    }
+    snprintf(his, sizeof his, "%lld", hi);
+    hl = strlen(his);
+    for (size_t L = ll; L <= hl && k < cap; L++) {
+        char a[32], b[32];
+        if (L == ll) strcpy(a, los);
+        else { a[0] = '1'; memset(a + 1, '0', L - 1); a[L] = 0; }
+        if (L == hl) strcpy(b, his);
+        else { memset(b, '9', L); b[L] = 0; }
+        char sub[4096];
+        range_same_len(a, b, sub, sizeof sub);
+        k += (size_t)snprintf(out + k, cap - k, "%s%s", first ? "" : "|", sub);
+        first = 0;
+    }
+    if (k < cap) snprintf(out + k, cap - k, ")");
+}
+
+/* Non-negative magnitudes m with lo (<|<=) m (<|<=) hi, lo/hi integers,
+ * hi < 0 unbounded; integer_only: no fraction except zeros. */
+static void mag_range(long long lo, int lo_ex, long long hi, int hi_ex, int integer_only, char *out, size_t cap) {
+    const char *frac = integer_only ? "" : "(\\.[0-9]+)?";
+    char r[8192];
+    size_t k = 0;
+    out[0] = 0;
+    int first = 1;
+#define ALT(...) do { k += (size_t)snprintf(out + k, cap - k, "%s", first ? "" : "|"); first = 0; \
+                      k += (size_t)snprintf(out + k, cap - k, __VA_ARGS__); } while (0)
+    if (hi >= 0 && (hi < lo || (hi == lo && (lo_ex || hi_ex)))) return;
+    /* integer part == lo */
+    if (!lo_ex) ALT("%lld%s", lo, (hi == lo) ? (integer_only ? "" : "(\\.0+)?") : frac);
+    else if (!integer_only && (hi < 0 || hi > lo)) ALT("%lld\\.[0-9]*[1-9][0-9]*", lo);
+    /* integer part strictly between */
+    if (hi < 0) {
+        int_range(lo + 1, -1, r, sizeof r);
+        if (r[0]) ALT("%s%s", r, frac);
+    } else if (hi - 1 >= lo + 1) {
+        int_range(lo + 1, hi - 1, r, sizeof r);
+        if (r[0]) ALT("%s%s", r, frac);
+    }
+    /* integer part == hi */
+    if (hi >= 0 && hi > lo) {
+        if (!hi_ex) ALT("%lld%s", hi, integer_only ? "" : "(\\.0+)?");
+        else if (!integer_only) { /* m < hi with integer part hi-1 handled above; nothing here */ }
+    }
+    if (hi >= 0 && hi_ex && !integer_only && hi > lo) {
+        /* integer part hi-1 with any fraction is covered above unless hi-1 == lo */
+    }
+#undef ALT
+}
+
+static int number_sym(js_ctx *c, const cJSON *s, int integer_only, di_sym *out) {
+    const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minimum");
+    const cJSON *mx = cJSON_GetObjectItemCaseSensitive(s, "maximum");
+    const cJSON *emn = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum");
+    const cJSON *emx = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMaximum");
+    const cJSON *mul = cJSON_GetObjectItemCaseSensitive(s, "multipleOf");
+    const cJSON *bs[4] = {mn, mx, emn, emx};
+    for (int i = 0; i < 4; i++)
+        if (bs[i] && !cJSON_IsNumber(bs[i])) {
+            if (cJSON_IsBool(bs[i]))
+                return FAIL(c, DI_ERR_UNSUPPORTED, "boolean exclusiveMinimum/exclusiveMaximum (draft 4) is not supported");
+            return FAIL(c, DI_ERR_FORMAT, "numeric bound must be a number");
+        }
+    const char *frac_re = "";
+    if (mul) {
+        if (!cJSON_IsNumber(mul) || mul->valuedouble <= 0) return FAIL(c, DI_ERR_FORMAT, "'multipleOf' must be > 0");
+        double m = mul->valuedouble;
+        if (m == 1.0) integer_only = 1;
+        else {
+            int dec = -1;
+            for (int d = 1; d <= 8; d++)
+                if (fabs(m - pow(10, -d)) < 1e-12 * pow(10, -d)) dec = d;
+            if (dec < 0 || integer_only) {
+                if (c->o->lenient) goto no_mul;
+                return FAIL(c, DI_ERR_UNSUPPORTED, "'multipleOf' %g is not supported (only 1 and powers of 1/10)", m);
+            }
+            static char fr[32];
+            snprintf(fr, sizeof fr, "(\\.[0-9]{1,%d})?", dec);
+            frac_re = fr;
+        }
+    }
+no_mul:;
+    /* bounds as [lo, hi] with exclusivity; +-inf when absent */
+    double lo = -INFINITY, hi = INFINITY;
+    int lo_ex = 0, hi_ex = 0;
+    if (mn) lo = mn->valuedouble;
+    if (emn && emn->valuedouble >= lo) { lo = emn->valuedouble; lo_ex = 1; }
+    if (mx) hi = mx->valuedouble;
+    if (emx && emx->valuedouble <= hi) { hi = emx->valuedouble; hi_ex = 1; }
+    char buf[65536];
+    const char *intpart = "(0|[1-9][0-9]*)";
+    if (isinf(lo) && isinf(hi)) {
+        if (integer_only) snprintf(buf, sizeof buf, "-?%s", intpart);
+        else if (frac_re[0]) snprintf(buf, sizeof buf, "-?%s%s", intpart, frac_re);
+        else snprintf(buf, sizeof buf, "-?%s(\\.[0-9]+)?([eE][+-]?[0-9]+)?", intpart);
+        return regex_sym(c, buf, 0, out);
+    }
+    /* Fractional bounds are tightened to integers for integer-only
+     * values (exact); otherwise refused. */
+    if (integer_only) {
+        if (!isinf(lo)) { double l = lo_ex ? floor(lo) + 1 : ceil(lo); lo = l; lo_ex = 0; }
+        if (!isinf(hi)) { double h = hi_ex ? ceil(hi) - 1 : floor(hi); hi = h; hi_ex = 0; }
+    } else if ((!isinf(lo) && lo != floor(lo)) || (!isinf(hi) && hi != floor(hi))) {
+        if (!c->o->lenient)
+            return FAIL(c, DI_ERR_UNSUPPORTED, "fractional minimum/maximum on a number is not supported");
+        if (!isinf(lo) && lo != floor(lo)) { lo = ceil(lo); lo_ex = 0; }
+        if (!isinf(hi) && hi != floor(hi)) { hi = floor(hi); hi_ex = 0; }
+    }
+    if ((!isinf(lo) && fabs(lo) > 1e15) || (!isinf(hi) && fabs(hi) > 1e15))
+        return FAIL(c, DI_ERR_UNSUPPORTED, "numeric bound beyond 1e15 is not supported");
+    if (!isinf(lo) && !isinf(hi) && (lo > hi || (lo == hi && (lo_ex || hi_ex)))) {
+        int32_t nt = new_nt(c); /* empty */
+        if (nt < 0) return -1;
+        *out = nt;
+        return 0;
+    }
+    int io = integer_only || (frac_re[0] && 0);
+    char pos[32768], neg[32768];
+    pos[0] = neg[0] = 0;
+    /* non-negative part: x in [max(lo,0), hi] */
+    if (isinf(hi) || hi >= 0) {
+        long long plo = (isinf(lo) || lo < 0) ? 0 : (long long)lo;
+        int plo_ex = (!isinf(lo) && lo >= 0) ? lo_ex : 0;
+        long long phi = isinf(hi) ? -1 : (long long)hi;
+        mag_range(plo, plo_ex, phi, hi_ex, io, pos, sizeof pos);
+    }
+    /* negative part: x = -m, m in (0, -lo], m >= -hi when hi < 0 */
+    if (isinf(lo) || lo < 0) {
+        long long nlo = (!isinf(hi) && hi < 0) ? (long long)-hi : 0;
+        int nlo_ex = (!isinf(hi) && hi < 0) ? hi_ex : 1;
+        long long nhi = isinf(lo) ? -1 : (long long)-lo;
+        mag_range(nlo, nlo_ex, nhi, lo_ex, io, neg, sizeof neg);
+    }
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, sizeof buf - k, "(");
+    if (pos[0]) k += (size_t)snprintf(buf + k, sizeof buf - k, "%s", pos);
+    if (neg[0]) k += (size_t)snprintf(buf + k, sizeof buf - k, "%s-(%s)", pos[0] ? "|" : "", neg);
+    snprintf(buf + k, sizeof buf - k, ")");
+    if (!pos[0] && !neg[0]) {
+        int32_t nt = new_nt(c);
+        if (nt < 0) return -1;
+        *out = nt;
+        return 0;
+    }
+    if (frac_re[0] && !integer_only) {
+        /* multipleOf 10^-d with bounds: intersect the two languages */
+        char b2[64];
+        snprintf(b2, sizeof b2, "-?(0|[1-9][0-9]*)%s", frac_re);
+        di_dfa d1, d2, d;
+        if (di_regex_compile(buf, strlen(buf), 0, c->o->max_lexer_states, &d1, c->err)) return -1;
+        if (di_regex_compile(b2, strlen(b2), 0, c->o->max_lexer_states, &d2, c->err)) { di_dfa_free(&d1); return -1; }
+        di_status st = di_dfa_product(&d1, &d2, 0, c->o->max_lexer_states, &d, c->err);
+        di_dfa_free(&d1);
+        di_dfa_free(&d2);
+        if (st) return -1;
+        return di_cfg_dfa_sym(c->g, &d, NULL, out, c->err) ? -1 : 0;
+    }
+    return regex_sym(c, buf, 0, out);
+}
+
+/* ------------------------------------------------------ enum / const */
+
+/* Writes a JSON value as a grammar: objects / arrays member by member with
+ * the configured whitespace, scalars as literals (integers also as x.0). */
+static int const_value(js_ctx *c, const cJSON *v, int32_t lhs, int depth) {
+    if (depth > (int)c->o->max_depth) return FAIL(c, DI_ERR_LIMIT, "const/enum value nested deeper than %u", c->o->max_depth);
+    di_sym syms[4];
+    if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
+        int obj = cJSON_IsObject(v);
+        int n = cJSON_GetArraySize(v);
+        di_sym *seq = malloc(((size_t)n * 4 + 2) * sizeof *seq);
+        if (!seq) return FAIL(c, DI_ERR_NOMEM, "out of memory");
+        uint32_t k = 0;
+        seq[k++] = obj ? c->t_lbrace : c->t_lbrack;
+        int i = 0;
+        for (const cJSON *x = v->child; x; x = x->next, i++) {
+            if (i) seq[k++] = c->t_comma;
+            if (obj) {
+                cJSON *ks = cJSON_CreateString(x->string);
+                char *enc = ks ? cJSON_PrintUnformatted(ks) : NULL;
+                cJSON_Delete(ks);
+                if (!enc) { free(seq); return FAIL(c, DI_ERR_NOMEM, "out of memory"); }
+                int r = lit_sym(c, enc, &seq[k]);
+                free(enc);
+                if (r) { free(seq); return -1; }
+                k++;
+                seq[k++] = c->t_colon;
+            }
+            int32_t sub = new_nt(c);
+            if (sub < 0 || const_value(c, x, sub, depth + 1)) { free(seq); return -1; }
+            seq[k++] = sub;
+        }
+        seq[k++] = obj ? c->t_rbrace : c->t_rbrack;
+        int r = add_rule(c, lhs, seq, k);
+        free(seq);
+        return r;
+    }
+    char *txt = NULL;
+    if (cJSON_IsNumber(v)) {
+        double d = v->valuedouble;
+        char buf[64];
+        if (d == floor(d) && fabs(d) <= 9007199254740992.0) {
+            snprintf(buf, sizeof buf, "%s%.0f(\\.0+)?", d < 0 ? "\\-" : "", fabs(d));
+            if (regex_sym(c, buf, 0, &syms[0])) return -1;
+            return add_rule(c, lhs, syms, 1);
+        }
+        txt = cJSON_PrintUnformatted(v);
+    } else if (cJSON_IsString(v)) {
+        /* canonical encoding, as for keys */
+        size_t need = di_regex_escape(v->valuestring, strlen(v->valuestring), NULL, 0) + 1;
+        char *pat = malloc(need);
+        if (!pat) return FAIL(c, DI_ERR_NOMEM, "out of memory");
+        di_regex_escape(v->valuestring, strlen(v->valuestring), pat, need);
+        int r = regex_sym(c, pat, DI_RX_JSON_STRING, &syms[0]);
+        free(pat);
+        if (r) return -1;
+        return add_rule(c, lhs, syms, 1);
+    } else txt = cJSON_PrintUnformatted(v);
+    if (!txt) return FAIL(c, DI_ERR_NOMEM, "out of memory");
+    int r = lit_sym(c, txt, &syms[0]);
+    free(txt);
+    if (r) return -1;
+    return add_rule(c, lhs, syms, 1);
+}
+
+/* Whether value v satisfies the scalar keywords of s we can check here
+ * (type, string length / pattern / format, numeric bounds). Returns 1 yes,
+ * 0 no, -1 error (e.g. a keyword we cannot check: refused). */
+static int enum_value_ok(js_ctx *c, const cJSON *s, const cJSON *v, int types) {
+    int vt = value_type(v);
+    if (!(types & vt) && !(vt == T_INT && (types & T_NUM))) return 0;
+    for (const cJSON *k = s->child; k; k = k->next) {
+        const char *n = k->string;
+        if (!is_constraint(n) || !strcmp(n, "type") || !strcmp(n, "enum") || !strcmp(n, "const")) continue;
+        if (!strcmp(n, "minLength") || !strcmp(n, "maxLength") || !strcmp(n, "pattern") || !strcmp(n, "format") ||
+            !strcmp(n, "x-di-patterns")) {
+            if (vt != T_STR) continue;
+            di_dfa d;
+            int any;
+            if (string_dfa(c, s, &d, &any)) return -1;
+            size_t need = di_regex_escape(v->valuestring, strlen(v->valuestring), NULL, 0) + 1;
+            char *pat = malloc(need);
+            di_dfa lit;
+            int ok = 0;
+            if (pat) {
+                di_regex_escape(v->valuestring, strlen(v->valuestring), pat, need);
+                if (!di_regex_compile(pat, strlen(pat), DI_RX_JSON_STRING, c->o->max_lexer_states, &lit, c->err)) {
+                    ok = di_dfa_intersects(&d, &lit);
+                    di_dfa_free(&lit);
+                }
+                free(pat);
+            }
+            di_dfa_free(&d);
+            if (!ok) return 0;
+            continue;
+        }
+        if (!strcmp(n, "minimum") || !strcmp(n, "maximum") || !strcmp(n, "exclusiveMinimum") ||
+            !strcmp(n, "exclusiveMaximum")) {
+            if (!(vt & (T_INT | T_NUM))) continue;
+            if (!cJSON_IsNumber(k)) return FAIL(c, DI_ERR_FORMAT, "'%s' must be a number", n);
+            double x = v->valuedouble, b = k->valuedouble;
+            if ((!strcmp(n, "minimum") && x < b) || (!strcmp(n, "maximum") && x > b) ||
+                (!strcmp(n, "exclusiveMinimum") && x <= b) || (!strcmp(n, "exclusiveMaximum") && x >= b))
+                return 0;
+            continue;
+        }
+        if (!strcmp(n, "minItems") || !strcmp(n, "maxItems") || !strcmp(n, "minProperties") ||
+            !strcmp(n, "maxProperties")) {
+            int size_kind = (n[3] == 'I') ? T_ARR : T_OBJ;
+            if (vt != size_kind) continue;
+            double cnt = cJSON_GetArraySize(v), b = cJSON_IsNumber(k) ? k->valuedouble : 0;
+            if ((n[1] == 'i' && cnt < b) || (n[1] == 'a' && cnt > b)) return 0;
+            continue;
+        }
+        if (!strcmp(n, "required")) {
+            if (vt != T_OBJ) continue;
+            for (const cJSON *r = k->child; r; r = r->next)
+                if (cJSON_IsString(r) && !cJSON_GetObjectItemCaseSensitive(v, r->valuestring)) return 0;
+            continue;
+        }
+        if (c->o->lenient) continue;
+        return FAIL(c, DI_ERR_UNSUPPORTED, "'%s' next to enum/const is not supported", n);
+    }
+    return 1;
+}
+
+static int32_t enum_nt(js_ctx *c, const cJSON *s, int types) {
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
+    const cJSON *co = cJSON_GetObjectItemCaseSensitive(s, "const");
+    int32_t nt = new_nt(c);
+    if (nt < 0) return -1;
+    if (en && !cJSON_IsArray(en)) return FAIL(c, DI_ERR_FORMAT, "'enum' must be an array");
+    const cJSON *vals[2] = {en ? en->child : NULL, co};
+    for (int pass = 0; pass < 2; pass++) {
+        const cJSON *v = vals[pass];
+        if (!v) continue;
+        for (; v; v = pass == 0 ? v->next : NULL) {
+            /* const restricts enum: a value must equal the const too */
+            if (en && co && pass == 0 && !cJSON_Compare(v, co, 1)) continue;
+            if (en && co && pass == 1) break;
+            int ok = enum_value_ok(c, s, v, types);
+            if (ok < 0) return -1;
+            if (ok && const_value(c, v, nt, 0)) return -1;
+        }
+    }
+    return nt;
+}
+
+/* ------------------------------------------------------------ objects */
+
+typedef struct member {
+    di_sym key;
+    int32_t val;
+    int req;         /* index into required, -1 if optional */
+    int32_t nt;      /* key : value */
+} member;
+
+typedef struct obj_build {
+    member *m;
+    int n, cap;
+    int n_req;
+    long minp, maxp;
+    int32_t *state_nt; /* [2^n_req * (cap+1)] */
+    int cap_count;
+} obj_build;
+
+static int member_add(js_ctx *c, obj_build *ob, di_sym key, int32_t val, int req) {
+    if (ob->n == ob->cap) {
+        int cap = ob->cap ? ob->cap * 2 : 16;
+        member *m = realloc(ob->m, (size_t)cap * sizeof *m);
+        if (!m) return FAIL(c, DI_ERR_NOMEM, "out of memory");
+        ob->m = m;
+        ob->cap = cap;
+    }
+    int32_t nt = new_nt(c);
+    if (nt < 0) return -1;
+    di_sym seq[3] = {key, c->t_colon, val};
+    if (add_rule(c, nt, seq, 3)) return -1;
+    ob->m[ob->n++] = (member){key, val, req, nt};
+    return 0;
+}
+
+/* Any-order object: state (set of required members seen, count). */
+static int32_t obj_state(js_ctx *c, obj_build *ob, uint32_t set, int cnt);
+
+static int32_t obj_state(js_ctx *c, obj_build *ob, uint32_t set, int cnt) {
+    size_t idx = (size_t)set * (size_t)(ob->cap_count + 1) + (size_t)cnt;
+    if (ob->state_nt[idx] >= 0) return ob->state_nt[idx];
+    int32_t nt = new_nt(c);
+    if (nt < 0) return -1;
+    ob->state_nt[idx] = nt;
+    uint32_t all = ob->n_req ? (uint32_t)((1ull << ob->n_req) - 1) : 0;
+    if (set == all && cnt >= ob->minp) {
+        if (add_rule(c, nt, &c->t_rbrace, 1)) return -1;
+    }
+    if (ob->maxp < 0 || cnt + 1 <= ob->maxp) {
+        int nc = cnt + 1 > ob->cap_count ? ob->cap_count : cnt + 1;
+        for (int i = 0; i < ob->n; i++) {
+            uint32_t s2 = set | (ob->m[i].req >= 0 ? (1u << ob->m[i].req) : 0);
+            int32_t next = obj_state(c, ob, s2, nc);
+            if (next < 0) return -1;
+            di_sym seq[3] = {c->t_comma, ob->m[i].nt, next};
+            if (add_rule(c, nt, seq, 3)) return -1;
+        }
+    }
+    return nt;
+}
+
+/* Fixed-order object: declared members in order, then extra ones. */
+static int32_t obj_seq(js_ctx *c, obj_build *ob, int n_decl, int i, int cnt, int32_t *memo) {
+    size_t idx = (size_t)i * (size_t)(ob->cap_count + 1) + (size_t)cnt;
+    if (memo[idx] >= 0) return memo[idx];
+    int32_t nt = new_nt(c);
+    if (nt < 0) return -1;
+    memo[idx] = nt;
+    int can_add = ob->maxp < 0 || cnt + 1 <= ob->maxp;
+    int nc = cnt + 1 > ob->cap_count ? ob->cap_count : cnt + 1;
+    if (i < n_decl) {
+        const member *m = &ob->m[i];
+        if (can_add) {
+            int32_t next = obj_seq(c, ob, n_decl, i + 1, nc, memo);
+            if (next < 0) return -1;
+            di_sym seq[3];
+            uint32_t k = 0;
+            if (cnt > 0) seq[k++] = c->t_comma;
+            seq[k++] = m->nt;
+            seq[k++] = next;
+            if (add_rule(c, nt, seq, k)) return -1;
+        }
+        if (m->req < 0) {
+            int32_t next = obj_seq(c, ob, n_decl, i + 1, cnt, memo);
+            if (next < 0) return -1;
+            if (add_rule(c, nt, &next, 1)) return -1;
+        }
+        return nt;
+    }
+    if (cnt >= ob->minp && add_rule(c, nt, &c->t_rbrace, 1)) return -1;
+    if (can_add)
+        for (int e = n_decl; e < ob->n; e++) {
+            int32_t next = obj_seq(c, ob, n_decl, i, nc, memo);
+            if (next < 0) return -1;
+            di_sym seq[3];
+            uint32_t k = 0;
+            if (cnt > 0) seq[k++] = c->t_comma;
+            seq[k++] = ob->m[e].nt;
+            seq[k++] = next;
+            if (add_rule(c, nt, seq, k)) return -1;
+        }
+    return nt;
+}
+
+static int key_dfa(js_ctx *c, const char *name, di_dfa *out) {
+    size_t need = di_regex_escape(name, strlen(name), NULL, 0) + 1;
+    char *pat = malloc(need);
+    if (!pat) return FAIL(c, DI_ERR_NOMEM, "out of memory");
+    di_regex_escape(name, strlen(name), pat, need);
+    di_status st = di_regex_compile(pat, strlen(pat), DI_RX_JSON_STRING, c->o->max_lexer_states, out, c->err);
+    free(pat);
+    return st ? -1 : 0;
+}
+
+static int dfa_minus(js_ctx *c, di_dfa *acc, const di_dfa *x) {
+    di_dfa r;
+    if (di_dfa_product(acc, x, 1, c->o->max_lexer_states, &r, c->err)) return -1;
+    di_dfa_free(acc);
+    *acc = r;
+    return 0;
+}
+
+static int32_t object_nt(js_ctx *c, const cJSON *s) {
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
+    const cJSON *addl = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
+    const cJSON *pprops = cJSON_GetObjectItemCaseSensitive(s, "patternProperties");
+    const cJSON *pnames = cJSON_GetObjectItemCaseSensitive(s, "propertyNames");
+    if (props && !cJSON_IsObject(props)) return FAIL(c, DI_ERR_FORMAT, "'properties' must be an object");
+    if (req && !cJSON_IsArray(req)) return FAIL(c, DI_ERR_FORMAT, "'required' must be an array");
+    if (pprops && !cJSON_IsObject(pprops)) return FAIL(c, DI_ERR_FORMAT, "'patternProperties' must be an object");
+    obj_build ob = {0};
+    int32_t result = -1;
+    di_dfa names = {0}, extra = {0};
+    int have_names = 0, have_extra = 0;
+    di_dfa *pdfa = NULL;
+    int n_pp = pprops ? cJSON_GetArraySize(pprops) : 0;
+    if (get_count(c, s, "minProperties", &ob.minp, 0) || get_count(c, s, "maxProperties", &ob.maxp, -1)) goto done;
+    /* propertyNames: a string schema every key must satisfy */
+    if (pnames) {
+        if (cJSON_IsFalse(pnames)) { memset(&names, 0, sizeof names); have_names = 1; }
+        else if (cJSON_IsObject(pnames)) {
+            for (const cJSON *k = pnames->child; k; k = k->next)
+                if (is_constraint(k->string) && strcmp(k->string, "pattern") && strcmp(k->string, "minLength") &&
+                    strcmp(k->string, "maxLength") && strcmp(k->string, "format") && strcmp(k->string, "type") &&
+                    !c->o->lenient) {
+                    FAIL(c, DI_ERR_UNSUPPORTED, "'propertyNames' with '%s' is not supported", k->string);
+                    goto done;
+                }
+            int any;
+            if (string_dfa(c, pnames, &names, &any)) goto done;
+            have_names = 1;
+        }
+    }
+    /* required names, deduplicated, that are declared or not */
+    const char *rnames[64];
+    int n_rn = 0;
+    if (req)
+        for (const cJSON *r = req->child; r; r = r->next) {
+            if (!cJSON_IsString(r)) { FAIL(c, DI_ERR_FORMAT, "'required' entries must be strings"); goto done; }
+            int dup = 0;
+            for (int i = 0; i < n_rn; i++) dup |= !strcmp(rnames[i], r->valuestring);
+            if (dup) continue;
+            if (n_rn == 64) { FAIL(c, DI_ERR_LIMIT, "more than 64 required properties"); goto done; }
+            rnames[n_rn++] = r->valuestring;
+        }
+    /* pattern DFAs */
+    if (n_pp) {
+        pdfa = calloc((size_t)n_pp, sizeof *pdfa);
+        if (!pdfa) { FAIL(c, DI_ERR_NOMEM, "out of memory"); goto done; }
+        int i = 0;
+        for (const cJSON *p = pprops->child; p; p = p->next, i++)
+            if (di_regex_compile(p->string, strlen(p->string), DI_RX_SEARCH | DI_RX_JSON_STRING, c->o->max_lexer_states,
+                                 &pdfa[i], c->err)) {
+                di_err_prefix(c->err, "patternProperties /%s/: ", p->string);
+                goto done;
+            }
+        for (int a = 0; a < n_pp; a++)
+            for (int b = a + 1; b < n_pp; b++)
+                if (di_dfa_intersects(&pdfa[a], &pdfa[b])) {
+                    FAIL(c, DI_ERR_UNSUPPORTED, "overlapping patternProperties are not supported");
+                    goto done;
+                }
+    }
+    /* the names every key is checked against: declared + required */
+    const char *decl[1024];
+    int n_decl = 0;
+    if (props)
+        for (const cJSON *p = props->child; p; p = p->next) {
+            if (n_decl == 1024) { FAIL(c, DI_ERR_LIMIT, "more than 1024 properties"); goto done; }
+            decl[n_decl++] = p->string;
+        }
+    for (int i = 0; i < n_rn; i++) {
+        int found = 0;
+        for (int k = 0; k < n_decl; k++) found |= !strcmp(decl[k], rnames[i]);
+        if (!found) {
+            if (n_decl == 1024) { FAIL(c, DI_ERR_LIMIT, "more than 1024 properties"); goto done; }
+            decl[n_decl++] = rnames[i];
+        }
+    }
+    int addl_false = addl ? cJSON_IsFalse(addl) : c->o->forbid_additional_properties;
+    int32_t addl_val = -1;
+    if (!addl_false) {
+        addl_val = addl ? js_value(c, addl) : js_value(c, c->true_schema);
+        if (addl_val < 0) goto done;
+    }
+    int n_req_members = 0;
+    for (int k = 0; k < n_decl; k++) {
+        const char *name = decl[k];
+        int ridx = -1;
+        for (int i = 0; i < n_rn; i++)
+            if (!strcmp(rnames[i], name)) ridx = i;
+        di_dfa kd;
+        if (key_dfa(c, name, &kd)) goto done;
+        int name_ok = !have_names || di_dfa_intersects(&names, &kd);
+        /* value schema: the property's, plus matching patternProperties,
+         * or additionalProperties when undeclared */
+        const cJSON *ps = props ? cJSON_GetObjectItemCaseSensitive(props, name) : NULL;
+        cJSON *conj = cJSON_CreateArray();
+        own(c, conj);
+        if (ps) cJSON_AddItemReferenceToArray(conj, (cJSON *)ps);
+        int matched_pp = 0;
+        if (pprops) {
+            int i = 0;
+            for (const cJSON *p = pprops->child; p; p = p->next, i++)
+                if (di_dfa_intersects(&pdfa[i], &kd)) { cJSON_AddItemReferenceToArray(conj, (cJSON *)p); matched_pp = 1; }
+        }
+        di_dfa_free(&kd);
+        int32_t val;
+        if (!ps && !matched_pp) {
+            val = addl_false ? -2 : addl_val;
+        } else if (cJSON_GetArraySize(conj) == 1) {
+            val = js_value(c, conj->child);
+        } else {
+            cJSON *all = cJSON_CreateObject();
+            cJSON_AddItemReferenceToObject(all, "allOf", conj);
+            own(c, all);
+            val = js_value(c, all);
+        }
+        if (val == -1) goto done;
+        if (val == -2 || !name_ok) {
+            if (ridx >= 0) { /* a required key that may not appear: nothing is valid */
+                result = new_nt(c);
+                goto done;
+            }
+            continue;
+        }
+        if (ridx >= 0) ridx = n_req_members++;
+        size_t need = di_regex_escape(name, strlen(name), NULL, 0) + 1;
+        char *pat = malloc(need);
+        if (!pat) { FAIL(c, DI_ERR_NOMEM, "out of memory"); goto done; }
+        di_regex_escape(name, strlen(name), pat, need);
+        di_sym ks;
+        int r = regex_sym(c, pat, DI_RX_JSON_STRING, &ks);
+        free(pat);
+        if (r || member_add(c, &ob, ks, val, ridx)) goto done;
+    }
+    ob.n_req = n_req_members;
+    int n_decl_members = ob.n;
+    /* pattern members: keys matching pattern i, not declared */
+    for (int i = 0; i < n_pp; i++) {
+        di_dfa kd;
+        if (di_dfa_product(&pdfa[i], &pdfa[i], 0, c->o->max_lexer_states, &kd, c->err)) goto done;
+        for (int k = 0; k < n_decl; k++) {
+            di_dfa x;
+            if (key_dfa(c, decl[k], &x)) { di_dfa_free(&kd); goto done; }
+            int r = dfa_minus(c, &kd, &x);
+            di_dfa_free(&x);
+            if (r) { di_dfa_free(&kd); goto done; }
+        }
+        if (have_names) {
+            di_dfa r;
+            if (di_dfa_product(&kd, &names, 0, c->o->max_lexer_states, &r, c->err)) { di_dfa_free(&kd); goto done; }
+            di_dfa_free(&kd);
+            kd = r;
+        }
+        const cJSON *ps = cJSON_GetArrayItem(pprops, i);
+        int32_t val = js_value(c, ps);
+        if (val < 0) { di_dfa_free(&kd); goto done; }
+        di_sym ks;
+        if (di_cfg_dfa_sym(c->g, &kd, NULL, &ks, c->err) || member_add(c, &ob, ks, val, -1)) goto done;
+    }
+    /* additional members: any other key */
+    if (!addl_false) {
+        const char *all = "[\\u{0}-\\u{10FFFF}]*";
+        if (di_regex_compile(all, strlen(all), DI_RX_JSON_STRING, c->o->max_lexer_states, &extra, c->err)) goto done;
+        have_extra = 1;
+        for (int k = 0; k < n_decl; k++) {
+            di_dfa x;
+            if (key_dfa(c, decl[k], &x)) goto done;
+            int r = dfa_minus(c, &extra, &x);
+            di_dfa_free(&x);
+            if (r) goto done;
+        }
+        for (int i = 0; i < n_pp; i++)
+            if (dfa_minus(c, &extra, &pdfa[i])) goto done;
+        if (have_names) {
+            di_dfa r;
+            if (di_dfa_product(&extra, &names, 0, c->o->max_lexer_states, &r, c->err)) goto done;
+            di_dfa_free(&extra);
+            extra = r;
+        }
+        di_sym ks;
+        have_extra = 0;
+        if (di_cfg_dfa_sym(c->g, &extra, NULL, &ks, c->err) || member_add(c, &ob, ks, addl_val, -1)) goto done;
+    }
+    /* states */
+    ob.cap_count = (int)(ob.maxp >= 0 ? ob.maxp : 0);
+    if (ob.minp > ob.cap_count) ob.cap_count = (int)ob.minp;
+    if (ob.cap_count < 1) ob.cap_count = 1;
+    if (ob.cap_count > (int)c->o->max_repeat) {
+        if (ob.maxp > (long)c->o->max_repeat || ob.minp > (long)c->o->max_repeat) {
+            FAIL(c, DI_ERR_LIMIT, "min/maxProperties beyond %u", c->o->max_repeat);
+            goto done;
+        }
+    }
+    double any_order_cost = (double)(1ull << (ob.n_req < 40 ? ob.n_req : 40)) * (ob.cap_count + 1) * (ob.n + 1);
+    int32_t open_nt = new_nt(c);
+    if (open_nt < 0) goto done;
+    if (ob.n_req <= 16 && any_order_cost <= JS_MAX_UNROLL_STATES * 4) {
+        size_t ns = ((size_t)1 << ob.n_req) * (size_t)(ob.cap_count + 1);
+        ob.state_nt = malloc(ns * sizeof *ob.state_nt);
+        if (!ob.state_nt) { FAIL(c, DI_ERR_NOMEM, "out of memory"); goto done; }
+        for (size_t i = 0; i < ns; i++) ob.state_nt[i] = -1;
+        if (ob.n_req == 0 && ob.minp == 0) {
+            di_sym seq[2] = {c->t_lbrace, c->t_rbrace};
+            if (add_rule(c, open_nt, seq, 2)) goto done;
+        }
+        if (ob.maxp != 0)
+            for (int i = 0; i < ob.n; i++) {
+                uint32_t s2 = ob.m[i].req >= 0 ? (1u << ob.m[i].req) : 0;
+                int32_t next = obj_state(c, &ob, s2, 1 > ob.cap_count ? ob.cap_count : 1);
+                if (next < 0) goto done;
+                di_sym seq[3] = {c->t_lbrace, ob.m[i].nt, next};
+                if (add_rule(c, open_nt, seq, 3)) goto done;
+            }
+    } else {
+        size_t ns = (size_t)(ob.n + 1) * (size_t)(ob.cap_count + 1);
+        int32_t *memo = malloc(ns * sizeof *memo);
+        if (!memo) { FAIL(c, DI_ERR_NOMEM, "out of memory"); goto done; }
+        for (size_t i = 0; i < ns; i++) memo[i] = -1;
+        int32_t first = obj_seq(c, &ob, n_decl_members, 0, 0, memo);
+        free(memo);
+        if (first < 0) goto done;
+        di_sym seq[2] = {c->t_lbrace, first};
+        if (add_rule(c, open_nt, seq, 2)) goto done;
+    }
+    result = open_nt;
+done:
+    if (have_names) di_dfa_free(&names);
+    if (have_extra) di_dfa_free(&extra);
+    for (int i = 0; i < n_pp && pdfa; i++) di_dfa_free(&pdfa[i]);
+    free(pdfa);
+    free(ob.m);
+    free(ob.state_nt);
+    return result;
+}
+
+/* ------------------------------------------------------------- arrays */
+
+static int32_t array_nt(js_ctx *c, const cJSON *s) {
+    const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
+    const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(s, "prefixItems");
+    const cJSON *addi = cJSON_GetObjectItemCaseSensitive(s, "additionalItems");
+    long mn, mx;
+    if (get_count(c, s, "minItems", &mn, 0) || get_count(c, s, "maxItems", &mx, -1)) return -1;
+    const cJSON *rest = items;
+    if (items && cJSON_IsArray(items)) { /* draft-07 tuple form */
+        if (prefix) return FAIL(c, DI_ERR_FORMAT, "both array-valued 'items' and 'prefixItems'");
+        prefix = items;
+        rest = addi;
+    } else if (addi && !prefix && !c->o->lenient && !(items)) {
+        /* additionalItems without a tuple has no effect */
+    }
+    if (prefix && !cJSON_IsArray(prefix)) return FAIL(c, DI_ERR_FORMAT, "'prefixItems' must be an array");
+    int np = prefix ? cJSON_GetArraySize(prefix) : 0;
+    int rest_false = rest && cJSON_IsFalse(rest);
+    long hard_max = mx;
+    if (rest_false && (hard_max < 0 || hard_max > np)) hard_max = np;
+    long unroll = np > mn ? np : mn;
+    if (unroll < 1) unroll = 1;
+    if (hard_max >= 0) unroll = hard_max;
+    if (unroll > (long)c->o->max_repeat)
+        return FAIL(c, DI_ERR_LIMIT, "array bound %ld exceeds the limit of %u (max_repeat)", unroll, c->o->max_repeat);
+    if (hard_max >= 0 && hard_max < mn) return new_nt(c);
+    int32_t rest_val = -1;
+    if (!rest_false && (hard_max < 0 || hard_max > np)) {
+        rest_val = js_value(c, rest ? rest : c->true_schema);
+        if (rest_val < 0) return -1;
+    }
+    /* A(i): after i elements. */
+    int32_t *A = malloc(((size_t)unroll + 2) * sizeof *A);
+    if (!A) return FAIL(c, DI_ERR_NOMEM, "out of memory");
+    for (long i = 0; i <= unroll; i++) {
+        A[i] = new_nt(c);
+        if (A[i] < 0) { free(A); return -1; }
+    }
+    int32_t result = -1;
+    for (long i = unroll; i >= 0; i--) {
+        /* close */
+        if (i >= mn && i > 0 && add_rule(c, A[i], &c->t_rbrack, 1)) goto out;
+        if (hard_max >= 0 && i + 1 > hard_max) continue;
+        int32_t v = i < np ? js_value(c, cJSON_GetArrayItem(prefix, (int)i)) : rest_val;
+        if (v < 0) goto out;
+        int32_t next = (i + 1 <= unroll) ? A[i + 1] : A[unroll]; /* loop past the unrolled part */
+        di_sym seq[3];
+        uint32_t k = 0;
+        seq[k++] = i > 0 ? c->t_comma : c->t_lbrack;
+        seq[k++] = v;
+        seq[k++] = next;
+        if (add_rule(c, A[i], seq, k)) goto out;
+    }
+    /* empty array */
+    if (mn == 0) {
+        di_sym seq[2] = {c->t_lbrack, c->t_rbrack};
+        if (add_rule(c, A[0], seq, 2)) goto out;
+    }
+    result = A[0];
+out:
+    free(A);
+    return result;
+}
+
+/* ------------------------------------------------------ allOf merging */
+
+static cJSON *dup(const cJSON *x) { return cJSON_Duplicate(x, 1); }
+
+static void put(cJSON *m, const char *k, cJSON *v) {
+    cJSON_DeleteItemFromObjectCaseSensitive(m, k);
+    cJSON_AddItemToObject(m, k, v);
+}
+
+static cJSON *all_of2(const cJSON *a, const cJSON *b) {
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+    cJSON_AddItemToArray(arr, dup(a));
+    cJSON_AddItemToArray(arr, dup(b));
+    cJSON_AddItemToObject(o, "allOf", arr);
+    return o;
+}
+
+/* Merges plain schema b into m (both objects without allOf/anyOf/oneOf/$ref). */
+static int merge_into(js_ctx *c, cJSON *m, const cJSON *b) {
+    /* object keywords: a property only one side declares is governed by the
+     * other side's additionalProperties */
+    const cJSON *pa = cJSON_GetObjectItemCaseSensitive(m, "properties");
+    const cJSON *pb = cJSON_GetObjectItemCaseSensitive(b, "properties");
+    const cJSON *aa = cJSON_GetObjectItemCaseSensitive(m, "additionalProperties");
+    const cJSON *ab = cJSON_GetObjectItemCaseSensitive(b, "additionalProperties");
+    int ppa = cJSON_GetObjectItemCaseSensitive(m, "patternProperties") != NULL;
+    int ppb = cJSON_GetObjectItemCaseSensitive(b, "patternProperties") != NULL;
+    if ((pa || pb || aa || ab) && (ppa || ppb) && !(ppa && !pb && !ab) && !(ppb && !pa && !aa))
+        return FAIL(c, DI_ERR_UNSUPPORTED, "allOf combining patternProperties with properties is not supported");
+    /* array keywords: `items` of one side also governs the other side's
+     * prefixItems positions */
+    const cJSON *xa = cJSON_GetObjectItemCaseSensitive(m, "prefixItems");
+    const cJSON *xb = cJSON_GetObjectItemCaseSensitive(b, "prefixItems");
+    const cJSON *ia = cJSON_GetObjectItemCaseSensitive(m, "items");
+    const cJSON *ib = cJSON_GetObjectItemCaseSensitive(b, "items");
+    int arrays_done = 0;
+    if ((xa && xb && !cJSON_Compare(xa, xb, 1)) || (ia && cJSON_IsArray(ia)) || (ib && cJSON_IsArray(ib)))
+        return FAIL(c, DI_ERR_UNSUPPORTED, "allOf combining two tuple (prefixItems) schemas is not supported");
+    if ((xa && !xb && ib) || (xb && !xa && ia)) {
+        const cJSON *pre = xa ? xa : xb, *other = xa ? ib : ia;
+        cJSON *np = cJSON_CreateArray();
+        for (const cJSON *x = pre->child; x; x = x->next) cJSON_AddItemToArray(np, all_of2(x, other));
+        put(m, "prefixItems", np);
+        if (ia && ib) put(m, "items", all_of2(ia, ib));
+        else if (ib) put(m, "items", dup(ib));
+        arrays_done = 1;
+    }
+    if (pa || pb) {
+        cJSON *np = cJSON_CreateObject();
+        const cJSON *sides[2] = {pa, pb}, *others_addl[2] = {ab, aa}, *others_props[2] = {pb, pa};
+        for (int s = 0; s < 2; s++) {
+            if (!sides[s]) continue;
+            for (const cJSON *p = sides[s]->child; p; p = p->next) {
+                if (cJSON_GetObjectItemCaseSensitive(np, p->string)) continue;
+                const cJSON *q = others_props[s] ? cJSON_GetObjectItemCaseSensitive(others_props[s], p->string) : NULL;
+                const cJSON *other = q ? q : others_addl[s];
+                cJSON_AddItemToObject(np, p->string, other ? all_of2(p, other) : dup(p));
+            }
+        }
+        put(m, "properties", np);
+    }
+    for (const cJSON *k = b->child; k; k = k->next) {
+        const char *n = k->string;
+        if (!is_constraint(n) || !strcmp(n, "properties")) continue;
+        if (arrays_done && (!strcmp(n, "prefixItems") || !strcmp(n, "items"))) continue; /* handled above */
+        cJSON *mine = cJSON_GetObjectItemCaseSensitive(m, n);
+        if (!mine) { cJSON_AddItemToObject(m, n, dup(k)); continue; }
+        if (!strcmp(n, "type")) {
+            int ta, tb;
+            if (types_of(c, m, &ta) || types_of(c, b, &tb)) return -1;
+            int t = ta & tb;
+            if ((ta & T_NUM) && !(tb & T_NUM) && (tb & T_INT)) t &= ~T_NUM;
+            cJSON *arr = cJSON_CreateArray();
+            const char *names[] = {"null", "boolean", "object", "array", "string", "integer", "number"};
+            for (int i = 0; i < 7; i++)
+                if ((t & (1 << i)) && !(i == 5 && (t & T_NUM))) cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
+            put(m, "type", arr);
+        } else if (!strcmp(n, "required")) {
+            for (const cJSON *r = k->child; r; r = r->next) cJSON_AddItemToArray(mine, dup(r));
+        } else if (!strcmp(n, "minLength") || !strcmp(n, "minItems") || !strcmp(n, "minProperties") ||
+                   !strcmp(n, "minimum") || !strcmp(n, "exclusiveMinimum")) {
+            if (cJSON_IsNumber(k) && cJSON_IsNumber(mine) && k->valuedouble > mine->valuedouble) put(m, n, dup(k));
+        } else if (!strcmp(n, "maxLength") || !strcmp(n, "maxItems") || !strcmp(n, "maxProperties") ||
+                   !strcmp(n, "maximum") || !strcmp(n, "exclusiveMaximum")) {
+            if (cJSON_IsNumber(k) && cJSON_IsNumber(mine) && k->valuedouble < mine->valuedouble) put(m, n, dup(k));
+        } else if (!strcmp(n, "pattern")) {
+            if (strcmp(mine->valuestring ? mine->valuestring : "", k->valuestring ? k->valuestring : "")) {
+                cJSON *pl = cJSON_GetObjectItemCaseSensitive(m, "x-di-patterns");
+                if (!pl) { pl = cJSON_CreateArray(); cJSON_AddItemToObject(m, "x-di-patterns", pl); }
+                cJSON_AddItemToArray(pl, dup(k));
+            }
+        } else if (!strcmp(n, "additionalProperties") || !strcmp(n, "items") || !strcmp(n, "propertyNames") ||
+                   !strcmp(n, "additionalItems")) {
+            if (cJSON_IsArray(k) || cJSON_IsArray(mine))
+                return FAIL(c, DI_ERR_UNSUPPORTED, "allOf combining tuple 'items' is not supported");
+            put(m, n, all_of2(mine, k));
+        } else if (!strcmp(n, "enum")) {
+            cJSON *ne = cJSON_CreateArray();
+            for (const cJSON *x = mine->child; x; x = x->next)
+                for (const cJSON *y = k->child; y; y = y->next)
+                    if (cJSON_Compare(x, y, 1) && value_type(x) == value_type(y)) { cJSON_AddItemToArray(ne, dup(x)); break; }
+            put(m, "enum", ne);
+        } else if (!strcmp(n, "const")) {
+            if (!cJSON_Compare(mine, k, 1)) put(m, "enum", cJSON_CreateArray());
+        } else if (cJSON_Compare(mine, k, 1)) {
+            /* identical: nothing to do */
+        } else if (!strcmp(n, "uniqueItems")) {
+            if (cJSON_IsTrue(k)) put(m, n, dup(k));
+        } else if (!strcmp(n, "x-di-patterns")) {
+            for (const cJSON *r = k->child; r; r = r->next) cJSON_AddItemToArray(mine, dup(r));
+        } else {
+            if (c->o->lenient) continue;
+            return FAIL(c, DI_ERR_UNSUPPORTED, "allOf with two different '%s' is not supported", n);
+        }
+    }
+    return 0;
+}
+
+/* Flattens s into plain conjuncts (copies without allOf / $ref) and
+ * disjunctions (anyOf / oneOf arrays). */
+static int flatten(js_ctx *c, const cJSON *s, cJSON *plain, cJSON *disj, int depth) {
+    if (depth > 32) return FAIL(c, DI_ERR_UNSUPPORTED, "recursive $ref inside allOf is not supported");
+    if (cJSON_IsTrue(s)) return 0;
+    if (cJSON_IsFalse(s)) {
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddItemToObject(f, "enum", cJSON_CreateArray());
+        cJSON_AddItemToArray(plain, f);
+        return 0;
+    }
+    if (!cJSON_IsObject(s)) return FAIL(c, DI_ERR_FORMAT, "schema must be an object or a boolean");
+    if (check_keywords(c, s)) return -1;
+    cJSON *rest = cJSON_CreateObject();
+    for (const cJSON *k = s->child; k; k = k->next) {
+        if (!strcmp(k->string, "allOf") || !strcmp(k->string, "$ref") || !strcmp(k->string, "anyOf") ||
+            !strcmp(k->string, "oneOf") || !is_constraint(k->string))
+            continue;
+        if (in_list(k->string, unsupported_keywords)) continue; /* lenient */
+        cJSON_AddItemToObject(rest, k->string, dup(k));
+    }
+    cJSON_AddItemToArray(plain, rest);
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
+    if (ref) {
+        if (!cJSON_IsString(ref)) return FAIL(c, DI_ERR_FORMAT, "'$ref' must be a string");
+        const cJSON *t = resolve_ref(c, ref->valuestring);
+        if (!t || flatten(c, t, plain, disj, depth + 1)) return -1;
+    }
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
+    if (all) {
+        if (!cJSON_IsArray(all) || !cJSON_GetArraySize(all)) return FAIL(c, DI_ERR_FORMAT, "'allOf' must be a non-empty array");
+        for (const cJSON *x = all->child; x; x = x->next)
+            if (flatten(c, x, plain, disj, depth + 1)) return -1;
+    }
+    const char *dk[2] = {"anyOf", "oneOf"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(s, dk[i]);
+        if (!d) continue;
+        if (!cJSON_IsArray(d) || !cJSON_GetArraySize(d)) return FAIL(c, DI_ERR_FORMAT, "'%s' must be a non-empty array", dk[i]);
+        cJSON *w = cJSON_CreateObject();
+        cJSON_AddItemToObject(w, dk[i], dup(d));
+        cJSON_AddItemToArray(disj, w);
+    }
+    return 0;
+}
+
+/* Possible instance types of a schema, following $ref / allOf / anyOf. */
+static int possible_types(js_ctx *c, const cJSON *s, int depth) {
+    if (depth > 16 || cJSON_IsTrue(s)) return T_ALL;
+    if (cJSON_IsFalse(s)) return 0;
+    if (!cJSON_IsObject(s)) return T_ALL;
+    int t = T_ALL;
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(s, "type");
+    if (ty && types_of(c, s, &t)) { di_err_clear(c->err); t = T_ALL; }
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
+    if (en && cJSON_IsArray(en)) {
+        int e = 0;
+        for (const cJSON *v = en->child; v; v = v->next) e |= value_type(v) == T_INT ? (T_INT | T_NUM) : value_type(v);
+        t &= e;
+    }
+    const cJSON *co = cJSON_GetObjectItemCaseSensitive(s, "const");
+    if (co) t &= value_type(co) == T_INT ? (T_INT | T_NUM) : value_type(co);
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
+    if (ref && cJSON_IsString(ref)) {
+        di_err save = *c->err;
+        const cJSON *r = resolve_ref(c, ref->valuestring);
+        *c->err = save;
+        if (r) t &= possible_types(c, r, depth + 1);
+    }
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
+    if (all) for (const cJSON *x = all->child; x; x = x->next) t &= possible_types(c, x, depth + 1);
+    const char *dk[2] = {"anyOf", "oneOf"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *d = cJSON_GetObjectItemCaseSensitive(s, dk[i]);
+        if (!d) continue;
+        int u = 0;
+        for (const cJSON *x = d->child; x; x = x->next) u |= possible_types(c, x, depth + 1);
+        t &= u;
+    }
+    return t;
+}
+
+/* A property that s requires with a fixed set of values (const / enum). */
+static const cJSON *discriminator(js_ctx *c, const cJSON *s, const char *name, int depth) {
+    if (depth > 8 || !cJSON_IsObject(s)) return NULL;
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
+    if (ref && cJSON_IsString(ref)) {
+        di_err save = *c->err;
+        const cJSON *r = resolve_ref(c, ref->valuestring);
+        *c->err = save;
+        if (r) {
+            const cJSON *d = discriminator(c, r, name, depth + 1);
+            if (d) return d;
+        }
+    }
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
+    int required = 0;
+    if (req) for (const cJSON *r = req->child; r; r = r->next) required |= cJSON_IsString(r) && !strcmp(r->valuestring, name);
+    if (!required || !props) return NULL;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(props, name);
+    if (!p || !cJSON_IsObject(p)) return NULL;
+    const cJSON *co = cJSON_GetObjectItemCaseSensitive(p, "const");
+    if (co) return co;
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(p, "enum");
+    return (en && cJSON_IsArray(en)) ? en : NULL;
+}
+
+static int values_overlap(const cJSON *a, const cJSON *b) {
+    const cJSON *as = cJSON_IsArray(a) ? a->child : a;
+    for (const cJSON *x = as; x; x = cJSON_IsArray(a) ? x->next : NULL) {
+        const cJSON *bs = cJSON_IsArray(b) ? b->child : b;
+        for (const cJSON *y = bs; y; y = cJSON_IsArray(b) ? y->next : NULL)
+            if (cJSON_Compare(x, y, 1)) return 1;
+        if (!cJSON_IsArray(a)) break;
+    }
+    return 0;
+}
+
+/* 1 when no instance can satisfy both a and b (a sufficient test). */
+static int disjoint(js_ctx *c, const cJSON *a, const cJSON *b) {
+    int ta = possible_types(c, a, 0), tb = possible_types(c, b, 0);
+    int ua = ta, ub = tb;
+    if (ua & T_NUM) ua |= T_INT;
+    if (ub & T_NUM) ub |= T_INT;
+    if (!(ua & ub)) return 1;
+    /* enum / const value sets */
+    const cJSON *ea = cJSON_IsObject(a) ? cJSON_GetObjectItemCaseSensitive(a, "enum") : NULL;
+    const cJSON *eb = cJSON_IsObject(b) ? cJSON_GetObjectItemCaseSensitive(b, "enum") : NULL;
+    const cJSON *ca = cJSON_IsObject(a) ? cJSON_GetObjectItemCaseSensitive(a, "const") : NULL;
+    const cJSON *cb = cJSON_IsObject(b) ? cJSON_GetObjectItemCaseSensitive(b, "const") : NULL;
+    const cJSON *va = ca ? ca : ea, *vb = cb ? cb : eb;
+    if (va && vb && !values_overlap(va, vb)) return 1;
+    /* object discriminator: a required property with disjoint constants */
+    if ((ua & ub) == T_OBJ) {
+        const cJSON *sa = a;
+        for (int hop = 0; hop < 4 && cJSON_IsObject(sa); hop++) {
+            const cJSON *props = cJSON_GetObjectItemCaseSensitive(sa, "properties");
+            if (props)
+                for (const cJSON *p = props->child; p; p = p->next) {
+                    const cJSON *da = discriminator(c, a, p->string, 0), *db = discriminator(c, b, p->string, 0);
+                    if (da && db && !values_overlap(da, db)) return 1;
+                }
+            const cJSON *ref = cJSON_GetObjectItemCaseSensitive(sa, "$ref");
+            if (!ref || !cJSON_IsString(ref)) break;
+            di_err save = *c->err;
+            sa = resolve_ref(c, ref->valuestring);
+            *c->err = save;
+        }
+    }
+    return 0;
+}
+
+static int32_t alternatives(js_ctx *c, cJSON *const *branches, int n) {
+    int32_t nt = new_nt(c);
+    if (nt < 0) return -1;
+    for (int i = 0; i < n; i++) {
+        int32_t v = js_value(c, branches[i]);
+        if (v < 0) return -1;
+        if (add_rule(c, nt, &v, 1)) return -1;
+    }
+    return nt;
+}
+
+static int check_one_of(js_ctx *c, const cJSON *arr) {
+    for (const cJSON *a = arr->child; a; a = a->next)
+        for (const cJSON *b = a->next; b; b = b->next)
+            if (!disjoint(c, a, b)) {
+                if (c->o->lenient) return 0;
+                return FAIL(c, DI_ERR_UNSUPPORTED, "oneOf whose branches may overlap is not supported (at %s)",
+                            c->path[0] ? c->path : "#");
+            }
+    return 0;
+}
+
+/* Schema with allOf / $ref+siblings / anyOf+siblings: normalise to plain
+ * schemas, distributing disjunctions. */
+static int32_t combined(js_ctx *c, const cJSON *s) {
+    cJSON *plain = own(c, cJSON_CreateArray()), *disj = own(c, cJSON_CreateArray());
+    if (flatten(c, s, plain, disj, 0)) return -1;
+    cJSON *base = cJSON_CreateObject();
+    own(c, base);
+    for (const cJSON *p = plain->child; p; p = p->next)
+        if (merge_into(c, base, p)) return -1;
+    int nd = cJSON_GetArraySize(disj);
+    if (!nd) {
+        /* plain schema now: compile it directly */
+        return js_value(c, base);
+    }
+    /* product of the disjunctions' branches, each merged into base */
+    int total = 1;
+    for (const cJSON *d = disj->child; d; d = d->next) {
+        const cJSON *arr = d->child;
+        if (!strcmp(arr->string, "oneOf") && check_one_of(c, arr)) return -1;
+        total *= cJSON_GetArraySize(arr);
+        if (total > JS_MAX_DISTRIBUTE)
+            return FAIL(c, DI_ERR_LIMIT, "anyOf/oneOf combinations exceed %d", JS_MAX_DISTRIBUTE);
+    }
+    cJSON *br[JS_MAX_DISTRIBUTE];
+    int nb = 0;
+    for (int idx = 0; idx < total; idx++) {
+        cJSON *conj = cJSON_CreateArray();
+        own(c, conj);
+        cJSON_AddItemToArray(conj, dup(base));
+        int r = idx;
+        for (const cJSON *d = disj->child; d; d = d->next) {
+            const cJSON *arr = d->child;
+            int n = cJSON_GetArraySize(arr);
+            cJSON_AddItemToArray(conj, dup(cJSON_GetArrayItem(arr, r % n)));
+            r /= n;
+        }
+        cJSON *w = cJSON_CreateObject();
+        cJSON_AddItemToObject(w, "allOf", cJSON_Duplicate(conj, 1));
+        own(c, w);
+        br[nb++] = w;
+    }
+    return alternatives(c, br, nb);
+}
+
+/* ---------------------------------------------------------- the value */
+
+static int32_t any_value(js_ctx *c) {
+    if (c->any_value >= 0) return c->any_value;
+    /* value → object | array | string | number | true | false | null */
+    int32_t v = new_nt(c), obj = new_nt(c), arr = new_nt(c), members = new_nt(c), elems = new_nt(c);
+    if (v < 0 || obj < 0 || arr < 0 || members < 0 || elems < 0) return -1;
+    c->any_value = v;
+    di_sym str, num, lit, key;
+    char buf[512];
+    snprintf(buf, sizeof buf, "\"%s*\"", STR_UNIT);
+    if (regex_sym(c, buf, 0, &str) || regex_sym(c, buf, 0, &key) ||
+        regex_sym(c, "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?", 0, &num) ||
+        regex_sym(c, "true|false|null", 0, &lit))
+        return -1;
+    di_sym alts[5] = {obj, arr, str, num, lit};
+    for (int i = 0; i < 5; i++)
+        if (add_rule(c, v, &alts[i], 1)) return -1;
+    /* obj → { } | { key : value members ;  members → ε | , key : value members */
+    di_sym e1[2] = {c->t_lbrace, c->t_rbrace};
+    di_sym e2[5] = {c->t_lbrace, key, c->t_colon, v, members};
+    di_sym m1[4] = {c->t_comma, key, c->t_colon, v};
+    int32_t mm = new_nt(c);
+    if (mm < 0) return -1;
+    di_sym m2[2] = {mm, members};
+    (void)m2;
+    if (add_rule(c, obj, e1, 2) || add_rule(c, obj, e2, 5)) return -1;
+    /* members → } | , key : value members */
+    di_sym mend = c->t_rbrace;
+    di_sym mrec[5] = {m1[0], m1[1], m1[2], m1[3], members};
+    if (add_rule(c, members, &mend, 1) || add_rule(c, members, mrec, 5)) return -1;
+    di_sym a1[2] = {c->t_lbrack, c->t_rbrack};
+    di_sym a2[3] = {c->t_lbrack, v, elems};
+    di_sym erec[3] = {c->t_comma, v, elems};
+    if (add_rule(c, arr, a1, 2) || add_rule(c, arr, a2, 3) || add_rule(c, elems, &c->t_rbrack, 1) ||
+        add_rule(c, elems, erec, 3))
+        return -1;
+    return v;
+}
+
+static int32_t js_value_body(js_ctx *c, const cJSON *s, int32_t nt) {
+    if (cJSON_IsTrue(s)) {
+        int32_t v = any_value(c);
+        return v < 0 || add_rule(c, nt, &v, 1) ? -1 : nt;
+    }
+    if (cJSON_IsFalse(s)) return nt; /* no rules */
+    if (!cJSON_IsObject(s)) return FAIL(c, DI_ERR_FORMAT, "schema must be an object or a boolean");
+    if (check_keywords(c, s)) return -1;
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
+    const cJSON *any = cJSON_GetObjectItemCaseSensitive(s, "anyOf");
+    const cJSON *one = cJSON_GetObjectItemCaseSensitive(s, "oneOf");
+    int n_comb = !!any + !!one;
+    int others = 0;
+    for (const cJSON *k = s->child; k; k = k->next)
+        if (is_constraint(k->string) && strcmp(k->string, "$ref") && strcmp(k->string, "anyOf") &&
+            strcmp(k->string, "oneOf") && strcmp(k->string, "allOf") && !in_list(k->string, unsupported_keywords))
+            others = 1;
+    if (all || (ref && (others || n_comb)) || n_comb > 1 || (n_comb && others)) {
+        int32_t v = combined(c, s);
+        return v < 0 || add_rule(c, nt, &v, 1) ? -1 : nt;
+    }
+    if (ref) {
+        if (!cJSON_IsString(ref)) return FAIL(c, DI_ERR_FORMAT, "'$ref' must be a string");
+        const cJSON *t = resolve_ref(c, ref->valuestring);
+        if (!t) return -1;
+        int32_t v = js_value(c, t);
+        return v < 0 || add_rule(c, nt, &v, 1) ? -1 : nt;
+    }
+    if (n_comb) {
+        const cJSON *arr = any ? any : one;
+        if (!cJSON_IsArray(arr) || !cJSON_GetArraySize(arr))
+            return FAIL(c, DI_ERR_FORMAT, "'%s' must be a non-empty array", any ? "anyOf" : "oneOf");
+        if (one && check_one_of(c, one)) return -1;
+        for (const cJSON *b = arr->child; b; b = b->next) {
+            int32_t v = js_value(c, b);
+            if (v < 0 || add_rule(c, nt, &v, 1)) return -1;
+        }
+        return nt;
+    }
+    int types;
+    if (types_of(c, s, &types)) return -1;
+    if (cJSON_GetObjectItemCaseSensitive(s, "enum") || cJSON_GetObjectItemCaseSensitive(s, "const")) {
+        int32_t v = enum_nt(c, s, types);
+        return v < 0 || add_rule(c, nt, &v, 1) ? -1 : nt;
+    }
+    di_sym sym;
+    if (types & T_NULL) {
+        if (lit_sym(c, "null", &sym) || add_rule(c, nt, &sym, 1)) return -1;
+    }
+    if (types & T_BOOL) {
+        if (regex_sym(c, "true|false", 0, &sym) || add_rule(c, nt, &sym, 1)) return -1;
+    }
+    if (types & T_STR) {
+        if (string_sym(c, s, &sym) || add_rule(c, nt, &sym, 1)) return -1;
+    }
+    if (types & (T_INT | T_NUM)) {
+        if (number_sym(c, s, !(types & T_NUM), &sym) || add_rule(c, nt, &sym, 1)) return -1;
+    }
+    if (types & T_OBJ) {
+        int32_t v = object_nt(c, s);
+        if (v < 0 || add_rule(c, nt, &v, 1)) return -1;
+    }
+    if (types & T_ARR) {
+        int32_t v = array_nt(c, s);
+        if (v < 0 || add_rule(c, nt, &v, 1)) return -1;
+    }
+    return nt;
+}
+
+static int32_t js_value(js_ctx *c, const cJSON *s) {
+    if (!s) return FAIL(c, DI_ERR_INTERNAL, "missing schema");
+    for (uint32_t i = 0; i < c->n_memo; i++)
+        if (c->memo[i].node == s) return c->memo[i].nt;
+    if (di_cfg_check_time(c->g, c->err)) return -1;
+    if (c->depth >= (int)c->o->max_depth)
+        return FAIL(c, DI_ERR_LIMIT, "schema nesting exceeds the depth limit of %u", c->o->max_depth);
+    int32_t nt = new_nt(c);
+    if (nt < 0) return -1;
+    if (c->n_memo == c->cap_memo) {
+        uint32_t cap = c->cap_memo ? c->cap_memo * 2 : 64;
+        memo_ent *m = realloc(c->memo, cap * sizeof *m);
+        if (!m) return FAIL(c, DI_ERR_NOMEM, "out of memory");
+        c->memo = m;
+        c->cap_memo = cap;
+    }
+    c->memo[c->n_memo++] = (memo_ent){s, nt};
+    c->depth++;
+    int32_t r = js_value_body(c, s, nt);
+    c->depth--;
+    return r;
+}
+
+static int ctx_init(js_ctx *c, di_cfg *g, const di_grammar_options *o, di_err *err) {
+    memset(c, 0, sizeof *c);
+    c->g = g;
+    c->o = o;
+    c->err = err;
+    c->any_value = -1;
+    c->owned = cJSON_CreateArray();
+    if (!c->owned) return FAIL(c, DI_ERR_NOMEM, "out of memory");
+    c->true_schema = cJSON_CreateTrue();
+    if (!c->true_schema) return FAIL(c, DI_ERR_NOMEM, "out of memory");
+    cJSON_AddItemToArray(c->owned, c->true_schema);
+    return punct(c);
+}
+
+static void ctx_free(js_ctx *c) {
+    cJSON_Delete(c->owned);
+    free(c->memo);
+}
+
+di_status di_json_schema_build(di_cfg *g, const char *text, size_t len, const di_grammar_options *opts,
+                               uint32_t *root, di_err *err) {
+    const char *end = NULL;
+    cJSON *doc = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!doc) {
+        size_t pos = end && end >= text ? (size_t)(end - text) : 0;
+        int line, col;
+        di_text_position(text, len, pos, &line, &col);
+        return di_err_set(err, DI_ERR_FORMAT, "JSON Schema: syntax error at line %d, column %d", line, col);
+    }
+    js_ctx c;
+    di_status st = DI_OK;
+    if (ctx_init(&c, g, opts, err)) st = err->code;
+    else {
+        c.doc = doc;
+        int32_t r = js_value(&c, doc);
+        if (r < 0) st = err->code ? err->code : DI_ERR_INTERNAL;
+        else *root = (uint32_t)r;
+    }
+    ctx_free(&c);
+    cJSON_Delete(doc);
+    if (st && err->msg[0] && strncmp(err->msg, "JSON Schema", 11)) di_err_prefix(err, "JSON Schema: ");
+    return st;
+}
+
+di_status di_json_any_object_build(di_cfg *g, const di_grammar_options *opts, uint32_t *root, di_err *err) {
+    js_ctx c;
+    di_status st = DI_OK;
+    cJSON *doc = cJSON_Parse("{\"type\":\"object\"}");
+    if (!doc) return di_err_set(err, DI_ERR_NOMEM, "out of memory");
+    if (ctx_init(&c, g, opts, err)) st = err->code;
+    else {
+        c.doc = doc;
+        int32_t r = js_value(&c, doc);
+        if (r < 0) st = err->code;
+        else *root = (uint32_t)r;
+    }
+    ctx_free(&c);
+    cJSON_Delete(doc);
+    return st;
+}

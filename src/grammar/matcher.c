@@ -1,0 +1,397 @@
+/* The matcher: an Earley recogniser over bytes whose terminals are DFA
+ * lexemes, with one Earley set per consumed byte so that a token, or a trie
+ * edge during mask computation, is a push and rollback is a truncation.
+ * Spec: ecosystem.md §1.1 (how masks are built) and §1.4.
+ *
+ * Items inside a lexeme only carry their DFA state from set to set; the
+ * parser (prediction / completion) runs only when a lexeme can end, so
+ * walking a long string or number costs one table lookup per byte. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar.h"
+
+typedef struct item {
+    uint32_t rule, dot, origin, state; /* state: lexeme DFA state (scan items) */
+} item;
+
+#define NO_STATE UINT32_MAX
+
+typedef struct hslot {
+    uint32_t rule, dot, origin, state, stamp;
+} hslot;
+
+struct di_matcher {
+    const di_grammar *g;
+    const di_cfg *cfg;
+    item *scan;            /* [n_scan] items waiting in a lexeme, all sets */
+    uint32_t n_scan, cap_scan;
+    item *wait;            /* [n_wait] items waiting on a nonterminal */
+    uint32_t n_wait, cap_wait;
+    uint32_t *scan_off;    /* [n_sets + 1] */
+    uint32_t *wait_off;    /* [n_sets + 1] */
+    uint8_t *accept;       /* [n_sets] */
+    uint32_t n_sets, cap_sets;
+    uint32_t *steps;       /* [n_steps + 1] n_sets after each step */
+    uint32_t n_steps, cap_steps;
+    int finished;
+    /* scratch for building a set */
+    item *agenda;
+    uint32_t n_agenda, cap_agenda;
+    hslot *hash;
+    uint32_t hash_cap, hash_n;
+    uint32_t stamp;
+    uint32_t *predicted;   /* [n_nts] stamp */
+};
+
+static int grow(void **p, uint32_t *cap, uint32_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    uint32_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, (size_t)c * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+static inline uint32_t hkey(uint32_t r, uint32_t d, uint32_t o, uint32_t s) {
+    uint64_t h = (uint64_t)r * 0x9E3779B97F4A7C15ull ^ ((uint64_t)d << 20) ^ ((uint64_t)o * 0xC2B2AE3D27D4EB4Full) ^ s;
+    h ^= h >> 31;
+    h *= 0xBF58476D1CE4E5B9ull;
+    return (uint32_t)(h ^ (h >> 29));
+}
+
+/* Inserts (r,d,o,s) into the current build's set; returns 1 if new, 0 if
+ * present, -1 on allocation failure. */
+static int hash_insert(di_matcher *m, uint32_t r, uint32_t d, uint32_t o, uint32_t s) {
+    if ((m->hash_n + 1) * 2 > m->hash_cap) {
+        uint32_t nc = m->hash_cap ? m->hash_cap * 2 : 1024;
+        hslot *nh = calloc(nc, sizeof *nh);
+        if (!nh) return -1;
+        for (uint32_t i = 0; i < m->hash_cap; i++) {
+            hslot *e = &m->hash[i];
+            if (e->stamp != m->stamp) continue;
+            uint32_t h = hkey(e->rule, e->dot, e->origin, e->state) & (nc - 1);
+            while (nh[h].stamp == m->stamp) h = (h + 1) & (nc - 1);
+            nh[h] = *e;
+        }
+        free(m->hash);
+        m->hash = nh;
+        m->hash_cap = nc;
+    }
+    uint32_t h = hkey(r, d, o, s) & (m->hash_cap - 1);
+    for (;;) {
+        hslot *e = &m->hash[h];
+        if (e->stamp != m->stamp) {
+            e->rule = r; e->dot = d; e->origin = o; e->state = s; e->stamp = m->stamp;
+            m->hash_n++;
+            return 1;
+        }
+        if (e->rule == r && e->dot == d && e->origin == o && e->state == s) return 0;
+        h = (h + 1) & (m->hash_cap - 1);
+    }
+}
+
+static void new_stamp(di_matcher *m) {
+    m->stamp++;
+    m->hash_n = 0;
+    if (m->stamp == 0) { /* wrapped: clear */
+        if (m->hash) memset(m->hash, 0, (size_t)m->hash_cap * sizeof *m->hash);
+        memset(m->predicted, 0, (size_t)m->cfg->n_nts * sizeof *m->predicted);
+        m->stamp = 1;
+    }
+}
+
+static int agenda_push(di_matcher *m, uint32_t r, uint32_t d, uint32_t o) {
+    int k = hash_insert(m, r, d, o, NO_STATE);
+    if (k <= 0) return k;
+    if (grow((void **)&m->agenda, &m->cap_agenda, m->n_agenda + 1, sizeof *m->agenda)) return -1;
+    m->agenda[m->n_agenda++] = (item){r, d, o, NO_STATE};
+    return 0;
+}
+
+/* Runs prediction / completion for set j (being built) over the agenda. */
+static int closure(di_matcher *m, uint32_t j, uint8_t *acc) {
+    const di_cfg *g = m->cfg;
+    while (m->n_agenda) {
+        item it = m->agenda[--m->n_agenda];
+        const di_cfg_rule *ru = &g->rules[it.rule];
+        if (it.dot == ru->len) {
+            if (it.rule == g->start_rule) { *acc = 1; continue; }
+            if (it.origin == j) continue; /* empty completion: done at prediction */
+            uint32_t x = ru->lhs;
+            for (uint32_t k = m->wait_off[it.origin]; k < m->wait_off[it.origin + 1]; k++) {
+                const item *w = &m->wait[k];
+                if (g->rhs[g->rules[w->rule].off + w->dot] == (di_sym)x &&
+                    agenda_push(m, w->rule, w->dot + 1, w->origin) < 0)
+                    return -1;
+            }
+            continue;
+        }
+        di_sym s = g->rhs[ru->off + it.dot];
+        if (DI_SYM_IS_TERM(s)) {
+            uint32_t st = g->terms[DI_SYM_TERM_ID(s)].dfa.start;
+            int k = hash_insert(m, it.rule, it.dot, it.origin, st);
+            if (k < 0) return -1;
+            if (k) {
+                if (grow((void **)&m->scan, &m->cap_scan, m->n_scan + 1, sizeof *m->scan)) return -1;
+                m->scan[m->n_scan++] = (item){it.rule, it.dot, it.origin, st};
+            }
+            continue;
+        }
+        if (grow((void **)&m->wait, &m->cap_wait, m->n_wait + 1, sizeof *m->wait)) return -1;
+        m->wait[m->n_wait++] = it;
+        if (m->predicted[s] != m->stamp) {
+            m->predicted[s] = m->stamp;
+            for (uint32_t k = g->nt_rule_off[s]; k < g->nt_rule_off[s + 1]; k++)
+                if (agenda_push(m, g->nt_rules[k], 0, j) < 0) return -1;
+        }
+        if (g->nullable[s] && agenda_push(m, it.rule, it.dot + 1, it.origin) < 0) return -1;
+    }
+    return 0;
+}
+
+static int ensure_set(di_matcher *m) {
+    uint32_t need = m->n_sets + 2;
+    if (grow((void **)&m->scan_off, &m->cap_sets, need, sizeof *m->scan_off)) return -1;
+    uint32_t c2 = 0, c3 = 0;
+    /* wait_off and accept follow cap_sets */
+    void *w = realloc(m->wait_off, (size_t)m->cap_sets * sizeof *m->wait_off);
+    if (!w) return -1;
+    m->wait_off = w;
+    void *a = realloc(m->accept, m->cap_sets);
+    if (!a) return -1;
+    m->accept = a;
+    (void)c2; (void)c3;
+    return 0;
+}
+
+static void finish_set(di_matcher *m, uint8_t acc) {
+    m->accept[m->n_sets] = acc;
+    m->n_sets++;
+    m->scan_off[m->n_sets] = m->n_scan;
+    m->wait_off[m->n_sets] = m->n_wait;
+}
+
+static void pop_set(di_matcher *m) {
+    m->n_sets--;
+    m->n_scan = m->scan_off[m->n_sets];
+    m->n_wait = m->wait_off[m->n_sets];
+}
+
+/* Builds the next set by scanning byte b. Returns 1 if the input so far is
+ * still a viable prefix (the set is kept), 0 if not (nothing kept), -1 on
+ * allocation failure. */
+static int push_byte(di_matcher *m, uint8_t b) {
+    const di_cfg *g = m->cfg;
+    if (m->cap_sets < m->n_sets + 2 && ensure_set(m)) return -1;
+    uint32_t j = m->n_sets;
+    uint32_t p0 = m->scan_off[j - 1], p1 = m->scan_off[j];
+    uint32_t base = m->n_scan;
+    if (grow((void **)&m->scan, &m->cap_scan, m->n_scan + (p1 - p0) + 1, sizeof *m->scan)) return -1;
+    uint32_t n_acc = 0;
+    m->n_agenda = 0;
+    for (uint32_t k = p0; k < p1; k++) {
+        item it = m->scan[k];
+        const di_dfa *d = &g->terms[DI_SYM_TERM_ID(g->rhs[g->rules[it.rule].off + it.dot])].dfa;
+        uint32_t s2 = di_dfa_step(d, it.state, b);
+        if (!s2) continue;
+        it.state = s2;
+        m->scan[m->n_scan++] = it;
+        if (d->accept[s2]) {
+            if (grow((void **)&m->agenda, &m->cap_agenda, m->n_agenda + 1, sizeof *m->agenda)) return -1;
+            m->agenda[m->n_agenda++] = (item){it.rule, it.dot + 1, it.origin, NO_STATE};
+            n_acc++;
+        }
+    }
+    uint8_t acc = 0;
+    if (n_acc || m->n_scan - base > 1) {
+        new_stamp(m);
+        /* dedupe carried items */
+        uint32_t w = base;
+        for (uint32_t k = base; k < m->n_scan; k++) {
+            item it = m->scan[k];
+            int r = hash_insert(m, it.rule, it.dot, it.origin, it.state);
+            if (r < 0) return -1;
+            if (r) m->scan[w++] = it;
+        }
+        m->n_scan = w;
+        /* dedupe the completions, then close */
+        uint32_t na = m->n_agenda;
+        m->n_agenda = 0;
+        for (uint32_t k = 0; k < na; k++) {
+            item it = m->agenda[k];
+            int r = hash_insert(m, it.rule, it.dot, it.origin, NO_STATE);
+            if (r < 0) return -1;
+            if (r) m->agenda[m->n_agenda++] = it;
+        }
+        if (closure(m, j, &acc)) return -1;
+    }
+    if (m->n_scan == base && !acc) {
+        m->n_scan = base;
+        m->n_wait = m->wait_off[j];
+        return 0;
+    }
+    finish_set(m, acc);
+    return 1;
+}
+
+void di_matcher_free(di_matcher *m) {
+    if (!m) return;
+    free(m->scan);
+    free(m->wait);
+    free(m->scan_off);
+    free(m->wait_off);
+    free(m->accept);
+    free(m->steps);
+    free(m->agenda);
+    free(m->hash);
+    free(m->predicted);
+    free(m);
+}
+
+di_status di_matcher_create(const di_grammar *g, di_matcher **out) {
+    di_err err = {0};
+    if (!g || !out) {
+        di_err_set(&err, DI_ERR_INVALID_ARG, "di_matcher_create: NULL argument");
+        return di_err_publish(&err);
+    }
+    *out = NULL;
+    di_matcher *m = calloc(1, sizeof *m);
+    if (!m) goto nomem;
+    m->g = g;
+    m->cfg = &g->cfg;
+    m->predicted = calloc(g->cfg.n_nts ? g->cfg.n_nts : 1, sizeof *m->predicted);
+    if (!m->predicted || ensure_set(m)) goto nomem;
+    if (grow((void **)&m->steps, &m->cap_steps, 4, sizeof *m->steps)) goto nomem;
+    m->scan_off[0] = 0;
+    m->wait_off[0] = 0;
+    new_stamp(m);
+    uint8_t acc = 0;
+    m->n_agenda = 0;
+    if (agenda_push(m, g->cfg.start_rule, 0, 0) < 0 || closure(m, 0, &acc)) goto nomem;
+    finish_set(m, acc);
+    m->steps[0] = 1;
+    m->n_steps = 0;
+    *out = m;
+    return DI_OK;
+nomem:
+    di_matcher_free(m);
+    di_err_set(&err, DI_ERR_NOMEM, "out of memory creating a matcher");
+    return di_err_publish(&err);
+}
+
+static di_status step_record(di_matcher *m, di_err *err) {
+    if (grow((void **)&m->steps, &m->cap_steps, m->n_steps + 2, sizeof *m->steps))
+        return di_err_set(err, DI_ERR_NOMEM, "out of memory");
+    m->steps[++m->n_steps] = m->n_sets;
+    return DI_OK;
+}
+
+static di_status advance_bytes(di_matcher *m, const uint8_t *b, size_t n, di_err *err) {
+    uint32_t start = m->n_sets;
+    for (size_t i = 0; i < n; i++) {
+        int r = push_byte(m, b[i]);
+        if (r <= 0) {
+            while (m->n_sets > start) pop_set(m);
+            if (r < 0) return di_err_set(err, DI_ERR_NOMEM, "out of memory");
+            return di_err_set(err, DI_ERR_INVALID_ARG, "byte %zu of the step is not allowed here", i);
+        }
+    }
+    return step_record(m, err);
+}
+
+di_status di_matcher_advance(di_matcher *m, int32_t token) {
+    di_err err = {0};
+    if (!m) return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "NULL matcher"});
+    const di_vocab *v = m->g->vocab;
+    if (m->finished) {
+        di_err_set(&err, DI_ERR_STATE, "matcher already consumed EOS");
+        return di_err_publish(&err);
+    }
+    if (token < 0 || (uint32_t)token >= v->n_vocab) {
+        di_err_set(&err, DI_ERR_INVALID_ARG, "token %d outside the vocabulary of %u", token, v->n_vocab);
+        return di_err_publish(&err);
+    }
+    if (token == v->eos_id) {
+        if (!m->accept[m->n_sets - 1]) {
+            di_err_set(&err, DI_ERR_INVALID_ARG, "EOS is not allowed: the output is incomplete");
+            return di_err_publish(&err);
+        }
+        if (step_record(m, &err)) return di_err_publish(&err);
+        m->finished = 1;
+        return DI_OK;
+    }
+    uint32_t len = v->off[token + 1] - v->off[token];
+    if (!len) {
+        di_err_set(&err, DI_ERR_INVALID_ARG, "token %d has no text and is never allowed", token);
+        return di_err_publish(&err);
+    }
+    if (advance_bytes(m, v->bytes + v->off[token], len, &err)) {
+        di_err_prefix(&err, "token %d: ", token);
+        return di_err_publish(&err);
+    }
+    return DI_OK;
+}
+
+di_status di_matcher_advance_bytes(di_matcher *m, const uint8_t *bytes, size_t len) {
+    di_err err = {0};
+    if (!m || (!bytes && len)) return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "NULL argument"});
+    if (m->finished) {
+        di_err_set(&err, DI_ERR_STATE, "matcher already consumed EOS");
+        return di_err_publish(&err);
+    }
+    if (advance_bytes(m, bytes, len, &err)) return di_err_publish(&err);
+    return DI_OK;
+}
+
+di_status di_matcher_rollback(di_matcher *m, size_t n) {
+    di_err err = {0};
+    if (!m) return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "NULL matcher"});
+    if (n > m->n_steps) {
+        di_err_set(&err, DI_ERR_INVALID_ARG, "cannot roll back %zu steps: only %u taken", n, m->n_steps);
+        return di_err_publish(&err);
+    }
+    if (n == 0) return DI_OK;
+    m->n_steps -= (uint32_t)n;
+    m->finished = 0;
+    while (m->n_sets > m->steps[m->n_steps]) pop_set(m);
+    return DI_OK;
+}
+
+int di_matcher_is_accepting(const di_matcher *m) {
+    return m && !m->finished && m->accept[m->n_sets - 1];
+}
+
+int di_matcher_is_finished(const di_matcher *m) { return m && m->finished; }
+
+di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
+    di_err err = {0};
+    if (!m || !mask) return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "NULL argument"});
+    const di_vocab *v = m->g->vocab;
+    if (n_words < ((size_t)v->n_vocab + 31) / 32) {
+        di_err_set(&err, DI_ERR_INVALID_ARG, "mask of %zu words is too small for %u tokens", n_words, v->n_vocab);
+        return di_err_publish(&err);
+    }
+    memset(mask, 0, n_words * sizeof *mask);
+    if (m->finished) return DI_OK;
+    uint32_t base = m->n_sets;
+    uint32_t i = 0, n = v->n_nodes;
+    while (i < n) {
+        uint32_t depth = v->node_depth[i];
+        while (m->n_sets - base >= depth) pop_set(m);
+        int r = push_byte(m, v->node_byte[i]);
+        if (r < 0) {
+            while (m->n_sets > base) pop_set(m);
+            di_err_set(&err, DI_ERR_NOMEM, "out of memory computing a mask");
+            return di_err_publish(&err);
+        }
+        if (r == 0) { i = v->node_end[i]; continue; }
+        for (int32_t t = v->node_tok[i]; t >= 0; t = v->tok_next[t]) mask[t >> 5] |= 1u << (t & 31);
+        i++;
+    }
+    while (m->n_sets > base) pop_set(m);
+    if (v->eos_id >= 0 && m->accept[m->n_sets - 1]) mask[v->eos_id >> 5] |= 1u << (v->eos_id & 31);
+    return DI_OK;
+}
