@@ -1,7 +1,7 @@
 /* Sequence handling of the forward pass: prefilling a prompt in one chunk or
  * in chunks of 1, 7 and 64 tokens gives bit-identical logits; a sequence
  * gives the same logits alone or batched with other sequences at other
- * positions; rolling back and replaying restores the exact state. Uses the
+ * positions (and the same DSpark draft after a chunked prefill); rolling back and replaying restores the exact state. Uses the
  * golden tiny model and the long prompt (523 tokens, 160 in sanitizer builds:
  * the window wraps, ratio-2 groups straddle chunk borders, the candidate pool
  * restricts the re-index layers). */
@@ -16,6 +16,8 @@ static gold_model G;
 static int64_t S, V;
 static const int32_t *IDS;
 static float *REF; /* [S, V] one-chunk prefill */
+static float REF_DRAFT[8 * 1024]; /* DSpark round after the one-chunk prefill */
+static int32_t REF_IDS[8];
 static int64_t LEN; /* tokens used (DEEPINFER_TEST_QUICK shortens the prompt) */
 
 static int setup(void) {
@@ -31,6 +33,9 @@ static int setup(void) {
     if (di_seqstate_init(&st, &G.lm, S + 16, 8, &err)) return -1;
     di_fwd_seq q = {&st, IDS, LEN};
     int rc = di_forward(&G.lm, &q, 1, REF, 1, &err) != DI_OK;
+    float conf[8];
+    if (!rc && G.lm.has_dspark && G.cfg.dspark_block_size <= 8 && V <= 1024)
+        rc = di_dspark_draft(&G.lm, &st, 7, REF_DRAFT, NULL, conf, REF_IDS, &err) != DI_OK;
     di_seqstate_free(&st);
     return rc ? -1 : 1;
 }
@@ -48,6 +53,15 @@ static void check_chunks(int chunk) {
     int64_t diff = 0;
     for (int64_t i = 0; i < LEN * V; i++) diff += lg[i] != REF[i];
     CHECKF(diff == 0, "chunks of %d: %lld logits differ from the one-chunk prefill", chunk, (long long)diff);
+    /* the DSpark rings were filled chunk by chunk: same draft */
+    if (G.lm.has_dspark && G.cfg.dspark_block_size <= 8 && V <= 1024) {
+        float conf[8];
+        int32_t ids[8];
+        CHECK(di_dspark_draft(&G.lm, &st, 7, lg, NULL, conf, ids, &err) == DI_OK);
+        int64_t dd = 0;
+        for (int64_t i = 0; i < G.cfg.dspark_block_size * V; i++) dd += lg[i] != REF_DRAFT[i];
+        CHECKF(dd == 0, "chunks of %d: %lld draft logits differ", chunk, (long long)dd);
+    }
     free(lg);
     di_seqstate_free(&st);
 }
