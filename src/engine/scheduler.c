@@ -14,6 +14,7 @@ void di_scheduler_init(di_scheduler *s, di_memory *mem, int max_batch, int64_t b
     s->budget = budget;
     s->max_chunk = max_chunk > 0 && max_chunk < budget ? max_chunk : budget;
     s->max_len = max_len;
+    s->margin = 128;
 }
 
 void di_scheduler_free(di_scheduler *s) {
@@ -59,15 +60,15 @@ void di_scheduler_retire(di_scheduler *s, di_seq *seq) {
 }
 
 /* Capacity to allocate for a sequence about to hold n_tokens (+1 to decode
- * the next): its tokens plus a margin of min(remaining outputs, 128),
- * rounded to 64, at most max_len. */
+ * the next): its tokens plus a margin of min(remaining outputs, margin),
+ * rounded to 16, at most max_len. */
 static int64_t want_cap(const di_scheduler *s, const di_seq *q, int64_t at_least) {
     int64_t left = q->req->max_tokens - di_seq_n_output(q);
     if (left < 0) left = 0;
-    int64_t c = q->n_tokens + (left < 128 ? left : 128) + 1;
+    int64_t c = q->n_tokens + (left < s->margin ? left : s->margin) + 1;
     if (c < at_least) c = at_least;
     if (c < q->state_cap * 2 && q->state_cap) c = q->state_cap * 2; /* growth doubles */
-    c = (c + 63) / 64 * 64;
+    c = (c + 15) / 16 * 16;
     if (c > s->max_len) c = s->max_len;
     if (c < at_least) c = at_least;
     return c;

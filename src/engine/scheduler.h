@@ -5,7 +5,8 @@
  * newly admitted sequences in arrival order while their state fits the
  * memory budget.
  *
- * Memory: a sequence is admitted with room for its tokens plus a margin;
+ * Memory: a sequence is admitted with room for its tokens plus a margin
+ * (min(remaining outputs, margin));
  * when it needs more it gets a larger state and recomputes into it. When
  * the budget is short, the newest running sequences are preempted (state
  * freed, requeued at the front, recomputed later — their tokens are kept,
@@ -32,6 +33,7 @@ typedef struct di_scheduler {
     int64_t budget;       /* tokens per step */
     int64_t max_chunk;    /* longest prefill chunk */
     int64_t max_len;      /* positions per sequence */
+    int64_t margin;       /* room for outputs given at admission (default 128) */
     di_seq **queue;       /* [n_queue] sequences not DONE, in admission order */
     size_t n_queue, cap_queue;
     uint64_t next_order;

@@ -360,6 +360,67 @@ static void test_prompt_logprobs(void) {
     di_engine_close(e);
 }
 
+/* Recompute preemption on the real model: a small admission margin makes
+ * sequences grow (new state, recompute) and a budget of about two states
+ * makes them evict each other; the tokens equal an unconstrained run's. */
+static void test_preemption_real(void) {
+    if (!g_have) SKIP("../shared (golden fixtures) not found");
+    di_engine *e = open_engine(8, 512, 0, 1, 0);
+    if (!e) return;
+    enum { NQ = 4, NOUT = 24 };
+    int32_t pr[NQ][32];
+    size_t pl[NQ];
+    int64_t S = 0;
+    const int32_t *ids = gold("long.prompt_ids", &S);
+    for (int i = 0; i < NQ; i++) {
+        pl[i] = 5 + (size_t)i * 7;
+        memcpy(pr[i], ids + 50 * i, pl[i] * sizeof(int32_t));
+    }
+    di_sampling_params p;
+    di_sampling_params_default(&p);
+    p.temperature = 0.8;
+    p.max_tokens = NOUT;
+    p.ignore_eos = 1;
+    p.has_seq_seed = 1;
+    p.seq_seed = 99;
+    uint64_t id[NQ];
+    int32_t ref[NQ][NOUT];
+    for (int i = 0; i < NQ; i++) CHECK(di_engine_submit_tokens(e, pr[i], pl[i], &p, &id[i]) == DI_OK);
+    CHECK(di_engine_run(e, NULL, NULL) == DI_OK);
+    for (int i = 0; i < NQ; i++) {
+        di_completion c;
+        CHECK(di_engine_get_completion(e, id[i], 0, &c) == DI_OK);
+        CHECK_EQ_INT(c.n_tokens, NOUT);
+        memcpy(ref[i], c.token_ids, sizeof ref[i]);
+    }
+    const di_runner *r = &e->runner;
+    di_engine_cfg cfg = {.max_model_len = 1024, .max_batch = 8, .budget = 64, .max_chunk = 16,
+                         .memory_limit = 2 * r->ops->state_bytes(r->ctx, 48), .async = 1, .eos_id = 1, .bos_id = 0};
+    di_engine *e2 = calloc(1, sizeof *e2);
+    di_err err = {0};
+    CHECK(di_engine_init(e2, r, e->tok, &cfg, &err) == DI_OK);
+    e2->sched.margin = 4;
+    for (int i = 0; i < NQ; i++) CHECK(di_engine_add(e2, pr[i], pl[i], &p, 0, 0, &id[i], &err) == DI_OK);
+    size_t active = 1;
+    for (int g = 0; active && g < 10000; g++) CHECK(di_engine_do_step(e2, &active, &err) == DI_OK);
+    CHECK_EQ_INT(active, 0);
+    int same = 1;
+    for (int i = 0; i < NQ; i++) {
+        di_completion c;
+        CHECK(di_engine_get_completion(e2, id[i], 0, &c) == DI_OK);
+        same &= c.n_tokens == NOUT && !memcmp(ref[i], c.token_ids, sizeof ref[i]);
+    }
+    CHECK(same);
+    fprintf(stderr, "  %llu preemptions, peak %llu of %llu bytes\n", (unsigned long long)e2->stats.preemptions,
+            (unsigned long long)e2->mem.peak, (unsigned long long)cfg.memory_limit);
+    CHECK(e2->stats.preemptions > 0);
+    CHECK(e2->mem.peak <= cfg.memory_limit);
+    CHECK_EQ_INT(e2->mem.used, 0);
+    di_engine_fini(e2);
+    free(e2);
+    di_engine_close(e);
+}
+
 int main(void) {
     const char *shared = test_shared_dir();
     if (shared) {
@@ -374,6 +435,7 @@ int main(void) {
     RUN(test_seeded_sampling);
     RUN(test_batch_invariant_logits);
     RUN(test_prompt_logprobs);
+    RUN(test_preemption_real);
     if (g_have) di_safetensors_close(&g_gold);
     return test_summary();
 }
