@@ -98,6 +98,33 @@ static void w_row(const di_wmat *w, int64_t n, float *buf) {
     }
 }
 
+/* Rows [r0, r0+nr) of a weight in a format without a kernel of its own
+ * (FP8/FP4 without activation quantization, i.e. bf16 mode, and the grouped
+ * wo_a): their exact values are decoded 64 rows at a time into a small fp32
+ * panel for the fp32 kernel, never into a copy of the whole matrix.
+ * y[i, j] (row stride ldy) = x[i] · W[r0 + j]. */
+static int mm_decoded(di_threadpool *tp, const di_wmat *w, int64_t r0, int64_t nr, const float *x,
+                      int64_t m, float *y, int64_t ldy) {
+    enum { NB = 64 };
+    int64_t K = w->n_in;
+    float *panel = malloc((size_t)(NB * K) * sizeof(float));
+    float *yt = malloc((size_t)(m * NB) * sizeof(float));
+    if (!panel || !yt) {
+        free(panel);
+        free(yt);
+        return -1;
+    }
+    for (int64_t n0 = 0; n0 < nr; n0 += NB) {
+        int64_t nb = nr - n0 < NB ? nr - n0 : NB;
+        for (int64_t j = 0; j < nb; j++) w_row(w, r0 + n0 + j, panel + j * K);
+        di_gemm_f32(x, m, K, panel, nb, yt, tp);
+        for (int64_t i = 0; i < m; i++) memcpy(y + i * ldy + n0, yt + i * nb, (size_t)nb * sizeof(float));
+    }
+    free(panel);
+    free(yt);
+    return 0;
+}
+
 static void cpu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
                        unsigned flags) {
     int64_t K = w->n_in, N = w->n_out;
@@ -120,48 +147,31 @@ static void cpu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t
         di_gemm_bf16(x, m, K, w->w, N, y, tp);
     } else if (w->fmt == DI_WFMT_F32) {
         di_gemm_f32(x, m, K, w->w, N, y, tp);
-    } else {
-        /* quantized weights without activation quantization (bf16 mode):
-         * their exact values, decoded 64 rows at a time into a small panel
-         * for the fp32 kernel (no dequantized copy of the whole matrix) */
-        enum { NB = 64 };
-        float *panel = malloc((size_t)(NB * K) * sizeof(float));
-        float *yt = malloc((size_t)(m * NB) * sizeof(float));
-        if (!panel || !yt) {
-            memset(y, 0, (size_t)(m * N) * sizeof(float));
-        } else {
-            for (int64_t n0 = 0; n0 < N; n0 += NB) {
-                int64_t nb = N - n0 < NB ? N - n0 : NB;
-                for (int64_t j = 0; j < nb; j++) w_row(w, n0 + j, panel + j * K);
-                di_gemm_f32(x, m, K, panel, nb, yt, tp);
-                for (int64_t i = 0; i < m; i++)
-                    memcpy(y + i * N + n0, yt + i * nb, (size_t)nb * sizeof(float));
-            }
-        }
-        free(panel);
-        free(yt);
+    } else if (mm_decoded(tp, w, 0, N, x, m, y, N)) {
+        memset(y, 0, (size_t)(m * N) * sizeof(float));
     }
     if (flags & DI_MM_OUT_BF16)
         for (int64_t i = 0; i < m * N; i++) y[i] = di_round_bf16(y[i]);
 }
 
+/* Group g of x [m, groups, K] times rows g·R .. g·R+R-1 of the weight. */
 static void cpu_matmul_grouped(di_backend *be, const di_wmat *w, int groups, const float *x,
                                int64_t m, float *y) {
-    (void)be;
-    int64_t K = w->n_in, R = w->n_out / groups;
-    float *vals = malloc((size_t)K * sizeof(float));
-    if (!vals) return;
-    for (int64_t n = 0; n < w->n_out; n++) {
-        int64_t g = n / R;
-        w_row(w, n, vals);
-        for (int64_t i = 0; i < m; i++) {
-            const float *xi = x + (i * groups + g) * K;
-            float acc = 0.f;
-            for (int64_t k = 0; k < K; k++) acc += xi[k] * vals[k];
-            y[i * w->n_out + n] = di_round_bf16(acc);
-        }
+    int64_t K = w->n_in, N = w->n_out, R = N / groups;
+    di_threadpool *tp = (double)m * (double)N * (double)K >= 4e6 ? be->impl : NULL;
+    float *xg = malloc((size_t)(m * K) * sizeof(float));
+    if (!xg) {
+        memset(y, 0, (size_t)(m * N) * sizeof(float));
+        return;
     }
-    free(vals);
+    for (int g = 0; g < groups; g++) {
+        for (int64_t i = 0; i < m; i++)
+            memcpy(xg + i * K, x + (i * groups + g) * K, (size_t)K * sizeof(float));
+        if (mm_decoded(tp, w, g * R, R, xg, m, y + g * R, N))
+            for (int64_t i = 0; i < m; i++) memset(y + i * N + g * R, 0, (size_t)R * sizeof(float));
+    }
+    free(xg);
+    for (int64_t i = 0; i < m * N; i++) y[i] = di_round_bf16(y[i]);
 }
 
 /* ------------------------------------------------------------ elementwise */
