@@ -11,5 +11,9 @@ int cli_info(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_dump(int argc, char **argv);
 int cli_grammar(int argc, char **argv);
+int cli_generate(int argc, char **argv);
+int cli_batch(int argc, char **argv);
+int cli_ppl(int argc, char **argv);
+int cli_bench(int argc, char **argv);
 
 #endif

@@ -19,6 +19,10 @@ static const cli_command commands[] = {
     {"tokenize", cli_tokenize, "text -> token ids, ids -> text (--tokenizer FILE --text STR | --file PATH)"},
     {"dump", cli_dump, "forward-pass outputs of the prompts in an inputs file (--model DIR --inputs F --out F)"},
     {"grammar", cli_grammar, "structured output: grammar check --tokenizer F (--json-schema F | --regex S | --ebnf F)"},
+    {"generate", cli_generate, "generate from a prompt or chat, llama.cpp-style sampling flags (-p TEXT | --messages F)"},
+    {"batch", cli_batch, "OpenAI Batch API jobs, resumable (--input IN.jsonl --output OUT.jsonl)"},
+    {"ppl", cli_ppl, "perplexity of a text file (--file TEXT)"},
+    {"bench", cli_bench, "llama-bench-style throughput rows and an SVG plot (-p, -n, -b lists)"},
 };
 
 static void usage(FILE *out) {
