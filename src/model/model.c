@@ -88,6 +88,11 @@ di_status di_lm_init(di_lm *lm, const di_config *cfg, const di_weights *w, di_ba
             st = di_err_set(err, DI_ERR_INVALID_ARG, "the model has Engram layers: a compressed token map is needed");
             goto fail;
         }
+        if (cfg->engram_pad_id < 0 || cfg->engram_pad_id >= cfg->vocab_size) {
+            st = di_err_set(err, DI_ERR_INVALID_ARG, "engram_pad_token_id %d outside the vocabulary [0, %lld)",
+                            cfg->engram_pad_id, (long long)cfg->vocab_size);
+            goto fail;
+        }
         if (cfg->engram_compressed_vocab > (1ll << 30)) {
             st = di_err_set(err, DI_ERR_UNSUPPORTED, "engram_compressed_vocab_size %lld above 2^30",
                             (long long)cfg->engram_compressed_vocab);
