@@ -1,0 +1,45 @@
+"""`deepinfer bench`: llama-bench-style rows (one per batch size x test),
+consistent statistics, markdown and JSON forms, and an SVG that parses with
+one polyline per series."""
+import json
+import re
+import statistics
+import xml.etree.ElementTree as ET
+
+from cli_lib import run
+
+
+def test_json_rows_and_svg(tmp_path):
+    svg = tmp_path / "b.svg"
+    rows = json.loads(run("bench", "-p", "8,16", "-n", "3", "-b", "1,2", "-d", "0,8", "-r", "2", "-o", "json",
+                          "--svg", svg).stdout)
+    tests = [(r["n_batch"], r["test"]) for r in rows]
+    assert tests == [(b, t) for b in (1, 2) for t in ("pp8", "pp16", "tg3", "tg3 @ d8")]
+    for r in rows:
+        assert len(r["samples_ts"]) == 2 and all(s > 0 for s in r["samples_ts"])
+        assert abs(r["avg_ts"] - statistics.mean(r["samples_ts"])) < 1e-3
+        assert abs(r["stddev_ts"] - statistics.stdev(r["samples_ts"])) < 1e-3
+        assert (r["n_prompt"] > 0) != (r["n_gen"] > 0)
+    root = ET.parse(svg).getroot()
+    lines = [e for e in root.iter() if e.tag.endswith("polyline")]
+    # by batch: pp8, pp16, tg3, tg3 @ d8; by context: pp B=1, tg B=1, pp B=2, tg B=2
+    assert len(lines) == 8
+    by_batch = [len(e.get("points").split()) for e in lines[:4]]
+    assert by_batch == [2, 2, 2, 2]
+
+
+def test_markdown_and_ranges():
+    out = run("bench", "-p", "8", "-n", "0", "-b", "1-4*2", "-r", "1").stdout.splitlines()
+    assert out[0] == "| model | threads | n_batch | test | t/s |"
+    body = out[2:]
+    assert [re.match(r"\| \S+ \| \d+ \| (\d+) \| pp8 \| [\d.]+ ± [\d.]+ \|$", l).group(1) for l in body] == \
+        ["1", "2", "4"]
+
+
+def test_bad_lists():
+    p = run("bench", "-p", "x", check=False)
+    assert p.returncode == 2 and "-p: expected a list of integers" in p.stderr
+    p = run("bench", "-b", "0", check=False)
+    assert p.returncode == 2
+    p = run("bench", "-o", "csv", check=False)
+    assert p.returncode == 2 and "expected md or json" in p.stderr
