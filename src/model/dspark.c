@@ -75,6 +75,14 @@ out:
 
 di_status di_dspark_draft(const di_lm *lm, di_seqstate *st, int32_t input_id, float *logits,
                           float *markov_bias, float *confidence, int32_t *ids, di_err *err) {
+    return di_dspark_draft_sampled(lm, st, input_id, 0.f, NULL, logits, markov_bias, confidence,
+                                   ids, err);
+}
+
+di_status di_dspark_draft_sampled(const di_lm *lm, di_seqstate *st, int32_t input_id,
+                                  float temperature, const float *noise, float *logits,
+                                  float *markov_bias, float *confidence, int32_t *ids,
+                                  di_err *err) {
     const di_config *c = lm->cfg;
     di_backend *be = lm->be;
     int B = c->dspark_block_size, hc = c->hc_mult;
@@ -145,11 +153,10 @@ di_status di_dspark_draft(const di_lm *lm, di_seqstate *st, int32_t input_id, fl
         be->ops->matmul(be, &lm->markov_head, emb, 1, bias, 0);
         be->ops->download(be, hb, bias, (size_t)V * sizeof(float));
         if (markov_bias) memcpy(markov_bias + (int64_t)i * V, hb, (size_t)V * sizeof(float));
+        for (int64_t v = 0; v < V; v++) lg[v] += hb[v];
         int32_t best = 0;
-        for (int64_t v = 0; v < V; v++) {
-            lg[v] += hb[v];
-            if (lg[v] > lg[best]) best = (int32_t)v;
-        }
+        di_sample_exp_noise(lg, noise ? noise + (int64_t)i * V : NULL, V, noise ? temperature : 0.f,
+                            &best);
         ids[i] = best;
         prev = best;
     }

@@ -96,6 +96,13 @@ di_status di_forward(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float 
  * not changed. */
 di_status di_dspark_draft(const di_lm *lm, di_seqstate *st, int32_t input_id, float *logits,
                           float *markov_bias, float *confidence, int32_t *ids, di_err *err);
+/* The same round with sampled drafting, as the reference samples: slot k's
+ * token is argmax(softmax(logits_k / T) / noise_k) with the caller's Exp(1)
+ * noise [B, V]; noise NULL or T = 0 is greedy. */
+di_status di_dspark_draft_sampled(const di_lm *lm, di_seqstate *st, int32_t input_id,
+                                  float temperature, const float *noise, float *logits,
+                                  float *markov_bias, float *confidence, int32_t *ids,
+                                  di_err *err);
 
 /* The reference sampler (§3.8) given its Exp(1) noise e [V]: temperature 0
  * is argmax; otherwise argmax(softmax(logits / T) / e), the Gumbel-max form

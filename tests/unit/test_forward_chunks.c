@@ -61,6 +61,16 @@ static void check_chunks(int chunk) {
         int64_t dd = 0;
         for (int64_t i = 0; i < G.cfg.dspark_block_size * V; i++) dd += lg[i] != REF_DRAFT[i];
         CHECKF(dd == 0, "chunks of %d: %lld draft logits differ", chunk, (long long)dd);
+        if (chunk == 64) {
+            /* sampled drafting: noise that singles out token 3 in every slot
+             * picks it (the Markov bias then follows the sampled tokens) */
+            int B = G.cfg.dspark_block_size;
+            float *noise = malloc((size_t)(B * V) * sizeof(float));
+            for (int64_t i = 0; i < B * V; i++) noise[i] = (i % V == 3) ? 1e-30f : 1e30f;
+            CHECK(di_dspark_draft_sampled(&G.lm, &st, 7, 1.0f, noise, lg, NULL, conf, ids, &err) == DI_OK);
+            for (int i = 0; i < B; i++) CHECK_EQ_INT(ids[i], 3);
+            free(noise);
+        }
     }
     free(lg);
     di_seqstate_free(&st);
