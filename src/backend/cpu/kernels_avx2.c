@@ -331,12 +331,12 @@ AVX2_INLINE void transpose8_store(__m256 r[8], float *bp) {
 
 /* BF16 / F32: 16 rows × kc values (rows[i] at the chunk start) -> Bp[kc][16]. */
 static AVX2 void decode_plain_chunk(int fmt, const void *const rows[16], int64_t kc, float *bp) {
-    int64_t k = 0;
-    for (; k + 8 <= kc; k += 8) {
-#pragma GCC unroll 16
-        for (int half = 0; half < 2; half++) {
+    const int64_t k8 = kc & ~(int64_t)7;
+    /* group of 8 rows outermost, as for the codes: their lines stay in L1 */
+    for (int half = 0; half < 2; half++)
+        for (int64_t k = 0; k < k8; k += 8) {
             __m256 r[8];
-#pragma GCC unroll 16
+#pragma GCC unroll 8
             for (int i = 0; i < 8; i++) {
                 const void *p = rows[half * 8 + i];
                 if (fmt == FMT_BF16) {
@@ -348,8 +348,7 @@ static AVX2 void decode_plain_chunk(int fmt, const void *const rows[16], int64_t
             }
             transpose8_store(r, bp + k * NR + half * 8);
         }
-    }
-    for (; k < kc; k++)
+    for (int64_t k = k8; k < kc; k++)
 #pragma GCC unroll 16
         for (int i = 0; i < 16; i++) {
             uint32_t bits;
