@@ -6,6 +6,7 @@ $DEEPINFER_LIB, else a copy shipped inside the package, else the build
 folder of the source tree this package sits in ($DEEPINFER_BUILD or build/).
 """
 import ctypes
+import ctypes.util
 import os
 import pathlib
 
@@ -177,6 +178,9 @@ def _candidates():
         p = pathlib.Path(build)
         yield (p if p.is_absolute() else root / p) / "libdeepinfer.so"
     yield root / "build" / "libdeepinfer.so"
+    found = ctypes.util.find_library("deepinfer")  # installed system-wide
+    if found:
+        yield pathlib.Path(found)
 
 
 _lib = None
@@ -190,7 +194,7 @@ def lib():
     tried = []
     for path in _candidates():
         tried.append(str(path))
-        if path.is_file():
+        if path.is_file() or (not path.is_absolute() and path.name.startswith("libdeepinfer")):
             try:
                 handle = ctypes.CDLL(str(path))
             except OSError:
