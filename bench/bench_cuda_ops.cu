@@ -193,6 +193,80 @@ static void bench_matvec(int fmt, const char *name, int64_t n, int64_t k, int64_
     di_cuda_free(qa); di_cuda_free(sa); di_cuda_free(out);
 }
 
+/* MoE decode step, up-projection only (w1 of every routed expert): batch
+ * tokens, top-6 of 384 experts, uniform random routing; one grouped launch
+ * per step. Each replay of the graph runs `reps` steps with different
+ * routings so the experts read are cold (~0.5 GB or more per replay). Bytes
+ * counted: the distinct experts' weights + scales, the activations, the
+ * outputs. */
+static void bench_moe_grouped(int tokens) {
+    const int64_t E = 384, n = 2304, k = 5120, kbn = k / 32, topk = 6;
+    const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
+    void *w = dalloc(wb * E), *ws = dalloc(sb * E);
+    rnd(w, wb * E, 300);
+    rnd(ws, sb * E, 301, 2);
+    void *qa = dalloc((size_t)(tokens * k)), *sa = dalloc((size_t)(tokens * kbn) * 4);
+    rnd(qa, (size_t)(tokens * k), 302, 1);
+    fill_scales<<<256, 256>>>((float *)sa, (size_t)(tokens * kbn), 303);
+    const int npairs = (int)(tokens * topk);
+    void *out = dalloc((size_t)npairs * n * 4);
+    int reps = 1;
+    uint32_t seed = 12345;
+    auto next = [&]() { seed = seed * 1664525u + 1013904223u; return seed >> 8; };
+    struct Step { void *ids, *off, *rows; int ng, max_rows, distinct; };
+    std::vector<Step> steps;
+    double bytes_total = 0;
+    while (bytes_total < 512e6 || (int)steps.size() < 2) {
+        std::vector<std::vector<int32_t>> by(E);
+        for (int t = 0; t < tokens; t++) {
+            int32_t pick[6];
+            for (int j = 0; j < topk; j++) {
+                bool dup;
+                do {
+                    pick[j] = (int32_t)(next() % E);
+                    dup = false;
+                    for (int i = 0; i < j; i++) dup |= pick[i] == pick[j];
+                } while (dup);
+                by[pick[j]].push_back(t);
+            }
+        }
+        std::vector<int32_t> ids, off{0}, rows;
+        int max_rows = 0;
+        for (int e = 0; e < E; e++) {
+            if (by[e].empty()) continue;
+            ids.push_back(e);
+            rows.insert(rows.end(), by[e].begin(), by[e].end());
+            off.push_back((int32_t)rows.size());
+            max_rows = std::max(max_rows, (int)by[e].size());
+        }
+        Step st;
+        st.ng = (int)ids.size();
+        st.max_rows = max_rows;
+        st.distinct = st.ng;
+        st.ids = dalloc(ids.size() * 4);
+        st.off = dalloc(off.size() * 4);
+        st.rows = dalloc(rows.size() * 4);
+        CK(cudaMemcpy(st.ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(st.off, off.data(), off.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(st.rows, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+        steps.push_back(st);
+        bytes_total += (double)st.distinct * (wb + sb);
+    }
+    reps = (int)steps.size();
+    double t = time_ops([&](int i, cudaStream_t s) {
+        const Step &st = steps[i];
+        DK(di_cuda_gemm_mxfp4_grouped((uint8_t *)qa, (float *)sa, k, (uint8_t *)w, (uint8_t *)ws,
+                                      n, (int32_t *)st.ids, (int32_t *)st.off, st.ng,
+                                      (int32_t *)st.rows, st.max_rows, out, DI_DTYPE_F32, s, err));
+    }, reps, 15);
+    double bytes = bytes_total / reps + (double)tokens * k + npairs * n * 4.0;
+    printf("RESULT moe_w1_grouped_b%d %.2f us %.0f GB/s %.0f%% of copy (%.0f experts/step, floor %.2f us)\n",
+           tokens, t * 1e6, bytes / t / 1e9, 100 * bytes / t / g_copy_bw,
+           bytes_total / reps / (wb + sb), bytes / g_copy_bw * 1e6);
+    for (auto &st : steps) { di_cuda_free(st.ids); di_cuda_free(st.off); di_cuda_free(st.rows); }
+    di_cuda_free(w); di_cuda_free(ws); di_cuda_free(qa); di_cuda_free(sa); di_cuda_free(out);
+}
+
 extern "C" void cuda_tiled_set_variant(int v); /* measuring aid in cuda_gemm_tiled.cu */
 
 static void bench_gemm(int64_t m, int64_t n, int64_t k, di_cuda_gemm_path path,
@@ -279,7 +353,7 @@ static void check_variants(void) {
     rnd(w, (size_t)(n * k), 16, 1);
     rnd(ws, (size_t)(((n + 31) / 32) * kbn), 17, 2);
     fill_scales<<<256, 256>>>((float *)sa, (size_t)(m * kbn), 18);
-    const int vs[] = {8, 8, 0, 0, 8, 8};
+    const int vs[] = {8, 8, 0, 10, 40, 42};
     std::vector<std::vector<float>> h(6, std::vector<float>(m * n));
     for (int i = 0; i < 6; i++) {
         cuda_tiled_set_variant(vs[i]);
@@ -323,13 +397,15 @@ int main(int argc, char **argv) {
         {"expert_w1", 2304, 5120}, {"expert_w2", 5120, 2304}, {"experts16_w1", 16 * 2304, 5120}};
     for (auto &s : fp4)
         for (int64_t m : ms) bench_matvec(1, s.name, s.n, s.k, m);
+    for (int b : {1, 8, 64}) bench_moe_grouped(b);
     int64_t shapes[][3] = {{8192, 8192, 8192}, {8192, 5120, 5120}, {8192, 32768, 1280},
                            {4096, 5120, 2304}, {4096, 2304, 5120}};
     for (auto &s : shapes) bench_gemm(s[0], s[1], s[2], DI_CUDA_GEMM_TILED);
     if (!quick) bench_gemm(4096, 5120, 5120, DI_CUDA_GEMM_MATVEC);
-    /* tiled-kernel variants: 8 the real kernel, 9 the same without the
-     * promotion (what the promotion costs), 0 the unswizzled layout */
-    const int variants[] = {8, 9, 0};
+    /* tiled-kernel variants (see cuda_gemm_tiled.cu): 8 two result sets, 10
+     * a ring of four half-width sets, +32 six stages instead of four, 9 the
+     * kernel without the promotion (what the promotion costs) */
+    const int variants[] = {8, 10, 40, 42, 9};
     for (int v : variants) bench_gemm(8192, 8192, 8192, DI_CUDA_GEMM_TILED, v);
     for (int v : variants) bench_gemm(4096, 5120, 2304, DI_CUDA_GEMM_TILED, v);
     check_variants();

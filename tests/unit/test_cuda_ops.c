@@ -368,6 +368,86 @@ static void test_gemm_mxfp4(void) {
     printf("mxfp4 matvec: largest error / bound %.3g\n", worst);
 }
 
+/* The MoE form: 12 tokens, each routed to expert 0 (one group larger than a
+ * token tile) and two other distinct experts out of 5; groups listed in a
+ * shuffled expert order. Every (token, expert) output row must equal, bit for
+ * bit, the plain product of that token's row with that expert, and both must
+ * match the exact reference. */
+static void test_gemm_mxfp4_grouped(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+    const int64_t E = 5, T = 12, n = 300, k = 640, kbn = k / 32;
+    const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
+    float *x = malloc((size_t)(T * k) * 4), *sa = malloc((size_t)(T * kbn) * 4);
+    uint8_t *qa = malloc((size_t)(T * k)), *w = malloc(wb * E), *ws = malloc(sb * E);
+    fill_act(x, NULL, T, k);
+    ref_act_quant(x, T, k, qa, sa);
+    for (size_t i = 0; i < wb * E; i++) w[i] = (uint8_t)rng_next();
+    for (size_t i = 0; i < sb * E; i++) ws[i] = (uint8_t)(127 - 8 + rng_next() % 12);
+    /* routing: token t -> expert 0 and two distinct others */
+    int route[12][3];
+    for (int t = 0; t < T; t++) {
+        route[t][0] = 0;
+        route[t][1] = 1 + (int)(rng_next() % 4);
+        do route[t][2] = 1 + (int)(rng_next() % 4); while (route[t][2] == route[t][1]);
+    }
+    int32_t order[5] = {3, 0, 4, 1, 2}, ids[5], off[6], rows[36], pair_tok[36], pair_exp[36];
+    int32_t ng = 0, np = 0, max_rows = 0;
+    off[0] = 0;
+    for (int oi = 0; oi < E; oi++) {
+        int e = order[oi], cnt = 0;
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < 3; j++)
+                if (route[t][j] == e) { rows[np] = t; pair_tok[np] = t; pair_exp[np] = e; np++; cnt++; }
+        if (!cnt) continue;
+        ids[ng] = e;
+        off[++ng] = np;
+        if (cnt > max_rows) max_rows = cnt;
+    }
+    dbuf dqa = dput(qa, (size_t)(T * k)), dsa = dput(sa, (size_t)(T * kbn) * 4),
+         dw = dput(w, wb * E), dws = dput(ws, sb * E), dids = dput(ids, (size_t)ng * 4),
+         doff = dput(off, (size_t)(ng + 1) * 4), drows = dput(rows, (size_t)np * 4),
+         dout = dput(NULL, (size_t)(np * n) * 4), d1 = dput(NULL, (size_t)n * 4);
+    float *out = malloc((size_t)(np * n) * 4), *o1 = malloc((size_t)n * 4);
+    double *ref = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8), *abs_sum = malloc((size_t)n * 8);
+    di_err err = {0};
+    CHECK(di_cuda_fill(dout.p, 0xff, dout.n, &err) == DI_OK);
+    di_status st = di_cuda_gemm_mxfp4_grouped(dqa.p, dsa.p, k, dw.p, dws.p, n, dids.p, doff.p, ng,
+                                              drows.p, max_rows, dout.p, DI_DTYPE_F32, NULL, &err);
+    if (st == DI_OK) st = di_cuda_synchronize(&err);
+    CHECKF(st == DI_OK, "%s", err.msg);
+    dget(out, dout);
+    int64_t bad = 0, differ = 0;
+    for (int p = 0; p < np; p++) {
+        const uint8_t *we = w + (size_t)pair_exp[p] * wb, *wse = ws + (size_t)pair_exp[p] * sb;
+        int t = pair_tok[p];
+        ref_gemm(1, qa + (size_t)t * k, sa + (size_t)t * kbn, 1, k, we, wse, n, ref, bound, abs_sum);
+        st = di_cuda_gemm_mxfp4((const uint8_t *)dqa.p + (size_t)t * k,
+                                (const float *)dsa.p + (size_t)t * kbn, 1, k,
+                                (const uint8_t *)dw.p + (size_t)pair_exp[p] * wb,
+                                (const uint8_t *)dws.p + (size_t)pair_exp[p] * sb, n, d1.p,
+                                DI_DTYPE_F32, DI_CUDA_GEMM_AUTO, NULL, &err);
+        if (st == DI_OK) st = di_cuda_synchronize(&err);
+        CHECKF(st == DI_OK, "%s", err.msg);
+        dget(o1, d1);
+        for (int64_t j = 0; j < n; j++) {
+            float g = out[(size_t)p * n + j];
+            if (!(fabs(g - ref[j]) <= bound[j])) bad++;
+            if (memcmp(&g, &o1[j], 4)) differ++;
+        }
+    }
+    CHECKF(bad == 0, "grouped mxfp4: %lld of %lld outputs off the exact result", (long long)bad,
+           (long long)(np * n));
+    CHECKF(differ == 0, "grouped mxfp4: %lld outputs differ from the plain product", (long long)differ);
+    /* a bad k is refused, not run */
+    CHECK(di_cuda_gemm_mxfp4_grouped(dqa.p, dsa.p, 100, dw.p, dws.p, n, dids.p, doff.p, ng,
+                                     drows.p, max_rows, dout.p, DI_DTYPE_F32, NULL,
+                                     &err) == DI_ERR_INVALID_ARG);
+    dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout, d1};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
+    free(x); free(sa); free(qa); free(w); free(ws); free(out); free(o1); free(ref); free(bound);
+    free(abs_sum);
+}
+
 /* A row's result must not depend on the other rows of the batch, nor on the
  * run: m = 1 and m = 13 (other kernel specialisation) agree bit for bit. */
 static void test_batch_invariance(void) {
@@ -462,6 +542,7 @@ int main(void) {
     RUN(test_gemm_fp8_matvec);
     RUN(test_gemm_fp8_tiled);
     RUN(test_gemm_mxfp4);
+    RUN(test_gemm_mxfp4_grouped);
     RUN(test_batch_invariance);
     return test_summary();
 }

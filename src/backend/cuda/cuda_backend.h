@@ -94,6 +94,20 @@ di_status di_cuda_gemm_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int6
                              di_dtype out_dtype, di_cuda_gemm_path path, void *stream,
                              di_err *err);
 
+/* Grouped MXFP4 products for an MoE decode step, one launch for all routed
+ * experts: group z multiplies the activation rows rows[off[z] .. off[z+1])
+ * by expert ids[z]'s weight, and output row p (a (token, expert) pair) is
+ *   out[p, :] = qa[rows[p], :] . W_{ids[z]}^T      for p in [off[z], off[z+1])
+ * w [n_experts, n, k/2], w_scale [n_experts, n, k/32]; ids [ngroups], off
+ * [ngroups + 1], rows [off[ngroups]] are int32 arrays in device memory (so a
+ * captured graph replays with new routing); max_rows bounds every group's
+ * size. k % 32 == 0. Same numerics as di_cuda_gemm_mxfp4, row by row. */
+di_status di_cuda_gemm_mxfp4_grouped(const uint8_t *qa, const float *sa, int64_t k,
+                                     const uint8_t *w, const uint8_t *w_scale, int64_t n,
+                                     const int32_t *ids, const int32_t *off, int32_t ngroups,
+                                     const int32_t *rows, int32_t max_rows, void *out,
+                                     di_dtype out_dtype, void *stream, di_err *err);
+
 #ifdef __cplusplus
 }
 #endif

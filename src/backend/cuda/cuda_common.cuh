@@ -68,6 +68,12 @@ di_status cuda_launch_matvec_fp8(const uint8_t *qa, const float *sa, int64_t m, 
 di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                    const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                    int out_bf16, cudaStream_t stream, di_err *err);
+di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, int64_t k,
+                                           const uint8_t *w, const uint8_t *ws, int64_t n,
+                                           const int32_t *ids, const int32_t *off,
+                                           int32_t ngroups, const int32_t *rows,
+                                           int32_t max_rows, void *out, int out_bf16,
+                                           cudaStream_t stream, di_err *err);
 di_status cuda_launch_gemm_fp8_tiled(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                      const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                      int out_bf16, cudaStream_t stream, di_err *err);

@@ -55,3 +55,27 @@ extern "C" di_status di_cuda_gemm_mxfp4(const uint8_t *qa, const float *sa, int6
                           "gemm_mxfp4: clearing the output");
     return cuda_launch_matvec_mxfp4(qa, sa, m, k, w, w_scale, n, out, bf16, s, err);
 }
+
+extern "C" di_status di_cuda_gemm_mxfp4_grouped(const uint8_t *qa, const float *sa, int64_t k,
+                                                const uint8_t *w, const uint8_t *w_scale,
+                                                int64_t n, const int32_t *ids, const int32_t *off,
+                                                int32_t ngroups, const int32_t *rows,
+                                                int32_t max_rows, void *out, di_dtype out_dtype,
+                                                void *stream, di_err *err) {
+    di_status st = check_args("gemm_mxfp4_grouped", qa, sa, max_rows, k, w, w_scale, n, out,
+                              out_dtype, err);
+    if (st) return st;
+    if (ngroups < 0 || max_rows < 0)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "gemm_mxfp4_grouped: %d groups, %d rows",
+                          (int)ngroups, (int)max_rows);
+    if (ngroups == 0 || max_rows == 0 || n == 0) return DI_OK;
+    if (!ids || !off || !rows)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "gemm_mxfp4_grouped: NULL routing array");
+    if (k == 0 || k % 32)
+        return di_err_set(err, DI_ERR_INVALID_ARG,
+                          "gemm_mxfp4_grouped: k = %lld is not a positive multiple of 32",
+                          (long long)k);
+    return cuda_launch_matvec_mxfp4_grouped(qa, sa, k, w, w_scale, n, ids, off, ngroups, rows,
+                                            max_rows, out, out_dtype == DI_DTYPE_BF16,
+                                            (cudaStream_t)stream, err);
+}

@@ -22,12 +22,11 @@
 /* NWG math warpgroups of 64 rows each: block tile (64 NWG) x 128 x 128 */
 #define TG_BN 128
 #define TG_BK 128
-#define TG_STAGES 4
 #define TG_GROUP_M 8
 #define TG_B_BYTES (TG_BN * TG_BK)
 #define TG_SW_BYTES 16
 #define TG_ROWS(nwg) (64 * (nwg))
-#define TG_SMEM(nwg) (TG_STAGES * (TG_ROWS(nwg) * TG_BK + TG_B_BYTES + TG_ROWS(nwg) * 16 + TG_SW_BYTES))
+#define TG_SMEM(nwg, stages) ((stages) * (TG_ROWS(nwg) * TG_BK + TG_B_BYTES + TG_ROWS(nwg) * 16 + TG_SW_BYTES))
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -91,6 +90,50 @@ __device__ __forceinline__ void wgmma_m64n128k32(float d[64], uint64_t da, uint6
         : "l"(da), "l"(db), "r"(accumulate));
 }
 
+__device__ __forceinline__ void fence_regs32(float d[32]) {
+#pragma unroll
+    for (int i = 0; i < 32; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* Half-width step: 64 rows x 64 columns x one 32-block. */
+__device__ __forceinline__ void wgmma_m64n64k32(float d[32], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(0));
+}
+
+/* acc += p * scale for the column half h (columns 64h .. 64h+63) of a step. */
+__device__ __forceinline__ void promote_half(float acc[64], const float p[32], const float *sa_st,
+                                             const uint8_t *sw_st, int r0, int j, int h,
+                                             int kb_per_stage) {
+    float s0 = sa_st[r0 * kb_per_stage + j], s1 = sa_st[(r0 + 8) * kb_per_stage + j];
+    float f0[2], f1[2];
+#pragma unroll
+    for (int b = 0; b < 2; b++) {
+        float w = e8m0_to_f32(sw_st[(2 * h + b) * kb_per_stage + j]);
+        f0[b] = s0 * w;
+        f1[b] = s1 * w;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const int a = 4 * (8 * h + i);
+        acc[a + 0] = fmaf(p[4 * i + 0], f0[i / 4], acc[a + 0]);
+        acc[a + 1] = fmaf(p[4 * i + 1], f0[i / 4], acc[a + 1]);
+        acc[a + 2] = fmaf(p[4 * i + 2], f1[i / 4], acc[a + 2]);
+        acc[a + 3] = fmaf(p[4 * i + 3], f1[i / 4], acc[a + 3]);
+    }
+}
+
 /* acc += p * scale: rows r0 (p[4i], p[4i+1]) and r0+8 (p[4i+2], p[4i+3]) of
  * the warp's 16, columns 8i + 2t (+1); column block 32 changes every 4 i. */
 __device__ __forceinline__ void promote(float acc[64], const float p[64], const float *sa_st,
@@ -114,10 +157,11 @@ __device__ __forceinline__ void promote(float acc[64], const float p[64], const 
 
 /* SWZ: shared-memory layout, 0 = 8x16-byte core matrices without swizzle,
  * 1 = 128-byte rows with the 128B swizzle (1.7x faster: the no-swizzle
- * layout stalls the copies and the tensor cores). MODE 1 is a measuring aid:
- * no promotion, one accumulator over all of k (wrong numerics), which times
- * everything but the promotion. */
-template <int SWZ, int MODE, int NWG>
+ * layout stalls the copies and the tensor cores). MODE 0: two 64x128 result
+ * sets alternate; MODE 2: four 64x64 sets in a ring (more tensor work in
+ * flight per register); MODE 1 is a measuring aid: no promotion, one
+ * accumulator over all of k (wrong numerics), timing everything else. */
+template <int SWZ, int MODE, int NWG, int TG_STAGES>
 __global__ void __launch_bounds__(NWG * 128, 1)
     gemm_fp8_tiled_kernel(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int m,
                           int k, const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws,
@@ -223,6 +267,31 @@ __global__ void __launch_bounds__(NWG * 128, 1)
             fence_regs(acc);
             continue;
         }
+        if (MODE == 2) {
+            /* four 64x64 result sets in a ring: half-step x = 2 j + h (k step
+             * j, column half h) goes to set x % 4; three stay in flight while
+             * the oldest is promoted */
+            float q[4][32];
+#pragma unroll
+            for (int x = 0; x < 11; x++) {
+                if (x >= 3) {
+                    const int y = x - 3, pend = (x < 8 ? x : 8) - y - 1;
+                    if (pend >= 2) wg_wait<2>();
+                    else if (pend == 1) wg_wait<1>();
+                    else wg_wait<0>();
+                    fence_regs32(q[y % 4]);
+                    promote_half(acc, q[y % 4], sa_st, sw_st, r0, y / 2, y % 2, 4);
+                }
+                if (x < 8) {
+                    fence_regs32(q[x % 4]);
+                    wg_fence();
+                    wgmma_m64n64k32(q[x % 4], DESC_A(x / 2),
+                                    make_desc(b_base + (x % 2) * 64 * 128 + (x / 2) * 32, 16, 1024, 1));
+                    wg_commit();
+                }
+            }
+            continue;
+        }
         fence_regs(p0);
         fence_regs(p1);
         wg_fence();
@@ -279,23 +348,25 @@ di_status cuda_launch_gemm_fp8_tiled(const uint8_t *qa, const float *sa, int64_t
                           (long long)m, (long long)n, (long long)k);
     uint32_t lbo = 128, sbo = 1024;
     cudaError_t e;
-#define TG_CASE(S, M, W)                                                                     \
-    case S * 8 + M + (W == 3 ? 16 : 0): {                                                    \
+#define TG_CASE(S, M, ST)                                                                    \
+    case S * 8 + M + (ST == 6 ? 32 : 0): {                                                   \
         static bool attr = false;                                                            \
         if (!attr) {                                                                         \
-            e = cudaFuncSetAttribute(gemm_fp8_tiled_kernel<S, M, W>,                         \
-                                     cudaFuncAttributeMaxDynamicSharedMemorySize, TG_SMEM(W)); \
+            e = cudaFuncSetAttribute(gemm_fp8_tiled_kernel<S, M, 2, ST>,                     \
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,            \
+                                     TG_SMEM(2, ST));                                        \
             if (e != cudaSuccess) break;                                                     \
             attr = true;                                                                     \
         }                                                                                    \
-        int64_t blocks = ((m + TG_ROWS(W) - 1) / TG_ROWS(W)) * ((n + TG_BN - 1) / TG_BN);        \
-        gemm_fp8_tiled_kernel<S, M, W><<<(unsigned)blocks, W * 128, TG_SMEM(W), stream>>>(   \
+        int64_t blocks = ((m + TG_ROWS(2) - 1) / TG_ROWS(2)) * ((n + TG_BN - 1) / TG_BN);    \
+        gemm_fp8_tiled_kernel<S, M, 2, ST><<<(unsigned)blocks, 256, TG_SMEM(2, ST), stream>>>( \
             qa, sa, (int)m, (int)k, w, ws, (int)n, out, out_bf16, lbo, sbo);                 \
         e = cudaGetLastError();                                                              \
         break;                                                                               \
     }
     switch (tiled_variant) {
-        TG_CASE(1, 0, 2) TG_CASE(1, 1, 2) TG_CASE(0, 0, 2)
+        TG_CASE(1, 0, 4) TG_CASE(1, 1, 4) TG_CASE(0, 0, 4) TG_CASE(1, 2, 4) TG_CASE(1, 0, 6)
+        TG_CASE(1, 2, 6)
     default: e = cudaErrorInvalidValue;
     }
 #undef TG_CASE
@@ -303,6 +374,7 @@ di_status cuda_launch_gemm_fp8_tiled(const uint8_t *qa, const float *sa, int64_t
 }
 
 /* Measuring aid for bench/bench_cuda_ops.cu: layout * 8 + mode (see the
- * kernel); 8 (128B swizzle, real kernel) is the default, 9 times it without
- * the promotion (wrong results), 0 is the unswizzled layout. */
+ * kernel) + 32 for 6 stages instead of 4; 8 (128B swizzle, two result sets)
+ * is the default, 10 the ring of four half-width sets, 9 times the kernel
+ * without the promotion (wrong results), 0 is the unswizzled layout. */
 extern "C" void cuda_tiled_set_variant(int v) { tiled_variant = v < 0 ? 8 : v; }

@@ -6,9 +6,9 @@
  *
  * Why tensor cores for a memory-bound op: at m = 16 a CUDA-core version would
  * need 16 FMAs per weight byte, about twice what the H200's FP32 units can do
- * at full memory speed. mma.sync m16n8k32 (e4m3) takes 16 activation rows x
- * 8 weight rows x one 32-block per instruction, so every size m = 1..16 costs
- * the same and the loop stays bound by weight bytes. Each mma starts from
+ * at full memory speed. On the streamed path (whole 32-blocks, aligned rows)
+ * an mma.sync m16n8k32 (e4m3) takes 16 weight rows x 8 tokens x one 32-block;
+ * the any-shape path takes 16 tokens x 8 weight rows. Each mma starts from
  * zero and its result is promoted into an fp32 accumulator with the block's
  * two scales (exact powers of two), which is the reference's
  * sum_b s_a s_w (q_a . q_w).
@@ -21,8 +21,8 @@
  * gives exactly value * 2^-6 (subnormals included), and the 2^6 goes back in
  * at the end.
  *
- * The same kernel serves any m (16 rows per grid row), so it is also the
- * fallback GEMM for shapes the tiled kernel does not take. */
+ * The same kernel serves any m (a grid row per 8 or 16 tokens), so it is also
+ * the fallback GEMM for shapes the tiled kernel does not take. */
 #include "backend/cuda/cuda_common.cuh"
 
 #define MV_THREADS 128
@@ -187,7 +187,8 @@ __device__ __forceinline__ void warp_fp4(const uint8_t *__restrict__ qa,
 #define MV_STAGES 4
 #define MV_CHUNK 256              /* bytes of each row per copy step */
 #define MV_ROW (MV_CHUNK + 16)   /* padded: row r starts 4 banks after row r-1 */
-#define MV_STAGE_BYTES (8 * MV_ROW)
+#define MV_ROWS 16                /* weight rows per warp */
+#define MV_STAGE_BYTES (MV_ROWS * MV_ROW)
 #define MV_SMEM (MV_WARPS * MV_STAGES * MV_STAGE_BYTES)
 
 __device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void *src, bool valid) {
@@ -195,27 +196,47 @@ __device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void *src, 
                  "r"(valid ? 16 : 0));
 }
 
-template <int FMT, bool M16>
+/* Which activation row feeds token slot j of a launch and which output row
+ * receives it: the identity for a plain product; for a grouped (MoE) one,
+ * slot j of group z is pair base + j, reading activation rows[base + j]. */
+struct TokMap {
+    const int32_t *rows; /* NULL: identity */
+    int64_t base, count;
+    __device__ __forceinline__ bool valid(int64_t j) const { return j < count; }
+    __device__ __forceinline__ int64_t arow(int64_t j) const {
+        return rows ? rows[base + j] : j;
+    }
+    __device__ __forceinline__ int64_t orow(int64_t j) const { return base + j; }
+};
+
+/* Operands swapped (weights = the mma's 16-row A operand, activations =
+ * its 8-column B operand): an m16n8k32 consumes 16 weight rows per 32-block,
+ * twice the bytes of the other orientation, so the instructions per weight
+ * byte halve; decode batches up to 8 fill the 8 columns. A warp covers
+ * weight rows [n0, n0+16) and tokens [m0, m0+8); lane (g, t) accumulates
+ * acc[0..1] = out[m0+2t .. +1][n0+g], acc[2..3] = out[m0+2t .. +1][n0+g+8]. */
+template <int FMT>
 __device__ __forceinline__ void warp_pipe(const uint8_t *__restrict__ qa,
                                           const float *__restrict__ sa, int64_t m, int64_t k,
                                           const uint8_t *__restrict__ w,
-                                          const uint8_t *__restrict__ ws, int64_t n, int64_t m0,
-                                          int64_t n0, int64_t kb0, int64_t kb1, int lane,
-                                          uint8_t *ring, float acc[4]) {
+                                          const uint8_t *__restrict__ ws, int64_t n,
+                                          const TokMap &tm, int64_t m0, int64_t n0, int64_t kb0,
+                                          int64_t kb1, int lane, uint8_t *ring, float acc[4]) {
     constexpr int BPB = FMT == 0 ? 32 : 16; /* weight bytes per row per 32-block */
     constexpr int CH = MV_CHUNK / BPB;      /* blocks per chunk */
     const int g = lane >> 2, t = lane & 3;
     const int64_t kbn = (k + 31) / 32, rowb = FMT == 0 ? k : k / 2;
-    const int64_t ra = m0 + g, rb = m0 + g + 8;
-    const bool va = ra < m, vb = M16 && rb < m;
-    const uint8_t *pa = qa + (va ? ra : 0) * k, *pb = qa + (vb ? rb : 0) * k;
-    const float *psa = sa + (va ? ra : 0) * kbn, *psb = sa + (vb ? rb : 0) * kbn;
-    /* FP8: one scale row per 32 weight rows; MXFP4: one per row, and lane t
-     * produces columns n0 + 2t, n0 + 2t + 1 */
-    const int64_t c0 = n0 + 2 * t, c1 = c0 + 1;
-    const bool v0 = c0 < n, v1 = c1 < n;
-    const uint8_t *pws = FMT == 0 ? ws + (n0 / 32) * kbn : ws + (v0 ? c0 : 0) * kbn;
-    const uint8_t *pws1 = ws + (v1 ? c1 : 0) * kbn;
+    /* B operand: token slot m0 + g; scales of the output slots m0 + 2t, m0 + 2t + 1 */
+    const int64_t tok = m0 + g, t0 = m0 + 2 * t, t1 = t0 + 1;
+    const bool vt = tm.valid(tok), v0 = tm.valid(t0), v1 = tm.valid(t1);
+    const uint8_t *pb = qa + (vt ? tm.arow(tok) : 0) * k;
+    const float *ps0 = sa + (v0 ? tm.arow(t0) : 0) * kbn, *ps1 = sa + (v1 ? tm.arow(t1) : 0) * kbn;
+    /* weight scales: FP8 one row per 32 weight rows (n0 % 16 == 0, so all 16
+     * rows share it); MXFP4 one per row, rows n0 + g and n0 + g + 8 */
+    const int64_t ra = n0 + g, rb = n0 + g + 8;
+    const bool wa = ra < n, wb = rb < n;
+    const uint8_t *pwa = FMT == 0 ? ws + (n0 / 32) * kbn : ws + (wa ? ra : 0) * kbn;
+    const uint8_t *pwb = ws + (wb ? rb : 0) * kbn;
 
     /* copy plan: piece q = lane + 32 i is row q / P, bytes [16 (q % P), +16) */
     constexpr int P = MV_CHUNK / 16;
@@ -226,7 +247,7 @@ __device__ __forceinline__ void warp_pipe(const uint8_t *__restrict__ qa,
         if (c < nch) {
             const uint32_t st = ring_s + (c % MV_STAGES) * MV_STAGE_BYTES;
 #pragma unroll
-            for (int i = 0; i < 8 * P / 32; i++) {
+            for (int i = 0; i < MV_ROWS * P / 32; i++) {
                 int q = lane + 32 * i, row = q / P, col = (q % P) * 16;
                 int64_t off = (kb0 + (int64_t)c * CH) * BPB + col;
                 bool ok = n0 + row < n && off < end;
@@ -241,49 +262,45 @@ __device__ __forceinline__ void warp_pipe(const uint8_t *__restrict__ qa,
     for (int c = 0; c < nch; c++) {
         asm volatile("cp.async.wait_group %0;\n" ::"n"(MV_STAGES - 2));
         __syncwarp();
-        const uint8_t *st = ring + (c % MV_STAGES) * MV_STAGE_BYTES + g * MV_ROW;
+        const uint8_t *sta = ring + (c % MV_STAGES) * MV_STAGE_BYTES + g * MV_ROW;
+        const uint8_t *stb = sta + 8 * MV_ROW;
         /* groups of 8 blocks, branch-free: loads past kb1 are predicated off
          * (and the copy zero-filled those weight bytes), so the compiler can
          * issue all of a group's loads before the first mma */
 #pragma unroll 1
         for (int gb = 0; gb < CH; gb += 8) {
             const int64_t b0 = kb0 + (int64_t)c * CH + gb;
-            uint2 xa[8], xb[8];
-            float fa[8], fb[8], w0[8], w1[8];
+            uint2 x[8];
+            float f0[8], f1[8], s0[8], s1[8];
 #pragma unroll
             for (int u = 0; u < 8; u++) {
                 const int64_t b = b0 + u;
                 const bool in = b < kb1;
-                const int64_t off = b * 32 + 8 * t;
-                xa[u] = in && va ? __ldg((const uint2 *)(pa + off)) : make_uint2(0, 0);
-                xb[u] = M16 && in && vb ? __ldg((const uint2 *)(pb + off)) : make_uint2(0, 0);
-                fa[u] = in && va ? __ldg(psa + b) : 0.0f;
-                fb[u] = M16 && in && vb ? __ldg(psb + b) : 0.0f;
-                w0[u] = in && (FMT == 0 || v0) ? e8m0_to_f32(__ldg(pws + b)) : 0.0f;
-                w1[u] = FMT == 1 && in && v1 ? e8m0_to_f32(__ldg(pws1 + b)) : 0.0f;
+                x[u] = in && vt ? __ldg((const uint2 *)(pb + b * 32 + 8 * t)) : make_uint2(0, 0);
+                f0[u] = in && v0 ? __ldg(ps0 + b) : 0.0f;
+                f1[u] = in && v1 ? __ldg(ps1 + b) : 0.0f;
+                s0[u] = in && (FMT == 0 || wa) ? e8m0_to_f32(__ldg(pwa + b)) : 0.0f;
+                s1[u] = FMT == 1 && in && wb ? e8m0_to_f32(__ldg(pwb + b)) : s0[u];
             }
 #pragma unroll
             for (int u = 0; u < 8; u++) {
                 const int bb = gb + u;
                 float d[4];
                 if (FMT == 0) {
-                    uint2 bw = *(const uint2 *)(st + bb * 32 + 8 * t);
-                    mma_e4m3_16832(d, xa[u].x, xb[u].x, xa[u].y, xb[u].y, bw.x, bw.y);
-                    w1[u] = w0[u];
+                    uint2 ea = *(const uint2 *)(sta + bb * 32 + 8 * t);
+                    uint2 eb = *(const uint2 *)(stb + bb * 32 + 8 * t);
+                    mma_e4m3_16832(d, ea.x, eb.x, ea.y, eb.y, x[u].x, x[u].y);
                 } else {
-                    uint32_t wq = *(const uint32_t *)(st + bb * 16 + 4 * t);
-                    mma_e4m3_16832(d, __byte_perm(xa[u].x, xa[u].y, 0x6420),
-                                   __byte_perm(xb[u].x, xb[u].y, 0x6420),
-                                   __byte_perm(xa[u].x, xa[u].y, 0x7531),
-                                   __byte_perm(xb[u].x, xb[u].y, 0x7531), fp4_lo_to_e4m3(wq),
-                                   fp4_hi_to_e4m3(wq));
+                    uint32_t ea = *(const uint32_t *)(sta + bb * 16 + 4 * t);
+                    uint32_t eb = *(const uint32_t *)(stb + bb * 16 + 4 * t);
+                    mma_e4m3_16832(d, fp4_lo_to_e4m3(ea), fp4_lo_to_e4m3(eb), fp4_hi_to_e4m3(ea),
+                                   fp4_hi_to_e4m3(eb), __byte_perm(x[u].x, x[u].y, 0x6420),
+                                   __byte_perm(x[u].x, x[u].y, 0x7531));
                 }
-                acc[0] = fmaf(d[0], fa[u] * w0[u], acc[0]);
-                acc[1] = fmaf(d[1], fa[u] * w1[u], acc[1]);
-                if (M16) {
-                    acc[2] = fmaf(d[2], fb[u] * w0[u], acc[2]);
-                    acc[3] = fmaf(d[3], fb[u] * w1[u], acc[3]);
-                }
+                acc[0] = fmaf(d[0], f0[u] * s0[u], acc[0]);
+                acc[1] = fmaf(d[1], f1[u] * s0[u], acc[1]);
+                acc[2] = fmaf(d[2], f0[u] * s1[u], acc[2]);
+                acc[3] = fmaf(d[3], f1[u] * s1[u], acc[3]);
             }
         }
         __syncwarp(); /* every lane is done with this stage before it is refilled */
@@ -295,42 +312,59 @@ __device__ __forceinline__ void warp_pipe(const uint8_t *__restrict__ qa,
         for (int i = 0; i < 4; i++) acc[i] *= 64.0f; /* codes were read as value * 2^-6 */
 }
 
-/* A block of MV_WARPS warps covers 8 * (MV_WARPS / KSPLIT) weight rows; the KSPLIT warps of
- * one row group split k into contiguous ranges and their partial sums are
- * added in a fixed order, so results do not depend on timing (and, since the
- * split depends on n only, not on m either). */
-template <int FMT, bool FAST, int KSPLIT, bool M16>
-__global__ void __launch_bounds__(MV_THREADS, 6) /* six rings per SM */
+/* A block of MV_WARPS warps covers RW * (MV_WARPS / KSPLIT) weight rows (RW =
+ * 16 on the streamed path, 8 on the any-shape one); the KSPLIT warps of one
+ * row group split k into contiguous ranges and their partial sums are added
+ * in a fixed order, so results do not depend on timing (and, since the split
+ * depends on n only, not on m either). Tokens come in tiles of 8 (streamed)
+ * or 16 (any shape): grid.y. */
+/* Grouped launch (MoE): blockIdx.z is the group; its expert's weights sit at
+ * ids[z] in w [experts, n, .] and its token slots are [off[z], off[z+1]). */
+struct Groups {
+    const int32_t *ids, *off, *rows;
+};
+
+template <int FMT, bool FAST, int KSPLIT, bool GROUPED>
+__global__ void __launch_bounds__(MV_THREADS, 3) /* three rings per SM */
     matvec_kernel(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int64_t m,
                   int64_t k, const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws,
-                  int64_t n, void *__restrict__ out, int out_bf16) {
+                  int64_t n, void *__restrict__ out, int out_bf16, Groups grp_in) {
+    constexpr int RW = FAST ? MV_ROWS : 8, TT = FAST ? 8 : 16;
+    TokMap tm = {NULL, 0, m};
+    if (GROUPED) {
+        const int z = blockIdx.z;
+        const int64_t e = grp_in.ids[z];
+        tm.rows = grp_in.rows;
+        tm.base = grp_in.off[z];
+        tm.count = grp_in.off[z + 1] - tm.base;
+        if ((int64_t)blockIdx.y * TT >= tm.count) return; /* whole block: before any barrier */
+        w += e * n * (FMT == 0 ? k : k / 2);
+        ws += e * (FMT == 0 ? (n + 31) / 32 : n) * ((k + 31) / 32);
+    }
     __shared__ float red[MV_WARPS][32][4];
     extern __shared__ __align__(16) uint8_t mv_ring[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int rg = warp / KSPLIT, ks = warp % KSPLIT;
-    const int64_t m0 = (int64_t)blockIdx.y * 16;
+    const int64_t m0 = (int64_t)blockIdx.y * TT;
     const int64_t kbn = (k + 31) / 32;
     const int64_t per = (kbn + KSPLIT - 1) / KSPLIT;
     const int64_t kb0 = ks * per, kb1 = kb0 + per < kbn ? kb0 + per : kbn;
     const int g = lane >> 2, t = lane & 3;
-    /* a block walks over groups of 8 * (8 / KSPLIT) rows: the grid holds only
-     * as many blocks as fit on the GPU at once, so there is no partial last
-     * wave */
-    const int64_t ngroups = ((n + 7) / 8 + (MV_WARPS / KSPLIT) - 1) / (MV_WARPS / KSPLIT);
+    /* a block walks over row groups; the grid holds whole rounds of blocks */
+    const int64_t ngroups = ((n + RW - 1) / RW + (MV_WARPS / KSPLIT) - 1) / (MV_WARPS / KSPLIT);
     for (int64_t grp = blockIdx.x; grp < ngroups; grp += gridDim.x) {
-        const int64_t n0 = (grp * (MV_WARPS / KSPLIT) + rg) * 8;
+        const int64_t n0 = (grp * (MV_WARPS / KSPLIT) + rg) * RW;
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (n0 < n && kb0 < kb1) {
             if (FAST)
-                warp_pipe<FMT, M16>(qa, sa, m, k, w, ws, n, m0, n0, kb0, kb1, lane,
-                                    mv_ring + warp * MV_STAGES * MV_STAGE_BYTES, acc);
+                warp_pipe<FMT>(qa, sa, m, k, w, ws, n, tm, m0, n0, kb0, kb1, lane,
+                               mv_ring + warp * MV_STAGES * MV_STAGE_BYTES, acc);
             else if (FMT == 0)
                 warp_fp8<false, true, 1>(qa, sa, m, k, w, ws, n, m0, n0, kb0, kb1, lane, acc);
             else
                 warp_fp4<false, true, 1>(qa, sa, m, k, w, ws, n, m0, n0, kb0, kb1, lane, acc);
         }
         if (KSPLIT > 1) {
-            /* partial sums of one row group are added in a fixed order */
 #pragma unroll
             for (int i = 0; i < 4; i++) red[warp][lane][i] = acc[i];
             __syncthreads();
@@ -344,14 +378,27 @@ __global__ void __launch_bounds__(MV_THREADS, 6) /* six rings per SM */
             if (ks != 0) continue;
         }
         if (n0 >= n) continue;
-        const int64_t col = n0 + 2 * t;
-        if (m0 + g < m) store_out2(out, out_bf16, n, m0 + g, col, acc[0], acc[1]);
-        if (m0 + g + 8 < m) store_out2(out, out_bf16, n, m0 + g + 8, col, acc[2], acc[3]);
+        if (FAST) {
+            const int64_t t0 = m0 + 2 * t, ra = n0 + g;
+            const float v[4] = {acc[0], acc[1], acc[2], acc[3]};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int64_t slot = t0 + (i & 1), row = ra + (i >> 1) * 8;
+                if (tm.valid(slot) && row < n) {
+                    const int64_t o = tm.orow(slot) * n + row;
+                    if (out_bf16) ((uint16_t *)out)[o] = f32_to_bf16_bits(v[i]);
+                    else ((float *)out)[o] = v[i];
+                }
+            }
+        } else {
+            const int64_t col = n0 + 2 * t;
+            if (m0 + g < m) store_out2(out, out_bf16, n, m0 + g, col, acc[0], acc[1]);
+            if (m0 + g + 8 < m) store_out2(out, out_bf16, n, m0 + g + 8, col, acc[2], acc[3]);
+        }
     }
 }
 
-/* Fewest k-splits that still give every SM a few blocks. */
-static int pick_ksplit(int64_t n) {
+static int sm_count(void) {
     static int sms = 0;
     if (sms == 0) {
         int dev = 0, v = 0;
@@ -362,11 +409,15 @@ static int pick_ksplit(int64_t n) {
             sms = 132;
         (void)cudaGetLastError();
     }
-    /* The split depends on n only, never on m (batch invariance). Time goes
-     * as (rounds of blocks) x (k range per warp): pick the split with the
-     * fewest rounds per unit of k, counting the blocks that fit at once
-     * (six rings of MV_SMEM per SM). */
-    const int64_t tiles = (n + 7) / 8, slots = 6 * (int64_t)sms;
+    return sms;
+}
+
+/* The split depends on n (and the path) only, never on m (batch invariance).
+ * Time goes as (rounds of blocks) x (k range per warp): pick the split with
+ * the fewest rounds per unit of k, counting the blocks that fit at once
+ * (three streamed rings per SM; the any-shape path is never fast anyway). */
+static int pick_ksplit(int64_t n, int rows_per_warp) {
+    const int64_t tiles = (n + rows_per_warp - 1) / rows_per_warp, slots = 3 * (int64_t)sm_count();
     int best = 1;
     double best_t = 1e300;
     for (int ks = 1; ks <= MV_WARPS; ks *= 2) {
@@ -377,45 +428,35 @@ static int pick_ksplit(int64_t n) {
     return best;
 }
 
-template <int FMT, bool FAST, int KS, bool M16>
-static cudaError_t launch_kernel(int64_t groups, unsigned mtiles, const uint8_t *qa,
-                                 const float *sa, int64_t m, int64_t k, const uint8_t *w,
-                                 const uint8_t *ws, int64_t n, void *out, int out_bf16,
-                                 cudaStream_t s) {
-    auto *kern = matvec_kernel<FMT, FAST, KS, M16>;
+/* m: tokens (plain) or the most token slots of any group (grouped). */
+template <int FMT, bool FAST, int KS, bool GROUPED = false>
+static cudaError_t launch_one(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                              const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
+                              int out_bf16, cudaStream_t s, Groups grp = {NULL, NULL, NULL},
+                              int ngroups = 1) {
+    constexpr int RW = FAST ? MV_ROWS : 8, TT = FAST ? 8 : 16;
+    auto *kern = matvec_kernel<FMT, FAST, KS, GROUPED>;
     const int smem = FAST ? MV_SMEM : 0;
     static int resident = 0; /* blocks the whole GPU holds at once, per instantiation */
     if (!resident) {
         cudaError_t e = cudaSuccess;
         if (FAST)
             e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        int per_sm = 0, dev = 0, sms = 0;
-        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, MV_THREADS, smem);
-        if (e == cudaSuccess) e = cudaGetDevice(&dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        int per_sm = 0;
+        if (e == cudaSuccess)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, MV_THREADS, smem);
         if (e != cudaSuccess) return e;
-        resident = per_sm * sms > 0 ? per_sm * sms : 1;
+        resident = per_sm * sm_count() > 0 ? per_sm * sm_count() : 1;
     }
+    const int64_t tiles = (n + RW - 1) / RW;
+    const int64_t groups = (tiles + (MV_WARPS / KS) - 1) / (MV_WARPS / KS);
     /* equal rounds: every block walks the same number of row groups (a
      * partial last round would leave most of the GPU idle) */
-    int64_t rounds = (groups + resident - 1) / resident;
-    int64_t gx = (groups + rounds - 1) / rounds;
-    kern<<<dim3((unsigned)gx, mtiles), MV_THREADS, smem, s>>>(qa, sa, m, k, w, ws, n, out, out_bf16);
+    const int64_t rounds = (groups + resident - 1) / resident;
+    const int64_t gx = (groups + rounds - 1) / rounds;
+    kern<<<dim3((unsigned)gx, (unsigned)((m + TT - 1) / TT), (unsigned)ngroups), MV_THREADS,
+           smem, s>>>(qa, sa, m, k, w, ws, n, out, out_bf16, grp);
     return cudaGetLastError();
-}
-
-template <int FMT, bool FAST, int KS>
-static cudaError_t launch_one(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
-                              const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
-                              int out_bf16, cudaStream_t s) {
-    int64_t tiles = (n + 7) / 8, groups = (tiles + (MV_WARPS / KS) - 1) / (MV_WARPS / KS);
-    unsigned mt = (unsigned)((m + 15) / 16);
-    /* the upper half of the 16-row tile is empty when m <= 8 (every decode
-     * batch up to 8); larger m takes the 16-row kernel for all its tiles, so
-     * a row's result does not depend on how many rows come with it */
-    if (FAST && m <= 8)
-        return launch_kernel<FMT, FAST, KS, false>(groups, mt, qa, sa, m, k, w, ws, n, out, out_bf16, s);
-    return launch_kernel<FMT, FAST, KS, true>(groups, mt, qa, sa, m, k, w, ws, n, out, out_bf16, s);
 }
 
 template <int FMT, bool FAST>
@@ -430,7 +471,7 @@ static cudaError_t launch_ks(int ks, const uint8_t *qa, const float *sa, int64_t
 }
 
 static di_status check_grid(int64_t m, int64_t n, di_err *err, const char *what) {
-    if ((m + 15) / 16 > 65535 || (n + 7) / 8 > 0x7fffffffLL)
+    if ((m + 7) / 8 > 65535 || (n + 7) / 8 > 0x7fffffffLL)
         return di_err_set(err, DI_ERR_LIMIT, "%s: shape m=%lld n=%lld exceeds the grid", what,
                           (long long)m, (long long)n);
     return DI_OK;
@@ -446,8 +487,9 @@ static di_status launch_matvec(const char *op, const uint8_t *qa, const float *s
                                int64_t k, const uint8_t *w, const uint8_t *ws, int64_t n,
                                void *out, int out_bf16, cudaStream_t stream, di_err *err) {
     if (check_grid(m, n, err, op)) return err->code;
-    int ks = pick_ksplit(n);
-    cudaError_t e = fast_ok(qa, w, k)
+    const bool fast = fast_ok(qa, w, k);
+    int ks = pick_ksplit(n, fast ? MV_ROWS : 8);
+    cudaError_t e = fast
                         ? launch_ks<FMT, true>(ks, qa, sa, m, k, w, ws, n, out, out_bf16, stream)
                         : launch_ks<FMT, false>(ks, qa, sa, m, k, w, ws, n, out, out_bf16, stream);
     return cuda_check(e, err, op);
@@ -465,4 +507,28 @@ di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m
                                    int out_bf16, cudaStream_t stream, di_err *err) {
     return launch_matvec<1>("gemm_mxfp4 (matvec)", qa, sa, m, k, w, ws, n, out, out_bf16,
                             stream, err);
+}
+
+di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, int64_t k,
+                                           const uint8_t *w, const uint8_t *ws, int64_t n,
+                                           const int32_t *ids, const int32_t *off,
+                                           int32_t ngroups, const int32_t *rows,
+                                           int32_t max_rows, void *out, int out_bf16,
+                                           cudaStream_t stream, di_err *err) {
+    if (check_grid(max_rows, n, err, "gemm_mxfp4_grouped")) return err->code;
+    if (ngroups > 65535)
+        return di_err_set(err, DI_ERR_LIMIT, "gemm_mxfp4_grouped: %d groups (at most 65535)",
+                          (int)ngroups);
+    if (!fast_ok(qa, w, k))
+        return di_err_set(err, DI_ERR_UNSUPPORTED,
+                          "gemm_mxfp4_grouped: needs k %% 32 == 0 (k = %lld) and 16-byte aligned "
+                          "weights", (long long)k);
+    Groups grp = {ids, off, rows};
+    cudaError_t e;
+    switch (pick_ksplit(n, MV_ROWS)) {
+    case 1: e = launch_one<1, true, 1, true>(qa, sa, max_rows, k, w, ws, n, out, out_bf16, stream, grp, ngroups); break;
+    case 2: e = launch_one<1, true, 2, true>(qa, sa, max_rows, k, w, ws, n, out, out_bf16, stream, grp, ngroups); break;
+    default: e = launch_one<1, true, 4, true>(qa, sa, max_rows, k, w, ws, n, out, out_bf16, stream, grp, ngroups); break;
+    }
+    return cuda_check(e, err, "gemm_mxfp4_grouped launch");
 }

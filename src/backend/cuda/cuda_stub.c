@@ -49,6 +49,14 @@ di_status di_cuda_gemm_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int6
     return no_cuda(err);
 }
 
+di_status di_cuda_gemm_mxfp4_grouped(const uint8_t *qa, const float *sa, int64_t k,
+                                     const uint8_t *w, const uint8_t *w_scale, int64_t n,
+                                     const int32_t *ids, const int32_t *off, int32_t ngroups,
+                                     const int32_t *rows, int32_t max_rows, void *out,
+                                     di_dtype out_dtype, void *stream, di_err *err) {
+    return no_cuda(err);
+}
+
 #else
 typedef int di_cuda_stub_unused; /* ISO C wants a non-empty translation unit */
 #endif
