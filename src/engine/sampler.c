@@ -76,19 +76,20 @@ float di_logprob_top(const float *logits, int64_t V, int32_t token, int32_t k, i
     double lse = mx + log(sum);
     if (k > V) k = (int32_t)V;
     if (k > 0) {
-        /* selection by repeated scans keeps this allocation-free; k <= 20 */
-        for (int32_t j = 0; j < k; j++) {
-            int32_t best = -1;
-            for (int64_t i = 0; i < V; i++) {
-                int taken = 0;
-                for (int32_t q = 0; q < j; q++)
-                    if (top_ids[q] == i) { taken = 1; break; }
-                if (taken) continue;
-                if (best < 0 || logits[i] > logits[best]) best = (int32_t)i;
+        /* insertion into a sorted list of k: one pass, O(V) when most
+         * logits fall below the k-th */
+        int32_t n = 0;
+        for (int64_t i = 0; i < V; i++) {
+            float x = logits[i];
+            if (n == k && !(x > logits[top_ids[k - 1]])) continue;
+            int32_t j = n < k ? n++ : k - 1;
+            while (j > 0 && x > logits[top_ids[j - 1]]) {
+                top_ids[j] = top_ids[j - 1];
+                j--;
             }
-            top_ids[j] = best;
-            top_lp[j] = (float)((double)logits[best] - lse);
+            top_ids[j] = (int32_t)i;
         }
+        for (int32_t j = 0; j < k; j++) top_lp[j] = (float)((double)logits[top_ids[j]] - lse);
     }
     if (rank && token >= 0) {
         int32_t r = 1;
@@ -174,8 +175,26 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
         }
         int need_sort = (p->top_k > 0 && p->top_k < keep) || p->top_p < 1.0;
         if (need_sort) {
+            /* Sorting all V candidates is the cost of top-p; first sort only
+             * those within e^16 of the best. When they hold the nucleus
+             * (or top-k of them), the rest cannot enter it: exact. */
+            int64_t near = 0;
+            double near_sum = 0;
+            for (int64_t j = 0; j < keep; j++) {
+                int32_t t = s->idx[j];
+                if (w[t] * inv_t - mx > -16.0) {
+                    s->idx[j] = s->idx[near];
+                    s->idx[near++] = t;
+                    near_sum += exp(w[t] * inv_t - mx);
+                }
+            }
+            /* top-k: exact when the k best are all near; top-p alone:
+             * exact when the near ones reach the nucleus mass */
+            int topk_on = p->top_k > 0 && p->top_k < keep;
+            int use_near = topk_on ? p->top_k <= near : near_sum >= p->top_p * sum;
+            if (use_near) keep = near;
             top_sorted(w, s->idx, keep);
-            if (p->top_k > 0 && p->top_k < keep) {
+            if (topk_on) {
                 keep = p->top_k;
                 sum = 0;
                 for (int64_t j = 0; j < keep; j++) sum += exp(w[s->idx[j]] * inv_t - mx);

@@ -184,10 +184,70 @@ static void test_logprob_top(void) {
     CHECK_EQ_INT(rank, 3);
 }
 
+/* A wide vocabulary with a long tail: top-k / top-p supports equal the
+ * ones computed by sorting everything (the sampler sorts only the head
+ * when that is provably enough). */
+static void test_wide_vocab(void) {
+    enum { V = 5000 };
+    di_sampler s;
+    CHECK(di_sampler_init(&s, V) == 0);
+    static float lg[V];
+    for (int i = 0; i < V; i++) lg[i] = (float)(di_rng_bits(3, (uint64_t)i, 0, 0) % 100000) / 2500.0f - 30.0f;
+    /* reference order: by logit, then id */
+    static int32_t ord[V];
+    for (int i = 0; i < V; i++) ord[i] = i;
+    for (int i = 1; i < V; i++) { /* insertion sort: V is small enough */
+        int32_t t = ord[i];
+        int j = i;
+        while (j > 0 && (lg[ord[j - 1]] < lg[t] || (lg[ord[j - 1]] == lg[t] && ord[j - 1] > t))) {
+            ord[j] = ord[j - 1];
+            j--;
+        }
+        ord[j] = t;
+    }
+    double tot = 0, mx = lg[ord[0]];
+    for (int i = 0; i < V; i++) tot += exp(lg[i] - mx);
+    double ps[3] = {0.5, 0.9, 0.999999};
+    for (int q = 0; q < 3; q++) {
+        int nucleus = 0;
+        double acc = 0;
+        while (nucleus < V) {
+            acc += exp(lg[ord[nucleus]] - mx);
+            nucleus++;
+            if (acc >= ps[q] * tot) break;
+        }
+        static unsigned char in[V];
+        memset(in, 0, sizeof in);
+        for (int i = 0; i < nucleus; i++) in[ord[i]] = 1;
+        di_sampler_params p = plain(1.0);
+        p.top_p = ps[q];
+        int outside = 0;
+        for (int i = 0; i < 3000; i++) {
+            int32_t t = draw(&s, &p, lg, (uint64_t)i, NULL, 0, NULL);
+            outside += !in[t];
+        }
+        CHECKF(outside == 0, "top_p %g: %d draws outside the nucleus of %d", ps[q], outside, nucleus);
+    }
+    di_sampler_params p = plain(1.0);
+    p.top_k = 3;
+    int outside = 0;
+    for (int i = 0; i < 3000; i++) {
+        int32_t t = draw(&s, &p, lg, (uint64_t)i, NULL, 0, NULL);
+        outside += t != ord[0] && t != ord[1] && t != ord[2];
+    }
+    CHECK_EQ_INT(outside, 0);
+    int32_t ids[5];
+    float lp[5];
+    di_logprob_top(lg, V, 0, 5, ids, lp, NULL);
+    for (int i = 0; i < 5; i++) CHECK_EQ_INT(ids[i], ord[i]);
+    di_sampler_free(&s);
+}
+
 int main(void) {
     RUN(test_rng);
     RUN(test_distribution);
     RUN(test_greedy_and_processing);
     RUN(test_logprob_top);
+    RUN(test_wide_vocab);
     return test_summary();
 }
