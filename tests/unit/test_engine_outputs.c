@@ -382,6 +382,64 @@ static void test_body_progress_memory(void) {
     di_engine_close(e);
 }
 
+/* Environment variables at open, abort. */
+static void test_env_and_abort(void) {
+    if (!g_have) SKIP("../shared (golden fixtures) not found");
+    di_engine_options o;
+    di_engine_options_default(&o);
+    di_engine *e = NULL;
+    setenv("DEEPINFER_ACCELERATOR", "ascend", 1);
+    o.model = g_model;
+    CHECK(di_engine_open(&o, &e) == DI_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(di_last_error(), "not supported in this build");
+    setenv("DEEPINFER_ACCELERATOR", "cpu", 1);
+    setenv("DEEPINFER_USE_NEXTN_DECODE", "many", 1);
+    CHECK(di_engine_open(&o, &e) == DI_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(di_last_error(), "DEEPINFER_USE_NEXTN_DECODE");
+    unsetenv("DEEPINFER_USE_NEXTN_DECODE");
+    /* the model folder from DEEPINFER_HF_MODEL_DIR, batch invariance recorded */
+    setenv("DEEPINFER_HF_MODEL_DIR", g_model, 1);
+    setenv("DEEPINFER_BATCH_INVARIANT", "1", 1);
+    o.model = NULL;
+    CHECKF(di_engine_open(&o, &e) == DI_OK, "%s", di_last_error());
+    unsetenv("DEEPINFER_HF_MODEL_DIR");
+    unsetenv("DEEPINFER_BATCH_INVARIANT");
+    unsetenv("DEEPINFER_ACCELERATOR");
+    if (!e) return;
+    di_engine_info info;
+    CHECK(di_engine_get_info(e, &info) == DI_OK);
+    CHECK(!strcmp(info.model_path, g_model));
+    CHECK_EQ_INT(info.batch_invariant, 1);
+    CHECK_EQ_INT(info.vocab_size, 1024);
+    CHECK(!strcmp(info.accelerator, "cpu"));
+    di_sampling_params p;
+    di_sampling_params_default(&p);
+    p.max_tokens = 50;
+    p.ignore_eos = 1;
+    uint64_t a, b;
+    CHECK(di_engine_submit_text(e, PROMPT, strlen(PROMPT), &p, &a) == DI_OK);
+    p.max_tokens = 4;
+    CHECK(di_engine_submit_text(e, PROMPT, strlen(PROMPT), &p, &b) == DI_OK);
+    size_t active = 0;
+    CHECK(di_engine_step(e, &active) == DI_OK);
+    CHECK(di_engine_step(e, &active) == DI_OK);
+    CHECK(di_engine_abort(e, a) == DI_OK);
+    CHECK(di_engine_release(e, b) == DI_ERR_STATE);
+    CHECK(di_engine_run(e, NULL, NULL) == DI_OK);
+    di_completion c;
+    CHECK(di_engine_get_completion(e, a, 0, &c) == DI_OK);
+    CHECK_EQ_INT(c.finish_reason, DI_FINISH_ABORT);
+    CHECK(c.n_tokens < 50);
+    CHECK(di_engine_get_completion(e, b, 0, &c) == DI_OK);
+    CHECK_EQ_INT(c.n_tokens, 4);
+    CHECK(di_engine_release(e, b) == DI_OK);
+    CHECK(di_engine_get_completion(e, b, 0, &c) == DI_ERR_NOT_FOUND);
+    di_engine_stats st;
+    CHECK(di_engine_get_stats(e, &st) == DI_OK);
+    CHECK_EQ_INT(st.memory_used, 0);
+    di_engine_close(e);
+}
+
 int main(void) {
     const char *shared = test_shared_dir();
     if (shared) {
@@ -393,5 +451,6 @@ int main(void) {
     RUN(test_n_logprobs_chat);
     RUN(test_bad_inputs);
     RUN(test_body_progress_memory);
+    RUN(test_env_and_abort);
     return test_summary();
 }
