@@ -48,22 +48,20 @@ void di_sampler_free(di_sampler *s) {
     memset(s, 0, sizeof *s);
 }
 
-static const float *g_sort_vals;
-
 /* Descending value, then ascending id: a total order, so results never
  * depend on the sort algorithm. */
-static int cmp_desc(const void *a, const void *b) {
+static int cmp_desc(const void *a, const void *b, void *ctx) {
+    const float *vals = ctx;
     int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
-    float x = g_sort_vals[i], y = g_sort_vals[j];
+    float x = vals[i], y = vals[j];
     if (x > y) return -1;
     if (x < y) return 1;
     return (i > j) - (i < j);
 }
 
-/* The k largest of vals over ids[0..n) into the front of ids, sorted. */
+/* ids[0..n) sorted by cmp_desc. */
 static void top_sorted(const float *vals, int32_t *ids, int64_t n) {
-    g_sort_vals = vals; /* qsort has no context argument; callers are single-threaded per sampler */
-    qsort(ids, (size_t)n, sizeof *ids, cmp_desc);
+    qsort_r(ids, (size_t)n, sizeof *ids, cmp_desc, (void *)vals);
 }
 
 float di_logprob_top(const float *logits, int64_t V, int32_t token, int32_t k, int32_t *top_ids,
