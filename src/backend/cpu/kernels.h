@@ -35,6 +35,12 @@
  *     acc = +0; for k = 0 .. K-1: acc = fmaf(x[m,k], w[n,k], acc)
  *   (one rounding per step, as a fused multiply-add).
  *
+ * Accuracy against the exact value (u = 2^-24, terms t = the scaled products):
+ * |out - Σt| <= (31 + K/32)·u·Σ|t| for FP8 / MXFP4 (a product goes through at
+ * most 31 block additions and K/32 outer ones), <= K·u·Σ|t| for BF16 / FP32.
+ * tests/unit/test_cpu_kernels.c checks the scalar path against a double
+ * reference with these bounds and the AVX2 path against the scalar bits.
+ *
  * NaN codes in weights (E4M3 0x7F/0xFF, E8M0 0xFF) are not expected in
  * checkpoints; the AVX2 path reads E4M3 0x7F as 480 rather than NaN. */
 #ifndef DI_BACKEND_CPU_KERNELS_H
