@@ -23,6 +23,7 @@ void di_cfg_free(di_cfg *g) {
     for (uint32_t i = 0; i < g->n_terms; i++) {
         di_dfa_free(&g->terms[i].dfa);
         free(g->terms[i].key);
+        free(g->terms[i].proxy_state);
     }
     free(g->terms);
     free(g->rules);
@@ -98,6 +99,8 @@ static di_status term_add(di_cfg *g, di_dfa *dfa, const char *key, uint32_t *out
     t->dfa = *dfa;
     memset(dfa, 0, sizeof *dfa);
     t->key = key ? strdup(key) : NULL;
+    t->proxy = -1;
+    t->proxy_state = NULL;
     g->lexer_states += t->dfa.n_states;
     *out = g->n_terms++;
     return DI_OK;
@@ -168,6 +171,36 @@ di_status di_cfg_literal_sym(di_cfg *g, const char *s, size_t n, di_sym *out, di
     di_status st = di_cfg_regex_sym(g, buf, 0, out, err);
     free(buf);
     return st;
+}
+
+di_status di_cfg_set_proxy(di_cfg *g, uint32_t t, uint32_t proxy, di_err *err) {
+    const di_dfa *a = &g->terms[t].dfa, *p = &g->terms[proxy].dfa;
+    uint32_t *map = malloc(((size_t)a->n_states + 1) * sizeof *map);
+    uint32_t *queue = malloc(((size_t)a->n_states + 1) * sizeof *queue);
+    if (!map || !queue) { free(map); free(queue); return di_err_set(err, DI_ERR_NOMEM, "out of memory"); }
+    for (uint32_t i = 0; i < a->n_states; i++) map[i] = UINT32_MAX;
+    map[0] = 0;
+    uint32_t qh = 0, qt = 0;
+    if (a->start) { map[a->start] = p->start; queue[qt++] = a->start; }
+    int ok = 1;
+    while (qh < qt && ok) {
+        uint32_t s = queue[qh++];
+        for (int b = 0; b < 256; b++) {
+            uint32_t s2 = di_dfa_step(a, s, (uint8_t)b);
+            if (!s2) continue;
+            uint32_t p2 = di_dfa_step(p, map[s], (uint8_t)b);
+            if (!p2) { ok = 0; break; } /* not a sub-automaton: no proxy */
+            if (map[s2] == UINT32_MAX) { map[s2] = p2; queue[qt++] = s2; }
+            else if (map[s2] != p2) { ok = 0; break; }
+        }
+    }
+    free(queue);
+    if (!ok) { free(map); return DI_OK; }
+    for (uint32_t i = 0; i < a->n_states; i++) if (map[i] == UINT32_MAX) map[i] = 0;
+    free(g->terms[t].proxy_state);
+    g->terms[t].proxy_state = map;
+    g->terms[t].proxy = (int32_t)proxy;
+    return DI_OK;
 }
 
 di_status di_cfg_finalize(di_cfg *g, uint32_t root, di_err *err) {

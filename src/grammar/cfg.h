@@ -37,6 +37,12 @@ typedef struct di_cfg_rule {
 typedef struct di_cfg_term {
     di_dfa dfa;
     char *key;      /* interning key (pattern + flags), may be NULL */
+    /* Mask memo proxy (-1: none): a terminal whose lexer-only walk from
+     * proxy_state[s] gives the same token bitset as this one's from s, and
+     * a superset of its lexeme-end nodes (which the parser re-checks). Used
+     * for "any string except these keys", proxied by "any string". */
+    int32_t proxy;
+    uint32_t *proxy_state;  /* [dfa.n_states] */
 } di_cfg_term;
 
 typedef struct di_cfg {
@@ -72,6 +78,10 @@ di_status di_cfg_dfa_sym(di_cfg *g, di_dfa *dfa, const char *key, di_sym *out, d
 di_status di_cfg_regex_sym(di_cfg *g, const char *pattern, unsigned flags, di_sym *out, di_err *err);
 /* Symbol for an exact byte string. */
 di_status di_cfg_literal_sym(di_cfg *g, const char *s, size_t n, di_sym *out, di_err *err);
+/* Makes terminal `proxy` the mask memo proxy of terminal `t`; t's DFA must
+ * step like proxy's wherever t is alive (t's language a subset, with the
+ * same liveness away from lexeme ends). */
+di_status di_cfg_set_proxy(di_cfg *g, uint32_t t, uint32_t proxy, di_err *err);
 /* Fails with DI_ERR_LIMIT when the compile-time budget is spent. */
 di_status di_cfg_check_time(di_cfg *g, di_err *err);
 /* Prunes unproductive rules, computes nullability and the rule index, and

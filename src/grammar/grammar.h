@@ -5,12 +5,14 @@
 
 #include "deepinfer.h"
 #include "grammar/cfg.h"
+#include "grammar/mask_cache.h"
 #include "grammar/vocab.h"
 
 struct di_grammar {
     di_cfg cfg;
     const di_vocab *vocab;
     di_grammar_options opts;
+    di_mask_cache cache;    /* mutable memo behind a lock; see mask_cache.h */
 };
 
 /* Front ends: each fills g (already initialised with the limits) and

@@ -92,6 +92,7 @@ DI_API di_status di_grammar_compile(const di_vocab *vocab, di_constraint_kind ki
     }
     g->vocab = vocab;
     g->opts = o;
+    di_mask_cache_init(&g->cache, (size_t)64 << 20);
     di_cfg_limits lim = {o.max_rules, o.max_rules * 16u, o.max_lexer_states, o.max_depth, o.max_compile_ms};
     di_cfg_init(&g->cfg, &lim);
     uint32_t root = 0;
@@ -115,6 +116,7 @@ DI_API di_status di_grammar_compile(const di_vocab *vocab, di_constraint_kind ki
 
 DI_API void di_grammar_free(di_grammar *g) {
     if (!g) return;
+    di_mask_cache_free(&g->cache);
     di_cfg_free(&g->cfg);
     free(g);
 }

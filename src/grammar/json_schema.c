@@ -359,7 +359,22 @@ static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
     di_dfa d;
     int any;
     if (string_dfa(c, s, &d, &any)) return -1;
-    return di_cfg_dfa_sym(c->g, &d, NULL, out, c->err) ? -1 : 0;
+    /* key: the keywords the automaton is built from, so that the same
+     * string lexeme shares mask memos across grammars */
+    cJSON *k = cJSON_CreateObject();
+    const char *kw[] = {"pattern", "x-di-patterns", "format", "minLength", "maxLength"};
+    for (int i = 0; k && i < 5; i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(s, kw[i]);
+        if (x) cJSON_AddItemToObject(k, kw[i], cJSON_Duplicate(x, 1));
+    }
+    char *txt = k ? cJSON_PrintUnformatted(k) : NULL;
+    cJSON_Delete(k);
+    char *key = txt ? malloc(strlen(txt) + 3) : NULL;
+    if (key) { key[0] = 'S'; key[1] = ':'; strcpy(key + 2, txt); }
+    free(txt);
+    int r = di_cfg_dfa_sym(c->g, &d, key, out, c->err) ? -1 : 0;
+    free(key);
+    return r;
 }
 
 /* ---------------------------------------------------------- numbers */
@@ -1052,6 +1067,16 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
         di_sym ks;
         have_extra = 0;
         if (di_cfg_dfa_sym(c->g, &extra, NULL, &ks, c->err) || member_add(c, &ob, ks, addl_val, -1)) goto done;
+        /* "any key but the declared ones" stays alive wherever "any key"
+         * does (a finite set is excluded), so the latter can stand in for
+         * it in the mask memo */
+        di_sym anys;
+        if (n_pp == 0 && !have_names && DI_SYM_IS_TERM(ks)) {
+            if (regex_sym(c, all, DI_RX_JSON_STRING, &anys)) goto done;
+            if (DI_SYM_IS_TERM(anys) &&
+                di_cfg_set_proxy(c->g, DI_SYM_TERM_ID(ks), DI_SYM_TERM_ID(anys), c->err))
+                goto done;
+        }
     }
     /* states */
     ob.cap_count = (int)(ob.maxp >= 0 ? ob.maxp : 0);

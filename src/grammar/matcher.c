@@ -366,32 +366,244 @@ int di_matcher_is_accepting(const di_matcher *m) {
 
 int di_matcher_is_finished(const di_matcher *m) { return m && m->finished; }
 
-di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
-    di_err err = {0};
-    if (!m || !mask) return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "NULL argument"});
+/* Walks the trie nodes [i0, i_end) (a subtree whose root has depth d0)
+ * with the full parser, setting allowed tokens in mask. The current top set
+ * stands for the path to the subtree root's parent. */
+static int general_walk(di_matcher *m, uint32_t i0, uint32_t i_end, uint32_t d0, uint32_t *mask) {
     const di_vocab *v = m->g->vocab;
-    if (n_words < ((size_t)v->n_vocab + 31) / 32) {
-        di_err_set(&err, DI_ERR_INVALID_ARG, "mask of %zu words is too small for %u tokens", n_words, v->n_vocab);
-        return di_err_publish(&err);
-    }
-    memset(mask, 0, n_words * sizeof *mask);
-    if (m->finished) return DI_OK;
     uint32_t base = m->n_sets;
-    uint32_t i = 0, n = v->n_nodes;
-    while (i < n) {
-        uint32_t depth = v->node_depth[i];
+    uint32_t i = i0;
+    while (i < i_end) {
+        uint32_t depth = v->node_depth[i] - d0 + 1;
         while (m->n_sets - base >= depth) pop_set(m);
         int r = push_byte(m, v->node_byte[i]);
         if (r < 0) {
             while (m->n_sets > base) pop_set(m);
-            di_err_set(&err, DI_ERR_NOMEM, "out of memory computing a mask");
-            return di_err_publish(&err);
+            return -1;
         }
         if (r == 0) { i = v->node_end[i]; continue; }
         for (int32_t t = v->node_tok[i]; t >= 0; t = v->tok_next[t]) mask[t >> 5] |= 1u << (t & 31);
         i++;
     }
     while (m->n_sets > base) pop_set(m);
+    return 0;
+}
+
+
+/* Walks the whole trie with the lexer alone: the (terminal, state) pairs
+ * of key step byte by byte; a subtree where some lexeme could end is left
+ * to the parser (recorded as a fallback node). */
+static di_mask_entry *lexer_walk(const di_matcher *m, const uint32_t *key, uint32_t k, const uint32_t *ckey,
+                                 uint32_t ckey_n, uint64_t hash) {
+    const di_vocab *v = m->g->vocab;
+    const di_cfg *g = m->cfg;
+    size_t words = ((size_t)v->n_vocab + 31) / 32;
+    di_mask_entry *e = calloc(1, sizeof *e);
+    /* per depth, the list of live (pair index, state); lists are stacked */
+    uint32_t *lq = malloc(((size_t)1026) * k * sizeof *lq);
+    uint32_t *ls = malloc(((size_t)1026) * k * sizeof *ls);
+    uint32_t off[1027];
+    const di_dfa **dfa = malloc(k * sizeof *dfa);
+    uint32_t cap_fb = 64;
+    if (e) {
+        e->hash = hash;
+        e->key_n = ckey_n;
+        e->key = malloc(ckey_n * sizeof *e->key);
+        e->bits = calloc(words, sizeof *e->bits);
+        e->fallback = malloc(cap_fb * sizeof *e->fallback);
+    }
+    if (!e || !lq || !ls || !dfa || !e->key || !e->bits || !e->fallback) {
+        free(lq); free(ls); free(dfa);
+        di_mask_entry_free(e);
+        return NULL;
+    }
+    memcpy(e->key, ckey, ckey_n * sizeof *ckey);
+    off[0] = 0;
+    for (uint32_t q = 0; q < k; q++) {
+        dfa[q] = &g->terms[key[2 * q]].dfa;
+        lq[q] = q;
+        ls[q] = key[2 * q + 1];
+    }
+    off[1] = k;
+    uint32_t i = 0, n = v->n_nodes;
+    while (i < n) {
+        uint32_t d = v->node_depth[i];
+        uint32_t p0 = off[d - 1], p1 = off[d], w = p1;
+        uint8_t b = v->node_byte[i];
+        int acc = 0;
+        for (uint32_t x = p0; x < p1; x++) {
+            uint32_t q = lq[x];
+            uint32_t s2 = di_dfa_step(dfa[q], ls[x], b);
+            if (!s2) continue;
+            lq[w] = q;
+            ls[w] = s2;
+            w++;
+            acc |= dfa[q]->accept[s2];
+        }
+        if (w == p1) { i = v->node_end[i]; continue; }
+        if (acc) {
+            if (e->n_fallback == cap_fb) {
+                cap_fb *= 2;
+                uint32_t *nf = realloc(e->fallback, cap_fb * sizeof *nf);
+                if (!nf) { free(lq); free(ls); free(dfa); di_mask_entry_free(e); return NULL; }
+                e->fallback = nf;
+            }
+            e->fallback[e->n_fallback++] = i;
+            i = v->node_end[i];
+            continue;
+        }
+        off[d + 1] = w;
+        for (int32_t t = v->node_tok[i]; t >= 0; t = v->tok_next[t]) e->bits[t >> 5] |= 1u << (t & 31);
+        i++;
+    }
+    free(lq);
+    free(ls);
+    free(dfa);
+    /* few tokens: keep them as a list (cheaper to merge than a bitset) */
+    uint32_t cnt = 0;
+    for (size_t w = 0; w < words; w++) cnt += (uint32_t)__builtin_popcount(e->bits[w]);
+    if (cnt <= 4096) {
+        e->toks = malloc((cnt ? cnt : 1) * sizeof *e->toks);
+        if (e->toks) {
+            for (size_t w = 0; w < words; w++)
+                for (uint32_t b = e->bits[w]; b; b &= b - 1) e->toks[e->n_toks++] = (uint32_t)(w * 32 + (uint32_t)__builtin_ctz(b));
+            free(e->bits);
+            e->bits = NULL;
+        }
+    }
+    return e;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The memo entry of one lexer item (terminal t in DFA state st), from the
+ * vocabulary's memo when the lexeme has a text key (shared by every
+ * grammar), else from the grammar's. *owned is set when the entry was not
+ * kept and must be freed by the caller. */
+static const di_mask_entry *item_entry(di_matcher *m, uint32_t t, uint32_t st, di_mask_entry **owned) {
+    const di_vocab *v = m->g->vocab;
+    const di_cfg *g = m->cfg;
+    size_t words = ((size_t)v->n_vocab + 31) / 32;
+    *owned = NULL;
+    uint32_t pair[2] = {t, st};
+    uint32_t small[64];
+    uint32_t *ckey = pair, ckey_n = 2;
+    uint32_t *gkey = NULL;
+    di_mask_cache *cache = (di_mask_cache *)&m->g->cache; /* internally locked */
+    const char *tk = g->terms[t].key;
+    if (tk) {
+        size_t l = strlen(tk), n = 2 + (l + 3) / 4;
+        gkey = n <= 64 ? small : calloc(n, sizeof *gkey);
+        if (gkey) {
+            memset(gkey, 0, n * sizeof *gkey);
+            gkey[0] = st;
+            gkey[1] = (uint32_t)l;
+            memcpy(gkey + 2, tk, l);
+            ckey = gkey;
+            ckey_n = (uint32_t)n;
+            cache = (di_mask_cache *)&v->cache;
+        }
+    }
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t q = 0; q < ckey_n; q++) h = (h ^ ckey[q]) * 1099511628211ull;
+    const di_mask_entry *e = di_mask_cache_find(cache, ckey, ckey_n, h);
+    if (!e) {
+        di_mask_entry *fresh = lexer_walk(m, pair, 1, ckey, ckey_n, h);
+        if (fresh) {
+            e = di_mask_cache_put(cache, fresh, words);
+            if (!e) { e = fresh; *owned = fresh; } /* not kept: use, then free */
+        }
+    }
+    if (gkey && gkey != small) free(gkey);
+    return e;
+}
+
+di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
+    di_err err = {0};
+    if (!m || !mask) return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "NULL argument"});
+    const di_vocab *v = m->g->vocab;
+    const di_cfg *g = m->cfg;
+    size_t words = ((size_t)v->n_vocab + 31) / 32;
+    if (n_words < words) {
+        di_err_set(&err, DI_ERR_INVALID_ARG, "mask of %zu words is too small for %u tokens", n_words, v->n_vocab);
+        return di_err_publish(&err);
+    }
+    memset(mask, 0, n_words * sizeof *mask);
+    if (m->finished) return DI_OK;
+    uint32_t top = m->n_sets - 1;
+    uint32_t s0 = m->scan_off[top], s1 = m->scan_off[top + 1];
+    /* The mask is the union over lexer items: each item's tokens decided by
+     * its lexeme alone (memoised), plus the parser's verdict on the trie
+     * subtrees where one of its lexemes can end. */
+    uint32_t *pairs = malloc(((size_t)(s1 - s0) * 2 + 2) * sizeof *pairs);
+    uint32_t *fb = NULL;
+    size_t n_fb = 0, cap_fb = 0;
+    int rc = pairs ? 0 : -1;
+    uint32_t k = 0;
+    for (uint32_t x = s0; x < s1 && !rc; x++) {
+        const item *it = &m->scan[x];
+        uint32_t t = DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot]);
+        uint32_t st = it->state;
+        if (g->terms[t].proxy >= 0) {
+            st = g->terms[t].proxy_state[st];
+            t = (uint32_t)g->terms[t].proxy;
+        }
+        int dup = 0;
+        for (uint32_t q = 0; q < k && !dup; q++) dup = pairs[2 * q] == t && pairs[2 * q + 1] == st;
+        if (dup) continue;
+        pairs[2 * k] = t;
+        pairs[2 * k + 1] = st;
+        k++;
+        di_mask_entry *owned;
+        const di_mask_entry *e = item_entry(m, t, st, &owned);
+        if (!e) { rc = -1; break; }
+        if (e->bits)
+            for (size_t w = 0; w < words; w++) mask[w] |= e->bits[w];
+        else
+            for (uint32_t q = 0; q < e->n_toks; q++) mask[e->toks[q] >> 5] |= 1u << (e->toks[q] & 31);
+        if (n_fb + e->n_fallback > cap_fb) {
+            size_t nc = cap_fb ? cap_fb * 2 : 256;
+            while (nc < n_fb + e->n_fallback) nc *= 2;
+            uint32_t *nf = realloc(fb, nc * sizeof *nf);
+            if (!nf) rc = -1;
+            else { fb = nf; cap_fb = nc; }
+        }
+        if (!rc && e->n_fallback) memcpy(fb + n_fb, e->fallback, e->n_fallback * sizeof *fb);
+        if (!rc) n_fb += e->n_fallback;
+        di_mask_entry_free(owned);
+    }
+    /* parser walks of the lexeme-end subtrees, outermost ones only */
+    if (!rc && n_fb) {
+        qsort(fb, n_fb, sizeof *fb, cmp_u32);
+        uint32_t base = m->n_sets, covered_end = 0;
+        for (size_t f = 0; f < n_fb && !rc; f++) {
+            uint32_t node = fb[f];
+            if (node < covered_end) continue;
+            covered_end = v->node_end[node];
+            uint32_t d = v->node_depth[node];
+            /* the path to the node's parent: a prefix of the first token below it */
+            uint32_t j = node;
+            while (v->node_tok[j] < 0) j++;
+            const uint8_t *path = v->bytes + v->off[v->node_tok[j]];
+            int ok = 1;
+            for (uint32_t q = 0; q + 1 < d && ok; q++) {
+                int r = push_byte(m, path[q]);
+                if (r < 0) rc = -1;
+                ok = r > 0;
+            }
+            if (ok && !rc) rc = general_walk(m, node, v->node_end[node], d, mask);
+            while (m->n_sets > base) pop_set(m);
+        }
+    }
+    free(pairs);
+    free(fb);
+    if (rc) {
+        di_err_set(&err, DI_ERR_NOMEM, "out of memory computing a mask");
+        return di_err_publish(&err);
+    }
     if (v->eos_id >= 0 && m->accept[m->n_sets - 1]) mask[v->eos_id >> 5] |= 1u << (v->eos_id & 31);
     return DI_OK;
 }

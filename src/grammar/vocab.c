@@ -21,6 +21,7 @@ static int cmp_tok(const void *a, const void *b, void *arg) {
 
 void di_vocab_free(di_vocab *v) {
     if (!v) return;
+    if (v->cache.max_bytes) di_mask_cache_free(&v->cache);
     free(v->bytes);
     free(v->off);
     free(v->node_byte);
@@ -103,6 +104,7 @@ static di_status vocab_build(size_t n_vocab, const uint8_t *const *bytes, const 
     }
     while (sp) v->node_end[stack[--sp]] = n;
     v->n_nodes = n;
+    di_mask_cache_init(&v->cache, (size_t)128 << 20);
     free(ids);
     *out = v;
     return DI_OK;

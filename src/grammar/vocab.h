@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "deepinfer.h"
+#include "grammar/mask_cache.h"
 
 struct di_vocab {
     uint32_t n_vocab;      /* logits-sized: ids without bytes are never allowed */
@@ -20,6 +21,9 @@ struct di_vocab {
     uint32_t *node_end;    /* [n_nodes] */
     int32_t *node_tok;     /* [n_nodes] first token ending here, -1 none */
     int32_t *tok_next;     /* [n_vocab] next token with the same bytes, -1 none */
+    /* Lexer-only mask parts keyed by lexeme text (the same string or
+     * number lexeme in any grammar compiled against this vocabulary). */
+    di_mask_cache cache;
 };
 
 #endif

@@ -56,6 +56,17 @@ def walk(g, rnd, max_steps=120):
     for _ in range(max_steps):
         allowed = np.array(m.allowed(), dtype=np.int64)
         assert len(allowed), "a reachable state with no allowed token"
+        # the mask agrees with feeding tokens one by one (the brute-force check),
+        # on random tokens and on random allowed ones
+        allowed_set = set(allowed.tolist())
+        probe = [rnd.randrange(V.n) for _ in range(24)] + [int(allowed[rnd.randrange(len(allowed))]) for _ in range(8)]
+        for p in probe:
+            if p == V.eos:
+                continue
+            ok = m.advance(p)
+            assert ok == (p in allowed_set), (p, V.toks[p], out)
+            if ok:
+                assert m.rollback(1)
         if V.eos in allowed and rnd.random() < 0.6:
             assert m.accepting()
             return out
