@@ -4,6 +4,7 @@
  * ../shared/golden/v41-tiny, round trips of arbitrary bytes, the streaming
  * detokenizer, and malformed tokenizer.json files. */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "deepinfer.h"
@@ -434,6 +435,60 @@ out:
     free(base);
 }
 
+/* Several threads encoding with one tokenizer (each has its own piece cache)
+ * get the ids one thread gets. */
+typedef struct thread_job {
+    const di_tokenizer *t;
+    const char *text;
+    size_t len;
+    const int32_t *want;
+    size_t n_want;
+    int bad;
+} thread_job;
+
+static void *encode_many(void *arg) {
+    thread_job *j = arg;
+    for (int it = 0; it < 20; it++) {
+        int32_t *ids;
+        size_t n;
+        if (di_tokenizer_encode(j->t, j->text, j->len, 0, &ids, &n) || n != j->n_want ||
+            memcmp(ids, j->want, n * sizeof *ids))
+            j->bad++;
+        else
+            di_free(ids);
+    }
+    return NULL;
+}
+
+static void test_threads(void) {
+    di_tokenizer *t = tiny();
+    if (!t) return;
+    static const char part[] = "The quick 毕老师 fox, 12345 jumps\n\t  over ";
+    char text[6000];
+    size_t len = 0;
+    while (len + sizeof part < sizeof text) {
+        memcpy(text + len, part, sizeof part - 1);
+        len += sizeof part - 1;
+        text[len] = (char)('a' + len % 26);
+        len++;
+    }
+    int32_t *want;
+    size_t n_want;
+    CHECK_EQ_INT(di_tokenizer_encode(t, text, len, 0, &want, &n_want), DI_OK);
+    thread_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (thread_job){t, text, len, want, n_want, 0};
+        CHECK_EQ_INT(pthread_create(&th[i], NULL, encode_many, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        CHECK_EQ_INT(jobs[i].bad, 0);
+    }
+    di_free(want);
+    di_tokenizer_free(t);
+}
+
 int main(void) {
     RUN(test_hf_cases);
     RUN(test_golden_prompts);
@@ -443,5 +498,6 @@ int main(void) {
     RUN(test_decode_errors);
     RUN(test_malformed);
     RUN(test_merge_array_form);
+    RUN(test_threads);
     return test_summary();
 }
