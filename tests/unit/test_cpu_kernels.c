@@ -249,7 +249,7 @@ static void check_against_reference(const problem *p, const float *got) {
     double depth;
     if (p->fmt == FMT_FP8 || p->fmt == FMT_FP4) {
         ref_block_gemm(p->fmt == FMT_FP4, p->qa, p->sa, M, K, p->w, p->ws, N, ref, mag);
-        depth = 32 + (double)(K / 32); /* ≤ 31 block additions, then K/32 outer ones */
+        depth = 31 + (double)(K / 32); /* ≤ 31 block additions, then K/32 outer ones */
     } else {
         for (int64_t m = 0; m < M; m++)
             for (int64_t n = 0; n < N; n++) {
@@ -263,7 +263,7 @@ static void check_against_reference(const problem *p, const float *got) {
                 ref[m * N + n] = acc;
                 mag[m * N + n] = a;
             }
-        depth = (double)K + 1; /* one rounding per fused step */
+        depth = (double)K; /* one rounding per fused step */
     }
     double r = err_ratio(got, ref, mag, M * N, depth);
     CHECKF(r <= 1.0, "%s M=%lld K=%lld N=%lld: error %.3g x the rounding bound", fmt_name[p->fmt],
