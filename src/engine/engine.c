@@ -361,7 +361,8 @@ static void post_token(di_engine *e, di_seq *s, int64_t k) {
         return;
     }
     size_t pos;
-    int hit = di_stop_find(&r->stop, s->text, s->text_len, from, &pos);
+    /* as vLLM: stop strings count only once min_tokens are generated */
+    int hit = k + 1 >= r->sp.min_tokens ? di_stop_find(&r->stop, s->text, s->text_len, from, &pos) : -1;
     if (hit >= 0) {
         s->text_len = pos + (r->include_stop ? r->stop.len[hit] : 0);
         s->text[s->text_len] = 0;

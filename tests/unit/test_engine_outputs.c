@@ -168,6 +168,14 @@ static void test_stop_strings(void) {
         CHECK(!strncmp(c.text, full, c.text_len));
         CHECK(c.n_tokens < 24);
     }
+    /* stop strings count only once min_tokens are generated */
+    p.include_stop_str_in_output = 0;
+    p.min_tokens = 24;
+    CHECK(di_engine_submit_text(e, PROMPT, strlen(PROMPT), &p, &id) == DI_OK);
+    CHECK(di_engine_run(e, NULL, NULL) == DI_OK);
+    CHECK(di_engine_get_completion(e, id, 0, &c) == DI_OK);
+    CHECK_EQ_INT(c.finish_reason, DI_FINISH_LENGTH);
+    CHECK(!strcmp(c.text, full));
     di_engine_close(e);
 }
 
