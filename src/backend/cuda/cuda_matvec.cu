@@ -238,6 +238,10 @@ __device__ __forceinline__ void warp_pipe(const uint8_t *__restrict__ qa,
     const uint8_t *pwa = FMT == 0 ? ws + (n0 / 32) * kbn : ws + (wa ? ra : 0) * kbn;
     const uint8_t *pwb = ws + (wb ? rb : 0) * kbn;
 
+    /* scales as vectors when every group starts 8-aligned inside aligned rows
+     * (the kernel rounds the k ranges to multiples of 8 blocks) */
+    const bool vec = kbn % 8 == 0 && kb0 % 8 == 0 && (uintptr_t)sa % 32 == 0 &&
+                     (uintptr_t)ws % 8 == 0;
     /* copy plan: piece q = lane + 32 i is row q / P, bytes [16 (q % P), +16) */
     constexpr int P = MV_CHUNK / 16;
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
@@ -272,15 +276,41 @@ __device__ __forceinline__ void warp_pipe(const uint8_t *__restrict__ qa,
             const int64_t b0 = kb0 + (int64_t)c * CH + gb;
             uint2 x[8];
             float f0[8], f1[8], s0[8], s1[8];
+            if (vec) {
+                /* the group's 8 scales of a row are 8 aligned consecutive values
+                 * inside the row: two 16-byte and one 8-byte load instead of 8 */
+                const float4 z4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                const float4 a0 = v0 ? __ldg((const float4 *)(ps0 + b0)) : z4;
+                const float4 a1 = v0 ? __ldg((const float4 *)(ps0 + b0) + 1) : z4;
+                const float4 c0 = v1 ? __ldg((const float4 *)(ps1 + b0)) : z4;
+                const float4 c1 = v1 ? __ldg((const float4 *)(ps1 + b0) + 1) : z4;
+                const uint2 wsa = FMT == 0 || wa ? __ldg((const uint2 *)(pwa + b0)) : make_uint2(0, 0);
+                const uint2 wsb = FMT == 1 && wb ? __ldg((const uint2 *)(pwb + b0)) : wsa;
+                const float fa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
+                const float fc[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const int64_t b = b0 + u;
-                const bool in = b < kb1;
-                x[u] = in && vt ? __ldg((const uint2 *)(pb + b * 32 + 8 * t)) : make_uint2(0, 0);
-                f0[u] = in && v0 ? __ldg(ps0 + b) : 0.0f;
-                f1[u] = in && v1 ? __ldg(ps1 + b) : 0.0f;
-                s0[u] = in && (FMT == 0 || wa) ? e8m0_to_f32(__ldg(pwa + b)) : 0.0f;
-                s1[u] = FMT == 1 && in && wb ? e8m0_to_f32(__ldg(pwb + b)) : s0[u];
+                for (int u = 0; u < 8; u++) {
+                    const int64_t b = b0 + u;
+                    const bool in = b < kb1;
+                    x[u] = in && vt ? __ldg((const uint2 *)(pb + b * 32 + 8 * t)) : make_uint2(0, 0);
+                    f0[u] = in ? fa[u] : 0.0f;
+                    f1[u] = in ? fc[u] : 0.0f;
+                    const uint32_t ba = (u < 4 ? wsa.x : wsa.y) >> (8 * (u & 3)) & 0xffu;
+                    const uint32_t bb2 = (u < 4 ? wsb.x : wsb.y) >> (8 * (u & 3)) & 0xffu;
+                    s0[u] = in && (FMT == 0 || wa) ? e8m0_to_f32(ba) : 0.0f;
+                    s1[u] = FMT == 1 ? (in && wb ? e8m0_to_f32(bb2) : 0.0f) : s0[u];
+                }
+            } else {
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    const int64_t b = b0 + u;
+                    const bool in = b < kb1;
+                    x[u] = in && vt ? __ldg((const uint2 *)(pb + b * 32 + 8 * t)) : make_uint2(0, 0);
+                    f0[u] = in && v0 ? __ldg(ps0 + b) : 0.0f;
+                    f1[u] = in && v1 ? __ldg(ps1 + b) : 0.0f;
+                    s0[u] = in && (FMT == 0 || wa) ? e8m0_to_f32(__ldg(pwa + b)) : 0.0f;
+                    s1[u] = FMT == 1 && in && wb ? e8m0_to_f32(__ldg(pwb + b)) : s0[u];
+                }
             }
 #pragma unroll
             for (int u = 0; u < 8; u++) {
@@ -347,7 +377,8 @@ __global__ void __launch_bounds__(MV_THREADS, 3) /* three rings per SM */
     const int rg = warp / KSPLIT, ks = warp % KSPLIT;
     const int64_t m0 = (int64_t)blockIdx.y * TT;
     const int64_t kbn = (k + 31) / 32;
-    const int64_t per = (kbn + KSPLIT - 1) / KSPLIT;
+    /* streamed path: k ranges in whole groups of 8 blocks (see warp_pipe) */
+    const int64_t per = FAST ? ((kbn + KSPLIT - 1) / KSPLIT + 7) / 8 * 8 : (kbn + KSPLIT - 1) / KSPLIT;
     const int64_t kb0 = ks * per, kb1 = kb0 + per < kbn ? kb0 + per : kbn;
     const int g = lane >> 2, t = lane & 3;
     /* a block walks over row groups; the grid holds whole rounds of blocks */
