@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from api_lib import deepinfer  # noqa: F401  (puts python/ on sys.path)
 from cli_lib import need_bin, run
 
 from deepinfer import LLM, SamplingParams
