@@ -117,6 +117,31 @@ static void test_golden_greedy(void) {
         fprintf(stderr, "  %s: %d greedy tokens equal to the reference before the first near-tie\n", names[k],
                 matched);
         if (a - b >= 1.2f) CHECK(matched >= 1);
+        /* teacher-forced through the engine: the prompt followed by the 32
+         * golden greedy tokens, read back as prompt logprobs; every
+         * prediction whose golden margin is clear must be the golden token */
+        int32_t *tf = malloc((size_t)(S + 32) * sizeof(int32_t));
+        memcpy(tf, ids_of(names[k]), (size_t)S * sizeof(int32_t));
+        memcpy(tf + S, din, 32 * sizeof(int32_t));
+        di_sampling_params tp = greedy(0);
+        tp.prompt_logprobs = 1;
+        uint64_t tid;
+        CHECK(di_engine_submit_tokens(e, tf, (size_t)S + 32, &tp, &tid) == DI_OK);
+        CHECK(di_engine_run(e, NULL, NULL) == DI_OK);
+        di_request_output ro;
+        CHECK(di_engine_get_output(e, tid, &ro) == DI_OK);
+        int clear = 0, agree = 0;
+        for (int i = 1; i < 32 && ro.prompt_top_ids; i++) {
+            int32_t top = ro.prompt_top_ids[S + i]; /* predicts token S+i = din[i] = dnext[i-1] */
+            agree += top == din[i];
+            if (dmargin[i - 1] < 1.2f) continue;
+            clear++;
+            CHECKF(top == din[i], "%s teacher-forced step %d: %d vs golden %d", names[k], i, top, din[i]);
+        }
+        fprintf(stderr, "  %s teacher-forced: %d of 31 argmax equal, all %d clear-margin steps checked\n", names[k],
+                agree, clear);
+        CHECK(clear >= 5);
+        free(tf);
         /* and all 33 equal a plain one-sequence greedy loop over the runner */
         const di_runner *r = &e->runner;
         void *st = NULL;
