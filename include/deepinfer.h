@@ -277,7 +277,7 @@ typedef struct di_engine di_engine;
 typedef enum di_accelerator {
     DI_ACCEL_ENV = 0,    /* $DEEPINFER_ACCELERATOR, else cpu */
     DI_ACCEL_CPU = 1,
-    DI_ACCEL_NVIDIA = 2  /* CUDA backend (DI_ERR_UNSUPPORTED when not built in) */
+    DI_ACCEL_NVIDIA = 2  /* CUDA: DI_ERR_UNSUPPORTED until the CUDA backend runs the whole forward */
 } di_accelerator;
 
 typedef struct di_engine_options {
