@@ -93,7 +93,7 @@ static uint32_t st_intern(set_table *t, const uint32_t *k, size_t kn, int *fresh
     while (t->slots[h]) {
         uint32_t id = t->slots[h] - 1;
         size_t n2 = t->off[id + 1] - t->off[id];
-        if (n2 == kn && !memcmp(t->pool + t->off[id], k, kn * sizeof *k)) return id;
+        if (n2 == kn && (kn == 0 || !memcmp(t->pool + t->off[id], k, kn * sizeof *k))) return id;
         h = (h + 1) & (t->n_slots - 1);
     }
     if (t->pool_n + kn > t->pool_cap) {

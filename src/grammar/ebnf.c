@@ -334,16 +334,19 @@ static int parse_seq(ebnf *e, piece *out) {
             else if (q == '{') {
                 size_t qa = e->pos;
                 e->pos++;
-                char *end;
-                mn = strtol(e->s + e->pos, &end, 10);
-                if (end == e->s + e->pos || mn < 0) { piece_free(&p); free(cur.p); return efail(e, DI_ERR_FORMAT, qa, "bad repetition"); }
-                e->pos = (size_t)(end - e->s);
+                long nd = 0;
+                mn = 0;
+                while (e->pos < e->n && e->s[e->pos] >= '0' && e->s[e->pos] <= '9' && nd < 9)
+                    mn = mn * 10 + (e->s[e->pos++] - '0'), nd++;
+                if (!nd) { piece_free(&p); free(cur.p); return efail(e, DI_ERR_FORMAT, qa, "bad repetition"); }
                 mx = mn;
                 if (e->pos < e->n && e->s[e->pos] == ',') {
                     e->pos++;
-                    mx = strtol(e->s + e->pos, &end, 10);
-                    if (end == e->s + e->pos) mx = -1;
-                    e->pos = (size_t)(end - e->s);
+                    nd = 0;
+                    mx = 0;
+                    while (e->pos < e->n && e->s[e->pos] >= '0' && e->s[e->pos] <= '9' && nd < 9)
+                        mx = mx * 10 + (e->s[e->pos++] - '0'), nd++;
+                    if (!nd) mx = -1;
                 }
                 if (e->pos >= e->n || e->s[e->pos] != '}' || (mx >= 0 && mx < mn)) {
                     piece_free(&p); free(cur.p);

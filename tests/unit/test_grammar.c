@@ -334,7 +334,7 @@ static void test_mask_differential(void) {
     di_vocab *v = small_vocab();
     int eos = nv - 2;
     int n_checked = 0, mismatches = 0;
-    for (int trial = 0; trial < 40; trial++) {
+    for (int trial = 0; trial < 30; trial++) {
         n_rn = 0;
         int root = gen(0);
         char rx[2048] = "";
