@@ -65,6 +65,66 @@ static cJSON *message(const di_completion *c, const char *custom_id) {
     return m;
 }
 
+/* Valid UTF-8 text of a token's bytes (each byte of an ill-formed
+ * sequence becomes U+FFFD); the exact bytes go in "bytes". */
+static char *token_text(const char *b, size_t n) {
+    char *out = malloc(3 * n + 1), *o = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)b[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        int ok = len && i + len <= n;
+        for (size_t k = 1; ok && k < len; k++) ok = ((unsigned char)b[i + k] >> 6) == 2;
+        if (ok && len > 1) { /* no overlong forms, surrogates or values past U+10FFFF */
+            unsigned v = c & (0xff >> (len + 1));
+            for (size_t k = 1; k < len; k++) v = (v << 6) | ((unsigned char)b[i + k] & 0x3f);
+            ok = v >= (len == 2 ? 0x80u : len == 3 ? 0x800u : 0x10000u) && v <= 0x10ffff && (v < 0xd800 || v > 0xdfff);
+        }
+        if (ok && c != 0) {
+            memcpy(o, b + i, len);
+            o += len, i += len;
+        } else {
+            memcpy(o, "\xef\xbf\xbd", 3);
+            o += 3, i++;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
+/* {"token", "logprob", "bytes"} of one token id. */
+static cJSON *token_entry(const di_tokenizer *tok, int32_t id, double lp) {
+    const char *b = "";
+    size_t n = 0;
+    if (tok) di_tokenizer_token_bytes(tok, id, &b, &n);
+    cJSON *o = cJSON_CreateObject();
+    char *t = token_text(b, n);
+    cJSON_AddStringToObject(o, "token", t ? t : "");
+    free(t);
+    cJSON_AddNumberToObject(o, "logprob", lp);
+    cJSON *bytes = cJSON_AddArrayToObject(o, "bytes");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(bytes, cJSON_CreateNumber((unsigned char)b[i]));
+    return o;
+}
+
+/* choices[i].logprobs in the Chat Completions form: {"content": [{token,
+ * logprob, bytes, top_logprobs: [...]}]}, one entry per generated token. */
+static cJSON *logprobs(const di_engine *e, const di_completion *c) {
+    if (!c->logprobs) return cJSON_CreateNull();
+    const di_tokenizer *tok = di_engine_tokenizer(e);
+    cJSON *o = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(o, "content");
+    for (size_t i = 0; i < c->n_tokens; i++) {
+        cJSON *t = token_entry(tok, c->token_ids[i], c->logprobs[i]);
+        cJSON *top = cJSON_AddArrayToObject(t, "top_logprobs");
+        for (int32_t k = 0; k < c->n_top; k++) {
+            int32_t id = c->top_ids[i * (size_t)c->n_top + (size_t)k];
+            if (id >= 0) cJSON_AddItemToArray(top, token_entry(tok, id, c->top_logprobs[i * (size_t)c->n_top + (size_t)k]));
+        }
+        cJSON_AddItemToArray(content, t);
+    }
+    return o;
+}
+
 static const char *openai_finish(const di_completion *c) {
     if (c->finish_reason == DI_FINISH_STOP && c->tool_calls_json && strcmp(c->tool_calls_json, "[]"))
         return "tool_calls";
@@ -91,7 +151,7 @@ char *batch_response_line(const di_engine *e, uint64_t id, const char *custom_id
         cJSON *ch = cJSON_CreateObject();
         cJSON_AddNumberToObject(ch, "index", (double)j);
         cJSON_AddItemToObject(ch, "message", message(&c, custom_id));
-        cJSON_AddNullToObject(ch, "logprobs");
+        cJSON_AddItemToObject(ch, "logprobs", logprobs(e, &c));
         cJSON_AddStringToObject(ch, "finish_reason", openai_finish(&c));
         cJSON_AddItemToArray(choices, ch);
     }

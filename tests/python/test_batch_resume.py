@@ -26,6 +26,8 @@ def requests():
             body["seed"] = 1000 + i  # the others get a seed derived from their custom_id
         if i % 5 == 0:
             body["reasoning_effort"] = "high"
+        if i == 6:
+            body.update(logprobs=True, top_logprobs=2, thinking={"type": "disabled"})
         if i == 9:
             body["response_format"] = {"type": "json_schema", "json_schema": {"name": "n", "schema": {
                 "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
@@ -92,6 +94,17 @@ def test_reference_run_lines(job):
             assert u["completion_tokens"] == r["body"]["max_tokens"]
         if r["body"].get("thinking", {}).get("type") == "disabled":
             assert msg["reasoning_content"] is None
+    lp_out = json.loads(ref["req-06"])["response"]["body"]
+    entries = lp_out["choices"][0]["logprobs"]["content"]
+    assert len(entries) == lp_out["usage"]["completion_tokens"]
+    for t in entries:
+        assert t["logprob"] <= 0 and len(t["top_logprobs"]) == 2
+        assert t["top_logprobs"][0]["logprob"] >= t["top_logprobs"][1]["logprob"]
+        assert t["logprob"] <= t["top_logprobs"][0]["logprob"] + 1e-6
+        assert t["token"] == bytes(t["bytes"]).decode("utf-8", "replace")
+    text = bytes(b for t in entries for b in t["bytes"]).decode("utf-8", "replace")
+    assert text == lp_out["choices"][0]["message"]["content"]
+    assert json.loads(ref["req-02"])["response"]["body"]["choices"][0]["logprobs"] is None
     schema_out = json.loads(ref["req-09"])["response"]["body"]["choices"][0]
     if schema_out["finish_reason"] == "stop":
         assert isinstance(json.loads(schema_out["message"]["content"])["n"], int)
