@@ -148,3 +148,12 @@ def test_closed_llm():
     m.close()
     with pytest.raises(RuntimeError, match="closed"):
         m.generate("x", use_tqdm=False)
+
+
+def test_max_tokens_none_runs_to_the_model_length(llm):
+    """Not an error: vLLM's max_tokens=None (and a max_tokens past the end)
+    stop at max_model_len with finish_reason "length"."""
+    for mt in (None, 10 ** 6):
+        o = llm.generate("hello", SamplingParams(max_tokens=mt, temperature=0, ignore_eos=True), use_tqdm=False)[0]
+        assert len(o.prompt_token_ids) + len(o.outputs[0].token_ids) == 256
+        assert o.outputs[0].finish_reason == "length"
