@@ -147,7 +147,9 @@ typedef struct di_backend_ops {
                         int64_t width, int k, int32_t *idx);
 
     /* ---- MoE (§7) ---- */
-    /* logits [m, e] fp32 → selected experts [m, k] and weights [m, k]. */
+    /* logits [m, e] fp32 → selected experts [m, k] and weights [m, k] (both host):
+     * sqrt(softplus), top-k of score + bias (ties: lower expert), weights from
+     * the unbiased scores, renormalised when `normalize`, × route_scale. */
     void (*moe_route)(di_backend *be, const float *logits, const float *bias, int64_t m, int e,
                       int k, int normalize, float route_scale, int32_t *idx, float *w);
     /* out = bf16(w·silu(min(g, lim))·clamp(u, ±lim)) for gate/up [m, n]; w may be NULL. */
@@ -168,8 +170,9 @@ struct di_backend {
     void *impl; /* backend private */
 };
 
-/* CPU backend (scalar reference paths, threads over rows). n_threads <= 0:
- * one per online core. */
+/* CPU backend: the linears on the kernels of backend/cpu/kernels.h (AVX2 or
+ * scalar), the other ops in portable C, row-parallel on one thread pool.
+ * n_threads <= 0: one per online core. */
 di_status di_backend_cpu_create(int n_threads, di_backend **out, di_err *err);
 void di_backend_destroy(di_backend *be);
 
