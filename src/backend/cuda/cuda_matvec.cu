@@ -37,30 +37,19 @@ __device__ __forceinline__ void mma_e4m3_16832(float d[4], uint32_t a0, uint32_t
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
-/* 8 bytes p[off .. off+8) of a row of `len` bytes, zero past the end; `fast`
- * callers guarantee the whole range is inside and 8-byte aligned. */
-template <bool FAST>
+/* n bytes p[off .. off+n) of a row of `len` bytes, little-endian into one
+ * word, zero past the end (the any-shape path: no alignment assumed). */
+__device__ __forceinline__ uint32_t load_bytes(const uint8_t *__restrict__ p, int64_t off,
+                                               int64_t len, int nbytes) {
+    uint32_t v = 0;
+    for (int i = 0; i < nbytes; i++)
+        if (off + i < len) v |= (uint32_t)__ldg(p + off + i) << (8 * i);
+    return v;
+}
 __device__ __forceinline__ uint2 load8(const uint8_t *__restrict__ p, int64_t off, int64_t len,
                                        bool valid) {
     if (!valid) return make_uint2(0, 0);
-    if (FAST) return __ldg((const uint2 *)(p + off));
-    uint32_t v[2] = {0, 0};
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        if (off + i < len) v[i >> 2] |= (uint32_t)__ldg(p + off + i) << (8 * (i & 3));
-    return make_uint2(v[0], v[1]);
-}
-
-template <bool FAST>
-__device__ __forceinline__ uint32_t load4(const uint8_t *__restrict__ p, int64_t off, int64_t len,
-                                          bool valid) {
-    if (!valid) return 0;
-    if (FAST) return __ldg((const uint32_t *)(p + off));
-    uint32_t v = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        if (off + i < len) v |= (uint32_t)__ldg(p + off + i) << (8 * i);
-    return v;
+    return make_uint2(load_bytes(p, off, len, 4), load_bytes(p, off + 4, len, 4));
 }
 
 /* E2M1 nibbles -> e4m3 bytes of value * 2^-6: the low nibbles of w's bytes
@@ -72,118 +61,88 @@ __device__ __forceinline__ uint32_t fp4_hi_to_e4m3(uint32_t w) {
     return ((w >> 2) & 0x1c1c1c1cu) | (w & 0x80808080u);
 }
 
-/* One warp: 8 weight rows [n0, n0+8) x 16 activation rows [m0, m0+16) over
- * the 32-blocks [kb0, kb1). Lane (g = lane/4, t = lane%4) accumulates
- * acc[0..1] = out[m0+g][n0+2t .. +1], acc[2..3] = out[m0+g+8][n0+2t .. +1].
- * M16 = false when m - m0 <= 8: the upper 8 activation rows are zero and not
- * loaded. U weight loads are issued before the first is used: the loop is
- * bound by how many weight bytes are in flight, and activations (reused by
- * every warp) come from L1. */
-template <bool FAST, bool M16, int U>
-__device__ __forceinline__ void warp_fp8(const uint8_t *__restrict__ qa,
-                                         const float *__restrict__ sa, int64_t m, int64_t k,
-                                         const uint8_t *__restrict__ w,
-                                         const uint8_t *__restrict__ ws, int64_t n, int64_t m0,
-                                         int64_t n0, int64_t kb0, int64_t kb1, int lane,
-                                         float acc[4]) {
+/* ---- any-shape path (k not a multiple of 32, unaligned buffers) ----
+ *
+ * One warp: 8 weight rows [n0, n0+8) x 16 activation rows [m0, m0+16) over
+ * the 32-blocks [kb0, kb1), one block per step, byte loads guarded against
+ * the row ends. Lane (g = lane/4, t = lane%4) accumulates
+ * acc[0..1] = out[m0+g][n0+2t .. +1], acc[2..3] = out[m0+g+8][n0+2t .. +1]. */
+__device__ __forceinline__ void warp_fp8_any(const uint8_t *__restrict__ qa,
+                                             const float *__restrict__ sa, int64_t m, int64_t k,
+                                             const uint8_t *__restrict__ w,
+                                             const uint8_t *__restrict__ ws, int64_t n,
+                                             int64_t m0, int64_t n0, int64_t kb0, int64_t kb1,
+                                             int lane, float acc[4]) {
     const int g = lane >> 2, t = lane & 3;
     const int64_t kbn = (k + 31) / 32;
     const int64_t ra = m0 + g, rb = m0 + g + 8, rn = n0 + g;
-    const bool va = ra < m, vb = M16 && rb < m, vn = rn < n;
+    const bool va = ra < m, vb = rb < m, vn = rn < n;
     const uint8_t *pa = qa + (va ? ra : 0) * k, *pb = qa + (vb ? rb : 0) * k;
     const uint8_t *pw = w + (vn ? rn : 0) * k;
     const float *psa = sa + (va ? ra : 0) * kbn, *psb = sa + (vb ? rb : 0) * kbn;
     const uint8_t *pws = ws + (n0 / 32) * kbn;
-    for (int64_t kb = kb0; kb < kb1; kb += U) {
-        uint2 bw[U];
-        uint32_t sw[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            bool in = kb + u < kb1;
-            bw[u] = load8<FAST>(pw, (kb + u) * 32 + 8 * t, k, in && vn);
-            sw[u] = in ? __ldg(pws + kb + u) : 0u;
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (kb + u >= kb1) break; /* uniform across the warp */
-            int64_t off = (kb + u) * 32 + 8 * t;
-            uint2 xa = load8<FAST>(pa, off, k, va);
-            uint2 xb = M16 ? load8<FAST>(pb, off, k, vb) : make_uint2(0, 0);
-            float fw = e8m0_to_f32(sw[u]);
-            float s0 = va ? __ldg(psa + kb + u) * fw : 0.0f;
-            float s1 = vb ? __ldg(psb + kb + u) * fw : 0.0f;
-            float d[4];
-            mma_e4m3_16832(d, xa.x, xb.x, xa.y, xb.y, bw[u].x, bw[u].y);
-            acc[0] = fmaf(d[0], s0, acc[0]);
-            acc[1] = fmaf(d[1], s0, acc[1]);
-            acc[2] = fmaf(d[2], s1, acc[2]);
-            acc[3] = fmaf(d[3], s1, acc[3]);
-        }
+    for (int64_t b = kb0; b < kb1; b++) {
+        const int64_t off = b * 32 + 8 * t;
+        uint2 bw = load8(pw, off, k, vn), xa = load8(pa, off, k, va), xb = load8(pb, off, k, vb);
+        float fw = e8m0_to_f32(__ldg(pws + b));
+        float s0 = va ? __ldg(psa + b) * fw : 0.0f, s1 = vb ? __ldg(psb + b) * fw : 0.0f;
+        float d[4];
+        mma_e4m3_16832(d, xa.x, xb.x, xa.y, xb.y, bw.x, bw.y);
+        acc[0] = fmaf(d[0], s0, acc[0]);
+        acc[1] = fmaf(d[1], s0, acc[1]);
+        acc[2] = fmaf(d[2], s1, acc[2]);
+        acc[3] = fmaf(d[3], s1, acc[3]);
     }
 }
 
-/* MXFP4 rows are k/2 bytes; a 32-block is 16 bytes. FAST (k % 64 == 0) takes
- * two blocks per step: lane t loads bytes [8t, 8t+8) of the 32-byte pair, so
- * lanes 0,1 hold block 2p and lanes 2,3 block 2p+1; one shuffle gives every
- * lane 4 bytes (8 codes) of each block. The activation bytes are fetched at
- * the element offsets those codes came from and split even/odd to match the
- * two nibble halves. The weight scale is per row, so each lane needs the two
- * of its output columns. */
-__device__ __forceinline__ void mma_fp4_block(float acc[4], uint32_t wq, uint2 xa, uint2 xb,
-                                              float fa, float fb, float w0, float w1) {
-    float d[4];
-    mma_e4m3_16832(d, __byte_perm(xa.x, xa.y, 0x6420), __byte_perm(xb.x, xb.y, 0x6420),
-                   __byte_perm(xa.x, xa.y, 0x7531), __byte_perm(xb.x, xb.y, 0x7531),
-                   fp4_lo_to_e4m3(wq), fp4_hi_to_e4m3(wq));
-    acc[0] = fmaf(d[0], fa * w0, acc[0]);
-    acc[1] = fmaf(d[1], fa * w1, acc[1]);
-    acc[2] = fmaf(d[2], fb * w0, acc[2]);
-    acc[3] = fmaf(d[3], fb * w1, acc[3]);
-}
-
-template <bool FAST, bool M16, int U>
-__device__ __forceinline__ void warp_fp4(const uint8_t *__restrict__ qa,
-                                         const float *__restrict__ sa, int64_t m, int64_t k,
-                                         const uint8_t *__restrict__ w,
-                                         const uint8_t *__restrict__ ws, int64_t n, int64_t m0,
-                                         int64_t n0, int64_t kb0, int64_t kb1, int lane,
-                                         float acc[4]) {
+/* MXFP4 rows are k/2 bytes, a 32-block 16 bytes: lane t holds the codes of
+ * elements [8t, 8t+8) (4 bytes), the activation bytes of the same elements
+ * are split even/odd to match the two nibble halves, and each lane needs the
+ * per-row weight scales of its two output columns. */
+__device__ __forceinline__ void warp_fp4_any(const uint8_t *__restrict__ qa,
+                                             const float *__restrict__ sa, int64_t m, int64_t k,
+                                             const uint8_t *__restrict__ w,
+                                             const uint8_t *__restrict__ ws, int64_t n,
+                                             int64_t m0, int64_t n0, int64_t kb0, int64_t kb1,
+                                             int lane, float acc[4]) {
     const int g = lane >> 2, t = lane & 3;
     const int64_t kbn = (k + 31) / 32, rowb = k / 2;
     const int64_t ra = m0 + g, rb = m0 + g + 8, rn = n0 + g;
     const int64_t c0 = n0 + 2 * t, c1 = c0 + 1;
-    const bool va = ra < m, vb = M16 && rb < m, vn = rn < n, v0 = c0 < n, v1 = c1 < n;
+    const bool va = ra < m, vb = rb < m, vn = rn < n, v0 = c0 < n, v1 = c1 < n;
     const uint8_t *pa = qa + (va ? ra : 0) * k, *pb = qa + (vb ? rb : 0) * k;
     const uint8_t *pw = w + (vn ? rn : 0) * rowb;
     const float *psa = sa + (va ? ra : 0) * kbn, *psb = sa + (vb ? rb : 0) * kbn;
     const uint8_t *pws0 = ws + (v0 ? c0 : 0) * kbn, *pws1 = ws + (v1 ? c1 : 0) * kbn;
-    {
-        /* any even k: one block per step, lane t holds codes [8t, 8t+8) */
-        for (int64_t b = kb0; b < kb1; b++) {
-            uint32_t wq = load4<false>(pw, b * 16 + 4 * t, rowb, vn);
-            int64_t off = b * 32 + 8 * t;
-            uint2 xa = load8<false>(pa, off, k, va);
-            uint2 xb = M16 ? load8<false>(pb, off, k, vb) : make_uint2(0, 0);
-            float fa = va ? __ldg(psa + b) : 0.0f, fb = vb ? __ldg(psb + b) : 0.0f;
-            float w0 = v0 ? e8m0_to_f32(__ldg(pws0 + b)) : 0.0f;
-            float w1 = v1 ? e8m0_to_f32(__ldg(pws1 + b)) : 0.0f;
-            mma_fp4_block(acc, wq, xa, xb, fa, fb, w0, w1);
-        }
+    for (int64_t b = kb0; b < kb1; b++) {
+        const uint32_t wq = vn ? load_bytes(pw, b * 16 + 4 * t, rowb, 4) : 0u;
+        const int64_t off = b * 32 + 8 * t;
+        uint2 xa = load8(pa, off, k, va), xb = load8(pb, off, k, vb);
+        float fa = va ? __ldg(psa + b) : 0.0f, fb = vb ? __ldg(psb + b) : 0.0f;
+        float w0 = v0 ? e8m0_to_f32(__ldg(pws0 + b)) : 0.0f;
+        float w1 = v1 ? e8m0_to_f32(__ldg(pws1 + b)) : 0.0f;
+        float d[4];
+        mma_e4m3_16832(d, __byte_perm(xa.x, xa.y, 0x6420), __byte_perm(xb.x, xb.y, 0x6420),
+                       __byte_perm(xa.x, xa.y, 0x7531), __byte_perm(xb.x, xb.y, 0x7531),
+                       fp4_lo_to_e4m3(wq), fp4_hi_to_e4m3(wq));
+        acc[0] = fmaf(d[0], fa * w0, acc[0]);
+        acc[1] = fmaf(d[1], fa * w1, acc[1]);
+        acc[2] = fmaf(d[2], fb * w0, acc[2]);
+        acc[3] = fmaf(d[3], fb * w1, acc[3]);
     }
-    /* the codes were read as value * 2^-6 */
 #pragma unroll
-    for (int i = 0; i < 4; i++) acc[i] *= 64.0f;
+    for (int i = 0; i < 4; i++) acc[i] *= 64.0f; /* codes were read as value * 2^-6 */
 }
 
 /* ---- fast path: weights streamed through a per-warp shared-memory ring ----
  *
- * Each warp copies its 8 weight rows in chunks of MV_CHUNK bytes per row (8
+ * Each warp copies its 16 weight rows in chunks of MV_CHUNK bytes per row (8
  * FP8 blocks or 16 MXFP4 blocks) with cp.async: a warp instruction moves two
  * whole 256-byte row segments, and the copies in flight cost no registers, so
- * MV_STAGES - 1 chunks (6 KB per warp) stay in flight while the tensor cores
+ * MV_STAGES - 1 chunks (12 KB per warp) stay in flight while the tensor cores
  * work on the current one. (512-byte chunks were faster on the largest
- * matrix and slower on the expert-sized ones, which dominate decode.) Rows are padded by 16 bytes so the fragment reads
- * below hit 32 distinct banks per half-warp. */
+ * matrix and slower on the expert-sized ones, which dominate decode.) Rows
+ * are padded by 16 bytes so the fragment reads hit distinct banks. */
 #define MV_STAGES 4
 #define MV_CHUNK 256              /* bytes of each row per copy step */
 #define MV_ROW (MV_CHUNK + 16)   /* padded: row r starts 4 banks after row r-1 */
@@ -279,13 +238,17 @@ __device__ __forceinline__ void warp_pipe(const uint8_t *__restrict__ qa,
             if (vec) {
                 /* the group's 8 scales of a row are 8 aligned consecutive values
                  * inside the row: two 16-byte and one 8-byte load instead of 8 */
+                /* a group that starts inside the range ends inside the row
+                 * (b0 % 8 == 0, kbn % 8 == 0); one past it reads nothing */
+                const bool any = b0 < kb1;
                 const float4 z4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                const float4 a0 = v0 ? __ldg((const float4 *)(ps0 + b0)) : z4;
-                const float4 a1 = v0 ? __ldg((const float4 *)(ps0 + b0) + 1) : z4;
-                const float4 c0 = v1 ? __ldg((const float4 *)(ps1 + b0)) : z4;
-                const float4 c1 = v1 ? __ldg((const float4 *)(ps1 + b0) + 1) : z4;
-                const uint2 wsa = FMT == 0 || wa ? __ldg((const uint2 *)(pwa + b0)) : make_uint2(0, 0);
-                const uint2 wsb = FMT == 1 && wb ? __ldg((const uint2 *)(pwb + b0)) : wsa;
+                const float4 a0 = any && v0 ? __ldg((const float4 *)(ps0 + b0)) : z4;
+                const float4 a1 = any && v0 ? __ldg((const float4 *)(ps0 + b0) + 1) : z4;
+                const float4 c0 = any && v1 ? __ldg((const float4 *)(ps1 + b0)) : z4;
+                const float4 c1 = any && v1 ? __ldg((const float4 *)(ps1 + b0) + 1) : z4;
+                const uint2 wsa =
+                    any && (FMT == 0 || wa) ? __ldg((const uint2 *)(pwa + b0)) : make_uint2(0, 0);
+                const uint2 wsb = FMT == 1 && any && wb ? __ldg((const uint2 *)(pwb + b0)) : wsa;
                 const float fa[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
                 const float fc[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
 #pragma unroll
@@ -391,9 +354,9 @@ __global__ void __launch_bounds__(MV_THREADS, 3) /* three rings per SM */
                 warp_pipe<FMT>(qa, sa, m, k, w, ws, n, tm, m0, n0, kb0, kb1, lane,
                                mv_ring + warp * MV_STAGES * MV_STAGE_BYTES, acc);
             else if (FMT == 0)
-                warp_fp8<false, true, 1>(qa, sa, m, k, w, ws, n, m0, n0, kb0, kb1, lane, acc);
+                warp_fp8_any(qa, sa, m, k, w, ws, n, m0, n0, kb0, kb1, lane, acc);
             else
-                warp_fp4<false, true, 1>(qa, sa, m, k, w, ws, n, m0, n0, kb0, kb1, lane, acc);
+                warp_fp4_any(qa, sa, m, k, w, ws, n, m0, n0, kb0, kb1, lane, acc);
         }
         if (KSPLIT > 1) {
 #pragma unroll
