@@ -22,16 +22,35 @@ void di_mask_entry_free(di_mask_entry *e) {
 void di_mask_cache_free(di_mask_cache *c) {
     for (uint32_t i = 0; i < c->n; i++) di_mask_entry_free(c->e[i]);
     free(c->e);
+    free(c->slots);
     pthread_mutex_destroy(&c->lock);
     memset(c, 0, sizeof *c);
 }
 
 static const di_mask_entry *find_locked(di_mask_cache *c, const uint32_t *key, uint32_t key_n, uint64_t hash) {
-    for (uint32_t i = 0; i < c->n; i++) {
-        const di_mask_entry *e = c->e[i];
+    if (!c->n_slots) return NULL;
+    for (uint32_t h = (uint32_t)(hash ^ (hash >> 32)) & (c->n_slots - 1);; h = (h + 1) & (c->n_slots - 1)) {
+        uint32_t s = c->slots[h];
+        if (!s) return NULL;
+        const di_mask_entry *e = c->e[s - 1];
         if (e->hash == hash && e->key_n == key_n && !memcmp(e->key, key, key_n * sizeof *key)) return e;
     }
-    return NULL;
+}
+
+static int grow_slots(di_mask_cache *c) {
+    uint32_t ns = c->n_slots ? c->n_slots * 2 : 256;
+    uint32_t *sl = calloc(ns, sizeof *sl);
+    if (!sl) return -1;
+    for (uint32_t i = 0; i < c->n; i++) {
+        uint64_t hash = c->e[i]->hash;
+        uint32_t h = (uint32_t)(hash ^ (hash >> 32)) & (ns - 1);
+        while (sl[h]) h = (h + 1) & (ns - 1);
+        sl[h] = i + 1;
+    }
+    free(c->slots);
+    c->slots = sl;
+    c->n_slots = ns;
+    return 0;
 }
 
 const di_mask_entry *di_mask_cache_find(di_mask_cache *c, const uint32_t *key, uint32_t key_n, uint64_t hash) {
@@ -52,7 +71,11 @@ const di_mask_entry *di_mask_cache_put(di_mask_cache *c, di_mask_entry *e, size_
             di_mask_entry **ne = realloc(c->e, cap * sizeof *ne);
             if (ne) { c->e = ne; c->cap = cap; }
         }
-        if (c->n < c->cap) {
+        int room = c->n < c->cap && ((c->n + 1) * 2 <= c->n_slots || grow_slots(c) == 0);
+        if (room) {
+            uint32_t h = (uint32_t)(e->hash ^ (e->hash >> 32)) & (c->n_slots - 1);
+            while (c->slots[h]) h = (h + 1) & (c->n_slots - 1);
+            c->slots[h] = c->n + 1;
             c->e[c->n++] = e;
             c->bytes += sz;
             res = e;

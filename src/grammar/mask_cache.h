@@ -31,6 +31,8 @@ typedef struct di_mask_cache {
     pthread_mutex_t lock;
     di_mask_entry **e;     /* [n] */
     uint32_t n, cap;
+    uint32_t *slots;       /* [n_slots] open addressing by hash: entry index + 1, 0 empty */
+    uint32_t n_slots;
     size_t bytes, max_bytes;
 } di_mask_cache;
 

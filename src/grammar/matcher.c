@@ -578,7 +578,10 @@ di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
     /* parser walks of the lexeme-end subtrees, outermost ones only */
     if (!rc && n_fb) {
         qsort(fb, n_fb, sizeof *fb, cmp_u32);
-        uint32_t base = m->n_sets, covered_end = 0;
+        /* Consecutive nodes share path prefixes: keep the pushed path and
+         * only pop / push where it differs (pushed = bytes on the stack). */
+        uint32_t base = m->n_sets, covered_end = 0, pushed = 0;
+        uint8_t cur[1024];
         for (size_t f = 0; f < n_fb && !rc; f++) {
             uint32_t node = fb[f];
             if (node < covered_end) continue;
@@ -588,15 +591,19 @@ di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
             uint32_t j = node;
             while (v->node_tok[j] < 0) j++;
             const uint8_t *path = v->bytes + v->off[v->node_tok[j]];
+            uint32_t want = d - 1, l = 0;
+            while (l < pushed && l < want && cur[l] == path[l]) l++;
+            while (pushed > l) { pop_set(m); pushed--; }
             int ok = 1;
-            for (uint32_t q = 0; q + 1 < d && ok; q++) {
-                int r = push_byte(m, path[q]);
+            while (pushed < want && ok) {
+                int r = push_byte(m, path[pushed]);
                 if (r < 0) rc = -1;
                 ok = r > 0;
+                if (ok) { cur[pushed] = path[pushed]; pushed++; }
             }
             if (ok && !rc) rc = general_walk(m, node, v->node_end[node], d, mask);
-            while (m->n_sets > base) pop_set(m);
         }
+        while (m->n_sets > base) pop_set(m);
     }
     free(pairs);
     free(fb);
