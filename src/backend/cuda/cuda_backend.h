@@ -76,7 +76,7 @@ di_status di_cuda_act_quant_fp8(const void *x, di_dtype x_dtype, int64_t m, int6
  * tests and benchmarks can cross-check and time every path on one shape. */
 typedef enum di_cuda_gemm_path {
     DI_CUDA_GEMM_AUTO = 0,
-    DI_CUDA_GEMM_MATVEC = 1, /* mma.sync, 16 rows of a at a time: decode, any shape */
+    DI_CUDA_GEMM_MATVEC = 1, /* mma.sync, 8 rows of a per tile (16 for odd shapes): decode */
     DI_CUDA_GEMM_TILED = 2   /* wgmma tiles (FP8 only): prefill; needs k % 128 == 0 */
 } di_cuda_gemm_path;
 

@@ -5,19 +5,20 @@
  *
  * Tile 128 x 128 x 128 per block of two math warpgroups (64 rows each); all
  * 256 threads stage the next tiles with cp.async into a 4-deep shared-memory
- * ring laid out in 8-row x 16-byte core matrices (no swizzle), which the
- * wgmma descriptors read directly. One wgmma m64n128k32 covers exactly one
- * 32-block of k, so every result is promoted into fp32 accumulators with its
- * own scales right away (DeepGEMM promotes per 128; the checkpoint's 32x32
- * scales force per 32). Two result register sets alternate so that the
- * promotion FMAs of step j overlap the tensor-core work of step j+1. The
- * promotion also sidesteps the FP8 tensor-core adder's reduced precision:
- * no partial sum runs longer than 32 products.
+ * ring of 128-byte rows in the 128B swizzle, which the wgmma descriptors read
+ * directly. One wgmma m64n128k32 covers exactly one 32-block of k, so every
+ * result is promoted into fp32 accumulators with its own scales right away
+ * (DeepGEMM promotes per 128; the checkpoint's 32x32 scales force per 32).
+ * Two result register sets alternate so that the promotion of step j could
+ * overlap the tensor-core work of step j+1; measured, it does not (see
+ * docs/gpu-notes.md): the promotion's FMAs add to the tensor time, which is
+ * why this runs at a third of torch's per-row FP8 GEMM. The promotion also
+ * bounds the FP8 adder's reduced precision: no partial sum runs longer than
+ * 32 products.
  *
  * Needs k % 128 == 0 (whole 32-blocks per stage and 16-byte aligned scale
  * rows); m and n may be anything (rows past the end are zero-filled). */
 #include "backend/cuda/cuda_common.cuh"
-
 
 /* NWG math warpgroups of 64 rows each: block tile (64 NWG) x 128 x 128 */
 #define TG_BN 128
