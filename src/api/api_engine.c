@@ -365,8 +365,10 @@ di_status di_engine_run(di_engine *e, di_engine_progress_fn progress, void *user
 di_status di_engine_poll_finished(di_engine *e, uint64_t *ids, size_t cap, size_t *n) {
     if (!e || !n || (cap && !ids)) return set_fail(DI_ERR_INVALID_ARG, "di_engine_poll_finished: NULL argument");
     size_t k = e->n_done < cap ? e->n_done : cap;
-    memcpy(ids, e->done_ids, k * sizeof *ids);
-    memmove(e->done_ids, e->done_ids + k, (e->n_done - k) * sizeof *ids);
+    if (k) { /* done_ids may still be NULL: no memcpy from NULL, even of 0 bytes */
+        memcpy(ids, e->done_ids, k * sizeof *ids);
+        memmove(e->done_ids, e->done_ids + k, (e->n_done - k) * sizeof *ids);
+    }
     e->n_done -= k;
     *n = k;
     return DI_OK;
