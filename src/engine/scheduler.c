@@ -142,7 +142,7 @@ size_t di_scheduler_plan(di_scheduler *s, di_sched_item *items, di_seq **failed,
     int64_t budget = s->budget;
     /* admission order = queue order; preempted sequences keep theirs and so
      * come back first */
-    qsort(s->queue, s->n_queue, sizeof *s->queue, by_order);
+    if (s->n_queue > 1) qsort(s->queue, s->n_queue, sizeof *s->queue, by_order);
     for (int pass = 0; pass < 2; pass++) {
         /* pass 0: running sequences (decode first, as they need one token);
          * pass 1: waiting ones, admitted while memory and budget last */
@@ -167,7 +167,8 @@ size_t di_scheduler_plan(di_scheduler *s, di_sched_item *items, di_seq **failed,
                              (long long)need, (unsigned long long)di_memory_bytes(s->mem, need),
                              (unsigned long long)s->mem->limit);
                     fail_seq(q, msg);
-                    failed[(*n_failed)++] = q;
+                    if (*n_failed < (size_t)s->max_batch) failed[*n_failed] = q;
+                    (*n_failed)++;
                     continue;
                 }
                 if (r == 0) {

@@ -48,8 +48,8 @@ int di_scheduler_add(di_scheduler *s, di_seq *seq);
 /* Frees a DONE or aborted sequence's state and drops it from the queue. */
 void di_scheduler_retire(di_scheduler *s, di_seq *seq);
 /* Plans one step into items (room for max_batch). Sequences that cannot
- * ever fit are marked DONE with DI_FINISH_ERROR and reported in *failed
- * (room for max_batch too, count in *n_failed). */
+ * ever fit are marked DONE with DI_FINISH_ERROR; *n_failed counts them and
+ * the first max_batch are listed in failed. */
 size_t di_scheduler_plan(di_scheduler *s, di_sched_item *items, di_seq **failed, size_t *n_failed);
 
 #endif

@@ -1,0 +1,137 @@
+/* libFuzzer target: the engine's request path on arbitrary bytes, over a
+ * fake runner (logits hashed from each sequence's tokens), so any sampling
+ * settings, prompt ids, stop ids, logit biases and memory budgets are
+ * tried. A refused request must carry a message; an accepted one must
+ * finish within its token limit with a known finish reason, and every
+ * byte of state memory must come back. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define FV 48
+
+typedef struct fstate {
+    int64_t cap, n;
+    uint64_t h;
+} fstate;
+
+static uint64_t f_bytes(void *ctx, int64_t cap) { return 512 + 8 * (uint64_t)cap; }
+static di_status f_new(void *ctx, int64_t cap, void **st, di_err *err) {
+    fstate *s = calloc(1, sizeof *s);
+    if (!s) return di_err_set(err, DI_ERR_NOMEM, "oom");
+    s->cap = cap;
+    *st = s;
+    return DI_OK;
+}
+static void f_free(void *ctx, void *st) { free(st); }
+static di_status f_forward(void *ctx, const di_runner_seq *seqs, int n, float *logits, int all_rows, di_err *err) {
+    int64_t row = 0;
+    for (int i = 0; i < n; i++) {
+        fstate *s = seqs[i].state;
+        for (int64_t j = 0; j < seqs[i].n; j++) {
+            if (++s->n > s->cap) abort(); /* the scheduler gave a state too small */
+            s->h = di_rng_bits(s->h, (uint64_t)seqs[i].ids[j], 1, 2);
+            if (all_rows || j == seqs[i].n - 1) {
+                float *o = logits + (all_rows ? row : i) * FV;
+                for (int v = 0; v < FV; v++) o[v] = (float)(di_rng_bits(s->h, (uint64_t)v, 3, 4) % 4000) / 500.0f - 4;
+            }
+            row++;
+        }
+    }
+    return DI_OK;
+}
+static const di_runner_ops ops = {f_bytes, f_new, f_free, f_forward};
+
+typedef struct reader {
+    const uint8_t *p;
+    size_t n;
+} reader;
+
+static uint32_t take(reader *r, int bytes) {
+    uint32_t v = 0;
+    for (int i = 0; i < bytes; i++) {
+        v = v << 8 | (r->n ? *r->p : 0);
+        if (r->n) r->p++, r->n--;
+    }
+    return v;
+}
+
+static double take_double(reader *r) {
+    static const double special[] = {0, 1, -1, 0.5, 2, 1e-9, 1e9, NAN, INFINITY, -INFINITY};
+    uint32_t v = take(r, 2);
+    if (v < 10) return special[v];
+    return (double)(int32_t)(v << 16) / 65536.0 / 8192.0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    reader rd = {data, size};
+    di_runner runner = {&ops, NULL, FV};
+    di_engine_cfg cfg = {.max_model_len = 16 + take(&rd, 1), .max_batch = 1 + (int)take(&rd, 1) % 8,
+                         .budget = 1 + take(&rd, 1) % 64, .max_chunk = take(&rd, 1) % 16,
+                         .memory_limit = 256 + 64 * (uint64_t)take(&rd, 1), .async = (int)take(&rd, 1) & 1,
+                         .seed = take(&rd, 4), .eos_id = 1};
+    di_engine *e = calloc(1, sizeof *e);
+    di_err err = {0};
+    if (!e || di_engine_init(e, &runner, NULL, &cfg, &err)) abort();
+    int n_req = 1 + (int)take(&rd, 1) % 4;
+    for (int q = 0; q < n_req; q++) {
+        int32_t ids[40], stop_ids[4], bias_ids[4];
+        float bias[4];
+        size_t n_ids = take(&rd, 1) % 40;
+        for (size_t i = 0; i < n_ids; i++) ids[i] = (int32_t)(take(&rd, 1) % 56) - 4;
+        di_sampling_params p;
+        di_sampling_params_default(&p);
+        p.n = (int32_t)(take(&rd, 1) % 5) - 1;
+        p.temperature = take_double(&rd);
+        p.top_p = take_double(&rd);
+        p.top_k = (int32_t)(take(&rd, 1) % 70) - 2;
+        p.min_p = take_double(&rd);
+        p.presence_penalty = take_double(&rd);
+        p.frequency_penalty = take_double(&rd);
+        p.repetition_penalty = take_double(&rd);
+        p.has_seq_seed = (int)take(&rd, 1) & 1;
+        p.seq_seed = take(&rd, 4);
+        p.max_tokens = (int64_t)(take(&rd, 1) % 40) - 1;
+        p.min_tokens = (int64_t)(take(&rd, 1) % 10) - 1;
+        p.ignore_eos = (int)take(&rd, 1) & 1;
+        p.logprobs = (int32_t)(take(&rd, 1) % 24) - 2;
+        p.prompt_logprobs = (int32_t)(take(&rd, 1) % 24) - 2;
+        p.n_stop_token_ids = take(&rd, 1) % 5;
+        for (size_t i = 0; i < p.n_stop_token_ids; i++) stop_ids[i] = (int32_t)(take(&rd, 1) % 56) - 4;
+        p.stop_token_ids = stop_ids;
+        p.n_logit_bias = take(&rd, 1) % 5;
+        for (size_t i = 0; i < p.n_logit_bias; i++) {
+            bias_ids[i] = (int32_t)(take(&rd, 1) % 56) - 4;
+            bias[i] = (float)take_double(&rd);
+        }
+        p.logit_bias_ids = bias_ids;
+        p.logit_bias_values = bias;
+        p.thinking_token_budget = (int64_t)(take(&rd, 1) % 8) - 2;
+        uint64_t id;
+        di_err e2 = {0};
+        if (di_engine_add(e, ids, n_ids, &p, 0, 0, &id, &e2) && !e2.msg[0]) abort();
+    }
+    size_t active = 1;
+    for (int g = 0; active && g < 4000; g++)
+        if (di_engine_do_step(e, &active, &err)) abort();
+    if (active) abort(); /* every request ends */
+    for (size_t i = 0; i < e->n_reqs; i++) {
+        const di_request *r = e->reqs[i];
+        if (!r->finished) abort();
+        for (int j = 0; j < r->n; j++) {
+            const di_seq *s = &r->seqs[j];
+            int64_t out = s->n_tokens - r->n_prompt;
+            if (out > r->max_tokens || s->finish < DI_FINISH_STOP || s->finish > DI_FINISH_ABORT) abort();
+            if (s->finish == DI_FINISH_ERROR && !s->error) abort();
+        }
+    }
+    if (e->mem.used) abort();
+    di_engine_fini(e);
+    free(e);
+    return 0;
+}
