@@ -70,7 +70,7 @@ static int sampling_arg(int argc, char **argv, int *i, di_sampling_params *p) {
     int r = 1;
     if (!strcmp(f, "-n") || !strcmp(f, "--n-predict") || !strcmp(f, "--max-tokens")) {
         r = cli_parse_i64(CMD, f, v, -1, INT64_C(1) << 40, &n) ? -1 : 1;
-        p->max_tokens = n == -1 ? 0 : n; /* 0: filled in once the prompt length is known */
+        p->max_tokens = n == -1 ? 0 : n; /* 0: up to the model length, set once the engine is open */
     } else if (!strcmp(f, "--temp") || !strcmp(f, "--temperature")) {
         r = cli_parse_f64(CMD, f, v, 0, 100, &p->temperature) ? -1 : 1;
     } else if (!strcmp(f, "--top-p")) {
@@ -230,17 +230,11 @@ int cli_generate(int argc, char **argv) {
     di_chat_options_default(&co);
     co.thinking = g.thinking;
     co.reasoning_effort = g.effort;
-    int max_to_end = p.max_tokens == 0;
-    if (max_to_end) p.max_tokens = 1; /* set below from the prompt length */
+    /* the engine ends a sequence at max_model_len with a length finish */
+    if (p.max_tokens == 0) p.max_tokens = info.max_model_len;
     uint64_t id;
-    di_status st;
-    if (body) {
-        if (max_to_end) p.max_tokens = info.max_model_len; /* trimmed by the engine's length finish */
-        st = di_engine_submit_chat(e, body, strlen(body), &co, &p, &id);
-    } else {
-        if (max_to_end) p.max_tokens = info.max_model_len;
-        st = di_engine_submit_text(e, prompt, prompt_len, &p, &id);
-    }
+    di_status st = body ? di_engine_submit_chat(e, body, strlen(body), &co, &p, &id)
+                        : di_engine_submit_text(e, prompt, prompt_len, &p, &id);
     if (st) {
         fprintf(stderr, "deepinfer " CMD ": %s\n", di_last_error());
         goto out;

@@ -98,3 +98,8 @@ def test_structured_output_flags(tmp_path):
 def test_errors(args, code, msg):
     p = run("generate", *args, check=False)
     assert p.returncode == code and msg in p.stderr, p.stderr
+
+
+def test_n_predict_minus_one_runs_to_the_model_length():
+    out = gen_json("-p", "hi", "-n", "-1", "--max-model-len", "20", "--temp", "0", "--ignore-eos")
+    assert out["prompt_tokens"] + out["completion_tokens"] == 20 and out["finish_reason"] == "length"
