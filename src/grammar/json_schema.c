@@ -10,8 +10,8 @@
  * - objects accept members in any order, tracking required members (and
  *   member counts) in the grammar state when that stays small, else in the
  *   order written in `properties`;
- * - numbers with bounds are written without exponent; integers may carry a
- *   zero fraction (1.0 is an integer in JSON Schema);
+ * - numbers with bounds are written without exponent; unbounded integers
+ *   may carry a zero fraction (1.0 is an integer from draft 6 on);
  * - oneOf is compiled only when its branches are provably disjoint;
  * - keywords we cannot enforce are errors naming them, unless lenient. */
 #include <cjson/cJSON.h>
@@ -43,6 +43,7 @@ typedef struct js_ctx {
     cJSON *true_schema;    /* `true`, for absent subschemas */
     int depth;
     int32_t any_value;     /* -1 until built */
+    int int_zero_frac;     /* 1.0 counts as an integer (draft 6 and later) */
     di_sym t_lbrace, t_rbrace, t_lbrack, t_rbrack, t_comma, t_colon;
     char path[512];        /* JSON pointer of the schema being compiled, for messages */
 } js_ctx;
@@ -83,7 +84,7 @@ static cJSON *own(js_ctx *c, cJSON *x) {
 }
 
 static const char *unsupported_keywords[] = {
-    "not", "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "contains",
+    "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "contains",
     "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
     "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor", "$anchor", "$vocabulary", "extends",
     "disallow", "divisibleBy", NULL};
@@ -93,7 +94,7 @@ static const char *constraint_keywords[] = {
     "propertyNames", "minProperties", "maxProperties", "items", "prefixItems", "additionalItems",
     "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format", "minimum",
     "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
-    "x-di-patterns", NULL};
+    "x-di-patterns", "x-di-not-patterns", "not", NULL};
 
 static int in_list(const char *k, const char **l) {
     for (int i = 0; l[i]; i++)
@@ -336,6 +337,23 @@ static int string_dfa(js_ctx *c, const cJSON *s, di_dfa *out, int *any) {
         const char *all = "[\\u{0}-\\u{10FFFF}]*";
         if (di_regex_compile(all, strlen(all), DI_RX_JSON_STRING, c->o->max_lexer_states, out, c->err)) return -1;
     }
+    const cJSON *nots = cJSON_GetObjectItemCaseSensitive(s, "x-di-not-patterns");
+    if (nots)
+        for (const cJSON *x = nots->child; x; x = x->next) {
+            if (!cJSON_IsString(x)) continue;
+            if (di_regex_compile(x->valuestring, strlen(x->valuestring), DI_RX_SEARCH | DI_RX_JSON_STRING,
+                                 c->o->max_lexer_states, &d, c->err)) {
+                di_dfa_free(out);
+                return -1;
+            }
+            di_dfa r;
+            di_status st = di_dfa_product(out, &d, 1, c->o->max_lexer_states, &r, c->err);
+            di_dfa_free(&d);
+            di_dfa_free(out);
+            if (st) return -1;
+            *out = r;
+            *any = 0;
+        }
     return 0;
 }
 
@@ -344,7 +362,7 @@ static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
     const cJSON *pats = cJSON_GetObjectItemCaseSensitive(s, "x-di-patterns");
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
     int fmt_known = fmt && cJSON_IsString(fmt) && format_regex(fmt->valuestring);
-    if (!pat && !pats && !fmt_known) {
+    if (!pat && !pats && !fmt_known && !cJSON_GetObjectItemCaseSensitive(s, "x-di-not-patterns")) {
         long mn, mx;
         if (get_count(c, s, "minLength", &mn, 0) || get_count(c, s, "maxLength", &mx, -1)) return -1;
         if (mn > (long)c->o->max_repeat || mx > (long)c->o->max_repeat)
@@ -362,8 +380,8 @@ static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
     /* key: the keywords the automaton is built from, so that the same
      * string lexeme shares mask memos across grammars */
     cJSON *k = cJSON_CreateObject();
-    const char *kw[] = {"pattern", "x-di-patterns", "format", "minLength", "maxLength"};
-    for (int i = 0; k && i < 5; i++) {
+    const char *kw[] = {"pattern", "x-di-patterns", "format", "minLength", "maxLength", "x-di-not-patterns"};
+    for (int i = 0; k && i < 6; i++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(s, kw[i]);
         if (x) cJSON_AddItemToObject(k, kw[i], cJSON_Duplicate(x, 1));
     }
@@ -547,7 +565,7 @@ no_mul:;
     char buf[65536];
     const char *intpart = "(0|[1-9][0-9]*)";
     if (isinf(lo) && isinf(hi)) {
-        if (integer_only) snprintf(buf, sizeof buf, "-?%s", intpart);
+        if (integer_only) snprintf(buf, sizeof buf, "-?%s%s", intpart, c->int_zero_frac ? "(\\.0+)?" : "");
         else if (frac_re[0]) snprintf(buf, sizeof buf, "-?%s%s", intpart, frac_re);
         else snprintf(buf, sizeof buf, "-?%s(\\.[0-9]+)?([eE][+-]?[0-9]+)?", intpart);
         return regex_sym(c, buf, 0, out);
@@ -690,7 +708,7 @@ static int enum_value_ok(js_ctx *c, const cJSON *s, const cJSON *v, int types) {
         const char *n = k->string;
         if (!is_constraint(n) || !strcmp(n, "type") || !strcmp(n, "enum") || !strcmp(n, "const")) continue;
         if (!strcmp(n, "minLength") || !strcmp(n, "maxLength") || !strcmp(n, "pattern") || !strcmp(n, "format") ||
-            !strcmp(n, "x-di-patterns")) {
+            !strcmp(n, "x-di-patterns") || !strcmp(n, "x-di-not-patterns")) {
             if (vt != T_STR) continue;
             di_dfa d;
             int any;
@@ -1303,7 +1321,7 @@ static int merge_into(js_ctx *c, cJSON *m, const cJSON *b) {
             /* identical: nothing to do */
         } else if (!strcmp(n, "uniqueItems")) {
             if (cJSON_IsTrue(k)) put(m, n, dup(k));
-        } else if (!strcmp(n, "x-di-patterns")) {
+        } else if (!strcmp(n, "x-di-patterns") || !strcmp(n, "x-di-not-patterns")) {
             for (const cJSON *r = k->child; r; r = r->next) cJSON_AddItemToArray(mine, dup(r));
         } else {
             if (c->o->lenient) continue;
@@ -1432,8 +1450,44 @@ static int values_overlap(const cJSON *a, const cJSON *b) {
     return 0;
 }
 
+/* The schema a $ref chain leads to (a schema with $ref implies its target,
+ * which is enough for disjointness proofs). */
+static const cJSON *deref(js_ctx *c, const cJSON *s) {
+    for (int hop = 0; hop < 8 && cJSON_IsObject(s); hop++) {
+        const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
+        if (!ref || !cJSON_IsString(ref)) break;
+        di_err save = *c->err;
+        const cJSON *t = resolve_ref(c, ref->valuestring);
+        *c->err = save;
+        if (!t) break;
+        s = t;
+    }
+    return s;
+}
+
+/* 1 when every object valid under a has a key that b forbids (a required
+ * key of a that b's properties do not declare while b forbids other keys,
+ * or that b declares as false). */
+static int required_forbidden(js_ctx *c, const cJSON *a, const cJSON *b) {
+    a = deref(c, a);
+    b = deref(c, b);
+    if (!cJSON_IsObject(a) || !cJSON_IsObject(b)) return 0;
+    const cJSON *req = cJSON_GetObjectItemCaseSensitive(a, "required");
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(b, "properties");
+    const cJSON *addl = cJSON_GetObjectItemCaseSensitive(b, "additionalProperties");
+    int closed = addl && cJSON_IsFalse(addl) && !cJSON_GetObjectItemCaseSensitive(b, "patternProperties");
+    if (!cJSON_IsArray(req)) return 0;
+    for (const cJSON *r = req->child; r; r = r->next) {
+        if (!cJSON_IsString(r)) continue;
+        const cJSON *p = props ? cJSON_GetObjectItemCaseSensitive(props, r->valuestring) : NULL;
+        if ((closed && !p) || (p && cJSON_IsFalse(p))) return 1;
+    }
+    return 0;
+}
+
 /* 1 when no instance can satisfy both a and b (a sufficient test). */
 static int disjoint(js_ctx *c, const cJSON *a, const cJSON *b) {
+    if (required_forbidden(c, a, b) || required_forbidden(c, b, a)) return 1;
     int ta = possible_types(c, a, 0), tb = possible_types(c, b, 0);
     int ua = ta, ub = tb;
     if (ua & T_NUM) ua |= T_INT;
@@ -1572,7 +1626,65 @@ static int32_t any_value(js_ctx *c) {
     return v;
 }
 
+/* `not` in the forms we can enforce exactly: not false (no effect), not
+ * true / {} (nothing valid), not {"type": ...} (removes types), not
+ * {"pattern": p} (strings must not match p). Returns the rewritten schema
+ * (owned by the context), s itself when there is no `not`, or NULL. */
+static const cJSON *rewrite_not(js_ctx *c, const cJSON *s) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(s, "not");
+    if (!n) return s;
+    cJSON *r = own(c, cJSON_Duplicate(s, 1));
+    if (!r) { FAIL(c, DI_ERR_NOMEM, "out of memory"); return NULL; }
+    cJSON_DeleteItemFromObjectCaseSensitive(r, "not");
+    if (cJSON_IsFalse(n)) return r;
+    int n_constraints = 0;
+    const cJSON *only = NULL;
+    if (cJSON_IsObject(n))
+        for (const cJSON *k = n->child; k; k = k->next)
+            if (is_constraint(k->string)) { n_constraints++; only = k; }
+    if (cJSON_IsTrue(n) || (cJSON_IsObject(n) && n_constraints == 0)) {
+        put(r, "enum", cJSON_CreateArray());
+        return r;
+    }
+    if (n_constraints == 1 && !strcmp(only->string, "type")) {
+        int ts, tn;
+        if (types_of(c, s, &ts) || types_of(c, n, &tn)) return NULL;
+        if ((tn & T_INT) && !(tn & T_NUM) && (ts & T_NUM)) {
+            FAIL(c, DI_ERR_UNSUPPORTED, "'not' excluding integers from numbers is not supported");
+            return NULL;
+        }
+        int t = ts & ~tn;
+        cJSON *arr = cJSON_CreateArray();
+        const char *names[] = {"null", "boolean", "object", "array", "string", "integer", "number"};
+        for (int i = 0; i < 7; i++)
+            if ((t & (1 << i)) && !(i == 5 && (t & T_NUM))) cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
+        put(r, "type", arr);
+        return r;
+    }
+    if (n_constraints == 1 && !strcmp(only->string, "not")) { /* not not X = X */
+        cJSON *all = cJSON_GetObjectItemCaseSensitive(r, "allOf");
+        if (!all) { all = cJSON_CreateArray(); cJSON_AddItemToObject(r, "allOf", all); }
+        cJSON_AddItemToArray(all, cJSON_Duplicate(only, 1));
+        return r;
+    }
+    if (n_constraints == 1 && !strcmp(only->string, "pattern") && cJSON_IsString(only)) {
+        cJSON *pl = cJSON_GetObjectItemCaseSensitive(r, "x-di-not-patterns");
+        if (!pl) { pl = cJSON_CreateArray(); cJSON_AddItemToObject(r, "x-di-not-patterns", pl); }
+        cJSON_AddItemToArray(pl, cJSON_Duplicate(only, 1));
+        return r;
+    }
+    if (c->o->lenient) return r;
+    FAIL(c, DI_ERR_UNSUPPORTED, "JSON Schema keyword 'not' is not supported in this form (at %s)", c->path[0] ? c->path : "#");
+    return NULL;
+}
+
 static int32_t js_value_body(js_ctx *c, const cJSON *s, int32_t nt) {
+    if (cJSON_IsObject(s) && cJSON_GetObjectItemCaseSensitive(s, "not")) {
+        const cJSON *r = rewrite_not(c, s);
+        if (!r) return -1;
+        int32_t v = js_value(c, r);
+        return v < 0 || add_rule(c, nt, &v, 1) ? -1 : nt;
+    }
     if (cJSON_IsTrue(s)) {
         int32_t v = any_value(c);
         return v < 0 || add_rule(c, nt, &v, 1) ? -1 : nt;
@@ -1673,6 +1785,7 @@ static int ctx_init(js_ctx *c, di_cfg *g, const di_grammar_options *o, di_err *e
     c->any_value = -1;
     c->owned = cJSON_CreateArray();
     if (!c->owned) return FAIL(c, DI_ERR_NOMEM, "out of memory");
+    c->int_zero_frac = 1;
     c->true_schema = cJSON_CreateTrue();
     if (!c->true_schema) return FAIL(c, DI_ERR_NOMEM, "out of memory");
     cJSON_AddItemToArray(c->owned, c->true_schema);
@@ -1699,6 +1812,10 @@ di_status di_json_schema_build(di_cfg *g, const char *text, size_t len, const di
     if (ctx_init(&c, g, opts, err)) st = err->code;
     else {
         c.doc = doc;
+        /* draft 4 and earlier: an integer is written without a fraction */
+        const cJSON *sv = cJSON_GetObjectItemCaseSensitive(doc, "$schema");
+        if (sv && cJSON_IsString(sv) && (strstr(sv->valuestring, "draft-04") || strstr(sv->valuestring, "draft-03")))
+            c.int_zero_frac = 0;
         int32_t r = js_value(&c, doc);
         if (r < 0) st = err->code ? err->code : DI_ERR_INTERNAL;
         else *root = (uint32_t)r;

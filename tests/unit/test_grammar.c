@@ -123,7 +123,12 @@ static void test_json_schema(void) {
     /* patterns see decoded characters, in their canonical JSON encoding */
     expect(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"^[\\\"\\\\n]+$\"}",
            (const char *[]){"\"\\\"\\n\"", NULL}, (const char *[]){"\"n\"", "\"\\u000a\"", NULL});
-    expect_error(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"not\":{}}", DI_ERR_UNSUPPORTED, "'not'");
+    expect_error(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"not\":{\"required\":[\"a\"]}}", DI_ERR_UNSUPPORTED, "'not'");
+    expect_error(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"not\":{}}", DI_ERR_INVALID_ARG, "admits no output");
+    expect(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"type\":[\"string\",\"null\",\"array\"],\"not\":{\"type\":\"array\"}}",
+           (const char *[]){"\"x\"", "null", NULL}, (const char *[]){"[]", "1", NULL});
+    expect(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"string\",\"not\":{\"pattern\":\"^a\"}}",
+           (const char *[]){"\"ba\"", "\"\"", NULL}, (const char *[]){"\"ab\"", "\"\\u0061\"", NULL});
     expect_error(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"oneOf\":[{\"type\":\"string\"},{\"minLength\":1}]}", DI_ERR_UNSUPPORTED, "oneOf");
     expect_error(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"type\":\n  \"string\",,}", DI_ERR_FORMAT, "line 2");
     expect_error(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"$ref\":\"#/$defs/missing\"}", DI_ERR_NOT_FOUND, "missing");
