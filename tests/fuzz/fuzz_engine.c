@@ -1,7 +1,8 @@
 /* libFuzzer target: the engine's request path on arbitrary bytes, over a
  * fake runner (logits hashed from each sequence's tokens), so any sampling
  * settings, prompt ids, stop ids, logit biases and memory budgets are
- * tried. A refused request must carry a message; an accepted one must
+ * tried; with the embedded default tokenizer (first byte odd) also stop
+ * strings, constraints, think blocks and thinking budgets. A refused request must carry a message; an accepted one must
  * finish within its token limit with a known finish reason, and every
  * byte of state memory must come back. */
 #include <math.h>
@@ -10,10 +11,11 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "model/default_model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FV 48
+#define FV 1024 /* the default tokenizer's vocabulary */
 
 typedef struct fstate {
     int64_t cap, n;
@@ -68,8 +70,24 @@ static double take_double(reader *r) {
     return (double)(int32_t)(v << 16) / 65536.0 / 8192.0;
 }
 
+static const di_tokenizer *default_tokenizer(void) {
+    static di_tokenizer *tok;
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        for (size_t i = 0; i < di_default_model_asset_count(); i++) {
+            const di_asset *a = di_default_model_asset(i);
+            if (!strcmp(a->name, "tokenizer.json") &&
+                di_tokenizer_load_memory((const char *)a->data, a->size, &tok) != DI_OK)
+                abort();
+        }
+    }
+    return tok;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     reader rd = {data, size};
+    const di_tokenizer *tok = take(&rd, 1) & 1 ? default_tokenizer() : NULL;
     di_runner runner = {&ops, NULL, FV};
     di_engine_cfg cfg = {.max_model_len = 16 + take(&rd, 1), .max_batch = 1 + (int)take(&rd, 1) % 8,
                          .budget = 1 + take(&rd, 1) % 64, .max_chunk = take(&rd, 1) % 16,
@@ -77,13 +95,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                          .seed = take(&rd, 4), .eos_id = 1};
     di_engine *e = calloc(1, sizeof *e);
     di_err err = {0};
-    if (!e || di_engine_init(e, &runner, NULL, &cfg, &err)) abort();
+    if (!e || di_engine_init(e, &runner, tok, &cfg, &err)) abort();
     int n_req = 1 + (int)take(&rd, 1) % 4;
     for (int q = 0; q < n_req; q++) {
         int32_t ids[40], stop_ids[4], bias_ids[4];
         float bias[4];
         size_t n_ids = take(&rd, 1) % 40;
-        for (size_t i = 0; i < n_ids; i++) ids[i] = (int32_t)(take(&rd, 1) % 56) - 4;
+        for (size_t i = 0; i < n_ids; i++) ids[i] = (int32_t)(take(&rd, 2) % 1040) - 4;
+        if (n_ids && take(&rd, 1) % 3 == 0) ids[n_ids - 1] = 1019; /* opens a think block */
         di_sampling_params p;
         di_sampling_params_default(&p);
         p.n = (int32_t)(take(&rd, 1) % 5) - 1;
@@ -102,16 +121,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         p.logprobs = (int32_t)(take(&rd, 1) % 24) - 2;
         p.prompt_logprobs = (int32_t)(take(&rd, 1) % 24) - 2;
         p.n_stop_token_ids = take(&rd, 1) % 5;
-        for (size_t i = 0; i < p.n_stop_token_ids; i++) stop_ids[i] = (int32_t)(take(&rd, 1) % 56) - 4;
+        for (size_t i = 0; i < p.n_stop_token_ids; i++) stop_ids[i] = (int32_t)(take(&rd, 2) % 1040) - 4;
         p.stop_token_ids = stop_ids;
         p.n_logit_bias = take(&rd, 1) % 5;
         for (size_t i = 0; i < p.n_logit_bias; i++) {
-            bias_ids[i] = (int32_t)(take(&rd, 1) % 56) - 4;
+            bias_ids[i] = (int32_t)(take(&rd, 2) % 1040) - 4;
             bias[i] = (float)take_double(&rd);
         }
         p.logit_bias_ids = bias_ids;
         p.logit_bias_values = bias;
         p.thinking_token_budget = (int64_t)(take(&rd, 1) % 8) - 2;
+        char stops[3][5] = {{0}};
+        const char *stop_list[3];
+        p.n_stop = take(&rd, 1) % 4;
+        for (size_t i = 0; i < p.n_stop; i++) {
+            size_t n = take(&rd, 1) % 5;
+            for (size_t k = 0; k < n; k++) stops[i][k] = (char)(' ' + take(&rd, 1) % 95);
+            stop_list[i] = stops[i];
+        }
+        p.stop = stop_list;
+        p.include_stop_str_in_output = (int)take(&rd, 1) & 1;
+        static const char *choices[] = {"ab", "cd", "e"};
+        switch (take(&rd, 1) % 6) {
+        case 1: p.regex = "[a-c]{1,3}x"; break;
+        case 2: p.choice = choices, p.n_choice = 3; break;
+        case 3: p.json_object = 1, p.disable_any_whitespace = 1; break;
+        case 4: p.ebnf = "root ::= \"x\" [0-9]"; break;
+        case 5: p.regex = "[0-9]+", p.json_object = 1; break; /* two: refused */
+        }
         uint64_t id;
         di_err e2 = {0};
         if (di_engine_add(e, ids, n_ids, &p, 0, 0, &id, &e2) && !e2.msg[0]) abort();
@@ -128,6 +165,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             int64_t out = s->n_tokens - r->n_prompt;
             if (out > r->max_tokens || s->finish < DI_FINISH_STOP || s->finish > DI_FINISH_ABORT) abort();
             if (s->finish == DI_FINISH_ERROR && !s->error) abort();
+            if (s->text && s->text[s->text_len] != 0) abort(); /* NUL-terminated (bytes may hold NULs) */
         }
     }
     if (e->mem.used) abort();
