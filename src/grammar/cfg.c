@@ -173,7 +173,7 @@ di_status di_cfg_literal_sym(di_cfg *g, const char *s, size_t n, di_sym *out, di
     return st;
 }
 
-di_status di_cfg_set_proxy(di_cfg *g, uint32_t t, uint32_t proxy, di_err *err) {
+di_status di_cfg_set_proxy(di_cfg *g, uint32_t t, uint32_t proxy, int count_byte, di_err *err) {
     const di_dfa *a = &g->terms[t].dfa, *p = &g->terms[proxy].dfa;
     uint32_t *map = malloc(((size_t)a->n_states + 1) * sizeof *map);
     uint32_t *queue = malloc(((size_t)a->n_states + 1) * sizeof *queue);
@@ -197,6 +197,34 @@ di_status di_cfg_set_proxy(di_cfg *g, uint32_t t, uint32_t proxy, di_err *err) {
     free(queue);
     if (!ok) { free(map); return DI_OK; }
     for (uint32_t i = 0; i < a->n_states; i++) if (map[i] == UINT32_MAX) map[i] = 0;
+    if (count_byte >= 0) {
+        /* room[s]: how many count_byte steps s can still take (capped);
+         * states are numbered in BFS order from the start, so resolve by
+         * following the chain with memoisation */
+        uint32_t need = g->limits.max_token_bytes + 1;
+        uint32_t *room = malloc(((size_t)a->n_states + 1) * sizeof *room);
+        if (!room) { free(map); return di_err_set(err, DI_ERR_NOMEM, "out of memory"); }
+        for (uint32_t i = 0; i < a->n_states; i++) room[i] = UINT32_MAX;
+        room[0] = 0;
+        for (uint32_t i = 1; i < a->n_states; i++) {
+            if (room[i] != UINT32_MAX) continue;
+            /* walk the chain until a known state, then fill back */
+            uint32_t len = 0, s = i;
+            while (s && room[s] == UINT32_MAX && len < need) { len++; s = di_dfa_step(a, s, (uint8_t)count_byte); }
+            int dead_end = s == 0;
+            uint32_t base = dead_end ? 0 : (room[s] == UINT32_MAX ? need : room[s]);
+            s = i;
+            for (uint32_t k = 0; k < len; k++) {
+                /* chain x_0..x_len: steps from x_k */
+                uint32_t r = dead_end ? len - 1 - k : base + (len - k);
+                room[s] = r > need ? need : r;
+                s = di_dfa_step(a, s, (uint8_t)count_byte);
+            }
+        }
+        for (uint32_t i = 0; i < a->n_states; i++)
+            if (room[i] < need) map[i] = UINT32_MAX;
+        free(room);
+    }
     free(g->terms[t].proxy_state);
     g->terms[t].proxy_state = map;
     g->terms[t].proxy = (int32_t)proxy;

@@ -26,6 +26,7 @@ typedef struct di_cfg_limits {
     uint32_t max_lexer_states;  /* DFA states over all terminals */
     uint32_t max_depth;         /* nesting depth the front ends may recurse into */
     double max_compile_ms;      /* wall-clock budget for compiling */
+    uint32_t max_token_bytes;   /* longest vocabulary token (mask memo proxies) */
 } di_cfg_limits;
 
 typedef struct di_cfg_rule {
@@ -42,7 +43,7 @@ typedef struct di_cfg_term {
      * a superset of its lexeme-end nodes (which the parser re-checks). Used
      * for "any string except these keys", proxied by "any string". */
     int32_t proxy;
-    uint32_t *proxy_state;  /* [dfa.n_states] */
+    uint32_t *proxy_state;  /* [dfa.n_states] UINT32_MAX: no proxy in that state */
 } di_cfg_term;
 
 typedef struct di_cfg {
@@ -80,8 +81,11 @@ di_status di_cfg_regex_sym(di_cfg *g, const char *pattern, unsigned flags, di_sy
 di_status di_cfg_literal_sym(di_cfg *g, const char *s, size_t n, di_sym *out, di_err *err);
 /* Makes terminal `proxy` the mask memo proxy of terminal `t`; t's DFA must
  * step like proxy's wherever t is alive (t's language a subset, with the
- * same liveness away from lexeme ends). */
-di_status di_cfg_set_proxy(di_cfg *g, uint32_t t, uint32_t proxy, di_err *err);
+ * same liveness away from lexeme ends). With count_byte >= 0, t is a
+ * bounded repetition of proxy's unit: a state only gets the proxy when
+ * count_byte can still be stepped max_token_bytes times from it (so no
+ * token can reach the bound). */
+di_status di_cfg_set_proxy(di_cfg *g, uint32_t t, uint32_t proxy, int count_byte, di_err *err);
 /* Fails with DI_ERR_LIMIT when the compile-time budget is spent. */
 di_status di_cfg_check_time(di_cfg *g, di_err *err);
 /* Prunes unproductive rules, computes nullability and the rule index, and

@@ -93,7 +93,10 @@ DI_API di_status di_grammar_compile(const di_vocab *vocab, di_constraint_kind ki
     g->vocab = vocab;
     g->opts = o;
     di_mask_cache_init(&g->cache, (size_t)64 << 20);
-    di_cfg_limits lim = {o.max_rules, o.max_rules * 16u, o.max_lexer_states, o.max_depth, o.max_compile_ms};
+    uint32_t max_tok = 1;
+    for (uint32_t i = 0; i < vocab->n_vocab; i++)
+        if (vocab->off[i + 1] - vocab->off[i] > max_tok) max_tok = vocab->off[i + 1] - vocab->off[i];
+    di_cfg_limits lim = {o.max_rules, o.max_rules * 16u, o.max_lexer_states, o.max_depth, o.max_compile_ms, max_tok};
     di_cfg_init(&g->cfg, &lim);
     uint32_t root = 0;
     di_status st;

@@ -372,7 +372,17 @@ static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
         if (mx >= 0) snprintf(buf, sizeof buf, "\"%s{%ld,%ld}\"", STR_UNIT, mn, mx);
         else if (mn > 0) snprintf(buf, sizeof buf, "\"%s{%ld,}\"", STR_UNIT, mn);
         else snprintf(buf, sizeof buf, "\"%s*\"", STR_UNIT);
-        return regex_sym(c, buf, 0, out);
+        if (regex_sym(c, buf, 0, out)) return -1;
+        if (mx >= 0 && DI_SYM_IS_TERM(*out)) {
+            /* far from the bound, a bounded string's lexer walk is the
+             * unbounded one's: share its memo */
+            di_sym any;
+            snprintf(buf, sizeof buf, "\"%s*\"", STR_UNIT);
+            if (regex_sym(c, buf, 0, &any)) return -1;
+            if (DI_SYM_IS_TERM(any) && di_cfg_set_proxy(c->g, DI_SYM_TERM_ID(*out), DI_SYM_TERM_ID(any), 'a', c->err))
+                return -1;
+        }
+        return 0;
     }
     di_dfa d;
     int any;
@@ -1092,7 +1102,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
         if (n_pp == 0 && !have_names && DI_SYM_IS_TERM(ks)) {
             if (regex_sym(c, all, DI_RX_JSON_STRING, &anys)) goto done;
             if (DI_SYM_IS_TERM(anys) &&
-                di_cfg_set_proxy(c->g, DI_SYM_TERM_ID(ks), DI_SYM_TERM_ID(anys), c->err))
+                di_cfg_set_proxy(c->g, DI_SYM_TERM_ID(ks), DI_SYM_TERM_ID(anys), -1, c->err))
                 goto done;
         }
     }

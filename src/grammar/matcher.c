@@ -547,7 +547,7 @@ di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
         const item *it = &m->scan[x];
         uint32_t t = DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot]);
         uint32_t st = it->state;
-        if (g->terms[t].proxy >= 0) {
+        if (g->terms[t].proxy >= 0 && g->terms[t].proxy_state[st] != UINT32_MAX) {
             st = g->terms[t].proxy_state[st];
             t = (uint32_t)g->terms[t].proxy;
         }

@@ -21,6 +21,8 @@ SCHEMAS = [
                      "required": ["v"], "additionalProperties": False}}, "$ref": "#/$defs/t"},
     {"type": "object", "patternProperties": {"^x_": {"type": "integer"}}, "additionalProperties": {"type": "string", "maxLength": 3}, "maxProperties": 3},
     {"type": "string", "format": "date-time"},
+    {"type": "object", "properties": {"s": {"type": "string", "minLength": 2, "maxLength": 300}}, "required": ["s"],
+     "additionalProperties": False},
     {"oneOf": [{"type": "object", "properties": {"kind": {"const": "a"}, "n": {"type": "number"}}, "required": ["kind"]},
                {"type": "object", "properties": {"kind": {"const": "b"}, "s": {"type": "string"}}, "required": ["kind", "s"]}]},
     {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}, {"properties": {"a": {"multipleOf": 1, "maximum": 5}}}]},
