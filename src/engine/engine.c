@@ -463,8 +463,15 @@ static void sample_one(di_engine *e, di_seq *s, const float *logits) {
     di_sample_out out;
     di_sampler_sample(&e->sampler, &r->sp, &in, logits, &out);
     if (out.token < 0) {
-        s->finish = DI_FINISH_CONSTRAINT;
-        s->phase = DI_SEQ_DONE;
+        if (in.mask) { /* the constraint allowed nothing that the model rates finite */
+            s->finish = DI_FINISH_CONSTRAINT;
+            s->phase = DI_SEQ_DONE;
+        } else {
+            char msg[160];
+            snprintf(msg, sizeof msg, "output position %lld: no token has a finite logit (after bias and masks)",
+                     (long long)nout);
+            seq_fail(s, DI_FINISH_ERROR, msg);
+        }
         return;
     }
     int32_t k = r->logprobs > 0 ? r->logprobs : 0;
