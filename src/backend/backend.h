@@ -162,6 +162,10 @@ typedef struct di_backend_ops {
                              int64_t m, int64_t n);
     /* y += x (fp32), n values */
     void (*add)(di_backend *be, float *y, const float *x, int64_t n);
+
+    /* Releases a backend with resources of its own (device memory, a
+     * weight cache); NULL for the CPU backend. Called by di_backend_destroy. */
+    void (*destroy)(di_backend *be);
 } di_backend_ops;
 
 struct di_backend {

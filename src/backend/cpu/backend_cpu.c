@@ -742,6 +742,10 @@ di_status di_backend_cpu_create(int n_threads, di_backend **out, di_err *err) {
 
 void di_backend_destroy(di_backend *be) {
     if (!be) return;
+    if (be->ops && be->ops->destroy) { /* another backend's own teardown */
+        be->ops->destroy(be);
+        return;
+    }
     di_threadpool_destroy(be->impl);
     free(be);
 }

@@ -108,6 +108,31 @@ di_status di_cuda_gemm_mxfp4_grouped(const uint8_t *qa, const float *sa, int64_t
                                      const int32_t *rows, int32_t max_rows, void *out,
                                      di_dtype out_dtype, void *stream, di_err *err);
 
+/* ------------------------------------------------------- backend op table */
+
+/* The op table of backend/backend.h on CUDA device `device`
+ * (backend_cuda.c). Buffers from its alloc are device memory; host arrays
+ * of metadata (positions, ids, row-pointer tables, blocks) are uploaded per
+ * call, small integer results (top-k, routing, candidate blocks) downloaded.
+ * Weights arrive as host pointers into the checkpoint mapping: each weight
+ * tensor is uploaded once, in its checkpoint format, on first use, and kept
+ * keyed by its host address and size (see di_backend_cuda_weights_drop);
+ * Engram tables stay on the host and only the rows a call needs are moved.
+ * Destroy it with di_backend_destroy. Fails with the device's error when no
+ * device is visible. */
+typedef struct di_backend di_backend;
+di_status di_backend_cuda_create(int device, di_backend **out, di_err *err);
+/* Ops cannot report failure: the first error of any op since creation is
+ * kept (after a device synchronization, so faults of earlier launches show
+ * up) and returned here; DI_OK when all went well. */
+di_status di_backend_cuda_status(di_backend *be, di_err *err);
+/* Frees the device copies of weights. Call it when host memory that was
+ * passed as a weight is freed or rewritten (a later tensor at the same
+ * address would otherwise reuse the stale copy). */
+void di_backend_cuda_weights_drop(di_backend *be);
+/* Bytes of weights held on the device. */
+size_t di_backend_cuda_weights_bytes(const di_backend *be);
+
 #ifdef __cplusplus
 }
 #endif

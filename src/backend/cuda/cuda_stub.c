@@ -57,6 +57,17 @@ di_status di_cuda_gemm_mxfp4_grouped(const uint8_t *qa, const float *sa, int64_t
     return no_cuda(err);
 }
 
+di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
+    *out = NULL;
+    return no_cuda(err);
+}
+di_status di_backend_cuda_status(di_backend *be, di_err *err) { return no_cuda(err); }
+void di_backend_cuda_weights_drop(di_backend *be) { (void)be; }
+size_t di_backend_cuda_weights_bytes(const di_backend *be) {
+    (void)be;
+    return 0;
+}
+
 #else
 typedef int di_cuda_stub_unused; /* ISO C wants a non-empty translation unit */
 #endif

@@ -1,0 +1,655 @@
+/* CUDA backend: the op table of backend.h on one device (architecture.md
+ * §2–§10; the CPU backend, backend_cpu.c, is the reference semantics of
+ * every op, rounding points included).
+ *
+ * Memory. alloc / free / upload / download / copy are device allocations
+ * and synchronous copies on the default stream; every kernel runs on that
+ * stream too, so the copy that uploads the next call's metadata or
+ * downloads a result is ordered after the kernels before it, and scratch
+ * buffers can be reused from call to call without events.
+ *
+ * Weights. The model hands weights over as host pointers into the
+ * checkpoint mapping (di_wmat.w / .s, di_tensor.data). Each one is uploaded
+ * the first time an op reads it, in its checkpoint format (FP8 + E8M0,
+ * packed MXFP4 + E8M0, BF16, F32: never dequantized), and kept in a table
+ * keyed by host address and size for the backend's lifetime. A pointer that
+ * already is device memory (a backend buffer) is used as it is. This is the
+ * simplest correct scheme until the model gets an explicit "load weights to
+ * the device" step; di_backend_cuda_weights_drop forgets the copies.
+ *
+ * Engram tables (≈100 GB each at real size) never go to the device: the
+ * FP8 rows and scales a call needs are gathered on the host and only those
+ * are uploaded, then dequantized by a kernel.
+ *
+ * Host results. topk_select, candidate_blocks and moe_route return host
+ * integers; they download their (small) float inputs and run the CPU
+ * backend's op on them, so their selections are bit-identical to the CPU's
+ * by construction. GPU selection kernels are future work.
+ *
+ * Errors. Ops return nothing (backend.h); the first failure is kept and
+ * reported by di_backend_cuda_status. */
+#ifdef DI_HAVE_CUDA
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_ops.h"
+
+enum { SCR_A, SCR_B, SCR_C, SCR_D, N_SCRATCH };
+
+typedef struct wentry {
+    const void *host; /* NULL = empty slot */
+    size_t bytes;
+    void *dev;
+} wentry;
+
+typedef struct cuda_impl {
+    int device;
+    di_status status; /* first failure of any op */
+    di_err err;
+    wentry *wtab; /* open addressing, cap a power of two */
+    size_t wcap, wcount, wbytes;
+    void *scr[N_SCRATCH]; /* device scratch, grown on demand */
+    size_t scr_cap[N_SCRATCH];
+    void *host_buf; /* host staging (downloads, Engram rows) */
+    size_t host_cap;
+    di_backend *cpu; /* runs the host-result ops on downloaded inputs */
+} cuda_impl;
+
+static cuda_impl *IM(di_backend *be) { return be->impl; }
+
+static void note(di_backend *be, di_status st, const di_err *err) {
+    cuda_impl *c = IM(be);
+    if (st && !c->status) {
+        c->status = st;
+        c->err = *err;
+    }
+}
+
+/* ------------------------------------------------------------ scratch */
+
+static void *scratch(di_backend *be, int slot, size_t bytes) {
+    cuda_impl *c = IM(be);
+    if (bytes == 0) bytes = 16;
+    if (c->scr_cap[slot] < bytes) {
+        di_cuda_free(c->scr[slot]);
+        c->scr[slot] = NULL;
+        c->scr_cap[slot] = 0;
+        size_t cap = bytes + bytes / 2;
+        di_err err = {0};
+        di_status st = di_cuda_alloc(&c->scr[slot], cap, &err);
+        if (st) {
+            note(be, st, &err);
+            return NULL;
+        }
+        c->scr_cap[slot] = cap;
+    }
+    return c->scr[slot];
+}
+
+/* Uploads a host array into scratch slot `slot`; NULL on failure. */
+static void *scratch_up(di_backend *be, int slot, const void *host, size_t bytes) {
+    void *d = scratch(be, slot, bytes);
+    if (!d) return NULL;
+    di_err err = {0};
+    di_status st = bytes ? di_cuda_upload(d, host, bytes, &err) : DI_OK;
+    if (st) {
+        note(be, st, &err);
+        return NULL;
+    }
+    return d;
+}
+
+static void *host_buf(di_backend *be, size_t bytes) {
+    cuda_impl *c = IM(be);
+    if (c->host_cap < bytes) {
+        free(c->host_buf);
+        c->host_cap = 0;
+        c->host_buf = malloc(bytes);
+        if (!c->host_buf) {
+            di_err err = {0};
+            note(be, di_err_set(&err, DI_ERR_NOMEM, "cuda backend: %zu bytes of host staging", bytes),
+                 &err);
+            return NULL;
+        }
+        c->host_cap = bytes;
+    }
+    return c->host_buf;
+}
+
+/* ------------------------------------------------------------ weights */
+
+static size_t wslot(const cuda_impl *c, const void *p) {
+    uintptr_t h = (uintptr_t)p;
+    h ^= h >> 17;
+    h *= (uintptr_t)0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 7) & (c->wcap - 1);
+}
+
+static int wgrow(cuda_impl *c) {
+    size_t ncap = c->wcap ? c->wcap * 2 : 256;
+    wentry *nt = calloc(ncap, sizeof *nt), *old = c->wtab;
+    if (!nt) return -1;
+    size_t ocap = c->wcap;
+    c->wtab = nt;
+    c->wcap = ncap;
+    for (size_t i = 0; i < ocap; i++)
+        if (old[i].host) {
+            size_t s = wslot(c, old[i].host);
+            while (nt[s].host) s = (s + 1) & (ncap - 1);
+            nt[s] = old[i];
+        }
+    free(old);
+    return 0;
+}
+
+/* The device copy of `bytes` of host weight data at p (p itself when it is
+ * already device memory); NULL on failure (kept for status). */
+static const void *wdev(di_backend *be, const void *p, size_t bytes) {
+    cuda_impl *c = IM(be);
+    di_err err = {0};
+    if (!p) return NULL;
+    if (c->wcap) {
+        size_t s = wslot(c, p);
+        while (c->wtab[s].host) {
+            if (c->wtab[s].host == p && c->wtab[s].bytes >= bytes) return c->wtab[s].dev;
+            s = (s + 1) & (c->wcap - 1);
+        }
+    }
+    if (cuda_mem_is_device(p)) return p;
+    if ((c->wcount + 1) * 2 > c->wcap && wgrow(c)) {
+        note(be, di_err_set(&err, DI_ERR_NOMEM, "cuda backend: weight table"), &err);
+        return NULL;
+    }
+    void *d = NULL;
+    di_status st = di_cuda_alloc(&d, bytes ? bytes : 1, &err);
+    if (!st && bytes) st = di_cuda_upload(d, p, bytes, &err);
+    if (st) {
+        di_err_prefix(&err, "uploading a weight of %zu bytes", bytes);
+        note(be, st, &err);
+        di_cuda_free(d);
+        return NULL;
+    }
+    /* a smaller copy of the same address is superseded: keep both keys apart
+     * by replacing the entry in place when there is one */
+    size_t s = wslot(c, p);
+    while (c->wtab[s].host && c->wtab[s].host != p) s = (s + 1) & (c->wcap - 1);
+    if (c->wtab[s].host) {
+        c->wbytes -= c->wtab[s].bytes;
+        di_cuda_free(c->wtab[s].dev);
+    } else {
+        c->wcount++;
+    }
+    c->wtab[s] = (wentry){p, bytes, d};
+    c->wbytes += bytes;
+    return d;
+}
+
+static const void *tdev(di_backend *be, const di_tensor *t) {
+    return wdev(be, t->data, (size_t)di_tensor_numel(t) * di_dtype_size(t->dtype));
+}
+
+void di_backend_cuda_weights_drop(di_backend *be) {
+    cuda_impl *c = IM(be);
+    for (size_t i = 0; i < c->wcap; i++)
+        if (c->wtab[i].host) di_cuda_free(c->wtab[i].dev);
+    free(c->wtab);
+    c->wtab = NULL;
+    c->wcap = c->wcount = c->wbytes = 0;
+}
+
+size_t di_backend_cuda_weights_bytes(const di_backend *be) {
+    return ((const cuda_impl *)be->impl)->wbytes;
+}
+
+/* ------------------------------------------------------------ memory */
+
+static void *cu_alloc(di_backend *be, size_t bytes) {
+    void *p = NULL;
+    di_err err = {0};
+    if (bytes == 0) bytes = 1;
+    di_status st = di_cuda_alloc(&p, bytes, &err);
+    if (!st) st = di_cuda_fill(p, 0, bytes, &err);
+    if (st) {
+        di_cuda_free(p);
+        return NULL; /* the caller reports out of memory */
+    }
+    return p;
+}
+
+static void cu_free(di_backend *be, void *p) { di_cuda_free(p); }
+
+static void cu_upload(di_backend *be, void *dst, const void *src, size_t bytes) {
+    di_err err = {0};
+    if (bytes) note(be, di_cuda_upload(dst, src, bytes, &err), &err);
+}
+
+static void cu_download(di_backend *be, void *dst, const void *src, size_t bytes) {
+    di_err err = {0};
+    if (bytes) note(be, di_cuda_download(dst, src, bytes, &err), &err);
+}
+
+static void cu_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
+    di_err err = {0};
+    note(be, cuda_mem_move(dst, src, bytes, &err), &err);
+}
+
+/* ------------------------------------------------------------ matmul */
+
+static size_t wmat_bytes(const di_wmat *w, size_t *sbytes) {
+    int64_t N = w->n_out, K = w->n_in;
+    *sbytes = 0;
+    switch (w->fmt) {
+    case DI_WFMT_FP8:
+        *sbytes = (size_t)(((N + 31) / 32) * ((K + 31) / 32));
+        return (size_t)(N * K);
+    case DI_WFMT_FP4:
+        *sbytes = (size_t)(N * (K / 32));
+        return (size_t)(N * K / 2);
+    case DI_WFMT_BF16: return (size_t)(N * K) * 2;
+    case DI_WFMT_F32: return (size_t)(N * K) * 4;
+    default: return 0;
+    }
+}
+
+static void cu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
+                      unsigned flags) {
+    int64_t K = w->n_in, N = w->n_out;
+    di_err err = {0};
+    di_status st = DI_OK;
+    if (m <= 0 || N <= 0) return;
+    size_t sb = 0, wb = wmat_bytes(w, &sb);
+    const void *dw = wdev(be, w->w, wb);
+    const uint8_t *ds = sb ? wdev(be, w->s, sb) : NULL;
+    if (!dw || (sb && !ds)) return;
+    int quant = (flags & DI_MM_ACT_FP8) && (w->fmt == DI_WFMT_FP8 || w->fmt == DI_WFMT_FP4);
+    if (quant) {
+        uint8_t *q = scratch(be, SCR_A, (size_t)(m * K));
+        float *s = scratch(be, SCR_B, (size_t)(m * ((K + 31) / 32)) * sizeof(float));
+        if (!q || !s) return;
+        st = di_cuda_act_quant_fp8(x, DI_DTYPE_F32, m, K, q, s, NULL, &err);
+        if (!st && w->fmt == DI_WFMT_FP8)
+            st = di_cuda_gemm_fp8(q, s, m, K, dw, ds, N, y, DI_DTYPE_F32, DI_CUDA_GEMM_AUTO, NULL,
+                                  &err);
+        else if (!st)
+            st = di_cuda_gemm_mxfp4(q, s, m, K, dw, ds, N, y, DI_DTYPE_F32, DI_CUDA_GEMM_AUTO,
+                                    NULL, &err);
+        if (!st && (flags & DI_MM_OUT_BF16)) st = cuda_op_scale_bf16(y, m * N, 1.0f, &err);
+    } else {
+        st = cuda_op_matmul_plain((int)w->fmt, dw, ds, N, K, x, K, m, 1, N, y, N,
+                                  (flags & DI_MM_OUT_BF16) != 0, &err);
+    }
+    note(be, st, &err);
+}
+
+static void cu_matmul_grouped(di_backend *be, const di_wmat *w, int groups, const float *x,
+                              int64_t m, float *y) {
+    di_err err = {0};
+    if (m <= 0 || groups <= 0) return;
+    size_t sb = 0, wb = wmat_bytes(w, &sb);
+    const void *dw = wdev(be, w->w, wb);
+    const uint8_t *ds = sb ? wdev(be, w->s, sb) : NULL;
+    if (!dw || (sb && !ds)) return;
+    int64_t K = w->n_in, N = w->n_out;
+    note(be,
+         cuda_op_matmul_plain((int)w->fmt, dw, ds, N, K, x, (int64_t)groups * K, m, groups,
+                              N / groups, y, N, 1, &err),
+         &err);
+}
+
+/* ------------------------------------------------------------ elementwise */
+
+static int is_bf16(const di_tensor *t) { return t->dtype == DI_DTYPE_BF16; }
+
+static void cu_rmsnorm(di_backend *be, const float *x, const di_tensor *w, int64_t m, int64_t n,
+                       double eps, float *y) {
+    di_err err = {0};
+    const void *dw = tdev(be, w);
+    if (!dw) return;
+    note(be, cuda_op_rmsnorm(x, dw, is_bf16(w), m, n, (float)eps, y, &err), &err);
+}
+
+/* The angles' cosines and sines come from the host's libm, the very values
+ * the CPU op uses, so the rotation on the device is bit-identical. */
+static void cu_rope(di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd,
+                    int64_t rd, const int32_t *pos, const float *freq, int inverse) {
+    di_err err = {0};
+    int64_t half = rd / 2;
+    if (m <= 0 || half <= 0 || heads <= 0) return;
+    size_t bytes = (size_t)(m * half * 2) * sizeof(float);
+    float *cs = host_buf(be, bytes);
+    if (!cs) return;
+    for (int64_t i = 0; i < m; i++) {
+        float tpos = (float)pos[i];
+        for (int64_t j = 0; j < half; j++) {
+            float ang = tpos * freq[j];
+            float c = cosf(ang), s = sinf(ang);
+            cs[(i * half + j) * 2] = c;
+            cs[(i * half + j) * 2 + 1] = inverse ? -s : s;
+        }
+    }
+    const float *dcs = scratch_up(be, SCR_A, cs, bytes);
+    if (!dcs) return;
+    note(be, cuda_op_rope(x, m, stride, heads, hd, rd, dcs, &err), &err);
+}
+
+static void cu_qdq_fp8(di_backend *be, float *x, int64_t n) {
+    di_err err = {0};
+    note(be, cuda_op_qdq_fp8(x, n, &err), &err);
+}
+
+static void cu_qdq_fp4_e8m0(di_backend *be, float *x, int64_t n) {
+    di_err err = {0};
+    note(be, cuda_op_qdq_fp4(x, n, 0, &err), &err);
+}
+
+static void cu_qdq_fp4_e4m3(di_backend *be, float *x, int64_t n) {
+    di_err err = {0};
+    note(be, cuda_op_qdq_fp4(x, n, 1, &err), &err);
+}
+
+static void cu_round_bf16(di_backend *be, float *x, int64_t n) {
+    di_err err = {0};
+    note(be, cuda_op_scale_bf16(x, n, 1.0f, &err), &err);
+}
+
+static void cu_scale_bf16(di_backend *be, float *x, int64_t n, float c) {
+    di_err err = {0};
+    note(be, cuda_op_scale_bf16(x, n, c, &err), &err);
+}
+
+/* ------------------------------------------------------------ gathers */
+
+static void cu_embed(di_backend *be, const di_tensor *table, const int32_t *ids, int64_t m,
+                     float *out) {
+    di_err err = {0};
+    if (m <= 0) return;
+    const void *dt = tdev(be, table);
+    const int32_t *did = scratch_up(be, SCR_A, ids, (size_t)m * sizeof(int32_t));
+    if (!dt || !did) return;
+    note(be, cuda_op_embed(dt, is_bf16(table), table->shape[1], did, m, out, &err), &err);
+}
+
+/* The needed FP8 rows and their scales are gathered on the host (the table
+ * stays in the host mapping) and only they travel. */
+static void cu_engram_gather(di_backend *be, const di_tensor *rows, const di_tensor *scales,
+                             const int32_t *ids, int64_t m, int ncols, float *out) {
+    di_err err = {0};
+    int64_t eh = rows->shape[1], nb = scales->shape[1], nr = m * ncols;
+    if (nr <= 0) return;
+    size_t rb = (size_t)(nr * eh), sbytes = (size_t)(nr * nb);
+    uint8_t *h = host_buf(be, rb + sbytes);
+    if (!h) return;
+    const uint8_t *r = rows->data, *s = scales->data;
+    for (int64_t t = 0; t < nr; t++) {
+        int64_t row = ids[t];
+        memcpy(h + t * eh, r + row * eh, (size_t)eh);
+        memcpy(h + rb + t * nb, s + row * nb, (size_t)nb);
+    }
+    uint8_t *d = scratch_up(be, SCR_A, h, rb + sbytes);
+    if (!d) return;
+    note(be, cuda_op_fp8_rows(d, d + rb, nr, eh, nb, out, &err), &err);
+}
+
+/* ------------------------------------------------------------ mHC, Engram gate */
+
+static void cu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_t d,
+                      const float *fn, const float *base, const float *scale, double norm_eps,
+                      double hc_eps, int iters, float *pre, float *post, float *comb) {
+    di_err err = {0};
+    size_t nmix = (size_t)(2 + hc) * (size_t)hc;
+    const float *dfn = wdev(be, fn, nmix * (size_t)(hc * d) * sizeof(float));
+    const float *dbase = wdev(be, base, nmix * sizeof(float));
+    const float *dscale = wdev(be, scale, 3 * sizeof(float));
+    if (!dfn || !dbase || !dscale) return;
+    note(be,
+         cuda_op_hc_mix(s, m, hc, d, dfn, dbase, dscale, (float)norm_eps, (float)hc_eps, iters,
+                        pre, post, comb, &err),
+         &err);
+}
+
+static void cu_hc_collapse(di_backend *be, const float *s, const float *w, int64_t m, int hc,
+                           int64_t d, float *y) {
+    di_err err = {0};
+    note(be, cuda_op_hc_collapse(s, w, m, hc, d, y, &err), &err);
+}
+
+static void cu_hc_expand(di_backend *be, const float *y, const float *s, const float *post,
+                         const float *comb, int64_t m, int hc, int64_t d, float *out) {
+    di_err err = {0};
+    note(be, cuda_op_hc_expand(y, s, post, comb, m, hc, d, out, &err), &err);
+}
+
+static void cu_hc_mean(di_backend *be, const float *s, int64_t m, int hc, int64_t d, float *out,
+                       int64_t out_stride) {
+    di_err err = {0};
+    note(be, cuda_op_hc_mean(s, m, hc, d, out, out_stride, &err), &err);
+}
+
+static void cu_engram_gate(di_backend *be, float *s, const float *kv, const di_tensor *qw,
+                           const di_tensor *kw, int64_t m, int hc, int64_t d, double eps) {
+    di_err err = {0};
+    const void *dq = tdev(be, qw), *dk = tdev(be, kw);
+    if (!dq || !dk) return;
+    if (qw->dtype != kw->dtype) {
+        note(be, di_err_set(&err, DI_ERR_UNSUPPORTED, "engram_gate: weights of two dtypes"), &err);
+        return;
+    }
+    note(be, cuda_op_engram_gate(s, kv, dq, dk, is_bf16(qw), m, hc, d, (float)eps, &err), &err);
+}
+
+/* ------------------------------------------------------------ attention */
+
+static void cu_compress_pool(di_backend *be, const float *a, const float *g, int64_t m, int r,
+                             int64_t n, float *out) {
+    di_err err = {0};
+    note(be, cuda_op_compress_pool(a, g, m, r, n, out, &err), &err);
+}
+
+static void cu_sparse_attn(di_backend *be, const float *q, int64_t m, int h, int64_t d,
+                           const di_kvrow *rows, int n_slots, const float *sink, float scale,
+                           float *out) {
+    di_err err = {0};
+    if (m <= 0 || h <= 0) return;
+    const float *dsink = wdev(be, sink, (size_t)h * sizeof(float));
+    const float *const *drows =
+        scratch_up(be, SCR_A, rows, (size_t)(m * n_slots) * sizeof(di_kvrow));
+    if (!dsink || !drows) return;
+    note(be, cuda_op_sparse_attn(q, m, h, d, drows, n_slots, dsink, scale, out, &err), &err);
+}
+
+static void cu_index_scores(di_backend *be, const float *q, const float *w, int64_t m, int hi,
+                            int64_t di, const float *const *keys, const int32_t *n_vis,
+                            int64_t width, float *out) {
+    di_err err = {0};
+    if (m <= 0) return;
+    const float *const *dkeys = scratch_up(be, SCR_A, keys, (size_t)m * sizeof(float *));
+    const int32_t *dvis = scratch_up(be, SCR_B, n_vis, (size_t)m * sizeof(int32_t));
+    if (!dkeys || !dvis) return;
+    note(be, cuda_op_index_scores(q, w, m, hi, di, dkeys, dvis, width, out, &err), &err);
+}
+
+/* Downloads [m, width] scores into host staging for a host-result op. */
+static float *scores_down(di_backend *be, const float *scores, int64_t m, int64_t width) {
+    size_t bytes = (size_t)(m * width) * sizeof(float);
+    float *h = host_buf(be, bytes ? bytes : 4);
+    if (!h) return NULL;
+    di_err err = {0};
+    di_status st = bytes ? di_cuda_download(h, scores, bytes, &err) : DI_OK;
+    if (st) {
+        note(be, st, &err);
+        return NULL;
+    }
+    return h;
+}
+
+static void cu_candidate_blocks(di_backend *be, const float *scores, const int32_t *n_vis,
+                                int64_t m, int64_t width, int topk_blocks, int bs,
+                                int32_t *blocks) {
+    float *h = scores_down(be, scores, m, width);
+    if (!h) {
+        for (int64_t i = 0; i < m * topk_blocks; i++) blocks[i] = -1;
+        return;
+    }
+    di_backend *cpu = IM(be)->cpu;
+    cpu->ops->candidate_blocks(cpu, h, n_vis, m, width, topk_blocks, bs, blocks);
+}
+
+static void cu_restrict_blocks(di_backend *be, float *scores, const int32_t *blocks, int64_t m,
+                               int64_t width, int topk_blocks, int bs) {
+    di_err err = {0};
+    if (m <= 0) return;
+    const int32_t *db =
+        scratch_up(be, SCR_A, blocks, (size_t)(m * topk_blocks) * sizeof(int32_t));
+    if (!db) return;
+    note(be, cuda_op_restrict_blocks(scores, db, m, width, topk_blocks, bs, &err), &err);
+}
+
+static void cu_topk_select(di_backend *be, const float *scores, const int32_t *n_vis, int64_t m,
+                           int64_t width, int k, int32_t *idx) {
+    float *h = scores_down(be, scores, m, width);
+    if (!h) {
+        for (int64_t i = 0; i < m * k; i++) idx[i] = -1;
+        return;
+    }
+    di_backend *cpu = IM(be)->cpu;
+    cpu->ops->topk_select(cpu, h, n_vis, m, width, k, idx);
+}
+
+/* ------------------------------------------------------------ MoE */
+
+static void cu_moe_route(di_backend *be, const float *logits, const float *bias, int64_t m, int e,
+                         int k, int normalize, float route_scale, int32_t *idx, float *w) {
+    float *h = scores_down(be, logits, m, e);
+    if (!h) {
+        for (int64_t i = 0; i < m * k; i++) {
+            idx[i] = 0;
+            w[i] = 0.f;
+        }
+        return;
+    }
+    di_backend *cpu = IM(be)->cpu;
+    cpu->ops->moe_route(cpu, h, bias, m, e, k, normalize, route_scale, idx, w);
+}
+
+static void cu_swiglu(di_backend *be, const float *g, const float *u, const float *w, int64_t m,
+                      int64_t n, float limit, float *out) {
+    di_err err = {0};
+    note(be, cuda_op_swiglu(g, u, w, m, n, limit, out, &err), &err);
+}
+
+static void cu_gather_rows(di_backend *be, const float *src, const int32_t *rows, int64_t m,
+                           int64_t n, float *dst) {
+    di_err err = {0};
+    if (m <= 0) return;
+    const int32_t *dr = scratch_up(be, SCR_A, rows, (size_t)m * sizeof(int32_t));
+    if (!dr) return;
+    note(be, cuda_op_gather_rows(src, dr, m, n, dst, &err), &err);
+}
+
+static void cu_scatter_add_rows(di_backend *be, float *dst, const int32_t *rows, const float *src,
+                                int64_t m, int64_t n) {
+    di_err err = {0};
+    if (m <= 0) return;
+    const int32_t *dr = scratch_up(be, SCR_A, rows, (size_t)m * sizeof(int32_t));
+    if (!dr) return;
+    note(be, cuda_op_scatter_add_rows(dst, dr, src, m, n, &err), &err);
+}
+
+static void cu_add(di_backend *be, float *y, const float *x, int64_t n) {
+    di_err err = {0};
+    note(be, cuda_op_add(y, x, n, &err), &err);
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+static void cu_destroy(di_backend *be) {
+    cuda_impl *c = IM(be);
+    if (c) {
+        di_backend_cuda_weights_drop(be);
+        for (int i = 0; i < N_SCRATCH; i++) di_cuda_free(c->scr[i]);
+        free(c->host_buf);
+        if (c->cpu) di_backend_destroy(c->cpu);
+        free(c);
+    }
+    free(be);
+}
+
+static const di_backend_ops cuda_ops = {
+    .name = "cuda",
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .copy = cu_copy,
+    .matmul = cu_matmul,
+    .matmul_grouped = cu_matmul_grouped,
+    .rmsnorm = cu_rmsnorm,
+    .rope = cu_rope,
+    .qdq_fp8 = cu_qdq_fp8,
+    .qdq_fp4_e8m0 = cu_qdq_fp4_e8m0,
+    .qdq_fp4_e4m3 = cu_qdq_fp4_e4m3,
+    .round_bf16 = cu_round_bf16,
+    .scale_bf16 = cu_scale_bf16,
+    .embed = cu_embed,
+    .engram_gather = cu_engram_gather,
+    .hc_mix = cu_hc_mix,
+    .hc_collapse = cu_hc_collapse,
+    .hc_expand = cu_hc_expand,
+    .hc_mean = cu_hc_mean,
+    .engram_gate = cu_engram_gate,
+    .compress_pool = cu_compress_pool,
+    .sparse_attn = cu_sparse_attn,
+    .index_scores = cu_index_scores,
+    .candidate_blocks = cu_candidate_blocks,
+    .restrict_blocks = cu_restrict_blocks,
+    .topk_select = cu_topk_select,
+    .moe_route = cu_moe_route,
+    .swiglu = cu_swiglu,
+    .gather_rows = cu_gather_rows,
+    .scatter_add_rows = cu_scatter_add_rows,
+    .add = cu_add,
+    .destroy = cu_destroy,
+};
+
+di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
+    *out = NULL;
+    di_status st = di_cuda_init(device, err);
+    if (st) return st;
+    di_backend *be = calloc(1, sizeof *be);
+    cuda_impl *c = calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return di_err_set(err, DI_ERR_NOMEM, "cuda backend: out of memory");
+    }
+    c->device = device;
+    be->ops = &cuda_ops;
+    be->n_threads = 1;
+    be->impl = c;
+    /* one thread: the host-result ops work on small downloaded inputs */
+    if ((st = di_backend_cpu_create(1, &c->cpu, err))) {
+        cu_destroy(be);
+        return di_err_prefix(err, "cuda backend");
+    }
+    *out = be;
+    return DI_OK;
+}
+
+di_status di_backend_cuda_status(di_backend *be, di_err *err) {
+    cuda_impl *c = IM(be);
+    if (!c->status) {
+        di_err e = {0};
+        di_status st = di_cuda_synchronize(&e);
+        note(be, st, &e);
+    }
+    if (c->status && err) *err = c->err;
+    return c->status;
+}
+
+#else
+typedef int di_backend_cuda_unused; /* ISO C wants a non-empty translation unit */
+#endif

@@ -1,0 +1,101 @@
+/* Launchers of the CUDA backend's non-GEMM ops (architecture.md §2–§7), the
+ * private C interface between backend_cuda.c (the op table of backend.h)
+ * and the kernels in cuda_ops_*.cu. Every pointer is a device pointer unless
+ * its comment says host; shapes and rounding points are those of the CPU
+ * backend's op of the same name (backend_cpu.c), which is the reference
+ * semantics. All launches go to the default stream, so a later cudaMemcpy
+ * (download, upload of the next call's metadata) is ordered after them.
+ * Each returns DI_OK or DI_ERR_BACKEND with the launch error named. */
+#ifndef DI_BACKEND_CUDA_OPS_H
+#define DI_BACKEND_CUDA_OPS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "core/error.h"
+
+/* Element types of weight vectors the ops read (norm weights, Engram gate
+ * weights, embedding tables): 0 = F32, 1 = BF16. */
+enum { CUDA_VEC_F32 = 0, CUDA_VEC_BF16 = 1 };
+
+/* ---- cuda_ops_mem.cu ---- */
+/* 1 when p is device memory of the current device (a backend buffer), 0 for
+ * host memory the runtime does not know. */
+int cuda_mem_is_device(const void *p);
+/* Device-to-device copy with memmove semantics (overlap allowed). */
+di_status cuda_mem_move(void *dst, const void *src, size_t bytes, di_err *err);
+
+/* ---- cuda_ops_elementwise.cu ---- */
+di_status cuda_op_rmsnorm(const float *x, const void *w, int w_bf16, int64_t m, int64_t n,
+                          float eps, float *y, di_err *err);
+/* cs [m, rd/2, 2] = (cos, sin) of pos[i]·freq[j], computed on the host with
+ * the CPU's libm so the rotation is bit-identical; sin already negated for
+ * the inverse. */
+di_status cuda_op_rope(float *x, int64_t m, int64_t stride, int heads, int64_t hd, int64_t rd,
+                       const float *cs, di_err *err);
+di_status cuda_op_qdq_fp8(float *x, int64_t n, di_err *err);
+/* block 32 with a power-of-two scale (e4m3 = 0) or 16 with an E4M3 scale */
+di_status cuda_op_qdq_fp4(float *x, int64_t n, int e4m3, di_err *err);
+/* x = bf16(x·c) (c = 1 rounds only) */
+di_status cuda_op_scale_bf16(float *x, int64_t n, float c, di_err *err);
+/* out [m, n] = table row ids[i] ([V, n], F32 or BF16) */
+di_status cuda_op_embed(const void *table, int t_bf16, int64_t n, const int32_t *ids, int64_t m,
+                        float *out, di_err *err);
+/* out [r, eh] = bf16(e4m3(rows[r, :]) · e8m0(scales[r, k/32])) for r < nrows:
+ * the rows an Engram gather needs, already gathered on the host. */
+di_status cuda_op_fp8_rows(const uint8_t *rows, const uint8_t *scales, int64_t nrows, int64_t eh,
+                           int64_t nb, float *out, di_err *err);
+di_status cuda_op_compress_pool(const float *a, const float *g, int64_t m, int r, int64_t n,
+                                float *out, di_err *err);
+di_status cuda_op_swiglu(const float *g, const float *u, const float *w, int64_t m, int64_t n,
+                         float limit, float *out, di_err *err);
+di_status cuda_op_gather_rows(const float *src, const int32_t *rows, int64_t m, int64_t n,
+                              float *dst, di_err *err);
+di_status cuda_op_scatter_add_rows(float *dst, const int32_t *rows, const float *src, int64_t m,
+                                   int64_t n, di_err *err);
+di_status cuda_op_add(float *y, const float *x, int64_t n, di_err *err);
+
+/* ---- cuda_ops_linear.cu ----
+ * y[i, ldy·i + j] = Σ_k x[i·ldx + k]·W[row0 + j, k] for j < nr, one fused
+ * multiply-add chain in increasing k per output (the CPU's fp32 / bf16 /
+ * decoded-panel order), weights decoded exactly on the fly; groups > 1 runs
+ * group g on x + g·K, rows row0 + g·nr, y + g·nr. fmt: backend.h's di_wfmt. */
+di_status cuda_op_matmul_plain(int fmt, const void *w, const uint8_t *s, int64_t n_out,
+                               int64_t n_in, const float *x, int64_t ldx, int64_t m, int groups,
+                               int64_t nr, float *y, int64_t ldy, int out_bf16, di_err *err);
+
+/* ---- cuda_ops_hc.cu ---- */
+di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d, const float *fn,
+                         const float *base, const float *scale, float norm_eps, float hc_eps,
+                         int iters, float *pre, float *post, float *comb, di_err *err);
+di_status cuda_op_hc_collapse(const float *s, const float *w, int64_t m, int hc, int64_t d,
+                              float *y, di_err *err);
+di_status cuda_op_hc_expand(const float *y, const float *s, const float *post,
+                            const float *comb, int64_t m, int hc, int64_t d, float *out,
+                            di_err *err);
+di_status cuda_op_hc_mean(const float *s, int64_t m, int hc, int64_t d, float *out,
+                          int64_t out_stride, di_err *err);
+di_status cuda_op_engram_gate(float *s, const float *kv, const void *qw, const void *kw,
+                              int w_bf16, int64_t m, int hc, int64_t d, float eps, di_err *err);
+
+/* ---- cuda_ops_attn.cu ---- */
+/* rows [m, n_slots] device table of device row pointers (NULL = empty slot) */
+di_status cuda_op_sparse_attn(const float *q, int64_t m, int h, int64_t d,
+                              const float *const *rows, int n_slots, const float *sink,
+                              float scale, float *out, di_err *err);
+/* keys [m] device table of device pointers, n_vis [m] device */
+di_status cuda_op_index_scores(const float *q, const float *w, int64_t m, int hi, int64_t di,
+                               const float *const *keys, const int32_t *n_vis, int64_t width,
+                               float *out, di_err *err);
+/* blocks [m, topk_blocks] device */
+di_status cuda_op_restrict_blocks(float *scores, const int32_t *blocks, int64_t m, int64_t width,
+                                  int topk_blocks, int bs, di_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

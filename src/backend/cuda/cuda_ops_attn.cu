@@ -1,0 +1,149 @@
+/* CUDA kernels of the attention ops (architecture.md §5.4–§5.5): sparse
+ * attention with sink over per-query row tables, the indexer's scores with
+ * the reference's bf16 rounding points, and the candidate-pool restriction.
+ * The attention follows the CPU's online softmax block by block (64 slots,
+ * probabilities rounded to bf16 before P·V, fp32 denominator) and its P·V
+ * sums in the same order; only the q·k dot products are reduced in another
+ * order and expf is CUDA's, so results agree to about one bf16 ulp. */
+#include "backend/cuda/cuda_ops_common.cuh"
+
+enum { ATTN_THREADS = 256, ATTN_BLOCK = 64 };
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* One block per (query row, head); dynamic shared memory holds q and the
+ * accumulator ([d] each). */
+__global__ void __launch_bounds__(ATTN_THREADS)
+k_sparse_attn(const float *q, int h, int64_t d, const float *const *rows, int n_slots,
+              const float *sink, float scale, float *out) {
+    extern __shared__ float sm[];
+    float *qs = sm, *acc = sm + d;
+    __shared__ float sc[ATTN_BLOCK], p[ATTN_BLOCK];
+    __shared__ float psum_s;
+    int64_t i = blockIdx.x / h;
+    int hh = (int)(blockIdx.x % h);
+    const float *qi = q + (i * h + hh) * d;
+    const float *const *ri = rows + i * n_slots;
+    for (int64_t k = threadIdx.x; k < d; k += blockDim.x) {
+        qs[k] = qi[k];
+        acc[k] = 0.f;
+    }
+    __syncthreads();
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    float mx = -1e30f, sum = 0.f;
+    for (int b0 = 0; b0 < n_slots; b0 += ATTN_BLOCK) {
+        int nb = n_slots - b0 < ATTN_BLOCK ? n_slots - b0 : ATTN_BLOCK;
+        for (int j = warp; j < nb; j += nw) {
+            const float *r = ri[b0 + j];
+            if (!r) {
+                if (lane == 0) sc[j] = -INFINITY;
+                continue;
+            }
+            float dot = 0.f;
+            for (int64_t k = lane; k < d; k += 32) dot = ADD(dot, MUL(qs[k], r[k]));
+            dot = warp_sum(dot);
+            if (lane == 0) sc[j] = MUL(dot, scale);
+        }
+        __syncthreads();
+        float bmax = -INFINITY;
+        for (int j = 0; j < nb; j++)
+            if (ri[b0 + j]) bmax = fmaxf(bmax, sc[j]);
+        float nmx = fmaxf(mx, bmax);
+        float rescale = expf(SUB(mx, nmx));
+        if (threadIdx.x < nb) p[threadIdx.x] = ri[b0 + threadIdx.x] ? expf(SUB(sc[threadIdx.x], nmx)) : 0.f;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float ps = 0.f;
+            for (int j = 0; j < nb; j++)
+                if (ri[b0 + j]) ps = ADD(ps, p[j]);
+            psum_s = ps;
+        }
+        for (int64_t k = threadIdx.x; k < d; k += blockDim.x) {
+            float a = MUL(acc[k], rescale);
+            for (int j = 0; j < nb; j++) {
+                const float *r = ri[b0 + j];
+                if (r) a = ADD(a, MUL(round_bf16(p[j]), r[k]));
+            }
+            acc[k] = a;
+        }
+        __syncthreads();
+        sum = ADD(MUL(sum, rescale), psum_s);
+        mx = nmx;
+        __syncthreads(); /* sc, p and psum_s are rewritten by the next block */
+    }
+    sum = ADD(sum, expf(SUB(sink[hh], mx)));
+    float *o = out + (i * h + hh) * d;
+    for (int64_t k = threadIdx.x; k < d; k += blockDim.x) o[k] = round_bf16(acc[k] / sum);
+}
+
+extern "C" di_status cuda_op_sparse_attn(const float *q, int64_t m, int h, int64_t d,
+                                         const float *const *rows, int n_slots, const float *sink,
+                                         float scale, float *out, di_err *err) {
+    if (m * h <= 0) return DI_OK;
+    size_t smem = (size_t)(2 * d) * sizeof(float);
+    if (smem > 48 * 1024)
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "sparse_attn: head_dim %lld (at most 6144)",
+                          (long long)d);
+    k_sparse_attn<<<(unsigned)(m * h), ATTN_THREADS, smem>>>(q, h, d, rows, n_slots, sink, scale,
+                                                             out);
+    return cuda_check_launch(err, "sparse_attn");
+}
+
+/* One warp per (row, key): per indexer head a warp-reduced dot product,
+ * rounded and weighted as the CPU does, summed over heads in order. */
+__global__ void k_index_scores(const float *q, const float *w, int64_t m, int hi, int64_t di,
+                               const float *const *keys, const int32_t *n_vis, int64_t width,
+                               float *out) {
+    int lane = threadIdx.x & 31;
+    int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t t = wid; t < m * width; t += nwarps) {
+        int64_t i = t / width, j = t % width;
+        if (j >= n_vis[i]) {
+            if (lane == 0) out[t] = -INFINITY;
+            continue;
+        }
+        const float *k = keys[i] + j * di;
+        float total = 0.f;
+        for (int h = 0; h < hi; h++) {
+            const float *qh = q + (i * hi + h) * di;
+            float dot = 0.f;
+            for (int64_t s = lane; s < di; s += 32) dot = ADD(dot, MUL(qh[s], k[s]));
+            dot = round_bf16(warp_sum(dot));
+            if (dot < 0.f) dot = 0.f;
+            total = ADD(total, round_bf16(MUL(dot, w[i * hi + h])));
+        }
+        if (lane == 0) out[t] = round_bf16(total);
+    }
+}
+
+extern "C" di_status cuda_op_index_scores(const float *q, const float *w, int64_t m, int hi,
+                                          int64_t di, const float *const *keys,
+                                          const int32_t *n_vis, int64_t width, float *out,
+                                          di_err *err) {
+    if (m * width <= 0) return DI_OK;
+    k_index_scores<<<grid_for(m * width * 32), 256>>>(q, w, m, hi, di, keys, n_vis, width, out);
+    return cuda_check_launch(err, "index_scores");
+}
+
+/* The CPU's walk along the ascending kept blocks, done per position. */
+__global__ void k_restrict_blocks(float *scores, const int32_t *blocks, int64_t m, int64_t width,
+                                  int topk_blocks, int bs) {
+    GRID_STRIDE(t, m * width) {
+        int64_t i = t / width, blk = (t % width) / bs;
+        const int32_t *b = blocks + i * topk_blocks;
+        int c = 0;
+        while (c < topk_blocks && b[c] >= 0 && b[c] < blk) c++;
+        if (!(c < topk_blocks && b[c] == blk)) scores[t] = -INFINITY;
+    }
+}
+
+extern "C" di_status cuda_op_restrict_blocks(float *scores, const int32_t *blocks, int64_t m,
+                                             int64_t width, int topk_blocks, int bs, di_err *err) {
+    if (m * width <= 0) return DI_OK;
+    k_restrict_blocks<<<grid_for(m * width), 256>>>(scores, blocks, m, width, topk_blocks, bs);
+    return cuda_check_launch(err, "restrict_blocks");
+}

@@ -1,0 +1,222 @@
+/* CUDA kernels of the elementwise, normalisation, quantize-dequantize,
+ * gather and pooling ops (architecture.md §2 rounding points, §5.1 RoPE,
+ * §5.3 compression pooling, §7 SwiGLU). Each mirrors the CPU op of the same
+ * name in backend_cpu.c; the ones without a transcendental function or a
+ * reordered reduction give the very same bits (see cuda_ops_common.cuh). */
+#include "backend/cuda/cuda_ops_common.cuh"
+
+/* One block per row: the sum of squares is a block reduction (its order,
+ * not its terms, differs from the CPU's sequential loop). */
+__global__ void k_rmsnorm(const float *x, const void *w, int w_bf16, int64_t n, float eps,
+                          float *y) {
+    __shared__ float red[32];
+    const float *xi = x + (int64_t)blockIdx.x * n;
+    float ss = 0.f;
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) ss = ADD(ss, MUL(xi[k], xi[k]));
+    ss = block_sum(ss, red);
+    float r = 1.0f / sqrtf(ADD(ss / (float)n, eps));
+    float *yi = y + (int64_t)blockIdx.x * n;
+    for (int64_t k = threadIdx.x; k < n; k += blockDim.x)
+        yi[k] = round_bf16(MUL(vec_at(w, w_bf16, k), MUL(xi[k], r)));
+}
+
+extern "C" di_status cuda_op_rmsnorm(const float *x, const void *w, int w_bf16, int64_t m,
+                                     int64_t n, float eps, float *y, di_err *err) {
+    if (m <= 0) return DI_OK;
+    k_rmsnorm<<<(unsigned)m, 256>>>(x, w, w_bf16, n, eps, y);
+    return cuda_check_launch(err, "rmsnorm");
+}
+
+__global__ void k_rope(float *x, int64_t m, int64_t stride, int heads, int64_t hd, int64_t rd,
+                       const float *cs) {
+    int64_t half = rd / 2, total = m * heads * half;
+    GRID_STRIDE(t, total) {
+        int64_t j = t % half, ih = t / half;
+        int64_t i = ih / heads, h = ih % heads;
+        float *v = x + i * stride + h * hd + (hd - rd);
+        float c = cs[(i * half + j) * 2], s = cs[(i * half + j) * 2 + 1];
+        float re = v[2 * j], im = v[2 * j + 1];
+        v[2 * j] = round_bf16(SUB(MUL(re, c), MUL(im, s)));
+        v[2 * j + 1] = round_bf16(ADD(MUL(re, s), MUL(im, c)));
+    }
+}
+
+extern "C" di_status cuda_op_rope(float *x, int64_t m, int64_t stride, int heads, int64_t hd,
+                                  int64_t rd, const float *cs, di_err *err) {
+    int64_t total = m * heads * (rd / 2);
+    if (total <= 0) return DI_OK;
+    k_rope<<<grid_for(total), 256>>>(x, m, stride, heads, hd, rd, cs);
+    return cuda_check_launch(err, "rope");
+}
+
+/* One thread per 32-block: the CPU's scale rule and RNE cast, then back. */
+__global__ void k_qdq_fp8(float *x, int64_t nblk) {
+    GRID_STRIDE(b, nblk) {
+        float *v = x + b * 32;
+        float amax = 0.f;
+        for (int i = 0; i < 32; i++) {
+            float a = v[i] < 0 ? -v[i] : v[i];
+            if (a > amax) amax = a;
+        }
+        if (amax < 1e-4f) amax = 1e-4f;
+        float s = pow2_ceil_bits(MUL(amax, (float)(1.0 / 448.0)));
+        for (int i = 0; i < 32; i++) {
+            float q = fminf(fmaxf(v[i] / s, -448.f), 448.f);
+            v[i] = MUL(e4m3_val(e4m3_code(q)), s);
+        }
+    }
+}
+
+extern "C" di_status cuda_op_qdq_fp8(float *x, int64_t n, di_err *err) {
+    if (n / 32 <= 0) return DI_OK;
+    k_qdq_fp8<<<grid_for(n / 32), 256>>>(x, n / 32);
+    return cuda_check_launch(err, "qdq_fp8");
+}
+
+__global__ void k_qdq_fp4(float *x, int64_t nblk, int bl, int e4m3) {
+    GRID_STRIDE(b, nblk) {
+        float *v = x + b * bl;
+        float amax = 0.f;
+        for (int i = 0; i < bl; i++) amax = fmaxf(amax, fabsf(v[i]));
+        float s;
+        if (e4m3) {
+            if (amax < 6.f * 0x1p-9f) amax = 6.f * 0x1p-9f;
+            s = e4m3_val(e4m3_code(fminf(amax / 6.f, 448.f)));
+        } else {
+            if (amax < 6.f * 0x1p-126f) amax = 6.f * 0x1p-126f;
+            s = pow2_ceil_bits(MUL(amax, (float)(1.0 / 6.0)));
+        }
+        for (int i = 0; i < bl; i++) {
+            float q = fminf(fmaxf(v[i] / s, -6.f), 6.f);
+            v[i] = round_bf16(MUL(e2m1_round(q), s));
+        }
+    }
+}
+
+extern "C" di_status cuda_op_qdq_fp4(float *x, int64_t n, int e4m3, di_err *err) {
+    int bl = e4m3 ? 16 : 32;
+    if (n / bl <= 0) return DI_OK;
+    k_qdq_fp4<<<grid_for(n / bl), 256>>>(x, n / bl, bl, e4m3);
+    return cuda_check_launch(err, "qdq_fp4");
+}
+
+__global__ void k_scale_bf16(float *x, int64_t n, float c) {
+    GRID_STRIDE(i, n) x[i] = round_bf16(c == 1.0f ? x[i] : MUL(x[i], c));
+}
+
+extern "C" di_status cuda_op_scale_bf16(float *x, int64_t n, float c, di_err *err) {
+    if (n <= 0) return DI_OK;
+    k_scale_bf16<<<grid_for(n), 256>>>(x, n, c);
+    return cuda_check_launch(err, "scale_bf16");
+}
+
+__global__ void k_embed(const void *table, int t_bf16, int64_t n, const int32_t *ids, int64_t m,
+                        float *out) {
+    GRID_STRIDE(t, m * n) {
+        int64_t i = t / n, k = t % n;
+        out[t] = vec_at(table, t_bf16, (int64_t)ids[i] * n + k);
+    }
+}
+
+extern "C" di_status cuda_op_embed(const void *table, int t_bf16, int64_t n, const int32_t *ids,
+                                   int64_t m, float *out, di_err *err) {
+    if (m * n <= 0) return DI_OK;
+    k_embed<<<grid_for(m * n), 256>>>(table, t_bf16, n, ids, m, out);
+    return cuda_check_launch(err, "embed");
+}
+
+__global__ void k_fp8_rows(const uint8_t *rows, const uint8_t *scales, int64_t nrows, int64_t eh,
+                           int64_t nb, float *out) {
+    GRID_STRIDE(t, nrows * eh) {
+        int64_t r = t / eh, k = t % eh;
+        out[t] = round_bf16(MUL(e4m3_val(rows[t]), e8m0_to_f32(scales[r * nb + k / 32])));
+    }
+}
+
+extern "C" di_status cuda_op_fp8_rows(const uint8_t *rows, const uint8_t *scales, int64_t nrows,
+                                      int64_t eh, int64_t nb, float *out, di_err *err) {
+    if (nrows * eh <= 0) return DI_OK;
+    k_fp8_rows<<<grid_for(nrows * eh), 256>>>(rows, scales, nrows, eh, nb, out);
+    return cuda_check_launch(err, "engram_gather");
+}
+
+/* Softmax over the r pooled rows, then the weighted sum in the CPU's order. */
+__global__ void k_compress_pool(const float *a, const float *g, int64_t m, int r, int64_t n,
+                                float *out) {
+    GRID_STRIDE(t, m * n) {
+        int64_t i = t / n, k = t % n;
+        const float *gi = g + i * r * n + k, *ai = a + i * r * n + k;
+        float mx = -INFINITY, sum = 0.f, acc = 0.f;
+        for (int s = 0; s < r; s++) mx = fmaxf(mx, gi[s * n]);
+        for (int s = 0; s < r; s++) sum = ADD(sum, expf(SUB(gi[s * n], mx)));
+        for (int s = 0; s < r; s++) acc = ADD(acc, MUL(ai[s * n], expf(SUB(gi[s * n], mx)) / sum));
+        out[t] = round_bf16(acc);
+    }
+}
+
+extern "C" di_status cuda_op_compress_pool(const float *a, const float *g, int64_t m, int r,
+                                           int64_t n, float *out, di_err *err) {
+    if (m * n <= 0) return DI_OK;
+    k_compress_pool<<<grid_for(m * n), 256>>>(a, g, m, r, n, out);
+    return cuda_check_launch(err, "compress_pool");
+}
+
+__global__ void k_swiglu(const float *g, const float *u, const float *w, int64_t m, int64_t n,
+                         float limit, float *out) {
+    GRID_STRIDE(t, m * n) {
+        float gv = g[t], uv = u[t];
+        if (limit > 0.f) {
+            uv = fminf(fmaxf(uv, -limit), limit);
+            gv = fminf(gv, limit);
+        }
+        float v = MUL(MUL(gv, sigmoid_f(gv)), uv);
+        if (w) v = MUL(w[t / n], v);
+        out[t] = round_bf16(v);
+    }
+}
+
+extern "C" di_status cuda_op_swiglu(const float *g, const float *u, const float *w, int64_t m,
+                                    int64_t n, float limit, float *out, di_err *err) {
+    if (m * n <= 0) return DI_OK;
+    k_swiglu<<<grid_for(m * n), 256>>>(g, u, w, m, n, limit, out);
+    return cuda_check_launch(err, "swiglu");
+}
+
+__global__ void k_gather_rows(const float *src, const int32_t *rows, int64_t m, int64_t n,
+                              float *dst) {
+    GRID_STRIDE(t, m * n) dst[t] = src[(int64_t)rows[t / n] * n + t % n];
+}
+
+extern "C" di_status cuda_op_gather_rows(const float *src, const int32_t *rows, int64_t m,
+                                         int64_t n, float *dst, di_err *err) {
+    if (m * n <= 0) return DI_OK;
+    k_gather_rows<<<grid_for(m * n), 256>>>(src, rows, m, n, dst);
+    return cuda_check_launch(err, "gather_rows");
+}
+
+/* One thread per column walks the rows in order, so repeated destination
+ * rows add up in the CPU's order and never race. */
+__global__ void k_scatter_add_rows(float *dst, const int32_t *rows, const float *src, int64_t m,
+                                   int64_t n) {
+    GRID_STRIDE(k, n) {
+        for (int64_t i = 0; i < m; i++) {
+            float *d = dst + (int64_t)rows[i] * n + k;
+            *d = ADD(*d, src[i * n + k]);
+        }
+    }
+}
+
+extern "C" di_status cuda_op_scatter_add_rows(float *dst, const int32_t *rows, const float *src,
+                                              int64_t m, int64_t n, di_err *err) {
+    if (m <= 0 || n <= 0) return DI_OK;
+    k_scatter_add_rows<<<grid_for(n), 256>>>(dst, rows, src, m, n);
+    return cuda_check_launch(err, "scatter_add_rows");
+}
+
+__global__ void k_add(float *y, const float *x, int64_t n) { GRID_STRIDE(i, n) y[i] = ADD(y[i], x[i]); }
+
+extern "C" di_status cuda_op_add(float *y, const float *x, int64_t n, di_err *err) {
+    if (n <= 0) return DI_OK;
+    k_add<<<grid_for(n), 256>>>(y, x, n);
+    return cuda_check_launch(err, "add");
+}

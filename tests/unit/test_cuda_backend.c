@@ -1,0 +1,667 @@
+/* The CUDA backend's op table against the CPU backend's (backend.h; the CPU
+ * op is the reference semantics, architecture.md §2–§7): every op on fresh
+ * random inputs of many shapes, odd sizes included. Device outputs are
+ * poisoned with NaN (all-ones bytes) before each run, so an element the
+ * kernel never writes fails the check.
+ *
+ * Tolerances follow from the arithmetic:
+ * - bit-identical where the device does the CPU's very operations in the
+ *   same order (the kernels spell out every rounding): RoPE (its cos/sin
+ *   come from the host's libm), the quantize-dequantize ops, bf16 rounding
+ *   and scaling, gathers, scatter-add, mHC collapse / expand / mean, the
+ *   F32 / BF16 / decoded-FP8 / decoded-MXFP4 matmuls (one FMA chain per
+ *   output), block restriction, and the host-result ops (top-k, candidate
+ *   blocks, routing), which run the CPU op on downloaded inputs;
+ * - one bf16 ulp (2^-7 relative, a result rounded to bf16 from an fp32 value
+ *   a few ulps off) where only a reduction order or CUDA's expf differs:
+ *   RMSNorm, SwiGLU, compression pooling, the Engram gate, sparse attention,
+ *   index scores (plus an absolute term for cancellation and flips of the
+ *   intermediate bf16 roundings, scaled by the output's RMS);
+ * - fp32 rounding of reordered sums through the Sinkhorn iterations for
+ *   the mHC mixing weights (1e-4 relative);
+ * - for the FP8-activation matmuls, kernels.h's bound (31 + K/32)·2^-24·Σ|t|
+ *   on each side (the tensor-core order inside a 32-block differs), plus a
+ *   bf16 ulp when the output is rounded.
+ * Without a GPU (or without CUDA in the build) every test skips. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/dtype.h"
+#include "test.h"
+
+static di_backend *gpu, *cpu;
+static char gpu_why[DI_ERR_MSG_MAX];
+
+/* ---- random inputs (splitmix64; the seed is printed first) */
+
+static uint64_t rng_state;
+static uint64_t rng_next(void) {
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rng_unit(void) { return (double)(rng_next() >> 11) / 9007199254740992.0; }
+static float rng_normal(void) {
+    double u = rng_unit() + 1e-300, v = rng_unit();
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+static int rng_int(int n) { return (int)(rng_next() % (uint64_t)n); }
+
+/* n bf16-exact values of scale `sc` (activations are bf16 in the model) */
+static float *rnd(int64_t n, float sc) {
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) x[i] = di_round_bf16(sc * rng_normal());
+    return x;
+}
+
+static uint8_t *rnd_bytes(size_t n) {
+    uint8_t *b = malloc(n ? n : 1);
+    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)rng_next();
+    return b;
+}
+
+/* E4M3 codes without the NaN codes; E8M0 scales near 2^0 */
+static uint8_t *rnd_e4m3(size_t n) {
+    uint8_t *b = rnd_bytes(n);
+    for (size_t i = 0; i < n; i++)
+        if ((b[i] & 0x7f) == 0x7f) b[i] ^= 1;
+    return b;
+}
+static uint8_t *rnd_e8m0(size_t n) {
+    uint8_t *b = malloc(n ? n : 1);
+    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)(120 + rng_int(12));
+    return b;
+}
+
+static di_tensor vec_tensor(int64_t n0, int64_t n1, di_dtype dt) {
+    di_tensor t = {0};
+    t.dtype = dt;
+    t.ndim = n1 ? 2 : 1;
+    t.shape[0] = n0;
+    t.shape[1] = n1;
+    int64_t n = n0 * (n1 ? n1 : 1);
+    t.nbytes = (size_t)n * di_dtype_size(dt);
+    t.data = malloc(t.nbytes ? t.nbytes : 1);
+    for (int64_t i = 0; i < n; i++) {
+        float v = 1.0f + 0.5f * rng_normal();
+        if (dt == DI_DTYPE_BF16) ((uint16_t *)t.data)[i] = di_f32_to_bf16(v);
+        else ((float *)t.data)[i] = v;
+    }
+    return t;
+}
+
+/* ---- device buffers */
+
+static float *dev_up(const void *h, size_t bytes) {
+    void *d = gpu->ops->alloc(gpu, bytes);
+    if (d && bytes) gpu->ops->upload(gpu, d, h, bytes);
+    return d;
+}
+static float *dev_poison(size_t bytes) {
+    void *d = gpu->ops->alloc(gpu, bytes);
+    di_err err = {0};
+    if (d) di_cuda_fill(d, 0xff, bytes, &err);
+    return d;
+}
+static float *dev_down(const void *d, size_t bytes) {
+    float *h = malloc(bytes ? bytes : 1);
+    if (bytes) gpu->ops->download(gpu, h, d, bytes);
+    return h;
+}
+static void dev_free(void *d) { gpu->ops->free(gpu, d); }
+
+/* ---- comparisons */
+
+static int status_ok(const char *what) {
+    di_err err = {0};
+    di_status st = di_backend_cuda_status(gpu, &err);
+    CHECKF(st == DI_OK, "%s: backend error: %s", what, err.msg);
+    return st == DI_OK;
+}
+
+static void cmp_exact(const char *what, const float *g, const float *c, int64_t n) {
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&g[i], &c[i], 4) && !(g[i] == c[i])) {
+            if (first < 0) first = i;
+            bad++;
+        }
+    CHECKF(bad == 0, "%s: %lld of %lld differ, first at %lld: gpu %.9g cpu %.9g", what,
+           (long long)bad, (long long)n, (long long)first, first >= 0 ? g[first] : 0.0,
+           first >= 0 ? c[first] : 0.0);
+}
+
+static double rms(const float *x, int64_t n) {
+    double s = 0;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(x[i])) {
+            s += (double)x[i] * x[i];
+            k++;
+        }
+    return k ? sqrt(s / (double)k) : 0;
+}
+
+/* |g - c| <= rtol·|c| + atol_rel·rms(c); infinities must match exactly. */
+static void cmp_tol(const char *what, const float *g, const float *c, int64_t n, double rtol,
+                    double atol_rel) {
+    double atol = atol_rel * rms(c, n);
+    int64_t bad = 0, first = -1;
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int ok;
+        if (isinf(c[i]) || isinf(g[i])) ok = g[i] == c[i];
+        else {
+            double d = fabs((double)g[i] - c[i]), lim = rtol * fabs(c[i]) + atol;
+            ok = d <= lim; /* NaN fails */
+            if (ok && lim > 0 && d / lim > worst) worst = d / lim;
+        }
+        if (!ok) {
+            if (first < 0) first = i;
+            bad++;
+        }
+    }
+    CHECKF(bad == 0, "%s: %lld of %lld out of tolerance, first at %lld: gpu %.9g cpu %.9g", what,
+           (long long)bad, (long long)n, (long long)first, first >= 0 ? g[first] : 0.0,
+           first >= 0 ? c[first] : 0.0);
+    if (getenv("DI_TEST_VERBOSE")) fprintf(stderr, "  %-40s worst %.3f of tolerance\n", what, worst);
+}
+
+#define BF16_ULP 0x1p-7
+
+#define NEED_GPU() \
+    if (!gpu) SKIP("%s", gpu_why)
+
+/* ---- tests */
+
+static void test_matmul(void) {
+    NEED_GPU();
+    const struct { di_wfmt fmt; int64_t m, k, n; unsigned flags; } cs[] = {
+        {DI_WFMT_F32, 1, 45, 33, 0},          {DI_WFMT_BF16, 3, 64, 17, DI_MM_OUT_BF16},
+        {DI_WFMT_BF16, 7, 129, 1, 0},         {DI_WFMT_FP8, 2, 96, 70, 0},
+        {DI_WFMT_FP4, 5, 64, 31, DI_MM_OUT_BF16}, {DI_WFMT_FP8, 1, 64, 33, DI_MM_ACT_FP8},
+        {DI_WFMT_FP8, 9, 160, 65, DI_MM_ACT_FP8 | DI_MM_OUT_BF16},
+        {DI_WFMT_FP8, 40, 256, 96, DI_MM_ACT_FP8}, {DI_WFMT_FP4, 3, 96, 45, DI_MM_ACT_FP8},
+        {DI_WFMT_FP4, 24, 128, 64, DI_MM_ACT_FP8 | DI_MM_OUT_BF16},
+    };
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        int64_t m = cs[t].m, K = cs[t].k, N = cs[t].n;
+        di_wmat w = {cs[t].fmt, N, K, NULL, NULL};
+        size_t wb = 0, sb = 0;
+        uint8_t *wbuf = NULL, *sbuf = NULL;
+        switch (w.fmt) {
+        case DI_WFMT_F32: {
+            float *f = rnd(N * K, 0.2f);
+            wbuf = (uint8_t *)f;
+            break;
+        }
+        case DI_WFMT_BF16: {
+            uint16_t *b = malloc((size_t)(N * K) * 2);
+            for (int64_t i = 0; i < N * K; i++) b[i] = di_f32_to_bf16(0.2f * rng_normal());
+            wbuf = (uint8_t *)b;
+            break;
+        }
+        case DI_WFMT_FP8:
+            wb = (size_t)(N * K);
+            sb = (size_t)(((N + 31) / 32) * (K / 32));
+            wbuf = rnd_e4m3(wb);
+            sbuf = rnd_e8m0(sb);
+            break;
+        default:
+            wb = (size_t)(N * K / 2);
+            sb = (size_t)(N * (K / 32));
+            wbuf = rnd_bytes(wb);
+            sbuf = rnd_e8m0(sb);
+        }
+        w.w = wbuf;
+        w.s = sbuf;
+        float *x = rnd(m * K, 1.0f);
+        float *yc = malloc((size_t)(m * N) * 4);
+        cpu->ops->matmul(cpu, &w, x, m, yc, cs[t].flags);
+        float *dx = dev_up(x, (size_t)(m * K) * 4), *dy = dev_poison((size_t)(m * N) * 4);
+        gpu->ops->matmul(gpu, &w, dx, m, dy, cs[t].flags);
+        float *yg = dev_down(dy, (size_t)(m * N) * 4);
+        char what[96];
+        snprintf(what, sizeof what, "matmul fmt %d m %lld k %lld n %lld flags %u", (int)w.fmt,
+                 (long long)m, (long long)K, (long long)N, cs[t].flags);
+        if (status_ok(what)) {
+            if (!(cs[t].flags & DI_MM_ACT_FP8)) {
+                cmp_exact(what, yg, yc, m * N);
+            } else {
+                /* kernels.h's bound from the exact terms t = qa·sa·w·sw */
+                uint8_t *q = malloc((size_t)(m * K));
+                float *sa = malloc((size_t)(m * K / 32) * 4);
+                di_act_quant_fp8(x, m, K, q, sa);
+                const float *e4 = di_cpu_e4m3_table(), *e8 = di_cpu_e8m0_table();
+                int64_t bad = 0;
+                for (int64_t i = 0; i < m; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        double S = 0;
+                        for (int64_t k = 0; k < K; k++) {
+                            double wv = w.fmt == DI_WFMT_FP8
+                                            ? e4[wbuf[j * K + k]] * e8[sbuf[(j / 32) * (K / 32) + k / 32]]
+                                            : di_e2m1_to_f32((uint8_t)(wbuf[j * (K / 2) + k / 2] >> (4 * (k & 1)))) *
+                                                  e8[sbuf[j * (K / 32) + k / 32]];
+                            S += fabs(e4[q[i * K + k]] * sa[i * (K / 32) + k / 32] * wv);
+                        }
+                        double lim = 2.0 * (31 + K / 32) * 0x1p-24 * S;
+                        if (cs[t].flags & DI_MM_OUT_BF16) lim += BF16_ULP * fabs(yc[i * N + j]) + 1e-30;
+                        double d = fabs((double)yg[i * N + j] - yc[i * N + j]);
+                        if (!(d <= lim)) bad++;
+                    }
+                CHECKF(bad == 0, "%s: %lld outputs beyond the kernels.h bound", what, (long long)bad);
+                free(q);
+                free(sa);
+            }
+        }
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(dx);
+        dev_free(dy);
+        free(x); free(yc); free(yg); free(wbuf); free(sbuf);
+    }
+}
+
+static void test_matmul_grouped(void) {
+    NEED_GPU();
+    const struct { di_wfmt fmt; int g; int64_t m, k, r; } cs[] = {
+        {DI_WFMT_BF16, 2, 3, 64, 5}, {DI_WFMT_FP8, 4, 5, 64, 32}, {DI_WFMT_FP8, 3, 1, 96, 40}};
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        int g = cs[t].g;
+        int64_t m = cs[t].m, K = cs[t].k, N = g * cs[t].r;
+        di_wmat w = {cs[t].fmt, N, K, NULL, NULL};
+        uint8_t *wbuf, *sbuf = NULL;
+        if (w.fmt == DI_WFMT_BF16) {
+            uint16_t *b = malloc((size_t)(N * K) * 2);
+            for (int64_t i = 0; i < N * K; i++) b[i] = di_f32_to_bf16(0.2f * rng_normal());
+            wbuf = (uint8_t *)b;
+        } else {
+            wbuf = rnd_e4m3((size_t)(N * K));
+            sbuf = rnd_e8m0((size_t)(((N + 31) / 32) * (K / 32)));
+        }
+        w.w = wbuf;
+        w.s = sbuf;
+        float *x = rnd(m * g * K, 1.0f), *yc = malloc((size_t)(m * N) * 4);
+        cpu->ops->matmul_grouped(cpu, &w, g, x, m, yc);
+        float *dx = dev_up(x, (size_t)(m * g * K) * 4), *dy = dev_poison((size_t)(m * N) * 4);
+        gpu->ops->matmul_grouped(gpu, &w, g, dx, m, dy);
+        float *yg = dev_down(dy, (size_t)(m * N) * 4);
+        if (status_ok("matmul_grouped")) cmp_exact("matmul_grouped", yg, yc, m * N);
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(dx); dev_free(dy);
+        free(x); free(yc); free(yg); free(wbuf); free(sbuf);
+    }
+}
+
+static void test_rows_ops(void) {
+    NEED_GPU();
+    const int64_t shapes[][2] = {{1, 7}, {3, 64}, {5, 257}, {16, 1024}};
+    for (size_t t = 0; t < 4; t++) {
+        int64_t m = shapes[t][0], n = shapes[t][1];
+        size_t B = (size_t)(m * n) * 4;
+        char what[64];
+        /* rmsnorm, both weight dtypes */
+        for (int dt = 0; dt < 2; dt++) {
+            di_tensor w = vec_tensor(n, 0, dt ? DI_DTYPE_BF16 : DI_DTYPE_F32);
+            float *x = rnd(m * n, 3.0f), *yc = malloc(B);
+            cpu->ops->rmsnorm(cpu, x, &w, m, n, 1e-6, yc);
+            float *dx = dev_up(x, B), *dy = dev_poison(B);
+            gpu->ops->rmsnorm(gpu, dx, &w, m, n, 1e-6, dy);
+            float *yg = dev_down(dy, B);
+            snprintf(what, sizeof what, "rmsnorm %lldx%lld", (long long)m, (long long)n);
+            if (status_ok(what)) cmp_tol(what, yg, yc, m * n, BF16_ULP, 0);
+            di_backend_cuda_weights_drop(gpu);
+            dev_free(dx); dev_free(dy);
+            free(x); free(yc); free(yg); free(w.data);
+        }
+        /* in-place elementwise: qdq (n rounded to the block), round, scale, add */
+        int64_t nq = (m * n + 31) / 32 * 32;
+        for (int op = 0; op < 6; op++) {
+            float *x = rnd(nq, op == 3 ? 1.0f : ldexpf(1.0f, rng_int(30) - 15));
+            for (int64_t i = 0; i < nq; i++) x[i] = x[i] * (1.0f + 0x1p-12f * (float)rng_int(7));
+            float *y = rnd(nq, 1.0f), *xc = malloc((size_t)nq * 4);
+            memcpy(xc, x, (size_t)nq * 4);
+            float *dx = dev_up(x, (size_t)nq * 4), *dy = dev_up(y, (size_t)nq * 4);
+            static const char *names[] = {"qdq_fp8", "qdq_fp4_e8m0", "qdq_fp4_e4m3", "round_bf16",
+                                          "scale_bf16", "add"};
+            switch (op) {
+            case 0: cpu->ops->qdq_fp8(cpu, xc, nq); gpu->ops->qdq_fp8(gpu, dx, nq); break;
+            case 1: cpu->ops->qdq_fp4_e8m0(cpu, xc, nq); gpu->ops->qdq_fp4_e8m0(gpu, dx, nq); break;
+            case 2: cpu->ops->qdq_fp4_e4m3(cpu, xc, nq); gpu->ops->qdq_fp4_e4m3(gpu, dx, nq); break;
+            case 3: cpu->ops->round_bf16(cpu, xc, nq); gpu->ops->round_bf16(gpu, dx, nq); break;
+            case 4: cpu->ops->scale_bf16(cpu, xc, nq, 0.37f); gpu->ops->scale_bf16(gpu, dx, nq, 0.37f); break;
+            default: cpu->ops->add(cpu, xc, y, nq); gpu->ops->add(gpu, dx, dy, nq);
+            }
+            float *xg = dev_down(dx, (size_t)nq * 4);
+            snprintf(what, sizeof what, "%s n %lld", names[op], (long long)nq);
+            if (status_ok(what)) cmp_exact(what, xg, xc, nq);
+            dev_free(dx); dev_free(dy);
+            free(x); free(y); free(xc); free(xg);
+        }
+        /* swiglu with and without per-row weights and limit */
+        for (int v = 0; v < 2; v++) {
+            float *g = rnd(m * n, 4.0f), *u = rnd(m * n, 4.0f), *w = rnd(m, 1.0f), *oc = malloc(B);
+            float lim = v ? 7.0f : 0.f;
+            cpu->ops->swiglu(cpu, g, u, v ? w : NULL, m, n, lim, oc);
+            float *dg = dev_up(g, B), *du = dev_up(u, B), *dw = dev_up(w, (size_t)m * 4),
+                  *dout = dev_poison(B);
+            gpu->ops->swiglu(gpu, dg, du, v ? dw : NULL, m, n, lim, dout);
+            float *og = dev_down(dout, B);
+            snprintf(what, sizeof what, "swiglu %lldx%lld", (long long)m, (long long)n);
+            if (status_ok(what)) cmp_tol(what, og, oc, m * n, BF16_ULP, 1e-6);
+            dev_free(dg); dev_free(du); dev_free(dw); dev_free(dout);
+            free(g); free(u); free(w); free(oc); free(og);
+        }
+        /* gather / scatter-add with repeated rows */
+        {
+            int64_t rows_n = 2 * m + 1;
+            int32_t *ids = malloc((size_t)m * 4);
+            for (int64_t i = 0; i < m; i++) ids[i] = rng_int((int)rows_n);
+            if (m > 1) ids[m - 1] = ids[0];
+            float *src = rnd(rows_n * n, 1.0f), *gc = malloc(B);
+            cpu->ops->gather_rows(cpu, src, ids, m, n, gc);
+            float *dsrc = dev_up(src, (size_t)(rows_n * n) * 4), *dg = dev_poison(B);
+            gpu->ops->gather_rows(gpu, dsrc, ids, m, n, dg);
+            float *gg = dev_down(dg, B);
+            if (status_ok("gather_rows")) cmp_exact("gather_rows", gg, gc, m * n);
+            cpu->ops->scatter_add_rows(cpu, src, ids, gc, m, n);
+            gpu->ops->scatter_add_rows(gpu, dsrc, ids, dg, m, n);
+            float *sg = dev_down(dsrc, (size_t)(rows_n * n) * 4);
+            if (status_ok("scatter_add_rows")) cmp_exact("scatter_add_rows", sg, src, rows_n * n);
+            dev_free(dsrc); dev_free(dg);
+            free(ids); free(src); free(gc); free(gg); free(sg);
+        }
+    }
+}
+
+static void test_rope(void) {
+    NEED_GPU();
+    const struct { int64_t m; int heads; int64_t hd, rd; } cs[] = {
+        {1, 1, 64, 64}, {3, 4, 72, 32}, {17, 2, 128, 64}, {5, 3, 40, 6}};
+    for (size_t t = 0; t < 4; t++) {
+        int64_t m = cs[t].m, hd = cs[t].hd, rd = cs[t].rd, stride = cs[t].heads * hd + 3;
+        int32_t *pos = malloc((size_t)m * 4);
+        for (int64_t i = 0; i < m; i++) pos[i] = rng_int(70000);
+        float *freq = malloc((size_t)(rd / 2) * 4);
+        for (int64_t j = 0; j < rd / 2; j++) freq[j] = powf(10000.f, -2.f * (float)j / (float)rd);
+        for (int inv = 0; inv < 2; inv++) {
+            float *x = rnd(m * stride, 1.0f), *xc = malloc((size_t)(m * stride) * 4);
+            memcpy(xc, x, (size_t)(m * stride) * 4);
+            float *dx = dev_up(x, (size_t)(m * stride) * 4);
+            cpu->ops->rope(cpu, xc, m, stride, cs[t].heads, hd, rd, pos, freq, inv);
+            gpu->ops->rope(gpu, dx, m, stride, cs[t].heads, hd, rd, pos, freq, inv);
+            float *xg = dev_down(dx, (size_t)(m * stride) * 4);
+            if (status_ok("rope")) cmp_exact("rope", xg, xc, m * stride);
+            dev_free(dx);
+            free(x); free(xc); free(xg);
+        }
+        free(pos); free(freq);
+    }
+}
+
+static void test_gathers(void) {
+    NEED_GPU();
+    for (int t = 0; t < 3; t++) {
+        int64_t V = 50 + rng_int(50), n = 32 * (1 + rng_int(5)) , m = 1 + rng_int(9);
+        int32_t *ids = malloc((size_t)(m * 3) * 4);
+        for (int64_t i = 0; i < m * 3; i++) ids[i] = rng_int((int)V);
+        /* embed (BF16 and F32 tables) */
+        di_tensor tab = vec_tensor(V, n, t == 1 ? DI_DTYPE_F32 : DI_DTYPE_BF16);
+        size_t B = (size_t)(m * n) * 4;
+        float *oc = malloc(B), *d = dev_poison(B);
+        cpu->ops->embed(cpu, &tab, ids, m, oc);
+        gpu->ops->embed(gpu, &tab, ids, m, d);
+        float *og = dev_down(d, B);
+        if (status_ok("embed")) cmp_exact("embed", og, oc, m * n);
+        dev_free(d); free(oc); free(og); free(tab.data);
+        /* Engram gather from a host FP8 table, 3 columns */
+        di_tensor rows = {.dtype = DI_DTYPE_F8_E4M3, .ndim = 2, .shape = {V, n}};
+        di_tensor sc = {.dtype = DI_DTYPE_F8_E8M0, .ndim = 2, .shape = {V, n / 32}};
+        rows.data = rnd_e4m3((size_t)(V * n));
+        sc.data = rnd_e8m0((size_t)(V * n / 32));
+        size_t B3 = 3 * B;
+        oc = malloc(B3);
+        d = dev_poison(B3);
+        cpu->ops->engram_gather(cpu, &rows, &sc, ids, m, 3, oc);
+        gpu->ops->engram_gather(gpu, &rows, &sc, ids, m, 3, d);
+        og = dev_down(d, B3);
+        if (status_ok("engram_gather")) cmp_exact("engram_gather", og, oc, 3 * m * n);
+        CHECK(di_backend_cuda_weights_bytes(gpu) > 0); /* the embed table, not the Engram rows */
+        CHECK(di_backend_cuda_weights_bytes(gpu) < (size_t)(V * n) * 4 + 1);
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(d); free(oc); free(og); free(rows.data); free(sc.data); free(ids);
+    }
+}
+
+static void test_hc(void) {
+    NEED_GPU();
+    const struct { int64_t m; int hc; int64_t d; } cs[] = {{1, 4, 64}, {3, 4, 257}, {6, 2, 100}, {2, 3, 33}};
+    for (size_t t = 0; t < 4; t++) {
+        int64_t m = cs[t].m, d = cs[t].d;
+        int hc = cs[t].hc, nmix = (2 + hc) * hc;
+        float *s = rnd(m * hc * d, 1.0f), *fn = rnd(nmix * hc * d, 0.05f), *base = rnd(nmix, 0.5f);
+        float scale[3] = {0.7f, 1.1f, 0.9f};
+        size_t SB = (size_t)(m * hc * d) * 4;
+        float *ds = dev_up(s, SB);
+        /* mix */
+        float *pc = malloc((size_t)(m * hc) * 4), *poc = malloc((size_t)(m * hc) * 4),
+              *cc = malloc((size_t)(m * hc * hc) * 4);
+        cpu->ops->hc_mix(cpu, s, m, hc, d, fn, base, scale, 1e-6, 1e-6, 20, pc, poc, cc);
+        float *dp = dev_poison((size_t)(m * hc) * 4), *dpo = dev_poison((size_t)(m * hc) * 4),
+              *dc = dev_poison((size_t)(m * hc * hc) * 4);
+        gpu->ops->hc_mix(gpu, ds, m, hc, d, fn, base, scale, 1e-6, 1e-6, 20, dp, dpo, dc);
+        float *pg = dev_down(dp, (size_t)(m * hc) * 4), *pog = dev_down(dpo, (size_t)(m * hc) * 4),
+              *cg = dev_down(dc, (size_t)(m * hc * hc) * 4);
+        if (status_ok("hc_mix")) {
+            cmp_tol("hc_mix pre", pg, pc, m * hc, 1e-4, 1e-6);
+            cmp_tol("hc_mix post", pog, poc, m * hc, 1e-4, 1e-6);
+            cmp_tol("hc_mix comb", cg, cc, m * hc * hc, 1e-4, 1e-6);
+        }
+        /* collapse with the CPU's pre weights (the same input on both sides) */
+        float *yc = malloc((size_t)(m * d) * 4), *dy = dev_poison((size_t)(m * d) * 4);
+        float *dpre = dev_up(pc, (size_t)(m * hc) * 4), *dpost = dev_up(poc, (size_t)(m * hc) * 4),
+              *dcomb = dev_up(cc, (size_t)(m * hc * hc) * 4);
+        cpu->ops->hc_collapse(cpu, s, pc, m, hc, d, yc);
+        gpu->ops->hc_collapse(gpu, ds, dpre, m, hc, d, dy);
+        float *yg = dev_down(dy, (size_t)(m * d) * 4);
+        if (status_ok("hc_collapse")) cmp_exact("hc_collapse", yg, yc, m * d);
+        /* mean into a strided output */
+        int64_t ost = d + 5;
+        float *mc = malloc((size_t)(m * ost) * 4), *dm = dev_poison((size_t)(m * ost) * 4);
+        for (int64_t i = 0; i < m * ost; i++) mc[i] = NAN;
+        cpu->ops->hc_mean(cpu, s, m, hc, d, mc, ost);
+        gpu->ops->hc_mean(gpu, ds, m, hc, d, dm, ost);
+        float *mg = dev_down(dm, (size_t)(m * ost) * 4);
+        if (status_ok("hc_mean")) cmp_exact("hc_mean", mg, mc, m * ost);
+        /* expand in place (out aliases s) */
+        float *sc2 = malloc(SB);
+        memcpy(sc2, s, SB);
+        cpu->ops->hc_expand(cpu, yc, sc2, poc, cc, m, hc, d, sc2);
+        gpu->ops->hc_expand(gpu, dy, ds, dpost, dcomb, m, hc, d, ds);
+        float *eg = dev_down(ds, SB);
+        if (status_ok("hc_expand")) cmp_exact("hc_expand in place", eg, sc2, m * hc * d);
+        /* Engram gate: s [m, hc, d] += gate·value, kv [m, hc+1, d] */
+        for (int dt = 0; dt < 2; dt++) {
+            di_tensor qw = vec_tensor(hc * d, 0, dt ? DI_DTYPE_BF16 : DI_DTYPE_F32);
+            di_tensor kw = vec_tensor(hc * d, 0, dt ? DI_DTYPE_BF16 : DI_DTYPE_F32);
+            float *kv = rnd(m * (hc + 1) * d, 1.0f), *s3 = rnd(m * hc * d, 1.0f);
+            float *dkv = dev_up(kv, (size_t)(m * (hc + 1) * d) * 4), *ds3 = dev_up(s3, SB);
+            cpu->ops->engram_gate(cpu, s3, kv, &qw, &kw, m, hc, d, 1e-6);
+            gpu->ops->engram_gate(gpu, ds3, dkv, &qw, &kw, m, hc, d, 1e-6);
+            float *g3 = dev_down(ds3, SB);
+            if (status_ok("engram_gate")) cmp_tol("engram_gate", g3, s3, m * hc * d, BF16_ULP, 1e-4);
+            di_backend_cuda_weights_drop(gpu);
+            dev_free(dkv); dev_free(ds3);
+            free(qw.data); free(kw.data); free(kv); free(s3); free(g3);
+        }
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(ds); dev_free(dp); dev_free(dpo); dev_free(dc); dev_free(dy); dev_free(dpre);
+        dev_free(dpost); dev_free(dcomb); dev_free(dm);
+        free(s); free(fn); free(base); free(pc); free(poc); free(cc); free(pg); free(pog);
+        free(cg); free(yc); free(yg); free(mc); free(mg); free(sc2); free(eg);
+    }
+}
+
+static void test_attention(void) {
+    NEED_GPU();
+    const struct { int64_t m; int h; int64_t d; int slots; } cs[] = {
+        {1, 1, 64, 5}, {3, 4, 128, 64}, {2, 3, 72, 130}, {5, 2, 512, 200}};
+    for (size_t t = 0; t < 4; t++) {
+        int64_t m = cs[t].m, d = cs[t].d;
+        int h = cs[t].h, ns = cs[t].slots, P = ns + 7;
+        float *pool = rnd((int64_t)P * d, 1.0f), *q = rnd(m * h * d, 1.0f), *sink = rnd(h, 1.0f);
+        float *dpool = dev_up(pool, (size_t)((int64_t)P * d) * 4), *dq = dev_up(q, (size_t)(m * h * d) * 4);
+        di_kvrow *rc = malloc((size_t)(m * ns) * sizeof *rc), *rg = malloc((size_t)(m * ns) * sizeof *rg);
+        for (int64_t i = 0; i < m * ns; i++) {
+            int r = rng_int(P), empty = rng_int(5) == 0;
+            rc[i] = empty ? NULL : pool + (int64_t)r * d;
+            rg[i] = empty ? NULL : dpool + (int64_t)r * d;
+        }
+        size_t OB = (size_t)(m * h * d) * 4;
+        float *oc = malloc(OB), *dout = dev_poison(OB);
+        float sc = (float)(1.0 / sqrt((double)d));
+        cpu->ops->sparse_attn(cpu, q, m, h, d, rc, ns, sink, sc, oc);
+        gpu->ops->sparse_attn(gpu, dq, m, h, d, rg, ns, sink, sc, dout);
+        float *og = dev_down(dout, OB);
+        char what[64];
+        snprintf(what, sizeof what, "sparse_attn m %lld h %d d %lld slots %d", (long long)m, h,
+                 (long long)d, ns);
+        if (status_ok(what)) cmp_tol(what, og, oc, m * h * d, 2 * BF16_ULP, 2e-3);
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(dpool); dev_free(dq); dev_free(dout);
+        free(pool); free(q); free(sink); free(rc); free(rg); free(oc); free(og);
+    }
+}
+
+static void test_indexer(void) {
+    NEED_GPU();
+    const struct { int64_t m; int hi; int64_t di, width; int k, bs, tb; } cs[] = {
+        {1, 2, 32, 10, 4, 4, 2}, {4, 8, 64, 130, 16, 8, 5}, {3, 3, 128, 300, 64, 16, 4}};
+    for (size_t t = 0; t < 3; t++) {
+        int64_t m = cs[t].m, di = cs[t].di, W = cs[t].width;
+        int hi = cs[t].hi;
+        float *keys = rnd(W * di, 1.0f), *q = rnd(m * hi * di, 1.0f), *w = rnd(m * hi, 1.0f);
+        float *dkeys = dev_up(keys, (size_t)(W * di) * 4), *dq = dev_up(q, (size_t)(m * hi * di) * 4),
+              *dw = dev_up(w, (size_t)(m * hi) * 4);
+        const float **kc = malloc((size_t)m * sizeof *kc), **kg = malloc((size_t)m * sizeof *kg);
+        int32_t *nv = malloc((size_t)m * 4);
+        for (int64_t i = 0; i < m; i++) {
+            int64_t off = rng_int((int)(W / 4) + 1);
+            nv[i] = (int32_t)(rng_int((int)(W - off)) + (i == 0 ? 0 : 1));
+            kc[i] = keys + off * di;
+            kg[i] = dkeys + off * di;
+        }
+        size_t SB = (size_t)(m * W) * 4;
+        float *scc = malloc(SB), *dsc = dev_poison(SB);
+        cpu->ops->index_scores(cpu, q, w, m, hi, di, kc, nv, W, scc);
+        gpu->ops->index_scores(gpu, dq, dw, m, hi, di, kg, nv, W, dsc);
+        float *scg = dev_down(dsc, SB);
+        if (status_ok("index_scores")) cmp_tol("index_scores", scg, scc, m * W, 2 * BF16_ULP, 0x1p-7);
+        /* the selections run on one set of scores (the CPU's) on both sides */
+        gpu->ops->upload(gpu, dsc, scc, SB);
+        int k = cs[t].k, bs = cs[t].bs, tb = cs[t].tb;
+        int32_t *ic = malloc((size_t)(m * k) * 4), *ig = malloc((size_t)(m * k) * 4);
+        cpu->ops->topk_select(cpu, scc, nv, m, W, k, ic);
+        gpu->ops->topk_select(gpu, dsc, nv, m, W, k, ig);
+        CHECKF(status_ok("topk_select") && !memcmp(ic, ig, (size_t)(m * k) * 4), "topk_select");
+        int32_t *bc = malloc((size_t)(m * tb) * 4), *bg = malloc((size_t)(m * tb) * 4);
+        cpu->ops->candidate_blocks(cpu, scc, nv, m, W, tb, bs, bc);
+        gpu->ops->candidate_blocks(gpu, dsc, nv, m, W, tb, bs, bg);
+        CHECKF(status_ok("candidate_blocks") && !memcmp(bc, bg, (size_t)(m * tb) * 4),
+               "candidate_blocks");
+        cpu->ops->restrict_blocks(cpu, scc, bc, m, W, tb, bs);
+        gpu->ops->restrict_blocks(gpu, dsc, bc, m, W, tb, bs);
+        float *rg = dev_down(dsc, SB);
+        if (status_ok("restrict_blocks")) cmp_exact("restrict_blocks", rg, scc, m * W);
+        dev_free(dkeys); dev_free(dq); dev_free(dw); dev_free(dsc);
+        free(keys); free(q); free(w); free(kc); free(kg); free(nv); free(scc); free(scg);
+        free(ic); free(ig); free(bc); free(bg); free(rg);
+    }
+}
+
+static void test_moe_and_pool(void) {
+    NEED_GPU();
+    for (int t = 0; t < 3; t++) {
+        int64_t m = 1 + rng_int(20);
+        int e = t == 0 ? 8 : 64 + rng_int(200), k = t == 0 ? 2 : 6;
+        float *lg = rnd(m * e, 2.0f), *bias = rnd(e, 0.1f);
+        int32_t *ic = malloc((size_t)(m * k) * 4), *ig = malloc((size_t)(m * k) * 4);
+        float *wc = malloc((size_t)(m * k) * 4), *wg = malloc((size_t)(m * k) * 4);
+        float *dl = dev_up(lg, (size_t)(m * e) * 4);
+        cpu->ops->moe_route(cpu, lg, bias, m, e, k, t != 2, 2.5f, ic, wc);
+        gpu->ops->moe_route(gpu, dl, bias, m, e, k, t != 2, 2.5f, ig, wg);
+        CHECKF(status_ok("moe_route") && !memcmp(ic, ig, (size_t)(m * k) * 4) &&
+                   !memcmp(wc, wg, (size_t)(m * k) * 4),
+               "moe_route");
+        dev_free(dl);
+        free(lg); free(bias); free(ic); free(ig); free(wc); free(wg);
+        /* compression pooling, ratio 1..4 */
+        int r = 1 + t, n = 33 + 64 * t;
+        float *a = rnd(m * r * n, 1.0f), *g = rnd(m * r * n, 2.0f), *oc = malloc((size_t)(m * n) * 4);
+        float *da = dev_up(a, (size_t)(m * r * n) * 4), *dg = dev_up(g, (size_t)(m * r * n) * 4),
+              *dout = dev_poison((size_t)(m * n) * 4);
+        cpu->ops->compress_pool(cpu, a, g, m, r, n, oc);
+        gpu->ops->compress_pool(gpu, da, dg, m, r, n, dout);
+        float *og = dev_down(dout, (size_t)(m * n) * 4);
+        if (status_ok("compress_pool")) cmp_tol("compress_pool", og, oc, m * n, BF16_ULP, 1e-5);
+        dev_free(da); dev_free(dg); dev_free(dout);
+        free(a); free(g); free(oc); free(og);
+    }
+}
+
+/* alloc zeroes; copy handles overlapping ranges as memmove does */
+static void test_memory(void) {
+    NEED_GPU();
+    int64_t n = 1000 + rng_int(1000);
+    float *d = gpu->ops->alloc(gpu, (size_t)n * 4), *x = rnd(n, 1.0f);
+    float *z = dev_down(d, (size_t)n * 4);
+    int zero = 1;
+    for (int64_t i = 0; i < n; i++) zero &= z[i] == 0.f;
+    CHECK(zero);
+    gpu->ops->upload(gpu, d, x, (size_t)n * 4);
+    gpu->ops->copy(gpu, d + 7, d, (size_t)(n - 7) * 4);
+    memmove(x + 7, x, (size_t)(n - 7) * 4);
+    float *y = dev_down(d, (size_t)n * 4);
+    if (status_ok("copy")) cmp_exact("overlapping copy", y, x, n);
+    dev_free(d);
+    free(x); free(y); free(z);
+}
+
+int main(void) {
+    const char *seed = getenv("DI_TEST_SEED");
+    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
+    printf("seed %llu\n", (unsigned long long)rng_state);
+    di_err err = {0};
+    if (di_backend_cuda_create(0, &gpu, &err)) {
+        /* no device (or no CUDA in the build): the failure must say so */
+        CHECK(gpu == NULL);
+        CHECK(err.code == DI_ERR_BACKEND || err.code == DI_ERR_UNSUPPORTED);
+        snprintf(gpu_why, sizeof gpu_why, "%s", err.msg[0] ? err.msg : "no CUDA device");
+    } else {
+        CHECK(!strcmp(gpu->ops->name, "cuda"));
+    }
+    if (di_backend_cpu_create(2, &cpu, &err)) {
+        fprintf(stderr, "cpu backend: %s\n", err.msg);
+        return 1;
+    }
+    RUN(test_memory);
+    RUN(test_matmul);
+    RUN(test_matmul_grouped);
+    RUN(test_rows_ops);
+    RUN(test_rope);
+    RUN(test_gathers);
+    RUN(test_hc);
+    RUN(test_attention);
+    RUN(test_indexer);
+    RUN(test_moe_and_pool);
+    di_backend_destroy(gpu);
+    di_backend_destroy(cpu);
+    return test_summary();
+}
