@@ -390,20 +390,15 @@ static int general_walk(di_matcher *m, uint32_t i0, uint32_t i_end, uint32_t d0,
 }
 
 
-/* Walks the whole trie with the lexer alone: the (terminal, state) pairs
- * of key step byte by byte; a subtree where some lexeme could end is left
- * to the parser (recorded as a fallback node). */
-static di_mask_entry *lexer_walk(const di_matcher *m, const uint32_t *key, uint32_t k, const uint32_t *ckey,
+/* Walks the whole trie with one lexer item alone (terminal t from DFA
+ * state st): a token along which the lexeme never ends is decided here; a
+ * subtree where it can end is left to the parser (a fallback node). */
+static di_mask_entry *lexer_walk(const di_matcher *m, uint32_t t, uint32_t st0, const uint32_t *ckey,
                                  uint32_t ckey_n, uint64_t hash) {
     const di_vocab *v = m->g->vocab;
-    const di_cfg *g = m->cfg;
+    const di_dfa *D = &m->cfg->terms[t].dfa;
     size_t words = ((size_t)v->n_vocab + 31) / 32;
     di_mask_entry *e = calloc(1, sizeof *e);
-    /* per depth, the list of live (pair index, state); lists are stacked */
-    uint32_t *lq = malloc(((size_t)1026) * k * sizeof *lq);
-    uint32_t *ls = malloc(((size_t)1026) * k * sizeof *ls);
-    uint32_t off[1027];
-    const di_dfa **dfa = malloc(k * sizeof *dfa);
     uint32_t cap_fb = 64;
     if (e) {
         e->hash = hash;
@@ -412,53 +407,40 @@ static di_mask_entry *lexer_walk(const di_matcher *m, const uint32_t *key, uint3
         e->bits = calloc(words, sizeof *e->bits);
         e->fallback = malloc(cap_fb * sizeof *e->fallback);
     }
-    if (!e || !lq || !ls || !dfa || !e->key || !e->bits || !e->fallback) {
-        free(lq); free(ls); free(dfa);
+    if (!e || !e->key || !e->bits || !e->fallback) {
         di_mask_entry_free(e);
         return NULL;
     }
     memcpy(e->key, ckey, ckey_n * sizeof *ckey);
-    off[0] = 0;
-    for (uint32_t q = 0; q < k; q++) {
-        dfa[q] = &g->terms[key[2 * q]].dfa;
-        lq[q] = q;
-        ls[q] = key[2 * q + 1];
-    }
-    off[1] = k;
+    uint32_t st[1026]; /* DFA state per trie depth */
+    st[0] = st0;
+    const uint32_t *trans = D->trans;
+    const uint8_t *cls = D->byte_class, *acc = D->accept;
+    const uint32_t nc = D->n_classes;
+    const uint8_t *nb = v->node_byte;
+    const uint16_t *nd = v->node_depth;
+    const uint32_t *ne = v->node_end;
+    const int32_t *nt = v->node_tok;
     uint32_t i = 0, n = v->n_nodes;
     while (i < n) {
-        uint32_t d = v->node_depth[i];
-        uint32_t p0 = off[d - 1], p1 = off[d], w = p1;
-        uint8_t b = v->node_byte[i];
-        int acc = 0;
-        for (uint32_t x = p0; x < p1; x++) {
-            uint32_t q = lq[x];
-            uint32_t s2 = di_dfa_step(dfa[q], ls[x], b);
-            if (!s2) continue;
-            lq[w] = q;
-            ls[w] = s2;
-            w++;
-            acc |= dfa[q]->accept[s2];
-        }
-        if (w == p1) { i = v->node_end[i]; continue; }
-        if (acc) {
+        uint32_t d = nd[i];
+        uint32_t s2 = trans[(size_t)st[d - 1] * nc + cls[nb[i]]];
+        if (!s2) { i = ne[i]; continue; }
+        if (acc[s2]) {
             if (e->n_fallback == cap_fb) {
                 cap_fb *= 2;
                 uint32_t *nf = realloc(e->fallback, cap_fb * sizeof *nf);
-                if (!nf) { free(lq); free(ls); free(dfa); di_mask_entry_free(e); return NULL; }
+                if (!nf) { di_mask_entry_free(e); return NULL; }
                 e->fallback = nf;
             }
             e->fallback[e->n_fallback++] = i;
-            i = v->node_end[i];
+            i = ne[i];
             continue;
         }
-        off[d + 1] = w;
-        for (int32_t t = v->node_tok[i]; t >= 0; t = v->tok_next[t]) e->bits[t >> 5] |= 1u << (t & 31);
+        st[d] = s2;
+        for (int32_t tk = nt[i]; tk >= 0; tk = v->tok_next[tk]) e->bits[tk >> 5] |= 1u << (tk & 31);
         i++;
     }
-    free(lq);
-    free(ls);
-    free(dfa);
     /* few tokens: keep them as a list (cheaper to merge than a bitset) */
     uint32_t cnt = 0;
     for (size_t w = 0; w < words; w++) cnt += (uint32_t)__builtin_popcount(e->bits[w]);
@@ -511,7 +493,7 @@ static const di_mask_entry *item_entry(di_matcher *m, uint32_t t, uint32_t st, d
     for (uint32_t q = 0; q < ckey_n; q++) h = (h ^ ckey[q]) * 1099511628211ull;
     const di_mask_entry *e = di_mask_cache_find(cache, ckey, ckey_n, h);
     if (!e) {
-        di_mask_entry *fresh = lexer_walk(m, pair, 1, ckey, ckey_n, h);
+        di_mask_entry *fresh = lexer_walk(m, t, st, ckey, ckey_n, h);
         if (fresh) {
             e = di_mask_cache_put(cache, fresh, words);
             if (!e) { e = fresh; *owned = fresh; } /* not kept: use, then free */
