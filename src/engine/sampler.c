@@ -33,7 +33,8 @@ int di_sampler_init(di_sampler *s, int64_t V) {
     s->seen = calloc((size_t)V, 1);
     s->count = calloc((size_t)V, sizeof *s->count);
     s->idx = malloc((size_t)V * sizeof *s->idx);
-    if (!s->work || !s->seen || !s->count || !s->idx) {
+    s->prob = malloc((size_t)V * sizeof *s->prob);
+    if (!s->work || !s->seen || !s->count || !s->idx || !s->prob) {
         di_sampler_free(s);
         return -1;
     }
@@ -45,6 +46,7 @@ void di_sampler_free(di_sampler *s) {
     free(s->seen);
     free(s->count);
     free(s->idx);
+    free(s->prob);
     memset(s, 0, sizeof *s);
 }
 
@@ -66,11 +68,11 @@ static void top_sorted(const float *vals, int32_t *ids, int64_t n) {
 
 float di_logprob_top(const float *logits, int64_t V, int32_t token, int32_t k, int32_t *top_ids,
                      float *top_lp, int32_t *rank) {
-    double mx = -INFINITY;
+    float mx = -INFINITY;
     for (int64_t i = 0; i < V; i++)
         if (logits[i] > mx) mx = logits[i];
     double sum = 0;
-    for (int64_t i = 0; i < V; i++) sum += exp((double)logits[i] - mx);
+    for (int64_t i = 0; i < V; i++) sum += expf(logits[i] - mx);
     double lse = mx + log(sum);
     if (k > V) k = (int32_t)V;
     if (k > 0) {
@@ -147,77 +149,88 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
     }
     /* Candidates: allowed by the mask and not -inf. */
     int64_t n = 0;
+    float wmax = -INFINITY;
     for (int64_t i = 0; i < V; i++)
-        if (allowed(in->mask, i) && w[i] > -INFINITY && !isnan(w[i])) s->idx[n++] = (int32_t)i;
+        if (allowed(in->mask, i) && w[i] > -INFINITY && !isnan(w[i])) {
+            s->idx[n++] = (int32_t)i;
+            if (w[i] > wmax) wmax = w[i];
+        }
     if (n == 0) return;
     int32_t tok = s->idx[0];
     if (p->temperature == 0.0) {
         for (int64_t j = 1; j < n; j++)
             if (w[s->idx[j]] > w[tok]) tok = s->idx[j];
     } else {
-        /* Probabilities in double over the candidates. */
-        double inv_t = 1.0 / p->temperature, mx = -INFINITY, sum = 0;
-        for (int64_t j = 0; j < n; j++)
-            if (w[s->idx[j]] * inv_t > mx) mx = w[s->idx[j]] * inv_t;
-        for (int64_t j = 0; j < n; j++) sum += exp(w[s->idx[j]] * inv_t - mx);
-        int64_t keep = n;
-        if (p->min_p > 0.0) {
-            /* p_i >= min_p * p_max  <=>  logit/T - mx >= log(min_p) */
-            double cut = log(p->min_p);
-            int64_t k2 = 0;
-            for (int64_t j = 0; j < keep; j++)
-                if (w[s->idx[j]] * inv_t - mx >= cut) s->idx[k2++] = s->idx[j];
-            keep = k2;
-            sum = 0;
-            for (int64_t j = 0; j < keep; j++) sum += exp(w[s->idx[j]] * inv_t - mx);
+        /* e[t] = exp((w - max) / T), the unnormalised probabilities */
+        float inv_t = (float)(1.0 / p->temperature), *e = s->prob;
+        double sum = 0;
+        int64_t keep = 0;
+        /* min-p: p_t >= min_p * p_max  <=>  e[t] >= min_p */
+        float cut = p->min_p > 0.0 ? (float)p->min_p : 0.0f;
+        for (int64_t j = 0; j < n; j++) {
+            int32_t t = s->idx[j];
+            e[t] = expf((w[t] - wmax) * inv_t);
+            if (e[t] >= cut && e[t] > 0.0f) {
+                s->idx[keep++] = t;
+                sum += e[t];
+            }
         }
-        int need_sort = (p->top_k > 0 && p->top_k < keep) || p->top_p < 1.0;
-        if (need_sort) {
-            /* Sorting all V candidates is the cost of top-p; first sort only
-             * those within e^16 of the best. When they hold the nucleus
-             * (or top-k of them), the rest cannot enter it: exact. */
-            int64_t near = 0;
-            double near_sum = 0;
-            for (int64_t j = 0; j < keep; j++) {
-                int32_t t = s->idx[j];
-                if (w[t] * inv_t - mx > -16.0) {
-                    s->idx[j] = s->idx[near];
-                    s->idx[near++] = t;
-                    near_sum += exp(w[t] * inv_t - mx);
+        /* keep >= 1: the best candidate has e = 1 >= min_p */
+        int topk_on = p->top_k > 0 && p->top_k < keep;
+        if (topk_on || p->top_p < 1.0) {
+            /* Sorting all V candidates is the cost of top-p / top-k; first
+             * sort only those within a cut of the best. When they hold the
+             * top k, or the nucleus mass, the rest cannot enter: exact. */
+            /* tighter cuts first: realistic distributions are peaked */
+            static const float cuts[2] = {2.4787522e-03f /* e^-6 */, 1.1253517e-07f /* e^-16 */};
+            for (int c = 0; c < 2; c++) {
+                int64_t near = 0;
+                double near_sum = 0;
+                for (int64_t j = 0; j < keep; j++) {
+                    int32_t t = s->idx[j];
+                    if (e[t] > cuts[c]) {
+                        s->idx[j] = s->idx[near];
+                        s->idx[near++] = t;
+                        near_sum += e[t];
+                    }
+                }
+                if (topk_on ? p->top_k <= near : near_sum >= p->top_p * sum) {
+                    keep = near;
+                    break;
                 }
             }
-            /* top-k: exact when the k best are all near; top-p alone:
-             * exact when the near ones reach the nucleus mass */
-            int topk_on = p->top_k > 0 && p->top_k < keep;
-            int use_near = topk_on ? p->top_k <= near : near_sum >= p->top_p * sum;
-            if (use_near) keep = near;
             top_sorted(w, s->idx, keep);
-            if (topk_on) {
-                keep = p->top_k;
-                sum = 0;
-                for (int64_t j = 0; j < keep; j++) sum += exp(w[s->idx[j]] * inv_t - mx);
-            }
+            if (topk_on) keep = p->top_k;
             if (p->top_p < 1.0) {
-                double acc = 0, lim = p->top_p * sum;
+                double tot = 0;
+                for (int64_t j = 0; j < keep; j++) tot += e[s->idx[j]];
+                double acc = 0, lim = p->top_p * tot;
                 int64_t j = 0;
                 while (j < keep) {
-                    acc += exp(w[s->idx[j]] * inv_t - mx);
+                    acc += e[s->idx[j]];
                     j++;
                     if (acc >= lim) break;
                 }
                 keep = j;
             }
         }
-        /* Exponential race: argmax (logit/T - log E); ties to the lower id. */
-        double best = -INFINITY;
-        tok = -1;
+        /* Inverse CDF with one counter-based uniform per (seed, completion,
+         * position): the first kept candidate whose running sum passes
+         * u * total. Both sums run over the same order, so the last one
+         * equals the total exactly. */
+        double u = (double)(di_rng_bits(p->seed, in->stream, (uint64_t)in->n_output, 0x5a3d) >> 11) * 0x1.0p-53;
+        double tot = 0;
+        for (int64_t j = 0; j < keep; j++) tot += e[s->idx[j]];
+        double lim = u * tot, acc = 0;
+        tok = s->idx[keep - 1];
         for (int64_t j = 0; j < keep; j++) {
-            int32_t t = s->idx[j];
-            double e = di_rng_exp(p->seed, in->stream, (uint64_t)in->n_output, (uint64_t)t);
-            double v = w[t] * inv_t - mx - log(e);
-            if (v > best || (v == best && t < tok)) { best = v; tok = t; }
+            acc += e[s->idx[j]];
+            if (acc > lim) {
+                tok = s->idx[j];
+                break;
+            }
         }
     }
     out->token = tok;
-    out->logprob = di_logprob_top(logits, V, tok, 0, NULL, NULL, &out->rank);
+    out->logprob = di_logprob_top(logits, V, tok, 0, NULL, NULL, NULL);
 }

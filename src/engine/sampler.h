@@ -2,14 +2,15 @@
  * vLLM's order — logit bias, min_tokens masking of EOS / stop ids,
  * repetition / frequency / presence penalties, the constraint mask —
  * then greedy argmax (temperature 0) or, for temperature > 0, min-p, top-k
- * and top-p filtering and the exponential race argmax(p_i / E_i) of the
- * reference sampler, E_i ~ Exp(1).
+ * and top-p filtering and an inverse-CDF draw over the kept candidates.
  *
- * Deterministic sampling: E_i comes from a counter-based generator keyed on
- * (seed, stream, position, token id) — no state carried between calls — so
- * a token's draw depends only on its request's seed, its completion index
- * and its output position: never on the batch, the order of requests or
- * the number of threads. */
+ * Deterministic sampling: the draw's uniform comes from a counter-based
+ * generator keyed on (seed, stream, position) — no state carried between
+ * calls — so a token depends only on its logits, its request's seed, its
+ * completion index and its output position: never on the batch, the order
+ * of requests or the number of threads. One uniform per token (rather than
+ * the reference's Exp(1) noise per vocabulary entry, argmax(p/E), which is
+ * the same distribution) keeps a 129k-entry vocabulary cheap. */
 #ifndef DI_ENGINE_SAMPLER_H
 #define DI_ENGINE_SAMPLER_H
 
@@ -62,6 +63,7 @@ typedef struct di_sampler {
     uint8_t *seen;               /* [V] penalty marks */
     int32_t *count;              /* [V] output counts */
     int32_t *idx;                /* [V] candidate ids */
+    float *prob;                 /* [V] unnormalised probabilities */
 } di_sampler;
 
 int di_sampler_init(di_sampler *s, int64_t V); /* -1 when out of memory */
