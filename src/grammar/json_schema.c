@@ -1495,9 +1495,82 @@ static int required_forbidden(js_ctx *c, const cJSON *a, const cJSON *b) {
     return 0;
 }
 
+/* Canonical-encoding DFA of a string-only schema (type string, or enum /
+ * const of strings, with pattern / format / lengths), for disjointness
+ * proofs. Returns 0 and fills out, or -1 when the schema is not of that
+ * form (err untouched). */
+static int string_only_dfa(js_ctx *c, const cJSON *s, di_dfa *out) {
+    s = deref(c, s);
+    if (!cJSON_IsObject(s)) return -1;
+    for (const cJSON *k = s->child; k; k = k->next) {
+        const char *n = k->string;
+        if (!is_constraint(n)) continue;
+        if (strcmp(n, "type") && strcmp(n, "enum") && strcmp(n, "const") && strcmp(n, "pattern") &&
+            strcmp(n, "format") && strcmp(n, "minLength") && strcmp(n, "maxLength"))
+            return -1;
+    }
+    int t = possible_types(c, s, 0);
+    if (t != T_STR) return -1;
+    di_err save = *c->err;
+    di_dfa d;
+    int any;
+    if (string_dfa(c, s, &d, &any)) { *c->err = save; return -1; }
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
+    const cJSON *co = cJSON_GetObjectItemCaseSensitive(s, "const");
+    if (en || co) {
+        /* union of the literals, as one regex */
+        size_t cap = 64, len = 0;
+        char *rx = malloc(cap);
+        int first = 1, ok = rx != NULL;
+        const cJSON *vals[2] = {en ? en->child : NULL, co};
+        for (int pass = 0; pass < 2 && ok; pass++)
+            for (const cJSON *v = vals[pass]; v && ok; v = pass == 0 ? v->next : NULL) {
+                if (!cJSON_IsString(v)) continue;
+                size_t need = di_regex_escape(v->valuestring, strlen(v->valuestring), NULL, 0) + 8;
+                if (len + need >= cap) {
+                    while (len + need >= cap) cap *= 2;
+                    char *nr = realloc(rx, cap);
+                    if (!nr) { ok = 0; break; }
+                    rx = nr;
+                }
+                if (!first) rx[len++] = '|';
+                first = 0;
+                rx[len++] = '(';
+                len += di_regex_escape(v->valuestring, strlen(v->valuestring), rx + len, cap - len);
+                rx[len++] = ')';
+                rx[len] = 0;
+            }
+        di_dfa lits;
+        if (!ok || first || di_regex_compile(rx, len, DI_RX_JSON_STRING, c->o->max_lexer_states, &lits, c->err)) {
+            free(rx);
+            di_dfa_free(&d);
+            *c->err = save;
+            return -1;
+        }
+        free(rx);
+        di_dfa r;
+        di_status st = di_dfa_product(&d, &lits, 0, c->o->max_lexer_states, &r, c->err);
+        di_dfa_free(&d);
+        di_dfa_free(&lits);
+        if (st) { *c->err = save; return -1; }
+        d = r;
+    }
+    *out = d;
+    return 0;
+}
+
 /* 1 when no instance can satisfy both a and b (a sufficient test). */
 static int disjoint(js_ctx *c, const cJSON *a, const cJSON *b) {
     if (required_forbidden(c, a, b) || required_forbidden(c, b, a)) return 1;
+    di_dfa da, db;
+    if (string_only_dfa(c, a, &da) == 0) {
+        if (string_only_dfa(c, b, &db) == 0) {
+            int meet = di_dfa_intersects(&da, &db);
+            di_dfa_free(&db);
+            di_dfa_free(&da);
+            if (!meet) return 1;
+        } else di_dfa_free(&da);
+    }
     int ta = possible_types(c, a, 0), tb = possible_types(c, b, 0);
     int ua = ta, ub = tb;
     if (ua & T_NUM) ua |= T_INT;
