@@ -130,6 +130,15 @@ static void test_json_schema(void) {
     expect(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"string\",\"not\":{\"pattern\":\"^a\"}}",
            (const char *[]){"\"ba\"", "\"\"", NULL}, (const char *[]){"\"ab\"", "\"\\u0061\"", NULL});
     expect_error(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"oneOf\":[{\"type\":\"string\"},{\"minLength\":1}]}", DI_ERR_UNSUPPORTED, "oneOf");
+    /* string-only branches: disjoint languages compile, overlapping ones do not */
+    expect(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"oneOf\":[{\"enum\":[\"a\",\"b\"]},{\"type\":\"string\",\"pattern\":\"^c\"}]}",
+           (const char *[]){"\"a\"", "\"cx\"", NULL}, (const char *[]){"\"d\"", "\"ac\"", NULL});
+    expect_error(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"oneOf\":[{\"enum\":[\"a\",\"b\"]},{\"type\":\"string\",\"pattern\":\"^a\"}]}",
+                 DI_ERR_UNSUPPORTED, "oneOf");
+    /* objects: a required key the other branch forbids */
+    expect(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"a\"],\"additionalProperties\":false},"
+           "{\"type\":\"object\",\"properties\":{\"b\":{}},\"required\":[\"b\"],\"additionalProperties\":false}]}",
+           (const char *[]){"{\"a\":1}", "{\"b\":[]}", NULL}, (const char *[]){"{\"a\":1,\"b\":2}", "{}", NULL});
     expect_error(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"type\":\n  \"string\",,}", DI_ERR_FORMAT, "line 2");
     expect_error(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"$ref\":\"#/$defs/missing\"}", DI_ERR_NOT_FOUND, "missing");
     expect_error(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"string\",\"pattern\":\"(?<=a)b\"}", DI_ERR_UNSUPPORTED, "lookbehind");
