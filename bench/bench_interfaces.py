@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Throughput of the engine through its user interfaces.
 
-1. `deepinfer bench` (llama-bench-style pp/tg rows) on the embedded default
+1. `deepinfer bench` (llama-bench-style pp/tg rows; on the tiny model also
+   decode after 1024 tokens of context) on the embedded default
    tiny model and on a ~130M-parameter dummy config (the golden tiny config
    widened as bench/bench_engine.c does), with the SVG plot.
 2. The Python API against the C engine in the same run: B requests of a
@@ -35,8 +36,8 @@ def wide_config(shared, out):
     out.write_text(json.dumps(cfg, indent=1))
 
 
-def cli_bench(model_args, p, n, b, reps, svg=None):
-    args = [str(BIN), "bench", "-p", p, "-n", n, "-b", b, "-r", str(reps), "-o", "json", *model_args]
+def cli_bench(model_args, p, n, b, reps, svg=None, d="0"):
+    args = [str(BIN), "bench", "-p", p, "-n", n, "-b", b, "-d", d, "-r", str(reps), "-o", "json", *model_args]
     if svg:
         args += ["--svg", str(svg)]
     out = subprocess.run(args, capture_output=True, text=True, check=True)
@@ -76,7 +77,8 @@ def main():
     from deepinfer import LLM
     reps = 2 if quick else 3
     print("## deepinfer bench: embedded default tiny model")
-    rows = cli_bench([], "64,256", "32", "1,4,16", reps, ROOT / "bench" / "engine_throughput_tiny.svg")
+    rows = cli_bench([], "64,256,1024", "32", "1,4,16", reps, ROOT / "bench" / "engine_throughput_tiny.svg",
+                     d="0,1024")
     print_rows("v41-tiny", rows)
     with LLM() as llm:
         python_vs_c(llm, [], "v41-tiny", 32, [1, 4, 16], reps)
