@@ -68,7 +68,9 @@ def job(tmp_path_factory):
     need_bin()
     d = tmp_path_factory.mktemp("batch")
     write_jsonl(d / "in.jsonl", requests())
+    t0 = time.monotonic()
     run("batch", "--input", d / "in.jsonl", "--output", d / "ref.jsonl", "--quiet")
+    (d / "seconds").write_text(str(time.monotonic() - t0))
     return d
 
 
@@ -113,12 +115,15 @@ def test_reference_run_lines(job):
 def test_killed_at_random_points_then_resumed(job):
     out = job / "killed.jsonl"
     rng = random.Random(20261130)
+    whole = float((job / "seconds").read_text())
     kills = 0
     partial = set()  # line counts seen between kills
     for attempt in range(8):
         p = subprocess.Popen([str(need_bin()), "batch", "--input", str(job / "in.jsonl"), "--output", str(out),
                               "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(rng.uniform(0.05, 0.8))
+        done = out.read_bytes().count(b"\n") if out.exists() else 0
+        left = whole * (1 - done / len(requests()))
+        time.sleep(0.05 + rng.uniform(0.0, 0.7) * left)  # somewhere inside what is left of the job
         if p.poll() is None:
             os.kill(p.pid, signal.SIGKILL)
             kills += 1
