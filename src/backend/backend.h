@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend/kvstore.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -131,6 +132,31 @@ typedef struct di_backend_ops {
     void (*index_scores)(di_backend *be, const float *q, const float *w, int64_t m, int hi,
                          int64_t di, const float *const *keys, const int32_t *n_vis,
                          int64_t width, float *out);
+
+    /* ---- packed per-sequence caches (backend/kvstore.h) ----
+     * The sequence state keeps window KV, compressed KV and index keys in
+     * their packed quantized forms. The model quantizes new rows with
+     * kv_pack and copies the packed rows into the caches (copy); the two
+     * readers take tables of packed rows and decode them on the fly, giving
+     * the results sparse_attn / index_scores give on the decoded fp32 rows,
+     * bit for bit on the CPU. The model calls only these three for the
+     * caches (sparse_attn / index_scores over fp32 rows stay as the plain
+     * forms the _kv ones are defined by); a backend that leaves them NULL
+     * cannot run the model, and the forward says so instead of crashing. */
+    /* out [m, di_kvq_row_bytes(fmt, n)] = the packed rows of x [m, n]. */
+    void (*kv_pack)(di_backend *be, di_kvq fmt, const float *x, int64_t m, int64_t n,
+                    uint8_t *out);
+    /* sparse_attn over packed rows: rows [m, n_slots] of pointers to packed
+     * [d] rows (NULL = empty slot); slots j < n_win are DI_KVQ_FP8 (window
+     * KV), slots j >= n_win DI_KVQ_FP4_E4M3 (compressed KV). */
+    void (*sparse_attn_kv)(di_backend *be, const float *q, int64_t m, int h, int64_t d,
+                           const uint8_t *const *rows, int n_slots, int n_win, const float *sink,
+                           float scale, float *out);
+    /* index_scores over packed keys: keys[i] → n_vis[i] consecutive
+     * DI_KVQ_FP4_E8M0 rows of di values. */
+    void (*index_scores_kv)(di_backend *be, const float *q, const float *w, int64_t m, int hi,
+                            int64_t di, const uint8_t *const *keys, const int32_t *n_vis,
+                            int64_t width, float *out);
     /* Candidate pool (§5.4.4): per row, the `topk_blocks` best blocks of `bs`
      * positions (block score = max of its positions, the block of the newest
      * visible entry pinned, unreachable blocks dropped), ascending, -1

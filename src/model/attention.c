@@ -1,5 +1,5 @@
 /* Attention sublayer (architecture.md §5.2, §5.5, §5.6): query path, window
- * KV with FP8 QDQ into the ring, the compressed entries chosen by the
+ * KV quantized to FP8 and packed into the ring, the compressed entries chosen by the
  * indexer (§5.3/§5.4 in compressor.c / indexer.c), sparse attention with
  * sink, inverse RoPE and the grouped output projection. DSpark stages attend
  * to their ring of main-model KV plus the whole draft block (§10.3). */
@@ -10,47 +10,51 @@
 #include "model/forward.h"
 
 /* Attention list of each row: W window slots (positions max(0, t-W+1) + k,
- * empty beyond t), then the selected compressed entries. */
-static void build_rows(di_fwd *f, int block, const float *kv, di_kvrow *rows, int n_slots) {
+ * empty beyond t), then the selected compressed entries. Rows are packed:
+ * the chunk's own window KV from kvp [m, win_bytes], older positions from
+ * the ring, compressed entries from the kv source's cache. */
+typedef const uint8_t *kvrow;
+
+static void build_rows(di_fwd *f, int block, const uint8_t *kvp, kvrow *rows, int n_slots) {
     const di_config *c = f->lm->cfg;
     const di_layer_role *r = &c->roles[block];
-    int64_t dh = c->head_dim;
     int W = c->window, k = c->index_topk;
     for (int64_t i = 0; i < f->m; i++) {
         const di_seqstate *st = f->seqs[f->seq[i]].st;
         int64_t t = f->pos[i], start = st->n_tokens, r0 = f->row0[f->seq[i]];
-        di_kvrow *o = rows + i * n_slots;
+        kvrow *o = rows + i * n_slots;
         int64_t p0 = t - W + 1 > 0 ? t - W + 1 : 0;
         for (int j = 0; j < W; j++) {
             int64_t p = p0 + j;
             if (p > t) o[j] = NULL;
-            else if (p >= start) o[j] = kv + (r0 + p - start) * dh;
+            else if (p >= start) o[j] = kvp + (size_t)(r0 + p - start) * st->win_bytes;
             else o[j] = di_seqstate_win_row(st, block, p);
         }
         if (r->ratio > 0) {
             const int32_t *sel = f->sel[r->isrc] + i * k;
-            const float *cache = st->ckv[r->kv_src];
-            for (int j = 0; j < k; j++) o[W + j] = sel[j] >= 0 ? cache + (int64_t)sel[j] * dh : NULL;
+            const uint8_t *cache = st->ckv[r->kv_src];
+            for (int j = 0; j < k; j++)
+                o[W + j] = sel[j] >= 0 ? cache + (size_t)sel[j] * st->ckv_bytes : NULL;
         }
     }
 }
 
 /* DSpark stage: ring slots 0 .. min(W, p+1)-1 in slot order (slot j holds
  * the position ≡ j mod W in (p-W, p]), then the B block entries. */
-static void build_rows_dspark(di_fwd *f, int block, const float *kv, di_kvrow *rows,
+static void build_rows_dspark(di_fwd *f, int block, const uint8_t *kvp, kvrow *rows,
                               int n_slots) {
     const di_config *c = f->lm->cfg;
     int stage = block - c->n_layers, W = c->window;
-    int64_t p = f->dspark_p, dh = c->head_dim;
+    int64_t p = f->dspark_p;
     const di_seqstate *st = f->seqs[0].st;
     int nr = p + 1 < W ? (int)p + 1 : W;
     for (int64_t i = 0; i < f->m; i++) {
-        di_kvrow *o = rows + i * n_slots;
+        kvrow *o = rows + i * n_slots;
         for (int j = 0; j < nr; j++) {
             int64_t q = p - ((p - j) % W + W) % W;
-            o[j] = st->dsring[stage] + (q % st->ring_cap) * dh;
+            o[j] = di_seqstate_dspark_row(st, stage, q);
         }
-        for (int64_t j = 0; j < f->m; j++) o[nr + j] = kv + j * dh;
+        for (int64_t j = 0; j < f->m; j++) o[nr + j] = kvp + (size_t)j * st->win_bytes;
     }
 }
 
@@ -63,22 +67,25 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
     int64_t m = f->m, dh = c->head_dim, rd = c->rope_dim;
     int H = c->n_heads, W = c->window;
     int dspark = r->is_dspark_stage;
-    int n_slots;
+    int n_slots, n_win;
     if (dspark) {
         int64_t p = f->dspark_p;
-        n_slots = (int)((p + 1 < W ? p + 1 : W) + m);
+        n_slots = n_win = (int)((p + 1 < W ? p + 1 : W) + m);
     } else {
+        n_win = W;
         n_slots = W + (r->ratio > 0 ? c->index_topk : 0);
     }
+    size_t wb = di_kvq_row_bytes(DI_KVQ_FP8, dh);
     di_status st = DI_OK;
     int32_t *pos = f->pos, *dpos = NULL;
     float *qr = be->ops->alloc(be, (size_t)(m * c->q_lora_rank) * sizeof(float));
     float *q = be->ops->alloc(be, (size_t)(m * H * dh) * sizeof(float));
     float *kv = be->ops->alloc(be, (size_t)(m * dh) * sizeof(float));
     float *o = be->ops->alloc(be, (size_t)(m * H * dh) * sizeof(float));
+    uint8_t *kvp = be->ops->alloc(be, (size_t)m * wb);
     float *z = be->ops->alloc(be, (size_t)(m * lb->wo_a.n_out) * sizeof(float));
-    di_kvrow *rows = calloc((size_t)(m * n_slots), sizeof(di_kvrow));
-    if (!qr || !q || !kv || !o || !z || !rows) {
+    kvrow *rows = calloc((size_t)(m * n_slots), sizeof(kvrow));
+    if (!qr || !q || !kv || !kvp || !o || !z || !rows) {
         st = di_err_set(err, DI_ERR_NOMEM, "attention: out of memory");
         goto out;
     }
@@ -90,7 +97,7 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
     be->ops->matmul(be, &lb->wq_a, x, m, qr, lm->mm_q);
     be->ops->rmsnorm(be, qr, &lm->w->blocks[block].attn.q_norm, m, c->q_lora_rank, c->eps, qr);
     be->ops->matmul(be, &lb->wq_b, qr, m, q, lm->mm_q);
-    /* window KV: RMSNorm, RoPE, FP8 QDQ over all dims */
+    /* window KV: RMSNorm, RoPE, FP8 over all dims (packed: codes + scales) */
     be->ops->matmul(be, &lb->wkv, x, m, kv, lm->mm_q);
     be->ops->rmsnorm(be, kv, &lm->w->blocks[block].attn.kv_norm, m, dh, c->eps, kv);
     if (dspark) { /* block slot i sits at position p + 1 + i */
@@ -104,10 +111,10 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
     }
     be->ops->rope(be, q, m, H * dh, H, dh, rd, pos, lb->freq, 0);
     be->ops->rope(be, kv, m, dh, 1, dh, rd, pos, lb->freq, 0);
-    be->ops->qdq_fp8(be, kv, m * dh);
+    be->ops->kv_pack(be, DI_KVQ_FP8, kv, m, dh, kvp);
 
     if (dspark) {
-        build_rows_dspark(f, block, kv, rows, n_slots);
+        build_rows_dspark(f, block, kvp, rows, n_slots);
     } else {
         if (r->ratio > 0) {
             if (r->owns_compressor && (st = di_compressor(f, block, x, err))) goto out;
@@ -117,10 +124,11 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
                 goto out;
             }
         }
-        build_rows(f, block, kv, rows, n_slots);
+        build_rows(f, block, kvp, rows, n_slots);
     }
     const float *sink = lm->w->blocks[block].attn.sink.data;
-    be->ops->sparse_attn(be, q, m, H, dh, rows, n_slots, sink, (float)(1.0 / sqrt((double)dh)), o);
+    be->ops->sparse_attn_kv(be, q, m, H, dh, rows, n_slots, n_win, sink,
+                            (float)(1.0 / sqrt((double)dh)), o);
     be->ops->rope(be, o, m, H * dh, H, dh, rd, pos, lb->freq, 1);
     /* grouped low-rank output projection (§5.6) */
     be->ops->matmul_grouped(be, &lb->wo_a, c->o_groups, o, m, z);
@@ -132,13 +140,14 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
             int64_t n = f->seqs[s].n, first = n > sq->ring_cap ? n - sq->ring_cap : 0;
             for (int64_t i = first; i < n; i++)
                 be->ops->copy(be, di_seqstate_win_row(sq, block, sq->n_tokens + i),
-                              kv + (f->row0[s] + i) * dh, (size_t)dh * sizeof(float));
+                              kvp + (size_t)(f->row0[s] + i) * wb, wb);
         }
 out:
     free(dpos);
     be->ops->free(be, qr);
     be->ops->free(be, q);
     be->ops->free(be, kv);
+    be->ops->free(be, kvp);
     be->ops->free(be, o);
     be->ops->free(be, z);
     free(rows);

@@ -1,9 +1,9 @@
 /* Compressor of a kv-source block (architecture.md §5.3): ratio r > 1 pools
  * each complete group of r tokens with a per-channel softmax gate (fp32),
  * ratio 1 is a plain bf16 projection. Each new entry j (positioned at its
- * group's first token j·r) gives an index key (RMSNorm, RoPE, FP4-QDQ per 32
- * with E8M0 scales) and a compressed-KV row (RoPE, FP4-QDQ per 16 with E4M3
- * scales). A group split across chunks is completed from the per-token
+ * group's first token j·r) gives an index key (RMSNorm, RoPE, FP4 per 32
+ * with E8M0 scales) and a compressed-KV row (RoPE, FP4 per 16 with E4M3
+ * scales), stored packed (backend/kvstore.h). A group split across chunks is completed from the per-token
  * projections kept in the sequence state. */
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +35,13 @@ di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
     int keys = r->is_index_source && lb->idx_wk.w;
     di_status st = DI_OK;
     float *a = NULL, *g = NULL, *ga = NULL, *gg = NULL;
-    float *lat = be->ops->alloc(be, (size_t)((n_new > 0 ? n_new : 1) * dh) * sizeof(float));
-    float *key = be->ops->alloc(be, (size_t)((n_new > 0 ? n_new : 1) * di) * sizeof(float));
+    int64_t nb = n_new > 0 ? n_new : 1;
+    size_t cb = di_kvq_row_bytes(DI_KVQ_FP4_E4M3, dh), kb = di_kvq_row_bytes(DI_KVQ_FP4_E8M0, di);
+    float *lat = be->ops->alloc(be, (size_t)(nb * dh) * sizeof(float));
+    float *key = be->ops->alloc(be, (size_t)(nb * di) * sizeof(float));
+    uint8_t *latp = be->ops->alloc(be, (size_t)nb * cb), *keyp = be->ops->alloc(be, (size_t)nb * kb);
     int32_t *epos = malloc((size_t)(n_new + 1) * sizeof(int32_t));
-    if (!lat || !key || !epos) goto nomem;
+    if (!lat || !key || !latp || !keyp || !epos) goto nomem;
     if (!lb->cmp_wkv.w || lb->cmp_wkv.n_out != dh || (ratio > 1 && lb->cmp_wgate.n_out != dh)) {
         st = di_err_set(err, DI_ERR_FORMAT, "compressor weights missing or not [head_dim, dim]");
         goto out;
@@ -97,10 +100,10 @@ di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
         be->ops->matmul(be, &lb->idx_wk, lat, n_new, key, DI_MM_OUT_BF16);
         be->ops->rmsnorm(be, key, &wa->idx_k_norm, n_new, di, c->eps, key);
         be->ops->rope(be, key, n_new, di, 1, di, rd, epos, lb->freq, 0);
-        be->ops->qdq_fp4_e8m0(be, key, n_new * di);
+        be->ops->kv_pack(be, DI_KVQ_FP4_E8M0, key, n_new, di, keyp);
     }
     be->ops->rope(be, lat, n_new, dh, 1, dh, rd, epos, lb->freq, 0);
-    be->ops->qdq_fp4_e4m3(be, lat, n_new * dh);
+    be->ops->kv_pack(be, DI_KVQ_FP4_E4M3, lat, n_new, dh, latp);
     /* append to each sequence's caches */
     int64_t e = 0;
     for (int s = 0; s < f->n_seqs; s++) {
@@ -108,8 +111,8 @@ di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
         int64_t j0, j1;
         new_groups(f, s, ratio, &j0, &j1);
         for (int64_t j = j0; j < j1; j++, e++) {
-            be->ops->copy(be, sq->ckv[block] + j * dh, lat + e * dh, (size_t)dh * 4);
-            if (keys) be->ops->copy(be, sq->ikey[block] + j * di, key + e * di, (size_t)di * 4);
+            be->ops->copy(be, sq->ckv[block] + (size_t)j * cb, latp + (size_t)e * cb, cb);
+            if (keys) be->ops->copy(be, sq->ikey[block] + (size_t)j * kb, keyp + (size_t)e * kb, kb);
         }
     }
     goto out;
@@ -118,6 +121,8 @@ nomem:
 out:
     be->ops->free(be, lat);
     be->ops->free(be, key);
+    be->ops->free(be, latp);
+    be->ops->free(be, keyp);
     be->ops->free(be, a);
     be->ops->free(be, g);
     be->ops->free(be, ga);

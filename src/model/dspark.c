@@ -41,7 +41,9 @@ di_status di_dspark_seed(di_fwd *f, di_err *err) {
     di_status st = DI_OK;
     float *mx = be->ops->alloc(be, (size_t)(m * d) * sizeof(float));
     float *kv = be->ops->alloc(be, (size_t)(m * dh) * sizeof(float));
-    if (!mx || !kv) {
+    size_t wb = di_kvq_row_bytes(DI_KVQ_FP8, dh);
+    uint8_t *kvp = be->ops->alloc(be, (size_t)m * wb);
+    if (!mx || !kv || !kvp) {
         st = di_err_set(err, DI_ERR_NOMEM, "dspark: out of memory");
         goto out;
     }
@@ -58,18 +60,19 @@ di_status di_dspark_seed(di_fwd *f, di_err *err) {
         be->ops->matmul(be, &lb->wkv, mx, m, kv, lm->mm_q);
         be->ops->rmsnorm(be, kv, &lm->w->blocks[b].attn.kv_norm, m, dh, c->eps, kv);
         be->ops->rope(be, kv, m, dh, 1, dh, c->rope_dim, f->pos, lb->freq, 0);
-        be->ops->qdq_fp8(be, kv, m * dh);
+        be->ops->kv_pack(be, DI_KVQ_FP8, kv, m, dh, kvp);
         for (int s = 0; s < f->n_seqs; s++) {
             di_seqstate *sq = f->seqs[s].st;
             int64_t n = f->seqs[s].n, first = n > sq->ring_cap ? n - sq->ring_cap : 0;
             for (int64_t i = first; i < n; i++)
-                be->ops->copy(be, sq->dsring[k] + ((sq->n_tokens + i) % sq->ring_cap) * dh,
-                              kv + (f->row0[s] + i) * dh, (size_t)dh * sizeof(float));
+                be->ops->copy(be, di_seqstate_dspark_row(sq, k, sq->n_tokens + i),
+                              kvp + (size_t)(f->row0[s] + i) * wb, wb);
         }
     }
 out:
     be->ops->free(be, mx);
     be->ops->free(be, kv);
+    be->ops->free(be, kvp);
     return st;
 }
 

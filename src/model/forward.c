@@ -17,6 +17,10 @@ di_status di_fwd_begin(di_fwd *f, const di_lm *lm, const di_fwd_seq *seqs, int n
     f->n_seqs = n_seqs;
     f->dspark_p = -1;
     if (n_seqs < 1) return di_err_set(err, DI_ERR_INVALID_ARG, "forward: no sequence");
+    if (!lm->be->ops->kv_pack || !lm->be->ops->sparse_attn_kv || !lm->be->ops->index_scores_kv)
+        return di_err_set(err, DI_ERR_UNSUPPORTED,
+                          "forward: backend %s has no packed-cache ops (kv_pack, sparse_attn_kv, index_scores_kv)",
+                          lm->be->ops->name);
     int64_t m = 0;
     for (int s = 0; s < n_seqs; s++) {
         const di_fwd_seq *q = &seqs[s];

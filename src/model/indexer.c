@@ -30,7 +30,7 @@ di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_e
         return di_err_set(err, DI_ERR_STATE, "re-index block %d: no candidate pool in this forward", block);
     f->sel[block] = malloc((size_t)(m * k + 1) * sizeof(int32_t)); /* host metadata */
     int32_t *nvis = malloc((size_t)m * sizeof(int32_t));
-    const float **keys = malloc((size_t)m * sizeof(float *));
+    const uint8_t **keys = malloc((size_t)m * sizeof(uint8_t *)); /* packed key caches */
     float *q = be->ops->alloc(be, (size_t)(m * hi * di) * sizeof(float));
     float *w = be->ops->alloc(be, (size_t)(m * hi) * sizeof(float));
     float *sc = NULL;
@@ -65,8 +65,8 @@ di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_e
     if (!sc) goto nomem;
     for (int64_t i0 = 0; i0 < m; i0 += rows) {
         int64_t n = m - i0 < rows ? m - i0 : rows;
-        be->ops->index_scores(be, q + i0 * hi * di, w + i0 * hi, n, hi, di, keys + i0, nvis + i0,
-                              width, sc);
+        be->ops->index_scores_kv(be, q + i0 * hi * di, w + i0 * hi, n, hi, di, keys + i0,
+                                 nvis + i0, width, sc);
         if (r->is_candidate_source)
             be->ops->candidate_blocks(be, sc, nvis + i0, n, width, nbk, bs, f->cand + i0 * nbk);
         else if (r->indexer == DI_INDEXER_POOL)

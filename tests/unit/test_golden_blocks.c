@@ -122,7 +122,12 @@ static void fixture(const char *fx, const tol *T) {
             snprintf(name, sizeof name, "short.prefill.index_k.L%d", l);
             const float *gi = gold_f32(&g, name, &n2);
             if (gk && gi && n1 == ne * c->head_dim && n2 == ne * c->index_head_dim) {
-                double e1 = rel_l2(st.ckv[l], gk, n1), e2 = rel_l2(st.ikey[l], gi, n2);
+                float *ck = malloc((size_t)n1 * sizeof(float)), *ik = malloc((size_t)n2 * sizeof(float));
+                CHECK(ck && ik && di_seqstate_read_ckv(&st, l, 0, ne, ck, &err) == DI_OK &&
+                      di_seqstate_read_ikey(&st, l, 0, ne, ik, &err) == DI_OK);
+                double e1 = rel_l2(ck, gk, n1), e2 = rel_l2(ik, gi, n2);
+                free(ck);
+                free(ik);
                 fprintf(stderr, " ckv %.2e ik %.2e", e1, e2);
                 CHECKF(e1 <= T->ckv, "block %d compressed kv %.3e", l, e1);
                 CHECKF(e2 <= T->ik, "block %d index keys %.3e", l, e2);

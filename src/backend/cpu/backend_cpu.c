@@ -423,67 +423,100 @@ typedef struct attn_ctx {
     const float *q;
     int h;
     int64_t d;
-    const di_kvrow *rows;
-    int n_slots;
+    const di_kvrow *rows;        /* fp32 rows (sparse_attn) */
+    const uint8_t *const *prows; /* packed rows (sparse_attn_kv) */
+    int n_slots, n_win;
     const float *sink;
     float scale;
     float *out;
 } attn_ctx;
 
-/* Online softmax over blocks of 64 slots with the probabilities rounded to
- * bf16 before P·V and fp32 in the denominator (§5.5). */
+/* Attention of one query row over its n_slots rows: online softmax over
+ * blocks of 64 slots with the probabilities rounded to bf16 before P·V and
+ * fp32 in the denominator (§5.5). acc [d] is scratch. */
+static void attn_row(const attn_ctx *c, int64_t i, const float *const *rows, float *acc) {
+    int64_t d = c->d;
+    for (int hh = 0; hh < c->h; hh++) {
+        const float *q = c->q + (i * c->h + hh) * d;
+        float mx = -1e30f, sum = 0.f;
+        memset(acc, 0, (size_t)d * sizeof(float));
+        for (int b0 = 0; b0 < c->n_slots; b0 += 64) {
+            int b1 = b0 + 64 < c->n_slots ? b0 + 64 : c->n_slots;
+            float sc[64];
+            float bmax = -INFINITY;
+            for (int j = b0; j < b1; j++) {
+                if (!rows[j]) {
+                    sc[j - b0] = -INFINITY;
+                    continue;
+                }
+                float dot = 0.f;
+                for (int64_t k = 0; k < d; k++) dot += q[k] * rows[j][k];
+                sc[j - b0] = dot * c->scale;
+                bmax = fmaxf(bmax, sc[j - b0]);
+            }
+            float nmx = fmaxf(mx, bmax);
+            float rescale = expf(mx - nmx);
+            float psum = 0.f;
+            for (int64_t k = 0; k < d; k++) acc[k] *= rescale;
+            for (int j = b0; j < b1; j++) {
+                if (!rows[j]) continue;
+                float pj = expf(sc[j - b0] - nmx);
+                psum += pj;
+                float pb = di_round_bf16(pj);
+                for (int64_t k = 0; k < d; k++) acc[k] += pb * rows[j][k];
+            }
+            sum = sum * rescale + psum;
+            mx = nmx;
+        }
+        sum += expf(c->sink[hh] - mx);
+        float *o = c->out + (i * c->h + hh) * d;
+        for (int64_t k = 0; k < d; k++) o[k] = di_round_bf16(acc[k] / sum);
+    }
+}
+
 static void attn_range(void *p, int64_t lo, int64_t hi) {
+    attn_ctx *c = p;
+    float *acc = malloc((size_t)c->d * sizeof(float));
+    if (!acc) return;
+    for (int64_t i = lo; i < hi; i++) attn_row(c, i, c->rows + i * c->n_slots, acc);
+    free(acc);
+}
+
+/* Packed rows: each query's rows are decoded once into a working set
+ * [n_slots, d] and then read by every head, so the decoding costs 1/h of
+ * the attention and the arithmetic is that of the fp32 op. */
+static void attn_kv_range(void *p, int64_t lo, int64_t hi) {
     attn_ctx *c = p;
     int64_t d = c->d;
     float *acc = malloc((size_t)d * sizeof(float));
-    if (!acc) return;
-    for (int64_t i = lo; i < hi; i++) {
-        const di_kvrow *rows = c->rows + i * c->n_slots;
-        for (int hh = 0; hh < c->h; hh++) {
-            const float *q = c->q + (i * c->h + hh) * d;
-            float mx = -1e30f, sum = 0.f;
-            memset(acc, 0, (size_t)d * sizeof(float));
-            for (int b0 = 0; b0 < c->n_slots; b0 += 64) {
-                int b1 = b0 + 64 < c->n_slots ? b0 + 64 : c->n_slots;
-                float sc[64];
-                float bmax = -INFINITY;
-                for (int j = b0; j < b1; j++) {
-                    if (!rows[j]) {
-                        sc[j - b0] = -INFINITY;
-                        continue;
-                    }
-                    float dot = 0.f;
-                    for (int64_t k = 0; k < d; k++) dot += q[k] * rows[j][k];
-                    sc[j - b0] = dot * c->scale;
-                    bmax = fmaxf(bmax, sc[j - b0]);
-                }
-                float nmx = fmaxf(mx, bmax);
-                float rescale = expf(mx - nmx);
-                float psum = 0.f;
-                for (int64_t k = 0; k < d; k++) acc[k] *= rescale;
-                for (int j = b0; j < b1; j++) {
-                    if (!rows[j]) continue;
-                    float pj = expf(sc[j - b0] - nmx);
-                    psum += pj;
-                    float pb = di_round_bf16(pj);
-                    for (int64_t k = 0; k < d; k++) acc[k] += pb * rows[j][k];
-                }
-                sum = sum * rescale + psum;
-                mx = nmx;
+    float *ws = malloc((size_t)(c->n_slots * d) * sizeof(float));
+    const float **rows = malloc((size_t)c->n_slots * sizeof(float *));
+    if (acc && ws && rows)
+        for (int64_t i = lo; i < hi; i++) {
+            const uint8_t *const *pr = c->prows + i * c->n_slots;
+            for (int j = 0; j < c->n_slots; j++) {
+                rows[j] = pr[j] ? ws + j * d : NULL;
+                if (pr[j]) di_kvq_unpack(j < c->n_win ? DI_KVQ_FP8 : DI_KVQ_FP4_E4M3, pr[j], d, ws + j * d);
             }
-            sum += expf(c->sink[hh] - mx);
-            float *o = c->out + (i * c->h + hh) * d;
-            for (int64_t k = 0; k < d; k++) o[k] = di_round_bf16(acc[k] / sum);
+            attn_row(c, i, rows, acc);
         }
-    }
     free(acc);
+    free(ws);
+    free(rows);
 }
 
 static void cpu_sparse_attn(di_backend *be, const float *q, int64_t m, int h, int64_t d,
                             const di_kvrow *rows, int n_slots, const float *sink, float scale,
                             float *out) {
-    attn_ctx c = {q, h, d, rows, n_slots, sink, scale, out};
+    attn_ctx c = {q, h, d, rows, NULL, n_slots, n_slots, sink, scale, out};
     par_for(be, m, (double)m * h * n_slots * (double)d * 2, attn_range, &c);
+}
+
+static void cpu_sparse_attn_kv(di_backend *be, const float *q, int64_t m, int h, int64_t d,
+                               const uint8_t *const *rows, int n_slots, int n_win,
+                               const float *sink, float scale, float *out) {
+    attn_ctx c = {q, h, d, NULL, rows, n_slots, n_win, sink, scale, out};
+    par_for(be, m, (double)m * h * n_slots * (double)d * 2, attn_kv_range, &c);
 }
 
 typedef struct idx_ctx {
@@ -491,15 +524,34 @@ typedef struct idx_ctx {
     int hi;
     int64_t di;
     const float *const *keys;
+    const uint8_t *const *pkeys; /* packed (index_scores_kv) */
     const int32_t *n_vis;
     int64_t width;
     float *out;
 } idx_ctx;
 
-static void idx_range(void *p, int64_t lo, int64_t hi_row) {
-    const idx_ctx *x = p;
+/* Score of key k [di] for query row i (the reference's bf16 points). */
+static float idx_score(const idx_ctx *x, int64_t i, const float *k) {
     int hi = x->hi;
     int64_t di = x->di;
+    float total = 0.f;
+    for (int h = 0; h < hi; h++) {
+        const float *qh = x->q + (i * hi + h) * di;
+        float dot = 0.f;
+        for (int64_t t = 0; t < di; t++) dot += qh[t] * k[t];
+        dot = di_round_bf16(dot);
+        if (dot < 0.f) dot = 0.f;
+        total += di_round_bf16(dot * x->w[i * hi + h]);
+    }
+    return di_round_bf16(total);
+}
+
+static void idx_range(void *p, int64_t lo, int64_t hi_row) {
+    const idx_ctx *x = p;
+    int64_t di = x->di;
+    size_t kb = di_kvq_row_bytes(DI_KVQ_FP4_E8M0, di);
+    float *key = x->pkeys ? malloc((size_t)di * sizeof(float)) : NULL;
+    if (x->pkeys && !key) return;
     for (int64_t i = lo; i < hi_row; i++) {
         float *o = x->out + i * x->width;
         for (int64_t j = 0; j < x->width; j++) {
@@ -507,26 +559,48 @@ static void idx_range(void *p, int64_t lo, int64_t hi_row) {
                 o[j] = -INFINITY;
                 continue;
             }
-            const float *k = x->keys[i] + j * di;
-            float total = 0.f;
-            for (int h = 0; h < hi; h++) {
-                const float *qh = x->q + (i * hi + h) * di;
-                float dot = 0.f;
-                for (int64_t t = 0; t < di; t++) dot += qh[t] * k[t];
-                dot = di_round_bf16(dot);
-                if (dot < 0.f) dot = 0.f;
-                total += di_round_bf16(dot * x->w[i * hi + h]);
+            if (x->pkeys) { /* one key decoded, read by every head */
+                di_kvq_unpack(DI_KVQ_FP4_E8M0, x->pkeys[i] + (size_t)j * kb, di, key);
+                o[j] = idx_score(x, i, key);
+            } else {
+                o[j] = idx_score(x, i, x->keys[i] + j * di);
             }
-            o[j] = di_round_bf16(total);
         }
     }
+    free(key);
 }
 
 static void cpu_index_scores(di_backend *be, const float *q, const float *w, int64_t m, int hi,
                              int64_t di, const float *const *keys, const int32_t *n_vis,
                              int64_t width, float *out) {
-    idx_ctx x = {q, w, hi, di, keys, n_vis, width, out};
+    idx_ctx x = {q, w, hi, di, keys, NULL, n_vis, width, out};
     par_for(be, m, (double)m * (double)width * hi * (double)di, idx_range, &x);
+}
+
+static void cpu_index_scores_kv(di_backend *be, const float *q, const float *w, int64_t m,
+                                int hi, int64_t di, const uint8_t *const *keys,
+                                const int32_t *n_vis, int64_t width, float *out) {
+    idx_ctx x = {q, w, hi, di, NULL, keys, n_vis, width, out};
+    par_for(be, m, (double)m * (double)width * hi * (double)di, idx_range, &x);
+}
+
+typedef struct pack_ctx {
+    di_kvq fmt;
+    const float *x;
+    int64_t n;
+    uint8_t *out;
+} pack_ctx;
+
+static void pack_range(void *p, int64_t lo, int64_t hi) {
+    const pack_ctx *c = p;
+    size_t rb = di_kvq_row_bytes(c->fmt, c->n);
+    for (int64_t i = lo; i < hi; i++) di_kvq_pack(c->fmt, c->x + i * c->n, c->n, c->out + (size_t)i * rb);
+}
+
+static void cpu_kv_pack(di_backend *be, di_kvq fmt, const float *x, int64_t m, int64_t n,
+                        uint8_t *out) {
+    pack_ctx c = {fmt, x, n, out};
+    par_for(be, m, (double)m * (double)n * 8, pack_range, &c);
 }
 
 /* Index of the best `k` of n scores (ties: lower index), written in
@@ -710,6 +784,9 @@ static const di_backend_ops cpu_ops = {
     .compress_pool = cpu_compress_pool,
     .sparse_attn = cpu_sparse_attn,
     .index_scores = cpu_index_scores,
+    .kv_pack = cpu_kv_pack,
+    .sparse_attn_kv = cpu_sparse_attn_kv,
+    .index_scores_kv = cpu_index_scores_kv,
     .candidate_blocks = cpu_candidate_blocks,
     .restrict_blocks = cpu_restrict_blocks,
     .topk_select = cpu_topk_select,
