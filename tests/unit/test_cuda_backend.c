@@ -10,18 +10,20 @@
  *   come from the host's libm), the quantize-dequantize ops, bf16 rounding
  *   and scaling, gathers, scatter-add, mHC collapse / expand / mean, the
  *   F32 / BF16 / decoded-FP8 / decoded-MXFP4 matmuls (one FMA chain per
- *   output), block restriction, and the host-result ops (top-k, candidate
+ *   output), block restriction, packing cache rows (kv_pack), and the host-result ops (top-k, candidate
  *   blocks, routing), which run the CPU op on downloaded inputs;
  * - one bf16 ulp (2^-7 relative, a result rounded to bf16 from an fp32 value
  *   a few ulps off) where only a reduction order or CUDA's expf differs:
  *   RMSNorm, SwiGLU, compression pooling, the Engram gate, sparse attention,
- *   index scores (plus an absolute term for cancellation and flips of the
+ *   index scores, both also over packed cache rows (plus an absolute term for cancellation and flips of the
  *   intermediate bf16 roundings, scaled by the output's RMS);
  * - fp32 rounding of reordered sums through the Sinkhorn iterations for
  *   the mHC mixing weights (1e-4 relative);
  * - for the FP8-activation matmuls, kernels.h's bound (31 + K/32)·2^-24·Σ|t|
- *   on each side (the tensor-core order inside a 32-block differs), plus a
- *   bf16 ulp when the output is rounded.
+ *   for the CPU, the GPU's promotion budget (K/32 + 2)·2^-24·Σ|t|, and
+ *   2^-8 of each 32-block's largest term for the short adder of the FP8
+ *   tensor cores (the wgmma prefill path; see test_cuda_ops.c), plus a bf16
+ *   ulp when the output is rounded.
  * Without a GPU (or without CUDA in the build) every test skips. */
 #include <math.h>
 #include <stdint.h>
@@ -244,15 +246,26 @@ static void test_matmul(void) {
                 int64_t bad = 0;
                 for (int64_t i = 0; i < m; i++)
                     for (int64_t j = 0; j < N; j++) {
-                        double S = 0;
+                        double S = 0, Smax = 0, bmax = 0;
                         for (int64_t k = 0; k < K; k++) {
                             double wv = w.fmt == DI_WFMT_FP8
                                             ? e4[wbuf[j * K + k]] * e8[sbuf[(j / 32) * (K / 32) + k / 32]]
                                             : di_e2m1_to_f32((uint8_t)(wbuf[j * (K / 2) + k / 2] >> (4 * (k & 1)))) *
                                                   e8[sbuf[j * (K / 32) + k / 32]];
-                            S += fabs(e4[q[i * K + k]] * sa[i * (K / 32) + k / 32] * wv);
+                            double t = fabs(e4[q[i * K + k]] * sa[i * (K / 32) + k / 32] * wv);
+                            S += t;
+                            bmax = t > bmax ? t : bmax;
+                            if (k % 32 == 31) {
+                                Smax += bmax;
+                                bmax = 0;
+                            }
                         }
-                        double lim = 2.0 * (31 + K / 32) * 0x1p-24 * S;
+                        /* the CPU's fp32 budget, the GPU's promotion budget, and
+                         * the FP8 tensor cores' short adder inside a 32-block
+                         * (about 13 fraction bits below the largest addend:
+                         * 2^-8 of each block's largest term, as in
+                         * test_cuda_ops.c) */
+                        double lim = (31 + 2 * (K / 32) + 2) * 0x1p-24 * S + 0x1p-8 * Smax;
                         if (cs[t].flags & DI_MM_OUT_BF16) lim += BF16_ULP * fabs(yc[i * N + j]) + 1e-30;
                         double d = fabs((double)yg[i * N + j] - yc[i * N + j]);
                         if (!(d <= lim)) bad++;
@@ -475,7 +488,7 @@ static void test_hc(void) {
         /* mean into a strided output */
         int64_t ost = d + 5;
         float *mc = malloc((size_t)(m * ost) * 4), *dm = dev_poison((size_t)(m * ost) * 4);
-        for (int64_t i = 0; i < m * ost; i++) mc[i] = NAN;
+        memset(mc, 0xff, (size_t)(m * ost) * 4); /* the gaps keep the device's poison bits */
         cpu->ops->hc_mean(cpu, s, m, hc, d, mc, ost);
         gpu->ops->hc_mean(gpu, ds, m, hc, d, dm, ost);
         float *mg = dev_down(dm, (size_t)(m * ost) * 4);
@@ -616,6 +629,86 @@ static void test_moe_and_pool(void) {
     }
 }
 
+/* The packed cache forms (backend/kvstore.h): kv_pack byte for byte, and
+ * sparse_attn_kv / index_scores_kv on rows packed by the CPU, with the
+ * tolerances of their fp32 forms (the decoded values are exact). */
+static void test_kv(void) {
+    NEED_GPU();
+    for (int fmt = 0; fmt < DI_KVQ_COUNT; fmt++) {
+        int64_t m = 1 + rng_int(7), n = 32 * (1 + rng_int(6));
+        float *x = rnd(m * n, ldexpf(1.0f, rng_int(20) - 10));
+        size_t rb = di_kvq_row_bytes((di_kvq)fmt, n), B = (size_t)m * rb;
+        uint8_t *pc = malloc(B);
+        cpu->ops->kv_pack(cpu, (di_kvq)fmt, x, m, n, pc);
+        float *dx = dev_up(x, (size_t)(m * n) * 4);
+        uint8_t *dp = (uint8_t *)dev_poison(B);
+        gpu->ops->kv_pack(gpu, (di_kvq)fmt, dx, m, n, dp);
+        uint8_t *pg = (uint8_t *)dev_down(dp, B);
+        CHECKF(status_ok("kv_pack") && !memcmp(pc, pg, B), "kv_pack format %d %lldx%lld", fmt,
+               (long long)m, (long long)n);
+        dev_free(dx); dev_free(dp);
+        free(x); free(pc); free(pg);
+    }
+    const struct { int64_t m; int h; int64_t d; int slots, win; } cs[] = {
+        {1, 2, 64, 5, 3}, {3, 4, 128, 130, 70}, {2, 1, 512, 64, 0}};
+    for (size_t t = 0; t < 3; t++) {
+        int64_t m = cs[t].m, d = cs[t].d;
+        int h = cs[t].h, ns = cs[t].slots, P = 20;
+        size_t r8 = di_kvq_row_bytes(DI_KVQ_FP8, d), r4 = di_kvq_row_bytes(DI_KVQ_FP4_E4M3, d);
+        float *src = rnd(2 * P * d, 1.0f);
+        uint8_t *pool = malloc((size_t)P * (r8 + r4));
+        for (int r = 0; r < P; r++) {
+            di_kvq_pack(DI_KVQ_FP8, src + r * d, d, pool + (size_t)r * r8);
+            di_kvq_pack(DI_KVQ_FP4_E4M3, src + (P + r) * d, d, pool + (size_t)P * r8 + (size_t)r * r4);
+        }
+        uint8_t *dpool = (uint8_t *)dev_up(pool, (size_t)P * (r8 + r4));
+        const uint8_t **rc = malloc((size_t)(m * ns) * sizeof *rc), **rg = malloc((size_t)(m * ns) * sizeof *rg);
+        for (int64_t i = 0; i < m; i++)
+            for (int j = 0; j < ns; j++) {
+                int r = rng_int(P), empty = rng_int(6) == 0;
+                size_t off = j < cs[t].win ? (size_t)r * r8 : (size_t)P * r8 + (size_t)r * r4;
+                rc[i * ns + j] = empty ? NULL : pool + off;
+                rg[i * ns + j] = empty ? NULL : dpool + off;
+            }
+        float *q = rnd(m * h * d, 1.0f), *sink = rnd(h, 1.0f), *dq = dev_up(q, (size_t)(m * h * d) * 4);
+        size_t OB = (size_t)(m * h * d) * 4;
+        float *oc = malloc(OB), *dout = dev_poison(OB), sc = (float)(1.0 / sqrt((double)d));
+        cpu->ops->sparse_attn_kv(cpu, q, m, h, d, rc, ns, cs[t].win, sink, sc, oc);
+        gpu->ops->sparse_attn_kv(gpu, dq, m, h, d, rg, ns, cs[t].win, sink, sc, dout);
+        float *og = dev_down(dout, OB);
+        if (status_ok("sparse_attn_kv")) cmp_tol("sparse_attn_kv", og, oc, m * h * d, 2 * BF16_ULP, 2e-3);
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(dpool); dev_free(dq); dev_free(dout);
+        free(src); free(pool); free(rc); free(rg); free(q); free(sink); free(oc); free(og);
+    }
+    for (int t = 0; t < 2; t++) {
+        int64_t m = 1 + rng_int(4), di = t ? 128 : 64, W = 40 + rng_int(100);
+        int hi = 1 + rng_int(8);
+        size_t kb = di_kvq_row_bytes(DI_KVQ_FP4_E8M0, di);
+        float *src = rnd(W * di, 1.0f), *q = rnd(m * hi * di, 1.0f), *w = rnd(m * hi, 1.0f);
+        uint8_t *keys = malloc((size_t)W * kb);
+        for (int64_t r = 0; r < W; r++) di_kvq_pack(DI_KVQ_FP4_E8M0, src + r * di, di, keys + (size_t)r * kb);
+        uint8_t *dkeys = (uint8_t *)dev_up(keys, (size_t)W * kb);
+        float *dq = dev_up(q, (size_t)(m * hi * di) * 4), *dw = dev_up(w, (size_t)(m * hi) * 4);
+        const uint8_t **kc = malloc((size_t)m * sizeof *kc), **kg = malloc((size_t)m * sizeof *kg);
+        int32_t *nv = malloc((size_t)m * 4);
+        for (int64_t i = 0; i < m; i++) {
+            int64_t off = rng_int((int)(W / 4) + 1);
+            nv[i] = (int32_t)rng_int((int)(W - off) + 1);
+            kc[i] = keys + (size_t)off * kb;
+            kg[i] = dkeys + (size_t)off * kb;
+        }
+        size_t SB = (size_t)(m * W) * 4;
+        float *scc = malloc(SB), *dsc = dev_poison(SB);
+        cpu->ops->index_scores_kv(cpu, q, w, m, hi, di, kc, nv, W, scc);
+        gpu->ops->index_scores_kv(gpu, dq, dw, m, hi, di, kg, nv, W, dsc);
+        float *scg = dev_down(dsc, SB);
+        if (status_ok("index_scores_kv")) cmp_tol("index_scores_kv", scg, scc, m * W, 2 * BF16_ULP, 0x1p-7);
+        dev_free(dkeys); dev_free(dq); dev_free(dw); dev_free(dsc);
+        free(src); free(q); free(w); free(keys); free(kc); free(kg); free(nv); free(scc); free(scg);
+    }
+}
+
 /* alloc zeroes; copy handles overlapping ranges as memmove does */
 static void test_memory(void) {
     NEED_GPU();
@@ -661,6 +754,7 @@ int main(void) {
     RUN(test_attention);
     RUN(test_indexer);
     RUN(test_moe_and_pool);
+    RUN(test_kv);
     di_backend_destroy(gpu);
     di_backend_destroy(cpu);
     return test_summary();

@@ -472,6 +472,38 @@ static void cu_index_scores(di_backend *be, const float *q, const float *w, int6
     note(be, cuda_op_index_scores(q, w, m, hi, di, dkeys, dvis, width, out, &err), &err);
 }
 
+/* The packed-cache forms: the same kernels reading packed rows
+ * (backend/kvstore.h) through the uploaded pointer tables. */
+static void cu_kv_pack(di_backend *be, di_kvq fmt, const float *x, int64_t m, int64_t n,
+                       uint8_t *out) {
+    di_err err = {0};
+    note(be, cuda_op_kv_pack((int)fmt, x, m, n, out, &err), &err);
+}
+
+static void cu_sparse_attn_kv(di_backend *be, const float *q, int64_t m, int h, int64_t d,
+                              const uint8_t *const *rows, int n_slots, int n_win,
+                              const float *sink, float scale, float *out) {
+    di_err err = {0};
+    if (m <= 0 || h <= 0) return;
+    const float *dsink = wdev(be, sink, (size_t)h * sizeof(float));
+    const uint8_t *const *drows =
+        scratch_up(be, SCR_A, rows, (size_t)(m * n_slots) * sizeof(const uint8_t *));
+    if (!dsink || !drows) return;
+    note(be, cuda_op_sparse_attn_kv(q, m, h, d, drows, n_slots, n_win, dsink, scale, out, &err),
+         &err);
+}
+
+static void cu_index_scores_kv(di_backend *be, const float *q, const float *w, int64_t m, int hi,
+                               int64_t di, const uint8_t *const *keys, const int32_t *n_vis,
+                               int64_t width, float *out) {
+    di_err err = {0};
+    if (m <= 0) return;
+    const uint8_t *const *dkeys = scratch_up(be, SCR_A, keys, (size_t)m * sizeof(const uint8_t *));
+    const int32_t *dvis = scratch_up(be, SCR_B, n_vis, (size_t)m * sizeof(int32_t));
+    if (!dkeys || !dvis) return;
+    note(be, cuda_op_index_scores_kv(q, w, m, hi, di, dkeys, dvis, width, out, &err), &err);
+}
+
 /* Downloads [m, width] scores into host staging for a host-result op. */
 static float *scores_down(di_backend *be, const float *scores, int64_t m, int64_t width) {
     size_t bytes = (size_t)(m * width) * sizeof(float);
@@ -604,6 +636,9 @@ static const di_backend_ops cuda_ops = {
     .compress_pool = cu_compress_pool,
     .sparse_attn = cu_sparse_attn,
     .index_scores = cu_index_scores,
+    .kv_pack = cu_kv_pack,
+    .sparse_attn_kv = cu_sparse_attn_kv,
+    .index_scores_kv = cu_index_scores_kv,
     .candidate_blocks = cu_candidate_blocks,
     .restrict_blocks = cu_restrict_blocks,
     .topk_select = cu_topk_select,

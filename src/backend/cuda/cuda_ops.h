@@ -90,6 +90,17 @@ di_status cuda_op_sparse_attn(const float *q, int64_t m, int h, int64_t d,
 di_status cuda_op_index_scores(const float *q, const float *w, int64_t m, int hi, int64_t di,
                                const float *const *keys, const int32_t *n_vis, int64_t width,
                                float *out, di_err *err);
+/* The same over packed cache rows (backend/kvstore.h): slots j < n_win are
+ * DI_KVQ_FP8 rows, the others DI_KVQ_FP4_E4M3; keys DI_KVQ_FP4_E8M0. */
+di_status cuda_op_sparse_attn_kv(const float *q, int64_t m, int h, int64_t d,
+                                 const uint8_t *const *rows, int n_slots, int n_win,
+                                 const float *sink, float scale, float *out, di_err *err);
+di_status cuda_op_index_scores_kv(const float *q, const float *w, int64_t m, int hi, int64_t di,
+                                  const uint8_t *const *keys, const int32_t *n_vis,
+                                  int64_t width, float *out, di_err *err);
+/* out [m, di_kvq_row_bytes(fmt, n)] = packed rows of x [m, n]; fmt a di_kvq */
+di_status cuda_op_kv_pack(int fmt, const float *x, int64_t m, int64_t n, uint8_t *out,
+                          di_err *err);
 /* blocks [m, topk_blocks] device */
 di_status cuda_op_restrict_blocks(float *scores, const int32_t *blocks, int64_t m, int64_t width,
                                   int topk_blocks, int bs, di_err *err);

@@ -1,6 +1,8 @@
 /* CUDA kernels of the attention ops (architecture.md §5.4–§5.5): sparse
  * attention with sink over per-query row tables, the indexer's scores with
- * the reference's bf16 rounding points, and the candidate-pool restriction.
+ * the reference's bf16 rounding points (both over fp32 rows or over the
+ * packed cache rows of backend/kvstore.h, decoded on the fly), and the
+ * candidate-pool restriction.
  * The attention follows the CPU's online softmax block by block (64 slots,
  * probabilities rounded to bf16 before P·V, fp32 denominator) and its P·V
  * sums in the same order; only the q·k dot products are reduced in another
@@ -14,10 +16,24 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+/* Element k of a cache row of d values: fp32 (PACKED = false) or one of the
+ * packed forms of backend/kvstore.h (window slots FP8 + E8M0 per 32, the
+ * others FP4 + E4M3 per 16). A packed value is code · scale, exact in fp32,
+ * so it equals what the CPU's di_kvq_unpack writes. */
+template <bool PACKED>
+__device__ __forceinline__ float kv_at(const void *row, int64_t d, int64_t k, bool win) {
+    if (!PACKED) return ((const float *)row)[k];
+    const uint8_t *r = (const uint8_t *)row;
+    if (win) return MUL(e4m3_val(r[k]), e8m0_to_f32(r[d + k / 32]));
+    uint32_t b = r[k / 2];
+    return MUL(e2m1_val(k & 1 ? b >> 4 : b & 15u), e4m3_val(r[d / 2 + k / 16]));
+}
+
 /* One block per (query row, head); dynamic shared memory holds q and the
  * accumulator ([d] each). */
+template <bool PACKED>
 __global__ void __launch_bounds__(ATTN_THREADS)
-k_sparse_attn(const float *q, int h, int64_t d, const float *const *rows, int n_slots,
+k_sparse_attn(const float *q, int h, int64_t d, const void *const *rows, int n_slots, int n_win,
               const float *sink, float scale, float *out) {
     extern __shared__ float sm[];
     float *qs = sm, *acc = sm + d;
@@ -26,7 +42,7 @@ k_sparse_attn(const float *q, int h, int64_t d, const float *const *rows, int n_
     int64_t i = blockIdx.x / h;
     int hh = (int)(blockIdx.x % h);
     const float *qi = q + (i * h + hh) * d;
-    const float *const *ri = rows + i * n_slots;
+    const void *const *ri = rows + i * n_slots;
     for (int64_t k = threadIdx.x; k < d; k += blockDim.x) {
         qs[k] = qi[k];
         acc[k] = 0.f;
@@ -37,13 +53,14 @@ k_sparse_attn(const float *q, int h, int64_t d, const float *const *rows, int n_
     for (int b0 = 0; b0 < n_slots; b0 += ATTN_BLOCK) {
         int nb = n_slots - b0 < ATTN_BLOCK ? n_slots - b0 : ATTN_BLOCK;
         for (int j = warp; j < nb; j += nw) {
-            const float *r = ri[b0 + j];
+            const void *r = ri[b0 + j];
+            bool win = b0 + j < n_win;
             if (!r) {
                 if (lane == 0) sc[j] = -INFINITY;
                 continue;
             }
             float dot = 0.f;
-            for (int64_t k = lane; k < d; k += 32) dot = ADD(dot, MUL(qs[k], r[k]));
+            for (int64_t k = lane; k < d; k += 32) dot = ADD(dot, MUL(qs[k], kv_at<PACKED>(r, d, k, win)));
             dot = warp_sum(dot);
             if (lane == 0) sc[j] = MUL(dot, scale);
         }
@@ -64,8 +81,8 @@ k_sparse_attn(const float *q, int h, int64_t d, const float *const *rows, int n_
         for (int64_t k = threadIdx.x; k < d; k += blockDim.x) {
             float a = MUL(acc[k], rescale);
             for (int j = 0; j < nb; j++) {
-                const float *r = ri[b0 + j];
-                if (r) a = ADD(a, MUL(round_bf16(p[j]), r[k]));
+                const void *r = ri[b0 + j];
+                if (r) a = ADD(a, MUL(round_bf16(p[j]), kv_at<PACKED>(r, d, k, b0 + j < n_win)));
             }
             acc[k] = a;
         }
@@ -87,16 +104,41 @@ extern "C" di_status cuda_op_sparse_attn(const float *q, int64_t m, int h, int64
     if (smem > 48 * 1024)
         return di_err_set(err, DI_ERR_UNSUPPORTED, "sparse_attn: head_dim %lld (at most 6144)",
                           (long long)d);
-    k_sparse_attn<<<(unsigned)(m * h), ATTN_THREADS, smem>>>(q, h, d, rows, n_slots, sink, scale,
-                                                             out);
+    k_sparse_attn<false><<<(unsigned)(m * h), ATTN_THREADS, smem>>>(
+        q, h, d, (const void *const *)rows, n_slots, n_slots, sink, scale, out);
     return cuda_check_launch(err, "sparse_attn");
+}
+
+extern "C" di_status cuda_op_sparse_attn_kv(const float *q, int64_t m, int h, int64_t d,
+                                            const uint8_t *const *rows, int n_slots, int n_win,
+                                            const float *sink, float scale, float *out,
+                                            di_err *err) {
+    if (m * h <= 0) return DI_OK;
+    size_t smem = (size_t)(2 * d) * sizeof(float);
+    if (smem > 48 * 1024)
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "sparse_attn_kv: head_dim %lld (at most 6144)",
+                          (long long)d);
+    k_sparse_attn<true><<<(unsigned)(m * h), ATTN_THREADS, smem>>>(
+        q, h, d, (const void *const *)rows, n_slots, n_win, sink, scale, out);
+    return cuda_check_launch(err, "sparse_attn_kv");
 }
 
 /* One warp per (row, key): per indexer head a warp-reduced dot product,
  * rounded and weighted as the CPU does, summed over heads in order. */
+template <bool PACKED>
+__device__ __forceinline__ float key_at(const void *key, int64_t di, int64_t t) {
+    if (!PACKED) return ((const float *)key)[t];
+    const uint8_t *r = (const uint8_t *)key; /* FP4 + E8M0 per 32 */
+    uint32_t b = r[t / 2];
+    return MUL(e2m1_val(t & 1 ? b >> 4 : b & 15u), e8m0_to_f32(r[di / 2 + t / 32]));
+}
+
+template <bool PACKED>
 __global__ void k_index_scores(const float *q, const float *w, int64_t m, int hi, int64_t di,
-                               const float *const *keys, const int32_t *n_vis, int64_t width,
+                               const void *const *keys, const int32_t *n_vis, int64_t width,
                                float *out) {
+    /* bytes of one key: fp32 or a packed FP4 row */
+    int64_t kb = PACKED ? di / 2 + di / 32 : di * 4;
     int lane = threadIdx.x & 31;
     int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
@@ -106,12 +148,12 @@ __global__ void k_index_scores(const float *q, const float *w, int64_t m, int hi
             if (lane == 0) out[t] = -INFINITY;
             continue;
         }
-        const float *k = keys[i] + j * di;
+        const void *k = (const uint8_t *)keys[i] + j * kb;
         float total = 0.f;
         for (int h = 0; h < hi; h++) {
             const float *qh = q + (i * hi + h) * di;
             float dot = 0.f;
-            for (int64_t s = lane; s < di; s += 32) dot = ADD(dot, MUL(qh[s], k[s]));
+            for (int64_t s = lane; s < di; s += 32) dot = ADD(dot, MUL(qh[s], key_at<PACKED>(k, di, s)));
             dot = round_bf16(warp_sum(dot));
             if (dot < 0.f) dot = 0.f;
             total = ADD(total, round_bf16(MUL(dot, w[i * hi + h])));
@@ -125,8 +167,21 @@ extern "C" di_status cuda_op_index_scores(const float *q, const float *w, int64_
                                           const int32_t *n_vis, int64_t width, float *out,
                                           di_err *err) {
     if (m * width <= 0) return DI_OK;
-    k_index_scores<<<grid_for(m * width * 32), 256>>>(q, w, m, hi, di, keys, n_vis, width, out);
+    k_index_scores<false><<<grid_for(m * width * 32), 256>>>(q, w, m, hi, di,
+                                                            (const void *const *)keys, n_vis,
+                                                            width, out);
     return cuda_check_launch(err, "index_scores");
+}
+
+extern "C" di_status cuda_op_index_scores_kv(const float *q, const float *w, int64_t m, int hi,
+                                             int64_t di, const uint8_t *const *keys,
+                                             const int32_t *n_vis, int64_t width, float *out,
+                                             di_err *err) {
+    if (m * width <= 0) return DI_OK;
+    k_index_scores<true><<<grid_for(m * width * 32), 256>>>(q, w, m, hi, di,
+                                                           (const void *const *)keys, n_vis,
+                                                           width, out);
+    return cuda_check_launch(err, "index_scores_kv");
 }
 
 /* The CPU's walk along the ascending kept blocks, done per position. */

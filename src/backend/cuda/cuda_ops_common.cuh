@@ -49,19 +49,21 @@ __device__ __forceinline__ uint32_t e4m3_code(float f) {
     return sign | ((a >> 20) & 0xffu);
 }
 
-/* fp32 -> E2M1 value (nearest, ties to the even code), as di_f32_to_e2m1. */
-__device__ __forceinline__ float e2m1_round(float f) {
-    if (f != f) return 0.f;
-    float a = fabsf(f), r;
-    if (a <= 0.25f) r = 0.f;
-    else if (a < 0.75f) r = 0.5f;
-    else if (a <= 1.25f) r = 1.f;
-    else if (a < 1.75f) r = 1.5f;
-    else if (a <= 2.5f) r = 2.f;
-    else if (a < 3.5f) r = 3.f;
-    else if (a <= 5.0f) r = 4.f;
-    else r = 6.f;
-    return signbit(f) ? -r : r;
+/* fp32 -> E2M1 code (sign in bit 3): nearest, ties to the even code, as
+ * di_f32_to_e2m1 (NaN gives 0). */
+__device__ __forceinline__ uint32_t e2m1_code(float f) {
+    if (f != f) return 0;
+    float a = fabsf(f);
+    uint32_t c;
+    if (a <= 0.25f) c = 0;
+    else if (a < 0.75f) c = 1;
+    else if (a <= 1.25f) c = 2;
+    else if (a < 1.75f) c = 3;
+    else if (a <= 2.5f) c = 4;
+    else if (a < 3.5f) c = 5;
+    else if (a <= 5.0f) c = 6;
+    else c = 7;
+    return (signbit(f) ? 8u : 0u) | c;
 }
 
 __device__ __forceinline__ float e2m1_val(uint32_t code) {

@@ -49,17 +49,38 @@ extern "C" di_status cuda_op_rope(float *x, int64_t m, int64_t stride, int heads
     return cuda_check_launch(err, "rope");
 }
 
+/* The FP8 block scale of 32 values (di_act_scale_fp8): a power of two. */
+__device__ __forceinline__ float fp8_block_scale(const float *v) {
+    float amax = 0.f;
+    for (int i = 0; i < 32; i++) {
+        float a = v[i] < 0 ? -v[i] : v[i];
+        if (a > amax) amax = a;
+    }
+    if (amax < 1e-4f) amax = 1e-4f;
+    return pow2_ceil_bits(MUL(amax, (float)(1.0 / 448.0)));
+}
+
+/* The FP4 block scale of bl values (di_cpu_fp4_scale) and its scale byte. */
+__device__ __forceinline__ float fp4_block_scale(const float *v, int bl, int e4m3,
+                                                 uint32_t *code) {
+    float amax = 0.f;
+    for (int i = 0; i < bl; i++) amax = fmaxf(amax, fabsf(v[i]));
+    if (e4m3) {
+        if (amax < 6.f * 0x1p-9f) amax = 6.f * 0x1p-9f;
+        *code = e4m3_code(fminf(amax / 6.f, 448.f));
+        return e4m3_val(*code);
+    }
+    if (amax < 6.f * 0x1p-126f) amax = 6.f * 0x1p-126f;
+    float s = pow2_ceil_bits(MUL(amax, (float)(1.0 / 6.0)));
+    *code = __float_as_uint(s) >> 23;
+    return s;
+}
+
 /* One thread per 32-block: the CPU's scale rule and RNE cast, then back. */
 __global__ void k_qdq_fp8(float *x, int64_t nblk) {
     GRID_STRIDE(b, nblk) {
         float *v = x + b * 32;
-        float amax = 0.f;
-        for (int i = 0; i < 32; i++) {
-            float a = v[i] < 0 ? -v[i] : v[i];
-            if (a > amax) amax = a;
-        }
-        if (amax < 1e-4f) amax = 1e-4f;
-        float s = pow2_ceil_bits(MUL(amax, (float)(1.0 / 448.0)));
+        float s = fp8_block_scale(v);
         for (int i = 0; i < 32; i++) {
             float q = fminf(fmaxf(v[i] / s, -448.f), 448.f);
             v[i] = MUL(e4m3_val(e4m3_code(q)), s);
@@ -76,19 +97,11 @@ extern "C" di_status cuda_op_qdq_fp8(float *x, int64_t n, di_err *err) {
 __global__ void k_qdq_fp4(float *x, int64_t nblk, int bl, int e4m3) {
     GRID_STRIDE(b, nblk) {
         float *v = x + b * bl;
-        float amax = 0.f;
-        for (int i = 0; i < bl; i++) amax = fmaxf(amax, fabsf(v[i]));
-        float s;
-        if (e4m3) {
-            if (amax < 6.f * 0x1p-9f) amax = 6.f * 0x1p-9f;
-            s = e4m3_val(e4m3_code(fminf(amax / 6.f, 448.f)));
-        } else {
-            if (amax < 6.f * 0x1p-126f) amax = 6.f * 0x1p-126f;
-            s = pow2_ceil_bits(MUL(amax, (float)(1.0 / 6.0)));
-        }
+        uint32_t code;
+        float s = fp4_block_scale(v, bl, e4m3, &code);
         for (int i = 0; i < bl; i++) {
             float q = fminf(fmaxf(v[i] / s, -6.f), 6.f);
-            v[i] = round_bf16(MUL(e2m1_round(q), s));
+            v[i] = round_bf16(MUL(e2m1_val(e2m1_code(q)), s));
         }
     }
 }
@@ -98,6 +111,42 @@ extern "C" di_status cuda_op_qdq_fp4(float *x, int64_t n, int e4m3, di_err *err)
     if (n / bl <= 0) return DI_OK;
     k_qdq_fp4<<<grid_for(n / bl), 256>>>(x, n / bl, bl, e4m3);
     return cuda_check_launch(err, "qdq_fp4");
+}
+
+/* One thread per scale block of one row: the block's codes and its scale
+ * byte in the packed layout of backend/kvstore.h (codes of the row, then
+ * its scale bytes). fmt: 0 FP8/32, 1 FP4/16 with E4M3, 2 FP4/32 with E8M0. */
+__global__ void k_kv_pack(int fmt, const float *x, int64_t m, int64_t n, uint8_t *out) {
+    int bl = fmt == 1 ? 16 : 32;
+    int64_t nbr = n / bl, rb = (fmt == 0 ? n : n / 2) + nbr;
+    GRID_STRIDE(t, m * nbr) {
+        int64_t i = t / nbr, b = t % nbr;
+        const float *v = x + i * n + b * bl;
+        uint8_t *row = out + i * rb;
+        if (fmt == 0) {
+            float s = fp8_block_scale(v);
+            for (int k = 0; k < 32; k++)
+                row[b * 32 + k] = (uint8_t)e4m3_code(fminf(fmaxf(v[k] / s, -448.f), 448.f));
+            row[n + b] = (uint8_t)(__float_as_uint(s) >> 23);
+        } else {
+            uint32_t code;
+            float s = fp4_block_scale(v, bl, fmt == 1, &code);
+            for (int k = 0; k < bl; k += 2) {
+                uint32_t lo = e2m1_code(fminf(fmaxf(v[k] / s, -6.f), 6.f));
+                uint32_t hi = e2m1_code(fminf(fmaxf(v[k + 1] / s, -6.f), 6.f));
+                row[(b * bl + k) / 2] = (uint8_t)((lo & 15u) | (hi << 4));
+            }
+            row[n / 2 + b] = (uint8_t)code;
+        }
+    }
+}
+
+extern "C" di_status cuda_op_kv_pack(int fmt, const float *x, int64_t m, int64_t n, uint8_t *out,
+                                     di_err *err) {
+    int64_t nb = m * (n / (fmt == 1 ? 16 : 32));
+    if (nb <= 0) return DI_OK;
+    k_kv_pack<<<grid_for(nb), 256>>>(fmt, x, m, n, out);
+    return cuda_check_launch(err, "kv_pack");
 }
 
 __global__ void k_scale_bf16(float *x, int64_t n, float c) {
