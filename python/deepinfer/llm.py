@@ -224,18 +224,25 @@ class LLM:
 
     @staticmethod
     def _normalize_params(sp, n):
+        def one(s):
+            if isinstance(s, SamplingParams):
+                return s
+            if isinstance(s, dict):  # SGLang passes sampling parameters as a dict
+                try:
+                    return SamplingParams(**s)
+                except TypeError as e:
+                    raise ValueError("sampling_params: %s" % e) from None
+            raise ValueError("sampling_params must be SamplingParams objects or dicts, got %s" % type(s).__name__)
+
         if sp is None:
             return [SamplingParams()] * n
-        if isinstance(sp, SamplingParams):
-            return [sp] * n
+        if isinstance(sp, (SamplingParams, dict)):
+            return [one(sp)] * n
         if isinstance(sp, (list, tuple)):
             if len(sp) != n:
                 raise ValueError("the lengths of prompts (%d) and sampling_params (%d) must be the same" % (n, len(sp)))
-            for s in sp:
-                if not isinstance(s, SamplingParams):
-                    raise ValueError("sampling_params must be SamplingParams objects, got %s" % type(s).__name__)
-            return list(sp)
-        raise ValueError("sampling_params must be a SamplingParams or a list of them")
+            return [one(s) for s in sp]
+        raise ValueError("sampling_params must be a SamplingParams, a dict or a list of them")
 
     def _submit(self, kind, payload, sp, co):
         L = _ffi.lib()

@@ -215,3 +215,12 @@ def test_simple_bar_without_tqdm(llm, monkeypatch, capsys):
 def test_version_and_env_describe():
     assert re.match(r"\d+\.\d+", deepinfer.version())
     assert "DEEPINFER_BATCH_INVARIANT" in deepinfer.env_describe()
+
+
+def test_sglang_style_dict_params(llm):
+    ref = llm.generate(PROMPTS[0], greedy(5), use_tqdm=False)[0].outputs[0].token_ids
+    d = {"max_new_tokens": 5, "temperature": 0, "ignore_eos": True}
+    assert llm.generate(PROMPTS[0], d, use_tqdm=False)[0].outputs[0].token_ids == ref
+    assert llm.generate([PROMPTS[0]], [d], use_tqdm=False)[0].outputs[0].token_ids == ref
+    with pytest.raises(ValueError, match="unexpected keyword"):
+        llm.generate(PROMPTS[0], {"max_new_token": 5}, use_tqdm=False)
