@@ -337,6 +337,45 @@ static void test_gemm_extreme_scales(void) {
     }
 }
 
+/* Decode-sized batches (M <= 4 take their own AVX2 path): every remainder of
+ * K/32 against the 4 blocks it runs side by side, output counts around its
+ * groups of 8 rows and the 32-row FP8 scale tiles, E4M3 weights that are all
+ * subnormal or zero (the lanes hold them as fp32 subnormals) and both signs of
+ * zero, on one thread and on two. Bits against the scalar path, which is
+ * itself checked against the double reference. */
+static void test_gemm_decode_rows(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+    static const int64_t shapes[][2] = {{32, 1}, {96, 9}, {160, 40}, {224, 7}, {288, 69}, {512, 8}};
+    di_threadpool *tp = NULL;
+    di_err err;
+    CHECK(di_threadpool_create(2, &tp, &err) == DI_OK);
+    for (int fmt = FMT_FP8; fmt <= FMT_FP4; fmt++)
+        for (int sub = 0; sub < (fmt == FMT_FP8 ? 2 : 1); sub++)
+            for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+                for (int64_t M = 1; M <= 5; M++) {
+                    const int64_t K = shapes[si][0], N = shapes[si][1];
+                    problem p;
+                    problem_init(&p, fmt, M, K, N);
+                    uint8_t *w = p.w;
+                    if (fmt == FMT_FP8 && sub)
+                        for (int64_t i = 0; i < N * K; i++) w[i] &= 0x87; /* exponent 0 */
+                    if (fmt == FMT_FP8) w[0] = 0x80, w[N * K - 1] = 0x00; /* -0, +0 */
+                    float *o_s = malloc(sizeof(float) * M * N), *o_v = malloc(sizeof(float) * M * N);
+                    run_gemm(&p, 0, 0, M, o_s, NULL);
+                    check_against_reference(&p, o_s);
+                    for (int t = 0; t < 2; t++) {
+                        run_gemm(&p, 1, 0, M, o_v, t ? tp : NULL);
+                        int d = count_diff_bits(o_s, o_v, M * N);
+                        CHECKF(d == 0, "%s%s M=%lld K=%lld N=%lld threads=%d: %d outputs differ from scalar",
+                               fmt_name[fmt], sub ? " subnormal" : "", (long long)M, (long long)K,
+                               (long long)N, t + 1, d);
+                    }
+                    free(o_s), free(o_v);
+                    problem_free(&p);
+                }
+    di_threadpool_destroy(tp);
+}
+
 /* Row m's bits do not depend on M, on the row's position in the batch, or on
  * the number of threads; checked on both paths for every format. */
 static void test_batch_and_thread_invariance(void) {
@@ -456,6 +495,7 @@ int main(void) {
     RUN(test_gemm_bf16);
     RUN(test_gemm_f32);
     RUN(test_gemm_extreme_scales);
+    RUN(test_gemm_decode_rows);
     RUN(test_batch_and_thread_invariance);
     RUN(test_dispatch);
     return test_summary();

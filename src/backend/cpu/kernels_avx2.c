@@ -13,11 +13,15 @@
  * - Prefill (M > 16): a chunk of KC = 256 inputs of up to 16 panels is
  *   decoded to fp32 once, then every 6-row block of activations sweeps it:
  *   the decode cost is shared by all rows and the FMAs dominate.
- * - Decode (M <= 16): 4 panels × 64 inputs at a time, kept as halves (each is
- *   used by at most three row blocks) and widened by the micro-kernel; four
- *   panels side by side give the 8 independent FMA chains one row needs.
- *   The rows of the next chunk are prefetched: 64 rows far apart are too many
- *   streams for the hardware prefetchers.
+ * - Small batches (5 <= M <= 16): 4 panels × 64 inputs at a time, kept as
+ *   halves (each is used by at most three row blocks) and widened by the
+ *   micro-kernel; four panels side by side give the 8 independent FMA chains
+ *   one row needs. The rows of the next chunk are prefetched: 64 rows far
+ *   apart are too many streams for the hardware prefetchers.
+ * - Decode rows of FP8 / MXFP4 (M <= 4) skip the tiles altogether: codes go
+ *   from a byte transpose straight to fp32 lanes (see "decode rows" below),
+ *   which needs fewer operations per weight than the tiles when few
+ *   activation rows share the decoding.
  *
  * Decoding tricks (all exact):
  * - E4M3 -> fp32 goes through IEEE half: placing the 7 magnitude bits of the
@@ -552,8 +556,254 @@ static int fold_ok(const job *j) {
     return 1;
 }
 
+/* ---- decode rows (M <= DEC_MAX_ROWS) of the block formats ----
+ * A decode step reads every weight once for one to a few activation rows, so
+ * the cost per weight must stay below what the memory delivers: about one
+ * byte per 0.05 ns on one core. Here the lanes of a register are 8 weight
+ * rows (8 outputs: every lane is one output's sequential chain of kernels.h)
+ * and the weights go straight from their codes to fp32 lanes:
+ * - the 8 rows × 32 codes of a block are transposed as bytes (3 rounds of
+ *   unpacks) and stored to a small L1 buffer, from which one sign-extending
+ *   vpmovsxbd load per input k gives the 8 rows' codes in 32-bit lanes;
+ * - E4M3: shifting the code left by 20 and keeping the sign and the 7
+ *   magnitude bits gives the fp32 whose bits are those of w·2^-120 (E4M3
+ *   subnormals become fp32 subnormals, exactly). The activations are stored
+ *   multiplied by 2^64, so every product is a·w·2^-56: exact, normal, and
+ *   each partial block sum is the scalar one times 2^-56 with the same
+ *   rounding (all are multiples of 2^-74 below 2^-33, far from the
+ *   subnormal range). The block sum times 2^56 is then the scalar one
+ *   exactly;
+ * - E2M1: one pshufb maps the nibbles to the integers 2·e2m1 (-0 becomes
+ *   +0: a block sum starts at +0 and is never -0, so the sign of a zero
+ *   product cannot show), converted to fp32 with vcvtdq2ps; the activations
+ *   are stored halved, so each product is a·w exactly.
+ * One row multiplies by 8 rows per FMA, so several blocks of the same 8 rows
+ * run side by side (independent block sums; the outer sums still add them in
+ * K order): enough chains to cover the FMA latency while the memory sees
+ * only 8 streams, which the prefetches below keep ahead of the reads. */
+enum { DEC_LANES = 8, DEC_MAX_ROWS = 4, DEC_MAX_BLOCKS = 4 };
+
+typedef struct dec_job {
+    int fp4;
+    const float *a;      /* [M, K]: E4M3 activations ×2^64 (FP8) or ×1/2 (MXFP4) */
+    const float *sa;     /* [M, K/32] */
+    const uint8_t *w;    /* FP8 [N, K] codes, MXFP4 [N, K/2] */
+    const uint8_t *ws;   /* FP8 [ceil(N/32), K/32], MXFP4 [N, K/32] */
+    int64_t M, K, N;
+    float *out;          /* [M, N] */
+    uint8_t *scratch;    /* [threads][scratch_bytes] */
+    size_t scratch_bytes;
+} dec_job;
+
+/* Byte offset, in a transposed block, of the 8 rows' codes at position p of
+ * the loaded registers (see transpose_8x32_bytes). */
+#define DEC_POS_OFF(p) ((((p) & 15) >> 1) * 32 + ((p) >> 4) * 16 + ((p) & 1) * 8)
+
+/* nb blocks from kb on, rows m0.. (mr of them) of the activations: block sums
+ * into the 8-lane outer sums acc[m]. t: 256 bytes of L1 scratch per block;
+ * ws_tile (FP8): the scale row of the rows' 32-row tile [K/32]; swv (MXFP4):
+ * the rows' scales [K/32][8]. */
+AVX2_INLINE void dec_load(const int fp4, const int nb, const uint8_t *const rows[DEC_LANES],
+                          int64_t kb, uint8_t *t) {
+    if (!fp4) {
+#pragma GCC unroll 4
+        for (int b = 0; b < nb; b++) {
+            __m256i r[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(rows[i] + (kb + b) * 32));
+            transpose_8x32_bytes(r);
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++) _mm256_store_si256((__m256i *)(t + b * 256 + q * 32), r[q]);
+        }
+    } else {
+        const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                             0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+        const __m256i nib = _mm256_set1_epi8(0x0f);
+        if (nb % 2 == 0) {
+            /* two blocks per 32-byte load: low nibbles (even k) of both
+             * blocks in one set of registers, high nibbles in another */
+#pragma GCC unroll 2
+            for (int b = 0; b < nb; b += 2)
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    __m256i r[8];
+#pragma GCC unroll 8
+                    for (int i = 0; i < 8; i++) {
+                        __m256i x = _mm256_loadu_si256((const __m256i *)(rows[i] + (kb + b) * 16));
+                        if (h) x = _mm256_srli_epi16(x, 4);
+                        r[i] = _mm256_shuffle_epi8(lut, _mm256_and_si256(x, nib));
+                    }
+                    transpose_8x32_bytes(r);
+#pragma GCC unroll 8
+                    for (int q = 0; q < 8; q++)
+                        _mm256_store_si256((__m256i *)(t + b * 256 + h * 256 + q * 32), r[q]);
+                }
+            return;
+        }
+#pragma GCC unroll 4
+        for (int b = 0; b < nb; b++) {
+            __m256i r[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                __m128i x = _mm_loadu_si128((const __m128i *)(rows[i] + (kb + b) * 16));
+                /* lane 0: even k (low nibbles), lane 1: odd k (high nibbles) */
+                __m256i xx = _mm256_inserti128_si256(_mm256_castsi128_si256(x), _mm_srli_epi16(x, 4), 1);
+                r[i] = _mm256_shuffle_epi8(lut, _mm256_and_si256(xx, nib));
+            }
+            transpose_8x32_bytes(r);
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++) _mm256_store_si256((__m256i *)(t + b * 256 + q * 32), r[q]);
+        }
+    }
+}
+
+/* The block sums of the nb blocks transposed at t, added to acc[m]. */
+AVX2_INLINE void dec_chain(const int fp4, const int mr, const int nb, const dec_job *j,
+                           int64_t kb, int64_t m0, const uint8_t *ws_tile, const float *swv,
+                           const uint8_t *t, __m256 *acc) {
+    const int64_t K = j->K, KB = K / 32;
+    __m256 blk[DEC_MAX_ROWS][DEC_MAX_BLOCKS];
+#pragma GCC unroll 8
+    for (int m = 0; m < DEC_MAX_ROWS; m++)
+#pragma GCC unroll 4
+        for (int b = 0; b < DEC_MAX_BLOCKS; b++)
+            if (m < mr && b < nb) blk[m][b] = _mm256_setzero_ps();
+    const __m256i keep = _mm256_set1_epi32((int)0x87f00000u);
+    const float *a = j->a + m0 * K + kb * 32;
+#pragma GCC unroll 32
+    for (int k = 0; k < 32; k++) {
+#pragma GCC unroll 4
+        for (int b = 0; b < nb; b++) {
+            /* where dec_load put the 8 rows' code k of block b */
+            const int off = !fp4 ? b * 256 + DEC_POS_OFF(k)
+                            : nb % 2 == 0 ? (b >> 1) * 512 + (k & 1) * 256 + DEC_POS_OFF((b & 1) * 16 + k / 2)
+                                          : b * 256 + DEC_POS_OFF((k & 1) * 16 + k / 2);
+            __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(t + off)));
+            __m256 wv = fp4 ? _mm256_cvtepi32_ps(v)
+                            : _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(v, 20), keep));
+#pragma GCC unroll 8
+            for (int m = 0; m < DEC_MAX_ROWS; m++)
+                if (m < mr)
+                    blk[m][b] = _mm256_fmadd_ps(_mm256_broadcast_ss(a + m * K + b * 32 + k), wv, blk[m][b]);
+        }
+    }
+    const float *e8m0 = di_cpu_e8m0_table();
+#pragma GCC unroll 4
+    for (int b = 0; b < nb; b++) {
+        /* FP8: the 8 rows lie in one 32-row scale tile (groups start at multiples of 8) */
+        __m256 sw = fp4 ? _mm256_load_ps(swv + (kb + b) * 8) : _mm256_set1_ps(e8m0[ws_tile[kb + b]]);
+#pragma GCC unroll 8
+        for (int m = 0; m < DEC_MAX_ROWS; m++)
+            if (m < mr) {
+                __m256 x = blk[m][b];
+                if (!fp4) x = _mm256_mul_ps(x, _mm256_set1_ps(0x1p56f));
+                x = _mm256_mul_ps(_mm256_mul_ps(x, _mm256_set1_ps(j->sa[(m0 + m) * KB + kb + b])), sw);
+                acc[m] = _mm256_add_ps(acc[m], x);
+            }
+    }
+}
+
+/* All of K for one group of 8 weight rows and mr activation rows from m0:
+ * nb blocks at a time, then single blocks; res[m][8] gets the outputs. */
+AVX2_INLINE void dec_rows(const int fp4, const int mr, const int nb, const dec_job *j,
+                          const uint8_t *const rows[DEC_LANES], int64_t m0,
+                          const uint8_t *ws_tile, const float *swv, uint8_t *t, float *res) {
+    const int64_t KB = j->K / 32;
+    __m256 acc[DEC_MAX_ROWS];
+#pragma GCC unroll 8
+    for (int m = 0; m < DEC_MAX_ROWS; m++) acc[m] = _mm256_setzero_ps();
+    /* the codes of the next blocks are loaded and transposed before the
+     * current ones are multiplied: their loads start one step earlier */
+    const int64_t steps = KB / nb;
+    uint8_t *tb[2] = {t, t + DEC_MAX_BLOCKS * 256};
+    if (steps) dec_load(fp4, nb, rows, 0, tb[0]);
+    for (int64_t st = 0; st < steps; st++) {
+        if (st + 1 < steps) dec_load(fp4, nb, rows, (st + 1) * nb, tb[(st + 1) & 1]);
+        dec_chain(fp4, mr, nb, j, st * nb, m0, ws_tile, swv, tb[st & 1], acc);
+    }
+    for (int64_t kb = steps * nb; kb < KB; kb++) {
+        dec_load(fp4, 1, rows, kb, t);
+        dec_chain(fp4, mr, 1, j, kb, m0, ws_tile, swv, t, acc);
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < DEC_MAX_ROWS; m++)
+        if (m < mr) _mm256_storeu_ps(res + m * DEC_LANES, acc[m]);
+}
+
+typedef void (*dec_rows_fn)(const dec_job *, const uint8_t *const *, int64_t, const uint8_t *,
+                            const float *, uint8_t *, float *);
+/* Blocks side by side per row count: about 4-8 chains without spills. */
+#define DEC_ROWS_FN(fp4, mr, nb)                                                              \
+    static AVX2 void dec_rows_##fp4##_##mr(const dec_job *j, const uint8_t *const *rows,       \
+                                           int64_t m0, const uint8_t *ws_tile,               \
+                                           const float *swv, uint8_t *t, float *res) {       \
+        dec_rows(fp4, mr, nb, j, rows, m0, ws_tile, swv, t, res);                            \
+    }
+#define DEC_ROWS_FNS(fp4)                                                                     \
+    DEC_ROWS_FN(fp4, 1, 4) DEC_ROWS_FN(fp4, 2, 4) DEC_ROWS_FN(fp4, 3, 2) DEC_ROWS_FN(fp4, 4, 2)
+DEC_ROWS_FNS(0)
+DEC_ROWS_FNS(1)
+static const dec_rows_fn dec_rows_fns[2][DEC_MAX_ROWS + 1] = {
+    {0, dec_rows_0_1, dec_rows_0_2, dec_rows_0_3, dec_rows_0_4},
+    {0, dec_rows_1_1, dec_rows_1_2, dec_rows_1_3, dec_rows_1_4}};
+
+/* Groups [g0, g1) of 8 weight rows: every activation row, all of K. */
+static void dec_groups(void *ctx, int64_t g0, int64_t g1, int thread) {
+    const dec_job *j = ctx;
+    const int64_t M = j->M, K = j->K, N = j->N, KB = K / 32, row_bytes = j->fp4 ? K / 2 : K;
+    const float *e8m0 = di_cpu_e8m0_table();
+    uint8_t *t = j->scratch + (size_t)thread * j->scratch_bytes;
+    float *swv = (float *)(t + 2 * DEC_MAX_BLOCKS * 256); /* MXFP4 [KB][8] */
+    float res[DEC_MAX_ROWS * DEC_LANES];
+    for (int64_t g = g0; g < g1; g++) {
+        const int64_t n0 = g * DEC_LANES, nn = N - n0 < DEC_LANES ? N - n0 : DEC_LANES;
+        /* the missing rows of the last group repeat the last row (results dropped) */
+        const uint8_t *rows[DEC_LANES];
+        for (int i = 0; i < DEC_LANES; i++) rows[i] = j->w + (n0 + (i < nn ? i : nn - 1)) * row_bytes;
+        if (j->fp4)
+            for (int64_t kb = 0; kb < KB; kb++)
+                for (int i = 0; i < DEC_LANES; i++)
+                    swv[kb * DEC_LANES + i] = e8m0[j->ws[(n0 + (i < nn ? i : nn - 1)) * KB + kb]];
+        const uint8_t *ws_tile = j->fp4 ? NULL : j->ws + (n0 / 32) * KB;
+        for (int64_t m0 = 0; m0 < M; m0 += DEC_MAX_ROWS) {
+            const int mr = M - m0 < DEC_MAX_ROWS ? (int)(M - m0) : DEC_MAX_ROWS;
+            dec_rows_fns[j->fp4][mr](j, rows, m0, ws_tile, swv, t, res);
+            for (int m = 0; m < mr; m++)
+                memcpy(j->out + (m0 + m) * N + n0, res + m * DEC_LANES, (size_t)nn * sizeof(float));
+        }
+    }
+}
+
+/* Decode rows of FP8 / MXFP4: activations prepared once per call (the same
+ * for every weight row), then groups of 8 weight rows spread over the pool.
+ * Returns 0 when out of memory (the caller falls back). */
+static int dec_run(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
+                   const uint8_t *w, const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
+    const int threads = di_threadpool_size(tp);
+    const size_t scratch_bytes = 2 * DEC_MAX_BLOCKS * 256 + (size_t)(K / 32) * DEC_LANES * sizeof(float);
+    float *a = aligned_alloc(32, (size_t)((M * K * sizeof(float) + 31) & ~(size_t)31));
+    uint8_t *scratch = aligned_alloc(32, (size_t)threads * ((scratch_bytes + 31) & ~(size_t)31));
+    if (!a || !scratch) {
+        free(a), free(scratch);
+        return 0;
+    }
+    const float *e4m3 = di_cpu_e4m3_table();
+    const float f = fp4 ? 0.5f : 0x1p64f;
+    for (int64_t i = 0; i < M * K; i++) a[i] = e4m3[qa[i]] * f;
+    dec_job j = {fp4, a, sa, w, ws, M, K, N, out, scratch, (scratch_bytes + 31) & ~(size_t)31};
+    const int64_t groups = (N + DEC_LANES - 1) / DEC_LANES;
+    /* several chunks per thread so a core slowed by other work takes fewer */
+    int64_t grain = groups / (8 * threads);
+    di_threadpool_for(tp, groups, grain < 1 ? 1 : grain, dec_groups, &j);
+    free(a), free(scratch);
+    return 1;
+}
+
 static void run(job *j, const uint8_t *qa, const float *x, di_threadpool *tp) {
     if (j->M <= 0 || j->N <= 0) return;
+    if ((j->fmt == FMT_FP8 || j->fmt == FMT_FP4) && j->M <= DEC_MAX_ROWS &&
+        dec_run(j->fmt == FMT_FP4, qa, j->sa, j->M, j->K, j->w, j->ws, j->N, j->out, tp))
+        return;
     int threads = di_threadpool_size(tp);
     j->folded = fold_ok(j);
     float *ap = pack_act(qa, x, j->folded ? j->sa : NULL, j->M, j->K, tp);
