@@ -48,6 +48,7 @@ static void usage(FILE *out) {
             "output:\n"
             "  --show-reasoning       print a chat's reasoning (between <think> tags) before the answer\n"
             "  --json                 print the completion as one JSON object\n"
+            "  --logprobs K           with --json: each generated token's logprob and the top K (K <= 20)\n"
             "%s",
             cli_engine_args_usage);
 }
@@ -90,6 +91,9 @@ static int sampling_arg(int argc, char **argv, int *i, di_sampling_params *p) {
         r = cli_parse_i64(CMD, f, v, 0, INT64_MAX, &n) ? -1 : 1;
         p->has_seq_seed = 1;
         p->seq_seed = (uint64_t)n;
+    } else if (!strcmp(f, "--logprobs")) {
+        r = cli_parse_i64(CMD, f, v, 0, 20, &n) ? -1 : 1;
+        p->logprobs = (int32_t)n;
     } else if (!strcmp(f, "--thinking-budget")) {
         r = cli_parse_i64(CMD, f, v, 0, INT64_C(1) << 40, &p->thinking_token_budget) ? -1 : 1;
     } else {
@@ -183,6 +187,23 @@ static void print_json(const di_request_output *ro, const di_completion *c, doub
     cJSON *ids = cJSON_CreateArray();
     for (size_t i = 0; i < c->n_tokens; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(c->token_ids[i]));
     cJSON_AddItemToObject(o, "token_ids", ids);
+    if (c->logprobs) { /* [{"id", "logprob", "top": [[id, logprob], ...]}] per generated token */
+        cJSON *lps = cJSON_AddArrayToObject(o, "logprobs");
+        for (size_t i = 0; i < c->n_tokens; i++) {
+            cJSON *t = cJSON_CreateObject();
+            cJSON_AddNumberToObject(t, "id", c->token_ids[i]);
+            cJSON_AddNumberToObject(t, "logprob", c->logprobs[i]);
+            cJSON *top = cJSON_AddArrayToObject(t, "top");
+            for (int32_t k = 0; k < c->n_top; k++) {
+                size_t at = i * (size_t)c->n_top + (size_t)k;
+                cJSON *pair = cJSON_CreateArray();
+                cJSON_AddItemToArray(pair, cJSON_CreateNumber(c->top_ids[at]));
+                cJSON_AddItemToArray(pair, cJSON_CreateNumber(c->top_logprobs[at]));
+                cJSON_AddItemToArray(top, pair);
+            }
+            cJSON_AddItemToArray(lps, t);
+        }
+    }
     cJSON_AddStringToObject(o, "finish_reason", di_finish_reason_name(c->finish_reason));
     if (c->stop_str) cJSON_AddStringToObject(o, "stop_reason", c->stop_str);
     cJSON_AddNumberToObject(o, "prompt_tokens", (double)ro->n_prompt);

@@ -103,3 +103,15 @@ def test_errors(args, code, msg):
 def test_n_predict_minus_one_runs_to_the_model_length():
     out = gen_json("-p", "hi", "-n", "-1", "--max-model-len", "20", "--temp", "0", "--ignore-eos")
     assert out["prompt_tokens"] + out["completion_tokens"] == 20 and out["finish_reason"] == "length"
+
+
+def test_logprobs_equal_python_api(llm):
+    out = gen_json("-p", "Once upon a time", "--temp", "0", "-n", "6", "--ignore-eos", "--logprobs", "3")
+    ref = llm.generate("Once upon a time", SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=3),
+                       use_tqdm=False)[0].outputs[0]
+    assert [t["id"] for t in out["logprobs"]] == ref.token_ids
+    for t, row in zip(out["logprobs"], ref.logprobs):
+        assert abs(t["logprob"] - row[t["id"]].logprob) < 1e-6
+        assert [i for i, _ in t["top"]] == [k for k, v in sorted(row.items(), key=lambda kv: kv[1].rank or 99)
+                                            if v.rank][:3]
+        assert t["top"][0][0] == t["id"]  # greedy: the sampled token is the most likely
