@@ -291,26 +291,34 @@ class LLM:
             raise
         bar = make_bar(len(ids), "Processed prompts", use_tqdm)
         shown = [0]
+        stopped = []
 
         def on_progress(_user, pp):
-            p = pp.contents
-            # the counts run since the engine opened; earlier calls all finished
-            done = int(p.requests_done) - (int(p.requests_total) - len(ids))
-            if done > shown[0]:
-                bar.update(done - shown[0])
-                shown[0] = done
-            bar.set_postfix_str("est. speed input: %.2f toks/s, output: %.2f toks/s" % (p.prompt_tps, p.output_tps),
-                                refresh=False)
-            return 0
+            # Runs once a step, so Ctrl-C (raised here, where Python code
+            # runs) stops the run instead of being lost inside the C loop.
+            try:
+                if bar is not None:
+                    p = pp.contents
+                    # the counts run since the engine opened; earlier calls all finished
+                    done = int(p.requests_done) - (int(p.requests_total) - len(ids))
+                    if done > shown[0]:
+                        bar.update(done - shown[0])
+                        shown[0] = done
+                    bar.set_postfix_str("est. speed input: %.2f toks/s, output: %.2f toks/s" %
+                                        (p.prompt_tps, p.output_tps), refresh=False)
+                return 0
+            except BaseException as ex:  # noqa: BLE001 — re-raised after the run stops
+                stopped.append(ex)
+                return 1
 
-        cb = _ffi.PROGRESS_FN(on_progress) if bar is not None else _ffi.PROGRESS_FN()
+        cb = _ffi.PROGRESS_FN(on_progress)
         try:
             st = L.di_engine_run(e, cb, None)
         finally:
             if bar is not None:
                 bar.close()
-        if st:
-            err = _error(st, "engine step failed")
+        if stopped or st:
+            err = stopped[0] if stopped else _error(st, "engine step failed")
             self._drop(ids)
             raise err
         outs = [self._collect(rid, text) for rid, (_k, _p, text, _s, _c) in zip(ids, subs)]

@@ -224,3 +224,26 @@ def test_sglang_style_dict_params(llm):
     assert llm.generate([PROMPTS[0]], [d], use_tqdm=False)[0].outputs[0].token_ids == ref
     with pytest.raises(ValueError, match="unexpected keyword"):
         llm.generate(PROMPTS[0], {"max_new_token": 5}, use_tqdm=False)
+
+
+def test_interrupt_in_progress_stops_the_run_and_leaves_the_engine_usable(llm):
+    class Boom(Exception):
+        pass
+
+    class Bar:
+        def __init__(self, **_):
+            pass
+
+        def update(self, k):
+            pass
+
+        def set_postfix_str(self, s, refresh=True):
+            raise Boom()  # as a KeyboardInterrupt would arrive in the callback
+
+        def close(self):
+            pass
+
+    with pytest.raises(Boom):
+        llm.generate(PROMPTS, greedy(50), use_tqdm=Bar)
+    ref = llm.generate(PROMPTS[0], greedy(4), use_tqdm=False)
+    assert len(ref) == 1 and len(ref[0].outputs[0].token_ids) == 4
