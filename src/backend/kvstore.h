@@ -14,6 +14,11 @@
  *   DI_KVQ_FP4_E8M0  index keys (FP4-QDQ(32, e8m0)):  n/2 bytes of E2M1 pairs,
  *                                                     n/32 E8M0
  *
+ * Rows are packed from the values before QDQ, as the QDQ steps quantize
+ * them: re-quantizing decoded values is lossless for the power-of-two
+ * scales but not for E4M3 scales in E4M3's subnormal range, where the scale
+ * of a decoded block can round differently.
+ *
  * value = code · scale, exact in fp32 (and in bf16). At the real shapes a
  * window row is 528 bytes (Dh 512), a compressed-KV row 288, an index key 68:
  * 890 bytes per token over the 2.5 entries per token of V4.1.

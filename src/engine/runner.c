@@ -6,29 +6,14 @@
 #include "model/forward.h"
 #include "model/seqstate.h"
 
-/* Mirrors the allocations of di_seqstate_init with no rollback room: window
- * rings per backbone layer, compressed KV + index keys (capacity / ratio + 1
- * entries) and the per-token compressor ring per kv source, the Engram
- * history, DSpark rings. */
+/* What di_seqstate_init allocates with no rollback room (backend memory:
+ * packed window rings and caches, compressor ring, DSpark rings), plus the
+ * host Engram history and the struct. */
 static uint64_t lm_state_bytes(void *ctx, int64_t max_tokens) {
     const di_lm *lm = ctx;
     const di_config *c = lm->cfg;
-    uint64_t dh = (uint64_t)c->head_dim, f = sizeof(float), total = 0;
-    int maxr = 1;
-    for (int b = 0; b < c->n_blocks; b++)
-        if (c->compress_ratios[b] > maxr) maxr = c->compress_ratios[b];
-    for (int b = 0; b < c->n_layers; b++) {
-        const di_layer_role *r = &c->roles[b];
-        total += (uint64_t)c->window * dh * f;
-        if (r->owns_compressor && r->ratio > 0) {
-            uint64_t n = (uint64_t)(max_tokens / r->ratio + 1);
-            total += n * (dh + (uint64_t)c->index_head_dim) * f;
-            if (r->ratio > 1) total += (uint64_t)maxr * 2 * dh * f;
-        }
-    }
-    if (lm->has_dspark) total += (uint64_t)c->n_mtp * (uint64_t)c->window * dh * f;
-    total += (uint64_t)(c->engram_max_ngram > 1 ? c->engram_max_ngram - 1 : 1) * sizeof(int32_t);
-    return total + sizeof(di_seqstate);
+    uint64_t hist = (uint64_t)(c->engram_max_ngram > 1 ? c->engram_max_ngram - 1 : 1) * sizeof(int32_t);
+    return di_seqstate_bytes(lm, max_tokens, 0) + hist + sizeof(di_seqstate);
 }
 
 static di_status lm_state_new(void *ctx, int64_t max_tokens, void **state, di_err *err) {

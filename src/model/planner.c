@@ -91,7 +91,8 @@ di_status di_plan_compute(const di_config *c, const di_plan_request *req, di_pla
     for (int b = 0; b < c->n_layers; b++)
         if (c->roles[b].owns_compressor && c->roles[b].ratio > 1)
             p->compressor_state += 2ull * (uint64_t)c->roles[b].ratio * (uint64_t)c->head_dim * 4;
-    p->engram_history = c->n_engram ? (uint64_t)(c->engram_max_ngram - 1) * 8 : 0;
+    /* compressed ids as the sequence state holds them: int32, host memory */
+    p->engram_history = c->n_engram ? (uint64_t)(c->engram_max_ngram - 1) * 4 : 0;
     p->fixed_per_sequence = p->window_rings_fp8 + p->compressor_state + p->engram_history;
 
     double per_seq = ceil((double)p->req.context * p->kv_bytes_per_token[p->req.kv_format]) + (double)p->fixed_per_sequence;

@@ -65,7 +65,7 @@ typedef struct di_plan {
     uint64_t window_rings_fp8;  /* every block (DSpark stages included), E4M3 + scale per 32 */
     uint64_t window_rings_bf16;
     uint64_t compressor_state;  /* partial groups of ratio > 1 sources, fp32 kv + score */
-    uint64_t engram_history;    /* last (max_ngram - 1) compressed ids, int64 */
+    uint64_t engram_history;    /* last (max_ngram - 1) compressed ids, int32 (host) */
     uint64_t fixed_per_sequence; /* rings (FP8) + compressor + Engram */
     /* totals for req */
     uint64_t kv_bytes_total;    /* batch × (context × per-token in req.kv_format + fixed) */
