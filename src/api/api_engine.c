@@ -244,20 +244,6 @@ static di_status chat_load(const char *json, size_t len, di_chat *chat, di_sampl
     return st;
 }
 
-static unsigned chat_flags(const di_chat *c, const int32_t *ids, size_t n, int32_t think_id) {
-    unsigned f = 0;
-    if (n && ids[n - 1] == think_id) f |= DI_CHAT_PARSE_THINKING;
-    int tools = c->n_tools > 0;
-    for (size_t i = 0; i < c->n_msgs; i++) tools |= c->msgs[i].n_tools > 0;
-    if (tools && c->tool_choice != DI_CHAT_TOOL_NONE) {
-        f |= DI_CHAT_PARSE_TOOLS;
-        if (c->tool_choice == DI_CHAT_TOOL_REQUIRED) f |= DI_CHAT_PARSE_IN_CALLS;
-    }
-    if (c->n_msgs && c->msgs[c->n_msgs - 1].role == DI_CHAT_ASSISTANT && c->msgs[c->n_msgs - 1].prefix)
-        f |= DI_CHAT_PARSE_CONTINUE;
-    return f;
-}
-
 di_status di_engine_submit_chat(di_engine *e, const char *json, size_t len, const di_chat_options *chat_opts,
                                 const di_sampling_params *params, uint64_t *id) {
     di_err err = {0};
@@ -311,8 +297,13 @@ di_status di_engine_submit_chat(di_engine *e, const char *json, size_t len, cons
             p.json_schema = schema;
         } else if (chat.format == DI_CHAT_FORMAT_REGEX && chat.response_regex) p.regex = chat.response_regex;
     }
-    unsigned flags = chat_flags(&chat, ids, n, e->think_id);
-    st = di_engine_add(e, ids, n, &p, 1, flags, id, &err);
+    /* How to parse the output follows from the same rules the renderer used
+     * (open think block, tools, a continued assistant message). */
+    unsigned flags = 0;
+    if (di_chat_output_flags(json, len, chat_opts, &flags))
+        st = di_err_set(&err, di_last_status(), "%s", di_last_error());
+    else
+        st = di_engine_add(e, ids, n, &p, 1, flags, id, &err);
     free(schema);
     di_free(ids);
     di_chat_free(&chat);
