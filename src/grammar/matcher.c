@@ -366,16 +366,35 @@ int di_matcher_is_accepting(const di_matcher *m) {
 
 int di_matcher_is_finished(const di_matcher *m) { return m && m->finished; }
 
+/* Pushes the set that follows the completion of lexer item it (as if its
+ * lexeme ended here), without the lexeme's own continuation. */
+static int push_completion(di_matcher *m, const item *it) {
+    if (m->cap_sets < m->n_sets + 2 && ensure_set(m)) return -1;
+    uint32_t j = m->n_sets;
+    new_stamp(m);
+    m->n_agenda = 0;
+    uint8_t acc = 0;
+    if (agenda_push(m, it->rule, it->dot + 1, it->origin) < 0 || closure(m, j, &acc)) {
+        m->n_scan = m->scan_off[j];
+        m->n_wait = m->wait_off[j];
+        return -1;
+    }
+    finish_set(m, acc);
+    return 0;
+}
+
 /* Walks the trie nodes [i0, i_end) (a subtree whose root has depth d0)
  * with the full parser, setting allowed tokens in mask. The current top set
  * stands for the path to the subtree root's parent. */
-static int general_walk(di_matcher *m, uint32_t i0, uint32_t i_end, uint32_t d0, uint32_t *mask) {
+static int general_walk(di_matcher *m, uint32_t i0, uint32_t i_end, uint32_t d0, uint32_t *mask,
+                        const uint8_t *first) {
     const di_vocab *v = m->g->vocab;
     uint32_t base = m->n_sets;
     uint32_t i = i0;
     while (i < i_end) {
         uint32_t depth = v->node_depth[i] - d0 + 1;
         while (m->n_sets - base >= depth) pop_set(m);
+        if (first && depth == 1 && !first[v->node_byte[i]]) { i = v->node_end[i]; continue; }
         int r = push_byte(m, v->node_byte[i]);
         if (r < 0) {
             while (m->n_sets > base) pop_set(m);
@@ -391,9 +410,13 @@ static int general_walk(di_matcher *m, uint32_t i0, uint32_t i_end, uint32_t d0,
 
 
 /* Walks the whole trie with one lexer item alone (terminal t from DFA
- * state st): a token along which the lexeme never ends is decided here; a
- * subtree where it can end is left to the parser (a fallback node). */
-static di_mask_entry *lexer_walk(const di_matcher *m, uint32_t t, uint32_t st0, const uint32_t *ckey,
+ * state st): a token is allowed when the lexeme is alive or complete after
+ * it; the nodes where the lexeme can end and that have children are
+ * recorded (split nodes): what may follow the lexeme's end there is the
+ * parser's to decide. For a proxy (exact = 0), whose ends may differ from
+ * the real lexeme's, a node where it can end is recorded instead and its
+ * whole subtree left to the parser with the real item. */
+static di_mask_entry *lexer_walk(const di_matcher *m, uint32_t t, uint32_t st0, int exact, const uint32_t *ckey,
                                  uint32_t ckey_n, uint64_t hash) {
     const di_vocab *v = m->g->vocab;
     const di_dfa *D = &m->cfg->terms[t].dfa;
@@ -426,7 +449,10 @@ static di_mask_entry *lexer_walk(const di_matcher *m, uint32_t t, uint32_t st0, 
         uint32_t d = nd[i];
         uint32_t s2 = trans[(size_t)st[d - 1] * nc + cls[nb[i]]];
         if (!s2) { i = ne[i]; continue; }
-        if (acc[s2]) {
+        /* The lexeme can end here: tokens ending here are allowed (the
+         * completed item is viable), the lexeme may go on below, and the
+         * parser decides what may follow its end in the children. */
+        if (acc[s2] && !exact) { /* a proxy: the parser re-checks the whole subtree */
             if (e->n_fallback == cap_fb) {
                 cap_fb *= 2;
                 uint32_t *nf = realloc(e->fallback, cap_fb * sizeof *nf);
@@ -436,6 +462,15 @@ static di_mask_entry *lexer_walk(const di_matcher *m, uint32_t t, uint32_t st0, 
             e->fallback[e->n_fallback++] = i;
             i = ne[i];
             continue;
+        }
+        if (acc[s2] && i + 1 < ne[i]) {
+            if (e->n_fallback == cap_fb) {
+                cap_fb *= 2;
+                uint32_t *nf = realloc(e->fallback, cap_fb * sizeof *nf);
+                if (!nf) { di_mask_entry_free(e); return NULL; }
+                e->fallback = nf;
+            }
+            e->fallback[e->n_fallback++] = i;
         }
         st[d] = s2;
         for (int32_t tk = nt[i]; tk >= 0; tk = v->tok_next[tk]) e->bits[tk >> 5] |= 1u << (tk & 31);
@@ -456,34 +491,30 @@ static di_mask_entry *lexer_walk(const di_matcher *m, uint32_t t, uint32_t st0, 
     return e;
 }
 
-static int cmp_u32(const void *a, const void *b) {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* The memo entry of one lexer item (terminal t in DFA state st), from the
  * vocabulary's memo when the lexeme has a text key (shared by every
  * grammar), else from the grammar's. *owned is set when the entry was not
  * kept and must be freed by the caller. */
-static const di_mask_entry *item_entry(di_matcher *m, uint32_t t, uint32_t st, di_mask_entry **owned) {
+static const di_mask_entry *item_entry(di_matcher *m, uint32_t t, uint32_t st, int exact, di_mask_entry **owned) {
     const di_vocab *v = m->g->vocab;
     const di_cfg *g = m->cfg;
     size_t words = ((size_t)v->n_vocab + 31) / 32;
     *owned = NULL;
-    uint32_t pair[2] = {t, st};
+    uint32_t pair[3] = {t, st, (uint32_t)exact};
     uint32_t small[64];
-    uint32_t *ckey = pair, ckey_n = 2;
+    uint32_t *ckey = pair, ckey_n = 3;
     uint32_t *gkey = NULL;
     di_mask_cache *cache = (di_mask_cache *)&m->g->cache; /* internally locked */
     const char *tk = g->terms[t].key;
     if (tk) {
-        size_t l = strlen(tk), n = 2 + (l + 3) / 4;
+        size_t l = strlen(tk), n = 3 + (l + 3) / 4;
         gkey = n <= 64 ? small : calloc(n, sizeof *gkey);
         if (gkey) {
             memset(gkey, 0, n * sizeof *gkey);
             gkey[0] = st;
-            gkey[1] = (uint32_t)l;
-            memcpy(gkey + 2, tk, l);
+            gkey[1] = (uint32_t)exact;
+            gkey[2] = (uint32_t)l;
+            memcpy(gkey + 3, tk, l);
             ckey = gkey;
             ckey_n = (uint32_t)n;
             cache = (di_mask_cache *)&v->cache;
@@ -493,7 +524,7 @@ static const di_mask_entry *item_entry(di_matcher *m, uint32_t t, uint32_t st, d
     for (uint32_t q = 0; q < ckey_n; q++) h = (h ^ ckey[q]) * 1099511628211ull;
     const di_mask_entry *e = di_mask_cache_find(cache, ckey, ckey_n, h);
     if (!e) {
-        di_mask_entry *fresh = lexer_walk(m, t, st, ckey, ckey_n, h);
+        di_mask_entry *fresh = lexer_walk(m, t, st, exact, ckey, ckey_n, h);
         if (fresh) {
             e = di_mask_cache_put(cache, fresh, words);
             if (!e) { e = fresh; *owned = fresh; } /* not kept: use, then free */
@@ -517,78 +548,100 @@ di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
     if (m->finished) return DI_OK;
     uint32_t top = m->n_sets - 1;
     uint32_t s0 = m->scan_off[top], s1 = m->scan_off[top + 1];
-    /* The mask is the union over lexer items: each item's tokens decided by
-     * its lexeme alone (memoised), plus the parser's verdict on the trie
-     * subtrees where one of its lexemes can end. */
-    uint32_t *pairs = malloc(((size_t)(s1 - s0) * 2 + 2) * sizeof *pairs);
-    uint32_t *fb = NULL;
-    size_t n_fb = 0, cap_fb = 0;
-    int rc = pairs ? 0 : -1;
-    uint32_t k = 0;
+    /* The mask is the union over the lexer items of this position: each
+     * item's tokens decided by its lexeme alone (memoised), plus, where its
+     * lexeme can end inside a token, the parser's verdict on the rest of the
+     * token from the set that follows the item's completion. */
+    const di_mask_entry **ent = malloc(((size_t)(s1 - s0) + 1) * sizeof *ent);
+    di_mask_entry **owned = calloc((size_t)(s1 - s0) + 1, sizeof *owned);
+    int rc = ent && owned ? 0 : -1;
     for (uint32_t x = s0; x < s1 && !rc; x++) {
         const item *it = &m->scan[x];
         uint32_t t = DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot]);
         uint32_t st = it->state;
+        int exact = 1;
         if (g->terms[t].proxy >= 0 && g->terms[t].proxy_state[st] != UINT32_MAX) {
             st = g->terms[t].proxy_state[st];
             t = (uint32_t)g->terms[t].proxy;
+            exact = 0;
         }
-        int dup = 0;
-        for (uint32_t q = 0; q < k && !dup; q++) dup = pairs[2 * q] == t && pairs[2 * q + 1] == st;
-        if (dup) continue;
-        pairs[2 * k] = t;
-        pairs[2 * k + 1] = st;
-        k++;
-        di_mask_entry *owned;
-        const di_mask_entry *e = item_entry(m, t, st, &owned);
+        /* items with the same lexer state share the entry */
+        const di_mask_entry *e = NULL;
+        for (uint32_t y = s0; y < x && !e; y++) {
+            const item *iy = &m->scan[y];
+            uint32_t ty = DI_SYM_TERM_ID(g->rhs[g->rules[iy->rule].off + iy->dot]);
+            uint32_t sy = iy->state;
+            int ey = 1;
+            if (g->terms[ty].proxy >= 0 && g->terms[ty].proxy_state[sy] != UINT32_MAX) {
+                sy = g->terms[ty].proxy_state[sy];
+                ty = (uint32_t)g->terms[ty].proxy;
+                ey = 0;
+            }
+            if (ty == t && sy == st && ey == exact) e = ent[y - s0];
+        }
+        if (e) { ent[x - s0] = e; continue; }
+        e = item_entry(m, t, st, exact, &owned[x - s0]);
+        ent[x - s0] = e;
         if (!e) { rc = -1; break; }
         if (e->bits)
             for (size_t w = 0; w < words; w++) mask[w] |= e->bits[w];
         else
             for (uint32_t q = 0; q < e->n_toks; q++) mask[e->toks[q] >> 5] |= 1u << (e->toks[q] & 31);
-        if (n_fb + e->n_fallback > cap_fb) {
-            size_t nc = cap_fb ? cap_fb * 2 : 256;
-            while (nc < n_fb + e->n_fallback) nc *= 2;
-            uint32_t *nf = realloc(fb, nc * sizeof *nf);
-            if (!nf) rc = -1;
-            else { fb = nf; cap_fb = nc; }
-        }
-        if (!rc && e->n_fallback) memcpy(fb + n_fb, e->fallback, e->n_fallback * sizeof *fb);
-        if (!rc) n_fb += e->n_fallback;
-        di_mask_entry_free(owned);
     }
-    /* parser walks of the lexeme-end subtrees, outermost ones only */
-    if (!rc && n_fb) {
-        qsort(fb, n_fb, sizeof *fb, cmp_u32);
-        /* Consecutive nodes share path prefixes: keep the pushed path and
-         * only pop / push where it differs (pushed = bytes on the stack). */
-        uint32_t base = m->n_sets, covered_end = 0, pushed = 0;
-        uint8_t cur[1024];
-        for (size_t f = 0; f < n_fb && !rc; f++) {
-            uint32_t node = fb[f];
-            if (node < covered_end) continue;
-            covered_end = v->node_end[node];
-            uint32_t d = v->node_depth[node];
-            /* the path to the node's parent: a prefix of the first token below it */
-            uint32_t j = node;
-            while (v->node_tok[j] < 0) j++;
-            const uint8_t *path = v->bytes + v->off[v->node_tok[j]];
-            uint32_t want = d - 1, l = 0;
-            while (l < pushed && l < want && cur[l] == path[l]) l++;
-            while (pushed > l) { pop_set(m); pushed--; }
-            int ok = 1;
-            while (pushed < want && ok) {
-                int r = push_byte(m, path[pushed]);
-                if (r < 0) rc = -1;
-                ok = r > 0;
-                if (ok) { cur[pushed] = path[pushed]; pushed++; }
+    /* parser walks below the split nodes, per item */
+    for (uint32_t x = s0; x < s1 && !rc; x++) {
+        const di_mask_entry *e = ent[x - s0];
+        if (!e->n_fallback) continue;
+        item it = m->scan[x];
+        uint32_t base = m->n_sets;
+        uint32_t tx = DI_SYM_TERM_ID(g->rhs[g->rules[it.rule].off + it.dot]);
+        if (g->terms[tx].proxy >= 0 && g->terms[tx].proxy_state[it.state] != UINT32_MAX) {
+            /* proxy entry: walk each recorded subtree with the full parser,
+             * keeping the pushed path between consecutive nodes */
+            uint32_t pushed = 0;
+            uint8_t cur[1024];
+            for (uint32_t f = 0; f < e->n_fallback && !rc; f++) {
+                uint32_t node = e->fallback[f];
+                uint32_t d = v->node_depth[node];
+                uint32_t j = node;
+                while (v->node_tok[j] < 0) j++;
+                const uint8_t *path = v->bytes + v->off[v->node_tok[j]];
+                uint32_t want = d - 1, l = 0;
+                while (l < pushed && l < want && cur[l] == path[l]) l++;
+                while (pushed > l) { pop_set(m); pushed--; }
+                int ok = 1;
+                while (pushed < want && ok) {
+                    int r = push_byte(m, path[pushed]);
+                    if (r < 0) rc = -1;
+                    ok = r > 0;
+                    if (ok) { cur[pushed] = path[pushed]; pushed++; }
+                }
+                if (ok && !rc) rc = general_walk(m, node, v->node_end[node], d, mask, NULL);
             }
-            if (ok && !rc) rc = general_walk(m, node, v->node_end[node], d, mask);
+            while (m->n_sets > base) pop_set(m);
+            continue;
         }
+        if (push_completion(m, &it)) { rc = -1; break; }
+        /* first bytes the completed set can take */
+        uint8_t first[256] = {0};
+        uint32_t c0 = m->scan_off[m->n_sets - 1], c1 = m->scan_off[m->n_sets];
+        int any = 0;
+        for (uint32_t k = c0; k < c1; k++) {
+            const item *ci = &m->scan[k];
+            const di_dfa *d = &g->terms[DI_SYM_TERM_ID(g->rhs[g->rules[ci->rule].off + ci->dot])].dfa;
+            for (int b = 0; b < 256; b++)
+                if (!first[b] && di_dfa_step(d, ci->state, (uint8_t)b)) { first[b] = 1; any = 1; }
+        }
+        if (any)
+            for (uint32_t f = 0; f < e->n_fallback && !rc; f++) {
+                uint32_t node = e->fallback[f];
+                rc = general_walk(m, node + 1, v->node_end[node], v->node_depth[node] + 1, mask, first);
+            }
         while (m->n_sets > base) pop_set(m);
     }
-    free(pairs);
-    free(fb);
+    for (uint32_t x = s0; owned && x < s1; x++) di_mask_entry_free(owned[x - s0]);
+    free(owned);
+    free(ent);
     if (rc) {
         di_err_set(&err, DI_ERR_NOMEM, "out of memory computing a mask");
         return di_err_publish(&err);
