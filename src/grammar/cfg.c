@@ -210,9 +210,11 @@ di_status di_cfg_set_proxy(di_cfg *g, uint32_t t, uint32_t proxy, int count_byte
             if (room[i] != UINT32_MAX) continue;
             /* walk the chain until a known state, then fill back */
             uint32_t len = 0, s = i;
-            while (s && room[s] == UINT32_MAX && len < need) { len++; s = di_dfa_step(a, s, (uint8_t)count_byte); }
+            while (s && room[s] == UINT32_MAX && len <= a->n_states) { len++; s = di_dfa_step(a, s, (uint8_t)count_byte); }
             int dead_end = s == 0;
-            uint32_t base = dead_end ? 0 : (room[s] == UINT32_MAX ? need : room[s]);
+            /* stopped on an unvisited live state (a cycle): only len - k
+             * steps are known from x_k (a lower bound, which is safe) */
+            uint32_t base = dead_end ? 0 : (room[s] == UINT32_MAX ? 0 : room[s]);
             s = i;
             for (uint32_t k = 0; k < len; k++) {
                 /* chain x_0..x_len: steps from x_k */

@@ -402,11 +402,62 @@ static void test_mask_differential(void) {
     di_vocab_free(v);
 }
 
+/* Masks against per-token advancing (which runs the parser byte by byte,
+ * not the memoised lexer walks) at every state of random walks, on
+ * grammars where lexemes end inside tokens: JSON, numbers, lists. */
+static void test_mask_vs_advance(void) {
+    di_vocab *v = small_vocab();
+    int eos = nv - 2;
+    const char *ebnf[] = {
+        "root ::= item (\",\" item)*\nitem ::= [ab]+ | \"1\" [0-9]* | \"\\\"\" [a-c]* \"\\\"\" | \"[\" root? \"]\"\n",
+        "root ::= (\"a\" | \"ab\" | \"abc\")+ \"c\"? x\nx ::= \"\" | \"b\" x\n",
+    };
+    const char *schemas[] = {
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"array\",\"items\":{\"type\":\"number\"}}}}",
+        "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"string\",\"maxLength\":3},{\"type\":\"null\"},{\"type\":\"boolean\"}]}}",
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":2}},\"required\":[\"a\"],\"additionalProperties\":{\"type\":\"integer\"}}",
+        /* memo proxies: "any key but a", bounded strings far from the bound */
+        "{\"type\":\"object\",\"properties\":{\"a\":false},\"additionalProperties\":{\"type\":\"integer\"}}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":10}}",
+    };
+    int mismatches = 0, checked = 0;
+    for (int gi = 0; gi < 7; gi++) {
+        di_grammar *g = gi < 2 ? compile(v, DI_CONSTRAINT_EBNF, ebnf[gi], NULL) : compile(v, DI_CONSTRAINT_JSON_SCHEMA, schemas[gi - 2], NULL);
+        if (!g) continue;
+        for (int walk = 0; walk < 12; walk++) {
+            di_matcher *m = NULL;
+            if (di_matcher_create(g, &m)) break;
+            for (int step = 0; step < 12; step++) {
+                uint32_t mask[(NV + 31) / 32];
+                di_matcher_fill_mask(m, mask, 2);
+                int allowed[NV], na = 0;
+                for (int t = 0; t < nv; t++) {
+                    int ok = di_matcher_advance(m, t) == DI_OK;
+                    if (ok) di_matcher_rollback(m, 1);
+                    checked++;
+                    if (ok != has(mask, t)) {
+                        if (mismatches++ < 5) fprintf(stderr, "grammar %d token '%s': mask %d advance %d\n", gi, vt[t], has(mask, t), ok);
+                    }
+                    if (ok && t != eos) allowed[na++] = t;
+                }
+                if (!na) break;
+                di_matcher_advance(m, allowed[rnd() % (uint32_t)na]);
+            }
+            di_matcher_free(m);
+        }
+        di_grammar_free(g);
+    }
+    CHECK_EQ_INT(mismatches, 0);
+    CHECK(checked > 5000);
+    di_vocab_free(v);
+}
+
 int main(void) {
     RUN(test_regex);
     RUN(test_json_schema);
     RUN(test_ebnf_and_choices);
     RUN(test_matcher_tokens);
     RUN(test_mask_differential);
+    RUN(test_mask_vs_advance);
     return test_summary();
 }
