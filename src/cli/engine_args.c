@@ -8,6 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/file_read.h"
+
 const char cli_engine_args_usage[] =
     "model:\n"
     "  --model DIR            checkpoint folder (default: $DEEPINFER_HF_MODEL_DIR, else the\n"
@@ -124,37 +126,13 @@ di_engine *cli_engine_open(const char *cmd, const cli_engine_args *a) {
 }
 
 char *cli_read_file(const char *cmd, const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        fprintf(stderr, "deepinfer %s: %s: %s\n", cmd, path, strerror(errno));
-        return NULL;
-    }
+    di_err err = {0};
     char *buf = NULL;
-    size_t n = 0, cap = 0, got;
-    do {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 1 << 16;
-            char *p = realloc(buf, cap + 1);
-            if (!p) {
-                free(buf);
-                if (f != stdin) fclose(f);
-                fprintf(stderr, "deepinfer %s: %s: out of memory\n", cmd, path);
-                return NULL;
-            }
-            buf = p;
-        }
-        got = fread(buf + n, 1, cap - n, f);
-        n += got;
-    } while (got);
-    int bad = ferror(f);
-    if (f != stdin) fclose(f);
-    if (bad) {
-        free(buf);
-        fprintf(stderr, "deepinfer %s: %s: read error\n", cmd, path);
-        return NULL;
-    }
-    buf[n] = '\0';
-    if (len) *len = n;
+    if (strcmp(path, "-"))
+        di_file_read(path, 0, &buf, len, &err);
+    else
+        di_file_read_stream(stdin, path, 0, &buf, len, &err);
+    if (err.code) fprintf(stderr, "deepinfer %s: %s\n", cmd, err.msg);
     return buf;
 }
 

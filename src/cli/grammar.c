@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/file_read.h"
 #include "deepinfer.h"
 
 static void grammar_usage(FILE *out) {
@@ -21,25 +22,6 @@ static void grammar_usage(FILE *out) {
             "                               --choices FILE) [--lenient] [--compact] [--forbid-additional]\n"
             "  reads one JSON-encoded string per line from stdin and prints accept / reject for each,\n"
             "  feeding the string token by token as the tokenizer splits it\n");
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t k = fread(buf + n, 1, cap - n, f);
-        n += k;
-        if (n < cap) break;
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) { free(buf); buf = NULL; break; }
-        buf = nb;
-        cap *= 2;
-    }
-    fclose(f);
-    if (buf) *len = n;
-    return buf;
 }
 
 /* The mask vocabulary: every id's bytes, except special tokens and the
@@ -149,9 +131,9 @@ int cli_grammar(int argc, char **argv) {
     char *text = NULL;
     size_t len = 0;
     if (from_file) {
-        text = read_file(src, &len);
-        if (!text) {
-            fprintf(stderr, "deepinfer grammar: cannot read %s\n", src);
+        di_err err = {0};
+        if (di_file_read(src, 0, &text, &len, &err)) {
+            fprintf(stderr, "deepinfer grammar: %s\n", err.msg);
             return 2;
         }
     } else {

@@ -9,12 +9,12 @@
  *                      [--reasoning-effort E]
  *       renders an OpenAI-style chat JSON to the prompt and its ids */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/engine_args.h"
 #include "deepinfer.h"
 
 static void usage(FILE *out) {
@@ -34,38 +34,6 @@ static void usage(FILE *out) {
             "  --thinking, --no-thinking, --reasoning-effort E\n"
             "                    override the chat's thinking switches (E: none, low,\n"
             "                    medium, high, xhigh, max)\n");
-}
-
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        fprintf(stderr, "deepinfer tokenize: %s: %s\n", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = NULL;
-    size_t n = 0, cap = 0, got;
-    do {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 1 << 16;
-            char *p = realloc(buf, cap + 1);
-            if (!p) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = p;
-        }
-        got = fread(buf + n, 1, cap - n, f);
-        n += got;
-    } while (got);
-    if (f != stdin) fclose(f);
-    if (!buf) {
-        fprintf(stderr, "deepinfer tokenize: %s: out of memory\n", path);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
 }
 
 static int print_ids(const int32_t *ids, size_t n) {
@@ -126,7 +94,7 @@ static int decode(const di_tokenizer *tok, const char *json, size_t len) {
  * prompt as a JSON string, then its ids as a JSON array. */
 static int chat(const di_tokenizer *tok, const char *chat_path, const di_chat_options *opts) {
     size_t len = 0;
-    char *json = read_all(chat_path, &len);
+    char *json = cli_read_file("tokenize", chat_path, &len);
     if (!json) return 1;
     char *prompt = NULL;
     size_t plen = 0;
@@ -208,7 +176,7 @@ int cli_tokenize(int argc, char **argv) {
         rc = chat(tok, chat_path, &chat_opts);
     } else {
         size_t len = text ? strlen(text) : 0;
-        char *buf = file ? read_all(file, &len) : NULL;
+        char *buf = file ? cli_read_file("tokenize", file, &len) : NULL;
         const char *in = file ? buf : text;
         if (!in) rc = 1;
         else rc = do_decode ? decode(tok, in, len) : encode(tok, in, len, flags);

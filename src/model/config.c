@@ -3,11 +3,12 @@
 #include "model/config.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/file_read.h"
 
 /* Largest config.json we accept: the real one is 4 KB. */
 #define CFG_MAX_FILE_BYTES (16u << 20)
@@ -495,37 +496,12 @@ di_status di_config_parse(const char *json, size_t n, di_config *out, di_err *er
 }
 
 di_status di_config_load(const char *path, di_config *out, di_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return di_err_set(err, DI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     char *buf = NULL;
-    size_t n = 0, cap = 0;
-    di_status st = DI_OK;
-    for (;;) {
-        if (n == cap) {
-            if (cap >= CFG_MAX_FILE_BYTES) {
-                st = di_err_set(err, DI_ERR_LIMIT, "%s: larger than %u bytes", path, CFG_MAX_FILE_BYTES);
-                break;
-            }
-            cap = cap ? cap * 2 : 8192;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                st = di_err_set(err, DI_ERR_NOMEM, "%s: out of memory", path);
-                break;
-            }
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) st = di_err_set(err, DI_ERR_IO, "%s: read error", path);
-            break;
-        }
-    }
-    fclose(f);
-    if (st == DI_OK) {
-        st = di_config_parse(buf, n, out, err);
-        if (st) di_err_prefix(err, "%s: ", path);
-    }
+    size_t n = 0;
+    di_status st = di_file_read(path, CFG_MAX_FILE_BYTES, &buf, &n, err);
+    if (st) return st;
+    st = di_config_parse(buf, n, out, err);
+    if (st) di_err_prefix(err, "%s: ", path);
     free(buf);
     return st;
 }

@@ -10,13 +10,13 @@
 #include "recipe/tokenizer.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/file_read.h"
 #include "recipe/bpe_cache.h"
 #include "recipe/pretokenize.h"
 #include "recipe/unicode.h"
@@ -763,44 +763,13 @@ static di_status tokenizer_encode(const di_tokenizer *t, const uint8_t *text, si
 
 /* ---------------------------------------------------------- public API */
 
-static di_status read_file(const char *path, char **buf, size_t *len, di_err *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return di_err_set(err, DI_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *p = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 1 << 20;
-            char *q = realloc(p, cap);
-            if (!q) {
-                free(p);
-                fclose(f);
-                return di_err_set(err, DI_ERR_NOMEM, "%s: out of memory", path);
-            }
-            p = q;
-        }
-        size_t got = fread(p + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(p);
-        return di_err_set(err, DI_ERR_IO, "%s: read error", path);
-    }
-    *buf = p;
-    *len = n;
-    return DI_OK;
-}
-
 di_status di_tokenizer_load(const char *path, di_tokenizer **out) {
     di_err err = {0};
     if (!path || !out) return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "tokenizer: NULL argument"});
     *out = NULL;
     char *buf = NULL;
     size_t len = 0;
-    di_status rc = read_file(path, &buf, &len, &err);
+    di_status rc = di_file_read(path, 0, &buf, &len, &err);
     if (!rc) {
         rc = di_tokenizer_parse(buf, len, path, out, &err);
         free(buf);
