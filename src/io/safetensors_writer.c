@@ -2,64 +2,29 @@
 #include "io/safetensors_writer.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
+
 #define FILL_CHUNK (1u << 20)
 
-/* ---- a growing text buffer ---- */
-
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *np = realloc(b->p, cap);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (k > 0) sb_put(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
-}
-
 /* A JSON string literal. */
-static void sb_json_str(sbuf *b, const char *s) {
-    sb_put(b, "\"", 1);
+static void json_str(di_buf *b, const char *s) {
+    di_buf_put(b, "\"", 1);
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
         if (c == '"' || c == '\\') {
             char e[2] = {'\\', (char)c};
-            sb_put(b, e, 2);
+            di_buf_put(b, e, 2);
         } else if (c < 0x20) {
-            sb_printf(b, "\\u%04x", c);
+            di_buf_printf(b, "\\u%04x", c);
         } else {
-            sb_put(b, (const char *)&c, 1);
+            di_buf_put(b, (const char *)&c, 1);
         }
     }
-    sb_put(b, "\"", 1);
+    di_buf_put(b, "\"", 1);
 }
 
 /* ---- ordering ---- */
@@ -105,22 +70,22 @@ static di_status check_tensor(const di_st_named *t, di_st_fill_fn fill, di_err *
 /* Writes items[0..m) (any order; sorted here) to path. */
 static di_status write_items(const char *path, item *items, size_t m, di_st_fill_fn fill, void *ctx, di_err *err) {
     qsort(items, m, sizeof *items, by_size_name);
-    sbuf h = {0};
+    di_buf h = {0};
     static const char meta[] = "{\"__metadata__\":{\"format\":\"pt\"}";
-    sb_put(&h, meta, sizeof meta - 1);
+    di_buf_put(&h, meta, sizeof meta - 1);
     uint64_t off = 0;
     for (size_t i = 0; i < m; i++) {
         const di_tensor *v = items[i].t->t;
-        sb_put(&h, ",", 1);
-        sb_json_str(&h, items[i].t->name);
-        sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", di_dtype_name(v->dtype));
-        for (int d = 0; d < v->ndim; d++) sb_printf(&h, "%s%lld", d ? "," : "", (long long)v->shape[d]);
-        sb_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+        di_buf_put(&h, ",", 1);
+        json_str(&h, items[i].t->name);
+        di_buf_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", di_dtype_name(v->dtype));
+        for (int d = 0; d < v->ndim; d++) di_buf_printf(&h, "%s%lld", d ? "," : "", (long long)v->shape[d]);
+        di_buf_printf(&h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
                   (unsigned long long)(off + v->nbytes));
         off += v->nbytes;
     }
-    sb_put(&h, "}", 1);
-    while (h.n % 8) sb_put(&h, " ", 1);
+    di_buf_put(&h, "}", 1);
+    while (!h.oom && h.len % 8) di_buf_put(&h, " ", 1); /* oom: put adds nothing */
     if (h.oom) {
         free(h.p);
         return di_err_set(err, DI_ERR_NOMEM, "%s: out of memory building the header", path);
@@ -131,8 +96,8 @@ static di_status write_items(const char *path, item *items, size_t m, di_st_fill
         return di_err_set(err, DI_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     }
     uint8_t len[8];
-    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)h.n >> (8 * i));
-    int ok = fwrite(len, 1, 8, f) == 8 && fwrite(h.p, 1, h.n, f) == h.n;
+    for (int i = 0; i < 8; i++) len[i] = (uint8_t)((uint64_t)h.len >> (8 * i));
+    int ok = fwrite(len, 1, 8, f) == 8 && fwrite(h.p, 1, h.len, f) == h.len;
     free(h.p);
     uint8_t *chunk = NULL;
     for (size_t i = 0; ok && i < m; i++) {
@@ -228,24 +193,24 @@ di_status di_safetensors_write_sharded(const char *dir, const di_st_named *tenso
         st = write_items(path, part, m, fill, fill_ctx, err);
     }
     if (!st) {
-        sbuf j = {0};
-        sb_printf(&j, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
+        di_buf j = {0};
+        di_buf_printf(&j, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
                   (unsigned long long)total);
         for (size_t i = 0; i < n; i++) {
             char file[64];
             snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", shard[i] + 1, n_shards);
-            sb_put(&j, i ? ",\n    " : "\n    ", i ? 6 : 5);
-            sb_json_str(&j, items[i].t->name);
-            sb_put(&j, ": ", 2);
-            sb_json_str(&j, file);
+            di_buf_put(&j, i ? ",\n    " : "\n    ", i ? 6 : 5);
+            json_str(&j, items[i].t->name);
+            di_buf_put(&j, ": ", 2);
+            json_str(&j, file);
         }
-        sb_put(&j, "\n  }\n}\n", 7);
+        di_buf_put(&j, "\n  }\n}\n", 7);
         snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
         FILE *f = j.oom ? NULL : fopen(path, "wb");
         if (j.oom) st = di_err_set(err, DI_ERR_NOMEM, "%s: out of memory", path);
         else if (!f) st = di_err_set(err, DI_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
         else {
-            int ok = fwrite(j.p, 1, j.n, f) == j.n;
+            int ok = fwrite(j.p, 1, j.len, f) == j.len;
             if (fclose(f) != 0) ok = 0;
             if (!ok) st = di_err_set(err, DI_ERR_IO, "%s: write failed", path);
         }

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 
+#include "core/buf.h"
 #include "core/error.h"
 
 typedef enum di_jv_type {
@@ -64,20 +65,6 @@ di_jv *di_jv_new_string(const char *s, size_t n);
  * Takes ownership of item. Returns 0 on success, -1 on allocation failure. */
 int di_jv_push(di_jv *arr, di_jv *item);
 int di_jv_set(di_jv *obj, const char *key, di_jv *item);
-
-/* Growable byte buffer; `oom` latches the first allocation failure so that
- * writers can append freely and check once at the end. */
-typedef struct di_buf {
-    char *p;
-    size_t len, cap;
-    int oom;
-} di_buf;
-
-void di_buf_put(di_buf *b, const char *s, size_t n);
-void di_buf_puts(di_buf *b, const char *s);
-void di_buf_free(di_buf *b);
-/* Hands the NUL-terminated contents to the caller (NULL after oom). */
-char *di_buf_take(di_buf *b);
 
 /* Python json.dumps(v, ensure_ascii=False) text: ", " and ": " separators,
  * integers as written, other numbers as Python's float repr. */
