@@ -3,35 +3,6 @@
 
 #include <cjson/cJSON.h>
 
-size_t di_utf8_valid_prefix(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t len;
-        unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-        if (c >= 0xC2 && c <= 0xDF) len = 2;
-        else if (c >= 0xE0 && c <= 0xEF) {
-            len = 3;
-            if (c == 0xE0) lo = 0xA0;      /* overlong */
-            else if (c == 0xED) hi = 0x9F; /* surrogates */
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            len = 4;
-            if (c == 0xF0) lo = 0x90;      /* overlong */
-            else if (c == 0xF4) hi = 0x8F; /* above U+10FFFF */
-        } else return i;
-        if (n - i < len) return i;
-        if (s[i + 1] < lo || s[i + 1] > hi) return i;
-        for (size_t k = 2; k < len; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-        i += len;
-    }
-    return n;
-}
-
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
 di_status di_json_text_check(const char *text, size_t n, const char *what, int integers_only,

@@ -12,6 +12,7 @@
 #include <stddef.h>
 
 #include "core/error.h"
+#include "core/utf8.h" /* di_utf8_valid_prefix */
 
 /* Checks text[0..n). `what` names the document in messages ("header").
  * integers_only: also reject number literals with a fraction, an exponent or
@@ -25,9 +26,5 @@ struct cJSON;
  * whitespace may follow the value. *out is the caller's to cJSON_Delete. */
 di_status di_json_parse_strict(const char *text, size_t n, const char *what, int integers_only,
                                struct cJSON **out, di_err *err);
-
-/* Length of the valid UTF-8 prefix of s[0..n) (== n when all valid): strict
- * (no overlong forms, surrogates or code points above U+10FFFF). */
-size_t di_utf8_valid_prefix(const unsigned char *s, size_t n);
 
 #endif

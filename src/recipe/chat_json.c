@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/json_text.h" /* di_utf8_valid_prefix */
+#include "core/utf8.h"
 
 /* ------------------------------------------------------------------ values */
 
@@ -196,21 +196,6 @@ static int hex4(const char *s, unsigned *out) {
     return 0;
 }
 
-static void put_utf8(di_buf *b, unsigned cp) {
-    char t[4];
-    size_t n;
-    if (cp < 0x80) { t[0] = (char)cp; n = 1; }
-    else if (cp < 0x800) { t[0] = (char)(0xC0 | (cp >> 6)); t[1] = (char)(0x80 | (cp & 0x3F)); n = 2; }
-    else if (cp < 0x10000) {
-        t[0] = (char)(0xE0 | (cp >> 12)); t[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        t[2] = (char)(0x80 | (cp & 0x3F)); n = 3;
-    } else {
-        t[0] = (char)(0xF0 | (cp >> 18)); t[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-        t[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); t[3] = (char)(0x80 | (cp & 0x3F)); n = 4;
-    }
-    di_buf_put(b, t, n);
-}
-
 /* Reads a string literal at p->i (on the opening quote) into out. */
 static di_status jp_string(jparser *p, di_buf *out) {
     p->i++;
@@ -261,7 +246,8 @@ static di_status jp_string(jparser *p, di_buf *out) {
                 cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
                 p->i += 6;
             }
-            put_utf8(out, cp);
+            uint8_t u[4];
+            di_buf_put(out, (const char *)u, di_utf8_encode((int32_t)cp, u));
             p->i += 6;
             continue;
         }

@@ -1,5 +1,4 @@
-/* Unicode helpers for the tokenizer: strict UTF-8 decoding and the
- * character classes the DeepSeek pre-tokenizer regexes use
+/* Unicode helpers for the tokenizer: the character classes the DeepSeek pre-tokenizer regexes use
  * (ecosystem.md §2.1), taken from utf8proc's Unicode tables.
  *
  * Classes follow Oniguruma's meaning, because HF tokenizers runs the regexes
@@ -14,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/utf8.h" /* di_utf8_decode and the other codec helpers */
+
 enum {
     DI_UC_L = 1 << 0,          /* letter */
     DI_UC_M = 1 << 1,          /* mark */
@@ -27,49 +28,6 @@ enum {
     DI_UC_ASCII_ALPHA = 1 << 9,/* A-Z a-z */
     DI_UC_SPACE = 1 << 10      /* U+0020 exactly */
 };
-
-/* Decodes one code point from s[0..n) (n >= 1). Returns its length in bytes
- * (1-4) and stores it in *cp, or returns 0 when s does not start a valid
- * sequence (overlong, surrogate, > U+10FFFF, truncated, stray continuation). */
-static inline size_t di_utf8_decode(const uint8_t *s, size_t n, int32_t *cp) {
-    uint8_t c = s[0];
-    if (c < 0x80) { *cp = c; return 1; }
-    if (c < 0xC2) return 0;
-    if (c < 0xE0) {
-        if (n < 2 || (s[1] & 0xC0) != 0x80) return 0;
-        *cp = ((int32_t)(c & 0x1F) << 6) | (s[1] & 0x3F);
-        return 2;
-    }
-    if (c < 0xF0) {
-        if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-        if (c == 0xE0 && s[1] < 0xA0) return 0;  /* overlong */
-        if (c == 0xED && s[1] >= 0xA0) return 0; /* surrogate */
-        *cp = ((int32_t)(c & 0x0F) << 12) | ((int32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
-        return 3;
-    }
-    if (c < 0xF5) {
-        if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80)
-            return 0;
-        if (c == 0xF0 && s[1] < 0x90) return 0; /* overlong */
-        if (c == 0xF4 && s[1] >= 0x90) return 0; /* > U+10FFFF */
-        *cp = ((int32_t)(c & 0x07) << 18) | ((int32_t)(s[1] & 0x3F) << 12) |
-              ((int32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
-        return 4;
-    }
-    return 0;
-}
-
-/* Length of the maximal subpart of an ill-formed sequence at s[0..n) (the
- * bytes one U+FFFD replaces, as Python's and Rust's lossy decoders do). Only
- * meaningful when di_utf8_decode(s, n) == 0; always >= 1. */
-size_t di_utf8_invalid_len(const uint8_t *s, size_t n);
-
-/* How many bytes at the end of s[0..n) form the start of a valid sequence
- * that is not complete yet (0-3). */
-size_t di_utf8_incomplete_tail(const uint8_t *s, size_t n);
-
-/* Encodes cp (a Unicode scalar value) into out[0..4); returns the length. */
-size_t di_utf8_encode(int32_t cp, uint8_t out[4]);
 
 /* DI_UC_* class bits of a code point (-1 = an invalid byte). */
 unsigned di_unicode_class(int32_t cp);
