@@ -16,6 +16,7 @@
 
 #include "api/api_model.h"
 #include "cli/cli.h"
+#include "cli/engine_args.h"
 #include "deepinfer.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
@@ -212,7 +213,11 @@ int cli_dump(int argc, char **argv) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc) model = argv[++i];
         else if (!strcmp(argv[i], "--inputs") && i + 1 < argc) inputs = argv[++i];
         else if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            int64_t v;
+            if (cli_parse_i64("dump", "--threads", argv[++i], 0, 1024, &v)) return 2;
+            threads = (int)v;
+        }
         else if (!strcmp(argv[i], "--bf16")) bf16 = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             usage(stdout);

@@ -5,12 +5,12 @@
  *
  * --config plans from the config alone (dummy weights, nothing
  * materialised); --model also validates and binds the checkpoint. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/engine_args.h"
 #include "deepinfer.h"
 
 static void plan_usage(FILE *out) {
@@ -24,19 +24,10 @@ static void plan_usage(FILE *out) {
                  "  --gpu-mem-gib G  memory of one device in GiB (default 140, an H200)\n");
 }
 
-static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-' || v > max) return 0;
-    *out = v;
-    return 1;
-}
-
 int cli_plan(int argc, char **argv) {
     const char *config = NULL, *model = NULL;
     int json = 0;
-    uint64_t context = 131072, batch = 1;
+    int64_t context = 131072, batch = 1;
     double gib = 140;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -50,16 +41,10 @@ int cli_plan(int argc, char **argv) {
         } else if (!strcmp(a, "--model") && v) {
             model = v, i++;
         } else if (!strcmp(a, "--context") && v) {
-            if (!parse_u64(v, (uint64_t)1 << 40, &context) || !context) {
-                fprintf(stderr, "deepinfer plan: --context: expected a token count in [1, 2^40], got '%s'\n", v);
-                return 2;
-            }
+            if (cli_parse_i64("plan", a, v, 1, INT64_C(1) << 40, &context)) return 2;
             i++;
         } else if (!strcmp(a, "--batch") && v) {
-            if (!parse_u64(v, 1u << 30, &batch) || !batch) {
-                fprintf(stderr, "deepinfer plan: --batch: expected an integer in [1, 2^30], got '%s'\n", v);
-                return 2;
-            }
+            if (cli_parse_i64("plan", a, v, 1, 1 << 30, &batch)) return 2;
             i++;
         } else if (!strcmp(a, "--gpu-mem-gib") && v) {
             char *end;

@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli/cli.h"
+#include "cli/engine_args.h"
 #include "deepinfer.h"
 #include "model/default_model.h"
 
@@ -15,12 +15,6 @@ static void run_usage(FILE *out) {
     fprintf(out, "usage: deepinfer run [--model DIR] [--max-tokens N]\n"
                  "  without --model: the embedded default tiny model, generated on first use into\n"
                  "  $DEEPINFER_CACHE_DIR, else $XDG_CACHE_HOME/deepinfer, else ~/.cache/deepinfer\n");
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* A few chat prompts through the engine, in one batch. */
@@ -36,13 +30,13 @@ static int generate(const char *model, long max_tokens) {
     di_engine_options_default(&o);
     o.model = model;
     di_engine *e;
-    double t0 = now_s();
+    double t0 = cli_now_s();
     if (di_engine_open(&o, &e)) {
         fprintf(stderr, "deepinfer run: %s\n", di_last_error());
         return 1;
     }
     printf("\ngeneration (engine opened in %.3f s; %ld tokens per prompt, temperature 0.7, seed 1)\n",
-           now_s() - t0, max_tokens);
+           cli_now_s() - t0, max_tokens);
     di_sampling_params p;
     di_sampling_params_default(&p);
     p.temperature = 0.7;
@@ -62,13 +56,13 @@ static int generate(const char *model, long max_tokens) {
             return 1;
         }
     }
-    t0 = now_s();
+    t0 = cli_now_s();
     if (di_engine_run(e, NULL, NULL)) {
         fprintf(stderr, "deepinfer run: %s\n", di_last_error());
         di_engine_close(e);
         return 1;
     }
-    double secs = now_s() - t0;
+    double secs = cli_now_s() - t0;
     for (int i = 0; i < N; i++) {
         di_completion c;
         if (di_engine_get_completion(e, id[i], 0, &c)) continue;
@@ -88,7 +82,7 @@ static int generate(const char *model, long max_tokens) {
 
 int cli_run(int argc, char **argv) {
     const char *model = NULL;
-    long max_tokens = 32;
+    int64_t max_tokens = 32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             run_usage(stdout);
@@ -96,12 +90,7 @@ int cli_run(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
             model = argv[++i];
         } else if (!strcmp(argv[i], "--max-tokens") && i + 1 < argc) {
-            char *end;
-            max_tokens = strtol(argv[++i], &end, 10);
-            if (*end || max_tokens < 1 || max_tokens > 1 << 20) {
-                fprintf(stderr, "deepinfer run: --max-tokens: expected an integer in 1..1048576\n");
-                return 2;
-            }
+            if (cli_parse_i64("run", "--max-tokens", argv[++i], 1, 1 << 20, &max_tokens)) return 2;
         } else {
             fprintf(stderr, "deepinfer run: unexpected argument '%s'\n", argv[i]);
             run_usage(stderr);
@@ -120,24 +109,24 @@ int cli_run(int argc, char **argv) {
                    (unsigned long long)DI_DEFAULT_MODEL_SEED, dir);
             fflush(stdout);
         }
-        double t0 = now_s();
+        double t0 = cli_now_s();
         int generated = 0;
         if (di_default_model_ensure(dir, sizeof dir, &generated, &err)) {
             fprintf(stderr, "deepinfer run: %s\n", err.msg);
             return 1;
         }
-        if (generated) printf("  done in %.2f s\n", now_s() - t0);
+        if (generated) printf("  done in %.2f s\n", cli_now_s() - t0);
         model = dir;
     }
     di_model_options o;
     di_model_options_default(&o);
     di_model *m;
-    double t0 = now_s();
+    double t0 = cli_now_s();
     if (di_model_open(model, &o, &m)) {
         fprintf(stderr, "deepinfer run: %s\n", di_last_error());
         return 1;
     }
-    double t_open = now_s() - t0;
+    double t_open = cli_now_s() - t0;
     char *s = NULL;
     if (di_model_describe(m, &s)) {
         fprintf(stderr, "deepinfer run: %s\n", di_last_error());
