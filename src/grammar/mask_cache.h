@@ -1,14 +1,14 @@
-/* Per-grammar memo of "lexer-only" mask parts. Spec: ecosystem.md §1.1
- * (xgrammar's adaptive token mask cache, llguidance's slicer) and §1.4.
+/* Memo of the lexer-only part of masks, per grammar and per vocabulary.
+ * Spec: ecosystem.md §1.1 (xgrammar's adaptive token mask cache,
+ * llguidance's slicer) and §1.4.
  *
- * Inside lexemes (a string, a number) a token's fate depends only on the
- * lexer configuration — the (lexeme, DFA state) pairs of the current scan
- * items — as long as no lexeme can end within the token. For each
- * configuration seen, the entry holds the bitset of tokens decided by the
- * lexer alone, and the trie nodes where some lexeme can end, whose subtrees
- * the parser still has to walk. Entries are immutable once published and
- * never evicted (a memory cap stops inserting), so readers need no lock
- * after lookup. */
+ * For one lexer item (a lexeme in a DFA state), whether a token is allowed
+ * depends on the lexeme alone as long as the lexeme does not end inside
+ * the token. An entry holds the tokens the lexeme allows alone (alive or
+ * complete after them) and the split nodes: trie nodes where the lexeme
+ * can end with more bytes below, where the parser decides the rest.
+ * Entries are immutable once published and never evicted (a memory cap
+ * stops inserting), so readers need no lock after lookup. */
 #ifndef DI_GRAMMAR_MASK_CACHE_H
 #define DI_GRAMMAR_MASK_CACHE_H
 
@@ -23,7 +23,7 @@ typedef struct di_mask_entry {
     uint32_t *bits;        /* [words] tokens allowed by the lexer alone, or NULL: */
     uint32_t *toks;        /* [n_toks] the same as a list when short */
     uint32_t n_toks;
-    uint32_t *fallback;    /* [n_fallback] trie nodes the parser must walk */
+    uint32_t *fallback;    /* [n_fallback] split nodes (for a proxy: subtrees to re-check) */
     uint32_t n_fallback;
 } di_mask_entry;
 
