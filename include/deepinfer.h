@@ -259,6 +259,78 @@ DI_API di_status di_chat_stream_push(di_chat_stream *s, const char *text, size_t
 DI_API di_status di_chat_stream_finish(di_chat_stream *s, char **delta_json, char **message_json);
 DI_API void di_chat_stream_free(di_chat_stream *s);
 
+/* ------------------------------------------------------------ constraints */
+
+/* Structured output (docs/structured-output.md): a regex, JSON Schema, EBNF
+ * (GBNF dialect), list of choices or "any JSON object" is compiled against a
+ * vocabulary into an immutable grammar; a matcher per request follows the
+ * generated tokens and fills the allowed-token mask. Grammars and
+ * vocabularies may be shared by threads; a matcher belongs to one thread. */
+typedef struct di_vocab di_vocab;
+typedef struct di_grammar di_grammar;
+typedef struct di_matcher di_matcher;
+
+/* A vocabulary of n_vocab ids (the logits size: ids without a token get
+ * lens[i] = 0 or bytes[i] = NULL and are never allowed; so do special
+ * tokens, which are not text). eos_id (-1: none) is allowed exactly where
+ * the grammar may end. The bytes are copied. */
+DI_API di_status di_vocab_create(size_t n_vocab, const uint8_t *const *bytes, const size_t *lens,
+                                 int32_t eos_id, di_vocab **out);
+DI_API size_t di_vocab_size(const di_vocab *v);
+DI_API void di_vocab_free(di_vocab *v);
+
+typedef enum di_constraint_kind {
+    DI_CONSTRAINT_JSON_SCHEMA = 0, /* text: a JSON Schema (draft 2020-12) */
+    DI_CONSTRAINT_REGEX = 1,       /* text: a regex the whole output must match */
+    DI_CONSTRAINT_EBNF = 2,        /* text: GBNF rules, start symbol `root` */
+    DI_CONSTRAINT_CHOICE = 3,      /* text: JSON array of strings, output one of them */
+    DI_CONSTRAINT_JSON_OBJECT = 4  /* text ignored: any JSON object */
+} di_constraint_kind;
+
+typedef enum di_whitespace {
+    DI_WS_FLEXIBLE = 0, /* JSON whitespace around punctuation, at most max_whitespace bytes each */
+    DI_WS_COMPACT = 1   /* no whitespace between JSON tokens */
+} di_whitespace;
+
+typedef struct di_grammar_options {
+    int lenient;                     /* 1: skip unsupported JSON Schema keywords instead of failing */
+    int forbid_additional_properties;/* 1: objects without additionalProperties get false (spec default: true) */
+    di_whitespace whitespace;
+    uint32_t max_whitespace;         /* per gap, flexible policy (default 16) */
+    uint32_t max_rules;              /* grammar size cap (default 200000) */
+    uint32_t max_depth;              /* schema / grammar nesting cap (default 64) */
+    uint32_t max_lexer_states;       /* DFA states over all lexemes (default 500000) */
+    uint32_t max_repeat;             /* cap on unrolled counts: maxItems, maxLength... (default 4096) */
+    double max_compile_ms;           /* compile time budget (default 10000) */
+} di_grammar_options;
+
+DI_API void di_grammar_options_default(di_grammar_options *opts);
+
+/* Compiles a constraint. Failures: DI_ERR_FORMAT (syntax, with line:column),
+ * DI_ERR_UNSUPPORTED (names the keyword / construct), DI_ERR_LIMIT (names
+ * the cap). The vocabulary must outlive the grammar. */
+DI_API di_status di_grammar_compile(const di_vocab *vocab, di_constraint_kind kind,
+                                    const char *text, size_t len,
+                                    const di_grammar_options *opts, di_grammar **out);
+DI_API void di_grammar_free(di_grammar *g);
+
+DI_API di_status di_matcher_create(const di_grammar *g, di_matcher **out);
+DI_API void di_matcher_free(di_matcher *m);
+/* Consumes one token. A token the mask would not allow fails with
+ * DI_ERR_INVALID_ARG and leaves the state unchanged. EOS ends the output. */
+DI_API di_status di_matcher_advance(di_matcher *m, int32_t token);
+/* Consumes raw bytes as one step (counts as one token for rollback). */
+DI_API di_status di_matcher_advance_bytes(di_matcher *m, const uint8_t *bytes, size_t len);
+/* Undoes the last n steps (DI_ERR_INVALID_ARG if fewer were taken). */
+DI_API di_status di_matcher_rollback(di_matcher *m, size_t n);
+/* 1 when the output so far is complete (EOS would be allowed). */
+DI_API int di_matcher_is_accepting(const di_matcher *m);
+/* 1 once EOS was consumed. */
+DI_API int di_matcher_is_finished(const di_matcher *m);
+/* Writes the allowed-token bitset: bit (i % 32) of mask[i / 32] is set when
+ * token i may come next. n_words must be at least (n_vocab + 31) / 32. */
+DI_API di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words);
+
 /* ----------------------------------------------------------------- engine */
 
 /* The offline generation engine (docs/engine.md): continuous batching of
@@ -277,7 +349,7 @@ typedef struct di_engine di_engine;
 typedef enum di_accelerator {
     DI_ACCEL_ENV = 0,    /* $DEEPINFER_ACCELERATOR, else cpu */
     DI_ACCEL_CPU = 1,
-    DI_ACCEL_NVIDIA = 2  /* CUDA: DI_ERR_UNSUPPORTED until the CUDA backend runs the whole forward */
+    DI_ACCEL_NVIDIA = 2  /* CUDA (Hopper); an error when the build has no CUDA or no GPU is visible */
 } di_accelerator;
 
 typedef struct di_engine_options {
@@ -501,78 +573,6 @@ typedef struct di_engine_stats {
 } di_engine_stats;
 
 DI_API di_status di_engine_get_stats(const di_engine *e, di_engine_stats *out);
-
-/* ------------------------------------------------------------ constraints */
-
-/* Structured output (docs/structured-output.md): a regex, JSON Schema, EBNF
- * (GBNF dialect), list of choices or "any JSON object" is compiled against a
- * vocabulary into an immutable grammar; a matcher per request follows the
- * generated tokens and fills the allowed-token mask. Grammars and
- * vocabularies may be shared by threads; a matcher belongs to one thread. */
-typedef struct di_vocab di_vocab;
-typedef struct di_grammar di_grammar;
-typedef struct di_matcher di_matcher;
-
-/* A vocabulary of n_vocab ids (the logits size: ids without a token get
- * lens[i] = 0 or bytes[i] = NULL and are never allowed; so do special
- * tokens, which are not text). eos_id (-1: none) is allowed exactly where
- * the grammar may end. The bytes are copied. */
-DI_API di_status di_vocab_create(size_t n_vocab, const uint8_t *const *bytes, const size_t *lens,
-                                 int32_t eos_id, di_vocab **out);
-DI_API size_t di_vocab_size(const di_vocab *v);
-DI_API void di_vocab_free(di_vocab *v);
-
-typedef enum di_constraint_kind {
-    DI_CONSTRAINT_JSON_SCHEMA = 0, /* text: a JSON Schema (draft 2020-12) */
-    DI_CONSTRAINT_REGEX = 1,       /* text: a regex the whole output must match */
-    DI_CONSTRAINT_EBNF = 2,        /* text: GBNF rules, start symbol `root` */
-    DI_CONSTRAINT_CHOICE = 3,      /* text: JSON array of strings, output one of them */
-    DI_CONSTRAINT_JSON_OBJECT = 4  /* text ignored: any JSON object */
-} di_constraint_kind;
-
-typedef enum di_whitespace {
-    DI_WS_FLEXIBLE = 0, /* JSON whitespace around punctuation, at most max_whitespace bytes each */
-    DI_WS_COMPACT = 1   /* no whitespace between JSON tokens */
-} di_whitespace;
-
-typedef struct di_grammar_options {
-    int lenient;                     /* 1: skip unsupported JSON Schema keywords instead of failing */
-    int forbid_additional_properties;/* 1: objects without additionalProperties get false (spec default: true) */
-    di_whitespace whitespace;
-    uint32_t max_whitespace;         /* per gap, flexible policy (default 16) */
-    uint32_t max_rules;              /* grammar size cap (default 200000) */
-    uint32_t max_depth;              /* schema / grammar nesting cap (default 64) */
-    uint32_t max_lexer_states;       /* DFA states over all lexemes (default 500000) */
-    uint32_t max_repeat;             /* cap on unrolled counts: maxItems, maxLength... (default 4096) */
-    double max_compile_ms;           /* compile time budget (default 10000) */
-} di_grammar_options;
-
-DI_API void di_grammar_options_default(di_grammar_options *opts);
-
-/* Compiles a constraint. Failures: DI_ERR_FORMAT (syntax, with line:column),
- * DI_ERR_UNSUPPORTED (names the keyword / construct), DI_ERR_LIMIT (names
- * the cap). The vocabulary must outlive the grammar. */
-DI_API di_status di_grammar_compile(const di_vocab *vocab, di_constraint_kind kind,
-                                    const char *text, size_t len,
-                                    const di_grammar_options *opts, di_grammar **out);
-DI_API void di_grammar_free(di_grammar *g);
-
-DI_API di_status di_matcher_create(const di_grammar *g, di_matcher **out);
-DI_API void di_matcher_free(di_matcher *m);
-/* Consumes one token. A token the mask would not allow fails with
- * DI_ERR_INVALID_ARG and leaves the state unchanged. EOS ends the output. */
-DI_API di_status di_matcher_advance(di_matcher *m, int32_t token);
-/* Consumes raw bytes as one step (counts as one token for rollback). */
-DI_API di_status di_matcher_advance_bytes(di_matcher *m, const uint8_t *bytes, size_t len);
-/* Undoes the last n steps (DI_ERR_INVALID_ARG if fewer were taken). */
-DI_API di_status di_matcher_rollback(di_matcher *m, size_t n);
-/* 1 when the output so far is complete (EOS would be allowed). */
-DI_API int di_matcher_is_accepting(const di_matcher *m);
-/* 1 once EOS was consumed. */
-DI_API int di_matcher_is_finished(const di_matcher *m);
-/* Writes the allowed-token bitset: bit (i % 32) of mask[i / 32] is set when
- * token i may come next. n_words must be at least (n_vocab + 31) / 32. */
-DI_API di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words);
 
 #ifdef __cplusplus
 }

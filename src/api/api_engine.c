@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "api/api_model.h"
+#include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "recipe/chat.h"
@@ -45,22 +46,14 @@ const char *di_finish_reason_name(di_finish_reason r) {
     return (unsigned)r < sizeof names / sizeof *names ? names[r] : "unknown";
 }
 
-static di_status fail(di_err *err) { return di_err_publish(err); }
-
-static di_status set_fail(di_status code, const char *msg) {
-    di_err err = {0};
-    di_err_set(&err, code, "%s", msg);
-    return di_err_publish(&err);
-}
-
 di_status di_engine_env_describe(char **out) {
     di_err err = {0};
     di_env env;
-    if (!out) return set_fail(DI_ERR_INVALID_ARG, "di_engine_env_describe: out is NULL");
-    if (di_env_read(&env, NULL, NULL, &err)) return fail(&err);
+    if (!out) return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_engine_env_describe: out is NULL");
+    if (di_env_read(&env, NULL, NULL, &err)) return di_err_publish(&err);
     *out = di_env_describe(&env);
     di_env_free(&env);
-    return *out ? DI_OK : set_fail(DI_ERR_NOMEM, "out of memory");
+    return *out ? DI_OK : di_err_publish_msg(DI_ERR_NOMEM, "out of memory");
 }
 
 static int file_exists(const char *p) {
@@ -73,12 +66,9 @@ static di_status open_engine(di_engine *e, const di_engine_options *o, di_err *e
     if (st) return st;
     int accel = o->accelerator == DI_ACCEL_ENV ? (e->env.accelerator ? e->env.accelerator : DI_ACCEL_CPU)
                                                : (int)o->accelerator;
-    if (accel == DI_ACCEL_NVIDIA)
-        return di_err_set(err, DI_ERR_UNSUPPORTED,
-                          "accelerator nvidia: the engine runs the forward pass on the CPU backend in this "
-                          "build (set DEEPINFER_ACCELERATOR=cpu)");
-    if (accel != DI_ACCEL_CPU) return di_err_set(err, DI_ERR_INVALID_ARG, "accelerator %d (0 env, 1 cpu, 2 nvidia)", accel);
-    e->accel_name = "cpu";
+    if (accel != DI_ACCEL_CPU && accel != DI_ACCEL_NVIDIA)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "accelerator %d (0 env, 1 cpu, 2 nvidia)", accel);
+    e->accel_name = accel == DI_ACCEL_NVIDIA ? "nvidia" : "cpu";
     if (o->max_batch < 1 || o->max_batch > 4096)
         return di_err_set(err, DI_ERR_INVALID_ARG, "max_batch must be in 1..4096, got %d", o->max_batch);
     if (o->max_tokens_per_step < 1)
@@ -127,7 +117,10 @@ static di_status open_engine(di_engine *e, const di_engine_options *o, di_err *e
             return di_err_set(err, di_last_status(), "Engram map: %s", di_last_error());
         }
     }
-    st = di_backend_cpu_create(o->n_threads, &e->be, err);
+    /* Without CUDA in the build, or without a visible GPU, the CUDA backend
+     * refuses with a message saying which. */
+    st = accel == DI_ACCEL_NVIDIA ? di_backend_cuda_create(0, &e->be, err)
+                                  : di_backend_cpu_create(o->n_threads, &e->be, err);
     if (!st) st = di_lm_init(&e->lm, c, &e->model->weights, e->be, o->bf16_numerics ? DI_NUMERICS_BF16 : DI_NUMERICS_FP8,
                              map, err);
     free(map);
@@ -163,17 +156,17 @@ static void close_engine(di_engine *e) {
 di_status di_engine_open(const di_engine_options *opts, di_engine **out) {
     di_err err = {0};
     di_engine_options def;
-    if (!out) return set_fail(DI_ERR_INVALID_ARG, "di_engine_open: out is NULL");
+    if (!out) return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_engine_open: out is NULL");
     *out = NULL;
     if (!opts) {
         di_engine_options_default(&def);
         opts = &def;
     }
     di_engine *e = calloc(1, sizeof *e);
-    if (!e) return set_fail(DI_ERR_NOMEM, "out of memory");
+    if (!e) return di_err_publish_msg(DI_ERR_NOMEM, "out of memory");
     if (open_engine(e, opts, &err)) {
         close_engine(e);
-        return fail(&err);
+        return di_err_publish(&err);
     }
     e->t_start = di_now_s();
     *out = e;
@@ -185,7 +178,7 @@ void di_engine_close(di_engine *e) {
 }
 
 di_status di_engine_get_info(const di_engine *e, di_engine_info *o) {
-    if (!e || !o) return set_fail(DI_ERR_INVALID_ARG, "di_engine_get_info: NULL argument");
+    if (!e || !o) return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_engine_get_info: NULL argument");
     memset(o, 0, sizeof *o);
     o->vocab_size = e->runner.vocab;
     o->max_model_len = e->cfg.max_model_len;
@@ -205,16 +198,16 @@ const di_tokenizer *di_engine_tokenizer(const di_engine *e) { return e ? e->tok 
 di_status di_engine_submit_tokens(di_engine *e, const int32_t *ids, size_t n_ids, const di_sampling_params *params,
                                   uint64_t *id) {
     di_err err = {0};
-    if (!e) return set_fail(DI_ERR_INVALID_ARG, "engine is NULL");
-    if (di_engine_add(e, ids, n_ids, params, 0, 0, id, &err)) return fail(&err);
+    if (!e) return di_err_publish_msg(DI_ERR_INVALID_ARG, "engine is NULL");
+    if (di_engine_add(e, ids, n_ids, params, 0, 0, id, &err)) return di_err_publish(&err);
     return DI_OK;
 }
 
 di_status di_engine_submit_text(di_engine *e, const char *text, size_t len, const di_sampling_params *params,
                                 uint64_t *id) {
-    if (!e) return set_fail(DI_ERR_INVALID_ARG, "engine is NULL");
-    if (!e->tok) return set_fail(DI_ERR_STATE, "text prompts need a tokenizer (the engine has none)");
-    if (!text || len == 0) return set_fail(DI_ERR_INVALID_ARG, "Prompt cannot be empty");
+    if (!e) return di_err_publish_msg(DI_ERR_INVALID_ARG, "engine is NULL");
+    if (!e->tok) return di_err_publish_msg(DI_ERR_STATE, "text prompts need a tokenizer (the engine has none)");
+    if (!text || len == 0) return di_err_publish_msg(DI_ERR_INVALID_ARG, "Prompt cannot be empty");
     int32_t *ids = NULL;
     size_t n = 0;
     if (di_tokenizer_encode(e->tok, text, len, DI_TOKENIZE_PARSE_SPECIAL, &ids, &n)) return di_last_status();
@@ -247,15 +240,15 @@ static di_status chat_load(const char *json, size_t len, di_chat *chat, di_sampl
 di_status di_engine_submit_chat(di_engine *e, const char *json, size_t len, const di_chat_options *chat_opts,
                                 const di_sampling_params *params, uint64_t *id) {
     di_err err = {0};
-    if (!e) return set_fail(DI_ERR_INVALID_ARG, "engine is NULL");
-    if (!e->tok) return set_fail(DI_ERR_STATE, "chat prompts need a tokenizer (the engine has none)");
-    if (!json || !len) return set_fail(DI_ERR_INVALID_ARG, "chat: empty JSON");
+    if (!e) return di_err_publish_msg(DI_ERR_INVALID_ARG, "engine is NULL");
+    if (!e->tok) return di_err_publish_msg(DI_ERR_STATE, "chat prompts need a tokenizer (the engine has none)");
+    if (!json || !len) return di_err_publish_msg(DI_ERR_INVALID_ARG, "chat: empty JSON");
     di_chat chat;
     di_sampling samp;
     int is_body = 0;
     if (chat_load(json, len, &chat, &samp, &is_body, &err)) {
         di_sampling_free(&samp);
-        return fail(&err);
+        return di_err_publish(&err);
     }
     int32_t *ids = NULL;
     size_t n = 0;
@@ -308,12 +301,12 @@ di_status di_engine_submit_chat(di_engine *e, const char *json, size_t len, cons
     di_free(ids);
     di_chat_free(&chat);
     di_sampling_free(&samp);
-    return st ? fail(&err) : DI_OK;
+    return st ? di_err_publish(&err) : DI_OK;
 }
 
 di_status di_engine_abort(di_engine *e, uint64_t id) {
     di_request *r = e ? di_engine_find(e, id) : NULL;
-    if (!r) return set_fail(DI_ERR_NOT_FOUND, "no request with this id");
+    if (!r) return di_err_publish_msg(DI_ERR_NOT_FOUND, "no request with this id");
     for (int j = 0; j < r->n; j++) {
         di_seq *s = &r->seqs[j];
         if (s->phase != DI_SEQ_DONE) {
@@ -326,13 +319,13 @@ di_status di_engine_abort(di_engine *e, uint64_t id) {
 
 di_status di_engine_step(di_engine *e, size_t *n_active) {
     di_err err = {0};
-    if (!e) return set_fail(DI_ERR_INVALID_ARG, "engine is NULL");
-    if (di_engine_do_step(e, n_active, &err)) return fail(&err);
+    if (!e) return di_err_publish_msg(DI_ERR_INVALID_ARG, "engine is NULL");
+    if (di_engine_do_step(e, n_active, &err)) return di_err_publish(&err);
     return DI_OK;
 }
 
 di_status di_engine_run(di_engine *e, di_engine_progress_fn progress, void *user) {
-    if (!e) return set_fail(DI_ERR_INVALID_ARG, "engine is NULL");
+    if (!e) return di_err_publish_msg(DI_ERR_INVALID_ARG, "engine is NULL");
     double t0 = di_now_s();
     uint64_t p0 = e->stats.prompt_tokens, o0 = e->stats.output_tokens;
     size_t n_active = 1;
@@ -354,7 +347,7 @@ di_status di_engine_run(di_engine *e, di_engine_progress_fn progress, void *user
 }
 
 di_status di_engine_poll_finished(di_engine *e, uint64_t *ids, size_t cap, size_t *n) {
-    if (!e || !n || (cap && !ids)) return set_fail(DI_ERR_INVALID_ARG, "di_engine_poll_finished: NULL argument");
+    if (!e || !n || (cap && !ids)) return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_engine_poll_finished: NULL argument");
     size_t k = e->n_done < cap ? e->n_done : cap;
     if (k) { /* done_ids may still be NULL: no memcpy from NULL, even of 0 bytes */
         memcpy(ids, e->done_ids, k * sizeof *ids);
@@ -367,7 +360,7 @@ di_status di_engine_poll_finished(di_engine *e, uint64_t *ids, size_t cap, size_
 
 di_status di_engine_get_output(const di_engine *e, uint64_t id, di_request_output *o) {
     const di_request *r = e && o ? di_engine_find(e, id) : NULL;
-    if (!r) return set_fail(DI_ERR_NOT_FOUND, "no request with this id");
+    if (!r) return di_err_publish_msg(DI_ERR_NOT_FOUND, "no request with this id");
     memset(o, 0, sizeof *o);
     o->id = r->id;
     o->finished = r->finished;
@@ -384,8 +377,8 @@ di_status di_engine_get_output(const di_engine *e, uint64_t id, di_request_outpu
 
 di_status di_engine_get_completion(const di_engine *e, uint64_t id, size_t index, di_completion *o) {
     const di_request *r = e && o ? di_engine_find(e, id) : NULL;
-    if (!r) return set_fail(DI_ERR_NOT_FOUND, "no request with this id");
-    if (index >= (size_t)r->n) return set_fail(DI_ERR_INVALID_ARG, "completion index out of range");
+    if (!r) return di_err_publish_msg(DI_ERR_NOT_FOUND, "no request with this id");
+    if (index >= (size_t)r->n) return di_err_publish_msg(DI_ERR_INVALID_ARG, "completion index out of range");
     const di_seq *s = &r->seqs[index];
     memset(o, 0, sizeof *o);
     o->index = (int32_t)index;
@@ -413,8 +406,8 @@ di_status di_engine_get_completion(const di_engine *e, uint64_t id, size_t index
 
 di_status di_engine_release(di_engine *e, uint64_t id) {
     di_request *r = e ? di_engine_find(e, id) : NULL;
-    if (!r) return set_fail(DI_ERR_NOT_FOUND, "no request with this id");
-    if (!r->finished) return set_fail(DI_ERR_STATE, "request still running (abort it first)");
+    if (!r) return di_err_publish_msg(DI_ERR_NOT_FOUND, "no request with this id");
+    if (!r->finished) return di_err_publish_msg(DI_ERR_STATE, "request still running (abort it first)");
     for (size_t i = 0; i < e->n_reqs; i++)
         if (e->reqs[i] == r) {
             memmove(e->reqs + i, e->reqs + i + 1, (e->n_reqs - i - 1) * sizeof *e->reqs);
@@ -426,7 +419,7 @@ di_status di_engine_release(di_engine *e, uint64_t id) {
 }
 
 di_status di_engine_get_stats(const di_engine *e, di_engine_stats *o) {
-    if (!e || !o) return set_fail(DI_ERR_INVALID_ARG, "di_engine_get_stats: NULL argument");
+    if (!e || !o) return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_engine_get_stats: NULL argument");
     *o = e->stats;
     return DI_OK;
 }

@@ -93,8 +93,28 @@ static void test_stop(void) {
     CHECK_EQ_INT(di_stop_init(&s, empty, 1), -2);
 }
 
+/* The nvidia accelerator opens the CUDA backend: on a machine without a GPU
+ * (or a build without CUDA) that is a clear error naming CUDA, never a
+ * silent fallback to the CPU. */
+static void test_accelerator_nvidia(void) {
+    di_engine_options o;
+    di_engine_options_default(&o);
+    o.accelerator = DI_ACCEL_NVIDIA;
+    di_engine *e = NULL;
+    di_status st = di_engine_open(&o, &e);
+    if (st == DI_OK) {
+        CHECK(e != NULL);
+        di_engine_close(e);
+        return;
+    }
+    CHECK(e == NULL);
+    CHECK(st == DI_ERR_UNSUPPORTED || st == DI_ERR_BACKEND);
+    CHECK_STR_CONTAINS(di_last_error(), "CUDA");
+}
+
 int main(void) {
     RUN(test_env);
+    RUN(test_accelerator_nvidia);
     RUN(test_stop);
     return test_summary();
 }
