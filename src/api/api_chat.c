@@ -79,7 +79,7 @@ static di_status render_json(const char *json, size_t len, const di_chat_options
 di_status di_chat_render(const char *json, size_t len, const di_chat_options *opts, char **prompt,
                          size_t *prompt_len) {
     di_err err = {0};
-    if (!prompt) return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "di_chat_render: prompt is NULL"});
+    if (!prompt) return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_chat_render: prompt is NULL");
     *prompt = NULL;
     di_chat_prompt p;
     if (render_json(json, len, opts, &p, &err)) return di_err_publish(&err);
@@ -127,7 +127,7 @@ di_status di_chat_encode(const di_tokenizer *tok, const char *json, size_t len,
                          const di_chat_options *opts, int32_t **ids, size_t *n_ids) {
     di_err err = {0};
     if (!tok || !ids || !n_ids)
-        return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "di_chat_encode: NULL argument"});
+        return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_chat_encode: NULL argument");
     *ids = NULL;
     *n_ids = 0;
     di_chat_prompt p;
@@ -140,7 +140,7 @@ di_status di_chat_encode(const di_tokenizer *tok, const char *json, size_t len,
 di_status di_chat_output_flags(const char *json, size_t len, const di_chat_options *opts,
                                unsigned *flags) {
     di_err err = {0};
-    if (!flags) return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "di_chat_output_flags: flags is NULL"});
+    if (!flags) return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_chat_output_flags: flags is NULL");
     *flags = 0;
     di_chat chat;
     if (chat_from_json(json, len, opts, &chat, &err)) return di_err_publish(&err);
@@ -168,10 +168,10 @@ static di_parse_start start_of(unsigned flags) {
 di_status di_chat_stream_new(unsigned flags, const char *const *stop, size_t n_stop,
                              di_chat_stream **out) {
     di_err err = {0};
-    if (!out) return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "di_chat_stream_new: out is NULL"});
+    if (!out) return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_chat_stream_new: out is NULL");
     *out = NULL;
     di_chat_stream *s = calloc(1, sizeof *s);
-    if (!s) return di_err_publish(&(di_err){DI_ERR_NOMEM, "di_chat_stream_new: out of memory"});
+    if (!s) return di_err_publish_msg(DI_ERR_NOMEM, "di_chat_stream_new: out of memory");
     unsigned tools = flags & (DI_CHAT_PARSE_TOOLS | DI_CHAT_PARSE_IN_CALLS);
     if (di_parser_init(&s->parser, start_of(flags), tools != 0, stop, n_stop, &err)) {
         free(s);
@@ -233,21 +233,21 @@ static char *stream_delta(di_chat_stream *s) {
 di_status di_chat_stream_push(di_chat_stream *s, const char *text, size_t len, char **delta_json) {
     di_err err = {0};
     if (!s || (!text && len))
-        return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "di_chat_stream_push: NULL argument"});
+        return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_chat_stream_push: NULL argument");
     if (di_parser_push(&s->parser, text, len, &err)) return di_err_publish(&err);
     if (delta_json && !(*delta_json = stream_delta(s)))
-        return di_err_publish(&(di_err){DI_ERR_NOMEM, "di_chat_stream_push: out of memory"});
+        return di_err_publish_msg(DI_ERR_NOMEM, "di_chat_stream_push: out of memory");
     return DI_OK;
 }
 
 di_status di_chat_stream_finish(di_chat_stream *s, char **delta_json, char **message_json) {
     di_err err = {0};
-    if (!s) return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "di_chat_stream_finish: NULL stream"});
+    if (!s) return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_chat_stream_finish: NULL stream");
     if (di_parser_finish(&s->parser, &err)) return di_err_publish(&err);
     if (delta_json && !(*delta_json = stream_delta(s)))
-        return di_err_publish(&(di_err){DI_ERR_NOMEM, "di_chat_stream_finish: out of memory"});
+        return di_err_publish_msg(DI_ERR_NOMEM, "di_chat_stream_finish: out of memory");
     if (message_json && !(*message_json = di_parser_message_json(&s->parser)))
-        return di_err_publish(&(di_err){DI_ERR_NOMEM, "di_chat_stream_finish: out of memory"});
+        return di_err_publish_msg(DI_ERR_NOMEM, "di_chat_stream_finish: out of memory");
     return DI_OK;
 }
 
@@ -259,7 +259,7 @@ void di_chat_stream_free(di_chat_stream *s) {
 
 di_status di_chat_parse(const char *text, size_t len, unsigned flags, char **message_json) {
     if (!message_json)
-        return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "di_chat_parse: message_json is NULL"});
+        return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_chat_parse: message_json is NULL");
     *message_json = NULL;
     di_chat_stream *s = NULL;
     di_status st = di_chat_stream_new(flags, NULL, 0, &s);

@@ -103,7 +103,7 @@ static di_status open_model(di_model *m, const char *path, const di_model_option
 
 di_status di_model_open(const char *path, const di_model_options *opts, di_model **out) {
     di_err err = {0};
-    if (!path || !out) return di_err_set(&err, DI_ERR_INVALID_ARG, "di_model_open: NULL argument"), di_err_publish(&err);
+    if (!path || !out) return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_model_open: NULL argument");
     *out = NULL;
     di_model_options def;
     if (!opts) {
@@ -111,7 +111,7 @@ di_status di_model_open(const char *path, const di_model_options *opts, di_model
         opts = &def;
     }
     di_model *m = calloc(1, sizeof *m);
-    if (!m) return di_err_set(&err, DI_ERR_NOMEM, "out of memory"), di_err_publish(&err);
+    if (!m) return di_err_publish_msg(DI_ERR_NOMEM, "out of memory");
     di_status st = open_model(m, path, opts, &err);
     if (st) {
         di_model_close(m);
@@ -134,8 +134,7 @@ void di_model_close(di_model *m) {
 }
 
 di_status di_model_get_info(const di_model *m, di_model_info *out) {
-    di_err err = {0};
-    if (!m || !out) return di_err_set(&err, DI_ERR_INVALID_ARG, "di_model_get_info: NULL argument"), di_err_publish(&err);
+    if (!m || !out) return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_model_get_info: NULL argument");
     memset(out, 0, sizeof *out);
     out->n_layers = m->cfg.n_layers;
     out->n_dspark_stages = m->cfg.n_mtp;
@@ -151,12 +150,11 @@ di_status di_model_get_info(const di_model *m, di_model_info *out) {
 }
 
 di_status di_model_describe(const di_model *m, char **out) {
-    di_err err = {0};
-    if (!m || !out) return di_err_set(&err, DI_ERR_INVALID_ARG, "di_model_describe: NULL argument"), di_err_publish(&err);
+    if (!m || !out) return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_model_describe: NULL argument");
     const di_config *c = &m->cfg;
     size_t cap = 4096 + (size_t)c->n_blocks * 160, k = 0;
     char *s = malloc(cap);
-    if (!s) return di_err_set(&err, DI_ERR_NOMEM, "out of memory"), di_err_publish(&err);
+    if (!s) return di_err_publish_msg(DI_ERR_NOMEM, "out of memory");
 #define OUT(...) (k += (size_t)snprintf(s + (k < cap ? k : cap), k < cap ? cap - k : 0, __VA_ARGS__))
     OUT("model     %s (%s)\n", m->dir, m->dummy ? "dummy weights" : "checkpoint");
     OUT("shape     %d layers + %d DSpark stages, hidden %lld, vocab %lld, %d heads x %lld (rope %lld)\n",
@@ -188,7 +186,7 @@ di_status di_model_describe(const di_model *m, char **out) {
 di_status di_model_plan(const di_model *m, int as_json, uint64_t context_tokens, uint32_t batch, double device_gib,
                         char **out) {
     di_err err = {0};
-    if (!m || !out) return di_err_set(&err, DI_ERR_INVALID_ARG, "di_model_plan: NULL argument"), di_err_publish(&err);
+    if (!m || !out) return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_model_plan: NULL argument");
     di_plan_request r;
     di_plan_request_default(&r);
     if (context_tokens) r.context = context_tokens;
@@ -198,14 +196,14 @@ di_status di_model_plan(const di_model *m, int as_json, uint64_t context_tokens,
     di_status st = di_plan_compute(&m->cfg, &r, &p, &err);
     if (st) return di_err_publish(&err);
     *out = di_plan_render(&m->cfg, &p, as_json);
-    if (!*out) return di_err_set(&err, DI_ERR_NOMEM, "out of memory"), di_err_publish(&err);
+    if (!*out) return di_err_publish_msg(DI_ERR_NOMEM, "out of memory");
     return DI_OK;
 }
 
 di_status di_default_model_path(char *buf, size_t buf_size) {
     di_err err = {0};
     if (!buf || !buf_size)
-        return di_err_set(&err, DI_ERR_INVALID_ARG, "di_default_model_path: no buffer"), di_err_publish(&err);
+        return di_err_publish_msg(DI_ERR_INVALID_ARG, "di_default_model_path: no buffer");
     di_status st = di_default_model_ensure(buf, buf_size, NULL, &err);
     return st ? di_err_publish(&err) : DI_OK;
 }

@@ -63,6 +63,16 @@ di_status di_err_publish(const di_err *err) {
     return err->code;
 }
 
+di_status di_err_publish_msg(di_status code, const char *fmt, ...) {
+    di_err err = {0};
+    err.code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err.msg, sizeof err.msg, fmt, ap);
+    va_end(ap);
+    return di_err_publish(&err);
+}
+
 const char *di_last_error(void) { return tls_last.msg; }
 
 di_status di_last_status(void) { return tls_last.code; }

@@ -37,4 +37,8 @@ const char *di_status_name(di_status code);
  * API exposes through di_last_error(). Returns err->code. */
 di_status di_err_publish(const di_err *err);
 
+/* di_err_set on a fresh di_err, then di_err_publish: for public API
+ * functions that fail before any inner call filled an error. */
+di_status di_err_publish_msg(di_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif

@@ -36,9 +36,9 @@ size_t di_utf8_lossy(const uint8_t *s, size_t n, uint8_t *out) {
 
 di_status di_detokenizer_new(const di_tokenizer *tok, unsigned flags, di_detokenizer **out) {
     if (!tok || !out || (flags & ~(unsigned)DI_DETOK_LOSSY))
-        return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "detokenizer: bad argument"});
+        return di_err_publish_msg(DI_ERR_INVALID_ARG, "detokenizer: bad argument");
     *out = calloc(1, sizeof **out);
-    if (!*out) return di_err_publish(&(di_err){DI_ERR_NOMEM, "detokenizer: out of memory"});
+    if (!*out) return di_err_publish_msg(DI_ERR_NOMEM, "detokenizer: out of memory");
     (*out)->tok = tok;
     (*out)->flags = flags;
     return DI_OK;
@@ -57,7 +57,7 @@ static di_status emit(di_detokenizer *d, const uint8_t *src, size_t n, int final
     size_t need = 3 * total + 1;
     if (need > d->cap) {
         uint8_t *p = realloc(d->buf, need);
-        if (!p) return di_err_publish(&(di_err){DI_ERR_NOMEM, "detokenizer: out of memory"});
+        if (!p) return di_err_publish_msg(DI_ERR_NOMEM, "detokenizer: out of memory");
         d->buf = p;
         d->cap = need;
     }
@@ -87,7 +87,7 @@ static di_status emit(di_detokenizer *d, const uint8_t *src, size_t n, int final
 
 di_status di_detokenizer_push(di_detokenizer *d, int32_t id, const char **text, size_t *len) {
     if (!d || !text || !len)
-        return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "detokenizer: NULL argument"});
+        return di_err_publish_msg(DI_ERR_INVALID_ARG, "detokenizer: NULL argument");
     const char *bytes;
     size_t n;
     di_status rc = di_tokenizer_token_bytes(d->tok, id, &bytes, &n);
@@ -97,6 +97,6 @@ di_status di_detokenizer_push(di_detokenizer *d, int32_t id, const char **text, 
 
 di_status di_detokenizer_flush(di_detokenizer *d, const char **text, size_t *len) {
     if (!d || !text || !len)
-        return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "detokenizer: NULL argument"});
+        return di_err_publish_msg(DI_ERR_INVALID_ARG, "detokenizer: NULL argument");
     return emit(d, NULL, 0, 1, text, len);
 }

@@ -208,7 +208,7 @@ static di_status build_map(const di_tokenizer *t, int32_t *map, int *n_classes, 
 di_status di_tokenizer_engram_map(const di_tokenizer *tok, int32_t *map_out, int *n_classes) {
     di_err err = {0};
     if (!tok || !map_out || !n_classes)
-        return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "engram map: NULL argument"});
+        return di_err_publish_msg(DI_ERR_INVALID_ARG, "engram map: NULL argument");
     di_status rc = build_map(tok, map_out, n_classes, &err);
     if (rc) {
         di_err_prefix(&err, "engram map: ");

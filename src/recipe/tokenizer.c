@@ -765,7 +765,7 @@ static di_status tokenizer_encode(const di_tokenizer *t, const uint8_t *text, si
 
 di_status di_tokenizer_load(const char *path, di_tokenizer **out) {
     di_err err = {0};
-    if (!path || !out) return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "tokenizer: NULL argument"});
+    if (!path || !out) return di_err_publish_msg(DI_ERR_INVALID_ARG, "tokenizer: NULL argument");
     *out = NULL;
     char *buf = NULL;
     size_t len = 0;
@@ -779,7 +779,7 @@ di_status di_tokenizer_load(const char *path, di_tokenizer **out) {
 
 di_status di_tokenizer_load_memory(const char *json, size_t len, di_tokenizer **out) {
     di_err err = {0};
-    if (!json || !out) return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "tokenizer: NULL argument"});
+    if (!json || !out) return di_err_publish_msg(DI_ERR_INVALID_ARG, "tokenizer: NULL argument");
     di_status rc = di_tokenizer_parse(json, len, "tokenizer.json", out, &err);
     return rc ? di_err_publish(&err) : DI_OK;
 }
@@ -804,9 +804,9 @@ di_status di_tokenizer_encode(const di_tokenizer *t, const char *text, size_t le
                               int32_t **ids, size_t *n_ids) {
     di_err err = {0};
     if (!t || (!text && len) || !ids || !n_ids)
-        return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "tokenizer encode: NULL argument"});
+        return di_err_publish_msg(DI_ERR_INVALID_ARG, "tokenizer encode: NULL argument");
     if (flags & ~(unsigned)DI_TOKENIZE_PARSE_SPECIAL)
-        return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "tokenizer encode: unknown flags"});
+        return di_err_publish_msg(DI_ERR_INVALID_ARG, "tokenizer encode: unknown flags");
     di_status rc = tokenizer_encode(t, (const uint8_t *)(text ? text : ""), len, flags, ids,
                                     n_ids, &err);
     return rc ? di_err_publish(&err) : DI_OK;
@@ -827,14 +827,14 @@ di_status di_tokenizer_decode(const di_tokenizer *t, const int32_t *ids, size_t 
                               size_t *len) {
     di_err err = {0};
     if (!t || (!ids && n) || !text || !len)
-        return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "tokenizer decode: NULL argument"});
+        return di_err_publish_msg(DI_ERR_INVALID_ARG, "tokenizer decode: NULL argument");
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         if (check_id(t, ids[i], i, &err)) return di_err_publish(&err);
         total += t->bytes_off[ids[i] + 1] - t->bytes_off[ids[i]] - 1;
     }
     char *out = malloc(total + 1);
-    if (!out) return di_err_publish(&(di_err){DI_ERR_NOMEM, "tokenizer decode: out of memory"});
+    if (!out) return di_err_publish_msg(DI_ERR_NOMEM, "tokenizer decode: out of memory");
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         size_t m = t->bytes_off[ids[i] + 1] - t->bytes_off[ids[i]] - 1;
@@ -851,7 +851,7 @@ di_status di_tokenizer_token_bytes(const di_tokenizer *t, int32_t id, const char
                                    size_t *len) {
     di_err err = {0};
     if (!t || !bytes || !len)
-        return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "token bytes: NULL argument"});
+        return di_err_publish_msg(DI_ERR_INVALID_ARG, "token bytes: NULL argument");
     if (check_id(t, id, 0, &err)) return di_err_publish(&err);
     *bytes = (const char *)t->bytes + t->bytes_off[id];
     *len = t->bytes_off[id + 1] - t->bytes_off[id] - 1;
@@ -861,7 +861,7 @@ di_status di_tokenizer_token_bytes(const di_tokenizer *t, int32_t id, const char
 di_status di_tokenizer_token_id(const di_tokenizer *t, const char *spelling, int32_t *id) {
     di_err err = {0};
     if (!t || !spelling || !id)
-        return di_err_publish(&(di_err){DI_ERR_INVALID_ARG, "token id: NULL argument"});
+        return di_err_publish_msg(DI_ERR_INVALID_ARG, "token id: NULL argument");
     *id = di_tokenizer_lookup(t, spelling, strlen(spelling));
     if (*id < 0) {
         di_err_set(&err, DI_ERR_NOT_FOUND, "token \"%.200s\" is not in the vocabulary", spelling);
