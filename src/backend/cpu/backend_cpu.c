@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_ops_avx2.h"
 #include "backend/cpu/cpu_quant.h"
 #include "backend/cpu/kernels.h"
 #include "core/threadpool.h"
@@ -41,6 +42,16 @@ static void par_for(di_backend *be, int64_t n, double work, range_fn fn, void *c
     di_threadpool_for(be->impl, n, grain > 0 ? grain : 1, par_body, &c);
 }
 
+/* The AVX2 forms of this file's own ops follow the kernels' path, so forcing
+ * the kernels scalar (tests, benchmarks) takes these ops scalar too. */
+static int ops_avx2(void) {
+#if defined(DI_HAVE_AVX2_OPS)
+    return di_cpu_kernels_path()[0] == 'a';
+#else
+    return 0;
+#endif
+}
+
 /* E4M3 / E8M0 byte values (tables shared with the kernels). */
 #define E8M0(b) (di_cpu_e8m0_table()[(b)])
 
@@ -71,8 +82,8 @@ static void w_row(const di_wmat *w, int64_t n, float *buf) {
         const uint8_t *row = (const uint8_t *)w->w + n * K;
         int64_t kb = (K + 31) / 32;
         const uint8_t *s = w->s + (n / 32) * kb;
-        const float *e4m3 = di_cpu_e4m3_table();
-        for (int64_t k = 0; k < K; k++) buf[k] = e4m3[row[k]] * E8M0(s[k / 32]);
+        const float *e4m3 = di_cpu_e4m3_table(), *e8m0 = di_cpu_e8m0_table();
+        for (int64_t k = 0; k < K; k++) buf[k] = e4m3[row[k]] * e8m0[s[k / 32]];
         break;
     }
     case DI_WFMT_FP4: {
@@ -154,10 +165,65 @@ static void cpu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t
         for (int64_t i = 0; i < m * N; i++) y[i] = di_round_bf16(y[i]);
 }
 
+#if defined(DI_HAVE_AVX2_OPS)
+/* AVX2 products over decoded weights: tasks of 8 weight rows, each decoded
+ * once into a transposed panel [K, 8] and multiplied with every row of its
+ * group, spread over the pool. Every output is the fused chain of
+ * di_gemm_f32 (kernels.h), so the bits equal the panel path's. */
+typedef struct panel_ctx {
+    const di_wmat *w;
+    int groups;
+    int64_t rpg; /* weight rows per group */
+    const float *x;
+    int64_t m;
+    float *y;
+} panel_ctx;
+
+static void panel_range(void *p, int64_t lo, int64_t hi) {
+    const panel_ctx *c = p;
+    int64_t K = c->w->n_in, N = c->w->n_out, tpg = (c->rpg + 7) / 8;
+    float *rows = malloc((size_t)(8 * K) * sizeof(float));
+    float *pt = NULL;
+    if (rows && posix_memalign((void **)&pt, 32, (size_t)(8 * K) * sizeof(float))) pt = NULL;
+    for (int64_t t = lo; t < hi && pt; t++) {
+        int64_t g = t / tpg, j0 = (t % tpg) * 8, r0 = g * c->rpg + j0;
+        int nb = c->rpg - j0 < 8 ? (int)(c->rpg - j0) : 8;
+        if (c->w->fmt == DI_WFMT_FP8) {
+            di_cpu_fp8_panel8_avx2(c->w->w, c->w->s, K, r0, nb, pt);
+            di_cpu_panel8_f32_avx2(pt, K, c->x + g * K, c->groups * K, c->m, c->y + r0, N, nb);
+            continue;
+        }
+        for (int j = 0; j < 8; j++) {
+            if (j < nb) w_row(c->w, r0 + j, rows + j * K);
+            else memset(rows + j * K, 0, (size_t)K * sizeof(float));
+        }
+        for (int64_t k = 0; k < K; k++)
+            for (int j = 0; j < 8; j++) pt[k * 8 + j] = rows[j * K + k];
+        di_cpu_panel8_f32_avx2(pt, K, c->x + g * K, c->groups * K, c->m, c->y + r0, N, nb);
+    }
+    free(rows);
+    free(pt);
+}
+
+static void mm_panels(di_backend *be, const di_wmat *w, int groups, const float *x, int64_t m,
+                      float *y) {
+    int64_t rpg = w->n_out / groups, tasks = groups * ((rpg + 7) / 8);
+    panel_ctx c = {w, groups, rpg, x, m, y};
+    par_for(be, tasks, (double)(m + 8) * (double)w->n_out * (double)w->n_in, panel_range, &c);
+}
+#endif
+
 /* Group g of x [m, groups, K] times rows g·R .. g·R+R-1 of the weight. */
 static void cpu_matmul_grouped(di_backend *be, const di_wmat *w, int groups, const float *x,
                                int64_t m, float *y) {
     int64_t K = w->n_in, N = w->n_out, R = N / groups;
+#if defined(DI_HAVE_AVX2_OPS)
+    if (ops_avx2()) {
+        mm_panels(be, w, groups, x, m, y);
+        for (int64_t i = 0; i < m * N; i++) y[i] = di_round_bf16(y[i]);
+        return;
+    }
+#endif
     di_threadpool *tp = (double)m * (double)N * (double)K >= 4e6 ? be->impl : NULL;
     float *xg = malloc((size_t)(m * K) * sizeof(float));
     if (!xg) {
@@ -277,25 +343,19 @@ typedef struct mix_ctx {
     float *pre, *post, *comb;
 } mix_ctx;
 
-static void mix_range(void *p, int64_t lo, int64_t hi) {
-    const mix_ctx *x = p;
+/* Row i's gates from its projections mix [nmix] (before the RMS factor). */
+static void mix_row(const mix_ctx *x, int64_t i, float *mix) {
     int hc = x->hc, iters = x->iters;
     int64_t n = (int64_t)hc * x->d;
     int nmix = (2 + hc) * hc;
-    float mix[(2 + 16) * 16];
     float eps = (float)x->hc_eps;
     const float *scale = x->scale, *base = x->base;
-    for (int64_t i = lo; i < hi; i++) {
+    {
         const float *u = x->s + i * n;
         float ss = 0.f;
         for (int64_t k = 0; k < n; k++) ss += u[k] * u[k];
         float r = 1.0f / sqrtf(ss / (float)n + (float)x->norm_eps);
-        for (int o = 0; o < nmix; o++) {
-            const float *f = x->fn + (int64_t)o * n;
-            float acc = 0.f;
-            for (int64_t k = 0; k < n; k++) acc += u[k] * f[k];
-            mix[o] = acc * r;
-        }
+        for (int o = 0; o < nmix; o++) mix[o] = mix[o] * r;
         float *pr = x->pre + i * hc, *po = x->post + i * hc, *c = x->comb + i * hc * hc;
         for (int k = 0; k < hc; k++) {
             pr[k] = sigmoidf_(mix[k] * scale[0] + base[k]) + eps;
@@ -325,6 +385,32 @@ static void mix_range(void *p, int64_t lo, int64_t hi) {
                 for (int a = 0; a < hc; a++) c[a * hc + b] /= sum + eps;
             }
         }
+    }
+}
+
+/* The projections Σ_k u[k]·fn[o,k] of up to 4 rows at once (the AVX2 form
+ * shares each weight load between them), then each row's gates. */
+static void mix_range(void *p, int64_t lo, int64_t hi) {
+    const mix_ctx *x = p;
+    int hc = x->hc;
+    int64_t n = (int64_t)hc * x->d;
+    int nmix = (2 + hc) * hc;
+    float mix[4][(2 + 16) * 16];
+    int vec = ops_avx2();
+    for (int64_t i0 = lo; i0 < hi; i0 += 4) {
+        int R = hi - i0 < 4 ? (int)(hi - i0) : 4;
+        const float *u0 = x->s + i0 * n;
+#if defined(DI_HAVE_AVX2_OPS)
+        if (vec) di_cpu_hc_project_avx2(u0, n, R, n, x->fn, nmix, mix[0]);
+#endif
+        for (int r = 0; r < R && !vec; r++)
+            for (int o = 0; o < nmix; o++) {
+                const float *u = u0 + r * n, *f = x->fn + (int64_t)o * n;
+                float acc = 0.f;
+                for (int64_t k = 0; k < n; k++) acc += u[k] * f[k];
+                mix[r][o] = acc;
+            }
+        for (int r = 0; r < R; r++) mix_row(x, i0 + r, vec ? mix[0] + r * nmix : mix[r]);
     }
 }
 

@@ -1,0 +1,142 @@
+/* AVX2 forms of the CPU backend's mHC projections and decoded-panel
+ * products (cpu_ops_avx2.h; architecture.md §4, §5.6). Vector lanes are
+ * independent outputs; every lane walks its reduction in the scalar op's
+ * order. Scalar arithmetic inside these functions is written with
+ * intrinsics too: a compiler may fuse a plain `a + b*c` in code built for
+ * FMA, which would change the bits. */
+#include "backend/cpu/cpu_ops_avx2.h"
+
+#if defined(DI_HAVE_AVX2_OPS)
+#include <immintrin.h>
+#include <string.h>
+
+#include "backend/cpu/kernels.h"
+
+#define AVX2 __attribute__((target("avx2,fma")))
+
+/* r[t] (lane j) <- r[j] (lane t): an 8x8 transpose in registers. */
+AVX2 static inline __attribute__((always_inline)) void transpose8(__m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+    r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+    r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+    r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+    r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* Up to 24 outputs (3 vectors) of up to 4 rows per pass: the weights of 8
+ * consecutive k are transposed once into a [8 k, 24 o] tile and read by
+ * every row, so 3·R independent chains hide the add latency. */
+AVX2 void di_cpu_hc_project_avx2(const float *u, int64_t ldu, int R, int64_t n, const float *fn,
+                                 int nmix, float *mix) {
+    enum { OB = 24, NV = OB / 8 };
+    _Alignas(32) float tile[8][OB];
+    _Alignas(32) float part[4][OB];
+    for (int o0 = 0; o0 < nmix; o0 += OB) {
+        int no = nmix - o0 < OB ? nmix - o0 : OB;
+        __m256 acc[4][NV];
+        for (int r = 0; r < 4; r++)
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm256_setzero_ps();
+        int64_t k = 0;
+        for (; k + 8 <= n; k += 8) {
+            for (int v = 0; v < NV; v++) {
+                __m256 rr[8];
+                for (int j = 0; j < 8; j++) {
+                    int o = 8 * v + j;
+                    rr[j] = o < no ? _mm256_loadu_ps(fn + (int64_t)(o0 + o) * n + k)
+                                   : _mm256_setzero_ps();
+                }
+                transpose8(rr);
+                for (int t = 0; t < 8; t++) _mm256_store_ps(&tile[t][8 * v], rr[t]);
+            }
+            for (int r = 0; r < R; r++) {
+                const float *ur = u + r * ldu + k;
+                for (int t = 0; t < 8; t++) {
+                    __m256 ub = _mm256_broadcast_ss(ur + t);
+                    for (int v = 0; v < NV; v++)
+                        acc[r][v] = _mm256_add_ps(acc[r][v],
+                                                  _mm256_mul_ps(ub, _mm256_load_ps(&tile[t][8 * v])));
+                }
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int v = 0; v < NV; v++) _mm256_store_ps(&part[r][8 * v], acc[r][v]);
+        for (int r = 0; r < R; r++)
+            for (int o = 0; o < no; o++) {
+                __m128 a = _mm_set_ss(part[r][o]);
+                for (int64_t kk = k; kk < n; kk++) /* the chain goes on past the last 8 */
+                    a = _mm_add_ss(a, _mm_mul_ss(_mm_set_ss(u[r * ldu + kk]),
+                                                 _mm_set_ss(fn[(int64_t)(o0 + o) * n + kk])));
+                mix[r * nmix + o0 + o] = _mm_cvtss_f32(a);
+            }
+    }
+}
+
+/* Codes of 8 rows x 8 k: widened to lanes, looked up in the E4M3 table,
+ * scaled (the same single multiplication as the scalar decoding), and
+ * transposed in registers. */
+AVX2 void di_cpu_fp8_panel8_avx2(const uint8_t *w, const uint8_t *s, int64_t K, int64_t r0, int nb,
+                                 float *pt) {
+    const float *e4m3 = di_cpu_e4m3_table(), *e8m0 = di_cpu_e8m0_table();
+    int64_t kb = K / 32;
+    for (int64_t k = 0; k < K; k += 8) {
+        __m256 rr[8];
+        for (int j = 0; j < 8; j++) {
+            if (j >= nb) {
+                rr[j] = _mm256_setzero_ps();
+                continue;
+            }
+            int64_t n = r0 + j;
+            uint64_t b8;
+            memcpy(&b8, w + n * K + k, 8);
+            __m256i idx = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)b8));
+            __m256 v = _mm256_i32gather_ps(e4m3, idx, 4);
+            rr[j] = _mm256_mul_ps(v, _mm256_set1_ps(e8m0[s[(n / 32) * kb + k / 32]]));
+        }
+        transpose8(rr);
+        for (int t = 0; t < 8; t++) _mm256_store_ps(pt + (k + t) * 8, rr[t]);
+    }
+}
+
+/* Four rows at a time share each panel load; every (row, lane) is its own
+ * fused chain over k. */
+AVX2 void di_cpu_panel8_f32_avx2(const float *pt, int64_t K, const float *x, int64_t ldx, int64_t m,
+                                 float *y, int64_t ldy, int nb) {
+    _Alignas(32) float out[8];
+    int64_t i = 0;
+    for (; i + 4 <= m; i += 4) {
+        const float *x0 = x + i * ldx, *x1 = x0 + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t k = 0; k < K; k++) {
+            __m256 w = _mm256_load_ps(pt + 8 * k);
+            a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(x0 + k), w, a0);
+            a1 = _mm256_fmadd_ps(_mm256_broadcast_ss(x1 + k), w, a1);
+            a2 = _mm256_fmadd_ps(_mm256_broadcast_ss(x2 + k), w, a2);
+            a3 = _mm256_fmadd_ps(_mm256_broadcast_ss(x3 + k), w, a3);
+        }
+        __m256 a[4] = {a0, a1, a2, a3};
+        for (int r = 0; r < 4; r++) {
+            _mm256_store_ps(out, a[r]);
+            memcpy(y + (i + r) * ldy, out, (size_t)nb * sizeof(float));
+        }
+    }
+    for (; i < m; i++) {
+        const float *xi = x + i * ldx;
+        __m256 a0 = _mm256_setzero_ps();
+        for (int64_t k = 0; k < K; k++)
+            a0 = _mm256_fmadd_ps(_mm256_broadcast_ss(xi + k), _mm256_load_ps(pt + 8 * k), a0);
+        _mm256_store_ps(out, a0);
+        memcpy(y + i * ldy, out, (size_t)nb * sizeof(float));
+    }
+}
+#endif

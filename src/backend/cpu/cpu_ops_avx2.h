@@ -1,0 +1,32 @@
+/* AVX2 forms of the CPU backend's own ops (backend_cpu.c): the mHC mixing
+ * projections (architecture.md §4) and the products over decoded weight
+ * panels (grouped wo_a, §5.6). Each one vectorizes across independent
+ * outputs and keeps every output's reduction the sequential chain the
+ * scalar op computes, with the same rounding per step, so both forms give
+ * the same bits (docs/numerics.md). Call them only when the kernels' path
+ * is "avx2" (kernels.h); they exist on x86-64 only. */
+#ifndef DI_BACKEND_CPU_CPU_OPS_AVX2_H
+#define DI_BACKEND_CPU_CPU_OPS_AVX2_H
+
+#include <stdint.h>
+
+#if defined(__x86_64__)
+#define DI_HAVE_AVX2_OPS 1
+/* mix[r, o] = Σ_k u[r, k]·fn[o, k] for rows r < R (R <= 4, row stride ldu)
+ * and outputs o < nmix, each a chain acc = acc + u·f (separate multiply and
+ * add, fp32) in increasing k from +0. fn is [nmix, n]; mix is [R, nmix]. */
+void di_cpu_hc_project_avx2(const float *u, int64_t ldu, int R, int64_t n, const float *fn,
+                            int nmix, float *mix);
+/* y[i, j] (row stride ldy) = Σ_k x[i, k]·pt[k, j] for j < nb <= 8 and rows
+ * i < m (stride ldx), each a chain acc = fmaf(x, w, acc) in increasing k
+ * from +0 — the order of di_gemm_f32. pt is a transposed panel [K, 8]. */
+void di_cpu_panel8_f32_avx2(const float *pt, int64_t K, const float *x, int64_t ldx, int64_t m,
+                            float *y, int64_t ldy, int nb);
+/* The transposed panel of FP8 weight rows r0 .. r0+nb-1 (nb <= 8):
+ * pt[k, j] = e4m3(w[r0+j, k])·e8m0(s[(r0+j)/32, k/32]), the exact values
+ * (0 for j >= nb). w [*, K] E4M3 codes, s [*, K/32] E8M0; K % 32 == 0. */
+void di_cpu_fp8_panel8_avx2(const uint8_t *w, const uint8_t *s, int64_t K, int64_t r0, int nb,
+                            float *pt);
+#endif
+
+#endif

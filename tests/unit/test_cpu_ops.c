@@ -1,0 +1,220 @@
+/* The CPU backend's own ops on their AVX2 forms (backend/cpu/cpu_ops_avx2.h)
+ * give the bits of their scalar forms (the statement of each op's order,
+ * docs/numerics.md), on 1 and 2 threads, for shapes with remainders: mHC
+ * mixing (architecture.md §4) and the grouped wo_a projection (§5.6). The
+ * scalar forms are also checked against a double-precision reference. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_ops_avx2.h"
+#include "backend/cpu/kernels.h"
+#include "core/dtype.h"
+#include "test.h"
+
+static uint32_t rng = 2463534242u;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 17;
+    rng ^= rng << 5;
+    return (float)(rng >> 8) / 8388608.0f - 1.0f;
+}
+
+static di_backend *backend(int threads) {
+    di_backend *be = NULL;
+    di_err e = {0};
+    return di_backend_cpu_create(threads, &be, &e) == DI_OK ? be : NULL;
+}
+
+typedef struct mix_out {
+    float *pre, *post, *comb;
+} mix_out;
+
+static void run_mix(di_backend *be, int scalar, const float *s, int64_t m, int hc, int64_t d,
+                    const float *fn, const float *base, const float *scale, mix_out *o) {
+    di_cpu_kernels_force_scalar(scalar);
+    be->ops->hc_mix(be, s, m, hc, d, fn, base, scale, 1e-6, 1e-6, 20, o->pre, o->post, o->comb);
+    di_cpu_kernels_force_scalar(0);
+}
+
+static void check_mix(int hc, int64_t d, int64_t m) {
+    int nmix = (2 + hc) * hc;
+    int64_t n = hc * d;
+    float *s = malloc((size_t)(m * n) * sizeof(float)), *fn = malloc((size_t)(nmix * n) * sizeof(float));
+    float base[(2 + 16) * 16], scale[3] = {0.5f, 0.75f, 1.25f};
+    for (int64_t i = 0; i < m * n; i++) s[i] = di_round_bf16(4.0f * frand());
+    for (int64_t i = 0; i < nmix * n; i++) fn[i] = 0.05f * frand();
+    for (int i = 0; i < nmix; i++) base[i] = frand();
+    mix_out o[3];
+    for (int k = 0; k < 3; k++) {
+        o[k].pre = malloc((size_t)(m * hc) * sizeof(float));
+        o[k].post = malloc((size_t)(m * hc) * sizeof(float));
+        o[k].comb = malloc((size_t)(m * hc * hc) * sizeof(float));
+    }
+    di_backend *b1 = backend(1), *b2 = backend(2);
+    CHECK(b1 && b2);
+    if (b1 && b2) {
+        run_mix(b1, 1, s, m, hc, d, fn, base, scale, &o[0]);
+        run_mix(b1, 0, s, m, hc, d, fn, base, scale, &o[1]);
+        run_mix(b2, 0, s, m, hc, d, fn, base, scale, &o[2]);
+        for (int k = 1; k < 3; k++) {
+            CHECKF(!memcmp(o[0].pre, o[k].pre, (size_t)(m * hc) * sizeof(float)),
+                   "hc=%d d=%lld m=%lld run %d: pre differs from the scalar bits", hc, (long long)d,
+                   (long long)m, k);
+            CHECKF(!memcmp(o[0].post, o[k].post, (size_t)(m * hc) * sizeof(float)),
+                   "hc=%d d=%lld m=%lld run %d: post differs", hc, (long long)d, (long long)m, k);
+            CHECKF(!memcmp(o[0].comb, o[k].comb, (size_t)(m * hc * hc) * sizeof(float)),
+                   "hc=%d d=%lld m=%lld run %d: comb differs", hc, (long long)d, (long long)m, k);
+        }
+        /* pre against a double reference: sigmoid(rms-normalised projection) */
+        double worst = 0;
+        for (int64_t i = 0; i < m; i++) {
+            double ss = 0;
+            for (int64_t k = 0; k < n; k++) ss += (double)s[i * n + k] * s[i * n + k];
+            double r = 1.0 / sqrt(ss / (double)n + 1e-6);
+            for (int c = 0; c < hc; c++) {
+                double acc = 0;
+                for (int64_t k = 0; k < n; k++) acc += (double)s[i * n + k] * fn[c * n + k];
+                double want = 1.0 / (1.0 + exp(-(acc * r * scale[0] + base[c]))) + 1e-6;
+                double err = fabs(want - o[0].pre[i * hc + c]);
+                if (err > worst) worst = err;
+            }
+        }
+        CHECKF(worst < 1e-5, "hc=%d d=%lld: pre off the double reference by %g", hc, (long long)d, worst);
+    }
+    di_backend_destroy(b1);
+    di_backend_destroy(b2);
+    for (int k = 0; k < 3; k++) {
+        free(o[k].pre);
+        free(o[k].post);
+        free(o[k].comb);
+    }
+    free(s);
+    free(fn);
+}
+
+static void test_hc_mix(void) {
+    check_mix(4, 128, 1);
+    check_mix(4, 128, 33); /* 2 threads, a block of 1 row at the end */
+    check_mix(4, 37, 6);   /* k remainder */
+    check_mix(3, 24, 5);   /* 15 outputs: a partial vector */
+    check_mix(8, 16, 7);   /* 80 outputs: several passes */
+}
+
+/* Grouped projection of x [m, g, K] with an FP8 or BF16 weight [g·R, K]. */
+static void check_grouped(di_wfmt fmt, int groups, int64_t R, int64_t K, int64_t m) {
+    int64_t N = groups * R, kb = K / 32;
+    uint8_t *w8 = malloc((size_t)(N * K)), *s8 = malloc((size_t)(((N + 31) / 32) * kb));
+    uint16_t *w16 = malloc((size_t)(N * K) * sizeof(uint16_t));
+    float *x = malloc((size_t)(m * groups * K) * sizeof(float)), *y[3];
+    double *wd = malloc((size_t)(N * K) * sizeof(double));
+    for (int k = 0; k < 3; k++) y[k] = malloc((size_t)(m * N) * sizeof(float));
+    for (int64_t i = 0; i < ((N + 31) / 32) * kb; i++) s8[i] = (uint8_t)(122 + (rng = rng * 1664525u + 1013904223u) % 8);
+    for (int64_t i = 0; i < N * K; i++) {
+        rng = rng * 1664525u + 1013904223u;
+        uint8_t c = (uint8_t)(rng >> 24);
+        if ((c & 0x7F) == 0x7F) c ^= 1; /* no NaN codes */
+        w8[i] = c;
+        w16[i] = di_f32_to_bf16(frand());
+    }
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++)
+            wd[n * K + k] = fmt == DI_WFMT_FP8
+                                ? (double)di_e4m3_to_f32(w8[n * K + k]) * di_e8m0_to_f32(s8[(n / 32) * kb + k / 32])
+                                : (double)di_bf16_to_f32(w16[n * K + k]);
+    /* full fp32 inputs: inexact products, so a fused and an unfused step differ */
+    for (int64_t i = 0; i < m * groups * K; i++) x[i] = frand();
+    di_wmat wm = {fmt, N, K, fmt == DI_WFMT_FP8 ? (const void *)w8 : (const void *)w16,
+                  fmt == DI_WFMT_FP8 ? s8 : NULL};
+    di_backend *b1 = backend(1), *b2 = backend(2);
+    CHECK(b1 && b2);
+    if (b1 && b2) {
+        di_cpu_kernels_force_scalar(1);
+        b1->ops->matmul_grouped(b1, &wm, groups, x, m, y[0]);
+        di_cpu_kernels_force_scalar(0);
+        b1->ops->matmul_grouped(b1, &wm, groups, x, m, y[1]);
+        b2->ops->matmul_grouped(b2, &wm, groups, x, m, y[2]);
+        for (int k = 1; k < 3; k++)
+            CHECKF(!memcmp(y[0], y[k], (size_t)(m * N) * sizeof(float)),
+                   "fmt %d R=%lld K=%lld m=%lld run %d: differs from the scalar bits", (int)fmt,
+                   (long long)R, (long long)K, (long long)m, k);
+        /* bf16 output of the fp32 dot: within a bf16 step of the exact value */
+        int bad = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t n = 0; n < N; n++) {
+                int64_t g = n / R;
+                double acc = 0, mag = 0;
+                for (int64_t k = 0; k < K; k++) {
+                    double t = (double)x[(i * groups + g) * K + k] * wd[n * K + k];
+                    acc += t;
+                    mag += fabs(t);
+                }
+                double tol = fabs(acc) * 0x1p-8 + (double)K * 0x1p-24 * mag;
+                if (fabs(y[0][i * N + n] - acc) > tol) bad++;
+            }
+        CHECKF(bad == 0, "%d outputs off the double reference", bad);
+    }
+    di_backend_destroy(b1);
+    di_backend_destroy(b2);
+    for (int k = 0; k < 3; k++) free(y[k]);
+    free(w8);
+    free(s8);
+    free(w16);
+    free(x);
+    free(wd);
+}
+
+static void test_matmul_grouped(void) {
+    check_grouped(DI_WFMT_FP8, 2, 64, 128, 1);
+    check_grouped(DI_WFMT_FP8, 2, 44, 256, 9); /* partial panel, 2 threads */
+    check_grouped(DI_WFMT_FP8, 4, 20, 64, 6);
+    check_grouped(DI_WFMT_BF16, 2, 44, 72, 5);
+}
+
+/* The panel kernel itself, before any bf16 rounding: each output is the
+ * fmaf chain over k (a mul-then-add step would differ in the last bits). */
+static void test_panel_kernel(void) {
+#if defined(DI_HAVE_AVX2_OPS)
+    if (strcmp(di_cpu_kernels_path(), "avx2")) SKIP("no AVX2 on this machine");
+    enum { K = 96, M = 7, N = 8 };
+    static uint8_t w[N * K], sc[K / 32];
+    static float x[M * K], pt[K * 8] __attribute__((aligned(32))), y[M * 8], want[M * 8];
+    for (int i = 0; i < N * K; i++) {
+        rng = rng * 1664525u + 1013904223u;
+        w[i] = (uint8_t)(rng >> 24);
+        if ((w[i] & 0x7F) == 0x7F) w[i] ^= 1;
+    }
+    for (int i = 0; i < K / 32; i++) sc[i] = (uint8_t)(124 + i);
+    for (int i = 0; i < M * K; i++) x[i] = frand();
+    for (int nb = 8; nb >= 5; nb -= 3) {
+        di_cpu_fp8_panel8_avx2(w, sc, K, 0, nb, pt);
+        int bad_dec = 0;
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < 8; j++) {
+                float v = j < nb ? di_e4m3_to_f32(w[j * K + k]) * di_e8m0_to_f32(sc[k / 32]) : 0.f;
+                bad_dec += memcmp(&v, &pt[k * 8 + j], sizeof v) != 0;
+            }
+        CHECKF(bad_dec == 0, "nb=%d: %d decoded weights differ", nb, bad_dec);
+        di_cpu_panel8_f32_avx2(pt, K, x, K, M, y, 8, nb);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < nb; j++) {
+                float acc = 0.f;
+                for (int k = 0; k < K; k++) acc = fmaf(x[i * K + k], pt[k * 8 + j], acc);
+                want[i * 8 + j] = acc;
+            }
+        int bad = 0;
+        for (int i = 0; i < M; i++) bad += memcmp(y + i * 8, want + i * 8, (size_t)nb * sizeof(float)) != 0;
+        CHECKF(bad == 0, "nb=%d: %d rows differ from the fmaf chains", nb, bad);
+    }
+#else
+    SKIP("no AVX2 forms on this architecture");
+#endif
+}
+
+int main(void) {
+    RUN(test_hc_mix);
+    RUN(test_matmul_grouped);
+    RUN(test_panel_kernel);
+    return test_summary();
+}
