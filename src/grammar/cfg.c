@@ -163,6 +163,12 @@ di_status di_cfg_regex_sym(di_cfg *g, const char *pattern, unsigned flags, di_sy
     return st;
 }
 
+int32_t di_cfg_find_term(const di_cfg *g, const char *key) {
+    for (uint32_t i = 0; i < g->n_terms; i++)
+        if (g->terms[i].key && !strcmp(g->terms[i].key, key)) return (int32_t)i;
+    return -1;
+}
+
 di_status di_cfg_literal_sym(di_cfg *g, const char *s, size_t n, di_sym *out, di_err *err) {
     size_t need = di_regex_escape(s, n, NULL, 0) + 1;
     char *buf = malloc(need);

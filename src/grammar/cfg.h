@@ -77,6 +77,8 @@ di_status di_cfg_rule_add(di_cfg *g, uint32_t lhs, const di_sym *syms, uint32_t 
 di_status di_cfg_dfa_sym(di_cfg *g, di_dfa *dfa, const char *key, di_sym *out, di_err *err);
 /* Compiles a regex (interned by pattern + flags) and returns its symbol. */
 di_status di_cfg_regex_sym(di_cfg *g, const char *pattern, unsigned flags, di_sym *out, di_err *err);
+/* Terminal whose interning key is key, or -1. */
+int32_t di_cfg_find_term(const di_cfg *g, const char *key);
 /* Symbol for an exact byte string. */
 di_status di_cfg_literal_sym(di_cfg *g, const char *s, size_t n, di_sym *out, di_err *err);
 /* Makes terminal `proxy` the mask memo proxy of terminal `t`; t's DFA must

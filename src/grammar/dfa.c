@@ -425,6 +425,43 @@ done:
     return st;
 }
 
+di_status di_dfa_count_units(const di_dfa *u, uint32_t boundary, uint32_t min, uint32_t max, uint32_t max_states,
+                             di_dfa *out, di_err *err) {
+    memset(out, 0, sizeof *out);
+    uint32_t nu = u->n_states, nc = u->n_classes;
+    uint64_t total = (uint64_t)(nu - 1) * (max + 1) + 1;
+    if (total > max_states)
+        return di_err_set(err, DI_ERR_LIMIT, "lexer automaton exceeds %u states", max_states);
+    /* state (q, c) for q in 1..nu-1, c in 0..max -> 1 + (q - 1) * (max + 1) + c; 0 dead */
+    dfa_build b = {0};
+    b.nc = nc;
+    b.n = (uint32_t)total;
+    b.cap = b.n;
+    b.trans = calloc((size_t)b.n * nc, sizeof *b.trans);
+    b.accept = calloc(b.n, 1);
+    if (!b.trans || !b.accept) {
+        free(b.trans);
+        free(b.accept);
+        return di_err_set(err, DI_ERR_NOMEM, "out of memory");
+    }
+    for (uint32_t q = 1; q < nu; q++)
+        for (uint32_t c = 0; c <= max; c++) {
+            uint32_t id = 1 + (q - 1) * (max + 1) + c;
+            b.accept[id] = u->accept[q] && c >= min;
+            for (uint32_t k = 0; k < nc; k++) {
+                uint32_t q2 = u->trans[(size_t)q * nc + k];
+                if (!q2) continue;
+                /* entering the boundary from inside a unit completes one;
+                 * entering it from the start (the opening byte) does not */
+                uint32_t c2 = c + (q2 == boundary && q != u->start);
+                if (c2 > max) continue;
+                b.trans[(size_t)id * nc + k] = 1 + (q2 - 1) * (max + 1) + c2;
+            }
+        }
+    uint32_t start = u->start ? 1 + (u->start - 1) * (max + 1) : 0;
+    return dfa_trim(&b, start, u->byte_class, out, err);
+}
+
 di_status di_dfa_drop_empty(di_dfa *d, di_err *err) {
     if (!d->start || !d->accept[d->start]) return DI_OK;
     uint32_t n = d->n_states + 1, nc = d->n_classes;

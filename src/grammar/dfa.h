@@ -63,6 +63,12 @@ di_status di_dfa_from_nfa(const di_nfa *nfa, uint32_t max_states, di_dfa *out, d
 /* out = a ∩ b (diff = 0) or a \ b (diff = 1), trimmed. */
 di_status di_dfa_product(const di_dfa *a, const di_dfa *b, int diff, uint32_t max_states,
                          di_dfa *out, di_err *err);
+/* Bounded repetition by counting: u is the DFA of open (unit)* close, with
+ * `boundary` the state between units (entered once per completed unit);
+ * out accepts the strings of u with between min and max units.
+ * Much cheaper than unrolling {min,max} through subset construction. */
+di_status di_dfa_count_units(const di_dfa *u, uint32_t boundary, uint32_t min, uint32_t max, uint32_t max_states,
+                             di_dfa *out, di_err *err);
 /* Makes the empty string not accepted (a fresh non-accepting start state). */
 di_status di_dfa_drop_empty(di_dfa *d, di_err *err);
 /* Full match of a byte string. */

@@ -261,6 +261,19 @@ static const char *format_regex(const char *f) {
     return NULL;
 }
 
+/* DFA of unit_rx repeated between mn and mx times (mx >= 0) inside JSON
+ * quotes, by counting over the DFA of the unbounded repetition; flags as
+ * for di_regex_compile (the pattern is the unbounded one, e.g. "U*"). */
+static int counted_dfa(js_ctx *c, const char *unbounded_rx, unsigned flags, long mn, long mx, di_dfa *out) {
+    di_dfa u;
+    if (di_regex_compile(unbounded_rx, strlen(unbounded_rx), flags, c->o->max_lexer_states, &u, c->err)) return -1;
+    uint32_t boundary = u.start ? di_dfa_step(&u, u.start, '"') : 0;
+    di_status st = boundary ? di_dfa_count_units(&u, boundary, (uint32_t)mn, (uint32_t)mx, c->o->max_lexer_states, out, c->err)
+                            : di_err_set(c->err, DI_ERR_INTERNAL, "string automaton without an opening quote");
+    di_dfa_free(&u);
+    return st ? -1 : 0;
+}
+
 static int get_count(js_ctx *c, const cJSON *s, const char *key, long *out, long dflt) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, key);
     *out = dflt;
@@ -324,9 +337,13 @@ static int string_dfa(js_ctx *c, const cJSON *s, di_dfa *out, int *any) {
                         mx > mn ? mx : mn, c->o->max_repeat);
         }
         char buf[96];
-        if (mx >= 0) snprintf(buf, sizeof buf, "[\\u{0}-\\u{10FFFF}]{%ld,%ld}", mn, mx);
-        else snprintf(buf, sizeof buf, "[\\u{0}-\\u{10FFFF}]{%ld,}", mn);
-        if (di_regex_compile(buf, strlen(buf), DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err)) {
+        int r;
+        if (mx >= 0) r = counted_dfa(c, "[\\u{0}-\\u{10FFFF}]*", DI_RX_JSON_STRING, mn, mx, &d);
+        else {
+            snprintf(buf, sizeof buf, "[\\u{0}-\\u{10FFFF}]{%ld,}", mn);
+            r = di_regex_compile(buf, strlen(buf), DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err) ? -1 : 0;
+        }
+        if (r) {
             if (have) di_dfa_free(out);
             return -1;
         }
@@ -369,10 +386,23 @@ static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
             return FAIL(c, DI_ERR_LIMIT, "string length bound %ld exceeds the limit of %u (max_repeat)",
                         mx > mn ? mx : mn, c->o->max_repeat);
         char buf[512];
-        if (mx >= 0) snprintf(buf, sizeof buf, "\"%s{%ld,%ld}\"", STR_UNIT, mn, mx);
-        else if (mn > 0) snprintf(buf, sizeof buf, "\"%s{%ld,}\"", STR_UNIT, mn);
-        else snprintf(buf, sizeof buf, "\"%s*\"", STR_UNIT);
-        if (regex_sym(c, buf, 0, out)) return -1;
+        if (mx >= 0) {
+            /* counted, interned by a key of its own construction */
+            snprintf(buf, sizeof buf, "C:%ld,%ld", mn, mx);
+            int32_t found = di_cfg_find_term(c->g, buf);
+            if (found >= 0) *out = DI_SYM_TERM((uint32_t)found);
+            else {
+                di_dfa d;
+                char ub[512];
+                snprintf(ub, sizeof ub, "\"%s*\"", STR_UNIT);
+                if (counted_dfa(c, ub, 0, mn, mx, &d)) return -1;
+                if (di_cfg_dfa_sym(c->g, &d, buf, out, c->err)) return -1;
+            }
+        } else {
+            if (mn > 0) snprintf(buf, sizeof buf, "\"%s{%ld,}\"", STR_UNIT, mn);
+            else snprintf(buf, sizeof buf, "\"%s*\"", STR_UNIT);
+            if (regex_sym(c, buf, 0, out)) return -1;
+        }
         if (mx >= 0 && DI_SYM_IS_TERM(*out)) {
             /* far from the bound, a bounded string's lexer walk is the
              * unbounded one's: share its memo */
