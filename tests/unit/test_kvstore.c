@@ -268,6 +268,16 @@ static void test_plan_matches_state(void) {
         CHECK_EQ_INT(p.engram_history, (uint64_t)st.hist_cap * sizeof(int32_t));
         di_seqstate_free(&st);
     }
+    /* the real config, counted without allocating: 128K tokens of 890 B plus
+     * the FP8 window rings of every block (DSpark stages included) */
+    di_lm rl = lm;
+    rl.cfg = &real;
+    rl.has_dspark = real.n_mtp > 0;
+    di_plan rp;
+    CHECKF(di_plan_compute(&real, NULL, &rp, &e) == DI_OK, "%s", e.msg);
+    uint64_t rb = di_seqstate_bytes(&rl, 131072, 0);
+    CHECKF(rb == rp.fixed_per_sequence - rp.engram_history + 131072ull * 890, "real: state %llu bytes",
+           (unsigned long long)rb);
     /* rollback room: more ring slots, counted the same way */
     di_seqstate st;
     CHECK(di_seqstate_init(&st, &lm, 100, 5, &e) == DI_OK);
