@@ -6,32 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-char *chat_test_read(const char *name, size_t *len) {
-    static const char *const dirs[] = {"tests/data", "../tests/data", "../../tests/data"};
-    for (size_t d = 0; d < sizeof dirs / sizeof *dirs; d++) {
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s", dirs[d], name);
-        FILE *f = fopen(path, "rb");
-        if (!f) continue;
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-        if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
-            buf[n] = '\0';
-            fclose(f);
-            if (len) *len = (size_t)n;
-            return buf;
-        }
-        free(buf);
-        fclose(f);
-    }
-    fprintf(stderr, "missing tests/data/%s\n", name);
-    return NULL;
-}
+#include "model_fixtures.h"
 
 cJSON *chat_test_jsonl(const char *name) {
-    char *text = chat_test_read(name, NULL);
+    char *text = fixture_read(name, NULL);
     if (!text) return NULL;
     cJSON *arr = cJSON_CreateArray();
     char *line = text;

@@ -7,10 +7,6 @@
 
 struct cJSON;
 
-/* Reads tests/data/<name> (from the repository root or a build folder) into
- * a NUL-terminated buffer the caller frees; NULL when absent. */
-char *chat_test_read(const char *name, size_t *len);
-
 /* Parses the JSON lines of tests/data/<name> into a cJSON array the caller
  * deletes; NULL when absent or malformed (reported on stderr). */
 struct cJSON *chat_test_jsonl(const char *name);

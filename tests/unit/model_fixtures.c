@@ -4,17 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/file_read.h"
+
 static char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
     char *buf = NULL;
-    long sz = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (sz >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)sz + 1))) {
-        *n = fread(buf, 1, (size_t)sz, f);
-        buf[*n] = 0;
-    }
-    fclose(f);
-    return buf;
+    return di_file_read(path, 0, &buf, n, NULL) == DI_OK ? buf : NULL;
 }
 
 char *fixture_read(const char *name, size_t *n) {

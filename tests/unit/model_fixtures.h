@@ -1,4 +1,4 @@
-/* Fixtures of the model-description tests: configs copied into tests/data
+/* Test fixtures: files in tests/data (any test), configs parsed from them
  * and the golden tiny checkpoint's index. */
 #ifndef DI_TEST_MODEL_FIXTURES_H
 #define DI_TEST_MODEL_FIXTURES_H
@@ -9,7 +9,8 @@
 #include "model/config.h"
 
 /* tests/data/<name>, found from the repository root or a build folder;
- * malloc'd and NUL-terminated, NULL (with a message) when missing. */
+ * malloc'd and NUL-terminated, NULL (with a message) when missing; n may
+ * be NULL. */
 char *fixture_read(const char *name, size_t *n);
 
 /* Parses tests/data/<name> as a config; 1 on success, 0 with a message. */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "chat_testdata.h"
+#include "model_fixtures.h"
 #include "deepinfer.h"
 #include "recipe/chat.h"
 #include "recipe/chat_json.h"
@@ -56,7 +57,7 @@ static void test_recipe_prompts(void) {
     cJSON *cases = chat_test_jsonl("chat/render_cases.jsonl");
     if (!cases) { CHECK(0); return; }
     size_t len = 0;
-    char *tiny = chat_test_read("tokenizer-v41-tiny.json", &len);
+    char *tiny = fixture_read("tokenizer-v41-tiny.json", &len);
     di_tokenizer *tok = NULL;
     CHECK(tiny && di_tokenizer_load_memory(tiny, len, &tok) == DI_OK);
     int n = 0, n_ids = 0;
