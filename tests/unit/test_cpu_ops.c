@@ -97,6 +97,7 @@ static void check_mix(int hc, int64_t d, int64_t m) {
 static void test_hc_mix(void) {
     check_mix(4, 128, 1);
     check_mix(4, 128, 33); /* 2 threads, a block of 1 row at the end */
+    check_mix(4, 64, 12);  /* a full block of 8 rows and a partial one */
     check_mix(4, 37, 6);   /* k remainder */
     check_mix(3, 24, 5);   /* 15 outputs: a partial vector */
     check_mix(8, 16, 7);   /* 80 outputs: several passes */

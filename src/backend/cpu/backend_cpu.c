@@ -343,74 +343,99 @@ typedef struct mix_ctx {
     float *pre, *post, *comb;
 } mix_ctx;
 
-/* Row i's gates from its projections mix [nmix] (before the RMS factor). */
-static void mix_row(const mix_ctx *x, int64_t i, float *mix) {
-    int hc = x->hc, iters = x->iters;
-    int64_t n = (int64_t)hc * x->d;
-    int nmix = (2 + hc) * hc;
-    float eps = (float)x->hc_eps;
-    const float *scale = x->scale, *base = x->base;
-    {
-        const float *u = x->s + i * n;
-        float ss = 0.f;
-        for (int64_t k = 0; k < n; k++) ss += u[k] * u[k];
-        float r = 1.0f / sqrtf(ss / (float)n + (float)x->norm_eps);
-        for (int o = 0; o < nmix; o++) mix[o] = mix[o] * r;
-        float *pr = x->pre + i * hc, *po = x->post + i * hc, *c = x->comb + i * hc * hc;
-        for (int k = 0; k < hc; k++) {
-            pr[k] = sigmoidf_(mix[k] * scale[0] + base[k]) + eps;
-            po[k] = 2.0f * sigmoidf_(mix[hc + k] * scale[1] + base[hc + k]);
-        }
-        for (int k = 0; k < hc * hc; k++) c[k] = mix[2 * hc + k] * scale[2] + base[2 * hc + k];
-        for (int a = 0; a < hc; a++) { /* row softmax + eps */
-            float mx = c[a * hc];
-            for (int b = 1; b < hc; b++) mx = fmaxf(mx, c[a * hc + b]);
-            float sum = 0.f;
-            for (int b = 0; b < hc; b++) {
-                c[a * hc + b] = expf(c[a * hc + b] - mx);
-                sum += c[a * hc + b];
-            }
-            for (int b = 0; b < hc; b++) c[a * hc + b] = c[a * hc + b] / sum + eps;
-        }
-        for (int it = 0; it < iters; it++) { /* column first, then row + column */
-            if (it > 0)
-                for (int a = 0; a < hc; a++) {
-                    float sum = 0.f;
-                    for (int b = 0; b < hc; b++) sum += c[a * hc + b];
-                    for (int b = 0; b < hc; b++) c[a * hc + b] /= sum + eps;
-                }
-            for (int b = 0; b < hc; b++) {
+/* Sinkhorn of one comb matrix [hc, hc]: a column normalisation, then
+ * `iters - 1` rounds of row + column normalisation (the AVX2 form runs
+ * the same steps with 8 matrices side by side in the lanes). */
+static void sinkhorn(float *c, int hc, float eps, int iters) {
+    for (int it = 0; it < iters; it++) {
+        if (it > 0)
+            for (int a = 0; a < hc; a++) {
                 float sum = 0.f;
-                for (int a = 0; a < hc; a++) sum += c[a * hc + b];
-                for (int a = 0; a < hc; a++) c[a * hc + b] /= sum + eps;
+                for (int b = 0; b < hc; b++) sum += c[a * hc + b];
+                for (int b = 0; b < hc; b++) c[a * hc + b] /= sum + eps;
             }
+        for (int b = 0; b < hc; b++) {
+            float sum = 0.f;
+            for (int a = 0; a < hc; a++) sum += c[a * hc + b];
+            for (int a = 0; a < hc; a++) c[a * hc + b] /= sum + eps;
         }
     }
 }
 
-/* The projections Σ_k u[k]·fn[o,k] of up to 4 rows at once (the AVX2 form
- * shares each weight load between them), then each row's gates. */
+/* Row i's gates from its projections mix [nmix] and its sum of squares
+ * ss; comb gets the row softmax, not yet the Sinkhorn rounds. */
+static void mix_gates(const mix_ctx *x, int64_t i, float *mix, float ss) {
+    int hc = x->hc;
+    int64_t n = (int64_t)hc * x->d;
+    int nmix = (2 + hc) * hc;
+    float eps = (float)x->hc_eps;
+    const float *scale = x->scale, *base = x->base;
+    float r = 1.0f / sqrtf(ss / (float)n + (float)x->norm_eps);
+    for (int o = 0; o < nmix; o++) mix[o] = mix[o] * r;
+    float *pr = x->pre + i * hc, *po = x->post + i * hc, *c = x->comb + i * hc * hc;
+    for (int k = 0; k < hc; k++) {
+        pr[k] = sigmoidf_(mix[k] * scale[0] + base[k]) + eps;
+        po[k] = 2.0f * sigmoidf_(mix[hc + k] * scale[1] + base[hc + k]);
+    }
+    for (int k = 0; k < hc * hc; k++) c[k] = mix[2 * hc + k] * scale[2] + base[2 * hc + k];
+    for (int a = 0; a < hc; a++) { /* row softmax + eps */
+        float mx = c[a * hc];
+        for (int b = 1; b < hc; b++) mx = fmaxf(mx, c[a * hc + b]);
+        float sum = 0.f;
+        for (int b = 0; b < hc; b++) {
+            c[a * hc + b] = expf(c[a * hc + b] - mx);
+            sum += c[a * hc + b];
+        }
+        for (int b = 0; b < hc; b++) c[a * hc + b] = c[a * hc + b] / sum + eps;
+    }
+}
+
+/* Blocks of up to 8 rows: their sums of squares side by side (each row's
+ * chain still in k order), the projections Σ_k u[k]·fn[o,k] 4 rows at a
+ * time (the AVX2 form shares each weight load between them), the gates,
+ * then the Sinkhorn rounds of the block. */
 static void mix_range(void *p, int64_t lo, int64_t hi) {
+    enum { RB = 8 };
     const mix_ctx *x = p;
     int hc = x->hc;
     int64_t n = (int64_t)hc * x->d;
     int nmix = (2 + hc) * hc;
-    float mix[4][(2 + 16) * 16];
+    float mix[RB][(2 + 16) * 16];
+    float eps = (float)x->hc_eps;
     int vec = ops_avx2();
-    for (int64_t i0 = lo; i0 < hi; i0 += 4) {
-        int R = hi - i0 < 4 ? (int)(hi - i0) : 4;
+    for (int64_t i0 = lo; i0 < hi; i0 += RB) {
+        int R = hi - i0 < RB ? (int)(hi - i0) : RB;
         const float *u0 = x->s + i0 * n;
+        float ss[RB] = {0};
+        for (int64_t k = 0; k < n; k++)
+            for (int r = 0; r < R; r++) ss[r] += u0[r * n + k] * u0[r * n + k];
+        for (int r0 = 0; r0 < R; r0 += 4) {
 #if defined(DI_HAVE_AVX2_OPS)
-        if (vec) di_cpu_hc_project_avx2(u0, n, R, n, x->fn, nmix, mix[0]);
-#endif
-        for (int r = 0; r < R && !vec; r++)
-            for (int o = 0; o < nmix; o++) {
-                const float *u = u0 + r * n, *f = x->fn + (int64_t)o * n;
-                float acc = 0.f;
-                for (int64_t k = 0; k < n; k++) acc += u[k] * f[k];
-                mix[r][o] = acc;
+            if (vec) {
+                float tmp[4 * (2 + 16) * 16];
+                int rr = R - r0 < 4 ? R - r0 : 4;
+                di_cpu_hc_project_avx2(u0 + r0 * n, n, rr, n, x->fn, nmix, tmp);
+                for (int r = 0; r < rr; r++) memcpy(mix[r0 + r], tmp + r * nmix, (size_t)nmix * sizeof(float));
+                continue;
             }
-        for (int r = 0; r < R; r++) mix_row(x, i0 + r, vec ? mix[0] + r * nmix : mix[r]);
+#endif
+            for (int r = r0; r < R && r < r0 + 4; r++)
+                for (int o = 0; o < nmix; o++) {
+                    const float *u = u0 + r * n, *f = x->fn + (int64_t)o * n;
+                    float acc = 0.f;
+                    for (int64_t k = 0; k < n; k++) acc += u[k] * f[k];
+                    mix[r][o] = acc;
+                }
+        }
+        for (int r = 0; r < R; r++) mix_gates(x, i0 + r, mix[r], ss[r]);
+        float *c = x->comb + i0 * hc * hc;
+#if defined(DI_HAVE_AVX2_OPS)
+        if (vec) {
+            di_cpu_hc_sinkhorn_avx2(c, R, hc, eps, x->iters);
+            continue;
+        }
+#endif
+        for (int r = 0; r < R; r++) sinkhorn(c + r * hc * hc, hc, eps, x->iters);
     }
 }
 

@@ -108,6 +108,38 @@ AVX2 void di_cpu_fp8_panel8_avx2(const uint8_t *w, const uint8_t *s, int64_t K, 
     }
 }
 
+/* Lane r holds matrix r; every step is the scalar step, lane by lane
+ * (additions and divisions are correctly rounded in both forms). */
+AVX2 void di_cpu_hc_sinkhorn_avx2(float *c, int R, int hc, float eps, int iters) {
+    __m256 v[16 * 16];
+    _Alignas(32) float lane[8];
+    int e = hc * hc;
+    for (int j = 0; j < e; j++) {
+        for (int r = 0; r < 8; r++) lane[r] = r < R ? c[r * e + j] : 1.0f;
+        v[j] = _mm256_load_ps(lane);
+    }
+    __m256 ve = _mm256_set1_ps(eps);
+    for (int it = 0; it < iters; it++) {
+        if (it > 0)
+            for (int a = 0; a < hc; a++) {
+                __m256 sum = _mm256_setzero_ps();
+                for (int b = 0; b < hc; b++) sum = _mm256_add_ps(sum, v[a * hc + b]);
+                sum = _mm256_add_ps(sum, ve);
+                for (int b = 0; b < hc; b++) v[a * hc + b] = _mm256_div_ps(v[a * hc + b], sum);
+            }
+        for (int b = 0; b < hc; b++) {
+            __m256 sum = _mm256_setzero_ps();
+            for (int a = 0; a < hc; a++) sum = _mm256_add_ps(sum, v[a * hc + b]);
+            sum = _mm256_add_ps(sum, ve);
+            for (int a = 0; a < hc; a++) v[a * hc + b] = _mm256_div_ps(v[a * hc + b], sum);
+        }
+    }
+    for (int j = 0; j < e; j++) {
+        _mm256_store_ps(lane, v[j]);
+        for (int r = 0; r < R; r++) c[r * e + j] = lane[r];
+    }
+}
+
 /* Four rows at a time share each panel load; every (row, lane) is its own
  * fused chain over k. */
 AVX2 void di_cpu_panel8_f32_avx2(const float *pt, int64_t K, const float *x, int64_t ldx, int64_t m,

@@ -17,6 +17,11 @@
  * add, fp32) in increasing k from +0. fn is [nmix, n]; mix is [R, nmix]. */
 void di_cpu_hc_project_avx2(const float *u, int64_t ldu, int R, int64_t n, const float *fn,
                             int nmix, float *mix);
+/* Sinkhorn rounds of R <= 8 comb matrices c [R, hc, hc] (hc <= 16), one
+ * per lane: a column normalisation, then iters-1 rounds of row + column
+ * normalisation, each sum sequential from +0 and each value divided by
+ * sum + eps, as backend_cpu.c's scalar loop does. */
+void di_cpu_hc_sinkhorn_avx2(float *c, int R, int hc, float eps, int iters);
 /* y[i, j] (row stride ldy) = Σ_k x[i, k]·pt[k, j] for j < nb <= 8 and rows
  * i < m (stride ldx), each a chain acc = fmaf(x, w, acc) in increasing k
  * from +0 — the order of di_gemm_f32. pt is a transposed panel [K, 8]. */
