@@ -86,6 +86,7 @@ static di_status open_engine(di_engine *e, const di_engine_options *o, di_err *e
         model = path;
     }
     e->model_path = strdup(model);
+    if (!e->model_path) return di_err_set(err, DI_ERR_NOMEM, "out of memory");
     di_model_options mo;
     di_model_options_default(&mo);
     mo.load_format = o->load_format;

@@ -55,6 +55,10 @@ static int parse_list(const char *flag, const char *s, int64_t lo, bench_list *l
         return 0;
     }
     char *dup = strdup(s), *save = NULL;
+    if (!dup) {
+        fprintf(stderr, "deepinfer " CMD ": out of memory\n");
+        return -1;
+    }
     for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int64_t v;
         if (l->n == MAX_LIST || cli_parse_i64(CMD, flag, t, lo, INT64_C(1) << 24, &v)) {

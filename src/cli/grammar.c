@@ -139,6 +139,10 @@ int cli_grammar(int argc, char **argv) {
     } else {
         text = strdup(src);
         len = strlen(src);
+        if (!text) {
+            fprintf(stderr, "deepinfer grammar: out of memory\n");
+            return 2;
+        }
     }
     di_tokenizer *tok = NULL;
     if (di_tokenizer_load(tok_path, &tok) != DI_OK) {
