@@ -173,6 +173,71 @@ static void test_matmul_grouped(void) {
     check_grouped(DI_WFMT_BF16, 2, 44, 72, 5);
 }
 
+/* collapse / expand (in place, as the forward calls it) / mean on both
+ * paths and 1 or 2 threads; one NaN and one infinity among the streams
+ * must pass through both forms alike. */
+static void check_streams(int hc, int64_t d, int64_t m) {
+    size_t ns = (size_t)(m * hc * d);
+    float *s = malloc(ns * sizeof(float)), *w = malloc((size_t)(m * hc) * sizeof(float));
+    float *post = malloc((size_t)(m * hc) * sizeof(float)), *comb = malloc((size_t)(m * hc * hc) * sizeof(float));
+    float *y[3], *e[3], *mean[3];
+    for (size_t i = 0; i < ns; i++) s[i] = di_round_bf16(8.0f * frand());
+    s[ns / 3] = NAN;
+    s[ns / 2] = INFINITY;
+    for (int64_t i = 0; i < m * hc; i++) {
+        w[i] = frand();
+        post[i] = 2.0f * frand();
+    }
+    for (int64_t i = 0; i < m * hc * hc; i++) comb[i] = frand();
+    di_backend *b1 = backend(1), *b2 = backend(2), *bs[3] = {b1, b1, b2};
+    CHECK(b1 && b2);
+    for (int k = 0; k < 3 && b1 && b2; k++) {
+        y[k] = malloc((size_t)(m * d) * sizeof(float));
+        e[k] = malloc(ns * sizeof(float));
+        mean[k] = malloc((size_t)(m * (d + 3)) * sizeof(float));
+        di_cpu_kernels_force_scalar(k == 0);
+        bs[k]->ops->hc_collapse(bs[k], s, w, m, hc, d, y[k]);
+        memcpy(e[k], s, ns * sizeof(float));
+        bs[k]->ops->hc_expand(bs[k], y[k], e[k], post, comb, m, hc, d, e[k]);
+        bs[k]->ops->hc_mean(bs[k], s, m, hc, d, mean[k], d + 3);
+        di_cpu_kernels_force_scalar(0);
+    }
+    for (int k = 1; k < 3 && b1 && b2; k++) {
+        CHECKF(!memcmp(y[0], y[k], (size_t)(m * d) * sizeof(float)), "hc_collapse d=%lld run %d differs", (long long)d, k);
+        CHECKF(!memcmp(e[0], e[k], ns * sizeof(float)), "hc_expand d=%lld run %d differs", (long long)d, k);
+        int bad = 0;
+        for (int64_t i = 0; i < m; i++) bad += memcmp(mean[0] + i * (d + 3), mean[k] + i * (d + 3), (size_t)d * sizeof(float)) != 0;
+        CHECKF(bad == 0, "hc_mean d=%lld run %d: %d rows differ", (long long)d, k, bad);
+    }
+    if (b1 && b2) { /* the scalar collapse against a double sum, away from the special values */
+        int bad = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t k = 0; k < d; k++) {
+                double acc = 0;
+                for (int c = 0; c < hc; c++) acc += (double)w[i * hc + c] * s[(i * hc + c) * d + k];
+                if (isfinite(acc) && fabs(y[0][i * d + k] - acc) > fabs(acc) * 0x1p-8 + 1e-5) bad++;
+            }
+        CHECKF(bad == 0, "hc_collapse: %d values off the double reference", bad);
+        for (int k = 0; k < 3; k++) {
+            free(y[k]);
+            free(e[k]);
+            free(mean[k]);
+        }
+    }
+    di_backend_destroy(b1);
+    di_backend_destroy(b2);
+    free(s);
+    free(w);
+    free(post);
+    free(comb);
+}
+
+static void test_hc_streams(void) {
+    check_streams(4, 512, 9);
+    check_streams(4, 37, 5); /* channel remainder */
+    check_streams(3, 8, 2);
+}
+
 /* The panel kernel itself, before any bf16 rounding: each output is the
  * fmaf chain over k (a mul-then-add step would differ in the last bits). */
 static void test_panel_kernel(void) {
@@ -215,6 +280,7 @@ static void test_panel_kernel(void) {
 
 int main(void) {
     RUN(test_hc_mix);
+    RUN(test_hc_streams);
     RUN(test_matmul_grouped);
     RUN(test_panel_kernel);
     return test_summary();

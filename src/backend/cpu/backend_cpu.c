@@ -446,44 +446,99 @@ static void cpu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_
     par_for(be, m, (double)m * (2 + hc) * hc * hc * (double)d, mix_range, &x);
 }
 
-static void cpu_hc_collapse(di_backend *be, const float *s, const float *w, int64_t m, int hc,
-                            int64_t d, float *y) {
-    (void)be;
-    for (int64_t i = 0; i < m; i++)
+/* The stream ops run row-parallel; each row's channels go through the
+ * AVX2 forms (cpu_ops_avx2.h) or the loops below, which state the order. */
+typedef struct hc_ctx {
+    const float *s, *w, *y, *post, *comb;
+    int hc;
+    int64_t d, out_stride;
+    float *out;
+} hc_ctx;
+
+static void collapse_range(void *p, int64_t lo, int64_t hi) {
+    const hc_ctx *c = p;
+    int hc = c->hc;
+    int64_t d = c->d;
+    for (int64_t i = lo; i < hi; i++) {
+        const float *s = c->s + i * hc * d, *w = c->w + i * hc;
+#if defined(DI_HAVE_AVX2_OPS)
+        if (ops_avx2()) {
+            di_cpu_hc_collapse_avx2(s, w, hc, d, c->out + i * d);
+            continue;
+        }
+#endif
         for (int64_t k = 0; k < d; k++) {
             float acc = 0.f;
-            for (int c = 0; c < hc; c++) acc += w[i * hc + c] * s[(i * hc + c) * d + k];
-            y[i * d + k] = di_round_bf16(acc);
+            for (int j = 0; j < hc; j++) acc += w[j] * s[j * d + k];
+            c->out[i * d + k] = di_round_bf16(acc);
         }
+    }
 }
 
-static void cpu_hc_expand(di_backend *be, const float *y, const float *s, const float *post,
-                          const float *comb, int64_t m, int hc, int64_t d, float *out) {
-    (void)be;
+static void cpu_hc_collapse(di_backend *be, const float *s, const float *w, int64_t m, int hc,
+                            int64_t d, float *y) {
+    hc_ctx c = {s, w, NULL, NULL, NULL, hc, d, d, y};
+    par_for(be, m, (double)m * hc * (double)d * 2, collapse_range, &c);
+}
+
+static void expand_range(void *p, int64_t lo, int64_t hi) {
+    const hc_ctx *c = p;
+    int hc = c->hc;
+    int64_t d = c->d;
     float *tmp = malloc((size_t)(hc * d) * sizeof(float));
     if (!tmp) return;
-    for (int64_t i = 0; i < m; i++) {
-        const float *c = comb + i * hc * hc;
+    for (int64_t i = lo; i < hi; i++) {
+        const float *cb = c->comb + i * hc * hc, *s = c->s + i * hc * d, *y = c->y + i * d;
+        const float *post = c->post + i * hc;
+#if defined(DI_HAVE_AVX2_OPS)
+        if (ops_avx2()) {
+            di_cpu_hc_expand_avx2(y, s, post, cb, hc, d, tmp);
+            memcpy(c->out + i * hc * d, tmp, (size_t)(hc * d) * sizeof(float));
+            continue;
+        }
+#endif
         for (int b = 0; b < hc; b++)
             for (int64_t k = 0; k < d; k++) {
                 float acc = 0.f;
-                for (int a = 0; a < hc; a++) acc += c[a * hc + b] * s[(i * hc + a) * d + k];
-                tmp[b * d + k] = di_round_bf16(post[i * hc + b] * y[i * d + k] + acc);
+                for (int a = 0; a < hc; a++) acc += cb[a * hc + b] * s[a * d + k];
+                tmp[b * d + k] = di_round_bf16(post[b] * y[k] + acc);
             }
-        memcpy(out + i * hc * d, tmp, (size_t)(hc * d) * sizeof(float));
+        memcpy(c->out + i * hc * d, tmp, (size_t)(hc * d) * sizeof(float));
     }
     free(tmp);
 }
 
-static void cpu_hc_mean(di_backend *be, const float *s, int64_t m, int hc, int64_t d, float *out,
-                        int64_t out_stride) {
-    (void)be;
-    for (int64_t i = 0; i < m; i++)
+static void cpu_hc_expand(di_backend *be, const float *y, const float *s, const float *post,
+                          const float *comb, int64_t m, int hc, int64_t d, float *out) {
+    hc_ctx c = {s, NULL, y, post, comb, hc, d, hc * d, out};
+    par_for(be, m, (double)m * hc * hc * (double)d * 2, expand_range, &c);
+}
+
+static void mean_range(void *p, int64_t lo, int64_t hi) {
+    const hc_ctx *c = p;
+    int hc = c->hc;
+    int64_t d = c->d;
+    for (int64_t i = lo; i < hi; i++) {
+        const float *s = c->s + i * hc * d;
+        float *o = c->out + i * c->out_stride;
+#if defined(DI_HAVE_AVX2_OPS)
+        if (ops_avx2()) {
+            di_cpu_hc_mean_avx2(s, hc, d, o);
+            continue;
+        }
+#endif
         for (int64_t k = 0; k < d; k++) {
             float acc = 0.f;
-            for (int c = 0; c < hc; c++) acc += s[(i * hc + c) * d + k];
-            out[i * out_stride + k] = di_round_bf16(acc / (float)hc);
+            for (int j = 0; j < hc; j++) acc += s[j * d + k];
+            o[k] = di_round_bf16(acc / (float)hc);
         }
+    }
+}
+
+static void cpu_hc_mean(di_backend *be, const float *s, int64_t m, int hc, int64_t d, float *out,
+                        int64_t out_stride) {
+    hc_ctx c = {s, NULL, NULL, NULL, NULL, hc, d, out_stride, out};
+    par_for(be, m, (double)m * hc * (double)d, mean_range, &c);
 }
 
 /* ------------------------------------------------------------ Engram */

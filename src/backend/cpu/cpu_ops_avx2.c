@@ -108,6 +108,62 @@ AVX2 void di_cpu_fp8_panel8_avx2(const uint8_t *w, const uint8_t *s, int64_t K, 
     }
 }
 
+/* di_round_bf16 on 8 lanes: round to nearest even at bit 16, NaN kept
+ * quiet (bit 22 set) and truncated, as di_f32_to_bf16 does. */
+AVX2 static inline __attribute__((always_inline)) __m256 round_bf16(__m256 x) {
+    __m256i u = _mm256_castps_si256(x);
+    __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), hi);
+    __m256i mag = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    __m256i nan = _mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7f800000));
+    __m256i q = _mm256_and_si256(_mm256_or_si256(u, _mm256_set1_epi32(0x00400000)), hi);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(r, q, nan));
+}
+
+/* Lanes k .. k+7 that lie below d. */
+AVX2 static inline __attribute__((always_inline)) __m256i tail_mask(int64_t k, int64_t d) {
+    int64_t left = d - k < 8 ? d - k : 8;
+    __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), idx);
+}
+
+AVX2 void di_cpu_hc_collapse_avx2(const float *s, const float *w, int hc, int64_t d, float *y) {
+    for (int64_t k = 0; k < d; k += 8) {
+        __m256i mk = tail_mask(k, d);
+        __m256 acc = _mm256_setzero_ps();
+        for (int c = 0; c < hc; c++)
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[c]), _mm256_maskload_ps(s + c * d + k, mk)));
+        _mm256_maskstore_ps(y + k, mk, round_bf16(acc));
+    }
+}
+
+AVX2 void di_cpu_hc_expand_avx2(const float *y, const float *s, const float *post, const float *comb,
+                                int hc, int64_t d, float *out) {
+    for (int64_t k = 0; k < d; k += 8) {
+        __m256i mk = tail_mask(k, d);
+        __m256 yk = _mm256_maskload_ps(y + k, mk);
+        for (int b = 0; b < hc; b++) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int a = 0; a < hc; a++)
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(comb[a * hc + b]),
+                                                       _mm256_maskload_ps(s + a * d + k, mk)));
+            __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(post[b]), yk), acc);
+            _mm256_maskstore_ps(out + b * d + k, mk, round_bf16(v));
+        }
+    }
+}
+
+AVX2 void di_cpu_hc_mean_avx2(const float *s, int hc, int64_t d, float *out) {
+    __m256 n = _mm256_set1_ps((float)hc);
+    for (int64_t k = 0; k < d; k += 8) {
+        __m256i mk = tail_mask(k, d);
+        __m256 acc = _mm256_setzero_ps();
+        for (int c = 0; c < hc; c++) acc = _mm256_add_ps(acc, _mm256_maskload_ps(s + c * d + k, mk));
+        _mm256_maskstore_ps(out + k, mk, round_bf16(_mm256_div_ps(acc, n)));
+    }
+}
+
 /* Lane r holds matrix r; every step is the scalar step, lane by lane
  * (additions and divisions are correctly rounded in both forms). */
 AVX2 void di_cpu_hc_sinkhorn_avx2(float *c, int R, int hc, float eps, int iters) {

@@ -22,6 +22,17 @@ void di_cpu_hc_project_avx2(const float *u, int64_t ldu, int R, int64_t n, const
  * normalisation, each sum sequential from +0 and each value divided by
  * sum + eps, as backend_cpu.c's scalar loop does. */
 void di_cpu_hc_sinkhorn_avx2(float *c, int R, int hc, float eps, int iters);
+/* One row of the mHC stream ops, vectorized across the d channels (each
+ * output's sum over the hc copies sequential from +0, separate multiply
+ * and add, then bf16 rounding; backend_cpu.c's loops state the order):
+ *   collapse: y[k] = bf16(Σ_c w[c]·s[c, k])
+ *   expand:   out[b, k] = bf16(post[b]·y[k] + Σ_a comb[a, b]·s[a, k])
+ *   mean:     out[k] = bf16((Σ_c s[c, k]) / hc)
+ * s is [hc, d]; expand's out must not alias s. */
+void di_cpu_hc_collapse_avx2(const float *s, const float *w, int hc, int64_t d, float *y);
+void di_cpu_hc_expand_avx2(const float *y, const float *s, const float *post, const float *comb,
+                           int hc, int64_t d, float *out);
+void di_cpu_hc_mean_avx2(const float *s, int hc, int64_t d, float *out);
 /* y[i, j] (row stride ldy) = Σ_k x[i, k]·pt[k, j] for j < nb <= 8 and rows
  * i < m (stride ldx), each a chain acc = fmaf(x, w, acc) in increasing k
  * from +0 — the order of di_gemm_f32. pt is a transposed panel [K, 8]. */
