@@ -376,6 +376,38 @@ static void test_gemm_decode_rows(void) {
     di_threadpool_destroy(tp);
 }
 
+/* Every E8M0 weight scale, 0 (2^-127, subnormal) and 255 (NaN) included, on
+ * enough blocks (K/32 >= 32) that decode rows convert them as vectors. */
+static void test_gemm_decode_all_scales(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+    enum { K = 32 * 45, N = 200 }; /* >= 256 scales in either layout */
+    for (int fmt = FMT_FP8; fmt <= FMT_FP4; fmt++)
+        for (int64_t M = 1; M <= 2; M++) {
+            problem p;
+            problem_init(&p, fmt, M, K, N);
+            int64_t nws = fmt == FMT_FP8 ? ((N + 31) / 32) * (K / 32) : N * (K / 32);
+            for (int64_t i = 0; i < nws; i++) p.ws[i] = (uint8_t)(i % 256);
+            /* rows 192.. (their own FP8 tile) scaled by 2^-127 alone: visible in the sums */
+            int64_t zrow = fmt == FMT_FP8 ? 6 : 192;
+            for (int64_t kb = 0; kb < K / 32; kb++) p.ws[zrow * (K / 32) + kb] = 0;
+            float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
+            run_gemm(&p, 0, 0, M, a, NULL);
+            run_gemm(&p, 1, 0, M, b, NULL);
+            int d = 0, nans = 0;
+            for (int64_t i = 0; i < M * N; i++) {
+                nans += isnan(a[i]) != 0;
+                d += !(isnan(a[i]) && isnan(b[i])) && di_f32_bits(a[i]) != di_f32_bits(b[i]);
+            }
+            CHECKF(d == 0, "%s M=%lld: %d outputs differ from scalar", fmt_name[fmt], (long long)M, d);
+            CHECKF(a[192] != 0.0f, "%s M=%lld: the 2^-127 row is zero", fmt_name[fmt], (long long)M);
+            /* the rows with a 255 scale are NaN, the others not: both exercised */
+            CHECKF(nans > 0 && nans < M * N, "%s M=%lld: %d of %lld outputs NaN", fmt_name[fmt],
+                   (long long)M, nans, (long long)(M * N));
+            free(a), free(b);
+            problem_free(&p);
+        }
+}
+
 /* Row m's bits do not depend on M, on the row's position in the batch, or on
  * the number of threads; checked on both paths for every format. */
 static void test_batch_and_thread_invariance(void) {
@@ -496,6 +528,7 @@ int main(void) {
     RUN(test_gemm_f32);
     RUN(test_gemm_extreme_scales);
     RUN(test_gemm_decode_rows);
+    RUN(test_gemm_decode_all_scales);
     RUN(test_batch_and_thread_invariance);
     RUN(test_dispatch);
     return test_summary();

@@ -747,6 +747,32 @@ static const dec_rows_fn dec_rows_fns[2][DEC_MAX_ROWS + 1] = {
     {0, dec_rows_0_1, dec_rows_0_2, dec_rows_0_3, dec_rows_0_4},
     {0, dec_rows_1_1, dec_rows_1_2, dec_rows_1_3, dec_rows_1_4}};
 
+/* MXFP4 scales of 8 rows (srow[i]: K/32 E8M0 bytes each) as fp32 lanes
+ * swv[kb][8], 32 blocks at a time through the byte transpose (tmp: 256 bytes
+ * of scratch); returns the blocks done, the rest is left to the caller.
+ * 2^(e-127) has the bits e<<23, except e = 0 (2^-127, a subnormal: 1<<22)
+ * and e = 255 (NaN): both get bit 22 added. */
+static AVX2 int64_t dec_scales(const uint8_t *const srow[DEC_LANES], int64_t KB, uint8_t *tmp,
+                               float *swv) {
+    const __m256i zero = _mm256_setzero_si256(), ones = _mm256_set1_epi32(255);
+    const __m256i bit22 = _mm256_set1_epi32(1 << 22);
+    int64_t kb = 0;
+    for (; kb + 32 <= KB; kb += 32) {
+        __m256i r[8];
+        for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_si256((const __m256i *)(srow[i] + kb));
+        transpose_8x32_bytes(r);
+        for (int q = 0; q < 8; q++) _mm256_store_si256((__m256i *)(tmp + q * 32), r[q]);
+#pragma GCC unroll 32
+        for (int p = 0; p < 32; p++) {
+            __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(tmp + DEC_POS_OFF(p))));
+            __m256i odd = _mm256_or_si256(_mm256_cmpeq_epi32(e, zero), _mm256_cmpeq_epi32(e, ones));
+            __m256i bits = _mm256_or_si256(_mm256_slli_epi32(e, 23), _mm256_and_si256(odd, bit22));
+            _mm256_store_ps(swv + (kb + p) * DEC_LANES, _mm256_castsi256_ps(bits));
+        }
+    }
+    return kb;
+}
+
 /* Groups [g0, g1) of 8 weight rows: every activation row, all of K. */
 static void dec_groups(void *ctx, int64_t g0, int64_t g1, int thread) {
     const dec_job *j = ctx;
@@ -760,10 +786,13 @@ static void dec_groups(void *ctx, int64_t g0, int64_t g1, int thread) {
         /* the missing rows of the last group repeat the last row (results dropped) */
         const uint8_t *rows[DEC_LANES];
         for (int i = 0; i < DEC_LANES; i++) rows[i] = j->w + (n0 + (i < nn ? i : nn - 1)) * row_bytes;
-        if (j->fp4)
-            for (int64_t kb = 0; kb < KB; kb++)
-                for (int i = 0; i < DEC_LANES; i++)
-                    swv[kb * DEC_LANES + i] = e8m0[j->ws[(n0 + (i < nn ? i : nn - 1)) * KB + kb]];
+        if (j->fp4) {
+            const uint8_t *srow[DEC_LANES];
+            for (int i = 0; i < DEC_LANES; i++) srow[i] = j->ws + (n0 + (i < nn ? i : nn - 1)) * KB;
+            int64_t kb = dec_scales(srow, KB, t, swv);
+            for (; kb < KB; kb++)
+                for (int i = 0; i < DEC_LANES; i++) swv[kb * DEC_LANES + i] = e8m0[srow[i][kb]];
+        }
         const uint8_t *ws_tile = j->fp4 ? NULL : j->ws + (n0 / 32) * KB;
         for (int64_t m0 = 0; m0 < M; m0 += DEC_MAX_ROWS) {
             const int mr = M - m0 < DEC_MAX_ROWS ? (int)(M - m0) : DEC_MAX_ROWS;
