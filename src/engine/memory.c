@@ -11,10 +11,6 @@ uint64_t di_memory_bytes(const di_memory *m, int64_t capacity) {
     return m->runner->ops->state_bytes(m->runner->ctx, capacity);
 }
 
-int di_memory_fits(const di_memory *m, int64_t capacity) {
-    return m->used + di_memory_bytes(m, capacity) <= m->limit;
-}
-
 di_status di_memory_alloc(di_memory *m, int64_t capacity, void **state, uint64_t *bytes, di_err *err) {
     uint64_t b = di_memory_bytes(m, capacity);
     if (m->used + b > m->limit)

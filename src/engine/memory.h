@@ -18,8 +18,6 @@ typedef struct di_memory {
 
 void di_memory_init(di_memory *m, const di_runner *r, uint64_t limit);
 uint64_t di_memory_bytes(const di_memory *m, int64_t capacity);
-/* 1 when a state of this capacity would fit now. */
-int di_memory_fits(const di_memory *m, int64_t capacity);
 /* Allocates a state for up to `capacity` tokens. DI_ERR_LIMIT (message
  * with the sizes) when the budget is short. */
 di_status di_memory_alloc(di_memory *m, int64_t capacity, void **state, uint64_t *bytes, di_err *err);

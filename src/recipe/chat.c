@@ -127,17 +127,6 @@ int di_chat_add_tool(di_chat *c, di_chat_msg *system, const char *name, const ch
     return 0;
 }
 
-const char *di_chat_role_name(di_chat_role r) {
-    switch (r) {
-    case DI_CHAT_SYSTEM: return "system";
-    case DI_CHAT_USER: return "user";
-    case DI_CHAT_ASSISTANT: return "assistant";
-    case DI_CHAT_TOOL: return "tool";
-    case DI_CHAT_LATEST_REMINDER: return "latest_reminder";
-    }
-    return "?";
-}
-
 di_status di_chat_validate(const di_chat *c, di_err *err) {
     for (size_t i = 0; i < c->n_msgs; i++) {
         const di_chat_msg *m = &c->msgs[i];

@@ -118,8 +118,6 @@ int di_chat_msg_add_call(di_chat_msg *m, const char *id, const char *name, const
 int di_chat_add_tool(di_chat *c, di_chat_msg *system, const char *name, const char *description,
                      const di_jv *parameters);
 
-const char *di_chat_role_name(di_chat_role r);
-
 /* Checks what the renderer relies on (prefix only on a final assistant
  * message, calls only on assistant messages, names present...). */
 di_status di_chat_validate(const di_chat *c, di_err *err);

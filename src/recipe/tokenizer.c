@@ -47,11 +47,6 @@ static void bytelevel_init(void) {
     for (int b = 0; b < 256; b++) bytelevel_inverse[bytelevel_char(b)] = (int16_t)b;
 }
 
-int di_bytelevel_byte(int32_t cp) {
-    pthread_once(&bytelevel_once, bytelevel_init);
-    return cp >= 0 && cp < 0x144 ? bytelevel_inverse[cp] : -1;
-}
-
 /* ------------------------------------------------------------- hashing */
 
 static inline uint64_t hash_bytes(const uint8_t *p, size_t n) {

@@ -57,8 +57,4 @@ static inline const char *di_tokenizer_spelling(const di_tokenizer *t, int32_t i
 /* Id of a spelling of n bytes, -1 when absent. */
 int32_t di_tokenizer_lookup(const di_tokenizer *t, const char *s, size_t n);
 
-/* The decoder's byte for a character of the byte-level alphabet, -1 if cp is
- * not in it. */
-int di_bytelevel_byte(int32_t cp);
-
 #endif
