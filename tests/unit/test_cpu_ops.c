@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/kvstore.h"
 #include "backend/cpu/cpu_ops_avx2.h"
 #include "backend/cpu/kernels.h"
 #include "core/dtype.h"
@@ -238,6 +239,119 @@ static void test_hc_streams(void) {
     check_streams(3, 8, 2);
 }
 
+/* Sparse attention over fp32 rows (empty slots, a partial 64-slot block,
+ * a partial 8-slot tile) and the index scores over fp32 and packed keys
+ * (visible counts below and at the width): both paths, 1 and 2 threads. */
+static void check_attention(int h, int64_t d, int n_slots, int64_t m) {
+    int n_rows = 50;
+    float *pool = malloc((size_t)(n_rows * d) * sizeof(float)), *q = malloc((size_t)(m * h * d) * sizeof(float));
+    float sink[64], *out[3];
+    const float **rows = malloc((size_t)(m * n_slots) * sizeof(float *));
+    /* full fp32 values: inexact products, so fused steps would show */
+    for (int64_t i = 0; i < n_rows * d; i++) pool[i] = frand();
+    for (int64_t i = 0; i < m * h * d; i++) q[i] = 2.0f * frand();
+    for (int i = 0; i < h; i++) sink[i] = frand();
+    for (int64_t i = 0; i < m * n_slots; i++) {
+        rng = rng * 1664525u + 1013904223u;
+        rows[i] = (rng >> 28) < 3 ? NULL : pool + (int64_t)((rng >> 8) % (uint32_t)n_rows) * d;
+    }
+    di_backend *b1 = backend(1), *b2 = backend(2), *bs[3] = {b1, b1, b2};
+    CHECK(b1 && b2);
+    for (int k = 0; k < 3 && b1 && b2; k++) {
+        out[k] = malloc((size_t)(m * h * d) * sizeof(float));
+        di_cpu_kernels_force_scalar(k == 0);
+        bs[k]->ops->sparse_attn(bs[k], q, m, h, d, rows, n_slots, sink, 0.125f, out[k]);
+        di_cpu_kernels_force_scalar(0);
+    }
+    for (int k = 1; k < 3 && b1 && b2; k++)
+        CHECKF(!memcmp(out[0], out[k], (size_t)(m * h * d) * sizeof(float)),
+               "sparse_attn h=%d d=%lld slots=%d run %d differs from the scalar bits", h, (long long)d,
+               n_slots, k);
+    for (int k = 0; k < 3 && b1 && b2; k++) free(out[k]);
+    di_backend_destroy(b1);
+    di_backend_destroy(b2);
+    free(pool);
+    free(q);
+    free(rows);
+}
+
+static void check_index(int hi, int64_t di, int64_t width, int64_t m) {
+    float *keys = malloc((size_t)(m * width * di) * sizeof(float)), *q = malloc((size_t)(m * hi * di) * sizeof(float));
+    float *w = malloc((size_t)(m * hi) * sizeof(float)), *out[6];
+    size_t kb = di_kvq_row_bytes(DI_KVQ_FP4_E8M0, di);
+    uint8_t *packed = malloc((size_t)(m * width) * kb);
+    const float **kp = malloc((size_t)m * sizeof(float *));
+    const uint8_t **pp = malloc((size_t)m * sizeof(uint8_t *));
+    int32_t *n_vis = malloc((size_t)m * sizeof(int32_t));
+    for (int64_t i = 0; i < m * width * di; i++) keys[i] = frand();
+    for (int64_t i = 0; i < m * hi * di; i++) q[i] = di_round_bf16(frand());
+    for (int64_t i = 0; i < m * hi; i++) w[i] = di_round_bf16(frand());
+    for (int64_t i = 0; i < m; i++) {
+        kp[i] = keys + i * width * di;
+        pp[i] = packed + (size_t)(i * width) * kb;
+        n_vis[i] = (int32_t)(i % 3 == 0 ? width : (i * 7 + 3) % width);
+    }
+    di_backend *b1 = backend(1), *b2 = backend(2), *bs[3] = {b1, b1, b2};
+    CHECK(b1 && b2);
+    if (b1 && b2) b1->ops->kv_pack(b1, DI_KVQ_FP4_E8M0, keys, m * width, di, packed);
+    for (int k = 0; k < 3 && b1 && b2; k++) {
+        out[k] = malloc((size_t)(m * width) * sizeof(float));
+        out[k + 3] = malloc((size_t)(m * width) * sizeof(float));
+        di_cpu_kernels_force_scalar(k == 0);
+        bs[k]->ops->index_scores(bs[k], q, w, m, hi, di, kp, n_vis, width, out[k]);
+        bs[k]->ops->index_scores_kv(bs[k], q, w, m, hi, di, pp, n_vis, width, out[k + 3]);
+        di_cpu_kernels_force_scalar(0);
+    }
+    for (int k = 1; k < 3 && b1 && b2; k++) {
+        CHECKF(!memcmp(out[0], out[k], (size_t)(m * width) * sizeof(float)),
+               "index_scores hi=%d di=%lld run %d differs from the scalar bits", hi, (long long)di, k);
+        CHECKF(!memcmp(out[3], out[k + 3], (size_t)(m * width) * sizeof(float)),
+               "index_scores_kv hi=%d di=%lld run %d differs from the scalar bits", hi, (long long)di, k);
+    }
+    if (b1 && b2) { /* scalar scores against the definition, in double up to the bf16 steps */
+        int bad = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < width; j++) {
+                float got = out[0][i * width + j];
+                if (j >= n_vis[i]) {
+                    bad += got != -INFINITY;
+                    continue;
+                }
+                double total = 0;
+                for (int h = 0; h < hi; h++) {
+                    double dot = 0;
+                    for (int64_t t = 0; t < di; t++) dot += (double)q[(i * hi + h) * di + t] * keys[(i * width + j) * di + t];
+                    total += (dot > 0 ? dot : 0) * w[i * hi + h];
+                }
+                bad += fabs(got - total) > 0.02 * fabs(total) + 0.05;
+            }
+        CHECKF(bad == 0, "index_scores: %d scores off the double reference", bad);
+    }
+    for (int k = 0; k < 6 && b1 && b2; k++) free(out[k]);
+    di_backend_destroy(b1);
+    di_backend_destroy(b2);
+    free(keys);
+    free(q);
+    free(w);
+    free(packed);
+    free(kp);
+    free(pp);
+    free(n_vis);
+}
+
+static void test_attention(void) {
+    check_attention(4, 64, 150, 5);
+    check_attention(8, 32, 61, 17); /* 2 threads */
+    check_attention(3, 24, 9, 2);
+    check_attention(2, 20, 70, 3);  /* d % 8 != 0: the scalar form on both paths */
+}
+
+static void test_index(void) {
+    check_index(4, 64, 77, 6);
+    check_index(8, 32, 130, 20); /* 2 threads */
+    check_index(3, 64, 5, 2);
+}
+
 /* The panel kernel itself, before any bf16 rounding: each output is the
  * fmaf chain over k (a mul-then-add step would differ in the last bits). */
 static void test_panel_kernel(void) {
@@ -278,10 +392,51 @@ static void test_panel_kernel(void) {
 #endif
 }
 
+/* The lane kernels of the attention before any rounding: every lane the
+ * scalar step. */
+static void test_dots_kernel(void) {
+#if defined(DI_HAVE_AVX2_OPS)
+    if (strcmp(di_cpu_kernels_path(), "avx2")) SKIP("no AVX2 on this machine");
+    enum { NQ = 11, N = 40 };
+    static float q[NQ * N], rows[8 * N], out[NQ * 8];
+    const float *r8[8];
+    for (int i = 0; i < NQ * N; i++) q[i] = frand();
+    for (int i = 0; i < 8 * N; i++) rows[i] = frand();
+    for (int j = 0; j < 8; j++) r8[j] = rows + j * N;
+    di_cpu_dots8_avx2(q, NQ, N, r8, out);
+    int bad = 0;
+    for (int v = 0; v < NQ; v++)
+        for (int j = 0; j < 8; j++) {
+            float acc = 0.f;
+            for (int t = 0; t < N; t++) {
+                volatile float p = q[v * N + t] * rows[j * N + t]; /* rounded product, never fused */
+                acc += p;
+            }
+            bad += memcmp(&acc, &out[v * 8 + j], sizeof acc) != 0;
+        }
+    CHECKF(bad == 0, "%d of %d dots differ from the scalar chains", bad, NQ * 8);
+    /* P·V step and rescale: acc + a·x and acc·a, lane by lane, with a tail */
+    static float acc[N - 3], want[N - 3];
+    for (int k = 0; k < N - 3; k++) acc[k] = want[k] = frand();
+    di_cpu_axpy_avx2(acc, 0.3779f, rows, N - 3);
+    di_cpu_scale_avx2(acc, 0.8125001f, N - 3);
+    for (int k = 0; k < N - 3; k++) {
+        volatile float p = 0.3779f * rows[k];
+        want[k] = (want[k] + p) * 0.8125001f;
+    }
+    CHECK(!memcmp(acc, want, sizeof acc));
+#else
+    SKIP("no AVX2 forms on this architecture");
+#endif
+}
+
 int main(void) {
     RUN(test_hc_mix);
     RUN(test_hc_streams);
     RUN(test_matmul_grouped);
+    RUN(test_attention);
+    RUN(test_index);
     RUN(test_panel_kernel);
+    RUN(test_dots_kernel);
     return test_summary();
 }

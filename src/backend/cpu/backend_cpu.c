@@ -597,11 +597,75 @@ typedef struct attn_ctx {
     float *out;
 } attn_ctx;
 
+/* Scratch floats attn_row needs: acc [h, d], scores [h, 64], dots
+ * [h, 8], running max and sum [h] each. */
+static size_t attn_scratch_bytes(const attn_ctx *c) {
+    return (size_t)c->h * (size_t)(c->d + 64 + 8 + 2) * sizeof(float);
+}
+
+#if defined(DI_HAVE_AVX2_OPS)
+/* attn_row with the heads side by side: the slot·q dot products of 8
+ * slots for every head at once (one transposed tile of the rows), then
+ * each head's softmax steps exactly as below, with P·V and the rescale in
+ * AVX2 lanes over the d channels. */
+static void attn_row_avx2(const attn_ctx *c, int64_t i, const float *const *rows, float *scr) {
+    int64_t d = c->d;
+    int h = c->h;
+    float *acc = scr, *sc = acc + h * d, *dots = sc + h * 64, *mx = dots + h * 8, *sum = mx + h;
+    const float *q = c->q + i * h * d;
+    memset(acc, 0, (size_t)(h * d) * sizeof(float));
+    for (int hh = 0; hh < h; hh++) {
+        mx[hh] = -1e30f;
+        sum[hh] = 0.f;
+    }
+    for (int b0 = 0; b0 < c->n_slots; b0 += 64) {
+        int b1 = b0 + 64 < c->n_slots ? b0 + 64 : c->n_slots;
+        for (int j0 = b0; j0 < b1; j0 += 8) {
+            const float *r8[8];
+            for (int u = 0; u < 8; u++) r8[u] = j0 + u < b1 && rows[j0 + u] ? rows[j0 + u] : q;
+            di_cpu_dots8_avx2(q, h, d, r8, dots);
+            for (int hh = 0; hh < h; hh++)
+                for (int u = 0; u < 8 && j0 + u < b1; u++)
+                    sc[hh * 64 + j0 + u - b0] = rows[j0 + u] ? dots[hh * 8 + u] * c->scale : -INFINITY;
+        }
+        for (int hh = 0; hh < h; hh++) {
+            const float *sch = sc + hh * 64;
+            float *acch = acc + hh * d;
+            float bmax = -INFINITY;
+            for (int j = b0; j < b1; j++)
+                if (rows[j]) bmax = fmaxf(bmax, sch[j - b0]);
+            float nmx = fmaxf(mx[hh], bmax);
+            float rescale = expf(mx[hh] - nmx);
+            float psum = 0.f;
+            di_cpu_scale_avx2(acch, rescale, d);
+            for (int j = b0; j < b1; j++) {
+                if (!rows[j]) continue;
+                float pj = expf(sch[j - b0] - nmx);
+                psum += pj;
+                di_cpu_axpy_avx2(acch, di_round_bf16(pj), rows[j], d);
+            }
+            sum[hh] = sum[hh] * rescale + psum;
+            mx[hh] = nmx;
+        }
+    }
+    for (int hh = 0; hh < h; hh++) {
+        float s = sum[hh] + expf(c->sink[hh] - mx[hh]);
+        di_cpu_div_bf16_avx2(acc + hh * d, s, d, c->out + (i * h + hh) * d);
+    }
+}
+#endif
+
 /* Attention of one query row over its n_slots rows: online softmax over
  * blocks of 64 slots with the probabilities rounded to bf16 before P·V and
- * fp32 in the denominator (§5.5). acc [d] is scratch. */
+ * fp32 in the denominator (§5.5). acc (attn_scratch_bytes) is scratch. */
 static void attn_row(const attn_ctx *c, int64_t i, const float *const *rows, float *acc) {
     int64_t d = c->d;
+#if defined(DI_HAVE_AVX2_OPS)
+    if (d % 8 == 0 && ops_avx2()) {
+        attn_row_avx2(c, i, rows, acc);
+        return;
+    }
+#endif
     for (int hh = 0; hh < c->h; hh++) {
         const float *q = c->q + (i * c->h + hh) * d;
         float mx = -1e30f, sum = 0.f;
@@ -642,7 +706,7 @@ static void attn_row(const attn_ctx *c, int64_t i, const float *const *rows, flo
 
 static void attn_range(void *p, int64_t lo, int64_t hi) {
     attn_ctx *c = p;
-    float *acc = malloc((size_t)c->d * sizeof(float));
+    float *acc = malloc(attn_scratch_bytes(c));
     if (!acc) return;
     for (int64_t i = lo; i < hi; i++) attn_row(c, i, c->rows + i * c->n_slots, acc);
     free(acc);
@@ -654,7 +718,7 @@ static void attn_range(void *p, int64_t lo, int64_t hi) {
 static void attn_kv_range(void *p, int64_t lo, int64_t hi) {
     attn_ctx *c = p;
     int64_t d = c->d;
-    float *acc = malloc((size_t)d * sizeof(float));
+    float *acc = malloc(attn_scratch_bytes(c));
     float *ws = malloc((size_t)(c->n_slots * d) * sizeof(float));
     const float **rows = malloc((size_t)c->n_slots * sizeof(float *));
     if (acc && ws && rows)
@@ -712,10 +776,48 @@ static float idx_score(const idx_ctx *x, int64_t i, const float *k) {
     return di_round_bf16(total);
 }
 
+#if defined(DI_HAVE_AVX2_OPS)
+/* Row i's scores 8 keys at a time: every head's dots with one transposed
+ * tile of the keys, then the bf16 steps of idx_score in lanes. Packed keys
+ * are decoded 8 at a time into kbuf [8, di]. */
+static void idx_row_avx2(const idx_ctx *x, int64_t i, float *kbuf, float *dots) {
+    int64_t di = x->di, nv = x->n_vis[i] < x->width ? x->n_vis[i] : x->width;
+    size_t kb = di_kvq_row_bytes(DI_KVQ_FP4_E8M0, di);
+    const float *q = x->q + i * x->hi * di;
+    float *o = x->out + i * x->width, s8[8];
+    for (int64_t j0 = 0; j0 < nv; j0 += 8) {
+        int nk = nv - j0 < 8 ? (int)(nv - j0) : 8;
+        const float *k8[8];
+        for (int u = 0; u < 8; u++) {
+            if (u >= nk) {
+                k8[u] = k8[0]; /* a stand-in for the lanes past the end */
+            } else if (x->pkeys) {
+                di_kvq_unpack(DI_KVQ_FP4_E8M0, x->pkeys[i] + (size_t)(j0 + u) * kb, di, kbuf + u * di);
+                k8[u] = kbuf + u * di;
+            } else {
+                k8[u] = x->keys[i] + (j0 + u) * di;
+            }
+        }
+        di_cpu_dots8_avx2(q, x->hi, di, k8, dots);
+        di_cpu_index_combine8_avx2(dots, x->w + i * x->hi, x->hi, s8);
+        memcpy(o + j0, s8, (size_t)nk * sizeof(float));
+    }
+    for (int64_t j = nv; j < x->width; j++) o[j] = -INFINITY;
+}
+#endif
+
 static void idx_range(void *p, int64_t lo, int64_t hi_row) {
     const idx_ctx *x = p;
     int64_t di = x->di;
     size_t kb = di_kvq_row_bytes(DI_KVQ_FP4_E8M0, di);
+#if defined(DI_HAVE_AVX2_OPS)
+    if (di % 8 == 0 && ops_avx2()) {
+        float *kbuf = malloc((size_t)(8 * di + 8 * x->hi) * sizeof(float));
+        for (int64_t i = lo; i < hi_row && kbuf; i++) idx_row_avx2(x, i, kbuf, kbuf + 8 * di);
+        free(kbuf);
+        return;
+    }
+#endif
     float *key = x->pkeys ? malloc((size_t)di * sizeof(float)) : NULL;
     if (x->pkeys && !key) return;
     for (int64_t i = lo; i < hi_row; i++) {

@@ -164,6 +164,62 @@ AVX2 void di_cpu_hc_mean_avx2(const float *s, int hc, int64_t d, float *out) {
     }
 }
 
+/* Each 8x8 tile of the rows is transposed once and read by every q. */
+AVX2 void di_cpu_dots8_avx2(const float *q, int nq, int64_t n, const float *const rows[8], float *out) {
+    enum { QB = 8 }; /* q vectors per pass: their accumulators stay in registers */
+    for (int v0 = 0; v0 < nq; v0 += QB) {
+        int nv = nq - v0 < QB ? nq - v0 : QB;
+        __m256 acc[QB];
+        for (int v = 0; v < QB; v++) acc[v] = _mm256_setzero_ps();
+        for (int64_t t = 0; t < n; t += 8) {
+            __m256 col[8];
+            for (int j = 0; j < 8; j++) col[j] = _mm256_loadu_ps(rows[j] + t);
+            transpose8(col);
+            for (int v = 0; v < nv; v++) {
+                const float *qv = q + (int64_t)(v0 + v) * n + t;
+                for (int u = 0; u < 8; u++)
+                    acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(_mm256_broadcast_ss(qv + u), col[u]));
+            }
+        }
+        for (int v = 0; v < nv; v++) _mm256_storeu_ps(out + (int64_t)(v0 + v) * 8, acc[v]);
+    }
+}
+
+AVX2 void di_cpu_index_combine8_avx2(const float *dots, const float *w, int hi, float *out) {
+    __m256 total = _mm256_setzero_ps(), zero = _mm256_setzero_ps();
+    for (int h = 0; h < hi; h++) {
+        __m256 d = round_bf16(_mm256_loadu_ps(dots + h * 8));
+        d = _mm256_blendv_ps(d, zero, _mm256_cmp_ps(d, zero, _CMP_LT_OQ));
+        total = _mm256_add_ps(total, round_bf16(_mm256_mul_ps(d, _mm256_set1_ps(w[h]))));
+    }
+    _mm256_storeu_ps(out, round_bf16(total));
+}
+
+AVX2 void di_cpu_axpy_avx2(float *acc, float a, const float *x, int64_t n) {
+    __m256 va = _mm256_set1_ps(a);
+    for (int64_t k = 0; k < n; k += 8) {
+        __m256i mk = tail_mask(k, n);
+        __m256 v = _mm256_add_ps(_mm256_maskload_ps(acc + k, mk), _mm256_mul_ps(va, _mm256_maskload_ps(x + k, mk)));
+        _mm256_maskstore_ps(acc + k, mk, v);
+    }
+}
+
+AVX2 void di_cpu_scale_avx2(float *acc, float a, int64_t n) {
+    __m256 va = _mm256_set1_ps(a);
+    for (int64_t k = 0; k < n; k += 8) {
+        __m256i mk = tail_mask(k, n);
+        _mm256_maskstore_ps(acc + k, mk, _mm256_mul_ps(_mm256_maskload_ps(acc + k, mk), va));
+    }
+}
+
+AVX2 void di_cpu_div_bf16_avx2(const float *acc, float sum, int64_t n, float *out) {
+    __m256 vs = _mm256_set1_ps(sum);
+    for (int64_t k = 0; k < n; k += 8) {
+        __m256i mk = tail_mask(k, n);
+        _mm256_maskstore_ps(out + k, mk, round_bf16(_mm256_div_ps(_mm256_maskload_ps(acc + k, mk), vs)));
+    }
+}
+
 /* Lane r holds matrix r; every step is the scalar step, lane by lane
  * (additions and divisions are correctly rounded in both forms). */
 AVX2 void di_cpu_hc_sinkhorn_avx2(float *c, int R, int hc, float eps, int iters) {
