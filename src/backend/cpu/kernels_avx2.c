@@ -580,7 +580,9 @@ static int fold_ok(const job *j) {
  * One row multiplies by 8 rows per FMA, so several blocks of the same 8 rows
  * run side by side (independent block sums; the outer sums still add them in
  * K order): enough chains to cover the FMA latency while the memory sees
- * only 8 streams, which the prefetches below keep ahead of the reads. */
+ * only 8 streams, few enough for the hardware prefetchers (software
+ * prefetches, tried at several distances and levels, were no better). The
+ * next blocks' codes are loaded before the current ones are multiplied. */
 enum { DEC_LANES = 8, DEC_MAX_ROWS = 4, DEC_MAX_BLOCKS = 4 };
 
 typedef struct dec_job {
