@@ -169,7 +169,8 @@ static void check_grouped(di_wfmt fmt, int groups, int64_t R, int64_t K, int64_t
 
 static void test_matmul_grouped(void) {
     check_grouped(DI_WFMT_FP8, 2, 64, 128, 1);
-    check_grouped(DI_WFMT_FP8, 2, 44, 256, 9); /* partial panel, 2 threads */
+    check_grouped(DI_WFMT_FP8, 2, 44, 256, 9);
+    check_grouped(DI_WFMT_FP8, 2, 60, 512, 62); /* partial panel, large enough for 2 threads */
     check_grouped(DI_WFMT_FP8, 4, 20, 64, 6);
     check_grouped(DI_WFMT_BF16, 2, 44, 72, 5);
 }
@@ -366,6 +367,7 @@ static void test_panel_kernel(void) {
         if ((w[i] & 0x7F) == 0x7F) w[i] ^= 1;
     }
     for (int i = 0; i < K / 32; i++) sc[i] = (uint8_t)(124 + i);
+    for (int i = 0; i < 256; i++) w[i] = (uint8_t)i; /* every code once, NaN codes included */
     for (int i = 0; i < M * K; i++) x[i] = frand();
     for (int nb = 8; nb >= 5; nb -= 3) {
         di_cpu_fp8_panel8_avx2(w, sc, K, 0, nb, pt);
@@ -373,7 +375,8 @@ static void test_panel_kernel(void) {
         for (int k = 0; k < K; k++)
             for (int j = 0; j < 8; j++) {
                 float v = j < nb ? di_e4m3_to_f32(w[j * K + k]) * di_e8m0_to_f32(sc[k / 32]) : 0.f;
-                bad_dec += memcmp(&v, &pt[k * 8 + j], sizeof v) != 0;
+                bad_dec += memcmp(&v, &pt[k * 8 + j], sizeof v) != 0 && !(v != v && pt[k * 8 + j] != pt[k * 8 + j]);
+                bad_dec += v != v && signbit(v) != signbit(pt[k * 8 + j]);
             }
         CHECKF(bad_dec == 0, "nb=%d: %d decoded weights differ", nb, bad_dec);
         di_cpu_panel8_f32_avx2(pt, K, x, K, M, y, 8, nb);

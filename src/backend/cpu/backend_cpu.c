@@ -209,7 +209,11 @@ static void mm_panels(di_backend *be, const di_wmat *w, int groups, const float 
                       float *y) {
     int64_t rpg = w->n_out / groups, tasks = groups * ((rpg + 7) / 8);
     panel_ctx c = {w, groups, rpg, x, m, y};
-    par_for(be, tasks, (double)(m + 8) * (double)w->n_out * (double)w->n_in, panel_range, &c);
+    double work = (double)(m + 8) * (double)w->n_out * (double)w->n_in;
+    if (work < 4e6) /* as cpu_matmul: waking the pool costs more than a small product */
+        panel_range(&c, 0, tasks);
+    else
+        par_for(be, tasks, work, panel_range, &c);
 }
 #endif
 

@@ -82,12 +82,18 @@ AVX2 void di_cpu_hc_project_avx2(const float *u, int64_t ldu, int R, int64_t n, 
     }
 }
 
-/* Codes of 8 rows x 8 k: widened to lanes, looked up in the E4M3 table,
- * scaled (the same single multiplication as the scalar decoding), and
- * transposed in registers. */
+/* Codes of 8 rows x 8 k widened to lanes and decoded arithmetically (a
+ * table gather is slow on some cores): the 7 magnitude bits placed at
+ * fp32 bit 20 make exponent and mantissa fields whose value times 2^120
+ * is the E4M3 value exactly, subnormals included (an exact scaling of an
+ * fp32 subnormal); the sign bit goes to bit 31 and the NaN codes give NaN,
+ * as the table does. Then the scale (the same single multiplication as
+ * the scalar decoding) and a transpose in registers. */
 AVX2 void di_cpu_fp8_panel8_avx2(const uint8_t *w, const uint8_t *s, int64_t K, int64_t r0, int nb,
                                  float *pt) {
-    const float *e4m3 = di_cpu_e4m3_table(), *e8m0 = di_cpu_e8m0_table();
+    const float *e8m0 = di_cpu_e8m0_table();
+    const __m256i m7f = _mm256_set1_epi32(0x7f), nanv = _mm256_set1_epi32(0x7fc00000);
+    const __m256 two120 = _mm256_castsi256_ps(_mm256_set1_epi32((127 + 120) << 23));
     int64_t kb = K / 32;
     for (int64_t k = 0; k < K; k += 8) {
         __m256 rr[8];
@@ -99,9 +105,12 @@ AVX2 void di_cpu_fp8_panel8_avx2(const uint8_t *w, const uint8_t *s, int64_t K, 
             int64_t n = r0 + j;
             uint64_t b8;
             memcpy(&b8, w + n * K + k, 8);
-            __m256i idx = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)b8));
-            __m256 v = _mm256_i32gather_ps(e4m3, idx, 4);
-            rr[j] = _mm256_mul_ps(v, _mm256_set1_ps(e8m0[s[(n / 32) * kb + k / 32]]));
+            __m256i b = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)b8));
+            __m256i mag = _mm256_and_si256(b, m7f);
+            __m256 v = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 20)), two120);
+            __m256i bits = _mm256_blendv_epi8(_mm256_castps_si256(v), nanv, _mm256_cmpeq_epi32(mag, m7f));
+            bits = _mm256_or_si256(bits, _mm256_slli_epi32(_mm256_srli_epi32(b, 7), 31));
+            rr[j] = _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(e8m0[s[(n / 32) * kb + k / 32]]));
         }
         transpose8(rr);
         for (int t = 0; t < 8; t++) _mm256_store_ps(pt + (k + t) * 8, rr[t]);
