@@ -130,35 +130,44 @@ AVX2 static inline __attribute__((always_inline)) __m256 round_bf16(__m256 x) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(r, q, nan));
 }
 
-/* Lanes k .. k+7 that lie below d. */
-AVX2 static inline __attribute__((always_inline)) __m256i tail_mask(int64_t k, int64_t d) {
-    int64_t left = d - k < 8 ? d - k : 8;
-    __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)left), idx);
+/* Lanes k .. k+7 below n: a full load, or the tail through a zeroed
+ * buffer (masked loads and stores are slow on some cores). */
+AVX2 static inline __attribute__((always_inline)) __m256 load8(const float *p, int64_t k, int64_t n) {
+    if (k + 8 <= n) return _mm256_loadu_ps(p + k);
+    _Alignas(32) float b[8] = {0};
+    memcpy(b, p + k, (size_t)(n - k) * sizeof(float));
+    return _mm256_load_ps(b);
+}
+
+AVX2 static inline __attribute__((always_inline)) void store8(float *p, int64_t k, int64_t n, __m256 v) {
+    if (k + 8 <= n) {
+        _mm256_storeu_ps(p + k, v);
+        return;
+    }
+    _Alignas(32) float b[8];
+    _mm256_store_ps(b, v);
+    memcpy(p + k, b, (size_t)(n - k) * sizeof(float));
 }
 
 AVX2 void di_cpu_hc_collapse_avx2(const float *s, const float *w, int hc, int64_t d, float *y) {
     for (int64_t k = 0; k < d; k += 8) {
-        __m256i mk = tail_mask(k, d);
         __m256 acc = _mm256_setzero_ps();
         for (int c = 0; c < hc; c++)
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[c]), _mm256_maskload_ps(s + c * d + k, mk)));
-        _mm256_maskstore_ps(y + k, mk, round_bf16(acc));
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(w[c]), load8(s + c * d, k, d)));
+        store8(y, k, d, round_bf16(acc));
     }
 }
 
 AVX2 void di_cpu_hc_expand_avx2(const float *y, const float *s, const float *post, const float *comb,
                                 int hc, int64_t d, float *out) {
     for (int64_t k = 0; k < d; k += 8) {
-        __m256i mk = tail_mask(k, d);
-        __m256 yk = _mm256_maskload_ps(y + k, mk);
+        __m256 yk = load8(y, k, d);
         for (int b = 0; b < hc; b++) {
             __m256 acc = _mm256_setzero_ps();
             for (int a = 0; a < hc; a++)
-                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(comb[a * hc + b]),
-                                                       _mm256_maskload_ps(s + a * d + k, mk)));
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(comb[a * hc + b]), load8(s + a * d, k, d)));
             __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(post[b]), yk), acc);
-            _mm256_maskstore_ps(out + b * d + k, mk, round_bf16(v));
+            store8(out + b * d, k, d, round_bf16(v));
         }
     }
 }
@@ -166,10 +175,9 @@ AVX2 void di_cpu_hc_expand_avx2(const float *y, const float *s, const float *pos
 AVX2 void di_cpu_hc_mean_avx2(const float *s, int hc, int64_t d, float *out) {
     __m256 n = _mm256_set1_ps((float)hc);
     for (int64_t k = 0; k < d; k += 8) {
-        __m256i mk = tail_mask(k, d);
         __m256 acc = _mm256_setzero_ps();
-        for (int c = 0; c < hc; c++) acc = _mm256_add_ps(acc, _mm256_maskload_ps(s + c * d + k, mk));
-        _mm256_maskstore_ps(out + k, mk, round_bf16(_mm256_div_ps(acc, n)));
+        for (int c = 0; c < hc; c++) acc = _mm256_add_ps(acc, load8(s + c * d, k, d));
+        store8(out, k, d, round_bf16(_mm256_div_ps(acc, n)));
     }
 }
 
@@ -206,27 +214,18 @@ AVX2 void di_cpu_index_combine8_avx2(const float *dots, const float *w, int hi, 
 
 AVX2 void di_cpu_axpy_avx2(float *acc, float a, const float *x, int64_t n) {
     __m256 va = _mm256_set1_ps(a);
-    for (int64_t k = 0; k < n; k += 8) {
-        __m256i mk = tail_mask(k, n);
-        __m256 v = _mm256_add_ps(_mm256_maskload_ps(acc + k, mk), _mm256_mul_ps(va, _mm256_maskload_ps(x + k, mk)));
-        _mm256_maskstore_ps(acc + k, mk, v);
-    }
+    for (int64_t k = 0; k < n; k += 8)
+        store8(acc, k, n, _mm256_add_ps(load8(acc, k, n), _mm256_mul_ps(va, load8(x, k, n))));
 }
 
 AVX2 void di_cpu_scale_avx2(float *acc, float a, int64_t n) {
     __m256 va = _mm256_set1_ps(a);
-    for (int64_t k = 0; k < n; k += 8) {
-        __m256i mk = tail_mask(k, n);
-        _mm256_maskstore_ps(acc + k, mk, _mm256_mul_ps(_mm256_maskload_ps(acc + k, mk), va));
-    }
+    for (int64_t k = 0; k < n; k += 8) store8(acc, k, n, _mm256_mul_ps(load8(acc, k, n), va));
 }
 
 AVX2 void di_cpu_div_bf16_avx2(const float *acc, float sum, int64_t n, float *out) {
     __m256 vs = _mm256_set1_ps(sum);
-    for (int64_t k = 0; k < n; k += 8) {
-        __m256i mk = tail_mask(k, n);
-        _mm256_maskstore_ps(out + k, mk, round_bf16(_mm256_div_ps(_mm256_maskload_ps(acc + k, mk), vs)));
-    }
+    for (int64_t k = 0; k < n; k += 8) store8(out, k, n, round_bf16(_mm256_div_ps(load8(acc, k, n), vs)));
 }
 
 /* Lane r holds matrix r; every step is the scalar step, lane by lane
