@@ -353,6 +353,69 @@ static void test_index(void) {
     check_index(3, 64, 5, 2);
 }
 
+/* RMSNorm (row-parallel, bf16 weight) and RoPE (angles shared by the
+ * heads) against the formulas of docs/numerics.md, in the same fp32
+ * order, so bit for bit, on 1 and 2 threads. */
+static void test_norm_rope(void) {
+    enum { M = 64, N = 512, H = 3, HD = 48, RD = 16 };
+    float *x = malloc(M * N * sizeof(float)), *y1 = malloc(M * N * sizeof(float));
+    float *y2 = malloc(M * N * sizeof(float)), *want = malloc(M * N * sizeof(float));
+    uint16_t wb[N];
+    for (int i = 0; i < M * N; i++) x[i] = di_round_bf16(3.0f * frand());
+    for (int k = 0; k < N; k++) wb[k] = di_f32_to_bf16(1.0f + frand());
+    di_tensor w = {0};
+    w.dtype = DI_DTYPE_BF16;
+    w.ndim = 1;
+    w.shape[0] = N;
+    w.data = wb;
+    for (int i = 0; i < M; i++) {
+        float ss = 0.f;
+        for (int k = 0; k < N; k++) {
+            volatile float sq = x[i * N + k] * x[i * N + k];
+            ss += sq;
+        }
+        float r = 1.0f / sqrtf(ss / (float)N + 1e-6f);
+        for (int k = 0; k < N; k++) {
+            volatile float xr = x[i * N + k] * r;
+            want[i * N + k] = di_round_bf16(di_bf16_to_f32(wb[k]) * xr);
+        }
+    }
+    di_backend *b1 = backend(1), *b2 = backend(2);
+    CHECK(b1 && b2);
+    if (b1 && b2) {
+        b1->ops->rmsnorm(b1, x, &w, M, N, 1e-6, y1);
+        b2->ops->rmsnorm(b2, x, &w, M, N, 1e-6, y2);
+        CHECK(!memcmp(y1, want, M * N * sizeof(float)));
+        CHECK(!memcmp(y2, want, M * N * sizeof(float)));
+        float freq[RD / 2];
+        int32_t pos[M];
+        for (int j = 0; j < RD / 2; j++) freq[j] = powf(10000.f, -2.0f * j / RD);
+        for (int i = 0; i < M; i++) pos[i] = i * 37 + 5;
+        for (int inv = 0; inv < 2; inv++) {
+            int64_t stride = H * HD + 5;
+            memcpy(y1, x, M * N * sizeof(float));
+            memcpy(want, x, M * N * sizeof(float));
+            b1->ops->rope(b1, y1, M, stride, H, HD, RD, pos, freq, inv);
+            for (int i = 0; i < M; i++)
+                for (int h = 0; h < H; h++)
+                    for (int j = 0; j < RD / 2; j++) {
+                        float *v = want + i * stride + h * HD + (HD - RD) + 2 * j;
+                        float ang = (float)pos[i] * freq[j], c = cosf(ang), sn = inv ? -sinf(ang) : sinf(ang);
+                        volatile float a = v[0] * c, b = v[1] * sn, e = v[0] * sn, f = v[1] * c;
+                        v[0] = di_round_bf16(a - b);
+                        v[1] = di_round_bf16(e + f);
+                    }
+            CHECKF(!memcmp(y1, want, M * N * sizeof(float)), "rope inverse=%d differs from the formula", inv);
+        }
+    }
+    di_backend_destroy(b1);
+    di_backend_destroy(b2);
+    free(x);
+    free(y1);
+    free(y2);
+    free(want);
+}
+
 /* The panel kernel itself, before any bf16 rounding: each output is the
  * fmaf chain over k (a mul-then-add step would differ in the last bits). */
 static void test_panel_kernel(void) {
@@ -438,6 +501,7 @@ int main(void) {
     RUN(test_hc_streams);
     RUN(test_matmul_grouped);
     RUN(test_attention);
+    RUN(test_norm_rope);
     RUN(test_index);
     RUN(test_panel_kernel);
     RUN(test_dots_kernel);

@@ -252,35 +252,61 @@ static float tensor_f32(const di_tensor *t, int64_t i) {
     return 0.f;
 }
 
-static void cpu_rmsnorm(di_backend *be, const float *x, const di_tensor *w, int64_t m, int64_t n,
-                        double eps, float *y) {
-    (void)be;
-    for (int64_t i = 0; i < m; i++) {
-        const float *xi = x + i * n;
+typedef struct norm_ctx {
+    const float *x;
+    const di_tensor *w;
+    int64_t n;
+    double eps;
+    float *y;
+} norm_ctx;
+
+static void norm_range(void *p, int64_t lo, int64_t hi) {
+    const norm_ctx *c = p;
+    int64_t n = c->n;
+    float *wf = malloc((size_t)n * sizeof(float)); /* the weight widened once per range */
+    if (!wf) return;
+    for (int64_t k = 0; k < n; k++) wf[k] = tensor_f32(c->w, k);
+    for (int64_t i = lo; i < hi; i++) {
+        const float *xi = c->x + i * n;
         float ss = 0.f;
         for (int64_t k = 0; k < n; k++) ss += xi[k] * xi[k];
-        float r = 1.0f / sqrtf(ss / (float)n + (float)eps);
-        for (int64_t k = 0; k < n; k++) y[i * n + k] = di_round_bf16(tensor_f32(w, k) * (xi[k] * r));
+        float r = 1.0f / sqrtf(ss / (float)n + (float)c->eps);
+        for (int64_t k = 0; k < n; k++) c->y[i * n + k] = di_round_bf16(wf[k] * (xi[k] * r));
     }
+    free(wf);
 }
 
+static void cpu_rmsnorm(di_backend *be, const float *x, const di_tensor *w, int64_t m, int64_t n,
+                        double eps, float *y) {
+    norm_ctx c = {x, w, n, eps, y};
+    par_for(be, m, (double)m * (double)n * 8, norm_range, &c);
+}
+
+/* The angles' cosines and sines depend on the row and pair only, so they
+ * are computed once per row for all heads. */
 static void cpu_rope(di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd,
                      int64_t rd, const int32_t *pos, const float *freq, int inverse) {
     (void)be;
+    float *cs = malloc((size_t)(rd > 0 ? rd : 1) * sizeof(float)); /* [rd/2] cos, sin pairs */
+    if (!cs) return;
     for (int64_t i = 0; i < m; i++) {
         float tpos = (float)pos[i];
+        for (int64_t j = 0; j < rd / 2; j++) {
+            float ang = tpos * freq[j];
+            cs[2 * j] = cosf(ang);
+            cs[2 * j + 1] = inverse ? -sinf(ang) : sinf(ang);
+        }
         for (int h = 0; h < heads; h++) {
             float *v = x + i * stride + h * hd + (hd - rd);
             for (int64_t j = 0; j < rd / 2; j++) {
-                float ang = tpos * freq[j];
-                float c = cosf(ang), s = sinf(ang);
-                if (inverse) s = -s;
+                float c = cs[2 * j], s = cs[2 * j + 1];
                 float re = v[2 * j], im = v[2 * j + 1];
                 v[2 * j] = di_round_bf16(re * c - im * s);
                 v[2 * j + 1] = di_round_bf16(re * s + im * c);
             }
         }
     }
+    free(cs);
 }
 
 static void cpu_qdq_fp8(di_backend *be, float *x, int64_t n) {
