@@ -408,6 +408,23 @@ static void test_norm_rope(void) {
             CHECKF(!memcmp(y1, want, M * N * sizeof(float)), "rope inverse=%d differs from the formula", inv);
         }
     }
+    if (b1 && b2) { /* SwiGLU, row-parallel: 1 and 2 threads against the formula */
+        float rw[M];
+        for (int i = 0; i < M; i++) rw[i] = frand();
+        for (int t = 0; t < 2; t++) {
+            di_backend *be = t ? b2 : b1;
+            be->ops->swiglu(be, x, x + 17, rw, M - 1, N, 2.5f, y1);
+            int bad = 0;
+            for (int i = 0; i < M - 1; i++)
+                for (int k = 0; k < N; k++) {
+                    float gv = fminf(x[i * N + k], 2.5f), uv = fminf(fmaxf(x[17 + i * N + k], -2.5f), 2.5f);
+                    volatile float sg = 1.0f / (1.0f + expf(-gv)), a = gv * sg, v = a * uv, wv = rw[i] * v;
+                    float want_v = di_round_bf16(wv);
+                    bad += memcmp(&want_v, &y1[i * N + k], sizeof want_v) != 0;
+                }
+            CHECKF(bad == 0, "swiglu on %d thread(s): %d values differ from the formula", t + 1, bad);
+        }
+    }
     di_backend_destroy(b1);
     di_backend_destroy(b2);
     free(x);

@@ -1020,10 +1020,19 @@ static void cpu_moe_route(di_backend *be, const float *logits, const float *bias
     }
 }
 
-static void cpu_swiglu(di_backend *be, const float *g, const float *u, const float *w, int64_t m,
-                       int64_t n, float limit, float *out) {
-    (void)be;
-    for (int64_t i = 0; i < m; i++)
+typedef struct swiglu_ctx {
+    const float *g, *u, *w;
+    int64_t n;
+    float limit;
+    float *out;
+} swiglu_ctx;
+
+static void swiglu_range(void *p, int64_t lo, int64_t hi) {
+    const swiglu_ctx *c = p;
+    const float *g = c->g, *u = c->u, *w = c->w;
+    int64_t n = c->n;
+    float limit = c->limit, *out = c->out;
+    for (int64_t i = lo; i < hi; i++)
         for (int64_t k = 0; k < n; k++) {
             float gv = g[i * n + k], uv = u[i * n + k];
             if (limit > 0.f) {
@@ -1034,6 +1043,13 @@ static void cpu_swiglu(di_backend *be, const float *g, const float *u, const flo
             if (w) v = w[i] * v;
             out[i * n + k] = di_round_bf16(v);
         }
+}
+
+/* Row-parallel: the exponentials make this the costliest elementwise op. */
+static void cpu_swiglu(di_backend *be, const float *g, const float *u, const float *w, int64_t m,
+                       int64_t n, float limit, float *out) {
+    swiglu_ctx c = {g, u, w, n, limit, out};
+    par_for(be, m, (double)m * (double)n * 20, swiglu_range, &c);
 }
 
 static void cpu_gather_rows(di_backend *be, const float *src, const int32_t *rows, int64_t m,
