@@ -201,6 +201,12 @@ static void panel_range(void *p, int64_t lo, int64_t hi) {
             for (int j = 0; j < 8; j++) pt[k * 8 + j] = rows[j * K + k];
         di_cpu_panel8_f32_avx2(pt, K, c->x + g * K, c->groups * K, c->m, c->y + r0, N, nb);
     }
+    if (!pt) /* out of memory: zeros, as the panel path gives */
+        for (int64_t t = lo; t < hi; t++) {
+            int64_t g = t / tpg, j0 = (t % tpg) * 8, r0 = g * c->rpg + j0;
+            int nb = c->rpg - j0 < 8 ? (int)(c->rpg - j0) : 8;
+            for (int64_t i = 0; i < c->m; i++) memset(c->y + i * N + r0, 0, (size_t)nb * sizeof(float));
+        }
     free(rows);
     free(pt);
 }
@@ -264,14 +270,14 @@ static void norm_range(void *p, int64_t lo, int64_t hi) {
     const norm_ctx *c = p;
     int64_t n = c->n;
     float *wf = malloc((size_t)n * sizeof(float)); /* the weight widened once per range */
-    if (!wf) return;
-    for (int64_t k = 0; k < n; k++) wf[k] = tensor_f32(c->w, k);
+    for (int64_t k = 0; wf && k < n; k++) wf[k] = tensor_f32(c->w, k);
     for (int64_t i = lo; i < hi; i++) {
         const float *xi = c->x + i * n;
         float ss = 0.f;
         for (int64_t k = 0; k < n; k++) ss += xi[k] * xi[k];
         float r = 1.0f / sqrtf(ss / (float)n + (float)c->eps);
-        for (int64_t k = 0; k < n; k++) c->y[i * n + k] = di_round_bf16(wf[k] * (xi[k] * r));
+        for (int64_t k = 0; k < n; k++)
+            c->y[i * n + k] = di_round_bf16((wf ? wf[k] : tensor_f32(c->w, k)) * (xi[k] * r));
     }
     free(wf);
 }
@@ -287,26 +293,28 @@ static void cpu_rmsnorm(di_backend *be, const float *x, const di_tensor *w, int6
 static void cpu_rope(di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd,
                      int64_t rd, const int32_t *pos, const float *freq, int inverse) {
     (void)be;
-    float *cs = malloc((size_t)(rd > 0 ? rd : 1) * sizeof(float)); /* [rd/2] cos, sin pairs */
-    if (!cs) return;
+    enum { CH = 128 };
+    float cs[2 * CH]; /* cos, sin of pairs j0 .. j0+CH-1 */
     for (int64_t i = 0; i < m; i++) {
         float tpos = (float)pos[i];
-        for (int64_t j = 0; j < rd / 2; j++) {
-            float ang = tpos * freq[j];
-            cs[2 * j] = cosf(ang);
-            cs[2 * j + 1] = inverse ? -sinf(ang) : sinf(ang);
-        }
-        for (int h = 0; h < heads; h++) {
-            float *v = x + i * stride + h * hd + (hd - rd);
-            for (int64_t j = 0; j < rd / 2; j++) {
-                float c = cs[2 * j], s = cs[2 * j + 1];
-                float re = v[2 * j], im = v[2 * j + 1];
-                v[2 * j] = di_round_bf16(re * c - im * s);
-                v[2 * j + 1] = di_round_bf16(re * s + im * c);
+        for (int64_t j0 = 0; j0 < rd / 2; j0 += CH) {
+            int64_t nj = rd / 2 - j0 < CH ? rd / 2 - j0 : CH;
+            for (int64_t j = 0; j < nj; j++) {
+                float ang = tpos * freq[j0 + j];
+                cs[2 * j] = cosf(ang);
+                cs[2 * j + 1] = inverse ? -sinf(ang) : sinf(ang);
+            }
+            for (int h = 0; h < heads; h++) {
+                float *v = x + i * stride + h * hd + (hd - rd) + 2 * j0;
+                for (int64_t j = 0; j < nj; j++) {
+                    float c = cs[2 * j], s = cs[2 * j + 1];
+                    float re = v[2 * j], im = v[2 * j + 1];
+                    v[2 * j] = di_round_bf16(re * c - im * s);
+                    v[2 * j + 1] = di_round_bf16(re * s + im * c);
+                }
             }
         }
     }
-    free(cs);
 }
 
 static void cpu_qdq_fp8(di_backend *be, float *x, int64_t n) {
