@@ -95,7 +95,7 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wno-unused-paramete
 build-fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
-build-fuzz/%: tests/fuzz/%.c $(FUZZ_LIB_OBJ)
+build-fuzz/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) $(FUZZ_LIB_OBJ)
 	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer $< $(FUZZ_LIB_OBJ) -o $@ $(PKG_LIBS)
 fuzz: $(FUZZ_BIN)
 

@@ -1,51 +1,9 @@
 /* libFuzzer target: the regex front end (parser, UTF-8 classes, NFA→DFA).
- * The input is compiled with small limits against a tiny vocabulary; when
- * it compiles, a matcher consumes a few bytes derived from the input and
- * fills masks, so the matcher runs on whatever grammar came out. Any crash,
- * sanitizer report or leak is a bug; errors are expected. */
-#include <stddef.h>
-#include <stdint.h>
-#include <string.h>
-
-#include "deepinfer.h"
-
-static di_vocab *fuzz_vocab(void) {
-    static di_vocab *v;
-    if (!v) {
-        static const char *toks[] = {"a", "b", "{", "}", "\"", ":", ",", "1", "0", " ", "[", "]", "ab", "\":", "-", ".", "e", "x", "\\", "", "null", "true"};
-        enum { N = sizeof toks / sizeof *toks };
-        const uint8_t *b[N];
-        size_t l[N];
-        for (int i = 0; i < N; i++) { b[i] = (const uint8_t *)toks[i]; l[i] = strlen(toks[i]); }
-        di_vocab_create(N, b, l, N - 3, &v);
-    }
-    return v;
-}
+ * The input is compiled with small limits against a tiny vocabulary; when it
+ * compiles, a matcher consumes a few tokens derived from the input and fills
+ * masks (tests/fuzz/fuzz_grammar.h). */
+#include "fuzz_grammar.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    di_vocab *v = fuzz_vocab();
-    if (!v || size > 4096) return 0;
-    di_grammar_options o;
-    di_grammar_options_default(&o);
-    o.max_rules = 20000;
-    o.max_lexer_states = 20000;
-    o.max_repeat = 64;
-    o.max_compile_ms = 2000;
-    o.lenient = size & 1;
-    di_grammar *g = NULL;
-    if (di_grammar_compile(v, DI_CONSTRAINT_REGEX, (const char *)data, size, &o, &g) != DI_OK) return 0;
-    di_matcher *m = NULL;
-    if (di_matcher_create(g, &m) == DI_OK) {
-        uint32_t mask[1];
-        for (size_t i = 0; i < size && i < 24; i++) {
-            di_matcher_fill_mask(m, mask, 1);
-            int32_t t = (int32_t)(data[i] % di_vocab_size(v));
-            if (di_matcher_advance(m, t) != DI_OK && (mask[0] >> t & 1)) __builtin_trap(); /* mask said yes */
-            if (data[i] == 'r') di_matcher_rollback(m, 1);
-        }
-        di_matcher_is_accepting(m);
-        di_matcher_free(m);
-    }
-    di_grammar_free(g);
-    return 0;
+    return fuzz_constraint(DI_CONSTRAINT_REGEX, data, size);
 }
