@@ -371,6 +371,12 @@ static di_status parse_doc(const cJSON *root, di_config *c, di_err *err) {
         if (!c->dspark_n_experts) c->dspark_n_experts = c->n_routed_experts;
         TRY(get_i(&r, "dspark_num_experts_per_tok", 0, 0, 0, c->dspark_n_experts, &c->dspark_n_active));
         if (!c->dspark_n_active) c->dspark_n_active = c->n_active_experts;
+        /* The default (the backbone's top-k) may not fit a smaller DSpark expert set. */
+        if (c->dspark_n_active > c->dspark_n_experts)
+            return di_err_set(err, DI_ERR_UNSUPPORTED,
+                              "dspark_num_experts_per_tok: %d (defaulted to num_experts_per_tok) exceeds "
+                              "dspark_n_routed_experts %d; supported range 1..%d",
+                              c->dspark_n_active, c->dspark_n_experts, c->dspark_n_experts);
     }
 
     TRY(get_i(&r, "bos_token_id", 0, 0, 0, c->vocab_size - 1, &c->bos_id));

@@ -161,6 +161,26 @@ static void test_errors(void) {
     expect_bad(1, "quantization_config", NULL, "quantization_config");
     expect_bad(1, "text_config", "[]", "text_config");
 
+    /* A DSpark top-k left to default to the backbone's (2) must still fit
+     * the DSpark expert count (found by fuzzing). */
+    {
+        size_t n;
+        char *s = fixture_read("v41-tiny-config.json", &n);
+        cJSON *root = cJSON_Parse(s);
+        cJSON *tc = cJSON_GetObjectItem(root, "text_config");
+        cJSON_DeleteItemFromObject(tc, "dspark_num_experts_per_tok");
+        cJSON_DeleteItemFromObject(tc, "dspark_n_routed_experts");
+        cJSON_AddItemToObject(tc, "dspark_n_routed_experts", cJSON_CreateNumber(1));
+        char *doc = cJSON_PrintUnformatted(root);
+        di_config c1;
+        di_err e1 = {0};
+        CHECK(di_config_parse(doc, strlen(doc), &c1, &e1) == DI_ERR_UNSUPPORTED);
+        CHECK_STR_CONTAINS(e1.msg, "dspark_num_experts_per_tok");
+        free(doc);
+        cJSON_Delete(root);
+        free(s);
+    }
+
     di_config c;
     di_err e = {0};
     CHECK(di_config_parse("{\"a\":", 5, &c, &e) == DI_ERR_FORMAT);
