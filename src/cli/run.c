@@ -18,7 +18,7 @@ static void run_usage(FILE *out) {
 }
 
 /* A few chat prompts through the engine, in one batch. */
-static int generate(const char *model, long max_tokens) {
+static int generate(const char *model, long max_tokens, int random_weights) {
     static const char *prompts[] = {
         "What is the capital of France?",
         "Write a haiku about the sea.",
@@ -37,6 +37,8 @@ static int generate(const char *model, long max_tokens) {
     }
     printf("\ngeneration (engine opened in %.3f s; %ld tokens per prompt, temperature 0.7, seed 1)\n",
            cli_now_s() - t0, max_tokens);
+    if (random_weights)
+        printf("(the default model's weights are random: the text is noise, the speed is real)\n");
     di_sampling_params p;
     di_sampling_params_default(&p);
     p.temperature = 0.7;
@@ -98,6 +100,7 @@ int cli_run(int argc, char **argv) {
         }
     }
     char dir[4096];
+    int default_model = !model;
     if (!model) {
         di_err err = {0};
         if (di_default_model_dir(dir, sizeof dir, &err)) {
@@ -143,5 +146,5 @@ int cli_run(int argc, char **argv) {
     fputs(s, stdout);
     di_free(s);
     di_model_close(m);
-    return generate(model, max_tokens);
+    return generate(model, max_tokens, default_model);
 }
