@@ -10,6 +10,14 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = ROOT / os.environ.get("DEEPINFER_BUILD", "build") / "deepinfer"
 
 
+def find_shared_dir():
+    """../shared (golden fixtures, corpora) or $DEEPINFER_SHARED_DIR; None when absent."""
+    for cand in (os.environ.get("DEEPINFER_SHARED_DIR"), ROOT.parent / "shared", ROOT.parent.parent / "shared"):
+        if cand and (pathlib.Path(cand) / "golden" / "README.md").is_file():
+            return pathlib.Path(cand)
+    return None
+
+
 def need_bin():
     if not BIN.exists():
         pytest.skip("%s not built (run make)" % BIN)

@@ -12,6 +12,8 @@ import json
 import os
 import pathlib
 
+from cli_lib import find_shared_dir
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 N_LOGITS = 129280
 
@@ -33,11 +35,7 @@ class Options(ctypes.Structure):
 
 
 def shared_dir():
-    cands = [os.environ.get("DEEPINFER_SHARED_DIR"), ROOT.parent / "shared", ROOT.parent.parent / "shared"]
-    for c in cands:
-        if c and (pathlib.Path(c) / "golden" / "README.md").exists():
-            return pathlib.Path(c)
-    return None
+    return find_shared_dir()
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,33 +6,15 @@ exactly the same tensors with the same bytes. Malformed files that the
 reference rejects must be rejected by `check` too.
 """
 import json
-import os
 import struct
 import subprocess
 import zlib
-from pathlib import Path
 
 import pytest
 import safetensors
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD = ROOT / os.environ.get("DEEPINFER_BUILD", "build")
-CLI = BUILD / "deepinfer"
 
 
-@pytest.fixture(scope="module")
-def shared_dir():
-    for cand in (os.environ.get("DEEPINFER_SHARED_DIR"), ROOT / "../shared", ROOT / "../../shared"):
-        if cand and (Path(cand) / "golden" / "README.md").is_file():
-            return Path(cand)
-    pytest.skip("../shared not found (set DEEPINFER_SHARED_DIR)")
-
-
-@pytest.fixture(scope="module")
-def cli():
-    if not CLI.is_file():
-        pytest.skip(f"{CLI} not built")
-    return CLI
 
 
 def run_check(cli, model_dir, *extra):

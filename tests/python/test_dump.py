@@ -8,17 +8,12 @@ the golden (only the input tensors), so the command cannot lean on anything
 else the golden holds; the Engram map then comes from the model's
 tokenizer.json.
 """
-import os
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-ROOT = Path(__file__).resolve().parents[2]
-BUILD = ROOT / os.environ.get("DEEPINFER_BUILD", "build")
-CLI = BUILD / "deepinfer"
 
 INPUTS = ("prompt_ids", "decode.input_ids", "draft0.input_id", "draft0.start_pos")
 BOUNDS = {  # golden.json -> tolerances.recommended
@@ -27,19 +22,6 @@ BOUNDS = {  # golden.json -> tolerances.recommended
 }
 
 
-@pytest.fixture(scope="module")
-def shared_dir():
-    for cand in (os.environ.get("DEEPINFER_SHARED_DIR"), ROOT / "../shared", ROOT / "../../shared"):
-        if cand and (Path(cand) / "golden" / "README.md").is_file():
-            return Path(cand)
-    pytest.skip("../shared not found (set DEEPINFER_SHARED_DIR)")
-
-
-@pytest.fixture(scope="module")
-def cli():
-    if not CLI.is_file():
-        pytest.skip(f"{CLI} not built")
-    return CLI
 
 
 @pytest.mark.parametrize("fixture", ["v41-tiny", "v41-tiny-bf16"])

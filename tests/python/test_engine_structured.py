@@ -7,6 +7,8 @@ import ctypes
 import json
 import os
 import pathlib
+
+from cli_lib import find_shared_dir
 import re
 
 import jsonschema
@@ -16,10 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def shared_dir():
-    for c in (os.environ.get("DEEPINFER_SHARED_DIR"), ROOT.parent / "shared", ROOT.parent.parent / "shared"):
-        if c and (pathlib.Path(c) / "golden" / "README.md").exists():
-            return pathlib.Path(c)
-    return None
+    return find_shared_dir()
 
 
 class EngineOptions(ctypes.Structure):

@@ -72,13 +72,6 @@ def hf_v4(v4_path):
     return tokenizers.Tokenizer.from_file(str(v4_path))
 
 
-@pytest.fixture(scope="module")
-def shared_dir():
-    for cand in (os.environ.get("DEEPINFER_SHARED_DIR"), ROOT / "../shared", ROOT / "../../shared"):
-        if cand and (Path(cand) / "golden" / "README.md").exists():
-            return Path(cand)
-    pytest.skip("../shared not found (set DEEPINFER_SHARED_DIR)")
-
 
 def hf_without_added(path):
     """HF tokenizer that treats every added-token spelling as plain text."""
