@@ -37,25 +37,12 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/dtype.h"
 #include "test.h"
+#include "test_rng.h"
 
 static di_backend *gpu, *cpu;
 static char gpu_why[DI_ERR_MSG_MAX];
 
-/* ---- random inputs (splitmix64; the seed is printed first) */
-
-static uint64_t rng_state;
-static uint64_t rng_next(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rng_unit(void) { return (double)(rng_next() >> 11) / 9007199254740992.0; }
-static float rng_normal(void) {
-    double u = rng_unit() + 1e-300, v = rng_unit();
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
-static int rng_int(int n) { return (int)(rng_next() % (uint64_t)n); }
+/* ---- random inputs (tests/unit/test_rng.h; a fresh seed per run, printed first) */
 
 /* n bf16-exact values of scale `sc` (activations are bf16 in the model) */
 static float *rnd(int64_t n, float sc) {

@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/dtype.h"
 #include "test.h"
+#include "test_rng.h"
 
 static int have_gpu = -1;
 static char gpu_why[DI_ERR_MSG_MAX];
@@ -29,20 +30,7 @@ static int gpu_ready(void) {
     return have_gpu;
 }
 
-/* ---- random inputs (splitmix64; a fresh seed per run, printed on failure) */
-
-static uint64_t rng_state;
-static uint64_t rng_next(void) {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rng_unit(void) { return (double)(rng_next() >> 11) / 9007199254740992.0; }
-static float rng_normal(void) {
-    double u = rng_unit() + 1e-300, v = rng_unit();
-    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
-}
+/* ---- random inputs (tests/unit/test_rng.h; a fresh seed per run, printed first) */
 
 /* Activations; each 32-block gets its own magnitude (2^-20 .. 2^12) so
  * scales vary, and some blocks are all zero or tiny (below the 1e-4 floor).
