@@ -29,7 +29,10 @@ static di_status file_id(di_ckpt_index *ix, const char *file, uint32_t *id, di_e
 static di_status parse_total_size(const cJSON *root, di_ckpt_index *ix, di_err *err) {
     const cJSON *meta = NULL;
     for (const cJSON *c = root->child; c; c = c->next)
-        if (!strcmp(c->string, "metadata")) meta = c;
+        if (!strcmp(c->string, "metadata")) {
+            if (meta) return di_err_set(err, DI_ERR_FORMAT, "duplicate \"metadata\"");
+            meta = c;
+        }
     if (!meta || cJSON_IsNull(meta)) return DI_OK;
     if (!cJSON_IsObject(meta)) return di_err_set(err, DI_ERR_FORMAT, "\"metadata\" is not an object");
     const cJSON *ts = NULL;

@@ -294,6 +294,10 @@ static void test_index(void) {
                               "{\"metadata\":{\"total_size\":\"12\"},\"weight_map\":{}}"),
                       "metadata.total_size is not a non-negative integer");
     expect_open_error(sharded("index_no_map", "{\"metadata\":{}}"), "missing \"weight_map\"");
+    expect_open_error(sharded("index_dup_metadata",
+                              "{\"metadata\":{\"total_size\":13},\"metadata\":{},\"weight_map\":"
+                              "{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}"),
+                      "duplicate \"metadata\"");
     expect_open_error(sharded("index_traversal", "{\"weight_map\":{\"a\":\"../s1.safetensors\"}}"),
                       "not a file name inside the model directory");
     expect_open_error(sharded("index_dup", "{\"weight_map\":{\"a\":\"s1.safetensors\","
