@@ -372,7 +372,7 @@ di_status di_engine_get_output(const di_engine *e, uint64_t id, di_request_outpu
     o->prompt_top_ids = r->prompt_top_ids;
     o->prompt_top_logprobs = r->prompt_top_lp;
     o->n_completions = (size_t)r->n;
-    for (int j = 0; j < r->n && !o->error; j++) o->error = r->seqs[j].error;
+    for (int j = 0; j < r->n && !o->error; j++) o->error = di_seq_error(&r->seqs[j]);
     return DI_OK;
 }
 
@@ -390,7 +390,7 @@ di_status di_engine_get_completion(const di_engine *e, uint64_t id, size_t index
     o->finish_reason = s->finalized ? s->finish : DI_FINISH_NONE;
     o->stop_str = s->stop_str;
     o->stop_token = s->stop_token;
-    o->error = s->error;
+    o->error = di_seq_error(s);
     o->cumulative_logprob = s->cum_lp;
     if (r->logprobs >= 0) {
         o->logprobs = s->lp;

@@ -88,5 +88,12 @@ int di_seq_append(di_seq *s, int32_t token, float logprob, int32_t n_top);
 int di_seq_text_add(di_seq *s, const char *b, size_t n);
 
 static inline int64_t di_seq_n_output(const di_seq *s) { return s->n_tokens - s->req->n_prompt; }
+/* The message of a sequence that ended in error (NULL otherwise). Its copy
+ * is made when the error happens; if even that allocation failed, the
+ * sequence still reports why. */
+static inline const char *di_seq_error(const di_seq *s) {
+    if (s->error) return s->error;
+    return s->finish == DI_FINISH_ERROR ? "out of memory" : NULL;
+}
 
 #endif

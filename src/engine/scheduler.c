@@ -78,7 +78,7 @@ static void fail_seq(di_seq *q, const char *msg) {
     q->phase = DI_SEQ_DONE;
     q->finish = DI_FINISH_ERROR;
     free(q->error);
-    q->error = strdup(msg);
+    q->error = strdup(msg); /* NULL when out of memory: see di_seq_error() */
 }
 
 /* Gives q a state of capacity >= need (fresh: recompute from position 0),
