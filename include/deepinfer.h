@@ -302,6 +302,8 @@ typedef struct di_grammar_options {
     uint32_t max_lexer_states;       /* DFA states over all lexemes (default 500000) */
     uint32_t max_repeat;             /* cap on unrolled counts: maxItems, maxLength... (default 4096) */
     double max_compile_ms;           /* compile time budget (default 10000) */
+    int format_annotation;           /* 1: JSON Schema `format` is an annotation (draft 2020-12's default
+                                        vocabulary); 0 (default): the formats we check are asserted */
 } di_grammar_options;
 
 DI_API void di_grammar_options_default(di_grammar_options *opts);

@@ -22,34 +22,14 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "grammar/json_schema.h"
 #include "grammar/regex.h"
 
 #define JS_MAX_UNROLL_STATES 4096
 #define JS_MAX_DISTRIBUTE 64
 
-typedef struct memo_ent {
-    const cJSON *node;
-    int32_t nt;
-} memo_ent;
 
-typedef struct js_ctx {
-    di_cfg *g;
-    const di_grammar_options *o;
-    di_err *err;
-    cJSON *doc;
-    memo_ent *memo;
-    uint32_t n_memo, cap_memo;
-    cJSON *owned;          /* array owning merged schemas */
-    cJSON *true_schema;    /* `true`, for absent subschemas */
-    int depth;
-    int32_t any_value;     /* -1 until built */
-    int int_zero_frac;     /* 1.0 counts as an integer (draft 6 and later) */
-    di_sym t_lbrace, t_rbrace, t_lbrack, t_rbrack, t_comma, t_colon;
-    char path[512];        /* JSON pointer of the schema being compiled, for messages */
-} js_ctx;
-
-static int js_fail(js_ctx *c, di_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int js_fail(js_ctx *c, di_status code, const char *fmt, ...) {
+int di_js_fail(js_ctx *c, di_status code, const char *fmt, ...) {
     char buf[DI_ERR_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
@@ -58,7 +38,6 @@ static int js_fail(js_ctx *c, di_status code, const char *fmt, ...) {
     di_err_set(c->err, code, "%s", buf);
     return -1;
 }
-#define FAIL js_fail
 
 static int32_t js_value(js_ctx *c, const cJSON *s);
 
@@ -78,13 +57,13 @@ static int lit_sym(js_ctx *c, const char *s, di_sym *out) {
     return di_cfg_literal_sym(c->g, s, strlen(s), out, c->err) ? -1 : 0;
 }
 
-static cJSON *own(js_ctx *c, cJSON *x) {
+cJSON *di_js_own(js_ctx *c, cJSON *x) {
     if (x) cJSON_AddItemToArray(c->owned, x);
     return x;
 }
 
 static const char *unsupported_keywords[] = {
-    "if", "then", "else", "dependentRequired", "dependentSchemas", "dependencies", "contains",
+    "if", "then", "else", "contains",
     "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
     "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor", "$anchor", "$vocabulary", "extends",
     "disallow", "divisibleBy", NULL};
@@ -94,7 +73,8 @@ static const char *constraint_keywords[] = {
     "propertyNames", "minProperties", "maxProperties", "items", "prefixItems", "additionalItems",
     "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format", "minimum",
     "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
-    "x-di-patterns", "x-di-not-patterns", "not", NULL};
+    "x-di-patterns", "x-di-not-patterns", "x-di-not-values", "x-di-non-integer", "not", "dependentRequired",
+    "dependentSchemas", "dependencies", NULL};
 
 static int in_list(const char *k, const char **l) {
     for (int i = 0; l[i]; i++)
@@ -104,7 +84,7 @@ static int in_list(const char *k, const char **l) {
 
 /* Keywords that constrain instances (supported or not); everything else is
  * an annotation. */
-static int is_constraint(const char *k) {
+int di_js_is_constraint(const char *k) {
     return in_list(k, constraint_keywords) || in_list(k, unsupported_keywords);
 }
 
@@ -125,7 +105,7 @@ static int check_keywords(js_ctx *c, const cJSON *s) {
 }
 
 /* Resolves a local $ref ("#", "#/a/b", "#/$defs/x"). */
-static const cJSON *resolve_ref(js_ctx *c, const char *ref) {
+const cJSON *di_js_resolve_ref(js_ctx *c, const char *ref) {
     if (ref[0] != '#') {
         FAIL(c, DI_ERR_UNSUPPORTED, "$ref '%s': only local references (#/...) are supported", ref);
         return NULL;
@@ -166,7 +146,6 @@ static const cJSON *resolve_ref(js_ctx *c, const char *ref) {
 
 /* ------------------------------------------------------------- types */
 
-enum { T_NULL = 1, T_BOOL = 2, T_OBJ = 4, T_ARR = 8, T_STR = 16, T_INT = 32, T_NUM = 64, T_ALL = 127 };
 
 static int type_bit(const char *t) {
     if (!strcmp(t, "null")) return T_NULL;
@@ -179,7 +158,7 @@ static int type_bit(const char *t) {
     return 0;
 }
 
-static int types_of(js_ctx *c, const cJSON *s, int *out) {
+int di_js_types_of(js_ctx *c, const cJSON *s, int *out) {
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(s, "type");
     if (!t) { *out = T_ALL; return 0; }
     int m = 0;
@@ -197,7 +176,7 @@ static int types_of(js_ctx *c, const cJSON *s, int *out) {
     return 0;
 }
 
-static int value_type(const cJSON *v) {
+int di_js_value_type(const cJSON *v) {
     if (cJSON_IsNull(v)) return T_NULL;
     if (cJSON_IsBool(v)) return T_BOOL;
     if (cJSON_IsObject(v)) return T_OBJ;
@@ -205,6 +184,14 @@ static int value_type(const cJSON *v) {
     if (cJSON_IsString(v)) return T_STR;
     if (cJSON_IsNumber(v)) return (v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 9e15) ? T_INT : T_NUM;
     return 0;
+}
+
+cJSON *di_js_type_array(int t) {
+    cJSON *arr = cJSON_CreateArray();
+    const char *names[] = {"null", "boolean", "object", "array", "string", "integer", "number"};
+    for (int i = 0; i < 7; i++)
+        if ((t & (1 << i)) && !(i == 5 && (t & T_NUM))) cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
+    return arr;
 }
 
 /* --------------------------------------------------------- punctuation */
@@ -259,6 +246,16 @@ static const char *format_regex(const char *f) {
     if (!strcmp(f, "uri"))
         return "[A-Za-z][A-Za-z0-9+.-]*:([A-Za-z0-9._~:/?#@!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*";
     return NULL;
+}
+
+int di_js_format_checked(const char *name) { return format_regex(name) != NULL; }
+
+/* Regex of the format s asserts, or NULL (none, unknown, or formats are
+ * annotations under the options). */
+static const char *asserted_format(js_ctx *c, const cJSON *s) {
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
+    if (c->o->format_annotation || !fmt || !cJSON_IsString(fmt)) return NULL;
+    return format_regex(fmt->valuestring);
 }
 
 /* DFA of unit_rx repeated between mn and mx times (mx >= 0) inside JSON
@@ -319,9 +316,8 @@ static int string_dfa(js_ctx *c, const cJSON *s, di_dfa *out, int *any) {
         }
         if (dfa_and(c, out, &have, &d)) return -1;
     }
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
-    if (fmt && cJSON_IsString(fmt)) {
-        const char *fr = format_regex(fmt->valuestring);
+    {
+        const char *fr = asserted_format(c, s);
         if (fr) {
             if (di_regex_compile(fr, strlen(fr), DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err)) {
                 if (have) di_dfa_free(out);
@@ -377,8 +373,7 @@ static int string_dfa(js_ctx *c, const cJSON *s, di_dfa *out, int *any) {
 static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
     const cJSON *pats = cJSON_GetObjectItemCaseSensitive(s, "x-di-patterns");
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
-    int fmt_known = fmt && cJSON_IsString(fmt) && format_regex(fmt->valuestring);
+    int fmt_known = asserted_format(c, s) != NULL;
     if (!pat && !pats && !fmt_known && !cJSON_GetObjectItemCaseSensitive(s, "x-di-not-patterns")) {
         long mn, mx;
         if (get_count(c, s, "minLength", &mn, 0) || get_count(c, s, "maxLength", &mx, -1)) return -1;
@@ -423,6 +418,7 @@ static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
     const char *kw[] = {"pattern", "x-di-patterns", "format", "minLength", "maxLength", "x-di-not-patterns"};
     for (int i = 0; k && i < 6; i++) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(s, kw[i]);
+        if (i == 2 && !fmt_known) continue; /* an annotation */
         if (x) cJSON_AddItemToObject(k, kw[i], cJSON_Duplicate(x, 1));
     }
     char *txt = k ? cJSON_PrintUnformatted(k) : NULL;
@@ -563,6 +559,97 @@ static void mag_range(long long lo, int lo_ex, long long hi, int hi_ex, int inte
 #undef ALT
 }
 
+/* Regex of the decimal literals equal to number v within lang_digits (see
+ * number_emit) into buf; 0 when no such literal exists, -1 when v cannot
+ * be excluded exactly. */
+static int number_literal_rx(js_ctx *c, double v, int integer_only, char *buf, size_t cap) {
+    if (integer_only) {
+        if (v != floor(v)) return 0; /* no integer equals it */
+        if (fabs(v) >= 9007199254740992.0)
+            return FAIL(c, DI_ERR_UNSUPPORTED, "excluding the integer %.17g (beyond 2^53) is not supported", v);
+        snprintf(buf, cap, "%s%.0f(\\.0+)?", v < 0 ? "\\-" : (v == 0 ? "-?" : ""), fabs(v));
+        return 1;
+    }
+    if (fabs(v) >= 1e9) return 0;
+    char t[64];
+    snprintf(t, sizeof t, "%.6f", fabs(v));
+    if (strtod(t, NULL) != fabs(v)) return 0; /* needs more digits than the language has */
+    char *dot = strchr(t, '.');
+    size_t e = strlen(t);
+    while (e > 0 && t[e - 1] == '0') e--;
+    if (dot && e == (size_t)(dot - t) + 1) e--; /* drop the point too */
+    t[e] = 0;
+    const char *sign = v < 0 ? "\\-" : (v == 0 ? "-?" : "");
+    if (dot && (size_t)(dot - t) < e) {
+        *dot = 0;
+        snprintf(buf, cap, "%s%s\\.%s0*", sign, t, dot + 1);
+    } else snprintf(buf, cap, "%s%s(\\.0+)?", sign, t);
+    return 1;
+}
+
+/* Symbol for the number language given as a regex or a DFA (taken),
+ * narrowed by the internal keywords negation produces: x-di-not-values
+ * (equal to none of these; numbers are then written with at most 9 integer
+ * and 6 fraction digits, so that two different literals are two different
+ * doubles and equality is decided on the text) and x-di-non-integer (a
+ * non-zero fraction, in the same digits so that the double is not integral).
+ * Exclusive bounds on numbers use the same digits: a long literal just
+ * below a bound could round to it. */
+static int number_emit(js_ctx *c, const cJSON *s, int integer_only, int exclusive, const char *rx, di_dfa *dfa,
+                       di_sym *out) {
+    const cJSON *nv = cJSON_GetObjectItemCaseSensitive(s, "x-di-not-values");
+    const cJSON *ni = cJSON_GetObjectItemCaseSensitive(s, "x-di-non-integer");
+    if (!nv && !(ni && cJSON_IsTrue(ni)) && !exclusive) {
+        if (rx) return regex_sym(c, rx, 0, out);
+        return di_cfg_dfa_sym(c->g, dfa, NULL, out, c->err) ? -1 : 0;
+    }
+    di_dfa d;
+    if (rx) {
+        if (di_regex_compile(rx, strlen(rx), 0, c->o->max_lexer_states, &d, c->err)) return -1;
+    } else d = *dfa;
+    char lim[256];
+    size_t k = 0;
+    lim[0] = 0;
+    if (ni && cJSON_IsTrue(ni)) snprintf(lim, sizeof lim, "-?(0|[1-9][0-9]{0,8})\\.[0-9]{0,5}[1-9]");
+    else if ((nv || exclusive) && !integer_only) snprintf(lim, sizeof lim, "-?(0|[1-9][0-9]{0,8})(\\.[0-9]{1,6})?");
+    int r = 0;
+    if (lim[0]) {
+        di_dfa l, x;
+        r = di_regex_compile(lim, strlen(lim), 0, c->o->max_lexer_states, &l, c->err) ? -1 : 0;
+        if (!r) {
+            r = di_dfa_product(&d, &l, 0, c->o->max_lexer_states, &x, c->err) ? -1 : 0;
+            di_dfa_free(&l);
+            if (!r) { di_dfa_free(&d); d = x; }
+        }
+    }
+    if (!r && nv) {
+        if (!cJSON_IsArray(nv)) { di_dfa_free(&d); return FAIL(c, DI_ERR_INTERNAL, "x-di-not-values"); }
+        size_t cap = 64 + (size_t)cJSON_GetArraySize(nv) * 96;
+        char *ex = malloc(cap);
+        if (!ex) { di_dfa_free(&d); return FAIL(c, DI_ERR_NOMEM, "out of memory"); }
+        k = 0;
+        ex[0] = 0;
+        for (const cJSON *v = nv->child; v && !r; v = v->next) {
+            char one[96];
+            int has = cJSON_IsNumber(v) ? number_literal_rx(c, v->valuedouble, integer_only, one, sizeof one) : 0;
+            if (has < 0) r = -1;
+            else if (has) k += (size_t)snprintf(ex + k, cap - k, "%s(%s)", k ? "|" : "", one);
+        }
+        if (!r && k) {
+            di_dfa e, x;
+            r = di_regex_compile(ex, k, 0, c->o->max_lexer_states, &e, c->err) ? -1 : 0;
+            if (!r) {
+                r = di_dfa_product(&d, &e, 1, c->o->max_lexer_states, &x, c->err) ? -1 : 0;
+                di_dfa_free(&e);
+                if (!r) { di_dfa_free(&d); d = x; }
+            }
+        }
+        free(ex);
+    }
+    if (r) { di_dfa_free(&d); return -1; }
+    return di_cfg_dfa_sym(c->g, &d, NULL, out, c->err) ? -1 : 0;
+}
+
 static int number_sym(js_ctx *c, const cJSON *s, int integer_only, di_sym *out) {
     const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minimum");
     const cJSON *mx = cJSON_GetObjectItemCaseSensitive(s, "maximum");
@@ -577,6 +664,7 @@ static int number_sym(js_ctx *c, const cJSON *s, int integer_only, di_sym *out) 
             return FAIL(c, DI_ERR_FORMAT, "numeric bound must be a number");
         }
     const char *frac_re = "";
+    char fr[32];
     if (mul) {
         if (!cJSON_IsNumber(mul) || mul->valuedouble <= 0) return FAIL(c, DI_ERR_FORMAT, "'multipleOf' must be > 0");
         double m = mul->valuedouble;
@@ -589,7 +677,6 @@ static int number_sym(js_ctx *c, const cJSON *s, int integer_only, di_sym *out) 
                 if (c->o->lenient) goto no_mul;
                 return FAIL(c, DI_ERR_UNSUPPORTED, "'multipleOf' %g is not supported (only 1 and powers of 1/10)", m);
             }
-            static char fr[32];
             snprintf(fr, sizeof fr, "(\\.[0-9]{1,%d})?", dec);
             frac_re = fr;
         }
@@ -608,7 +695,7 @@ no_mul:;
         if (integer_only) snprintf(buf, sizeof buf, "-?%s%s", intpart, c->int_zero_frac ? "(\\.0+)?" : "");
         else if (frac_re[0]) snprintf(buf, sizeof buf, "-?%s%s", intpart, frac_re);
         else snprintf(buf, sizeof buf, "-?%s(\\.[0-9]+)?([eE][+-]?[0-9]+)?", intpart);
-        return regex_sym(c, buf, 0, out);
+        return number_emit(c, s, integer_only, 0, buf, NULL, out);
     }
     /* Fractional bounds are tightened to integers for integer-only
      * values (exact); otherwise refused. */
@@ -668,9 +755,9 @@ no_mul:;
         di_dfa_free(&d1);
         di_dfa_free(&d2);
         if (st) return -1;
-        return di_cfg_dfa_sym(c->g, &d, NULL, out, c->err) ? -1 : 0;
+        return number_emit(c, s, integer_only, (lo_ex || hi_ex) && !integer_only, NULL, &d, out);
     }
-    return regex_sym(c, buf, 0, out);
+    return number_emit(c, s, integer_only, (lo_ex || hi_ex) && !integer_only, buf, NULL, out);
 }
 
 /* ------------------------------------------------------ enum / const */
@@ -742,11 +829,11 @@ static int const_value(js_ctx *c, const cJSON *v, int32_t lhs, int depth) {
  * (type, string length / pattern / format, numeric bounds). Returns 1 yes,
  * 0 no, -1 error (e.g. a keyword we cannot check: refused). */
 static int enum_value_ok(js_ctx *c, const cJSON *s, const cJSON *v, int types) {
-    int vt = value_type(v);
+    int vt = di_js_value_type(v);
     if (!(types & vt) && !(vt == T_INT && (types & T_NUM))) return 0;
     for (const cJSON *k = s->child; k; k = k->next) {
         const char *n = k->string;
-        if (!is_constraint(n) || !strcmp(n, "type") || !strcmp(n, "enum") || !strcmp(n, "const")) continue;
+        if (!di_js_is_constraint(n) || !strcmp(n, "type") || !strcmp(n, "enum") || !strcmp(n, "const")) continue;
         if (!strcmp(n, "minLength") || !strcmp(n, "maxLength") || !strcmp(n, "pattern") || !strcmp(n, "format") ||
             !strcmp(n, "x-di-patterns") || !strcmp(n, "x-di-not-patterns")) {
             if (vt != T_STR) continue;
@@ -785,6 +872,14 @@ static int enum_value_ok(js_ctx *c, const cJSON *s, const cJSON *v, int types) {
             if (vt != size_kind) continue;
             double cnt = cJSON_GetArraySize(v), b = cJSON_IsNumber(k) ? k->valuedouble : 0;
             if ((n[1] == 'i' && cnt < b) || (n[1] == 'a' && cnt > b)) return 0;
+            continue;
+        }
+        if (!strcmp(n, "x-di-not-values") || !strcmp(n, "x-di-non-integer")) {
+            if (!(vt & (T_INT | T_NUM))) continue;
+            if (!strcmp(n, "x-di-non-integer") && vt == T_INT) return 0;
+            if (!strcmp(n, "x-di-not-values"))
+                for (const cJSON *x = k->child; x; x = x->next)
+                    if (cJSON_IsNumber(x) && x->valuedouble == v->valuedouble) return 0;
             continue;
         }
         if (!strcmp(n, "required")) {
@@ -963,7 +1058,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
         if (cJSON_IsFalse(pnames)) { memset(&names, 0, sizeof names); have_names = 1; }
         else if (cJSON_IsObject(pnames)) {
             for (const cJSON *k = pnames->child; k; k = k->next)
-                if (is_constraint(k->string) && strcmp(k->string, "pattern") && strcmp(k->string, "minLength") &&
+                if (di_js_is_constraint(k->string) && strcmp(k->string, "pattern") && strcmp(k->string, "minLength") &&
                     strcmp(k->string, "maxLength") && strcmp(k->string, "format") && strcmp(k->string, "type") &&
                     !c->o->lenient) {
                     FAIL(c, DI_ERR_UNSUPPORTED, "'propertyNames' with '%s' is not supported", k->string);
@@ -1039,7 +1134,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
          * or additionalProperties when undeclared */
         const cJSON *ps = props ? cJSON_GetObjectItemCaseSensitive(props, name) : NULL;
         cJSON *conj = cJSON_CreateArray();
-        own(c, conj);
+        di_js_own(c, conj);
         if (ps) cJSON_AddItemReferenceToArray(conj, (cJSON *)ps);
         int matched_pp = 0;
         if (pprops) {
@@ -1056,7 +1151,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
         } else {
             cJSON *all = cJSON_CreateObject();
             cJSON_AddItemReferenceToObject(all, "allOf", conj);
-            own(c, all);
+            di_js_own(c, all);
             val = js_value(c, all);
         }
         if (val == -1) goto done;
@@ -1316,20 +1411,16 @@ static int merge_into(js_ctx *c, cJSON *m, const cJSON *b) {
     }
     for (const cJSON *k = b->child; k; k = k->next) {
         const char *n = k->string;
-        if (!is_constraint(n) || !strcmp(n, "properties")) continue;
+        if (!di_js_is_constraint(n) || !strcmp(n, "properties")) continue;
         if (arrays_done && (!strcmp(n, "prefixItems") || !strcmp(n, "items"))) continue; /* handled above */
         cJSON *mine = cJSON_GetObjectItemCaseSensitive(m, n);
         if (!mine) { cJSON_AddItemToObject(m, n, dup(k)); continue; }
         if (!strcmp(n, "type")) {
             int ta, tb;
-            if (types_of(c, m, &ta) || types_of(c, b, &tb)) return -1;
+            if (di_js_types_of(c, m, &ta) || di_js_types_of(c, b, &tb)) return -1;
             int t = ta & tb;
             if ((ta & T_NUM) && !(tb & T_NUM) && (tb & T_INT)) t &= ~T_NUM;
-            cJSON *arr = cJSON_CreateArray();
-            const char *names[] = {"null", "boolean", "object", "array", "string", "integer", "number"};
-            for (int i = 0; i < 7; i++)
-                if ((t & (1 << i)) && !(i == 5 && (t & T_NUM))) cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
-            put(m, "type", arr);
+            put(m, "type", di_js_type_array(t));
         } else if (!strcmp(n, "required")) {
             for (const cJSON *r = k->child; r; r = r->next) cJSON_AddItemToArray(mine, dup(r));
         } else if (!strcmp(n, "minLength") || !strcmp(n, "minItems") || !strcmp(n, "minProperties") ||
@@ -1353,7 +1444,7 @@ static int merge_into(js_ctx *c, cJSON *m, const cJSON *b) {
             cJSON *ne = cJSON_CreateArray();
             for (const cJSON *x = mine->child; x; x = x->next)
                 for (const cJSON *y = k->child; y; y = y->next)
-                    if (cJSON_Compare(x, y, 1) && value_type(x) == value_type(y)) { cJSON_AddItemToArray(ne, dup(x)); break; }
+                    if (cJSON_Compare(x, y, 1) && di_js_value_type(x) == di_js_value_type(y)) { cJSON_AddItemToArray(ne, dup(x)); break; }
             put(m, "enum", ne);
         } else if (!strcmp(n, "const")) {
             if (!cJSON_Compare(mine, k, 1)) put(m, "enum", cJSON_CreateArray());
@@ -1361,7 +1452,7 @@ static int merge_into(js_ctx *c, cJSON *m, const cJSON *b) {
             /* identical: nothing to do */
         } else if (!strcmp(n, "uniqueItems")) {
             if (cJSON_IsTrue(k)) put(m, n, dup(k));
-        } else if (!strcmp(n, "x-di-patterns") || !strcmp(n, "x-di-not-patterns")) {
+        } else if (!strcmp(n, "x-di-patterns") || !strcmp(n, "x-di-not-patterns") || !strcmp(n, "x-di-not-values")) {
             for (const cJSON *r = k->child; r; r = r->next) cJSON_AddItemToArray(mine, dup(r));
         } else {
             if (c->o->lenient) continue;
@@ -1383,11 +1474,13 @@ static int flatten(js_ctx *c, const cJSON *s, cJSON *plain, cJSON *disj, int dep
         return 0;
     }
     if (!cJSON_IsObject(s)) return FAIL(c, DI_ERR_FORMAT, "schema must be an object or a boolean");
+    s = di_js_rewrite_logic(c, s);
+    if (!s) return -1;
     if (check_keywords(c, s)) return -1;
     cJSON *rest = cJSON_CreateObject();
     for (const cJSON *k = s->child; k; k = k->next) {
         if (!strcmp(k->string, "allOf") || !strcmp(k->string, "$ref") || !strcmp(k->string, "anyOf") ||
-            !strcmp(k->string, "oneOf") || !is_constraint(k->string))
+            !strcmp(k->string, "oneOf") || !di_js_is_constraint(k->string))
             continue;
         if (in_list(k->string, unsupported_keywords)) continue; /* lenient */
         cJSON_AddItemToObject(rest, k->string, dup(k));
@@ -1396,7 +1489,7 @@ static int flatten(js_ctx *c, const cJSON *s, cJSON *plain, cJSON *disj, int dep
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
     if (ref) {
         if (!cJSON_IsString(ref)) return FAIL(c, DI_ERR_FORMAT, "'$ref' must be a string");
-        const cJSON *t = resolve_ref(c, ref->valuestring);
+        const cJSON *t = di_js_resolve_ref(c, ref->valuestring);
         if (!t || flatten(c, t, plain, disj, depth + 1)) return -1;
     }
     const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
@@ -1418,36 +1511,36 @@ static int flatten(js_ctx *c, const cJSON *s, cJSON *plain, cJSON *disj, int dep
 }
 
 /* Possible instance types of a schema, following $ref / allOf / anyOf. */
-static int possible_types(js_ctx *c, const cJSON *s, int depth) {
+int di_js_possible_types(js_ctx *c, const cJSON *s, int depth) {
     if (depth > 16 || cJSON_IsTrue(s)) return T_ALL;
     if (cJSON_IsFalse(s)) return 0;
     if (!cJSON_IsObject(s)) return T_ALL;
     int t = T_ALL;
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(s, "type");
-    if (ty && types_of(c, s, &t)) { di_err_clear(c->err); t = T_ALL; }
+    if (ty && di_js_types_of(c, s, &t)) { di_err_clear(c->err); t = T_ALL; }
     const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
     if (en && cJSON_IsArray(en)) {
         int e = 0;
-        for (const cJSON *v = en->child; v; v = v->next) e |= value_type(v) == T_INT ? (T_INT | T_NUM) : value_type(v);
+        for (const cJSON *v = en->child; v; v = v->next) e |= di_js_value_type(v) == T_INT ? (T_INT | T_NUM) : di_js_value_type(v);
         t &= e;
     }
     const cJSON *co = cJSON_GetObjectItemCaseSensitive(s, "const");
-    if (co) t &= value_type(co) == T_INT ? (T_INT | T_NUM) : value_type(co);
+    if (co) t &= di_js_value_type(co) == T_INT ? (T_INT | T_NUM) : di_js_value_type(co);
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
     if (ref && cJSON_IsString(ref)) {
         di_err save = *c->err;
-        const cJSON *r = resolve_ref(c, ref->valuestring);
+        const cJSON *r = di_js_resolve_ref(c, ref->valuestring);
         *c->err = save;
-        if (r) t &= possible_types(c, r, depth + 1);
+        if (r) t &= di_js_possible_types(c, r, depth + 1);
     }
     const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
-    if (all) for (const cJSON *x = all->child; x; x = x->next) t &= possible_types(c, x, depth + 1);
+    if (all) for (const cJSON *x = all->child; x; x = x->next) t &= di_js_possible_types(c, x, depth + 1);
     const char *dk[2] = {"anyOf", "oneOf"};
     for (int i = 0; i < 2; i++) {
         const cJSON *d = cJSON_GetObjectItemCaseSensitive(s, dk[i]);
         if (!d) continue;
         int u = 0;
-        for (const cJSON *x = d->child; x; x = x->next) u |= possible_types(c, x, depth + 1);
+        for (const cJSON *x = d->child; x; x = x->next) u |= di_js_possible_types(c, x, depth + 1);
         t &= u;
     }
     return t;
@@ -1459,7 +1552,7 @@ static const cJSON *discriminator(js_ctx *c, const cJSON *s, const char *name, i
     const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
     if (ref && cJSON_IsString(ref)) {
         di_err save = *c->err;
-        const cJSON *r = resolve_ref(c, ref->valuestring);
+        const cJSON *r = di_js_resolve_ref(c, ref->valuestring);
         *c->err = save;
         if (r) {
             const cJSON *d = discriminator(c, r, name, depth + 1);
@@ -1497,7 +1590,7 @@ static const cJSON *deref(js_ctx *c, const cJSON *s) {
         const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
         if (!ref || !cJSON_IsString(ref)) break;
         di_err save = *c->err;
-        const cJSON *t = resolve_ref(c, ref->valuestring);
+        const cJSON *t = di_js_resolve_ref(c, ref->valuestring);
         *c->err = save;
         if (!t) break;
         s = t;
@@ -1534,12 +1627,12 @@ static int string_only_dfa(js_ctx *c, const cJSON *s, di_dfa *out) {
     if (!cJSON_IsObject(s)) return -1;
     for (const cJSON *k = s->child; k; k = k->next) {
         const char *n = k->string;
-        if (!is_constraint(n)) continue;
+        if (!di_js_is_constraint(n)) continue;
         if (strcmp(n, "type") && strcmp(n, "enum") && strcmp(n, "const") && strcmp(n, "pattern") &&
             strcmp(n, "format") && strcmp(n, "minLength") && strcmp(n, "maxLength"))
             return -1;
     }
-    int t = possible_types(c, s, 0);
+    int t = di_js_possible_types(c, s, 0);
     if (t != T_STR) return -1;
     di_err save = *c->err;
     di_dfa d;
@@ -1590,7 +1683,7 @@ static int string_only_dfa(js_ctx *c, const cJSON *s, di_dfa *out) {
 }
 
 /* 1 when no instance can satisfy both a and b (a sufficient test). */
-static int disjoint(js_ctx *c, const cJSON *a, const cJSON *b) {
+int di_js_disjoint(js_ctx *c, const cJSON *a, const cJSON *b) {
     if (required_forbidden(c, a, b) || required_forbidden(c, b, a)) return 1;
     di_dfa da, db;
     if (string_only_dfa(c, a, &da) == 0) {
@@ -1601,7 +1694,7 @@ static int disjoint(js_ctx *c, const cJSON *a, const cJSON *b) {
             if (!meet) return 1;
         } else di_dfa_free(&da);
     }
-    int ta = possible_types(c, a, 0), tb = possible_types(c, b, 0);
+    int ta = di_js_possible_types(c, a, 0), tb = di_js_possible_types(c, b, 0);
     int ua = ta, ub = tb;
     if (ua & T_NUM) ua |= T_INT;
     if (ub & T_NUM) ub |= T_INT;
@@ -1626,7 +1719,7 @@ static int disjoint(js_ctx *c, const cJSON *a, const cJSON *b) {
             const cJSON *ref = cJSON_GetObjectItemCaseSensitive(sa, "$ref");
             if (!ref || !cJSON_IsString(ref)) break;
             di_err save = *c->err;
-            sa = resolve_ref(c, ref->valuestring);
+            sa = di_js_resolve_ref(c, ref->valuestring);
             *c->err = save;
         }
     }
@@ -1647,7 +1740,7 @@ static int32_t alternatives(js_ctx *c, cJSON *const *branches, int n) {
 static int check_one_of(js_ctx *c, const cJSON *arr) {
     for (const cJSON *a = arr->child; a; a = a->next)
         for (const cJSON *b = a->next; b; b = b->next)
-            if (!disjoint(c, a, b)) {
+            if (!di_js_disjoint(c, a, b)) {
                 if (c->o->lenient) return 0;
                 return FAIL(c, DI_ERR_UNSUPPORTED, "oneOf whose branches may overlap is not supported (at %s)",
                             c->path[0] ? c->path : "#");
@@ -1658,10 +1751,10 @@ static int check_one_of(js_ctx *c, const cJSON *arr) {
 /* Schema with allOf / $ref+siblings / anyOf+siblings: normalise to plain
  * schemas, distributing disjunctions. */
 static int32_t combined(js_ctx *c, const cJSON *s) {
-    cJSON *plain = own(c, cJSON_CreateArray()), *disj = own(c, cJSON_CreateArray());
+    cJSON *plain = di_js_own(c, cJSON_CreateArray()), *disj = di_js_own(c, cJSON_CreateArray());
     if (flatten(c, s, plain, disj, 0)) return -1;
     cJSON *base = cJSON_CreateObject();
-    own(c, base);
+    di_js_own(c, base);
     for (const cJSON *p = plain->child; p; p = p->next)
         if (merge_into(c, base, p)) return -1;
     int nd = cJSON_GetArraySize(disj);
@@ -1682,7 +1775,7 @@ static int32_t combined(js_ctx *c, const cJSON *s) {
     int nb = 0;
     for (int idx = 0; idx < total; idx++) {
         cJSON *conj = cJSON_CreateArray();
-        own(c, conj);
+        di_js_own(c, conj);
         cJSON_AddItemToArray(conj, dup(base));
         int r = idx;
         for (const cJSON *d = disj->child; d; d = d->next) {
@@ -1693,7 +1786,7 @@ static int32_t combined(js_ctx *c, const cJSON *s) {
         }
         cJSON *w = cJSON_CreateObject();
         cJSON_AddItemToObject(w, "allOf", cJSON_Duplicate(conj, 1));
-        own(c, w);
+        di_js_own(c, w);
         br[nb++] = w;
     }
     return alternatives(c, br, nb);
@@ -1739,62 +1832,10 @@ static int32_t any_value(js_ctx *c) {
     return v;
 }
 
-/* `not` in the forms we can enforce exactly: not false (no effect), not
- * true / {} (nothing valid), not {"type": ...} (removes types), not
- * {"pattern": p} (strings must not match p). Returns the rewritten schema
- * (owned by the context), s itself when there is no `not`, or NULL. */
-static const cJSON *rewrite_not(js_ctx *c, const cJSON *s) {
-    const cJSON *n = cJSON_GetObjectItemCaseSensitive(s, "not");
-    if (!n) return s;
-    cJSON *r = own(c, cJSON_Duplicate(s, 1));
-    if (!r) { FAIL(c, DI_ERR_NOMEM, "out of memory"); return NULL; }
-    cJSON_DeleteItemFromObjectCaseSensitive(r, "not");
-    if (cJSON_IsFalse(n)) return r;
-    int n_constraints = 0;
-    const cJSON *only = NULL;
-    if (cJSON_IsObject(n))
-        for (const cJSON *k = n->child; k; k = k->next)
-            if (is_constraint(k->string)) { n_constraints++; only = k; }
-    if (cJSON_IsTrue(n) || (cJSON_IsObject(n) && n_constraints == 0)) {
-        put(r, "enum", cJSON_CreateArray());
-        return r;
-    }
-    if (n_constraints == 1 && !strcmp(only->string, "type")) {
-        int ts, tn;
-        if (types_of(c, s, &ts) || types_of(c, n, &tn)) return NULL;
-        if ((tn & T_INT) && !(tn & T_NUM) && (ts & T_NUM)) {
-            FAIL(c, DI_ERR_UNSUPPORTED, "'not' excluding integers from numbers is not supported");
-            return NULL;
-        }
-        int t = ts & ~tn;
-        cJSON *arr = cJSON_CreateArray();
-        const char *names[] = {"null", "boolean", "object", "array", "string", "integer", "number"};
-        for (int i = 0; i < 7; i++)
-            if ((t & (1 << i)) && !(i == 5 && (t & T_NUM))) cJSON_AddItemToArray(arr, cJSON_CreateString(names[i]));
-        put(r, "type", arr);
-        return r;
-    }
-    if (n_constraints == 1 && !strcmp(only->string, "not")) { /* not not X = X */
-        cJSON *all = cJSON_GetObjectItemCaseSensitive(r, "allOf");
-        if (!all) { all = cJSON_CreateArray(); cJSON_AddItemToObject(r, "allOf", all); }
-        cJSON_AddItemToArray(all, cJSON_Duplicate(only, 1));
-        return r;
-    }
-    if (n_constraints == 1 && !strcmp(only->string, "pattern") && cJSON_IsString(only)) {
-        cJSON *pl = cJSON_GetObjectItemCaseSensitive(r, "x-di-not-patterns");
-        if (!pl) { pl = cJSON_CreateArray(); cJSON_AddItemToObject(r, "x-di-not-patterns", pl); }
-        cJSON_AddItemToArray(pl, cJSON_Duplicate(only, 1));
-        return r;
-    }
-    if (c->o->lenient) return r;
-    FAIL(c, DI_ERR_UNSUPPORTED, "JSON Schema keyword 'not' is not supported in this form (at %s)", c->path[0] ? c->path : "#");
-    return NULL;
-}
-
 static int32_t js_value_body(js_ctx *c, const cJSON *s, int32_t nt) {
-    if (cJSON_IsObject(s) && cJSON_GetObjectItemCaseSensitive(s, "not")) {
-        const cJSON *r = rewrite_not(c, s);
-        if (!r) return -1;
+    const cJSON *r = di_js_rewrite_logic(c, s);
+    if (!r) return -1;
+    if (r != s) {
         int32_t v = js_value(c, r);
         return v < 0 || add_rule(c, nt, &v, 1) ? -1 : nt;
     }
@@ -1812,7 +1853,7 @@ static int32_t js_value_body(js_ctx *c, const cJSON *s, int32_t nt) {
     int n_comb = !!any + !!one;
     int others = 0;
     for (const cJSON *k = s->child; k; k = k->next)
-        if (is_constraint(k->string) && strcmp(k->string, "$ref") && strcmp(k->string, "anyOf") &&
+        if (di_js_is_constraint(k->string) && strcmp(k->string, "$ref") && strcmp(k->string, "anyOf") &&
             strcmp(k->string, "oneOf") && strcmp(k->string, "allOf") && !in_list(k->string, unsupported_keywords))
             others = 1;
     if (all || (ref && (others || n_comb)) || n_comb > 1 || (n_comb && others)) {
@@ -1821,7 +1862,7 @@ static int32_t js_value_body(js_ctx *c, const cJSON *s, int32_t nt) {
     }
     if (ref) {
         if (!cJSON_IsString(ref)) return FAIL(c, DI_ERR_FORMAT, "'$ref' must be a string");
-        const cJSON *t = resolve_ref(c, ref->valuestring);
+        const cJSON *t = di_js_resolve_ref(c, ref->valuestring);
         if (!t) return -1;
         int32_t v = js_value(c, t);
         return v < 0 || add_rule(c, nt, &v, 1) ? -1 : nt;
@@ -1838,7 +1879,7 @@ static int32_t js_value_body(js_ctx *c, const cJSON *s, int32_t nt) {
         return nt;
     }
     int types;
-    if (types_of(c, s, &types)) return -1;
+    if (di_js_types_of(c, s, &types)) return -1;
     if (cJSON_GetObjectItemCaseSensitive(s, "enum") || cJSON_GetObjectItemCaseSensitive(s, "const")) {
         int32_t v = enum_nt(c, s, types);
         return v < 0 || add_rule(c, nt, &v, 1) ? -1 : nt;

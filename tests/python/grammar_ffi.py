@@ -31,6 +31,7 @@ class Options(ctypes.Structure):
         ("max_lexer_states", ctypes.c_uint32),
         ("max_repeat", ctypes.c_uint32),
         ("max_compile_ms", ctypes.c_double),
+        ("format_annotation", ctypes.c_int),
     ]
 
 

