@@ -19,7 +19,8 @@
  *   backend uploads or downloads these itself; float tensors never leave
  *   backend memory except through download.
  * - Ops cannot fail once their inputs are validated by the model (shapes are
- *   checked when the model is built), so they return nothing. */
+ *   checked when the model is built), so they return nothing; a backend
+ *   whose ops can still fail (device errors) reports through `status`. */
 #ifndef DI_BACKEND_BACKEND_H
 #define DI_BACKEND_BACKEND_H
 
@@ -192,6 +193,14 @@ typedef struct di_backend_ops {
     /* Releases a backend with resources of its own (device memory, a
      * weight cache); NULL for the CPU backend. Called by di_backend_destroy. */
     void (*destroy)(di_backend *be);
+
+    /* The first failure of any op since the backend was created, with its
+     * message; DI_OK when all went well. Ops return nothing, so a device
+     * backend keeps what went wrong (a launch error, a fault found when it
+     * waits for the device, an allocation of scratch memory) and answers
+     * here; the forward pass asks after each pass so the error reaches the
+     * caller as a di_status. NULL when no op can fail (the CPU backend). */
+    di_status (*status)(di_backend *be, di_err *err);
 } di_backend_ops;
 
 struct di_backend {

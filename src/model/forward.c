@@ -224,6 +224,9 @@ di_status di_forward(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float 
         if ((st = di_fwd_head(&f, s, pre, rows, n, logits, err))) goto out;
     }
     if (lm->has_dspark && (st = di_dspark_seed(&f, err))) goto out;
+    /* a device backend's ops cannot return errors: ask once per pass, before
+     * the sequences advance, so a failed pass leaves them where they were */
+    if (be->ops->status && (st = be->ops->status(be, err))) di_err_prefix(err, "forward on %s: ", be->ops->name);
 out:
     be->ops->free(be, s);
     be->ops->free(be, pre);

@@ -1,11 +1,16 @@
-/* End to end on the CUDA backend (golden README level 5, prefill): the
+/* End to end on the CUDA backend (golden README levels 3 and 4): the
  * v41-tiny fixtures (FP8 activation numerics, and BF16) run through the whole forward
  * pass with every op on the GPU, its prefill logits checked against the
  * golden file with the CPU forward's bounds (tests/unit/test_golden_forward.c)
  * and against the CPU backend's own logits on the same prompt: every
  * position where the CPU's top two logits are more than 0.5 apart must have
- * the same greedy token on the GPU. Skips without a GPU or without
- * ../shared. */
+ * the same greedy token on the GPU. Then decode: 32 steps fed with the
+ * golden inputs, logits against the golden decode logits with the same
+ * bounds, and free-running greedy generation, whose tokens must equal the
+ * CPU backend's up to the first step where the CPU's top two logits are
+ * within 0.5 (a near-tie either side may break differently) and the
+ * golden greedy ids up to the first golden near-tie. Skips without a GPU or
+ * without ../shared. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +42,74 @@ static float *prefill(gold_model *g, const int32_t *ids, int64_t S, di_err *err)
     return lg;
 }
 
+static int64_t argmax_margin(const float *l, int64_t V, double *margin) {
+    int64_t a = 0, b = -1;
+    for (int64_t v = 1; v < V; v++)
+        if (l[v] > l[a]) {
+            b = a;
+            a = v;
+        } else if (b < 0 || l[v] > l[b]) {
+            b = v;
+        }
+    *margin = b >= 0 ? (double)l[a] - (double)l[b] : 1e30;
+    return a;
+}
+
+/* Free-running greedy: n tokens after the prompt, each with its top-two
+ * margin. Returns the steps done. */
+static int64_t greedy(gold_model *g, const int32_t *ids, int64_t S, int64_t n, int32_t *tok,
+                      double *margin, di_err *err) {
+    int64_t V = g->cfg.vocab_size, done = 0;
+    di_seqstate st;
+    if (di_seqstate_init(&st, &g->lm, S + n + 8, 8, err)) return 0;
+    float *lg = malloc((size_t)V * sizeof(float));
+    di_fwd_seq q = {&st, ids, S};
+    di_status rc = lg ? di_forward(&g->lm, &q, 1, lg, 0, err) : DI_ERR_NOMEM;
+    for (int64_t i = 0; i < n && rc == DI_OK; i++, done++) {
+        tok[i] = (int32_t)argmax_margin(lg, V, &margin[i]);
+        di_fwd_seq d = {&st, &tok[i], 1};
+        rc = di_forward(&g->lm, &d, 1, lg, 0, err);
+    }
+    free(lg);
+    di_seqstate_free(&st);
+    return done;
+}
+
+/* Decode fed with the golden inputs after the prompt: logits [n, V]. */
+static float *decode_forced(gold_model *g, const int32_t *ids, int64_t S, const int32_t *din, int64_t n,
+                            di_err *err) {
+    int64_t V = g->cfg.vocab_size;
+    di_seqstate st;
+    if (di_seqstate_init(&st, &g->lm, S + n + 8, 8, err)) return NULL;
+    float *lg = malloc((size_t)(n * V) * sizeof(float));
+    di_fwd_seq q = {&st, ids, S};
+    di_status rc = lg ? di_forward(&g->lm, &q, 1, lg, 0, err) : DI_ERR_NOMEM;
+    for (int64_t i = 0; i < n && rc == DI_OK; i++) {
+        di_fwd_seq d = {&st, din + i, 1};
+        rc = di_forward(&g->lm, &d, 1, lg + i * V, 0, err);
+    }
+    di_seqstate_free(&st);
+    if (rc) {
+        free(lg);
+        return NULL;
+    }
+    return lg;
+}
+
+static void check_stats(const char *what, const float *a, const float *gl, int64_t rows, int64_t V,
+                        const bounds *b) {
+    logit_stats s = logit_compare(a, gl, rows, V, b->margin);
+    fprintf(stderr, "  %s gpu vs golden: mean %.4f p99 %.3f p999 %.3f max %.3f row-mean %.3f argmax %.3f\n",
+            what, s.mean, s.p99, s.p999, s.max, s.worst_row_mean, s.argmax_agree);
+    CHECKF(s.mean <= b->mean, "%s mean %.4f", what, s.mean);
+    CHECKF(s.p99 <= b->p99, "%s p99 %.3f", what, s.p99);
+    CHECKF(s.p999 <= b->p999, "%s p999 %.3f", what, s.p999);
+    CHECKF(s.max <= b->max, "%s max %.3f", what, s.max);
+    CHECKF(s.worst_row_mean <= b->row_mean, "%s row mean %.3f", what, s.worst_row_mean);
+    CHECKF(s.argmax_agree >= b->agree, "%s argmax agreement %.3f", what, s.argmax_agree);
+    CHECKF(s.must_match_fail == 0, "%s: %d rows with a clear golden argmax differ", what, s.must_match_fail);
+}
+
 static void golden_prompt(gold_model *g, di_backend *gpu, const char *p, const bounds *b) {
     char name[128];
     int64_t S = 0, V = g->cfg.vocab_size;
@@ -44,48 +117,81 @@ static void golden_prompt(gold_model *g, di_backend *gpu, const char *p, const b
     const int32_t *ids = gold_i32(g, name, &S);
     snprintf(name, sizeof name, "%s.prefill.logits", p);
     const float *gl = gold_f32(g, name, NULL);
-    CHECK(ids && gl);
-    if (!ids || !gl) return;
+    int64_t n = 0;
+    snprintf(name, sizeof name, "%s.decode.input_ids", p);
+    const int32_t *din = gold_i32(g, name, &n);
+    snprintf(name, sizeof name, "%s.decode.logits", p);
+    const float *dl = gold_f32(g, name, NULL);
+    snprintf(name, sizeof name, "%s.decode.next_ids", p);
+    const int32_t *dnext = gold_i32(g, name, NULL);
+    snprintf(name, sizeof name, "%s.decode.margin", p);
+    const float *dmargin = gold_f32(g, name, NULL);
+    CHECK(ids && gl && din && dl && dnext && dmargin);
+    if (!ids || !gl || !din || !dl || !dnext || !dmargin) return;
     di_err err = {0};
     float *lc = prefill(g, ids, S, &err); /* g->lm is on the CPU here */
     CHECKF(lc != NULL, "cpu prefill: %s", err.msg);
+    int32_t *tc = calloc((size_t)n, sizeof(int32_t)), *tg = calloc((size_t)n, sizeof(int32_t));
+    double *mc = calloc((size_t)n, sizeof(double)), *mg = calloc((size_t)n, sizeof(double));
+    CHECK(tc && tg && mc && mg);
+    int64_t nc = tc && mc ? greedy(g, ids, S, n, tc, mc, &err) : 0;
+    CHECKF(nc == n, "cpu greedy: %s", err.msg);
     /* the same model on the GPU */
-    int64_t nc = V;
-    int32_t *cmap = malloc((size_t)nc * sizeof(int32_t));
-    memcpy(cmap, g->lm.cmap, (size_t)nc * sizeof(int32_t));
+    int32_t *cmap = malloc((size_t)V * sizeof(int32_t));
+    memcpy(cmap, g->lm.cmap, (size_t)V * sizeof(int32_t));
     di_numerics num = g->lm.numerics;
     di_lm_free(&g->lm);
     memset(&g->lm, 0, sizeof g->lm);
     di_status rc = di_lm_init(&g->lm, &g->cfg, &g->w, gpu, num, cmap, &err);
     free(cmap);
     CHECKF(rc == DI_OK, "lm on the GPU: %s", err.msg);
-    if (rc) {
-        free(lc);
-        return;
-    }
-    float *lgpu = prefill(g, ids, S, &err);
+    float *lgpu = rc ? NULL : prefill(g, ids, S, &err);
     CHECKF(lgpu != NULL, "gpu prefill: %s", err.msg);
     di_err be_err = {0};
     CHECKF(di_backend_cuda_status(gpu, &be_err) == DI_OK, "gpu backend: %s", be_err.msg);
     if (lgpu && lc) {
-        logit_stats s = logit_compare(lgpu, gl, S, V, b->margin);
-        fprintf(stderr, "  %s gpu vs golden: mean %.4f p99 %.3f p999 %.3f max %.3f row-mean %.3f argmax %.3f\n",
-                p, s.mean, s.p99, s.p999, s.max, s.worst_row_mean, s.argmax_agree);
-        CHECKF(s.mean <= b->mean, "mean %.4f", s.mean);
-        CHECKF(s.p99 <= b->p99, "p99 %.3f", s.p99);
-        CHECKF(s.p999 <= b->p999, "p999 %.3f", s.p999);
-        CHECKF(s.max <= b->max, "max %.3f", s.max);
-        CHECKF(s.worst_row_mean <= b->row_mean, "row mean %.3f", s.worst_row_mean);
-        CHECKF(s.argmax_agree >= b->agree, "argmax agreement %.3f", s.argmax_agree);
-        CHECKF(s.must_match_fail == 0, "%d rows with a clear golden argmax differ", s.must_match_fail);
+        check_stats(p, lgpu, gl, S, V, b);
         logit_stats c = logit_compare(lgpu, lc, S, V, 0.5);
         fprintf(stderr, "  %s gpu vs cpu:    mean %.4f max %.3f argmax %.3f\n", p, c.mean, c.max,
                 c.argmax_agree);
         CHECKF(c.must_match_fail == 0, "%d rows with a clear cpu argmax differ on the gpu",
                c.must_match_fail);
     }
+    /* decode fed with the golden inputs */
+    float *ld = rc ? NULL : decode_forced(g, ids, S, din, n, &err);
+    CHECKF(ld != NULL, "gpu decode: %s", err.msg);
+    if (ld) {
+        snprintf(name, sizeof name, "%s decode", p);
+        check_stats(name, ld, dl, n, V, b);
+    }
+    /* free-running greedy: the CPU's tokens up to the CPU's first near-tie,
+     * the golden ones up to the golden first near-tie */
+    int64_t ng = rc || !tg || !mg ? 0 : greedy(g, ids, S, n, tg, mg, &err);
+    CHECKF(ng == n, "gpu greedy: %s", err.msg);
+    int64_t same_cpu = 0, same_gold = 0;
+    while (same_cpu < ng && same_cpu < nc && tg[same_cpu] == tc[same_cpu]) same_cpu++;
+    int64_t tie_cpu = 0;
+    while (tie_cpu < nc && mc[tie_cpu] >= 0.5) tie_cpu++;
+    CHECKF(same_cpu >= tie_cpu, "%s greedy: gpu and cpu part at step %lld, before the cpu's first near-tie (%lld)", p,
+           (long long)same_cpu, (long long)tie_cpu);
+    /* golden step i feeds next_ids[i-1]: token i of the greedy run is next_ids[i-1] */
+    while (same_gold + 1 < ng && same_gold < n && tg[same_gold + 1] == dnext[same_gold]) same_gold++;
+    int64_t tie_gold = 0;
+    while (tie_gold + 1 < n && dmargin[tie_gold] >= b->margin) tie_gold++;
+    CHECKF(ng > 0 && tg[0] == din[0], "%s greedy: first token %d, golden %d", p, ng ? tg[0] : -1, din[0]);
+    CHECKF(same_gold >= tie_gold, "%s greedy: gpu leaves the golden ids at step %lld, before its first near-tie (%lld)",
+           p, (long long)same_gold, (long long)tie_gold);
+    fprintf(stderr, "  %s greedy: %lld/%lld tokens equal to the cpu's (cpu near-tie at %lld), %lld golden steps "
+            "(golden near-tie at %lld)\n", p, (long long)same_cpu, (long long)n, (long long)tie_cpu,
+            (long long)same_gold, (long long)tie_gold);
+    CHECKF(di_backend_cuda_status(gpu, &be_err) == DI_OK, "gpu backend: %s", be_err.msg);
     free(lc);
     free(lgpu);
+    free(ld);
+    free(tc);
+    free(tg);
+    free(mc);
+    free(mg);
 }
 
 static void fixture(const char *fx, const bounds *b) {

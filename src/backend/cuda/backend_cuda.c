@@ -2,11 +2,21 @@
  * §2–§10; the CPU backend, backend_cpu.c, is the reference semantics of
  * every op, rounding points included).
  *
- * Memory. alloc / free / upload / download / copy are device allocations
- * and synchronous copies on the default stream; every kernel runs on that
- * stream too, so the copy that uploads the next call's metadata or
- * downloads a result is ordered after the kernels before it, and scratch
- * buffers can be reused from call to call without events.
+ * Memory. Every kernel and copy runs on the default stream, so the copy
+ * that uploads the next call's metadata or downloads a result is ordered
+ * after the kernels before it, and scratch buffers can be reused from call
+ * to call without events. alloc / free go through a pool: a freed buffer is
+ * kept by size class and handed out again (zeroed by an asynchronous
+ * memset), because cudaMalloc costs tens of microseconds and cudaFree waits
+ * for the whole device, and the forward allocates its activations afresh
+ * for every block of every pass. The pool gives its memory back to the
+ * device only when an allocation fails, and at destroy.
+ *
+ * Copies. The model copies rows one at a time (window rings, compressor
+ * state, the embedding's mHC copies). copy only queues them; the queue
+ * runs as one kernel (one thread block per copy) before the next op of any
+ * other kind, or earlier when a new copy touches memory a queued one reads
+ * or writes, so the order the model asked for is kept.
  *
  * Weights. The model hands weights over as host pointers into the
  * checkpoint mapping (di_wmat.w / .s, di_tensor.data). Each one is uploaded
@@ -26,19 +36,41 @@
  * backend's op on them, so their selections are bit-identical to the CPU's
  * by construction. GPU selection kernels are future work.
  *
- * Errors. Ops return nothing (backend.h); the first failure is kept and
- * reported by di_backend_cuda_status. */
+ * Errors. Ops return nothing (backend.h); the first failure is kept, with
+ * the op's name in front of the message, and reported by the `status` op
+ * (di_backend_cuda_status).
+ *
+ * Profile. With DI_CUDA_PROFILE=1 in the environment every op waits for the
+ * device on entry, and the time from one op's entry to the next op's entry
+ * is charged to the first (host work of the model between two ops included),
+ * so a pass splits into per-op times (di_backend_cuda_profile). */
 #ifdef DI_HAVE_CUDA
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.h"
 
 enum { SCR_A, SCR_B, SCR_C, SCR_D, N_SCRATCH };
+
+/* A buffer of the pool: live (handed out) or free (kept for reuse). */
+typedef struct pblock {
+    void *p;
+    size_t cap; /* bytes of its size class */
+} pblock;
+
+enum { PROF_MAX = 48 };
+
+typedef struct prof_entry {
+    const char *op;
+    double s;
+    long calls;
+} prof_entry;
 
 typedef struct wentry {
     const void *host; /* NULL = empty slot */
@@ -57,6 +89,24 @@ typedef struct cuda_impl {
     void *host_buf; /* host staging (downloads, Engram rows) */
     size_t host_cap;
     di_backend *cpu; /* runs the host-result ops on downloaded inputs */
+    const char *op;  /* the op running now (error messages, profile) */
+    /* pool: live blocks (open addressing by pointer) and free blocks */
+    int use_pool;
+    pblock *live;
+    size_t live_cap, live_count;
+    pblock *freel;
+    size_t free_count, free_cap;
+    size_t pool_bytes;           /* bytes held by the pool, live or free */
+    long n_malloc;               /* cudaMalloc calls made for buffers */
+    /* queued copies */
+    cuda_copy_batch *cq;         /* cq->n queued */
+    long n_copy_batches, n_copies;
+    /* profile */
+    int prof;
+    double prof_t;
+    const char *prof_op;
+    prof_entry prof_tab[PROF_MAX];
+    int prof_n;
 } cuda_impl;
 
 static cuda_impl *IM(di_backend *be) { return be->impl; }
@@ -66,7 +116,44 @@ static void note(di_backend *be, di_status st, const di_err *err) {
     if (st && !c->status) {
         c->status = st;
         c->err = *err;
+        if (c->op) di_err_prefix(&c->err, "cuda backend, %s: ", c->op);
     }
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------ op entry */
+
+static void copies_flush(di_backend *be);
+static const char OP_COPY[] = "copy";
+
+/* Every op starts here: queued copies run first (unless this is one more
+ * copy), the op's name is recorded for error messages, and in profile mode
+ * the device is drained and the time since the last op's entry charged to
+ * that op. */
+static void op_enter(di_backend *be, const char *op) {
+    cuda_impl *c = IM(be);
+    if (c->cq->n && op != OP_COPY) copies_flush(be);
+    c->op = op;
+    if (!c->prof) return;
+    di_err err = {0};
+    note(be, di_cuda_synchronize(&err), &err);
+    double t = now_s();
+    if (c->prof_op) {
+        int i = 0;
+        while (i < c->prof_n && c->prof_tab[i].op != c->prof_op) i++;
+        if (i == c->prof_n && i < PROF_MAX) c->prof_tab[c->prof_n++] = (prof_entry){c->prof_op, 0, 0};
+        if (i < c->prof_n) {
+            c->prof_tab[i].s += t - c->prof_t;
+            c->prof_tab[i].calls++;
+        }
+    }
+    c->prof_op = op;
+    c->prof_t = t;
 }
 
 /* ------------------------------------------------------------ scratch */
@@ -207,34 +294,204 @@ size_t di_backend_cuda_weights_bytes(const di_backend *be) {
 
 /* ------------------------------------------------------------ memory */
 
+/* Size classes: powers of two up to 1 MiB, then multiples of 1 MiB, so a
+ * buffer is reused for any request of its class (at most 2x waste below
+ * 1 MiB, one MiB above). */
+static size_t pool_class(size_t bytes) {
+    if (bytes <= 256) return 256;
+    if (bytes <= ((size_t)1 << 20)) {
+        size_t c = 512;
+        while (c < bytes) c <<= 1;
+        return c;
+    }
+    return (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1);
+}
+
+static size_t live_slot(const cuda_impl *c, const void *p) {
+    uintptr_t h = (uintptr_t)p;
+    h ^= h >> 21;
+    h *= (uintptr_t)0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 11) & (c->live_cap - 1);
+}
+
+static int live_put(cuda_impl *c, void *p, size_t cap) {
+    if ((c->live_count + 1) * 2 > c->live_cap) {
+        size_t ncap = c->live_cap ? c->live_cap * 2 : 1024, ocap = c->live_cap;
+        pblock *nt = calloc(ncap, sizeof *nt), *old = c->live;
+        if (!nt) return -1;
+        c->live = nt;
+        c->live_cap = ncap;
+        for (size_t i = 0; i < ocap; i++)
+            if (old[i].p) {
+                size_t s = live_slot(c, old[i].p);
+                while (nt[s].p) s = (s + 1) & (ncap - 1);
+                nt[s] = old[i];
+            }
+        free(old);
+    }
+    size_t s = live_slot(c, p);
+    while (c->live[s].p) s = (s + 1) & (c->live_cap - 1);
+    c->live[s] = (pblock){p, cap};
+    c->live_count++;
+    return 0;
+}
+
+/* Removes p from the live table; its class size, or 0 when unknown. */
+static size_t live_take(cuda_impl *c, void *p) {
+    if (!c->live_cap) return 0;
+    size_t s = live_slot(c, p);
+    while (c->live[s].p && c->live[s].p != p) s = (s + 1) & (c->live_cap - 1);
+    if (!c->live[s].p) return 0;
+    size_t cap = c->live[s].cap;
+    c->live[s].p = NULL;
+    c->live_count--;
+    /* re-insert the rest of the cluster (deletion in linear probing) */
+    for (size_t j = (s + 1) & (c->live_cap - 1); c->live[j].p; j = (j + 1) & (c->live_cap - 1)) {
+        pblock b = c->live[j];
+        c->live[j].p = NULL;
+        size_t t = live_slot(c, b.p);
+        while (c->live[t].p) t = (t + 1) & (c->live_cap - 1);
+        c->live[t] = b;
+    }
+    return cap;
+}
+
+/* Gives every free block back to the device. */
+static void pool_trim(cuda_impl *c) {
+    for (size_t i = 0; i < c->free_count; i++) {
+        di_cuda_free(c->freel[i].p);
+        c->pool_bytes -= c->freel[i].cap;
+    }
+    c->free_count = 0;
+}
+
 static void *cu_alloc(di_backend *be, size_t bytes) {
+    cuda_impl *c = IM(be);
+    op_enter(be, "alloc");
     void *p = NULL;
     di_err err = {0};
     if (bytes == 0) bytes = 1;
-    di_status st = di_cuda_alloc(&p, bytes, &err);
-    if (!st) st = di_cuda_fill(p, 0, bytes, &err);
-    if (st) {
+    if (!c->use_pool) {
+        di_status st = di_cuda_alloc(&p, bytes, &err);
+        if (!st) st = di_cuda_fill(p, 0, bytes, &err);
+        c->n_malloc++;
+        if (st) {
+            di_cuda_free(p);
+            return NULL; /* the caller reports out of memory */
+        }
+        return p;
+    }
+    size_t cap = pool_class(bytes);
+    /* the most recently freed block of the class: likely still in L2 */
+    for (size_t i = c->free_count; i-- > 0;)
+        if (c->freel[i].cap == cap) {
+            p = c->freel[i].p;
+            c->freel[i] = c->freel[--c->free_count];
+            break;
+        }
+    if (!p) {
+        di_status st = di_cuda_alloc(&p, cap, &err);
+        if (st && c->free_count) { /* the pool holds memory of other classes */
+            di_cuda_synchronize(&err);
+            pool_trim(c);
+            st = di_cuda_alloc(&p, cap, &err);
+        }
+        if (st) return NULL;
+        c->n_malloc++;
+        c->pool_bytes += cap;
+    }
+    if (live_put(c, p, cap) || cuda_mem_fill_async(p, 0, bytes, &err)) {
+        live_take(c, p);
         di_cuda_free(p);
-        return NULL; /* the caller reports out of memory */
+        c->pool_bytes -= cap;
+        return NULL;
     }
     return p;
 }
 
-static void cu_free(di_backend *be, void *p) { di_cuda_free(p); }
+static void cu_free(di_backend *be, void *p) {
+    cuda_impl *c = IM(be);
+    if (!p) return;
+    op_enter(be, "free");
+    if (!c->use_pool) {
+        di_cuda_free(p);
+        return;
+    }
+    size_t cap = live_take(c, p);
+    if (!cap) { /* not ours: memory the pool never handed out */
+        di_cuda_free(p);
+        return;
+    }
+    if (c->free_count == c->free_cap) {
+        size_t ncap = c->free_cap ? c->free_cap * 2 : 256;
+        pblock *nf = realloc(c->freel, ncap * sizeof *nf);
+        if (!nf) {
+            di_cuda_free(p);
+            c->pool_bytes -= cap;
+            return;
+        }
+        c->freel = nf;
+        c->free_cap = ncap;
+    }
+    /* stream order makes immediate reuse safe: every later use of the
+     * block is queued after the kernels that still read it */
+    c->freel[c->free_count++] = (pblock){p, cap};
+}
 
 static void cu_upload(di_backend *be, void *dst, const void *src, size_t bytes) {
     di_err err = {0};
+    op_enter(be, "upload");
     if (bytes) note(be, di_cuda_upload(dst, src, bytes, &err), &err);
 }
 
 static void cu_download(di_backend *be, void *dst, const void *src, size_t bytes) {
     di_err err = {0};
+    op_enter(be, "download");
     if (bytes) note(be, di_cuda_download(dst, src, bytes, &err), &err);
 }
 
-static void cu_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
+static int ranges_meet(const char *a, size_t na, const char *b, size_t nb) {
+    return a < b + nb && b < a + na;
+}
+
+/* Runs the queued copies as one kernel. */
+static void copies_flush(di_backend *be) {
+    cuda_impl *c = IM(be);
+    if (!c->cq->n) return;
     di_err err = {0};
-    note(be, cuda_mem_move(dst, src, bytes, &err), &err);
+    const char *op = c->op;
+    c->op = OP_COPY;
+    note(be, cuda_mem_copy_batch(c->cq, &err), &err);
+    c->cq->n = 0;
+    c->op = op;
+    c->n_copy_batches++;
+}
+
+/* Queues a device-to-device copy. A copy whose own ranges overlap runs at
+ * once (memmove); one that reads or writes what a queued copy writes, or
+ * writes what a queued copy reads, first runs the queue. */
+static void cu_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_impl *c = IM(be);
+    di_err err = {0};
+    op_enter(be, OP_COPY);
+    if (!bytes || dst == src) return;
+    c->n_copies++;
+    const char *d = dst, *s = src;
+    if (ranges_meet(d, bytes, s, bytes)) {
+        copies_flush(be);
+        note(be, cuda_mem_move(dst, src, bytes, &err), &err);
+        return;
+    }
+    for (int i = 0; i < c->cq->n; i++) {
+        const cuda_copy_desc *q = &c->cq->d[i];
+        if (ranges_meet(d, bytes, q->dst, q->bytes) || ranges_meet(d, bytes, q->src, q->bytes) ||
+            ranges_meet(s, bytes, q->dst, q->bytes)) {
+            copies_flush(be);
+            break;
+        }
+    }
+    if (c->cq->n == CUDA_COPY_BATCH) copies_flush(be);
+    c->cq->d[c->cq->n++] = (cuda_copy_desc){(char *)dst, src, bytes};
 }
 
 /* ------------------------------------------------------------ matmul */
@@ -257,6 +514,8 @@ static size_t wmat_bytes(const di_wmat *w, size_t *sbytes) {
 
 static void cu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
                       unsigned flags) {
+    int quant = (flags & DI_MM_ACT_FP8) && (w->fmt == DI_WFMT_FP8 || w->fmt == DI_WFMT_FP4);
+    op_enter(be, !quant ? "matmul (plain)" : w->fmt == DI_WFMT_FP8 ? "matmul (fp8)" : "matmul (mxfp4)");
     int64_t K = w->n_in, N = w->n_out;
     di_err err = {0};
     di_status st = DI_OK;
@@ -265,7 +524,6 @@ static void cu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t 
     const void *dw = wdev(be, w->w, wb);
     const uint8_t *ds = sb ? wdev(be, w->s, sb) : NULL;
     if (!dw || (sb && !ds)) return;
-    int quant = (flags & DI_MM_ACT_FP8) && (w->fmt == DI_WFMT_FP8 || w->fmt == DI_WFMT_FP4);
     if (quant) {
         uint8_t *q = scratch(be, SCR_A, (size_t)(m * K));
         float *s = scratch(be, SCR_B, (size_t)(m * ((K + 31) / 32)) * sizeof(float));
@@ -287,6 +545,7 @@ static void cu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t 
 
 static void cu_matmul_grouped(di_backend *be, const di_wmat *w, int groups, const float *x,
                               int64_t m, float *y) {
+    op_enter(be, "matmul_grouped");
     di_err err = {0};
     if (m <= 0 || groups <= 0) return;
     size_t sb = 0, wb = wmat_bytes(w, &sb);
@@ -306,6 +565,7 @@ static int is_bf16(const di_tensor *t) { return t->dtype == DI_DTYPE_BF16; }
 
 static void cu_rmsnorm(di_backend *be, const float *x, const di_tensor *w, int64_t m, int64_t n,
                        double eps, float *y) {
+    op_enter(be, "rmsnorm");
     di_err err = {0};
     const void *dw = tdev(be, w);
     if (!dw) return;
@@ -316,6 +576,7 @@ static void cu_rmsnorm(di_backend *be, const float *x, const di_tensor *w, int64
  * the CPU op uses, so the rotation on the device is bit-identical. */
 static void cu_rope(di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd,
                     int64_t rd, const int32_t *pos, const float *freq, int inverse) {
+    op_enter(be, "rope");
     di_err err = {0};
     int64_t half = rd / 2;
     if (m <= 0 || half <= 0 || heads <= 0) return;
@@ -337,26 +598,31 @@ static void cu_rope(di_backend *be, float *x, int64_t m, int64_t stride, int hea
 }
 
 static void cu_qdq_fp8(di_backend *be, float *x, int64_t n) {
+    op_enter(be, "qdq_fp8");
     di_err err = {0};
     note(be, cuda_op_qdq_fp8(x, n, &err), &err);
 }
 
 static void cu_qdq_fp4_e8m0(di_backend *be, float *x, int64_t n) {
+    op_enter(be, "qdq_fp4_e8m0");
     di_err err = {0};
     note(be, cuda_op_qdq_fp4(x, n, 0, &err), &err);
 }
 
 static void cu_qdq_fp4_e4m3(di_backend *be, float *x, int64_t n) {
+    op_enter(be, "qdq_fp4_e4m3");
     di_err err = {0};
     note(be, cuda_op_qdq_fp4(x, n, 1, &err), &err);
 }
 
 static void cu_round_bf16(di_backend *be, float *x, int64_t n) {
+    op_enter(be, "round_bf16");
     di_err err = {0};
     note(be, cuda_op_scale_bf16(x, n, 1.0f, &err), &err);
 }
 
 static void cu_scale_bf16(di_backend *be, float *x, int64_t n, float c) {
+    op_enter(be, "scale_bf16");
     di_err err = {0};
     note(be, cuda_op_scale_bf16(x, n, c, &err), &err);
 }
@@ -365,6 +631,7 @@ static void cu_scale_bf16(di_backend *be, float *x, int64_t n, float c) {
 
 static void cu_embed(di_backend *be, const di_tensor *table, const int32_t *ids, int64_t m,
                      float *out) {
+    op_enter(be, "embed");
     di_err err = {0};
     if (m <= 0) return;
     const void *dt = tdev(be, table);
@@ -377,6 +644,7 @@ static void cu_embed(di_backend *be, const di_tensor *table, const int32_t *ids,
  * stays in the host mapping) and only they travel. */
 static void cu_engram_gather(di_backend *be, const di_tensor *rows, const di_tensor *scales,
                              const int32_t *ids, int64_t m, int ncols, float *out) {
+    op_enter(be, "engram_gather");
     di_err err = {0};
     int64_t eh = rows->shape[1], nb = scales->shape[1], nr = m * ncols;
     if (nr <= 0) return;
@@ -399,6 +667,7 @@ static void cu_engram_gather(di_backend *be, const di_tensor *rows, const di_ten
 static void cu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_t d,
                       const float *fn, const float *base, const float *scale, double norm_eps,
                       double hc_eps, int iters, float *pre, float *post, float *comb) {
+    op_enter(be, "hc_mix");
     di_err err = {0};
     size_t nmix = (size_t)(2 + hc) * (size_t)hc;
     const float *dfn = wdev(be, fn, nmix * (size_t)(hc * d) * sizeof(float));
@@ -413,24 +682,28 @@ static void cu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_t
 
 static void cu_hc_collapse(di_backend *be, const float *s, const float *w, int64_t m, int hc,
                            int64_t d, float *y) {
+    op_enter(be, "hc_collapse");
     di_err err = {0};
     note(be, cuda_op_hc_collapse(s, w, m, hc, d, y, &err), &err);
 }
 
 static void cu_hc_expand(di_backend *be, const float *y, const float *s, const float *post,
                          const float *comb, int64_t m, int hc, int64_t d, float *out) {
+    op_enter(be, "hc_expand");
     di_err err = {0};
     note(be, cuda_op_hc_expand(y, s, post, comb, m, hc, d, out, &err), &err);
 }
 
 static void cu_hc_mean(di_backend *be, const float *s, int64_t m, int hc, int64_t d, float *out,
                        int64_t out_stride) {
+    op_enter(be, "hc_mean");
     di_err err = {0};
     note(be, cuda_op_hc_mean(s, m, hc, d, out, out_stride, &err), &err);
 }
 
 static void cu_engram_gate(di_backend *be, float *s, const float *kv, const di_tensor *qw,
                            const di_tensor *kw, int64_t m, int hc, int64_t d, double eps) {
+    op_enter(be, "engram_gate");
     di_err err = {0};
     const void *dq = tdev(be, qw), *dk = tdev(be, kw);
     if (!dq || !dk) return;
@@ -445,6 +718,7 @@ static void cu_engram_gate(di_backend *be, float *s, const float *kv, const di_t
 
 static void cu_compress_pool(di_backend *be, const float *a, const float *g, int64_t m, int r,
                              int64_t n, float *out) {
+    op_enter(be, "compress_pool");
     di_err err = {0};
     note(be, cuda_op_compress_pool(a, g, m, r, n, out, &err), &err);
 }
@@ -452,6 +726,7 @@ static void cu_compress_pool(di_backend *be, const float *a, const float *g, int
 static void cu_sparse_attn(di_backend *be, const float *q, int64_t m, int h, int64_t d,
                            const di_kvrow *rows, int n_slots, const float *sink, float scale,
                            float *out) {
+    op_enter(be, "sparse_attn");
     di_err err = {0};
     if (m <= 0 || h <= 0) return;
     const float *dsink = wdev(be, sink, (size_t)h * sizeof(float));
@@ -464,6 +739,7 @@ static void cu_sparse_attn(di_backend *be, const float *q, int64_t m, int h, int
 static void cu_index_scores(di_backend *be, const float *q, const float *w, int64_t m, int hi,
                             int64_t di, const float *const *keys, const int32_t *n_vis,
                             int64_t width, float *out) {
+    op_enter(be, "index_scores");
     di_err err = {0};
     if (m <= 0) return;
     const float *const *dkeys = scratch_up(be, SCR_A, keys, (size_t)m * sizeof(float *));
@@ -476,6 +752,7 @@ static void cu_index_scores(di_backend *be, const float *q, const float *w, int6
  * (backend/kvstore.h) through the uploaded pointer tables. */
 static void cu_kv_pack(di_backend *be, di_kvq fmt, const float *x, int64_t m, int64_t n,
                        uint8_t *out) {
+    op_enter(be, "kv_pack");
     di_err err = {0};
     note(be, cuda_op_kv_pack((int)fmt, x, m, n, out, &err), &err);
 }
@@ -483,6 +760,7 @@ static void cu_kv_pack(di_backend *be, di_kvq fmt, const float *x, int64_t m, in
 static void cu_sparse_attn_kv(di_backend *be, const float *q, int64_t m, int h, int64_t d,
                               const uint8_t *const *rows, int n_slots, int n_win,
                               const float *sink, float scale, float *out) {
+    op_enter(be, "sparse_attn_kv");
     di_err err = {0};
     if (m <= 0 || h <= 0) return;
     const float *dsink = wdev(be, sink, (size_t)h * sizeof(float));
@@ -496,6 +774,7 @@ static void cu_sparse_attn_kv(di_backend *be, const float *q, int64_t m, int h, 
 static void cu_index_scores_kv(di_backend *be, const float *q, const float *w, int64_t m, int hi,
                                int64_t di, const uint8_t *const *keys, const int32_t *n_vis,
                                int64_t width, float *out) {
+    op_enter(be, "index_scores_kv");
     di_err err = {0};
     if (m <= 0) return;
     const uint8_t *const *dkeys = scratch_up(be, SCR_A, keys, (size_t)m * sizeof(const uint8_t *));
@@ -521,6 +800,7 @@ static float *scores_down(di_backend *be, const float *scores, int64_t m, int64_
 static void cu_candidate_blocks(di_backend *be, const float *scores, const int32_t *n_vis,
                                 int64_t m, int64_t width, int topk_blocks, int bs,
                                 int32_t *blocks) {
+    op_enter(be, "candidate_blocks");
     float *h = scores_down(be, scores, m, width);
     if (!h) {
         for (int64_t i = 0; i < m * topk_blocks; i++) blocks[i] = -1;
@@ -532,6 +812,7 @@ static void cu_candidate_blocks(di_backend *be, const float *scores, const int32
 
 static void cu_restrict_blocks(di_backend *be, float *scores, const int32_t *blocks, int64_t m,
                                int64_t width, int topk_blocks, int bs) {
+    op_enter(be, "restrict_blocks");
     di_err err = {0};
     if (m <= 0) return;
     const int32_t *db =
@@ -542,6 +823,7 @@ static void cu_restrict_blocks(di_backend *be, float *scores, const int32_t *blo
 
 static void cu_topk_select(di_backend *be, const float *scores, const int32_t *n_vis, int64_t m,
                            int64_t width, int k, int32_t *idx) {
+    op_enter(be, "topk_select");
     float *h = scores_down(be, scores, m, width);
     if (!h) {
         for (int64_t i = 0; i < m * k; i++) idx[i] = -1;
@@ -555,6 +837,7 @@ static void cu_topk_select(di_backend *be, const float *scores, const int32_t *n
 
 static void cu_moe_route(di_backend *be, const float *logits, const float *bias, int64_t m, int e,
                          int k, int normalize, float route_scale, int32_t *idx, float *w) {
+    op_enter(be, "moe_route");
     float *h = scores_down(be, logits, m, e);
     if (!h) {
         for (int64_t i = 0; i < m * k; i++) {
@@ -569,12 +852,14 @@ static void cu_moe_route(di_backend *be, const float *logits, const float *bias,
 
 static void cu_swiglu(di_backend *be, const float *g, const float *u, const float *w, int64_t m,
                       int64_t n, float limit, float *out) {
+    op_enter(be, "swiglu");
     di_err err = {0};
     note(be, cuda_op_swiglu(g, u, w, m, n, limit, out, &err), &err);
 }
 
 static void cu_gather_rows(di_backend *be, const float *src, const int32_t *rows, int64_t m,
                            int64_t n, float *dst) {
+    op_enter(be, "gather_rows");
     di_err err = {0};
     if (m <= 0) return;
     const int32_t *dr = scratch_up(be, SCR_A, rows, (size_t)m * sizeof(int32_t));
@@ -584,6 +869,7 @@ static void cu_gather_rows(di_backend *be, const float *src, const int32_t *rows
 
 static void cu_scatter_add_rows(di_backend *be, float *dst, const int32_t *rows, const float *src,
                                 int64_t m, int64_t n) {
+    op_enter(be, "scatter_add_rows");
     di_err err = {0};
     if (m <= 0) return;
     const int32_t *dr = scratch_up(be, SCR_A, rows, (size_t)m * sizeof(int32_t));
@@ -592,6 +878,7 @@ static void cu_scatter_add_rows(di_backend *be, float *dst, const int32_t *rows,
 }
 
 static void cu_add(di_backend *be, float *y, const float *x, int64_t n) {
+    op_enter(be, "add");
     di_err err = {0};
     note(be, cuda_op_add(y, x, n, &err), &err);
 }
@@ -601,14 +888,22 @@ static void cu_add(di_backend *be, float *y, const float *x, int64_t n) {
 static void cu_destroy(di_backend *be) {
     cuda_impl *c = IM(be);
     if (c) {
+        copies_flush(be);
         di_backend_cuda_weights_drop(be);
         for (int i = 0; i < N_SCRATCH; i++) di_cuda_free(c->scr[i]);
+        pool_trim(c);
+        for (size_t i = 0; i < c->live_cap; i++) di_cuda_free(c->live[i].p);
+        free(c->live);
+        free(c->freel);
+        free(c->cq);
         free(c->host_buf);
         if (c->cpu) di_backend_destroy(c->cpu);
         free(c);
     }
     free(be);
 }
+
+static di_status cu_status(di_backend *be, di_err *err) { return di_backend_cuda_status(be, err); }
 
 static const di_backend_ops cuda_ops = {
     .name = "cuda",
@@ -648,6 +943,7 @@ static const di_backend_ops cuda_ops = {
     .scatter_add_rows = cu_scatter_add_rows,
     .add = cu_add,
     .destroy = cu_destroy,
+    .status = cu_status,
 };
 
 di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
@@ -662,6 +958,16 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         return di_err_set(err, DI_ERR_NOMEM, "cuda backend: out of memory");
     }
     c->device = device;
+    const char *v = getenv("DI_CUDA_POOL");
+    c->use_pool = !(v && !strcmp(v, "0"));
+    v = getenv("DI_CUDA_PROFILE");
+    c->prof = v && *v && strcmp(v, "0");
+    c->cq = calloc(1, sizeof *c->cq);
+    if (!c->cq) {
+        free(be);
+        free(c);
+        return di_err_set(err, DI_ERR_NOMEM, "cuda backend: out of memory");
+    }
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->impl = c;
@@ -676,13 +982,60 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
 
 di_status di_backend_cuda_status(di_backend *be, di_err *err) {
     cuda_impl *c = IM(be);
+    copies_flush(be);
     if (!c->status) {
         di_err e = {0};
         di_status st = di_cuda_synchronize(&e);
+        const char *op = c->op;
+        c->op = "a kernel queued before this check";
         note(be, st, &e);
+        c->op = op;
     }
     if (c->status && err) *err = c->err;
     return c->status;
+}
+
+static int prof_cmp(const void *a, const void *b) {
+    double x = ((const prof_entry *)a)->s, y = ((const prof_entry *)b)->s;
+    return (x < y) - (x > y);
+}
+
+size_t di_backend_cuda_profile(di_backend *be, char *buf, size_t cap) {
+    cuda_impl *c = IM(be);
+    op_enter(be, "(profile)"); /* charges the last op */
+    prof_entry t[PROF_MAX];
+    int n = 0;
+    double total = 0;
+    for (int i = 0; i < c->prof_n; i++)
+        if (c->prof_tab[i].calls && strcmp(c->prof_tab[i].op, "(profile)")) {
+            t[n++] = c->prof_tab[i];
+            total += c->prof_tab[i].s;
+        }
+    qsort(t, (size_t)n, sizeof *t, prof_cmp);
+    size_t len = 0;
+#define PUT(...)                                                                   \
+    do {                                                                           \
+        int k_ = snprintf(buf ? buf + len : NULL, len < cap ? cap - len : 0, __VA_ARGS__); \
+        if (k_ > 0) len += (size_t)k_;                                             \
+    } while (0)
+    PUT("%-22s %10s %8s %10s %6s\n", "op", "ms", "calls", "us/call", "%");
+    for (int i = 0; i < n; i++)
+        PUT("%-22s %10.3f %8ld %10.2f %6.1f\n", t[i].op, 1e3 * t[i].s, t[i].calls,
+            1e6 * t[i].s / (double)t[i].calls, total > 0 ? 100 * t[i].s / total : 0);
+    PUT("%-22s %10.3f\n", "total", 1e3 * total);
+    PUT("buffers: %ld cudaMalloc, pool %s, %.1f MiB held; copies: %ld in %ld launches; weights %.1f MiB\n",
+        c->n_malloc, c->use_pool ? "on" : "off", (double)c->pool_bytes / 1048576.0, c->n_copies,
+        c->n_copy_batches, (double)c->wbytes / 1048576.0);
+#undef PUT
+    return len;
+}
+
+void di_backend_cuda_profile_start(di_backend *be, int on) {
+    cuda_impl *c = IM(be);
+    c->prof = on != 0;
+    c->prof_n = 0;
+    c->prof_op = NULL;
+    c->n_malloc = c->n_copies = c->n_copy_batches = 0;
 }
 
 #else

@@ -132,6 +132,14 @@ di_status di_backend_cuda_status(di_backend *be, di_err *err);
 void di_backend_cuda_weights_drop(di_backend *be);
 /* Bytes of weights held on the device. */
 size_t di_backend_cuda_weights_bytes(const di_backend *be);
+/* Profile mode (on from creation with DI_CUDA_PROFILE=1 in the environment,
+ * or from di_backend_cuda_profile_start(be, 1), which also clears the
+ * table): every op waits for the device on entry and the time until the
+ * next op's entry is charged to it. di_backend_cuda_profile writes the
+ * table of time per op and the counts of buffer allocations and copies
+ * since the start, like snprintf (returns the length it needed). */
+size_t di_backend_cuda_profile(di_backend *be, char *buf, size_t cap);
+void di_backend_cuda_profile_start(di_backend *be, int on);
 
 #ifdef __cplusplus
 }

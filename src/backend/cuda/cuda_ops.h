@@ -9,6 +9,7 @@
 #ifndef DI_BACKEND_CUDA_OPS_H
 #define DI_BACKEND_CUDA_OPS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -27,6 +28,22 @@ enum { CUDA_VEC_F32 = 0, CUDA_VEC_BF16 = 1 };
 int cuda_mem_is_device(const void *p);
 /* Device-to-device copy with memmove semantics (overlap allowed). */
 di_status cuda_mem_move(void *dst, const void *src, size_t bytes, di_err *err);
+/* Sets bytes to `byte` without waiting for the device (default stream). */
+di_status cuda_mem_fill_async(void *p, int byte, size_t bytes, di_err *err);
+/* Queued device-to-device copies, run by one launch that takes them as its
+ * argument (no upload, so queueing never waits for the device). Within a
+ * batch no destination overlaps another copy's source or destination. */
+enum { CUDA_COPY_BATCH = 128 };
+typedef struct cuda_copy_desc {
+    char *dst;
+    const char *src;
+    size_t bytes;
+} cuda_copy_desc;
+typedef struct cuda_copy_batch {
+    cuda_copy_desc d[CUDA_COPY_BATCH];
+    int n;
+} cuda_copy_batch;
+di_status cuda_mem_copy_batch(const cuda_copy_batch *b, di_err *err);
 
 /* ---- cuda_ops_elementwise.cu ---- */
 di_status cuda_op_rmsnorm(const float *x, const void *w, int w_bf16, int64_t m, int64_t n,

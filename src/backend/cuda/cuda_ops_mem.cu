@@ -26,3 +26,26 @@ extern "C" di_status cuda_mem_move(void *dst, const void *src, size_t bytes, di_
     cudaFree(tmp);
     return st;
 }
+
+extern "C" di_status cuda_mem_fill_async(void *p, int byte, size_t bytes, di_err *err) {
+    return cuda_check(cudaMemsetAsync(p, byte, bytes, 0), err, "cudaMemsetAsync");
+}
+
+/* One block per copy: 16-byte moves when both ends and the size allow
+ * (rows of floats always do), bytes otherwise. */
+__global__ void k_copy_batch(const cuda_copy_batch b) {
+    cuda_copy_desc d = b.d[blockIdx.x];
+    if ((((uintptr_t)d.dst | (uintptr_t)d.src | d.bytes) & 15) == 0) {
+        uint4 *o = (uint4 *)d.dst;
+        const uint4 *i = (const uint4 *)d.src;
+        for (size_t k = threadIdx.x; k < d.bytes / 16; k += blockDim.x) o[k] = i[k];
+    } else {
+        for (size_t k = threadIdx.x; k < d.bytes; k += blockDim.x) d.dst[k] = d.src[k];
+    }
+}
+
+extern "C" di_status cuda_mem_copy_batch(const cuda_copy_batch *b, di_err *err) {
+    if (b->n <= 0) return DI_OK;
+    k_copy_batch<<<b->n, 256>>>(*b);
+    return cuda_check_launch(err, "batched copy");
+}

@@ -67,6 +67,15 @@ size_t di_backend_cuda_weights_bytes(const di_backend *be) {
     (void)be;
     return 0;
 }
+size_t di_backend_cuda_profile(di_backend *be, char *buf, size_t cap) {
+    (void)be;
+    if (buf && cap) buf[0] = 0;
+    return 0;
+}
+void di_backend_cuda_profile_start(di_backend *be, int on) {
+    (void)be;
+    (void)on;
+}
 
 #else
 typedef int di_cuda_stub_unused; /* ISO C wants a non-empty translation unit */
