@@ -353,7 +353,7 @@ static void check_variants(void) {
     rnd(w, (size_t)(n * k), 16, 1);
     rnd(ws, (size_t)(((n + 31) / 32) * kbn), 17, 2);
     fill_scales<<<256, 256>>>((float *)sa, (size_t)(m * kbn), 18);
-    const int vs[] = {8, 8, 0, 10, 40, 42};
+    const int vs[] = {8, 8, 16, 19, 18, 10};
     std::vector<std::vector<float>> h(6, std::vector<float>(m * n));
     for (int i = 0; i < 6; i++) {
         cuda_tiled_set_variant(vs[i]);
@@ -377,38 +377,81 @@ static void check_variants(void) {
     di_cuda_free(qa); di_cuda_free(sa); di_cuda_free(w); di_cuda_free(ws); di_cuda_free(o);
 }
 
+/* --profile: one plain launch (no graph) of each decode shape that matters,
+ * for `ncu -k regex:matvec` to read the counters of exactly these kernels:
+ * FP8 wq_b, FP8 wo_b, one MXFP4 expert w1, all at m = 1. */
+static void profile_once(void) {
+    struct { int fmt; int64_t n, k; } cases[] = {{0, 32768, 1280}, {0, 5120, 8192}, {1, 2304, 5120}};
+    for (auto &c : cases) {
+        int64_t kbn = c.k / 32;
+        size_t wb = c.fmt == 0 ? (size_t)(c.n * c.k) : (size_t)(c.n * c.k / 2);
+        size_t sb = c.fmt == 0 ? (size_t)(((c.n + 31) / 32) * kbn) : (size_t)(c.n * kbn);
+        void *w = dalloc(wb), *ws = dalloc(sb), *qa = dalloc((size_t)c.k), *sa = dalloc((size_t)kbn * 4);
+        void *out = dalloc((size_t)c.n * 4);
+        rnd(w, wb, 400, c.fmt == 0 ? 1 : 0);
+        rnd(ws, sb, 401, 2);
+        rnd(qa, (size_t)c.k, 402, 1);
+        fill_scales<<<64, 256>>>((float *)sa, (size_t)kbn, 403);
+        if (c.fmt == 0)
+            DK(di_cuda_gemm_fp8((uint8_t *)qa, (float *)sa, 1, c.k, (uint8_t *)w, (uint8_t *)ws, c.n,
+                                out, DI_DTYPE_F32, DI_CUDA_GEMM_MATVEC, NULL, err));
+        else
+            DK(di_cuda_gemm_mxfp4((uint8_t *)qa, (float *)sa, 1, c.k, (uint8_t *)w, (uint8_t *)ws,
+                                  c.n, out, DI_DTYPE_F32, DI_CUDA_GEMM_MATVEC, NULL, err));
+        CK(cudaDeviceSynchronize());
+        di_cuda_free(w); di_cuda_free(ws); di_cuda_free(qa); di_cuda_free(sa); di_cuda_free(out);
+    }
+}
+
 int main(int argc, char **argv) {
-    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    /* --quick: shorter; --gemm / --matvec: only that half (plus the copy
+     * ceiling), so a run that changes one kernel family spends less time */
+    int quick = 0, gemm = 1, matvec = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--gemm")) matvec = 0;
+        else if (!strcmp(argv[i], "--matvec")) gemm = 0;
+        else if (!strcmp(argv[i], "--profile")) {
+            DK(di_cuda_init(0, err));
+            profile_once();
+            return 0;
+        }
+    }
     DK(di_cuda_init(0, err));
     di_cuda_device_info info;
     DK(di_cuda_device_info_get(0, &info, err));
     printf("device: %s, %d SMs, %.1f GiB, L2 %.0f MiB, cc %d.%d\n", info.name, info.sm_count,
            info.total_mem / 1073741824.0, info.l2_bytes / 1048576.0, info.cc_major, info.cc_minor);
     bench_copy();
-    bench_act_quant();
-    /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */
-    struct { const char *name; int64_t n, k; } fp8[] = {
-        {"wq_b", 32768, 1280}, {"wq_a", 1280, 5120}, {"wo_b", 5120, 8192},
-        {"shared_w1", 2304, 5120}, {"shared_w2", 5120, 2304}};
-    int64_t ms[] = {1, 8, 16};
-    for (auto &s : fp8)
-        for (int64_t m : ms) bench_matvec(0, s.name, s.n, s.k, m);
-    struct { const char *name; int64_t n, k; } fp4[] = {
-        {"expert_w1", 2304, 5120}, {"expert_w2", 5120, 2304}, {"experts16_w1", 16 * 2304, 5120}};
-    for (auto &s : fp4)
-        for (int64_t m : ms) bench_matvec(1, s.name, s.n, s.k, m);
-    for (int b : {1, 8, 64}) bench_moe_grouped(b);
-    int64_t shapes[][3] = {{8192, 8192, 8192}, {8192, 5120, 5120}, {8192, 32768, 1280},
-                           {4096, 5120, 2304}, {4096, 2304, 5120}};
-    for (auto &s : shapes) bench_gemm(s[0], s[1], s[2], DI_CUDA_GEMM_TILED);
-    if (!quick) bench_gemm(4096, 5120, 5120, DI_CUDA_GEMM_MATVEC);
-    /* tiled-kernel variants (see cuda_gemm_tiled.cu): 8 two result sets, 10
-     * a ring of four half-width sets, +32 six stages instead of four, 9 the
-     * kernel without the promotion (what the promotion costs) */
-    const int variants[] = {8, 10, 40, 42, 9};
-    for (int v : variants) bench_gemm(8192, 8192, 8192, DI_CUDA_GEMM_TILED, v);
-    for (int v : variants) bench_gemm(4096, 5120, 2304, DI_CUDA_GEMM_TILED, v);
-    check_variants();
-    bench_mma_sync();
+    if (matvec) {
+        bench_act_quant();
+        /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */
+        struct { const char *name; int64_t n, k; } fp8[] = {
+            {"wq_b", 32768, 1280}, {"wq_a", 1280, 5120}, {"wo_b", 5120, 8192},
+            {"shared_w1", 2304, 5120}, {"shared_w2", 5120, 2304}};
+        int64_t ms[] = {1, 8, 16};
+        for (auto &s : fp8)
+            for (int64_t m : ms) bench_matvec(0, s.name, s.n, s.k, m);
+        struct { const char *name; int64_t n, k; } fp4[] = {
+            {"expert_w1", 2304, 5120}, {"expert_w2", 5120, 2304}, {"experts16_w1", 16 * 2304, 5120}};
+        for (auto &s : fp4)
+            for (int64_t m : ms) bench_matvec(1, s.name, s.n, s.k, m);
+        for (int b : {1, 8, 64}) bench_moe_grouped(b);
+    }
+    if (gemm) {
+        int64_t shapes[][3] = {{8192, 8192, 8192}, {8192, 5120, 5120}, {8192, 32768, 1280},
+                               {4096, 5120, 2304}, {4096, 2304, 5120}};
+        for (auto &s : shapes) bench_gemm(s[0], s[1], s[2], DI_CUDA_GEMM_TILED);
+        if (!quick) bench_gemm(4096, 5120, 5120, DI_CUDA_GEMM_MATVEC);
+        /* tiled-kernel variants (see cuda_gemm_tiled.cu): 16 warp-specialized
+         * (the default), 19 the same with one result set, 18 with 4 stages, 17
+         * without the promotion (what the promotion costs); 8 the cp.async
+         * kernel, 9 that without the promotion */
+        const int variants[] = {16, 19, 18, 17, 8, 9};
+        for (int v : variants) bench_gemm(8192, 8192, 8192, DI_CUDA_GEMM_TILED, v);
+        for (int v : variants) bench_gemm(4096, 5120, 2304, DI_CUDA_GEMM_TILED, v);
+        check_variants();
+        if (!quick) bench_mma_sync();
+    }
     return 0;
 }

@@ -8,6 +8,7 @@ scripts/gpu-suite call (performance.md §1.4, METHOD.md):
 - the straightforward decode matrix-vector a PyTorch engine would run: bf16
   weights (dequantized, 2 bytes per weight) times m activation rows.
 
+Arguments --gemm / --matvec time only that half (plus the copy).
 Prints "RESULT name value unit" lines. Times are medians of CUDA-event timed
 repetitions after warm-up; inputs are random, never zeros; decode weights
 rotate over copies larger than L2.
@@ -41,6 +42,8 @@ def main():
     if torch is None or not torch.cuda.is_available():
         print("torch sees no CUDA device; skipping")
         return 0
+    do_gemm = "--matvec" not in sys.argv[1:]
+    do_matvec = "--gemm" not in sys.argv[1:]
     dev = torch.device("cuda")
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
     n = 2 << 30
@@ -52,7 +55,7 @@ def main():
     del src, dst
 
     shapes = [(8192, 8192, 8192), (8192, 5120, 5120), (8192, 32768, 1280),
-              (4096, 5120, 2304), (4096, 2304, 5120)]
+              (4096, 5120, 2304), (4096, 2304, 5120)] if do_gemm else []
     f8 = torch.float8_e4m3fn
     for m, n_, k in shapes:
         a = (torch.randn(m, k, device=dev) * 4).to(f8)
@@ -72,6 +75,8 @@ def main():
             print(f"torch row-wise _scaled_mm failed: {e}")
         del a, b
 
+    if not do_matvec:
+        return 0
     decode = [("wq_b", 32768, 1280), ("wq_a", 1280, 5120), ("wo_b", 5120, 8192),
               ("shared_w1", 2304, 5120), ("shared_w2", 5120, 2304),
               ("expert_w1", 2304, 5120)]

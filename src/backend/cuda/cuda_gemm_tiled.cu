@@ -18,6 +18,9 @@
  *
  * Needs k % 128 == 0 (whole 32-blocks per stage and 16-byte aligned scale
  * rows); m and n may be anything (rows past the end are zero-filled). */
+#include <cuda.h> /* CUtensorMap (the encoder is fetched at run time) */
+#include <cudaTypedefs.h>
+
 #include "backend/cuda/cuda_common.cuh"
 
 /* NWG math warpgroups of 64 rows each: block tile (64 NWG) x 128 x 128 */
@@ -135,6 +138,19 @@ __device__ __forceinline__ void promote_half(float acc[64], const float p[32], c
     }
 }
 
+/* acc += p * f: rows r0 (p[4i], p[4i+1], factor f0) and r0+8 (p[4i+2],
+ * p[4i+3], f1) of a 64 x 128 result; column block 32 changes every 4 i. */
+__device__ __forceinline__ void fma_rows(float acc[64], const float p[64], const float f0[4],
+                                         const float f1[4]) {
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        acc[4 * i + 0] = fmaf(p[4 * i + 0], f0[i / 4], acc[4 * i + 0]);
+        acc[4 * i + 1] = fmaf(p[4 * i + 1], f0[i / 4], acc[4 * i + 1]);
+        acc[4 * i + 2] = fmaf(p[4 * i + 2], f1[i / 4], acc[4 * i + 2]);
+        acc[4 * i + 3] = fmaf(p[4 * i + 3], f1[i / 4], acc[4 * i + 3]);
+    }
+}
+
 /* acc += p * scale: rows r0 (p[4i], p[4i+1]) and r0+8 (p[4i+2], p[4i+3]) of
  * the warp's 16, columns 8i + 2t (+1); column block 32 changes every 4 i. */
 __device__ __forceinline__ void promote(float acc[64], const float p[64], const float *sa_st,
@@ -147,13 +163,7 @@ __device__ __forceinline__ void promote(float acc[64], const float p[64], const 
         f0[b] = s0 * w;
         f1[b] = s1 * w;
     }
-#pragma unroll
-    for (int i = 0; i < 16; i++) {
-        acc[4 * i + 0] = fmaf(p[4 * i + 0], f0[i / 4], acc[4 * i + 0]);
-        acc[4 * i + 1] = fmaf(p[4 * i + 1], f0[i / 4], acc[4 * i + 1]);
-        acc[4 * i + 2] = fmaf(p[4 * i + 2], f1[i / 4], acc[4 * i + 2]);
-        acc[4 * i + 3] = fmaf(p[4 * i + 3], f1[i / 4], acc[4 * i + 3]);
-    }
+    fma_rows(acc, p, f0, f1);
 }
 
 /* SWZ: shared-memory layout, 0 = 8x16-byte core matrices without swizzle,
@@ -333,7 +343,311 @@ __global__ void __launch_bounds__(NWG * 128, 1)
     }
 }
 
-static int tiled_variant = 8;
+/* ---- warp-specialized version: TMA producer, two math warpgroups ----
+ *
+ * The kernel above spends each stage's issue slots on cp.async address
+ * arithmetic and a block-wide barrier, and the tensor cores wait on both
+ * (docs/gpu-notes.md: 750 TFLOP/s without any promotion). Here one thread of
+ * a third warpgroup moves every tile with the bulk tensor copy engine
+ * (cp.async.bulk.tensor, 128B swizzle written by the engine itself) into a
+ * ring of WS_STAGES stages guarded by mbarriers (full: bytes landed; empty:
+ * both math warpgroups are done reading), and gives its registers to the
+ * math warpgroups (setmaxnreg), which then issue nothing but wgmma, the
+ * promotion FFMAs and a few shared loads:
+ * - the weight scales of the block's four 32-column blocks are decoded to
+ *   fp32 once per block into a [kbn][4] table (16 bytes per 32-block, one
+ *   broadcast load per step);
+ * - the activation scales of a stage arrive with its tiles (a 128 x 4 f32
+ *   box) and each thread keeps its two rows' four values in registers;
+ * - the wgmma stream runs across stage boundaries: step (kt+1, 0) is issued
+ *   before the last step of stage kt is promoted, so the tensor cores always
+ *   hold the other result set's work while one is promoted.
+ * Results are bit-identical to the kernel above (same block sums, same
+ * promotion order). Needs k % 128 == 0 and the 16-byte aligned operands the
+ * tensor maps require; the scale table bounds k (WS_MAX_K). */
+#define WS_THREADS 384 /* two math warpgroups + one producer warpgroup */
+#define WS_STAGE_BYTES (2 * TG_B_BYTES + 128 * 16) /* A, B, activation scales */
+#define WS_MAX_K 32768
+/* 2 x 128 x 240 + 128 x 24 <= 65536 */
+#define WS_MATH_REGS 240
+#define WS_PRODUCER_REGS 24
+#define WS_SMEM(st, kbn) (1024 + (st) * WS_STAGE_BYTES + 2 * (st) * 8 + (kbn) * 16)
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+/* 2-D tile (c0 = inner coordinate, c1 = row) into shared memory, completing
+ * on the barrier with its byte count. */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                            uint32_t bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+        "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+        "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
+        : "memory");
+}
+
+/* acc += p * sa * sw for one k step: the thread's rows r0 (sa0) and r0+8
+ * (sa1), the four column blocks' weight scales w. */
+__device__ __forceinline__ void promote_ws(float acc[64], const float p[64], float sa0, float sa1,
+                                           float4 w) {
+    const float f0[4] = {sa0 * w.x, sa0 * w.y, sa0 * w.z, sa0 * w.w};
+    const float f1[4] = {sa1 * w.x, sa1 * w.y, sa1 * w.z, sa1 * w.w};
+    fma_rows(acc, p, f0, f1);
+}
+
+/* Pair (col, col+1) of row `row`: one 4-byte (bf16) or 8-byte (f32) store
+ * when both are inside and aligned. */
+__device__ __forceinline__ void store_pair(void *out, int out_bf16, int n, int row, int col,
+                                           float v0, float v1) {
+    const int64_t idx = (int64_t)row * n + col;
+    if (out_bf16 && col + 1 < n && (idx & 1) == 0) {
+        const uint32_t b = (uint32_t)f32_to_bf16_bits(v0) | (uint32_t)f32_to_bf16_bits(v1) << 16;
+        *(uint32_t *)((uint16_t *)out + idx) = b;
+    } else {
+        store_out2(out, out_bf16, n, row, col, v0, v1);
+    }
+}
+
+/* MODE 0: the real kernel; MODE 1: timing aid without the promotion (one
+ * accumulator over all of k: wrong numerics). SETS: result register sets per
+ * math warpgroup (see the loops). */
+template <int ST, int MODE, int SETS>
+__global__ void __launch_bounds__(WS_THREADS, 1)
+    gemm_fp8_ws_kernel(const __grid_constant__ CUtensorMap map_a,
+                       const __grid_constant__ CUtensorMap map_b,
+                       const __grid_constant__ CUtensorMap map_sa, int m, int k,
+                       const uint8_t *__restrict__ ws, int n, void *__restrict__ out,
+                       int out_bf16) {
+    extern __shared__ uint8_t ws_smem_raw[];
+    /* the 128B swizzle repeats every 1024 bytes: tiles start on that boundary */
+    const uint32_t raw = smem_u32(ws_smem_raw), base = (raw + 1023u) & ~1023u;
+    uint8_t *smem = ws_smem_raw + (base - raw);
+    const uint32_t s_a = base, s_b = base + ST * TG_B_BYTES, s_sa = base + 2 * ST * TG_B_BYTES;
+    const uint32_t s_full = base + ST * WS_STAGE_BYTES, s_empty = s_full + ST * 8;
+    const float *sa_tab = (const float *)(smem + 2 * ST * TG_B_BYTES);
+    float *sw_tab = (float *)(smem + ST * WS_STAGE_BYTES + 2 * ST * 8);
+
+    const int tiles_m = (m + 127) / 128, tiles_n = (n + TG_BN - 1) / TG_BN;
+    const int pid = blockIdx.x, per_group = TG_GROUP_M * tiles_n;
+    const int first_m = (pid / per_group) * TG_GROUP_M;
+    const int gm = min(tiles_m - first_m, TG_GROUP_M);
+    const int m0 = (first_m + (pid % per_group) % gm) * 128, n0 = ((pid % per_group) / gm) * TG_BN;
+    const int kbn = k / 32, kt_n = k / TG_BK, nbn = (n + 31) / 32;
+    const int tid = threadIdx.x;
+
+    /* weight scales of the block's column blocks, [kbn][4], decoded once */
+    for (int i = tid; i < kbn * 4; i += WS_THREADS) {
+        const int nb = n0 / 32 + (i & 3);
+        sw_tab[i] = nb < nbn ? e8m0_to_f32(__ldg(ws + (size_t)nb * kbn + (i >> 2))) : 0.0f;
+    }
+    if (tid == 0) {
+        for (int s = 0; s < ST; s++) {
+            mbar_init(s_full + 8 * s, 1);
+            mbar_init(s_empty + 8 * s, 8); /* one arrival per math warp */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    const int wg = tid >> 7;
+    if (wg == 2) {
+        /* producer warpgroup: one thread issues every copy; the others give
+         * their registers to the math warpgroups */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(WS_PRODUCER_REGS));
+        if (tid == 256) {
+            asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&map_a) : "memory");
+            asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&map_b) : "memory");
+            asm volatile("prefetch.tensormap [%0];\n" ::"l"((uint64_t)&map_sa) : "memory");
+            for (int kt = 0; kt < kt_n; kt++) {
+                const int s = kt % ST;
+                if (kt >= ST) mbar_wait(s_empty + 8 * s, ((kt / ST) & 1) ^ 1);
+                const uint32_t full = s_full + 8 * s;
+                mbar_arrive_expect_tx(full, WS_STAGE_BYTES);
+                tma_load_2d(s_a + s * TG_B_BYTES, &map_a, kt * TG_BK, m0, full);
+                tma_load_2d(s_b + s * TG_B_BYTES, &map_b, kt * TG_BK, n0, full);
+                tma_load_2d(s_sa + s * 2048, &map_sa, kt * 4, m0, full);
+            }
+        }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(WS_MATH_REGS));
+    const int wi = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int r0 = wg * 64 + wi * 16 + g; /* tile row of p[4i], p[4i+1] */
+    float acc[64], p0[64], p1[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+    /* descriptors: one base each, the stage and step only move the start
+     * address field (16-byte units, no carry out of its 14 bits) */
+    const uint64_t desc_a = make_desc(s_a + wg * 64 * 128, 16, 1024, 1);
+    const uint64_t desc_b = make_desc(s_b, 16, 1024, 1);
+#define WS_DESC_A(s, j) (desc_a + (uint64_t)(((s) * TG_B_BYTES + (j) * 32) >> 4))
+#define WS_DESC_B(s, j) (desc_b + (uint64_t)(((s) * TG_B_BYTES + (j) * 32) >> 4))
+
+    /* this thread's rows' activation scale for step j of stage s */
+    auto sa_of = [&](int s, int j, int row) { return sa_tab[s * 512 + row * 4 + j]; };
+    if (MODE == 1) {
+        for (int kt = 0; kt < kt_n; kt++) {
+            const int s = kt % ST;
+            mbar_wait(s_full + 8 * s, (kt / ST) & 1);
+            fence_regs(acc);
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < 4; j++) wgmma_m64n128k32(acc, WS_DESC_A(s, j), WS_DESC_B(s, j), 1);
+            wg_commit();
+            wg_wait<0>();
+            fence_regs(acc);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(s_empty + 8 * s);
+        }
+    } else if (SETS == 1) {
+        /* one result set: each step waits for its product and promotes it;
+         * the other warpgroup's wgmma keeps the tensor cores busy meanwhile */
+        for (int kt = 0; kt < kt_n; kt++) {
+            const int s = kt % ST;
+            mbar_wait(s_full + 8 * s, (kt / ST) & 1);
+            const float4 *wt = (const float4 *)(sw_tab + kt * 16);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                fence_regs(p0);
+                wg_fence();
+                wgmma_m64n128k32(p0, WS_DESC_A(s, j), WS_DESC_B(s, j));
+                wg_commit();
+                wg_wait<0>();
+                fence_regs(p0);
+                const float s0 = sa_of(s, j, r0), s1 = sa_of(s, j, r0 + 8);
+                if (j == 3) {
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(s_empty + 8 * s);
+                }
+                promote_ws(acc, p0, s0, s1, wt[j]);
+            }
+        }
+    } else {
+        /* two result sets: step j of a stage goes to set j % 2, so one set's
+         * wgmma runs while the other is promoted (the pipeline drains at the
+         * end of each stage: keeping a wgmma in flight across the loop's back
+         * edge made the compiler spill and serialize the wgmmas) */
+        for (int kt = 0; kt < kt_n; kt++) {
+            const int s = kt % ST;
+            mbar_wait(s_full + 8 * s, (kt / ST) & 1);
+            const float4 *wt = (const float4 *)(sw_tab + kt * 16);
+            /* issue step ji into set pi, then promote step jp from set pp
+             * once all but the newest wgmma are done */
+            auto issue_promote = [&](float *pi, int ji, float *pp, int jp) {
+                fence_regs(pi);
+                wg_fence();
+                wgmma_m64n128k32(pi, WS_DESC_A(s, ji), WS_DESC_B(s, ji));
+                wg_commit();
+                wg_wait<1>();
+                fence_regs(pp);
+                promote_ws(acc, pp, sa_of(s, jp, r0), sa_of(s, jp, r0 + 8), wt[jp]);
+            };
+            fence_regs(p0);
+            wg_fence();
+            wgmma_m64n128k32(p0, WS_DESC_A(s, 0), WS_DESC_B(s, 0));
+            wg_commit();
+            issue_promote(p1, 1, p0, 0);
+            issue_promote(p0, 2, p1, 1);
+            issue_promote(p1, 3, p0, 2);
+            const float s0 = sa_of(s, 3, r0), s1 = sa_of(s, 3, r0 + 8);
+            wg_wait<0>();
+            /* every wgmma reading stage s is complete: hand it back */
+            __syncwarp();
+            if (lane == 0) mbar_arrive(s_empty + 8 * s);
+            fence_regs(p1);
+            promote_ws(acc, p1, s0, s1, wt[3]);
+        }
+    }
+#undef WS_DESC_A
+#undef WS_DESC_B
+
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        const int col = n0 + 8 * i + 2 * t, row = m0 + r0;
+        if (row < m) store_pair(out, out_bf16, n, row, col, acc[4 * i], acc[4 * i + 1]);
+        if (row + 8 < m) store_pair(out, out_bf16, n, row + 8, col, acc[4 * i + 2], acc[4 * i + 3]);
+    }
+}
+
+/* cuTensorMapEncodeTiled through the runtime (no link against the driver
+ * library); NULL when the driver does not offer it. */
+static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(void) {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
+    static bool tried = false;
+    if (!tried) {
+        tried = true;
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
+                                             &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+        (void)cudaGetLastError();
+    }
+    return fn;
+}
+
+/* rows x cols row-major matrix of `esize`-byte elements; box box_c x box_r. */
+static bool make_map(CUtensorMap *map, const void *p, CUtensorMapDataType type, int esize,
+                     uint64_t rows, uint64_t cols, uint32_t box_c, uint32_t box_r, bool swz) {
+    PFN_cuTensorMapEncodeTiled_v12000 enc = tensor_map_encoder();
+    if (!enc) return false;
+    const cuuint64_t dims[2] = {cols, rows}, strides[1] = {cols * (uint64_t)esize};
+    const cuuint32_t box[2] = {box_c, box_r}, estr[2] = {1, 1};
+    return enc(map, type, 2, (void *)p, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               swz ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int ST, int MODE, int SETS>
+static cudaError_t launch_ws(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                             const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
+                             int out_bf16, cudaStream_t stream, bool *ran) {
+    *ran = false;
+    if (k > WS_MAX_K) return cudaSuccess;
+    CUtensorMap ma, mb, ms;
+    if (!make_map(&ma, qa, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, m, k, TG_BK, 128, true) ||
+        !make_map(&mb, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, TG_BK, TG_BN, true) ||
+        !make_map(&ms, sa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, m, k / 32, 4, 128, false))
+        return cudaSuccess;
+    auto *kern = gemm_fp8_ws_kernel<ST, MODE, SETS>;
+    const int smem = WS_SMEM(ST, (int)(k / 32));
+    static int attr = 0; /* dynamic shared memory granted so far */
+    if (attr < smem) {
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             WS_SMEM(ST, WS_MAX_K / 32));
+        if (e != cudaSuccess) return e;
+        attr = WS_SMEM(ST, WS_MAX_K / 32);
+    }
+    const int64_t blocks = ((m + 127) / 128) * ((n + TG_BN - 1) / TG_BN);
+    kern<<<(unsigned)blocks, WS_THREADS, smem, stream>>>(ma, mb, ms, (int)m, (int)k, ws, (int)n,
+                                                          out, out_bf16);
+    *ran = true;
+    return cudaGetLastError();
+}
+
+static int tiled_variant = 16;
 
 di_status cuda_launch_gemm_fp8_tiled(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                      const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
@@ -365,7 +679,19 @@ di_status cuda_launch_gemm_fp8_tiled(const uint8_t *qa, const float *sa, int64_t
         e = cudaGetLastError();                                                              \
         break;                                                                               \
     }
-    switch (tiled_variant) {
+    int variant = tiled_variant;
+    if (variant >= 16 && variant <= 19) {
+        bool ran = false;
+        switch (variant) {
+        case 16: e = launch_ws<6, 0, 2>(qa, sa, m, k, w, ws, n, out, out_bf16, stream, &ran); break;
+        case 17: e = launch_ws<6, 1, 2>(qa, sa, m, k, w, ws, n, out, out_bf16, stream, &ran); break;
+        case 18: e = launch_ws<4, 0, 2>(qa, sa, m, k, w, ws, n, out, out_bf16, stream, &ran); break;
+        default: e = launch_ws<6, 0, 1>(qa, sa, m, k, w, ws, n, out, out_bf16, stream, &ran); break;
+        }
+        if (e != cudaSuccess || ran) return cuda_check(e, err, "gemm_fp8 (tiled) launch");
+        variant = 8; /* k too large for the scale table, or no tensor-map encoder */
+    }
+    switch (variant) {
         TG_CASE(1, 0, 4) TG_CASE(1, 1, 4) TG_CASE(0, 0, 4) TG_CASE(1, 2, 4) TG_CASE(1, 0, 6)
         TG_CASE(1, 2, 6)
     default: e = cudaErrorInvalidValue;
@@ -374,8 +700,11 @@ di_status cuda_launch_gemm_fp8_tiled(const uint8_t *qa, const float *sa, int64_t
     return cuda_check(e, err, "gemm_fp8 (tiled) launch");
 }
 
-/* Measuring aid for bench/bench_cuda_ops.cu: layout * 8 + mode (see the
- * kernel) + 32 for 6 stages instead of 4; 8 (128B swizzle, two result sets)
- * is the default, 10 the ring of four half-width sets, 9 times the kernel
- * without the promotion (wrong results), 0 is the unswizzled layout. */
-extern "C" void cuda_tiled_set_variant(int v) { tiled_variant = v < 0 ? 8 : v; }
+/* Measuring aid for bench/bench_cuda_ops.cu. 16 (the default): the
+ * warp-specialized kernel, 6 stages; 17 the same without the promotion (wrong
+ * results, timing only); 18 with 4 stages; 19 one result set per math
+ * warpgroup. The cp.async kernel: layout * 8 +
+ * mode + 32 for 6 stages instead of 4; 8 (128B swizzle, two result sets), 10
+ * the ring of four half-width sets, 9 without the promotion, 0 the
+ * unswizzled layout. */
+extern "C" void cuda_tiled_set_variant(int v) { tiled_variant = v < 0 ? 16 : v; }
