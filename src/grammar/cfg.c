@@ -24,6 +24,7 @@ void di_cfg_free(di_cfg *g) {
         di_dfa_free(&g->terms[i].dfa);
         free(g->terms[i].key);
         free(g->terms[i].proxy_state);
+        free(g->terms[i].proxy_room);
     }
     free(g->terms);
     free(g->rules);
@@ -101,6 +102,7 @@ static di_status term_add(di_cfg *g, di_dfa *dfa, const char *key, uint32_t *out
     t->key = key ? strdup(key) : NULL;
     t->proxy = -1;
     t->proxy_state = NULL;
+    t->proxy_room = NULL;
     g->lexer_states += t->dfa.n_states;
     *out = g->n_terms++;
     return DI_OK;
@@ -186,15 +188,29 @@ di_status di_cfg_set_proxy(di_cfg *g, uint32_t t, uint32_t proxy, int count_byte
     if (!map || !queue) { free(map); free(queue); return di_err_set(err, DI_ERR_NOMEM, "out of memory"); }
     for (uint32_t i = 0; i < a->n_states; i++) map[i] = UINT32_MAX;
     map[0] = 0;
+    /* one representative byte per pair of byte classes */
+    uint8_t rep[256];
+    uint32_t n_rep = 0;
+    {
+        uint8_t seen[256][256 / 8];
+        memset(seen, 0, sizeof seen);
+        for (int b = 0; b < 256; b++) {
+            uint8_t ca = a->byte_class[b], cp = p->byte_class[b];
+            if (seen[ca][cp >> 3] & (1u << (cp & 7))) continue;
+            seen[ca][cp >> 3] |= (uint8_t)(1u << (cp & 7));
+            rep[n_rep++] = (uint8_t)b;
+        }
+    }
     uint32_t qh = 0, qt = 0;
     if (a->start) { map[a->start] = p->start; queue[qt++] = a->start; }
     int ok = 1;
     while (qh < qt && ok) {
         uint32_t s = queue[qh++];
-        for (int b = 0; b < 256; b++) {
-            uint32_t s2 = di_dfa_step(a, s, (uint8_t)b);
+        for (uint32_t k = 0; k < n_rep; k++) {
+            uint8_t b = rep[k];
+            uint32_t s2 = di_dfa_step(a, s, b);
             if (!s2) continue;
-            uint32_t p2 = di_dfa_step(p, map[s], (uint8_t)b);
+            uint32_t p2 = di_dfa_step(p, map[s], b);
             if (!p2) { ok = 0; break; } /* not a sub-automaton: no proxy */
             if (map[s2] == UINT32_MAX) { map[s2] = p2; queue[qt++] = s2; }
             else if (map[s2] != p2) { ok = 0; break; }
@@ -229,9 +245,11 @@ di_status di_cfg_set_proxy(di_cfg *g, uint32_t t, uint32_t proxy, int count_byte
                 s = di_dfa_step(a, s, (uint8_t)count_byte);
             }
         }
-        for (uint32_t i = 0; i < a->n_states; i++)
-            if (room[i] < need) map[i] = UINT32_MAX;
-        free(room);
+        free(g->terms[t].proxy_room);
+        g->terms[t].proxy_room = room;
+    } else {
+        free(g->terms[t].proxy_room);
+        g->terms[t].proxy_room = NULL;
     }
     free(g->terms[t].proxy_state);
     g->terms[t].proxy_state = map;

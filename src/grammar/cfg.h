@@ -44,6 +44,11 @@ typedef struct di_cfg_term {
      * for "any string except these keys", proxied by "any string". */
     int32_t proxy;
     uint32_t *proxy_state;  /* [dfa.n_states] UINT32_MAX: no proxy in that state */
+    /* Bounded repetitions (NULL otherwise): how many more units state s may
+     * take, capped at max_token_bytes + 1. A token of at most that many
+     * bytes cannot reach the bound, so the proxy's verdict holds for it;
+     * longer tokens are re-checked with this terminal's automaton. */
+    uint32_t *proxy_room;   /* [dfa.n_states] */
 } di_cfg_term;
 
 typedef struct di_cfg {
@@ -84,9 +89,8 @@ di_status di_cfg_literal_sym(di_cfg *g, const char *s, size_t n, di_sym *out, di
 /* Makes terminal `proxy` the mask memo proxy of terminal `t`; t's DFA must
  * step like proxy's wherever t is alive (t's language a subset, with the
  * same liveness away from lexeme ends). With count_byte >= 0, t is a
- * bounded repetition of proxy's unit: a state only gets the proxy when
- * count_byte can still be stepped max_token_bytes times from it (so no
- * token can reach the bound). */
+ * bounded repetition of proxy's unit and proxy_room records how many times
+ * count_byte can still be stepped from each state. */
 di_status di_cfg_set_proxy(di_cfg *g, uint32_t t, uint32_t proxy, int count_byte, di_err *err);
 /* Fails with DI_ERR_LIMIT when the compile-time budget is spent. */
 di_status di_cfg_check_time(di_cfg *g, di_err *err);

@@ -392,16 +392,16 @@ static int general_walk(di_matcher *m, uint32_t i0, uint32_t i_end, uint32_t d0,
     uint32_t base = m->n_sets;
     uint32_t i = i0;
     while (i < i_end) {
-        uint32_t depth = v->node_depth[i] - d0 + 1;
+        uint32_t depth = v->trie.depth[i] - d0 + 1;
         while (m->n_sets - base >= depth) pop_set(m);
-        if (first && depth == 1 && !first[v->node_byte[i]]) { i = v->node_end[i]; continue; }
-        int r = push_byte(m, v->node_byte[i]);
+        if (first && depth == 1 && !first[v->trie.byte[i]]) { i = v->trie.end[i]; continue; }
+        int r = push_byte(m, v->trie.byte[i]);
         if (r < 0) {
             while (m->n_sets > base) pop_set(m);
             return -1;
         }
-        if (r == 0) { i = v->node_end[i]; continue; }
-        for (int32_t t = v->node_tok[i]; t >= 0; t = v->tok_next[t]) mask[t >> 5] |= 1u << (t & 31);
+        if (r == 0) { i = v->trie.end[i]; continue; }
+        for (int32_t t = v->trie.tok[i]; t >= 0; t = v->tok_next[t]) mask[t >> 5] |= 1u << (t & 31);
         i++;
     }
     while (m->n_sets > base) pop_set(m);
@@ -409,86 +409,69 @@ static int general_walk(di_matcher *m, uint32_t i0, uint32_t i_end, uint32_t d0,
 }
 
 
-/* Walks the whole trie with one lexer item alone (terminal t from DFA
- * state st): a token is allowed when the lexeme is alive or complete after
- * it; the nodes where the lexeme can end and that have children are
- * recorded (split nodes): what may follow the lexeme's end there is the
- * parser's to decide. For a proxy (exact = 0), whose ends may differ from
- * the real lexeme's, a node where it can end is recorded instead and its
- * whole subtree left to the parser with the real item. */
-static di_mask_entry *lexer_walk(const di_matcher *m, uint32_t t, uint32_t st0, int exact, const uint32_t *ckey,
-                                 uint32_t ckey_n, uint64_t hash) {
+/* How the lexer-only part of an item's mask is found: the memo entry of
+ * (t, st, exact), where t may be the item's proxy; with room != UINT32_MAX
+ * the item's own automaton (term ot, state ost) may reach its repetition
+ * bound within a token, so the entry's tokens longer than room bytes are
+ * re-checked with it. */
+typedef struct lex_key {
+    uint32_t t, st, exact, room, ot, ost;
+} lex_key;
+
+/* Tokens longer than this many bytes at most are re-checked one by one
+ * rather than walking the trie with the item's own automaton. */
+#define LONG_TOKENS_MAX 4096
+
+static lex_key item_lexer(const di_matcher *m, const item *it) {
+    const di_cfg *g = m->cfg;
     const di_vocab *v = m->g->vocab;
-    const di_dfa *D = &m->cfg->terms[t].dfa;
+    uint32_t t = DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot]);
+    const di_cfg_term *T = &g->terms[t];
+    lex_key k = {t, it->state, 1, UINT32_MAX, 0, 0};
+    if (T->proxy < 0 || T->proxy_state[it->state] == UINT32_MAX) return k;
+    uint32_t room = T->proxy_room ? T->proxy_room[it->state] : UINT32_MAX;
+    if (room < v->max_len && v->len_start[room] > LONG_TOKENS_MAX) return k;
+    k.t = (uint32_t)T->proxy;
+    k.st = T->proxy_state[it->state];
+    k.exact = 0;
+    if (room < v->max_len) {
+        k.room = room;
+        k.ot = t;
+        k.ost = it->state;
+    }
+    return k;
+}
+
+/* ORs the proxy entry e into mask, except its tokens longer than k->room
+ * bytes, which are kept only when the item's own automaton survives them
+ * (inside the proxy's walk they cross no lexeme end, so surviving is the
+ * whole condition). */
+static int proxy_merge_bounded(const di_matcher *m, const di_mask_entry *e, const lex_key *k, uint32_t *mask) {
+    const di_vocab *v = m->g->vocab;
+    const di_dfa *d = &m->cfg->terms[k->ot].dfa;
     size_t words = ((size_t)v->n_vocab + 31) / 32;
-    di_mask_entry *e = calloc(1, sizeof *e);
-    uint32_t cap_fb = 64;
-    if (e) {
-        e->hash = hash;
-        e->key_n = ckey_n;
-        e->key = malloc(ckey_n * sizeof *e->key);
-        e->bits = calloc(words, sizeof *e->bits);
-        e->fallback = malloc(cap_fb * sizeof *e->fallback);
-    }
-    if (!e || !e->key || !e->bits || !e->fallback) {
-        di_mask_entry_free(e);
-        return NULL;
-    }
-    memcpy(e->key, ckey, ckey_n * sizeof *ckey);
-    uint32_t st[1026]; /* DFA state per trie depth */
-    st[0] = st0;
-    const uint32_t *trans = D->trans;
-    const uint8_t *cls = D->byte_class, *acc = D->accept;
-    const uint32_t nc = D->n_classes;
-    const uint8_t *nb = v->node_byte;
-    const uint16_t *nd = v->node_depth;
-    const uint32_t *ne = v->node_end;
-    const int32_t *nt = v->node_tok;
-    uint32_t i = 0, n = v->n_nodes;
-    while (i < n) {
-        uint32_t d = nd[i];
-        uint32_t s2 = trans[(size_t)st[d - 1] * nc + cls[nb[i]]];
-        if (!s2) { i = ne[i]; continue; }
-        /* The lexeme can end here: tokens ending here are allowed (the
-         * completed item is viable), the lexeme may go on below, and the
-         * parser decides what may follow its end in the children. */
-        if (acc[s2] && !exact) { /* a proxy: the parser re-checks the whole subtree */
-            if (e->n_fallback == cap_fb) {
-                cap_fb *= 2;
-                uint32_t *nf = realloc(e->fallback, cap_fb * sizeof *nf);
-                if (!nf) { di_mask_entry_free(e); return NULL; }
-                e->fallback = nf;
-            }
-            e->fallback[e->n_fallback++] = i;
-            i = ne[i];
-            continue;
+    if (!e->bits) {
+        for (uint32_t q = 0; q < e->n_toks; q++) {
+            uint32_t tk = e->toks[q];
+            if (v->off[tk + 1] - v->off[tk] > k->room && !di_vocab_token_alive(v, d, k->ost, tk)) continue;
+            mask[tk >> 5] |= 1u << (tk & 31);
         }
-        if (acc[s2] && i + 1 < ne[i]) {
-            if (e->n_fallback == cap_fb) {
-                cap_fb *= 2;
-                uint32_t *nf = realloc(e->fallback, cap_fb * sizeof *nf);
-                if (!nf) { di_mask_entry_free(e); return NULL; }
-                e->fallback = nf;
-            }
-            e->fallback[e->n_fallback++] = i;
-        }
-        st[d] = s2;
-        for (int32_t tk = nt[i]; tk >= 0; tk = v->tok_next[tk]) e->bits[tk >> 5] |= 1u << (tk & 31);
-        i++;
+        return 0;
     }
-    /* few tokens: keep them as a list (cheaper to merge than a bitset) */
-    uint32_t cnt = 0;
-    for (size_t w = 0; w < words; w++) cnt += (uint32_t)__builtin_popcount(e->bits[w]);
-    if (cnt <= 4096) {
-        e->toks = malloc((cnt ? cnt : 1) * sizeof *e->toks);
-        if (e->toks) {
-            for (size_t w = 0; w < words; w++)
-                for (uint32_t b = e->bits[w]; b; b &= b - 1) e->toks[e->n_toks++] = (uint32_t)(w * 32 + (uint32_t)__builtin_ctz(b));
-            free(e->bits);
-            e->bits = NULL;
-        }
+    uint32_t n_long = v->len_start[k->room];
+    uint8_t *drop = malloc(n_long ? n_long : 1);
+    if (!drop) return -1;
+    for (uint32_t q = 0; q < n_long; q++) {
+        uint32_t tk = v->len_order[q];
+        /* dropped: in the entry, not already in the mask, and dead for the item */
+        drop[q] = (e->bits[tk >> 5] >> (tk & 31) & 1) && !(mask[tk >> 5] >> (tk & 31) & 1) &&
+                  !di_vocab_token_alive(v, d, k->ost, tk);
     }
-    return e;
+    for (size_t w = 0; w < words; w++) mask[w] |= e->bits[w];
+    for (uint32_t q = 0; q < n_long; q++)
+        if (drop[q]) mask[v->len_order[q] >> 5] &= ~(1u << (v->len_order[q] & 31));
+    free(drop);
+    return 0;
 }
 
 /* The memo entry of one lexer item (terminal t in DFA state st), from the
@@ -524,8 +507,17 @@ static const di_mask_entry *item_entry(di_matcher *m, uint32_t t, uint32_t st, i
     for (uint32_t q = 0; q < ckey_n; q++) h = (h ^ ckey[q]) * 1099511628211ull;
     const di_mask_entry *e = di_mask_cache_find(cache, ckey, ckey_n, h);
     if (!e) {
-        di_mask_entry *fresh = lexer_walk(m, t, st, exact, ckey, ckey_n, h);
+        di_mask_entry *fresh = di_vocab_lexer_walk(v, &g->terms[t].dfa, st, exact);
         if (fresh) {
+            fresh->hash = h;
+            fresh->key_n = ckey_n;
+            fresh->key = malloc(ckey_n * sizeof *ckey);
+            if (!fresh->key) {
+                di_mask_entry_free(fresh);
+                if (gkey && gkey != small) free(gkey);
+                return NULL;
+            }
+            memcpy(fresh->key, ckey, ckey_n * sizeof *ckey);
             e = di_mask_cache_put(cache, fresh, words);
             if (!e) { e = fresh; *owned = fresh; } /* not kept: use, then free */
         }
@@ -554,39 +546,27 @@ di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
      * token from the set that follows the item's completion. */
     const di_mask_entry **ent = malloc(((size_t)(s1 - s0) + 1) * sizeof *ent);
     di_mask_entry **owned = calloc((size_t)(s1 - s0) + 1, sizeof *owned);
-    int rc = ent && owned ? 0 : -1;
+    lex_key *keys = malloc(((size_t)(s1 - s0) + 1) * sizeof *keys);
+    int rc = ent && owned && keys ? 0 : -1;
     for (uint32_t x = s0; x < s1 && !rc; x++) {
-        const item *it = &m->scan[x];
-        uint32_t t = DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot]);
-        uint32_t st = it->state;
-        int exact = 1;
-        if (g->terms[t].proxy >= 0 && g->terms[t].proxy_state[st] != UINT32_MAX) {
-            st = g->terms[t].proxy_state[st];
-            t = (uint32_t)g->terms[t].proxy;
-            exact = 0;
-        }
+        lex_key k = item_lexer(m, &m->scan[x]);
+        keys[x - s0] = k;
         /* items with the same lexer state share the entry */
         const di_mask_entry *e = NULL;
-        for (uint32_t y = s0; y < x && !e; y++) {
-            const item *iy = &m->scan[y];
-            uint32_t ty = DI_SYM_TERM_ID(g->rhs[g->rules[iy->rule].off + iy->dot]);
-            uint32_t sy = iy->state;
-            int ey = 1;
-            if (g->terms[ty].proxy >= 0 && g->terms[ty].proxy_state[sy] != UINT32_MAX) {
-                sy = g->terms[ty].proxy_state[sy];
-                ty = (uint32_t)g->terms[ty].proxy;
-                ey = 0;
-            }
-            if (ty == t && sy == st && ey == exact) e = ent[y - s0];
-        }
+        for (uint32_t y = s0; y < x && !e; y++)
+            if (!memcmp(&keys[y - s0], &k, sizeof k)) e = ent[y - s0];
         if (e) { ent[x - s0] = e; continue; }
-        e = item_entry(m, t, st, exact, &owned[x - s0]);
+        e = item_entry(m, k.t, k.st, k.exact, &owned[x - s0]);
         ent[x - s0] = e;
         if (!e) { rc = -1; break; }
-        if (e->bits)
-            for (size_t w = 0; w < words; w++) mask[w] |= e->bits[w];
-        else
-            for (uint32_t q = 0; q < e->n_toks; q++) mask[e->toks[q] >> 5] |= 1u << (e->toks[q] & 31);
+        if (k.room == UINT32_MAX) {
+            if (e->bits)
+                for (size_t w = 0; w < words; w++) mask[w] |= e->bits[w];
+            else
+                for (uint32_t q = 0; q < e->n_toks; q++) mask[e->toks[q] >> 5] |= 1u << (e->toks[q] & 31);
+        } else if (proxy_merge_bounded(m, e, &k, mask)) {
+            rc = -1;
+        }
     }
     /* parser walks below the split nodes, per item */
     for (uint32_t x = s0; x < s1 && !rc; x++) {
@@ -594,18 +574,17 @@ di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
         if (!e->n_fallback) continue;
         item it = m->scan[x];
         uint32_t base = m->n_sets;
-        uint32_t tx = DI_SYM_TERM_ID(g->rhs[g->rules[it.rule].off + it.dot]);
-        if (g->terms[tx].proxy >= 0 && g->terms[tx].proxy_state[it.state] != UINT32_MAX) {
+        if (!keys[x - s0].exact) {
             /* proxy entry: walk each recorded subtree with the full parser,
              * keeping the pushed path between consecutive nodes */
             uint32_t pushed = 0;
             uint8_t cur[1024];
             for (uint32_t f = 0; f < e->n_fallback && !rc; f++) {
                 uint32_t node = e->fallback[f];
-                uint32_t d = v->node_depth[node];
+                uint32_t d = v->trie.depth[node];
                 uint32_t j = node;
-                while (v->node_tok[j] < 0) j++;
-                const uint8_t *path = v->bytes + v->off[v->node_tok[j]];
+                while (v->trie.tok[j] < 0) j++;
+                const uint8_t *path = v->bytes + v->off[v->trie.tok[j]];
                 uint32_t want = d - 1, l = 0;
                 while (l < pushed && l < want && cur[l] == path[l]) l++;
                 while (pushed > l) { pop_set(m); pushed--; }
@@ -616,7 +595,7 @@ di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
                     ok = r > 0;
                     if (ok) { cur[pushed] = path[pushed]; pushed++; }
                 }
-                if (ok && !rc) rc = general_walk(m, node, v->node_end[node], d, mask, NULL);
+                if (ok && !rc) rc = general_walk(m, node, v->trie.end[node], d, mask, NULL);
             }
             while (m->n_sets > base) pop_set(m);
             continue;
@@ -635,13 +614,14 @@ di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
         if (any)
             for (uint32_t f = 0; f < e->n_fallback && !rc; f++) {
                 uint32_t node = e->fallback[f];
-                rc = general_walk(m, node + 1, v->node_end[node], v->node_depth[node] + 1, mask, first);
+                rc = general_walk(m, node + 1, v->trie.end[node], v->trie.depth[node] + 1, mask, first);
             }
         while (m->n_sets > base) pop_set(m);
     }
     for (uint32_t x = s0; owned && x < s1; x++) di_mask_entry_free(owned[x - s0]);
     free(owned);
     free(ent);
+    free(keys);
     if (rc) {
         di_err_set(&err, DI_ERR_NOMEM, "out of memory computing a mask");
         return di_err_publish(&err);
