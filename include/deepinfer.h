@@ -292,6 +292,12 @@ typedef enum di_whitespace {
     DI_WS_COMPACT = 1   /* no whitespace between JSON tokens */
 } di_whitespace;
 
+typedef enum di_format_mode {
+    DI_FORMAT_CHECKED = 0,    /* the formats we check are asserted, other formats are annotations */
+    DI_FORMAT_ANNOTATION = 1, /* every format is an annotation (draft 2020-12's default vocabulary) */
+    DI_FORMAT_ASSERT = 2      /* every format is asserted; one we cannot check exactly is an error */
+} di_format_mode;
+
 typedef struct di_grammar_options {
     int lenient;                     /* 1: skip unsupported JSON Schema keywords instead of failing */
     int forbid_additional_properties;/* 1: objects without additionalProperties get false (spec default: true) */
@@ -302,8 +308,7 @@ typedef struct di_grammar_options {
     uint32_t max_lexer_states;       /* DFA states over all lexemes (default 500000) */
     uint32_t max_repeat;             /* cap on unrolled counts: maxItems, maxLength... (default 4096) */
     double max_compile_ms;           /* compile time budget (default 10000) */
-    int format_annotation;           /* 1: JSON Schema `format` is an annotation (draft 2020-12's default
-                                        vocabulary); 0 (default): the formats we check are asserted */
+    di_format_mode format_mode;      /* JSON Schema `format` (default DI_FORMAT_CHECKED) */
 } di_grammar_options;
 
 DI_API void di_grammar_options_default(di_grammar_options *opts);

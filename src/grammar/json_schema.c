@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "grammar/grammar.h"
 #include "grammar/json_schema.h"
@@ -49,8 +50,45 @@ static int add_rule(js_ctx *c, int32_t lhs, const di_sym *s, uint32_t n) {
     return di_cfg_rule_add(c->g, (uint32_t)lhs, s, n, c->err) ? -1 : 0;
 }
 
+/* The schema text's "\u0000" escapes are parsed as U+10FFFF (cJSON strings
+ * end at NUL; see di_json_schema_build); regex text built from schema
+ * strings turns that character back into \x00. Returns pat itself when
+ * there is nothing to translate, else a new string (NULL: out of memory). */
+static const char *nul_translate(const js_ctx *c, const char *pat, size_t len, size_t *out_len) {
+    *out_len = len;
+    if (!c->nul_marker || !memmem(pat, len, JS_NUL_MARKER, 4)) return pat;
+    char *t = malloc(len + 1);
+    if (!t) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < len;) {
+        if (i + 4 <= len && !memcmp(pat + i, JS_NUL_MARKER, 4)) {
+            memcpy(t + k, "\\x00", 4);
+            k += 4;
+            i += 4;
+        } else t[k++] = pat[i++];
+    }
+    t[k] = 0;
+    *out_len = k;
+    return t;
+}
+
+di_status di_js_regex_compile(const js_ctx *c, const char *pattern, size_t len, unsigned flags, uint32_t max_states,
+                              di_dfa *out, di_err *err) {
+    size_t n;
+    const char *p = nul_translate(c, pattern, len, &n);
+    if (!p) return di_err_set(err, DI_ERR_NOMEM, "out of memory");
+    di_status st = di_regex_compile(p, n, flags, max_states, out, err);
+    if (p != pattern) free((char *)p);
+    return st;
+}
+
 static int regex_sym(js_ctx *c, const char *pat, unsigned flags, di_sym *out) {
-    return di_cfg_regex_sym(c->g, pat, flags, out, c->err) ? -1 : 0;
+    size_t n;
+    const char *p = nul_translate(c, pat, strlen(pat), &n);
+    if (!p) return FAIL(c, DI_ERR_NOMEM, "out of memory");
+    int r = di_cfg_regex_sym(c->g, p, flags, out, c->err) ? -1 : 0;
+    if (p != pat) free((char *)p);
+    return r;
 }
 
 static int lit_sym(js_ctx *c, const char *s, di_sym *out) {
@@ -217,30 +255,41 @@ static int punct(js_ctx *c) {
  * one character, lone surrogates refused). */
 #define STR_UNIT "([^\"\\\\\\x00-\\x1f]|\\\\[\"\\\\/bfnrt]|\\\\u([0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})|\\\\u[dD][89abAB][0-9a-fA-F]{2}\\\\u[dD][c-fC-F][0-9a-fA-F]{2})"
 
+/* RFC 3339 full-date, February 29 in leap years only (divisible by 4, and
+ * centuries by 400). */
+#define FULL_DATE_RX                                                                                              \
+    "([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))" \
+    "|([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)"
+
+/* RFC 4291 / RFC 3986 IPv6address: the last 32 bits as two groups or an
+ * IPv4 address. */
+#define H16 "[0-9a-fA-F]{1,4}"
+#define LS32 "(" H16 ":" H16 "|" IPV4_RX ")"
+#define IPV4_RX "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}"
+#define IPV6_RX                                                                                             \
+    "((" H16 ":){6}" LS32 "|::(" H16 ":){5}" LS32 "|(" H16 ")?::(" H16 ":){4}" LS32                         \
+    "|((" H16 ":){0,1}" H16 ")?::(" H16 ":){3}" LS32 "|((" H16 ":){0,2}" H16 ")?::(" H16 ":){2}" LS32        \
+    "|((" H16 ":){0,3}" H16 ")?::" H16 ":" LS32 "|((" H16 ":){0,4}" H16 ")?::" LS32                         \
+    "|((" H16 ":){0,5}" H16 ")?::" H16 "|((" H16 ":){0,6}" H16 ")?::)"
+/* RFC 3339 partial-time without leap seconds, and time-offset. */
+#define TIME_RX "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?"
+#define OFFSET_RX "([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+
 static const char *format_regex(const char *f) {
-    if (!strcmp(f, "date"))
-        return "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))";
-    if (!strcmp(f, "time"))
-        return "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
-    if (!strcmp(f, "date-time"))
-        return "[0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))"
-               "[Tt]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
+    if (!strcmp(f, "date")) return FULL_DATE_RX;
+    if (!strcmp(f, "time")) return TIME_RX OFFSET_RX;
+    if (!strcmp(f, "date-time")) return FULL_DATE_RX "[Tt]" TIME_RX OFFSET_RX;
     if (!strcmp(f, "duration"))
-        return "P([0-9]{1,9}W|([0-9]{1,9}Y([0-9]{1,9}M([0-9]{1,9}D)?)?|[0-9]{1,9}M([0-9]{1,9}D)?|[0-9]{1,9}D)"
-               "(T([0-9]{1,9}H([0-9]{1,9}M([0-9]{1,9}S)?)?|[0-9]{1,9}M([0-9]{1,9}S)?|[0-9]{1,9}S))?"
-               "|T([0-9]{1,9}H([0-9]{1,9}M([0-9]{1,9}S)?)?|[0-9]{1,9}M([0-9]{1,9}S)?|[0-9]{1,9}S))";
+        return "P([0-9]+W|([0-9]+Y([0-9]+M([0-9]+D)?)?|[0-9]+M([0-9]+D)?|[0-9]+D)"
+               "(T([0-9]+H([0-9]+M([0-9]+S)?)?|[0-9]+M([0-9]+S)?|[0-9]+S))?"
+               "|T([0-9]+H([0-9]+M([0-9]+S)?)?|[0-9]+M([0-9]+S)?|[0-9]+S))";
     if (!strcmp(f, "email"))
         return "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,64}(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,64}){0,8}@"
                "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,8}";
     if (!strcmp(f, "hostname"))
         return "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,3}";
-    if (!strcmp(f, "ipv4"))
-        return "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}";
-    if (!strcmp(f, "ipv6"))
-        return "(([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}"
-               "|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}"
-               "|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}"
-               "|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}|:((:[0-9a-fA-F]{1,4}){1,7}|:))";
+    if (!strcmp(f, "ipv4")) return IPV4_RX;
+    if (!strcmp(f, "ipv6")) return IPV6_RX;
     if (!strcmp(f, "uuid"))
         return "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
     if (!strcmp(f, "uri"))
@@ -248,14 +297,54 @@ static const char *format_regex(const char *f) {
     return NULL;
 }
 
+/* Formats whose regex is exactly the format's definition (the others
+ * accept a subset: bounded label counts, no quoted e-mail local parts...);
+ * time and date-time are exact with leap_second_rx. */
+static int format_exact(const char *f) {
+    return !strcmp(f, "date") || !strcmp(f, "ipv4") || !strcmp(f, "ipv6") || !strcmp(f, "uuid") ||
+           !strcmp(f, "duration") || !strcmp(f, "time") || !strcmp(f, "date-time");
+}
+
+/* RFC 3339 full-time including leap seconds: second 60 exists only at 23:59
+ * UTC, that is at local time 23:59 + offset: one alternative per offset.
+ * Large (about 2,900 alternatives), so only used when asserting formats
+ * exactly; the default leaves leap seconds out. */
+static char *exact_time_rx(int with_date) {
+    size_t cap = 2 * 1440 * 48 + 1024, k = 0;
+    char *b = malloc(cap);
+    if (!b) return NULL;
+    k += (size_t)snprintf(b + k, cap - k, "%s(" TIME_RX OFFSET_RX "|23:59:60(\\.[0-9]+)?([Zz]|[+-]00:00)",
+                          with_date ? FULL_DATE_RX "[Tt]" : "");
+    for (int neg = 0; neg < 2; neg++)
+        for (int off = 1; off < 1440; off++) {
+            int local = neg ? (1439 - off + 1440) % 1440 : (1439 + off) % 1440;
+            k += (size_t)snprintf(b + k, cap - k, "|%02d:%02d:60(\\.[0-9]+)?\\%c%02d:%02d", local / 60, local % 60,
+                                  neg ? '-' : '+', off / 60, off % 60);
+        }
+    snprintf(b + k, cap - k, ")");
+    return b;
+}
+
 int di_js_format_checked(const char *name) { return format_regex(name) != NULL; }
 
-/* Regex of the format s asserts, or NULL (none, unknown, or formats are
- * annotations under the options). */
-static const char *asserted_format(js_ctx *c, const cJSON *s) {
+/* The regex (new string) of the format s asserts into *rx (NULL: none, or
+ * an annotation under the options); -1 with the error set when every format
+ * must be asserted and this one cannot be exactly. */
+static int format_rx(js_ctx *c, const cJSON *s, char **rx) {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
-    if (c->o->format_annotation || !fmt || !cJSON_IsString(fmt)) return NULL;
-    return format_regex(fmt->valuestring);
+    *rx = NULL;
+    if (c->o->format_mode == DI_FORMAT_ANNOTATION || !fmt || !cJSON_IsString(fmt)) return 0;
+    const char *f = fmt->valuestring, *r = format_regex(f);
+    if (!r) {
+        if (c->o->format_mode == DI_FORMAT_CHECKED) return 0;
+        return FAIL(c, DI_ERR_UNSUPPORTED, "format '%s' cannot be asserted exactly (format_mode assert)", f);
+    }
+    if (c->o->format_mode == DI_FORMAT_ASSERT && !format_exact(f))
+        return FAIL(c, DI_ERR_UNSUPPORTED, "format '%s' cannot be asserted exactly (format_mode assert)", f);
+    if (c->o->format_mode == DI_FORMAT_ASSERT && (!strcmp(f, "time") || !strcmp(f, "date-time")))
+        *rx = exact_time_rx(!strcmp(f, "date-time"));
+    else *rx = strdup(r);
+    return *rx ? 0 : FAIL(c, DI_ERR_NOMEM, "out of memory");
 }
 
 /* DFA of unit_rx repeated between mn and mx times (mx >= 0) inside JSON
@@ -263,7 +352,7 @@ static const char *asserted_format(js_ctx *c, const cJSON *s) {
  * for di_regex_compile (the pattern is the unbounded one, e.g. "U*"). */
 static int counted_dfa(js_ctx *c, const char *unbounded_rx, unsigned flags, long mn, long mx, di_dfa *out) {
     di_dfa u;
-    if (di_regex_compile(unbounded_rx, strlen(unbounded_rx), flags, c->o->max_lexer_states, &u, c->err)) return -1;
+    if (di_js_regex_compile(c, unbounded_rx, strlen(unbounded_rx), flags, c->o->max_lexer_states, &u, c->err)) return -1;
     uint32_t boundary = u.start ? di_dfa_step(&u, u.start, '"') : 0;
     di_status st = boundary ? di_dfa_count_units(&u, boundary, (uint32_t)mn, (uint32_t)mx, c->o->max_lexer_states, out, c->err)
                             : di_err_set(c->err, DI_ERR_INTERNAL, "string automaton without an opening quote");
@@ -309,7 +398,7 @@ static int string_dfa(js_ctx *c, const cJSON *s, di_dfa *out, int *any) {
     for (int i = 0; i < np; i++) {
         if (!cJSON_IsString(plist[i])) return FAIL(c, DI_ERR_FORMAT, "'pattern' must be a string");
         const char *p = plist[i]->valuestring;
-        if (di_regex_compile(p, strlen(p), DI_RX_SEARCH | DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err)) {
+        if (di_js_regex_compile(c, p, strlen(p), DI_RX_SEARCH | DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err)) {
             di_err_prefix(c->err, "pattern /%s/: ", p);
             if (have) di_dfa_free(out);
             return -1;
@@ -317,9 +406,15 @@ static int string_dfa(js_ctx *c, const cJSON *s, di_dfa *out, int *any) {
         if (dfa_and(c, out, &have, &d)) return -1;
     }
     {
-        const char *fr = asserted_format(c, s);
+        char *fr;
+        if (format_rx(c, s, &fr)) {
+            if (have) di_dfa_free(out);
+            return -1;
+        }
         if (fr) {
-            if (di_regex_compile(fr, strlen(fr), DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err)) {
+            di_status st = di_js_regex_compile(c, fr, strlen(fr), DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err);
+            free(fr);
+            if (st) {
                 if (have) di_dfa_free(out);
                 return -1;
             }
@@ -337,7 +432,7 @@ static int string_dfa(js_ctx *c, const cJSON *s, di_dfa *out, int *any) {
         if (mx >= 0) r = counted_dfa(c, "[\\u{0}-\\u{10FFFF}]*", DI_RX_JSON_STRING, mn, mx, &d);
         else {
             snprintf(buf, sizeof buf, "[\\u{0}-\\u{10FFFF}]{%ld,}", mn);
-            r = di_regex_compile(buf, strlen(buf), DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err) ? -1 : 0;
+            r = di_js_regex_compile(c, buf, strlen(buf), DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err) ? -1 : 0;
         }
         if (r) {
             if (have) di_dfa_free(out);
@@ -348,13 +443,13 @@ static int string_dfa(js_ctx *c, const cJSON *s, di_dfa *out, int *any) {
     if (!have) {
         *any = 1;
         const char *all = "[\\u{0}-\\u{10FFFF}]*";
-        if (di_regex_compile(all, strlen(all), DI_RX_JSON_STRING, c->o->max_lexer_states, out, c->err)) return -1;
+        if (di_js_regex_compile(c, all, strlen(all), DI_RX_JSON_STRING, c->o->max_lexer_states, out, c->err)) return -1;
     }
     const cJSON *nots = cJSON_GetObjectItemCaseSensitive(s, "x-di-not-patterns");
     if (nots)
         for (const cJSON *x = nots->child; x; x = x->next) {
             if (!cJSON_IsString(x)) continue;
-            if (di_regex_compile(x->valuestring, strlen(x->valuestring), DI_RX_SEARCH | DI_RX_JSON_STRING,
+            if (di_js_regex_compile(c, x->valuestring, strlen(x->valuestring), DI_RX_SEARCH | DI_RX_JSON_STRING,
                                  c->o->max_lexer_states, &d, c->err)) {
                 di_dfa_free(out);
                 return -1;
@@ -373,7 +468,10 @@ static int string_dfa(js_ctx *c, const cJSON *s, di_dfa *out, int *any) {
 static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
     const cJSON *pats = cJSON_GetObjectItemCaseSensitive(s, "x-di-patterns");
-    int fmt_known = asserted_format(c, s) != NULL;
+    char *fmt_rx;
+    if (format_rx(c, s, &fmt_rx)) return -1;
+    int fmt_known = fmt_rx != NULL;
+    free(fmt_rx);
     if (!pat && !pats && !fmt_known && !cJSON_GetObjectItemCaseSensitive(s, "x-di-not-patterns")) {
         long mn, mx;
         if (get_count(c, s, "minLength", &mn, 0) || get_count(c, s, "maxLength", &mx, -1)) return -1;
@@ -423,8 +521,10 @@ static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
     }
     char *txt = k ? cJSON_PrintUnformatted(k) : NULL;
     cJSON_Delete(k);
-    char *key = txt ? malloc(strlen(txt) + 3) : NULL;
-    if (key) { key[0] = 'S'; key[1] = ':'; strcpy(key + 2, txt); }
+    /* the regexes behind the keywords depend on the format mode and on
+     * whether U+10FFFF stands for NUL */
+    char *key = txt ? malloc(strlen(txt) + 8) : NULL;
+    if (key) sprintf(key, "S%d%d:%s", (int)c->o->format_mode, c->nul_marker, txt);
     free(txt);
     int r = di_cfg_dfa_sym(c->g, &d, key, out, c->err) ? -1 : 0;
     free(key);
@@ -605,7 +705,7 @@ static int number_emit(js_ctx *c, const cJSON *s, int integer_only, int exclusiv
     }
     di_dfa d;
     if (rx) {
-        if (di_regex_compile(rx, strlen(rx), 0, c->o->max_lexer_states, &d, c->err)) return -1;
+        if (di_js_regex_compile(c, rx, strlen(rx), 0, c->o->max_lexer_states, &d, c->err)) return -1;
     } else d = *dfa;
     char lim[256];
     size_t k = 0;
@@ -615,7 +715,7 @@ static int number_emit(js_ctx *c, const cJSON *s, int integer_only, int exclusiv
     int r = 0;
     if (lim[0]) {
         di_dfa l, x;
-        r = di_regex_compile(lim, strlen(lim), 0, c->o->max_lexer_states, &l, c->err) ? -1 : 0;
+        r = di_js_regex_compile(c, lim, strlen(lim), 0, c->o->max_lexer_states, &l, c->err) ? -1 : 0;
         if (!r) {
             r = di_dfa_product(&d, &l, 0, c->o->max_lexer_states, &x, c->err) ? -1 : 0;
             di_dfa_free(&l);
@@ -637,7 +737,7 @@ static int number_emit(js_ctx *c, const cJSON *s, int integer_only, int exclusiv
         }
         if (!r && k) {
             di_dfa e, x;
-            r = di_regex_compile(ex, k, 0, c->o->max_lexer_states, &e, c->err) ? -1 : 0;
+            r = di_js_regex_compile(c, ex, k, 0, c->o->max_lexer_states, &e, c->err) ? -1 : 0;
             if (!r) {
                 r = di_dfa_product(&d, &e, 1, c->o->max_lexer_states, &x, c->err) ? -1 : 0;
                 di_dfa_free(&e);
@@ -749,8 +849,8 @@ no_mul:;
         char b2[64];
         snprintf(b2, sizeof b2, "-?(0|[1-9][0-9]*)%s", frac_re);
         di_dfa d1, d2, d;
-        if (di_regex_compile(buf, strlen(buf), 0, c->o->max_lexer_states, &d1, c->err)) return -1;
-        if (di_regex_compile(b2, strlen(b2), 0, c->o->max_lexer_states, &d2, c->err)) { di_dfa_free(&d1); return -1; }
+        if (di_js_regex_compile(c, buf, strlen(buf), 0, c->o->max_lexer_states, &d1, c->err)) return -1;
+        if (di_js_regex_compile(c, b2, strlen(b2), 0, c->o->max_lexer_states, &d2, c->err)) { di_dfa_free(&d1); return -1; }
         di_status st = di_dfa_product(&d1, &d2, 0, c->o->max_lexer_states, &d, c->err);
         di_dfa_free(&d1);
         di_dfa_free(&d2);
@@ -762,13 +862,36 @@ no_mul:;
 
 /* ------------------------------------------------------ enum / const */
 
-/* Writes a JSON value as a grammar: objects / arrays member by member with
- * the configured whitespace, scalars as literals (integers also as x.0). */
+/* Writes a JSON value as a grammar: arrays element by element with the
+ * configured whitespace, objects as an object schema whose every member is
+ * required with its value as const (members in any order, as equality of
+ * JSON objects ignores it), scalars as literals (integers also as x.0). */
 static int const_value(js_ctx *c, const cJSON *v, int32_t lhs, int depth) {
     if (depth > (int)c->o->max_depth) return FAIL(c, DI_ERR_LIMIT, "const/enum value nested deeper than %u", c->o->max_depth);
     di_sym syms[4];
-    if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
-        int obj = cJSON_IsObject(v);
+    if (cJSON_IsObject(v)) {
+        cJSON *o = di_js_own(c, cJSON_CreateObject());
+        cJSON *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
+        if (!o || !props || !req) {
+            cJSON_Delete(props);
+            cJSON_Delete(req);
+            return FAIL(c, DI_ERR_NOMEM, "out of memory");
+        }
+        cJSON_AddItemToObject(o, "type", cJSON_CreateString("object"));
+        for (const cJSON *x = v->child; x; x = x->next) {
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddItemReferenceToObject(m, "const", (cJSON *)x);
+            cJSON_AddItemToObject(props, x->string, m);
+            cJSON_AddItemToArray(req, cJSON_CreateString(x->string));
+        }
+        cJSON_AddItemToObject(o, "properties", props);
+        cJSON_AddItemToObject(o, "required", req);
+        cJSON_AddItemToObject(o, "additionalProperties", cJSON_CreateFalse());
+        int32_t sub = js_value(c, o);
+        return sub < 0 ? -1 : add_rule(c, lhs, &sub, 1);
+    }
+    if (cJSON_IsArray(v)) {
+        int obj = 0;
         int n = cJSON_GetArraySize(v);
         di_sym *seq = malloc(((size_t)n * 4 + 2) * sizeof *seq);
         if (!seq) return FAIL(c, DI_ERR_NOMEM, "out of memory");
@@ -846,7 +969,7 @@ static int enum_value_ok(js_ctx *c, const cJSON *s, const cJSON *v, int types) {
             int ok = 0;
             if (pat) {
                 di_regex_escape(v->valuestring, strlen(v->valuestring), pat, need);
-                if (!di_regex_compile(pat, strlen(pat), DI_RX_JSON_STRING, c->o->max_lexer_states, &lit, c->err)) {
+                if (!di_js_regex_compile(c, pat, strlen(pat), DI_RX_JSON_STRING, c->o->max_lexer_states, &lit, c->err)) {
                     ok = di_dfa_intersects(&d, &lit);
                     di_dfa_free(&lit);
                 }
@@ -1024,7 +1147,7 @@ static int key_dfa(js_ctx *c, const char *name, di_dfa *out) {
     char *pat = malloc(need);
     if (!pat) return FAIL(c, DI_ERR_NOMEM, "out of memory");
     di_regex_escape(name, strlen(name), pat, need);
-    di_status st = di_regex_compile(pat, strlen(pat), DI_RX_JSON_STRING, c->o->max_lexer_states, out, c->err);
+    di_status st = di_js_regex_compile(c, pat, strlen(pat), DI_RX_JSON_STRING, c->o->max_lexer_states, out, c->err);
     free(pat);
     return st ? -1 : 0;
 }
@@ -1087,7 +1210,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
         if (!pdfa) { FAIL(c, DI_ERR_NOMEM, "out of memory"); goto done; }
         int i = 0;
         for (const cJSON *p = pprops->child; p; p = p->next, i++)
-            if (di_regex_compile(p->string, strlen(p->string), DI_RX_SEARCH | DI_RX_JSON_STRING, c->o->max_lexer_states,
+            if (di_js_regex_compile(c, p->string, strlen(p->string), DI_RX_SEARCH | DI_RX_JSON_STRING, c->o->max_lexer_states,
                                  &pdfa[i], c->err)) {
                 di_err_prefix(c->err, "patternProperties /%s/: ", p->string);
                 goto done;
@@ -1200,7 +1323,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
     /* additional members: any other key */
     if (!addl_false) {
         const char *all = "[\\u{0}-\\u{10FFFF}]*";
-        if (di_regex_compile(all, strlen(all), DI_RX_JSON_STRING, c->o->max_lexer_states, &extra, c->err)) goto done;
+        if (di_js_regex_compile(c, all, strlen(all), DI_RX_JSON_STRING, c->o->max_lexer_states, &extra, c->err)) goto done;
         have_extra = 1;
         for (int k = 0; k < n_decl; k++) {
             di_dfa x;
@@ -1664,7 +1787,7 @@ static int string_only_dfa(js_ctx *c, const cJSON *s, di_dfa *out) {
                 rx[len] = 0;
             }
         di_dfa lits;
-        if (!ok || first || di_regex_compile(rx, len, DI_RX_JSON_STRING, c->o->max_lexer_states, &lits, c->err)) {
+        if (!ok || first || di_js_regex_compile(c, rx, len, DI_RX_JSON_STRING, c->o->max_lexer_states, &lits, c->err)) {
             free(rx);
             di_dfa_free(&d);
             *c->err = save;
@@ -1951,6 +2074,49 @@ static void ctx_free(js_ctx *c) {
     free(c->memo);
 }
 
+/* Copy of the JSON text with every "\u0000" escape inside a string written
+ * as U+10FFFF ("\uDBFF\uDFFF"), so that cJSON keeps the string whole; NULL
+ * when there is none. *clash: the text already holds U+10FFFF. */
+static char *nul_escapes_marked(const char *text, size_t len, size_t *out_len, int *clash) {
+    size_t n_nul = 0;
+    int in_str = 0;
+    *clash = memmem(text, len, JS_NUL_MARKER, 4) != NULL;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_str) { in_str = text[i] == '"'; continue; }
+        if (text[i] == '"') in_str = 0;
+        else if (text[i] == '\\' && i + 1 < len) {
+            if (text[i + 1] == 'u' && i + 6 <= len) {
+                if (!memcmp(text + i + 2, "0000", 4)) n_nul++;
+                if (!strncasecmp(text + i + 2, "dbff", 4) && i + 12 <= len && !strncasecmp(text + i + 6, "\\udfff", 6))
+                    *clash = 1;
+            }
+            i++;
+        }
+    }
+    if (!n_nul) return NULL;
+    char *t = malloc(len + n_nul * 6 + 1);
+    if (!t) return NULL;
+    size_t k = 0;
+    in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_str) { in_str = text[i] == '"'; t[k++] = text[i]; continue; }
+        if (text[i] == '"') in_str = 0;
+        else if (text[i] == '\\' && i + 1 < len) {
+            if (text[i + 1] == 'u' && i + 6 <= len && !memcmp(text + i + 2, "0000", 4)) {
+                memcpy(t + k, "\\uDBFF\\uDFFF", 12);
+                k += 12;
+                i += 5;
+                continue;
+            }
+            t[k++] = text[i++];
+        }
+        t[k++] = text[i];
+    }
+    t[k] = 0;
+    *out_len = k;
+    return t;
+}
+
 di_status di_json_schema_build(di_cfg *g, const char *text, size_t len, const di_grammar_options *opts,
                                uint32_t *root, di_err *err) {
     const char *end = NULL;
@@ -1961,16 +2127,41 @@ di_status di_json_schema_build(di_cfg *g, const char *text, size_t len, const di
         di_text_position(text, len, pos, &line, &col);
         return di_err_set(err, DI_ERR_FORMAT, "JSON Schema: syntax error at line %d, column %d", line, col);
     }
+    size_t mlen = 0;
+    int clash = 0;
+    char *marked = nul_escapes_marked(text, len, &mlen, &clash);
+    int nul_marker = marked != NULL;
+    if (marked) {
+        cJSON_Delete(doc);
+        doc = clash ? NULL : cJSON_ParseWithLengthOpts(marked, mlen, &end, 0);
+        free(marked);
+        if (!doc)
+            return di_err_set(err, clash ? DI_ERR_UNSUPPORTED : DI_ERR_NOMEM,
+                              clash ? "JSON Schema: strings with both NUL and U+10FFFF are not supported" : "out of memory");
+    }
+    if ((unsigned)opts->format_mode > DI_FORMAT_ASSERT) {
+        cJSON_Delete(doc);
+        return di_err_set(err, DI_ERR_INVALID_ARG, "grammar option format_mode %d out of range (0..2)",
+                          (int)opts->format_mode);
+    }
     js_ctx c;
     di_status st = DI_OK;
     if (ctx_init(&c, g, opts, err)) st = err->code;
     else {
         c.doc = doc;
+        c.nul_marker = nul_marker;
         /* draft 4 and earlier: an integer is written without a fraction */
         const cJSON *sv = cJSON_GetObjectItemCaseSensitive(doc, "$schema");
         if (sv && cJSON_IsString(sv) && (strstr(sv->valuestring, "draft-04") || strstr(sv->valuestring, "draft-03")))
             c.int_zero_frac = 0;
-        int32_t r = js_value(&c, doc);
+        /* another meta-schema may choose other vocabularies (even none that
+         * validates): we only know the published drafts' */
+        int32_t r = -1;
+        if (sv && cJSON_IsString(sv) && strncmp(sv->valuestring, "http://json-schema.org/", 23) &&
+            strncmp(sv->valuestring, "https://json-schema.org/", 24))
+            FAIL(&c, DI_ERR_UNSUPPORTED, "$schema '%.200s': only the json-schema.org meta-schemas are supported",
+                 sv->valuestring);
+        else r = js_value(&c, doc);
         if (r < 0) st = err->code ? err->code : DI_ERR_INTERNAL;
         else *root = (uint32_t)r;
     }

@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "grammar/dfa.h"
 #include "grammar/grammar.h"
 
 typedef struct memo_ent {
@@ -27,7 +28,12 @@ typedef struct js_ctx {
     int int_zero_frac;     /* 1.0 counts as an integer (draft 6 and later) */
     di_sym t_lbrace, t_rbrace, t_lbrack, t_rbrack, t_comma, t_colon;
     char path[512];        /* JSON pointer of the schema being compiled, for messages */
+    int nul_marker;        /* JS_NUL_MARKER in strings stands for NUL */
 } js_ctx;
+
+/* UTF-8 of U+10FFFF, which stands for NUL inside schema strings when the
+ * schema text has "\u0000" escapes (and no U+10FFFF of its own). */
+#define JS_NUL_MARKER "\xF4\x8F\xBF\xBF"
 
 /* Instance types as bits; "number" is T_NUM | T_INT. */
 enum { T_NULL = 1, T_BOOL = 2, T_OBJ = 4, T_ARR = 8, T_STR = 16, T_INT = 32, T_NUM = 64, T_ALL = 127 };
@@ -51,6 +57,10 @@ int di_js_possible_types(js_ctx *c, const cJSON *s, int depth);
 int di_js_disjoint(js_ctx *c, const cJSON *a, const cJSON *b);
 /* Whether format `name` is one the compiler checks. */
 int di_js_format_checked(const char *name);
+/* di_regex_compile on regex text built from schema strings (NUL marker
+ * translated). */
+di_status di_js_regex_compile(const js_ctx *c, const char *pattern, size_t len, unsigned flags, uint32_t max_states,
+                              di_dfa *out, di_err *err);
 /* `type` array naming the types of mask t. */
 cJSON *di_js_type_array(int t);
 

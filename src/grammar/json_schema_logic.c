@@ -208,7 +208,9 @@ static int negate_keyword(js_ctx *c, const cJSON *s, const cJSON *k, cJSON *piec
     }
     if (!strcmp(n, "format")) {
         /* an annotation (or a format we do not check) rejects nothing */
-        if (c->o->format_annotation || !cJSON_IsString(k) || !di_js_format_checked(k->valuestring)) return 0;
+        if (c->o->format_mode == DI_FORMAT_ANNOTATION) return 0;
+        if (c->o->format_mode == DI_FORMAT_CHECKED && (!cJSON_IsString(k) || !di_js_format_checked(k->valuestring)))
+            return 0;
         return FAIL(c, DI_ERR_UNSUPPORTED,
                     "JSON Schema keyword 'not' is not supported in this form: 'format' (at %s)", at(c));
     }

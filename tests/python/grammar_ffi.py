@@ -18,6 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 N_LOGITS = 129280
 
 DI_CONSTRAINT_JSON_SCHEMA, DI_CONSTRAINT_REGEX, DI_CONSTRAINT_EBNF, DI_CONSTRAINT_CHOICE, DI_CONSTRAINT_JSON_OBJECT = range(5)
+DI_FORMAT_CHECKED, DI_FORMAT_ANNOTATION, DI_FORMAT_ASSERT = range(3)
 
 
 class Options(ctypes.Structure):
@@ -31,7 +32,7 @@ class Options(ctypes.Structure):
         ("max_lexer_states", ctypes.c_uint32),
         ("max_repeat", ctypes.c_uint32),
         ("max_compile_ms", ctypes.c_double),
-        ("format_annotation", ctypes.c_int),
+        ("format_mode", ctypes.c_int),
     ]
 
 

@@ -1,9 +1,12 @@
 """JSON-Schema-Test-Suite (draft 2020-12) through the constraint engine,
 token by token with the real V4 tokenizer: every schema is either a
 declared compile error or every valid instance is accepted and every
-invalid one rejected. Results per case are compared with the ratchet file
-tests/data/grammar/json_schema_test_suite.json, which may only improve:
-no false positive ever, a recorded pass must stay a pass. Set
+invalid one rejected (no false positive, no false negative). The core files
+run with `format` as an annotation (draft 2020-12's default vocabulary),
+optional/format/ with every format asserted (DI_FORMAT_ASSERT: a format we
+cannot check exactly is a compile error). Results per case are compared
+with the ratchet file tests/data/grammar/json_schema_test_suite.json, which
+may only improve: a recorded pass must stay a pass. Set
 DEEPINFER_UPDATE_GRAMMAR_RESULTS=1 to rewrite the file after an improvement."""
 import glob
 import json
@@ -30,14 +33,23 @@ def suite_dir():
     return d
 
 
+def suite_parts(d):
+    """(file, key prefix, format mode): each part in the mode its semantics
+    define. Draft 2020-12's core vocabulary makes `format` an annotation;
+    the optional/format files test the format-assertion vocabulary."""
+    parts = [(p, "", F.DI_FORMAT_ANNOTATION) for p in sorted(glob.glob(str(d / "*.json")))]
+    parts += [(p, "optional/format/", F.DI_FORMAT_ASSERT) for p in sorted(glob.glob(str(d / "optional" / "format" / "*.json")))]
+    return parts
+
+
 def run_suite(d):
     V = F.v4_vocab()
     out = {}
-    for path in sorted(glob.glob(str(d / "*.json"))):
-        name = os.path.basename(path)
+    for path, prefix, mode in suite_parts(d):
+        name = prefix + os.path.basename(path)
         for gi, group in enumerate(json.load(open(path))):
             try:
-                g = F.Grammar(V, F.DI_CONSTRAINT_JSON_SCHEMA, json.dumps(group["schema"]))
+                g = F.Grammar(V, F.DI_CONSTRAINT_JSON_SCHEMA, json.dumps(group["schema"]), format_mode=mode)
             except F.CompileError:
                 g = None
             for ti, t in enumerate(group["tests"]):
@@ -54,6 +66,8 @@ def test_json_schema_test_suite(suite_dir):
     got = run_suite(suite_dir)
     fp = [k for k, v in got.items() if v == "false_positive"]
     assert not fp, f"invalid instances accepted: {fp[:20]}"
+    fn = [k for k, v in got.items() if v == "false_negative"]
+    assert not fn, f"valid instances rejected: {fn[:20]}"
     if os.environ.get("DEEPINFER_UPDATE_GRAMMAR_RESULTS") == "1":
         RESULTS.write_text("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(got.items())) + "\n}\n")
     want = json.loads(RESULTS.read_text())
