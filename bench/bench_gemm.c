@@ -3,8 +3,18 @@
  * weights dequantized to fp32 (same thread count, same run), and the decode
  * path against the memory bandwidth measured in the same run.
  *
- *   build/bench/bench_gemm [--quick] [--decode] [--threads N] [--only WEIGHT] [--cputime]
- *   (--quick: shorter timing, skips the largest prefill; --decode: M <= 8 only)
+ *   build/bench/bench_gemm [--quick] [--threads N] [--only WEIGHT] [--cputime]
+ *   build/bench/bench_gemm --decode [--rounds R] [--quick] [--only WEIGHT]
+ *   (--quick: shorter timing, skips the largest prefill)
+ *
+ * --decode compares decode rows (M = 1 and 4) with the read bandwidth side
+ * by side: each of R rounds (default 3) measures, in this order, the read
+ * bandwidth on one thread, every weight's product on one thread, the read
+ * bandwidth on all threads and every product on all threads; one-thread
+ * timings use the thread's CPU-time clock, all-thread ones the wall clock.
+ * The table gives, per weight, the medians over the rounds of GB/s and of
+ * the per-round ratio GB/s / bandwidth (the machine is shared: a round's
+ * ratio uses that round's bandwidth).
  *
  * Times are medians of several runs. Decode (M <= 8) streams rotating copies
  * of the weights, more than the last-level cache holds, so every call reads
@@ -89,6 +99,15 @@ static double measure_read_bw(di_threadpool *tp) {
     return bytes / median_of(t, 7) / 1e9;
 }
 
+/* The same read with the clock chosen for it (CPU time needs tp == NULL). */
+static double measure_read_bw_clock(di_threadpool *tp, clockid_t clk) {
+    clockid_t saved = bench_clock;
+    bench_clock = clk;
+    double bw = measure_read_bw(tp);
+    bench_clock = saved;
+    return bw;
+}
+
 static double measure_memcpy_bw(void) {
     const size_t bytes = (size_t)512 << 20;
     char *a = malloc(bytes), *b = malloc(bytes);
@@ -163,8 +182,142 @@ static float *dequant(const wmat *m, const wcopy *c) {
         result = median_of(ts_, n_);                                        \
     } while (0)
 
+/* ---- --decode: decode rows against the bandwidth, one thread and all ---- */
+
+enum { MAX_ROUNDS = 15 };
+
+typedef struct dec_row {
+    const wmat *m;
+    int64_t M;
+    double gbs[2][MAX_ROUNDS], ratio[2][MAX_ROUNDS]; /* [one thread, all threads][round] */
+    double hot;
+} dec_row;
+
+/* Random bf16 activations in [-1, 1], quantized as the engine does. */
+static void quant_random_act(int64_t M, int64_t K, uint8_t *qa, float *sa) {
+    float *x = malloc(sizeof(float) * M * K);
+    for (int64_t i = 0; i < M * K; i++) x[i] = di_round_bf16(((int)(rnd() % 2001) - 1000) * 1e-3f);
+    di_act_quant_fp8(x, M, K, qa, sa);
+    free(x);
+}
+
+/* Median GB/s of the product over rotating weight copies. */
+static double time_decode(const wmat *m, wcopy *cp, int ncopy, const uint8_t *qa, const float *sa,
+                          int64_t M, float *out, di_threadpool *tp, clockid_t clk, double budget) {
+    clockid_t saved = bench_clock;
+    bench_clock = clk;
+    int rot = 0;
+    double t;
+    TIME_MEDIAN(t, budget, {
+        wcopy *c = &cp[rot++ % ncopy];
+        if (m->fp4) di_gemm_mxfp4(qa, sa, M, m->K, c->w, c->ws, m->N, out, tp);
+        else di_gemm_fp8(qa, sa, M, m->K, c->w, c->ws, m->N, out, tp);
+    });
+    bench_clock = saved;
+    return (double)(w_bytes(m) + ws_bytes(m)) / t / 1e9;
+}
+
+static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, int rounds, int quick,
+                            di_threadpool *tp) {
+    const double budget = quick ? 0.2 : 0.5;
+    const int64_t Ms[] = {1, 4};
+    dec_row rows[16];
+    int nrows = 0;
+    double bw[2][MAX_ROUNDS];
+    /* weights and activations made once, reused by every round */
+    wcopy *copies[8] = {0};
+    int ncopies[8] = {0};
+    uint8_t *qa[2];
+    float *sa[2], *out = NULL;
+    int64_t kmax = 0, nmax = 0;
+    for (size_t mi = 0; mi < nmats; mi++) {
+        if (only && strcmp(only, mats[mi].name) != 0) continue;
+        const wmat *m = &mats[mi];
+        size_t bytes = w_bytes(m) + ws_bytes(m);
+        int ncopy = (int)((256u << 20) / bytes) + 1;
+        if (ncopy > 64) ncopy = 64;
+        ncopies[mi] = ncopy;
+        copies[mi] = calloc((size_t)ncopy, sizeof(wcopy));
+        for (int c = 0; c < ncopy; c++) wcopy_fill(m, &copies[mi][c]);
+        if (m->K > kmax) kmax = m->K;
+        if (m->N > nmax) nmax = m->N;
+        for (size_t xi = 0; xi < 2; xi++) rows[nrows++] = (dec_row){m, Ms[xi], {{0}}, {{0}}, 0};
+    }
+    if (!nrows) return 1;
+    for (int xi = 0; xi < 2; xi++) {
+        qa[xi] = malloc((size_t)(Ms[xi] * kmax));
+        sa[xi] = malloc(sizeof(float) * Ms[xi] * (kmax / 32));
+    }
+    out = malloc(sizeof(float) * 4 * nmax);
+    /* hot: the first rows of one copy (<= 512 KB, L2), one thread */
+    for (int r = 0; r < nrows; r++) {
+        const wmat *m = rows[r].m;
+        const int xi = rows[r].M == 1 ? 0 : 1;
+        quant_random_act(rows[r].M, m->K, qa[xi], sa[xi]);
+        int64_t nh = (512 << 10) / (m->fp4 ? m->K / 2 + m->K / 32 : m->K + m->K / 32 / 32) / 32 * 32;
+        if (nh > m->N) nh = m->N;
+        wmat mh = *m;
+        mh.N = nh;
+        rows[r].hot = time_decode(&mh, &copies[m - mats][0], 1, qa[xi], sa[xi], rows[r].M, out, NULL,
+                                  CLOCK_THREAD_CPUTIME_ID, budget / 2);
+    }
+    for (int round = 0; round < rounds; round++) {
+        for (int all = 0; all < 2; all++) {
+            di_threadpool *p = all ? tp : NULL;
+            clockid_t clk = all ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
+            bw[all][round] = measure_read_bw_clock(p, clk);
+            for (int r = 0; r < nrows; r++) {
+                const wmat *m = rows[r].m;
+                const int xi = rows[r].M == 1 ? 0 : 1;
+                /* activations of this K (the buffers hold the largest) */
+                quant_random_act(rows[r].M, m->K, qa[xi], sa[xi]);
+                double g = time_decode(m, copies[m - mats], ncopies[m - mats], qa[xi], sa[xi], rows[r].M,
+                                       out, p, clk, budget);
+                rows[r].gbs[all][round] = g;
+                rows[r].ratio[all][round] = g / bw[all][round];
+            }
+        }
+        fprintf(stderr, "round %d: read %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n", round + 1,
+                bw[0][round], bw[1][round], di_threadpool_size(tp));
+    }
+    double bw_med[2];
+    for (int all = 0; all < 2; all++) {
+        double t[MAX_ROUNDS];
+        memcpy(t, bw[all], sizeof t);
+        bw_med[all] = median_of(t, rounds);
+    }
+    printf("# CPU kernels, decode rows: path %s (%s), %d rounds; 1 thread = thread CPU time, %d threads = wall clock\n",
+           di_cpu_kernels_path(), di_cpu_describe(), rounds, di_threadpool_size(tp));
+    printf("# read bandwidth, median of the rounds: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n",
+           bw_med[0], bw_med[1], di_threadpool_size(tp));
+    printf("# GB/s = weight bytes (codes + scales) per call / t, from DRAM; vs_bw = median of per-round GB/s / read bw;\n"
+           "# hot = 1 thread with the weights in L2\n");
+    printf("%-14s %-5s %2s %8s %6s %8s %6s %8s\n", "weight", "fmt", "M", "1t_GB/s", "vs_bw", "nt_GB/s",
+           "vs_bw", "hot");
+    for (int r = 0; r < nrows; r++) {
+        double med[2][2];
+        for (int all = 0; all < 2; all++) {
+            double t[MAX_ROUNDS];
+            memcpy(t, rows[r].gbs[all], sizeof t);
+            med[all][0] = median_of(t, rounds);
+            memcpy(t, rows[r].ratio[all], sizeof t);
+            med[all][1] = median_of(t, rounds);
+        }
+        printf("%-14s %-5s %2lld %8.1f %6.2f %8.1f %6.2f %8.1f\n", rows[r].m->name,
+               rows[r].m->fp4 ? "mxfp4" : "fp8", (long long)rows[r].M, med[0][0], med[0][1], med[1][0],
+               med[1][1], rows[r].hot);
+    }
+    for (size_t mi = 0; mi < nmats; mi++) {
+        for (int c = 0; c < ncopies[mi]; c++) free(copies[mi][c].w), free(copies[mi][c].ws);
+        free(copies[mi]);
+    }
+    for (int xi = 0; xi < 2; xi++) free(qa[xi]), free(sa[xi]);
+    free(out);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    int quick = 0, threads = 0, decode_only = 0;
+    int quick = 0, threads = 0, decode_only = 0, rounds = 3;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -172,6 +325,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--cputime")) bench_clock = CLOCK_THREAD_CPUTIME_ID;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
     }
     if (threads <= 0) threads = di_cpu_count();
     if (bench_clock != CLOCK_MONOTONIC && threads != 1) {
@@ -186,6 +340,16 @@ int main(int argc, char **argv) {
     }
     openblas_set_num_threads(threads);
     const double budget = quick ? 0.2 : 1.0;
+    const wmat mats[] = {
+        {"wq_a", 0, 1280, 5120},      {"wkv", 0, 512, 5120},        {"wo_b", 0, 5120, 8192},
+        {"shared.w1", 0, 2304, 5120}, {"expert.w1", 1, 2304, 5120}, {"expert.w2", 1, 5120, 2304},
+    };
+    if (decode_only) {
+        if (rounds < 1 || rounds > MAX_ROUNDS) rounds = 3;
+        int rc = run_decode_pairs(mats, sizeof mats / sizeof *mats, only, rounds, quick, tp);
+        di_threadpool_destroy(tp);
+        return rc;
+    }
 
     double bw = measure_read_bw(tp), bw_cpy = measure_memcpy_bw();
     printf("# CPU kernels: path %s (%s), %d thread(s), %s\n", di_cpu_kernels_path(),
@@ -199,10 +363,6 @@ int main(int argc, char **argv) {
     printf("%-14s %-5s %4s %9s %9s %9s %7s %8s %6s %8s\n", "weight", "fmt", "M", "ours_ms", "GFLOP/s",
            "sgemm", "vs_sg", "GB/s", "vs_bw", "hot");
 
-    const wmat mats[] = {
-        {"wq_a", 0, 1280, 5120},      {"wkv", 0, 512, 5120},        {"wo_b", 0, 5120, 8192},
-        {"shared.w1", 0, 2304, 5120}, {"expert.w1", 1, 2304, 5120}, {"expert.w2", 1, 5120, 2304},
-    };
     const int64_t Ms[] = {1, 4, 8, 64, 512};
     for (size_t mi = 0; mi < sizeof mats / sizeof *mats; mi++) {
         const wmat *m = &mats[mi];
@@ -217,7 +377,7 @@ int main(int argc, char **argv) {
         float *wd = dequant(m, &cp[0]);
         for (size_t xi = 0; xi < sizeof Ms / sizeof *Ms; xi++) {
             int64_t M = Ms[xi], K = m->K, N = m->N;
-            if ((quick && M == 512 && N * K > 20000000) || (decode_only && M > 8)) continue;
+            if (quick && M == 512 && N * K > 20000000) continue;
             float *x = malloc(sizeof(float) * M * K), *out = malloc(sizeof(float) * M * N);
             float *sa = malloc(sizeof(float) * M * (K / 32));
             uint8_t *qa = malloc((size_t)(M * K));

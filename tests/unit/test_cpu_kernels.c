@@ -249,7 +249,7 @@ static void check_against_reference(const problem *p, const float *got) {
     double depth;
     if (p->fmt == FMT_FP8 || p->fmt == FMT_FP4) {
         ref_block_gemm(p->fmt == FMT_FP4, p->qa, p->sa, M, K, p->w, p->ws, N, ref, mag);
-        depth = 31 + (double)(K / 32); /* ≤ 31 block additions, then K/32 outer ones */
+        depth = (double)(K / 8) + 6; /* ≤ K/8 + 3 additions in a lane, 3 in the tree */
     } else {
         for (int64_t m = 0; m < M; m++)
             for (int64_t n = 0; n < N; n++) {
@@ -337,23 +337,25 @@ static void test_gemm_extreme_scales(void) {
     }
 }
 
-/* Decode-sized batches (M <= 4 take their own AVX2 path): every remainder of
- * K/32 against the 4 blocks it runs side by side, output counts around its
- * groups of 8 rows and the 32-row FP8 scale tiles, E4M3 weights that are all
- * subnormal or zero (the lanes hold them as fp32 subnormals) and both signs of
- * zero, on one thread and on two. Bits against the scalar path, which is
- * itself checked against the double reference. */
+/* Decode-sized batches (M <= 16 take their own AVX2 path, in blocks of
+ * activation rows times groups of 8, 4 or 2 weight rows; M = 17 the prefill
+ * tiles): K with MXFP4 rows ending on half a 32-byte chunk (K % 64 = 32),
+ * output counts around the weight-row groups and the 32-row FP8 scale tiles,
+ * E4M3 weights that are all subnormal or zero (the lanes hold them as fp32
+ * subnormals) and both signs of zero, on one thread and on two. Bits against
+ * the scalar path, which is itself checked against the double reference. */
 static void test_gemm_decode_rows(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
     static const int64_t shapes[][2] = {{32, 1}, {96, 9}, {160, 40}, {224, 7}, {288, 69}, {512, 8}};
+    static const int64_t batch[] = {1, 2, 3, 4, 5, 6, 8, 9, 13, 16, 17};
     di_threadpool *tp = NULL;
     di_err err;
     CHECK(di_threadpool_create(2, &tp, &err) == DI_OK);
     for (int fmt = FMT_FP8; fmt <= FMT_FP4; fmt++)
         for (int sub = 0; sub < (fmt == FMT_FP8 ? 2 : 1); sub++)
             for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
-                for (int64_t M = 1; M <= 5; M++) {
-                    const int64_t K = shapes[si][0], N = shapes[si][1];
+                for (size_t bi = 0; bi < sizeof batch / sizeof *batch; bi++) {
+                    const int64_t M = batch[bi], K = shapes[si][0], N = shapes[si][1];
                     problem p;
                     problem_init(&p, fmt, M, K, N);
                     uint8_t *w = p.w;

@@ -12,32 +12,37 @@
  *
  * Summation order (the same on every path, so AVX2 and scalar results are
  * bit-identical, and a row's result never depends on M or the thread count:
- * there is no split-K, every output element is one sequential chain):
+ * there is no split-K, every output element is computed by one thread from
+ * fixed chains):
  *
- *   FP8 / MXFP4, per output (m, n):
- *     acc = +0
- *     for kb = 0 .. K/32-1:                       increasing k
- *         blk = +0
- *         for k = 32·kb .. 32·kb+31:              increasing k
- *             blk = blk + qa[m,k]·qw[n,k]         product exact in fp32
- *         acc = acc + (blk·sa[m,kb])·sw(n,kb)     fp32, left to right
- *     out[m,n] = acc
+ *   FP8 / MXFP4, per output (m, n), with g = 4 (FP8) or 8 (MXFP4) codes per
+ *   4-byte word of the weight row and lane(k) = (k mod 8g) / g, i.e. the word
+ *   of its 32-byte chunk that holds code k:
+ *     a(k) = qa[m,k]·sa[m,k/32]                   fp32 product
+ *     w(k) = qw[n,k]·sw(n,k/32)                   fp32 product
+ *     L_j = +0 for j = 0..7
+ *     for k = 0 .. K-1:                           increasing k
+ *         L_lane(k) = fma(a(k), w(k), L_lane(k))  one rounding
+ *     out[m,n] = ((L_0+L_1)+(L_2+L_3)) + ((L_4+L_5)+(L_6+L_7))
  *   with qa, qw the E4M3 / E2M1 code values and sw(n,kb) the E8M0 scale
- *   (FP8: ws[n/32][kb]; MXFP4: ws[n][kb]). An E4M3·E4M3 product has at most
- *   8 significant bits and lies in [2^-18, 2^17.7]; E4M3·E2M1 at most 6 bits:
- *   both are exact fp32 values, so a fused multiply-add gives the very bits
- *   of the separate multiply and add. The scale multiplications are by
- *   powers of two and exact unless a result leaves the normal fp32 range.
- *   This is the reference's structure (block partials scaled and added in K
- *   order); only the order inside one block may differ from a tensor core's.
+ *   (FP8: ws[n/32][kb]; MXFP4: ws[n][kb]). The scale products are by powers
+ *   of two and exact unless a result leaves the normal fp32 range. Eight
+ *   independent chains, each over the codes of one word position, are what a
+ *   SIMD register holds when it loads a weight row as it is stored: a decode
+ *   step (M <= 4) then turns 32 bytes into fp32 lanes with a few shifts and
+ *   no transpose, and prefill runs the same chains as dot products of rows.
+ *   The reference scales 32-block partials instead; the two differ only by
+ *   fp32 rounding.
  *
  *   BF16 / FP32, per output (m, n):
  *     acc = +0; for k = 0 .. K-1: acc = fmaf(x[m,k], w[n,k], acc)
  *   (one rounding per step, as a fused multiply-add).
  *
- * Accuracy against the exact value (u = 2^-24, terms t = the scaled products):
- * |out - Σt| <= (31 + K/32)·u·Σ|t| for FP8 / MXFP4 (a product goes through at
- * most 31 block additions and K/32 outer ones), <= K·u·Σ|t| for BF16 / FP32.
+ * Accuracy against the exact value (u = 2^-24, terms t = the scaled products,
+ * exact in fp32 when the scale products are):
+ * |out - Σt| <= (K/8 + 6)·u·Σ|t| for FP8 / MXFP4 (a product goes through at
+ * most K/8 + 3 additions of its lane, MXFP4 rows with K % 64 = 32 included,
+ * and 3 of the final tree), <= K·u·Σ|t| for BF16 / FP32.
  * tests/unit/test_cpu_kernels.c checks the scalar path against a double
  * reference with these bounds and the AVX2 path against the scalar bits.
  *
@@ -92,6 +97,12 @@ void di_gemm_mxfp4_scalar(const uint8_t *qa, const float *sa, int64_t M, int64_t
                           di_threadpool *tp);
 void di_gemm_bf16_scalar(const float *x, int64_t M, int64_t K, const uint16_t *w, int64_t N,
                          float *out, di_threadpool *tp);
+/* Outputs n0 .. n1-1 of every row of an FP8 (fp4 = 0) or MXFP4 (fp4 = 1)
+ * linear, on the calling thread: what the AVX2 kernels fall back to for
+ * weight rows whose scales their exact shortcuts do not cover. */
+void di_gemm_block_rows_scalar(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
+                               const uint8_t *w, const uint8_t *ws, int64_t N, int64_t n0,
+                               int64_t n1, float *out);
 void di_gemm_f32_scalar(const float *x, int64_t M, int64_t K, const float *w, int64_t N,
                         float *out, di_threadpool *tp);
 #if defined(__x86_64__)

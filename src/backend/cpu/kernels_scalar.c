@@ -46,43 +46,38 @@ typedef struct gemm_job {
     float *out;         /* [M, N] */
 } gemm_job;
 
-static void fp8_cols(void *ctx, int64_t n0, int64_t n1, int thread) {
-    const gemm_job *j = ctx;
+/* The order of kernels.h for outputs [n0, n1) of every row. */
+void di_gemm_block_rows_scalar(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
+                               const uint8_t *w, const uint8_t *ws, int64_t N, int64_t n0,
+                               int64_t n1, float *out) {
     const float *e4m3 = di_cpu_e4m3_table(), *e8m0 = di_cpu_e8m0_table();
-    const uint8_t *qa = j->a, *w = j->w;
-    int64_t K = j->K, KB = K / 32;
-    for (int64_t m = 0; m < j->M; m++) {
+    const int64_t KB = K / 32;
+    const int g = fp4 ? 8 : 4; /* codes per 4-byte word of a weight row */
+    for (int64_t m = 0; m < M; m++) {
         for (int64_t n = n0; n < n1; n++) {
-            float acc = 0.0f;
-            for (int64_t kb = 0; kb < KB; kb++) {
-                const uint8_t *ar = qa + m * K + kb * 32, *wr = w + n * K + kb * 32;
-                float blk = 0.0f;
-                for (int i = 0; i < 32; i++) blk = blk + e4m3[ar[i]] * e4m3[wr[i]];
-                acc = acc + (blk * j->sa[m * KB + kb]) * e8m0[j->ws[(n / 32) * KB + kb]];
+            float lane[8] = {0};
+            for (int64_t k = 0; k < K; k++) {
+                float a = e4m3[qa[m * K + k]] * sa[m * KB + k / 32];
+                float v = fp4 ? di_e2m1_to_f32((uint8_t)(w[n * (K / 2) + k / 2] >> (4 * (k & 1)))) *
+                                    e8m0[ws[n * KB + k / 32]]
+                              : e4m3[w[n * K + k]] * e8m0[ws[(n / 32) * KB + k / 32]];
+                int j = (int)((k % (8 * g)) / g);
+                lane[j] = fmaf(a, v, lane[j]);
             }
-            j->out[m * j->N + n] = acc;
+            out[m * N + n] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
+                             ((lane[4] + lane[5]) + (lane[6] + lane[7]));
         }
     }
 }
 
+static void fp8_cols(void *ctx, int64_t n0, int64_t n1, int thread) {
+    const gemm_job *j = ctx;
+    di_gemm_block_rows_scalar(0, j->a, j->sa, j->M, j->K, j->w, j->ws, j->N, n0, n1, j->out);
+}
+
 static void mxfp4_cols(void *ctx, int64_t n0, int64_t n1, int thread) {
     const gemm_job *j = ctx;
-    const float *e4m3 = di_cpu_e4m3_table(), *e8m0 = di_cpu_e8m0_table();
-    const uint8_t *qa = j->a, *w = j->w;
-    int64_t K = j->K, KB = K / 32;
-    for (int64_t m = 0; m < j->M; m++) {
-        for (int64_t n = n0; n < n1; n++) {
-            float acc = 0.0f;
-            for (int64_t kb = 0; kb < KB; kb++) {
-                const uint8_t *ar = qa + m * K + kb * 32, *wr = w + n * (K / 2) + kb * 16;
-                float blk = 0.0f;
-                for (int i = 0; i < 32; i++)
-                    blk = blk + e4m3[ar[i]] * di_e2m1_to_f32((uint8_t)(wr[i / 2] >> (4 * (i & 1))));
-                acc = acc + (blk * j->sa[m * KB + kb]) * e8m0[j->ws[n * KB + kb]];
-            }
-            j->out[m * j->N + n] = acc;
-        }
-    }
+    di_gemm_block_rows_scalar(1, j->a, j->sa, j->M, j->K, j->w, j->ws, j->N, n0, n1, j->out);
 }
 
 static void bf16_cols(void *ctx, int64_t n0, int64_t n1, int thread) {

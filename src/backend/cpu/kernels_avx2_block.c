@@ -1,0 +1,554 @@
+/* AVX2 + FMA kernels of the FP8 and MXFP4 linears (kernels.h; architecture.md
+ * §2, §8.3), compiled with per-function target attributes like
+ * kernels_avx2.c and called only after di_cpu_has_avx2().
+ *
+ * kernels.h gives every output eight chains, lane j running through the codes
+ * that sit in 4-byte word j of each 32-byte chunk of the weight row. A
+ * register loaded from a row therefore already holds the eight chains'
+ * codes, one per 32-bit lane, and one shift pair per word position brings
+ * them to fp32 bits without a transpose:
+ * - E4M3: the code shifted to the top byte and arithmetically back by 4 has
+ *   its sign at bit 31 and its 7 magnitude bits at 26..20: masked, that is
+ *   the fp32 whose value is w·2^-120 (E4M3 subnormals become fp32
+ *   subnormals, exactly; the NaN codes read as 480·2^-120).
+ * - E2M1: the nibble shifted to the top and arithmetically back by 6 has its
+ *   3 magnitude bits at 24..22: the fp32 w·2^-126 (the code 0.5 is the
+ *   subnormal 2^-127).
+ * The activations a(k) = qa·sa of kernels.h are laid out once per call in
+ * the same lane order (chunk, word position, lane), so every product is a
+ * plain vertical FMA and the chains are exactly the scalar ones.
+ *
+ * Decode rows (M <= 16) read each weight once for few activation rows, so
+ * the cost per weight must stay below what the memory delivers. They go
+ * straight from the codes to FMAs, R weight rows × up to 4 activation rows
+ * at a time (8 accumulators: M = 1 runs 8 weight rows, M = 2 four, larger
+ * batches blocks of 4 activation rows over 2 weight rows), the scale folded
+ * in where it costs nothing:
+ * - FP8: a whole 32-row tile shares its block scales, so the activations
+ *   are multiplied once per tile by sw·2^120; the decoded w·2^-120 then
+ *   times a·sw·2^120 is the real product a·(w·sw) of the scalar chain, and
+ *   the FMA rounds it the same way. This needs every such factor exact:
+ *   sw in [2^-117, 2^7] and |a|·sw < 2^7 per block (all real checkpoints
+ *   and activations); a tile outside runs the scalar code.
+ * - MXFP4: scales differ per row, so each decoded vector is multiplied by
+ *   sw·2^63 (two blocks per 32 bytes: lanes 0-3 and 4-7) and the activations
+ *   are laid out ×2^63: exact for sw in [2^-62, 2^64] and |a| < 2^64, else
+ *   the row group runs the scalar code.
+ * Software prefetches (T0/T1/T2, 256 B - 16 KB ahead) were measured neutral
+ * to 25 % slower than the hardware prefetchers alone, so there are none.
+ * Prefill (M > 16) decodes chunks of 64 weight rows × 256 codes once into
+ * fp32 tiles w·sw (the very products of the scalar code) and runs a
+ * register-blocked dot-product kernel over them: 3 activation rows × 4
+ * weight rows, 12 accumulators of 8 lanes, the lanes carried across chunks
+ * in a per-thread buffer and reduced by the tree of kernels.h at the end. */
+#include "backend/cpu/kernels.h"
+
+#ifdef DI_HAVE_AVX2_KERNELS
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef __clang__
+/* The exactness arguments above need every multiply and add rounded where
+ * written: no silent fusion. */
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+/* Prefill blocking: BM activation rows × BN weight rows per micro-kernel,
+ * chunks of ROWS weight rows × KC codes. Decode rows: up to DEC_M rows, in
+ * blocks of at most DEC_MB, and work units of 32 weight rows (one FP8 scale
+ * tile). */
+enum { BM = 3, BN = 4, ROWS = 64, KC = 256, DEC_M = 16, DEC_MB = 4, UNIT = 32 };
+
+/* Codes per 32-byte chunk of a row. */
+static inline int64_t chunk_codes(int fp4) { return fp4 ? 64 : 32; }
+
+/* Word position p of the 8 words x (one chunk of a row) as fp32 bits of
+ * code·2^-120 (FP8) or code·2^-126 (MXFP4). */
+AVX2_INLINE __m256 dec_pos(const int fp4, __m256i x, const int p) {
+    if (!fp4) {
+        __m256i v = p == 3 ? x : _mm256_slli_epi32(x, 24 - 8 * p);
+        return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(v, 4), _mm256_set1_epi32((int)0x87f00000u)));
+    }
+    __m256i v = p == 7 ? x : _mm256_slli_epi32(x, 28 - 4 * p);
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(v, 6), _mm256_set1_epi32((int)0x81c00000u)));
+}
+
+/* Chunk c of a row: 32 bytes, or for MXFP4 rows with K % 64 = 32 the last 16
+ * (the missing lanes read zero codes). */
+AVX2_INLINE __m256i load_chunk(const uint8_t *row, int64_t c, int half) {
+    if (half) return _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)(row + c * 32)), 0);
+    return _mm256_loadu_si256((const __m256i *)(row + c * 32));
+}
+
+/* The kernels.h tree of 4 outputs' lane vectors: out[i] = tree(v[i]). */
+AVX2_INLINE __m128 tree4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
+    __m256 g = _mm256_hadd_ps(_mm256_hadd_ps(v0, v1), _mm256_hadd_ps(v2, v3));
+    return _mm_add_ps(_mm256_castps256_ps128(g), _mm256_extractf128_ps(g, 1));
+}
+
+static float tree1(const float *l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
+
+/* ---- activations in lane order ---- */
+
+typedef struct pack_job {
+    int fp4;
+    const uint8_t *qa;
+    const float *sa;
+    int64_t K, Kp;
+    float factor; /* a power of two the lanes are multiplied by (exact) */
+    float *ap;    /* [M][Kp] */
+    float *bmax;  /* [M][K/32]: max |a| per block, +inf for NaN (or NULL) */
+} pack_job;
+
+static void pack_rows(void *ctx, int64_t m0, int64_t m1, int thread) {
+    const pack_job *p = ctx;
+    const float *e4m3 = di_cpu_e4m3_table();
+    const int64_t K = p->K, Kp = p->Kp, KB = K / 32, C = chunk_codes(p->fp4), g = C / 8;
+    for (int64_t m = m0; m < m1; m++) {
+        const uint8_t *q = p->qa + m * K;
+        const float *sa = p->sa + m * KB;
+        float *dst = p->ap + m * Kp;
+        for (int64_t c0 = 0; c0 < Kp; c0 += C) {
+            /* lane j holds codes c0 + j·g .. c0 + j·g + g-1, position by position */
+            for (int64_t j = 0; j < 8; j++) {
+                const int64_t k0 = c0 + j * g;
+                if (k0 >= K) {
+                    for (int64_t pos = 0; pos < g; pos++) dst[c0 + 8 * pos + j] = 0.0f;
+                    continue;
+                }
+                const float s = sa[k0 / 32], f = p->factor;
+                float mx = 0.0f;
+                for (int64_t pos = 0; pos < g; pos++) {
+                    const float a = e4m3[q[k0 + pos]] * s;
+                    dst[c0 + 8 * pos + j] = a * f;
+                    const float v = isnan(a) ? INFINITY : fabsf(a);
+                    mx = v > mx ? v : mx;
+                }
+                if (p->bmax) { /* the first lane of a block sets its max */
+                    float *bm = &p->bmax[m * KB + k0 / 32];
+                    if (j % (32 / g) == 0 || mx > *bm) *bm = mx;
+                }
+            }
+        }
+    }
+}
+
+/* Returns NULL when out of memory. */
+static float *pack_lanes(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
+                         int64_t Kp, float factor, float *bmax, di_threadpool *tp) {
+    float *ap = aligned_alloc(32, (size_t)((M * Kp * sizeof(float) + 31) & ~(size_t)31));
+    if (!ap) return NULL;
+    pack_job p = {fp4, qa, sa, K, Kp, factor, ap, bmax};
+    /* worth spreading only for prefill-sized inputs */
+    di_threadpool_for(M * K >= (1 << 18) ? tp : NULL, M, 4, pack_rows, &p);
+    return ap;
+}
+
+/* ---- prefill ---- */
+
+typedef struct pf_job {
+    int fp4;
+    const float *ap;        /* [M][Kp] */
+    const uint8_t *w, *ws;
+    int64_t M, K, Kp, N;
+    float *out;             /* [M, N] */
+    float *scratch;         /* [threads][scratch_floats]: tile [ROWS][KC], lanes [M][ROWS][8] */
+    int64_t scratch_floats;
+} pf_job;
+
+/* Rows n0 .. n0+ROWS-1 (zeros past N), codes [k0, k0+kc) -> t[r][kc] in lane
+ * order, each value w·sw rounded once as in the scalar code: the decoded
+ * w·2^-120 (2^-126) times sw·2^120 (2^126) when that factor is exact, else
+ * times 2^120 (2^126) first, which gives w exactly. */
+static AVX2 void pf_decode(const pf_job *j, int64_t n0, int64_t k0, int64_t kc, float *t) {
+    const int fp4 = j->fp4;
+    const int64_t K = j->K, KB = K / 32, C = chunk_codes(fp4), rb = fp4 ? K / 2 : K;
+    const float *e8m0 = di_cpu_e8m0_table();
+    const float up = fp4 ? 0x1p126f : 0x1p120f, lim = fp4 ? 2.0f : 0x1p7f;
+    for (int64_t r = 0; r < ROWS; r++) {
+        float *tr = t + r * KC;
+        const int64_t n = n0 + r;
+        if (n >= j->N) {
+            memset(tr, 0, (size_t)kc * sizeof(float));
+            continue;
+        }
+        const uint8_t *row = j->w + n * rb;
+        for (int64_t c = k0 / C; c < (k0 + kc) / C; c++) {
+            const int64_t kb = c * C / 32;
+            const int half = fp4 && kb + 1 >= KB;
+            float s0, s1;
+            if (fp4) s0 = e8m0[j->ws[n * KB + kb]], s1 = half ? s0 : e8m0[j->ws[n * KB + kb + 1]];
+            else s0 = s1 = e8m0[j->ws[(n / 32) * KB + kb]];
+            const int fast = s0 <= lim && s1 <= lim;
+            const __m256 f = fast ? _mm256_setr_ps(s0 * up, s0 * up, s0 * up, s0 * up, s1 * up, s1 * up, s1 * up, s1 * up)
+                                  : _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1);
+            const __m256 u = _mm256_set1_ps(up);
+            const __m256i x = load_chunk(row, c, half);
+            float *dst = tr + c * C - k0;
+            if (!fp4) {
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++) {
+                    __m256 v = dec_pos(0, x, p);
+                    _mm256_store_ps(dst + 8 * p, fast ? _mm256_mul_ps(v, f) : _mm256_mul_ps(_mm256_mul_ps(v, u), f));
+                }
+            } else {
+#pragma GCC unroll 8
+                for (int p = 0; p < 8; p++) {
+                    __m256 v = dec_pos(1, x, p);
+                    _mm256_store_ps(dst + 8 * p, fast ? _mm256_mul_ps(v, f) : _mm256_mul_ps(_mm256_mul_ps(v, u), f));
+                }
+            }
+        }
+    }
+}
+
+/* mr activation rows (a, stride lda) × BN weight rows (t, stride KC), steps
+ * of 8 codes: lane vectors start at zero (first) or from lanes[mr][BN][8],
+ * and end there or, on the last chunk, reduced into res[mr][BN]. */
+AVX2_INLINE void pf_ukr(const int mr, int64_t steps, const float *a, int64_t lda, const float *t,
+                        float *lanes, int first, int last, float *res) {
+    __m256 acc[BM][BN];
+#pragma GCC unroll 3
+    for (int m = 0; m < BM; m++)
+#pragma GCC unroll 4
+        for (int n = 0; n < BN; n++)
+            if (m < mr) acc[m][n] = first ? _mm256_setzero_ps() : _mm256_load_ps(lanes + (m * BN + n) * 8);
+    for (int64_t s = 0; s < steps; s++) {
+        __m256 av[BM];
+#pragma GCC unroll 3
+        for (int m = 0; m < BM; m++)
+            if (m < mr) av[m] = _mm256_load_ps(a + m * lda + s * 8);
+#pragma GCC unroll 4
+        for (int n = 0; n < BN; n++) {
+            __m256 b = _mm256_load_ps(t + n * KC + s * 8);
+#pragma GCC unroll 3
+            for (int m = 0; m < BM; m++)
+                if (m < mr) acc[m][n] = _mm256_fmadd_ps(av[m], b, acc[m][n]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int m = 0; m < BM; m++)
+        if (m < mr) {
+            if (last) {
+                _mm_storeu_ps(res + m * BN, tree4(acc[m][0], acc[m][1], acc[m][2], acc[m][3]));
+            } else {
+#pragma GCC unroll 4
+                for (int n = 0; n < BN; n++) _mm256_store_ps(lanes + (m * BN + n) * 8, acc[m][n]);
+            }
+        }
+}
+
+typedef void (*pf_ukr_fn)(int64_t, const float *, int64_t, const float *, float *, int, int, float *);
+#define PF_UKR_FN(mr)                                                                          \
+    static AVX2 void pf_ukr_##mr(int64_t steps, const float *a, int64_t lda, const float *t,  \
+                                 float *lanes, int first, int last, float *res) {             \
+        pf_ukr(mr, steps, a, lda, t, lanes, first, last, res);                                 \
+    }
+PF_UKR_FN(1)
+PF_UKR_FN(2)
+PF_UKR_FN(3)
+static const pf_ukr_fn pf_ukrs[BM + 1] = {0, pf_ukr_1, pf_ukr_2, pf_ukr_3};
+
+/* Chunks [u0, u1) of ROWS weight rows: every activation row, all of K. */
+static AVX2 void pf_units(void *ctx, int64_t u0, int64_t u1, int thread) {
+    const pf_job *j = ctx;
+    const int64_t M = j->M, N = j->N, Kp = j->Kp;
+    float *t = j->scratch + thread * j->scratch_floats, *lanes = t + ROWS * KC;
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t n0 = u * ROWS;
+        for (int64_t k0 = 0; k0 < Kp; k0 += KC) {
+            const int64_t kc = Kp - k0 < KC ? Kp - k0 : KC;
+            const int first = k0 == 0, last = k0 + kc == Kp;
+            pf_decode(j, n0, k0, kc, t);
+            for (int64_t m0 = 0; m0 < M; m0 += BM) {
+                const int mr = M - m0 < BM ? (int)(M - m0) : BM;
+                for (int64_t nb = 0; nb < ROWS && n0 + nb < N; nb += BN) {
+                    float res[BM * BN];
+                    pf_ukrs[mr](kc / 8, j->ap + m0 * Kp + k0, Kp, t + nb * KC,
+                                lanes + (m0 * ROWS + nb * mr) * 8, first, last, res);
+                    if (last)
+                        for (int m = 0; m < mr; m++)
+                            for (int64_t n = 0; n < BN && n0 + nb + n < N; n++)
+                                j->out[(m0 + m) * N + n0 + nb + n] = res[m * BN + n];
+                }
+            }
+        }
+    }
+}
+
+static int pf_run(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
+                  const uint8_t *w, const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
+    const int threads = di_threadpool_size(tp);
+    const int64_t C = chunk_codes(fp4), Kp = (K + C - 1) / C * C;
+    const int64_t sf = ROWS * KC + M * ROWS * 8;
+    float *ap = pack_lanes(fp4, qa, sa, M, K, Kp, 1.0f, NULL, tp);
+    float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
+    if (!ap || !scratch) {
+        free(ap), free(scratch);
+        return 0;
+    }
+    pf_job j = {fp4, ap, w, ws, M, K, Kp, N, out, scratch, sf};
+    const int64_t units = (N + ROWS - 1) / ROWS;
+    /* several chunks per thread so a core slowed by other work takes fewer */
+    const int64_t grain = units / (4 * threads);
+    di_threadpool_for(tp, units, grain < 1 ? 1 : grain, pf_units, &j);
+    free(ap), free(scratch);
+    return 1;
+}
+
+/* ---- decode rows ---- */
+
+typedef struct dec_job {
+    int fp4;
+    const uint8_t *qa;      /* for the scalar fallback */
+    const float *sa;
+    const float *ap;        /* [M][Kp]: a(k) (FP8) or a(k)·2^63 (MXFP4) */
+    const float *bmax;      /* FP8: [K/32] max |a| over the rows per block */
+    const uint8_t *w, *ws;
+    int64_t M, K, Kp, N;
+    float *out;             /* [M, N] */
+    float *scratch;         /* [threads][scratch_floats]: FP8 folded activations
+                               [M][Kp], MXFP4 scale vectors [Kp/64][R][8] */
+    int64_t scratch_floats;
+} dec_job;
+
+/* Weight rows at a time for M activation rows: R·mr accumulators for blocks
+ * of mr <= DEC_MB activation rows. Every activation load feeds R FMAs (the
+ * activations of a few rows already exceed L1), every decoded weight vector
+ * mr FMAs; R·mr <= 8 leaves registers for the decoding (12 spilled). */
+static int dec_rows_for(int64_t M) { return M == 1 ? 8 : M == 2 ? 4 : 2; }
+static int dec_block_rows(int64_t M) { return M <= 2 ? (int)M : 4; }
+
+/* One chunk of dec_kernel(). */
+AVX2_INLINE void dec_chunk(const int fp4, const int mr, const int R, int64_t c, const int half,
+                           const uint8_t *const *rows, const float *a, int64_t lda,
+                           const float *sv, __m256 acc[DEC_MB][8]) {
+    const int P = fp4 ? 8 : 4;
+    __m256i xr[2];
+#pragma GCC unroll 2
+    for (int r = 0; r < 2; r++)
+        if (R <= 2 && r < R) xr[r] = load_chunk(rows[r], c, half);
+#pragma GCC unroll 8
+    for (int p = 0; p < P; p++) {
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            if (r < R) {
+                __m256 v = dec_pos(fp4, R >= 4 ? load_chunk(rows[r], c, half) : xr[r], p);
+                if (fp4) v = _mm256_mul_ps(v, _mm256_load_ps(sv + (c * R + r) * 8));
+#pragma GCC unroll 8
+                for (int m = 0; m < DEC_MB; m++)
+                    if (m < mr)
+                        acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(a + m * lda + c * 8 * P + 8 * p), v, acc[m][r]);
+            }
+        if (R >= 4) __asm__ volatile("" ::: "memory"); /* reload the chunks, see below */
+    }
+}
+
+/* R weight rows (rowp[r]) × mr activation rows (a, stride lda) over all
+ * chunks; FP8 lanes times a (folded), MXFP4 lanes times sv[c][r] first.
+ * res[m][r] gets the outputs. R >= 4 reloads each chunk (from L1) for every
+ * position rather than keeping it in R registers next to the R·mr
+ * accumulators, which would spill them (copying the chunks to an aligned
+ * buffer first, against loads that split cache lines on misaligned rows,
+ * measured slower); R <= 2 keeps them in registers. */
+AVX2_INLINE void dec_kernel(const int fp4, const int mr, const int R, int64_t chunks, int half_last,
+                            const uint8_t *const *rowp, const float *a, int64_t lda,
+                            const float *sv, float *res) {
+    __m256 acc[DEC_MB][8];
+    const uint8_t *rows[8]; /* in registers: not reloaded after each barrier */
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) rows[r] = r < R ? rowp[r] : NULL;
+#pragma GCC unroll 8
+    for (int m = 0; m < DEC_MB; m++)
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            if (m < mr && r < R) acc[m][r] = _mm256_setzero_ps();
+    for (int64_t c = 0; c < chunks - half_last; c++) dec_chunk(fp4, mr, R, c, 0, rows, a, lda, sv, acc);
+    if (half_last) dec_chunk(fp4, mr, R, chunks - 1, 1, rows, a, lda, sv, acc);
+#pragma GCC unroll 8
+    for (int m = 0; m < DEC_MB; m++)
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            if (m < mr && r < R) {
+                float l[8];
+                _mm256_storeu_ps(l, acc[m][r]);
+                res[m * 8 + r] = tree1(l);
+            }
+}
+
+typedef void (*dec_kernel_fn)(int64_t, int, const uint8_t *const *, const float *, int64_t,
+                              const float *, float *);
+#define DEC_KERNEL_FN(fp4, mr, R)                                                              \
+    static AVX2 void dec_kernel_##fp4##_##mr##_##R(int64_t chunks, int half_last,              \
+                                                   const uint8_t *const *rows, const float *a, \
+                                                   int64_t lda, const float *sv, float *res) { \
+        dec_kernel(fp4, mr, R, chunks, half_last, rows, a, lda, sv, res);                      \
+    }
+#define DEC_KERNEL_FNS(fp4)                                                                    \
+    DEC_KERNEL_FN(fp4, 1, 8) DEC_KERNEL_FN(fp4, 2, 4) DEC_KERNEL_FN(fp4, 1, 2)                 \
+    DEC_KERNEL_FN(fp4, 2, 2) DEC_KERNEL_FN(fp4, 3, 2) DEC_KERNEL_FN(fp4, 4, 2)
+DEC_KERNEL_FNS(0)
+DEC_KERNEL_FNS(1)
+/* The kernel for a block of mr rows of a batch of M (R = dec_rows_for(M)). */
+static dec_kernel_fn dec_kernel_for(int fp4, int64_t M, int mr) {
+    static const dec_kernel_fn r2[2][5] = {
+        {0, dec_kernel_0_1_2, dec_kernel_0_2_2, dec_kernel_0_3_2, dec_kernel_0_4_2},
+        {0, dec_kernel_1_1_2, dec_kernel_1_2_2, dec_kernel_1_3_2, dec_kernel_1_4_2}};
+    if (M == 1) return fp4 ? dec_kernel_1_1_8 : dec_kernel_0_1_8;
+    if (M == 2) return fp4 ? dec_kernel_1_2_4 : dec_kernel_0_2_4;
+    return r2[fp4][mr];
+}
+
+/* MXFP4: the R rows' scales as lane vectors sv[c][r] = sw·2^63 of blocks 2c
+ * (lanes 0-3) and 2c+1 (lanes 4-7); 0 when a scale is outside [2^-62, 2^64]
+ * (the caller then runs the scalar code). E8M0 e gives 2^(e-64): the bits
+ * (e+63)<<23. */
+static AVX2 int dec_scales(const uint8_t *const *srow, int R, int64_t KB, float *sv) {
+    const int64_t chunks = (KB + 1) / 2;
+    const __m256i lo = _mm256_set1_epi32(65), hi = _mm256_set1_epi32(191), bias = _mm256_set1_epi32(63);
+    __m256i bad = _mm256_setzero_si256();
+    for (int r = 0; r < R; r++) {
+        int64_t c = 0;
+        for (; 2 * c + 8 <= KB; c += 4) {
+            __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(srow[r] + 2 * c)));
+            bad = _mm256_or_si256(bad, _mm256_or_si256(_mm256_cmpgt_epi32(lo, e), _mm256_cmpgt_epi32(e, hi)));
+            __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, bias), 23));
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                __m256i idx = _mm256_setr_epi32(2 * i, 2 * i, 2 * i, 2 * i, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1);
+                _mm256_store_ps(sv + ((c + i) * R + r) * 8, _mm256_permutevar8x32_ps(f, idx));
+            }
+        }
+        for (; c < chunks; c++) {
+            const int e0 = srow[r][2 * c], e1 = 2 * c + 1 < KB ? srow[r][2 * c + 1] : e0;
+            if (e0 < 65 || e0 > 191 || e1 < 65 || e1 > 191) return 0;
+            const float f0 = ldexpf(1.0f, e0 - 64), f1 = ldexpf(1.0f, e1 - 64);
+            _mm256_store_ps(sv + (c * R + r) * 8, _mm256_setr_ps(f0, f0, f0, f0, f1, f1, f1, f1));
+        }
+    }
+    return _mm256_testz_si256(bad, bad);
+}
+
+/* Units [u0, u1) of UNIT weight rows: every activation row, all of K. */
+static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
+    const dec_job *j = ctx;
+    const int fp4 = j->fp4;
+    const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N, KB = K / 32, rb = fp4 ? K / 2 : K;
+    const int64_t C = chunk_codes(fp4), chunks = Kp / C;
+    const int half_last = fp4 && (K % 64) != 0;
+    const int R = dec_rows_for(M);
+    const float *e8m0 = di_cpu_e8m0_table();
+    float *sc = j->scratch + thread * j->scratch_floats;
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
+        const float *a = j->ap;
+        if (!fp4) {
+            /* fold the tile's scales into the activations, if exact */
+            const uint8_t *st = j->ws + (n0 / 32) * KB;
+            int ok = 1;
+            for (int64_t kb = 0; kb < KB && ok; kb++) {
+                const float s = e8m0[st[kb]];
+                ok = s >= 0x1p-117f && s <= 0x1p7f && j->bmax[kb] * s < 0x1p7f;
+            }
+            if (!ok) {
+                di_gemm_block_rows_scalar(0, j->qa, j->sa, M, K, j->w, j->ws, N, n0, n1, j->out);
+                continue;
+            }
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t c = 0; c < chunks; c++) {
+                    const __m256 f = _mm256_set1_ps(e8m0[st[c]] * 0x1p120f);
+#pragma GCC unroll 4
+                    for (int p = 0; p < 4; p++) {
+                        const int64_t i = m * Kp + c * 32 + 8 * p;
+                        _mm256_store_ps(sc + i, _mm256_mul_ps(_mm256_load_ps(j->ap + i), f));
+                    }
+                }
+            a = sc;
+        }
+        for (int64_t g0 = n0; g0 < n1; g0 += R) {
+            const int64_t nn = n1 - g0 < R ? n1 - g0 : R;
+            /* the missing rows of the last group repeat its last row (results dropped) */
+            const uint8_t *rows[8], *srow[8];
+            for (int r = 0; r < R; r++) {
+                const int64_t n = g0 + (r < nn ? r : nn - 1);
+                rows[r] = j->w + n * rb;
+                srow[r] = j->ws + n * KB;
+            }
+            if (fp4 && !dec_scales(srow, R, KB, sc)) {
+                di_gemm_block_rows_scalar(1, j->qa, j->sa, M, K, j->w, j->ws, N, g0, g0 + nn, j->out);
+                continue;
+            }
+            const int mb = dec_block_rows(M);
+            for (int64_t m0 = 0; m0 < M; m0 += mb) {
+                const int mr = M - m0 < mb ? (int)(M - m0) : mb;
+                float res[DEC_MB * 8];
+                dec_kernel_for(fp4, M, mr)(chunks, half_last, rows, a + m0 * Kp, Kp, sc, res);
+                for (int64_t m = 0; m < mr; m++)
+                    for (int64_t r = 0; r < nn; r++) j->out[(m0 + m) * N + g0 + r] = res[m * 8 + r];
+            }
+        }
+    }
+}
+
+static int dec_run(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
+                   const uint8_t *w, const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
+    const int threads = di_threadpool_size(tp);
+    const int64_t C = chunk_codes(fp4), Kp = (K + C - 1) / C * C, KB = K / 32;
+    const int64_t sf = fp4 ? (Kp / 64) * 8 * 8 : M * Kp;
+    float *bmax = fp4 ? NULL : malloc(sizeof(float) * (size_t)(M * KB));
+    float *ap = pack_lanes(fp4, qa, sa, M, K, Kp, fp4 ? 0x1p63f : 1.0f, bmax, NULL);
+    float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
+    if (!ap || !scratch || (!fp4 && !bmax)) {
+        free(ap), free(scratch), free(bmax);
+        return 0;
+    }
+    int ok = 1;
+    if (fp4) { /* a·2^63 must have stayed finite: |a| < 2^64 */
+        for (int64_t i = 0; i < M * Kp && ok; i++) ok = fabsf(ap[i]) < 0x1p127f;
+    } else { /* max over the rows, per block */
+        for (int64_t m = 1; m < M; m++)
+            for (int64_t kb = 0; kb < KB; kb++)
+                if (bmax[m * KB + kb] > bmax[kb]) bmax[kb] = bmax[m * KB + kb];
+    }
+    if (ok) {
+        dec_job j = {fp4, qa, sa, ap, bmax, w, ws, M, K, Kp, N, out, scratch, sf};
+        const int64_t units = (N + UNIT - 1) / UNIT;
+        /* several chunks per thread so a core slowed by other work takes fewer */
+        const int64_t grain = units / (8 * threads);
+        di_threadpool_for(tp, units, grain < 1 ? 1 : grain, dec_units, &j);
+    }
+    free(ap), free(scratch), free(bmax);
+    if (!ok) di_gemm_block_rows_scalar(fp4, qa, sa, M, K, w, ws, N, 0, N, out);
+    return 1;
+}
+
+static void block_linear(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
+                         const uint8_t *w, const uint8_t *ws, int64_t N, float *out,
+                         di_threadpool *tp) {
+    if (M <= 0 || N <= 0) return;
+    const int done = M <= DEC_M ? dec_run(fp4, qa, sa, M, K, w, ws, N, out, tp)
+                                : pf_run(fp4, qa, sa, M, K, w, ws, N, out, tp);
+    if (!done) { /* out of memory: the scalar path needs none */
+        if (fp4) di_gemm_mxfp4_scalar(qa, sa, M, K, w, ws, N, out, tp);
+        else di_gemm_fp8_scalar(qa, sa, M, K, w, ws, N, out, tp);
+    }
+}
+
+void di_gemm_fp8_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
+                      const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
+    block_linear(0, qa, sa, M, K, w, ws, N, out, tp);
+}
+
+void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
+                        const uint8_t *w, const uint8_t *ws, int64_t N, float *out,
+                        di_threadpool *tp) {
+    block_linear(1, qa, sa, M, K, w, ws, N, out, tp);
+}
+
+#endif
