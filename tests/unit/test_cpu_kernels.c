@@ -416,7 +416,9 @@ static void test_batch_and_thread_invariance(void) {
     di_threadpool *pools[3] = {NULL, NULL, NULL};
     di_err err;
     for (int t = 0; t < 3; t++) CHECK(di_threadpool_create(t + 1, &pools[t], &err) == DI_OK);
-    enum { M = 33, K = 320, N = 300 }; /* 19 panels: more than one chunk */
+    /* 19 panels and 3 prefill chunks of N; K: 3 prefill chunks, the last half a
+     * 32-byte MXFP4 chunk */
+    enum { M = 33, K = 1056, N = 300 };
     for (int fmt = FMT_FP8; fmt <= FMT_F32; fmt++) {
         problem p;
         problem_init(&p, fmt, M, K, N);

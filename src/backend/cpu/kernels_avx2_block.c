@@ -36,7 +36,7 @@
  *   the row group runs the scalar code.
  * Software prefetches (T0/T1/T2, 256 B - 16 KB ahead) were measured neutral
  * to 25 % slower than the hardware prefetchers alone, so there are none.
- * Prefill (M > 16) decodes chunks of 64 weight rows × 256 codes once into
+ * Prefill (M > 16) decodes chunks of 128 weight rows × 512 codes once into
  * fp32 tiles w·sw (the very products of the scalar code) and runs a
  * register-blocked dot-product kernel over them: 3 activation rows × 4
  * weight rows, 12 accumulators of 8 lanes, the lanes carried across chunks
@@ -63,7 +63,7 @@
  * chunks of ROWS weight rows × KC codes. Decode rows: up to DEC_M rows, in
  * blocks of at most DEC_MB, and work units of 32 weight rows (one FP8 scale
  * tile). */
-enum { BM = 3, BN = 4, ROWS = 64, KC = 256, DEC_M = 16, DEC_MB = 4, UNIT = 32 };
+enum { BM = 3, BN = 4, ROWS = 128, KC = 512, DEC_M = 16, DEC_MB = 4, UNIT = 32 };
 
 /* Codes per 32-byte chunk of a row. */
 static inline int64_t chunk_codes(int fp4) { return fp4 ? 64 : 32; }
