@@ -311,8 +311,9 @@ static void test_gemm_bf16(void) { check_format(FMT_BF16); }
 static void test_gemm_f32(void) { check_format(FMT_F32); }
 
 /* Scales far outside what checkpoints hold (weight scales over the whole E8M0
- * range, activations from 1e-30 to 1e30): prefill-sized batches must still
- * give the scalar bits (the kernels fall back from their folded scales). */
+ * range, activations from 1e-30 to 1e30) and NaN activation codes: decode
+ * rows and prefill-sized batches must still give the scalar bits (the kernels
+ * fall back from their shortcuts), NaN where the scalar path has NaN. */
 static void test_gemm_extreme_scales(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
     for (int fmt = FMT_FP8; fmt <= FMT_FP4; fmt++) {
@@ -324,6 +325,8 @@ static void test_gemm_extreme_scales(void) {
             di_act_quant_fp8_scalar(p.x, M, 96, p.qa, p.sa);
             int64_t nws = fmt == FMT_FP8 ? 2 * 3 : 40 * 3;
             for (int64_t i = 0; i < nws; i++) p.ws[i] = (uint8_t)(rnd() % 255);
+            /* NaN activation codes (not produced by the quantizer) in the last row */
+            p.qa[(M - 1) * 96 + 90] = 0x7f, p.qa[(M - 1) * 96 + 70] = 0xff;
             float *a = malloc(sizeof(float) * M * 40), *b = malloc(sizeof(float) * M * 40);
             run_gemm(&p, 0, 0, M, a, NULL);
             run_gemm(&p, 1, 0, M, b, NULL);

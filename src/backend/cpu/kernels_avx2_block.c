@@ -106,34 +106,97 @@ typedef struct pack_job {
     float *bmax;  /* [M][K/32]: max |a| per block, +inf for NaN (or NULL) */
 } pack_job;
 
-static void pack_rows(void *ctx, int64_t m0, int64_t m1, int thread) {
-    const pack_job *p = ctx;
+/* Chunk c0 of row m, code by code from the tables (the plain statement of
+ * the vector version below, which falls back to it for NaN codes or scales
+ * its shortcut does not cover). */
+static void pack_chunk_scalar(const pack_job *p, int64_t m, int64_t c0) {
     const float *e4m3 = di_cpu_e4m3_table();
-    const int64_t K = p->K, Kp = p->Kp, KB = K / 32, C = chunk_codes(p->fp4), g = C / 8;
+    const int64_t K = p->K, KB = K / 32, C = chunk_codes(p->fp4), g = C / 8;
+    const uint8_t *q = p->qa + m * K;
+    float *dst = p->ap + m * p->Kp;
+    /* lane j holds codes c0 + j·g .. c0 + j·g + g-1, position by position */
+    for (int64_t j = 0; j < 8; j++) {
+        const int64_t k0 = c0 + j * g;
+        if (k0 >= K) {
+            for (int64_t pos = 0; pos < g; pos++) dst[c0 + 8 * pos + j] = 0.0f;
+            continue;
+        }
+        const float s = p->sa[m * KB + k0 / 32];
+        float mx = 0.0f;
+        for (int64_t pos = 0; pos < g; pos++) {
+            const float a = e4m3[q[k0 + pos]] * s;
+            dst[c0 + 8 * pos + j] = a * p->factor;
+            const float v = isnan(a) ? INFINITY : fabsf(a);
+            mx = v > mx ? v : mx;
+        }
+        if (p->bmax) { /* the first lane of a block sets its max */
+            float *bm = &p->bmax[m * KB + k0 / 32];
+            if (j % (32 / g) == 0 || mx > *bm) *bm = mx;
+        }
+    }
+}
+
+/* Max of 8 lanes. */
+AVX2_INLINE float hmax8(__m256 v) {
+    __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_max_ps(x, _mm_movehl_ps(x, x));
+    return _mm_cvtss_f32(_mm_max_ss(x, _mm_shuffle_ps(x, x, 1)));
+}
+
+/* The E4M3 activation codes decode with the weights' shift pair (dec_pos):
+ * a code's bits give e4m3·2^-120 exactly, and times sa·2^120 (exact when
+ * sa <= 2^7) that is e4m3·sa rounded once, as the table route gives. */
+static AVX2 void pack_rows(void *ctx, int64_t m0, int64_t m1, int thread) {
+    const pack_job *p = ctx;
+    const int fp4 = p->fp4;
+    const int64_t K = p->K, Kp = p->Kp, KB = K / 32, C = chunk_codes(fp4);
+    const __m256i low7 = _mm256_set1_epi8(0x7f), absm = _mm256_set1_epi32(0x7fffffff);
+    const __m256 f = _mm256_set1_ps(p->factor);
     for (int64_t m = m0; m < m1; m++) {
         const uint8_t *q = p->qa + m * K;
         const float *sa = p->sa + m * KB;
         float *dst = p->ap + m * Kp;
         for (int64_t c0 = 0; c0 < Kp; c0 += C) {
-            /* lane j holds codes c0 + j·g .. c0 + j·g + g-1, position by position */
-            for (int64_t j = 0; j < 8; j++) {
-                const int64_t k0 = c0 + j * g;
-                if (k0 >= K) {
-                    for (int64_t pos = 0; pos < g; pos++) dst[c0 + 8 * pos + j] = 0.0f;
-                    continue;
+            const int64_t kb = c0 / 32;
+            const int half = fp4 && c0 + 32 >= K; /* MXFP4: only the first 32 codes exist */
+            const float s0 = sa[kb], s1 = fp4 && !half ? sa[kb + 1] : s0;
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)(q + c0));
+            __m256i x1 = fp4 && !half ? _mm256_loadu_si256((const __m256i *)(q + c0 + 32)) : _mm256_setzero_si256();
+            __m256i nan = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x0, low7), low7),
+                                          _mm256_cmpeq_epi8(_mm256_and_si256(x1, low7), low7));
+            if (!(s0 >= 0.0f && s0 <= 0x1p7f && s1 >= 0.0f && s1 <= 0x1p7f) || !_mm256_testz_si256(nan, nan)) {
+                pack_chunk_scalar(p, m, c0);
+                continue;
+            }
+            const __m256 sv = _mm256_setr_ps(s0 * 0x1p120f, s0 * 0x1p120f, s0 * 0x1p120f, s0 * 0x1p120f,
+                                             s1 * 0x1p120f, s1 * 0x1p120f, s1 * 0x1p120f, s1 * 0x1p120f);
+            __m256 mx = _mm256_setzero_ps();
+            if (!fp4) {
+#pragma GCC unroll 4
+                for (int pos = 0; pos < 4; pos++) {
+                    __m256 a = _mm256_mul_ps(dec_pos(0, x0, pos), sv);
+                    mx = _mm256_max_ps(mx, _mm256_and_ps(a, _mm256_castsi256_ps(absm)));
+                    _mm256_store_ps(dst + c0 + 8 * pos, _mm256_mul_ps(a, f));
                 }
-                const float s = sa[k0 / 32], f = p->factor;
-                float mx = 0.0f;
-                for (int64_t pos = 0; pos < g; pos++) {
-                    const float a = e4m3[q[k0 + pos]] * s;
-                    dst[c0 + 8 * pos + j] = a * f;
-                    const float v = isnan(a) ? INFINITY : fabsf(a);
-                    mx = v > mx ? v : mx;
-                }
-                if (p->bmax) { /* the first lane of a block sets its max */
-                    float *bm = &p->bmax[m * KB + k0 / 32];
-                    if (j % (32 / g) == 0 || mx > *bm) *bm = mx;
-                }
+                if (p->bmax) p->bmax[m * KB + kb] = hmax8(mx);
+                continue;
+            }
+            /* MXFP4 lane j holds bytes 8j..8j+7: words 2j (positions 0-3) and
+             * 2j+1 (positions 4-7) of the 64 codes */
+            const __m256i idx = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+            const __m256i e0 = _mm256_permutevar8x32_epi32(x0, idx), e1 = _mm256_permutevar8x32_epi32(x1, idx);
+            const __m256i o0 = _mm256_permutevar8x32_epi32(x0, _mm256_add_epi32(idx, _mm256_set1_epi32(1)));
+            const __m256i o1 = _mm256_permutevar8x32_epi32(x1, _mm256_add_epi32(idx, _mm256_set1_epi32(1)));
+            const __m256i ev = _mm256_blend_epi32(e0, e1, 0xf0), od = _mm256_blend_epi32(o0, o1, 0xf0);
+#pragma GCC unroll 8
+            for (int pos = 0; pos < 8; pos++) {
+                __m256 a = _mm256_mul_ps(dec_pos(0, pos < 4 ? ev : od, pos & 3), sv);
+                mx = _mm256_max_ps(mx, _mm256_and_ps(a, _mm256_castsi256_ps(absm)));
+                _mm256_store_ps(dst + c0 + 8 * pos, _mm256_mul_ps(a, f));
+            }
+            if (p->bmax) {
+                p->bmax[m * KB + kb] = hmax8(_mm256_permute2f128_ps(mx, mx, 0x00));
+                if (!half) p->bmax[m * KB + kb + 1] = hmax8(_mm256_permute2f128_ps(mx, mx, 0x11));
             }
         }
     }
