@@ -232,40 +232,50 @@ typedef struct pf_job {
 static AVX2 void pf_decode(const pf_job *j, int64_t n0, int64_t k0, int64_t kc, float *t) {
     const int fp4 = j->fp4;
     const int64_t K = j->K, KB = K / 32, C = chunk_codes(fp4), rb = fp4 ? K / 2 : K;
+    const int64_t c0 = k0 / C, c1 = (k0 + kc) / C;
     const float *e8m0 = di_cpu_e8m0_table();
     const float up = fp4 ? 0x1p126f : 0x1p120f, lim = fp4 ? 2.0f : 0x1p7f;
+    const __m256 u = _mm256_set1_ps(up);
     for (int64_t r = 0; r < ROWS; r++) {
-        float *tr = t + r * KC;
+        float *tr = t + r * KC - c0 * C;
         const int64_t n = n0 + r;
         if (n >= j->N) {
-            memset(tr, 0, (size_t)kc * sizeof(float));
+            memset(tr + c0 * C, 0, (size_t)kc * sizeof(float));
             continue;
         }
         const uint8_t *row = j->w + n * rb;
-        for (int64_t c = k0 / C; c < (k0 + kc) / C; c++) {
-            const int64_t kb = c * C / 32;
-            const int half = fp4 && kb + 1 >= KB;
-            float s0, s1;
-            if (fp4) s0 = e8m0[j->ws[n * KB + kb]], s1 = half ? s0 : e8m0[j->ws[n * KB + kb + 1]];
-            else s0 = s1 = e8m0[j->ws[(n / 32) * KB + kb]];
-            const int fast = s0 <= lim && s1 <= lim;
-            const __m256 f = fast ? _mm256_setr_ps(s0 * up, s0 * up, s0 * up, s0 * up, s1 * up, s1 * up, s1 * up, s1 * up)
-                                  : _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1);
-            const __m256 u = _mm256_set1_ps(up);
-            const __m256i x = load_chunk(row, c, half);
-            float *dst = tr + c * C - k0;
-            if (!fp4) {
+        if (!fp4) {
+            const uint8_t *st = j->ws + (n / 32) * KB; /* chunk c is block c */
+            for (int64_t c = c0; c < c1; c++) {
+                const float s = e8m0[st[c]];
+                const __m256i x = load_chunk(row, c, 0);
+                if (s <= lim) {
+                    const __m256 f = _mm256_set1_ps(s * up);
 #pragma GCC unroll 4
-                for (int p = 0; p < 4; p++) {
-                    __m256 v = dec_pos(0, x, p);
-                    _mm256_store_ps(dst + 8 * p, fast ? _mm256_mul_ps(v, f) : _mm256_mul_ps(_mm256_mul_ps(v, u), f));
+                    for (int p = 0; p < 4; p++) _mm256_store_ps(tr + c * 32 + 8 * p, _mm256_mul_ps(dec_pos(0, x, p), f));
+                } else {
+                    const __m256 f = _mm256_set1_ps(s);
+#pragma GCC unroll 4
+                    for (int p = 0; p < 4; p++)
+                        _mm256_store_ps(tr + c * 32 + 8 * p, _mm256_mul_ps(_mm256_mul_ps(dec_pos(0, x, p), u), f));
                 }
-            } else {
+            }
+            continue;
+        }
+        const uint8_t *st = j->ws + n * KB; /* chunk c holds blocks 2c, 2c+1 */
+        for (int64_t c = c0; c < c1; c++) {
+            const int half = 2 * c + 1 >= KB;
+            const float s0 = e8m0[st[2 * c]], s1 = half ? s0 : e8m0[st[2 * c + 1]];
+            const __m256i x = load_chunk(row, c, half);
+            if (s0 <= lim && s1 <= lim) {
+                const __m256 f = _mm256_set_m128(_mm_set1_ps(s1 * up), _mm_set1_ps(s0 * up));
 #pragma GCC unroll 8
-                for (int p = 0; p < 8; p++) {
-                    __m256 v = dec_pos(1, x, p);
-                    _mm256_store_ps(dst + 8 * p, fast ? _mm256_mul_ps(v, f) : _mm256_mul_ps(_mm256_mul_ps(v, u), f));
-                }
+                for (int p = 0; p < 8; p++) _mm256_store_ps(tr + c * 64 + 8 * p, _mm256_mul_ps(dec_pos(1, x, p), f));
+            } else {
+                const __m256 f = _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0));
+#pragma GCC unroll 8
+                for (int p = 0; p < 8; p++)
+                    _mm256_store_ps(tr + c * 64 + 8 * p, _mm256_mul_ps(_mm256_mul_ps(dec_pos(1, x, p), u), f));
             }
         }
     }
