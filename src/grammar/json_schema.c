@@ -465,6 +465,60 @@ static int string_dfa(js_ctx *c, const cJSON *s, di_dfa *out, int *any) {
     return 0;
 }
 
+#define JS_CHUNK 256            /* characters per chunk of a long string (at most max_repeat) */
+#define JS_MAX_CHUNKS 4096      /* chunks a length bound may span */
+
+/* A plain string whose length bounds exceed max_repeat: the body is cut
+ * into chunks of exactly JS_CHUNK characters and a last one of fewer, so
+ * that each split is unique and every lexeme stays small; nonterminal B(k)
+ * follows k chunks:
+ *   string → " B(0);  B(k) → F B(k+1) | R(lo_k, hi_k) " | "
+ * with F exactly JS_CHUNK characters and R(lo, hi) between lo and hi < JS_CHUNK
+ * (lo_k = mn - k·JS_CHUNK, hi_k = mx - k·JS_CHUNK, clipped). Without mx,
+ * B(k) loops on itself once mn is reached. */
+static int long_string_sym(js_ctx *c, long mn, long mx, di_sym *out) {
+    const long C = c->o->max_repeat < JS_CHUNK ? (c->o->max_repeat ? (long)c->o->max_repeat : 1) : JS_CHUNK;
+    long last = mx >= 0 ? mx / C : (mn + C - 1) / C;
+    if (last > JS_MAX_CHUNKS || mn / C > JS_MAX_CHUNKS)
+        return FAIL(c, DI_ERR_LIMIT, "string length bound %ld exceeds the limit of %ld (%d chunks of min(max_repeat, %d))",
+                    mx > mn ? mx : mn, C * JS_MAX_CHUNKS, JS_MAX_CHUNKS, JS_CHUNK);
+    char buf[512];
+    di_sym quote, chunk;
+    snprintf(buf, sizeof buf, "%s{%ld}", STR_UNIT, C);
+    if (lit_sym(c, "\"", &quote) || regex_sym(c, buf, 0, &chunk)) return -1;
+    int32_t *B = malloc(((size_t)last + 1) * sizeof *B);
+    if (!B) return FAIL(c, DI_ERR_NOMEM, "out of memory");
+    int r = 0;
+    for (long k = 0; k <= last && !r; k++) r = (B[k] = new_nt(c)) < 0;
+    for (long k = 0; k <= last && !r; k++) {
+        long lo = mn - k * C, hi = mx >= 0 ? mx - k * C : C - 1;
+        if (lo < 0) lo = 0;
+        if (hi > C - 1) hi = C - 1;
+        /* the empty rest is a rule of its own: no nullable lexeme right
+         * after a chunk */
+        if (lo == 0 && (r = add_rule(c, B[k], &quote, 1))) break;
+        if (lo < 1) lo = 1;
+        if (lo <= hi) {
+            di_sym seq[2] = {0, quote};
+            snprintf(buf, sizeof buf, "%s{%ld,%ld}", STR_UNIT, lo, hi);
+            if ((r = regex_sym(c, buf, 0, &seq[0])) || (r = add_rule(c, B[k], seq, 2))) break;
+        }
+        int32_t next = k < last ? B[k + 1] : (mx < 0 ? B[k] : -1);
+        if (next >= 0) {
+            di_sym seq[2] = {chunk, next};
+            r = add_rule(c, B[k], seq, 2);
+        }
+    }
+    int32_t nt = r ? -1 : new_nt(c);
+    if (nt >= 0) {
+        di_sym seq[2] = {quote, B[0]};
+        r = add_rule(c, nt, seq, 2);
+        *out = nt;
+    }
+    free(B);
+    return r || nt < 0 ? -1 : 0;
+}
+
 static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
     const cJSON *pats = cJSON_GetObjectItemCaseSensitive(s, "x-di-patterns");
@@ -475,9 +529,7 @@ static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
     if (!pat && !pats && !fmt_known && !cJSON_GetObjectItemCaseSensitive(s, "x-di-not-patterns")) {
         long mn, mx;
         if (get_count(c, s, "minLength", &mn, 0) || get_count(c, s, "maxLength", &mx, -1)) return -1;
-        if (mn > (long)c->o->max_repeat || mx > (long)c->o->max_repeat)
-            return FAIL(c, DI_ERR_LIMIT, "string length bound %ld exceeds the limit of %u (max_repeat)",
-                        mx > mn ? mx : mn, c->o->max_repeat);
+        if (mn > (long)c->o->max_repeat || mx > (long)c->o->max_repeat) return long_string_sym(c, mn, mx, out);
         char buf[512];
         if (mx >= 0) {
             /* counted, interned by a key of its own construction */

@@ -131,3 +131,28 @@ def test_logic_refusals_name_the_construct(vocab, schema, needle):
     with pytest.raises(F.CompileError) as e:
         F.Grammar(vocab, F.DI_CONSTRAINT_JSON_SCHEMA, json.dumps(schema))
     assert needle in str(e.value)
+
+
+@pytest.mark.parametrize("mn, mx", [(0, 65535), (300, 5000), (5000, None), (4097, 4097)])
+def test_long_strings_count_exactly(vocab, mn, mx):
+    """Length bounds above max_repeat (chunked strings): every length around
+    the chunk boundaries and the bounds, with plain, escaped and surrogate
+    pair characters, is accepted exactly when it is within the bounds."""
+    schema = {"type": "string", "minLength": mn}
+    if mx is not None:
+        schema["maxLength"] = mx
+    g = F.Grammar(vocab, F.DI_CONSTRAINT_JSON_SCHEMA, json.dumps(schema))
+    v = validator(schema)
+    lengths = {0, 1, 255, 256, 257, 511, 512, 513, 3840, 4096, 4097, 5000, 5001, 65535, 65536}
+    lengths |= {b + d for b in (mn, mx or 0) for d in (-1, 0, 1) if b + d >= 0}
+    wrong = []
+    for n in sorted(lengths):
+        for s in ("a" * n, ("\u00e9\n" * n)[:n], "\U0001F600" * n):
+            text = json.dumps(s)
+            m = g.matcher()
+            got = m.advance_bytes(text.encode()) and m.accepting()
+            if got != v.is_valid(s):
+                wrong.append((n, s[:1], got))
+    assert not wrong, wrong[:8]
+    text = json.dumps("hello world " * 450)
+    assert F.accepts_tokens(g, F.encode(text)) == v.is_valid("hello world " * 450)

@@ -189,7 +189,16 @@ static void test_json_schema(void) {
     CHECK_STR_CONTAINS(di_last_error(), "exceeds");
     di_grammar_options_default(&o);
     o.max_repeat = 10;
-    CHECK(di_grammar_compile(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"maxLength\":11}", 16, &o, &g) == DI_ERR_LIMIT);
+    /* string lengths past max_repeat go in chunks of max_repeat characters */
+    g = compile(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"string\",\"minLength\":9,\"maxLength\":21}", &o);
+    if (g) {
+        CHECK(accepts(g, "\"aaaaaaaa\"") == 0 && accepts(g, "\"aaaaaaaaa\"") == 1);
+        CHECK(accepts(g, "\"aaaaaaaaaa\"") == 1 && accepts(g, "\"aaaaaaaaaaaaaaaaaaaa\"") == 1);
+        CHECK(accepts(g, "\"aaaaaaaaaaaaaaaaaaa\\n\"") == 1 && accepts(g, "\"aaaaaaaaaaaaaaaaaaaaaa\"") == 0);
+    }
+    di_grammar_free(g);
+    g = NULL;
+    CHECK(di_grammar_compile(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"maxLength\":41000}", 19, &o, &g) == DI_ERR_LIMIT);
     CHECK_STR_CONTAINS(di_last_error(), "max_repeat");
     di_vocab_free(v);
 }
