@@ -156,6 +156,30 @@ static void test_json_schema(void) {
     di_grammar *g = compile(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"integer\",\"not\":{\"multipleOf\":2}}", &o);
     if (g) CHECK(accepts(g, "2") == 1);
     di_grammar_free(g);
+    /* const/enum objects in any member order; NUL inside strings */
+    expect(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"enum\":[{\"a\":1,\"b\":[2]},\"x\"]}",
+           (const char *[]){"{\"a\":1,\"b\":[2]}", "{\"b\":[2],\"a\":1.0}", "\"x\"", NULL},
+           (const char *[]){"{\"a\":1}", "{\"a\":1,\"b\":[2],\"c\":0}", "{\"b\":[2.5],\"a\":1}", NULL});
+    expect(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"const\":\"a\\u0000b\"}", (const char *[]){"\"a\\u0000b\"", NULL},
+           (const char *[]){"\"ab\"", "\"a\"", "\"a\\u0000\"", NULL});
+    expect(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"object\",\"required\":[\"a\\u0000\"]}",
+           (const char *[]){"{\"a\\u0000\":1}", NULL}, (const char *[]){"{\"a\":1}", "{}", NULL});
+    /* format: checked by default, an annotation or asserted exactly by option */
+    di_grammar_options_default(&o);
+    o.format_mode = DI_FORMAT_ANNOTATION;
+    g = compile(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"date\"}", &o);
+    if (g) CHECK(accepts(g, "\"2024-02-30\"") == 1);
+    di_grammar_free(g);
+    o.format_mode = DI_FORMAT_ASSERT;
+    g = compile(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"type\":\"string\",\"format\":\"date\"}", &o);
+    if (g) CHECK(accepts(g, "\"2024-02-29\"") == 1 && accepts(g, "\"2100-02-29\"") == 0 && accepts(g, "\"2000-02-29\"") == 1);
+    di_grammar_free(g);
+    g = compile(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"format\":\"time\"}", &o);
+    if (g) CHECK(accepts(g, "\"23:59:60Z\"") == 1 && accepts(g, "\"15:59:60-08:00\"") == 1 && accepts(g, "\"15:59:60Z\"") == 0);
+    di_grammar_free(g);
+    g = NULL;
+    CHECK(di_grammar_compile(v, DI_CONSTRAINT_JSON_SCHEMA, "{\"format\":\"email\"}", 18, &o, &g) == DI_ERR_UNSUPPORTED);
+    CHECK_STR_CONTAINS(di_last_error(), "format 'email'");
     /* forbid additional properties by option; compact whitespace */
     di_grammar_options_default(&o);
     o.forbid_additional_properties = 1;
