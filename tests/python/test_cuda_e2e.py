@@ -61,7 +61,8 @@ def test_cli_greedy_gpu_equals_cpu(tiny):
     c, g = json.loads(cpu.stdout), json.loads(gpu.stdout)
     assert len(g["token_ids"]) == N
     k = cpu_margin_steps(c)
-    assert g["token_ids"][:k + 1] == c["token_ids"][:k + 1], "gpu parts from cpu before the cpu's first near-tie"
+    # the token chosen at the near-tie itself may differ, the ones before may not
+    assert g["token_ids"][:k] == c["token_ids"][:k], "gpu parts from cpu before the cpu's first near-tie"
 
 
 def test_python_api_on_gpu_equals_cli(tiny, monkeypatch):

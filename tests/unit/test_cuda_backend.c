@@ -180,6 +180,8 @@ static void test_matmul(void) {
         {DI_WFMT_FP8, 9, 160, 65, DI_MM_ACT_FP8 | DI_MM_OUT_BF16},
         {DI_WFMT_FP8, 40, 256, 96, DI_MM_ACT_FP8}, {DI_WFMT_FP4, 3, 96, 45, DI_MM_ACT_FP8},
         {DI_WFMT_FP4, 24, 128, 64, DI_MM_ACT_FP8 | DI_MM_OUT_BF16},
+        /* more than one tile of 8 rows, 32 outputs and 64 inputs, ragged */
+        {DI_WFMT_F32, 19, 200, 70, 0}, {DI_WFMT_FP8, 11, 130, 40, DI_MM_OUT_BF16},
     };
     for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
         int64_t m = cs[t].m, K = cs[t].k, N = cs[t].n;
@@ -712,6 +714,57 @@ static void test_memory(void) {
     if (status_ok("copy")) cmp_exact("overlapping copy", y, x, n);
     dev_free(d);
     free(x); free(y); free(z);
+    /* queued row copies in random order, some reading rows an earlier copy
+     * of the same queue wrote: the result must be that of doing them one by
+     * one; rows of 37 floats (byte path) and 64 (16-byte path) */
+    for (int t = 0; t < 2; t++) {
+        int64_t rows = 600, wd = t ? 64 : 37, nc = 300 + rng_int(200);
+        float *h = rnd(rows * wd, 1.0f);
+        float *dd = dev_up(h, (size_t)(rows * wd) * 4);
+        for (int64_t c = 0; c < nc; c++) {
+            int64_t a = rng_int((int)rows), b = rng_int((int)rows);
+            memmove(h + a * wd, h + b * wd, (size_t)wd * 4);
+            gpu->ops->copy(gpu, dd + a * wd, dd + b * wd, (size_t)wd * 4);
+        }
+        float *got = dev_down(dd, (size_t)(rows * wd) * 4);
+        if (status_ok("queued copies")) cmp_exact("queued copies", got, h, rows * wd);
+        dev_free(dd);
+        free(h); free(got);
+    }
+}
+
+/* Device selections at the indexer's real sizes, with many ties (scores on
+ * a coarse grid), -inf, NaN, both zeros and +inf among them, rows with
+ * fewer valid scores than k and empty rows: the CPU's choice, bit for bit. */
+static void test_selection_large(void) {
+    NEED_GPU();
+    const struct { int64_t m, width; int k, bs, tb; } cs[] = {{6, 5000, 512, 8, 64}, {3, 70000, 512, 8, 2048},
+                                                             {4, 1000, 2048, 8, 200}};
+    for (size_t t = 0; t < 3; t++) {
+        int64_t m = cs[t].m, W = cs[t].width;
+        int k = cs[t].k, bs = cs[t].bs, tb = cs[t].tb;
+        float *sc = malloc((size_t)(m * W) * 4);
+        int32_t *nv = malloc((size_t)m * 4);
+        for (int64_t i = 0; i < m * W; i++) {
+            int r = rng_int(1000);
+            sc[i] = r < 20 ? -INFINITY : r < 25 ? NAN : r < 30 ? -0.0f : r < 35 ? 0.0f : r < 37 ? INFINITY
+                                                                                          : (float)(rng_int(300) - 150) * 0.25f;
+        }
+        for (int64_t i = 0; i < m; i++) nv[i] = i == 0 ? 0 : i == 1 ? (int32_t)(W + 5) : (int32_t)rng_int((int)W);
+        float *dsc = dev_up(sc, (size_t)(m * W) * 4);
+        int32_t *ic = malloc((size_t)(m * k) * 4), *ig = malloc((size_t)(m * k) * 4);
+        cpu->ops->topk_select(cpu, sc, nv, m, W, k, ic);
+        gpu->ops->topk_select(gpu, dsc, nv, m, W, k, ig);
+        CHECKF(status_ok("topk_select") && !memcmp(ic, ig, (size_t)(m * k) * 4), "topk_select width %lld k %d",
+               (long long)W, k);
+        int32_t *bc = malloc((size_t)(m * tb) * 4), *bg = malloc((size_t)(m * tb) * 4);
+        cpu->ops->candidate_blocks(cpu, sc, nv, m, W, tb, bs, bc);
+        gpu->ops->candidate_blocks(gpu, dsc, nv, m, W, tb, bs, bg);
+        CHECKF(status_ok("candidate_blocks") && !memcmp(bc, bg, (size_t)(m * tb) * 4),
+               "candidate_blocks width %lld blocks %d", (long long)W, tb);
+        dev_free(dsc);
+        free(sc); free(nv); free(ic); free(ig); free(bc); free(bg);
+    }
 }
 
 int main(void) {
@@ -740,6 +793,7 @@ int main(void) {
     RUN(test_hc);
     RUN(test_attention);
     RUN(test_indexer);
+    RUN(test_selection_large);
     RUN(test_moe_and_pool);
     RUN(test_kv);
     di_backend_destroy(gpu);

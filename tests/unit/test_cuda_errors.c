@@ -40,9 +40,14 @@ static void test_op_error_reaches_forward(void) {
     di_fwd_seq q = {&st, ids, 2};
     CHECKF(di_forward(&g.lm, &q, 1, lg, 0, &err) == DI_OK, "good pass: %s", err.msg);
     CHECK_EQ_INT(st.n_tokens, 2);
-    /* a failing op: the runtime refuses a copy to an address it does not know */
-    float junk[16] = {0};
-    gpu->ops->upload(gpu, (void *)(uintptr_t)64, junk, sizeof junk);
+    /* a failing op: the runtime refuses a copy to an address it does not
+     * know (large enough not to go through the backend's staging buffer,
+     * so the copy is checked at once and the device stays usable) */
+    size_t nj = (size_t)48 << 20;
+    char *junk = calloc(nj, 1);
+    CHECK(junk != NULL);
+    if (junk) gpu->ops->upload(gpu, (void *)(uintptr_t)64, junk, nj);
+    free(junk);
     memset(&err, 0, sizeof err);
     di_status bs = gpu->ops->status(gpu, &err);
     CHECK_EQ_INT(bs, DI_ERR_BACKEND);

@@ -5,7 +5,10 @@
  * Memory. Every kernel and copy runs on the default stream, so the copy
  * that uploads the next call's metadata or downloads a result is ordered
  * after the kernels before it, and scratch buffers can be reused from call
- * to call without events. alloc / free go through a pool: a freed buffer is
+ * to call without events. Uploads (the model's and each op's metadata:
+ * positions, ids, row-pointer tables) go through a pinned staging buffer
+ * as asynchronous copies, so the host does not wait for the device until
+ * it downloads a result. alloc / free go through a pool: a freed buffer is
  * kept by size class and handed out again (zeroed by an asynchronous
  * memset), because cudaMalloc costs tens of microseconds and cudaFree waits
  * for the whole device, and the forward allocates its activations afresh
@@ -31,10 +34,11 @@
  * FP8 rows and scales a call needs are gathered on the host and only those
  * are uploaded, then dequantized by a kernel.
  *
- * Host results. topk_select, candidate_blocks and moe_route return host
- * integers; they download their (small) float inputs and run the CPU
- * backend's op on them, so their selections are bit-identical to the CPU's
- * by construction. GPU selection kernels are future work.
+ * Host results. topk_select and candidate_blocks select on the device
+ * (cuda_ops_select.cu, the CPU's semantics bit for bit) and download only
+ * the indices. moe_route downloads its logits and runs the CPU backend's op
+ * on them: its weights come from libm's expf / log1pf, which the device's
+ * functions do not match to the last bit.
  *
  * Errors. Ops return nothing (backend.h); the first failure is kept, with
  * the op's name in front of the message, and reported by the `status` op
@@ -89,6 +93,7 @@ typedef struct cuda_impl {
     void *host_buf; /* host staging (downloads, Engram rows) */
     size_t host_cap;
     di_backend *cpu; /* runs the host-result ops on downloaded inputs */
+    cuda_stage *stage; /* pinned staging of metadata uploads */
     const char *op;  /* the op running now (error messages, profile) */
     /* pool: live blocks (open addressing by pointer) and free blocks */
     int use_pool;
@@ -177,12 +182,14 @@ static void *scratch(di_backend *be, int slot, size_t bytes) {
     return c->scr[slot];
 }
 
-/* Uploads a host array into scratch slot `slot`; NULL on failure. */
+/* Uploads a host array into scratch slot `slot` without waiting for the
+ * device (through the pinned staging buffer); NULL on failure. The copy is
+ * queued after the kernels that still read the slot's last contents. */
 static void *scratch_up(di_backend *be, int slot, const void *host, size_t bytes) {
     void *d = scratch(be, slot, bytes);
     if (!d) return NULL;
     di_err err = {0};
-    di_status st = bytes ? di_cuda_upload(d, host, bytes, &err) : DI_OK;
+    di_status st = bytes ? cuda_stage_upload(IM(be)->stage, d, host, bytes, &err) : DI_OK;
     if (st) {
         note(be, st, &err);
         return NULL;
@@ -441,7 +448,7 @@ static void cu_free(di_backend *be, void *p) {
 static void cu_upload(di_backend *be, void *dst, const void *src, size_t bytes) {
     di_err err = {0};
     op_enter(be, "upload");
-    if (bytes) note(be, di_cuda_upload(dst, src, bytes, &err), &err);
+    if (bytes) note(be, cuda_stage_upload(IM(be)->stage, dst, src, bytes, &err), &err);
 }
 
 static void cu_download(di_backend *be, void *dst, const void *src, size_t bytes) {
@@ -467,8 +474,8 @@ static void copies_flush(di_backend *be) {
     c->n_copy_batches++;
 }
 
-/* Queues a device-to-device copy. A copy whose own ranges overlap runs at
- * once (memmove); one that reads or writes what a queued copy writes, or
+/* Queues a device-to-device copy. A copy whose own ranges overlap, or of a
+ * MiB or more, runs at once (memmove); one that reads or writes what a queued copy writes, or
  * writes what a queued copy reads, first runs the queue. */
 static void cu_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_impl *c = IM(be);
@@ -477,7 +484,8 @@ static void cu_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes || dst == src) return;
     c->n_copies++;
     const char *d = dst, *s = src;
-    if (ranges_meet(d, bytes, s, bytes)) {
+    /* a large copy gets the whole device, not one block of the queue's kernel */
+    if (ranges_meet(d, bytes, s, bytes) || bytes >= ((size_t)1 << 20)) {
         copies_flush(be);
         note(be, cuda_mem_move(dst, src, bytes, &err), &err);
         return;
@@ -797,17 +805,36 @@ static float *scores_down(di_backend *be, const float *scores, int64_t m, int64_
     return h;
 }
 
+/* Downloads the [m, k] indices a device selection left in scratch. */
+static void idx_down(di_backend *be, const int32_t *d, int32_t *host, int64_t m, int k) {
+    di_err err = {0};
+    di_status st = m * k > 0 ? di_cuda_download(host, d, (size_t)(m * k) * sizeof(int32_t), &err) : DI_OK;
+    if (st) {
+        note(be, st, &err);
+        for (int64_t i = 0; i < m * k; i++) host[i] = -1;
+    }
+}
+
 static void cu_candidate_blocks(di_backend *be, const float *scores, const int32_t *n_vis,
                                 int64_t m, int64_t width, int topk_blocks, int bs,
                                 int32_t *blocks) {
     op_enter(be, "candidate_blocks");
-    float *h = scores_down(be, scores, m, width);
-    if (!h) {
+    di_err err = {0};
+    if (m <= 0 || topk_blocks <= 0) return;
+    int64_t nb = (width + bs - 1) / bs;
+    int kk = topk_blocks < nb ? topk_blocks : (int)nb;
+    const int32_t *dvis = scratch_up(be, SCR_B, n_vis, (size_t)m * sizeof(int32_t));
+    int32_t *didx = scratch(be, SCR_C, (size_t)(m * topk_blocks) * sizeof(int32_t));
+    float *bsc = scratch(be, SCR_D, (size_t)(m * (nb > 0 ? nb : 1)) * sizeof(float));
+    di_status st = !dvis || !didx || !bsc ? DI_ERR_NOMEM : DI_OK;
+    if (!st) st = cuda_op_block_max(scores, dvis, m, width, bs, bsc, &err);
+    if (!st) st = cuda_op_topk_select(bsc, NULL, m, nb, kk, topk_blocks, didx, &err);
+    note(be, st, &err);
+    if (st) {
         for (int64_t i = 0; i < m * topk_blocks; i++) blocks[i] = -1;
         return;
     }
-    di_backend *cpu = IM(be)->cpu;
-    cpu->ops->candidate_blocks(cpu, h, n_vis, m, width, topk_blocks, bs, blocks);
+    idx_down(be, didx, blocks, m, topk_blocks);
 }
 
 static void cu_restrict_blocks(di_backend *be, float *scores, const int32_t *blocks, int64_t m,
@@ -824,13 +851,18 @@ static void cu_restrict_blocks(di_backend *be, float *scores, const int32_t *blo
 static void cu_topk_select(di_backend *be, const float *scores, const int32_t *n_vis, int64_t m,
                            int64_t width, int k, int32_t *idx) {
     op_enter(be, "topk_select");
-    float *h = scores_down(be, scores, m, width);
-    if (!h) {
+    di_err err = {0};
+    if (m <= 0 || k <= 0) return;
+    const int32_t *dvis = scratch_up(be, SCR_B, n_vis, (size_t)m * sizeof(int32_t));
+    int32_t *didx = scratch(be, SCR_C, (size_t)(m * k) * sizeof(int32_t));
+    di_status st = !dvis || !didx ? DI_ERR_NOMEM : DI_OK;
+    if (!st) st = cuda_op_topk_select(scores, dvis, m, width, k, k, didx, &err);
+    note(be, st, &err);
+    if (st) {
         for (int64_t i = 0; i < m * k; i++) idx[i] = -1;
         return;
     }
-    di_backend *cpu = IM(be)->cpu;
-    cpu->ops->topk_select(cpu, h, n_vis, m, width, k, idx);
+    idx_down(be, didx, idx, m, k);
 }
 
 /* ------------------------------------------------------------ MoE */
@@ -897,6 +929,9 @@ static void cu_destroy(di_backend *be) {
         free(c->freel);
         free(c->cq);
         free(c->host_buf);
+        di_err e = {0};
+        di_cuda_synchronize(&e); /* queued staged copies still read the staging buffer */
+        cuda_stage_free(c->stage);
         if (c->cpu) di_backend_destroy(c->cpu);
         free(c);
     }
@@ -972,6 +1007,10 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
     be->n_threads = 1;
     be->impl = c;
     /* one thread: the host-result ops work on small downloaded inputs */
+    if ((st = cuda_stage_init(&c->stage, (size_t)64 << 20, err))) {
+        cu_destroy(be);
+        return di_err_prefix(err, "cuda backend");
+    }
     if ((st = di_backend_cpu_create(1, &c->cpu, err))) {
         cu_destroy(be);
         return di_err_prefix(err, "cuda backend");

@@ -44,6 +44,13 @@ typedef struct cuda_copy_batch {
     int n;
 } cuda_copy_batch;
 di_status cuda_mem_copy_batch(const cuda_copy_batch *b, di_err *err);
+/* Uploads that do not wait for the device: the bytes go through a pinned
+ * staging buffer of `bytes` (two halves used in turn) and an asynchronous
+ * copy on the default stream; larger uploads than half of it wait. */
+typedef struct cuda_stage cuda_stage;
+di_status cuda_stage_init(cuda_stage **st, size_t bytes, di_err *err);
+void cuda_stage_free(cuda_stage *st);
+di_status cuda_stage_upload(cuda_stage *st, void *dst, const void *src, size_t bytes, di_err *err);
 
 /* ---- cuda_ops_elementwise.cu ---- */
 di_status cuda_op_rmsnorm(const float *x, const void *w, int w_bf16, int64_t m, int64_t n,
@@ -121,6 +128,18 @@ di_status cuda_op_kv_pack(int fmt, const float *x, int64_t m, int64_t n, uint8_t
 /* blocks [m, topk_blocks] device */
 di_status cuda_op_restrict_blocks(float *scores, const int32_t *blocks, int64_t m, int64_t width,
                                   int topk_blocks, int bs, di_err *err);
+
+/* ---- cuda_ops_select.cu ---- */
+/* Per row of scores [m, width], the up to ksel best among the first n_vis[i]
+ * (n_vis device, or NULL = width) scores that are not -inf or NaN, ties to
+ * the lower index, ascending, into idx [m, kout] (device) padded with -1:
+ * the CPU backend's topk_select, bit for bit. */
+di_status cuda_op_topk_select(const float *scores, const int32_t *n_vis, int64_t m, int64_t width,
+                              int ksel, int kout, int32_t *idx, di_err *err);
+/* bsc [m, ceil(width/bs)] = per-block max of the scores, the block of entry
+ * n_vis[i] - 1 set to +inf (the candidate pool's block scores). */
+di_status cuda_op_block_max(const float *scores, const int32_t *n_vis, int64_t m, int64_t width,
+                            int bs, float *bsc, di_err *err);
 
 #ifdef __cplusplus
 }
