@@ -199,7 +199,7 @@ static void bench_matvec(int fmt, const char *name, int64_t n, int64_t k, int64_
  * routings so the experts read are cold (~0.5 GB or more per replay). Bytes
  * counted: the distinct experts' weights + scales, the activations, the
  * outputs. */
-static void bench_moe_grouped(int tokens) {
+static void bench_moe_grouped(int tokens, const char *suffix = "") {
     const int64_t E = 384, n = 2304, k = 5120, kbn = k / 32, topk = 6;
     const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
     void *w = dalloc(wb * E), *ws = dalloc(sb * E);
@@ -260,14 +260,32 @@ static void bench_moe_grouped(int tokens) {
                                       (int32_t *)st.rows, st.max_rows, out, DI_DTYPE_F32, s, err));
     }, reps, 15);
     double bytes = bytes_total / reps + (double)tokens * k + npairs * n * 4.0;
-    printf("RESULT moe_w1_grouped_b%d %.2f us %.0f GB/s %.0f%% of copy (%.0f experts/step, floor %.2f us)\n",
-           tokens, t * 1e6, bytes / t / 1e9, 100 * bytes / t / g_copy_bw,
+    printf("RESULT moe_w1_grouped_b%d%s %.2f us %.0f GB/s %.0f%% of copy (%.0f experts/step, floor %.2f us)\n",
+           tokens, suffix, t * 1e6, bytes / t / 1e9, 100 * bytes / t / g_copy_bw,
            bytes_total / reps / (wb + sb), bytes / g_copy_bw * 1e6);
     for (auto &st : steps) { di_cuda_free(st.ids); di_cuda_free(st.off); di_cuda_free(st.rows); }
     di_cuda_free(w); di_cuda_free(ws); di_cuda_free(qa); di_cuda_free(sa); di_cuda_free(out);
 }
 
 extern "C" void cuda_tiled_set_variant(int v); /* measuring aid in cuda_gemm_tiled.cu */
+extern "C" void cuda_matvec_set_ks(int ks);     /* measuring aid in cuda_matvec.cu */
+
+/* The wgmma matvec kernels' k split (clusters of 1-8 blocks) forced on the
+ * shapes whose choice is least clear. */
+static void bench_ks_sweep(void) {
+    static const char *names[] = {"wo_b_ks1", "wo_b_ks2", "wo_b_ks4", "wo_b_ks8"};
+    static const char *names2[] = {"shared_w2_ks1", "shared_w2_ks2", "shared_w2_ks4", "shared_w2_ks8"};
+    static const char *names4[] = {"expert_w1_ks1", "expert_w1_ks2", "expert_w1_ks4", "expert_w1_ks8"};
+    static const char *moe[] = {"_ks1", "_ks2", "_ks4", "_ks8"};
+    for (int i = 0; i < 4; i++) {
+        cuda_matvec_set_ks(1 << i);
+        bench_matvec(0, names[i], 5120, 8192, 1);
+        bench_matvec(0, names2[i], 5120, 2304, 1);
+        bench_matvec(1, names4[i], 2304, 5120, 1);
+        bench_moe_grouped(1, moe[i]);
+    }
+    cuda_matvec_set_ks(0);
+}
 
 static void bench_gemm(int64_t m, int64_t n, int64_t k, di_cuda_gemm_path path,
                        int variant = -1) {
@@ -437,6 +455,7 @@ int main(int argc, char **argv) {
         for (auto &s : fp4)
             for (int64_t m : ms) bench_matvec(1, s.name, s.n, s.k, m);
         for (int b : {1, 8, 64}) bench_moe_grouped(b);
+        if (!quick) bench_ks_sweep();
     }
     if (gemm) {
         int64_t shapes[][3] = {{8192, 8192, 8192}, {8192, 5120, 5120}, {8192, 32768, 1280},
@@ -444,10 +463,10 @@ int main(int argc, char **argv) {
         for (auto &s : shapes) bench_gemm(s[0], s[1], s[2], DI_CUDA_GEMM_TILED);
         if (!quick) bench_gemm(4096, 5120, 5120, DI_CUDA_GEMM_MATVEC);
         /* tiled-kernel variants (see cuda_gemm_tiled.cu): 16 warp-specialized
-         * (the default), 19 the same with one result set, 18 with 4 stages, 17
-         * without the promotion (what the promotion costs); 8 the cp.async
-         * kernel, 9 that without the promotion */
-        const int variants[] = {16, 19, 18, 17, 8, 9};
+         * (the default), 19 one result set; measuring aids: 17 without the
+         * promotion, 20 / 21 that plus the promotion's FFMA count (all / half)
+         * on independent registers; 8 the cp.async kernel */
+        const int variants[] = {16, 19, 17, 20, 21, 8};
         for (int v : variants) bench_gemm(8192, 8192, 8192, DI_CUDA_GEMM_TILED, v);
         for (int v : variants) bench_gemm(4096, 5120, 2304, DI_CUDA_GEMM_TILED, v);
         check_variants();

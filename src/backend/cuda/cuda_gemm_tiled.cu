@@ -18,10 +18,8 @@
  *
  * Needs k % 128 == 0 (whole 32-blocks per stage and 16-byte aligned scale
  * rows); m and n may be anything (rows past the end are zero-filled). */
-#include <cuda.h> /* CUtensorMap (the encoder is fetched at run time) */
-#include <cudaTypedefs.h>
-
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_tma.cuh"
 
 /* NWG math warpgroups of 64 rows each: block tile (64 NWG) x 128 x 128 */
 #define TG_BN 128
@@ -32,38 +30,11 @@
 #define TG_ROWS(nwg) (64 * (nwg))
 #define TG_SMEM(nwg, stages) ((stages) * (TG_ROWS(nwg) * TG_BK + TG_B_BYTES + TG_ROWS(nwg) * 16 + TG_SW_BYTES))
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(valid ? 4 : 0));
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-/* Shared-memory matrix descriptor, no swizzle: start address, the byte
- * distance between core matrices adjacent along k (LBO) and along m/n (SBO). */
-__device__ __forceinline__ uint64_t make_desc(uint32_t addr, uint32_t lbo, uint32_t sbo,
-                                              int swz128) {
-    return (uint64_t)((addr & 0x3ffffu) >> 4) | ((uint64_t)((lbo >> 4) & 0x3fffu) << 16) |
-           ((uint64_t)((sbo >> 4) & 0x3fffu) << 32) | ((uint64_t)(swz128 ? 1 : 0) << 62);
-}
-
-__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void wg_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
 /* Tells the compiler the registers change here (the tensor core writes them
  * asynchronously between issue and wait). */
 __device__ __forceinline__ void fence_regs(float d[64]) {
@@ -373,38 +344,6 @@ __global__ void __launch_bounds__(NWG * 128, 1)
 #define WS_PRODUCER_REGS 24
 #define WS_SMEM(st, kbn) (1024 + (st) * WS_STAGE_BYTES + 2 * (st) * 8 + (kbn) * 16)
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\n"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
-}
-/* 2-D tile (c0 = inner coordinate, c1 = row) into shared memory, completing
- * on the barrier with its byte count. */
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
-                                            uint32_t bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-        "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-        "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar)
-        : "memory");
-}
 
 /* acc += p * sa * sw for one k step: the thread's rows r0 (sa0) and r0+8
  * (sa1), the four column blocks' weight scales w. */
@@ -428,9 +367,12 @@ __device__ __forceinline__ void store_pair(void *out, int out_bf16, int n, int r
     }
 }
 
-/* MODE 0: the real kernel; MODE 1: timing aid without the promotion (one
- * accumulator over all of k: wrong numerics). SETS: result register sets per
- * math warpgroup (see the loops). */
+/* MODE 0: the real kernel; measuring aids (wrong numerics): MODE 1 without
+ * the promotion (one accumulator over all of k), MODE 2 the same plus as many
+ * FFMAs as the promotion has, independent of the products, issued while the
+ * wgmmas run (can the FMA pipes work under the tensor cores?), MODE 3 with
+ * half as many. SETS: result
+ * register sets per math warpgroup (see the loops). */
 template <int ST, int MODE, int SETS>
 __global__ void __launch_bounds__(WS_THREADS, 1)
     gemm_fp8_ws_kernel(const __grid_constant__ CUtensorMap map_a,
@@ -506,7 +448,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
 
     /* this thread's rows' activation scale for step j of stage s */
     auto sa_of = [&](int s, int j, int row) { return sa_tab[s * 512 + row * 4 + j]; };
-    if (MODE == 1) {
+    if (MODE == 1 || MODE == 2 || MODE == 3) {
+        if (MODE >= 2)
+#pragma unroll
+            for (int i = 0; i < 64; i++) p0[i] = p1[i] = 1e-3f * (float)(i + tid);
         for (int kt = 0; kt < kt_n; kt++) {
             const int s = kt % ST;
             mbar_wait(s_full + 8 * s, (kt / ST) & 1);
@@ -515,11 +460,22 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
 #pragma unroll
             for (int j = 0; j < 4; j++) wgmma_m64n128k32(acc, WS_DESC_A(s, j), WS_DESC_B(s, j), 1);
             wg_commit();
+            if (MODE >= 2) {
+                fence_regs(p0);
+#pragma unroll
+                for (int r = 0; r < (MODE == 2 ? 4 : 2); r++)
+#pragma unroll
+                    for (int i = 0; i < 64; i++) p0[i] = fmaf(p0[i], 0.999f, p1[i]);
+                fence_regs(p0);
+            }
             wg_wait<0>();
             fence_regs(acc);
             __syncwarp();
             if (lane == 0) mbar_arrive(s_empty + 8 * s);
         }
+        if (MODE >= 2)
+#pragma unroll
+            for (int i = 0; i < 64; i++) acc[i] += p0[i];
     } else if (SETS == 1) {
         /* one result set: each step waits for its product and promotes it;
          * the other warpgroup's wgmma keeps the tensor cores busy meanwhile */
@@ -590,35 +546,6 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     }
 }
 
-/* cuTensorMapEncodeTiled through the runtime (no link against the driver
- * library); NULL when the driver does not offer it. */
-static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(void) {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
-    static bool tried = false;
-    if (!tried) {
-        tried = true;
-        void *p = NULL;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault,
-                                             &q) == cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
-        (void)cudaGetLastError();
-    }
-    return fn;
-}
-
-/* rows x cols row-major matrix of `esize`-byte elements; box box_c x box_r. */
-static bool make_map(CUtensorMap *map, const void *p, CUtensorMapDataType type, int esize,
-                     uint64_t rows, uint64_t cols, uint32_t box_c, uint32_t box_r, bool swz) {
-    PFN_cuTensorMapEncodeTiled_v12000 enc = tensor_map_encoder();
-    if (!enc) return false;
-    const cuuint64_t dims[2] = {cols, rows}, strides[1] = {cols * (uint64_t)esize};
-    const cuuint32_t box[2] = {box_c, box_r}, estr[2] = {1, 1};
-    return enc(map, type, 2, (void *)p, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-               swz ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
 
 template <int ST, int MODE, int SETS>
 static cudaError_t launch_ws(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
@@ -680,9 +607,11 @@ di_status cuda_launch_gemm_fp8_tiled(const uint8_t *qa, const float *sa, int64_t
         break;                                                                               \
     }
     int variant = tiled_variant;
-    if (variant >= 16 && variant <= 19) {
+    if (variant >= 16 && variant <= 21) {
         bool ran = false;
         switch (variant) {
+        case 20: e = launch_ws<6, 2, 2>(qa, sa, m, k, w, ws, n, out, out_bf16, stream, &ran); break;
+        case 21: e = launch_ws<6, 3, 2>(qa, sa, m, k, w, ws, n, out, out_bf16, stream, &ran); break;
         case 16: e = launch_ws<6, 0, 2>(qa, sa, m, k, w, ws, n, out, out_bf16, stream, &ran); break;
         case 17: e = launch_ws<6, 1, 2>(qa, sa, m, k, w, ws, n, out, out_bf16, stream, &ran); break;
         case 18: e = launch_ws<4, 0, 2>(qa, sa, m, k, w, ws, n, out, out_bf16, stream, &ran); break;
@@ -703,7 +632,8 @@ di_status cuda_launch_gemm_fp8_tiled(const uint8_t *qa, const float *sa, int64_t
 /* Measuring aid for bench/bench_cuda_ops.cu. 16 (the default): the
  * warp-specialized kernel, 6 stages; 17 the same without the promotion (wrong
  * results, timing only); 18 with 4 stages; 19 one result set per math
- * warpgroup. The cp.async kernel: layout * 8 +
+ * warpgroup; 20 and 21 time what the promotion's FFMAs cost (MODE 2 and 3
+ * of the kernel, wrong results). The cp.async kernel: layout * 8 +
  * mode + 32 for 6 stages instead of 4; 8 (128B swizzle, two result sets), 10
  * the ring of four half-width sets, 9 without the promotion, 0 the
  * unswizzled layout. */

@@ -24,6 +24,7 @@
  * The same kernel serves any m (a grid row per 8 or 16 tokens), so it is also
  * the fallback GEMM for shapes the tiled kernel does not take. */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_tma.cuh"
 
 #define MV_THREADS 128
 #define MV_WARPS 4
@@ -150,11 +151,6 @@ __device__ __forceinline__ void warp_fp4_any(const uint8_t *__restrict__ qa,
 #define MV_STAGE_BYTES (MV_ROWS * MV_ROW)
 #define MV_SMEM (MV_WARPS * MV_STAGES * MV_STAGE_BYTES)
 
-__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-
 /* Which activation row feeds token slot j of a launch and which output row
  * receives it: the identity for a plain product; for a grouped (MoE) one,
  * slot j of group z is pair base + j, reading activation rows[base + j]. */
@@ -215,7 +211,7 @@ __device__ __forceinline__ void warp_pipe(const uint8_t *__restrict__ qa,
                 int64_t off = (kb0 + (int64_t)c * CH) * BPB + col;
                 bool ok = n0 + row < n && off < end;
                 const uint8_t *src = w + (ok ? (n0 + row) * rowb + off : 0);
-                cp_async16_zfill(st + row * MV_ROW + col, src, ok);
+                cp_async16(st + row * MV_ROW + col, src, ok);
             }
         }
         asm volatile("cp.async.commit_group;\n" ::);
@@ -489,9 +485,477 @@ static di_status launch_matvec(const char *op, const uint8_t *qa, const float *s
     return cuda_check(e, err, op);
 }
 
+/* ---- FP8 on the FP8 tensor cores: wgmma, weights through the copy engine ----
+ *
+ * mma.sync has no native FP8 on Hopper: each m16n8k32 e4m3 above is two f16
+ * HMMAs plus operand conversions (F2FP), about 80 instructions per 512 weight
+ * bytes, so that path is bound by instruction issue, not by DRAM (run 16).
+ * Here a block is one warpgroup: 64 weight rows x 8 tokens x a k range. One
+ * thread streams 64 x 128-byte weight tiles, the 8 tokens' activations and
+ * their scales into a WV_ST-deep ring with the bulk tensor copy engine (128B
+ * swizzle, what wgmma reads); every 32-block is one wgmma m64n8k32 into its
+ * own 4-register result, promoted with the block's two scales (2 FMUL + 4
+ * FFMA per thread and block): ~10 instructions per warp and kilobyte.
+ * Long rows are split over the KS blocks of a cluster, whose partial sums are
+ * added in rank order through distributed shared memory (deterministic; the
+ * split depends on n and k only, never on m). Numerics are the tiled
+ * kernel's: the FP8 tensor cores add a 32-block's exact products with a
+ * short adder (docs/gpu-notes.md). */
+#define WV_ST 4
+#define WV_W_BYTES 8192 /* 64 rows x 128 bytes */
+#define WV_A_BYTES 1024 /* 8 tokens x 128 bytes */
+#define WV_SA_BYTES 128 /* 8 tokens x 4 scales */
+#define WV_STAGE_TX (WV_W_BYTES + WV_A_BYTES + WV_SA_BYTES)
+#define WV_SMEM(kst) (1024 + WV_ST * WV_STAGE_TX + WV_ST * 8 + 2 * (kst) * 16 + 128 * 16)
+
+__device__ __forceinline__ void wgmma_m64n8k32(float d[4], uint64_t da, uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(da), "l"(db), "r"(0));
+}
+__device__ __forceinline__ void fence_regs16(float q[4][4]) {
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) asm volatile("" : "+f"(q[j][i])::"memory");
+}
+/* The four 32-blocks of a 128-input stage, each into its own result: 64
+ * weight rows (128-byte swizzled rows at w) x 8 token slots (at a). */
+__device__ __forceinline__ void wv_mma4(float q[4][4], uint32_t w, uint32_t a) {
+    fence_regs16(q);
+    wg_fence();
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        wgmma_m64n8k32(q[j], make_desc(w + j * 32, 16, 1024, 1), make_desc(a + j * 32, 16, 1024, 1));
+    wg_commit();
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
+                     : "memory");
+}
+
+/* The KS blocks of a cluster hold partial sums of the same outputs: rank 0
+ * adds the others' in rank order (deterministic) through distributed shared
+ * memory; true for the rank that then stores. Every rank must call it. */
+template <int KS>
+__device__ __forceinline__ bool cluster_reduce(float acc[4], float4 *red, int tid, uint32_t rank) {
+    red[tid] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    cluster_sync();
+    if (rank == 0) {
+        const uint32_t local = (uint32_t)__cvta_generic_to_shared(red + tid);
+        for (uint32_t r = 1; r < KS; r++) {
+            uint32_t remote;
+            float4 v;
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(r));
+            asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                         : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                         : "r"(remote)
+                         : "memory");
+            acc[0] += v.x;
+            acc[1] += v.y;
+            acc[2] += v.z;
+            acc[3] += v.w;
+        }
+    }
+    cluster_sync(); /* the other ranks' shared memory stays until read */
+    return rank == 0;
+}
+
+template <int KS>
+__global__ void __launch_bounds__(128)
+    matvec_fp8_wg_kernel(const __grid_constant__ CUtensorMap map_w,
+                         const __grid_constant__ CUtensorMap map_a,
+                         const __grid_constant__ CUtensorMap map_sa,
+                         const uint8_t *__restrict__ ws, int64_t m, int64_t k, int64_t n,
+                         void *__restrict__ out, int out_bf16, int kst) {
+    extern __shared__ uint8_t wv_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wv_raw), base = (raw + 1023u) & ~1023u;
+    uint8_t *smem = wv_raw + (base - raw);
+    const uint32_t s_w = base, s_a = base + WV_ST * WV_W_BYTES;
+    const uint32_t s_sa = s_a + WV_ST * WV_A_BYTES, s_full = s_sa + WV_ST * WV_SA_BYTES;
+    const float *sa_st = (const float *)(smem + (s_sa - base));
+    float *sw_tab = (float *)(smem + (s_full - base) + WV_ST * 8); /* [2][kst * 4] */
+    float4 *red = (float4 *)(sw_tab + 2 * kst * 4);                 /* [128] */
+
+    uint32_t rank = 0;
+    if (KS > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    const int64_t n0 = (int64_t)(blockIdx.x / KS) * 64, m0 = (int64_t)blockIdx.y * 8;
+    const int64_t kbn = k / 32, nbn = (n + 31) / 32, nst_all = k / 128;
+    const int64_t st0 = (int64_t)rank * kst;
+    const int nst = (int)(st0 >= nst_all ? 0 : (nst_all - st0 < kst ? nst_all - st0 : kst));
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+
+    auto issue = [&](int st) {
+        const int slot = st % WV_ST;
+        const uint32_t full = s_full + 8 * slot;
+        const int c = (int)((st0 + st) * 128);
+        mbar_arrive_expect_tx(full, WV_STAGE_TX);
+        tma_load_2d(s_w + slot * WV_W_BYTES, &map_w, c, (int)n0, full);
+        tma_load_2d(s_a + slot * WV_A_BYTES, &map_a, c, (int)m0, full);
+        tma_load_2d(s_sa + slot * WV_SA_BYTES, &map_sa, c / 32, (int)m0, full);
+    };
+    /* the copies first (their DRAM round trip is the long pole), then the
+     * weight scales of the tile's two 32-row blocks over this k range */
+    if (tid == 0) {
+        for (int s = 0; s < WV_ST; s++) mbar_init(s_full + 8 * s, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        for (int s = 0; s < WV_ST && s < nst; s++) issue(s);
+    }
+    for (int i = tid; i < 2 * nst * 4; i += 128) {
+        const int h = i / (nst * 4), b = i - h * nst * 4;
+        const int64_t rb = n0 / 32 + h;
+        sw_tab[h * kst * 4 + b] = rb < nbn ? e8m0_to_f32(__ldg(ws + rb * kbn + st0 * 4 + b)) : 0.0f;
+    }
+    __syncthreads(); /* barrier initialisation and the table, for every thread */
+
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float q[4][4];
+    const int h = warp >> 1; /* the warp's 16 rows lie in 32-row block n0/32 + h */
+    /* One stage at a time: its four wgmmas, wait, promote, hand the slot back
+     * to the copy engine. The tensor work is tiny; what keeps DRAM busy is
+     * the ring's WV_ST - 1 stages in flight, not overlapping the wgmmas (a
+     * wgmma in flight across the loop's back edge makes ptxas serialize). */
+    for (int st = 0; st < nst; st++) {
+        const int slot = st % WV_ST;
+        mbar_wait(s_full + 8 * slot, (st / WV_ST) & 1);
+        wv_mma4(q, s_w + slot * WV_W_BYTES, s_a + slot * WV_A_BYTES);
+        const float4 a0 = ((const float4 *)sa_st)[slot * 8 + 2 * t];
+        const float4 a1 = ((const float4 *)sa_st)[slot * 8 + 2 * t + 1];
+        const float4 w = ((const float4 *)sw_tab)[h * kst + st];
+        const float fa[4] = {a0.x, a0.y, a0.z, a0.w}, fb[4] = {a1.x, a1.y, a1.z, a1.w};
+        const float fw[4] = {w.x, w.y, w.z, w.w};
+        wg_wait<0>();
+        fence_regs16(q);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float f0 = fa[j] * fw[j], f1 = fb[j] * fw[j];
+            acc[0] = fmaf(q[j][0], f0, acc[0]);
+            acc[1] = fmaf(q[j][1], f1, acc[1]);
+            acc[2] = fmaf(q[j][2], f0, acc[2]);
+            acc[3] = fmaf(q[j][3], f1, acc[3]);
+        }
+        __syncthreads(); /* every warp is done with the slot (wgmma and scales) */
+        if (tid == 0 && st + WV_ST < nst) issue(st + WV_ST);
+    }
+
+    if (KS > 1 && !cluster_reduce<KS>(acc, red, tid, rank)) return;
+    /* acc[0..1]: row n0 + 16 warp + g, tokens m0 + 2t, +1; acc[2..3]: row + 8 */
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t row = n0 + 16 * warp + g + (i >> 1) * 8, tok = m0 + 2 * t + (i & 1);
+        if (row < n && tok < m) {
+            if (out_bf16) ((uint16_t *)out)[tok * n + row] = f32_to_bf16_bits(acc[i]);
+            else ((float *)out)[tok * n + row] = acc[i];
+        }
+    }
+}
+
+static int wv_forced_ks = 0; /* measuring aid (bench_cuda_ops.cu): 0 = choose */
+extern "C" void cuda_matvec_set_ks(int ks) { wv_forced_ks = ks; }
+
+/* The k split (cluster size): the largest power of two up to max_ks that
+ * keeps all blocks resident at about three per SM, and no more ranks than
+ * 128-input stages. Measured (run 19, m = 1): `wo_b` (80 tiles) 22.7 / 16.0 /
+ * 14.5 / 17.9 µs for 1 / 2 / 4 / 8, the shared expert's w2 (80 tiles) 8.0 /
+ * 6.4 / 6.7 / 9.5, one MXFP4 expert w1 (36 tiles) 21.1 / 12.3 / 9.0 / 8.2:
+ * FP8 loses with clusters of 8, MXFP4 (conversion work per block) gains.
+ * Depends on n, k and the format only (batch invariance; grouped rows equal
+ * the plain product). */
+static int wv_pick_ks(int64_t n, int64_t k, int max_ks) {
+    if (wv_forced_ks == 1 || wv_forced_ks == 2 || wv_forced_ks == 4 || wv_forced_ks == 8)
+        return wv_forced_ks;
+    const int64_t tiles = (n + 63) / 64, nst = k / 128, slots = 3 * (int64_t)sm_count();
+    int ks = 1;
+    while (2 * ks <= max_ks && tiles * 2 * ks <= slots && 2 * ks <= nst) ks *= 2;
+    return ks;
+}
+
+/* Launch shape of the wgmma matvec kernels: (64-row tiles x KS) x token tiles
+ * of 8 x groups, one warpgroup per block, clusters of KS along x. */
+struct WvLaunch {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    WvLaunch(int64_t n, int64_t m, int groups, int ks, int smem, cudaStream_t stream) {
+        cfg.gridDim = dim3((unsigned)(((n + 63) / 64) * ks), (unsigned)((m + 7) / 8), (unsigned)groups);
+        cfg.blockDim = dim3(128, 1, 1);
+        cfg.dynamicSmemBytes = (size_t)smem;
+        cfg.stream = stream;
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = (unsigned)ks;
+        at[0].val.clusterDim.y = 1;
+        at[0].val.clusterDim.z = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = ks > 1 ? 1 : 0;
+    }
+};
+
+template <int KS>
+static cudaError_t wv_launch(const CUtensorMap &mw, const CUtensorMap &ma, const CUtensorMap &ms,
+                             const uint8_t *ws, int64_t m, int64_t k, int64_t n, void *out,
+                             int out_bf16, cudaStream_t stream) {
+    const int kst = (int)((k / 128 + KS - 1) / KS);
+    const int smem = WV_SMEM(kst);
+    static int attr = 0;
+    if (smem > attr) {
+        cudaError_t e = cudaFuncSetAttribute(matvec_fp8_wg_kernel<KS>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess) return e;
+        attr = smem;
+    }
+    WvLaunch l(n, m, 1, KS, smem, stream);
+    return cudaLaunchKernelEx(&l.cfg, matvec_fp8_wg_kernel<KS>, mw, ma, ms, ws, m, k, n, out,
+                              out_bf16, kst);
+}
+
+/* The wgmma path: whole 128-byte stages, the alignment the tensor maps need,
+ * decode batches (larger m runs the tiled GEMM or the kernel above). Returns
+ * false (nothing launched) when it does not apply. */
+static bool wv_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, const uint8_t *w,
+                   const uint8_t *ws, int64_t n, void *out, int out_bf16, cudaStream_t stream,
+                   cudaError_t *e) {
+    if (k % 128 || m > 16 || (n + 63) / 64 * 8 > 0x7fffffffLL || (uintptr_t)qa % 16 ||
+        (uintptr_t)w % 16 || (uintptr_t)sa % 16)
+        return false;
+    CUtensorMap mw, ma, ms;
+    if (!make_map(&mw, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, 128, 64, true) ||
+        !make_map(&ma, qa, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, m, k, 128, 8, true) ||
+        !make_map(&ms, sa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, m, k / 32, 4, 8, false))
+        return false;
+    switch (wv_pick_ks(n, k, 4)) {
+    case 1: *e = wv_launch<1>(mw, ma, ms, ws, m, k, n, out, out_bf16, stream); break;
+    case 2: *e = wv_launch<2>(mw, ma, ms, ws, m, k, n, out, out_bf16, stream); break;
+    case 4: *e = wv_launch<4>(mw, ma, ms, ws, m, k, n, out, out_bf16, stream); break;
+    default: *e = wv_launch<8>(mw, ma, ms, ws, m, k, n, out, out_bf16, stream); break;
+    }
+    return true;
+}
+
+/* ---- MXFP4 on the FP8 tensor cores ----
+ *
+ * The same block shape as the FP8 kernel above (one warpgroup, 64 weight rows
+ * x 8 token slots x a k range, a cluster of KS blocks over long rows), with
+ * three differences: the copy engine brings the packed E2M1 tile (64 rows x
+ * 64 bytes per 128 inputs) into a staging slot and the threads turn it into
+ * e4m3 bytes of value * 2^-6 (exact, see fp4_lo_to_e4m3) in the 128B swizzle
+ * wgmma reads; the activations and their scales are gathered per token slot
+ * with cp.async (the MoE form reads arbitrary rows); the weight scales are one
+ * per row and 32-block (4 bytes per row and stage, also by cp.async). Per
+ * thread and stage: ~70 instructions of conversion, 4 wgmmas, 16 FMUL + 16
+ * FFMA of promotion, against ~180 per warp and KB of packed weights for the
+ * mma.sync kernel. */
+#define W4_ST 6
+#define W4_F_BYTES 4096  /* 64 rows x 64 bytes of packed E2M1 */
+#define W4_WS_BYTES 256  /* 64 rows x 4 scale bytes */
+/* one converted tile: it is written right before its wgmmas, which complete
+ * within the stage; the ring holds what the copies bring */
+#define W4_SMEM (1024 + WV_W_BYTES + W4_ST * (W4_F_BYTES + WV_A_BYTES + WV_SA_BYTES + W4_WS_BYTES) + \
+                 W4_ST * 8 + 128 * 16)
+
+template <int KS, bool GROUPED>
+__global__ void __launch_bounds__(128)
+    matvec_fp4_wg_kernel(const __grid_constant__ CUtensorMap map_w, const uint8_t *__restrict__ qa,
+                         const float *__restrict__ sa, const uint8_t *__restrict__ ws, int64_t m,
+                         int64_t k, int64_t n, void *__restrict__ out, int out_bf16, int kst,
+                         Groups grp) {
+    TokMap tm = {NULL, 0, m};
+    int64_t e = 0;
+    if (GROUPED) {
+        const int z = blockIdx.z;
+        e = grp.ids[z];
+        tm.rows = grp.rows;
+        tm.base = grp.off[z];
+        tm.count = grp.off[z + 1] - tm.base;
+        if ((int64_t)blockIdx.y * 8 >= tm.count) return; /* the whole cluster alike */
+    }
+    extern __shared__ uint8_t w4_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(w4_raw), base = (raw + 1023u) & ~1023u;
+    uint8_t *smem = w4_raw + (base - raw);
+    const uint32_t s_a = base, s_w = s_a + W4_ST * WV_A_BYTES, s_f = s_w + WV_W_BYTES;
+    const uint32_t s_sa = s_f + W4_ST * W4_F_BYTES, s_ws = s_sa + W4_ST * WV_SA_BYTES;
+    const uint32_t s_full = s_ws + W4_ST * W4_WS_BYTES;
+    float4 *red = (float4 *)(smem + (s_full - base) + W4_ST * 8);
+
+    uint32_t rank = 0;
+    if (KS > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    const int64_t n0 = (int64_t)(blockIdx.x / KS) * 64, m0 = (int64_t)blockIdx.y * 8;
+    const int64_t kbn = k / 32, nst_all = k / 128;
+    const int64_t st0 = (int64_t)rank * kst;
+    const int nst = (int)(st0 >= nst_all ? 0 : (nst_all - st0 < kst ? nst_all - st0 : kst));
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const uint8_t *we = ws + e * n * kbn;
+
+    /* per-thread copy roles: tid < 64 one 16-byte activation chunk (slot
+     * tid / 8, chunk tid % 8) and, tid < 8, slot tid's four scales; tid >= 64
+     * the four scale bytes of weight row tid - 64 */
+    const int a_slot = (tid & 63) >> 3, a_chunk = tid & 7;
+    const bool a_ok = tm.valid(m0 + a_slot);
+    const uint8_t *a_src = qa + (a_ok ? tm.arow(m0 + a_slot) : 0) * k;
+    const bool s_ok = tid < 8 && tm.valid(m0 + tid);
+    const float *sa_src = sa + (s_ok ? tm.arow(m0 + tid) : 0) * kbn;
+    const int64_t w_row = n0 + (tid & 63);
+    const bool w_ok = w_row < n;
+    const uint8_t *ws_src = we + (w_ok ? w_row : 0) * kbn;
+    auto issue = [&](int st) { /* every thread: its copies of stage st, one group */
+        const int slot = st % W4_ST;
+        const int64_t kb = (st0 + st) * 4;
+        if (tid == 0) {
+            const uint32_t full = s_full + 8 * slot;
+            mbar_arrive_expect_tx(full, W4_F_BYTES);
+            asm volatile(
+                "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(s_f + slot * W4_F_BYTES),
+                "l"((uint64_t)&map_w), "r"((int)(kb * 16)), "r"((int)n0), "r"((int)e), "r"(full)
+                : "memory");
+        }
+        if (tid < 64) {
+            cp_async16(s_a + slot * WV_A_BYTES + a_slot * 128 + ((a_chunk ^ a_slot) << 4),
+                          a_src + kb * 32 + a_chunk * 16, a_ok);
+            if (tid < 8)
+                cp_async16(s_sa + slot * WV_SA_BYTES + tid * 16, sa_src + kb, s_ok);
+        } else {
+            cp_async4(s_ws + slot * W4_WS_BYTES + (tid - 64) * 4, ws_src + kb, w_ok);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+    if (tid == 0) {
+        for (int s = 0; s < W4_ST; s++) mbar_init(s_full + 8 * s, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    for (int s = 0; s < W4_ST; s++) {
+        if (s < nst) issue(s);
+        else asm volatile("cp.async.commit_group;\n" ::);
+    }
+
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float q[4][4];
+    /* conversion role: row cr, 64 packed bytes... 32 of them: half ch */
+    const int cr = tid >> 1, ch = tid & 1;
+    const int ra = 16 * warp + g; /* the thread's result rows ra, ra + 8 */
+    for (int st = 0; st < nst; st++) {
+        const int slot = st % W4_ST;
+        mbar_wait(s_full + 8 * slot, (st / W4_ST) & 1);
+        {
+            const uint4 *src = (const uint4 *)(smem + (s_f - base) + slot * W4_F_BYTES + cr * 64 + ch * 32);
+            const uint4 f[2] = {src[0], src[1]};
+            const uint32_t fw[8] = {f[0].x, f[0].y, f[0].z, f[0].w, f[1].x, f[1].y, f[1].z, f[1].w};
+            uint8_t *dst_row = smem + (s_w - base) + cr * 128;
+#pragma unroll
+            for (int c = 0; c < 4; c++) { /* 16 e4m3 bytes from 8 packed bytes */
+                uint32_t o[4];
+#pragma unroll
+                for (int h2 = 0; h2 < 2; h2++) {
+                    const uint32_t lo = fp4_lo_to_e4m3(fw[2 * c + h2]), hi = fp4_hi_to_e4m3(fw[2 * c + h2]);
+                    o[2 * h2] = __byte_perm(lo, hi, 0x5140);
+                    o[2 * h2 + 1] = __byte_perm(lo, hi, 0x7362);
+                }
+                const int chunk = 4 * ch + c;
+                *(uint4 *)(dst_row + ((chunk ^ (cr & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
+            }
+        }
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(W4_ST - 1));
+        /* ordinary stores and cp.async data are read next by the tensor cores */
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        wv_mma4(q, s_w, s_a + slot * WV_A_BYTES);
+        const float *sa_st = (const float *)(smem + (s_sa - base) + slot * WV_SA_BYTES);
+        const float4 a0 = ((const float4 *)sa_st)[2 * t], a1 = ((const float4 *)sa_st)[2 * t + 1];
+        const uint8_t *ws_st = smem + (s_ws - base) + slot * W4_WS_BYTES;
+        const uint32_t wa = *(const uint32_t *)(ws_st + ra * 4), wb = *(const uint32_t *)(ws_st + (ra + 8) * 4);
+        const float fa[4] = {a0.x, a0.y, a0.z, a0.w}, fb[4] = {a1.x, a1.y, a1.z, a1.w};
+        wg_wait<0>();
+        fence_regs16(q);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float sw0 = e8m0_to_f32((wa >> (8 * j)) & 0xffu), sw1 = e8m0_to_f32((wb >> (8 * j)) & 0xffu);
+            acc[0] = fmaf(q[j][0], fa[j] * sw0, acc[0]);
+            acc[1] = fmaf(q[j][1], fb[j] * sw0, acc[1]);
+            acc[2] = fmaf(q[j][2], fa[j] * sw1, acc[2]);
+            acc[3] = fmaf(q[j][3], fb[j] * sw1, acc[3]);
+        }
+        __syncthreads(); /* the slot is free: refill it */
+        if (st + W4_ST < nst) issue(st + W4_ST);
+        else asm volatile("cp.async.commit_group;\n" ::);
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+#pragma unroll
+    for (int i = 0; i < 4; i++) acc[i] *= 64.0f; /* codes were read as value * 2^-6 */
+
+    if (KS > 1 && !cluster_reduce<KS>(acc, red, tid, rank)) return;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t row = n0 + ra + (i >> 1) * 8, slot = m0 + 2 * t + (i & 1);
+        if (row < n && tm.valid(slot)) {
+            const int64_t o = tm.orow(slot) * n + row;
+            if (out_bf16) ((uint16_t *)out)[o] = f32_to_bf16_bits(acc[i]);
+            else ((float *)out)[o] = acc[i];
+        }
+    }
+}
+
+template <int KS, bool GROUPED>
+static cudaError_t w4_launch(const CUtensorMap &mw, const uint8_t *qa, const float *sa,
+                             const uint8_t *ws, int64_t m, int64_t k, int64_t n, void *out,
+                             int out_bf16, cudaStream_t stream, Groups grp, int ngroups) {
+    const int kst = (int)((k / 128 + KS - 1) / KS);
+    static bool attr = false;
+    if (!attr) {
+        cudaError_t e = cudaFuncSetAttribute(matvec_fp4_wg_kernel<KS, GROUPED>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, W4_SMEM);
+        if (e != cudaSuccess) return e;
+        attr = true;
+    }
+    WvLaunch l(n, m, ngroups, KS, W4_SMEM, stream);
+    return cudaLaunchKernelEx(&l.cfg, matvec_fp4_wg_kernel<KS, GROUPED>, mw, qa, sa, ws, m, k, n,
+                              out, out_bf16, kst, grp);
+}
+
+/* MXFP4 on wgmma: whole 128-input stages and 16-byte aligned operands; m: the
+ * tokens (plain) or the most token slots of a group (grouped, ngroups > 0).
+ * The split depends on n and k only, so a grouped row equals the plain
+ * product bit for bit. Returns false (nothing launched) when it does not
+ * apply. */
+static bool w4_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, const uint8_t *w,
+                   const uint8_t *ws, int64_t n, int64_t experts, void *out, int out_bf16,
+                   cudaStream_t stream, Groups grp, int ngroups, cudaError_t *e) {
+    if (k % 128 || m > 16 || (n + 63) / 64 * 8 > 0x7fffffffLL || (uintptr_t)qa % 16 ||
+        (uintptr_t)w % 16 || (uintptr_t)sa % 16 || (uintptr_t)ws % 4)
+        return false;
+    /* [experts, n, k/2]: rows past n of an expert read as zeros, never the
+     * next expert (the grouped form does not know the experts' count: ids
+     * are the caller's contract, the bound only has to hold them) */
+    PFN_cuTensorMapEncodeTiled_v12000 enc = tensor_map_encoder();
+    CUtensorMap mw;
+    const cuuint64_t dims[3] = {(cuuint64_t)(k / 2), (cuuint64_t)n, (cuuint64_t)experts};
+    const cuuint64_t strides[2] = {(cuuint64_t)(k / 2), (cuuint64_t)(n * (k / 2))};
+    const cuuint32_t box[3] = {64, 64, 1}, estr[3] = {1, 1, 1};
+    if (!enc || enc(&mw, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, (void *)w, dims, strides, box, estr,
+                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+        return false;
+    const bool g = ngroups > 0;
+    const int ng = g ? ngroups : 1;
+#define W4_CASE(KSV)                                                                              \
+    case KSV:                                                                                     \
+        *e = g ? w4_launch<KSV, true>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp, ng)    \
+               : w4_launch<KSV, false>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp, ng); \
+        break;
+    switch (wv_pick_ks(n, k, 8)) {
+        W4_CASE(1) W4_CASE(2) W4_CASE(4) default : W4_CASE(8)
+    }
+#undef W4_CASE
+    return true;
+}
+
 di_status cuda_launch_matvec_fp8(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                  const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                  int out_bf16, cudaStream_t stream, di_err *err) {
+    cudaError_t e = cudaSuccess;
+    if (wv_try(qa, sa, m, k, w, ws, n, out, out_bf16, stream, &e))
+        return cuda_check(e, err, "gemm_fp8 (matvec, wgmma)");
     return launch_matvec<0>("gemm_fp8 (matvec)", qa, sa, m, k, w, ws, n, out, out_bf16, stream,
                             err);
 }
@@ -499,6 +963,9 @@ di_status cuda_launch_matvec_fp8(const uint8_t *qa, const float *sa, int64_t m, 
 di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                    const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                    int out_bf16, cudaStream_t stream, di_err *err) {
+    cudaError_t e = cudaSuccess;
+    if (w4_try(qa, sa, m, k, w, ws, n, 1, out, out_bf16, stream, Groups{NULL, NULL, NULL}, 0, &e))
+        return cuda_check(e, err, "gemm_mxfp4 (matvec, wgmma)");
     return launch_matvec<1>("gemm_mxfp4 (matvec)", qa, sa, m, k, w, ws, n, out, out_bf16,
                             stream, err);
 }
@@ -518,7 +985,11 @@ di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, i
                           "gemm_mxfp4_grouped: needs k %% 32 == 0 (k = %lld) and 16-byte aligned "
                           "weights", (long long)k);
     Groups grp = {ids, off, rows};
-    cudaError_t e;
+    cudaError_t e = cudaSuccess;
+    /* the experts' count only bounds the tensor map: ids < 65536 */
+    if (max_rows <= 16 && w4_try(qa, sa, max_rows, k, w, ws, n, 65535, out, out_bf16, stream, grp,
+                                 ngroups, &e))
+        return cuda_check(e, err, "gemm_mxfp4_grouped (wgmma)");
     switch (pick_ksplit(n, MV_ROWS)) {
     case 1: e = launch_one<1, true, 1, true>(qa, sa, max_rows, k, w, ws, n, out, out_bf16, stream, grp, ngroups); break;
     case 2: e = launch_one<1, true, 2, true>(qa, sa, max_rows, k, w, ws, n, out, out_bf16, stream, grp, ngroups); break;
