@@ -56,6 +56,19 @@ typedef struct di_wmat {
  * of the online softmax). */
 typedef const float *di_kvrow;
 
+/* The routed experts of one MoE layer for the grouped op: expert e's
+ * matrices are w1[e], w3[e], w2[e] where x[e] sits `stride` bytes after
+ * x[e-1] (so an array of per-expert structs is passed without a copy). */
+typedef struct di_moe_experts {
+    int n;                        /* experts */
+    const di_wmat *w1, *w3, *w2;  /* expert 0's gate [I, D], up [I, D], down [D, I] */
+    size_t stride;                /* bytes from one expert's entry to the next */
+} di_moe_experts;
+
+static inline const di_wmat *di_moe_wmat(const di_wmat *w0, size_t stride, int e) {
+    return (const di_wmat *)(const void *)((const char *)w0 + (size_t)e * stride);
+}
+
 typedef struct di_backend di_backend;
 
 typedef struct di_backend_ops {
@@ -179,6 +192,23 @@ typedef struct di_backend_ops {
      * the unbiased scores, renormalised when `normalize`, × route_scale. */
     void (*moe_route)(di_backend *be, const float *logits, const float *bias, int64_t m, int e,
                       int k, int normalize, float route_scale, int32_t *idx, float *w);
+    /* moe_route with idx [m, k] and w [m, k] in backend memory (alloc), so
+     * the routing can stay on the device for moe_experts. Optional (NULL:
+     * the model routes on the host and uploads). */
+    void (*moe_route_buf)(di_backend *be, const float *logits, const float *bias, int64_t m,
+                          int e, int k, int normalize, float route_scale, int32_t *idx,
+                          float *w);
+    /* The routed experts of one layer in one call. Optional (NULL: the model
+     * runs gather_rows / matmul / swiglu / matmul / scatter_add_rows per
+     * expert). x [m, D]; idx [m, k], w [m, k] routing in backend memory
+     * (distinct experts per row, ids in [0, ex->n)); out [m, D] =
+     *   Σ over row i's experts e in ascending id order, from +0 in fp32, of
+     *   W2_e · swiglu(W1_e·x_i, W3_e·x_i; w_i,e, limit),
+     * every product with matmul flags `mm`: exactly what the per-expert loop
+     * gives, bit for bit (each expert's rows in ascending row order). */
+    void (*moe_experts)(di_backend *be, const di_moe_experts *ex, const float *x, int64_t m,
+                        const int32_t *idx, const float *w, int k, unsigned mm, float limit,
+                        float *out);
     /* out = bf16(w·silu(min(g, lim))·clamp(u, ±lim)) for gate/up [m, n]; w may be NULL. */
     void (*swiglu)(di_backend *be, const float *g, const float *u, const float *w, int64_t m,
                    int64_t n, float limit, float *out);

@@ -2,7 +2,12 @@
  * top-k selection, renormalised weights × route scale, clamped SwiGLU
  * experts with the routing weight applied before the down projection, and
  * the shared expert. Expert outputs are accumulated in fp32 in ascending
- * expert order, the shared expert last, as the reference does. */
+ * expert order, the shared expert last, as the reference does.
+ *
+ * A backend with the grouped op (moe_experts) gets the routed experts in
+ * one call with the routing left in backend memory (moe_route_buf, or the
+ * host routing uploaded); otherwise the loop below runs one matmul /
+ * SwiGLU / gather / scatter per expert. Both give the same bits. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +32,45 @@ static di_status expert_run(const di_lm *lm, const di_lm_expert *ex, const float
     be->ops->free(be, g);
     be->ops->free(be, u);
     return DI_OK;
+}
+
+/* acc [m, D] = the routed experts' sum through the backend's grouped op,
+ * the routing kept in backend memory. */
+static di_status routed_grouped(const di_lm *lm, int block, const float *logits, int64_t m,
+                                const float *x, float *acc, di_err *err) {
+    const di_config *c = lm->cfg;
+    const di_lm_block *lb = &lm->blocks[block];
+    const float *bias = lm->w->blocks[block].ffn.gate_bias.data;
+    di_backend *be = lm->be;
+    int E = c->roles[block].n_experts, K = c->roles[block].n_active;
+    size_t n = (size_t)(m * K);
+    int32_t *didx = be->ops->alloc(be, n * sizeof(int32_t));
+    float *dw = be->ops->alloc(be, n * sizeof(float));
+    int32_t *idx = be->ops->moe_route_buf ? NULL : malloc(n * sizeof(int32_t));
+    float *wt = be->ops->moe_route_buf ? NULL : malloc(n * sizeof(float));
+    di_status st = DI_OK;
+    if (!didx || !dw || (!be->ops->moe_route_buf && (!idx || !wt))) {
+        st = di_err_set(err, DI_ERR_NOMEM, "moe: out of memory");
+        goto out;
+    }
+    if (be->ops->moe_route_buf) {
+        be->ops->moe_route_buf(be, logits, bias, m, E, K, c->norm_topk_prob,
+                               (float)c->route_scale, didx, dw);
+    } else {
+        be->ops->moe_route(be, logits, bias, m, E, K, c->norm_topk_prob, (float)c->route_scale,
+                           idx, wt);
+        be->ops->upload(be, didx, idx, n * sizeof(int32_t));
+        be->ops->upload(be, dw, wt, n * sizeof(float));
+    }
+    const di_lm_expert *e0 = &lb->experts[0];
+    di_moe_experts ex = {E, &e0->w1, &e0->w3, &e0->w2, sizeof *e0};
+    be->ops->moe_experts(be, &ex, x, m, didx, dw, K, lm->mm_q, (float)c->swiglu_limit, acc);
+out:
+    be->ops->free(be, didx);
+    be->ops->free(be, dw);
+    free(idx);
+    free(wt);
+    return st;
 }
 
 di_status di_moe(di_fwd *f, int block, const float *x, float *y, di_err *err) {
@@ -66,6 +110,10 @@ di_status di_moe(di_fwd *f, int block, const float *x, float *y, di_err *err) {
         be->ops->upload(be, logits, h, (size_t)(m * E) * 4);
         free(h);
     }
+    if (be->ops->moe_experts) {
+        if ((st = routed_grouped(lm, block, logits, m, x, acc, err))) goto out;
+        goto shared;
+    }
     be->ops->moe_route(be, logits, wm->gate_bias.data, m, E, K, c->norm_topk_prob,
                        (float)c->route_scale, idx, wt);
     for (int e = 0; e < E; e++) {
@@ -82,6 +130,7 @@ di_status di_moe(di_fwd *f, int block, const float *x, float *y, di_err *err) {
         if ((st = expert_run(lm, &lb->experts[e], xe, n, dw, ye, err))) goto out;
         be->ops->scatter_add_rows(be, acc, rows, ye, n, d);
     }
+shared:
     if ((st = expert_run(lm, &lb->shared, x, m, NULL, ye, err))) goto out;
     be->ops->add(be, acc, ye, m * d);
     be->ops->round_bf16(be, acc, m * d);
