@@ -20,7 +20,7 @@
  * of the weights, more than the last-level cache holds, so every call reads
  * its weights from DRAM as a real decode step does; prefill uses one copy.
  * GB/s counts the weight bytes (codes + scales) read per call. For M <= 4
- * (the kernels' decode-rows path), hot GB/s is the same kernel on the first rows of one copy (<= 512 KB,
+ * hot GB/s is the same kernel on the first rows of one copy (<= 512 KB,
  * so they stay in the L2 cache): the rate the kernel's arithmetic allows,
  * which the DRAM figure can at best reach. */
 #include <cblas.h>
@@ -385,7 +385,7 @@ int main(int argc, char **argv) {
             di_act_quant_fp8(x, M, K, qa, sa);
             int rot = 0;
             double t_ours, t_blas, hot = 0;
-            if (M <= 4) { /* the decode-rows path of the kernels */
+            if (M <= 4) { /* decode rows */
                 /* whole 32-row scale tiles, codes + scales <= 512 KB */
                 int64_t nh = (512 << 10) / (m->fp4 ? K / 2 + K / 32 : K + K / 32 / 32) / 32 * 32;
                 if (nh > N) nh = N;

@@ -36,6 +36,11 @@
  *   the row group runs the scalar code.
  * Software prefetches (T0/T1/T2, 256 B - 16 KB ahead) were measured neutral
  * to 25 % slower than the hardware prefetchers alone, so there are none.
+ * The shift decoding hands fp32 subnormals to the multiplies and FMAs (E4M3
+ * subnormal codes, the E2M1 code 0.5). AMD Zen cores take them at full
+ * speed; Intel cores go through microcode assists and measured 0.1-0.5 GB/s
+ * (bench/RESULTS.md): such a CPU would want a decode through F16C or a
+ * lookup, at a few more operations per vector.
  * Prefill (M > 16) decodes chunks of 128 weight rows × 512 codes once into
  * fp32 tiles w·sw (the very products of the scalar code) and runs a
  * register-blocked dot-product kernel over them: 3 activation rows × 4
