@@ -502,34 +502,67 @@ static di_status launch_matvec(const char *op, const uint8_t *qa, const float *s
  * kernel's: the FP8 tensor cores add a 32-block's exact products with a
  * short adder (docs/gpu-notes.md). */
 #define WV_ST 4
-#define WV_W_BYTES 8192 /* 64 rows x 128 bytes */
-#define WV_A_BYTES 1024 /* 8 tokens x 128 bytes */
-#define WV_SA_BYTES 128 /* 8 tokens x 4 scales */
-#define WV_STAGE_TX (WV_W_BYTES + WV_A_BYTES + WV_SA_BYTES)
-#define WV_SMEM(kst) (1024 + WV_ST * WV_STAGE_TX + WV_ST * 8 + 2 * (kst) * 16 + 128 * 16)
+#define WV_W_BYTES 8192          /* 64 rows x 128 bytes */
+#define WV_A_BYTES(nt) ((nt) * 128) /* nt tokens x 128 bytes */
+#define WV_SA_BYTES(nt) ((nt) * 16) /* nt tokens x 4 scales */
+#define WV_STAGE_TX(nt) (WV_W_BYTES + WV_A_BYTES(nt) + WV_SA_BYTES(nt))
+#define WV_SMEM(nt, kst) (1024 + WV_ST * WV_STAGE_TX(nt) + WV_ST * 8 + 2 * (kst) * 16 + (nt) * 256)
 
-__device__ __forceinline__ void wgmma_m64n8k32(float d[4], uint64_t da, uint64_t db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "l"(da), "l"(db), "r"(0));
+/* d = A x B for one 32-block: 64 rows x 8 (NB = 1) or 16 (NB = 2) tokens */
+template <int NB>
+__device__ __forceinline__ void wgmma_m64nk32(float d[4 * NB], uint64_t da, uint64_t db) {
+    if constexpr (NB == 1)
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "l"(da), "l"(db), "r"(0));
+    else
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 "
+            "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+              "+f"(d[7])
+            : "l"(da), "l"(db), "r"(0));
 }
-__device__ __forceinline__ void fence_regs16(float q[4][4]) {
+template <int NB> __device__ __forceinline__ void fence_regs_q(float q[4][4 * NB]) {
 #pragma unroll
     for (int j = 0; j < 4; j++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) asm volatile("" : "+f"(q[j][i])::"memory");
+        for (int i = 0; i < 4 * NB; i++) asm volatile("" : "+f"(q[j][i])::"memory");
 }
 /* The four 32-blocks of a 128-input stage, each into its own result: 64
- * weight rows (128-byte swizzled rows at w) x 8 token slots (at a). */
-__device__ __forceinline__ void wv_mma4(float q[4][4], uint32_t w, uint32_t a) {
-    fence_regs16(q);
+ * weight rows (128-byte swizzled rows at w) x 8 NB token slots (at a; the
+ * second 8 rows 1024 bytes on). */
+template <int NB>
+__device__ __forceinline__ void wv_mma4(float q[4][4 * NB], uint32_t w, uint32_t a) {
+    fence_regs_q<NB>(q);
     wg_fence();
 #pragma unroll
     for (int j = 0; j < 4; j++)
-        wgmma_m64n8k32(q[j], make_desc(w + j * 32, 16, 1024, 1), make_desc(a + j * 32, 16, 1024, 1));
+        wgmma_m64nk32<NB>(q[j], make_desc(w + j * 32, 16, 1024, 1), make_desc(a + j * 32, 16, 1024, 1));
     wg_commit();
+}
+/* acc += q * scale for a stage: the thread's token pairs (8 b + 2t, +1) have
+ * activation scales sa[b][0..1][j] (b = n8 block), its rows' weight scales
+ * w0[j] (rows ra) and w1[j] (ra + 8). */
+template <int NB>
+__device__ __forceinline__ void wv_promote(float acc[4 * NB], const float q[4][4 * NB],
+                                           const float4 (*sa)[2], const float w0[4],
+                                           const float w1[4]) {
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        const float fa[4] = {sa[b][0].x, sa[b][0].y, sa[b][0].z, sa[b][0].w};
+        const float fb[4] = {sa[b][1].x, sa[b][1].y, sa[b][1].z, sa[b][1].w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            acc[4 * b + 0] = fmaf(q[j][4 * b + 0], fa[j] * w0[j], acc[4 * b + 0]);
+            acc[4 * b + 1] = fmaf(q[j][4 * b + 1], fb[j] * w0[j], acc[4 * b + 1]);
+            acc[4 * b + 2] = fmaf(q[j][4 * b + 2], fa[j] * w1[j], acc[4 * b + 2]);
+            acc[4 * b + 3] = fmaf(q[j][4 * b + 3], fb[j] * w1[j], acc[4 * b + 3]);
+        }
+    }
 }
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::
@@ -539,31 +572,37 @@ __device__ __forceinline__ void cluster_sync() {
 /* The KS blocks of a cluster hold partial sums of the same outputs: rank 0
  * adds the others' in rank order (deterministic) through distributed shared
  * memory; true for the rank that then stores. Every rank must call it. */
-template <int KS>
-__device__ __forceinline__ bool cluster_reduce(float acc[4], float4 *red, int tid, uint32_t rank) {
-    red[tid] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+template <int KS, int NB>
+__device__ __forceinline__ bool cluster_reduce(float acc[4 * NB], float4 *red, int tid,
+                                               uint32_t rank) {
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+        red[b * 128 + tid] = make_float4(acc[4 * b], acc[4 * b + 1], acc[4 * b + 2], acc[4 * b + 3]);
     cluster_sync();
     if (rank == 0) {
-        const uint32_t local = (uint32_t)__cvta_generic_to_shared(red + tid);
         for (uint32_t r = 1; r < KS; r++) {
-            uint32_t remote;
-            float4 v;
-            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(r));
-            asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                         : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                         : "r"(remote)
-                         : "memory");
-            acc[0] += v.x;
-            acc[1] += v.y;
-            acc[2] += v.z;
-            acc[3] += v.w;
+#pragma unroll
+            for (int b = 0; b < NB; b++) {
+                const uint32_t local = (uint32_t)__cvta_generic_to_shared(red + b * 128 + tid);
+                uint32_t remote;
+                float4 v;
+                asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(r));
+                asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                             : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                             : "r"(remote)
+                             : "memory");
+                acc[4 * b] += v.x;
+                acc[4 * b + 1] += v.y;
+                acc[4 * b + 2] += v.z;
+                acc[4 * b + 3] += v.w;
+            }
         }
     }
     cluster_sync(); /* the other ranks' shared memory stays until read */
     return rank == 0;
 }
 
-template <int KS>
+template <int KS, int NB>
 __global__ void __launch_bounds__(128)
     matvec_fp8_wg_kernel(const __grid_constant__ CUtensorMap map_w,
                          const __grid_constant__ CUtensorMap map_a,
@@ -573,15 +612,16 @@ __global__ void __launch_bounds__(128)
     extern __shared__ uint8_t wv_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wv_raw), base = (raw + 1023u) & ~1023u;
     uint8_t *smem = wv_raw + (base - raw);
+    constexpr int NT = 8 * NB;
     const uint32_t s_w = base, s_a = base + WV_ST * WV_W_BYTES;
-    const uint32_t s_sa = s_a + WV_ST * WV_A_BYTES, s_full = s_sa + WV_ST * WV_SA_BYTES;
+    const uint32_t s_sa = s_a + WV_ST * WV_A_BYTES(NT), s_full = s_sa + WV_ST * WV_SA_BYTES(NT);
     const float *sa_st = (const float *)(smem + (s_sa - base));
     float *sw_tab = (float *)(smem + (s_full - base) + WV_ST * 8); /* [2][kst * 4] */
-    float4 *red = (float4 *)(sw_tab + 2 * kst * 4);                 /* [128] */
+    float4 *red = (float4 *)(sw_tab + 2 * kst * 4);                 /* [NB][128] */
 
     uint32_t rank = 0;
     if (KS > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-    const int64_t n0 = (int64_t)(blockIdx.x / KS) * 64, m0 = (int64_t)blockIdx.y * 8;
+    const int64_t n0 = (int64_t)(blockIdx.x / KS) * 64, m0 = (int64_t)blockIdx.y * NT;
     const int64_t kbn = k / 32, nbn = (n + 31) / 32, nst_all = k / 128;
     const int64_t st0 = (int64_t)rank * kst;
     const int nst = (int)(st0 >= nst_all ? 0 : (nst_all - st0 < kst ? nst_all - st0 : kst));
@@ -591,10 +631,10 @@ __global__ void __launch_bounds__(128)
         const int slot = st % WV_ST;
         const uint32_t full = s_full + 8 * slot;
         const int c = (int)((st0 + st) * 128);
-        mbar_arrive_expect_tx(full, WV_STAGE_TX);
+        mbar_arrive_expect_tx(full, WV_STAGE_TX(NT));
         tma_load_2d(s_w + slot * WV_W_BYTES, &map_w, c, (int)n0, full);
-        tma_load_2d(s_a + slot * WV_A_BYTES, &map_a, c, (int)m0, full);
-        tma_load_2d(s_sa + slot * WV_SA_BYTES, &map_sa, c / 32, (int)m0, full);
+        tma_load_2d(s_a + slot * WV_A_BYTES(NT), &map_a, c, (int)m0, full);
+        tma_load_2d(s_sa + slot * WV_SA_BYTES(NT), &map_sa, c / 32, (int)m0, full);
     };
     /* the copies first (their DRAM round trip is the long pole), then the
      * weight scales of the tile's two 32-row blocks over this k range */
@@ -610,8 +650,9 @@ __global__ void __launch_bounds__(128)
     }
     __syncthreads(); /* barrier initialisation and the table, for every thread */
 
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float q[4][4];
+    float acc[4 * NB], q[4][4 * NB];
+#pragma unroll
+    for (int i = 0; i < 4 * NB; i++) acc[i] = 0.0f;
     const int h = warp >> 1; /* the warp's 16 rows lie in 32-row block n0/32 + h */
     /* One stage at a time: its four wgmmas, wait, promote, hand the slot back
      * to the copy engine. The tensor work is tiny; what keeps DRAM busy is
@@ -620,31 +661,28 @@ __global__ void __launch_bounds__(128)
     for (int st = 0; st < nst; st++) {
         const int slot = st % WV_ST;
         mbar_wait(s_full + 8 * slot, (st / WV_ST) & 1);
-        wv_mma4(q, s_w + slot * WV_W_BYTES, s_a + slot * WV_A_BYTES);
-        const float4 a0 = ((const float4 *)sa_st)[slot * 8 + 2 * t];
-        const float4 a1 = ((const float4 *)sa_st)[slot * 8 + 2 * t + 1];
+        wv_mma4<NB>(q, s_w + slot * WV_W_BYTES, s_a + slot * WV_A_BYTES(NT));
+        float4 sab[NB][2];
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            sab[b][0] = ((const float4 *)sa_st)[slot * NT + 8 * b + 2 * t];
+            sab[b][1] = ((const float4 *)sa_st)[slot * NT + 8 * b + 2 * t + 1];
+        }
         const float4 w = ((const float4 *)sw_tab)[h * kst + st];
-        const float fa[4] = {a0.x, a0.y, a0.z, a0.w}, fb[4] = {a1.x, a1.y, a1.z, a1.w};
         const float fw[4] = {w.x, w.y, w.z, w.w};
         wg_wait<0>();
-        fence_regs16(q);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float f0 = fa[j] * fw[j], f1 = fb[j] * fw[j];
-            acc[0] = fmaf(q[j][0], f0, acc[0]);
-            acc[1] = fmaf(q[j][1], f1, acc[1]);
-            acc[2] = fmaf(q[j][2], f0, acc[2]);
-            acc[3] = fmaf(q[j][3], f1, acc[3]);
-        }
+        fence_regs_q<NB>(q);
+        wv_promote<NB>(acc, q, sab, fw, fw);
         __syncthreads(); /* every warp is done with the slot (wgmma and scales) */
         if (tid == 0 && st + WV_ST < nst) issue(st + WV_ST);
     }
 
-    if (KS > 1 && !cluster_reduce<KS>(acc, red, tid, rank)) return;
-    /* acc[0..1]: row n0 + 16 warp + g, tokens m0 + 2t, +1; acc[2..3]: row + 8 */
+    if (KS > 1 && !cluster_reduce<KS, NB>(acc, red, tid, rank)) return;
+    /* acc[4b + 0..1]: row n0 + 16 warp + g, tokens m0 + 8b + 2t, +1; acc[4b + 2..3]: row + 8 */
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int64_t row = n0 + 16 * warp + g + (i >> 1) * 8, tok = m0 + 2 * t + (i & 1);
+    for (int i = 0; i < 4 * NB; i++) {
+        const int64_t row = n0 + 16 * warp + g + ((i >> 1) & 1) * 8;
+        const int64_t tok = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
         if (row < n && tok < m) {
             if (out_bf16) ((uint16_t *)out)[tok * n + row] = f32_to_bf16_bits(acc[i]);
             else ((float *)out)[tok * n + row] = acc[i];
@@ -673,12 +711,13 @@ static int wv_pick_ks(int64_t n, int64_t k, int max_ks) {
 }
 
 /* Launch shape of the wgmma matvec kernels: (64-row tiles x KS) x token tiles
- * of 8 x groups, one warpgroup per block, clusters of KS along x. */
+ * of nt x groups, one warpgroup per block, clusters of KS along x. */
 struct WvLaunch {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];
-    WvLaunch(int64_t n, int64_t m, int groups, int ks, int smem, cudaStream_t stream) {
-        cfg.gridDim = dim3((unsigned)(((n + 63) / 64) * ks), (unsigned)((m + 7) / 8), (unsigned)groups);
+    WvLaunch(int64_t n, int64_t m, int nt, int groups, int ks, int smem, cudaStream_t stream) {
+        cfg.gridDim = dim3((unsigned)(((n + 63) / 64) * ks), (unsigned)((m + nt - 1) / nt),
+                           (unsigned)groups);
         cfg.blockDim = dim3(128, 1, 1);
         cfg.dynamicSmemBytes = (size_t)smem;
         cfg.stream = stream;
@@ -691,21 +730,21 @@ struct WvLaunch {
     }
 };
 
-template <int KS>
+template <int KS, int NB>
 static cudaError_t wv_launch(const CUtensorMap &mw, const CUtensorMap &ma, const CUtensorMap &ms,
                              const uint8_t *ws, int64_t m, int64_t k, int64_t n, void *out,
                              int out_bf16, cudaStream_t stream) {
     const int kst = (int)((k / 128 + KS - 1) / KS);
-    const int smem = WV_SMEM(kst);
+    const int smem = WV_SMEM(8 * NB, kst);
     static int attr = 0;
     if (smem > attr) {
-        cudaError_t e = cudaFuncSetAttribute(matvec_fp8_wg_kernel<KS>,
+        cudaError_t e = cudaFuncSetAttribute(matvec_fp8_wg_kernel<KS, NB>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
         attr = smem;
     }
-    WvLaunch l(n, m, 1, KS, smem, stream);
-    return cudaLaunchKernelEx(&l.cfg, matvec_fp8_wg_kernel<KS>, mw, ma, ms, ws, m, k, n, out,
+    WvLaunch l(n, m, 8 * NB, 1, KS, smem, stream);
+    return cudaLaunchKernelEx(&l.cfg, matvec_fp8_wg_kernel<KS, NB>, mw, ma, ms, ws, m, k, n, out,
                               out_bf16, kst);
 }
 
@@ -718,17 +757,22 @@ static bool wv_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
     if (k % 128 || m > 16 || (n + 63) / 64 * 8 > 0x7fffffffLL || (uintptr_t)qa % 16 ||
         (uintptr_t)w % 16 || (uintptr_t)sa % 16)
         return false;
+    /* up to 16 tokens in one tile (m64n16k32), so the weights are read once */
+    const int nt = m > 8 ? 16 : 8;
     CUtensorMap mw, ma, ms;
     if (!make_map(&mw, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, 128, 64, true) ||
-        !make_map(&ma, qa, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, m, k, 128, 8, true) ||
-        !make_map(&ms, sa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, m, k / 32, 4, 8, false))
+        !make_map(&ma, qa, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, m, k, 128, nt, true) ||
+        !make_map(&ms, sa, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, m, k / 32, 4, nt, false))
         return false;
+#define WV_CASE(KSV)                                                                          \
+    case KSV:                                                                                 \
+        *e = nt == 16 ? wv_launch<KSV, 2>(mw, ma, ms, ws, m, k, n, out, out_bf16, stream)     \
+                      : wv_launch<KSV, 1>(mw, ma, ms, ws, m, k, n, out, out_bf16, stream);    \
+        break;
     switch (wv_pick_ks(n, k, 4)) {
-    case 1: *e = wv_launch<1>(mw, ma, ms, ws, m, k, n, out, out_bf16, stream); break;
-    case 2: *e = wv_launch<2>(mw, ma, ms, ws, m, k, n, out, out_bf16, stream); break;
-    case 4: *e = wv_launch<4>(mw, ma, ms, ws, m, k, n, out, out_bf16, stream); break;
-    default: *e = wv_launch<8>(mw, ma, ms, ws, m, k, n, out, out_bf16, stream); break;
+        WV_CASE(1) WV_CASE(2) default : WV_CASE(4)
     }
+#undef WV_CASE
     return true;
 }
 
@@ -750,10 +794,10 @@ static bool wv_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
 #define W4_WS_BYTES 256  /* 64 rows x 4 scale bytes */
 /* one converted tile: it is written right before its wgmmas, which complete
  * within the stage; the ring holds what the copies bring */
-#define W4_SMEM (1024 + WV_W_BYTES + W4_ST * (W4_F_BYTES + WV_A_BYTES + WV_SA_BYTES + W4_WS_BYTES) + \
-                 W4_ST * 8 + 128 * 16)
+#define W4_SMEM(nt) (1024 + WV_W_BYTES + W4_ST * (W4_F_BYTES + WV_A_BYTES(nt) + WV_SA_BYTES(nt) + \
+                     W4_WS_BYTES) + W4_ST * 8 + (nt) * 256)
 
-template <int KS, bool GROUPED>
+template <int KS, int NB, bool GROUPED>
 __global__ void __launch_bounds__(128)
     matvec_fp4_wg_kernel(const __grid_constant__ CUtensorMap map_w, const uint8_t *__restrict__ qa,
                          const float *__restrict__ sa, const uint8_t *__restrict__ ws, int64_t m,
@@ -767,32 +811,33 @@ __global__ void __launch_bounds__(128)
         tm.rows = grp.rows;
         tm.base = grp.off[z];
         tm.count = grp.off[z + 1] - tm.base;
-        if ((int64_t)blockIdx.y * 8 >= tm.count) return; /* the whole cluster alike */
+        if ((int64_t)blockIdx.y * 8 * NB >= tm.count) return; /* the whole cluster alike */
     }
     extern __shared__ uint8_t w4_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(w4_raw), base = (raw + 1023u) & ~1023u;
     uint8_t *smem = w4_raw + (base - raw);
-    const uint32_t s_a = base, s_w = s_a + W4_ST * WV_A_BYTES, s_f = s_w + WV_W_BYTES;
-    const uint32_t s_sa = s_f + W4_ST * W4_F_BYTES, s_ws = s_sa + W4_ST * WV_SA_BYTES;
+    constexpr int NT = 8 * NB;
+    const uint32_t s_a = base, s_w = s_a + W4_ST * WV_A_BYTES(NT), s_f = s_w + WV_W_BYTES;
+    const uint32_t s_sa = s_f + W4_ST * W4_F_BYTES, s_ws = s_sa + W4_ST * WV_SA_BYTES(NT);
     const uint32_t s_full = s_ws + W4_ST * W4_WS_BYTES;
     float4 *red = (float4 *)(smem + (s_full - base) + W4_ST * 8);
 
     uint32_t rank = 0;
     if (KS > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-    const int64_t n0 = (int64_t)(blockIdx.x / KS) * 64, m0 = (int64_t)blockIdx.y * 8;
+    const int64_t n0 = (int64_t)(blockIdx.x / KS) * 64, m0 = (int64_t)blockIdx.y * NT;
     const int64_t kbn = k / 32, nst_all = k / 128;
     const int64_t st0 = (int64_t)rank * kst;
     const int nst = (int)(st0 >= nst_all ? 0 : (nst_all - st0 < kst ? nst_all - st0 : kst));
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const uint8_t *we = ws + e * n * kbn;
 
-    /* per-thread copy roles: tid < 64 one 16-byte activation chunk (slot
-     * tid / 8, chunk tid % 8) and, tid < 8, slot tid's four scales; tid >= 64
-     * the four scale bytes of weight row tid - 64 */
-    const int a_slot = (tid & 63) >> 3, a_chunk = tid & 7;
-    const bool a_ok = tm.valid(m0 + a_slot);
+    /* per-thread copy roles: tid < 8 NT one 16-byte activation chunk (slot
+     * tid / 8, chunk tid % 8); tid < NT slot tid's four scales; tid < 64 the
+     * four scale bytes of weight row tid */
+    const int a_slot = (tid >> 3) & (NT - 1), a_chunk = tid & 7;
+    const bool a_ok = tid < 8 * NT && tm.valid(m0 + a_slot);
     const uint8_t *a_src = qa + (a_ok ? tm.arow(m0 + a_slot) : 0) * k;
-    const bool s_ok = tid < 8 && tm.valid(m0 + tid);
+    const bool s_ok = tid < NT && tm.valid(m0 + tid);
     const float *sa_src = sa + (s_ok ? tm.arow(m0 + tid) : 0) * kbn;
     const int64_t w_row = n0 + (tid & 63);
     const bool w_ok = w_row < n;
@@ -809,14 +854,11 @@ __global__ void __launch_bounds__(128)
                 "l"((uint64_t)&map_w), "r"((int)(kb * 16)), "r"((int)n0), "r"((int)e), "r"(full)
                 : "memory");
         }
-        if (tid < 64) {
-            cp_async16(s_a + slot * WV_A_BYTES + a_slot * 128 + ((a_chunk ^ a_slot) << 4),
-                          a_src + kb * 32 + a_chunk * 16, a_ok);
-            if (tid < 8)
-                cp_async16(s_sa + slot * WV_SA_BYTES + tid * 16, sa_src + kb, s_ok);
-        } else {
-            cp_async4(s_ws + slot * W4_WS_BYTES + (tid - 64) * 4, ws_src + kb, w_ok);
-        }
+        if (tid < 8 * NT) /* the 128B swizzle: chunk c of row r at c ^ (r % 8) */
+            cp_async16(s_a + slot * WV_A_BYTES(NT) + a_slot * 128 + ((a_chunk ^ (a_slot & 7)) << 4),
+                       a_src + kb * 32 + a_chunk * 16, a_ok);
+        if (tid < NT) cp_async16(s_sa + slot * WV_SA_BYTES(NT) + tid * 16, sa_src + kb, s_ok);
+        if (tid < 64) cp_async4(s_ws + slot * W4_WS_BYTES + tid * 4, ws_src + kb, w_ok);
         asm volatile("cp.async.commit_group;\n" ::);
     };
     if (tid == 0) {
@@ -829,9 +871,10 @@ __global__ void __launch_bounds__(128)
         else asm volatile("cp.async.commit_group;\n" ::);
     }
 
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float q[4][4];
-    /* conversion role: row cr, 64 packed bytes... 32 of them: half ch */
+    float acc[4 * NB], q[4][4 * NB];
+#pragma unroll
+    for (int i = 0; i < 4 * NB; i++) acc[i] = 0.0f;
+    /* conversion role: 32 of row cr's 64 packed bytes, half ch */
     const int cr = tid >> 1, ch = tid & 1;
     const int ra = 16 * warp + g; /* the thread's result rows ra, ra + 8 */
     for (int st = 0; st < nst; st++) {
@@ -859,34 +902,37 @@ __global__ void __launch_bounds__(128)
         /* ordinary stores and cp.async data are read next by the tensor cores */
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
-        wv_mma4(q, s_w, s_a + slot * WV_A_BYTES);
-        const float *sa_st = (const float *)(smem + (s_sa - base) + slot * WV_SA_BYTES);
-        const float4 a0 = ((const float4 *)sa_st)[2 * t], a1 = ((const float4 *)sa_st)[2 * t + 1];
+        wv_mma4<NB>(q, s_w, s_a + slot * WV_A_BYTES(NT));
+        const float4 *sa_st = (const float4 *)(smem + (s_sa - base) + slot * WV_SA_BYTES(NT));
+        float4 sab[NB][2];
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            sab[b][0] = sa_st[8 * b + 2 * t];
+            sab[b][1] = sa_st[8 * b + 2 * t + 1];
+        }
         const uint8_t *ws_st = smem + (s_ws - base) + slot * W4_WS_BYTES;
         const uint32_t wa = *(const uint32_t *)(ws_st + ra * 4), wb = *(const uint32_t *)(ws_st + (ra + 8) * 4);
-        const float fa[4] = {a0.x, a0.y, a0.z, a0.w}, fb[4] = {a1.x, a1.y, a1.z, a1.w};
-        wg_wait<0>();
-        fence_regs16(q);
+        float w0[4], w1[4];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const float sw0 = e8m0_to_f32((wa >> (8 * j)) & 0xffu), sw1 = e8m0_to_f32((wb >> (8 * j)) & 0xffu);
-            acc[0] = fmaf(q[j][0], fa[j] * sw0, acc[0]);
-            acc[1] = fmaf(q[j][1], fb[j] * sw0, acc[1]);
-            acc[2] = fmaf(q[j][2], fa[j] * sw1, acc[2]);
-            acc[3] = fmaf(q[j][3], fb[j] * sw1, acc[3]);
+            w0[j] = e8m0_to_f32((wa >> (8 * j)) & 0xffu);
+            w1[j] = e8m0_to_f32((wb >> (8 * j)) & 0xffu);
         }
+        wg_wait<0>();
+        fence_regs_q<NB>(q);
+        wv_promote<NB>(acc, q, sab, w0, w1);
         __syncthreads(); /* the slot is free: refill it */
         if (st + W4_ST < nst) issue(st + W4_ST);
         else asm volatile("cp.async.commit_group;\n" ::);
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
 #pragma unroll
-    for (int i = 0; i < 4; i++) acc[i] *= 64.0f; /* codes were read as value * 2^-6 */
+    for (int i = 0; i < 4 * NB; i++) acc[i] *= 64.0f; /* codes were read as value * 2^-6 */
 
-    if (KS > 1 && !cluster_reduce<KS>(acc, red, tid, rank)) return;
+    if (KS > 1 && !cluster_reduce<KS, NB>(acc, red, tid, rank)) return;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int64_t row = n0 + ra + (i >> 1) * 8, slot = m0 + 2 * t + (i & 1);
+    for (int i = 0; i < 4 * NB; i++) {
+        const int64_t row = n0 + ra + ((i >> 1) & 1) * 8, slot = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
         if (row < n && tm.valid(slot)) {
             const int64_t o = tm.orow(slot) * n + row;
             if (out_bf16) ((uint16_t *)out)[o] = f32_to_bf16_bits(acc[i]);
@@ -895,21 +941,22 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-template <int KS, bool GROUPED>
+template <int KS, int NB, bool GROUPED>
 static cudaError_t w4_launch(const CUtensorMap &mw, const uint8_t *qa, const float *sa,
                              const uint8_t *ws, int64_t m, int64_t k, int64_t n, void *out,
                              int out_bf16, cudaStream_t stream, Groups grp, int ngroups) {
     const int kst = (int)((k / 128 + KS - 1) / KS);
     static bool attr = false;
     if (!attr) {
-        cudaError_t e = cudaFuncSetAttribute(matvec_fp4_wg_kernel<KS, GROUPED>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, W4_SMEM);
+        cudaError_t e = cudaFuncSetAttribute(matvec_fp4_wg_kernel<KS, NB, GROUPED>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             W4_SMEM(8 * NB));
         if (e != cudaSuccess) return e;
         attr = true;
     }
-    WvLaunch l(n, m, ngroups, KS, W4_SMEM, stream);
-    return cudaLaunchKernelEx(&l.cfg, matvec_fp4_wg_kernel<KS, GROUPED>, mw, qa, sa, ws, m, k, n,
-                              out, out_bf16, kst, grp);
+    WvLaunch l(n, m, 8 * NB, ngroups, KS, W4_SMEM(8 * NB), stream);
+    return cudaLaunchKernelEx(&l.cfg, matvec_fp4_wg_kernel<KS, NB, GROUPED>, mw, qa, sa, ws, m, k,
+                              n, out, out_bf16, kst, grp);
 }
 
 /* MXFP4 on wgmma: whole 128-input stages and 16-byte aligned operands; m: the
@@ -938,10 +985,16 @@ static bool w4_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
         return false;
     const bool g = ngroups > 0;
     const int ng = g ? ngroups : 1;
-#define W4_CASE(KSV)                                                                              \
-    case KSV:                                                                                     \
-        *e = g ? w4_launch<KSV, true>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp, ng)    \
-               : w4_launch<KSV, false>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp, ng); \
+#define W4_CASE(KSV)                                                                         \
+    case KSV:                                                                                \
+        *e = g ? (m > 8 ? w4_launch<KSV, 2, true>(mw, qa, sa, ws, m, k, n, out, out_bf16,    \
+                                                  stream, grp, ng)                           \
+                        : w4_launch<KSV, 1, true>(mw, qa, sa, ws, m, k, n, out, out_bf16,    \
+                                                  stream, grp, ng))                          \
+               : (m > 8 ? w4_launch<KSV, 2, false>(mw, qa, sa, ws, m, k, n, out, out_bf16,   \
+                                                   stream, grp, ng)                          \
+                        : w4_launch<KSV, 1, false>(mw, qa, sa, ws, m, k, n, out, out_bf16,   \
+                                                   stream, grp, ng));                        \
         break;
     switch (wv_pick_ks(n, k, 8)) {
         W4_CASE(1) W4_CASE(2) W4_CASE(4) default : W4_CASE(8)
