@@ -1,7 +1,9 @@
 /* GEMM entry points: argument checks and the choice of kernel by shape
- * (architecture.md §2 numerics). Decode (m <= 16) runs the mma.sync
- * matrix-vector kernel, bound by weight bytes; prefill runs the wgmma tiles
- * when k allows, else the matrix-vector kernel over 16-row slices. */
+ * (architecture.md §2 numerics). Decode (m <= 16) runs the matrix-vector
+ * kernels, bound by weight bytes (wgmma with the copy engine when k % 128 ==
+ * 0 and the operands are 16-byte aligned, mma.sync otherwise); prefill runs
+ * the wgmma tiles when k allows, else the mma.sync matrix-vector kernel over
+ * token slices. */
 #include "backend/cuda/cuda_common.cuh"
 
 static di_status check_args(const char *op, const uint8_t *qa, const float *sa, int64_t m,

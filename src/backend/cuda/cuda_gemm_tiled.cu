@@ -3,18 +3,23 @@
  *
  * out[m, n] = sum_b sa[m, b] * sw[n/32, b] * (qa[m, b-block] . w[n, b-block])
  *
- * Tile 128 x 128 x 128 per block of two math warpgroups (64 rows each); all
- * 256 threads stage the next tiles with cp.async into a 4-deep shared-memory
- * ring of 128-byte rows in the 128B swizzle, which the wgmma descriptors read
- * directly. One wgmma m64n128k32 covers exactly one 32-block of k, so every
- * result is promoted into fp32 accumulators with its own scales right away
- * (DeepGEMM promotes per 128; the checkpoint's 32x32 scales force per 32).
- * Two result register sets alternate so that the promotion of step j could
- * overlap the tensor-core work of step j+1; measured, it does not (see
- * docs/gpu-notes.md): the promotion's FMAs add to the tensor time, which is
- * why this runs at a third of torch's per-row FP8 GEMM. The promotion also
- * bounds the FP8 adder's reduced precision: no partial sum runs longer than
- * 32 products.
+ * Tile 128 x 128 x 128 per block of two math warpgroups (64 rows each). One
+ * wgmma m64n128k32 covers exactly one 32-block of k, so every result is
+ * promoted into fp32 accumulators with its own scales right away (DeepGEMM
+ * promotes per 128; the checkpoint's 32x32 scales force per 32). Two result
+ * register sets alternate so that the promotion of step j could overlap the
+ * tensor-core work of step j+1; measured, it does not (docs/gpu-notes.md,
+ * run 17): on Hopper the promotion's FMAs add to the tensor time, which caps
+ * this GEMM near half of torch's per-row FP8 GEMM on large shapes. The
+ * promotion also bounds the FP8 adder's reduced precision: no partial sum
+ * runs longer than 32 products.
+ *
+ * Two kernels: the default, warp-specialized one (gemm_fp8_ws_kernel: a
+ * producer warpgroup feeds the tiles through the bulk tensor copy engine),
+ * and the first one (gemm_fp8_tiled_kernel: all threads stage with cp.async
+ * and a block barrier per stage; 0.6x the speed), kept for k beyond the
+ * other's scale table (WS_MAX_K) and as the reference its results must equal
+ * bit for bit.
  *
  * Needs k % 128 == 0 (whole 32-blocks per stage and 16-byte aligned scale
  * rows); m and n may be anything (rows past the end are zero-filled). */

@@ -22,7 +22,9 @@
  * at the end.
  *
  * The same kernel serves any m (a grid row per 8 or 16 tokens), so it is also
- * the fallback GEMM for shapes the tiled kernel does not take. */
+ * the fallback GEMM for shapes the tiled kernel does not take. Decode shapes
+ * with k % 128 == 0 and 16-byte aligned operands take the wgmma kernels
+ * further down instead (FP8 mma.sync is not native on Hopper: see there). */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_tma.cuh"
 
