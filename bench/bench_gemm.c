@@ -5,6 +5,8 @@
  *
  *   build/bench/bench_gemm [--quick] [--threads N] [--only WEIGHT] [--cputime]
  *   build/bench/bench_gemm --decode [--rounds R] [--quick] [--only WEIGHT]
+ *   (either form: --tables forces the FP8 / MXFP4 route of CPUs with slow
+ *   subnormals, which non-AMD CPUs take anyway)
  *   (--quick: shorter timing, skips the largest prefill)
  *
  * --decode compares decode rows (M = 1 and 4) with the read bandwidth side
@@ -326,6 +328,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--tables")) di_cpu_kernels_force_tables(1);
     }
     if (threads <= 0) threads = di_cpu_count();
     if (bench_clock != CLOCK_MONOTONIC && threads != 1) {

@@ -449,6 +449,22 @@ static void test_batch_and_thread_invariance(void) {
     for (int t = 0; t < 3; t++) di_threadpool_destroy(pools[t]);
 }
 
+/* The route CPUs with slow subnormals take (tables, prefill kernels for every
+ * batch) gives the scalar bits too: the checks above, forced onto it. */
+static void test_table_route(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+#ifdef DI_HAVE_AVX2_KERNELS
+    di_cpu_kernels_force_tables(1);
+    check_format(FMT_FP8);
+    check_format(FMT_FP4);
+    test_gemm_extreme_scales();
+    test_gemm_decode_rows();
+    test_gemm_decode_all_scales();
+    test_batch_and_thread_invariance();
+    di_cpu_kernels_force_tables(0);
+#endif
+}
+
 /* The public entry points follow di_cpu_kernels_force_scalar. */
 static void test_dispatch(void) {
     di_cpu_kernels_force_scalar(1);
@@ -537,6 +553,7 @@ int main(void) {
     RUN(test_gemm_decode_rows);
     RUN(test_gemm_decode_all_scales);
     RUN(test_batch_and_thread_invariance);
+    RUN(test_table_route);
     RUN(test_dispatch);
     return test_summary();
 }

@@ -36,11 +36,8 @@
  *   the row group runs the scalar code.
  * Software prefetches (T0/T1/T2, 256 B - 16 KB ahead) were measured neutral
  * to 25 % slower than the hardware prefetchers alone, so there are none.
- * The shift decoding hands fp32 subnormals to the multiplies and FMAs (E4M3
- * subnormal codes, the E2M1 code 0.5). AMD Zen cores take them at full
- * speed; Intel cores go through microcode assists and measured 0.1-0.5 GB/s
- * (bench/RESULTS.md): such a CPU would want a decode through F16C or a
- * lookup, at a few more operations per vector.
+ * The shift decoding hands fp32 subnormals to the multiplies and FMAs, which
+ * only AMD cores take at full speed: see "CPUs with slow subnormals".
  * Prefill (M > 16) decodes chunks of 128 weight rows × 512 codes once into
  * fp32 tiles w·sw (the very products of the scalar code) and runs a
  * register-blocked dot-product kernel over them: 3 activation rows × 4
@@ -52,6 +49,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +107,7 @@ typedef struct pack_job {
     float factor; /* a power of two the lanes are multiplied by (exact) */
     float *ap;    /* [M][Kp] */
     float *bmax;  /* [M][K/32]: max |a| per block, +inf for NaN (or NULL) */
+    int tables;   /* decode through the tables only (see use_tables()) */
 } pack_job;
 
 /* Chunk c0 of row m, code by code from the tables (the plain statement of
@@ -169,7 +168,8 @@ static AVX2 void pack_rows(void *ctx, int64_t m0, int64_t m1, int thread) {
             __m256i x1 = fp4 && !half ? _mm256_loadu_si256((const __m256i *)(q + c0 + 32)) : _mm256_setzero_si256();
             __m256i nan = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(x0, low7), low7),
                                           _mm256_cmpeq_epi8(_mm256_and_si256(x1, low7), low7));
-            if (!(s0 >= 0.0f && s0 <= 0x1p7f && s1 >= 0.0f && s1 <= 0x1p7f) || !_mm256_testz_si256(nan, nan)) {
+            if (p->tables || !(s0 >= 0.0f && s0 <= 0x1p7f && s1 >= 0.0f && s1 <= 0x1p7f) ||
+                !_mm256_testz_si256(nan, nan)) {
                 pack_chunk_scalar(p, m, c0);
                 continue;
             }
@@ -209,19 +209,45 @@ static AVX2 void pack_rows(void *ctx, int64_t m0, int64_t m1, int thread) {
 
 /* Returns NULL when out of memory. */
 static float *pack_lanes(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
-                         int64_t Kp, float factor, float *bmax, di_threadpool *tp) {
+                         int64_t Kp, float factor, float *bmax, int tables, di_threadpool *tp) {
     float *ap = aligned_alloc(32, (size_t)((M * Kp * sizeof(float) + 31) & ~(size_t)31));
     if (!ap) return NULL;
-    pack_job p = {fp4, qa, sa, K, Kp, factor, ap, bmax};
+    pack_job p = {fp4, qa, sa, K, Kp, factor, ap, bmax, tables};
     /* worth spreading only for prefill-sized inputs */
     di_threadpool_for(M * K >= (1 << 18) ? tp : NULL, M, 4, pack_rows, &p);
     return ap;
 }
 
+/* ---- CPUs with slow subnormals ----
+ * The shift decoding above hands fp32 subnormals to the multiplies and FMAs
+ * (E4M3 subnormal codes, the E2M1 code 0.5). AMD Zen cores take them at full
+ * speed; Intel cores go through microcode assists (measured 0.1-0.5 GB/s for
+ * decode rows, bench/RESULTS.md). Elsewhere than on AMD, every batch
+ * therefore runs the prefill kernels with the activations laid out from the
+ * E4M3 table and the weight tiles decoded to exact values (E4M3 gathered
+ * from the table, E2M1 by a lane permute of its 8 magnitudes), then times
+ * the scale: the products of the scalar code, no subnormal on the way. */
+
+static atomic_int tables_mode = -1; /* -1: not decided; 0: shifts; 1: tables */
+static atomic_int tables_forced;
+
+static int use_tables(void) {
+    int v = atomic_load_explicit(&tables_mode, memory_order_relaxed);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = !__builtin_cpu_is("amd");
+        atomic_store(&tables_mode, v);
+    }
+    return v || atomic_load_explicit(&tables_forced, memory_order_relaxed);
+}
+
+void di_cpu_kernels_force_tables(int on) { atomic_store(&tables_forced, on != 0); }
+
 /* ---- prefill ---- */
 
 typedef struct pf_job {
     int fp4;
+    int tables;             /* decode through the tables only (see use_tables()) */
     const float *ap;        /* [M][Kp] */
     const uint8_t *w, *ws;
     int64_t M, K, Kp, N;
@@ -249,6 +275,29 @@ static AVX2 void pf_decode(const pf_job *j, int64_t n0, int64_t k0, int64_t kc, 
             continue;
         }
         const uint8_t *row = j->w + n * rb;
+        if (j->tables) { /* exact code values from the tables, times the scale */
+            const __m256i byte = _mm256_set1_epi32(0xff), sign = _mm256_set1_epi32((int)0x80000000u);
+            const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+            const float *e4m3 = di_cpu_e4m3_table();
+            for (int64_t c = c0; c < c1; c++) {
+                const int64_t kb = c * C / 32;
+                const int half = fp4 && kb + 1 >= KB;
+                const float s0 = e8m0[fp4 ? j->ws[n * KB + kb] : j->ws[(n / 32) * KB + kb]];
+                const float s1 = fp4 && !half ? e8m0[j->ws[n * KB + kb + 1]] : s0;
+                const __m256 f = _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0));
+                const __m256i x = load_chunk(row, c, half);
+                for (int p = 0; p < 8 * C / 64; p++) {
+                    __m256 v;
+                    if (fp4) /* E2M1: magnitude by a lane permute (3 low bits), sign bit moved up */
+                        v = _mm256_or_ps(_mm256_permutevar8x32_ps(mag, _mm256_srli_epi32(x, 4 * p)),
+                                         _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(x, 28 - 4 * p), sign)));
+                    else
+                        v = _mm256_i32gather_ps(e4m3, _mm256_and_si256(_mm256_srli_epi32(x, 8 * p), byte), 4);
+                    _mm256_store_ps(tr + c * C + 8 * p, _mm256_mul_ps(v, f));
+                }
+            }
+            continue;
+        }
         if (!fp4) {
             const uint8_t *st = j->ws + (n / 32) * KB; /* chunk c is block c */
             for (int64_t c = c0; c < c1; c++) {
@@ -360,18 +409,18 @@ static AVX2 void pf_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     }
 }
 
-static int pf_run(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
+static int pf_run(int fp4, int tables, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
                   const uint8_t *w, const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     const int threads = di_threadpool_size(tp);
     const int64_t C = chunk_codes(fp4), Kp = (K + C - 1) / C * C;
     const int64_t sf = ROWS * KC + M * ROWS * 8;
-    float *ap = pack_lanes(fp4, qa, sa, M, K, Kp, 1.0f, NULL, tp);
+    float *ap = pack_lanes(fp4, qa, sa, M, K, Kp, 1.0f, NULL, tables, tp);
     float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
     if (!ap || !scratch) {
         free(ap), free(scratch);
         return 0;
     }
-    pf_job j = {fp4, ap, w, ws, M, K, Kp, N, out, scratch, sf};
+    pf_job j = {fp4, tables, ap, w, ws, M, K, Kp, N, out, scratch, sf};
     const int64_t units = (N + ROWS - 1) / ROWS;
     /* several chunks per thread so a core slowed by other work takes fewer */
     const int64_t grain = units / (4 * threads);
@@ -580,7 +629,7 @@ static int dec_run(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64
     const int64_t C = chunk_codes(fp4), Kp = (K + C - 1) / C * C, KB = K / 32;
     const int64_t sf = fp4 ? (Kp / 64) * 8 * 8 : M * Kp;
     float *bmax = fp4 ? NULL : malloc(sizeof(float) * (size_t)(M * KB));
-    float *ap = pack_lanes(fp4, qa, sa, M, K, Kp, fp4 ? 0x1p63f : 1.0f, bmax, NULL);
+    float *ap = pack_lanes(fp4, qa, sa, M, K, Kp, fp4 ? 0x1p63f : 1.0f, bmax, 0, NULL);
     float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
     if (!ap || !scratch || (!fp4 && !bmax)) {
         free(ap), free(scratch), free(bmax);
@@ -610,8 +659,9 @@ static void block_linear(int fp4, const uint8_t *qa, const float *sa, int64_t M,
                          const uint8_t *w, const uint8_t *ws, int64_t N, float *out,
                          di_threadpool *tp) {
     if (M <= 0 || N <= 0) return;
-    const int done = M <= DEC_M ? dec_run(fp4, qa, sa, M, K, w, ws, N, out, tp)
-                                : pf_run(fp4, qa, sa, M, K, w, ws, N, out, tp);
+    const int tables = use_tables();
+    const int done = M <= DEC_M && !tables ? dec_run(fp4, qa, sa, M, K, w, ws, N, out, tp)
+                                           : pf_run(fp4, tables, qa, sa, M, K, w, ws, N, out, tp);
     if (!done) { /* out of memory: the scalar path needs none */
         if (fp4) di_gemm_mxfp4_scalar(qa, sa, M, K, w, ws, N, out, tp);
         else di_gemm_fp8_scalar(qa, sa, M, K, w, ws, N, out, tp);
