@@ -1,10 +1,13 @@
 /* The grouped routed-experts op (backend.h moe_experts, architecture.md §7)
  * against the per-expert loop the model runs without it, and the MoE
  * sublayer with and without the op on the golden tiny model: bit for bit.
+ * The router's arithmetic (core/route_score.h) against exact values in
+ * double precision, its pick rule against the plain scan under any split
+ * of the candidates, and the routing op against a double-precision router.
  *
- * The loop here is written from the backend's single ops (gather_rows,
- * matmul, swiglu, matmul, scatter_add_rows per expert, experts ascending),
- * which is the op's definition. Routings are random: several tokens on one
+ * The loop (moe_ref.c) runs the backend's single ops (gather_rows, matmul,
+ * swiglu, matmul, scatter_add_rows per expert, experts ascending), which
+ * is the op's definition. Routings are random: several tokens on one
  * expert, experts with no token, every token on the same experts, one
  * token, and weights of every format the model can hand over. */
 #include <math.h>
@@ -16,7 +19,9 @@
 
 #include "backend/backend.h"
 #include "core/dtype.h"
+#include "core/route_score.h"
 #include "golden_util.h"
+#include "moe_ref.h"
 #include "test.h"
 #include "test_rng.h"
 
@@ -58,37 +63,6 @@ static mat mat_rand(di_wfmt fmt, int64_t n, int64_t k) {
 typedef struct expert {
     di_wmat w1, w2, w3; /* the model's layout (model.h di_lm_expert) */
 } expert;
-
-/* The per-expert loop: what moe.c runs when the backend has no grouped op. */
-static void loop_ref(di_backend *be, const expert *ex, int E, const float *x, int64_t m,
-                     int64_t D, const int32_t *idx, const float *w, int k, unsigned mm,
-                     float limit, float *out) {
-    memset(out, 0, (size_t)(m * D) * sizeof(float));
-    int32_t *rows = malloc((size_t)m * sizeof(int32_t));
-    float *rw = malloc((size_t)m * sizeof(float));
-    for (int e = 0; e < E; e++) {
-        int64_t n = 0;
-        for (int64_t i = 0; i < m; i++)
-            for (int r = 0; r < k; r++)
-                if (idx[i * k + r] == e) {
-                    rows[n] = (int32_t)i;
-                    rw[n++] = w[i * k + r];
-                }
-        if (!n) continue;
-        int64_t I = ex[e].w1.n_out;
-        float *xe = malloc((size_t)(n * D) * 4), *ye = malloc((size_t)(n * D) * 4);
-        float *g = malloc((size_t)(n * I) * 4), *u = malloc((size_t)(n * I) * 4);
-        be->ops->gather_rows(be, x, rows, n, D, xe);
-        be->ops->matmul(be, &ex[e].w1, xe, n, g, mm);
-        be->ops->matmul(be, &ex[e].w3, xe, n, u, mm);
-        be->ops->swiglu(be, g, u, rw, n, I, limit, g);
-        be->ops->matmul(be, &ex[e].w2, g, n, ye, mm);
-        be->ops->scatter_add_rows(be, out, rows, ye, n, D);
-        free(xe); free(ye); free(g); free(u);
-    }
-    free(rows);
-    free(rw);
-}
 
 /* Distinct experts per row; `mode` 0: uniform, 1: all rows on experts
  * {0..k-1} (one expert, many rows), 2: only the upper half of the experts
@@ -149,9 +123,9 @@ static void test_op_vs_loop(void) {
         routing(m, E, k, cs[t].mode, idx, w);
         float *ref = malloc((size_t)(m * D) * 4), *got = malloc((size_t)(m * D) * 4);
         float limit = t % 2 ? 10.0f : 0.5f; /* 0.5: the clamps act on most values */
-        loop_ref(cpu, ex, E, x, m, D, idx, w, k, cs[t].mm, limit, ref);
-        for (int64_t i = 0; i < m * D; i++) got[i] = NAN; /* the op must write every value */
         di_moe_experts me = {E, &ex[0].w1, &ex[0].w3, &ex[0].w2, sizeof *ex};
+        moe_loop_ref(cpu, &me, x, m, idx, w, k, cs[t].mm, limit, ref);
+        for (int64_t i = 0; i < m * D; i++) got[i] = NAN; /* the op must write every value */
         cpu->ops->moe_experts(cpu, &me, x, m, idx, w, k, cs[t].mm, limit, got);
         int64_t first = -1;
         int nonzero = 0;
@@ -214,6 +188,150 @@ static void moe_model(const char *fx) {
 static void test_moe_model_fp8(void) { moe_model("v41-tiny"); }
 static void test_moe_model_bf16(void) { moe_model("v41-tiny-bf16"); }
 
+static uint32_t bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* error of v against the exact value in ulps of the fp32 result */
+static double ulps(float v, double exact) {
+    double u = 0x1p-149;
+    if (fabs(exact) >= 0x1p-126) {
+        int e;
+        frexp(exact, &e);
+        u = ldexp(1.0, e - 24);
+    }
+    return fabs((double)v - exact) / u;
+}
+
+/* The score on a strided sample of every fp32 input in (-87.34, 20] (the
+ * normal range of softplus) within the exhaustive bound of docs/numerics.md,
+ * the subnormal tail within one ulp of softplus before the sqrt, and the
+ * special inputs exactly. */
+static void test_route_score(void) {
+    double worst = 0, worst_tail = 0;
+    float at = 0;
+    const uint32_t pos_end = 0x41a00000u, sub = bits(87.3365479f), neg_end = 0x42d00000u;
+    for (uint32_t u = (uint32_t)rng_int(1009); u <= pos_end + sub; u += 1009) {
+        uint32_t b = u <= pos_end ? u : 0x80000000u | (u - pos_end - 1);
+        float x;
+        memcpy(&x, &b, 4);
+        double xd = x, exact = sqrt(xd > 0 ? xd + log1p(exp(-xd)) : log1p(exp(xd)));
+        double e = ulps(di_route_score(x), exact);
+        if (e > worst) {
+            worst = e;
+            at = x;
+        }
+    }
+    for (uint32_t u = sub; u <= neg_end; u += 7) {
+        uint32_t b = 0x80000000u | u;
+        float x;
+        memcpy(&x, &b, 4);
+        double e = ulps(di_rs_log1p_unit(di_rs_exp_nonpos(x)), log1p(exp((double)x)));
+        if (e > worst_tail) worst_tail = e;
+    }
+    CHECKF(worst <= 1.3, "score: %.3f ulp at x = %.9g", worst, (double)at);
+    CHECKF(worst_tail <= 1.0, "softplus below -87.34: %.3f ulp", worst_tail);
+    CHECK(bits(di_route_score(NAN)) == 0x7fc00000u);
+    CHECK(bits(di_route_score(-NAN)) == 0x7fc00000u);
+    CHECK(di_route_score(INFINITY) == INFINITY);
+    CHECK(bits(di_route_score(-INFINITY)) == 0);
+    CHECK(bits(di_route_score(-200.0f)) == 0);
+    CHECK(di_route_score(20.5f) == sqrtf(20.5f));
+    CHECK(di_route_score(0.0f) == di_route_score(-0.0f));
+    CHECK(fabsf(di_route_score(0.0f) - 0.832554611f) <= 0x1p-23f); /* sqrt(ln 2) */
+    CHECK(di_route_score(20.0f) == sqrtf(20.0f)); /* log1p(e^-20) is below half an ulp of 20 */
+}
+
+/* The pick state under any split: candidates dealt to 32 "threads" by
+ * j mod 32 (each folding in ascending j), merged in a random tree, equal
+ * the plain scan that replaces the best on a strictly greater score; scores
+ * on a coarse grid (ties), with NaN, ±0 and -inf among them. */
+static void test_route_pick(void) {
+    int bad = 0;
+    for (int t = 0; t < 2000; t++) {
+        int n = 1 + rng_int(t % 3 ? 80 : 6);
+        float v[80];
+        for (int j = 0; j < n; j++) {
+            int r = rng_int(100);
+            v[j] = r < 8 ? NAN : r < 14 ? -0.0f : r < 20 ? 0.0f : r < 26 ? -INFINITY
+                                                                          : (float)(rng_int(9) - 4) * 0.5f;
+        }
+        int used = rng_int(n); /* one candidate already taken */
+        int best = -1;
+        for (int j = 0; j < n; j++) {
+            if (j == used && n > 1) continue;
+            if (best < 0 || v[j] > v[best]) best = j;
+        }
+        di_route_pick lane[32];
+        for (int l = 0; l < 32; l++) {
+            lane[l] = di_route_pick_empty();
+            for (int j = l; j < n; j += 32)
+                if (!(j == used && n > 1)) di_route_pick_add(&lane[l], j, v[j]);
+        }
+        for (int w = 32; w > 1; w /= 2) /* tree merges, a random side first */
+            for (int l = 0; l < w / 2; l++)
+                lane[l] = rng_int(2) ? di_route_pick_merge(lane[l], lane[l + w / 2])
+                                     : di_route_pick_merge(lane[l + w / 2], lane[l]);
+        bad += di_route_pick_id(lane[0]) != best;
+    }
+    CHECKF(bad == 0, "%d of 2000 picks differ from the scan", bad);
+    CHECK(di_route_pick_id(di_route_pick_empty()) == -1);
+}
+
+/* The routing op against a router in double precision: the same experts
+ * wherever the exact biased scores of the k-th and the next pick differ by
+ * more than 1e-5, and weights within 4·2^-24 relative of the exact ones. */
+static void test_route_op(void) {
+    int64_t m = 200;
+    int e = 96, k = 6, near = 0, bad_ids = 0;
+    double werr = 0;
+    float *lg = malloc((size_t)(m * e) * 4), *bias = malloc((size_t)e * 4), *w = malloc((size_t)(m * k) * 4);
+    int32_t *idx = malloc((size_t)(m * k) * 4);
+    for (int64_t i = 0; i < m * e; i++) lg[i] = 3.0f * rng_normal();
+    for (int j = 0; j < e; j++) bias[j] = 0.1f * rng_normal();
+    for (int norm = 0; norm < 2; norm++) {
+        cpu->ops->moe_route(cpu, lg, bias, m, e, k, norm, 1.5f, idx, w);
+        for (int64_t i = 0; i < m; i++) {
+            double sc[96], bs[96], sum = 0;
+            int pick[6];
+            for (int j = 0; j < e; j++) {
+                double x = lg[i * e + j];
+                sc[j] = sqrt(x > 20 ? x : log1p(exp(x)));
+                bs[j] = sc[j] + bias[j];
+            }
+            for (int r = 0; r <= k; r++) { /* k picks and the runner-up */
+                int b = -1;
+                for (int j = 0; j < e; j++) {
+                    int u = 0;
+                    for (int t = 0; t < r; t++) u |= pick[t] == j;
+                    if (!u && (b < 0 || bs[j] > bs[b])) b = j;
+                }
+                if (r < k) pick[r] = b;
+                else if (bs[pick[k - 1]] - bs[b] < 1e-5) near++;
+                else
+                    for (int t = 0; t < k; t++) {
+                        int found = 0;
+                        for (int q = 0; q < k; q++) found |= idx[i * k + q] == pick[t];
+                        bad_ids += !found;
+                    }
+            }
+            for (int r = 0; r < k; r++) sum += sc[pick[r]];
+            for (int r = 0; r < k; r++) {
+                double ex = (norm ? sc[pick[r]] / sum : sc[pick[r]]) * 1.5;
+                if (idx[i * k + r] == pick[r]) {
+                    double d = fabs(w[i * k + r] - ex) / ex;
+                    if (d > werr) werr = d;
+                }
+            }
+        }
+    }
+    CHECKF(bad_ids == 0, "%d experts differ from the exact router (%d near-ties skipped)", bad_ids, near);
+    CHECKF(werr <= 4 * 0x1p-24, "weights: %.3g relative", werr);
+    free(lg); free(bias); free(w); free(idx);
+}
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -223,6 +341,9 @@ int main(void) {
         fprintf(stderr, "cpu backend: %s\n", err.msg);
         return 1;
     }
+    RUN(test_route_score);
+    RUN(test_route_pick);
+    RUN(test_route_op);
     RUN(test_op_vs_loop);
     RUN(test_moe_model_fp8);
     RUN(test_moe_model_bf16);

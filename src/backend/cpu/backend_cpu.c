@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_ops_avx2.h"
 #include "backend/cpu/cpu_quant.h"
 #include "backend/cpu/kernels.h"
+#include "core/route_score.h"
 #include "core/threadpool.h"
 
 /* ------------------------------------------------------------ threads */
@@ -1001,30 +1002,25 @@ static void cpu_moe_route(di_backend *be, const float *logits, const float *bias
     int32_t pick[64];
     for (int64_t i = 0; i < m; i++) {
         for (int j = 0; j < e; j++) {
-            float x = logits[i * e + j];
-            float sp = x > 20.f ? x : log1pf(expf(x));
-            sc[j] = sqrtf(sp);
+            sc[j] = di_route_score(logits[i * e + j]);
             biased[j] = sc[j] + bias[j];
         }
         /* best k by biased score, in rank order (ties: lower expert) */
         for (int r = 0; r < k; r++) {
-            int best = -1;
+            di_route_pick p = di_route_pick_empty();
             for (int j = 0; j < e; j++) {
                 int used = 0;
                 for (int t = 0; t < r; t++) used |= pick[t] == j;
-                if (used) continue;
-                if (best < 0 || biased[j] > biased[best]) best = j;
+                if (!used) di_route_pick_add(&p, j, biased[j]);
             }
-            pick[r] = best;
+            pick[r] = di_route_pick_id(p);
         }
-        float sum = 0.f;
-        for (int r = 0; r < k; r++) sum += sc[pick[r]];
+        float *wr = w + i * k;
         for (int r = 0; r < k; r++) {
-            float v = sc[pick[r]];
-            if (normalize && k > 1) v /= sum + 1e-20f;
             idx[i * k + r] = pick[r];
-            w[i * k + r] = v * route_scale;
+            wr[r] = pick[r] >= 0 ? sc[pick[r]] : 0.0f; /* -1: fewer experts than k */
         }
+        di_route_weights(wr, k, normalize, route_scale);
     }
 }
 
