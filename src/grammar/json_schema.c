@@ -101,7 +101,7 @@ cJSON *di_js_own(js_ctx *c, cJSON *x) {
 }
 
 static const char *unsupported_keywords[] = {
-    "if", "then", "else", "contains",
+    "if", "then", "else",
     "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
     "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor", "$anchor", "$vocabulary", "extends",
     "disallow", "divisibleBy", NULL};
@@ -111,7 +111,8 @@ static const char *constraint_keywords[] = {
     "propertyNames", "minProperties", "maxProperties", "items", "prefixItems", "additionalItems",
     "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format", "minimum",
     "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
-    "x-di-patterns", "x-di-not-patterns", "x-di-not-values", "x-di-non-integer", "not", "dependentRequired",
+    "x-di-patterns", "x-di-not-patterns", "x-di-not-values", "x-di-non-integer", "x-di-contains", "contains", "not",
+    "dependentRequired",
     "dependentSchemas", "dependencies", NULL};
 
 static int in_list(const char *k, const char **l) {
@@ -1460,10 +1461,32 @@ done:
 
 /* ------------------------------------------------------------- arrays */
 
+/* Element schema `v` that also satisfies `cont` (owned by the context). */
+static const cJSON *with_contains(js_ctx *c, const cJSON *v, const cJSON *cont) {
+    cJSON *o = di_js_own(c, cJSON_CreateObject()), *all = cJSON_CreateArray();
+    if (!o || !all) {
+        cJSON_Delete(all);
+        FAIL(c, DI_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    cJSON_AddItemReferenceToArray(all, (cJSON *)v);
+    cJSON_AddItemReferenceToArray(all, (cJSON *)cont);
+    cJSON_AddItemToObject(o, "allOf", all);
+    return o;
+}
+
+/* Arrays: A(i, f) after i elements, f = 1 once an element satisfied
+ * `contains` (or x-di-contains, which negating `items` produces); without
+ * it, f starts at 1. An element may take the plain or the contains form. */
 static int32_t array_nt(js_ctx *c, const cJSON *s) {
     const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
     const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(s, "prefixItems");
     const cJSON *addi = cJSON_GetObjectItemCaseSensitive(s, "additionalItems");
+    const cJSON *cont = cJSON_GetObjectItemCaseSensitive(s, "contains");
+    const cJSON *xcont = cJSON_GetObjectItemCaseSensitive(s, "x-di-contains");
+    if (cont && xcont) /* two different elements may satisfy the two */
+        return FAIL(c, DI_ERR_UNSUPPORTED, "'contains' together with a negated 'items' is not supported");
+    if (xcont) cont = xcont;
     long mn, mx;
     if (get_count(c, s, "minItems", &mn, 0) || get_count(c, s, "maxItems", &mx, -1)) return -1;
     const cJSON *rest = items;
@@ -1471,8 +1494,6 @@ static int32_t array_nt(js_ctx *c, const cJSON *s) {
         if (prefix) return FAIL(c, DI_ERR_FORMAT, "both array-valued 'items' and 'prefixItems'");
         prefix = items;
         rest = addi;
-    } else if (addi && !prefix && !c->o->lenient && !(items)) {
-        /* additionalItems without a tuple has no effect */
     }
     if (prefix && !cJSON_IsArray(prefix)) return FAIL(c, DI_ERR_FORMAT, "'prefixItems' must be an array");
     int np = prefix ? cJSON_GetArraySize(prefix) : 0;
@@ -1485,35 +1506,50 @@ static int32_t array_nt(js_ctx *c, const cJSON *s) {
     if (unroll > (long)c->o->max_repeat)
         return FAIL(c, DI_ERR_LIMIT, "array bound %ld exceeds the limit of %u (max_repeat)", unroll, c->o->max_repeat);
     if (hard_max >= 0 && hard_max < mn) return new_nt(c);
-    int32_t rest_val = -1;
+    const cJSON *rest_schema = rest ? rest : c->true_schema;
+    int32_t rest_val = -1, rest_cval = -1;
     if (!rest_false && (hard_max < 0 || hard_max > np)) {
-        rest_val = js_value(c, rest ? rest : c->true_schema);
+        rest_val = js_value(c, rest_schema);
         if (rest_val < 0) return -1;
+        if (cont) {
+            const cJSON *rc = with_contains(c, rest_schema, cont);
+            if (!rc || (rest_cval = js_value(c, rc)) < 0) return -1;
+        }
     }
-    /* A(i): after i elements. */
-    int32_t *A = malloc(((size_t)unroll + 2) * sizeof *A);
+    /* A[f * (unroll + 1) + i] */
+    int layers = cont ? 2 : 1;
+    int32_t *A = malloc(((size_t)unroll + 1) * (size_t)layers * sizeof *A);
     if (!A) return FAIL(c, DI_ERR_NOMEM, "out of memory");
-    for (long i = 0; i <= unroll; i++) {
+    for (long i = 0; i < (unroll + 1) * layers; i++) {
         A[i] = new_nt(c);
         if (A[i] < 0) { free(A); return -1; }
     }
     int32_t result = -1;
-    for (long i = unroll; i >= 0; i--) {
-        /* close */
-        if (i >= mn && i > 0 && add_rule(c, A[i], &c->t_rbrack, 1)) goto out;
-        if (hard_max >= 0 && i + 1 > hard_max) continue;
-        int32_t v = i < np ? js_value(c, cJSON_GetArrayItem(prefix, (int)i)) : rest_val;
-        if (v < 0) goto out;
-        int32_t next = (i + 1 <= unroll) ? A[i + 1] : A[unroll]; /* loop past the unrolled part */
-        di_sym seq[3];
-        uint32_t k = 0;
-        seq[k++] = i > 0 ? c->t_comma : c->t_lbrack;
-        seq[k++] = v;
-        seq[k++] = next;
-        if (add_rule(c, A[i], seq, k)) goto out;
+    for (int f = 0; f < layers; f++) {
+        int done = !cont || f == 1; /* the contains condition holds */
+        int32_t *Af = A + (size_t)f * (size_t)(unroll + 1);
+        int32_t *A1 = A + (size_t)(layers - 1) * (size_t)(unroll + 1);
+        for (long i = unroll; i >= 0; i--) {
+            if (done && i >= mn && i > 0 && add_rule(c, Af[i], &c->t_rbrack, 1)) goto out;
+            if (hard_max >= 0 && i + 1 > hard_max) continue;
+            int32_t v = i < np ? js_value(c, cJSON_GetArrayItem(prefix, (int)i)) : rest_val;
+            if (v < 0) goto out;
+            long nx = i + 1 <= unroll ? i + 1 : unroll; /* loop past the unrolled part */
+            di_sym seq[3] = {i > 0 ? c->t_comma : c->t_lbrack, v, Af[nx]};
+            if (add_rule(c, Af[i], seq, 3)) goto out;
+            if (cont && !done) {
+                int32_t cv = rest_cval;
+                if (i < np) {
+                    const cJSON *pc = with_contains(c, cJSON_GetArrayItem(prefix, (int)i), cont);
+                    if (!pc || (cv = js_value(c, pc)) < 0) goto out;
+                }
+                di_sym sc[3] = {seq[0], cv, A1[nx]};
+                if (add_rule(c, Af[i], sc, 3)) goto out;
+            }
+        }
     }
     /* empty array */
-    if (mn == 0) {
+    if (mn == 0 && !cont) {
         di_sym seq[2] = {c->t_lbrack, c->t_rbrack};
         if (add_rule(c, A[0], seq, 2)) goto out;
     }

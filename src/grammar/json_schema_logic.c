@@ -13,7 +13,8 @@
  * not {"minLength": 3} is {"type": "string", "maxLength": 2}. Internal
  * keywords close the negation under the compiler's forms: x-di-not-patterns
  * (a string matching none), x-di-not-values (a number equal to none),
- * x-di-non-integer (a number with a non-zero fraction). */
+ * x-di-non-integer (a number with a non-zero fraction), x-di-contains (some
+ * element satisfies it: the negation of `items`). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,6 +247,20 @@ static int negate_keyword(js_ctx *c, const cJSON *s, const cJSON *k, cJSON *piec
         cJSON *nt = t ? negate(c, t, depth + 1) : NULL;
         if (!nt) return -1;
         cJSON_AddItemToArray(pieces, nt);
+        return 0;
+    }
+    if (!strcmp(n, "contains") || !strcmp(n, "x-di-contains")) { /* every element fails it */
+        cJSON *nc = negate(c, k, depth + 1);
+        if (!nc) return -1;
+        cJSON_AddItemToArray(pieces, typed(T_ARR, "items", nc));
+        return 0;
+    }
+    if (!strcmp(n, "items") && !cJSON_IsArray(k) && !is_trivial(k) &&
+        !cJSON_GetObjectItemCaseSensitive(s, "prefixItems")) { /* some element fails it */
+        cJSON *ni = negate(c, k, depth + 1);
+        if (!ni) return -1;
+        if (cJSON_IsFalse(ni)) cJSON_Delete(ni);
+        else cJSON_AddItemToArray(pieces, typed(T_ARR, "x-di-contains", ni));
         return 0;
     }
     /* keywords whose trivial forms reject nothing */
