@@ -35,7 +35,10 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_ops_moe.h"
 #include "core/dtype.h"
+#include "core/route_score.h"
+#include "moe_ref.h"
 #include "test.h"
 #include "test_rng.h"
 
@@ -767,6 +770,199 @@ static void test_selection_large(void) {
     }
 }
 
+/* ---- the device MoE path (cuda_ops_moe.h), not yet in the op table */
+
+/* ||a - b|| / ||b||; NaN or a zero b gives +inf (fails any bound) */
+static double rel_l2_f(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 && num == num ? sqrt(num / den) : INFINITY;
+}
+
+static int same_or_nan(const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], 4) && !(isnan(a[i]) && isnan(b[i]))) return 0;
+    return 1;
+}
+
+/* The router score of core/route_score.h on the device: the host's bits
+ * on a million inputs across the whole fp32 range and the special ones. */
+static void test_route_score_device(void) {
+    NEED_GPU();
+    int64_t n = 1 << 20;
+    float *x = malloc((size_t)n * 4), *yc = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b = (uint32_t)rng_next();
+        if (i % 4 == 0) b = (b & 0x80ffffffu) | (uint32_t)(0x3c + rng_int(10)) << 24; /* |x| in [2^-7, 2^8) */
+        memcpy(&x[i], &b, 4);
+    }
+    const float sp[] = {0.0f, -0.0f, 20.0f, -20.0f, 20.000002f, -87.3365479f, -103.97f, -104.0f,
+                        -104.00001f, INFINITY, -INFINITY, NAN, -NAN, 1e-30f, -1e-30f};
+    memcpy(x, sp, sizeof sp);
+    for (int64_t i = 0; i < n; i++) yc[i] = di_route_score(x[i]);
+    float *dx = dev_up(x, (size_t)n * 4), *dy = dev_poison((size_t)n * 4);
+    di_err err = {0};
+    di_status st = cuda_op_route_score(dx, n, dy, NULL, &err);
+    CHECKF(st == DI_OK, "route_score: %s", err.msg);
+    float *yg = dev_down(dy, (size_t)n * 4);
+    if (status_ok("route_score")) cmp_exact("route_score", yg, yc, n);
+    int nan_bits = 1; /* NaN in, the one quiet NaN out, on both */
+    for (int i = 11; i <= 12; i++) nan_bits &= !memcmp(&yg[i], &yc[i], 4);
+    CHECK(nan_bits);
+    dev_free(dx); dev_free(dy);
+    free(x); free(yc); free(yg);
+}
+
+/* Device routing against the CPU op: the same experts and weights, bit for
+ * bit (a NaN weight counts as equal to a NaN weight: the device's NaN
+ * arithmetic gives another NaN payload), on logits with ties, ±0, ±inf and
+ * NaN, biases with ties, up to 1024 experts. */
+static void test_moe_route_device(void) {
+    NEED_GPU();
+    const struct { int64_t m; int e, k, norm; } cs[] = {
+        {1, 8, 2, 1}, {7, 96, 6, 1}, {64, 384, 6, 1}, {300, 256, 8, 0}, {33, 1024, 6, 1}, {5, 6, 6, 1},
+    };
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        int64_t m = cs[t].m;
+        int e = cs[t].e, k = cs[t].k;
+        float *lg = malloc((size_t)(m * e) * 4), *bias = malloc((size_t)e * 4);
+        for (int64_t i = 0; i < m * e; i++) {
+            int r = rng_int(200);
+            lg[i] = r == 0 ? NAN : r == 1 ? INFINITY : r == 2 ? -INFINITY : r == 3 ? -0.0f : r < 40
+                ? (float)(rng_int(9) - 4) * 0.5f : 3.0f * rng_normal();
+        }
+        for (int j = 0; j < e; j++) bias[j] = j % 5 == 0 ? 0.0f : di_round_bf16(0.1f * rng_normal());
+        int32_t *ic = malloc((size_t)(m * k) * 4), *ig = malloc((size_t)(m * k) * 4);
+        float *wc = malloc((size_t)(m * k) * 4);
+        cpu->ops->moe_route(cpu, lg, bias, m, e, k, cs[t].norm, 1.5f, ic, wc);
+        float *dl = dev_up(lg, (size_t)(m * e) * 4), *db = dev_up(bias, (size_t)e * 4);
+        int32_t *didx = (int32_t *)dev_poison((size_t)(m * k) * 4);
+        float *dw = dev_poison((size_t)(m * k) * 4);
+        di_err err = {0};
+        di_status st = cuda_op_moe_route(dl, db, m, e, k, cs[t].norm, 1.5f, didx, dw, NULL, &err);
+        CHECKF(st == DI_OK, "moe_route (device): %s", err.msg);
+        int32_t *igd = (int32_t *)dev_down(didx, (size_t)(m * k) * 4);
+        float *wg = dev_down(dw, (size_t)(m * k) * 4);
+        memcpy(ig, igd, (size_t)(m * k) * 4);
+        if (status_ok("moe_route (device)"))
+            CHECKF(!memcmp(ic, ig, (size_t)(m * k) * 4) && same_or_nan(wc, wg, m * k),
+                   "moe_route (device) m %lld e %d k %d differs from the CPU op", (long long)m, e, k);
+        dev_free(dl); dev_free(db); dev_free(didx); dev_free(dw);
+        free(lg); free(bias); free(ic); free(ig); free(igd); free(wc); free(wg);
+    }
+}
+
+/* The grouped experts on the device (routing from the device router)
+ * against the CUDA backend's own per-expert loop — gather, matmul, swiglu,
+ * matmul, scatter-add through the op table, as moe.c runs it — bit for bit
+ * up to 16 rows (both take the products' decode kernel), and against the
+ * CPU op within the FP8 linears' spread: relative L2 below one bf16 ulp
+ * (2^-7; the per-element differences are bf16 flips of the expert outputs
+ * and, rarely, an FP8 code flip of SwiGLU's output; test_matmul bounds the
+ * products themselves). Outputs poisoned; experts with no rows, rows
+ * sharing experts. */
+static void test_moe_experts_device(void) {
+    NEED_GPU();
+    const struct { int64_t m, D, I; int E, k; } cs[] = {
+        {1, 256, 128, 9, 3}, {5, 256, 128, 9, 3}, {16, 512, 256, 12, 6}, {40, 256, 128, 7, 2},
+    };
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        int64_t m = cs[t].m, D = cs[t].D, I = cs[t].I;
+        int E = cs[t].E, k = cs[t].k;
+        const unsigned mm = DI_MM_ACT_FP8 | DI_MM_OUT_BF16;
+        const float limit = 10.0f;
+        size_t wb1 = (size_t)(I * D / 2), sb1 = (size_t)(I * (D / 32)), wb2 = (size_t)(D * I / 2),
+               sb2 = (size_t)(D * (I / 32));
+        struct { di_wmat w1, w2, w3; } *ex = calloc((size_t)E, sizeof *ex);
+        const void **hw[3], **hs[3];
+        for (int q = 0; q < 3; q++) {
+            hw[q] = calloc((size_t)E, sizeof(void *));
+            hs[q] = calloc((size_t)E, sizeof(void *));
+        }
+        for (int e = 0; e < E; e++) {
+            for (int q = 0; q < 3; q++) { /* q: w1, w3, w2 */
+                size_t wb = q == 2 ? wb2 : wb1, sb = q == 2 ? sb2 : sb1;
+                uint8_t *s8 = malloc(sb);
+                for (size_t i = 0; i < sb; i++) s8[i] = (uint8_t)(121 + rng_int(6));
+                hw[q][e] = rnd_bytes(wb);
+                hs[q][e] = s8;
+            }
+            ex[e].w1 = (di_wmat){DI_WFMT_FP4, I, D, hw[0][e], hs[0][e]};
+            ex[e].w3 = (di_wmat){DI_WFMT_FP4, I, D, hw[1][e], hs[1][e]};
+            ex[e].w2 = (di_wmat){DI_WFMT_FP4, D, I, hw[2][e], hs[2][e]};
+        }
+        void *dwt[3] = {0}, *dsc[3] = {0};
+        di_err err = {0};
+        di_status st = DI_OK;
+        for (int q = 0; q < 3 && !st; q++) {
+            size_t wb = q == 2 ? wb2 : wb1, sb = q == 2 ? sb2 : sb1;
+            st = di_cuda_alloc(&dwt[q], wb * (size_t)E, &err);
+            if (!st) st = di_cuda_alloc(&dsc[q], sb * (size_t)E, &err);
+            if (!st) st = cuda_moe_stack(E, hw[q], hs[q], wb, sb, dwt[q], dsc[q], &err);
+        }
+        CHECKF(st == DI_OK, "stacking the experts: %s", err.msg);
+        cuda_moe_weights W = {E, D, I, dwt[0], dsc[0], dwt[1], dsc[1], dwt[2], dsc[2]};
+        /* routing from logits on the device, the CPU's copy for the references */
+        float *x = rnd(m * D, 1.0f), *lg = rnd(m * E, 2.0f), *bias = rnd(E, 0.1f);
+        for (int64_t i = 0; i < m; i++) lg[i * E + 1] = -30.0f; /* expert 1 never picked... */
+        for (int64_t i = 0; i < m; i++) lg[i * E] = 8.0f;       /* ...expert 0 by every row */
+        int32_t *idx = malloc((size_t)(m * k) * 4);
+        float *wt = malloc((size_t)(m * k) * 4);
+        cpu->ops->moe_route(cpu, lg, bias, m, E, k, 1, 1.5f, idx, wt);
+        float *dx = dev_up(x, (size_t)(m * D) * 4), *dl = dev_up(lg, (size_t)(m * E) * 4),
+              *db = dev_up(bias, (size_t)E * 4);
+        int32_t *didx = (int32_t *)dev_poison((size_t)(m * k) * 4);
+        float *dw = dev_poison((size_t)(m * k) * 4), *dout = dev_poison((size_t)(m * D) * 4);
+        size_t sbytes = cuda_moe_experts_scratch(m, k, E, D, I);
+        void *scr = NULL;
+        if (!st) st = di_cuda_alloc(&scr, sbytes, &err);
+        if (!st) st = cuda_op_moe_route(dl, db, m, E, k, 1, 1.5f, didx, dw, NULL, &err);
+        if (!st)
+            st = cuda_op_moe_experts(&W, dx, m, didx, dw, k, 1, limit, scr, sbytes, dout, NULL, &err);
+        CHECKF(st == DI_OK, "moe_experts (device): %s", err.msg);
+        float *got = dev_down(dout, (size_t)(m * D) * 4);
+        /* the backend's loop on the device */
+        di_moe_experts me = {E, &ex[0].w1, &ex[0].w3, &ex[0].w2, sizeof *ex};
+        float *dacc = dev_poison((size_t)(m * D) * 4);
+        moe_loop_ref(gpu, &me, dx, m, idx, wt, k, mm, limit, dacc);
+        float *loop = dev_down(dacc, (size_t)(m * D) * 4);
+        float *ref = malloc((size_t)(m * D) * 4);
+        cpu->ops->moe_experts(cpu, &me, x, m, idx, wt, k, mm, limit, ref);
+        char what[96];
+        snprintf(what, sizeof what, "moe_experts m %lld D %lld I %lld E %d k %d", (long long)m,
+                 (long long)D, (long long)I, E, k);
+        if (status_ok(what) && st == DI_OK) {
+            /* past 16 rows the grouped product may take the other decode
+             * kernel than an expert's own few rows: then within the spread */
+            if (m <= 16) cmp_exact(what, got, loop, m * D);
+            double el = rel_l2_f(got, loop, m * D), ec = rel_l2_f(got, ref, m * D);
+            CHECKF(el <= BF16_ULP, "%s: relative L2 %.3g against the device loop", what, el);
+            CHECKF(ec <= BF16_ULP, "%s: relative L2 %.3g against the CPU op", what, ec);
+            if (getenv("DI_TEST_VERBOSE"))
+                fprintf(stderr, "  %-40s rel L2 vs loop %.3g, vs CPU %.3g\n", what, el, ec);
+        }
+        dev_free(dx); dev_free(dl); dev_free(db); dev_free(didx); dev_free(dw); dev_free(dout);
+        dev_free(dacc);
+        di_cuda_free(scr);
+        for (int q = 0; q < 3; q++) {
+            di_cuda_free(dwt[q]);
+            di_cuda_free(dsc[q]);
+            for (int e = 0; e < E; e++) {
+                free((void *)hw[q][e]);
+                free((void *)hs[q][e]);
+            }
+            free(hw[q]);
+            free(hs[q]);
+        }
+        free(ex); free(x); free(lg); free(bias); free(idx); free(wt); free(got); free(loop);
+        free(ref);
+    }
+}
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -796,6 +992,9 @@ int main(void) {
     RUN(test_selection_large);
     RUN(test_moe_and_pool);
     RUN(test_kv);
+    RUN(test_route_score_device);
+    RUN(test_moe_route_device);
+    RUN(test_moe_experts_device);
     di_backend_destroy(gpu);
     di_backend_destroy(cpu);
     return test_summary();

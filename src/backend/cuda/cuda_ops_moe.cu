@@ -1,0 +1,320 @@
+/* The MoE path on the device (architecture.md §7): routing into device
+ * arrays and the routed experts of a layer over the grouped MXFP4 product
+ * (cuda_ops_moe.h). The router's arithmetic is core/route_score.h, the
+ * very code the CPU backend runs, so routing is the CPU's bit for bit; the
+ * experts' SwiGLU is the backend's swiglu kernel spelled the same way
+ * (cuda_ops_elementwise.cu), so the grouped op equals the backend's own
+ * per-expert loop bit for bit. Every launch has a size fixed by (m, k, E),
+ * never by the routing, and nothing waits for the device. */
+#include "backend/cuda/cuda_ops_common.cuh"
+#include "backend/cuda/cuda_ops_moe.h"
+#include "core/route_score.h"
+
+/* ------------------------------------------------------------ score */
+
+__global__ void k_route_score(const float *x, int64_t n, float *y) {
+    GRID_STRIDE(i, n) y[i] = di_route_score(x[i]);
+}
+
+extern "C" di_status cuda_op_route_score(const float *x, int64_t n, float *y, void *stream,
+                                         di_err *err) {
+    if (n <= 0) return DI_OK;
+    k_route_score<<<grid_for(n), 256, 0, (cudaStream_t)stream>>>(x, n, y);
+    return cuda_check_launch(err, "route_score");
+}
+
+/* ------------------------------------------------------------ routing */
+
+enum { ROUTE_WARPS = 4, ROUTE_KMAX = 64 };
+
+/* One warp per row. Shared per warp: scores and biased scores [e], the
+ * taken flags [e], the picks [k]. Every lane folds its candidates j ≡ lane
+ * (mod 32) in ascending j into a pick state; the states merge across the
+ * warp by xor shuffles (the merge is commutative and associative, so every
+ * lane ends with the whole row's pick, the CPU scan's). */
+__global__ void k_moe_route(const float *logits, const float *bias, int64_t m, int e, int k,
+                            int normalize, float route_scale, int32_t *idx, float *w) {
+    extern __shared__ float route_smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * ROUTE_WARPS + warp;
+    float *sc = route_smem + (size_t)warp * (2 * e + e / 4 + 1 + 2 * ROUTE_KMAX);
+    float *bs = sc + e;
+    uint8_t *taken = (uint8_t *)(bs + e);
+    float *v = (float *)(taken + 4 * (e / 4 + 1));
+    int32_t *pick = (int32_t *)(v + ROUTE_KMAX);
+    if (row >= m) return; /* whole warps: no block barrier below */
+    const float *lg = logits + row * e;
+    for (int j = lane; j < e; j += 32) {
+        float s = di_route_score(lg[j]);
+        sc[j] = s;
+        bs[j] = __fadd_rn(s, bias[j]);
+        taken[j] = 0;
+    }
+    __syncwarp();
+    for (int r = 0; r < k; r++) {
+        di_route_pick p = di_route_pick_empty();
+        for (int j = lane; j < e; j += 32)
+            if (!taken[j]) di_route_pick_add(&p, j, bs[j]);
+        for (int o = 16; o > 0; o >>= 1) {
+            di_route_pick q;
+            q.first = __shfl_xor_sync(0xffffffffu, p.first, o);
+            q.fnan = __shfl_xor_sync(0xffffffffu, p.fnan, o);
+            q.best = __shfl_xor_sync(0xffffffffu, p.best, o);
+            q.bv = __shfl_xor_sync(0xffffffffu, p.bv, o);
+            p = di_route_pick_merge(p, q);
+        }
+        const int32_t id = di_route_pick_id(p);
+        if (lane == 0) {
+            pick[r] = id;
+            if (id >= 0) taken[id] = 1;
+        }
+        __syncwarp();
+    }
+    if (lane == 0) {
+        for (int r = 0; r < k; r++) v[r] = pick[r] >= 0 ? sc[pick[r]] : 0.0f;
+        di_route_weights(v, k, normalize, route_scale);
+        for (int r = 0; r < k; r++) {
+            idx[row * k + r] = pick[r];
+            w[row * k + r] = v[r];
+        }
+    }
+}
+
+extern "C" di_status cuda_op_moe_route(const float *logits, const float *bias, int64_t m, int e,
+                                       int k, int normalize, float route_scale, int32_t *idx,
+                                       float *w, void *stream, di_err *err) {
+    if (e <= 0 || e > 1024 || k <= 0 || k > ROUTE_KMAX)
+        return di_err_set(err, DI_ERR_UNSUPPORTED,
+                          "moe_route: %d experts, top-%d (supported: up to 1024 experts, "
+                          "top-%d)", e, k, ROUTE_KMAX);
+    if (m <= 0) return DI_OK;
+    const size_t per_warp = (size_t)(2 * e + e / 4 + 1 + 2 * ROUTE_KMAX) * sizeof(float);
+    const int64_t blocks = (m + ROUTE_WARPS - 1) / ROUTE_WARPS;
+    if (blocks > 0x7fffffffLL)
+        return di_err_set(err, DI_ERR_LIMIT, "moe_route: %lld rows", (long long)m);
+    k_moe_route<<<(unsigned)blocks, 32 * ROUTE_WARPS, ROUTE_WARPS * per_warp,
+                  (cudaStream_t)stream>>>(logits, bias, m, e, k, normalize, route_scale, idx, w);
+    return cuda_check_launch(err, "moe_route");
+}
+
+/* ------------------------------------------------------------ experts */
+
+/* The scratch of cuda_op_moe_experts, each part 256-byte aligned (the
+ * grouped product's wgmma path wants 16-byte aligned operands). */
+typedef struct moe_scratch {
+    int32_t *ids, *off;   /* [G], [G + 1] groups: expert and first pair */
+    int32_t *rows;        /* [P] activation row of pair p */
+    float *pw;            /* [P] routing weight of pair p */
+    int32_t *slot;        /* [P] pair of routing entry i·k + r, -1: dropped */
+    int32_t *iota;        /* [P] p (the down product reads pair p's own row) */
+    uint8_t *qa;          /* [m, D] FP8 codes of x */
+    float *sa;            /* [m, D/32] their scales */
+    float *g, *u;         /* [P, I] gate / up products; g then SwiGLU's output */
+    uint8_t *qh;          /* [P, I] FP8 codes of the SwiGLU output */
+    float *sh;            /* [P, I/32] */
+    float *y;             /* [P, D] down products */
+    size_t bytes;
+} moe_scratch;
+
+static size_t al256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+static moe_scratch scratch_layout(char *base, int64_t m, int k, int E, int64_t D, int64_t I) {
+    moe_scratch s;
+    const int64_t P = m * k, G = E < P ? E : P;
+    size_t o = 0;
+#define TAKE(field, type, count)                          \
+    s.field = (type *)(base ? base + o : NULL);           \
+    o += al256((size_t)(count) * sizeof(type));
+    TAKE(ids, int32_t, G)
+    TAKE(off, int32_t, G + 1)
+    TAKE(rows, int32_t, P)
+    TAKE(pw, float, P)
+    TAKE(slot, int32_t, P)
+    TAKE(iota, int32_t, P)
+    TAKE(qa, uint8_t, m * D)
+    TAKE(sa, float, m * (D / 32))
+    TAKE(g, float, P * I)
+    TAKE(u, float, P * I)
+    TAKE(qh, uint8_t, P * I)
+    TAKE(sh, float, P * (I / 32))
+    TAKE(y, float, P * D)
+#undef TAKE
+    s.bytes = o;
+    return s;
+}
+
+extern "C" size_t cuda_moe_experts_scratch(int64_t m, int k, int n_experts, int64_t dim,
+                                           int64_t inter) {
+    return scratch_layout(NULL, m, k, n_experts, dim, inter).bytes;
+}
+
+enum { PLAN_THREADS = 1024, PLAN_CHUNK = 4096 };
+
+/* One block. Thread t owns experts t, t + 1024, ...: it counts its pairs
+ * over the routing (staged through shared memory in chunks), the counts
+ * become offsets by a scan over the experts, the non-empty experts take
+ * the first group slots in ascending id, and a second pass writes each
+ * expert's pairs in ascending routing order (rows ascending, as the
+ * model's loop gathers them). Groups past the non-empty ones are empty
+ * (expert 0, no rows) so the product's grid needs no count from the host. */
+__global__ void __launch_bounds__(PLAN_THREADS)
+    k_moe_plan(const int32_t *idx, const float *w, int64_t P, int k, int E, int G,
+               int32_t *ids, int32_t *off, int32_t *rows, float *pw, int32_t *slot,
+               int32_t *iota) {
+    __shared__ int32_t chunk[PLAN_CHUNK];
+    __shared__ int32_t cnt[1024], start[1024];
+    const int t = threadIdx.x;
+    for (int e = t; e < E; e += blockDim.x) cnt[e] = 0;
+    __syncthreads();
+    for (int64_t c0 = 0; c0 < P; c0 += PLAN_CHUNK) {
+        const int64_t n = P - c0 < PLAN_CHUNK ? P - c0 : PLAN_CHUNK;
+        for (int64_t i = t; i < n; i += blockDim.x) chunk[i] = idx[c0 + i];
+        __syncthreads();
+        for (int e = t; e < E; e += blockDim.x) {
+            int32_t c = 0;
+            for (int64_t i = 0; i < n; i++) c += chunk[i] == e;
+            cnt[e] += c;
+        }
+        __syncthreads();
+    }
+    if (t == 0) {
+        int32_t acc = 0, z = 0;
+        for (int e = 0; e < E; e++) {
+            start[e] = acc;
+            if (cnt[e]) {
+                ids[z] = e;
+                off[z++] = acc;
+            }
+            acc += cnt[e];
+        }
+        for (; z < G; z++) {
+            ids[z] = 0;
+            off[z] = acc;
+        }
+        off[G] = acc;
+    }
+    for (int64_t p = t; p < P; p += blockDim.x) {
+        slot[p] = -1;
+        iota[p] = (int32_t)p;
+    }
+    __syncthreads();
+    for (int e = t; e < E; e += blockDim.x) cnt[e] = start[e];
+    for (int64_t c0 = 0; c0 < P; c0 += PLAN_CHUNK) {
+        const int64_t n = P - c0 < PLAN_CHUNK ? P - c0 : PLAN_CHUNK;
+        __syncthreads();
+        for (int64_t i = t; i < n; i += blockDim.x) chunk[i] = idx[c0 + i];
+        __syncthreads();
+        for (int e = t; e < E; e += blockDim.x)
+            for (int64_t i = 0; i < n; i++)
+                if (chunk[i] == e) {
+                    const int32_t q = cnt[e]++;
+                    rows[q] = (int32_t)((c0 + i) / k);
+                    pw[q] = w[c0 + i];
+                    slot[c0 + i] = q;
+                }
+    }
+}
+
+/* The backend's swiglu (k_swiglu) on the grouped products, with the
+ * matmul's bf16 output rounding of g and u done here (the plain matmul
+ * rounds its fp32 output in place, k_scale_bf16 with c = 1); pairs past
+ * the planned count are left alone. */
+__global__ void k_moe_swiglu(float *g, const float *u, const float *pw, const int32_t *total,
+                             int64_t I, int in_bf16, float limit) {
+    const int64_t n = (int64_t)*total * I;
+    GRID_STRIDE(t, n) {
+        float gv = g[t], uv = u[t];
+        if (in_bf16) {
+            gv = round_bf16(gv);
+            uv = round_bf16(uv);
+        }
+        if (limit > 0.f) {
+            uv = fminf(fmaxf(uv, -limit), limit);
+            gv = fminf(gv, limit);
+        }
+        float v = MUL(MUL(gv, sigmoid_f(gv)), uv);
+        v = MUL(pw[t / I], v);
+        g[t] = round_bf16(v);
+    }
+}
+
+enum { COMBINE_THREADS = 256 };
+
+/* One block per row: its pairs ordered by expert id (insertion sort, ties
+ * in routing order, as the loop visits them), then every column summed
+ * from +0 in that order — the loop's scatter-adds, one rounding each. */
+__global__ void k_moe_combine(const float *y, const int32_t *idx, const int32_t *slot, int k,
+                              int64_t D, int out_bf16, float *out) {
+    __shared__ int32_t se[ROUTE_KMAX], sp[ROUTE_KMAX];
+    __shared__ int ns;
+    const int64_t i = blockIdx.x;
+    if (threadIdx.x == 0) {
+        int n = 0;
+        for (int r = 0; r < k; r++) {
+            const int32_t q = slot[i * k + r];
+            if (q < 0) continue;
+            const int32_t e = idx[i * k + r];
+            int j = n++;
+            while (j > 0 && se[j - 1] > e) {
+                se[j] = se[j - 1];
+                sp[j] = sp[j - 1];
+                j--;
+            }
+            se[j] = e;
+            sp[j] = q;
+        }
+        ns = n;
+    }
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < D; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < ns; j++) {
+            float v = y[(int64_t)sp[j] * D + c];
+            if (out_bf16) v = round_bf16(v);
+            acc = ADD(acc, v);
+        }
+        out[i * D + c] = acc;
+    }
+}
+
+extern "C" di_status cuda_op_moe_experts(const cuda_moe_weights *W, const float *x, int64_t m,
+                                         const int32_t *idx, const float *w, int k, int out_bf16,
+                                         float limit, void *scratch, size_t scratch_bytes,
+                                         float *out, void *stream, di_err *err) {
+    const int E = W->n_experts;
+    const int64_t D = W->dim, I = W->inter, P = m * k, G = E < P ? E : P;
+    if (m <= 0) return DI_OK;
+    if (E <= 0 || E > 1024 || k <= 0 || k > ROUTE_KMAX || D <= 0 || I <= 0 || D % 32 ||
+        I % 32)
+        return di_err_set(err, DI_ERR_UNSUPPORTED,
+                          "moe_experts: %d experts, top-%d, dim %lld, inter %lld (supported: "
+                          "up to 1024 experts, top-%d, dims multiples of 32)",
+                          E, k, (long long)D, (long long)I, ROUTE_KMAX);
+    if (P > 0x7fffffffLL || m > 0x7fffffffLL)
+        return di_err_set(err, DI_ERR_LIMIT, "moe_experts: %lld routed rows", (long long)P);
+    moe_scratch s = scratch_layout((char *)scratch, m, k, E, D, I);
+    if (!scratch || scratch_bytes < s.bytes)
+        return di_err_set(err, DI_ERR_INVALID_ARG,
+                          "moe_experts: scratch of %zu bytes, %zu needed", scratch_bytes, s.bytes);
+    cudaStream_t st = (cudaStream_t)stream;
+    const di_dtype F32 = DI_DTYPE_F32;
+    di_status rc;
+    k_moe_plan<<<1, PLAN_THREADS, 0, st>>>(idx, w, P, k, E, (int)G, s.ids, s.off, s.rows, s.pw,
+                                            s.slot, s.iota);
+    if ((rc = cuda_check_launch(err, "moe_experts: plan"))) return rc;
+    if ((rc = di_cuda_act_quant_fp8(x, F32, m, D, s.qa, s.sa, stream, err))) return rc;
+    if ((rc = di_cuda_gemm_mxfp4_grouped(s.qa, s.sa, D, W->w1, W->s1, I, s.ids, s.off,
+                                         (int32_t)G, s.rows, (int32_t)m, s.g, F32, stream, err)))
+        return di_err_prefix(err, "moe_experts w1: ");
+    if ((rc = di_cuda_gemm_mxfp4_grouped(s.qa, s.sa, D, W->w3, W->s3, I, s.ids, s.off,
+                                         (int32_t)G, s.rows, (int32_t)m, s.u, F32, stream, err)))
+        return di_err_prefix(err, "moe_experts w3: ");
+    k_moe_swiglu<<<grid_for(P * I), 256, 0, st>>>(s.g, s.u, s.pw, s.off + G, I, out_bf16, limit);
+    if ((rc = cuda_check_launch(err, "moe_experts: swiglu"))) return rc;
+    if ((rc = di_cuda_act_quant_fp8(s.g, F32, P, I, s.qh, s.sh, stream, err))) return rc;
+    if ((rc = di_cuda_gemm_mxfp4_grouped(s.qh, s.sh, I, W->w2, W->s2, D, s.ids, s.off,
+                                         (int32_t)G, s.iota, (int32_t)m, s.y, F32, stream, err)))
+        return di_err_prefix(err, "moe_experts w2: ");
+    k_moe_combine<<<(unsigned)m, COMBINE_THREADS, 0, st>>>(s.y, idx, s.slot, k, D, out_bf16, out);
+    return cuda_check_launch(err, "moe_experts: combine");
+}
