@@ -101,7 +101,6 @@ cJSON *di_js_own(js_ctx *c, cJSON *x) {
 }
 
 static const char *unsupported_keywords[] = {
-    "if", "then", "else",
     "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
     "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor", "$anchor", "$vocabulary", "extends",
     "disallow", "divisibleBy", NULL};
@@ -112,7 +111,7 @@ static const char *constraint_keywords[] = {
     "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format", "minimum",
     "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
     "x-di-patterns", "x-di-not-patterns", "x-di-not-values", "x-di-non-integer", "x-di-contains", "contains", "not",
-    "dependentRequired",
+    "if", "then", "else", "dependentRequired",
     "dependentSchemas", "dependencies", NULL};
 
 static int in_list(const char *k, const char **l) {

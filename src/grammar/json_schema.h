@@ -64,8 +64,8 @@ di_status di_js_regex_compile(const js_ctx *c, const char *pattern, size_t len, 
 /* `type` array naming the types of mask t. */
 cJSON *di_js_type_array(int t);
 
-/* Returns s with `not`, a oneOf whose branches may overlap, and
- * dependencies / dependentRequired / dependentSchemas rewritten into
+/* Returns s with `not`, a oneOf whose branches may overlap, if/then/else,
+ * and dependencies / dependentRequired / dependentSchemas rewritten into
  * allOf / anyOf of schemas the compiler handles (s itself when it has none
  * of them), or NULL with an error naming what cannot be rewritten exactly. */
 const cJSON *di_js_rewrite_logic(js_ctx *c, const cJSON *s);

@@ -1,7 +1,8 @@
 /* JSON Schema logic keywords the grammar cannot express directly, rewritten
  * exactly into allOf / anyOf of schemas it can: `not` (by pushing the
  * negation into the keywords), oneOf whose branches may overlap (each branch
- * minus the branches it may share instances with), and dependencies /
+ * minus the branches it may share instances with), if/then/else ((if ∧
+ * then) ∨ (¬if ∧ else)), and dependencies /
  * dependentRequired / dependentSchemas (absent, or present with what it
  * requires). Spec: ecosystem.md §1.1 (keyword coverage) and §1.4 (refuse
  * what cannot be enforced: a negation we cannot write exactly is an error
@@ -241,6 +242,25 @@ static int negate_keyword(js_ctx *c, const cJSON *s, const cJSON *k, cJSON *piec
         cJSON_AddItemToArray(pieces, cJSON_Duplicate(k, 1));
         return 0;
     }
+    if (!strcmp(n, "then") || !strcmp(n, "else")) return 0; /* with "if" */
+    if (!strcmp(n, "if")) { /* (if ∧ ¬then) ∨ (¬if ∧ ¬else) */
+        const cJSON *br[2] = {cJSON_GetObjectItemCaseSensitive(s, "then"), cJSON_GetObjectItemCaseSensitive(s, "else")};
+        for (int b = 0; b < 2; b++) {
+            if (!br[b]) continue;
+            cJSON *nb = negate(c, br[b], depth + 1), *cond = b ? negate(c, k, depth + 1) : cJSON_Duplicate(k, 1);
+            if (!nb || !cond) {
+                cJSON_Delete(nb);
+                cJSON_Delete(cond);
+                return -1;
+            }
+            cJSON *all = cJSON_CreateArray(), *o = cJSON_CreateObject();
+            cJSON_AddItemToArray(all, cond);
+            cJSON_AddItemToArray(all, nb);
+            cJSON_AddItemToObject(o, "allOf", all);
+            cJSON_AddItemToArray(pieces, o);
+        }
+        return 0;
+    }
     if (!strcmp(n, "$ref")) {
         if (!cJSON_IsString(k)) return FAIL(c, DI_ERR_FORMAT, "'$ref' must be a string");
         const cJSON *t = di_js_resolve_ref(c, k->valuestring);
@@ -363,6 +383,28 @@ static int one_of_disjoint(js_ctx *c, const cJSON *arr) {
     return 1;
 }
 
+/* if / then / else: (if ∧ then) ∨ (¬if ∧ else), an absent branch being
+ * true. */
+static cJSON *if_then_else(js_ctx *c, const cJSON *cond, const cJSON *then, const cJSON *els) {
+    cJSON *alts = cJSON_CreateArray();
+    const cJSON *br[2] = {then, els};
+    for (int b = 0; b < 2; b++) {
+        cJSON *x = b ? negate(c, cond, 0) : cJSON_Duplicate(cond, 1);
+        if (!x) {
+            cJSON_Delete(alts);
+            return NULL;
+        }
+        cJSON *all = cJSON_CreateArray(), *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(all, x);
+        if (br[b]) cJSON_AddItemReferenceToArray(all, (cJSON *)br[b]);
+        cJSON_AddItemToObject(o, "allOf", all);
+        cJSON_AddItemToArray(alts, o);
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "anyOf", alts);
+    return o;
+}
+
 /* Property `name` absent, or present together with `then` (a schema). */
 static cJSON *dependency(const char *name, cJSON *then) {
     cJSON *absent = cJSON_CreateObject(), *props = cJSON_CreateObject();
@@ -408,7 +450,10 @@ const cJSON *di_js_rewrite_logic(js_ctx *c, const cJSON *s) {
     int any_dep = 0;
     for (int i = 0; i < 3; i++) any_dep |= (deps[i] = cJSON_GetObjectItemCaseSensitive(s, dk[i])) != NULL;
     int one_overlap = one && cJSON_IsArray(one) && cJSON_GetArraySize(one) > 1 && !one_of_disjoint(c, one);
-    if (!n && !one_overlap && !any_dep) return s;
+    const cJSON *cif = cJSON_GetObjectItemCaseSensitive(s, "if");
+    const cJSON *cthen = cJSON_GetObjectItemCaseSensitive(s, "then");
+    const cJSON *celse = cJSON_GetObjectItemCaseSensitive(s, "else");
+    if (!n && !one_overlap && !any_dep && !cif && !cthen && !celse) return s;
     cJSON *r = di_js_own(c, cJSON_CreateObject());
     cJSON *extra = di_js_own(c, cJSON_CreateArray());
     if (!r || !extra) {
@@ -416,7 +461,9 @@ const cJSON *di_js_rewrite_logic(js_ctx *c, const cJSON *s) {
         return NULL;
     }
     for (const cJSON *k = s->child; k; k = k->next) {
-        if (k == n || (k == one && one_overlap) || k == deps[0] || k == deps[1] || k == deps[2]) continue;
+        if (k == n || (k == one && one_overlap) || k == deps[0] || k == deps[1] || k == deps[2] || k == cif ||
+            k == cthen || k == celse)
+            continue;
         cJSON_AddItemReferenceToObject(r, k->string, (cJSON *)k);
     }
     if (n) {
@@ -437,6 +484,15 @@ const cJSON *di_js_rewrite_logic(js_ctx *c, const cJSON *s) {
     }
     for (int i = 0; i < 3; i++)
         if (deps[i] && add_dependencies(c, deps[i], i, extra)) return NULL;
+    if (cif && (cthen || celse)) {
+        cJSON *x = if_then_else(c, cif, cthen, celse);
+        if (x) cJSON_AddItemToArray(extra, x);
+        else if (c->o->lenient) di_err_clear(c->err);
+        else {
+            di_err_prefix(c->err, "if/then/else: ");
+            return NULL;
+        }
+    }
     if (!cJSON_GetArraySize(extra)) return r;
     const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
     cJSON *nall = cJSON_CreateArray();

@@ -48,6 +48,10 @@ SCHEMAS = [
     {"not": {"contains": {"type": "integer"}}},
     {"type": "array", "not": {"items": {"type": "integer"}}, "maxItems": 2},
     {"oneOf": [{"type": "array", "items": {"type": "integer"}}, {"type": "array", "items": {"type": "number"}}]},
+    {"if": {"type": "integer"}, "then": {"minimum": 3}, "else": {"type": "string", "maxLength": 1}},
+    {"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}},
+    {"if": {"minimum": 7}, "else": {"enum": [1, "a", None]}},
+    {"not": {"if": {"type": "string"}, "then": {"minLength": 1}, "else": {"type": "null"}}},
 ]
 
 SCALARS = [None, True, False, 0, 1, -1, 1.5, 3, 7, 7.5, 10, 6379, 0.5, "", "a", "b", "c", "x1", "ab", [], [1], [1, 2], {},
