@@ -8,7 +8,9 @@
  *             (sqrt(log1p(exp(x))) in double, in fp32 ulps of the result),
  *             and the distance between the two in ulps; also the two parts
  *             e^a (a <= 0) and log1p(t) (0 <= t <= 1) on their own;
- *   speed     ns per score over 4096 logits, ours / libm (medians of 15).
+ *   speed     ns per score over 4096 logits, ours / libm (medians of 15),
+ *             and the CPU backend's moe_route at 64 x 384, top 6, against
+ *             the same routing on libm's functions.
  *
  *   build/bench/bench_route_score [--sample N] [--threads T] */
 #include <math.h>
@@ -19,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/backend.h"
 #include "core/route_score.h"
 
 static float f_of(uint32_t u) {
@@ -47,6 +50,35 @@ static int64_t ulp_dist(float a, float b) {
 }
 
 static float libm_score(float x) { return sqrtf(x > 20.f ? x : log1pf(expf(x))); }
+
+/* The routing op as it was with libm's functions: the peer of the CPU
+ * backend's moe_route. */
+static void libm_route(const float *logits, const float *bias, int64_t m, int e, int k,
+                       float route_scale, int32_t *idx, float *w) {
+    float sc[1024], biased[1024];
+    int32_t pick[64];
+    for (int64_t i = 0; i < m; i++) {
+        for (int j = 0; j < e; j++) {
+            sc[j] = libm_score(logits[i * e + j]);
+            biased[j] = sc[j] + bias[j];
+        }
+        for (int r = 0; r < k; r++) {
+            int best = -1;
+            for (int j = 0; j < e; j++) {
+                int used = 0;
+                for (int t = 0; t < r; t++) used |= pick[t] == j;
+                if (!used && (best < 0 || biased[j] > biased[best])) best = j;
+            }
+            pick[r] = best;
+        }
+        float sum = 0.f;
+        for (int r = 0; r < k; r++) sum += sc[pick[r]];
+        for (int r = 0; r < k; r++) {
+            idx[i * k + r] = pick[r];
+            w[i * k + r] = sc[pick[r]] / (sum + 1e-20f) * route_scale;
+        }
+    }
+}
 
 typedef struct stats {
     double ours_max, libm_max;    /* ulps against the exact value */
@@ -203,7 +235,34 @@ int main(int argc, char **argv) {
     }
     qsort(to, REPS, sizeof *to, cmpd);
     qsort(tl, REPS, sizeof *tl, cmpd);
-    printf("speed: ours %.2f ns/score, libm %.2f ns/score, ours/libm %.2f (medians of %d; %g)\n",
+    printf("speed (this file, -march=native): ours %.2f ns/score, libm %.2f ns/score, "
+           "ours/libm %.2f (medians of %d; %g)\n",
            to[REPS / 2], tl[REPS / 2], to[REPS / 2] / tl[REPS / 2], REPS, sink * 0);
+
+    /* the library's routing op (built for baseline x86-64, its scores for
+     * FMA where the CPU has it) against the libm routing, real shape:
+     * 64 rows of 384 experts, top 6 */
+    di_backend *be = NULL;
+    di_err err = {0};
+    if (di_backend_cpu_create(1, &be, &err)) return 1;
+    enum { M = 64, E = 384, K = 6 };
+    static float lg[M * E], bias[E], wt[M * K];
+    static int32_t id[M * K];
+    for (int i = 0; i < M * E; i++) lg[i] = x[i % N] + (float)(i / N) * 0.01f;
+    for (int j = 0; j < E; j++) bias[j] = 0.01f * (float)(j % 7);
+    for (int k = 0; k < REPS; k++) {
+        double t0 = now();
+        for (int rep = 0; rep < 5; rep++) be->ops->moe_route(be, lg, bias, M, E, K, 1, 1.5f, id, wt);
+        double t1 = now();
+        for (int rep = 0; rep < 5; rep++) libm_route(lg, bias, M, E, K, 1.5f, id, wt);
+        double t2 = now();
+        to[k] = (t1 - t0) / 5 * 1e6;
+        tl[k] = (t2 - t1) / 5 * 1e6;
+    }
+    qsort(to, REPS, sizeof *to, cmpd);
+    qsort(tl, REPS, sizeof *tl, cmpd);
+    printf("moe_route 64 x 384, top 6: ours %.1f us, libm routing %.1f us, ours/libm %.2f "
+           "(medians of %d)\n", to[REPS / 2], tl[REPS / 2], to[REPS / 2] / tl[REPS / 2], REPS);
+    di_backend_destroy(be);
     return 0;
 }

@@ -20,8 +20,12 @@
 #include <stdint.h>
 #include <string.h>
 
+/* Always inlined on the host too, so that a caller compiled for FMA
+ * (backend_cpu.c) gets DI_FMA as one instruction rather than a libm call. */
 #if defined(__CUDACC__)
 #define DI_HD __host__ __device__ __forceinline__
+#elif defined(__GNUC__)
+#define DI_HD static inline __attribute__((always_inline))
 #else
 #define DI_HD static inline
 #endif

