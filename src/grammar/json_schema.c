@@ -711,6 +711,87 @@ static void mag_range(long long lo, int lo_ex, long long hi, int hi_ex, int inte
 #undef ALT
 }
 
+/* Fraction digit strings d (after the point, at least one digit) compared
+ * with the fraction digits f of a bound (f without trailing zeros, maybe
+ * empty), as decimals: which = 1 for d > f, 0 for d = f, -1 for d < f.
+ * Appends alternatives ("|" separated, none when empty) to out. */
+static void frac_cmp_rx(const char *f, int which, char *out, size_t cap) {
+    size_t k = strlen(out), n = strlen(f);
+    int first = out[0] == 0;
+#define FALT(...) do { k += (size_t)snprintf(out + k, cap - k, "%s", first ? "" : "|"); first = 0; \
+                       k += (size_t)snprintf(out + k, cap - k, __VA_ARGS__); } while (0)
+    if (which == 0) {
+        FALT("%s%s0*", f, n ? "" : "0");
+        return;
+    }
+    for (size_t j = 0; j < n; j++) {
+        int dj = f[j] - '0';
+        if (which > 0 && dj < 9) FALT("%.*s[%d-9][0-9]*", (int)j, f, dj + 1);
+        if (which < 0 && dj > 0) FALT("%.*s[0-%d][0-9]*", (int)j, f, dj - 1);
+        if (which < 0 && j > 0) FALT("%.*s", (int)j, f); /* a shorter prefix: smaller */
+    }
+    if (which > 0) FALT("%s[0-9]*[1-9][0-9]*", f);
+#undef FALT
+}
+
+/* Unsigned decimals m (canonical integer part, optional fraction) with
+ * m > b (ge = 1) or m < b (ge = 0), or equal too when !strict; b = bi.bf. */
+static void mag_cmp_rx(long long bi, const char *bf, int ge, int strict, char *out, size_t cap) {
+    char ir[8192], fr[4096];
+    size_t k = 0;
+    out[0] = 0;
+    int first = 1;
+#define MALT(...) do { k += (size_t)snprintf(out + k, cap - k, "%s", first ? "" : "|"); first = 0; \
+                       k += (size_t)snprintf(out + k, cap - k, __VA_ARGS__); } while (0)
+    ir[0] = 0;
+    if (ge) int_range(bi + 1, -1, ir, sizeof ir);
+    else if (bi >= 1) int_range(0, bi - 1, ir, sizeof ir); /* (a negative hi means unbounded) */
+    if (ir[0]) MALT("%s(\\.[0-9]+)?", ir);
+    /* integer part bi: no fraction (value bi.0), or a fraction compared */
+    fr[0] = 0;
+    frac_cmp_rx(bf, ge ? 1 : -1, fr, sizeof fr);
+    if (!strict) frac_cmp_rx(bf, 0, fr, sizeof fr);
+    int bare = ge ? (!strict && !bf[0]) : (bf[0] || !strict);
+    if (bare) MALT("%lld", bi);
+    if (fr[0]) MALT("%lld\\.(%s)", bi, fr);
+#undef MALT
+}
+
+/* Decimal digits of |b| as integer and fraction parts (fraction without
+ * trailing zeros); -1 when b needs more than 6 fraction digits or 9
+ * integer digits (beyond the exact-comparison language). */
+static int bound_digits(double b, long long *bi, char *bf, size_t cap) {
+    double a = fabs(b);
+    if (a >= 1e9) return -1;
+    char t[64];
+    snprintf(t, sizeof t, "%.6f", a);
+    if (strtod(t, NULL) != a) return -1;
+    char *dot = strchr(t, '.');
+    *dot = 0;
+    *bi = atoll(t);
+    size_t e = strlen(dot + 1);
+    while (e > 0 && dot[e] == '0') e--;
+    snprintf(bf, cap, "%.*s", (int)e, dot + 1);
+    return 0;
+}
+
+/* Regex of the numbers x >= b (ge) or x <= b (!ge), strictly when strict,
+ * for a fractional bound b: the sign decides which magnitudes. */
+static int number_side_rx(js_ctx *c, double b, int ge, int strict, char *out, size_t cap) {
+    long long bi;
+    char bf[16], mag[16384];
+    if (bound_digits(b, &bi, bf, sizeof bf))
+        return FAIL(c, DI_ERR_UNSUPPORTED, "numeric bound %.17g needs more than 9 integer or 6 fraction digits", b);
+    const char *any = "(0|[1-9][0-9]*)(\\.[0-9]+)?";
+    int pos = b >= 0;
+    /* x >= b: b positive: magnitudes >= b; b negative: non-negatives, or
+     * negatives with magnitude <= |b|. Mirrored for x <= b. */
+    mag_cmp_rx(bi, bf, ge == pos, strict, mag, sizeof mag);
+    if (ge == pos) snprintf(out, cap, "%s(%s)", pos ? "" : "\\-", mag);
+    else snprintf(out, cap, "(%s%s|%s(%s))", ge ? "" : "\\-", any, pos ? "" : "\\-", mag);
+    return 0;
+}
+
 /* Regex of the decimal literals equal to number v within lang_digits (see
  * number_emit) into buf; 0 when no such literal exists, -1 when v cannot
  * be excluded exactly. */
@@ -855,10 +936,45 @@ no_mul:;
         if (!isinf(lo)) { double l = lo_ex ? floor(lo) + 1 : ceil(lo); lo = l; lo_ex = 0; }
         if (!isinf(hi)) { double h = hi_ex ? ceil(hi) - 1 : floor(hi); hi = h; hi_ex = 0; }
     } else if ((!isinf(lo) && lo != floor(lo)) || (!isinf(hi) && hi != floor(hi))) {
-        if (!c->o->lenient)
-            return FAIL(c, DI_ERR_UNSUPPORTED, "fractional minimum/maximum on a number is not supported");
-        if (!isinf(lo) && lo != floor(lo)) { lo = ceil(lo); lo_ex = 0; }
-        if (!isinf(hi) && hi != floor(hi)) { hi = floor(hi); hi_ex = 0; }
+        /* fractional bounds: one regex per side, intersected, in the digits
+         * where comparing literals is comparing doubles */
+        di_dfa d, e, x;
+        char side[20000];
+        int have = 0;
+        const double bv[2] = {lo, hi};
+        const int ex[2] = {lo_ex, hi_ex};
+        for (int i = 0; i < 2; i++) {
+            if (isinf(bv[i])) continue;
+            if (number_side_rx(c, bv[i], i == 0, ex[i], side, sizeof side)) {
+                if (have) di_dfa_free(&d);
+                return -1;
+            }
+            if (di_js_regex_compile(c, side, strlen(side), 0, c->o->max_lexer_states, have ? &e : &d, c->err)) {
+                if (have) di_dfa_free(&d);
+                return -1;
+            }
+            if (have) {
+                di_status st = di_dfa_product(&d, &e, 0, c->o->max_lexer_states, &x, c->err);
+                di_dfa_free(&d);
+                di_dfa_free(&e);
+                if (st) return -1;
+                d = x;
+            }
+            have = 1;
+        }
+        if (frac_re[0]) {
+            snprintf(side, sizeof side, "-?(0|[1-9][0-9]*)%s", frac_re);
+            if (di_js_regex_compile(c, side, strlen(side), 0, c->o->max_lexer_states, &e, c->err)) {
+                di_dfa_free(&d);
+                return -1;
+            }
+            di_status st = di_dfa_product(&d, &e, 0, c->o->max_lexer_states, &x, c->err);
+            di_dfa_free(&e);
+            di_dfa_free(&d);
+            if (st) return -1;
+            d = x;
+        }
+        return number_emit(c, s, 0, 1, NULL, &d, out);
     }
     if ((!isinf(lo) && fabs(lo) > 1e15) || (!isinf(hi) && fabs(hi) > 1e15))
         return FAIL(c, DI_ERR_UNSUPPORTED, "numeric bound beyond 1e15 is not supported");

@@ -54,6 +54,15 @@ SCHEMAS = [
     {"not": {"if": {"type": "string"}, "then": {"minLength": 1}, "else": {"type": "null"}}},
 ]
 
+# fractional bounds on numbers, against the oracle on literals of at most 6
+# fraction digits (the language bounded numbers are written in)
+BOUNDS = [{"minimum": 0.5}, {"exclusiveMinimum": 0.5}, {"maximum": 0.5}, {"exclusiveMaximum": 0.5},
+          {"minimum": -1.25, "maximum": 7.5}, {"exclusiveMinimum": -0.75, "exclusiveMaximum": -0.25},
+          {"minimum": 2.05, "exclusiveMaximum": 10}, {"maximum": -3.5}, {"minimum": 0.001, "maximum": 0.01}]
+NUMBERS = ["0", "-0", "0.5", "0.50", "0.500001", "0.499999", "0.49", "0.51", "1", "-1", "-0.5", "-0.75", "-0.7", "-0.76",
+           "-0.25", "-0.2", "-0.3", "-1.25", "-1.2", "-1.26", "7.5", "7.49", "7.51", "8", "2.05", "2.04", "2.1", "2.050",
+           "9.99", "10", "10.0", "-3.5", "-3.49", "-3.51", "-4", "0.01", "0.001", "0.1", "123", "0.500000"]
+
 SCALARS = [None, True, False, 0, 1, -1, 1.5, 3, 7, 7.5, 10, 6379, 0.5, "", "a", "b", "c", "x1", "ab", [], [1], [1, 2], {},
            ["a"], [1, "a"], [1.5], [2, 1.5], [1, 2, 3, "x"], [None, 1], [0.5, 0.25]]
 
@@ -173,3 +182,13 @@ def test_long_strings_count_exactly(vocab, mn, mx):
     assert not wrong, wrong[:8]
     text = json.dumps("hello world " * 450)
     assert F.accepts_tokens(g, F.encode(text)) == v.is_valid("hello world " * 450)
+
+
+@pytest.mark.parametrize("bounds", BOUNDS, ids=[json.dumps(b) for b in BOUNDS])
+def test_fractional_bounds_match_jsonschema(vocab, bounds):
+    schema = dict(type="number", **bounds)
+    g = F.Grammar(vocab, F.DI_CONSTRAINT_JSON_SCHEMA, json.dumps(schema))
+    v = validator(schema)
+    wrong = [(t, got) for t in NUMBERS
+             for got in [F.accepts_tokens(g, F.encode(t))] if got != v.is_valid(json.loads(t))]
+    assert not wrong, wrong
