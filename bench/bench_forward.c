@@ -189,6 +189,10 @@ static void timed_ops_init(const di_backend_ops *in) {
     timed_ops.restrict_blocks = w_restrict;
     timed_ops.topk_select = w_topk;
     timed_ops.moe_route = w_route;
+    /* the model's per-expert loop (the grouped op gives the same bits), so the
+     * MoE's products and elementwise ops are timed by class */
+    timed_ops.moe_route_buf = NULL;
+    timed_ops.moe_experts = NULL;
     timed_ops.swiglu = w_swiglu;
     timed_ops.gather_rows = w_gather;
     timed_ops.scatter_add_rows = w_scatter;

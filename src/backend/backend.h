@@ -15,9 +15,10 @@
  * - Small integer metadata lives on the host and is passed as host arrays:
  *   positions, token ids, row indices of gathers/scatters, the per-query
  *   attention row tables (host arrays of pointers into backend buffers),
- *   visible counts, top-k selections and expert routing results. A device
- *   backend uploads or downloads these itself; float tensors never leave
- *   backend memory except through download.
+ *   visible counts, top-k selections and expert routing results (which
+ *   moe_route_buf can instead leave in backend memory for moe_experts). A
+ *   device backend uploads or downloads these itself; float tensors never
+ *   leave backend memory except through download.
  * - Ops cannot fail once their inputs are validated by the model (shapes are
  *   checked when the model is built), so they return nothing; a backend
  *   whose ops can still fail (device errors) reports through `status`. */
