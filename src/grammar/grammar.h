@@ -13,6 +13,7 @@ struct di_grammar {
     const di_vocab *vocab;
     di_grammar_options opts;
     di_mask_cache cache;    /* mutable memo behind a lock; see mask_cache.h */
+    int json_keys;          /* JSON output: the matcher refuses repeated object keys (json_keys.h) */
 };
 
 /* Front ends: each fills g (already initialised with the limits) and

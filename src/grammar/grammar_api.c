@@ -92,6 +92,7 @@ DI_API di_status di_grammar_compile(const di_vocab *vocab, di_constraint_kind ki
     }
     g->vocab = vocab;
     g->opts = o;
+    g->json_keys = kind == DI_CONSTRAINT_JSON_SCHEMA || kind == DI_CONSTRAINT_JSON_OBJECT;
     di_mask_cache_init(&g->cache, (size_t)64 << 20);
     uint32_t max_tok = 1;
     for (uint32_t i = 0; i < vocab->n_vocab; i++)

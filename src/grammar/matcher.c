@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "grammar/grow.h"
+#include "grammar/json_keys.h"
 
 typedef struct item {
     uint32_t rule, dot, origin, state; /* state: lexeme DFA state (scan items) */
@@ -42,18 +44,11 @@ struct di_matcher {
     uint32_t hash_cap, hash_n;
     uint32_t stamp;
     uint32_t *predicted;   /* [n_nts] stamp */
+    /* JSON output: object keys so far, to refuse a repeated one */
+    int track;
+    di_json_keys jk;
+    di_jk_state *jst;      /* [n_sets] tracker state after each set's byte */
 };
-
-static int grow(void **p, uint32_t *cap, uint32_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    uint32_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, (size_t)c * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
 
 static inline uint32_t hkey(uint32_t r, uint32_t d, uint32_t o, uint32_t s) {
     uint64_t h = (uint64_t)r * 0x9E3779B97F4A7C15ull ^ ((uint64_t)d << 20) ^ ((uint64_t)o * 0xC2B2AE3D27D4EB4Full) ^ s;
@@ -106,7 +101,7 @@ static void new_stamp(di_matcher *m) {
 static int agenda_push(di_matcher *m, uint32_t r, uint32_t d, uint32_t o) {
     int k = hash_insert(m, r, d, o, NO_STATE);
     if (k <= 0) return k;
-    if (grow((void **)&m->agenda, &m->cap_agenda, m->n_agenda + 1, sizeof *m->agenda)) return -1;
+    if (di_grow((void **)&m->agenda, &m->cap_agenda, m->n_agenda + 1, sizeof *m->agenda)) return -1;
     m->agenda[m->n_agenda++] = (item){r, d, o, NO_STATE};
     return 0;
 }
@@ -135,12 +130,12 @@ static int closure(di_matcher *m, uint32_t j, uint8_t *acc) {
             int k = hash_insert(m, it.rule, it.dot, it.origin, st);
             if (k < 0) return -1;
             if (k) {
-                if (grow((void **)&m->scan, &m->cap_scan, m->n_scan + 1, sizeof *m->scan)) return -1;
+                if (di_grow((void **)&m->scan, &m->cap_scan, m->n_scan + 1, sizeof *m->scan)) return -1;
                 m->scan[m->n_scan++] = (item){it.rule, it.dot, it.origin, st};
             }
             continue;
         }
-        if (grow((void **)&m->wait, &m->cap_wait, m->n_wait + 1, sizeof *m->wait)) return -1;
+        if (di_grow((void **)&m->wait, &m->cap_wait, m->n_wait + 1, sizeof *m->wait)) return -1;
         m->wait[m->n_wait++] = it;
         if (m->predicted[s] != m->stamp) {
             m->predicted[s] = m->stamp;
@@ -154,7 +149,7 @@ static int closure(di_matcher *m, uint32_t j, uint8_t *acc) {
 
 static int ensure_set(di_matcher *m) {
     uint32_t need = m->n_sets + 2;
-    if (grow((void **)&m->scan_off, &m->cap_sets, need, sizeof *m->scan_off)) return -1;
+    if (di_grow((void **)&m->scan_off, &m->cap_sets, need, sizeof *m->scan_off)) return -1;
     uint32_t c2 = 0, c3 = 0;
     /* wait_off and accept follow cap_sets */
     void *w = realloc(m->wait_off, (size_t)m->cap_sets * sizeof *m->wait_off);
@@ -163,6 +158,9 @@ static int ensure_set(di_matcher *m) {
     void *a = realloc(m->accept, m->cap_sets);
     if (!a) return -1;
     m->accept = a;
+    void *js = realloc(m->jst, (size_t)m->cap_sets * sizeof *m->jst);
+    if (!js) return -1;
+    m->jst = js;
     (void)c2; (void)c3;
     return 0;
 }
@@ -187,9 +185,14 @@ static int push_byte(di_matcher *m, uint8_t b) {
     const di_cfg *g = m->cfg;
     if (m->cap_sets < m->n_sets + 2 && ensure_set(m)) return -1;
     uint32_t j = m->n_sets;
+    di_jk_state js;
+    if (m->track) { /* a byte that completes a repeated key is not viable */
+        int r = di_json_keys_step(&m->jk, &m->jst[j - 1], b, &js);
+        if (r) return r == DI_JK_DUPLICATE ? 0 : -1;
+    }
     uint32_t p0 = m->scan_off[j - 1], p1 = m->scan_off[j];
     uint32_t base = m->n_scan;
-    if (grow((void **)&m->scan, &m->cap_scan, m->n_scan + (p1 - p0) + 1, sizeof *m->scan)) return -1;
+    if (di_grow((void **)&m->scan, &m->cap_scan, m->n_scan + (p1 - p0) + 1, sizeof *m->scan)) return -1;
     uint32_t n_acc = 0;
     m->n_agenda = 0;
     for (uint32_t k = p0; k < p1; k++) {
@@ -200,7 +203,7 @@ static int push_byte(di_matcher *m, uint8_t b) {
         it.state = s2;
         m->scan[m->n_scan++] = it;
         if (d->accept[s2]) {
-            if (grow((void **)&m->agenda, &m->cap_agenda, m->n_agenda + 1, sizeof *m->agenda)) return -1;
+            if (di_grow((void **)&m->agenda, &m->cap_agenda, m->n_agenda + 1, sizeof *m->agenda)) return -1;
             m->agenda[m->n_agenda++] = (item){it.rule, it.dot + 1, it.origin, NO_STATE};
             n_acc++;
         }
@@ -233,6 +236,7 @@ static int push_byte(di_matcher *m, uint8_t b) {
         m->n_wait = m->wait_off[j];
         return 0;
     }
+    if (m->track) m->jst[j] = js;
     finish_set(m, acc);
     return 1;
 }
@@ -248,6 +252,8 @@ void di_matcher_free(di_matcher *m) {
     free(m->agenda);
     free(m->hash);
     free(m->predicted);
+    free(m->jst);
+    di_json_keys_free(&m->jk);
     free(m);
 }
 
@@ -264,9 +270,11 @@ di_status di_matcher_create(const di_grammar *g, di_matcher **out) {
     m->cfg = &g->cfg;
     m->predicted = calloc(g->cfg.n_nts ? g->cfg.n_nts : 1, sizeof *m->predicted);
     if (!m->predicted || ensure_set(m)) goto nomem;
-    if (grow((void **)&m->steps, &m->cap_steps, 4, sizeof *m->steps)) goto nomem;
+    if (di_grow((void **)&m->steps, &m->cap_steps, 4, sizeof *m->steps)) goto nomem;
     m->scan_off[0] = 0;
     m->wait_off[0] = 0;
+    m->track = g->json_keys;
+    if (m->track && di_json_keys_init(&m->jk, &m->jst[0])) goto nomem;
     new_stamp(m);
     uint8_t acc = 0;
     m->n_agenda = 0;
@@ -283,7 +291,7 @@ nomem:
 }
 
 static di_status step_record(di_matcher *m, di_err *err) {
-    if (grow((void **)&m->steps, &m->cap_steps, m->n_steps + 2, sizeof *m->steps))
+    if (di_grow((void **)&m->steps, &m->cap_steps, m->n_steps + 2, sizeof *m->steps))
         return di_err_set(err, DI_ERR_NOMEM, "out of memory");
     m->steps[++m->n_steps] = m->n_sets;
     return DI_OK;
@@ -408,6 +416,251 @@ static int general_walk(di_matcher *m, uint32_t i0, uint32_t i_end, uint32_t d0,
     return 0;
 }
 
+
+/* Clears the tokens of mask that would complete a key its object already
+ * has: every allowed token with enough quotes to complete a repeated key is
+ * re-read by the tracker from the current position (exactly what advance
+ * does), so the walks that built the mask need not track keys. Returns -1
+ * when out of memory. */
+static int drop_repeated_keys(di_matcher *m, uint32_t *mask) {
+    const di_vocab *v = m->g->vocab;
+    const di_jk_state *top = &m->jst[m->n_sets - 1];
+    uint32_t need = di_json_keys_min_quotes(&m->jk, top);
+    if (need > 7) need = 7;
+    for (uint32_t q = 0; q < v->quote_start[need]; q++) {
+        uint32_t t = v->quote_toks[q];
+        if (!(mask[t >> 5] >> (t & 31) & 1)) continue;
+        di_jk_state s = *top;
+        for (uint32_t k = v->off[t]; k < v->off[t + 1]; k++) {
+            di_jk_state o;
+            int r = di_json_keys_step(&m->jk, &s, v->bytes[k], &o);
+            if (r < 0) return -1;
+            if (r) {
+                mask[t >> 5] &= ~(1u << (t & 31));
+                break;
+            }
+            s = o;
+        }
+    }
+    return 0;
+}
+
+/* Search nodes the dead-end checks of one mask may visit; past it a token
+ * is kept (a rare dead end rather than a wrongly refused token). */
+#define DEAD_END_BUDGET 4096
+
+typedef struct key_search {
+    const di_json_keys *jk;
+    uint32_t budget;
+    uint16_t class_size[256]; /* bytes per class of the automaton searched */
+} key_search;
+
+/* 1 when automaton d from state s (inside a key, prefix of length len
+ * read, which the keys cand[0..n) begin with) can complete a key that is
+ * none of them. A byte off every key leads to a fresh key at once (a live
+ * state can always be completed), so only the keys' next bytes, '"' and
+ * '\\' are followed one by one, and any other live byte (found by class)
+ * ends the search. An escape is counted as fresh too (keys are compared
+ * unescaped only when canonical: a rare dead end left in the mask, never a
+ * token wrongly refused). */
+static int fresh_from(key_search *ks, const di_dfa *d, uint32_t s, uint32_t len, const uint32_t *cand, uint32_t n) {
+    const di_json_keys *k = ks->jk;
+    if (d->accept[s]) return 1; /* a lexeme that ends before a closing '"': not a key lexeme, not searched */
+    if (!ks->budget) return 1;
+    ks->budget--;
+    /* the special bytes here and how many fall in each class */
+    uint8_t spec[66];
+    uint32_t n_spec = 0;
+    uint16_t in_class[256] = {0};
+    spec[n_spec++] = '"';
+    spec[n_spec++] = '\\';
+    for (uint32_t q = 0; q < n; q++) {
+        const di_jk_node *nd = &k->nodes[cand[q] - 1];
+        if (nd->len <= len) continue;
+        uint8_t b = k->bytes[nd->off + len];
+        int seen = 0;
+        for (uint32_t z = 0; z < n_spec && !seen; z++) seen = spec[z] == b;
+        if (!seen && n_spec < sizeof spec) spec[n_spec++] = b;
+    }
+    for (uint32_t z = 0; z < n_spec; z++) in_class[d->byte_class[spec[z]]]++;
+    const uint32_t *row = d->trans + (size_t)s * d->n_classes;
+    for (uint32_t c = 0; c < d->n_classes; c++)
+        if (row[c] && ks->class_size[c] > in_class[c]) return 1; /* a live byte off every key */
+    uint32_t sub[64];
+    for (uint32_t z = 0; z < n_spec; z++) {
+        uint8_t b = spec[z];
+        uint32_t s2 = di_dfa_step(d, s, b);
+        if (!s2) continue;
+        if (b == '"') { /* closes the key: fresh unless one of them ends here */
+            if (!d->accept[s2]) continue;
+            int taken = 0;
+            for (uint32_t q = 0; q < n && !taken; q++) taken = k->nodes[cand[q] - 1].len == len;
+            if (!taken) return 1;
+            continue;
+        }
+        if (b == '\\') return 1;
+        uint32_t m = 0;
+        for (uint32_t q = 0; q < n; q++) {
+            const di_jk_node *nd = &k->nodes[cand[q] - 1];
+            if (nd->len > len && k->bytes[nd->off + len] == b && m < 64) sub[m++] = cand[q];
+        }
+        if (fresh_from(ks, d, s2, len + 1, sub, m)) return 1;
+    }
+    return 0;
+}
+
+/* 1 when, from the top set, a key its object does not have yet can be
+ * completed; 0 when none can. The key is one lexeme: its automaton (from
+ * each lexer item of the top set) is searched along the object's keys. */
+static int fresh_key_reachable(di_matcher *m, uint32_t *budget) {
+    const di_cfg *g = m->cfg;
+    const di_jk_state *js = &m->jst[m->n_sets - 1];
+    const di_json_keys *k = &m->jk;
+    if (js->esc || js->pend) return 1;
+    int in_key = di_json_keys_in_key(js), found = 0, searched = 0;
+    uint32_t plen = in_key ? js->key_len : 0; /* the key read so far */
+    uint32_t all[64], n = 0;
+    for (uint32_t x = k->frames[js->frame].keys; x && n < 64; x = k->nodes[x - 1].next) {
+        const di_jk_node *nd = &k->nodes[x - 1];
+        if (nd->len >= plen && !memcmp(k->bytes + nd->off, k->bytes + js->key_off, plen)) all[n++] = x;
+    }
+    if (n == 64) return 1; /* many keys: not searched */
+    key_search ks = {.jk = k, .budget = *budget};
+    uint32_t top = m->n_sets - 1;
+    for (uint32_t x = m->scan_off[top]; x < m->scan_off[top + 1] && !found; x++) {
+        const item *it = &m->scan[x];
+        const di_dfa *d = &g->terms[DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot])].dfa;
+        uint32_t s = it->state;
+        if (!in_key) { /* the key opens with '"', maybe after whitespace */
+            for (int w = 0; w < 64 && s && !di_dfa_step(d, s, '"'); w++) {
+                uint32_t s2 = di_dfa_step(d, s, ' ');
+                if (!s2) s2 = di_dfa_step(d, s, '\n');
+                s = s2;
+            }
+            s = s ? di_dfa_step(d, s, '"') : 0;
+            if (!s) continue;
+        }
+        memset(ks.class_size, 0, sizeof ks.class_size);
+        for (int b = 0; b < 256; b++) ks.class_size[d->byte_class[b]]++;
+        found = fresh_from(&ks, d, s, plen, all, n);
+        searched = 1;
+    }
+    *budget = ks.budget;
+    return found || !searched || !ks.budget;
+}
+
+/* Verdicts of the dead-end search for the situations met in one mask: the
+ * object (its frame's parent and keys) and the key read so far. */
+typedef struct dead_entry {
+    uint32_t parent, keys, in_key, len;
+    uint64_t hash;
+    int dead;
+} dead_entry;
+typedef struct dead_memo {
+    uint32_t n;
+    dead_entry e[32];
+} dead_memo;
+
+/* 1 when token t leads to a dead end: a key is due (or begun) in an object
+ * whose keys the grammar still allows are all taken. The tracker reads the
+ * token first (cheap); only a token that ends where a key is due or begun
+ * is pushed through the parser and searched from. */
+static int token_dead_end(di_matcher *m, uint32_t t, dead_memo *memo, uint32_t *budget) {
+    const di_vocab *v = m->g->vocab;
+    uint32_t base = m->n_sets;
+    di_jk_state js = m->jst[base - 1];
+    uint32_t stable_frames = js.n_frames, stable_nodes = js.n_nodes;
+    for (uint32_t k = v->off[t]; k < v->off[t + 1]; k++) {
+        di_jk_state o;
+        int r = di_json_keys_step(&m->jk, &js, v->bytes[k], &o);
+        if (r) return r < 0 ? -1 : 0; /* a repeated key: dropped already */
+        js = o;
+    }
+    if (!di_json_keys_may_dead_end(&m->jk, &js)) return 0;
+    const di_jk_frame *f = &m->jk.frames[js.frame];
+    uint64_t h = 1469598103934665603ull;
+    for (uint32_t k = 0; k < js.key_len; k++) h = (h ^ m->jk.bytes[js.key_off + k]) * 1099511628211ull;
+    dead_entry key = {f->parent, f->keys, (uint32_t)di_json_keys_in_key(&js), js.key_len, h, 0};
+    /* ids past the top's arenas were made by this token: not comparable */
+    int keyed = f->parent < stable_frames && f->keys <= stable_nodes && !js.esc && !js.pend;
+    for (uint32_t q = 0; keyed && q < memo->n; q++)
+        if (memo->e[q].parent == key.parent && memo->e[q].keys == key.keys && memo->e[q].in_key == key.in_key &&
+            memo->e[q].len == key.len && memo->e[q].hash == key.hash)
+            return memo->e[q].dead;
+    int rc = 0;
+    for (uint32_t k = v->off[t]; k < v->off[t + 1] && !rc; k++) {
+        int r = push_byte(m, v->bytes[k]);
+        if (r <= 0) rc = r < 0 ? -1 : 1; /* not allowed: nothing to check */
+    }
+    int dead = 0;
+    if (!rc) {
+        int r = fresh_key_reachable(m, budget);
+        dead = r == 0;
+        key.dead = dead;
+        if (keyed && r >= 0 && memo->n < 32) memo->e[memo->n++] = key;
+    }
+    while (m->n_sets > base) pop_set(m);
+    return rc < 0 ? -1 : dead;
+}
+
+/* Clears the tokens of mask that lead to a dead end the grammar cannot see
+ * (see token_dead_end). Only tokens that can end where a key is due or
+ * inside one are looked at: those holding '"', separators (whitespace, or
+ * a ',' then whitespace), tokens with escapes, and, inside a key, those
+ * that spell on along a key the object has. */
+static int drop_dead_ends(di_matcher *m, uint32_t *mask) {
+    const di_vocab *v = m->g->vocab;
+    if (!di_json_keys_any(&m->jk, &m->jst[m->n_sets - 1])) return 0;
+    dead_memo memo = {0};
+    uint32_t budget = DEAD_END_BUDGET;
+    /* Which tokens can end where a key is due or begun. Outside strings:
+     * those holding '"' (they may open a key) and a ',' then whitespace;
+     * whitespace alone keeps the place (its verdict is this place's, good
+     * since the previous mask). Inside a string value or a key: a '"' then
+     * a ','; and inside a key that begins one of the object's, escapes and
+     * the tokens spelling on along such a key. */
+    const di_jk_state *top0 = &m->jst[m->n_sets - 1];
+    int in_key = di_json_keys_in_key(top0), deep = in_key && di_json_keys_may_dead_end(&m->jk, top0);
+    int in_value = di_json_keys_in_value(top0);
+    int in_string = in_key || in_value;
+    const uint32_t *lists[3] = {in_string ? v->qc_toks : v->quote_toks, v->sep_toks, v->esc_toks};
+    uint32_t counts[3] = {in_string ? v->n_qc : v->quote_start[1], in_string ? 0 : v->n_sep, deep ? v->n_esc : 0};
+    for (int l = 0; l < 3; l++)
+        for (uint32_t q = 0; q < counts[l]; q++) {
+            uint32_t t = lists[l][q];
+            if (!(mask[t >> 5] >> (t & 31) & 1)) continue;
+            int r = token_dead_end(m, t, &memo, &budget);
+            if (r < 0) return -1;
+            if (r) mask[t >> 5] &= ~(1u << (t & 31));
+        }
+    /* inside a key: tokens spelling on along a key of the object */
+    const di_jk_state *top = &m->jst[m->n_sets - 1];
+    if (!di_json_keys_in_key(top) || top->esc || top->pend) return 0;
+    const di_json_keys *k = &m->jk;
+    uint32_t plen = top->key_len;
+    for (uint32_t x = k->frames[top->frame].keys; x; x = k->nodes[x - 1].next) {
+        const di_jk_node nd = k->nodes[x - 1];
+        if (nd.len <= plen || memcmp(k->bytes + nd.off, k->bytes + top->key_off, plen)) continue;
+        /* descend the trie along the rest of the key */
+        uint32_t lo = 0, hi = v->trie.n_nodes;
+        for (uint32_t d = 0; plen + d < nd.len; d++) {
+            uint8_t b = m->jk.bytes[nd.off + plen + d];
+            uint32_t c = lo;
+            while (c < hi && v->trie.byte[c] != b) c = v->trie.end[c];
+            if (c >= hi) break;
+            for (int32_t t = v->trie.tok[c]; t >= 0; t = v->tok_next[t]) {
+                if (!(mask[t >> 5] >> (t & 31) & 1)) continue;
+                int r = token_dead_end(m, (uint32_t)t, &memo, &budget);
+                if (r < 0) return -1;
+                if (r) mask[t >> 5] &= ~(1u << (t & 31));
+            }
+            lo = c + 1;
+            hi = v->trie.end[c];
+            top = &m->jst[m->n_sets - 1]; /* the arenas may have moved */
+        }
+    }
+    return 0;
+}
 
 /* How the lexer-only part of an item's mask is found: the memo entry of
  * (t, st, exact), where t may be the item's proxy; with room != UINT32_MAX
@@ -544,6 +797,10 @@ di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
      * item's tokens decided by its lexeme alone (memoised), plus, where its
      * lexeme can end inside a token, the parser's verdict on the rest of the
      * token from the set that follows the item's completion. */
+    /* The walks below leave repeated keys to drop_repeated_keys (the memo
+     * entries cannot see keys anyway): the key tracker is off meanwhile. */
+    int track = m->track;
+    m->track = 0;
     const di_mask_entry **ent = malloc(((size_t)(s1 - s0) + 1) * sizeof *ent);
     di_mask_entry **owned = calloc((size_t)(s1 - s0) + 1, sizeof *owned);
     lex_key *keys = malloc(((size_t)(s1 - s0) + 1) * sizeof *keys);
@@ -622,7 +879,12 @@ di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
     free(owned);
     free(ent);
     free(keys);
+    m->track = track;
     if (rc) {
+        di_err_set(&err, DI_ERR_NOMEM, "out of memory computing a mask");
+        return di_err_publish(&err);
+    }
+    if (m->track && (drop_repeated_keys(m, mask) || drop_dead_ends(m, mask))) {
         di_err_set(&err, DI_ERR_NOMEM, "out of memory computing a mask");
         return di_err_publish(&err);
     }

@@ -211,8 +211,9 @@ di_mask_entry *di_vocab_lexer_walk(const di_vocab *v, const di_dfa *d, uint32_t 
         e->bits = calloc(words, sizeof *e->bits);
         e->fallback = malloc(w.cap_fb * sizeof *e->fallback);
     }
-    /* does any state loop on a byte? (then subtrees may be taken whole) */
-    int any_loop = 0;
+    /* does any state loop on a byte? (then subtrees may be taken whole;
+     * large automata are assumed to, rather than scanned on every walk) */
+    int any_loop = d->n_states > 4096;
     for (uint32_t s = 1; s < d->n_states && !any_loop; s++)
         for (uint32_t c = 0; c < d->n_classes && !any_loop; c++) any_loop = d->trans[(size_t)s * d->n_classes + c] == s;
     if (any_loop) {

@@ -46,6 +46,10 @@ void di_vocab_free(di_vocab *v) {
     free(v->text_bits);
     free(v->with_off);
     free(v->with_tok);
+    free(v->quote_toks);
+    free(v->sep_toks);
+    free(v->esc_toks);
+    free(v->qc_toks);
     free(v);
 }
 
@@ -162,6 +166,55 @@ static int text_slice(di_vocab *v, const uint32_t *ids, size_t n_ids) {
     if (!rc) rc = rest_map(v);
     free(rest);
     return rc;
+}
+
+/* Lists the tokens holding '"' by quote count (see vocab.h). */
+static int quote_tokens(di_vocab *v) {
+    uint32_t count[8] = {0};
+    for (uint32_t t = 0; t < v->n_vocab; t++) {
+        uint32_t q = 0;
+        for (uint32_t k = v->off[t]; k < v->off[t + 1]; k++) q += v->bytes[k] == '"';
+        count[q > 7 ? 7 : q]++;
+    }
+    /* quote_start[c] = tokens with >= c quotes */
+    memset(v->quote_start, 0, sizeof v->quote_start);
+    for (int c = 7, acc = 0; c >= 1; c--) {
+        acc += (int)count[c];
+        v->quote_start[c] = (uint32_t)acc;
+    }
+    v->quote_start[0] = v->quote_start[1];
+    v->quote_toks = malloc(((size_t)v->quote_start[1] + 1) * sizeof *v->quote_toks);
+    if (!v->quote_toks) return -1;
+    v->sep_toks = malloc(((size_t)v->n_vocab + 1) * sizeof *v->sep_toks);
+    v->esc_toks = malloc(((size_t)v->n_vocab + 1) * sizeof *v->esc_toks);
+    v->qc_toks = malloc(((size_t)v->n_vocab + 1) * sizeof *v->qc_toks);
+    if (!v->sep_toks || !v->esc_toks || !v->qc_toks) return -1;
+    for (uint32_t t = 0; t < v->n_vocab; t++) {
+        const uint8_t *b = v->bytes + v->off[t];
+        uint32_t n = v->off[t + 1] - v->off[t], tail = 0, quote = 0, esc = 0, qc = 0;
+        for (uint32_t k = 0; k < n; k++) {
+            qc |= quote && b[k] == ',';
+            quote |= b[k] == '"';
+            esc |= b[k] == '\\';
+            if (b[k] == ',') tail = 0;
+            else if (b[k] != ' ' && b[k] != '\t' && b[k] != '\n' && b[k] != '\r') tail = 1;
+        }
+        if (qc) v->qc_toks[v->n_qc++] = t;
+        if (!n || quote) continue;
+        if (!tail && memchr(b, ',', n)) v->sep_toks[v->n_sep++] = t; /* a comma then whitespace only */
+        if (esc) v->esc_toks[v->n_esc++] = t;
+    }
+    uint32_t fill[8] = {0};
+    for (uint32_t t = 0; t < v->n_vocab; t++) {
+        uint32_t q = 0;
+        for (uint32_t k = v->off[t]; k < v->off[t + 1]; k++) q += v->bytes[k] == '"';
+        if (!q) continue;
+        q = q > 7 ? 7 : q;
+        /* count q: [quote_start[q + 1], quote_start[q]) with quote_start[8] = 0 */
+        uint32_t lo = q == 7 ? 0 : v->quote_start[q + 1];
+        v->quote_toks[lo + fill[q]++] = t;
+    }
+    return 0;
 }
 
 /* Fills pre_toks / tok_lo, the length order and the byte set below each
@@ -284,7 +337,7 @@ static di_status vocab_build(size_t n_vocab, const uint8_t *const *bytes, const 
     int rc = trie_build(v, ids, n_ids, 1, &v->trie);
     if (!rc) rc = text_slice(v, ids, n_ids);
     free(ids);
-    if (rc || subtree_summaries(v)) goto nomem;
+    if (rc || subtree_summaries(v) || quote_tokens(v)) goto nomem;
     di_mask_cache_init(&v->cache, (size_t)128 << 20);
     *out = v;
     return DI_OK;

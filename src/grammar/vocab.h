@@ -56,6 +56,19 @@ struct di_vocab {
     di_trie rest;          /* tokens outside the text slice */
     uint32_t *with_off;    /* [129] */
     uint32_t *with_tok;    /* [with_off[128]] */
+    /* Tokens holding '"', most quotes first: the quote_start[c] tokens with
+     * at least c quotes (c < 8; 7 counts "7 or more") are
+     * quote_toks[0 .. quote_start[c]). Only these can complete an object
+     * key, which the repeated-key check re-reads. */
+    uint32_t *quote_toks;
+    uint32_t quote_start[8];
+    /* Tokens without '"' that may end where an object key is due (a ','
+     * then whitespace only: sep_toks) or inside a key in escaped form
+     * (holding '\\': esc_toks). The dead-end check of repeated keys
+     * re-reads them. */
+    uint32_t *sep_toks, n_sep;
+    uint32_t *esc_toks, n_esc;
+    uint32_t *qc_toks, n_qc; /* tokens with a ',' after a '"' (from inside a string value, only these reach a key) */
     /* Lexer-only mask parts keyed by lexeme text (the same string or
      * number lexeme in any grammar compiled against this vocabulary). */
     di_mask_cache cache;
