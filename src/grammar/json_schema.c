@@ -110,7 +110,7 @@ static const char *constraint_keywords[] = {
     "propertyNames", "minProperties", "maxProperties", "items", "prefixItems", "additionalItems",
     "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format", "minimum",
     "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "$ref",
-    "x-di-patterns", "x-di-not-patterns", "x-di-not-values", "x-di-non-integer", "x-di-contains", "contains", "not",
+    "x-di-patterns", "x-di-not-patterns", "x-di-not-values", "x-di-non-integer", "x-di-contains", "x-di-some-key", "contains", "not",
     "if", "then", "else", "dependentRequired",
     "dependentSchemas", "dependencies", NULL};
 
@@ -1213,6 +1213,7 @@ typedef struct member {
     di_sym key;
     int32_t val;
     int req;         /* index into required, -1 if optional */
+    int found;       /* 1: this member is the one x-di-some-key asks for */
     int32_t nt;      /* key : value */
 } member;
 
@@ -1223,6 +1224,7 @@ typedef struct obj_build {
     long minp, maxp;
     int32_t *state_nt; /* [2^n_req * (cap+1)] */
     int cap_count;
+    int found_bit;     /* required-set bit of x-di-some-key, -1 without */
 } obj_build;
 
 static int member_add(js_ctx *c, obj_build *ob, di_sym key, int32_t val, int req) {
@@ -1237,7 +1239,53 @@ static int member_add(js_ctx *c, obj_build *ob, di_sym key, int32_t val, int req
     if (nt < 0) return -1;
     di_sym seq[3] = {key, c->t_colon, val};
     if (add_rule(c, nt, seq, 3)) return -1;
-    ob->m[ob->n++] = (member){key, val, req, nt};
+    ob->m[ob->n++] = (member){key, val, req, 0, nt};
+    return 0;
+}
+
+static int key_dfa(js_ctx *c, const char *name, di_dfa *out);
+static int dfa_minus(js_ctx *c, di_dfa *acc, const di_dfa *x);
+
+/* The required-set bits member m adds. */
+static uint32_t member_bits(const obj_build *ob, const member *m) {
+    return (m->req >= 0 ? 1u << m->req : 0) | (m->found ? 1u << ob->found_bit : 0);
+}
+
+/* x-di-some-key {"names": [...], "value": V} (negated additionalProperties):
+ * the object has a member whose key is none of names and whose value also
+ * satisfies V. For a member with key symbol ks (a declared name) or key
+ * automaton kd, value schema vs, adds the variant that satisfies V and sets
+ * the found bit. */
+static int some_key_variant(js_ctx *c, obj_build *ob, const cJSON *X, di_sym ks, const char *name, const di_dfa *kd,
+                            const cJSON *vs, int req) {
+    const cJSON *names = cJSON_GetObjectItemCaseSensitive(X, "names");
+    const cJSON *want = cJSON_GetObjectItemCaseSensitive(X, "value");
+    if (!cJSON_IsArray(names) || !want) return FAIL(c, DI_ERR_INTERNAL, "x-di-some-key");
+    if (name) {
+        for (const cJSON *n = names->child; n; n = n->next)
+            if (cJSON_IsString(n) && !strcmp(n->valuestring, name)) return 0;
+    } else {
+        di_dfa d;
+        if (di_dfa_product(kd, kd, 0, c->o->max_lexer_states, &d, c->err)) return -1;
+        for (const cJSON *n = names->child; n; n = n->next) {
+            di_dfa x;
+            if (!cJSON_IsString(n)) continue;
+            if (key_dfa(c, n->valuestring, &x)) { di_dfa_free(&d); return -1; }
+            int r = dfa_minus(c, &d, &x);
+            di_dfa_free(&x);
+            if (r) { di_dfa_free(&d); return -1; }
+        }
+        if (di_dfa_is_empty(&d)) { di_dfa_free(&d); return 0; }
+        if (di_cfg_dfa_sym(c->g, &d, NULL, &ks, c->err)) return -1;
+    }
+    cJSON *o = di_js_own(c, cJSON_CreateObject()), *all = cJSON_CreateArray();
+    if (!o || !all) { cJSON_Delete(all); return FAIL(c, DI_ERR_NOMEM, "out of memory"); }
+    cJSON_AddItemReferenceToArray(all, (cJSON *)vs);
+    cJSON_AddItemReferenceToArray(all, (cJSON *)want);
+    cJSON_AddItemToObject(o, "allOf", all);
+    int32_t val = js_value(c, o);
+    if (val < 0 || member_add(c, ob, ks, val, req)) return -1;
+    ob->m[ob->n - 1].found = 1;
     return 0;
 }
 
@@ -1257,7 +1305,7 @@ static int32_t obj_state(js_ctx *c, obj_build *ob, uint32_t set, int cnt) {
     if (ob->maxp < 0 || cnt + 1 <= ob->maxp) {
         int nc = cnt + 1 > ob->cap_count ? ob->cap_count : cnt + 1;
         for (int i = 0; i < ob->n; i++) {
-            uint32_t s2 = set | (ob->m[i].req >= 0 ? (1u << ob->m[i].req) : 0);
+            uint32_t s2 = set | member_bits(ob, &ob->m[i]);
             int32_t next = obj_state(c, ob, s2, nc);
             if (next < 0) return -1;
             di_sym seq[3] = {c->t_comma, ob->m[i].nt, next};
@@ -1334,6 +1382,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
     const cJSON *addl = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
     const cJSON *pprops = cJSON_GetObjectItemCaseSensitive(s, "patternProperties");
     const cJSON *pnames = cJSON_GetObjectItemCaseSensitive(s, "propertyNames");
+    const cJSON *some = cJSON_GetObjectItemCaseSensitive(s, "x-di-some-key");
     if (props && !cJSON_IsObject(props)) return FAIL(c, DI_ERR_FORMAT, "'properties' must be an object");
     if (req && !cJSON_IsArray(req)) return FAIL(c, DI_ERR_FORMAT, "'required' must be an array");
     if (pprops && !cJSON_IsObject(pprops)) return FAIL(c, DI_ERR_FORMAT, "'patternProperties' must be an object");
@@ -1435,15 +1484,17 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
         }
         di_dfa_free(&kd);
         int32_t val;
+        const cJSON *vs;
         if (!ps && !matched_pp) {
             val = addl_false ? -2 : addl_val;
+            vs = addl ? addl : c->true_schema;
         } else if (cJSON_GetArraySize(conj) == 1) {
-            val = js_value(c, conj->child);
+            val = js_value(c, vs = conj->child);
         } else {
             cJSON *all = cJSON_CreateObject();
             cJSON_AddItemReferenceToObject(all, "allOf", conj);
             di_js_own(c, all);
-            val = js_value(c, all);
+            val = js_value(c, vs = all);
         }
         if (val == -1) goto done;
         if (val == -2 || !name_ok) {
@@ -1462,7 +1513,10 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
         int r = regex_sym(c, pat, DI_RX_JSON_STRING, &ks);
         free(pat);
         if (r || member_add(c, &ob, ks, val, ridx)) goto done;
+        if (some && some_key_variant(c, &ob, some, ks, name, NULL, vs, ridx)) goto done;
     }
+    ob.found_bit = -1;
+    if (some) ob.found_bit = n_req_members++;
     ob.n_req = n_req_members;
     int n_decl_members = ob.n;
     /* pattern members: keys matching pattern i, not declared */
@@ -1485,6 +1539,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
         const cJSON *ps = cJSON_GetArrayItem(pprops, i);
         int32_t val = js_value(c, ps);
         if (val < 0) { di_dfa_free(&kd); goto done; }
+        if (some && some_key_variant(c, &ob, some, 0, NULL, &kd, ps, -1)) { di_dfa_free(&kd); goto done; }
         di_sym ks;
         if (di_cfg_dfa_sym(c->g, &kd, NULL, &ks, c->err) || member_add(c, &ob, ks, val, -1)) goto done;
     }
@@ -1509,6 +1564,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
             extra = r;
         }
         di_sym ks;
+        if (some && some_key_variant(c, &ob, some, 0, NULL, &extra, addl ? addl : c->true_schema, -1)) goto done;
         have_extra = 0;
         if (di_cfg_dfa_sym(c->g, &extra, NULL, &ks, c->err) || member_add(c, &ob, ks, addl_val, -1)) goto done;
         /* "any key but the declared ones" stays alive wherever "any key"
@@ -1546,12 +1602,16 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
         }
         if (ob.maxp != 0)
             for (int i = 0; i < ob.n; i++) {
-                uint32_t s2 = ob.m[i].req >= 0 ? (1u << ob.m[i].req) : 0;
+                uint32_t s2 = member_bits(&ob, &ob.m[i]);
                 int32_t next = obj_state(c, &ob, s2, 1 > ob.cap_count ? ob.cap_count : 1);
                 if (next < 0) goto done;
                 di_sym seq[3] = {c->t_lbrace, ob.m[i].nt, next};
                 if (add_rule(c, open_nt, seq, 3)) goto done;
             }
+    } else if (some) {
+        FAIL(c, DI_ERR_LIMIT, "negated additionalProperties on an object with %d required members is beyond the "
+             "limit of tracked members", ob.n_req);
+        goto done;
     } else {
         size_t ns = (size_t)(ob.n + 1) * (size_t)(ob.cap_count + 1);
         int32_t *memo = malloc(ns * sizeof *memo);

@@ -15,7 +15,9 @@
  * keywords close the negation under the compiler's forms: x-di-not-patterns
  * (a string matching none), x-di-not-values (a number equal to none),
  * x-di-non-integer (a number with a non-zero fraction), x-di-contains (some
- * element satisfies it: the negation of `items`). */
+ * element satisfies it: the negation of `items`), x-di-some-key (a member
+ * whose key is not among `names` and whose value satisfies `value`: the
+ * negation of additionalProperties). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -281,6 +283,23 @@ static int negate_keyword(js_ctx *c, const cJSON *s, const cJSON *k, cJSON *piec
         if (!ni) return -1;
         if (cJSON_IsFalse(ni)) cJSON_Delete(ni);
         else cJSON_AddItemToArray(pieces, typed(T_ARR, "x-di-contains", ni));
+        return 0;
+    }
+    if (!strcmp(n, "additionalProperties") && !is_trivial(k) &&
+        !cJSON_GetObjectItemCaseSensitive(s, "patternProperties")) { /* a key beyond `properties` fails it */
+        cJSON *nv = negate(c, k, depth + 1);
+        if (!nv) return -1;
+        if (cJSON_IsFalse(nv)) {
+            cJSON_Delete(nv);
+            return 0;
+        }
+        cJSON *x = cJSON_CreateObject(), *names = cJSON_CreateArray();
+        const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
+        if (cJSON_IsObject(props))
+            for (const cJSON *p = props->child; p; p = p->next) cJSON_AddItemToArray(names, cJSON_CreateString(p->string));
+        cJSON_AddItemToObject(x, "names", names);
+        cJSON_AddItemToObject(x, "value", nv);
+        cJSON_AddItemToArray(pieces, typed(T_OBJ, "x-di-some-key", x));
         return 0;
     }
     /* keywords whose trivial forms reject nothing */

@@ -52,6 +52,12 @@ SCHEMAS = [
     {"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}},
     {"if": {"minimum": 7}, "else": {"enum": [1, "a", None]}},
     {"not": {"if": {"type": "string"}, "then": {"minLength": 1}, "else": {"type": "null"}}},
+    {"type": "object", "not": {"properties": {"a": {}}, "additionalProperties": False}},
+    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {}}, "not": {"additionalProperties": {"type": "integer"}}},
+    {"oneOf": [{"type": "object", "properties": {"a": {}}, "additionalProperties": False},
+               {"type": "object", "properties": {"b": {}}, "additionalProperties": False}]},
+    {"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False},
+               {"type": "object", "properties": {"c": {"type": "boolean"}}, "additionalProperties": {"type": "string"}}]},
 ]
 
 # fractional bounds on numbers, against the oracle on literals of at most 6
