@@ -136,7 +136,7 @@ def test_structured_output_validates(llm):
     jsonschema = pytest.importorskip("jsonschema")
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
                                                "age": {"type": "integer", "minimum": 0, "maximum": 150}},
-              "required": ["name", "age"], "additionalProperties": False, "maxProperties": 2}
+              "required": ["name", "age"], "additionalProperties": False}
     regex = r"(red|green|blue)-[0-9]{2,4}"
     ebnf = 'root ::= "yes" | "no" | "maybe " [a-z]{1,3}'
     choices = ["alpha", "beta", "gamma delta"]

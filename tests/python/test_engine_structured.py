@@ -86,13 +86,12 @@ SCHEMAS = [
     {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 999},
                                       "tags": {"type": "array", "items": {"type": "string", "maxLength": 5},
                                                "maxItems": 3}},
-     "required": ["id", "tags"], "additionalProperties": False, "maxProperties": 2},
+     "required": ["id", "tags"], "additionalProperties": False},
     {"type": "object", "properties": {"kind": {"enum": ["cat", "dog", "owl"]},
                                       "pos": {"type": "object",
                                               "properties": {"x": {"type": "boolean"}, "y": {"type": "null"}},
-                                              "required": ["x", "y"], "additionalProperties": False,
-                                              "maxProperties": 2}},
-     "required": ["kind", "pos"], "additionalProperties": False, "maxProperties": 2},
+                                              "required": ["x", "y"], "additionalProperties": False}},
+     "required": ["kind", "pos"], "additionalProperties": False},
     {"type": "array", "items": {"type": "integer", "minimum": -5, "maximum": 5}, "minItems": 1, "maxItems": 4},
 ]
 

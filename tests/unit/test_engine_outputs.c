@@ -52,8 +52,7 @@ static void test_structured(void) {
     if (!e) return;
     const char *re = "[0-9]{3}-[a-z]{2,5}";
     const char *schema = "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":6},"
-                         "\"ok\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"ok\"],\"additionalProperties\":false,"
-                         "\"maxProperties\":2}";
+                         "\"ok\":{\"type\":\"boolean\"}},\"required\":[\"name\",\"ok\"],\"additionalProperties\":false}";
     const char *ebnf = "root ::= \"(\" [0-9] \",\" [0-9] \")\"";
     const char *choices[] = {"red", "green", "blue"};
     enum { NSEED = 3 };
