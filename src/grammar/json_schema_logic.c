@@ -244,6 +244,55 @@ static int negate_keyword(js_ctx *c, const cJSON *s, const cJSON *k, cJSON *piec
         cJSON_AddItemToArray(pieces, cJSON_Duplicate(k, 1));
         return 0;
     }
+    if (!strcmp(n, "oneOf")) { /* no branch, or two at once */
+        if (!cJSON_IsArray(k)) return FAIL(c, DI_ERR_FORMAT, "'oneOf' must be an array");
+        cJSON *none = cJSON_CreateArray();
+        for (const cJSON *a = k->child; a; a = a->next) {
+            cJSON *na = negate(c, a, depth + 1);
+            if (!na) { cJSON_Delete(none); return -1; }
+            cJSON_AddItemToArray(none, na);
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "allOf", none);
+        cJSON_AddItemToArray(pieces, o);
+        for (const cJSON *a = k->child; a; a = a->next)
+            for (const cJSON *b = a->next; b; b = b->next) {
+                if (di_js_disjoint(c, a, b)) continue;
+                cJSON *two = cJSON_CreateArray(), *w = cJSON_CreateObject();
+                cJSON_AddItemToArray(two, cJSON_Duplicate(a, 1));
+                cJSON_AddItemToArray(two, cJSON_Duplicate(b, 1));
+                cJSON_AddItemToObject(w, "allOf", two);
+                cJSON_AddItemToArray(pieces, w);
+            }
+        return 0;
+    }
+    if (!strcmp(n, "dependentRequired") || !strcmp(n, "dependentSchemas") || !strcmp(n, "dependencies")) {
+        /* some key present without what it requires */
+        if (!cJSON_IsObject(k)) return FAIL(c, DI_ERR_FORMAT, "'%s' must be an object", n);
+        for (const cJSON *d = k->child; d; d = d->next) {
+            if (cJSON_IsArray(d) && strcmp(n, "dependentSchemas")) {
+                for (const cJSON *r = d->child; r; r = r->next) {
+                    if (!cJSON_IsString(r)) return FAIL(c, DI_ERR_FORMAT, "'%s' entries must be strings", n);
+                    cJSON *props = cJSON_CreateObject(), *req = cJSON_CreateArray();
+                    cJSON_AddItemToObject(props, r->valuestring, cJSON_CreateFalse());
+                    cJSON_AddItemToArray(req, cJSON_CreateString(d->string));
+                    cJSON *o = typed(T_OBJ, "properties", props);
+                    cJSON_AddItemToObject(o, "required", req);
+                    cJSON_AddItemToArray(pieces, o);
+                }
+            } else if ((cJSON_IsObject(d) || cJSON_IsBool(d)) && strcmp(n, "dependentRequired")) {
+                cJSON *nd = negate(c, d, depth + 1);
+                if (!nd) return -1;
+                cJSON *req = cJSON_CreateArray(), *all = cJSON_CreateArray();
+                cJSON_AddItemToArray(req, cJSON_CreateString(d->string));
+                cJSON_AddItemToArray(all, nd);
+                cJSON *o = typed(T_OBJ, "required", req);
+                cJSON_AddItemToObject(o, "allOf", all);
+                cJSON_AddItemToArray(pieces, o);
+            } else return FAIL(c, DI_ERR_FORMAT, "bad value for '%s' in '%s'", d->string, n);
+        }
+        return 0;
+    }
     if (!strcmp(n, "then") || !strcmp(n, "else")) return 0; /* with "if" */
     if (!strcmp(n, "if")) { /* (if ∧ ¬then) ∨ (¬if ∧ ¬else) */
         const cJSON *br[2] = {cJSON_GetObjectItemCaseSensitive(s, "then"), cJSON_GetObjectItemCaseSensitive(s, "else")};

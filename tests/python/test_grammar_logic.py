@@ -58,6 +58,9 @@ SCHEMAS = [
                {"type": "object", "properties": {"b": {}}, "additionalProperties": False}]},
     {"oneOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False},
                {"type": "object", "properties": {"c": {"type": "boolean"}}, "additionalProperties": {"type": "string"}}]},
+    {"not": {"oneOf": [{"type": "integer"}, {"minimum": 2}, {"type": "string"}]}},
+    {"type": "object", "not": {"dependentRequired": {"a": ["b", "c"]}}},
+    {"not": {"dependentSchemas": {"a": {"required": ["b"]}}}},
 ]
 
 # fractional bounds on numbers, against the oracle on literals of at most 6
