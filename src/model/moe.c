@@ -73,28 +73,68 @@ out:
     return st;
 }
 
-di_status di_moe(di_fwd *f, int block, const float *x, float *y, di_err *err) {
-    const di_lm *lm = f->lm;
+/* acc [m, D] = the routed experts' sum, one expert at a time: host routing,
+ * then gather / w1 / w3 / SwiGLU / w2 / scatter-add per expert with rows. */
+static di_status routed_loop(const di_lm *lm, int block, const float *logits, int64_t m,
+                             const float *x, float *acc, di_err *err) {
     const di_config *c = lm->cfg;
-    const di_layer_role *r = &c->roles[block];
     const di_lm_block *lb = &lm->blocks[block];
-    const di_w_moe *wm = &lm->w->blocks[block].ffn;
     di_backend *be = lm->be;
-    int64_t m = f->m, d = c->dim;
-    int E = r->n_experts, K = r->n_active;
+    int64_t d = c->dim;
+    int E = c->roles[block].n_experts, K = c->roles[block].n_active;
     di_status st = DI_OK;
-    if (lb->gate.n_out != E || !wm->gate_bias.data)
-        return di_err_set(err, DI_ERR_FORMAT, "router of %d experts missing", E);
-    float *logits = be->ops->alloc(be, (size_t)(m * E) * sizeof(float));
     int32_t *idx = malloc((size_t)(m * K) * sizeof(int32_t));
     float *wt = malloc((size_t)(m * K) * sizeof(float));
     int32_t *rows = malloc((size_t)m * sizeof(int32_t));
     float *rw = malloc((size_t)m * sizeof(float));
     float *xe = be->ops->alloc(be, (size_t)(m * d) * sizeof(float));
     float *ye = be->ops->alloc(be, (size_t)(m * d) * sizeof(float));
-    float *acc = be->ops->alloc(be, (size_t)(m * d) * sizeof(float));
     float *dw = be->ops->alloc(be, (size_t)m * sizeof(float));
-    if (!logits || !idx || !wt || !rows || !rw || !xe || !ye || !acc || !dw) {
+    if (!idx || !wt || !rows || !rw || !xe || !ye || !dw) {
+        st = di_err_set(err, DI_ERR_NOMEM, "moe: out of memory");
+        goto out;
+    }
+    be->ops->moe_route(be, logits, lm->w->blocks[block].ffn.gate_bias.data, m, E, K,
+                       c->norm_topk_prob, (float)c->route_scale, idx, wt);
+    for (int e = 0; e < E; e++) {
+        int64_t n = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int k = 0; k < K; k++)
+                if (idx[i * K + k] == e) {
+                    rows[n] = (int32_t)i;
+                    rw[n++] = wt[i * K + k];
+                }
+        if (n == 0) continue;
+        be->ops->gather_rows(be, x, rows, n, d, xe);
+        be->ops->upload(be, dw, rw, (size_t)n * sizeof(float));
+        if ((st = expert_run(lm, &lb->experts[e], xe, n, dw, ye, err))) goto out;
+        be->ops->scatter_add_rows(be, acc, rows, ye, n, d);
+    }
+out:
+    free(idx);
+    free(wt);
+    free(rows);
+    free(rw);
+    be->ops->free(be, xe);
+    be->ops->free(be, ye);
+    be->ops->free(be, dw);
+    return st;
+}
+
+di_status di_moe(di_fwd *f, int block, const float *x, float *y, di_err *err) {
+    const di_lm *lm = f->lm;
+    const di_config *c = lm->cfg;
+    const di_lm_block *lb = &lm->blocks[block];
+    di_backend *be = lm->be;
+    int64_t m = f->m, d = c->dim;
+    int E = c->roles[block].n_experts;
+    di_status st = DI_OK;
+    if (lb->gate.n_out != E || !lm->w->blocks[block].ffn.gate_bias.data)
+        return di_err_set(err, DI_ERR_FORMAT, "router of %d experts missing", E);
+    float *logits = be->ops->alloc(be, (size_t)(m * E) * sizeof(float));
+    float *ye = be->ops->alloc(be, (size_t)(m * d) * sizeof(float));
+    float *acc = be->ops->alloc(be, (size_t)(m * d) * sizeof(float)); /* zeroed */
+    if (!logits || !ye || !acc) {
         st = di_err_set(err, DI_ERR_NOMEM, "moe: out of memory");
         goto out;
     }
@@ -110,40 +150,15 @@ di_status di_moe(di_fwd *f, int block, const float *x, float *y, di_err *err) {
         be->ops->upload(be, logits, h, (size_t)(m * E) * 4);
         free(h);
     }
-    if (be->ops->moe_experts) {
-        if ((st = routed_grouped(lm, block, logits, m, x, acc, err))) goto out;
-        goto shared;
-    }
-    be->ops->moe_route(be, logits, wm->gate_bias.data, m, E, K, c->norm_topk_prob,
-                       (float)c->route_scale, idx, wt);
-    for (int e = 0; e < E; e++) {
-        int64_t n = 0;
-        for (int64_t i = 0; i < m; i++)
-            for (int k = 0; k < K; k++)
-                if (idx[i * K + k] == e) {
-                    rows[n] = (int32_t)i;
-                    rw[n++] = wt[i * K + k];
-                }
-        if (n == 0) continue;
-        be->ops->gather_rows(be, x, rows, n, d, xe);
-        be->ops->upload(be, dw, rw, (size_t)n * sizeof(float));
-        if ((st = expert_run(lm, &lb->experts[e], xe, n, dw, ye, err))) goto out;
-        be->ops->scatter_add_rows(be, acc, rows, ye, n, d);
-    }
-shared:
-    if ((st = expert_run(lm, &lb->shared, x, m, NULL, ye, err))) goto out;
+    st = be->ops->moe_experts ? routed_grouped(lm, block, logits, m, x, acc, err)
+                              : routed_loop(lm, block, logits, m, x, acc, err);
+    if (st || (st = expert_run(lm, &lb->shared, x, m, NULL, ye, err))) goto out;
     be->ops->add(be, acc, ye, m * d);
     be->ops->round_bf16(be, acc, m * d);
     be->ops->copy(be, y, acc, (size_t)(m * d) * sizeof(float));
 out:
     be->ops->free(be, logits);
-    free(idx);
-    free(wt);
-    free(rows);
-    free(rw);
-    be->ops->free(be, xe);
     be->ops->free(be, ye);
     be->ops->free(be, acc);
-    be->ops->free(be, dw);
     return st;
 }
