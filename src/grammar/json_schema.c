@@ -27,7 +27,9 @@
 #include "grammar/regex.h"
 
 #define JS_MAX_UNROLL_STATES 4096
-#define JS_MAX_DISTRIBUTE 64
+#define JS_MAX_DISTRIBUTE 64     /* non-empty combinations of distributed anyOf/oneOf branches */
+#define JS_MAX_ENUMERATE 65536    /* combinations looked at */
+#define JS_MAX_BRANCHES 256       /* branches over all distributed disjunctions */
 
 
 int di_js_fail(js_ctx *c, di_status code, const char *fmt, ...) {
@@ -2148,33 +2150,66 @@ static int32_t combined(js_ctx *c, const cJSON *s) {
         /* plain schema now: compile it directly */
         return js_value(c, base);
     }
-    /* product of the disjunctions' branches, each merged into base */
-    int total = 1;
-    for (const cJSON *d = disj->child; d; d = d->next) {
+    /* product of the disjunctions' branches, each merged into base;
+     * combinations with two provably disjoint parts are empty and dropped */
+    double total = 1;
+    int nbr = 0, ndj = 0;
+    for (const cJSON *d = disj->child; d; d = d->next, ndj++) {
         const cJSON *arr = d->child;
         if (!strcmp(arr->string, "oneOf") && check_one_of(c, arr)) return -1;
         total *= cJSON_GetArraySize(arr);
-        if (total > JS_MAX_DISTRIBUTE)
-            return FAIL(c, DI_ERR_LIMIT, "anyOf/oneOf combinations exceed %d", JS_MAX_DISTRIBUTE);
+        nbr += cJSON_GetArraySize(arr);
     }
+    if (total > JS_MAX_ENUMERATE || nbr > JS_MAX_BRANCHES)
+        return FAIL(c, DI_ERR_LIMIT, "anyOf/oneOf combinations exceed %d", JS_MAX_DISTRIBUTE);
+    const cJSON *bl[JS_MAX_BRANCHES];
+    int off[JS_MAX_BRANCHES + 1], cnt[JS_MAX_BRANCHES];
+    signed char *dis = malloc((size_t)nbr * (size_t)nbr + (size_t)nbr);
+    if (!dis) return FAIL(c, DI_ERR_NOMEM, "out of memory");
+    memset(dis, -1, (size_t)nbr * (size_t)nbr + (size_t)nbr);
+    signed char *base_dis = dis + (size_t)nbr * (size_t)nbr;
+    int k = 0, di = 0;
+    for (const cJSON *d = disj->child; d; d = d->next, di++) {
+        off[di] = k;
+        cnt[di] = cJSON_GetArraySize(d->child);
+        for (const cJSON *x = d->child->child; x; x = x->next) bl[k++] = x;
+    }
+    int pick[JS_MAX_BRANCHES];
     cJSON *br[JS_MAX_DISTRIBUTE];
     int nb = 0;
-    for (int idx = 0; idx < total; idx++) {
+    for (long idx = 0; idx < (long)total; idx++) {
+        long r = idx;
+        int empty = 0;
+        for (int i = 0; i < ndj; i++) {
+            pick[i] = off[i] + (int)(r % cnt[i]);
+            r /= cnt[i];
+        }
+        for (int i = 0; i < ndj && !empty; i++) {
+            int a = pick[i];
+            if (base_dis[a] < 0) base_dis[a] = (signed char)di_js_disjoint(c, base, bl[a]);
+            empty = base_dis[a];
+            for (int j = 0; j < i && !empty; j++) {
+                signed char *e = &dis[(size_t)a * (size_t)nbr + (size_t)pick[j]];
+                if (*e < 0) *e = (signed char)di_js_disjoint(c, bl[a], bl[pick[j]]);
+                empty = *e;
+            }
+        }
+        if (empty) continue;
+        if (nb == JS_MAX_DISTRIBUTE) {
+            free(dis);
+            return FAIL(c, DI_ERR_LIMIT, "anyOf/oneOf combinations exceed %d", JS_MAX_DISTRIBUTE);
+        }
         cJSON *conj = cJSON_CreateArray();
         di_js_own(c, conj);
         cJSON_AddItemToArray(conj, dup(base));
-        int r = idx;
-        for (const cJSON *d = disj->child; d; d = d->next) {
-            const cJSON *arr = d->child;
-            int n = cJSON_GetArraySize(arr);
-            cJSON_AddItemToArray(conj, dup(cJSON_GetArrayItem(arr, r % n)));
-            r /= n;
-        }
+        for (int i = 0; i < ndj; i++) cJSON_AddItemToArray(conj, dup(bl[pick[i]]));
         cJSON *w = cJSON_CreateObject();
         cJSON_AddItemToObject(w, "allOf", cJSON_Duplicate(conj, 1));
         di_js_own(c, w);
         br[nb++] = w;
     }
+    free(dis);
+    if (!nb) return new_nt(c); /* every combination is empty */
     return alternatives(c, br, nb);
 }
 
