@@ -48,7 +48,25 @@ struct di_matcher {
     int track;
     di_json_keys jk;
     di_jk_state *jst;      /* [n_sets] tracker state after each set's byte */
+    struct dead_memo *dead; /* dead-end verdicts (see token_dead_end); dropped on rollback */
 };
+
+/* Verdicts of the dead-end search per situation: the object (its frame's
+ * parent and keys, arena ids that stay valid while the output only grows)
+ * and the key read so far. */
+typedef struct dead_entry {
+    uint32_t parent, keys, in_key, len;
+    uint64_t hash;
+    int dead;              /* -1: empty slot */
+} dead_entry;
+#define DEAD_MEMO 256      /* direct-mapped */
+typedef struct dead_memo {
+    dead_entry e[DEAD_MEMO];
+} dead_memo;
+
+static void dead_memo_clear(dead_memo *d) {
+    for (int i = 0; i < DEAD_MEMO; i++) d->e[i].dead = -1;
+}
 
 static inline uint32_t hkey(uint32_t r, uint32_t d, uint32_t o, uint32_t s) {
     uint64_t h = (uint64_t)r * 0x9E3779B97F4A7C15ull ^ ((uint64_t)d << 20) ^ ((uint64_t)o * 0xC2B2AE3D27D4EB4Full) ^ s;
@@ -253,6 +271,7 @@ void di_matcher_free(di_matcher *m) {
     free(m->hash);
     free(m->predicted);
     free(m->jst);
+    free(m->dead);
     di_json_keys_free(&m->jk);
     free(m);
 }
@@ -364,6 +383,7 @@ di_status di_matcher_rollback(di_matcher *m, size_t n) {
     if (n == 0) return DI_OK;
     m->n_steps -= (uint32_t)n;
     m->finished = 0;
+    if (m->dead) dead_memo_clear(m->dead); /* arena ids may be reused now */
     while (m->n_sets > m->steps[m->n_steps]) pop_set(m);
     return DI_OK;
 }
@@ -449,6 +469,26 @@ static int drop_repeated_keys(di_matcher *m, uint32_t *mask) {
  * is kept (a rare dead end rather than a wrongly refused token). */
 #define DEAD_END_BUDGET 4096
 
+/* The bytes a key search follows one by one at prefix length len: '"',
+ * '\\' and the next byte of each key cand[0..n) (at most 66), with how many
+ * fall in each class of d. */
+static uint32_t special_bytes(const di_json_keys *k, const di_dfa *d, uint32_t len, const uint32_t *cand, uint32_t n,
+                              uint8_t spec[66], uint16_t in_class[256]) {
+    uint32_t n_spec = 0;
+    spec[n_spec++] = '"';
+    spec[n_spec++] = '\\';
+    for (uint32_t q = 0; q < n; q++) {
+        const di_jk_node *nd = &k->nodes[cand[q] - 1];
+        if (nd->len <= len) continue;
+        uint8_t b = k->bytes[nd->off + len];
+        int seen = 0;
+        for (uint32_t z = 0; z < n_spec && !seen; z++) seen = spec[z] == b;
+        if (!seen && n_spec < 66) spec[n_spec++] = b;
+    }
+    for (uint32_t z = 0; z < n_spec; z++) in_class[d->byte_class[spec[z]]]++;
+    return n_spec;
+}
+
 typedef struct key_search {
     const di_json_keys *jk;
     uint32_t budget;
@@ -470,19 +510,8 @@ static int fresh_from(key_search *ks, const di_dfa *d, uint32_t s, uint32_t len,
     ks->budget--;
     /* the special bytes here and how many fall in each class */
     uint8_t spec[66];
-    uint32_t n_spec = 0;
     uint16_t in_class[256] = {0};
-    spec[n_spec++] = '"';
-    spec[n_spec++] = '\\';
-    for (uint32_t q = 0; q < n; q++) {
-        const di_jk_node *nd = &k->nodes[cand[q] - 1];
-        if (nd->len <= len) continue;
-        uint8_t b = k->bytes[nd->off + len];
-        int seen = 0;
-        for (uint32_t z = 0; z < n_spec && !seen; z++) seen = spec[z] == b;
-        if (!seen && n_spec < sizeof spec) spec[n_spec++] = b;
-    }
-    for (uint32_t z = 0; z < n_spec; z++) in_class[d->byte_class[spec[z]]]++;
+    uint32_t n_spec = special_bytes(k, d, len, cand, n, spec, in_class);
     const uint32_t *row = d->trans + (size_t)s * d->n_classes;
     for (uint32_t c = 0; c < d->n_classes; c++)
         if (row[c] && ks->class_size[c] > in_class[c]) return 1; /* a live byte off every key */
@@ -509,6 +538,84 @@ static int fresh_from(key_search *ks, const di_dfa *d, uint32_t s, uint32_t len,
     return 0;
 }
 
+/* The keys of js's object that begin with the key read so far (plen
+ * bytes), as node ids + 1, at most 64 (64: maybe more). */
+static uint32_t keys_begun(const di_json_keys *k, const di_jk_state *js, uint32_t plen, uint32_t all[64]) {
+    uint32_t n = 0;
+    for (uint32_t x = k->frames[js->frame].keys; x && n < 64; x = k->nodes[x - 1].next) {
+        const di_jk_node *nd = &k->nodes[x - 1];
+        if (nd->len >= plen && !memcmp(k->bytes + nd->off, k->bytes + js->key_off, plen)) all[n++] = x;
+    }
+    return n;
+}
+
+/* Verdicts for the ways a key being read can go on along the object's
+ * keys: one per extension (its length and a key it begins). */
+typedef struct ext_entry {
+    uint32_t len, key;
+    uint8_t alive, fresh;
+} ext_entry;
+#define EXT_MAX 512
+typedef struct ext_table {
+    ext_entry e[EXT_MAX];
+    uint32_t n;
+    int full;
+} ext_table;
+
+static ext_entry *ext_find(ext_table *x, const di_json_keys *k, uint32_t len, uint32_t key, int add) {
+    const uint8_t *kb = k->bytes + k->nodes[key - 1].off;
+    for (uint32_t i = 0; i < x->n; i++)
+        if (x->e[i].len == len && !memcmp(k->bytes + k->nodes[x->e[i].key - 1].off, kb, len)) return &x->e[i];
+    if (!add) return NULL;
+    if (x->n == EXT_MAX) { x->full = 1; return NULL; }
+    x->e[x->n] = (ext_entry){len, key, 0, 0};
+    return &x->e[x->n++];
+}
+
+/* fresh_from over every extension along the keys cand[0..n) (prefix of
+ * length len read, automaton d in state s), recording in x whether each
+ * is alive for d and whether a fresh key can be completed from it. */
+static int ext_walk(ext_table *x, key_search *ks, const di_dfa *d, uint32_t s, uint32_t len, const uint32_t *cand,
+                    uint32_t n) {
+    const di_json_keys *k = ks->jk;
+    if (d->accept[s]) return 1;
+    if (!ks->budget) { x->full = 1; return 1; }
+    ks->budget--;
+    uint8_t spec[66];
+    uint16_t in_class[256] = {0};
+    uint32_t n_spec = special_bytes(k, d, len, cand, n, spec, in_class);
+    int fresh = 0;
+    const uint32_t *row = d->trans + (size_t)s * d->n_classes;
+    for (uint32_t c = 0; c < d->n_classes && !fresh; c++) fresh = row[c] && ks->class_size[c] > in_class[c];
+    uint32_t sub[64];
+    for (uint32_t z = 0; z < n_spec; z++) {
+        uint8_t b = spec[z];
+        uint32_t s2 = di_dfa_step(d, s, b);
+        if (!s2) continue;
+        if (b == '"') {
+            int taken = 0;
+            for (uint32_t q = 0; q < n && !taken; q++) taken = k->nodes[cand[q] - 1].len == len;
+            fresh |= d->accept[s2] && !taken;
+            continue;
+        }
+        if (b == '\\') { fresh = 1; continue; }
+        uint32_t m = 0;
+        for (uint32_t q = 0; q < n; q++) {
+            const di_jk_node *nd = &k->nodes[cand[q] - 1];
+            if (nd->len > len && k->bytes[nd->off + len] == b && m < 64) sub[m++] = cand[q];
+        }
+        if (!m) { fresh = 1; continue; }
+        ext_entry *e = ext_find(x, k, len + 1, sub[0], 1);
+        int f = ext_walk(x, ks, d, s2, len + 1, sub, m);
+        if (e) {
+            e->alive = 1;
+            e->fresh |= (uint8_t)f;
+        }
+        fresh |= f;
+    }
+    return fresh;
+}
+
 /* 1 when, from the top set, a key its object does not have yet can be
  * completed; 0 when none can. The key is one lexeme: its automaton (from
  * each lexer item of the top set) is searched along the object's keys. */
@@ -519,11 +626,7 @@ static int fresh_key_reachable(di_matcher *m, uint32_t *budget) {
     if (js->esc || js->pend) return 1;
     int in_key = di_json_keys_in_key(js), found = 0, searched = 0;
     uint32_t plen = in_key ? js->key_len : 0; /* the key read so far */
-    uint32_t all[64], n = 0;
-    for (uint32_t x = k->frames[js->frame].keys; x && n < 64; x = k->nodes[x - 1].next) {
-        const di_jk_node *nd = &k->nodes[x - 1];
-        if (nd->len >= plen && !memcmp(k->bytes + nd->off, k->bytes + js->key_off, plen)) all[n++] = x;
-    }
+    uint32_t all[64], n = keys_begun(k, js, plen, all);
     if (n == 64) return 1; /* many keys: not searched */
     key_search ks = {.jk = k, .budget = *budget};
     uint32_t top = m->n_sets - 1;
@@ -549,17 +652,6 @@ static int fresh_key_reachable(di_matcher *m, uint32_t *budget) {
     return found || !searched || !ks.budget;
 }
 
-/* Verdicts of the dead-end search for the situations met in one mask: the
- * object (its frame's parent and keys) and the key read so far. */
-typedef struct dead_entry {
-    uint32_t parent, keys, in_key, len;
-    uint64_t hash;
-    int dead;
-} dead_entry;
-typedef struct dead_memo {
-    uint32_t n;
-    dead_entry e[32];
-} dead_memo;
 
 /* 1 when token t leads to a dead end: a key is due (or begun) in an object
  * whose keys the grammar still allows are all taken. The tracker reads the
@@ -583,10 +675,12 @@ static int token_dead_end(di_matcher *m, uint32_t t, dead_memo *memo, uint32_t *
     dead_entry key = {f->parent, f->keys, (uint32_t)di_json_keys_in_key(&js), js.key_len, h, 0};
     /* ids past the top's arenas were made by this token: not comparable */
     int keyed = f->parent < stable_frames && f->keys <= stable_nodes && !js.esc && !js.pend;
-    for (uint32_t q = 0; keyed && q < memo->n; q++)
-        if (memo->e[q].parent == key.parent && memo->e[q].keys == key.keys && memo->e[q].in_key == key.in_key &&
-            memo->e[q].len == key.len && memo->e[q].hash == key.hash)
-            return memo->e[q].dead;
+    uint64_t mix = (key.hash ^ ((uint64_t)key.parent << 32 | key.keys) ^ ((uint64_t)key.len << 1 | key.in_key)) *
+                   0x9E3779B97F4A7C15ull;
+    dead_entry *slot = &memo->e[mix >> 56];
+    if (keyed && slot->dead >= 0 && slot->parent == key.parent && slot->keys == key.keys && slot->in_key == key.in_key &&
+        slot->len == key.len && slot->hash == key.hash)
+        return slot->dead;
     int rc = 0;
     for (uint32_t k = v->off[t]; k < v->off[t + 1] && !rc; k++) {
         int r = push_byte(m, v->bytes[k]);
@@ -597,7 +691,7 @@ static int token_dead_end(di_matcher *m, uint32_t t, dead_memo *memo, uint32_t *
         int r = fresh_key_reachable(m, budget);
         dead = r == 0;
         key.dead = dead;
-        if (keyed && r >= 0 && memo->n < 32) memo->e[memo->n++] = key;
+        if (keyed) *slot = key;
     }
     while (m->n_sets > base) pop_set(m);
     return rc < 0 ? -1 : dead;
@@ -611,7 +705,11 @@ static int token_dead_end(di_matcher *m, uint32_t t, dead_memo *memo, uint32_t *
 static int drop_dead_ends(di_matcher *m, uint32_t *mask) {
     const di_vocab *v = m->g->vocab;
     if (!di_json_keys_any(&m->jk, &m->jst[m->n_sets - 1])) return 0;
-    dead_memo memo = {0};
+    if (!m->dead) {
+        if (!(m->dead = malloc(sizeof *m->dead))) return -1;
+        dead_memo_clear(m->dead);
+    }
+    dead_memo *memo = m->dead;
     uint32_t budget = DEAD_END_BUDGET;
     /* Which tokens can end where a key is due or begun. Outside strings:
      * those holding '"' (they may open a key) and a ',' then whitespace;
@@ -625,41 +723,74 @@ static int drop_dead_ends(di_matcher *m, uint32_t *mask) {
     int in_string = in_key || in_value;
     const uint32_t *lists[3] = {in_string ? v->qc_toks : v->quote_toks, v->sep_toks, v->esc_toks};
     uint32_t counts[3] = {in_string ? v->n_qc : v->quote_start[1], in_string ? 0 : v->n_sep, deep ? v->n_esc : 0};
+    /* The one-comma shapes end in the same place from outside strings (a
+     * ',' after the value) or from inside a string value (its closing
+     * '"' then a ','): one verdict serves them all. */
+    uint8_t shared = in_value ? DI_TOK_QUOTE_COMMA : in_key ? 0 : DI_TOK_COMMA;
+    int shared_dead = -1;
     for (int l = 0; l < 3; l++)
         for (uint32_t q = 0; q < counts[l]; q++) {
             uint32_t t = lists[l][q];
             if (!(mask[t >> 5] >> (t & 31) & 1)) continue;
-            int r = token_dead_end(m, t, &memo, &budget);
-            if (r < 0) return -1;
+            int r;
+            if (v->tok_flags[t] & shared) {
+                if (shared_dead < 0 && (shared_dead = token_dead_end(m, t, memo, &budget)) < 0) return -1;
+                r = shared_dead;
+            } else if ((r = token_dead_end(m, t, memo, &budget)) < 0) {
+                return -1;
+            }
             if (r) mask[t >> 5] &= ~(1u << (t & 31));
         }
-    /* inside a key: tokens spelling on along a key of the object */
+    /* inside a key: tokens spelling on along a key of the object, judged
+     * by one search over the lexer items of the top set */
     const di_jk_state *top = &m->jst[m->n_sets - 1];
-    if (!di_json_keys_in_key(top) || top->esc || top->pend) return 0;
+    if (!deep || top->esc || top->pend) return 0;
     const di_json_keys *k = &m->jk;
-    uint32_t plen = top->key_len;
-    for (uint32_t x = k->frames[top->frame].keys; x; x = k->nodes[x - 1].next) {
-        const di_jk_node nd = k->nodes[x - 1];
-        if (nd.len <= plen || memcmp(k->bytes + nd.off, k->bytes + top->key_off, plen)) continue;
-        /* descend the trie along the rest of the key */
+    uint32_t plen = top->key_len, all[64], n = keys_begun(k, top, plen, all);
+    if (n == 64) return 0;
+    ext_table *x = calloc(1, sizeof *x);
+    if (!x) return -1;
+    key_search ks = {.jk = k, .budget = budget};
+    const di_cfg *g = m->cfg;
+    uint32_t ts = m->n_sets - 1;
+    for (uint32_t q = m->scan_off[ts]; q < m->scan_off[ts + 1] && !x->full; q++) {
+        const item *it = &m->scan[q];
+        const di_dfa *d = &g->terms[DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot])].dfa;
+        memset(ks.class_size, 0, sizeof ks.class_size);
+        for (int b = 0; b < 256; b++) ks.class_size[d->byte_class[b]]++;
+        ext_walk(x, &ks, d, it->state, plen, all, n);
+    }
+    for (uint32_t q = 0; q < n && !x->full; q++) {
+        const di_jk_node nd = k->nodes[all[q] - 1];
+        /* descend the vocabulary trie along the rest of the key */
         uint32_t lo = 0, hi = v->trie.n_nodes;
         for (uint32_t d = 0; plen + d < nd.len; d++) {
-            uint8_t b = m->jk.bytes[nd.off + plen + d];
+            uint8_t b = k->bytes[nd.off + plen + d];
             uint32_t c = lo;
             while (c < hi && v->trie.byte[c] != b) c = v->trie.end[c];
             if (c >= hi) break;
-            for (int32_t t = v->trie.tok[c]; t >= 0; t = v->tok_next[t]) {
-                if (!(mask[t >> 5] >> (t & 31) & 1)) continue;
-                int r = token_dead_end(m, (uint32_t)t, &memo, &budget);
-                if (r < 0) return -1;
-                if (r) mask[t >> 5] &= ~(1u << (t & 31));
-            }
+            const ext_entry *e = ext_find(x, k, plen + d + 1, all[q], 0);
+            if (e && e->alive && !e->fresh)
+                for (int32_t t = v->trie.tok[c]; t >= 0; t = v->tok_next[t]) mask[t >> 5] &= ~(1u << (t & 31));
             lo = c + 1;
             hi = v->trie.end[c];
-            top = &m->jst[m->n_sets - 1]; /* the arenas may have moved */
         }
     }
+    free(x);
     return 0;
+}
+
+/* mask |= bits over n words, 64 bits at a time. */
+static void or_bits(uint32_t *mask, const uint32_t *bits, size_t n) {
+    size_t w = 0;
+    for (; w + 2 <= n; w += 2) {
+        uint64_t a, b;
+        memcpy(&a, mask + w, 8);
+        memcpy(&b, bits + w, 8);
+        a |= b;
+        memcpy(mask + w, &a, 8);
+    }
+    for (; w < n; w++) mask[w] |= bits[w];
 }
 
 /* How the lexer-only part of an item's mask is found: the memo entry of
@@ -720,7 +851,7 @@ static int proxy_merge_bounded(const di_matcher *m, const di_mask_entry *e, cons
         drop[q] = (e->bits[tk >> 5] >> (tk & 31) & 1) && !(mask[tk >> 5] >> (tk & 31) & 1) &&
                   !di_vocab_token_alive(v, d, k->ost, tk);
     }
-    for (size_t w = 0; w < words; w++) mask[w] |= e->bits[w];
+    or_bits(mask, e->bits, words);
     for (uint32_t q = 0; q < n_long; q++)
         if (drop[q]) mask[v->len_order[q] >> 5] &= ~(1u << (v->len_order[q] & 31));
     free(drop);
@@ -818,7 +949,7 @@ di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
         if (!e) { rc = -1; break; }
         if (k.room == UINT32_MAX) {
             if (e->bits)
-                for (size_t w = 0; w < words; w++) mask[w] |= e->bits[w];
+                or_bits(mask, e->bits, words);
             else
                 for (uint32_t q = 0; q < e->n_toks; q++) mask[e->toks[q] >> 5] |= 1u << (e->toks[q] & 31);
         } else if (proxy_merge_bounded(m, e, &k, mask)) {
@@ -865,8 +996,9 @@ di_status di_matcher_fill_mask(di_matcher *m, uint32_t *mask, size_t n_words) {
         for (uint32_t k = c0; k < c1; k++) {
             const item *ci = &m->scan[k];
             const di_dfa *d = &g->terms[DI_SYM_TERM_ID(g->rhs[g->rules[ci->rule].off + ci->dot])].dfa;
+            const uint32_t *row = d->trans + (size_t)ci->state * d->n_classes;
             for (int b = 0; b < 256; b++)
-                if (!first[b] && di_dfa_step(d, ci->state, (uint8_t)b)) { first[b] = 1; any = 1; }
+                if (row[d->byte_class[b]]) first[b] = 1, any = 1;
         }
         if (any)
             for (uint32_t f = 0; f < e->n_fallback && !rc; f++) {

@@ -50,6 +50,7 @@ void di_vocab_free(di_vocab *v) {
     free(v->sep_toks);
     free(v->esc_toks);
     free(v->qc_toks);
+    free(v->tok_flags);
     free(v);
 }
 
@@ -188,7 +189,8 @@ static int quote_tokens(di_vocab *v) {
     v->sep_toks = malloc(((size_t)v->n_vocab + 1) * sizeof *v->sep_toks);
     v->esc_toks = malloc(((size_t)v->n_vocab + 1) * sizeof *v->esc_toks);
     v->qc_toks = malloc(((size_t)v->n_vocab + 1) * sizeof *v->qc_toks);
-    if (!v->sep_toks || !v->esc_toks || !v->qc_toks) return -1;
+    v->tok_flags = calloc(v->n_vocab, 1);
+    if (!v->sep_toks || !v->esc_toks || !v->qc_toks || !v->tok_flags) return -1;
     for (uint32_t t = 0; t < v->n_vocab; t++) {
         const uint8_t *b = v->bytes + v->off[t];
         uint32_t n = v->off[t + 1] - v->off[t], tail = 0, quote = 0, esc = 0, qc = 0;
@@ -200,6 +202,18 @@ static int quote_tokens(di_vocab *v) {
             else if (b[k] != ' ' && b[k] != '\t' && b[k] != '\n' && b[k] != '\r') tail = 1;
         }
         if (qc) v->qc_toks[v->n_qc++] = t;
+        /* one-comma shapes: [^"\\{}[]]* ("")? , ws* */
+        uint32_t commas = 0, quotes = 0, structural = 0, k = 0, comma_at = 0;
+        for (uint32_t j = 0; j < n; j++) {
+            if (b[j] == ',') { commas++; comma_at = j; }
+            quotes += b[j] == '"';
+            structural |= b[j] == '\\' || b[j] == '{' || b[j] == '}' || b[j] == '[' || b[j] == ']';
+        }
+        for (k = comma_at + 1; k < n && (b[k] == ' ' || b[k] == '\t' || b[k] == '\n' || b[k] == '\r'); k++) {}
+        if (commas == 1 && !structural && k == n) {
+            if (!quotes) v->tok_flags[t] |= DI_TOK_COMMA;
+            else if (quotes == 1 && comma_at > 0 && b[comma_at - 1] == '"') v->tok_flags[t] |= DI_TOK_QUOTE_COMMA;
+        }
         if (!n || quote) continue;
         if (!tail && memchr(b, ',', n)) v->sep_toks[v->n_sep++] = t; /* a comma then whitespace only */
         if (esc) v->esc_toks[v->n_esc++] = t;

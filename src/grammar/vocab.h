@@ -69,9 +69,17 @@ struct di_vocab {
     uint32_t *sep_toks, n_sep;
     uint32_t *esc_toks, n_esc;
     uint32_t *qc_toks, n_qc; /* tokens with a ',' after a '"' (from inside a string value, only these reach a key) */
+    /* [n_vocab] DI_TOK_*: tokens that end a value and put a ',' in the same
+     * container, whatever else they hold, so share one dead-end verdict */
+    uint8_t *tok_flags;
     /* Lexer-only mask parts keyed by lexeme text (the same string or
      * number lexeme in any grammar compiled against this vocabulary). */
     di_mask_cache cache;
+};
+
+enum {
+    DI_TOK_COMMA = 1,       /* no '"', '\\', brackets or braces; one ',' then whitespace only */
+    DI_TOK_QUOTE_COMMA = 2, /* no '\\', brackets or braces; one '"', right before one ',' then whitespace */
 };
 
 /* Walks the whole trie with one lexeme alone (automaton d from state st):
