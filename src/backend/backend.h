@@ -12,7 +12,9 @@
  * - Rows are independent tokens; `m` is the number of rows of the call.
  * - Weights are di_tensor views in checkpoint formats; ops dequantize on the
  *   fly and never keep converted copies.
- * - Small integer metadata lives on the host and is passed as host arrays:
+ * - Small integer metadata lives on the host and is passed as host arrays
+ *   (except in the optional backend-memory forms below, which take the
+ *   selection path's tables in backend memory):
  *   positions, token ids, row indices of gathers/scatters, the per-query
  *   attention row tables (host arrays of pointers into backend buffers),
  *   visible counts, top-k selections and expert routing results (which
@@ -69,6 +71,30 @@ typedef struct di_moe_experts {
 static inline const di_wmat *di_moe_wmat(const di_wmat *w0, size_t stride, int e) {
     return (const di_wmat *)(const void *)((const char *)w0 + (size_t)e * stride);
 }
+
+/* The attention list of every query row of a call, addressed through
+ * tables in backend memory, so a device backend builds the row addresses
+ * itself and nothing of a step's selection passes through the host. Slot j
+ * of row i is
+ *   j < n_win:  win[i, j] >= 0: window ring slot win[i, j] of ring[i]
+ *               (ring[i] + win[i, j]·win_bytes, DI_KVQ_FP8);
+ *               win[i, j] <= -2: row -2 - win[i, j] of this call's own
+ *               window KV `chunk` (chunk + r·win_bytes, DI_KVQ_FP8);
+ *               -1: empty;
+ *   j >= n_win: sel[i, j - n_win] >= 0: compressed entry of cache[i]
+ *               (cache[i] + e·cache_bytes, DI_KVQ_FP4_E4M3); -1: empty.
+ * Empty slots count for the 64-slot blocks as in sparse_attn. */
+typedef struct di_attn_rows {
+    int n_win;                     /* window slots */
+    const int32_t *win;            /* [m, n_win] backend memory */
+    const uint8_t *const *ring;    /* [m] backend memory: each row's window ring */
+    const uint8_t *chunk;          /* [rows, win_bytes] this call's window KV */
+    size_t win_bytes;
+    int n_sel;                     /* compressed slots (0: none) */
+    const int32_t *sel;            /* [m, n_sel] backend memory (a topk_select_buf result) */
+    const uint8_t *const *cache;   /* [m] backend memory: each row's compressed cache */
+    size_t cache_bytes;
+} di_attn_rows;
 
 typedef struct di_backend di_backend;
 
@@ -186,6 +212,32 @@ typedef struct di_backend_ops {
      * ascending, -1 padding; ties go to the lower index. */
     void (*topk_select)(di_backend *be, const float *scores, const int32_t *n_vis, int64_t m,
                         int64_t width, int k, int32_t *idx);
+
+    /* ---- backend-memory forms (optional, all or none) ----
+     * The selection path with every table in backend memory, so a decode
+     * step runs without the host reading anything back between ops (and a
+     * device backend can capture it): the same semantics, bit for bit, as
+     * the forms above, with these arguments in backend memory instead of on
+     * the host: n_vis, keys (index_scores_kv_buf: [m] pointers), blocks
+     * (candidate_blocks_buf's result, restrict_blocks_buf's input), idx
+     * (topk_select_buf's result) and the row tables of sparse_attn_rows.
+     * Rows past m of a table are never read; pointers into these tables
+     * (n_vis + i0) address rows i0... as on the host. NULL: the model uses
+     * the host forms above. */
+    void (*index_scores_kv_buf)(di_backend *be, const float *q, const float *w, int64_t m,
+                                int hi, int64_t di, const uint8_t *const *keys,
+                                const int32_t *n_vis, int64_t width, float *out);
+    void (*candidate_blocks_buf)(di_backend *be, const float *scores, const int32_t *n_vis,
+                                 int64_t m, int64_t width, int topk_blocks, int bs,
+                                 int32_t *blocks);
+    void (*restrict_blocks_buf)(di_backend *be, float *scores, const int32_t *blocks, int64_t m,
+                                int64_t width, int topk_blocks, int bs);
+    void (*topk_select_buf)(di_backend *be, const float *scores, const int32_t *n_vis, int64_t m,
+                            int64_t width, int k, int32_t *idx);
+    /* sparse_attn_kv over the slots of `rows` (n_win + n_sel slots per row). */
+    void (*sparse_attn_rows)(di_backend *be, const float *q, int64_t m, int h, int64_t d,
+                             const di_attn_rows *rows, const float *sink, float scale,
+                             float *out);
 
     /* ---- MoE (§7) ---- */
     /* logits [m, e] fp32 → selected experts [m, k] and weights [m, k] (both host):

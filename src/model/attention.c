@@ -9,7 +9,9 @@
 
 #include "model/forward.h"
 
-/* Attention list of each row: W window slots (positions max(0, t-W+1) + k,
+/* Host form (backends without the backend-memory forms, see forward.h's
+ * step metadata, whose window codes follow the same layout).
+ * Attention list of each row: W window slots (positions max(0, t-W+1) + k,
  * empty beyond t), then the selected compressed entries. Rows are packed:
  * the chunk's own window KV from kvp [m, win_bytes], older positions from
  * the ring, compressed entries from the kv source's cache. */
@@ -84,8 +86,9 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
     float *o = be->ops->alloc(be, (size_t)(m * H * dh) * sizeof(float));
     uint8_t *kvp = be->ops->alloc(be, (size_t)m * wb);
     float *z = be->ops->alloc(be, (size_t)(m * lb->wo_a.n_out) * sizeof(float));
-    kvrow *rows = calloc((size_t)(m * n_slots), sizeof(kvrow));
-    if (!qr || !q || !kv || !kvp || !o || !z || !rows) {
+    int host_rows = dspark || !f->meta; /* else the tables are in the step metadata */
+    kvrow *rows = host_rows ? calloc((size_t)(m * n_slots), sizeof(kvrow)) : NULL;
+    if (!qr || !q || !kv || !kvp || !o || !z || (host_rows && !rows)) {
         st = di_err_set(err, DI_ERR_NOMEM, "attention: out of memory");
         goto out;
     }
@@ -124,11 +127,25 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
                 goto out;
             }
         }
-        build_rows(f, block, kvp, rows, n_slots);
+        if (host_rows) build_rows(f, block, kvp, rows, n_slots);
     }
     const float *sink = lm->w->blocks[block].attn.sink.data;
-    be->ops->sparse_attn_kv(be, q, m, H, dh, rows, n_slots, n_win, sink,
-                            (float)(1.0 / sqrt((double)dh)), o);
+    float scale = (float)(1.0 / sqrt((double)dh));
+    if (!host_rows) { /* row tables and selection in backend memory */
+        int sel = r->ratio > 0;
+        di_attn_rows t = {W,
+                          f->m_win,
+                          f->m_ring + (int64_t)block * m,
+                          kvp,
+                          wb,
+                          sel ? c->index_topk : 0,
+                          sel ? f->sel[r->isrc] : NULL,
+                          sel ? f->m_ckv + (int64_t)block * m : NULL,
+                          di_kvq_row_bytes(DI_KVQ_FP4_E4M3, dh)};
+        be->ops->sparse_attn_rows(be, q, m, H, dh, &t, sink, scale, o);
+    } else {
+        be->ops->sparse_attn_kv(be, q, m, H, dh, rows, n_slots, n_win, sink, scale, o);
+    }
     be->ops->rope(be, o, m, H * dh, H, dh, rd, pos, lb->freq, 1);
     /* grouped low-rank output projection (§5.6) */
     be->ops->matmul_grouped(be, &lb->wo_a, c->o_groups, o, m, z);

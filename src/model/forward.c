@@ -8,6 +8,63 @@
 
 #include "model/mhc.h"
 
+static void fwd_release(di_fwd *f);
+
+/* The backend has every backend-memory form of the selection path. */
+static int has_buf_forms(const di_backend_ops *o) {
+    return o->index_scores_kv_buf && o->candidate_blocks_buf && o->restrict_blocks_buf &&
+           o->topk_select_buf && o->sparse_attn_rows;
+}
+
+/* Builds the step metadata on the host (layout: the three pointer tables,
+ * then the window codes and the visible counts) and, with the
+ * backend-memory forms, uploads it in one piece. */
+static int fwd_meta(di_fwd *f) {
+    const di_lm *lm = f->lm;
+    const di_config *c = lm->cfg;
+    di_backend *be = lm->be;
+    int64_t m = f->m, nb = c->n_blocks, W = c->window;
+    size_t n_ptr = (size_t)(3 * nb * m), n_i32 = (size_t)(m * W + nb * m);
+    size_t bytes = n_ptr * sizeof(void *) + n_i32 * sizeof(int32_t);
+    uint8_t *h = calloc(1, bytes);
+    if (!h) return -1;
+    f->meta_host = h;
+    const uint8_t **ring = (const uint8_t **)(void *)h, **ckv = ring + nb * m, **ikey = ckv + nb * m;
+    int32_t *win = (int32_t *)(void *)(ikey + nb * m), *nvis = win + m * W;
+    for (int64_t i = 0; i < m; i++) {
+        const di_seqstate *st = f->seqs[f->seq[i]].st;
+        int64_t t = f->pos[i], start = st->n_tokens, r0 = f->row0[f->seq[i]];
+        int64_t p0 = t - W + 1 > 0 ? t - W + 1 : 0;
+        for (int64_t j = 0; j < W; j++) { /* the slots of attention.c's build_rows */
+            int64_t p = p0 + j;
+            win[i * W + j] = p > t       ? -1
+                             : p >= start ? (int32_t)(-2 - (r0 + p - start))
+                                          : (int32_t)(p % st->ring_cap);
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            const di_layer_role *r = &c->roles[b];
+            if (b < c->n_layers) ring[b * m + i] = st->win[b];
+            if (r->ratio > 0 && r->kv_src >= 0) {
+                ckv[b * m + i] = st->ckv[r->kv_src];
+                ikey[b * m + i] = st->ikey[r->kv_src];
+                /* entries whose group the query has passed */
+                nvis[b * m + i] = (int32_t)((t + 1) / c->roles[r->kv_src].ratio);
+            }
+        }
+    }
+    if (has_buf_forms(be->ops)) {
+        if (!(f->meta = be->ops->alloc(be, bytes))) return -1;
+        be->ops->upload(be, f->meta, h, bytes);
+        h = f->meta;
+    }
+    f->m_ring = (const uint8_t *const *)(void *)h;
+    f->m_ckv = f->m_ring + nb * m;
+    f->m_ikey = f->m_ckv + nb * m;
+    f->m_win = (const int32_t *)(const void *)(f->m_ikey + nb * m);
+    f->m_nvis = f->m_win + m * W;
+    return 0;
+}
+
 di_status di_fwd_begin(di_fwd *f, const di_lm *lm, const di_fwd_seq *seqs, int n_seqs,
                        di_err *err) {
     memset(f, 0, sizeof *f);
@@ -65,16 +122,29 @@ di_status di_fwd_begin(di_fwd *f, const di_lm *lm, const di_fwd_seq *seqs, int n
             di_engram_hash(lm, seqs[s].st, seqs[s].ids, seqs[s].n, seqs[s].st->n_tokens,
                            f->hash + f->row0[s] * c->n_engram * ncols);
     }
+    if (fwd_meta(f)) {
+        fwd_release(f);
+        return di_err_set(err, DI_ERR_NOMEM, "forward of %lld rows: out of memory for the step metadata",
+                          (long long)m);
+    }
     return DI_OK;
 }
 
 static void fwd_release(di_fwd *f) {
     di_backend *be = f->lm->be;
     if (f->sel)
-        for (int b = 0; b < f->lm->cfg->n_blocks; b++)
-            free(f->sel[b]);
+        for (int b = 0; b < f->lm->cfg->n_blocks; b++) {
+            if (f->meta) be->ops->free(be, f->sel[b]);
+            else free(f->sel[b]);
+        }
     if (f->taps) be->ops->free(be, f->taps);
-    free(f->cand);
+    if (f->meta) {
+        be->ops->free(be, f->cand);
+        be->ops->free(be, f->meta);
+    } else {
+        free(f->cand);
+    }
+    free(f->meta_host);
     free(f->pos);
     free(f->seq);
     free(f->ids);

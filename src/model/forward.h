@@ -41,9 +41,23 @@ typedef struct di_fwd {
     int64_t *row0;       /* [n_seqs] first row of each sequence */
     int32_t *ids;        /* [m] */
     int32_t *hash;       /* [m, n_engram, (N-1)*Ne] Engram rows */
-    int32_t **sel;       /* [n_blocks] -> [m, index_topk] selections of index sources */
-    int32_t *cand;       /* [m, candidate_topk_blocks] candidate blocks of this forward (host) */
+    int32_t **sel;       /* [n_blocks] -> [m, index_topk] selections of index sources
+                            (backend memory when meta is set, else host) */
+    int32_t *cand;       /* [m, candidate_topk_blocks] candidate blocks of this forward
+                            (backend memory when meta is set, else host) */
     float *taps;         /* [m, n_taps*D] DSpark main hidden (bf16 values) */
+    /* Step metadata: what the host decides for the whole pass (window slots,
+     * visible entries, cache addresses), built once in di_fwd_begin. With a
+     * backend that has the backend-memory selection forms it is uploaded
+     * once into `meta` and the selections (sel, cand) stay in backend
+     * memory, so nothing is read back on the host until the logits. */
+    void *meta_host;     /* the block on the host (the tables below point into it or into meta) */
+    void *meta;          /* the block in backend memory, or NULL: host forms */
+    const uint8_t *const *m_ring; /* [n_blocks, m] window ring of row i for block b */
+    const uint8_t *const *m_ckv;  /* [n_blocks, m] compressed-KV cache (kv source's) */
+    const uint8_t *const *m_ikey; /* [n_blocks, m] index-key cache (kv source's) */
+    const int32_t *m_win;         /* [m, W] window slot codes (backend.h di_attn_rows) */
+    const int32_t *m_nvis;        /* [n_blocks, m] visible compressed entries */
     int dspark_p;        /* DSpark draft: main position p, else -1 */
     di_fwd_trace *trace; /* NULL or where the next block writes its sublayer outputs */
 } di_fwd;

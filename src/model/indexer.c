@@ -28,23 +28,39 @@ di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_e
         return di_err_set(err, DI_ERR_FORMAT, "indexer weights missing or of the wrong shape");
     if (r->indexer == DI_INDEXER_POOL && !r->is_candidate_source && !f->cand)
         return di_err_set(err, DI_ERR_STATE, "re-index block %d: no candidate pool in this forward", block);
-    f->sel[block] = malloc((size_t)(m * k + 1) * sizeof(int32_t)); /* host metadata */
-    int32_t *nvis = malloc((size_t)m * sizeof(int32_t));
-    const uint8_t **keys = malloc((size_t)m * sizeof(uint8_t *)); /* packed key caches */
+    /* visible entries and key caches per row: the step metadata (backend
+     * memory when the backend has the backend-memory forms, which then also
+     * keep the selections there; host arrays otherwise) */
+    int buf = f->meta != NULL;
+    const di_backend_ops *o = be->ops;
+    void (*scores)(di_backend *, const float *, const float *, int64_t, int, int64_t,
+                   const uint8_t *const *, const int32_t *, int64_t, float *) =
+        buf ? o->index_scores_kv_buf : o->index_scores_kv;
+    void (*cands)(di_backend *, const float *, const int32_t *, int64_t, int64_t, int, int,
+                  int32_t *) = buf ? o->candidate_blocks_buf : o->candidate_blocks;
+    void (*restrict_)(di_backend *, float *, const int32_t *, int64_t, int64_t, int, int) =
+        buf ? o->restrict_blocks_buf : o->restrict_blocks;
+    void (*topk)(di_backend *, const float *, const int32_t *, int64_t, int64_t, int, int32_t *) =
+        buf ? o->topk_select_buf : o->topk_select;
+    const int32_t *nvis = f->m_nvis + block * m;
+    const uint8_t *const *keys = f->m_ikey + block * m;
+    size_t sel_bytes = (size_t)(m * k + 1) * sizeof(int32_t);
+    f->sel[block] = buf ? be->ops->alloc(be, sel_bytes) : malloc(sel_bytes);
     float *q = be->ops->alloc(be, (size_t)(m * hi * di) * sizeof(float));
     float *w = be->ops->alloc(be, (size_t)(m * hi) * sizeof(float));
     float *sc = NULL;
-    if (!f->sel[block] || !nvis || !keys || !q || !w) goto nomem;
+    if (!f->sel[block] || !q || !w) goto nomem;
     if (r->is_candidate_source) {
-        free(f->cand);
-        f->cand = malloc((size_t)(m * (nbk > 0 ? nbk : 1)) * sizeof(int32_t));
+        size_t cand_bytes = (size_t)(m * (nbk > 0 ? nbk : 1)) * sizeof(int32_t);
+        if (buf) be->ops->free(be, f->cand);
+        else free(f->cand);
+        f->cand = buf ? be->ops->alloc(be, cand_bytes) : malloc(cand_bytes);
         if (!f->cand) goto nomem;
     }
-    int64_t width = 0;
+    int64_t width = 0; /* the widest row's visible entries (host positions, not a backend read) */
     for (int64_t i = 0; i < m; i++) {
-        nvis[i] = (f->pos[i] + 1) / ratio; /* entries whose group the query has passed */
-        if (nvis[i] > width) width = nvis[i];
-        keys[i] = f->seqs[f->seq[i]].st->ikey[r->kv_src];
+        int64_t nv = (f->pos[i] + 1) / ratio;
+        if (nv > width) width = nv;
     }
     /* FP4 index queries */
     be->ops->matmul(be, &lb->idx_wq_b, qr, m, q, lm->mm_q);
@@ -53,32 +69,30 @@ di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_e
     /* head weights: bf16 projection times 1/sqrt(Di·Hi), rounded to bf16 */
     be->ops->matmul(be, &lb->idx_wp, x, m, w, DI_MM_OUT_BF16);
     be->ops->scale_bf16(be, w, m * hi, (float)(pow((double)di, -0.5) * pow((double)hi, -0.5)));
-    if (width == 0) { /* nothing visible yet */
+    if (width == 0 && !buf) { /* nothing visible yet */
         for (int64_t i = 0; i < m * k; i++) f->sel[block][i] = -1;
         if (r->is_candidate_source)
             for (int64_t i = 0; i < m * nbk; i++) f->cand[i] = -1;
         goto out;
     }
-    int64_t rows = SCORE_BUDGET / width > 0 ? SCORE_BUDGET / width : 1;
-    if (rows > m) rows = m;
-    sc = be->ops->alloc(be, (size_t)(rows * width) * sizeof(float));
+    /* (backend memory: width 0 runs the ops below, which then write -1 everywhere) */
+    int64_t rows = width > 0 && SCORE_BUDGET / width > 0 ? SCORE_BUDGET / width : 1;
+    if (width == 0 || rows > m) rows = m;
+    sc = be->ops->alloc(be, (size_t)(rows * (width > 0 ? width : 1)) * sizeof(float));
     if (!sc) goto nomem;
     for (int64_t i0 = 0; i0 < m; i0 += rows) {
         int64_t n = m - i0 < rows ? m - i0 : rows;
-        be->ops->index_scores_kv(be, q + i0 * hi * di, w + i0 * hi, n, hi, di, keys + i0,
-                                 nvis + i0, width, sc);
+        scores(be, q + i0 * hi * di, w + i0 * hi, n, hi, di, keys + i0, nvis + i0, width, sc);
         if (r->is_candidate_source)
-            be->ops->candidate_blocks(be, sc, nvis + i0, n, width, nbk, bs, f->cand + i0 * nbk);
+            cands(be, sc, nvis + i0, n, width, nbk, bs, f->cand + i0 * nbk);
         else if (r->indexer == DI_INDEXER_POOL)
-            be->ops->restrict_blocks(be, sc, f->cand + i0 * nbk, n, width, nbk, bs);
-        be->ops->topk_select(be, sc, nvis + i0, n, width, k, f->sel[block] + i0 * k);
+            restrict_(be, sc, f->cand + i0 * nbk, n, width, nbk, bs);
+        topk(be, sc, nvis + i0, n, width, k, f->sel[block] + i0 * k);
     }
     goto out;
 nomem:
     st = di_err_set(err, DI_ERR_NOMEM, "indexer: out of memory");
 out:
-    free(nvis);
-    free(keys);
     be->ops->free(be, q);
     be->ops->free(be, w);
     be->ops->free(be, sc);

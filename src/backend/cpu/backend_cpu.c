@@ -635,6 +635,7 @@ typedef struct attn_ctx {
     const float *sink;
     float scale;
     float *out;
+    const di_attn_rows *tabs;    /* row tables (sparse_attn_rows), else NULL */
 } attn_ctx;
 
 /* Scratch floats attn_row needs: acc [h, d], scores [h, 64], dots
@@ -752,6 +753,20 @@ static void attn_range(void *p, int64_t lo, int64_t hi) {
     free(acc);
 }
 
+/* Row i's packed row pointers from the tables of sparse_attn_rows, into
+ * out [n_win + n_sel] (backend memory is host memory here). */
+static const uint8_t *const *attn_rows_of(const di_attn_rows *t, int64_t i, const uint8_t **out) {
+    const int32_t *win = t->win + i * t->n_win;
+    for (int j = 0; j < t->n_win; j++)
+        out[j] = win[j] >= 0    ? t->ring[i] + (size_t)win[j] * t->win_bytes
+                 : win[j] <= -2 ? t->chunk + (size_t)(-2 - win[j]) * t->win_bytes
+                                : NULL;
+    const int32_t *sel = t->sel ? t->sel + i * t->n_sel : NULL;
+    for (int j = 0; j < t->n_sel; j++)
+        out[t->n_win + j] = sel[j] >= 0 ? t->cache[i] + (size_t)sel[j] * t->cache_bytes : NULL;
+    return out;
+}
+
 /* Packed rows: each query's rows are decoded once into a working set
  * [n_slots, d] and then read by every head, so the decoding costs 1/h of
  * the attention and the arithmetic is that of the fp32 op. */
@@ -761,9 +776,10 @@ static void attn_kv_range(void *p, int64_t lo, int64_t hi) {
     float *acc = malloc(attn_scratch_bytes(c));
     float *ws = malloc((size_t)(c->n_slots * d) * sizeof(float));
     const float **rows = malloc((size_t)c->n_slots * sizeof(float *));
-    if (acc && ws && rows)
+    const uint8_t **tab = c->tabs ? malloc((size_t)c->n_slots * sizeof(uint8_t *)) : NULL;
+    if (acc && ws && rows && (tab || !c->tabs))
         for (int64_t i = lo; i < hi; i++) {
-            const uint8_t *const *pr = c->prows + i * c->n_slots;
+            const uint8_t *const *pr = c->tabs ? attn_rows_of(c->tabs, i, tab) : c->prows + i * c->n_slots;
             for (int j = 0; j < c->n_slots; j++) {
                 rows[j] = pr[j] ? ws + j * d : NULL;
                 if (pr[j]) di_kvq_unpack(j < c->n_win ? DI_KVQ_FP8 : DI_KVQ_FP4_E4M3, pr[j], d, ws + j * d);
@@ -773,19 +789,28 @@ static void attn_kv_range(void *p, int64_t lo, int64_t hi) {
     free(acc);
     free(ws);
     free(rows);
+    free(tab);
 }
 
 static void cpu_sparse_attn(di_backend *be, const float *q, int64_t m, int h, int64_t d,
                             const di_kvrow *rows, int n_slots, const float *sink, float scale,
                             float *out) {
-    attn_ctx c = {q, h, d, rows, NULL, n_slots, n_slots, sink, scale, out};
+    attn_ctx c = {q, h, d, rows, NULL, n_slots, n_slots, sink, scale, out, NULL};
     par_for(be, m, (double)m * h * n_slots * (double)d * 2, attn_range, &c);
 }
 
 static void cpu_sparse_attn_kv(di_backend *be, const float *q, int64_t m, int h, int64_t d,
                                const uint8_t *const *rows, int n_slots, int n_win,
                                const float *sink, float scale, float *out) {
-    attn_ctx c = {q, h, d, NULL, rows, n_slots, n_win, sink, scale, out};
+    attn_ctx c = {q, h, d, NULL, rows, n_slots, n_win, sink, scale, out, NULL};
+    par_for(be, m, (double)m * h * n_slots * (double)d * 2, attn_kv_range, &c);
+}
+
+static void cpu_sparse_attn_rows(di_backend *be, const float *q, int64_t m, int h, int64_t d,
+                                 const di_attn_rows *rows, const float *sink, float scale,
+                                 float *out) {
+    int n_slots = rows->n_win + rows->n_sel;
+    attn_ctx c = {q, h, d, NULL, NULL, n_slots, rows->n_win, sink, scale, out, rows};
     par_for(be, m, (double)m * h * n_slots * (double)d * 2, attn_kv_range, &c);
 }
 
@@ -1199,6 +1224,12 @@ static const di_backend_ops cpu_ops = {
     .candidate_blocks = cpu_candidate_blocks,
     .restrict_blocks = cpu_restrict_blocks,
     .topk_select = cpu_topk_select,
+    /* backend memory is host memory: the backend-memory forms are the same functions */
+    .index_scores_kv_buf = cpu_index_scores_kv,
+    .candidate_blocks_buf = cpu_candidate_blocks,
+    .restrict_blocks_buf = cpu_restrict_blocks,
+    .topk_select_buf = cpu_topk_select,
+    .sparse_attn_rows = cpu_sparse_attn_rows,
     .moe_route = cpu_moe_route,
     .moe_route_buf = cpu_moe_route, /* backend memory is host memory */
     .moe_experts = cpu_moe_experts,

@@ -1,0 +1,341 @@
+/* Decode steps that read nothing back on the host between ops (issue 7's
+ * condition for capturing a step in a CUDA graph): the forward runs through
+ * a "strict" wrapper of the CPU backend whose buffers are mapped pages that
+ * stay inaccessible (PROT_NONE) between ops. Every host access the model
+ * makes to backend memory faults; the handler counts it and opens that
+ * buffer, so the pass goes on and the test reports how many there were. The
+ * wrapper also counts downloads and calls of the ops that return host
+ * arrays (topk_select, candidate_blocks, moe_route) or take host tables
+ * (sparse_attn_kv, index_scores_kv, restrict_blocks).
+ *
+ * Checked on the golden tiny model (window 128, ratio-2 and ratio-1 kv
+ * sources, the candidate pool): a prefill, then decode steps (alone and two
+ * sequences batched) past the window's wrap: no fault, no host-result or
+ * host-table op, one download per pass (the logits); the logits equal, bit
+ * for bit, those of the host forms (the same wrapper without the
+ * backend-memory ops), which in turn must show host-result calls (so the
+ * counters can fail), and a deliberate host read of a buffer is caught. */
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "golden_util.h"
+#include "test.h"
+
+typedef struct sbuf {
+    uint8_t *p;
+    size_t len;
+} sbuf;
+
+static struct {
+    di_backend be;
+    di_backend_ops ops;
+    di_backend *cpu;
+    sbuf *bufs;
+    int n, cap;
+    int guard;                   /* buffers closed between ops */
+    volatile sig_atomic_t faults; /* host accesses caught */
+    long downloads, download_bytes, host_results, host_tables;
+} ST;
+
+static size_t page_round(size_t n) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + pg - 1) / pg * pg;
+}
+
+static void protect_all(int prot) {
+    for (int i = 0; i < ST.n; i++) mprotect(ST.bufs[i].p, ST.bufs[i].len, prot);
+}
+
+static void on_segv(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    uint8_t *a = si->si_addr;
+    for (int i = 0; i < ST.n; i++)
+        if (a >= ST.bufs[i].p && a < ST.bufs[i].p + ST.bufs[i].len) {
+            ST.faults++;
+            mprotect(ST.bufs[i].p, ST.bufs[i].len, PROT_READ | PROT_WRITE);
+            return; /* the access is retried and now succeeds */
+        }
+    signal(sig, SIG_DFL); /* not ours: fault again, for real */
+}
+
+static const char *const HOST_RESULT[] = {"topk_select", "candidate_blocks", "moe_route"};
+static const char *const HOST_TABLE[] = {"sparse_attn_kv", "index_scores_kv", "restrict_blocks"};
+
+static void op_in(const char *name) {
+    for (size_t i = 0; i < sizeof HOST_RESULT / sizeof *HOST_RESULT; i++)
+        ST.host_results += !strcmp(name, HOST_RESULT[i]);
+    for (size_t i = 0; i < sizeof HOST_TABLE / sizeof *HOST_TABLE; i++)
+        ST.host_tables += !strcmp(name, HOST_TABLE[i]);
+    if (ST.guard) protect_all(PROT_READ | PROT_WRITE);
+}
+
+static void op_out(void) {
+    if (ST.guard) protect_all(PROT_NONE);
+}
+
+static void *s_alloc(di_backend *be, size_t bytes) {
+    (void)be;
+    if (ST.n == ST.cap) {
+        int nc = ST.cap ? 2 * ST.cap : 256;
+        sbuf *nb = realloc(ST.bufs, (size_t)nc * sizeof *nb);
+        if (!nb) return NULL;
+        ST.bufs = nb;
+        ST.cap = nc;
+    }
+    size_t len = page_round(bytes ? bytes : 1);
+    void *p = mmap(NULL, len, ST.guard ? PROT_NONE : PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    ST.bufs[ST.n++] = (sbuf){p, len};
+    return p;
+}
+
+static void s_free(di_backend *be, void *p) {
+    (void)be;
+    for (int i = 0; i < ST.n; i++)
+        if (ST.bufs[i].p == p) {
+            munmap(p, ST.bufs[i].len);
+            ST.bufs[i] = ST.bufs[--ST.n];
+            return;
+        }
+}
+
+static void s_upload(di_backend *be, void *dst, const void *src, size_t bytes) {
+    op_in("upload");
+    ST.cpu->ops->upload(ST.cpu, dst, src, bytes);
+    op_out();
+}
+
+static void s_download(di_backend *be, void *dst, const void *src, size_t bytes) {
+    op_in("download");
+    ST.downloads++;
+    ST.download_bytes += (long)bytes;
+    ST.cpu->ops->download(ST.cpu, dst, src, bytes);
+    op_out();
+}
+
+static void s_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
+    op_in("copy");
+    ST.cpu->ops->copy(ST.cpu, dst, src, bytes);
+    op_out();
+}
+
+/* Every op of the table but memory, as W(name, params, args). */
+#define STRICT_OPS(W) \
+    W(matmul, (di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y, unsigned flags), (ST.cpu, w, x, m, y, flags)) \
+    W(matmul_grouped, (di_backend *be, const di_wmat *w, int groups, const float *x, int64_t m, float *y), (ST.cpu, w, groups, x, m, y)) \
+    W(rmsnorm, (di_backend *be, const float *x, const di_tensor *w, int64_t m, int64_t n, double eps, float *y), (ST.cpu, x, w, m, n, eps, y)) \
+    W(rope, (di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd, int64_t rd, const int32_t *pos, const float *freq, int inverse), (ST.cpu, x, m, stride, heads, hd, rd, pos, freq, inverse)) \
+    W(qdq_fp8, (di_backend *be, float *x, int64_t n), (ST.cpu, x, n)) \
+    W(qdq_fp4_e8m0, (di_backend *be, float *x, int64_t n), (ST.cpu, x, n)) \
+    W(qdq_fp4_e4m3, (di_backend *be, float *x, int64_t n), (ST.cpu, x, n)) \
+    W(round_bf16, (di_backend *be, float *x, int64_t n), (ST.cpu, x, n)) \
+    W(scale_bf16, (di_backend *be, float *x, int64_t n, float c), (ST.cpu, x, n, c)) \
+    W(embed, (di_backend *be, const di_tensor *table, const int32_t *ids, int64_t m, float *out), (ST.cpu, table, ids, m, out)) \
+    W(engram_gather, (di_backend *be, const di_tensor *rows, const di_tensor *scales, const int32_t *ids, int64_t m, int ncols, float *out), (ST.cpu, rows, scales, ids, m, ncols, out)) \
+    W(hc_mix, (di_backend *be, const float *s, int64_t m, int hc, int64_t d, const float *fn, const float *base, const float *scale, double norm_eps, double hc_eps, int iters, float *pre, float *post, float *comb), (ST.cpu, s, m, hc, d, fn, base, scale, norm_eps, hc_eps, iters, pre, post, comb)) \
+    W(hc_collapse, (di_backend *be, const float *s, const float *w, int64_t m, int hc, int64_t d, float *y), (ST.cpu, s, w, m, hc, d, y)) \
+    W(hc_expand, (di_backend *be, const float *y, const float *s, const float *post, const float *comb, int64_t m, int hc, int64_t d, float *out), (ST.cpu, y, s, post, comb, m, hc, d, out)) \
+    W(hc_mean, (di_backend *be, const float *s, int64_t m, int hc, int64_t d, float *out, int64_t out_stride), (ST.cpu, s, m, hc, d, out, out_stride)) \
+    W(engram_gate, (di_backend *be, float *s, const float *kv, const di_tensor *qw, const di_tensor *kw, int64_t m, int hc, int64_t d, double eps), (ST.cpu, s, kv, qw, kw, m, hc, d, eps)) \
+    W(compress_pool, (di_backend *be, const float *a, const float *g, int64_t m, int r, int64_t n, float *out), (ST.cpu, a, g, m, r, n, out)) \
+    W(sparse_attn, (di_backend *be, const float *q, int64_t m, int h, int64_t d, const di_kvrow *rows, int n_slots, const float *sink, float scale, float *out), (ST.cpu, q, m, h, d, rows, n_slots, sink, scale, out)) \
+    W(index_scores, (di_backend *be, const float *q, const float *w, int64_t m, int hi, int64_t di, const float *const *keys, const int32_t *n_vis, int64_t width, float *out), (ST.cpu, q, w, m, hi, di, keys, n_vis, width, out)) \
+    W(kv_pack, (di_backend *be, di_kvq fmt, const float *x, int64_t m, int64_t n, uint8_t *out), (ST.cpu, fmt, x, m, n, out)) \
+    W(sparse_attn_kv, (di_backend *be, const float *q, int64_t m, int h, int64_t d, const uint8_t *const *rows, int n_slots, int n_win, const float *sink, float scale, float *out), (ST.cpu, q, m, h, d, rows, n_slots, n_win, sink, scale, out)) \
+    W(index_scores_kv, (di_backend *be, const float *q, const float *w, int64_t m, int hi, int64_t di, const uint8_t *const *keys, const int32_t *n_vis, int64_t width, float *out), (ST.cpu, q, w, m, hi, di, keys, n_vis, width, out)) \
+    W(candidate_blocks, (di_backend *be, const float *scores, const int32_t *n_vis, int64_t m, int64_t width, int topk_blocks, int bs, int32_t *blocks), (ST.cpu, scores, n_vis, m, width, topk_blocks, bs, blocks)) \
+    W(restrict_blocks, (di_backend *be, float *scores, const int32_t *blocks, int64_t m, int64_t width, int topk_blocks, int bs), (ST.cpu, scores, blocks, m, width, topk_blocks, bs)) \
+    W(topk_select, (di_backend *be, const float *scores, const int32_t *n_vis, int64_t m, int64_t width, int k, int32_t *idx), (ST.cpu, scores, n_vis, m, width, k, idx)) \
+    W(index_scores_kv_buf, (di_backend *be, const float *q, const float *w, int64_t m, int hi, int64_t di, const uint8_t *const *keys, const int32_t *n_vis, int64_t width, float *out), (ST.cpu, q, w, m, hi, di, keys, n_vis, width, out)) \
+    W(candidate_blocks_buf, (di_backend *be, const float *scores, const int32_t *n_vis, int64_t m, int64_t width, int topk_blocks, int bs, int32_t *blocks), (ST.cpu, scores, n_vis, m, width, topk_blocks, bs, blocks)) \
+    W(restrict_blocks_buf, (di_backend *be, float *scores, const int32_t *blocks, int64_t m, int64_t width, int topk_blocks, int bs), (ST.cpu, scores, blocks, m, width, topk_blocks, bs)) \
+    W(topk_select_buf, (di_backend *be, const float *scores, const int32_t *n_vis, int64_t m, int64_t width, int k, int32_t *idx), (ST.cpu, scores, n_vis, m, width, k, idx)) \
+    W(sparse_attn_rows, (di_backend *be, const float *q, int64_t m, int h, int64_t d, const di_attn_rows *rows, const float *sink, float scale, float *out), (ST.cpu, q, m, h, d, rows, sink, scale, out)) \
+    W(moe_route, (di_backend *be, const float *logits, const float *bias, int64_t m, int e, int k, int normalize, float route_scale, int32_t *idx, float *w), (ST.cpu, logits, bias, m, e, k, normalize, route_scale, idx, w)) \
+    W(moe_route_buf, (di_backend *be, const float *logits, const float *bias, int64_t m, int e, int k, int normalize, float route_scale, int32_t *idx, float *w), (ST.cpu, logits, bias, m, e, k, normalize, route_scale, idx, w)) \
+    W(moe_experts, (di_backend *be, const di_moe_experts *ex, const float *x, int64_t m, const int32_t *idx, const float *w, int k, unsigned mm, float limit, float *out), (ST.cpu, ex, x, m, idx, w, k, mm, limit, out)) \
+    W(swiglu, (di_backend *be, const float *g, const float *u, const float *w, int64_t m, int64_t n, float limit, float *out), (ST.cpu, g, u, w, m, n, limit, out)) \
+    W(gather_rows, (di_backend *be, const float *src, const int32_t *rows, int64_t m, int64_t n, float *dst), (ST.cpu, src, rows, m, n, dst)) \
+    W(scatter_add_rows, (di_backend *be, float *dst, const int32_t *rows, const float *src, int64_t m, int64_t n), (ST.cpu, dst, rows, src, m, n)) \
+    W(add, (di_backend *be, float *y, const float *x, int64_t n), (ST.cpu, y, x, n))
+
+#define DEF(name, params, args)        \
+    static void s_##name params {      \
+        op_in(#name);                  \
+        ST.cpu->ops->name args;        \
+        op_out();                      \
+    }
+STRICT_OPS(DEF)
+#undef DEF
+
+/* The strict backend: every op of the CPU table through the wrapper; with
+ * buf_forms = 0 the backend-memory selection forms are left out, so the
+ * model takes the host forms. */
+static void strict_init(di_backend *cpu, int buf_forms) {
+    ST.cpu = cpu;
+    di_backend_ops o = {.name = "strict-cpu",
+                        .alloc = s_alloc,
+                        .free = s_free,
+                        .upload = s_upload,
+                        .download = s_download,
+                        .copy = s_copy};
+#define SET(name, params, args) o.name = cpu->ops->name ? s_##name : NULL;
+    STRICT_OPS(SET)
+#undef SET
+    if (!buf_forms) {
+        o.index_scores_kv_buf = NULL;
+        o.candidate_blocks_buf = NULL;
+        o.restrict_blocks_buf = NULL;
+        o.topk_select_buf = NULL;
+        o.sparse_attn_rows = NULL;
+    }
+    ST.ops = o;
+    ST.be = (di_backend){&ST.ops, cpu->n_threads, NULL};
+}
+
+static void counters_reset(void) {
+    ST.faults = 0;
+    ST.downloads = ST.download_bytes = ST.host_results = ST.host_tables = 0;
+}
+
+static gold_model G;
+static int64_t S, V;
+static const int32_t *IDS;
+static int READY;
+
+static int setup(void) {
+    const char *shared = test_shared_dir();
+    if (!shared) return 0;
+    if (gold_open(&G, shared, "v41-tiny")) return -1;
+    IDS = gold_i32(&G, "long.prompt_ids", &S);
+    V = G.cfg.vocab_size;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(SIGSEGV, &sa, NULL)) return -1;
+    READY = 1;
+    return 1;
+}
+
+/* Prefill P tokens of the long prompt into a, then `steps` single-token
+ * decode steps of a, and as many steps of a and b batched (b prefilled with
+ * Q tokens first). Logits of every pass into lg (rows stacked). Returns the
+ * rows written; counters cover the decode steps only (guarded from the
+ * first decode step on when `guard`). */
+typedef struct run_out {
+    long faults, downloads, download_bytes, host_results, host_tables, passes;
+} run_out;
+
+static int64_t run(int buf_forms, int guard, int64_t P, int64_t Q, int steps, float *lg,
+                   run_out *ro) {
+    di_err err = {0};
+    strict_init(G.be, buf_forms);
+    di_backend *saved = G.lm.be;
+    G.lm.be = &ST.be;
+    ST.guard = 0;
+    di_seqstate a, b;
+    int64_t rows = 0;
+    CHECK(di_seqstate_init(&a, &G.lm, S + 16, 0, &err) == DI_OK);
+    CHECK(di_seqstate_init(&b, &G.lm, S + 16, 0, &err) == DI_OK);
+    di_fwd_seq qa = {&a, IDS, P}, qb = {&b, IDS + 7, Q};
+    CHECK(di_forward(&G.lm, &qa, 1, lg, 0, &err) == DI_OK);
+    CHECK(di_forward(&G.lm, &qb, 1, lg + V, 0, &err) == DI_OK);
+    rows = 2;
+    counters_reset();
+    if (guard) {
+        ST.guard = 1;
+        protect_all(PROT_NONE);
+    }
+    memset(ro, 0, sizeof *ro);
+    for (int s = 0; s < steps; s++) { /* a alone */
+        di_fwd_seq d = {&a, IDS + P + s, 1};
+        CHECKF(di_forward(&G.lm, &d, 1, lg + rows * V, 0, &err) == DI_OK, "%s", err.msg);
+        rows++;
+        ro->passes++;
+    }
+    for (int s = 0; s < steps; s++) { /* a and b batched, at other positions */
+        di_fwd_seq two[2] = {{&a, IDS + P + steps + s, 1}, {&b, IDS + 7 + Q + s, 1}};
+        CHECKF(di_forward(&G.lm, two, 2, lg + rows * V, 0, &err) == DI_OK, "%s", err.msg);
+        rows += 2;
+        ro->passes++;
+    }
+    ro->faults = ST.faults;
+    ro->downloads = ST.downloads;
+    ro->download_bytes = ST.download_bytes;
+    ro->host_results = ST.host_results;
+    ro->host_tables = ST.host_tables;
+    ST.guard = 0;
+    protect_all(PROT_READ | PROT_WRITE);
+    di_seqstate_free(&a);
+    di_seqstate_free(&b);
+    G.lm.be = saved;
+    return rows;
+}
+
+static void test_decode_no_host_reads(void) {
+    if (!READY) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
+    /* a's decode steps cross position 128 (the window ring wraps), with
+     * ratio-2 groups completing every other step and the candidate pool
+     * restricting the re-index layers (> 32 ratio-1 entries) */
+    int64_t P = quick_mode() ? 124 : 120, Q = 40;
+    int steps = quick_mode() ? 4 : 8;
+    size_t cap = (size_t)(2 + 3 * steps) * (size_t)V;
+    float *strict = malloc(cap * sizeof(float)), *host = malloc(cap * sizeof(float));
+    run_out rs, rh;
+    int64_t n1 = run(1, 1, P, Q, steps, strict, &rs);
+    int64_t n2 = run(0, 0, P, Q, steps, host, &rh);
+    CHECK_EQ_INT(n1, n2);
+    CHECKF(rs.faults == 0, "%ld host accesses to backend memory during decode steps", rs.faults);
+    CHECKF(rs.host_results == 0, "%ld calls of ops returning host arrays", rs.host_results);
+    CHECKF(rs.host_tables == 0, "%ld calls of ops taking host tables", rs.host_tables);
+    /* one download per pass: the logits of its last rows */
+    CHECK_EQ_INT(rs.downloads, rs.passes);
+    CHECK_EQ_INT(rs.download_bytes, (long)((n1 - 2) * V * (int64_t)sizeof(float)));
+    /* the host forms are what the counters catch ... */
+    CHECKF(rh.host_results > 0 && rh.host_tables > 0, "host forms: %ld host-result, %ld host-table calls",
+           rh.host_results, rh.host_tables);
+    /* ... and give the same bits */
+    int64_t diff = 0;
+    for (int64_t i = 0; i < n1 * V; i++) diff += memcmp(&strict[i], &host[i], sizeof(float)) != 0;
+    CHECKF(diff == 0, "%lld logits differ between the backend-memory and the host forms", (long long)diff);
+    free(strict);
+    free(host);
+}
+
+/* The detector itself: a host read of a guarded buffer is counted. */
+static void test_detector(void) {
+    if (!READY) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
+    strict_init(G.be, 1);
+    counters_reset();
+    float *p = ST.ops.alloc(&ST.be, 64 * sizeof(float));
+    CHECK(p != NULL);
+    if (!p) return;
+    ST.guard = 1;
+    protect_all(PROT_NONE);
+    volatile float v = p[3]; /* a host read between ops */
+    (void)v;
+    CHECK_EQ_INT(ST.faults, 1);
+    float one = 1.f;
+    ST.ops.upload(&ST.be, p + 5, &one, sizeof one); /* an op: no fault */
+    CHECK_EQ_INT(ST.faults, 1);
+    ST.guard = 0;
+    protect_all(PROT_READ | PROT_WRITE);
+    CHECK(p[5] == 1.f);
+    ST.ops.free(&ST.be, p);
+}
+
+int main(void) {
+    int rc = setup();
+    if (rc < 0) return 1;
+    RUN(test_detector);
+    RUN(test_decode_no_host_reads);
+    if (rc > 0) gold_close(&G);
+    return test_summary();
+}
