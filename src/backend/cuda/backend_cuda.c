@@ -36,7 +36,10 @@
  *
  * Host results. topk_select and candidate_blocks select on the device
  * (cuda_ops_select.cu, the CPU's semantics bit for bit) and download only
- * the indices. moe_route downloads its logits and runs the CPU backend's op
+ * the indices. With DI_CUDA_DEVICE_SELECT=1 the table also has backend.h's
+ * backend-memory forms (selections, candidate blocks and attention row
+ * tables stay on the device; the forward then reads nothing back until the
+ * logits); off by default until a GPU run has checked them. moe_route downloads its logits and runs the CPU backend's op
  * on them: its weights come from libm's expf / log1pf, which the device's
  * functions do not match to the last bit.
  *
@@ -865,6 +868,69 @@ static void cu_topk_select(di_backend *be, const float *scores, const int32_t *n
     idx_down(be, didx, idx, m, k);
 }
 
+/* The backend-memory forms (backend.h): the same kernels on tables that
+ * already are device memory (the forward's step metadata, the selections
+ * of earlier calls), so nothing is uploaded or downloaded per call and the
+ * selection path of a step has no host round trip. Off unless
+ * DI_CUDA_DEVICE_SELECT=1 (di_backend_cuda_create), until a GPU run has
+ * checked them against the host forms. */
+static void cu_index_scores_kv_buf(di_backend *be, const float *q, const float *w, int64_t m,
+                                   int hi, int64_t di, const uint8_t *const *keys,
+                                   const int32_t *n_vis, int64_t width, float *out) {
+    op_enter(be, "index_scores_kv_buf");
+    di_err err = {0};
+    if (m <= 0) return;
+    note(be, cuda_op_index_scores_kv(q, w, m, hi, di, keys, n_vis, width, out, &err), &err);
+}
+
+static void cu_candidate_blocks_buf(di_backend *be, const float *scores, const int32_t *n_vis,
+                                    int64_t m, int64_t width, int topk_blocks, int bs,
+                                    int32_t *blocks) {
+    op_enter(be, "candidate_blocks_buf");
+    di_err err = {0};
+    if (m <= 0 || topk_blocks <= 0) return;
+    int64_t nb = (width + bs - 1) / bs;
+    int kk = topk_blocks < nb ? topk_blocks : (int)nb;
+    float *bsc = scratch(be, SCR_D, (size_t)(m * (nb > 0 ? nb : 1)) * sizeof(float));
+    di_status st = !bsc ? DI_ERR_NOMEM : DI_OK;
+    if (!st) st = cuda_op_block_max(scores, n_vis, m, width, bs, bsc, &err);
+    if (!st) st = cuda_op_topk_select(bsc, NULL, m, nb, kk, topk_blocks, blocks, &err);
+    note(be, st, &err);
+}
+
+static void cu_restrict_blocks_buf(di_backend *be, float *scores, const int32_t *blocks, int64_t m,
+                                   int64_t width, int topk_blocks, int bs) {
+    op_enter(be, "restrict_blocks_buf");
+    di_err err = {0};
+    if (m <= 0) return;
+    note(be, cuda_op_restrict_blocks(scores, blocks, m, width, topk_blocks, bs, &err), &err);
+}
+
+static void cu_topk_select_buf(di_backend *be, const float *scores, const int32_t *n_vis, int64_t m,
+                               int64_t width, int k, int32_t *idx) {
+    op_enter(be, "topk_select_buf");
+    di_err err = {0};
+    if (m <= 0 || k <= 0) return;
+    note(be, cuda_op_topk_select(scores, n_vis, m, width, k, k, idx, &err), &err);
+}
+
+static void cu_sparse_attn_rows(di_backend *be, const float *q, int64_t m, int h, int64_t d,
+                                const di_attn_rows *t, const float *sink, float scale,
+                                float *out) {
+    op_enter(be, "sparse_attn_rows");
+    di_err err = {0};
+    if (m <= 0 || h <= 0) return;
+    int64_t n_slots = (int64_t)t->n_win + t->n_sel;
+    const float *dsink = wdev(be, sink, (size_t)h * sizeof(float));
+    const uint8_t **tab = scratch(be, SCR_A, (size_t)(m * n_slots) * sizeof(const uint8_t *));
+    if (!dsink || !tab) return;
+    note(be,
+         cuda_op_sparse_attn_rows(q, m, h, d, t->n_win, t->win, t->ring, t->chunk, t->win_bytes,
+                                  t->n_sel, t->sel, t->cache, t->cache_bytes, tab, dsink, scale,
+                                  out, &err),
+         &err);
+}
+
 /* ------------------------------------------------------------ MoE */
 
 static void cu_moe_route(di_backend *be, const float *logits, const float *bias, int64_t m, int e,
@@ -981,6 +1047,9 @@ static const di_backend_ops cuda_ops = {
     .status = cu_status,
 };
 
+/* cuda_ops with the backend-memory selection forms (DI_CUDA_DEVICE_SELECT=1). */
+static di_backend_ops cuda_ops_device_select;
+
 di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
     *out = NULL;
     di_status st = di_cuda_init(device, err);
@@ -1004,6 +1073,16 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         return di_err_set(err, DI_ERR_NOMEM, "cuda backend: out of memory");
     }
     be->ops = &cuda_ops;
+    v = getenv("DI_CUDA_DEVICE_SELECT");
+    if (v && !strcmp(v, "1")) {
+        cuda_ops_device_select = cuda_ops;
+        cuda_ops_device_select.index_scores_kv_buf = cu_index_scores_kv_buf;
+        cuda_ops_device_select.candidate_blocks_buf = cu_candidate_blocks_buf;
+        cuda_ops_device_select.restrict_blocks_buf = cu_restrict_blocks_buf;
+        cuda_ops_device_select.topk_select_buf = cu_topk_select_buf;
+        cuda_ops_device_select.sparse_attn_rows = cu_sparse_attn_rows;
+        be->ops = &cuda_ops_device_select;
+    }
     be->n_threads = 1;
     be->impl = c;
     /* one thread: the host-result ops work on small downloaded inputs */

@@ -122,6 +122,15 @@ di_status cuda_op_sparse_attn_kv(const float *q, int64_t m, int h, int64_t d,
 di_status cuda_op_index_scores_kv(const float *q, const float *w, int64_t m, int hi, int64_t di,
                                   const uint8_t *const *keys, const int32_t *n_vis,
                                   int64_t width, float *out, di_err *err);
+/* sparse_attn_kv over the tables of backend.h's di_attn_rows (win [m, n_win],
+ * ring [m], sel [m, n_sel], cache [m]: all device), the row pointers built
+ * on the device into tab [m, n_win + n_sel] (device scratch). */
+di_status cuda_op_sparse_attn_rows(const float *q, int64_t m, int h, int64_t d, int n_win,
+                                   const int32_t *win, const uint8_t *const *ring,
+                                   const uint8_t *chunk, size_t win_bytes, int n_sel,
+                                   const int32_t *sel, const uint8_t *const *cache,
+                                   size_t cache_bytes, const uint8_t **tab, const float *sink,
+                                   float scale, float *out, di_err *err);
 /* out [m, di_kvq_row_bytes(fmt, n)] = packed rows of x [m, n]; fmt a di_kvq */
 di_status cuda_op_kv_pack(int fmt, const float *x, int64_t m, int64_t n, uint8_t *out,
                           di_err *err);

@@ -123,6 +123,47 @@ extern "C" di_status cuda_op_sparse_attn_kv(const float *q, int64_t m, int h, in
     return cuda_check_launch(err, "sparse_attn_kv");
 }
 
+/* tab [m, n_win + n_sel] = the packed row pointers of backend.h's
+ * di_attn_rows (window ring slot, this call's window row, or a selected
+ * compressed entry; NULL = empty), built on the device so the selection and
+ * the step's tables never pass through the host. */
+__global__ void k_attn_rows(int64_t m, int n_win, const int32_t *win, const uint8_t *const *ring,
+                            const uint8_t *chunk, size_t win_bytes, int n_sel, const int32_t *sel,
+                            const uint8_t *const *cache, size_t cache_bytes, const uint8_t **tab) {
+    int64_t n_slots = (int64_t)n_win + n_sel;
+    GRID_STRIDE(t, m * n_slots) {
+        int64_t i = t / n_slots, j = t % n_slots;
+        const uint8_t *r = NULL;
+        if (j < n_win) {
+            int32_t c = win[i * n_win + j];
+            if (c >= 0) r = ring[i] + (size_t)c * win_bytes;
+            else if (c <= -2) r = chunk + (size_t)(-2 - (int64_t)c) * win_bytes;
+        } else {
+            int32_t e = sel[i * n_sel + (j - n_win)];
+            if (e >= 0) r = cache[i] + (size_t)e * cache_bytes;
+        }
+        tab[t] = r;
+    }
+}
+
+extern "C" di_status cuda_op_sparse_attn_rows(const float *q, int64_t m, int h, int64_t d,
+                                              int n_win, const int32_t *win,
+                                              const uint8_t *const *ring, const uint8_t *chunk,
+                                              size_t win_bytes, int n_sel, const int32_t *sel,
+                                              const uint8_t *const *cache, size_t cache_bytes,
+                                              const uint8_t **tab, const float *sink, float scale,
+                                              float *out, di_err *err) {
+    int64_t n_slots = (int64_t)n_win + n_sel;
+    if (m * h <= 0) return DI_OK;
+    if (m * n_slots > 0) {
+        k_attn_rows<<<grid_for(m * n_slots), 256>>>(m, n_win, win, ring, chunk, win_bytes, n_sel,
+                                                    sel, cache, cache_bytes, tab);
+        di_status st = cuda_check_launch(err, "attention row tables");
+        if (st) return st;
+    }
+    return cuda_op_sparse_attn_kv(q, m, h, d, tab, (int)n_slots, n_win, sink, scale, out, err);
+}
+
 /* One warp per (row, key): per indexer head a warp-reduced dot product,
  * rounded and weighted as the CPU does, summed over heads in order. */
 template <bool PACKED>
