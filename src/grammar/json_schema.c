@@ -137,7 +137,9 @@ static int check_keywords(js_ctx *c, const cJSON *s) {
             return FAIL(c, DI_ERR_UNSUPPORTED, "JSON Schema keyword '%s' is not supported (at %s)", k->string,
                         c->path[0] ? c->path : "#");
         }
-        if (!strcmp(k->string, "uniqueItems") && cJSON_IsTrue(k) && !c->o->lenient)
+        /* next to enum / const the values are checked one by one */
+        if (!strcmp(k->string, "uniqueItems") && cJSON_IsTrue(k) && !c->o->lenient &&
+            !cJSON_GetObjectItemCaseSensitive(s, "enum") && !cJSON_GetObjectItemCaseSensitive(s, "const"))
             return FAIL(c, DI_ERR_UNSUPPORTED, "JSON Schema keyword 'uniqueItems' is not supported (at %s)",
                         c->path[0] ? c->path : "#");
     }
@@ -1121,12 +1123,149 @@ static int const_value(js_ctx *c, const cJSON *v, int32_t lhs, int depth) {
 /* Whether value v satisfies the scalar keywords of s we can check here
  * (type, string length / pattern / format, numeric bounds). Returns 1 yes,
  * 0 no, -1 error (e.g. a keyword we cannot check: refused). */
+static int value_ok(js_ctx *c, const cJSON *s, const cJSON *v, int depth);
+
+/* 1 when the string str (its canonical encoding) matches search pattern
+ * pat, 0 when not, -1 on error. */
+static int pattern_matches(js_ctx *c, const char *pat, const char *str) {
+    di_dfa d, lit;
+    if (di_js_regex_compile(c, pat, strlen(pat), DI_RX_SEARCH | DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err))
+        return -1;
+    size_t need = di_regex_escape(str, strlen(str), NULL, 0) + 1;
+    char *rx = malloc(need);
+    int ok = -1;
+    if (rx) {
+        di_regex_escape(str, strlen(str), rx, need);
+        if (!di_js_regex_compile(c, rx, strlen(rx), DI_RX_JSON_STRING, c->o->max_lexer_states, &lit, c->err)) {
+            ok = di_dfa_intersects(&d, &lit);
+            di_dfa_free(&lit);
+        }
+        free(rx);
+    } else FAIL(c, DI_ERR_NOMEM, "out of memory");
+    di_dfa_free(&d);
+    return ok;
+}
+
+/* Object and array keywords checked on a constant: 1 / 0 / -1 (error),
+ * or 2 when n is not one of them. */
+static int container_keyword_ok(js_ctx *c, const cJSON *s, const cJSON *k, const cJSON *v, int vt, int depth) {
+    const char *n = k->string;
+    if (!strcmp(n, "properties") || !strcmp(n, "patternProperties") || !strcmp(n, "additionalProperties") ||
+        !strcmp(n, "propertyNames")) {
+        if (vt != T_OBJ) return 1;
+        const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
+        const cJSON *pp = cJSON_GetObjectItemCaseSensitive(s, "patternProperties");
+        for (const cJSON *m = v->child; m; m = m->next) {
+            int r = 1;
+            if (!strcmp(n, "properties")) {
+                const cJSON *ps = cJSON_IsObject(k) ? cJSON_GetObjectItemCaseSensitive(k, m->string) : NULL;
+                if (ps) r = value_ok(c, ps, m, depth + 1);
+            } else if (!strcmp(n, "patternProperties")) {
+                for (const cJSON *p = k->child; p && r == 1; p = p->next) {
+                    int hit = pattern_matches(c, p->string, m->string);
+                    r = hit <= 0 ? (hit < 0 ? -1 : 1) : value_ok(c, p, m, depth + 1);
+                }
+            } else if (!strcmp(n, "additionalProperties")) {
+                int declared = props && cJSON_GetObjectItemCaseSensitive(props, m->string);
+                for (const cJSON *p = pp ? pp->child : NULL; p && !declared && r >= 0; p = p->next) {
+                    int hit = pattern_matches(c, p->string, m->string);
+                    if (hit < 0) r = -1;
+                    declared |= hit > 0;
+                }
+                if (r == 1 && !declared) r = value_ok(c, k, m, depth + 1);
+            } else {
+                cJSON *key = cJSON_CreateString(m->string);
+                r = key ? value_ok(c, k, key, depth + 1) : FAIL(c, DI_ERR_NOMEM, "out of memory");
+                cJSON_Delete(key);
+            }
+            if (r != 1) return r;
+        }
+        return 1;
+    }
+    if (!strcmp(n, "items") || !strcmp(n, "prefixItems") || !strcmp(n, "additionalItems") || !strcmp(n, "contains") ||
+        !strcmp(n, "uniqueItems")) {
+        if (vt != T_ARR) return 1;
+        const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(s, "prefixItems");
+        const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
+        if (cJSON_IsArray(items)) prefix = items; /* draft-07 tuple */
+        int np = cJSON_IsArray(prefix) ? cJSON_GetArraySize(prefix) : 0, i = 0, seen = 0;
+        for (const cJSON *e = v->child; e; e = e->next, i++) {
+            int r = 1;
+            if (!strcmp(n, "prefixItems") || (!strcmp(n, "items") && cJSON_IsArray(k))) {
+                if (i < np) r = value_ok(c, cJSON_GetArrayItem(prefix, i), e, depth + 1);
+            } else if (!strcmp(n, "items") || (!strcmp(n, "additionalItems") && cJSON_IsArray(items))) {
+                if (i >= np) r = value_ok(c, k, e, depth + 1);
+            } else if (!strcmp(n, "contains")) {
+                r = value_ok(c, k, e, depth + 1);
+                if (r == 1) seen = 1;
+                if (r == 0) r = 1;
+            } else if (!strcmp(n, "uniqueItems") && cJSON_IsTrue(k)) {
+                for (const cJSON *f = e->next; f && r == 1; f = f->next)
+                    if (cJSON_Compare(e, f, 1) && di_js_value_type(e) == di_js_value_type(f)) r = 0;
+            }
+            if (r != 1) return r;
+        }
+        return strcmp(n, "contains") ? 1 : seen;
+    }
+    return 2;
+}
+
+static int enum_value_ok_at(js_ctx *c, const cJSON *s, const cJSON *v, int types, int depth);
 static int enum_value_ok(js_ctx *c, const cJSON *s, const cJSON *v, int types) {
+    return enum_value_ok_at(c, s, v, types, 0);
+}
+
+/* Whether constant v is valid under schema s (all keywords), for enum and
+ * const values next to keywords on their members: 1, 0, or -1 (error, e.g.
+ * a keyword we cannot check). */
+static int value_ok(js_ctx *c, const cJSON *s, const cJSON *v, int depth) {
+    if (depth > (int)c->o->max_depth) return FAIL(c, DI_ERR_LIMIT, "enum/const value checked deeper than %u", c->o->max_depth);
+    if (cJSON_IsTrue(s)) return 1;
+    if (cJSON_IsFalse(s)) return 0;
+    if (!cJSON_IsObject(s)) return FAIL(c, DI_ERR_FORMAT, "schema must be an object or a boolean");
+    int types;
+    if (di_js_types_of(c, s, &types)) return -1;
+    for (const cJSON *k = s->child; k; k = k->next) {
+        const char *n = k->string;
+        int r = 1;
+        if (!strcmp(n, "enum") || !strcmp(n, "const")) {
+            r = 0;
+            for (const cJSON *x = !strcmp(n, "const") ? k : k->child; x && !r; x = !strcmp(n, "const") ? NULL : x->next)
+                r = cJSON_Compare(x, v, 1);
+        } else if (!strcmp(n, "$ref")) {
+            const cJSON *t = cJSON_IsString(k) ? di_js_resolve_ref(c, k->valuestring) : NULL;
+            r = t ? value_ok(c, t, v, depth + 1) : -1;
+        } else if (!strcmp(n, "allOf") || !strcmp(n, "anyOf") || !strcmp(n, "oneOf")) {
+            int hits = 0, all = 1;
+            for (const cJSON *x = k->child; x; x = x->next) {
+                int h = value_ok(c, x, v, depth + 1);
+                if (h < 0) return -1;
+                hits += h;
+                all &= h;
+            }
+            r = n[1] == 'l' ? all : n[1] == 'n' ? hits > 0 : hits == 1;
+        } else if (!strcmp(n, "not")) {
+            r = value_ok(c, k, v, depth + 1);
+            if (r >= 0) r = !r;
+        }
+        if (r != 1) return r;
+    }
+    return enum_value_ok_at(c, s, v, types, depth);
+}
+
+static int enum_value_ok_at(js_ctx *c, const cJSON *s, const cJSON *v, int types, int depth) {
     int vt = di_js_value_type(v);
     if (!(types & vt) && !(vt == T_INT && (types & T_NUM))) return 0;
     for (const cJSON *k = s->child; k; k = k->next) {
         const char *n = k->string;
         if (!di_js_is_constraint(n) || !strcmp(n, "type") || !strcmp(n, "enum") || !strcmp(n, "const")) continue;
+        if (!strcmp(n, "$ref") || !strcmp(n, "allOf") || !strcmp(n, "anyOf") || !strcmp(n, "oneOf") || !strcmp(n, "not"))
+            continue; /* value_ok's */
+        int cr = container_keyword_ok(c, s, k, v, vt, depth);
+        if (cr != 2) {
+            if (cr != 1) return cr;
+            continue;
+        }
         if (!strcmp(n, "minLength") || !strcmp(n, "maxLength") || !strcmp(n, "pattern") || !strcmp(n, "format") ||
             !strcmp(n, "x-di-patterns") || !strcmp(n, "x-di-not-patterns")) {
             if (vt != T_STR) continue;

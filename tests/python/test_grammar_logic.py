@@ -61,6 +61,10 @@ SCHEMAS = [
     {"not": {"oneOf": [{"type": "integer"}, {"minimum": 2}, {"type": "string"}]}},
     {"type": "object", "not": {"dependentRequired": {"a": ["b", "c"]}}},
     {"not": {"dependentSchemas": {"a": {"required": ["b"]}}}},
+    {"enum": [{"a": 1}, {"a": "s"}, {"b": 1}, [1, 2], [1, 1], ["a"], 3],
+     "properties": {"a": {"type": "integer"}}, "additionalProperties": False, "items": {"type": "integer"}, "uniqueItems": True},
+    {"const": {"a": {"b": [1, "x"]}}, "properties": {"a": {"properties": {"b": {"prefixItems": [{"const": 1}], "contains": {"type": "string"}}}}}},
+    {"enum": [{"ab": 1}, {"ba": 1}, {"ab": "x"}], "patternProperties": {"^a": {"type": "integer"}}, "propertyNames": {"maxLength": 2}},
 ]
 
 # fractional bounds on numbers, against the oracle on literals of at most 6
