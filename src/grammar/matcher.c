@@ -49,6 +49,8 @@ struct di_matcher {
     di_json_keys jk;
     di_jk_state *jst;      /* [n_sets] tracker state after each set's byte */
     struct dead_memo *dead; /* dead-end verdicts (see token_dead_end); dropped on rollback */
+    struct ext_table *ext;  /* the key being read: verdicts per extension (drop_dead_ends) */
+    uint32_t ext_key[4];    /* ... for this object (frame parent, keys), key start, frame */
 };
 
 /* Verdicts of the dead-end search per situation: the object (its frame's
@@ -272,6 +274,7 @@ void di_matcher_free(di_matcher *m) {
     free(m->predicted);
     free(m->jst);
     free(m->dead);
+    free(m->ext);
     di_json_keys_free(&m->jk);
     free(m);
 }
@@ -384,6 +387,8 @@ di_status di_matcher_rollback(di_matcher *m, size_t n) {
     m->n_steps -= (uint32_t)n;
     m->finished = 0;
     if (m->dead) dead_memo_clear(m->dead); /* arena ids may be reused now */
+    free(m->ext);
+    m->ext = NULL;
     while (m->n_sets > m->steps[m->n_steps]) pop_set(m);
     return DI_OK;
 }
@@ -493,6 +498,7 @@ typedef struct key_search {
     const di_json_keys *jk;
     uint32_t budget;
     uint16_t class_size[256]; /* bytes per class of the automaton searched */
+    uint16_t in_class[256];   /* scratch of special_bytes, kept zero between uses */
 } key_search;
 
 /* 1 when automaton d from state s (inside a key, prefix of length len
@@ -510,11 +516,13 @@ static int fresh_from(key_search *ks, const di_dfa *d, uint32_t s, uint32_t len,
     ks->budget--;
     /* the special bytes here and how many fall in each class */
     uint8_t spec[66];
-    uint16_t in_class[256] = {0};
+    uint16_t *in_class = ks->in_class;
     uint32_t n_spec = special_bytes(k, d, len, cand, n, spec, in_class);
     const uint32_t *row = d->trans + (size_t)s * d->n_classes;
-    for (uint32_t c = 0; c < d->n_classes; c++)
-        if (row[c] && ks->class_size[c] > in_class[c]) return 1; /* a live byte off every key */
+    int off_key = 0; /* a live byte off every key */
+    for (uint32_t c = 0; c < d->n_classes && !off_key; c++) off_key = row[c] && ks->class_size[c] > in_class[c];
+    for (uint32_t z = 0; z < n_spec; z++) in_class[d->byte_class[spec[z]]] = 0;
+    if (off_key) return 1;
     uint32_t sub[64];
     for (uint32_t z = 0; z < n_spec; z++) {
         uint8_t b = spec[z];
@@ -550,26 +558,28 @@ static uint32_t keys_begun(const di_json_keys *k, const di_jk_state *js, uint32_
 }
 
 /* Verdicts for the ways a key being read can go on along the object's
- * keys: one per extension (its length and a key it begins). */
+ * keys: one per extension, named by its length and the first of the keys
+ * (in keys_begun order) it begins. Open addressing. */
 typedef struct ext_entry {
-    uint32_t len, key;
+    uint32_t len, key; /* key 0: empty slot */
     uint8_t alive, fresh;
 } ext_entry;
-#define EXT_MAX 512
+#define EXT_SLOTS 1024
 typedef struct ext_table {
-    ext_entry e[EXT_MAX];
+    ext_entry e[EXT_SLOTS];
     uint32_t n;
     int full;
 } ext_table;
 
-static ext_entry *ext_find(ext_table *x, const di_json_keys *k, uint32_t len, uint32_t key, int add) {
-    const uint8_t *kb = k->bytes + k->nodes[key - 1].off;
-    for (uint32_t i = 0; i < x->n; i++)
-        if (x->e[i].len == len && !memcmp(k->bytes + k->nodes[x->e[i].key - 1].off, kb, len)) return &x->e[i];
+static ext_entry *ext_find(ext_table *x, uint32_t len, uint32_t key, int add) {
+    uint32_t h = (len * 0x9E3779B1u ^ key * 0x85EBCA77u) & (EXT_SLOTS - 1);
+    for (; x->e[h].key; h = (h + 1) & (EXT_SLOTS - 1))
+        if (x->e[h].len == len && x->e[h].key == key) return &x->e[h];
     if (!add) return NULL;
-    if (x->n == EXT_MAX) { x->full = 1; return NULL; }
-    x->e[x->n] = (ext_entry){len, key, 0, 0};
-    return &x->e[x->n++];
+    if (x->n * 2 >= EXT_SLOTS) { x->full = 1; return NULL; }
+    x->n++;
+    x->e[h] = (ext_entry){len, key, 0, 0};
+    return &x->e[h];
 }
 
 /* fresh_from over every extension along the keys cand[0..n) (prefix of
@@ -582,11 +592,12 @@ static int ext_walk(ext_table *x, key_search *ks, const di_dfa *d, uint32_t s, u
     if (!ks->budget) { x->full = 1; return 1; }
     ks->budget--;
     uint8_t spec[66];
-    uint16_t in_class[256] = {0};
+    uint16_t *in_class = ks->in_class;
     uint32_t n_spec = special_bytes(k, d, len, cand, n, spec, in_class);
     int fresh = 0;
     const uint32_t *row = d->trans + (size_t)s * d->n_classes;
     for (uint32_t c = 0; c < d->n_classes && !fresh; c++) fresh = row[c] && ks->class_size[c] > in_class[c];
+    for (uint32_t z = 0; z < n_spec; z++) in_class[d->byte_class[spec[z]]] = 0;
     uint32_t sub[64];
     for (uint32_t z = 0; z < n_spec; z++) {
         uint8_t b = spec[z];
@@ -605,7 +616,7 @@ static int ext_walk(ext_table *x, key_search *ks, const di_dfa *d, uint32_t s, u
             if (nd->len > len && k->bytes[nd->off + len] == b && m < 64) sub[m++] = cand[q];
         }
         if (!m) { fresh = 1; continue; }
-        ext_entry *e = ext_find(x, k, len + 1, sub[0], 1);
+        ext_entry *e = ext_find(x, len + 1, sub[0], 1);
         int f = ext_walk(x, ks, d, s2, len + 1, sub, m);
         if (e) {
             e->alive = 1;
@@ -748,17 +759,29 @@ static int drop_dead_ends(di_matcher *m, uint32_t *mask) {
     const di_json_keys *k = &m->jk;
     uint32_t plen = top->key_len, all[64], n = keys_begun(k, top, plen, all);
     if (n == 64) return 0;
-    ext_table *x = calloc(1, sizeof *x);
-    if (!x) return -1;
-    key_search ks = {.jk = k, .budget = budget};
-    const di_cfg *g = m->cfg;
-    uint32_t ts = m->n_sets - 1;
-    for (uint32_t q = m->scan_off[ts]; q < m->scan_off[ts + 1] && !x->full; q++) {
-        const item *it = &m->scan[q];
-        const di_dfa *d = &g->terms[DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot])].dfa;
-        memset(ks.class_size, 0, sizeof ks.class_size);
-        for (int b = 0; b < 256; b++) ks.class_size[d->byte_class[b]]++;
-        ext_walk(x, &ks, d, it->state, plen, all, n);
+    /* The table holds for the whole key: its verdicts at longer prefixes
+     * are what a search from there would give (the lexer items only step
+     * on), so it is searched once per key and kept until a rollback. */
+    ext_table *x = m->ext;
+    const di_jk_frame *fr = &k->frames[top->frame];
+    if (!x || m->ext_key[0] != fr->parent || m->ext_key[1] != fr->keys || m->ext_key[2] != top->key_off ||
+        m->ext_key[3] != top->frame) {
+        if (!x && !(x = m->ext = malloc(sizeof *x))) return -1;
+        memset(x, 0, sizeof *x);
+        m->ext_key[0] = fr->parent;
+        m->ext_key[1] = fr->keys;
+        m->ext_key[2] = top->key_off;
+        m->ext_key[3] = top->frame;
+        key_search ks = {.jk = k, .budget = budget};
+        const di_cfg *g = m->cfg;
+        uint32_t ts = m->n_sets - 1;
+        for (uint32_t q = m->scan_off[ts]; q < m->scan_off[ts + 1] && !x->full; q++) {
+            const item *it = &m->scan[q];
+            const di_dfa *d = &g->terms[DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot])].dfa;
+            memset(ks.class_size, 0, sizeof ks.class_size);
+            for (int b = 0; b < 256; b++) ks.class_size[d->byte_class[b]]++;
+            ext_walk(x, &ks, d, it->state, plen, all, n);
+        }
     }
     for (uint32_t q = 0; q < n && !x->full; q++) {
         const di_jk_node nd = k->nodes[all[q] - 1];
@@ -769,14 +792,21 @@ static int drop_dead_ends(di_matcher *m, uint32_t *mask) {
             uint32_t c = lo;
             while (c < hi && v->trie.byte[c] != b) c = v->trie.end[c];
             if (c >= hi) break;
-            const ext_entry *e = ext_find(x, k, plen + d + 1, all[q], 0);
+            /* the extension's name: the first key that begins the same way */
+            uint32_t rep = all[q];
+            for (uint32_t r = 0; r < q; r++)
+                if (k->nodes[all[r] - 1].len >= plen + d + 1 &&
+                    !memcmp(k->bytes + k->nodes[all[r] - 1].off, k->bytes + nd.off, plen + d + 1)) {
+                    rep = all[r];
+                    break;
+                }
+            const ext_entry *e = ext_find(x, plen + d + 1, rep, 0);
             if (e && e->alive && !e->fresh)
                 for (int32_t t = v->trie.tok[c]; t >= 0; t = v->tok_next[t]) mask[t >> 5] &= ~(1u << (t & 31));
             lo = c + 1;
             hi = v->trie.end[c];
         }
     }
-    free(x);
     return 0;
 }
 
