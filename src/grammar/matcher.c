@@ -51,6 +51,8 @@ struct di_matcher {
     struct dead_memo *dead; /* dead-end verdicts (see token_dead_end); dropped on rollback */
     struct ext_table *ext;  /* the key being read: verdicts per extension (drop_dead_ends) */
     uint32_t ext_key[4];    /* ... for this object (frame parent, keys), key start, frame */
+    struct ext_table *sext; /* a key about to open: verdicts per extension (token_dead_end) */
+    uint32_t sext_key[2];   /* ... for this object (frame parent, keys) */
 };
 
 /* Verdicts of the dead-end search per situation: the object (its frame's
@@ -275,6 +277,7 @@ void di_matcher_free(di_matcher *m) {
     free(m->jst);
     free(m->dead);
     free(m->ext);
+    free(m->sext);
     di_json_keys_free(&m->jk);
     free(m);
 }
@@ -389,6 +392,8 @@ di_status di_matcher_rollback(di_matcher *m, size_t n) {
     if (m->dead) dead_memo_clear(m->dead); /* arena ids may be reused now */
     free(m->ext);
     m->ext = NULL;
+    free(m->sext);
+    m->sext = NULL;
     while (m->n_sets > m->steps[m->n_steps]) pop_set(m);
     return DI_OK;
 }
@@ -569,6 +574,7 @@ typedef struct ext_table {
     ext_entry e[EXT_SLOTS];
     uint32_t n;
     int full;
+    int root_fresh; /* a fresh key can be completed from the prefix searched from */
 } ext_table;
 
 static ext_entry *ext_find(ext_table *x, uint32_t len, uint32_t key, int add) {
@@ -664,6 +670,76 @@ static int fresh_key_reachable(di_matcher *m, uint32_t *budget) {
 }
 
 
+/* Fills x from the top set, inside a key whose first plen bytes are read:
+ * every lexer item's automaton searched along the object's keys. */
+static void ext_fill(di_matcher *m, ext_table *x, const uint32_t *all, uint32_t n, uint32_t plen, uint32_t budget) {
+    memset(x, 0, sizeof *x);
+    key_search ks = {.jk = &m->jk, .budget = budget};
+    const di_cfg *g = m->cfg;
+    uint32_t ts = m->n_sets - 1;
+    for (uint32_t q = m->scan_off[ts]; q < m->scan_off[ts + 1] && !x->full; q++) {
+        const item *it = &m->scan[q];
+        const di_dfa *d = &g->terms[DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot])].dfa;
+        memset(ks.class_size, 0, sizeof ks.class_size);
+        for (int b = 0; b < 256; b++) ks.class_size[d->byte_class[b]]++;
+        x->root_fresh |= ext_walk(x, &ks, d, it->state, plen, all, n);
+    }
+}
+
+/* The name of the extension of length len that key x begins: the first
+ * of all[0..n) that begins the same way. */
+static uint32_t ext_rep(const di_json_keys *k, const uint32_t *all, uint32_t n, uint32_t x, uint32_t len) {
+    const di_jk_node *a = &k->nodes[x - 1];
+    for (uint32_t r = 0; r < n; r++) {
+        const di_jk_node *b = &k->nodes[all[r] - 1];
+        if (b->len >= len && !memcmp(k->bytes + b->off, k->bytes + a->off, len)) return all[r];
+    }
+    return x;
+}
+
+/* Dead-end verdict of token t, which opens a key at its byte open_at and
+ * reads on to js, from the object's key-start table (made once per object
+ * and keys, by pushing the token up to the opening '"'): 1 dead, 0 not,
+ * -1 out of memory, -2 no verdict. */
+static int key_start_verdict(di_matcher *m, uint32_t t, uint32_t open_at, const di_jk_state *js, uint32_t *budget) {
+    const di_vocab *v = m->g->vocab;
+    const di_json_keys *k = &m->jk;
+    const di_jk_frame *f = &k->frames[js->frame];
+    uint32_t parent = f->parent, keys = f->keys;
+    if (!m->sext || m->sext_key[0] != parent || m->sext_key[1] != keys) {
+        if (!m->sext && !(m->sext = malloc(sizeof *m->sext))) return -1;
+        m->sext_key[0] = m->sext_key[1] = UINT32_MAX;
+        uint32_t base = m->n_sets;
+        int rc = 0;
+        for (uint32_t q = 0; q <= open_at && !rc; q++) {
+            int r = push_byte(m, v->bytes[v->off[t] + q]);
+            if (r <= 0) rc = r < 0 ? -1 : -2;
+        }
+        const di_jk_state *top = &m->jst[m->n_sets - 1];
+        uint32_t all[64], n = 0;
+        if (!rc && (!di_json_keys_in_key(top) || top->key_len || (n = keys_begun(k, top, 0, all)) == 64)) rc = -2;
+        if (!rc) {
+            ext_fill(m, m->sext, all, n, 0, *budget);
+            m->sext_key[0] = parent;
+            m->sext_key[1] = keys;
+        }
+        while (m->n_sets > base) pop_set(m);
+        if (rc) return rc;
+    }
+    const ext_table *x = m->sext;
+    if (x->full) return -2;
+    if (!js->key_len) return !x->root_fresh;
+    /* the keys of the object that the key read so far begins */
+    uint32_t all[64], n = keys_begun(k, js, 0, all), first = 0;
+    for (uint32_t q = 0; q < n && !first; q++) {
+        const di_jk_node *nd = &k->nodes[all[q] - 1];
+        if (nd->len >= js->key_len && !memcmp(k->bytes + nd->off, k->bytes + js->key_off, js->key_len)) first = all[q];
+    }
+    if (!first) return 0; /* off every key: any completion is fresh */
+    const ext_entry *e = ext_find((ext_table *)x, js->key_len, ext_rep(k, all, n, first, js->key_len), 0);
+    return e && e->alive && !e->fresh;
+}
+
 /* 1 when token t leads to a dead end: a key is due (or begun) in an object
  * whose keys the grammar still allows are all taken. The tracker reads the
  * token first (cheap); only a token that ends where a key is due or begun
@@ -672,11 +748,12 @@ static int token_dead_end(di_matcher *m, uint32_t t, dead_memo *memo, uint32_t *
     const di_vocab *v = m->g->vocab;
     uint32_t base = m->n_sets;
     di_jk_state js = m->jst[base - 1];
-    uint32_t stable_frames = js.n_frames, stable_nodes = js.n_nodes;
+    uint32_t stable_frames = js.n_frames, stable_nodes = js.n_nodes, open_at = UINT32_MAX;
     for (uint32_t k = v->off[t]; k < v->off[t + 1]; k++) {
         di_jk_state o;
         int r = di_json_keys_step(&m->jk, &js, v->bytes[k], &o);
         if (r) return r < 0 ? -1 : 0; /* a repeated key: dropped already */
+        if (!di_json_keys_in_key(&js) && di_json_keys_in_key(&o)) open_at = k - v->off[t];
         js = o;
     }
     if (!di_json_keys_may_dead_end(&m->jk, &js)) return 0;
@@ -692,6 +769,15 @@ static int token_dead_end(di_matcher *m, uint32_t t, dead_memo *memo, uint32_t *
     if (keyed && slot->dead >= 0 && slot->parent == key.parent && slot->keys == key.keys && slot->in_key == key.in_key &&
         slot->len == key.len && slot->hash == key.hash)
         return slot->dead;
+    if (keyed && key.in_key && open_at != UINT32_MAX) { /* a key this token opens: judged by the start table */
+        int r = key_start_verdict(m, t, open_at, &js, budget);
+        if (r >= 0) {
+            key.dead = r;
+            *slot = key;
+            return r;
+        }
+        if (r == -1) return -1;
+    }
     int rc = 0;
     for (uint32_t k = v->off[t]; k < v->off[t + 1] && !rc; k++) {
         int r = push_byte(m, v->bytes[k]);
@@ -767,21 +853,11 @@ static int drop_dead_ends(di_matcher *m, uint32_t *mask) {
     if (!x || m->ext_key[0] != fr->parent || m->ext_key[1] != fr->keys || m->ext_key[2] != top->key_off ||
         m->ext_key[3] != top->frame) {
         if (!x && !(x = m->ext = malloc(sizeof *x))) return -1;
-        memset(x, 0, sizeof *x);
         m->ext_key[0] = fr->parent;
         m->ext_key[1] = fr->keys;
         m->ext_key[2] = top->key_off;
         m->ext_key[3] = top->frame;
-        key_search ks = {.jk = k, .budget = budget};
-        const di_cfg *g = m->cfg;
-        uint32_t ts = m->n_sets - 1;
-        for (uint32_t q = m->scan_off[ts]; q < m->scan_off[ts + 1] && !x->full; q++) {
-            const item *it = &m->scan[q];
-            const di_dfa *d = &g->terms[DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot])].dfa;
-            memset(ks.class_size, 0, sizeof ks.class_size);
-            for (int b = 0; b < 256; b++) ks.class_size[d->byte_class[b]]++;
-            ext_walk(x, &ks, d, it->state, plen, all, n);
-        }
+        ext_fill(m, x, all, n, plen, budget);
     }
     for (uint32_t q = 0; q < n && !x->full; q++) {
         const di_jk_node nd = k->nodes[all[q] - 1];
@@ -792,15 +868,7 @@ static int drop_dead_ends(di_matcher *m, uint32_t *mask) {
             uint32_t c = lo;
             while (c < hi && v->trie.byte[c] != b) c = v->trie.end[c];
             if (c >= hi) break;
-            /* the extension's name: the first key that begins the same way */
-            uint32_t rep = all[q];
-            for (uint32_t r = 0; r < q; r++)
-                if (k->nodes[all[r] - 1].len >= plen + d + 1 &&
-                    !memcmp(k->bytes + k->nodes[all[r] - 1].off, k->bytes + nd.off, plen + d + 1)) {
-                    rep = all[r];
-                    break;
-                }
-            const ext_entry *e = ext_find(x, plen + d + 1, rep, 0);
+            const ext_entry *e = ext_find(x, plen + d + 1, ext_rep(k, all, n, all[q], plen + d + 1), 0);
             if (e && e->alive && !e->fresh)
                 for (int32_t t = v->trie.tok[c]; t >= 0; t = v->tok_next[t]) mask[t >> 5] &= ~(1u << (t & 31));
             lo = c + 1;
