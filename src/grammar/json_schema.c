@@ -1392,23 +1392,36 @@ static uint32_t member_bits(const obj_build *ob, const member *m) {
     return (m->req >= 0 ? 1u << m->req : 0) | (m->found ? 1u << ob->found_bit : 0);
 }
 
-/* x-di-some-key {"names": [...], "value": V} (negated additionalProperties):
- * the object has a member whose key is none of names and whose value also
- * satisfies V. For a member with key symbol ks (a declared name) or key
- * automaton kd, value schema vs, adds the variant that satisfies V and sets
- * the found bit. */
+/* x-di-some-key {"names": [...], "patterns": [...], "pattern": p, "value": V}
+ * (negated additionalProperties: names and patterns excluded; negated
+ * patternProperties: pattern p required): the object has a member whose
+ * key is none of names, matches none of patterns, matches p when given, and
+ * whose value also satisfies V. For a member with key symbol ks (a declared
+ * name) or key automaton kd, value schema vs, adds the variant that
+ * satisfies V and sets the found bit. */
 static int some_key_variant(js_ctx *c, obj_build *ob, const cJSON *X, di_sym ks, const char *name, const di_dfa *kd,
                             const cJSON *vs, int req) {
     const cJSON *names = cJSON_GetObjectItemCaseSensitive(X, "names");
+    const cJSON *pats = cJSON_GetObjectItemCaseSensitive(X, "patterns");
+    const cJSON *must = cJSON_GetObjectItemCaseSensitive(X, "pattern");
     const cJSON *want = cJSON_GetObjectItemCaseSensitive(X, "value");
-    if (!cJSON_IsArray(names) || !want) return FAIL(c, DI_ERR_INTERNAL, "x-di-some-key");
+    if ((names && !cJSON_IsArray(names)) || (pats && !cJSON_IsArray(pats)) || (must && !cJSON_IsString(must)) || !want)
+        return FAIL(c, DI_ERR_INTERNAL, "x-di-some-key");
     if (name) {
-        for (const cJSON *n = names->child; n; n = n->next)
+        for (const cJSON *n = names ? names->child : NULL; n; n = n->next)
             if (cJSON_IsString(n) && !strcmp(n->valuestring, name)) return 0;
+        for (const cJSON *p = pats ? pats->child : NULL; p; p = p->next) {
+            int hit = cJSON_IsString(p) ? pattern_matches(c, p->valuestring, name) : 0;
+            if (hit) return hit < 0 ? -1 : 0;
+        }
+        if (must) {
+            int hit = pattern_matches(c, must->valuestring, name);
+            if (hit <= 0) return hit;
+        }
     } else {
         di_dfa d;
         if (di_dfa_product(kd, kd, 0, c->o->max_lexer_states, &d, c->err)) return -1;
-        for (const cJSON *n = names->child; n; n = n->next) {
+        for (const cJSON *n = names ? names->child : NULL; n; n = n->next) {
             di_dfa x;
             if (!cJSON_IsString(n)) continue;
             if (key_dfa(c, n->valuestring, &x)) { di_dfa_free(&d); return -1; }
@@ -1416,6 +1429,22 @@ static int some_key_variant(js_ctx *c, obj_build *ob, const cJSON *X, di_sym ks,
             di_dfa_free(&x);
             if (r) { di_dfa_free(&d); return -1; }
         }
+        const cJSON *pl[2] = {pats ? pats->child : NULL, must};
+        for (int w = 0; w < 2; w++)
+            for (const cJSON *p = pl[w]; p; p = w ? NULL : p->next) {
+                di_dfa x, y;
+                if (!cJSON_IsString(p)) continue;
+                if (di_js_regex_compile(c, p->valuestring, strlen(p->valuestring), DI_RX_SEARCH | DI_RX_JSON_STRING,
+                                        c->o->max_lexer_states, &x, c->err)) {
+                    di_dfa_free(&d);
+                    return -1;
+                }
+                di_status st = di_dfa_product(&d, &x, w == 0, c->o->max_lexer_states, &y, c->err);
+                di_dfa_free(&x);
+                di_dfa_free(&d);
+                if (st) return -1;
+                d = y;
+            }
         if (di_dfa_is_empty(&d)) { di_dfa_free(&d); return 0; }
         if (di_cfg_dfa_sym(c->g, &d, NULL, &ks, c->err)) return -1;
     }

@@ -334,21 +334,40 @@ static int negate_keyword(js_ctx *c, const cJSON *s, const cJSON *k, cJSON *piec
         else cJSON_AddItemToArray(pieces, typed(T_ARR, "x-di-contains", ni));
         return 0;
     }
-    if (!strcmp(n, "additionalProperties") && !is_trivial(k) &&
-        !cJSON_GetObjectItemCaseSensitive(s, "patternProperties")) { /* a key beyond `properties` fails it */
+    if (!strcmp(n, "additionalProperties") && !is_trivial(k)) {
+        /* a key beyond `properties` and `patternProperties` fails it */
         cJSON *nv = negate(c, k, depth + 1);
         if (!nv) return -1;
         if (cJSON_IsFalse(nv)) {
             cJSON_Delete(nv);
             return 0;
         }
-        cJSON *x = cJSON_CreateObject(), *names = cJSON_CreateArray();
+        cJSON *x = cJSON_CreateObject(), *names = cJSON_CreateArray(), *pats = cJSON_CreateArray();
         const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
+        const cJSON *pp = cJSON_GetObjectItemCaseSensitive(s, "patternProperties");
         if (cJSON_IsObject(props))
             for (const cJSON *p = props->child; p; p = p->next) cJSON_AddItemToArray(names, cJSON_CreateString(p->string));
+        if (cJSON_IsObject(pp))
+            for (const cJSON *p = pp->child; p; p = p->next) cJSON_AddItemToArray(pats, cJSON_CreateString(p->string));
         cJSON_AddItemToObject(x, "names", names);
+        cJSON_AddItemToObject(x, "patterns", pats);
         cJSON_AddItemToObject(x, "value", nv);
         cJSON_AddItemToArray(pieces, typed(T_OBJ, "x-di-some-key", x));
+        return 0;
+    }
+    if (!strcmp(n, "patternProperties") && cJSON_IsObject(k)) { /* a key matching p whose value fails it */
+        for (const cJSON *p = k->child; p; p = p->next) {
+            cJSON *nv = negate(c, p, depth + 1);
+            if (!nv) return -1;
+            if (cJSON_IsFalse(nv)) {
+                cJSON_Delete(nv);
+                continue;
+            }
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddItemToObject(x, "pattern", cJSON_CreateString(p->string));
+            cJSON_AddItemToObject(x, "value", nv);
+            cJSON_AddItemToArray(pieces, typed(T_OBJ, "x-di-some-key", x));
+        }
         return 0;
     }
     /* keywords whose trivial forms reject nothing */

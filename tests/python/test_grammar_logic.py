@@ -65,6 +65,9 @@ SCHEMAS = [
      "properties": {"a": {"type": "integer"}}, "additionalProperties": False, "items": {"type": "integer"}, "uniqueItems": True},
     {"const": {"a": {"b": [1, "x"]}}, "properties": {"a": {"properties": {"b": {"prefixItems": [{"const": 1}], "contains": {"type": "string"}}}}}},
     {"enum": [{"ab": 1}, {"ba": 1}, {"ab": "x"}], "patternProperties": {"^a": {"type": "integer"}}, "propertyNames": {"maxLength": 2}},
+    {"type": "object", "not": {"patternProperties": {"^a": {"type": "integer"}, "c$": False}}},
+    {"type": "object", "properties": {"abc": {}}, "not": {"patternProperties": {"b": {"type": "string"}}}},
+    {"type": "object", "not": {"properties": {"a": {}}, "patternProperties": {"^b": {}}, "additionalProperties": False}},
 ]
 
 # fractional bounds on numbers, against the oracle on literals of at most 6
@@ -100,6 +103,8 @@ def names_and_values(s, names, values):
 def pool(schema):
     names, values = set(), []
     names_and_values(schema, names, values)
+    if "patternProperties" in json.dumps(schema):
+        names |= {"ab", "bc", "b"}
     names = sorted(names)[:4]
     vals = SCALARS + values
     inst = list(vals)
