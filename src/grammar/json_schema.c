@@ -1182,8 +1182,31 @@ static int container_keyword_ok(js_ctx *c, const cJSON *s, const cJSON *k, const
         }
         return 1;
     }
+    if (!strcmp(n, "x-di-some-key")) { /* see some_key_variant */
+        if (vt != T_OBJ) return 1;
+        const cJSON *names = cJSON_GetObjectItemCaseSensitive(k, "names");
+        const cJSON *pats = cJSON_GetObjectItemCaseSensitive(k, "patterns");
+        const cJSON *must = cJSON_GetObjectItemCaseSensitive(k, "pattern");
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(k, "value");
+        for (const cJSON *m = v->child; m; m = m->next) {
+            int skip = 0;
+            for (const cJSON *x = names ? names->child : NULL; x && !skip; x = x->next)
+                skip = cJSON_IsString(x) && !strcmp(x->valuestring, m->string);
+            for (const cJSON *x = pats ? pats->child : NULL; x && !skip; x = x->next)
+                if (cJSON_IsString(x) && (skip = pattern_matches(c, x->valuestring, m->string)) < 0) return -1;
+            if (!skip && must && cJSON_IsString(must)) {
+                int hit = pattern_matches(c, must->valuestring, m->string);
+                if (hit < 0) return -1;
+                skip = !hit;
+            }
+            if (skip) continue;
+            int r = want ? value_ok(c, want, m, depth + 1) : 1;
+            if (r != 0) return r;
+        }
+        return 0;
+    }
     if (!strcmp(n, "items") || !strcmp(n, "prefixItems") || !strcmp(n, "additionalItems") || !strcmp(n, "contains") ||
-        !strcmp(n, "uniqueItems")) {
+        !strcmp(n, "x-di-contains") || !strcmp(n, "uniqueItems")) {
         if (vt != T_ARR) return 1;
         const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(s, "prefixItems");
         const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
@@ -1195,7 +1218,7 @@ static int container_keyword_ok(js_ctx *c, const cJSON *s, const cJSON *k, const
                 if (i < np) r = value_ok(c, cJSON_GetArrayItem(prefix, i), e, depth + 1);
             } else if (!strcmp(n, "items") || (!strcmp(n, "additionalItems") && cJSON_IsArray(items))) {
                 if (i >= np) r = value_ok(c, k, e, depth + 1);
-            } else if (!strcmp(n, "contains")) {
+            } else if (!strcmp(n, "contains") || !strcmp(n, "x-di-contains")) {
                 r = value_ok(c, k, e, depth + 1);
                 if (r == 1) seen = 1;
                 if (r == 0) r = 1;
@@ -1205,7 +1228,7 @@ static int container_keyword_ok(js_ctx *c, const cJSON *s, const cJSON *k, const
             }
             if (r != 1) return r;
         }
-        return strcmp(n, "contains") ? 1 : seen;
+        return strcmp(n, "contains") && strcmp(n, "x-di-contains") ? 1 : seen;
     }
     return 2;
 }

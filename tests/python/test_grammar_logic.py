@@ -68,6 +68,9 @@ SCHEMAS = [
     {"type": "object", "not": {"patternProperties": {"^a": {"type": "integer"}, "c$": False}}},
     {"type": "object", "properties": {"abc": {}}, "not": {"patternProperties": {"b": {"type": "string"}}}},
     {"type": "object", "not": {"properties": {"a": {}}, "patternProperties": {"^b": {}}, "additionalProperties": False}},
+    {"enum": [{"a": 1}, {"ab": "s"}, {"c": 1}, [1], ["x", 2], []],
+     "not": {"allOf": [{"properties": {"a": {}}, "additionalProperties": {"type": "integer"}},
+                       {"items": {"type": "integer"}}]}},
 ]
 
 # fractional bounds on numbers, against the oracle on literals of at most 6
