@@ -447,6 +447,20 @@ static int general_walk(di_matcher *m, uint32_t i0, uint32_t i_end, uint32_t d0,
 }
 
 
+/* 1 when the object of js has a key that is the key read so far followed
+ * by tail[0..n) (exactly, or only beginning so with `begins`). */
+static int key_taken(const di_json_keys *k, const di_jk_state *js, const uint8_t *tail, uint32_t n, int begins) {
+    uint32_t plen = di_json_keys_in_key(js) ? js->key_len : 0;
+    for (uint32_t x = k->frames[js->frame].keys; x; x = k->nodes[x - 1].next) {
+        const di_jk_node *nd = &k->nodes[x - 1];
+        if ((begins ? nd->len < plen + n : nd->len != plen + n) ||
+            memcmp(k->bytes + nd->off, k->bytes + js->key_off, plen) || memcmp(k->bytes + nd->off + plen, tail, n))
+            continue;
+        return 1;
+    }
+    return 0;
+}
+
 /* Clears the tokens of mask that would complete a key its object already
  * has: every allowed token with enough quotes to complete a repeated key is
  * re-read by the tracker from the current position (exactly what advance
@@ -457,9 +471,16 @@ static int drop_repeated_keys(di_matcher *m, uint32_t *mask) {
     const di_jk_state *top = &m->jst[m->n_sets - 1];
     uint32_t need = di_json_keys_min_quotes(&m->jk, top);
     if (need > 7) need = 7;
+    /* inside a key, a token with fewer than 3 quotes and no escape before
+     * its first can only repeat the key being read, at that '"' */
+    int in_key = di_json_keys_in_key(top) && !top->esc && !top->pend;
     for (uint32_t q = 0; q < v->quote_start[need]; q++) {
         uint32_t t = v->quote_toks[q];
         if (!(mask[t >> 5] >> (t & 31) & 1)) continue;
+        if (in_key && q >= v->quote_start[3] && !(v->tok_flags[t] & DI_TOK_ESC_HEAD)) {
+            if (key_taken(&m->jk, top, v->bytes + v->off[t], v->quote_at[t], 0)) mask[t >> 5] &= ~(1u << (t & 31));
+            continue;
+        }
         di_jk_state s = *top;
         for (uint32_t k = v->off[t]; k < v->off[t + 1]; k++) {
             di_jk_state o;
@@ -830,6 +851,13 @@ static int drop_dead_ends(di_matcher *m, uint32_t *mask) {
             uint32_t t = lists[l][q];
             if (!(mask[t >> 5] >> (t & 31) & 1)) continue;
             int r;
+            if (!in_string && (v->tok_flags[t] & DI_TOK_OPEN_KEY)) {
+                /* opens a key and reads on: a dead end only when what it
+                 * reads begins one of the object's keys */
+                const di_jk_frame *fr = &m->jk.frames[top0->frame];
+                uint32_t qa = v->quote_at[t] + 1, n = v->off[t + 1] - v->off[t];
+                if (!fr->is_object || !key_taken(&m->jk, top0, v->bytes + v->off[t] + qa, n - qa, 1)) continue;
+            }
             if (v->tok_flags[t] & shared) {
                 if (shared_dead < 0 && (shared_dead = token_dead_end(m, t, memo, &budget)) < 0) return -1;
                 r = shared_dead;

@@ -51,6 +51,7 @@ void di_vocab_free(di_vocab *v) {
     free(v->esc_toks);
     free(v->qc_toks);
     free(v->tok_flags);
+    free(v->quote_at);
     free(v);
 }
 
@@ -190,7 +191,8 @@ static int quote_tokens(di_vocab *v) {
     v->esc_toks = malloc(((size_t)v->n_vocab + 1) * sizeof *v->esc_toks);
     v->qc_toks = malloc(((size_t)v->n_vocab + 1) * sizeof *v->qc_toks);
     v->tok_flags = calloc(v->n_vocab, 1);
-    if (!v->sep_toks || !v->esc_toks || !v->qc_toks || !v->tok_flags) return -1;
+    v->quote_at = malloc((size_t)v->n_vocab * sizeof *v->quote_at);
+    if (!v->sep_toks || !v->esc_toks || !v->qc_toks || !v->tok_flags || !v->quote_at) return -1;
     for (uint32_t t = 0; t < v->n_vocab; t++) {
         const uint8_t *b = v->bytes + v->off[t];
         uint32_t n = v->off[t + 1] - v->off[t], tail = 0, quote = 0, esc = 0, qc = 0;
@@ -210,6 +212,16 @@ static int quote_tokens(di_vocab *v) {
             structural |= b[j] == '\\' || b[j] == '{' || b[j] == '}' || b[j] == '[' || b[j] == ']';
         }
         for (k = comma_at + 1; k < n && (b[k] == ' ' || b[k] == '\t' || b[k] == '\n' || b[k] == '\r'); k++) {}
+        v->quote_at[t] = UINT16_MAX;
+        for (uint32_t j = 0; j < n && v->quote_at[t] == UINT16_MAX; j++)
+            if (b[j] == '"') v->quote_at[t] = (uint16_t)j;
+            else if (b[j] == '\\') v->tok_flags[t] |= DI_TOK_ESC_HEAD;
+        if (quotes == 1) {
+            uint32_t j = 0, ok = 1;
+            while (j < n && (b[j] == ' ' || b[j] == '\t' || b[j] == '\n' || b[j] == '\r' || b[j] == ',')) j++;
+            for (uint32_t i = j + 1; i < n && ok; i++) ok = b[i] != '"' && b[i] != '\\';
+            if (j < n && b[j] == '"' && ok) v->tok_flags[t] |= DI_TOK_OPEN_KEY;
+        }
         if (commas == 1 && !structural && k == n) {
             if (!quotes) v->tok_flags[t] |= DI_TOK_COMMA;
             else if (quotes == 1 && comma_at > 0 && b[comma_at - 1] == '"') v->tok_flags[t] |= DI_TOK_QUOTE_COMMA;

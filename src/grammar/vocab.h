@@ -72,6 +72,7 @@ struct di_vocab {
     /* [n_vocab] DI_TOK_*: tokens that end a value and put a ',' in the same
      * container, whatever else they hold, so share one dead-end verdict */
     uint8_t *tok_flags;
+    uint16_t *quote_at;    /* [n_vocab] offset of the first '"' (UINT16_MAX: none) */
     /* Lexer-only mask parts keyed by lexeme text (the same string or
      * number lexeme in any grammar compiled against this vocabulary). */
     di_mask_cache cache;
@@ -80,6 +81,8 @@ struct di_vocab {
 enum {
     DI_TOK_COMMA = 1,       /* no '"', '\\', brackets or braces; one ',' then whitespace only */
     DI_TOK_QUOTE_COMMA = 2, /* no '\\', brackets or braces; one '"', right before one ',' then whitespace */
+    DI_TOK_ESC_HEAD = 4,    /* a '\\' before the first '"' */
+    DI_TOK_OPEN_KEY = 8,    /* whitespace and ',' only, one '"', then neither '"' nor '\\' */
 };
 
 /* Walks the whole trie with one lexeme alone (automaton d from state st):
