@@ -46,7 +46,7 @@ static int32_t js_value(js_ctx *c, const cJSON *s);
 
 /* ------------------------------------------------------------ helpers */
 
-static int32_t new_nt(js_ctx *c) { return di_cfg_nt(c->g, c->err); }
+int32_t di_js_new_nt(js_ctx *c) { return di_cfg_nt(c->g, c->err); }
 
 static int add_rule(js_ctx *c, int32_t lhs, const di_sym *s, uint32_t n) {
     return di_cfg_rule_add(c->g, (uint32_t)lhs, s, n, c->err) ? -1 : 0;
@@ -84,7 +84,7 @@ di_status di_js_regex_compile(const js_ctx *c, const char *pattern, size_t len, 
     return st;
 }
 
-static int regex_sym(js_ctx *c, const char *pat, unsigned flags, di_sym *out) {
+int di_js_regex_sym(js_ctx *c, const char *pat, unsigned flags, di_sym *out) {
     size_t n;
     const char *p = nul_translate(c, pat, strlen(pat), &n);
     if (!p) return FAIL(c, DI_ERR_NOMEM, "out of memory");
@@ -248,7 +248,7 @@ static int punct(js_ctx *c) {
         {&c->t_rbrack, "%s\\]"}, {&c->t_comma, "%s,%s"}, {&c->t_colon, "%s:%s"}};
     for (size_t i = 0; i < sizeof ps / sizeof *ps; i++) {
         snprintf(buf, sizeof buf, ps[i].fmt, ws, ws);
-        if (regex_sym(c, buf, 0, ps[i].out)) return -1;
+        if (di_js_regex_sym(c, buf, 0, ps[i].out)) return -1;
     }
     return 0;
 }
@@ -489,11 +489,11 @@ static int long_string_sym(js_ctx *c, long mn, long mx, di_sym *out) {
     char buf[512];
     di_sym quote, chunk;
     snprintf(buf, sizeof buf, "%s{%ld}", STR_UNIT, C);
-    if (lit_sym(c, "\"", &quote) || regex_sym(c, buf, 0, &chunk)) return -1;
+    if (lit_sym(c, "\"", &quote) || di_js_regex_sym(c, buf, 0, &chunk)) return -1;
     int32_t *B = malloc(((size_t)last + 1) * sizeof *B);
     if (!B) return FAIL(c, DI_ERR_NOMEM, "out of memory");
     int r = 0;
-    for (long k = 0; k <= last && !r; k++) r = (B[k] = new_nt(c)) < 0;
+    for (long k = 0; k <= last && !r; k++) r = (B[k] = di_js_new_nt(c)) < 0;
     for (long k = 0; k <= last && !r; k++) {
         long lo = mn - k * C, hi = mx >= 0 ? mx - k * C : C - 1;
         if (lo < 0) lo = 0;
@@ -505,7 +505,7 @@ static int long_string_sym(js_ctx *c, long mn, long mx, di_sym *out) {
         if (lo <= hi) {
             di_sym seq[2] = {0, quote};
             snprintf(buf, sizeof buf, "%s{%ld,%ld}", STR_UNIT, lo, hi);
-            if ((r = regex_sym(c, buf, 0, &seq[0])) || (r = add_rule(c, B[k], seq, 2))) break;
+            if ((r = di_js_regex_sym(c, buf, 0, &seq[0])) || (r = add_rule(c, B[k], seq, 2))) break;
         }
         int32_t next = k < last ? B[k + 1] : (mx < 0 ? B[k] : -1);
         if (next >= 0) {
@@ -513,7 +513,7 @@ static int long_string_sym(js_ctx *c, long mn, long mx, di_sym *out) {
             r = add_rule(c, B[k], seq, 2);
         }
     }
-    int32_t nt = r ? -1 : new_nt(c);
+    int32_t nt = r ? -1 : di_js_new_nt(c);
     if (nt >= 0) {
         di_sym seq[2] = {quote, B[0]};
         r = add_rule(c, nt, seq, 2);
@@ -550,14 +550,14 @@ static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
         } else {
             if (mn > 0) snprintf(buf, sizeof buf, "\"%s{%ld,}\"", STR_UNIT, mn);
             else snprintf(buf, sizeof buf, "\"%s*\"", STR_UNIT);
-            if (regex_sym(c, buf, 0, out)) return -1;
+            if (di_js_regex_sym(c, buf, 0, out)) return -1;
         }
         if (mx >= 0 && DI_SYM_IS_TERM(*out)) {
             /* far from the bound, a bounded string's lexer walk is the
              * unbounded one's: share its memo */
             di_sym any;
             snprintf(buf, sizeof buf, "\"%s*\"", STR_UNIT);
-            if (regex_sym(c, buf, 0, &any)) return -1;
+            if (di_js_regex_sym(c, buf, 0, &any)) return -1;
             if (DI_SYM_IS_TERM(any) && di_cfg_set_proxy(c->g, DI_SYM_TERM_ID(*out), DI_SYM_TERM_ID(any), 'a', c->err))
                 return -1;
         }
@@ -585,451 +585,6 @@ static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
     int r = di_cfg_dfa_sym(c->g, &d, key, out, c->err) ? -1 : 0;
     free(key);
     return r;
-}
-
-/* ---------------------------------------------------------- numbers */
-
-static void append(char *out, size_t cap, size_t *k, const char *str) {
-    size_t n = strlen(str);
-    if (*k + n + 1 > cap) n = *k + 1 < cap ? cap - *k - 1 : 0;
-    memcpy(out + *k, str, n);
-    *k += n;
-    out[*k] = 0;
-}
-
-/* Regex for decimal integers with digits in [lo, hi] of the same length. */
-static void range_same_len(const char *lo, const char *hi, char *out, size_t cap) {
-    size_t n = strlen(lo), k = 0;
-    char tmp[64];
-    out[0] = 0;
-    if (n == 0) return;
-    if (n == 1) {
-        snprintf(tmp, sizeof tmp, "[%c-%c]", lo[0], hi[0]);
-        append(out, cap, &k, tmp);
-        return;
-    }
-    int full = 1;
-    for (size_t i = 0; i < n; i++) full &= lo[i] == '0' && hi[i] == '9';
-    if (full) {
-        snprintf(tmp, sizeof tmp, "[0-9]{%zu}", n);
-        append(out, cap, &k, tmp);
-        return;
-    }
-    char *sub = malloc(cap);
-    if (!sub) return;
-    if (lo[0] == hi[0]) {
-        range_same_len(lo + 1, hi + 1, sub, cap);
-        tmp[0] = lo[0]; tmp[1] = 0;
-        append(out, cap, &k, tmp);
-        append(out, cap, &k, sub);
-        free(sub);
-        return;
-    }
-    char nines[32], zeros[32];
-    memset(nines, '9', n - 1); nines[n - 1] = 0;
-    memset(zeros, '0', n - 1); zeros[n - 1] = 0;
-    range_same_len(lo + 1, nines, sub, cap);
-    snprintf(tmp, sizeof tmp, "(%c", lo[0]);
-    append(out, cap, &k, tmp);
-    append(out, cap, &k, sub);
-    if (hi[0] - lo[0] >= 2) {
-        snprintf(tmp, sizeof tmp, "|[%c-%c][0-9]{%zu}", lo[0] + 1, hi[0] - 1, n - 1);
-        append(out, cap, &k, tmp);
-    }
-    range_same_len(zeros, hi + 1, sub, cap);
-    snprintf(tmp, sizeof tmp, "|%c", hi[0]);
-    append(out, cap, &k, tmp);
-    append(out, cap, &k, sub);
-    append(out, cap, &k, ")");
-    free(sub);
-}
-
-/* Regex for non-negative integers in [lo, hi] (hi < 0: unbounded),
- * canonical (no leading zeros). Empty string when the range is empty. */
-static void int_range(long long lo, long long hi, char *out, size_t cap) {
-    out[0] = 0;
-    if (lo < 0) lo = 0;
-    if (hi >= 0 && hi < lo) return;
-    char los[32], his[32];
-    snprintf(los, sizeof los, "%lld", lo);
-    size_t ll = strlen(los), hl;
-    size_t k = 0;
-    k += (size_t)snprintf(out + k, cap - k, "(");
-    int first = 1;
-    if (hi < 0) {
-        /* same length as lo and >= lo, or longer */
-        char nines[32];
-        memset(nines, '9', ll); nines[ll] = 0;
-        char sub[4096];
-        range_same_len(los, nines, sub, sizeof sub);
-        k += (size_t)snprintf(out + k, cap - k, "%s|[1-9][0-9]{%zu,}", sub, ll);
-        snprintf(out + k, cap - k, ")");
-        return;
-    }
-    snprintf(his, sizeof his, "%lld", hi);
-    hl = strlen(his);
-    for (size_t L = ll; L <= hl && k < cap; L++) {
-        char a[32], b[32];
-        if (L == ll) strcpy(a, los);
-        else { a[0] = '1'; memset(a + 1, '0', L - 1); a[L] = 0; }
-        if (L == hl) strcpy(b, his);
-        else { memset(b, '9', L); b[L] = 0; }
-        char sub[4096];
-        range_same_len(a, b, sub, sizeof sub);
-        k += (size_t)snprintf(out + k, cap - k, "%s%s", first ? "" : "|", sub);
-        first = 0;
-    }
-    if (k < cap) snprintf(out + k, cap - k, ")");
-}
-
-/* Non-negative magnitudes m with lo (<|<=) m (<|<=) hi, lo/hi integers,
- * hi < 0 unbounded; integer_only: no fraction except zeros. */
-static void mag_range(long long lo, int lo_ex, long long hi, int hi_ex, int integer_only, char *out, size_t cap) {
-    const char *frac = integer_only ? "" : "(\\.[0-9]+)?";
-    char r[8192];
-    size_t k = 0;
-    out[0] = 0;
-    int first = 1;
-#define ALT(...) do { k += (size_t)snprintf(out + k, cap - k, "%s", first ? "" : "|"); first = 0; \
-                      k += (size_t)snprintf(out + k, cap - k, __VA_ARGS__); } while (0)
-    if (hi >= 0 && (hi < lo || (hi == lo && (lo_ex || hi_ex)))) return;
-    /* integer part == lo */
-    if (!lo_ex) ALT("%lld%s", lo, (hi == lo) ? (integer_only ? "" : "(\\.0+)?") : frac);
-    else if (!integer_only && (hi < 0 || hi > lo)) ALT("%lld\\.[0-9]*[1-9][0-9]*", lo);
-    /* integer part strictly between */
-    if (hi < 0) {
-        int_range(lo + 1, -1, r, sizeof r);
-        if (r[0]) ALT("%s%s", r, frac);
-    } else if (hi - 1 >= lo + 1) {
-        int_range(lo + 1, hi - 1, r, sizeof r);
-        if (r[0]) ALT("%s%s", r, frac);
-    }
-    /* integer part == hi */
-    if (hi >= 0 && hi > lo) {
-        if (!hi_ex) ALT("%lld%s", hi, integer_only ? "" : "(\\.0+)?");
-        else if (!integer_only) { /* m < hi with integer part hi-1 handled above; nothing here */ }
-    }
-    if (hi >= 0 && hi_ex && !integer_only && hi > lo) {
-        /* integer part hi-1 with any fraction is covered above unless hi-1 == lo */
-    }
-#undef ALT
-}
-
-/* Fraction digit strings d (after the point, at least one digit) compared
- * with the fraction digits f of a bound (f without trailing zeros, maybe
- * empty), as decimals: which = 1 for d > f, 0 for d = f, -1 for d < f.
- * Appends alternatives ("|" separated, none when empty) to out. */
-static void frac_cmp_rx(const char *f, int which, char *out, size_t cap) {
-    size_t k = strlen(out), n = strlen(f);
-    int first = out[0] == 0;
-#define FALT(...) do { k += (size_t)snprintf(out + k, cap - k, "%s", first ? "" : "|"); first = 0; \
-                       k += (size_t)snprintf(out + k, cap - k, __VA_ARGS__); } while (0)
-    if (which == 0) {
-        FALT("%s%s0*", f, n ? "" : "0");
-        return;
-    }
-    for (size_t j = 0; j < n; j++) {
-        int dj = f[j] - '0';
-        if (which > 0 && dj < 9) FALT("%.*s[%d-9][0-9]*", (int)j, f, dj + 1);
-        if (which < 0 && dj > 0) FALT("%.*s[0-%d][0-9]*", (int)j, f, dj - 1);
-        if (which < 0 && j > 0) FALT("%.*s", (int)j, f); /* a shorter prefix: smaller */
-    }
-    if (which > 0) FALT("%s[0-9]*[1-9][0-9]*", f);
-#undef FALT
-}
-
-/* Unsigned decimals m (canonical integer part, optional fraction) with
- * m > b (ge = 1) or m < b (ge = 0), or equal too when !strict; b = bi.bf. */
-static void mag_cmp_rx(long long bi, const char *bf, int ge, int strict, char *out, size_t cap) {
-    char ir[8192], fr[4096];
-    size_t k = 0;
-    out[0] = 0;
-    int first = 1;
-#define MALT(...) do { k += (size_t)snprintf(out + k, cap - k, "%s", first ? "" : "|"); first = 0; \
-                       k += (size_t)snprintf(out + k, cap - k, __VA_ARGS__); } while (0)
-    ir[0] = 0;
-    if (ge) int_range(bi + 1, -1, ir, sizeof ir);
-    else if (bi >= 1) int_range(0, bi - 1, ir, sizeof ir); /* (a negative hi means unbounded) */
-    if (ir[0]) MALT("%s(\\.[0-9]+)?", ir);
-    /* integer part bi: no fraction (value bi.0), or a fraction compared */
-    fr[0] = 0;
-    frac_cmp_rx(bf, ge ? 1 : -1, fr, sizeof fr);
-    if (!strict) frac_cmp_rx(bf, 0, fr, sizeof fr);
-    int bare = ge ? (!strict && !bf[0]) : (bf[0] || !strict);
-    if (bare) MALT("%lld", bi);
-    if (fr[0]) MALT("%lld\\.(%s)", bi, fr);
-#undef MALT
-}
-
-/* Decimal digits of |b| as integer and fraction parts (fraction without
- * trailing zeros); -1 when b needs more than 6 fraction digits or 9
- * integer digits (beyond the exact-comparison language). */
-static int bound_digits(double b, long long *bi, char *bf, size_t cap) {
-    double a = fabs(b);
-    if (a >= 1e9) return -1;
-    char t[64];
-    snprintf(t, sizeof t, "%.6f", a);
-    if (strtod(t, NULL) != a) return -1;
-    char *dot = strchr(t, '.');
-    *dot = 0;
-    *bi = atoll(t);
-    size_t e = strlen(dot + 1);
-    while (e > 0 && dot[e] == '0') e--;
-    snprintf(bf, cap, "%.*s", (int)e, dot + 1);
-    return 0;
-}
-
-/* Regex of the numbers x >= b (ge) or x <= b (!ge), strictly when strict,
- * for a fractional bound b: the sign decides which magnitudes. */
-static int number_side_rx(js_ctx *c, double b, int ge, int strict, char *out, size_t cap) {
-    long long bi;
-    char bf[16], mag[16384];
-    if (bound_digits(b, &bi, bf, sizeof bf))
-        return FAIL(c, DI_ERR_UNSUPPORTED, "numeric bound %.17g needs more than 9 integer or 6 fraction digits", b);
-    const char *any = "(0|[1-9][0-9]*)(\\.[0-9]+)?";
-    int pos = b >= 0;
-    /* x >= b: b positive: magnitudes >= b; b negative: non-negatives, or
-     * negatives with magnitude <= |b|. Mirrored for x <= b. */
-    mag_cmp_rx(bi, bf, ge == pos, strict, mag, sizeof mag);
-    if (ge == pos) snprintf(out, cap, "%s(%s)", pos ? "" : "\\-", mag);
-    else snprintf(out, cap, "(%s%s|%s(%s))", ge ? "" : "\\-", any, pos ? "" : "\\-", mag);
-    return 0;
-}
-
-/* Regex of the decimal literals equal to number v within lang_digits (see
- * number_emit) into buf; 0 when no such literal exists, -1 when v cannot
- * be excluded exactly. */
-static int number_literal_rx(js_ctx *c, double v, int integer_only, char *buf, size_t cap) {
-    if (integer_only) {
-        if (v != floor(v)) return 0; /* no integer equals it */
-        if (fabs(v) >= 9007199254740992.0)
-            return FAIL(c, DI_ERR_UNSUPPORTED, "excluding the integer %.17g (beyond 2^53) is not supported", v);
-        snprintf(buf, cap, "%s%.0f(\\.0+)?", v < 0 ? "\\-" : (v == 0 ? "-?" : ""), fabs(v));
-        return 1;
-    }
-    if (fabs(v) >= 1e9) return 0;
-    char t[64];
-    snprintf(t, sizeof t, "%.6f", fabs(v));
-    if (strtod(t, NULL) != fabs(v)) return 0; /* needs more digits than the language has */
-    char *dot = strchr(t, '.');
-    size_t e = strlen(t);
-    while (e > 0 && t[e - 1] == '0') e--;
-    if (dot && e == (size_t)(dot - t) + 1) e--; /* drop the point too */
-    t[e] = 0;
-    const char *sign = v < 0 ? "\\-" : (v == 0 ? "-?" : "");
-    if (dot && (size_t)(dot - t) < e) {
-        *dot = 0;
-        snprintf(buf, cap, "%s%s\\.%s0*", sign, t, dot + 1);
-    } else snprintf(buf, cap, "%s%s(\\.0+)?", sign, t);
-    return 1;
-}
-
-/* Symbol for the number language given as a regex or a DFA (taken),
- * narrowed by the internal keywords negation produces: x-di-not-values
- * (equal to none of these; numbers are then written with at most 9 integer
- * and 6 fraction digits, so that two different literals are two different
- * doubles and equality is decided on the text) and x-di-non-integer (a
- * non-zero fraction, in the same digits so that the double is not integral).
- * Exclusive bounds on numbers use the same digits: a long literal just
- * below a bound could round to it. */
-static int number_emit(js_ctx *c, const cJSON *s, int integer_only, int exclusive, const char *rx, di_dfa *dfa,
-                       di_sym *out) {
-    const cJSON *nv = cJSON_GetObjectItemCaseSensitive(s, "x-di-not-values");
-    const cJSON *ni = cJSON_GetObjectItemCaseSensitive(s, "x-di-non-integer");
-    if (!nv && !(ni && cJSON_IsTrue(ni)) && !exclusive) {
-        if (rx) return regex_sym(c, rx, 0, out);
-        return di_cfg_dfa_sym(c->g, dfa, NULL, out, c->err) ? -1 : 0;
-    }
-    di_dfa d;
-    if (rx) {
-        if (di_js_regex_compile(c, rx, strlen(rx), 0, c->o->max_lexer_states, &d, c->err)) return -1;
-    } else d = *dfa;
-    char lim[256];
-    size_t k = 0;
-    lim[0] = 0;
-    if (ni && cJSON_IsTrue(ni)) snprintf(lim, sizeof lim, "-?(0|[1-9][0-9]{0,8})\\.[0-9]{0,5}[1-9]");
-    else if ((nv || exclusive) && !integer_only) snprintf(lim, sizeof lim, "-?(0|[1-9][0-9]{0,8})(\\.[0-9]{1,6})?");
-    int r = 0;
-    if (lim[0]) {
-        di_dfa l, x;
-        r = di_js_regex_compile(c, lim, strlen(lim), 0, c->o->max_lexer_states, &l, c->err) ? -1 : 0;
-        if (!r) {
-            r = di_dfa_product(&d, &l, 0, c->o->max_lexer_states, &x, c->err) ? -1 : 0;
-            di_dfa_free(&l);
-            if (!r) { di_dfa_free(&d); d = x; }
-        }
-    }
-    if (!r && nv) {
-        if (!cJSON_IsArray(nv)) { di_dfa_free(&d); return FAIL(c, DI_ERR_INTERNAL, "x-di-not-values"); }
-        size_t cap = 64 + (size_t)cJSON_GetArraySize(nv) * 96;
-        char *ex = malloc(cap);
-        if (!ex) { di_dfa_free(&d); return FAIL(c, DI_ERR_NOMEM, "out of memory"); }
-        k = 0;
-        ex[0] = 0;
-        for (const cJSON *v = nv->child; v && !r; v = v->next) {
-            char one[96];
-            int has = cJSON_IsNumber(v) ? number_literal_rx(c, v->valuedouble, integer_only, one, sizeof one) : 0;
-            if (has < 0) r = -1;
-            else if (has) k += (size_t)snprintf(ex + k, cap - k, "%s(%s)", k ? "|" : "", one);
-        }
-        if (!r && k) {
-            di_dfa e, x;
-            r = di_js_regex_compile(c, ex, k, 0, c->o->max_lexer_states, &e, c->err) ? -1 : 0;
-            if (!r) {
-                r = di_dfa_product(&d, &e, 1, c->o->max_lexer_states, &x, c->err) ? -1 : 0;
-                di_dfa_free(&e);
-                if (!r) { di_dfa_free(&d); d = x; }
-            }
-        }
-        free(ex);
-    }
-    if (r) { di_dfa_free(&d); return -1; }
-    return di_cfg_dfa_sym(c->g, &d, NULL, out, c->err) ? -1 : 0;
-}
-
-static int number_sym(js_ctx *c, const cJSON *s, int integer_only, di_sym *out) {
-    const cJSON *mn = cJSON_GetObjectItemCaseSensitive(s, "minimum");
-    const cJSON *mx = cJSON_GetObjectItemCaseSensitive(s, "maximum");
-    const cJSON *emn = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum");
-    const cJSON *emx = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMaximum");
-    const cJSON *mul = cJSON_GetObjectItemCaseSensitive(s, "multipleOf");
-    const cJSON *bs[4] = {mn, mx, emn, emx};
-    for (int i = 0; i < 4; i++)
-        if (bs[i] && !cJSON_IsNumber(bs[i])) {
-            if (cJSON_IsBool(bs[i]))
-                return FAIL(c, DI_ERR_UNSUPPORTED, "boolean exclusiveMinimum/exclusiveMaximum (draft 4) is not supported");
-            return FAIL(c, DI_ERR_FORMAT, "numeric bound must be a number");
-        }
-    const char *frac_re = "";
-    char fr[32];
-    if (mul) {
-        if (!cJSON_IsNumber(mul) || mul->valuedouble <= 0) return FAIL(c, DI_ERR_FORMAT, "'multipleOf' must be > 0");
-        double m = mul->valuedouble;
-        if (m == 1.0) integer_only = 1;
-        else {
-            int dec = -1;
-            for (int d = 1; d <= 8; d++)
-                if (fabs(m - pow(10, -d)) < 1e-12 * pow(10, -d)) dec = d;
-            if (dec < 0 || integer_only) {
-                if (c->o->lenient) goto no_mul;
-                return FAIL(c, DI_ERR_UNSUPPORTED, "'multipleOf' %g is not supported (only 1 and powers of 1/10)", m);
-            }
-            snprintf(fr, sizeof fr, "(\\.[0-9]{1,%d})?", dec);
-            frac_re = fr;
-        }
-    }
-no_mul:;
-    /* bounds as [lo, hi] with exclusivity; +-inf when absent */
-    double lo = -INFINITY, hi = INFINITY;
-    int lo_ex = 0, hi_ex = 0;
-    if (mn) lo = mn->valuedouble;
-    if (emn && emn->valuedouble >= lo) { lo = emn->valuedouble; lo_ex = 1; }
-    if (mx) hi = mx->valuedouble;
-    if (emx && emx->valuedouble <= hi) { hi = emx->valuedouble; hi_ex = 1; }
-    char buf[65536];
-    const char *intpart = "(0|[1-9][0-9]*)";
-    if (isinf(lo) && isinf(hi)) {
-        if (integer_only) snprintf(buf, sizeof buf, "-?%s%s", intpart, c->int_zero_frac ? "(\\.0+)?" : "");
-        else if (frac_re[0]) snprintf(buf, sizeof buf, "-?%s%s", intpart, frac_re);
-        else snprintf(buf, sizeof buf, "-?%s(\\.[0-9]+)?([eE][+-]?[0-9]+)?", intpart);
-        return number_emit(c, s, integer_only, 0, buf, NULL, out);
-    }
-    /* Fractional bounds are tightened to integers for integer-only
-     * values (exact); otherwise refused. */
-    if (integer_only) {
-        if (!isinf(lo)) { double l = lo_ex ? floor(lo) + 1 : ceil(lo); lo = l; lo_ex = 0; }
-        if (!isinf(hi)) { double h = hi_ex ? ceil(hi) - 1 : floor(hi); hi = h; hi_ex = 0; }
-    } else if ((!isinf(lo) && lo != floor(lo)) || (!isinf(hi) && hi != floor(hi))) {
-        /* fractional bounds: one regex per side, intersected, in the digits
-         * where comparing literals is comparing doubles */
-        di_dfa d, e, x;
-        char side[20000];
-        int have = 0;
-        const double bv[2] = {lo, hi};
-        const int ex[2] = {lo_ex, hi_ex};
-        for (int i = 0; i < 2; i++) {
-            if (isinf(bv[i])) continue;
-            if (number_side_rx(c, bv[i], i == 0, ex[i], side, sizeof side)) {
-                if (have) di_dfa_free(&d);
-                return -1;
-            }
-            if (di_js_regex_compile(c, side, strlen(side), 0, c->o->max_lexer_states, have ? &e : &d, c->err)) {
-                if (have) di_dfa_free(&d);
-                return -1;
-            }
-            if (have) {
-                di_status st = di_dfa_product(&d, &e, 0, c->o->max_lexer_states, &x, c->err);
-                di_dfa_free(&d);
-                di_dfa_free(&e);
-                if (st) return -1;
-                d = x;
-            }
-            have = 1;
-        }
-        if (frac_re[0]) {
-            snprintf(side, sizeof side, "-?(0|[1-9][0-9]*)%s", frac_re);
-            if (di_js_regex_compile(c, side, strlen(side), 0, c->o->max_lexer_states, &e, c->err)) {
-                di_dfa_free(&d);
-                return -1;
-            }
-            di_status st = di_dfa_product(&d, &e, 0, c->o->max_lexer_states, &x, c->err);
-            di_dfa_free(&e);
-            di_dfa_free(&d);
-            if (st) return -1;
-            d = x;
-        }
-        return number_emit(c, s, 0, 1, NULL, &d, out);
-    }
-    if ((!isinf(lo) && fabs(lo) > 1e15) || (!isinf(hi) && fabs(hi) > 1e15))
-        return FAIL(c, DI_ERR_UNSUPPORTED, "numeric bound beyond 1e15 is not supported");
-    if (!isinf(lo) && !isinf(hi) && (lo > hi || (lo == hi && (lo_ex || hi_ex)))) {
-        int32_t nt = new_nt(c); /* empty */
-        if (nt < 0) return -1;
-        *out = nt;
-        return 0;
-    }
-    int io = integer_only || (frac_re[0] && 0);
-    char pos[32768], neg[32768];
-    pos[0] = neg[0] = 0;
-    /* non-negative part: x in [max(lo,0), hi] */
-    if (isinf(hi) || hi >= 0) {
-        long long plo = (isinf(lo) || lo < 0) ? 0 : (long long)lo;
-        int plo_ex = (!isinf(lo) && lo >= 0) ? lo_ex : 0;
-        long long phi = isinf(hi) ? -1 : (long long)hi;
-        mag_range(plo, plo_ex, phi, hi_ex, io, pos, sizeof pos);
-    }
-    /* negative part: x = -m, m in (0, -lo], m >= -hi when hi < 0 */
-    if (isinf(lo) || lo < 0) {
-        long long nlo = (!isinf(hi) && hi < 0) ? (long long)-hi : 0;
-        int nlo_ex = (!isinf(hi) && hi < 0) ? hi_ex : 1;
-        long long nhi = isinf(lo) ? -1 : (long long)-lo;
-        mag_range(nlo, nlo_ex, nhi, lo_ex, io, neg, sizeof neg);
-    }
-    size_t k = 0;
-    k += (size_t)snprintf(buf + k, sizeof buf - k, "(");
-    if (pos[0]) k += (size_t)snprintf(buf + k, sizeof buf - k, "%s", pos);
-    if (neg[0]) k += (size_t)snprintf(buf + k, sizeof buf - k, "%s-(%s)", pos[0] ? "|" : "", neg);
-    snprintf(buf + k, sizeof buf - k, ")");
-    if (!pos[0] && !neg[0]) {
-        int32_t nt = new_nt(c);
-        if (nt < 0) return -1;
-        *out = nt;
-        return 0;
-    }
-    if (frac_re[0] && !integer_only) {
-        /* multipleOf 10^-d with bounds: intersect the two languages */
-        char b2[64];
-        snprintf(b2, sizeof b2, "-?(0|[1-9][0-9]*)%s", frac_re);
-        di_dfa d1, d2, d;
-        if (di_js_regex_compile(c, buf, strlen(buf), 0, c->o->max_lexer_states, &d1, c->err)) return -1;
-        if (di_js_regex_compile(c, b2, strlen(b2), 0, c->o->max_lexer_states, &d2, c->err)) { di_dfa_free(&d1); return -1; }
-        di_status st = di_dfa_product(&d1, &d2, 0, c->o->max_lexer_states, &d, c->err);
-        di_dfa_free(&d1);
-        di_dfa_free(&d2);
-        if (st) return -1;
-        return number_emit(c, s, integer_only, (lo_ex || hi_ex) && !integer_only, NULL, &d, out);
-    }
-    return number_emit(c, s, integer_only, (lo_ex || hi_ex) && !integer_only, buf, NULL, out);
 }
 
 /* ------------------------------------------------------ enum / const */
@@ -1083,7 +638,7 @@ static int const_value(js_ctx *c, const cJSON *v, int32_t lhs, int depth) {
                 k++;
                 seq[k++] = c->t_colon;
             }
-            int32_t sub = new_nt(c);
+            int32_t sub = di_js_new_nt(c);
             if (sub < 0 || const_value(c, x, sub, depth + 1)) { free(seq); return -1; }
             seq[k++] = sub;
         }
@@ -1098,7 +653,7 @@ static int const_value(js_ctx *c, const cJSON *v, int32_t lhs, int depth) {
         char buf[64];
         if (d == floor(d) && fabs(d) <= 9007199254740992.0) {
             snprintf(buf, sizeof buf, "%s%.0f(\\.0+)?", d < 0 ? "\\-" : "", fabs(d));
-            if (regex_sym(c, buf, 0, &syms[0])) return -1;
+            if (di_js_regex_sym(c, buf, 0, &syms[0])) return -1;
             return add_rule(c, lhs, syms, 1);
         }
         txt = cJSON_PrintUnformatted(v);
@@ -1108,7 +663,7 @@ static int const_value(js_ctx *c, const cJSON *v, int32_t lhs, int depth) {
         char *pat = malloc(need);
         if (!pat) return FAIL(c, DI_ERR_NOMEM, "out of memory");
         di_regex_escape(v->valuestring, strlen(v->valuestring), pat, need);
-        int r = regex_sym(c, pat, DI_RX_JSON_STRING, &syms[0]);
+        int r = di_js_regex_sym(c, pat, DI_RX_JSON_STRING, &syms[0]);
         free(pat);
         if (r) return -1;
         return add_rule(c, lhs, syms, 1);
@@ -1352,7 +907,7 @@ static int enum_value_ok_at(js_ctx *c, const cJSON *s, const cJSON *v, int types
 static int32_t enum_nt(js_ctx *c, const cJSON *s, int types) {
     const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
     const cJSON *co = cJSON_GetObjectItemCaseSensitive(s, "const");
-    int32_t nt = new_nt(c);
+    int32_t nt = di_js_new_nt(c);
     if (nt < 0) return -1;
     if (en && !cJSON_IsArray(en)) return FAIL(c, DI_ERR_FORMAT, "'enum' must be an array");
     const cJSON *vals[2] = {en ? en->child : NULL, co};
@@ -1399,7 +954,7 @@ static int member_add(js_ctx *c, obj_build *ob, di_sym key, int32_t val, int req
         ob->m = m;
         ob->cap = cap;
     }
-    int32_t nt = new_nt(c);
+    int32_t nt = di_js_new_nt(c);
     if (nt < 0) return -1;
     di_sym seq[3] = {key, c->t_colon, val};
     if (add_rule(c, nt, seq, 3)) return -1;
@@ -1488,7 +1043,7 @@ static int32_t obj_state(js_ctx *c, obj_build *ob, uint32_t set, int cnt);
 static int32_t obj_state(js_ctx *c, obj_build *ob, uint32_t set, int cnt) {
     size_t idx = (size_t)set * (size_t)(ob->cap_count + 1) + (size_t)cnt;
     if (ob->state_nt[idx] >= 0) return ob->state_nt[idx];
-    int32_t nt = new_nt(c);
+    int32_t nt = di_js_new_nt(c);
     if (nt < 0) return -1;
     ob->state_nt[idx] = nt;
     uint32_t all = ob->n_req ? (uint32_t)((1ull << ob->n_req) - 1) : 0;
@@ -1512,7 +1067,7 @@ static int32_t obj_state(js_ctx *c, obj_build *ob, uint32_t set, int cnt) {
 static int32_t obj_seq(js_ctx *c, obj_build *ob, int n_decl, int i, int cnt, int32_t *memo) {
     size_t idx = (size_t)i * (size_t)(ob->cap_count + 1) + (size_t)cnt;
     if (memo[idx] >= 0) return memo[idx];
-    int32_t nt = new_nt(c);
+    int32_t nt = di_js_new_nt(c);
     if (nt < 0) return -1;
     memo[idx] = nt;
     int can_add = ob->maxp < 0 || cnt + 1 <= ob->maxp;
@@ -1692,7 +1247,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
         if (val == -1) goto done;
         if (val == -2 || !name_ok) {
             if (ridx >= 0) { /* a required key that may not appear: nothing is valid */
-                result = new_nt(c);
+                result = di_js_new_nt(c);
                 goto done;
             }
             continue;
@@ -1703,7 +1258,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
         if (!pat) { FAIL(c, DI_ERR_NOMEM, "out of memory"); goto done; }
         di_regex_escape(name, strlen(name), pat, need);
         di_sym ks;
-        int r = regex_sym(c, pat, DI_RX_JSON_STRING, &ks);
+        int r = di_js_regex_sym(c, pat, DI_RX_JSON_STRING, &ks);
         free(pat);
         if (r || member_add(c, &ob, ks, val, ridx)) goto done;
         if (some && some_key_variant(c, &ob, some, ks, name, NULL, vs, ridx)) goto done;
@@ -1765,7 +1320,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
          * it in the mask memo */
         di_sym anys;
         if (n_pp == 0 && !have_names && DI_SYM_IS_TERM(ks)) {
-            if (regex_sym(c, all, DI_RX_JSON_STRING, &anys)) goto done;
+            if (di_js_regex_sym(c, all, DI_RX_JSON_STRING, &anys)) goto done;
             if (DI_SYM_IS_TERM(anys) &&
                 di_cfg_set_proxy(c->g, DI_SYM_TERM_ID(ks), DI_SYM_TERM_ID(anys), -1, c->err))
                 goto done;
@@ -1782,7 +1337,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
         }
     }
     double any_order_cost = (double)(1ull << (ob.n_req < 40 ? ob.n_req : 40)) * (ob.cap_count + 1) * (ob.n + 1);
-    int32_t open_nt = new_nt(c);
+    int32_t open_nt = di_js_new_nt(c);
     if (open_nt < 0) goto done;
     if (ob.n_req <= 16 && any_order_cost <= JS_MAX_UNROLL_STATES * 4) {
         size_t ns = ((size_t)1 << ob.n_req) * (size_t)(ob.cap_count + 1);
@@ -1873,7 +1428,7 @@ static int32_t array_nt(js_ctx *c, const cJSON *s) {
     if (hard_max >= 0) unroll = hard_max;
     if (unroll > (long)c->o->max_repeat)
         return FAIL(c, DI_ERR_LIMIT, "array bound %ld exceeds the limit of %u (max_repeat)", unroll, c->o->max_repeat);
-    if (hard_max >= 0 && hard_max < mn) return new_nt(c);
+    if (hard_max >= 0 && hard_max < mn) return di_js_new_nt(c);
     const cJSON *rest_schema = rest ? rest : c->true_schema;
     int32_t rest_val = -1, rest_cval = -1;
     if (!rest_false && (hard_max < 0 || hard_max > np)) {
@@ -1889,7 +1444,7 @@ static int32_t array_nt(js_ctx *c, const cJSON *s) {
     int32_t *A = malloc(((size_t)unroll + 1) * (size_t)layers * sizeof *A);
     if (!A) return FAIL(c, DI_ERR_NOMEM, "out of memory");
     for (long i = 0; i < (unroll + 1) * layers; i++) {
-        A[i] = new_nt(c);
+        A[i] = di_js_new_nt(c);
         if (A[i] < 0) { free(A); return -1; }
     }
     int32_t result = -1;
@@ -2306,7 +1861,7 @@ int di_js_disjoint(js_ctx *c, const cJSON *a, const cJSON *b) {
 }
 
 static int32_t alternatives(js_ctx *c, cJSON *const *branches, int n) {
-    int32_t nt = new_nt(c);
+    int32_t nt = di_js_new_nt(c);
     if (nt < 0) return -1;
     for (int i = 0; i < n; i++) {
         int32_t v = js_value(c, branches[i]);
@@ -2400,7 +1955,7 @@ static int32_t combined(js_ctx *c, const cJSON *s) {
         br[nb++] = w;
     }
     free(dis);
-    if (!nb) return new_nt(c); /* every combination is empty */
+    if (!nb) return di_js_new_nt(c); /* every combination is empty */
     return alternatives(c, br, nb);
 }
 
@@ -2409,15 +1964,15 @@ static int32_t combined(js_ctx *c, const cJSON *s) {
 static int32_t any_value(js_ctx *c) {
     if (c->any_value >= 0) return c->any_value;
     /* value → object | array | string | number | true | false | null */
-    int32_t v = new_nt(c), obj = new_nt(c), arr = new_nt(c), members = new_nt(c), elems = new_nt(c);
+    int32_t v = di_js_new_nt(c), obj = di_js_new_nt(c), arr = di_js_new_nt(c), members = di_js_new_nt(c), elems = di_js_new_nt(c);
     if (v < 0 || obj < 0 || arr < 0 || members < 0 || elems < 0) return -1;
     c->any_value = v;
     di_sym str, num, lit, key;
     char buf[512];
     snprintf(buf, sizeof buf, "\"%s*\"", STR_UNIT);
-    if (regex_sym(c, buf, 0, &str) || regex_sym(c, buf, 0, &key) ||
-        regex_sym(c, "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?", 0, &num) ||
-        regex_sym(c, "true|false|null", 0, &lit))
+    if (di_js_regex_sym(c, buf, 0, &str) || di_js_regex_sym(c, buf, 0, &key) ||
+        di_js_regex_sym(c, "-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?", 0, &num) ||
+        di_js_regex_sym(c, "true|false|null", 0, &lit))
         return -1;
     di_sym alts[5] = {obj, arr, str, num, lit};
     for (int i = 0; i < 5; i++)
@@ -2426,7 +1981,7 @@ static int32_t any_value(js_ctx *c) {
     di_sym e1[2] = {c->t_lbrace, c->t_rbrace};
     di_sym e2[5] = {c->t_lbrace, key, c->t_colon, v, members};
     di_sym m1[4] = {c->t_comma, key, c->t_colon, v};
-    int32_t mm = new_nt(c);
+    int32_t mm = di_js_new_nt(c);
     if (mm < 0) return -1;
     di_sym m2[2] = {mm, members};
     (void)m2;
@@ -2501,13 +2056,13 @@ static int32_t js_value_body(js_ctx *c, const cJSON *s, int32_t nt) {
         if (lit_sym(c, "null", &sym) || add_rule(c, nt, &sym, 1)) return -1;
     }
     if (types & T_BOOL) {
-        if (regex_sym(c, "true|false", 0, &sym) || add_rule(c, nt, &sym, 1)) return -1;
+        if (di_js_regex_sym(c, "true|false", 0, &sym) || add_rule(c, nt, &sym, 1)) return -1;
     }
     if (types & T_STR) {
         if (string_sym(c, s, &sym) || add_rule(c, nt, &sym, 1)) return -1;
     }
     if (types & (T_INT | T_NUM)) {
-        if (number_sym(c, s, !(types & T_NUM), &sym) || add_rule(c, nt, &sym, 1)) return -1;
+        if (di_js_number_sym(c, s, !(types & T_NUM), &sym) || add_rule(c, nt, &sym, 1)) return -1;
     }
     if (types & T_OBJ) {
         int32_t v = object_nt(c, s);
@@ -2527,7 +2082,7 @@ static int32_t js_value(js_ctx *c, const cJSON *s) {
     if (di_cfg_check_time(c->g, c->err)) return -1;
     if (c->depth >= (int)c->o->max_depth)
         return FAIL(c, DI_ERR_LIMIT, "schema nesting exceeds the depth limit of %u", c->o->max_depth);
-    int32_t nt = new_nt(c);
+    int32_t nt = di_js_new_nt(c);
     if (nt < 0) return -1;
     if (c->n_memo == c->cap_memo) {
         uint32_t cap = c->cap_memo ? c->cap_memo * 2 : 64;

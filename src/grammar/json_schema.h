@@ -61,6 +61,12 @@ int di_js_format_checked(const char *name);
  * translated). */
 di_status di_js_regex_compile(const js_ctx *c, const char *pattern, size_t len, unsigned flags, uint32_t max_states,
                               di_dfa *out, di_err *err);
+/* New nonterminal, or -1 with the error set. */
+int32_t di_js_new_nt(js_ctx *c);
+/* Symbol of a regex built from schema text (NUL marker translated). */
+int di_js_regex_sym(js_ctx *c, const char *pat, unsigned flags, di_sym *out);
+/* Symbol of the numbers schema s allows (json_schema_number.c). */
+int di_js_number_sym(js_ctx *c, const cJSON *s, int integer_only, di_sym *out);
 /* `type` array naming the types of mask t. */
 cJSON *di_js_type_array(int t);
 
