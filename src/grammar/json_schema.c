@@ -12,8 +12,13 @@
  *   order written in `properties`;
  * - numbers with bounds are written without exponent; unbounded integers
  *   may carry a zero fraction (1.0 is an integer from draft 6 on);
- * - oneOf is compiled only when its branches are provably disjoint;
- * - keywords we cannot enforce are errors naming them, unless lenient. */
+ * - oneOf, not, if/then/else and dependencies are rewritten exactly into
+ *   allOf / anyOf (json_schema_logic.c), or refused;
+ * - keywords we cannot enforce are errors naming them, unless lenient.
+ * This file: types, enum/const, objects, arrays, allOf merging and the
+ * dispatch; strings and formats are in json_schema_string.c, numbers in
+ * json_schema_number.c, the rewrites of not / oneOf / if / dependencies in
+ * json_schema_logic.c. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -48,7 +53,7 @@ static int32_t js_value(js_ctx *c, const cJSON *s);
 
 int32_t di_js_new_nt(js_ctx *c) { return di_cfg_nt(c->g, c->err); }
 
-static int add_rule(js_ctx *c, int32_t lhs, const di_sym *s, uint32_t n) {
+int di_js_add_rule(js_ctx *c, int32_t lhs, const di_sym *s, uint32_t n) {
     return di_cfg_rule_add(c->g, (uint32_t)lhs, s, n, c->err) ? -1 : 0;
 }
 
@@ -93,7 +98,7 @@ int di_js_regex_sym(js_ctx *c, const char *pat, unsigned flags, di_sym *out) {
     return r;
 }
 
-static int lit_sym(js_ctx *c, const char *s, di_sym *out) {
+int di_js_lit_sym(js_ctx *c, const char *s, di_sym *out) {
     return di_cfg_literal_sym(c->g, s, strlen(s), out, c->err) ? -1 : 0;
 }
 
@@ -253,340 +258,6 @@ static int punct(js_ctx *c) {
     return 0;
 }
 
-/* ---------------------------------------------------------- strings */
-
-/* One character of a JSON string in any valid encoding (surrogate pairs as
- * one character, lone surrogates refused). */
-#define STR_UNIT "([^\"\\\\\\x00-\\x1f]|\\\\[\"\\\\/bfnrt]|\\\\u([0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})|\\\\u[dD][89abAB][0-9a-fA-F]{2}\\\\u[dD][c-fC-F][0-9a-fA-F]{2})"
-
-/* RFC 3339 full-date, February 29 in leap years only (divisible by 4, and
- * centuries by 400). */
-#define FULL_DATE_RX                                                                                              \
-    "([0-9]{4}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))" \
-    "|([0-9]{2}(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)"
-
-/* RFC 4291 / RFC 3986 IPv6address: the last 32 bits as two groups or an
- * IPv4 address. */
-#define H16 "[0-9a-fA-F]{1,4}"
-#define LS32 "(" H16 ":" H16 "|" IPV4_RX ")"
-#define IPV4_RX "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])(\\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])){3}"
-#define IPV6_RX                                                                                             \
-    "((" H16 ":){6}" LS32 "|::(" H16 ":){5}" LS32 "|(" H16 ")?::(" H16 ":){4}" LS32                         \
-    "|((" H16 ":){0,1}" H16 ")?::(" H16 ":){3}" LS32 "|((" H16 ":){0,2}" H16 ")?::(" H16 ":){2}" LS32        \
-    "|((" H16 ":){0,3}" H16 ")?::" H16 ":" LS32 "|((" H16 ":){0,4}" H16 ")?::" LS32                         \
-    "|((" H16 ":){0,5}" H16 ")?::" H16 "|((" H16 ":){0,6}" H16 ")?::)"
-/* RFC 3339 partial-time without leap seconds, and time-offset. */
-#define TIME_RX "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?"
-#define OFFSET_RX "([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
-
-static const char *format_regex(const char *f) {
-    if (!strcmp(f, "date")) return FULL_DATE_RX;
-    if (!strcmp(f, "time")) return TIME_RX OFFSET_RX;
-    if (!strcmp(f, "date-time")) return FULL_DATE_RX "[Tt]" TIME_RX OFFSET_RX;
-    if (!strcmp(f, "duration"))
-        return "P([0-9]+W|([0-9]+Y([0-9]+M([0-9]+D)?)?|[0-9]+M([0-9]+D)?|[0-9]+D)"
-               "(T([0-9]+H([0-9]+M([0-9]+S)?)?|[0-9]+M([0-9]+S)?|[0-9]+S))?"
-               "|T([0-9]+H([0-9]+M([0-9]+S)?)?|[0-9]+M([0-9]+S)?|[0-9]+S))";
-    if (!strcmp(f, "email"))
-        return "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,64}(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]{1,64}){0,8}@"
-               "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,8}";
-    if (!strcmp(f, "hostname"))
-        return "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,3}";
-    if (!strcmp(f, "ipv4")) return IPV4_RX;
-    if (!strcmp(f, "ipv6")) return IPV6_RX;
-    if (!strcmp(f, "uuid"))
-        return "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}";
-    if (!strcmp(f, "uri"))
-        return "[A-Za-z][A-Za-z0-9+.-]*:([A-Za-z0-9._~:/?#@!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*";
-    return NULL;
-}
-
-/* Formats whose regex is exactly the format's definition (the others
- * accept a subset: bounded label counts, no quoted e-mail local parts...);
- * time and date-time are exact with leap_second_rx. */
-static int format_exact(const char *f) {
-    return !strcmp(f, "date") || !strcmp(f, "ipv4") || !strcmp(f, "ipv6") || !strcmp(f, "uuid") ||
-           !strcmp(f, "duration") || !strcmp(f, "time") || !strcmp(f, "date-time");
-}
-
-/* RFC 3339 full-time including leap seconds: second 60 exists only at 23:59
- * UTC, that is at local time 23:59 + offset: one alternative per offset.
- * Large (about 2,900 alternatives), so only used when asserting formats
- * exactly; the default leaves leap seconds out. */
-static char *exact_time_rx(int with_date) {
-    size_t cap = 2 * 1440 * 48 + 1024, k = 0;
-    char *b = malloc(cap);
-    if (!b) return NULL;
-    k += (size_t)snprintf(b + k, cap - k, "%s(" TIME_RX OFFSET_RX "|23:59:60(\\.[0-9]+)?([Zz]|[+-]00:00)",
-                          with_date ? FULL_DATE_RX "[Tt]" : "");
-    for (int neg = 0; neg < 2; neg++)
-        for (int off = 1; off < 1440; off++) {
-            int local = neg ? (1439 - off + 1440) % 1440 : (1439 + off) % 1440;
-            k += (size_t)snprintf(b + k, cap - k, "|%02d:%02d:60(\\.[0-9]+)?\\%c%02d:%02d", local / 60, local % 60,
-                                  neg ? '-' : '+', off / 60, off % 60);
-        }
-    snprintf(b + k, cap - k, ")");
-    return b;
-}
-
-int di_js_format_checked(const char *name) { return format_regex(name) != NULL; }
-
-/* The regex (new string) of the format s asserts into *rx (NULL: none, or
- * an annotation under the options); -1 with the error set when every format
- * must be asserted and this one cannot be exactly. */
-static int format_rx(js_ctx *c, const cJSON *s, char **rx) {
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
-    *rx = NULL;
-    if (c->o->format_mode == DI_FORMAT_ANNOTATION || !fmt || !cJSON_IsString(fmt)) return 0;
-    const char *f = fmt->valuestring, *r = format_regex(f);
-    if (!r) {
-        if (c->o->format_mode == DI_FORMAT_CHECKED) return 0;
-        return FAIL(c, DI_ERR_UNSUPPORTED, "format '%s' cannot be asserted exactly (format_mode assert)", f);
-    }
-    if (c->o->format_mode == DI_FORMAT_ASSERT && !format_exact(f))
-        return FAIL(c, DI_ERR_UNSUPPORTED, "format '%s' cannot be asserted exactly (format_mode assert)", f);
-    if (c->o->format_mode == DI_FORMAT_ASSERT && (!strcmp(f, "time") || !strcmp(f, "date-time")))
-        *rx = exact_time_rx(!strcmp(f, "date-time"));
-    else *rx = strdup(r);
-    return *rx ? 0 : FAIL(c, DI_ERR_NOMEM, "out of memory");
-}
-
-/* DFA of unit_rx repeated between mn and mx times (mx >= 0) inside JSON
- * quotes, by counting over the DFA of the unbounded repetition; flags as
- * for di_regex_compile (the pattern is the unbounded one, e.g. "U*"). */
-static int counted_dfa(js_ctx *c, const char *unbounded_rx, unsigned flags, long mn, long mx, di_dfa *out) {
-    di_dfa u;
-    if (di_js_regex_compile(c, unbounded_rx, strlen(unbounded_rx), flags, c->o->max_lexer_states, &u, c->err)) return -1;
-    uint32_t boundary = u.start ? di_dfa_step(&u, u.start, '"') : 0;
-    di_status st = boundary ? di_dfa_count_units(&u, boundary, (uint32_t)mn, (uint32_t)mx, c->o->max_lexer_states, out, c->err)
-                            : di_err_set(c->err, DI_ERR_INTERNAL, "string automaton without an opening quote");
-    di_dfa_free(&u);
-    return st ? -1 : 0;
-}
-
-static int get_count(js_ctx *c, const cJSON *s, const char *key, long *out, long dflt) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, key);
-    *out = dflt;
-    if (!v) return 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != floor(v->valuedouble))
-        return FAIL(c, DI_ERR_FORMAT, "'%s' must be a non-negative integer", key);
-    *out = v->valuedouble > 1e9 ? 1000000000L : (long)v->valuedouble;
-    return 0;
-}
-
-static int dfa_and(js_ctx *c, di_dfa *acc, int *have, di_dfa *x) {
-    if (!*have) { *acc = *x; *have = 1; return 0; }
-    di_dfa r;
-    di_status st = di_dfa_product(acc, x, 0, c->o->max_lexer_states, &r, c->err);
-    di_dfa_free(acc);
-    di_dfa_free(x);
-    if (st) return -1;
-    *acc = r;
-    return 0;
-}
-
-/* Canonical-encoding DFA of the strings a schema allows (pattern(s),
- * format, lengths). *any = 1 when nothing constrains the content. */
-static int string_dfa(js_ctx *c, const cJSON *s, di_dfa *out, int *any) {
-    int have = 0;
-    di_dfa d;
-    long mn, mx;
-    if (get_count(c, s, "minLength", &mn, 0) || get_count(c, s, "maxLength", &mx, -1)) return -1;
-    *any = 0;
-    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
-    const cJSON *pats = cJSON_GetObjectItemCaseSensitive(s, "x-di-patterns");
-    const cJSON *plist[64];
-    int np = 0;
-    if (pat) plist[np++] = pat;
-    if (pats) for (const cJSON *x = pats->child; x && np < 64; x = x->next) plist[np++] = x;
-    for (int i = 0; i < np; i++) {
-        if (!cJSON_IsString(plist[i])) return FAIL(c, DI_ERR_FORMAT, "'pattern' must be a string");
-        const char *p = plist[i]->valuestring;
-        if (di_js_regex_compile(c, p, strlen(p), DI_RX_SEARCH | DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err)) {
-            di_err_prefix(c->err, "pattern /%s/: ", p);
-            if (have) di_dfa_free(out);
-            return -1;
-        }
-        if (dfa_and(c, out, &have, &d)) return -1;
-    }
-    {
-        char *fr;
-        if (format_rx(c, s, &fr)) {
-            if (have) di_dfa_free(out);
-            return -1;
-        }
-        if (fr) {
-            di_status st = di_js_regex_compile(c, fr, strlen(fr), DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err);
-            free(fr);
-            if (st) {
-                if (have) di_dfa_free(out);
-                return -1;
-            }
-            if (dfa_and(c, out, &have, &d)) return -1;
-        }
-    }
-    if (mn > 0 || mx >= 0) {
-        if (mn > (long)c->o->max_repeat || mx > (long)c->o->max_repeat) {
-            if (have) di_dfa_free(out);
-            return FAIL(c, DI_ERR_LIMIT, "string length bound %ld exceeds the limit of %u (max_repeat)",
-                        mx > mn ? mx : mn, c->o->max_repeat);
-        }
-        char buf[96];
-        int r;
-        if (mx >= 0) r = counted_dfa(c, "[\\u{0}-\\u{10FFFF}]*", DI_RX_JSON_STRING, mn, mx, &d);
-        else {
-            snprintf(buf, sizeof buf, "[\\u{0}-\\u{10FFFF}]{%ld,}", mn);
-            r = di_js_regex_compile(c, buf, strlen(buf), DI_RX_JSON_STRING, c->o->max_lexer_states, &d, c->err) ? -1 : 0;
-        }
-        if (r) {
-            if (have) di_dfa_free(out);
-            return -1;
-        }
-        if (dfa_and(c, out, &have, &d)) return -1;
-    }
-    if (!have) {
-        *any = 1;
-        const char *all = "[\\u{0}-\\u{10FFFF}]*";
-        if (di_js_regex_compile(c, all, strlen(all), DI_RX_JSON_STRING, c->o->max_lexer_states, out, c->err)) return -1;
-    }
-    const cJSON *nots = cJSON_GetObjectItemCaseSensitive(s, "x-di-not-patterns");
-    if (nots)
-        for (const cJSON *x = nots->child; x; x = x->next) {
-            if (!cJSON_IsString(x)) continue;
-            if (di_js_regex_compile(c, x->valuestring, strlen(x->valuestring), DI_RX_SEARCH | DI_RX_JSON_STRING,
-                                 c->o->max_lexer_states, &d, c->err)) {
-                di_dfa_free(out);
-                return -1;
-            }
-            di_dfa r;
-            di_status st = di_dfa_product(out, &d, 1, c->o->max_lexer_states, &r, c->err);
-            di_dfa_free(&d);
-            di_dfa_free(out);
-            if (st) return -1;
-            *out = r;
-            *any = 0;
-        }
-    return 0;
-}
-
-#define JS_CHUNK 256            /* characters per chunk of a long string (at most max_repeat) */
-#define JS_MAX_CHUNKS 4096      /* chunks a length bound may span */
-
-/* A plain string whose length bounds exceed max_repeat: the body is cut
- * into chunks of exactly JS_CHUNK characters and a last one of fewer, so
- * that each split is unique and every lexeme stays small; nonterminal B(k)
- * follows k chunks:
- *   string → " B(0);  B(k) → F B(k+1) | R(lo_k, hi_k) " | "
- * with F exactly JS_CHUNK characters and R(lo, hi) between lo and hi < JS_CHUNK
- * (lo_k = mn - k·JS_CHUNK, hi_k = mx - k·JS_CHUNK, clipped). Without mx,
- * B(k) loops on itself once mn is reached. */
-static int long_string_sym(js_ctx *c, long mn, long mx, di_sym *out) {
-    const long C = c->o->max_repeat < JS_CHUNK ? (c->o->max_repeat ? (long)c->o->max_repeat : 1) : JS_CHUNK;
-    long last = mx >= 0 ? mx / C : (mn + C - 1) / C;
-    if (last > JS_MAX_CHUNKS || mn / C > JS_MAX_CHUNKS)
-        return FAIL(c, DI_ERR_LIMIT, "string length bound %ld exceeds the limit of %ld (%d chunks of min(max_repeat, %d))",
-                    mx > mn ? mx : mn, C * JS_MAX_CHUNKS, JS_MAX_CHUNKS, JS_CHUNK);
-    char buf[512];
-    di_sym quote, chunk;
-    snprintf(buf, sizeof buf, "%s{%ld}", STR_UNIT, C);
-    if (lit_sym(c, "\"", &quote) || di_js_regex_sym(c, buf, 0, &chunk)) return -1;
-    int32_t *B = malloc(((size_t)last + 1) * sizeof *B);
-    if (!B) return FAIL(c, DI_ERR_NOMEM, "out of memory");
-    int r = 0;
-    for (long k = 0; k <= last && !r; k++) r = (B[k] = di_js_new_nt(c)) < 0;
-    for (long k = 0; k <= last && !r; k++) {
-        long lo = mn - k * C, hi = mx >= 0 ? mx - k * C : C - 1;
-        if (lo < 0) lo = 0;
-        if (hi > C - 1) hi = C - 1;
-        /* the empty rest is a rule of its own: no nullable lexeme right
-         * after a chunk */
-        if (lo == 0 && (r = add_rule(c, B[k], &quote, 1))) break;
-        if (lo < 1) lo = 1;
-        if (lo <= hi) {
-            di_sym seq[2] = {0, quote};
-            snprintf(buf, sizeof buf, "%s{%ld,%ld}", STR_UNIT, lo, hi);
-            if ((r = di_js_regex_sym(c, buf, 0, &seq[0])) || (r = add_rule(c, B[k], seq, 2))) break;
-        }
-        int32_t next = k < last ? B[k + 1] : (mx < 0 ? B[k] : -1);
-        if (next >= 0) {
-            di_sym seq[2] = {chunk, next};
-            r = add_rule(c, B[k], seq, 2);
-        }
-    }
-    int32_t nt = r ? -1 : di_js_new_nt(c);
-    if (nt >= 0) {
-        di_sym seq[2] = {quote, B[0]};
-        r = add_rule(c, nt, seq, 2);
-        *out = nt;
-    }
-    free(B);
-    return r || nt < 0 ? -1 : 0;
-}
-
-static int string_sym(js_ctx *c, const cJSON *s, di_sym *out) {
-    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
-    const cJSON *pats = cJSON_GetObjectItemCaseSensitive(s, "x-di-patterns");
-    char *fmt_rx;
-    if (format_rx(c, s, &fmt_rx)) return -1;
-    int fmt_known = fmt_rx != NULL;
-    free(fmt_rx);
-    if (!pat && !pats && !fmt_known && !cJSON_GetObjectItemCaseSensitive(s, "x-di-not-patterns")) {
-        long mn, mx;
-        if (get_count(c, s, "minLength", &mn, 0) || get_count(c, s, "maxLength", &mx, -1)) return -1;
-        if (mn > (long)c->o->max_repeat || mx > (long)c->o->max_repeat) return long_string_sym(c, mn, mx, out);
-        char buf[512];
-        if (mx >= 0) {
-            /* counted, interned by a key of its own construction */
-            snprintf(buf, sizeof buf, "C:%ld,%ld", mn, mx);
-            int32_t found = di_cfg_find_term(c->g, buf);
-            if (found >= 0) *out = DI_SYM_TERM((uint32_t)found);
-            else {
-                di_dfa d;
-                char ub[512];
-                snprintf(ub, sizeof ub, "\"%s*\"", STR_UNIT);
-                if (counted_dfa(c, ub, 0, mn, mx, &d)) return -1;
-                if (di_cfg_dfa_sym(c->g, &d, buf, out, c->err)) return -1;
-            }
-        } else {
-            if (mn > 0) snprintf(buf, sizeof buf, "\"%s{%ld,}\"", STR_UNIT, mn);
-            else snprintf(buf, sizeof buf, "\"%s*\"", STR_UNIT);
-            if (di_js_regex_sym(c, buf, 0, out)) return -1;
-        }
-        if (mx >= 0 && DI_SYM_IS_TERM(*out)) {
-            /* far from the bound, a bounded string's lexer walk is the
-             * unbounded one's: share its memo */
-            di_sym any;
-            snprintf(buf, sizeof buf, "\"%s*\"", STR_UNIT);
-            if (di_js_regex_sym(c, buf, 0, &any)) return -1;
-            if (DI_SYM_IS_TERM(any) && di_cfg_set_proxy(c->g, DI_SYM_TERM_ID(*out), DI_SYM_TERM_ID(any), 'a', c->err))
-                return -1;
-        }
-        return 0;
-    }
-    di_dfa d;
-    int any;
-    if (string_dfa(c, s, &d, &any)) return -1;
-    /* key: the keywords the automaton is built from, so that the same
-     * string lexeme shares mask memos across grammars */
-    cJSON *k = cJSON_CreateObject();
-    const char *kw[] = {"pattern", "x-di-patterns", "format", "minLength", "maxLength", "x-di-not-patterns"};
-    for (int i = 0; k && i < 6; i++) {
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(s, kw[i]);
-        if (i == 2 && !fmt_known) continue; /* an annotation */
-        if (x) cJSON_AddItemToObject(k, kw[i], cJSON_Duplicate(x, 1));
-    }
-    char *txt = k ? cJSON_PrintUnformatted(k) : NULL;
-    cJSON_Delete(k);
-    /* the regexes behind the keywords depend on the format mode and on
-     * whether U+10FFFF stands for NUL */
-    char *key = txt ? malloc(strlen(txt) + 8) : NULL;
-    if (key) sprintf(key, "S%d%d:%s", (int)c->o->format_mode, c->nul_marker, txt);
-    free(txt);
-    int r = di_cfg_dfa_sym(c->g, &d, key, out, c->err) ? -1 : 0;
-    free(key);
-    return r;
-}
-
 /* ------------------------------------------------------ enum / const */
 
 /* Writes a JSON value as a grammar: arrays element by element with the
@@ -615,7 +286,7 @@ static int const_value(js_ctx *c, const cJSON *v, int32_t lhs, int depth) {
         cJSON_AddItemToObject(o, "required", req);
         cJSON_AddItemToObject(o, "additionalProperties", cJSON_CreateFalse());
         int32_t sub = js_value(c, o);
-        return sub < 0 ? -1 : add_rule(c, lhs, &sub, 1);
+        return sub < 0 ? -1 : di_js_add_rule(c, lhs, &sub, 1);
     }
     if (cJSON_IsArray(v)) {
         int obj = 0;
@@ -632,7 +303,7 @@ static int const_value(js_ctx *c, const cJSON *v, int32_t lhs, int depth) {
                 char *enc = ks ? cJSON_PrintUnformatted(ks) : NULL;
                 cJSON_Delete(ks);
                 if (!enc) { free(seq); return FAIL(c, DI_ERR_NOMEM, "out of memory"); }
-                int r = lit_sym(c, enc, &seq[k]);
+                int r = di_js_lit_sym(c, enc, &seq[k]);
                 free(enc);
                 if (r) { free(seq); return -1; }
                 k++;
@@ -643,7 +314,7 @@ static int const_value(js_ctx *c, const cJSON *v, int32_t lhs, int depth) {
             seq[k++] = sub;
         }
         seq[k++] = obj ? c->t_rbrace : c->t_rbrack;
-        int r = add_rule(c, lhs, seq, k);
+        int r = di_js_add_rule(c, lhs, seq, k);
         free(seq);
         return r;
     }
@@ -654,7 +325,7 @@ static int const_value(js_ctx *c, const cJSON *v, int32_t lhs, int depth) {
         if (d == floor(d) && fabs(d) <= 9007199254740992.0) {
             snprintf(buf, sizeof buf, "%s%.0f(\\.0+)?", d < 0 ? "\\-" : "", fabs(d));
             if (di_js_regex_sym(c, buf, 0, &syms[0])) return -1;
-            return add_rule(c, lhs, syms, 1);
+            return di_js_add_rule(c, lhs, syms, 1);
         }
         txt = cJSON_PrintUnformatted(v);
     } else if (cJSON_IsString(v)) {
@@ -666,13 +337,13 @@ static int const_value(js_ctx *c, const cJSON *v, int32_t lhs, int depth) {
         int r = di_js_regex_sym(c, pat, DI_RX_JSON_STRING, &syms[0]);
         free(pat);
         if (r) return -1;
-        return add_rule(c, lhs, syms, 1);
+        return di_js_add_rule(c, lhs, syms, 1);
     } else txt = cJSON_PrintUnformatted(v);
     if (!txt) return FAIL(c, DI_ERR_NOMEM, "out of memory");
-    int r = lit_sym(c, txt, &syms[0]);
+    int r = di_js_lit_sym(c, txt, &syms[0]);
     free(txt);
     if (r) return -1;
-    return add_rule(c, lhs, syms, 1);
+    return di_js_add_rule(c, lhs, syms, 1);
 }
 
 /* Whether value v satisfies the scalar keywords of s we can check here
@@ -849,7 +520,7 @@ static int enum_value_ok_at(js_ctx *c, const cJSON *s, const cJSON *v, int types
             if (vt != T_STR) continue;
             di_dfa d;
             int any;
-            if (string_dfa(c, s, &d, &any)) return -1;
+            if (di_js_string_dfa(c, s, &d, &any)) return -1;
             size_t need = di_regex_escape(v->valuestring, strlen(v->valuestring), NULL, 0) + 1;
             char *pat = malloc(need);
             di_dfa lit;
@@ -957,7 +628,7 @@ static int member_add(js_ctx *c, obj_build *ob, di_sym key, int32_t val, int req
     int32_t nt = di_js_new_nt(c);
     if (nt < 0) return -1;
     di_sym seq[3] = {key, c->t_colon, val};
-    if (add_rule(c, nt, seq, 3)) return -1;
+    if (di_js_add_rule(c, nt, seq, 3)) return -1;
     ob->m[ob->n++] = (member){key, val, req, 0, nt};
     return 0;
 }
@@ -1048,7 +719,7 @@ static int32_t obj_state(js_ctx *c, obj_build *ob, uint32_t set, int cnt) {
     ob->state_nt[idx] = nt;
     uint32_t all = ob->n_req ? (uint32_t)((1ull << ob->n_req) - 1) : 0;
     if (set == all && cnt >= ob->minp) {
-        if (add_rule(c, nt, &c->t_rbrace, 1)) return -1;
+        if (di_js_add_rule(c, nt, &c->t_rbrace, 1)) return -1;
     }
     if (ob->maxp < 0 || cnt + 1 <= ob->maxp) {
         int nc = cnt + 1 > ob->cap_count ? ob->cap_count : cnt + 1;
@@ -1057,7 +728,7 @@ static int32_t obj_state(js_ctx *c, obj_build *ob, uint32_t set, int cnt) {
             int32_t next = obj_state(c, ob, s2, nc);
             if (next < 0) return -1;
             di_sym seq[3] = {c->t_comma, ob->m[i].nt, next};
-            if (add_rule(c, nt, seq, 3)) return -1;
+            if (di_js_add_rule(c, nt, seq, 3)) return -1;
         }
     }
     return nt;
@@ -1082,16 +753,16 @@ static int32_t obj_seq(js_ctx *c, obj_build *ob, int n_decl, int i, int cnt, int
             if (cnt > 0) seq[k++] = c->t_comma;
             seq[k++] = m->nt;
             seq[k++] = next;
-            if (add_rule(c, nt, seq, k)) return -1;
+            if (di_js_add_rule(c, nt, seq, k)) return -1;
         }
         if (m->req < 0) {
             int32_t next = obj_seq(c, ob, n_decl, i + 1, cnt, memo);
             if (next < 0) return -1;
-            if (add_rule(c, nt, &next, 1)) return -1;
+            if (di_js_add_rule(c, nt, &next, 1)) return -1;
         }
         return nt;
     }
-    if (cnt >= ob->minp && add_rule(c, nt, &c->t_rbrace, 1)) return -1;
+    if (cnt >= ob->minp && di_js_add_rule(c, nt, &c->t_rbrace, 1)) return -1;
     if (can_add)
         for (int e = n_decl; e < ob->n; e++) {
             int32_t next = obj_seq(c, ob, n_decl, i, nc, memo);
@@ -1101,7 +772,7 @@ static int32_t obj_seq(js_ctx *c, obj_build *ob, int n_decl, int i, int cnt, int
             if (cnt > 0) seq[k++] = c->t_comma;
             seq[k++] = ob->m[e].nt;
             seq[k++] = next;
-            if (add_rule(c, nt, seq, k)) return -1;
+            if (di_js_add_rule(c, nt, seq, k)) return -1;
         }
     return nt;
 }
@@ -1140,7 +811,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
     int have_names = 0, have_extra = 0;
     di_dfa *pdfa = NULL;
     int n_pp = pprops ? cJSON_GetArraySize(pprops) : 0;
-    if (get_count(c, s, "minProperties", &ob.minp, 0) || get_count(c, s, "maxProperties", &ob.maxp, -1)) goto done;
+    if (di_js_get_count(c, s, "minProperties", &ob.minp, 0) || di_js_get_count(c, s, "maxProperties", &ob.maxp, -1)) goto done;
     /* propertyNames: a string schema every key must satisfy */
     if (pnames) {
         if (cJSON_IsFalse(pnames)) { memset(&names, 0, sizeof names); have_names = 1; }
@@ -1153,7 +824,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
                     goto done;
                 }
             int any;
-            if (string_dfa(c, pnames, &names, &any)) goto done;
+            if (di_js_string_dfa(c, pnames, &names, &any)) goto done;
             have_names = 1;
         }
     }
@@ -1346,7 +1017,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
         for (size_t i = 0; i < ns; i++) ob.state_nt[i] = -1;
         if (ob.n_req == 0 && ob.minp == 0) {
             di_sym seq[2] = {c->t_lbrace, c->t_rbrace};
-            if (add_rule(c, open_nt, seq, 2)) goto done;
+            if (di_js_add_rule(c, open_nt, seq, 2)) goto done;
         }
         if (ob.maxp != 0)
             for (int i = 0; i < ob.n; i++) {
@@ -1354,7 +1025,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
                 int32_t next = obj_state(c, &ob, s2, 1 > ob.cap_count ? ob.cap_count : 1);
                 if (next < 0) goto done;
                 di_sym seq[3] = {c->t_lbrace, ob.m[i].nt, next};
-                if (add_rule(c, open_nt, seq, 3)) goto done;
+                if (di_js_add_rule(c, open_nt, seq, 3)) goto done;
             }
     } else if (some) {
         FAIL(c, DI_ERR_LIMIT, "negated additionalProperties on an object with %d required members is beyond the "
@@ -1369,7 +1040,7 @@ static int32_t object_nt(js_ctx *c, const cJSON *s) {
         free(memo);
         if (first < 0) goto done;
         di_sym seq[2] = {c->t_lbrace, first};
-        if (add_rule(c, open_nt, seq, 2)) goto done;
+        if (di_js_add_rule(c, open_nt, seq, 2)) goto done;
     }
     result = open_nt;
 done:
@@ -1411,7 +1082,7 @@ static int32_t array_nt(js_ctx *c, const cJSON *s) {
         return FAIL(c, DI_ERR_UNSUPPORTED, "'contains' together with a negated 'items' is not supported");
     if (xcont) cont = xcont;
     long mn, mx;
-    if (get_count(c, s, "minItems", &mn, 0) || get_count(c, s, "maxItems", &mx, -1)) return -1;
+    if (di_js_get_count(c, s, "minItems", &mn, 0) || di_js_get_count(c, s, "maxItems", &mx, -1)) return -1;
     const cJSON *rest = items;
     if (items && cJSON_IsArray(items)) { /* draft-07 tuple form */
         if (prefix) return FAIL(c, DI_ERR_FORMAT, "both array-valued 'items' and 'prefixItems'");
@@ -1453,13 +1124,13 @@ static int32_t array_nt(js_ctx *c, const cJSON *s) {
         int32_t *Af = A + (size_t)f * (size_t)(unroll + 1);
         int32_t *A1 = A + (size_t)(layers - 1) * (size_t)(unroll + 1);
         for (long i = unroll; i >= 0; i--) {
-            if (done && i >= mn && i > 0 && add_rule(c, Af[i], &c->t_rbrack, 1)) goto out;
+            if (done && i >= mn && i > 0 && di_js_add_rule(c, Af[i], &c->t_rbrack, 1)) goto out;
             if (hard_max >= 0 && i + 1 > hard_max) continue;
             int32_t v = i < np ? js_value(c, cJSON_GetArrayItem(prefix, (int)i)) : rest_val;
             if (v < 0) goto out;
             long nx = i + 1 <= unroll ? i + 1 : unroll; /* loop past the unrolled part */
             di_sym seq[3] = {i > 0 ? c->t_comma : c->t_lbrack, v, Af[nx]};
-            if (add_rule(c, Af[i], seq, 3)) goto out;
+            if (di_js_add_rule(c, Af[i], seq, 3)) goto out;
             if (cont && !done) {
                 int32_t cv = rest_cval;
                 if (i < np) {
@@ -1467,14 +1138,14 @@ static int32_t array_nt(js_ctx *c, const cJSON *s) {
                     if (!pc || (cv = js_value(c, pc)) < 0) goto out;
                 }
                 di_sym sc[3] = {seq[0], cv, A1[nx]};
-                if (add_rule(c, Af[i], sc, 3)) goto out;
+                if (di_js_add_rule(c, Af[i], sc, 3)) goto out;
             }
         }
     }
     /* empty array */
     if (mn == 0 && !cont) {
         di_sym seq[2] = {c->t_lbrack, c->t_rbrack};
-        if (add_rule(c, A[0], seq, 2)) goto out;
+        if (di_js_add_rule(c, A[0], seq, 2)) goto out;
     }
     result = A[0];
 out:
@@ -1771,7 +1442,7 @@ static int string_only_dfa(js_ctx *c, const cJSON *s, di_dfa *out) {
     di_err save = *c->err;
     di_dfa d;
     int any;
-    if (string_dfa(c, s, &d, &any)) { *c->err = save; return -1; }
+    if (di_js_string_dfa(c, s, &d, &any)) { *c->err = save; return -1; }
     const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
     const cJSON *co = cJSON_GetObjectItemCaseSensitive(s, "const");
     if (en || co) {
@@ -1866,7 +1537,7 @@ static int32_t alternatives(js_ctx *c, cJSON *const *branches, int n) {
     for (int i = 0; i < n; i++) {
         int32_t v = js_value(c, branches[i]);
         if (v < 0) return -1;
-        if (add_rule(c, nt, &v, 1)) return -1;
+        if (di_js_add_rule(c, nt, &v, 1)) return -1;
     }
     return nt;
 }
@@ -1976,7 +1647,7 @@ static int32_t any_value(js_ctx *c) {
         return -1;
     di_sym alts[5] = {obj, arr, str, num, lit};
     for (int i = 0; i < 5; i++)
-        if (add_rule(c, v, &alts[i], 1)) return -1;
+        if (di_js_add_rule(c, v, &alts[i], 1)) return -1;
     /* obj → { } | { key : value members ;  members → ε | , key : value members */
     di_sym e1[2] = {c->t_lbrace, c->t_rbrace};
     di_sym e2[5] = {c->t_lbrace, key, c->t_colon, v, members};
@@ -1985,16 +1656,16 @@ static int32_t any_value(js_ctx *c) {
     if (mm < 0) return -1;
     di_sym m2[2] = {mm, members};
     (void)m2;
-    if (add_rule(c, obj, e1, 2) || add_rule(c, obj, e2, 5)) return -1;
+    if (di_js_add_rule(c, obj, e1, 2) || di_js_add_rule(c, obj, e2, 5)) return -1;
     /* members → } | , key : value members */
     di_sym mend = c->t_rbrace;
     di_sym mrec[5] = {m1[0], m1[1], m1[2], m1[3], members};
-    if (add_rule(c, members, &mend, 1) || add_rule(c, members, mrec, 5)) return -1;
+    if (di_js_add_rule(c, members, &mend, 1) || di_js_add_rule(c, members, mrec, 5)) return -1;
     di_sym a1[2] = {c->t_lbrack, c->t_rbrack};
     di_sym a2[3] = {c->t_lbrack, v, elems};
     di_sym erec[3] = {c->t_comma, v, elems};
-    if (add_rule(c, arr, a1, 2) || add_rule(c, arr, a2, 3) || add_rule(c, elems, &c->t_rbrack, 1) ||
-        add_rule(c, elems, erec, 3))
+    if (di_js_add_rule(c, arr, a1, 2) || di_js_add_rule(c, arr, a2, 3) || di_js_add_rule(c, elems, &c->t_rbrack, 1) ||
+        di_js_add_rule(c, elems, erec, 3))
         return -1;
     return v;
 }
@@ -2004,11 +1675,11 @@ static int32_t js_value_body(js_ctx *c, const cJSON *s, int32_t nt) {
     if (!r) return -1;
     if (r != s) {
         int32_t v = js_value(c, r);
-        return v < 0 || add_rule(c, nt, &v, 1) ? -1 : nt;
+        return v < 0 || di_js_add_rule(c, nt, &v, 1) ? -1 : nt;
     }
     if (cJSON_IsTrue(s)) {
         int32_t v = any_value(c);
-        return v < 0 || add_rule(c, nt, &v, 1) ? -1 : nt;
+        return v < 0 || di_js_add_rule(c, nt, &v, 1) ? -1 : nt;
     }
     if (cJSON_IsFalse(s)) return nt; /* no rules */
     if (!cJSON_IsObject(s)) return FAIL(c, DI_ERR_FORMAT, "schema must be an object or a boolean");
@@ -2025,14 +1696,14 @@ static int32_t js_value_body(js_ctx *c, const cJSON *s, int32_t nt) {
             others = 1;
     if (all || (ref && (others || n_comb)) || n_comb > 1 || (n_comb && others)) {
         int32_t v = combined(c, s);
-        return v < 0 || add_rule(c, nt, &v, 1) ? -1 : nt;
+        return v < 0 || di_js_add_rule(c, nt, &v, 1) ? -1 : nt;
     }
     if (ref) {
         if (!cJSON_IsString(ref)) return FAIL(c, DI_ERR_FORMAT, "'$ref' must be a string");
         const cJSON *t = di_js_resolve_ref(c, ref->valuestring);
         if (!t) return -1;
         int32_t v = js_value(c, t);
-        return v < 0 || add_rule(c, nt, &v, 1) ? -1 : nt;
+        return v < 0 || di_js_add_rule(c, nt, &v, 1) ? -1 : nt;
     }
     if (n_comb) {
         const cJSON *arr = any ? any : one;
@@ -2041,7 +1712,7 @@ static int32_t js_value_body(js_ctx *c, const cJSON *s, int32_t nt) {
         if (one && check_one_of(c, one)) return -1;
         for (const cJSON *b = arr->child; b; b = b->next) {
             int32_t v = js_value(c, b);
-            if (v < 0 || add_rule(c, nt, &v, 1)) return -1;
+            if (v < 0 || di_js_add_rule(c, nt, &v, 1)) return -1;
         }
         return nt;
     }
@@ -2049,28 +1720,28 @@ static int32_t js_value_body(js_ctx *c, const cJSON *s, int32_t nt) {
     if (di_js_types_of(c, s, &types)) return -1;
     if (cJSON_GetObjectItemCaseSensitive(s, "enum") || cJSON_GetObjectItemCaseSensitive(s, "const")) {
         int32_t v = enum_nt(c, s, types);
-        return v < 0 || add_rule(c, nt, &v, 1) ? -1 : nt;
+        return v < 0 || di_js_add_rule(c, nt, &v, 1) ? -1 : nt;
     }
     di_sym sym;
     if (types & T_NULL) {
-        if (lit_sym(c, "null", &sym) || add_rule(c, nt, &sym, 1)) return -1;
+        if (di_js_lit_sym(c, "null", &sym) || di_js_add_rule(c, nt, &sym, 1)) return -1;
     }
     if (types & T_BOOL) {
-        if (di_js_regex_sym(c, "true|false", 0, &sym) || add_rule(c, nt, &sym, 1)) return -1;
+        if (di_js_regex_sym(c, "true|false", 0, &sym) || di_js_add_rule(c, nt, &sym, 1)) return -1;
     }
     if (types & T_STR) {
-        if (string_sym(c, s, &sym) || add_rule(c, nt, &sym, 1)) return -1;
+        if (di_js_string_sym(c, s, &sym) || di_js_add_rule(c, nt, &sym, 1)) return -1;
     }
     if (types & (T_INT | T_NUM)) {
-        if (di_js_number_sym(c, s, !(types & T_NUM), &sym) || add_rule(c, nt, &sym, 1)) return -1;
+        if (di_js_number_sym(c, s, !(types & T_NUM), &sym) || di_js_add_rule(c, nt, &sym, 1)) return -1;
     }
     if (types & T_OBJ) {
         int32_t v = object_nt(c, s);
-        if (v < 0 || add_rule(c, nt, &v, 1)) return -1;
+        if (v < 0 || di_js_add_rule(c, nt, &v, 1)) return -1;
     }
     if (types & T_ARR) {
         int32_t v = array_nt(c, s);
-        if (v < 0 || add_rule(c, nt, &v, 1)) return -1;
+        if (v < 0 || di_js_add_rule(c, nt, &v, 1)) return -1;
     }
     return nt;
 }

@@ -38,6 +38,10 @@ typedef struct js_ctx {
 /* Instance types as bits; "number" is T_NUM | T_INT. */
 enum { T_NULL = 1, T_BOOL = 2, T_OBJ = 4, T_ARR = 8, T_STR = 16, T_INT = 32, T_NUM = 64, T_ALL = 127 };
 
+/* One character of a JSON string in any valid encoding (surrogate pairs as
+ * one character, lone surrogates refused). */
+#define STR_UNIT "([^\"\\\\\\x00-\\x1f]|\\\\[\"\\\\/bfnrt]|\\\\u([0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2})|\\\\u[dD][89abAB][0-9a-fA-F]{2}\\\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+
 /* Sets the error and returns -1. */
 int di_js_fail(js_ctx *c, di_status code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 #define FAIL di_js_fail
@@ -65,6 +69,18 @@ di_status di_js_regex_compile(const js_ctx *c, const char *pattern, size_t len, 
 int32_t di_js_new_nt(js_ctx *c);
 /* Symbol of a regex built from schema text (NUL marker translated). */
 int di_js_regex_sym(js_ctx *c, const char *pat, unsigned flags, di_sym *out);
+/* Adds lhs → s[0..n), -1 with the error set. */
+int di_js_add_rule(js_ctx *c, int32_t lhs, const di_sym *s, uint32_t n);
+/* Symbol of an exact byte string. */
+int di_js_lit_sym(js_ctx *c, const char *s, di_sym *out);
+/* Non-negative integer keyword `key` of s into *out (dflt when absent). */
+int di_js_get_count(js_ctx *c, const cJSON *s, const char *key, long *out, long dflt);
+/* Canonical-encoding automaton of the strings s allows (pattern(s), format,
+ * lengths, x-di-not-patterns); *any = 1 when nothing constrains the content
+ * (json_schema_string.c). */
+int di_js_string_dfa(js_ctx *c, const cJSON *s, di_dfa *out, int *any);
+/* Symbol of the strings s allows (json_schema_string.c). */
+int di_js_string_sym(js_ctx *c, const cJSON *s, di_sym *out);
 /* Symbol of the numbers schema s allows (json_schema_number.c). */
 int di_js_number_sym(js_ctx *c, const cJSON *s, int integer_only, di_sym *out);
 /* `type` array naming the types of mask t. */
