@@ -839,6 +839,7 @@ static int drop_dead_ends(di_matcher *m, uint32_t *mask) {
     int in_key = di_json_keys_in_key(top0), deep = in_key && di_json_keys_may_dead_end(&m->jk, top0);
     int in_value = di_json_keys_in_value(top0);
     int in_string = in_key || in_value;
+    int due = !in_string && di_json_keys_may_dead_end(&m->jk, top0); /* a key is due here */
     const uint32_t *lists[3] = {in_string ? v->qc_toks : v->quote_toks, v->sep_toks, v->esc_toks};
     uint32_t counts[3] = {in_string ? v->n_qc : v->quote_start[1], in_string ? 0 : v->n_sep, deep ? v->n_esc : 0};
     /* The one-comma shapes end in the same place from outside strings (a
@@ -851,6 +852,9 @@ static int drop_dead_ends(di_matcher *m, uint32_t *mask) {
             uint32_t t = lists[l][q];
             if (!(mask[t >> 5] >> (t & 31) & 1)) continue;
             int r;
+            /* outside strings, a key is reached through a ',' or, where one
+             * is due, by opening it */
+            if (!in_string && !(v->tok_flags[t] & (due ? DI_TOK_QUOTE_FIRST : DI_TOK_HAS_COMMA))) continue;
             if (!in_string && (v->tok_flags[t] & DI_TOK_OPEN_KEY)) {
                 /* opens a key and reads on: a dead end only when what it
                  * reads begins one of the object's keys */

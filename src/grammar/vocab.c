@@ -216,6 +216,12 @@ static int quote_tokens(di_vocab *v) {
         for (uint32_t j = 0; j < n && v->quote_at[t] == UINT16_MAX; j++)
             if (b[j] == '"') v->quote_at[t] = (uint16_t)j;
             else if (b[j] == '\\') v->tok_flags[t] |= DI_TOK_ESC_HEAD;
+        if (commas) v->tok_flags[t] |= DI_TOK_HAS_COMMA;
+        {
+            uint32_t j = 0;
+            while (j < n && (b[j] == ' ' || b[j] == '\t' || b[j] == '\n' || b[j] == '\r')) j++;
+            if (j < n && b[j] == '"') v->tok_flags[t] |= DI_TOK_QUOTE_FIRST;
+        }
         if (quotes == 1) {
             uint32_t j = 0, ok = 1;
             while (j < n && (b[j] == ' ' || b[j] == '\t' || b[j] == '\n' || b[j] == '\r' || b[j] == ',')) j++;

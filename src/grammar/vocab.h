@@ -83,6 +83,8 @@ enum {
     DI_TOK_QUOTE_COMMA = 2, /* no '\\', brackets or braces; one '"', right before one ',' then whitespace */
     DI_TOK_ESC_HEAD = 4,    /* a '\\' before the first '"' */
     DI_TOK_OPEN_KEY = 8,    /* whitespace and ',' only, one '"', then neither '"' nor '\\' */
+    DI_TOK_HAS_COMMA = 16,  /* holds a ',' */
+    DI_TOK_QUOTE_FIRST = 32, /* the first byte that is not whitespace is '"' */
 };
 
 /* Walks the whole trie with one lexeme alone (automaton d from state st):
