@@ -893,14 +893,21 @@ static int drop_dead_ends(di_matcher *m, uint32_t *mask) {
     }
     for (uint32_t q = 0; q < n && !x->full; q++) {
         const di_jk_node nd = k->nodes[all[q] - 1];
-        /* descend the vocabulary trie along the rest of the key */
-        uint32_t lo = 0, hi = v->trie.n_nodes;
+        /* descend the vocabulary trie along the rest of the key; the
+         * extension's name (the first key that begins the same way) only
+         * moves on as the extension grows */
+        uint32_t lo = 0, hi = v->trie.n_nodes, r = 0;
         for (uint32_t d = 0; plen + d < nd.len; d++) {
             uint8_t b = k->bytes[nd.off + plen + d];
-            uint32_t c = lo;
-            while (c < hi && v->trie.byte[c] != b) c = v->trie.end[c];
+            uint32_t c = d ? lo : v->root_child[b];
+            if (d)
+                while (c < hi && v->trie.byte[c] != b) c = v->trie.end[c];
             if (c >= hi) break;
-            const ext_entry *e = ext_find(x, plen + d + 1, ext_rep(k, all, n, all[q], plen + d + 1), 0);
+            uint32_t len = plen + d + 1;
+            while (r < q && (k->nodes[all[r] - 1].len < len ||
+                             memcmp(k->bytes + k->nodes[all[r] - 1].off, k->bytes + nd.off, len)))
+                r++;
+            const ext_entry *e = ext_find(x, len, all[r], 0);
             if (e && e->alive && !e->fresh)
                 for (int32_t t = v->trie.tok[c]; t >= 0; t = v->tok_next[t]) mask[t >> 5] &= ~(1u << (t & 31));
             lo = c + 1;

@@ -367,6 +367,8 @@ static di_status vocab_build(size_t n_vocab, const uint8_t *const *bytes, const 
         if (v->off[i + 1] > v->off[i]) ids[n_ids++] = (uint32_t)i;
     qsort_r(ids, n_ids, sizeof *ids, cmp_tok, v);
     int rc = trie_build(v, ids, n_ids, 1, &v->trie);
+    for (int b = 0; b < 256; b++) v->root_child[b] = v->trie.n_nodes;
+    for (uint32_t c = 0; !rc && c < v->trie.n_nodes; c = v->trie.end[c]) v->root_child[v->trie.byte[c]] = c;
     if (!rc) rc = text_slice(v, ids, n_ids);
     free(ids);
     if (rc || subtree_summaries(v) || quote_tokens(v)) goto nomem;

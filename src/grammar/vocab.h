@@ -31,6 +31,7 @@ struct di_vocab {
     uint32_t *off;         /* [n_vocab + 1] */
     int32_t *tok_next;     /* [n_vocab] next token with the same bytes, -1 none */
     di_trie trie;          /* every token with bytes */
+    uint32_t root_child[256]; /* the trie's first-level node for each byte (n_nodes: none) */
     /* Every token of the subtree of trie node i, in preorder:
      * pre_toks[tok_lo[i] .. tok_lo[trie.end[i]]). Lets a walk allow a whole
      * subtree without visiting it. */
