@@ -228,8 +228,10 @@ int di_js_string_dfa(js_ctx *c, const cJSON *s, di_dfa *out, int *any) {
  * into chunks of exactly JS_CHUNK characters and a last one of fewer, so
  * that each split is unique and every lexeme stays small; nonterminal B(k)
  * follows k chunks:
- *   string → " B(0);  B(k) → F B(k+1) | R(lo_k, hi_k) " | "
- * with F exactly JS_CHUNK characters and R(lo, hi) between lo and hi < JS_CHUNK
+ *   string → " B(0);  B(k) → F B(k+1) | R(lo_k, hi_k)"
+ * with F exactly JS_CHUNK characters and R(lo, hi)" between lo and hi < JS_CHUNK
+ * characters and the closing quote (one lexeme, so that it ends only at the
+ * quote)
  * (lo_k = mn - k·JS_CHUNK, hi_k = mx - k·JS_CHUNK, clipped). Without mx,
  * B(k) loops on itself once mn is reached. */
 static int long_string_sym(js_ctx *c, long mn, long mx, di_sym *out) {
@@ -239,25 +241,32 @@ static int long_string_sym(js_ctx *c, long mn, long mx, di_sym *out) {
         return FAIL(c, DI_ERR_LIMIT, "string length bound %ld exceeds the limit of %ld (%d chunks of min(max_repeat, %d))",
                     mx > mn ? mx : mn, C * JS_MAX_CHUNKS, JS_MAX_CHUNKS, JS_CHUNK);
     char buf[512];
-    di_sym quote, chunk;
+    di_sym quote, chunk, rest_any;
     snprintf(buf, sizeof buf, "%s{%ld}", STR_UNIT, C);
     if (di_js_lit_sym(c, "\"", &quote) || di_js_regex_sym(c, buf, 0, &chunk)) return -1;
+    /* mask memo proxy, as for bounded strings: a rest without a lower
+     * bound steps like any string body and quote */
+    snprintf(buf, sizeof buf, "%s*\"", STR_UNIT);
+    if (di_js_regex_sym(c, buf, 0, &rest_any)) return -1;
     int32_t *B = malloc(((size_t)last + 1) * sizeof *B);
     if (!B) return FAIL(c, DI_ERR_NOMEM, "out of memory");
     int r = 0;
     for (long k = 0; k <= last && !r; k++) r = (B[k] = di_js_new_nt(c)) < 0;
+    long proxied_hi = -1;
     for (long k = 0; k <= last && !r; k++) {
         long lo = mn - k * C, hi = mx >= 0 ? mx - k * C : C - 1;
         if (lo < 0) lo = 0;
         if (hi > C - 1) hi = C - 1;
-        /* the empty rest is a rule of its own: no nullable lexeme right
-         * after a chunk */
-        if (lo == 0 && (r = di_js_add_rule(c, B[k], &quote, 1))) break;
-        if (lo < 1) lo = 1;
         if (lo <= hi) {
-            di_sym seq[2] = {0, quote};
-            snprintf(buf, sizeof buf, "%s{%ld,%ld}", STR_UNIT, lo, hi);
-            if ((r = di_js_regex_sym(c, buf, 0, &seq[0])) || (r = di_js_add_rule(c, B[k], seq, 2))) break;
+            /* the rest carries the closing quote: its lexeme ends only there */
+            di_sym rest;
+            snprintf(buf, sizeof buf, "%s{%ld,%ld}\"", STR_UNIT, lo, hi);
+            if ((r = di_js_regex_sym(c, buf, 0, &rest)) || (r = di_js_add_rule(c, B[k], &rest, 1))) break;
+            if (lo == 0 && hi != proxied_hi && DI_SYM_IS_TERM(rest) && DI_SYM_IS_TERM(rest_any)) {
+                if ((r = di_cfg_set_proxy(c->g, DI_SYM_TERM_ID(rest), DI_SYM_TERM_ID(rest_any), 'a', c->err) ? -1 : 0))
+                    break;
+                proxied_hi = hi;
+            }
         }
         int32_t next = k < last ? B[k + 1] : (mx < 0 ? B[k] : -1);
         if (next >= 0) {

@@ -213,3 +213,27 @@ def test_fractional_bounds_match_jsonschema(vocab, bounds):
     wrong = [(t, got) for t in NUMBERS
              for got in [F.accepts_tokens(g, F.encode(t))] if got != v.is_valid(json.loads(t))]
     assert not wrong, wrong
+
+
+def test_long_string_masks_agree_with_advance(vocab):
+    """Chunked strings (memo proxy on the last piece): along a 2,000-character
+    string and past its bound, the mask allows exactly the probed tokens that
+    advancing accepts."""
+    import numpy as np
+    g = F.Grammar(vocab, F.DI_CONSTRAINT_JSON_SCHEMA, json.dumps({"type": "string", "maxLength": 4200}))
+    ids = F.encode(json.dumps("The quick brown fox jumps over the lazy dog. " * 46))
+    m = g.matcher()
+    rnd = random.Random(3)
+    for step, t in enumerate(ids):
+        if step % 7 == 0:
+            allowed = set(np.array(m.allowed()).tolist())
+            probes = [rnd.randrange(vocab.n) for _ in range(40)] + [t]
+            for p in probes:
+                if p == vocab.eos:
+                    continue
+                ok = m.advance(p)
+                assert ok == (p in allowed), (step, p, vocab.toks[p])
+                if ok:
+                    assert m.rollback(1)
+        assert m.advance(t)
+    assert m.accepting()
