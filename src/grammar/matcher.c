@@ -840,14 +840,16 @@ static int drop_dead_ends(di_matcher *m, uint32_t *mask) {
     int in_value = di_json_keys_in_value(top0);
     int in_string = in_key || in_value;
     int due = !in_string && di_json_keys_may_dead_end(&m->jk, top0); /* a key is due here */
-    const uint32_t *lists[3] = {in_string ? v->qc_toks : v->quote_toks, v->sep_toks, v->esc_toks};
-    uint32_t counts[3] = {in_string ? v->n_qc : v->quote_start[1], in_string ? 0 : v->n_sep, deep ? v->n_esc : 0};
+    /* (escapes inside a key are counted as fresh, as in fresh_from: a rare
+     * dead end left in the mask rather than a search per escaped token) */
+    const uint32_t *lists[2] = {in_string ? v->qc_toks : v->quote_toks, v->sep_toks};
+    uint32_t counts[2] = {in_string ? v->n_qc : v->quote_start[1], in_string ? 0 : v->n_sep};
     /* The one-comma shapes end in the same place from outside strings (a
      * ',' after the value) or from inside a string value (its closing
      * '"' then a ','): one verdict serves them all. */
     uint8_t shared = in_value ? DI_TOK_QUOTE_COMMA : in_key ? 0 : DI_TOK_COMMA;
     int shared_dead = -1;
-    for (int l = 0; l < 3; l++)
+    for (int l = 0; l < 2; l++)
         for (uint32_t q = 0; q < counts[l]; q++) {
             uint32_t t = lists[l][q];
             if (!(mask[t >> 5] >> (t & 31) & 1)) continue;

@@ -48,7 +48,6 @@ void di_vocab_free(di_vocab *v) {
     free(v->with_tok);
     free(v->quote_toks);
     free(v->sep_toks);
-    free(v->esc_toks);
     free(v->qc_toks);
     free(v->tok_flags);
     free(v->quote_at);
@@ -188,18 +187,16 @@ static int quote_tokens(di_vocab *v) {
     v->quote_toks = malloc(((size_t)v->quote_start[1] + 1) * sizeof *v->quote_toks);
     if (!v->quote_toks) return -1;
     v->sep_toks = malloc(((size_t)v->n_vocab + 1) * sizeof *v->sep_toks);
-    v->esc_toks = malloc(((size_t)v->n_vocab + 1) * sizeof *v->esc_toks);
     v->qc_toks = malloc(((size_t)v->n_vocab + 1) * sizeof *v->qc_toks);
     v->tok_flags = calloc(v->n_vocab, 1);
     v->quote_at = malloc((size_t)v->n_vocab * sizeof *v->quote_at);
-    if (!v->sep_toks || !v->esc_toks || !v->qc_toks || !v->tok_flags || !v->quote_at) return -1;
+    if (!v->sep_toks || !v->qc_toks || !v->tok_flags || !v->quote_at) return -1;
     for (uint32_t t = 0; t < v->n_vocab; t++) {
         const uint8_t *b = v->bytes + v->off[t];
-        uint32_t n = v->off[t + 1] - v->off[t], tail = 0, quote = 0, esc = 0, qc = 0;
+        uint32_t n = v->off[t + 1] - v->off[t], tail = 0, quote = 0, qc = 0;
         for (uint32_t k = 0; k < n; k++) {
             qc |= quote && b[k] == ',';
             quote |= b[k] == '"';
-            esc |= b[k] == '\\';
             if (b[k] == ',') tail = 0;
             else if (b[k] != ' ' && b[k] != '\t' && b[k] != '\n' && b[k] != '\r') tail = 1;
         }
@@ -234,7 +231,6 @@ static int quote_tokens(di_vocab *v) {
         }
         if (!n || quote) continue;
         if (!tail && memchr(b, ',', n)) v->sep_toks[v->n_sep++] = t; /* a comma then whitespace only */
-        if (esc) v->esc_toks[v->n_esc++] = t;
     }
     uint32_t fill[8] = {0};
     for (uint32_t t = 0; t < v->n_vocab; t++) {

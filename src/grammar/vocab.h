@@ -64,11 +64,9 @@ struct di_vocab {
     uint32_t *quote_toks;
     uint32_t quote_start[8];
     /* Tokens without '"' that may end where an object key is due (a ','
-     * then whitespace only: sep_toks) or inside a key in escaped form
-     * (holding '\\': esc_toks). The dead-end check of repeated keys
-     * re-reads them. */
+     * then whitespace only), which the dead-end check of repeated keys
+     * re-reads. */
     uint32_t *sep_toks, n_sep;
-    uint32_t *esc_toks, n_esc;
     uint32_t *qc_toks, n_qc; /* tokens with a ',' after a '"' (from inside a string value, only these reach a key) */
     /* [n_vocab] DI_TOK_*: tokens that end a value and put a ',' in the same
      * container, whatever else they hold, so share one dead-end verdict */
