@@ -20,8 +20,11 @@ static void grammar_usage(FILE *out) {
     fprintf(out,
             "usage: deepinfer grammar check --tokenizer FILE (--json-schema FILE | --regex STR | --ebnf FILE |\n"
             "                               --choices FILE) [--lenient] [--compact] [--forbid-additional]\n"
+            "                               [--format-mode checked|annotation|assert]\n"
             "  reads one JSON-encoded string per line from stdin and prints accept / reject for each,\n"
-            "  feeding the string token by token as the tokenizer splits it\n");
+            "  feeding the string token by token as the tokenizer splits it\n"
+            "  --format-mode: JSON Schema `format` asserted where checked (default), never\n"
+            "                (annotation, draft 2020-12's default), or always (an unchecked format fails)\n");
 }
 
 /* The mask vocabulary: every id's bytes, except special tokens and the
@@ -117,6 +120,16 @@ int cli_grammar(int argc, char **argv) {
         else if (!strcmp(a, "--lenient")) opts.lenient = 1;
         else if (!strcmp(a, "--compact")) opts.whitespace = DI_WS_COMPACT;
         else if (!strcmp(a, "--forbid-additional")) opts.forbid_additional_properties = 1;
+        else if (!strcmp(a, "--format-mode") && has_val) {
+            const char *m = argv[++i];
+            if (!strcmp(m, "checked")) opts.format_mode = DI_FORMAT_CHECKED;
+            else if (!strcmp(m, "annotation")) opts.format_mode = DI_FORMAT_ANNOTATION;
+            else if (!strcmp(m, "assert")) opts.format_mode = DI_FORMAT_ASSERT;
+            else {
+                fprintf(stderr, "deepinfer grammar: --format-mode '%s' (expected checked, annotation or assert)\n", m);
+                return 2;
+            }
+        }
         else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { grammar_usage(stdout); return 0; }
         else {
             fprintf(stderr, "deepinfer grammar: unknown or incomplete option '%s'\n", a);

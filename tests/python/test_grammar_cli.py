@@ -76,3 +76,34 @@ def test_compile_errors_exit_2(tmp_path):
     # lenient skips the keyword it cannot enforce
     r = run(["--json-schema", str(p), "--lenient"], ["{}"])
     assert r.returncode == 0 and r.stdout.split() == ["accept"]
+
+
+def test_format_modes(tmp_path):
+    """`--format-mode`: a date format is asserted by default (Python's
+    datetime is the oracle for which strings are dates), ignored as an
+    annotation, and a format that cannot be checked exactly is an error
+    under `assert`."""
+    import datetime
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"type": "string", "format": "date"}))
+    dates = ["2024-02-29", "2023-02-29", "2024-13-01", "hello", "1999-12-31"]
+    lines = [json.dumps(d) for d in dates]  # the outputs are JSON texts
+
+    def is_date(s):
+        try:
+            datetime.date.fromisoformat(s)
+            return len(s) == 10
+        except ValueError:
+            return False
+    r = run(["--json-schema", str(p)], lines)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["accept" if is_date(d) else "reject" for d in dates]
+    r = run(["--json-schema", str(p), "--format-mode", "annotation"], lines)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["accept"] * len(lines)
+    r = run(["--json-schema", str(p), "--format-mode", "sometimes"], lines)
+    assert r.returncode == 2 and "--format-mode" in r.stderr
+    e = tmp_path / "e.json"
+    e.write_text(json.dumps({"type": "string", "format": "email"}))
+    r = run(["--json-schema", str(e), "--format-mode", "assert"], ['"a@b.c"'])
+    assert r.returncode == 2 and "email" in r.stderr, r.stderr
