@@ -719,9 +719,10 @@ static uint32_t ext_rep(const di_json_keys *k, const uint32_t *all, uint32_t n, 
 }
 
 /* Dead-end verdict of token t, which opens a key at its byte open_at and
- * reads on to js, from the object's key-start table (made once per object
- * and keys, by pushing the token up to the opening '"'): 1 dead, 0 not,
- * -1 out of memory, -2 no verdict. */
+ * reads on to js (or, open_at UINT32_MAX, leaves a key due), from the
+ * object's key-start table (made once per object and keys, by pushing the
+ * token up to the opening '"', or the token and a '"'): 1 dead, 0 not, -1
+ * out of memory, -2 no verdict. */
 static int key_start_verdict(di_matcher *m, uint32_t t, uint32_t open_at, const di_jk_state *js, uint32_t *budget) {
     const di_vocab *v = m->g->vocab;
     const di_json_keys *k = &m->jk;
@@ -730,10 +731,11 @@ static int key_start_verdict(di_matcher *m, uint32_t t, uint32_t open_at, const 
     if (!m->sext || m->sext_key[0] != parent || m->sext_key[1] != keys) {
         if (!m->sext && !(m->sext = malloc(sizeof *m->sext))) return -1;
         m->sext_key[0] = m->sext_key[1] = UINT32_MAX;
-        uint32_t base = m->n_sets;
+        uint32_t base = m->n_sets, len = v->off[t + 1] - v->off[t];
         int rc = 0;
-        for (uint32_t q = 0; q <= open_at && !rc; q++) {
-            int r = push_byte(m, v->bytes[v->off[t] + q]);
+        /* open_at UINT32_MAX: the token leaves a key due; it is opened here */
+        for (uint32_t q = 0; q <= (open_at == UINT32_MAX ? len : open_at) && !rc; q++) {
+            int r = push_byte(m, q < len ? v->bytes[v->off[t] + q] : (uint8_t)'"');
             if (r <= 0) rc = r < 0 ? -1 : -2;
         }
         const di_jk_state *top = &m->jst[m->n_sets - 1];
@@ -749,7 +751,7 @@ static int key_start_verdict(di_matcher *m, uint32_t t, uint32_t open_at, const 
     }
     const ext_table *x = m->sext;
     if (x->full) return -2;
-    if (!js->key_len) return !x->root_fresh;
+    if (!di_json_keys_in_key(js) || !js->key_len) return !x->root_fresh;
     /* the keys of the object that the key read so far begins */
     uint32_t all[64], n = keys_begun(k, js, 0, all), first = 0;
     for (uint32_t q = 0; q < n && !first; q++) {
@@ -790,7 +792,7 @@ static int token_dead_end(di_matcher *m, uint32_t t, dead_memo *memo, uint32_t *
     if (keyed && slot->dead >= 0 && slot->parent == key.parent && slot->keys == key.keys && slot->in_key == key.in_key &&
         slot->len == key.len && slot->hash == key.hash)
         return slot->dead;
-    if (keyed && key.in_key && open_at != UINT32_MAX) { /* a key this token opens: judged by the start table */
+    if (keyed && (key.in_key ? open_at != UINT32_MAX : 1)) { /* a key due or opened: judged by the start table */
         int r = key_start_verdict(m, t, open_at, &js, budget);
         if (r >= 0) {
             key.dead = r;
