@@ -53,6 +53,7 @@ struct di_matcher {
     uint32_t ext_key[4];    /* ... for this object (frame parent, keys), key start, frame */
     struct ext_table *sext; /* a key about to open: verdicts per extension (token_dead_end) */
     uint32_t sext_key[2];   /* ... for this object (frame parent, keys) */
+    uint16_t **class_size;  /* [n_terms] bytes per byte class of each term's automaton, made on first use */
 };
 
 /* Verdicts of the dead-end search per situation: the object (its frame's
@@ -278,6 +279,9 @@ void di_matcher_free(di_matcher *m) {
     free(m->dead);
     free(m->ext);
     free(m->sext);
+    if (m->class_size)
+        for (uint32_t t = 0; t < m->cfg->n_terms; t++) free(m->class_size[t]);
+    free(m->class_size);
     di_json_keys_free(&m->jk);
     free(m);
 }
@@ -500,74 +504,116 @@ static int drop_repeated_keys(di_matcher *m, uint32_t *mask) {
  * is kept (a rare dead end rather than a wrongly refused token). */
 #define DEAD_END_BUDGET 4096
 
-/* The bytes a key search follows one by one at prefix length len: '"',
- * '\\' and the next byte of each key cand[0..n) (at most 66), with how many
- * fall in each class of d. */
-static uint32_t special_bytes(const di_json_keys *k, const di_dfa *d, uint32_t len, const uint32_t *cand, uint32_t n,
-                              uint8_t spec[66], uint16_t in_class[256]) {
-    uint32_t n_spec = 0;
-    spec[n_spec++] = '"';
-    spec[n_spec++] = '\\';
-    for (uint32_t q = 0; q < n; q++) {
+/* One level of a key search at prefix length len over the keys cand
+ * (which all begin with the prefix): the bytes followed one by one ('"',
+ * '\\' and the keys' next bytes, at most 66), the keys going on with each
+ * (subs[sub_off[z] .. sub_off[z + 1]), in cand order) and whether one of
+ * them ends here. It depends on the keys only, so the top level is made
+ * once per search and shared by every lexer item. */
+typedef struct key_level {
+    uint32_t len, n_spec;
+    int taken;
+    uint8_t spec[66];
+    uint8_t sub_off[67];
+    uint32_t subs[64];
+} key_level;
+
+static void key_level_make(const di_json_keys *k, uint32_t len, const uint32_t *cand, uint32_t n, key_level *kl) {
+    uint8_t idx[256];
+    uint64_t seen[4] = {0};
+    uint8_t count[66] = {0};
+    kl->len = len;
+    kl->taken = 0;
+    kl->n_spec = 2;
+    kl->spec[0] = '"';
+    kl->spec[1] = '\\';
+    seen['"' >> 6] |= 1ull << ('"' & 63);
+    seen['\\' >> 6] |= 1ull << ('\\' & 63);
+    for (uint32_t q = 0; q < n && q < 64; q++) {
+        const di_jk_node *nd = &k->nodes[cand[q] - 1];
+        if (nd->len <= len) {
+            kl->taken |= nd->len == len;
+            continue;
+        }
+        uint8_t b = k->bytes[nd->off + len];
+        if (!(seen[b >> 6] >> (b & 63) & 1)) {
+            seen[b >> 6] |= 1ull << (b & 63);
+            idx[b] = (uint8_t)kl->n_spec;
+            kl->spec[kl->n_spec++] = b;
+        }
+        if (b != '"' && b != '\\') count[idx[b]]++;
+    }
+    kl->sub_off[0] = kl->sub_off[1] = kl->sub_off[2] = 0;
+    for (uint32_t z = 2; z < kl->n_spec; z++) kl->sub_off[z + 1] = (uint8_t)(kl->sub_off[z] + count[z]);
+    uint8_t fill[66];
+    memcpy(fill, kl->sub_off, sizeof fill);
+    for (uint32_t q = 0; q < n && q < 64; q++) {
         const di_jk_node *nd = &k->nodes[cand[q] - 1];
         if (nd->len <= len) continue;
         uint8_t b = k->bytes[nd->off + len];
-        int seen = 0;
-        for (uint32_t z = 0; z < n_spec && !seen; z++) seen = spec[z] == b;
-        if (!seen && n_spec < 66) spec[n_spec++] = b;
+        if (b != '"' && b != '\\') kl->subs[fill[idx[b]]++] = cand[q];
     }
-    for (uint32_t z = 0; z < n_spec; z++) in_class[d->byte_class[spec[z]]]++;
-    return n_spec;
 }
 
 typedef struct key_search {
     const di_json_keys *jk;
     uint32_t budget;
-    uint16_t class_size[256]; /* bytes per class of the automaton searched */
-    uint16_t in_class[256];   /* scratch of special_bytes, kept zero between uses */
+    const uint16_t *class_size; /* bytes per class of the automaton searched */
+    uint16_t in_class[256];   /* scratch of live_off_keys, kept zero between uses */
 } key_search;
 
+/* 1 when d in state s takes a byte that no key of kl goes on with. */
+static int live_off_keys(key_search *ks, const di_dfa *d, uint32_t s, const key_level *kl) {
+    uint16_t *in_class = ks->in_class;
+    for (uint32_t z = 0; z < kl->n_spec; z++) in_class[d->byte_class[kl->spec[z]]]++;
+    const uint32_t *row = d->trans + (size_t)s * d->n_classes;
+    int off = 0;
+    for (uint32_t c = 0; c < d->n_classes && !off; c++) off = row[c] && ks->class_size[c] > in_class[c];
+    for (uint32_t z = 0; z < kl->n_spec; z++) in_class[d->byte_class[kl->spec[z]]] = 0;
+    return off;
+}
+
+/* The bytes per byte class of term t's automaton, counted once per
+ * matcher (a key search visits many lexer items, most for a few nodes, so
+ * counting them per search was half its time); NULL when out of memory. */
+static const uint16_t *class_sizes(di_matcher *m, uint32_t t) {
+    if (!m->class_size && !(m->class_size = calloc(m->cfg->n_terms ? m->cfg->n_terms : 1, sizeof *m->class_size)))
+        return NULL;
+    if (!m->class_size[t]) {
+        const di_dfa *d = &m->cfg->terms[t].dfa;
+        uint16_t *cs = calloc(256, sizeof *cs);
+        if (!cs) return NULL;
+        for (int b = 0; b < 256; b++) cs[d->byte_class[b]]++;
+        m->class_size[t] = cs;
+    }
+    return m->class_size[t];
+}
+
 /* 1 when automaton d from state s (inside a key, prefix of length len
- * read, which the keys cand[0..n) begin with) can complete a key that is
+ * read, which the keys of kl begin with) can complete a key that is
  * none of them. A byte off every key leads to a fresh key at once (a live
  * state can always be completed), so only the keys' next bytes, '"' and
  * '\\' are followed one by one, and any other live byte (found by class)
  * ends the search. An escape is counted as fresh too (keys are compared
  * unescaped only when canonical: a rare dead end left in the mask, never a
  * token wrongly refused). */
-static int fresh_from(key_search *ks, const di_dfa *d, uint32_t s, uint32_t len, const uint32_t *cand, uint32_t n) {
-    const di_json_keys *k = ks->jk;
+static int fresh_from(key_search *ks, const di_dfa *d, uint32_t s, const key_level *kl) {
     if (d->accept[s]) return 1; /* a lexeme that ends before a closing '"': not a key lexeme, not searched */
     if (!ks->budget) return 1;
     ks->budget--;
-    /* the special bytes here and how many fall in each class */
-    uint8_t spec[66];
-    uint16_t *in_class = ks->in_class;
-    uint32_t n_spec = special_bytes(k, d, len, cand, n, spec, in_class);
-    const uint32_t *row = d->trans + (size_t)s * d->n_classes;
-    int off_key = 0; /* a live byte off every key */
-    for (uint32_t c = 0; c < d->n_classes && !off_key; c++) off_key = row[c] && ks->class_size[c] > in_class[c];
-    for (uint32_t z = 0; z < n_spec; z++) in_class[d->byte_class[spec[z]]] = 0;
-    if (off_key) return 1;
-    uint32_t sub[64];
-    for (uint32_t z = 0; z < n_spec; z++) {
-        uint8_t b = spec[z];
+    if (live_off_keys(ks, d, s, kl)) return 1;
+    key_level sub;
+    for (uint32_t z = 0; z < kl->n_spec; z++) {
+        uint8_t b = kl->spec[z];
         uint32_t s2 = di_dfa_step(d, s, b);
         if (!s2) continue;
         if (b == '"') { /* closes the key: fresh unless one of them ends here */
-            if (!d->accept[s2]) continue;
-            int taken = 0;
-            for (uint32_t q = 0; q < n && !taken; q++) taken = k->nodes[cand[q] - 1].len == len;
-            if (!taken) return 1;
+            if (d->accept[s2] && !kl->taken) return 1;
             continue;
         }
         if (b == '\\') return 1;
-        uint32_t m = 0;
-        for (uint32_t q = 0; q < n; q++) {
-            const di_jk_node *nd = &k->nodes[cand[q] - 1];
-            if (nd->len > len && k->bytes[nd->off + len] == b && m < 64) sub[m++] = cand[q];
-        }
-        if (fresh_from(ks, d, s2, len + 1, sub, m)) return 1;
+        key_level_make(ks->jk, kl->len + 1, kl->subs + kl->sub_off[z], kl->sub_off[z + 1] - kl->sub_off[z], &sub);
+        if (fresh_from(ks, d, s2, &sub)) return 1;
     }
     return 0;
 }
@@ -609,42 +655,30 @@ static ext_entry *ext_find(ext_table *x, uint32_t len, uint32_t key, int add) {
     return &x->e[h];
 }
 
-/* fresh_from over every extension along the keys cand[0..n) (prefix of
- * length len read, automaton d in state s), recording in x whether each
+/* fresh_from over every extension along the keys of kl (their prefix
+ * read, automaton d in state s), recording in x whether each
  * is alive for d and whether a fresh key can be completed from it. */
-static int ext_walk(ext_table *x, key_search *ks, const di_dfa *d, uint32_t s, uint32_t len, const uint32_t *cand,
-                    uint32_t n) {
-    const di_json_keys *k = ks->jk;
+static int ext_walk(ext_table *x, key_search *ks, const di_dfa *d, uint32_t s, const key_level *kl) {
     if (d->accept[s]) return 1;
     if (!ks->budget) { x->full = 1; return 1; }
     ks->budget--;
-    uint8_t spec[66];
-    uint16_t *in_class = ks->in_class;
-    uint32_t n_spec = special_bytes(k, d, len, cand, n, spec, in_class);
-    int fresh = 0;
-    const uint32_t *row = d->trans + (size_t)s * d->n_classes;
-    for (uint32_t c = 0; c < d->n_classes && !fresh; c++) fresh = row[c] && ks->class_size[c] > in_class[c];
-    for (uint32_t z = 0; z < n_spec; z++) in_class[d->byte_class[spec[z]]] = 0;
-    uint32_t sub[64];
-    for (uint32_t z = 0; z < n_spec; z++) {
-        uint8_t b = spec[z];
+    int fresh = live_off_keys(ks, d, s, kl);
+    key_level sub;
+    for (uint32_t z = 0; z < kl->n_spec; z++) {
+        uint8_t b = kl->spec[z];
         uint32_t s2 = di_dfa_step(d, s, b);
         if (!s2) continue;
         if (b == '"') {
-            int taken = 0;
-            for (uint32_t q = 0; q < n && !taken; q++) taken = k->nodes[cand[q] - 1].len == len;
-            fresh |= d->accept[s2] && !taken;
+            fresh |= d->accept[s2] && !kl->taken;
             continue;
         }
         if (b == '\\') { fresh = 1; continue; }
-        uint32_t m = 0;
-        for (uint32_t q = 0; q < n; q++) {
-            const di_jk_node *nd = &k->nodes[cand[q] - 1];
-            if (nd->len > len && k->bytes[nd->off + len] == b && m < 64) sub[m++] = cand[q];
-        }
+        const uint32_t *cand = kl->subs + kl->sub_off[z];
+        uint32_t m = kl->sub_off[z + 1] - kl->sub_off[z];
         if (!m) { fresh = 1; continue; }
-        ext_entry *e = ext_find(x, len + 1, sub[0], 1);
-        int f = ext_walk(x, ks, d, s2, len + 1, sub, m);
+        ext_entry *e = ext_find(x, kl->len + 1, cand[0], 1);
+        key_level_make(ks->jk, kl->len + 1, cand, m, &sub);
+        int f = ext_walk(x, ks, d, s2, &sub);
         if (e) {
             e->alive = 1;
             e->fresh |= (uint8_t)f;
@@ -655,7 +689,7 @@ static int ext_walk(ext_table *x, key_search *ks, const di_dfa *d, uint32_t s, u
 }
 
 /* 1 when, from the top set, a key its object does not have yet can be
- * completed; 0 when none can. The key is one lexeme: its automaton (from
+ * completed; 0 when none can; -1 out of memory. The key is one lexeme: its automaton (from
  * each lexer item of the top set) is searched along the object's keys. */
 static int fresh_key_reachable(di_matcher *m, uint32_t *budget) {
     const di_cfg *g = m->cfg;
@@ -667,10 +701,13 @@ static int fresh_key_reachable(di_matcher *m, uint32_t *budget) {
     uint32_t all[64], n = keys_begun(k, js, plen, all);
     if (n == 64) return 1; /* many keys: not searched */
     key_search ks = {.jk = k, .budget = *budget};
+    key_level root;
+    key_level_make(k, plen, all, n, &root);
     uint32_t top = m->n_sets - 1;
     for (uint32_t x = m->scan_off[top]; x < m->scan_off[top + 1] && !found; x++) {
         const item *it = &m->scan[x];
-        const di_dfa *d = &g->terms[DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot])].dfa;
+        uint32_t t = DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot]);
+        const di_dfa *d = &g->terms[t].dfa;
         uint32_t s = it->state;
         if (!in_key) { /* the key opens with '"', maybe after whitespace */
             for (int w = 0; w < 64 && s && !di_dfa_step(d, s, '"'); w++) {
@@ -681,9 +718,8 @@ static int fresh_key_reachable(di_matcher *m, uint32_t *budget) {
             s = s ? di_dfa_step(d, s, '"') : 0;
             if (!s) continue;
         }
-        memset(ks.class_size, 0, sizeof ks.class_size);
-        for (int b = 0; b < 256; b++) ks.class_size[d->byte_class[b]]++;
-        found = fresh_from(&ks, d, s, plen, all, n);
+        if (!(ks.class_size = class_sizes(m, t))) return -1;
+        found = fresh_from(&ks, d, s, &root);
         searched = 1;
     }
     *budget = ks.budget;
@@ -692,19 +728,22 @@ static int fresh_key_reachable(di_matcher *m, uint32_t *budget) {
 
 
 /* Fills x from the top set, inside a key whose first plen bytes are read:
- * every lexer item's automaton searched along the object's keys. */
-static void ext_fill(di_matcher *m, ext_table *x, const uint32_t *all, uint32_t n, uint32_t plen, uint32_t budget) {
+ * every lexer item's automaton searched along the object's keys. -1 out
+ * of memory. */
+static int ext_fill(di_matcher *m, ext_table *x, const uint32_t *all, uint32_t n, uint32_t plen, uint32_t budget) {
     memset(x, 0, sizeof *x);
     key_search ks = {.jk = &m->jk, .budget = budget};
+    key_level root;
+    key_level_make(&m->jk, plen, all, n, &root);
     const di_cfg *g = m->cfg;
     uint32_t ts = m->n_sets - 1;
     for (uint32_t q = m->scan_off[ts]; q < m->scan_off[ts + 1] && !x->full; q++) {
         const item *it = &m->scan[q];
-        const di_dfa *d = &g->terms[DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot])].dfa;
-        memset(ks.class_size, 0, sizeof ks.class_size);
-        for (int b = 0; b < 256; b++) ks.class_size[d->byte_class[b]]++;
-        x->root_fresh |= ext_walk(x, &ks, d, it->state, plen, all, n);
+        uint32_t t = DI_SYM_TERM_ID(g->rhs[g->rules[it->rule].off + it->dot]);
+        if (!(ks.class_size = class_sizes(m, t))) return -1;
+        x->root_fresh |= ext_walk(x, &ks, &g->terms[t].dfa, it->state, &root);
     }
+    return 0;
 }
 
 /* The name of the extension of length len that key x begins: the first
@@ -741,8 +780,8 @@ static int key_start_verdict(di_matcher *m, uint32_t t, uint32_t open_at, const 
         const di_jk_state *top = &m->jst[m->n_sets - 1];
         uint32_t all[64], n = 0;
         if (!rc && (!di_json_keys_in_key(top) || top->key_len || (n = keys_begun(k, top, 0, all)) == 64)) rc = -2;
+        if (!rc && ext_fill(m, m->sext, all, n, 0, *budget)) rc = -1;
         if (!rc) {
-            ext_fill(m, m->sext, all, n, 0, *budget);
             m->sext_key[0] = parent;
             m->sext_key[1] = keys;
         }
@@ -811,7 +850,8 @@ static int token_dead_end(di_matcher *m, uint32_t t, dead_memo *memo, uint32_t *
         int r = fresh_key_reachable(m, budget);
         dead = r == 0;
         key.dead = dead;
-        if (keyed) *slot = key;
+        if (r < 0) rc = -1;
+        else if (keyed) *slot = key;
     }
     while (m->n_sets > base) pop_set(m);
     return rc < 0 ? -1 : dead;
@@ -893,7 +933,10 @@ static int drop_dead_ends(di_matcher *m, uint32_t *mask) {
         m->ext_key[1] = fr->keys;
         m->ext_key[2] = top->key_off;
         m->ext_key[3] = top->frame;
-        ext_fill(m, x, all, n, plen, budget);
+        if (ext_fill(m, x, all, n, plen, budget)) {
+            m->ext_key[3] = UINT32_MAX; /* not filled */
+            return -1;
+        }
     }
     for (uint32_t q = 0; q < n && !x->full; q++) {
         const di_jk_node nd = k->nodes[all[q] - 1];
