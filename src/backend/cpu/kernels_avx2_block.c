@@ -34,8 +34,14 @@
  *   sw·2^63 (two blocks per 32 bytes: lanes 0-3 and 4-7) and the activations
  *   are laid out ×2^63: exact for sw in [2^-62, 2^64] and |a| < 2^64, else
  *   the row group runs the scalar code.
- * Software prefetches (T0/T1/T2, 256 B - 16 KB ahead) were measured neutral
- * to 25 % slower than the hardware prefetchers alone, so there are none.
+ * The R rows of a group stream side by side, each only K (or K/2) bytes
+ * long, which the hardware prefetchers follow poorly from DRAM; the groups
+ * are contiguous, though, so each chunk prefetches into L2 the next R·32
+ * bytes of the group two ahead, one linear stream at the rate the kernel
+ * reads (FP8 +15-65 % from DRAM, MXFP4 at M = 4 +20 %, bench/RESULTS.md).
+ * Per-row prefetches a fixed distance ahead measured neutral to 25 % slower;
+ * MXFP4 at M = 1 (bound by its arithmetic) and 8 rows spaced by a multiple of
+ * 4 KB (wo_b at M = 1) measured no faster with it, so they go without.
  * The shift decoding hands fp32 subnormals to the multiplies and FMAs, which
  * only AMD cores take at full speed: see "CPUs with slow subnormals".
  * Prefill (M > 16) decodes chunks of 128 weight rows × 512 codes once into
@@ -479,14 +485,15 @@ AVX2_INLINE void dec_chunk(const int fp4, const int mr, const int R, int64_t c, 
 
 /* R weight rows (rowp[r]) × mr activation rows (a, stride lda) over all
  * chunks; FP8 lanes times a (folded), MXFP4 lanes times sv[c][r] first.
- * res[m][r] gets the outputs. R >= 4 reloads each chunk (from L1) for every
- * position rather than keeping it in R registers next to the R·mr
+ * res[m][r] gets the outputs. ahead (or NULL): the R rows to prefetch
+ * alongside, R·32 bytes per chunk. R >= 4 reloads each chunk (from L1) for
+ * every position rather than keeping it in R registers next to the R·mr
  * accumulators, which would spill them (copying the chunks to an aligned
  * buffer first, against loads that split cache lines on misaligned rows,
  * measured slower); R <= 2 keeps them in registers. */
 AVX2_INLINE void dec_kernel(const int fp4, const int mr, const int R, int64_t chunks, int half_last,
-                            const uint8_t *const *rowp, const float *a, int64_t lda,
-                            const float *sv, float *res) {
+                            const uint8_t *const *rowp, const uint8_t *ahead, const float *a,
+                            int64_t lda, const float *sv, float *res) {
     __m256 acc[DEC_MB][8];
     const uint8_t *rows[8]; /* in registers: not reloaded after each barrier */
 #pragma GCC unroll 8
@@ -496,7 +503,14 @@ AVX2_INLINE void dec_kernel(const int fp4, const int mr, const int R, int64_t ch
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++)
             if (m < mr && r < R) acc[m][r] = _mm256_setzero_ps();
-    for (int64_t c = 0; c < chunks - half_last; c++) dec_chunk(fp4, mr, R, c, 0, rows, a, lda, sv, acc);
+    if (ahead)
+        for (int64_t c = 0; c < chunks - half_last; c++) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r += 2) _mm_prefetch((const char *)ahead + (c * R + r) * 32, _MM_HINT_T1);
+            dec_chunk(fp4, mr, R, c, 0, rows, a, lda, sv, acc);
+        }
+    else
+        for (int64_t c = 0; c < chunks - half_last; c++) dec_chunk(fp4, mr, R, c, 0, rows, a, lda, sv, acc);
     if (half_last) dec_chunk(fp4, mr, R, chunks - 1, 1, rows, a, lda, sv, acc);
 #pragma GCC unroll 8
     for (int m = 0; m < DEC_MB; m++)
@@ -509,13 +523,14 @@ AVX2_INLINE void dec_kernel(const int fp4, const int mr, const int R, int64_t ch
             }
 }
 
-typedef void (*dec_kernel_fn)(int64_t, int, const uint8_t *const *, const float *, int64_t,
-                              const float *, float *);
+typedef void (*dec_kernel_fn)(int64_t, int, const uint8_t *const *, const uint8_t *, const float *,
+                              int64_t, const float *, float *);
 #define DEC_KERNEL_FN(fp4, mr, R)                                                              \
     static AVX2 void dec_kernel_##fp4##_##mr##_##R(int64_t chunks, int half_last,              \
-                                                   const uint8_t *const *rows, const float *a, \
+                                                   const uint8_t *const *rows,                 \
+                                                   const uint8_t *ahead, const float *a,       \
                                                    int64_t lda, const float *sv, float *res) { \
-        dec_kernel(fp4, mr, R, chunks, half_last, rows, a, lda, sv, res);                      \
+        dec_kernel(fp4, mr, R, chunks, half_last, rows, ahead, a, lda, sv, res);               \
     }
 #define DEC_KERNEL_FNS(fp4)                                                                    \
     DEC_KERNEL_FN(fp4, 1, 8) DEC_KERNEL_FN(fp4, 2, 4) DEC_KERNEL_FN(fp4, 1, 2)                 \
@@ -611,11 +626,17 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
                 di_gemm_block_rows_scalar(1, j->qa, j->sa, M, K, j->w, j->ws, N, g0, g0 + nn, j->out);
                 continue;
             }
+            /* the group two ahead, while it lies inside the weights (not
+             * for 8 rows a multiple of 4 KB apart: measured slower) */
+            const uint8_t *ahead = (fp4 && M == 1) || (R == 8 && rb % 4096 == 0) || g0 + 3 * R > N
+                                       ? NULL
+                                       : j->w + (g0 + 2 * R) * rb;
             const int mb = dec_block_rows(M);
             for (int64_t m0 = 0; m0 < M; m0 += mb) {
                 const int mr = M - m0 < mb ? (int)(M - m0) : mb;
                 float res[DEC_MB * 8];
-                dec_kernel_for(fp4, M, mr)(chunks, half_last, rows, a + m0 * Kp, Kp, sc, res);
+                dec_kernel_for(fp4, M, mr)(chunks, half_last, rows, m0 ? NULL : ahead, a + m0 * Kp, Kp,
+                                           sc, res);
                 for (int64_t m = 0; m < mr; m++)
                     for (int64_t r = 0; r < nn; r++) j->out[(m0 + m) * N + g0 + r] = res[m * 8 + r];
             }
