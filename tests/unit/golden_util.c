@@ -77,6 +77,21 @@ const int32_t *gold_i32(const gold_model *g, const char *name, int64_t *numel) {
     return gold_raw(g, name, DI_DTYPE_I32, numel);
 }
 
+int gold_prompt_get(const gold_model *g, const char *p, gold_prompt *gp) {
+    char name[160];
+    memset(gp, 0, sizeof *gp);
+#define GOLD_NAME(suffix) (snprintf(name, sizeof name, "%s." suffix, p), name)
+    gp->ids = gold_i32(g, GOLD_NAME("prompt_ids"), &gp->S);
+    gp->prefill_logits = gold_f32(g, GOLD_NAME("prefill.logits"), NULL);
+    gp->decode_ids = gold_i32(g, GOLD_NAME("decode.input_ids"), &gp->n);
+    gp->decode_logits = gold_f32(g, GOLD_NAME("decode.logits"), NULL);
+    gp->next_ids = gold_i32(g, GOLD_NAME("decode.next_ids"), NULL);
+    gp->margin = gold_f32(g, GOLD_NAME("decode.margin"), NULL);
+#undef GOLD_NAME
+    return gp->ids && gp->prefill_logits && gp->decode_ids && gp->decode_logits && gp->next_ids &&
+           gp->margin;
+}
+
 double rel_l2(const float *a, const float *b, int64_t n) {
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; i++) {

@@ -30,6 +30,21 @@ void gold_close(gold_model *g);
 const float *gold_f32(const gold_model *g, const char *name, int64_t *numel);
 const int32_t *gold_i32(const gold_model *g, const char *name, int64_t *numel);
 
+/* The golden tensors of one prompt P (P.prompt_ids, P.prefill.logits,
+ * P.decode.*). gold_prompt_get returns 1 when all are present (0 after a
+ * message naming the missing one). */
+typedef struct gold_prompt {
+    const int32_t *ids;            /* [S] prompt */
+    int64_t S;
+    const float *prefill_logits;   /* [S, V] */
+    const int32_t *decode_ids;     /* [n] teacher-forced decode inputs */
+    int64_t n;
+    const float *decode_logits;    /* [n, V] */
+    const int32_t *next_ids;       /* [n] free-running greedy tokens */
+    const float *margin;           /* [n] top-2 margin of each greedy step */
+} gold_prompt;
+int gold_prompt_get(const gold_model *g, const char *p, gold_prompt *gp);
+
 /* ||a - b|| / ||b|| over n values. */
 double rel_l2(const float *a, const float *b, int64_t n);
 

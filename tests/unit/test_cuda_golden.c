@@ -112,22 +112,13 @@ static void check_stats(const char *what, const float *a, const float *gl, int64
 
 static void golden_prompt(gold_model *g, di_backend *gpu, const char *p, const bounds *b) {
     char name[128];
-    int64_t S = 0, V = g->cfg.vocab_size;
-    snprintf(name, sizeof name, "%s.prompt_ids", p);
-    const int32_t *ids = gold_i32(g, name, &S);
-    snprintf(name, sizeof name, "%s.prefill.logits", p);
-    const float *gl = gold_f32(g, name, NULL);
-    int64_t n = 0;
-    snprintf(name, sizeof name, "%s.decode.input_ids", p);
-    const int32_t *din = gold_i32(g, name, &n);
-    snprintf(name, sizeof name, "%s.decode.logits", p);
-    const float *dl = gold_f32(g, name, NULL);
-    snprintf(name, sizeof name, "%s.decode.next_ids", p);
-    const int32_t *dnext = gold_i32(g, name, NULL);
-    snprintf(name, sizeof name, "%s.decode.margin", p);
-    const float *dmargin = gold_f32(g, name, NULL);
-    CHECK(ids && gl && din && dl && dnext && dmargin);
-    if (!ids || !gl || !din || !dl || !dnext || !dmargin) return;
+    gold_prompt gp;
+    int have = gold_prompt_get(g, p, &gp);
+    CHECK(have);
+    if (!have) return;
+    int64_t S = gp.S, V = g->cfg.vocab_size, n = gp.n;
+    const int32_t *ids = gp.ids, *din = gp.decode_ids, *dnext = gp.next_ids;
+    const float *gl = gp.prefill_logits, *dl = gp.decode_logits, *dmargin = gp.margin;
     di_err err = {0};
     float *lc = prefill(g, ids, S, &err); /* g->lm is on the CPU here */
     CHECKF(lc != NULL, "cpu prefill: %s", err.msg);

@@ -100,21 +100,13 @@ static void check_draft(gold_model *g, di_seqstate *st, const char *p, const cha
 
 static void run_prompt(gold_model *g, const char *p, const bounds *b, int with_draft) {
     char name[128];
-    int64_t S = 0, V = g->cfg.vocab_size, n = 0;
-    snprintf(name, sizeof name, "%s.prompt_ids", p);
-    const int32_t *ids = gold_i32(g, name, &S);
-    snprintf(name, sizeof name, "%s.prefill.logits", p);
-    const float *gl = gold_f32(g, name, NULL);
-    snprintf(name, sizeof name, "%s.decode.input_ids", p);
-    const int32_t *din = gold_i32(g, name, &n);
-    snprintf(name, sizeof name, "%s.decode.logits", p);
-    const float *dl = gold_f32(g, name, NULL);
-    snprintf(name, sizeof name, "%s.decode.next_ids", p);
-    const int32_t *dnext = gold_i32(g, name, NULL);
-    snprintf(name, sizeof name, "%s.decode.margin", p);
-    const float *dmargin = gold_f32(g, name, NULL);
-    CHECK(ids && gl && din && dl && dnext && dmargin);
-    if (!ids || !gl || !din || !dl || !dnext || !dmargin) return;
+    gold_prompt gp;
+    int have = gold_prompt_get(g, p, &gp);
+    CHECK(have);
+    if (!have) return;
+    int64_t S = gp.S, V = g->cfg.vocab_size, n = gp.n;
+    const int32_t *ids = gp.ids, *din = gp.decode_ids, *dnext = gp.next_ids;
+    const float *gl = gp.prefill_logits, *dl = gp.decode_logits, *dmargin = gp.margin;
 
     di_err err = {0};
     di_seqstate st;
