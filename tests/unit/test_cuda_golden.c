@@ -1,7 +1,7 @@
 /* End to end on the CUDA backend (golden README levels 3 and 4): the
  * v41-tiny fixtures (FP8 activation numerics, and BF16) run through the whole forward
  * pass with every op on the GPU, its prefill logits checked against the
- * golden file with the CPU forward's bounds (tests/unit/test_golden_forward.c)
+ * golden file with the CPU forward's bounds (tests/unit/golden_bounds.h)
  * and against the CPU backend's own logits on the same prompt: every
  * position where the CPU's top two logits are more than 0.5 apart must have
  * the same greedy token on the GPU. Then decode: 32 steps fed with the
@@ -19,13 +19,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "golden_util.h"
 #include "test.h"
-
-/* the bounds of test_golden_forward.c for each fixture */
-typedef struct bounds {
-    double mean, p99, p999, max, row_mean, margin, agree;
-} bounds;
-static const bounds B_FP8 = {0.25, 1.2, 2.0, 3.9, 0.98, 1.2, 0.85};
-static const bounds B_BF16 = {0.14, 1.2, 2.2, 4.9, 1.3, 1.0, 0.85};
+#include "golden_bounds.h"
 
 static float *prefill(gold_model *g, const int32_t *ids, int64_t S, di_err *err) {
     int64_t V = g->cfg.vocab_size;
@@ -96,21 +90,7 @@ static float *decode_forced(gold_model *g, const int32_t *ids, int64_t S, const 
     return lg;
 }
 
-static void check_stats(const char *what, const float *a, const float *gl, int64_t rows, int64_t V,
-                        const bounds *b) {
-    logit_stats s = logit_compare(a, gl, rows, V, b->margin);
-    fprintf(stderr, "  %s gpu vs golden: mean %.4f p99 %.3f p999 %.3f max %.3f row-mean %.3f argmax %.3f\n",
-            what, s.mean, s.p99, s.p999, s.max, s.worst_row_mean, s.argmax_agree);
-    CHECKF(s.mean <= b->mean, "%s mean %.4f", what, s.mean);
-    CHECKF(s.p99 <= b->p99, "%s p99 %.3f", what, s.p99);
-    CHECKF(s.p999 <= b->p999, "%s p999 %.3f", what, s.p999);
-    CHECKF(s.max <= b->max, "%s max %.3f", what, s.max);
-    CHECKF(s.worst_row_mean <= b->row_mean, "%s row mean %.3f", what, s.worst_row_mean);
-    CHECKF(s.argmax_agree >= b->agree, "%s argmax agreement %.3f", what, s.argmax_agree);
-    CHECKF(s.must_match_fail == 0, "%s: %d rows with a clear golden argmax differ", what, s.must_match_fail);
-}
-
-static void golden_prompt(gold_model *g, di_backend *gpu, const char *p, const bounds *b) {
+static void golden_prompt(gold_model *g, di_backend *gpu, const char *p, const gold_bounds *b) {
     char name[128];
     gold_prompt gp;
     int have = gold_prompt_get(g, p, &gp);
@@ -141,7 +121,8 @@ static void golden_prompt(gold_model *g, di_backend *gpu, const char *p, const b
     di_err be_err = {0};
     CHECKF(di_backend_cuda_status(gpu, &be_err) == DI_OK, "gpu backend: %s", be_err.msg);
     if (lgpu && lc) {
-        check_stats(p, lgpu, gl, S, V, b);
+        snprintf(name, sizeof name, "%s gpu vs golden:", p);
+        gold_check_logits(name, lgpu, gl, S, V, b);
         logit_stats c = logit_compare(lgpu, lc, S, V, 0.5);
         fprintf(stderr, "  %s gpu vs cpu:    mean %.4f max %.3f argmax %.3f\n", p, c.mean, c.max,
                 c.argmax_agree);
@@ -152,8 +133,8 @@ static void golden_prompt(gold_model *g, di_backend *gpu, const char *p, const b
     float *ld = rc ? NULL : decode_forced(g, ids, S, din, n, &err);
     CHECKF(ld != NULL, "gpu decode: %s", err.msg);
     if (ld) {
-        snprintf(name, sizeof name, "%s decode", p);
-        check_stats(name, ld, dl, n, V, b);
+        snprintf(name, sizeof name, "%s decode gpu vs golden:", p);
+        gold_check_logits(name, ld, dl, n, V, b);
     }
     /* free-running greedy: the CPU's tokens up to the CPU's first near-tie,
      * the golden ones up to the golden first near-tie */
@@ -185,7 +166,7 @@ static void golden_prompt(gold_model *g, di_backend *gpu, const char *p, const b
     free(mg);
 }
 
-static void fixture(const char *fx, const bounds *b) {
+static void fixture(const char *fx, const gold_bounds *b) {
     const char *shared = test_shared_dir();
     if (!shared) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
     di_err err = {0};
@@ -204,10 +185,10 @@ static void fixture(const char *fx, const bounds *b) {
 }
 
 /* FP8 numerics: the prefill linears take the wgmma path */
-static void test_golden_prefill_fp8(void) { fixture("v41-tiny", &B_FP8); }
+static void test_golden_prefill_fp8(void) { fixture("v41-tiny", &GOLD_BOUNDS_FP8); }
 /* BF16 numerics: every linear is the plain FMA-chain kernel, bit-identical
  * to the CPU's, so the GPU/CPU distance shows the other ops alone */
-static void test_golden_prefill_bf16(void) { fixture("v41-tiny-bf16", &B_BF16); }
+static void test_golden_prefill_bf16(void) { fixture("v41-tiny-bf16", &GOLD_BOUNDS_BF16); }
 
 int main(void) {
     RUN(test_golden_prefill_fp8);

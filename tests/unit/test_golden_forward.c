@@ -10,27 +10,7 @@
 
 #include "golden_util.h"
 #include "test.h"
-
-typedef struct bounds {
-    double mean, p99, p999, max, row_mean, margin, agree;
-} bounds;
-
-static const bounds B_FP8 = {0.25, 1.2, 2.0, 3.9, 0.98, 1.2, 0.85};
-static const bounds B_BF16 = {0.14, 1.2, 2.2, 4.9, 1.3, 1.0, 0.85};
-
-static void check_logits(const char *what, const float *mine, const float *gold, int64_t rows,
-                         int64_t v, const bounds *b) {
-    logit_stats s = logit_compare(mine, gold, rows, v, b->margin);
-    fprintf(stderr, "  %-28s mean %.4f p99 %.3f p999 %.3f max %.3f row-mean %.3f argmax %.3f\n", what,
-            s.mean, s.p99, s.p999, s.max, s.worst_row_mean, s.argmax_agree);
-    CHECKF(s.mean <= b->mean, "%s mean %.4f", what, s.mean);
-    CHECKF(s.p99 <= b->p99, "%s p99 %.3f", what, s.p99);
-    CHECKF(s.p999 <= b->p999, "%s p999 %.3f", what, s.p999);
-    CHECKF(s.max <= b->max, "%s max %.3f", what, s.max);
-    CHECKF(s.worst_row_mean <= b->row_mean, "%s row mean %.3f", what, s.worst_row_mean);
-    CHECKF(s.argmax_agree >= b->agree, "%s argmax agreement %.3f", what, s.argmax_agree);
-    CHECKF(s.must_match_fail == 0, "%s: %d rows with a clear golden argmax differ", what, s.must_match_fail);
-}
+#include "golden_bounds.h"
 
 static int64_t argmax(const float *x, int64_t n) {
     int64_t b = 0;
@@ -43,7 +23,7 @@ static int64_t argmax(const float *x, int64_t n) {
  * Markov bias (1e-4), logits and confidence (logit bounds), drafted ids up to
  * the first slot with a near-tie. */
 static void check_draft(gold_model *g, di_seqstate *st, const char *p, const char *round,
-                        const bounds *b) {
+                        const gold_bounds *b) {
     if (!g->lm.has_dspark) return;
     char name[128];
     int64_t V = g->cfg.vocab_size;
@@ -78,7 +58,7 @@ static void check_draft(gold_model *g, di_seqstate *st, const char *p, const cha
     }
     for (int i = 0; i < B; i++) cmax = fmax(cmax, fabs((double)conf[i] - gconf[i]));
     snprintf(name, sizeof name, "%s %s", p, round);
-    check_logits(name, dlg, glog, B, V, b);
+    gold_check_logits(name, dlg, glog, B, V, b);
     fprintf(stderr, "  %s %s: markov bias max |diff| %.2e, confidence max |diff| %.4f, ids", p, round,
             mbmax, cmax);
     for (int i = 0; i < B; i++) fprintf(stderr, " %d/%d", did[i], gids[i]);
@@ -98,7 +78,7 @@ static void check_draft(gold_model *g, di_seqstate *st, const char *p, const cha
     free(mb);
 }
 
-static void run_prompt(gold_model *g, const char *p, const bounds *b, int with_draft) {
+static void run_prompt(gold_model *g, const char *p, const gold_bounds *b, int with_draft) {
     char name[128];
     gold_prompt gp;
     int have = gold_prompt_get(g, p, &gp);
@@ -116,7 +96,7 @@ static void run_prompt(gold_model *g, const char *p, const bounds *b, int with_d
     di_status rc = di_forward(&g->lm, &q, 1, lg, 1, &err);
     CHECKF(rc == DI_OK, "prefill: %s", err.msg);
     snprintf(name, sizeof name, "%s prefill", p);
-    if (rc == DI_OK) check_logits(name, lg, gl, S, V, b);
+    if (rc == DI_OK) gold_check_logits(name, lg, gl, S, V, b);
 
     /* DSpark round 0 right after the prefill */
     if (with_draft) check_draft(g, &st, p, "draft0", b);
@@ -130,7 +110,7 @@ static void run_prompt(gold_model *g, const char *p, const bounds *b, int with_d
         if (i == 0 && with_draft) check_draft(g, &st, p, "draft1", b);
     }
     snprintf(name, sizeof name, "%s decode", p);
-    if (rc == DI_OK) check_logits(name, lg, dl, n, V, b);
+    if (rc == DI_OK) gold_check_logits(name, lg, dl, n, V, b);
 
     /* free-running greedy from the prompt, up to the first near-tie */
     di_seqstate_reset(&st);
@@ -152,7 +132,7 @@ static void run_prompt(gold_model *g, const char *p, const bounds *b, int with_d
     di_seqstate_free(&st);
 }
 
-static void fixture(const char *fx, const bounds *b) {
+static void fixture(const char *fx, const gold_bounds *b) {
     const char *shared = test_shared_dir();
     if (!shared) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
     gold_model g;
@@ -167,8 +147,8 @@ static void fixture(const char *fx, const bounds *b) {
     gold_close(&g);
 }
 
-static void test_fp8(void) { fixture("v41-tiny", &B_FP8); }
-static void test_bf16(void) { fixture("v41-tiny-bf16", &B_BF16); }
+static void test_fp8(void) { fixture("v41-tiny", &GOLD_BOUNDS_FP8); }
+static void test_bf16(void) { fixture("v41-tiny-bf16", &GOLD_BOUNDS_BF16); }
 
 int main(void) {
     RUN(test_fp8);
