@@ -105,7 +105,7 @@ BENCH_SRC := $(sort $(wildcard bench/*.c))
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libdeepinfer.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -O3 -march=native $< $(BUILD)/libdeepinfer.a -o $@ $(LDFLAGS) $(ALL_LIBS) -lopenblas
+	$(CC) $(CFLAGS) -O3 -march=native $< $(BUILD)/libdeepinfer.a -o $@ $(LDFLAGS) $(ALL_LIBS) -lopenblas $(if $(HAVE_CUDA),-lstdc++)
 bench-bin: $(BENCH_BIN)
 
 run: all

@@ -29,11 +29,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "model/forward.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_util.h"
 
 static void die(const char *what, const di_err *err) {
     fprintf(stderr, "bench_cuda_model: %s: %s\n", what, err ? err->msg : di_last_error());
@@ -74,11 +70,11 @@ static void bench_prefill(di_lm *lm, di_backend *be, int64_t P) {
         if (di_seqstate_init(&st, lm, P + 8, 0, &err)) die("sequence state", &err);
         int prof = rep == 2;
         if (prof) di_backend_cuda_profile_start(be, 1);
-        double t0 = now_s();
+        double t0 = bench_now_s();
         di_fwd_seq q = {&st, ids, P};
         if (di_forward(lm, &q, 1, logits, 0, &err)) die("prefill", &err);
         check_backend(be, "prefill");
-        double t = now_s() - t0;
+        double t = bench_now_s() - t0;
         printf("RESULT prefill_p%lld%s %.3f s  %.0f tokens/s%s\n", (long long)P, prof ? "_profiled" : "", t,
                (double)P / t, rep == 0 ? " (first pass: weights uploaded)" : "");
         if (prof) {
@@ -120,9 +116,9 @@ static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int step
             q[b] = (di_fwd_seq){&st[b], &next[b], 1};
         }
         if (prof) di_backend_cuda_profile_start(be, 1);
-        double t0 = now_s();
+        double t0 = bench_now_s();
         if (di_forward(lm, q, B, logits, 0, &err)) die("decode", &err);
-        double t = now_s() - t0;
+        double t = bench_now_s() - t0;
         if (prof) {
             char title[64];
             snprintf(title, sizeof title, "decode step, batch %d", B);
@@ -155,10 +151,10 @@ static double copy_bandwidth(di_backend *be) {
     if (!a || !b) die("copy buffers", NULL);
     for (int r = 0; r < 6; r++) {
         check_backend(be, "copy");
-        double t0 = now_s();
+        double t0 = bench_now_s();
         be->ops->copy(be, b, a, bytes);
         check_backend(be, "copy");
-        double bw = 2.0 * (double)bytes / (now_s() - t0);
+        double bw = 2.0 * (double)bytes / (bench_now_s() - t0);
         if (r > 0 && bw > best) best = bw;
     }
     be->ops->free(be, a);
@@ -200,11 +196,11 @@ static void layers_pass(di_lm *lm, di_backend *be, di_seqstate *st, int B, int64
     if (!s || !pre || di_fwd_embed(&f, f.ids, s, pre)) die("layers: out of memory", NULL);
     for (int l = 0; l < c->n_layers; l++) {
         check_backend(be, "layers");
-        double t0 = now_s();
+        double t0 = bench_now_s();
         if (c->roles[l].engram >= 0 && di_engram_apply(&f, l, s, &err)) die("engram", &err);
         if (di_fwd_block(&f, l, s, pre, &err)) die("block", &err);
         check_backend(be, "layers");
-        t[l] += weight * 1e3 * (now_s() - t0);
+        t[l] += weight * 1e3 * (bench_now_s() - t0);
     }
     be->ops->free(be, s);
     be->ops->free(be, pre);
@@ -264,11 +260,11 @@ static double gemm_rate(di_backend *be) {
     double best = 0;
     for (int r = 0; r < 4; r++) {
         check_backend(be, "gemm");
-        double t0 = now_s();
+        double t0 = bench_now_s();
         if (di_cuda_gemm_fp8(a, sa, n, n, w, sw, n, out, DI_DTYPE_BF16, DI_CUDA_GEMM_AUTO, NULL, &err))
             die("gemm", &err);
         check_backend(be, "gemm");
-        double rate = 2.0 * (double)n * n * n / (now_s() - t0);
+        double rate = 2.0 * (double)n * n * n / (bench_now_s() - t0);
         if (r > 0 && rate > best) best = rate;
     }
     be->ops->free(be, a);
@@ -307,9 +303,9 @@ static void prefill_layers(di_model *model, di_lm *lm, di_backend *be, int64_t P
     if (!ids || !t) die("out of memory", NULL);
     fill_ids(ids, P, c->vocab_size, 17);
     if (di_seqstate_init(&st, lm, P + 8, 0, &err)) die("sequence state", &err);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     layers_pass(lm, be, &st, 1, P, ids, 1.0, t);
-    printf("-- prefill of %lld tokens per layer (%.2f s in all)\n", (long long)P, now_s() - t0);
+    printf("-- prefill of %lld tokens per layer (%.2f s in all)\n", (long long)P, bench_now_s() - t0);
     printf("%-5s %-36s %10s %10s %8s %10s\n", "layer", "role", "ms", "floor ms", "x floor", "tokens/s");
     for (int l = 0; l < c->n_layers; l++) {
         double fixed, expert;
@@ -401,10 +397,10 @@ int main(int argc, char **argv) {
     di_model_options mo;
     di_model_options_default(&mo);
     mo.load_format = DI_LOAD_DUMMY;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     di_model *model = NULL;
     if (di_model_open(cfg_path, &mo, &model)) die("dummy model", NULL);
-    printf("dummy weights: %.1f GB in %.1f s\n", (double)model->weight_bytes / 1e9, now_s() - t0);
+    printf("dummy weights: %.1f GB in %.1f s\n", (double)model->weight_bytes / 1e9, bench_now_s() - t0);
     di_backend *be = NULL;
     if (di_backend_cuda_create(0, &be, &err)) die("cuda backend", &err);
     const di_config *c = &model->cfg;

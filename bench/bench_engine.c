@@ -18,19 +18,10 @@
 
 #include "deepinfer.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
@@ -70,7 +61,7 @@ static int run_once(const model_spec *m, int n_req, int max_batch, int async, in
     p.max_tokens = 32;
     p.ignore_eos = !constrained;
     p.json_object = constrained;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     for (int i = 0; i < n_req; i++) {
         uint64_t id;
         size_t len = 40 + (size_t)(i * 13) % 50;
@@ -84,7 +75,7 @@ static int run_once(const model_spec *m, int n_req, int max_batch, int async, in
         fprintf(stderr, "bench_engine: %s\n", di_last_error());
         return -1;
     }
-    r->wall = now_s() - t0;
+    r->wall = bench_now_s() - t0;
     di_engine_stats st;
     di_engine_get_stats(e, &st);
     r->prompt_tps = (double)st.prompt_tokens / r->wall;

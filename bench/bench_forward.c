@@ -22,23 +22,14 @@
 #include "deepinfer.h"
 #include "model/forward.h"
 
+#include "bench_util.h"
+
 enum { PROMPT = 128, DECODE = 32, MAX_REPS = 15 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static double median(const double *v, int n) {
     double t[MAX_REPS];
     memcpy(t, v, (size_t)n * sizeof *t);
-    qsort(t, (size_t)n, sizeof *t, cmp_d);
+    qsort(t, (size_t)n, sizeof *t, bench_cmp_double);
     return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
 }
 
@@ -55,9 +46,9 @@ static const di_backend_ops *inner;
 
 #define TIMED(cls, call)              \
     do {                              \
-        double t0_ = now_s();         \
+        double t0_ = bench_now_s();         \
         call;                         \
-        t_class[cls] += now_s() - t0_; \
+        t_class[cls] += bench_now_s() - t0_; \
     } while (0)
 
 static void w_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
@@ -234,15 +225,15 @@ static int run_model(const di_lm *lm, int rep, phase *pre, phase *dec) {
     }
     memset(t_class, 0, sizeof t_class);
     di_fwd_seq q = {&st, ids, PROMPT};
-    double t0 = now_s();
+    double t0 = bench_now_s();
     di_status rc = di_forward(lm, &q, 1, logits, 0, &err);
-    take(pre, rep, now_s() - t0, 1);
-    t0 = now_s();
+    take(pre, rep, bench_now_s() - t0, 1);
+    t0 = bench_now_s();
     for (int i = 0; i < DECODE && !rc; i++) {
         di_fwd_seq d = {&st, ids + PROMPT + i, 1};
         rc = di_forward(lm, &d, 1, logits, 0, &err);
     }
-    take(dec, rep, now_s() - t0, DECODE);
+    take(dec, rep, bench_now_s() - t0, DECODE);
     if (rc) fprintf(stderr, "bench_forward: %s\n", err.msg);
     di_seqstate_free(&st);
     free(logits);

@@ -12,16 +12,7 @@
 
 #include "backend/backend.h"
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+#include "bench_util.h"
 
 enum { RUNS = 5, H = 64, D = 512, W = 128, K = 512, NS = W + K, HI = 32, DI = 128, NK = 8192 };
 
@@ -68,15 +59,15 @@ int main(int argc, char **argv) {
         int64_t m = ms[t];
         double tf[RUNS], tp[RUNS];
         for (int r = 0; r < RUNS; r++) {
-            double t0 = now();
+            double t0 = bench_now_s();
             be->ops->sparse_attn(be, q, m, H, D, frow, NS, sink, 0.044f, out);
-            double t1 = now();
+            double t1 = bench_now_s();
             be->ops->sparse_attn_kv(be, q, m, H, D, prow, NS, W, sink, 0.044f, out);
             tf[r] = t1 - t0;
-            tp[r] = now() - t1;
+            tp[r] = bench_now_s() - t1;
         }
-        qsort(tf, RUNS, sizeof(double), cmp_d);
-        qsort(tp, RUNS, sizeof(double), cmp_d);
+        qsort(tf, RUNS, sizeof(double), bench_cmp_double);
+        qsort(tp, RUNS, sizeof(double), bench_cmp_double);
         printf("  m=%-3lld fp32 rows %8.2f   packed rows %8.2f   packed/fp32 %.3f\n", (long long)m,
                tf[RUNS / 2] * 1e3, tp[RUNS / 2] * 1e3, tp[RUNS / 2] / tf[RUNS / 2]);
     }
@@ -101,15 +92,15 @@ int main(int argc, char **argv) {
         int64_t m = t ? 16 : 1;
         double tf[RUNS], tp[RUNS];
         for (int r = 0; r < RUNS; r++) {
-            double t0 = now();
+            double t0 = bench_now_s();
             be->ops->index_scores(be, iq, w, m, HI, DI, fk, nvis, NK, sc);
-            double t1 = now();
+            double t1 = bench_now_s();
             be->ops->index_scores_kv(be, iq, w, m, HI, DI, pks, nvis, NK, sc);
             tf[r] = t1 - t0;
-            tp[r] = now() - t1;
+            tp[r] = bench_now_s() - t1;
         }
-        qsort(tf, RUNS, sizeof(double), cmp_d);
-        qsort(tp, RUNS, sizeof(double), cmp_d);
+        qsort(tf, RUNS, sizeof(double), bench_cmp_double);
+        qsort(tp, RUNS, sizeof(double), bench_cmp_double);
         printf("  m=%-3lld fp32 keys %8.2f   packed keys %8.2f   packed/fp32 %.3f\n", (long long)m,
                tf[RUNS / 2] * 1e3, tp[RUNS / 2] * 1e3, tp[RUNS / 2] / tf[RUNS / 2]);
     }

@@ -22,14 +22,10 @@
 #include "io/checkpoint.h"
 #include "io/safetensors_writer.h"
 
+#include "bench_util.h"
+
 #define WEIGHT_ROWS 4096
 #define WEIGHT_COLS 4096 /* 16 MiB of FP8 per weight */
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static uint64_t mix(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
@@ -131,7 +127,7 @@ static double read_loop(const file_list *fl, int direct, uint64_t *sum_out) {
     if (posix_memalign(&mem, 4096, cap)) return 0;
     uint8_t *buf = mem;
     uint64_t sum = 0;
-    double t0 = now();
+    double t0 = bench_now_s();
     for (size_t i = 0; i < fl->n; i++) {
         int fd = open(fl->paths[i], O_RDONLY | (direct ? O_DIRECT : 0));
         if (fd < 0) continue;
@@ -143,7 +139,7 @@ static double read_loop(const file_list *fl, int direct, uint64_t *sum_out) {
         }
         close(fd);
     }
-    double t = now() - t0;
+    double t = bench_now_s() - t0;
     free(buf);
     *sum_out = sum;
     return t;
@@ -152,7 +148,7 @@ static double read_loop(const file_list *fl, int direct, uint64_t *sum_out) {
 /* Ours: open with every check + read every tensor byte once (threads: 0 =
  * the library's default). */
 static double load_all(const char *dir, int threads, uint64_t *bytes) {
-    double t0 = now();
+    double t0 = bench_now_s();
     di_checkpoint *ck = NULL;
     di_err err = {0};
     di_ckpt_read_stats rs = {0};
@@ -162,16 +158,11 @@ static double load_all(const char *dir, int threads, uint64_t *bytes) {
     }
     di_checkpoint_close(ck);
     *bytes = rs.bytes;
-    return now() - t0;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    return bench_now_s() - t0;
 }
 
 static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    qsort(v, (size_t)n, sizeof *v, bench_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
@@ -215,12 +206,12 @@ int main(int argc, char **argv) {
     }
     mkdir(dir, 0755);
     clear_checkpoint(dir);
-    double t0 = now();
+    double t0 = bench_now_s();
     if (write_checkpoint(dir, gb)) return 1;
     file_list fl;
     list_files(dir, &fl);
     printf("bench_load: wrote %.2f GB in %zu files to %s in %.1f s\n", (double)fl.bytes / 1e9, fl.n,
-           dir, now() - t0);
+           dir, bench_now_s() - t0);
 
     double cold_peer[50], cold_direct[50], cold_ours[50], warm_peer[50], warm_ours[50];
     double cold_one[50], warm_one[50];

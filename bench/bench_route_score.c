@@ -24,6 +24,8 @@
 #include "backend/backend.h"
 #include "core/route_score.h"
 
+#include "bench_util.h"
+
 static float f_of(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
@@ -173,17 +175,6 @@ static void report(const char *what, const stats *s) {
            (long long)s->dist_max, (double)s->dist_at);
 }
 
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-static int cmpd(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char **argv) {
     uint64_t step = 1;
     int threads = 2;
@@ -221,20 +212,20 @@ int main(int argc, char **argv) {
     }
     double to[REPS], tl[REPS], sink = 0;
     for (int k = 0; k < REPS; k++) {
-        double t0 = now();
+        double t0 = bench_now_s();
         for (int rep = 0; rep < 50; rep++)
             for (int i = 0; i < N; i++) y[i] = di_route_score(x[i] + (float)rep * 0.0f);
-        double t1 = now();
+        double t1 = bench_now_s();
         sink += y[7];
         for (int rep = 0; rep < 50; rep++)
             for (int i = 0; i < N; i++) y[i] = libm_score(x[i] + (float)rep * 0.0f);
-        double t2 = now();
+        double t2 = bench_now_s();
         sink += y[7];
         to[k] = (t1 - t0) / (50.0 * N) * 1e9;
         tl[k] = (t2 - t1) / (50.0 * N) * 1e9;
     }
-    qsort(to, REPS, sizeof *to, cmpd);
-    qsort(tl, REPS, sizeof *tl, cmpd);
+    qsort(to, REPS, sizeof *to, bench_cmp_double);
+    qsort(tl, REPS, sizeof *tl, bench_cmp_double);
     printf("speed (this file, -march=native): ours %.2f ns/score, libm %.2f ns/score, "
            "ours/libm %.2f (medians of %d; %g)\n",
            to[REPS / 2], tl[REPS / 2], to[REPS / 2] / tl[REPS / 2], REPS, sink * 0);
@@ -251,16 +242,16 @@ int main(int argc, char **argv) {
     for (int i = 0; i < M * E; i++) lg[i] = x[i % N] + (float)(i / N) * 0.01f;
     for (int j = 0; j < E; j++) bias[j] = 0.01f * (float)(j % 7);
     for (int k = 0; k < REPS; k++) {
-        double t0 = now();
+        double t0 = bench_now_s();
         for (int rep = 0; rep < 5; rep++) be->ops->moe_route(be, lg, bias, M, E, K, 1, 1.5f, id, wt);
-        double t1 = now();
+        double t1 = bench_now_s();
         for (int rep = 0; rep < 5; rep++) libm_route(lg, bias, M, E, K, 1.5f, id, wt);
-        double t2 = now();
+        double t2 = bench_now_s();
         to[k] = (t1 - t0) / 5 * 1e6;
         tl[k] = (t2 - t1) / 5 * 1e6;
     }
-    qsort(to, REPS, sizeof *to, cmpd);
-    qsort(tl, REPS, sizeof *tl, cmpd);
+    qsort(to, REPS, sizeof *to, bench_cmp_double);
+    qsort(tl, REPS, sizeof *tl, bench_cmp_double);
     printf("moe_route 64 x 384, top 6: ours %.1f us, libm routing %.1f us, ours/libm %.2f "
            "(medians of %d)\n", to[REPS / 2], tl[REPS / 2], to[REPS / 2] / tl[REPS / 2], REPS);
     di_backend_destroy(be);
