@@ -948,6 +948,9 @@ static void test_moe_experts_device(void) {
         dev_free(dx); dev_free(dl); dev_free(db); dev_free(didx); dev_free(dw); dev_free(dout);
         dev_free(dacc);
         di_cuda_free(scr);
+        /* the loop's weights are cached by host address and size: the next
+         * case's malloc may return the same addresses */
+        di_backend_cuda_weights_drop(gpu);
         for (int q = 0; q < 3; q++) {
             di_cuda_free(dwt[q]);
             di_cuda_free(dsc[q]);
