@@ -966,6 +966,112 @@ static void test_moe_experts_device(void) {
     }
 }
 
+/* moe_route_buf and moe_experts through the op table: the grouped op on
+ * the layer's stacked experts equals the table's own per-expert loop bit
+ * for bit up to 16 rows, whichever ran first; the stack is the only device
+ * copy of the experts (the weight bytes are the experts' bytes once,
+ * whether the loop uploaded single experts before or reads the stack
+ * after), di_backend_cuda_weights_drop forgets it; the per-expert fallback
+ * (no FP8 activations: the bf16 numerics) equals the loop; routing with
+ * more experts than the route kernel takes comes from the host op. */
+static void test_moe_op_table(void) {
+    NEED_GPU();
+    const struct { int64_t m, D, I; int E, k; unsigned mm; int loop_first; } cs[] = {
+        {1, 256, 64, 8, 2, DI_MM_ACT_FP8 | DI_MM_OUT_BF16, 0},
+        {6, 256, 128, 9, 3, DI_MM_ACT_FP8 | DI_MM_OUT_BF16, 1},
+        {16, 128, 96, 12, 4, DI_MM_ACT_FP8 | DI_MM_OUT_BF16, 0},
+        {5, 128, 64, 6, 2, DI_MM_OUT_BF16, 0},
+    };
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        int64_t m = cs[t].m, D = cs[t].D, I = cs[t].I;
+        int E = cs[t].E, k = cs[t].k;
+        unsigned mm = cs[t].mm;
+        const float limit = 10.0f;
+        size_t wb1 = (size_t)(I * D / 2), sb1 = (size_t)(I * (D / 32)), wb2 = (size_t)(D * I / 2),
+               sb2 = (size_t)(D * (I / 32));
+        struct { di_wmat w1, w2, w3; } *ex = calloc((size_t)E, sizeof *ex);
+        void **mem = calloc((size_t)(6 * E), sizeof(void *));
+        for (int e = 0; e < E; e++) {
+            for (int q = 0; q < 3; q++) { /* q: w1, w3, w2 */
+                size_t wb = q == 2 ? wb2 : wb1, sb = q == 2 ? sb2 : sb1;
+                uint8_t *s8 = malloc(sb);
+                for (size_t i = 0; i < sb; i++) s8[i] = (uint8_t)(121 + rng_int(6));
+                mem[6 * e + 2 * q] = rnd_bytes(wb);
+                mem[6 * e + 2 * q + 1] = s8;
+            }
+            ex[e].w1 = (di_wmat){DI_WFMT_FP4, I, D, mem[6 * e], mem[6 * e + 1]};
+            ex[e].w3 = (di_wmat){DI_WFMT_FP4, I, D, mem[6 * e + 2], mem[6 * e + 3]};
+            ex[e].w2 = (di_wmat){DI_WFMT_FP4, D, I, mem[6 * e + 4], mem[6 * e + 5]};
+        }
+        di_moe_experts me = {E, &ex[0].w1, &ex[0].w3, &ex[0].w2, sizeof *ex};
+        float *x = rnd(m * D, 1.0f), *lg = rnd(m * E, 2.0f), *bias = rnd(E, 0.1f);
+        for (int64_t i = 0; i < m; i++) lg[i * E + 1] = -30.0f; /* expert 1 never picked */
+        int32_t *idx = malloc((size_t)(m * k) * 4), *gidx = malloc((size_t)(m * k) * 4);
+        float *wt = malloc((size_t)(m * k) * 4), *gwt = malloc((size_t)(m * k) * 4);
+        cpu->ops->moe_route(cpu, lg, bias, m, E, k, 1, 1.5f, idx, wt);
+        float *dx = dev_up(x, (size_t)(m * D) * 4), *dl = dev_up(lg, (size_t)(m * E) * 4);
+        int32_t *didx = (int32_t *)dev_poison((size_t)(m * k) * 4);
+        float *dw = dev_poison((size_t)(m * k) * 4), *dout = dev_poison((size_t)(m * D) * 4);
+        float *dloop = dev_poison((size_t)(m * D) * 4);
+        di_backend_cuda_weights_drop(gpu);
+        CHECK(gpu->ops->moe_route_buf && gpu->ops->moe_experts);
+        gpu->ops->moe_route_buf(gpu, dl, bias, m, E, k, 1, 1.5f, didx, dw);
+        gpu->ops->download(gpu, gidx, didx, (size_t)(m * k) * 4);
+        gpu->ops->download(gpu, gwt, dw, (size_t)(m * k) * 4);
+        char what[112];
+        snprintf(what, sizeof what, "moe op table m %lld D %lld I %lld E %d k %d mm %u%s",
+                 (long long)m, (long long)D, (long long)I, E, k, mm,
+                 cs[t].loop_first ? " (loop first)" : "");
+        CHECKF(!memcmp(idx, gidx, (size_t)(m * k) * 4) && !memcmp(wt, gwt, (size_t)(m * k) * 4),
+               "%s: moe_route_buf differs from the CPU op", what);
+        size_t experts_bytes = (size_t)E * (2 * (wb1 + sb1) + wb2 + sb2), bias_bytes = (size_t)E * 4;
+        if (cs[t].loop_first) moe_loop_ref(gpu, &me, dx, m, idx, wt, k, mm, limit, dloop);
+        gpu->ops->moe_experts(gpu, &me, dx, m, didx, dw, k, mm, limit, dout);
+        size_t after = di_backend_cuda_weights_bytes(gpu);
+        if (!cs[t].loop_first) moe_loop_ref(gpu, &me, dx, m, idx, wt, k, mm, limit, dloop);
+        float *got = dev_down(dout, (size_t)(m * D) * 4), *loop = dev_down(dloop, (size_t)(m * D) * 4);
+        float *ref = malloc((size_t)(m * D) * 4);
+        cpu->ops->moe_experts(cpu, &me, x, m, idx, wt, k, mm, limit, ref);
+        if (status_ok(what)) {
+            cmp_exact(what, got, loop, m * D);
+            double ec = rel_l2_f(got, ref, m * D);
+            CHECKF(ec <= BF16_ULP, "%s: relative L2 %.3g against the CPU op", what, ec);
+            if (mm & DI_MM_ACT_FP8) { /* stacked: each expert once, before and after the loop */
+                CHECKF(after == experts_bytes + bias_bytes, "%s: %zu weight bytes after the grouped op, %zu expected",
+                       what, after, experts_bytes + bias_bytes);
+                CHECKF(di_backend_cuda_weights_bytes(gpu) == after, "%s: the loop added %zu bytes to the stack's",
+                       what, di_backend_cuda_weights_bytes(gpu) - after);
+            }
+        }
+        di_backend_cuda_weights_drop(gpu);
+        CHECK_EQ_INT(di_backend_cuda_weights_bytes(gpu), 0);
+        dev_free(dx); dev_free(dl); dev_free(didx); dev_free(dw); dev_free(dout); dev_free(dloop);
+        for (int i = 0; i < 6 * E; i++) free(mem[i]);
+        free(mem); free(ex); free(x); free(lg); free(bias); free(idx); free(gidx); free(wt);
+        free(gwt); free(got); free(loop); free(ref);
+    }
+    /* more experts than the route kernel's 1024: the host op's results */
+    {
+        int64_t m = 3;
+        int E = 1100, k = 4;
+        float *lg = rnd(m * E, 2.0f), *bias = rnd(E, 0.1f);
+        int32_t *idx = malloc((size_t)(m * k) * 4), *gidx = malloc((size_t)(m * k) * 4);
+        float *wt = malloc((size_t)(m * k) * 4), *gwt = malloc((size_t)(m * k) * 4);
+        cpu->ops->moe_route(cpu, lg, bias, m, E, k, 1, 2.5f, idx, wt);
+        float *dl = dev_up(lg, (size_t)(m * E) * 4), *dw = dev_poison((size_t)(m * k) * 4);
+        int32_t *didx = (int32_t *)dev_poison((size_t)(m * k) * 4);
+        gpu->ops->moe_route_buf(gpu, dl, bias, m, E, k, 1, 2.5f, didx, dw);
+        gpu->ops->download(gpu, gidx, didx, (size_t)(m * k) * 4);
+        gpu->ops->download(gpu, gwt, dw, (size_t)(m * k) * 4);
+        if (status_ok("moe_route_buf, 1100 experts"))
+            CHECKF(!memcmp(idx, gidx, (size_t)(m * k) * 4) && !memcmp(wt, gwt, (size_t)(m * k) * 4),
+                   "moe_route_buf with %d experts differs from the CPU op", E);
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(dl); dev_free(dw); dev_free(didx);
+        free(lg); free(bias); free(idx); free(gidx); free(wt); free(gwt);
+    }
+}
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -998,6 +1104,7 @@ int main(void) {
     RUN(test_route_score_device);
     RUN(test_moe_route_device);
     RUN(test_moe_experts_device);
+    RUN(test_moe_op_table);
     di_backend_destroy(gpu);
     di_backend_destroy(cpu);
     return test_summary();

@@ -6,7 +6,9 @@
  * uploaded), and the profile of the device-form steps must show the
  * attention over device row tables and no call of the host-result or
  * host-table forms (topk_select, candidate_blocks, restrict_blocks,
- * index_scores_kv, sparse_attn_kv). Skips without a GPU or ../shared. */
+ * index_scores_kv, sparse_attn_kv). The grouped MoE op against the
+ * per-expert loop the same way (same bits, no routing read back). Skips
+ * without a GPU or ../shared. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,11 +31,12 @@ static long prof_calls(const char *tab, const char *name) {
     return 0;
 }
 
-/* Prefill P tokens into a and Q into b, then `steps` decode steps of a
- * alone and `steps` of a and b batched; logits of every pass into lg.
- * Profiles the decode steps into tab. Returns the rows written. */
-static int64_t run(gold_model *g, di_backend *be, int64_t P, int64_t Q, int steps, float *lg,
-                   char *tab, size_t cap) {
+/* Prefill P tokens into a and Q into b (in pieces of `chunk` tokens, 0:
+ * whole), then `steps` decode steps of a alone and `steps` of a and b
+ * batched; logits of every pass's last rows into lg. Profiles the decode
+ * steps into tab. Returns the rows written. */
+static int64_t run(gold_model *g, di_backend *be, int64_t P, int64_t Q, int steps, int64_t chunk,
+                   float *lg, char *tab, size_t cap) {
     const int32_t *ids = gold_i32(g, "long.prompt_ids", NULL);
     int64_t V = g->cfg.vocab_size, rows = 0;
     di_err err = {0};
@@ -42,9 +45,18 @@ static int64_t run(gold_model *g, di_backend *be, int64_t P, int64_t Q, int step
     di_seqstate a, b;
     CHECK(di_seqstate_init(&a, &g->lm, P + 2 * steps + 8, 0, &err) == DI_OK);
     CHECK(di_seqstate_init(&b, &g->lm, Q + steps + 16, 0, &err) == DI_OK);
-    di_fwd_seq qa = {&a, ids, P}, qb = {&b, ids + 7, Q};
-    CHECKF(di_forward(&g->lm, &qa, 1, lg, 0, &err) == DI_OK, "%s", err.msg);
-    CHECKF(di_forward(&g->lm, &qb, 1, lg + V, 0, &err) == DI_OK, "%s", err.msg);
+    for (int64_t i = 0; i < P;) {
+        int64_t n = chunk > 0 && P - i > chunk ? chunk : P - i;
+        di_fwd_seq qa = {&a, ids + i, n};
+        CHECKF(di_forward(&g->lm, &qa, 1, lg, 0, &err) == DI_OK, "%s", err.msg);
+        i += n;
+    }
+    for (int64_t i = 0; i < Q;) {
+        int64_t n = chunk > 0 && Q - i > chunk ? chunk : Q - i;
+        di_fwd_seq qb = {&b, ids + 7 + i, n};
+        CHECKF(di_forward(&g->lm, &qb, 1, lg + V, 0, &err) == DI_OK, "%s", err.msg);
+        i += n;
+    }
     rows = 2;
     di_backend_cuda_profile_start(be, 1);
     for (int s = 0; s < steps; s++) {
@@ -65,36 +77,72 @@ static int64_t run(gold_model *g, di_backend *be, int64_t P, int64_t Q, int step
     return rows;
 }
 
-static void test_device_select_same_bits(void) {
-    const char *shared = test_shared_dir();
-    if (!shared) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
-    di_err err = {0};
-    di_backend *eager = NULL, *dev = NULL;
+/* A CUDA backend with DI_CUDA_DEVICE_SELECT and DI_CUDA_MOE_GROUPED set
+ * to sel and moe (NULL: unset) when it is created. */
+static di_status cuda_with(const char *sel, const char *moe, di_backend **be, di_err *err) {
+    if (sel) setenv("DI_CUDA_DEVICE_SELECT", sel, 1);
+    else unsetenv("DI_CUDA_DEVICE_SELECT");
+    if (moe) setenv("DI_CUDA_MOE_GROUPED", moe, 1);
+    else unsetenv("DI_CUDA_MOE_GROUPED");
+    di_status st = di_backend_cuda_create(0, be, err);
     unsetenv("DI_CUDA_DEVICE_SELECT");
-    if (di_backend_cuda_create(0, &eager, &err)) SKIP("%s", err.msg);
-    setenv("DI_CUDA_DEVICE_SELECT", "1", 1);
-    di_status st = di_backend_cuda_create(0, &dev, &err);
-    unsetenv("DI_CUDA_DEVICE_SELECT");
-    CHECKF(st == DI_OK, "%s", err.msg);
+    unsetenv("DI_CUDA_MOE_GROUPED");
+    return st;
+}
+
+/* Two backends (switches sel / moe each) and the golden tiny model, run
+ * the same way; logits of both into l[0], l[1], profiles into t[0], t[1]. */
+typedef struct pair {
+    di_backend *be[2];
     gold_model g;
-    if (st || gold_open(&g, shared, "v41-tiny")) {
-        CHECK(0);
-        di_backend_destroy(eager);
-        if (dev) di_backend_destroy(dev);
-        return;
+    int64_t rows, diff; /* rows of logits, how many values differ */
+    float *l[2];
+    char t[2][8192];
+} pair;
+
+/* 1: ran; 0: skipped (no device); -1: failed to set up. */
+static int pair_run(pair *p, const char *const sel[2], const char *const moe[2], int64_t P,
+                    int64_t Q, int steps, int64_t chunk) {
+    const char *shared = test_shared_dir();
+    di_err err = {0};
+    memset(p, 0, sizeof *p);
+    if (!shared || cuda_with(sel[0], moe[0], &p->be[0], &err)) return 0;
+    if (cuda_with(sel[1], moe[1], &p->be[1], &err) || gold_open(&p->g, shared, "v41-tiny")) {
+        CHECKF(0, "%s", err.msg);
+        di_backend_destroy(p->be[0]);
+        di_backend_destroy(p->be[1]);
+        return -1;
     }
-    CHECK(dev->ops->sparse_attn_rows != NULL && eager->ops->sparse_attn_rows == NULL);
-    int64_t V = g.cfg.vocab_size, P = 120, Q = 40;
-    int steps = 8;
+    int64_t V = p->g.cfg.vocab_size, n[2];
     size_t cap = (size_t)(2 + 3 * steps) * (size_t)V;
-    float *l0 = malloc(cap * sizeof(float)), *l1 = malloc(cap * sizeof(float));
-    static char t0[8192], t1[8192];
-    int64_t n0 = run(&g, eager, P, Q, steps, l0, t0, sizeof t0);
-    int64_t n1 = run(&g, dev, P, Q, steps, l1, t1, sizeof t1);
-    CHECK_EQ_INT(n0, n1);
-    int64_t diff = 0;
-    for (int64_t i = 0; i < n0 * V; i++) diff += memcmp(&l0[i], &l1[i], sizeof(float)) != 0;
-    CHECKF(diff == 0, "%lld logits differ between the device forms and the host forms", (long long)diff);
+    for (int i = 0; i < 2; i++) {
+        p->l[i] = malloc(cap * sizeof(float));
+        n[i] = run(&p->g, p->be[i], P, Q, steps, chunk, p->l[i], p->t[i], sizeof p->t[i]);
+    }
+    CHECK_EQ_INT(n[0], n[1]);
+    p->rows = n[0];
+    for (int64_t i = 0; i < n[0] * V; i++) p->diff += memcmp(&p->l[0][i], &p->l[1][i], sizeof(float)) != 0;
+    if (getenv("DI_TEST_VERBOSE")) fprintf(stderr, "first:\n%s\nsecond:\n%s\n", p->t[0], p->t[1]);
+    return 1;
+}
+
+static void pair_close(pair *p) {
+    free(p->l[0]);
+    free(p->l[1]);
+    gold_close(&p->g);
+    di_backend_destroy(p->be[0]);
+    di_backend_destroy(p->be[1]);
+}
+
+static void test_device_select_same_bits(void) {
+    static pair p;
+    static const char *const sel[2] = {"0", "1"}, *const moe[2] = {NULL, NULL};
+    int rc = pair_run(&p, sel, moe, 120, 40, 8, 0);
+    if (rc == 0) SKIP("no CUDA device or ../shared not found (set DEEPINFER_SHARED_DIR)");
+    if (rc < 0) return;
+    const char *t0 = p.t[0], *t1 = p.t[1];
+    CHECK(p.be[1]->ops->sparse_attn_rows != NULL && p.be[0]->ops->sparse_attn_rows == NULL);
+    CHECKF(p.diff == 0, "%lld logits differ between the device forms and the host forms", (long long)p.diff);
     static const char *const host_forms[] = {"topk_select", "candidate_blocks", "restrict_blocks",
                                              "index_scores_kv", "sparse_attn_kv"};
     for (size_t i = 0; i < sizeof host_forms / sizeof *host_forms; i++) {
@@ -103,12 +151,7 @@ static void test_device_select_same_bits(void) {
         CHECKF(prof_calls(t0, host_forms[i]) > 0 || i == 2, "host forms: no call of %s", host_forms[i]);
     }
     CHECK(prof_calls(t1, "sparse_attn_rows") > 0 && prof_calls(t1, "topk_select_buf") > 0);
-    if (getenv("DI_TEST_VERBOSE")) fprintf(stderr, "host forms:\n%s\ndevice forms:\n%s\n", t0, t1);
-    free(l0);
-    free(l1);
-    gold_close(&g);
-    di_backend_destroy(eager);
-    di_backend_destroy(dev);
+    pair_close(&p);
 }
 
 /* sparse_attn_rows on random tables (every slot kind: ring slot, this
@@ -209,8 +252,36 @@ static void test_attn_rows_op(void) {
     di_backend_destroy(gpu);
 }
 
+/* The routed experts through the grouped op (moe_route_buf + moe_experts on
+ * the stacked experts) against the model's per-expert loop with host
+ * routing (DI_CUDA_MOE_GROUPED=0) on the golden model: the same logits
+ * bits, every pass at most 16 rows (prefill in pieces of 16: up to 16 rows
+ * both take the products' decode kernel, test_cuda_backend.c). The grouped
+ * decode steps call neither moe_route nor an MXFP4 matmul (the shared
+ * expert is FP8) and download once per pass (the logits). */
+static void test_moe_grouped_same_bits(void) {
+    static pair p;
+    static const char *const sel[2] = {"1", "1"}, *const moe[2] = {"0", NULL};
+    const int steps = 6;
+    int rc = pair_run(&p, sel, moe, 120, 40, steps, 16);
+    if (rc == 0) SKIP("no CUDA device or ../shared not found (set DEEPINFER_SHARED_DIR)");
+    if (rc < 0) return;
+    const char *t0 = p.t[0], *t1 = p.t[1];
+    CHECK(p.be[1]->ops->moe_experts != NULL && p.be[0]->ops->moe_experts == NULL);
+    CHECKF(p.diff == 0, "%lld logits differ between the grouped op and the per-expert loop", (long long)p.diff);
+    CHECK(prof_calls(t1, "moe_experts") > 0 && prof_calls(t1, "moe_route_buf") > 0);
+    CHECKF(prof_calls(t1, "moe_route") == 0 && prof_calls(t1, "matmul (mxfp4)") == 0,
+           "grouped: %ld moe_route, %ld mxfp4 matmul calls", prof_calls(t1, "moe_route"),
+           prof_calls(t1, "matmul (mxfp4)"));
+    CHECK(prof_calls(t0, "moe_route") > 0 && prof_calls(t0, "matmul (mxfp4)") > 0);
+    CHECKF(prof_calls(t1, "download") == 2 * steps, "grouped: %ld downloads in %d passes",
+           prof_calls(t1, "download"), 2 * steps);
+    pair_close(&p);
+}
+
 int main(void) {
     RUN(test_attn_rows_op);
+    RUN(test_moe_grouped_same_bits);
     RUN(test_device_select_same_bits);
     return test_summary();
 }

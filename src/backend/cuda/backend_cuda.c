@@ -28,7 +28,8 @@
  * keyed by host address and size for the backend's lifetime. A pointer that
  * already is device memory (a backend buffer) is used as it is. This is the
  * simplest correct scheme until the model gets an explicit "load weights to
- * the device" step; di_backend_cuda_weights_drop forgets the copies.
+ * the device" step; di_backend_cuda_weights_drop forgets the copies (the
+ * stacked experts of the MoE layers included).
  *
  * Engram tables (≈100 GB each at real size) never go to the device: the
  * FP8 rows and scales a call needs are gathered on the host and only those
@@ -39,9 +40,19 @@
  * the indices. With DI_CUDA_DEVICE_SELECT=1 the table also has backend.h's
  * backend-memory forms (selections, candidate blocks and attention row
  * tables stay on the device; the forward then reads nothing back until the
- * logits); off by default until a GPU run has checked them. moe_route downloads its logits and runs the CPU backend's op
- * on them: its weights come from libm's expf / log1pf, which the device's
- * functions do not match to the last bit.
+ * logits); off by default until a GPU run has checked them. moe_route
+ * (host results) downloads its logits and runs the CPU backend's op.
+ *
+ * MoE. moe_route_buf routes into device arrays (cuda_ops_moe.cu, the CPU's
+ * router arithmetic bit for bit) and moe_experts runs a layer's routed
+ * experts as grouped products in a fixed number of launches, on one
+ * stacked device copy of the layer's experts (moe_stack: built on first
+ * use, keyed by the host addresses of every expert's matrices, counted in
+ * the weight bytes; the weight table's entries of those matrices point
+ * into it, so an expert is never on the device twice). Layers the grouped
+ * kernels do not take (other formats, bf16 numerics) run the per-expert
+ * loop inside the op. DI_CUDA_MOE_GROUPED=0 leaves both ops out (the
+ * model's loop with host routing), for comparisons.
  *
  * Errors. Ops return nothing (backend.h); the first failure is kept, with
  * the op's name in front of the message, and reported by the `status` op
@@ -62,6 +73,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_ops_moe.h"
 
 enum { SCR_A, SCR_B, SCR_C, SCR_D, N_SCRATCH };
 
@@ -83,14 +95,20 @@ typedef struct wentry {
     const void *host; /* NULL = empty slot */
     size_t bytes;
     void *dev;
+    int view;         /* dev lies in a stacked MoE layer (moe_stack), freed with it */
 } wentry;
 
+typedef struct moe_stack moe_stack;
+
 typedef struct cuda_impl {
+    di_backend_ops ops; /* this backend's table: cuda_ops less what the environment turns off */
     int device;
     di_status status; /* first failure of any op */
     di_err err;
     wentry *wtab; /* open addressing, cap a power of two */
     size_t wcap, wcount, wbytes;
+    moe_stack *stacks; /* [n_stacks] stacked routed experts, one per MoE layer */
+    int n_stacks, cap_stacks;
     void *scr[N_SCRATCH]; /* device scratch, grown on demand */
     size_t scr_cap[N_SCRATCH];
     void *host_buf; /* host staging (downloads, Engram rows) */
@@ -243,6 +261,31 @@ static int wgrow(cuda_impl *c) {
     return 0;
 }
 
+/* Room for one more entry; -1 when the table cannot grow. */
+static int wreserve(cuda_impl *c) {
+    return (c->wcount + 1) * 2 > c->wcap && wgrow(c) ? -1 : 0;
+}
+
+/* Enters the device copy of host weight p (a copy of its own, or a view
+ * into a stack of experts) in place of any entry of the same address,
+ * whose own copy is freed: a smaller copy superseded, or an expert's
+ * single copy replaced by its place in the layer's stack, so no weight is
+ * on the device twice. Needs wreserve first. */
+static void wput(cuda_impl *c, const void *p, size_t bytes, void *dev, int view) {
+    size_t s = wslot(c, p);
+    while (c->wtab[s].host && c->wtab[s].host != p) s = (s + 1) & (c->wcap - 1);
+    if (c->wtab[s].host) {
+        if (!c->wtab[s].view) {
+            c->wbytes -= c->wtab[s].bytes;
+            di_cuda_free(c->wtab[s].dev);
+        }
+    } else {
+        c->wcount++;
+    }
+    c->wtab[s] = (wentry){p, bytes, dev, view};
+    if (!view) c->wbytes += bytes;
+}
+
 /* The device copy of `bytes` of host weight data at p (p itself when it is
  * already device memory); NULL on failure (kept for status). */
 static const void *wdev(di_backend *be, const void *p, size_t bytes) {
@@ -257,7 +300,7 @@ static const void *wdev(di_backend *be, const void *p, size_t bytes) {
         }
     }
     if (cuda_mem_is_device(p)) return p;
-    if ((c->wcount + 1) * 2 > c->wcap && wgrow(c)) {
+    if (wreserve(c)) {
         note(be, di_err_set(&err, DI_ERR_NOMEM, "cuda backend: weight table"), &err);
         return NULL;
     }
@@ -270,18 +313,7 @@ static const void *wdev(di_backend *be, const void *p, size_t bytes) {
         di_cuda_free(d);
         return NULL;
     }
-    /* a smaller copy of the same address is superseded: keep both keys apart
-     * by replacing the entry in place when there is one */
-    size_t s = wslot(c, p);
-    while (c->wtab[s].host && c->wtab[s].host != p) s = (s + 1) & (c->wcap - 1);
-    if (c->wtab[s].host) {
-        c->wbytes -= c->wtab[s].bytes;
-        di_cuda_free(c->wtab[s].dev);
-    } else {
-        c->wcount++;
-    }
-    c->wtab[s] = (wentry){p, bytes, d};
-    c->wbytes += bytes;
+    wput(c, p, bytes, d, 0);
     return d;
 }
 
@@ -289,13 +321,16 @@ static const void *tdev(di_backend *be, const di_tensor *t) {
     return wdev(be, t->data, (size_t)di_tensor_numel(t) * di_dtype_size(t->dtype));
 }
 
+static void moe_stacks_free(cuda_impl *c);
+
 void di_backend_cuda_weights_drop(di_backend *be) {
     cuda_impl *c = IM(be);
     for (size_t i = 0; i < c->wcap; i++)
-        if (c->wtab[i].host) di_cuda_free(c->wtab[i].dev);
+        if (c->wtab[i].host && !c->wtab[i].view) di_cuda_free(c->wtab[i].dev);
     free(c->wtab);
     c->wtab = NULL;
     c->wcap = c->wcount = c->wbytes = 0;
+    moe_stacks_free(c);
 }
 
 size_t di_backend_cuda_weights_bytes(const di_backend *be) {
@@ -981,6 +1016,268 @@ static void cu_add(di_backend *be, float *y, const float *x, int64_t n) {
     note(be, cuda_op_add(y, x, n, &err), &err);
 }
 
+/* moe_route with its results left in device memory: the route kernel
+ * (cuda_ops_moe.cu, the CPU op's arithmetic bit for bit) where it fits
+ * (up to 1024 experts, top-64), else the host form's results uploaded. */
+static void cu_moe_route_buf(di_backend *be, const float *logits, const float *bias, int64_t m,
+                             int e, int k, int normalize, float route_scale, int32_t *idx,
+                             float *w) {
+    op_enter(be, "moe_route_buf");
+    di_err err = {0};
+    if (m <= 0 || k <= 0) return;
+    if (bias && e <= 1024 && k <= 64 && k <= e) {
+        const float *db = wdev(be, bias, (size_t)e * sizeof(float));
+        if (!db) return;
+        note(be, cuda_op_moe_route(logits, db, m, e, k, normalize, route_scale, idx, w, NULL, &err),
+             &err);
+        return;
+    }
+    size_t n = (size_t)(m * k);
+    int32_t *hi = malloc(n * sizeof *hi);
+    float *hw = malloc(n * sizeof *hw);
+    if (!hi || !hw) {
+        note(be, di_err_set(&err, DI_ERR_NOMEM, "moe_route_buf: %zu routing entries", n), &err);
+    } else {
+        cu_moe_route(be, logits, bias, m, e, k, normalize, route_scale, hi, hw);
+        cuda_stage *sg = IM(be)->stage;
+        di_status st = cuda_stage_upload(sg, idx, hi, n * sizeof *hi, &err);
+        if (!st) st = cuda_stage_upload(sg, w, hw, n * sizeof *hw, &err);
+        note(be, st, &err);
+    }
+    free(hi);
+    free(hw);
+}
+
+/* A layer's routed experts stacked on the device in the grouped product's
+ * layout (cuda_moe_weights: [E, n, k/2] codes and [E, n, k/32] scales per
+ * matrix), keyed by the host addresses of every expert's matrices. The
+ * weight table's entries for those addresses become views into the stack
+ * (an expert's own copy, if one was made before, is freed), so an expert is
+ * on the device once and the single-matrix ops read the stacked copy. */
+struct moe_stack {
+    int n;              /* experts */
+    const void **host;  /* [6, n]: w1, s1, w3, s3, w2, s2 host pointers of each expert */
+    size_t bytes[6];    /* of one expert's codes / scales, same order */
+    void *dev;          /* one allocation, the six parts 256-byte aligned */
+    size_t data;        /* bytes of weights in it (counted in wbytes) */
+    cuda_moe_weights W;
+};
+
+static void moe_stacks_free(cuda_impl *c) {
+    for (int i = 0; i < c->n_stacks; i++) {
+        di_cuda_free(c->stacks[i].dev);
+        free(c->stacks[i].host);
+    }
+    free(c->stacks);
+    c->stacks = NULL;
+    c->n_stacks = c->cap_stacks = 0;
+}
+
+/* Host pointer q (0..5: w1, s1, w3, s3, w2, s2) of expert e. */
+static const void *moe_part(const di_moe_experts *ex, int q, int e) {
+    const di_wmat *mt = di_moe_wmat(q < 2 ? ex->w1 : q < 4 ? ex->w3 : ex->w2, ex->stride, e);
+    return q & 1 ? (const void *)mt->s : mt->w;
+}
+
+/* Whether the grouped kernels take this layer: MXFP4 experts of one shape
+ * with dims multiples of 32, FP8 activations (the shipped numerics), up to
+ * 1024 experts and top-64. Anything else runs the per-expert loop. */
+static int moe_grouped_fits(const di_moe_experts *ex, int k, unsigned mm) {
+    int64_t I = ex->w1->n_out, D = ex->w1->n_in;
+    if (!(mm & DI_MM_ACT_FP8) || (mm & ~(DI_MM_ACT_FP8 | DI_MM_OUT_BF16)) || ex->n <= 0 ||
+        ex->n > 1024 || k <= 0 || k > 64 || I <= 0 || D <= 0 || I % 32 || D % 32)
+        return 0;
+    for (int e = 0; e < ex->n; e++) {
+        const di_wmat *a = di_moe_wmat(ex->w1, ex->stride, e), *b = di_moe_wmat(ex->w3, ex->stride, e),
+                      *d = di_moe_wmat(ex->w2, ex->stride, e);
+        if (a->fmt != DI_WFMT_FP4 || b->fmt != DI_WFMT_FP4 || d->fmt != DI_WFMT_FP4 ||
+            a->n_out != I || a->n_in != D || b->n_out != I || b->n_in != D || d->n_out != D ||
+            d->n_in != I || !a->w || !a->s || !b->w || !b->s || !d->w || !d->s)
+            return 0;
+    }
+    return 1;
+}
+
+/* The stacked copy of a layer's experts, built on first use; NULL when the
+ * experts already are device memory (the loop then reads them as they are)
+ * or on failure (kept for status). */
+static const cuda_moe_weights *moe_stacked(di_backend *be, const di_moe_experts *ex) {
+    cuda_impl *c = IM(be);
+    int E = ex->n;
+    size_t bytes[6];
+    bytes[0] = wmat_bytes(ex->w1, &bytes[1]);
+    bytes[2] = wmat_bytes(ex->w3, &bytes[3]);
+    bytes[4] = wmat_bytes(ex->w2, &bytes[5]);
+    for (int i = 0; i < c->n_stacks; i++) {
+        moe_stack *sk = &c->stacks[i];
+        if (sk->n != E || memcmp(sk->bytes, bytes, sizeof bytes)) continue;
+        int same = 1;
+        for (int q = 0; q < 6 && same; q++)
+            for (int e = 0; e < E && same; e++) same = sk->host[q * E + e] == moe_part(ex, q, e);
+        if (same) return &sk->W;
+    }
+    if (cuda_mem_is_device(ex->w1->w)) return NULL;
+    di_err err = {0};
+    if (c->n_stacks == c->cap_stacks) {
+        int ncap = c->cap_stacks ? 2 * c->cap_stacks : 16;
+        moe_stack *ns = realloc(c->stacks, (size_t)ncap * sizeof *ns);
+        if (!ns) {
+            note(be, di_err_set(&err, DI_ERR_NOMEM, "moe_experts: stack table"), &err);
+            return NULL;
+        }
+        c->stacks = ns;
+        c->cap_stacks = ncap;
+    }
+    moe_stack sk = {.n = E};
+    memcpy(sk.bytes, bytes, sizeof bytes);
+    size_t off[7] = {0};
+    for (int q = 0; q < 6; q++) {
+        off[q + 1] = off[q] + ((bytes[q] * (size_t)E + 255) & ~(size_t)255);
+        sk.data += bytes[q] * (size_t)E;
+    }
+    sk.host = malloc((size_t)(6 * E) * sizeof *sk.host);
+    di_status st = sk.host ? DI_OK : di_err_set(&err, DI_ERR_NOMEM, "moe_experts: stack table");
+    if (!st) {
+        for (int q = 0; q < 6; q++)
+            for (int e = 0; e < E; e++) sk.host[q * E + e] = moe_part(ex, q, e);
+        st = di_cuda_alloc(&sk.dev, off[6], &err);
+    }
+    for (int q = 0; q < 6 && !st; q += 2)
+        st = cuda_moe_stack(E, sk.host + q * E, sk.host + (q + 1) * E, bytes[q], bytes[q + 1],
+                            (char *)sk.dev + off[q], (char *)sk.dev + off[q + 1], &err);
+    for (int q = 0; q < 6 && !st; q++)
+        for (int e = 0; e < E && !st; e++) {
+            if (wreserve(c)) {
+                st = di_err_set(&err, DI_ERR_NOMEM, "moe_experts: weight table");
+                break;
+            }
+            wput(c, sk.host[q * E + e], bytes[q], (char *)sk.dev + off[q] + (size_t)e * bytes[q], 1);
+        }
+    if (st) {
+        /* views already entered point into the stack: forget them all */
+        for (size_t i = 0; i < c->wcap; i++)
+            if (c->wtab[i].host && c->wtab[i].view && (char *)c->wtab[i].dev >= (char *)sk.dev &&
+                (char *)c->wtab[i].dev < (char *)sk.dev + off[6])
+                c->wtab[i].bytes = 0; /* never matches a lookup again */
+        di_err_prefix(&err, "stacking %d experts of %lld x %lld", E, (long long)ex->w1->n_out,
+                      (long long)ex->w1->n_in);
+        note(be, st, &err);
+        di_cuda_free(sk.dev);
+        free(sk.host);
+        return NULL;
+    }
+    const uint8_t *b = sk.dev;
+    sk.W = (cuda_moe_weights){E,          ex->w1->n_in, ex->w1->n_out, b + off[0], b + off[1],
+                              b + off[2], b + off[3],   b + off[4],    b + off[5]};
+    c->wbytes += sk.data;
+    c->stacks[c->n_stacks] = sk;
+    return &c->stacks[c->n_stacks++].W;
+}
+
+/* The routed experts one at a time through this table's own ops (the
+ * model's loop, rows from the downloaded routing): layers the grouped
+ * kernels do not take. */
+static void moe_experts_loop(di_backend *be, const di_moe_experts *ex, const float *x, int64_t m,
+                             const int32_t *idx, const float *w, int k, unsigned mm, float limit,
+                             float *out) {
+    int E = ex->n;
+    int64_t D = ex->w1->n_in, P = m * k, nmax = 0, imax = 0;
+    di_err err = {0};
+    di_status st = cuda_mem_fill_async(out, 0, (size_t)(m * D) * sizeof(float), &err);
+    if (st || k <= 0 || E <= 0) {
+        note(be, st, &err);
+        return;
+    }
+    int32_t *hidx = malloc((size_t)P * sizeof *hidx), *rows = malloc((size_t)P * sizeof *rows);
+    float *hw = malloc((size_t)P * sizeof *hw), *rw = malloc((size_t)P * sizeof *rw);
+    int64_t *off = calloc((size_t)E + 1, sizeof *off), *cur = malloc((size_t)E * sizeof *cur);
+    float *xe = NULL, *ye = NULL, *g = NULL, *u = NULL, *dw = NULL;
+    if (!hidx || !rows || !hw || !rw || !off || !cur) {
+        note(be, di_err_set(&err, DI_ERR_NOMEM, "moe_experts: routing of %lld rows", (long long)m), &err);
+        goto out;
+    }
+    st = di_cuda_download(hidx, idx, (size_t)P * sizeof *hidx, &err);
+    if (!st) st = di_cuda_download(hw, w, (size_t)P * sizeof *hw, &err);
+    if (st) {
+        note(be, st, &err);
+        goto out;
+    }
+    for (int64_t p = 0; p < P; p++)
+        if (hidx[p] >= 0 && hidx[p] < E) off[hidx[p] + 1]++;
+    for (int e = 0; e < E; e++) {
+        int64_t I = di_moe_wmat(ex->w1, ex->stride, e)->n_out;
+        if (off[e + 1] > nmax) nmax = off[e + 1];
+        if (off[e + 1] && I > imax) imax = I;
+        off[e + 1] += off[e];
+        cur[e] = off[e];
+    }
+    for (int64_t p = 0; p < P; p++) /* p = i·k + r: rows ascending per expert */
+        if (hidx[p] >= 0 && hidx[p] < E) {
+            int64_t q = cur[hidx[p]]++;
+            rows[q] = (int32_t)(p / k);
+            rw[q] = hw[p];
+        }
+    if (!nmax) goto out;
+    xe = cu_alloc(be, (size_t)(nmax * D) * sizeof(float));
+    ye = cu_alloc(be, (size_t)(nmax * D) * sizeof(float));
+    g = cu_alloc(be, (size_t)(nmax * imax) * sizeof(float));
+    u = cu_alloc(be, (size_t)(nmax * imax) * sizeof(float));
+    dw = cu_alloc(be, (size_t)nmax * sizeof(float));
+    if (!xe || !ye || !g || !u || !dw) {
+        note(be, di_err_set(&err, DI_ERR_NOMEM, "moe_experts: buffers of %lld rows", (long long)nmax),
+             &err);
+        goto out;
+    }
+    for (int e = 0; e < E; e++) {
+        int64_t n = off[e + 1] - off[e];
+        if (n == 0) continue;
+        const di_wmat *w1 = di_moe_wmat(ex->w1, ex->stride, e);
+        cu_gather_rows(be, x, rows + off[e], n, D, xe);
+        cu_upload(be, dw, rw + off[e], (size_t)n * sizeof(float));
+        cu_matmul(be, w1, xe, n, g, mm);
+        cu_matmul(be, di_moe_wmat(ex->w3, ex->stride, e), xe, n, u, mm);
+        cu_swiglu(be, g, u, dw, n, w1->n_out, limit, g);
+        cu_matmul(be, di_moe_wmat(ex->w2, ex->stride, e), g, n, ye, mm);
+        cu_scatter_add_rows(be, out, rows + off[e], ye, n, D);
+    }
+out:
+    cu_free(be, xe);
+    cu_free(be, ye);
+    cu_free(be, g);
+    cu_free(be, u);
+    cu_free(be, dw);
+    free(hidx);
+    free(rows);
+    free(hw);
+    free(rw);
+    free(off);
+    free(cur);
+}
+
+/* backend.h's moe_experts: the grouped kernels (cuda_op_moe_experts, eight
+ * launches whatever the routing, nothing read back) on the layer's stacked
+ * experts, the scratch from the backend's slots; other formats, numerics or
+ * shapes through the per-expert loop. */
+static void cu_moe_experts(di_backend *be, const di_moe_experts *ex, const float *x, int64_t m,
+                           const int32_t *idx, const float *w, int k, unsigned mm, float limit,
+                           float *out) {
+    op_enter(be, "moe_experts");
+    di_err err = {0};
+    if (m <= 0) return;
+    const cuda_moe_weights *W = moe_grouped_fits(ex, k, mm) ? moe_stacked(be, ex) : NULL;
+    if (!W) {
+        if (!IM(be)->status) moe_experts_loop(be, ex, x, m, idx, w, k, mm, limit, out);
+        return;
+    }
+    size_t bytes = cuda_moe_experts_scratch(m, k, W->n_experts, W->dim, W->inter);
+    void *scr = scratch(be, SCR_C, bytes);
+    if (!scr) return;
+    note(be,
+         cuda_op_moe_experts(W, x, m, idx, w, k, (mm & DI_MM_OUT_BF16) != 0, limit, scr, bytes,
+                             out, NULL, &err),
+         &err);
+}
+
 /* ------------------------------------------------------------ lifetime */
 
 static void cu_destroy(di_backend *be) {
@@ -1039,6 +1336,8 @@ static const di_backend_ops cuda_ops = {
     .restrict_blocks = cu_restrict_blocks,
     .topk_select = cu_topk_select,
     .moe_route = cu_moe_route,
+    .moe_route_buf = cu_moe_route_buf,
+    .moe_experts = cu_moe_experts,
     .swiglu = cu_swiglu,
     .gather_rows = cu_gather_rows,
     .scatter_add_rows = cu_scatter_add_rows,
@@ -1046,9 +1345,6 @@ static const di_backend_ops cuda_ops = {
     .destroy = cu_destroy,
     .status = cu_status,
 };
-
-/* cuda_ops with the backend-memory selection forms (DI_CUDA_DEVICE_SELECT=1). */
-static di_backend_ops cuda_ops_device_select;
 
 di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
     *out = NULL;
@@ -1072,17 +1368,23 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         free(c);
         return di_err_set(err, DI_ERR_NOMEM, "cuda backend: out of memory");
     }
-    be->ops = &cuda_ops;
+    c->ops = cuda_ops;
     v = getenv("DI_CUDA_DEVICE_SELECT");
     if (v && !strcmp(v, "1")) {
-        cuda_ops_device_select = cuda_ops;
-        cuda_ops_device_select.index_scores_kv_buf = cu_index_scores_kv_buf;
-        cuda_ops_device_select.candidate_blocks_buf = cu_candidate_blocks_buf;
-        cuda_ops_device_select.restrict_blocks_buf = cu_restrict_blocks_buf;
-        cuda_ops_device_select.topk_select_buf = cu_topk_select_buf;
-        cuda_ops_device_select.sparse_attn_rows = cu_sparse_attn_rows;
-        be->ops = &cuda_ops_device_select;
+        c->ops.index_scores_kv_buf = cu_index_scores_kv_buf;
+        c->ops.candidate_blocks_buf = cu_candidate_blocks_buf;
+        c->ops.restrict_blocks_buf = cu_restrict_blocks_buf;
+        c->ops.topk_select_buf = cu_topk_select_buf;
+        c->ops.sparse_attn_rows = cu_sparse_attn_rows;
     }
+    /* DI_CUDA_MOE_GROUPED=0: the model's per-expert loop with host routing
+     * (for comparisons; the grouped op gives the loop's bits) */
+    v = getenv("DI_CUDA_MOE_GROUPED");
+    if (v && !strcmp(v, "0")) {
+        c->ops.moe_route_buf = NULL;
+        c->ops.moe_experts = NULL;
+    }
+    be->ops = &c->ops;
     be->n_threads = 1;
     be->impl = c;
     /* one thread: the host-result ops work on small downloaded inputs */
