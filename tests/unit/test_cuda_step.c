@@ -1,7 +1,7 @@
-/* The CUDA backend's backend-memory selection forms (DI_CUDA_DEVICE_SELECT=1,
- * backend.h): the golden tiny model prefilled, then decode steps alone and
- * two sequences batched past the window's wrap, once on the default op
- * table and once with the device forms. The logits must be the same bits
+/* The CUDA backend's backend-memory selection forms (backend.h; the
+ * default, DI_CUDA_DEVICE_SELECT=0 leaves them out): the golden tiny model
+ * prefilled, then decode steps alone and two sequences batched past the
+ * window's wrap, once with the host forms and once with the device forms. The logits must be the same bits
  * (the forms run the same kernels on tables built on the device instead of
  * uploaded), and the profile of the device-form steps must show the
  * attention over device row tables and no call of the host-result or
@@ -162,10 +162,7 @@ static void test_device_select_same_bits(void) {
 static void test_attn_rows_op(void) {
     di_err err = {0};
     di_backend *gpu = NULL, *cpu = NULL;
-    setenv("DI_CUDA_DEVICE_SELECT", "1", 1);
-    di_status st = di_backend_cuda_create(0, &gpu, &err);
-    unsetenv("DI_CUDA_DEVICE_SELECT");
-    if (st) SKIP("%s", err.msg);
+    if (cuda_with(NULL, NULL, &gpu, &err)) SKIP("%s", err.msg);
     CHECK(di_backend_cpu_create(1, &cpu, &err) == DI_OK);
     enum { M = 5, H = 3, D = 64, NW = 7, NS = 9, RING = 11, ENT = 13 };
     size_t wb = di_kvq_row_bytes(DI_KVQ_FP8, D), cb = di_kvq_row_bytes(DI_KVQ_FP4_E4M3, D);
@@ -261,7 +258,7 @@ static void test_attn_rows_op(void) {
  * expert is FP8) and download once per pass (the logits). */
 static void test_moe_grouped_same_bits(void) {
     static pair p;
-    static const char *const sel[2] = {"1", "1"}, *const moe[2] = {"0", NULL};
+    static const char *const sel[2] = {NULL, NULL}, *const moe[2] = {"0", NULL};
     const int steps = 6;
     int rc = pair_run(&p, sel, moe, 120, 40, steps, 16);
     if (rc == 0) SKIP("no CUDA device or ../shared not found (set DEEPINFER_SHARED_DIR)");

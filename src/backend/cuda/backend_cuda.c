@@ -37,10 +37,11 @@
  *
  * Host results. topk_select and candidate_blocks select on the device
  * (cuda_ops_select.cu, the CPU's semantics bit for bit) and download only
- * the indices. With DI_CUDA_DEVICE_SELECT=1 the table also has backend.h's
- * backend-memory forms (selections, candidate blocks and attention row
- * tables stay on the device; the forward then reads nothing back until the
- * logits); off by default until a GPU run has checked them. moe_route
+ * the indices. The table also has backend.h's backend-memory forms
+ * (selections, candidate blocks and attention row tables stay on the
+ * device; the forward then reads nothing back until the logits), which the
+ * forward takes; DI_CUDA_DEVICE_SELECT=0 leaves them out (the host forms,
+ * the same bits: for comparisons). moe_route
  * (host results) downloads its logits and runs the CPU backend's op.
  *
  * MoE. moe_route_buf routes into device arrays (cuda_ops_moe.cu, the CPU's
@@ -906,9 +907,8 @@ static void cu_topk_select(di_backend *be, const float *scores, const int32_t *n
 /* The backend-memory forms (backend.h): the same kernels on tables that
  * already are device memory (the forward's step metadata, the selections
  * of earlier calls), so nothing is uploaded or downloaded per call and the
- * selection path of a step has no host round trip. Off unless
- * DI_CUDA_DEVICE_SELECT=1 (di_backend_cuda_create), until a GPU run has
- * checked them against the host forms. */
+ * selection path of a step has no host round trip (run 23 checked them
+ * against the host forms: the same logits bits). */
 static void cu_index_scores_kv_buf(di_backend *be, const float *q, const float *w, int64_t m,
                                    int hi, int64_t di, const uint8_t *const *keys,
                                    const int32_t *n_vis, int64_t width, float *out) {
@@ -1335,6 +1335,11 @@ static const di_backend_ops cuda_ops = {
     .candidate_blocks = cu_candidate_blocks,
     .restrict_blocks = cu_restrict_blocks,
     .topk_select = cu_topk_select,
+    .index_scores_kv_buf = cu_index_scores_kv_buf,
+    .candidate_blocks_buf = cu_candidate_blocks_buf,
+    .restrict_blocks_buf = cu_restrict_blocks_buf,
+    .topk_select_buf = cu_topk_select_buf,
+    .sparse_attn_rows = cu_sparse_attn_rows,
     .moe_route = cu_moe_route,
     .moe_route_buf = cu_moe_route_buf,
     .moe_experts = cu_moe_experts,
@@ -1369,13 +1374,14 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         return di_err_set(err, DI_ERR_NOMEM, "cuda backend: out of memory");
     }
     c->ops = cuda_ops;
+    /* DI_CUDA_DEVICE_SELECT=0: the host forms of the selection path */
     v = getenv("DI_CUDA_DEVICE_SELECT");
-    if (v && !strcmp(v, "1")) {
-        c->ops.index_scores_kv_buf = cu_index_scores_kv_buf;
-        c->ops.candidate_blocks_buf = cu_candidate_blocks_buf;
-        c->ops.restrict_blocks_buf = cu_restrict_blocks_buf;
-        c->ops.topk_select_buf = cu_topk_select_buf;
-        c->ops.sparse_attn_rows = cu_sparse_attn_rows;
+    if (v && !strcmp(v, "0")) {
+        c->ops.index_scores_kv_buf = NULL;
+        c->ops.candidate_blocks_buf = NULL;
+        c->ops.restrict_blocks_buf = NULL;
+        c->ops.topk_select_buf = NULL;
+        c->ops.sparse_attn_rows = NULL;
     }
     /* DI_CUDA_MOE_GROUPED=0: the model's per-expert loop with host routing
      * (for comparisons; the grouped op gives the loop's bits) */
