@@ -15,6 +15,8 @@ Decode: B sequences of context `ctx`, one token each. Prefill: one sequence
 of P tokens (attention chunked by query blocks; window attention as a
 block-local mask).
 
+With --attn P only the attention op (bench/bench_cuda_attn.cu's peer).
+
 Prints "RESULT torch_layer_<kind>_b<B> <ms> ms" and
 "RESULT torch_layer_<kind>_prefill<P> <ms> ms", plus the FP8 GEMM rate
 (torch_scaled_mm 8192^3) and the copy bandwidth used as floors.
@@ -152,11 +154,50 @@ class Layer:
         return self.expand(s, self.moe(x), post, comb)
 
 
+def attn_op_peer(P):
+    """The attention op alone at bench/bench_cuda_attn.cu's prefill shapes:
+    P queries of 64 heads, window-only (each query's 128 window rows of the
+    chunk) and window + 512 selected compressed entries; keys gathered per
+    query, q.k and p.v as batched bf16 matmuls, softmax in fp32 with the sink
+    as one more logit, 1024 queries at a time."""
+    dev, bf = torch.device("cuda"), torch.bfloat16
+    q = torch.randn(P, H, HD, device=dev, dtype=bf)
+    kv = torch.randn(P, HD, device=dev, dtype=bf)
+    comp = torch.randn(P, HD, device=dev, dtype=bf)
+    sink = torch.randn(H, device=dev)
+    i = torch.arange(P, device=dev)
+    widx = (i[:, None] - (WIN - 1) + torch.arange(WIN, device=dev)).clamp(min=0)
+    j = torch.arange(ISEL, device=dev)
+    sidx = torch.where(i[:, None] + 1 >= ISEL, j * (i[:, None] + 1) // ISEL, j.clamp(max=P - 1))
+
+    def attn(with_sel):
+        outs = []
+        for c0 in range(0, P, 1024):
+            c1 = min(P, c0 + 1024)
+            keys = kv[widx[c0:c1]]
+            if with_sel:
+                keys = torch.cat([keys, comp[sidx[c0:c1]]], 1)
+            s = torch.bmm(q[c0:c1], keys.transpose(1, 2)).float() * HD ** -0.5
+            s = torch.cat([s, sink.view(1, H, 1).expand(c1 - c0, H, 1)], -1)
+            p = torch.softmax(s, -1)[..., :-1]
+            outs.append(torch.bmm(p.to(bf), keys))
+        return torch.cat(outs)
+
+    for name, with_sel in (("window", False), ("source", True)):
+        slots = WIN + (ISEL if with_sel else 0)
+        with torch.no_grad():
+            t = time_ms(lambda: attn(with_sel), reps=5, warmup=1)
+        print(f"RESULT torch_attn_{name}_prefill{P} {t:.3f} ms {4 * H * HD * slots * P / t / 1e9:.1f} TFLOP/s")
+    return 0
+
+
 def main():
     if torch is None or not torch.cuda.is_available():
         print("torch sees no CUDA device; skipping")
         return 0
     args = sys.argv[1:]
+    if args[:1] == ["--attn"]:
+        return attn_op_peer(int(args[1]) if len(args) > 1 else 8192)
     batches = [int(b) for b in (args[0] if args else "1,8,64,256").split(",")]
     P = int(args[1]) if len(args) > 1 else 8192
     ctx = int(args[2]) if len(args) > 2 else 32

@@ -34,6 +34,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cuda/cuda_attn_tc.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops_moe.h"
 #include "core/dtype.h"
@@ -1072,6 +1073,254 @@ static void test_moe_op_table(void) {
     }
 }
 
+/* ---- sparse attention on the tensor cores (cuda_attn_tc.h)
+ *
+ * Bound. Both sides see the same exact inputs (q bf16, decoded cache values
+ * code·scale with at most 6 significant bits) and the same 64-slot blocks;
+ * every product is exact in fp32, including bf16(p)·v. What differs:
+ * - the order of the fp32 sums: q·k over d (CPU in sequence or by 8 lanes,
+ *   GPU in mma steps of 16), so |Δs_j| <= 2·(d + 2)·2^-24·scale·Σ_k|q_k v_jk|;
+ *   p·v over the slots and the denominator, (n_slots + d)·2^-23 relative;
+ * - expf (CUDA's within 2 ulps, glibc's within 1) on p, the block rescales
+ *   and the sink: (blocks + 2)·2^-21 relative;
+ * so each p and the denominator differ by at most a relative
+ * ε = 4·max|Δs| + (blocks + 2)·2^-21 + (n_slots + d)·2^-23, and a bf16(p)
+ * by ε plus one bf16 ulp when the two sides' p straddle a rounding point
+ * (2^-7 relative at most). With A_k = Σ_j p_j·|v_jk| / Z (exact p, Z with
+ * the sink) the unrounded outputs differ by at most (2^-7 + ε)·A_k + ε·|o|,
+ * and the final bf16 rounding of each side adds 2^-8 of each, 2^-7·|o| in
+ * all. Those straddles are rare and of either sign, so on average the
+ * difference must also stay far below the per-element worst case: the mean
+ * |gpu − cpu| is held to 2^-9 of the mean A_k. Rows with no slot must be
+ * exactly 0. */
+static void cmp_attn_tc(const char *what, const float *og, const float *oc, const float *q,
+                        int64_t m, int h, int64_t d, const float *const *rows, int ns,
+                        const float *sink, float sc) {
+    double *p = malloc((size_t)(ns ? ns : 1) * sizeof *p);
+    int64_t bad = 0, first = -1;
+    double worst = 0, sum_diff = 0, sum_a = 0;
+    int nblk = (ns + 63) / 64;
+    for (int64_t i = 0; i < m; i++)
+        for (int hh = 0; hh < h; hh++) {
+            const float *qi = q + (i * h + hh) * d;
+            const float *const *ri = rows + i * ns;
+            double M = -1e30, dsmax = 0;
+            for (int j = 0; j < ns; j++) {
+                if (!ri[j]) continue;
+                double s = 0, sa = 0;
+                for (int64_t k = 0; k < d; k++) {
+                    s += (double)qi[k] * ri[j][k];
+                    sa += fabs((double)qi[k] * ri[j][k]);
+                }
+                p[j] = s * sc;
+                if (p[j] > M) M = p[j];
+                double ds = 2.0 * (double)(d + 2) * 0x1p-24 * sa * sc;
+                if (ds > dsmax) dsmax = ds;
+            }
+            double Z = exp((double)sink[hh] - M);
+            for (int j = 0; j < ns; j++)
+                if (ri[j]) {
+                    p[j] = exp(p[j] - M);
+                    Z += p[j];
+                }
+            double eps = 4 * dsmax + (nblk + 2) * 0x1p-21 + (double)(ns + d) * 0x1p-23;
+            for (int64_t k = 0; k < d; k++) {
+                double a = 0;
+                for (int j = 0; j < ns; j++)
+                    if (ri[j]) a += p[j] * fabs((double)ri[j][k]);
+                a /= Z;
+                int64_t e = (i * h + hh) * d + k;
+                double c = oc[e], diff = fabs((double)og[e] - c);
+                double lim = 0x1p-7 * fabs(c) * (1 + 0x1p-7) + 1.01 * ((0x1p-7 + eps) * a + eps * fabs(c));
+                if (!(diff <= lim)) { /* NaN fails */
+                    if (first < 0) first = e;
+                    bad++;
+                } else if (lim > 0 && diff / lim > worst) {
+                    worst = diff / lim;
+                }
+                sum_diff += diff;
+                sum_a += a;
+            }
+        }
+    CHECKF(bad == 0, "%s: %lld of %lld out of bound, first at %lld: gpu %.9g cpu %.9g", what,
+           (long long)bad, (long long)(m * h * d), (long long)first, first >= 0 ? og[first] : 0.0,
+           first >= 0 ? oc[first] : 0.0);
+    CHECKF(sum_diff <= 0x1p-9 * sum_a, "%s: mean |gpu - cpu| %.3g above 2^-9 of mean A %.3g", what,
+           sum_diff / (double)(m * h * d), sum_a / (double)(m * h * d));
+    if (getenv("DI_TEST_VERBOSE"))
+        fprintf(stderr, "  %-40s worst %.3f of bound, mean diff / mean A %.2e\n", what, worst,
+                sum_a > 0 ? sum_diff / sum_a : 0.0);
+    free(p);
+}
+
+/* Packed rows for attention: P window rows (DI_KVQ_FP8) then P compressed
+ * rows (DI_KVQ_FP4_E4M3) of d values from N(0, 1) values, scaled per row by
+ * 2^(-3..3); their decoded fp32 forms in dec [2P, d]. */
+typedef struct attn_pool {
+    int P;
+    int64_t d;
+    size_t r8, r4;
+    uint8_t *host, *dev;
+    float *dec;
+} attn_pool;
+
+static void attn_pool_init(attn_pool *ap, int P, int64_t d) {
+    ap->P = P;
+    ap->d = d;
+    ap->r8 = di_kvq_row_bytes(DI_KVQ_FP8, d);
+    ap->r4 = di_kvq_row_bytes(DI_KVQ_FP4_E4M3, d);
+    size_t bytes = (size_t)P * (ap->r8 + ap->r4);
+    ap->host = malloc(bytes);
+    ap->dec = malloc((size_t)(2 * P * d) * sizeof(float));
+    float *x = malloc((size_t)d * sizeof(float));
+    for (int r = 0; r < 2 * P; r++) {
+        float sc = ldexpf(1.0f, rng_int(7) - 3);
+        for (int64_t k = 0; k < d; k++) x[k] = sc * rng_normal();
+        di_kvq f = r < P ? DI_KVQ_FP8 : DI_KVQ_FP4_E4M3;
+        uint8_t *row = ap->host + (r < P ? (size_t)r * ap->r8 : (size_t)P * ap->r8 + (size_t)(r - P) * ap->r4);
+        di_kvq_pack(f, x, d, row);
+        di_kvq_unpack(f, row, d, ap->dec + (int64_t)r * d);
+    }
+    free(x);
+    ap->dev = (uint8_t *)dev_up(ap->host, bytes);
+}
+
+static size_t attn_pool_off(const attn_pool *ap, int r) {
+    return r < ap->P ? (size_t)r * ap->r8 : (size_t)ap->P * ap->r8 + (size_t)(r - ap->P) * ap->r4;
+}
+
+static void attn_pool_free(attn_pool *ap) {
+    dev_free(ap->dev);
+    free(ap->host);
+    free(ap->dec);
+}
+
+/* The tensor-core form on odd shapes through its launcher (any m): h below
+ * 16, past 64 (a second head tile) and not a multiple of 16; d = 32·odd;
+ * one slot, a partial last block, several blocks; a row with no slot, a
+ * row with one, sinks far above and below the scores, peaked softmaxes
+ * (large q) whose running maximum moves between blocks. Outputs start
+ * poisoned (NaN). Then the dispatch of the op table (m >= the threshold)
+ * at the model's shape: sparse_attn_kv over 128 window + 512 compressed
+ * slots, and sparse_attn_rows over device tables of window codes (ring
+ * slots, this call's chunk rows, empty) and a selection with -1 padding. */
+static void test_attention_tc(void) {
+    NEED_GPU();
+    const struct { int64_t m; int h; int64_t d; int slots, win; float qs; int via_table; } cs[] = {
+        {3, 5, 64, 1, 1, 1.0f, 0},     {2, 16, 96, 63, 20, 1.0f, 0},  {4, 70, 128, 130, 64, 1.0f, 0},
+        {5, 24, 160, 200, 0, 4.0f, 0}, {3, 64, 512, 640, 128, 2.0f, 0},
+        {CUDA_ATTN_TC_MIN_ROWS + 1, 64, 512, 640, 128, 1.0f, 1}};
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        int64_t m = cs[t].m, d = cs[t].d;
+        int h = cs[t].h, ns = cs[t].slots, nw = cs[t].win, P = 48;
+        attn_pool ap;
+        attn_pool_init(&ap, P, d);
+        const uint8_t **rc = malloc((size_t)(m * ns) * sizeof *rc), **rg = malloc((size_t)(m * ns) * sizeof *rg);
+        const float **rd = malloc((size_t)(m * ns) * sizeof *rd);
+        for (int64_t i = 0; i < m; i++)
+            for (int j = 0; j < ns; j++) {
+                /* row 0 empty when m > 1, row 1 one slot, else 1 in 6 empty */
+                int empty = (m > 1 && i == 0) || (i == 1 && j != ns / 2) || (i > 1 && rng_int(6) == 0);
+                int r = j < nw ? rng_int(P) : P + rng_int(P);
+                size_t off = attn_pool_off(&ap, r);
+                rc[i * ns + j] = empty ? NULL : ap.host + off;
+                rg[i * ns + j] = empty ? NULL : ap.dev + off;
+                rd[i * ns + j] = empty ? NULL : ap.dec + (int64_t)r * d;
+            }
+        float *q = rnd(m * h * d, cs[t].qs), *sink = rnd(h, 2.0f);
+        sink[0] = 60.0f; /* the sink outweighs every slot */
+        if (h > 1) sink[1] = -60.0f;
+        size_t OB = (size_t)(m * h * d) * 4;
+        float *dq = dev_up(q, OB), *dsink = dev_up(sink, (size_t)h * 4), *oc = malloc(OB), *dout = dev_poison(OB);
+        const uint8_t **drows = (const uint8_t **)dev_up(rg, (size_t)(m * ns) * sizeof *rg);
+        float sc = (float)(1.0 / sqrt((double)d));
+        cpu->ops->sparse_attn_kv(cpu, q, m, h, d, rc, ns, nw, sink, sc, oc);
+        char what[96];
+        di_err err = {0};
+        di_status st;
+        if (cs[t].via_table) {
+            gpu->ops->sparse_attn_kv(gpu, dq, m, h, d, rg, ns, nw, sink, sc, dout);
+            st = di_backend_cuda_status(gpu, &err);
+        } else {
+            st = cuda_op_sparse_attn_kv_tc(dq, m, h, d, drows, ns, nw, dsink, sc, dout, &err);
+            if (!st) st = di_cuda_synchronize(&err);
+        }
+        snprintf(what, sizeof what, "attn tc%s m %lld h %d d %lld slots %d", cs[t].via_table ? " (op)" : "",
+                 (long long)m, h, (long long)d, ns);
+        CHECKF(st == DI_OK, "%s: %s", what, err.msg);
+        float *og = dev_down(dout, OB);
+        if (st == DI_OK) cmp_attn_tc(what, og, oc, q, m, h, d, rd, ns, sink, sc);
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(dq); dev_free(dsink); dev_free(dout); dev_free((void *)drows);
+        attn_pool_free(&ap);
+        free(rc); free(rg); free(rd); free(q); free(sink); free(oc); free(og);
+    }
+    /* the row-table form, as the model's prefill calls it */
+    setenv("DI_CUDA_DEVICE_SELECT", "1", 1);
+    di_backend *gsel = NULL;
+    di_err err = {0};
+    di_status st = di_backend_cuda_create(0, &gsel, &err);
+    unsetenv("DI_CUDA_DEVICE_SELECT");
+    CHECKF(st == DI_OK && gsel->ops->sparse_attn_rows, "device-select backend: %s", err.msg);
+    if (st) return;
+    int64_t m = CUDA_ATTN_TC_MIN_ROWS + 3, d = 512;
+    int h = 32, nw = 128, nsel = 200, ns = nw + nsel, R = 128, E = 300;
+    size_t wb = di_kvq_row_bytes(DI_KVQ_FP8, d), cb = di_kvq_row_bytes(DI_KVQ_FP4_E4M3, d);
+    /* window rows: a ring of R rows, then the chunk's m rows; E cache entries */
+    attn_pool win, cache;
+    attn_pool_init(&win, R + (int)m, d); /* only its FP8 half is used */
+    attn_pool_init(&cache, E, d);        /* only its FP4 half is used */
+    int32_t *wc = malloc((size_t)(m * nw) * 4), *sel = malloc((size_t)(m * nsel) * 4);
+    const float **rd = malloc((size_t)(m * ns) * sizeof *rd);
+    for (int64_t i = 0; i < m; i++) {
+        for (int j = 0; j < nw; j++) {
+            int kind = rng_int(8), c = kind == 0 ? -1 : kind < 3 ? -2 - rng_int((int)m) : rng_int(R);
+            wc[i * nw + j] = c;
+            rd[i * ns + j] = c == -1 ? NULL : win.dec + (int64_t)(c >= 0 ? c : R + (-2 - c)) * d;
+        }
+        for (int j = 0; j < nsel; j++) {
+            int e = j >= nsel - (int)i ? -1 : rng_int(E); /* row i: i entries of padding */
+            sel[i * nsel + j] = e;
+            rd[i * ns + nw + j] = e < 0 ? NULL : cache.dec + (int64_t)(E + e) * d;
+        }
+    }
+    const uint8_t **ring_h = malloc((size_t)m * sizeof *ring_h), **ring_d = malloc((size_t)m * sizeof *ring_d);
+    const uint8_t **cache_h = malloc((size_t)m * sizeof *cache_h), **cache_d = malloc((size_t)m * sizeof *cache_d);
+    for (int64_t i = 0; i < m; i++) {
+        ring_h[i] = win.host;
+        ring_d[i] = win.dev;
+        cache_h[i] = cache.host + (size_t)E * cache.r8;
+        cache_d[i] = cache.dev + (size_t)E * cache.r8;
+    }
+    di_attn_rows th = {nw, wc, ring_h, win.host + (size_t)R * wb, wb, nsel, sel, cache_h, cb};
+    di_attn_rows td = {nw, (const int32_t *)dev_up(wc, (size_t)(m * nw) * 4),
+                       (const uint8_t *const *)dev_up(ring_d, (size_t)m * sizeof *ring_d),
+                       win.dev + (size_t)R * wb, wb, nsel,
+                       (const int32_t *)dev_up(sel, (size_t)(m * nsel) * 4),
+                       (const uint8_t *const *)dev_up(cache_d, (size_t)m * sizeof *cache_d), cb};
+    float *q = rnd(m * h * d, 1.0f), *sink = rnd(h, 2.0f);
+    size_t OB = (size_t)(m * h * d) * 4;
+    float *oc = malloc(OB), *dq = (float *)gsel->ops->alloc(gsel, OB), *dout = (float *)gsel->ops->alloc(gsel, OB);
+    gsel->ops->upload(gsel, dq, q, OB);
+    di_cuda_fill(dout, 0xff, OB, &err);
+    float sc = (float)(1.0 / sqrt((double)d));
+    cpu->ops->sparse_attn_rows(cpu, q, m, h, d, &th, sink, sc, oc);
+    gsel->ops->sparse_attn_rows(gsel, dq, m, h, d, &td, sink, sc, dout);
+    float *og = malloc(OB);
+    gsel->ops->download(gsel, og, dout, OB);
+    st = di_backend_cuda_status(gsel, &err);
+    CHECKF(st == DI_OK, "sparse_attn_rows: %s", err.msg);
+    if (st == DI_OK) cmp_attn_tc("attn tc rows m 11 h 32 d 512", og, oc, q, m, h, d, rd, ns, sink, sc);
+    gsel->ops->free(gsel, dq);
+    gsel->ops->free(gsel, dout);
+    dev_free((void *)td.win); dev_free((void *)td.ring); dev_free((void *)td.sel); dev_free((void *)td.cache);
+    di_backend_destroy(gsel);
+    attn_pool_free(&win);
+    attn_pool_free(&cache);
+    free(wc); free(sel); free(rd); free(ring_h); free(ring_d); free(cache_h); free(cache_d);
+    free(q); free(sink); free(oc); free(og);
+}
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -1101,6 +1350,7 @@ int main(void) {
     RUN(test_selection_large);
     RUN(test_moe_and_pool);
     RUN(test_kv);
+    RUN(test_attention_tc);
     RUN(test_route_score_device);
     RUN(test_moe_route_device);
     RUN(test_moe_experts_device);

@@ -6,7 +6,10 @@
  * The attention follows the CPU's online softmax block by block (64 slots,
  * probabilities rounded to bf16 before P·V, fp32 denominator) and its P·V
  * sums in the same order; only the q·k dot products are reduced in another
- * order and expf is CUDA's, so results agree to about one bf16 ulp. */
+ * order and expf is CUDA's, so results agree to about one bf16 ulp. Calls
+ * with many query rows over packed rows take the tensor-core form of
+ * cuda_attn_tc.cu instead. */
+#include "backend/cuda/cuda_attn_tc.h"
 #include "backend/cuda/cuda_ops_common.cuh"
 
 enum { ATTN_THREADS = 256, ATTN_BLOCK = 64 };
@@ -109,10 +112,10 @@ extern "C" di_status cuda_op_sparse_attn(const float *q, int64_t m, int h, int64
     return cuda_check_launch(err, "sparse_attn");
 }
 
-extern "C" di_status cuda_op_sparse_attn_kv(const float *q, int64_t m, int h, int64_t d,
-                                            const uint8_t *const *rows, int n_slots, int n_win,
-                                            const float *sink, float scale, float *out,
-                                            di_err *err) {
+extern "C" di_status cuda_op_sparse_attn_kv_rowwise(const float *q, int64_t m, int h, int64_t d,
+                                                    const uint8_t *const *rows, int n_slots,
+                                                    int n_win, const float *sink, float scale,
+                                                    float *out, di_err *err) {
     if (m * h <= 0) return DI_OK;
     size_t smem = (size_t)(2 * d) * sizeof(float);
     if (smem > 48 * 1024)
@@ -121,6 +124,17 @@ extern "C" di_status cuda_op_sparse_attn_kv(const float *q, int64_t m, int h, in
     k_sparse_attn<true><<<(unsigned)(m * h), ATTN_THREADS, smem>>>(
         q, h, d, (const void *const *)rows, n_slots, n_win, sink, scale, out);
     return cuda_check_launch(err, "sparse_attn_kv");
+}
+
+/* Many query rows (a prefill chunk, a large decode batch) go to the
+ * tensor-core form (cuda_attn_tc.cu), a few to the block per (row, head). */
+extern "C" di_status cuda_op_sparse_attn_kv(const float *q, int64_t m, int h, int64_t d,
+                                            const uint8_t *const *rows, int n_slots, int n_win,
+                                            const float *sink, float scale, float *out,
+                                            di_err *err) {
+    if (m >= CUDA_ATTN_TC_MIN_ROWS && cuda_attn_tc_fits(d))
+        return cuda_op_sparse_attn_kv_tc(q, m, h, d, rows, n_slots, n_win, sink, scale, out, err);
+    return cuda_op_sparse_attn_kv_rowwise(q, m, h, d, rows, n_slots, n_win, sink, scale, out, err);
 }
 
 /* tab [m, n_win + n_sel] = the packed row pointers of backend.h's

@@ -1,0 +1,353 @@
+/* Sparse attention with sink on the tensor cores (architecture.md §5.5),
+ * the form of cuda_attn_tc.h for calls with many query rows (prefill).
+ *
+ * Shape of the work: every head of a query row attends over the same slots
+ * (one kv head, K = V), so one block takes one query row and 64 heads: per
+ * block of 64 slots it decodes the packed rows once into shared memory as
+ * bf16, and the heads form the m side of the products, S = Q·Kᵀ [64 heads ×
+ * 64 slots] and O += P·V [64 heads × d]. Queries of a row differ in their
+ * slots (window bounds, the indexer's selection), so keys are shared across
+ * heads, not across rows; the CPU op's 64-slot blocks per row are kept so
+ * the running maximum, and with it every rounding of p to bf16, follows the
+ * CPU's order.
+ *
+ * Eight warps: warp w owns heads 16·(w mod 4) .. +15 and half w / 4 of the
+ * slots for S and of the d columns for O (its O tile, 16 × d/2 fp32, lives
+ * in registers). S goes through shared memory so that each warp sees its
+ * heads' 64 scores, then does the block's softmax step exactly as the CPU:
+ * block max over the non-empty slots, new max, rescale = exp(old - new),
+ * p = exp(s - new) in fp32 for the denominator, bf16(p) as the A operand of
+ * P·V.
+ *
+ * Numerics against the CPU op: every product is exact (q is bf16, a decoded
+ * value is code·scale with at most 6 significant bits, p is rounded to bf16
+ * first, as the CPU rounds it); what differs is the order of the fp32 sums
+ * (q·k over d, p·v over the slots, the denominator) and CUDA's expf. Those
+ * move s and p by a few fp32 ulps, which can flip a bf16 rounding of p (one
+ * bf16 ulp of that p) or of the output; tests/unit/test_cuda_backend.c
+ * derives its bound from exactly these terms. */
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "backend/cuda/cuda_attn_tc.h"
+#include "backend/cuda/cuda_ops_common.cuh"
+
+enum {
+    TC_HEADS = 64,   /* heads per block: the m side of both products */
+    TC_SLOTS = 64,   /* slots per softmax step, the CPU op's block */
+    TC_THREADS = 256,
+    TC_MAX_D = 512,
+    TC_BATCH = 4,    /* decode chunks a thread loads before converting */
+    TC_PAD = 8,      /* bf16 of padding per shared row: ldmatrix rows hit distinct banks */
+    TC_SLD = TC_SLOTS + 8 /* floats per score row: the fragment stores hit distinct banks */
+};
+
+/* shared bytes: q [64, d + 8] and kv [64, d + 8] bf16, scores [64, TC_SLD]
+ * fp32, the block's 64 row pointers */
+static size_t tc_smem_bytes(int64_t d) {
+    return (size_t)(2 * TC_HEADS * (d + TC_PAD)) * 2 + (size_t)(TC_HEADS * TC_SLD) * 4 +
+           TC_SLOTS * sizeof(void *);
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t a, uint32_t r[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+__device__ __forceinline__ void ldsm_x4_t(uint32_t a, uint32_t r[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+/* c [16 × 8] += a [16 × 16] · b [16 × 8], bf16 in, fp32 accumulate */
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* two floats -> bf16 pair (lo in the low half), round to nearest even */
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    return (uint32_t)f32_to_bf16_bits(lo) | (uint32_t)f32_to_bf16_bits(hi) << 16;
+}
+
+/* two E4M3 codes (lo byte first) times a scale, exactly: E4M3 -> fp16 is
+ * exact, so is the power-of-two or short-mantissa product in fp32 */
+__device__ __forceinline__ uint32_t e4m3x2_scaled(uint32_t two, float s) {
+    __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
+    float2 f = __half22float2(*reinterpret_cast<__half2 *>(&hr));
+    return pack_bf16(f.x * s, f.y * s);
+}
+
+/* E2M1 nibble -> the E4M3 byte of value·2⁻⁶ (sign to bit 7, exponent and
+ * mantissa two places up: normal and subnormal codes both map exactly) */
+__device__ __forceinline__ uint32_t e2m1_as_e4m3(uint32_t n) {
+    return ((n & 8u) << 4) | ((n & 7u) << 2);
+}
+
+__device__ __forceinline__ uint32_t ld_bytes(const uint8_t *p, int n) {
+    uint32_t v = 0;
+    for (int b = 0; b < n; b++) v |= (uint32_t)p[b] << (8 * b);
+    return v;
+}
+
+/* Values 8u .. 8u + 7 of a packed row of d values, in two steps so that a
+ * thread's loads of several chunks are in flight together: the raw bytes
+ * (codes lo, hi and the scale byte), then 8 bf16 (16 bytes). Window rows
+ * are DI_KVQ_FP8 (codes [d], E8M0 per 32 after them), the others
+ * DI_KVQ_FP4_E4M3 (two codes a byte, low nibble first, E4M3 per 16 after
+ * the d/2 code bytes). Rows of the model's d = 512 are 16-byte aligned;
+ * other sizes may not be, hence the byte path. */
+struct raw8 {
+    uint32_t lo, hi, sb;
+};
+
+__device__ __forceinline__ raw8 chunk_load(const uint8_t *r, int d, int u, bool win) {
+    raw8 w;
+    if (win) {
+        const uint8_t *c = r + 8 * u;
+        if (((uintptr_t)c & 7u) == 0) {
+            uint2 v = *reinterpret_cast<const uint2 *>(c);
+            w.lo = v.x;
+            w.hi = v.y;
+        } else {
+            w.lo = ld_bytes(c, 4);
+            w.hi = ld_bytes(c + 4, 4);
+        }
+        w.sb = r[d + u / 4];
+    } else {
+        const uint8_t *c = r + 4 * u;
+        w.lo = ((uintptr_t)c & 3u) == 0 ? *reinterpret_cast<const uint32_t *>(c) : ld_bytes(c, 4);
+        w.hi = 0;
+        w.sb = r[d / 2 + u / 2];
+    }
+    return w;
+}
+
+__device__ __forceinline__ uint4 chunk_decode(raw8 w, bool win) {
+    uint4 o;
+    if (win) {
+        float s = e8m0_to_f32(w.sb);
+        o.x = e4m3x2_scaled(w.lo & 0xffffu, s);
+        o.y = e4m3x2_scaled(w.lo >> 16, s);
+        o.z = e4m3x2_scaled(w.hi & 0xffffu, s);
+        o.w = e4m3x2_scaled(w.hi >> 16, s);
+    } else {
+        float s = MUL(e4m3_val(w.sb), 64.0f);
+        uint32_t e[4];
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            uint32_t byte = (w.lo >> (8 * b)) & 0xffu;
+            e[b] = e2m1_as_e4m3(byte & 15u) | e2m1_as_e4m3(byte >> 4) << 8;
+        }
+        o.x = e4m3x2_scaled(e[0], s);
+        o.y = e4m3x2_scaled(e[1], s);
+        o.z = e4m3x2_scaled(e[2], s);
+        o.w = e4m3x2_scaled(e[3], s);
+    }
+    return o;
+}
+
+__global__ void __launch_bounds__(TC_THREADS, 1)
+k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n_slots, int n_win,
+                 const float *sink, float scale, float *out) {
+    extern __shared__ __align__(16) uint8_t smraw[];
+    const int ld = d + TC_PAD;
+    uint16_t *qs = reinterpret_cast<uint16_t *>(smraw);      /* [64, ld] bf16 */
+    uint16_t *ks = qs + TC_HEADS * ld;                        /* [64, ld] bf16 */
+    float *ss = reinterpret_cast<float *>(ks + TC_SLOTS * ld); /* [64, TC_SLD] */
+    const uint8_t **rp = reinterpret_cast<const uint8_t **>(ss + TC_HEADS * TC_SLD); /* [64] */
+
+    const int64_t i = blockIdx.x;
+    const int h0 = blockIdx.y * TC_HEADS;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int hg = warp & 3, half = warp >> 2;
+    const int dh = d / 2;   /* this warp's O columns: half·dh .. +dh */
+    const int ntn = d / 16; /* O n-tiles of 8 per warp (dh / 8) = S k-steps of 16 */
+
+    /* q rows of this block's heads as bf16 (exact: q holds bf16 values) */
+    const int q4 = d / 4;
+#pragma unroll 4
+    for (int c = tid; c < TC_HEADS * q4; c += TC_THREADS) {
+        int r = c / q4, k = (c % q4) * 4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (h0 + r < h) v = *reinterpret_cast<const float4 *>(q + (i * h + h0 + r) * d + k);
+        *reinterpret_cast<uint2 *>(qs + r * ld + k) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+    }
+
+    float o[TC_MAX_D / 16][4];
+#pragma unroll
+    for (int nt = 0; nt < TC_MAX_D / 16; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+    /* rows g and g + 8 of the warp's 16 heads (the quad's four lanes agree) */
+    float mx[2] = {-1e30f, -1e30f}, sum[2] = {0.f, 0.f};
+    const uint8_t *const *ri = rows + i * n_slots;
+    const uint32_t qs_a = smem_addr(qs), ks_a = smem_addr(ks);
+
+    for (int b0 = 0; b0 < n_slots; b0 += TC_SLOTS) {
+        const int nb = n_slots - b0 < TC_SLOTS ? n_slots - b0 : TC_SLOTS;
+        __syncthreads(); /* the last block's readers of ks, ss and rp are done */
+        if (tid < TC_SLOTS) rp[tid] = tid < nb ? ri[b0 + tid] : nullptr;
+        __syncthreads();
+        /* decode: 8 values per chunk, TC_BATCH chunks a thread in flight
+         * (64 · d/8 chunks, a multiple of the block for d % 32 = 0); empty
+         * slots become zeros, so their p = 0 meets finite values in P·V */
+        const int cpr = d / 8, nch = TC_SLOTS * cpr;
+        for (int c0 = 0; c0 < nch; c0 += TC_BATCH * TC_THREADS) {
+            raw8 w[TC_BATCH];
+#pragma unroll
+            for (int k = 0; k < TC_BATCH; k++) {
+                int c = c0 + k * TC_THREADS + tid, j = c / cpr;
+                const uint8_t *r = c < nch ? rp[j] : nullptr;
+                w[k] = r ? chunk_load(r, d, c % cpr, b0 + j < n_win) : raw8{0u, 0u, 0u};
+            }
+#pragma unroll
+            for (int k = 0; k < TC_BATCH; k++) {
+                int c = c0 + k * TC_THREADS + tid, j = c / cpr;
+                if (c >= nch) break;
+                uint4 v = rp[j] ? chunk_decode(w[k], b0 + j < n_win) : make_uint4(0u, 0u, 0u, 0u);
+                *reinterpret_cast<uint4 *>(ks + j * ld + 8 * (c % cpr)) = v;
+            }
+        }
+        __syncthreads();
+
+        /* S [16 heads × 32 slots] of this warp over all d */
+        float s[4][4];
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+        {
+            const int arow = 16 * hg + (lane & 7) + 8 * ((lane >> 3) & 1), acol = 8 * (lane >> 4);
+            const int brow = 32 * half + 8 * (lane >> 4) + (lane & 7), bcol = 8 * ((lane >> 3) & 1);
+            for (int kk = 0; kk < ntn; kk++) {
+                uint32_t a[4], b[4];
+                ldsm_x4(qs_a + 2u * (uint32_t)(arow * ld + 16 * kk + acol), a);
+#pragma unroll
+                for (int p = 0; p < 2; p++) {
+                    ldsm_x4(ks_a + 2u * (uint32_t)((brow + 16 * p) * ld + 16 * kk + bcol), b);
+                    mma_bf16(s[2 * p], a, b[0], b[1]);
+                    mma_bf16(s[2 * p + 1], a, b[2], b[3]);
+                }
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++) {
+            int col = 32 * half + 8 * nt + 2 * t4;
+            bool v0 = rp[col] != nullptr, v1 = rp[col + 1] != nullptr;
+            float *r0 = ss + (16 * hg + g) * TC_SLD + col, *r1 = r0 + 8 * TC_SLD;
+            *reinterpret_cast<float2 *>(r0) =
+                make_float2(v0 ? MUL(s[nt][0], scale) : -INFINITY, v1 ? MUL(s[nt][1], scale) : -INFINITY);
+            *reinterpret_cast<float2 *>(r1) =
+                make_float2(v0 ? MUL(s[nt][2], scale) : -INFINITY, v1 ? MUL(s[nt][3], scale) : -INFINITY);
+        }
+        __syncthreads();
+
+        /* the block's softmax step for rows g, g + 8 over all 64 slots */
+        float p[8][4];
+        float bm[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+            const float *r0 = ss + (16 * hg + g) * TC_SLD + 8 * nt + 2 * t4, *r1 = r0 + 8 * TC_SLD;
+            float2 a = *reinterpret_cast<const float2 *>(r0), b = *reinterpret_cast<const float2 *>(r1);
+            p[nt][0] = a.x;
+            p[nt][1] = a.y;
+            p[nt][2] = b.x;
+            p[nt][3] = b.y;
+            bm[0] = fmaxf(bm[0], fmaxf(a.x, a.y));
+            bm[1] = fmaxf(bm[1], fmaxf(b.x, b.y));
+        }
+        float resc[2], psum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            bm[r] = fmaxf(bm[r], __shfl_xor_sync(0xffffffffu, bm[r], 1));
+            bm[r] = fmaxf(bm[r], __shfl_xor_sync(0xffffffffu, bm[r], 2));
+            float nmx = fmaxf(mx[r], bm[r]);
+            resc[r] = expf(SUB(mx[r], nmx));
+            mx[r] = nmx;
+        }
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                p[nt][e] = expf(SUB(p[nt][e], mx[e >> 1])); /* empty slot: exp(-inf) = 0 */
+                psum[e >> 1] = ADD(psum[e >> 1], p[nt][e]);
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            psum[r] = ADD(psum[r], __shfl_xor_sync(0xffffffffu, psum[r], 1));
+            psum[r] = ADD(psum[r], __shfl_xor_sync(0xffffffffu, psum[r], 2));
+            sum[r] = ADD(MUL(sum[r], resc[r]), psum[r]);
+        }
+#pragma unroll
+        for (int nt = 0; nt < TC_MAX_D / 16; nt++) {
+            o[nt][0] = MUL(o[nt][0], resc[0]);
+            o[nt][1] = MUL(o[nt][1], resc[0]);
+            o[nt][2] = MUL(o[nt][2], resc[1]);
+            o[nt][3] = MUL(o[nt][3], resc[1]);
+        }
+
+        /* O [16 heads × d/2] += bf16(P) [16 × 64] · V [64 × d/2] */
+        {
+            const int vrow = 8 * ((lane >> 3) & 1) + (lane & 7), vcol = half * dh + 8 * (lane >> 4);
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+                                 pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                                 pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+                for (int np = 0; np < TC_MAX_D / 32; np++)
+                    if (2 * np < ntn) {
+                        uint32_t b[4];
+                        ldsm_x4_t(ks_a + 2u * (uint32_t)((16 * kk + vrow) * ld + vcol + 16 * np), b);
+                        mma_bf16(o[2 * np], a, b[0], b[1]);
+                        mma_bf16(o[2 * np + 1], a, b[2], b[3]);
+                    }
+            }
+        }
+    }
+
+    /* out = bf16(O / (sum + exp(sink - max))) */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int hh = h0 + 16 * hg + g + 8 * r;
+        if (hh >= h) continue;
+        float tot = ADD(sum[r], expf(SUB(sink[hh], mx[r])));
+        float *orow = out + (i * h + hh) * d + half * dh + 2 * t4;
+#pragma unroll
+        for (int nt = 0; nt < TC_MAX_D / 16; nt++)
+            if (nt < ntn)
+                *reinterpret_cast<float2 *>(orow + 8 * nt) =
+                    make_float2(round_bf16(o[nt][2 * r] / tot), round_bf16(o[nt][2 * r + 1] / tot));
+    }
+}
+
+extern "C" int cuda_attn_tc_fits(int64_t d) { return d >= 32 && d <= TC_MAX_D && d % 32 == 0; }
+
+extern "C" di_status cuda_op_sparse_attn_kv_tc(const float *q, int64_t m, int h, int64_t d,
+                                               const uint8_t *const *rows, int n_slots, int n_win,
+                                               const float *sink, float scale, float *out,
+                                               di_err *err) {
+    if (m <= 0 || h <= 0) return DI_OK;
+    if (!cuda_attn_tc_fits(d))
+        return di_err_set(err, DI_ERR_UNSUPPORTED,
+                          "sparse_attn_kv (tensor cores): head_dim %lld (a multiple of 32, at most %d)",
+                          (long long)d, TC_MAX_D);
+    if (m > 0x7fffffff)
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "sparse_attn_kv (tensor cores): %lld rows",
+                          (long long)m);
+    size_t smem = tc_smem_bytes(d);
+    di_status st = cuda_check(
+        cudaFuncSetAttribute(k_sparse_attn_tc, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+        err, "sparse_attn_kv (tensor cores): shared memory");
+    if (st) return st;
+    dim3 grid((unsigned)m, (unsigned)((h + TC_HEADS - 1) / TC_HEADS));
+    k_sparse_attn_tc<<<grid, TC_THREADS, smem>>>(q, h, (int)d, rows, n_slots, n_win, sink, scale, out);
+    return cuda_check_launch(err, "sparse_attn_kv (tensor cores)");
+}
