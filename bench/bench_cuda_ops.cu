@@ -199,8 +199,13 @@ static void bench_matvec(int fmt, const char *name, int64_t n, int64_t k, int64_
  * routings so the experts read are cold (~0.5 GB or more per replay). Bytes
  * counted: the distinct experts' weights + scales, the activations, the
  * outputs. */
-static void bench_moe_grouped(int tokens, const char *suffix = "") {
-    const int64_t E = 384, n = 2304, k = 5120, kbn = k / 32, topk = 6;
+/* proj / n / k: the projection timed (w1 [moe_inter, dim] by default, w2
+ * [dim, moe_inter]); op_form: the call as the moe_experts op makes it (every
+ * group's token capacity = the batch, min(E, 6 tokens) groups, the empty ones
+ * last), else the tightest capacity and only the non-empty groups. */
+static void bench_moe_grouped(int tokens, const char *suffix = "", const char *proj = "w1",
+                              int64_t n = 2304, int64_t k = 5120, bool op_form = false) {
+    const int64_t E = 384, kbn = k / 32, topk = 6;
     const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
     void *w = dalloc(wb * E), *ws = dalloc(sb * E);
     rnd(w, wb * E, 300);
@@ -239,10 +244,18 @@ static void bench_moe_grouped(int tokens, const char *suffix = "") {
             off.push_back((int32_t)rows.size());
             max_rows = std::max(max_rows, (int)by[e].size());
         }
+        const int nonempty = (int)ids.size();
+        if (op_form) {
+            while ((int64_t)ids.size() < std::min<int64_t>(E, tokens * topk)) {
+                ids.push_back(0);
+                off.push_back((int32_t)rows.size());
+            }
+            max_rows = tokens;
+        }
         Step st;
         st.ng = (int)ids.size();
         st.max_rows = max_rows;
-        st.distinct = st.ng;
+        st.distinct = nonempty;
         st.ids = dalloc(ids.size() * 4);
         st.off = dalloc(off.size() * 4);
         st.rows = dalloc(rows.size() * 4);
@@ -260,8 +273,8 @@ static void bench_moe_grouped(int tokens, const char *suffix = "") {
                                       (int32_t *)st.rows, st.max_rows, out, DI_DTYPE_F32, s, err));
     }, reps, 15);
     double bytes = bytes_total / reps + (double)tokens * k + npairs * n * 4.0;
-    printf("RESULT moe_w1_grouped_b%d%s %.2f us %.0f GB/s %.0f%% of copy (%.0f experts/step, floor %.2f us)\n",
-           tokens, suffix, t * 1e6, bytes / t / 1e9, 100 * bytes / t / g_copy_bw,
+    printf("RESULT moe_%s_grouped_b%d%s %.2f us %.0f GB/s %.0f%% of copy (%.0f experts/step, floor %.2f us)\n",
+           proj, tokens, suffix, t * 1e6, bytes / t / 1e9, 100 * bytes / t / g_copy_bw,
            bytes_total / reps / (wb + sb), bytes / g_copy_bw * 1e6);
     for (auto &st : steps) { di_cuda_free(st.ids); di_cuda_free(st.off); di_cuda_free(st.rows); }
     di_cuda_free(w); di_cuda_free(ws); di_cuda_free(qa); di_cuda_free(sa); di_cuda_free(out);
@@ -421,14 +434,62 @@ static void profile_once(void) {
     }
 }
 
+extern "C" void cuda_matvec_set_pdl(int on);          /* measuring aids in cuda_matvec.cu */
+extern "C" void cuda_matvec_set_grouped_ks(int ks);
+
+/* --decode: the decode kernels that issue #7's goal names (the small FP8
+ * matrices, single MXFP4 experts, the grouped MoE projections as the
+ * moe_experts op calls them at batch 1, 8, 16), with the measuring aids:
+ * programmatic launch off, the FP8 k split and the grouped form's blocks per
+ * tile forced. */
+static void bench_decode(void) {
+    struct { int fmt; const char *name; int64_t n, k; } cs[] = {
+        {0, "wq_a", 1280, 5120},       {0, "shared_w1", 2304, 5120}, {0, "shared_w2", 5120, 2304},
+        {0, "wo_b", 5120, 8192},       {0, "wq_b", 32768, 1280},     {1, "expert_w1", 2304, 5120},
+        {1, "expert_w2", 5120, 2304}};
+    for (int64_t m : {1, 8, 16})
+        for (auto &c : cs) bench_matvec(c.fmt, c.name, c.n, c.k, m);
+    for (int b : {1, 8, 16}) {
+        bench_moe_grouped(b, "", "w1", 2304, 5120, true);
+        bench_moe_grouped(b, "", "w2", 5120, 2304, true);
+    }
+    char name[64];
+    cuda_matvec_set_pdl(0);
+    for (auto &c : cs) {
+        snprintf(name, sizeof name, "%s_nopdl", c.name);
+        bench_matvec(c.fmt, name, c.n, c.k, 1);
+    }
+    bench_moe_grouped(1, "_nopdl", "w1", 2304, 5120, true);
+    bench_moe_grouped(8, "_nopdl", "w1", 2304, 5120, true);
+    cuda_matvec_set_pdl(1);
+    for (int ks : {1, 2, 4, 8}) {
+        cuda_matvec_set_ks(ks);
+        snprintf(name, sizeof name, "wq_a_ks%d", ks);
+        bench_matvec(0, name, 1280, 5120, 1);
+        snprintf(name, sizeof name, "shared_w1_ks%d", ks);
+        bench_matvec(0, name, 2304, 5120, 1);
+    }
+    cuda_matvec_set_ks(0);
+    for (int g : {1, 2, 4, 8}) {
+        cuda_matvec_set_grouped_ks(g);
+        snprintf(name, sizeof name, "_gks%d", g);
+        bench_moe_grouped(1, name, "w1", 2304, 5120, true);
+        bench_moe_grouped(8, name, "w1", 2304, 5120, true);
+        bench_moe_grouped(1, name, "w2", 5120, 2304, true);
+    }
+    cuda_matvec_set_grouped_ks(0);
+}
+
 int main(int argc, char **argv) {
     /* --quick: shorter; --gemm / --matvec: only that half (plus the copy
-     * ceiling), so a run that changes one kernel family spends less time */
-    int quick = 0, gemm = 1, matvec = 1;
+     * ceiling), so a run that changes one kernel family spends less time;
+     * --decode: bench_decode only */
+    int quick = 0, gemm = 1, matvec = 1, decode = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--gemm")) matvec = 0;
         else if (!strcmp(argv[i], "--matvec")) gemm = 0;
+        else if (!strcmp(argv[i], "--decode")) gemm = matvec = 0, decode = 1;
         else if (!strcmp(argv[i], "--profile")) {
             DK(di_cuda_init(0, err));
             profile_once();
@@ -441,6 +502,7 @@ int main(int argc, char **argv) {
     printf("device: %s, %d SMs, %.1f GiB, L2 %.0f MiB, cc %d.%d\n", info.name, info.sm_count,
            info.total_mem / 1073741824.0, info.l2_bytes / 1048576.0, info.cc_major, info.cc_minor);
     bench_copy();
+    if (decode) bench_decode();
     if (matvec) {
         bench_act_quant();
         /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */

@@ -42,7 +42,10 @@ def main():
     if torch is None or not torch.cuda.is_available():
         print("torch sees no CUDA device; skipping")
         return 0
-    do_gemm = "--matvec" not in sys.argv[1:]
+    # --decode: the peers of bench_cuda_ops --decode only (small decode
+    # matrices, the MoE loop at batch 1, 8, 16)
+    decode_only = "--decode" in sys.argv[1:]
+    do_gemm = "--matvec" not in sys.argv[1:] and not decode_only
     do_matvec = "--gemm" not in sys.argv[1:]
     dev = torch.device("cuda")
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
@@ -80,6 +83,8 @@ def main():
     decode = [("wq_b", 32768, 1280), ("wq_a", 1280, 5120), ("wo_b", 5120, 8192),
               ("shared_w1", 2304, 5120), ("shared_w2", 5120, 2304),
               ("expert_w1", 2304, 5120)]
+    if decode_only:
+        decode = [d for d in decode if d[0] in ("wq_a", "shared_w1", "shared_w2", "expert_w1")]
     for name, n_, k in decode:
         copies = max(2, (512 << 20) // (n_ * k * 2) + 1)
         ws = [torch.randn(n_, k, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
@@ -108,7 +113,7 @@ def main():
     # different routings so the weights read are cold
     E, n_, k = 384, 2304, 5120
     w1 = torch.randn(E, n_, k, device=dev, dtype=torch.bfloat16)
-    for tokens in (1, 8, 64):
+    for tokens in ((1, 8, 16) if decode_only else (1, 8, 64)):
         x = torch.randn(tokens, k, device=dev, dtype=torch.bfloat16)
         gen = torch.Generator().manual_seed(tokens)
         steps, distinct = [], 0

@@ -370,16 +370,30 @@ static void test_gemm_mxfp4(void) {
  * shuffled expert order. Every (token, expert) output row must equal, bit for
  * bit, the plain product of that token's row with that expert, and both must
  * match the exact reference. */
+/* MoE inputs: T activation rows, quantized (qa [T, k], sa [T, k/32]), and E
+ * random MXFP4 experts (w [E, n, k/2], ws [E, n, k/32] of 2^-8 .. 2^3). */
+static void moe_inputs(int64_t T, int64_t k, int64_t n, int64_t E, float **x, float **sa,
+                       uint8_t **qa, uint8_t **w, uint8_t **ws) {
+    const int64_t kbn = k / 32;
+    const size_t wb = (size_t)(n * k / 2) * (size_t)E, sb = (size_t)(n * kbn) * (size_t)E;
+    *x = malloc((size_t)(T * k) * 4);
+    *sa = malloc((size_t)(T * kbn) * 4);
+    *qa = malloc((size_t)(T * k));
+    *w = malloc(wb);
+    *ws = malloc(sb);
+    fill_act(*x, NULL, T, k);
+    ref_act_quant(*x, T, k, *qa, *sa);
+    for (size_t i = 0; i < wb; i++) (*w)[i] = (uint8_t)rng_next();
+    for (size_t i = 0; i < sb; i++) (*ws)[i] = (uint8_t)(127 - 8 + rng_next() % 12);
+}
+
 static void test_gemm_mxfp4_grouped(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
     const int64_t E = 5, T = 12, n = 300, k = 640, kbn = k / 32;
     const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
-    float *x = malloc((size_t)(T * k) * 4), *sa = malloc((size_t)(T * kbn) * 4);
-    uint8_t *qa = malloc((size_t)(T * k)), *w = malloc(wb * E), *ws = malloc(sb * E);
-    fill_act(x, NULL, T, k);
-    ref_act_quant(x, T, k, qa, sa);
-    for (size_t i = 0; i < wb * E; i++) w[i] = (uint8_t)rng_next();
-    for (size_t i = 0; i < sb * E; i++) ws[i] = (uint8_t)(127 - 8 + rng_next() % 12);
+    float *x, *sa;
+    uint8_t *qa, *w, *ws;
+    moe_inputs(T, k, n, E, &x, &sa, &qa, &w, &ws);
     /* routing: token t -> expert 0 and two distinct others */
     int route[12][3];
     for (int t = 0; t < T; t++) {
@@ -530,6 +544,174 @@ static void test_bad_arguments(void) {
     CHECK(di_cuda_init(0, &err) == DI_OK);
 }
 
+#if defined(DI_HAVE_CUDA)
+void cuda_matvec_set_grouped_ks(int ks); /* cuda_matvec.cu: blocks per tile, grouped form */
+#endif
+
+/* The grouped MXFP4 form spreads a row's k chunks over 1, 2, 4 or 8 blocks
+ * (fewer, longer blocks when the experts give enough of them); whatever the
+ * spread, each (token, expert) row must equal the plain product bit for bit.
+ * Shapes: k = 1152 (9 stages in 8 chunks of 2: three empty chunks at the
+ * end), k = 640 (5 stages in 4 chunks) and k = 2304 over 70 rows (18 stages
+ * in 8 chunks of 3, two empty), groups of up to 7 rows (one 8-token tile) or
+ * 11 (one 16-token tile), outputs poisoned before every launch. */
+static void test_grouped_spread(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+#if defined(DI_HAVE_CUDA)
+    const int64_t shapes[][2] = {{200, 1152}, {300, 640}, {70, 2304}};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        const int64_t E = 4, T = c == 1 ? 11 : 7, n = shapes[c][0], k = shapes[c][1], kbn = k / 32;
+        const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
+        float *x, *sa;
+        uint8_t *qa, *w, *ws;
+        moe_inputs(T, k, n, E, &x, &sa, &qa, &w, &ws);
+        /* expert 2 takes every token, the others a random half */
+        int32_t ids[4] = {1, 2, 0, 3}, off[5], rows[44], pair_exp[44];
+        int32_t np = 0, max_rows = 0;
+        off[0] = 0;
+        for (int g = 0; g < E; g++) {
+            int cnt = 0;
+            for (int t = 0; t < T; t++)
+                if (ids[g] == 2 || rng_next() % 2) { rows[np] = t; pair_exp[np] = ids[g]; np++; cnt++; }
+            off[g + 1] = np;
+            if (cnt > max_rows) max_rows = cnt;
+        }
+        dbuf dqa = dput(qa, (size_t)(T * k)), dsa = dput(sa, (size_t)(T * kbn) * 4),
+             dw = dput(w, wb * E), dws = dput(ws, sb * E), dids = dput(ids, sizeof ids),
+             doff = dput(off, sizeof off), drows = dput(rows, (size_t)np * 4),
+             dout = dput(NULL, (size_t)(np * n) * 4), d1 = dput(NULL, (size_t)n * 4);
+        float *plain = malloc((size_t)(np * n) * 4), *out = malloc((size_t)(np * n) * 4);
+        double *ref = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8),
+               *abs_sum = malloc((size_t)n * 8);
+        di_err err = {0};
+        int64_t bad = 0;
+        for (int p = 0; p < np; p++) { /* the plain products, and the exact check */
+            const int t = rows[p];
+            di_status st = di_cuda_fill(d1.p, 0xff, d1.n, &err);
+            if (!st)
+                st = di_cuda_gemm_mxfp4((const uint8_t *)dqa.p + (size_t)t * k,
+                                        (const float *)dsa.p + (size_t)t * kbn, 1, k,
+                                        (const uint8_t *)dw.p + (size_t)pair_exp[p] * wb,
+                                        (const uint8_t *)dws.p + (size_t)pair_exp[p] * sb, n, d1.p,
+                                        DI_DTYPE_F32, DI_CUDA_GEMM_AUTO, NULL, &err);
+            if (!st) st = di_cuda_synchronize(&err);
+            CHECKF(st == DI_OK, "%s", err.msg);
+            dget(plain + (size_t)p * n, d1);
+            ref_gemm(1, qa + (size_t)t * k, sa + (size_t)t * kbn, 1, k, w + (size_t)pair_exp[p] * wb,
+                     ws + (size_t)pair_exp[p] * sb, n, ref, bound, abs_sum);
+            for (int64_t j = 0; j < n; j++)
+                if (!(fabs(plain[(size_t)p * n + j] - ref[j]) <= bound[j])) bad++;
+        }
+        CHECKF(bad == 0, "plain mxfp4 n=%lld k=%lld: %lld outputs off the exact result",
+               (long long)n, (long long)k, (long long)bad);
+        for (int spread = 0; spread <= 8; spread = spread ? 2 * spread : 1) {
+            cuda_matvec_set_grouped_ks(spread);
+            di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
+            if (!st)
+                st = di_cuda_gemm_mxfp4_grouped(dqa.p, dsa.p, k, dw.p, dws.p, n, dids.p, doff.p,
+                                                (int32_t)E, drows.p, max_rows, dout.p, DI_DTYPE_F32,
+                                                NULL, &err);
+            if (!st) st = di_cuda_synchronize(&err);
+            CHECKF(st == DI_OK, "%s", err.msg);
+            dget(out, dout);
+            int64_t differ = 0;
+            for (int64_t i = 0; i < np * n; i++) differ += memcmp(&out[i], &plain[i], 4) != 0;
+            CHECKF(differ == 0,
+                   "grouped mxfp4 n=%lld k=%lld, %d blocks per tile (0 = chosen), %d rows: %lld of "
+                   "%lld outputs differ from the plain product",
+                   (long long)n, (long long)k, spread, (int)max_rows, (long long)differ,
+                   (long long)(np * n));
+        }
+        cuda_matvec_set_grouped_ks(0);
+        dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout, d1};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
+        free(x); free(sa); free(qa); free(w); free(ws); free(plain); free(out); free(ref);
+        free(bound); free(abs_sum);
+    }
+#endif
+}
+
+/* The decode kernels start before the kernel ahead of them ends and fetch
+ * their weights early; they must still read the activations that kernel
+ * writes, and their stores must land after the earlier product's. Without a
+ * synchronization between them: quantize x2 over x1's codes, multiply by W1,
+ * then by W2 into the same output. The result must be W2 q(x2), bit for bit
+ * what the same product gives when run alone, and within the exact bound. */
+static void test_dependent_launches(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+    for (int fmt = 0; fmt < 2; fmt++)
+        for (int64_t m = 1; m <= 9; m += 8) {
+            const int64_t n = 300, k = 2304, kbn = k / 32;
+            size_t wbytes = fmt == 0 ? (size_t)(n * k) : (size_t)(n * k / 2);
+            size_t sbytes = fmt == 0 ? (size_t)(((n + 31) / 32) * kbn) : (size_t)(n * kbn);
+            float *x1 = malloc((size_t)(m * k) * 4), *x2 = malloc((size_t)(m * k) * 4);
+            uint16_t *b1 = malloc((size_t)(m * k) * 2), *b2 = malloc((size_t)(m * k) * 2);
+            uint8_t *qa = malloc((size_t)(m * k)), *w1 = malloc(wbytes), *w2 = malloc(wbytes);
+            uint8_t *ws1 = malloc(sbytes), *ws2 = malloc(sbytes);
+            float *sa = malloc((size_t)(m * kbn) * 4), *got = malloc((size_t)(m * n) * 4),
+                  *alone = malloc((size_t)(m * n) * 4);
+            double *ref = malloc((size_t)(m * n) * 8), *bound = malloc((size_t)(m * n) * 8),
+                   *abs_sum = malloc((size_t)(m * n) * 8);
+            fill_act(x1, b1, m, k);
+            fill_act(x2, b2, m, k);
+            for (size_t i = 0; i < wbytes; i++) {
+                w1[i] = fmt == 0 ? rand_e4m3() : (uint8_t)rng_next();
+                w2[i] = fmt == 0 ? rand_e4m3() : (uint8_t)rng_next();
+            }
+            for (size_t i = 0; i < sbytes; i++) {
+                ws1[i] = (uint8_t)(120 + rng_next() % 10);
+                ws2[i] = (uint8_t)(120 + rng_next() % 10);
+            }
+            ref_act_quant(x2, m, k, qa, sa);
+            ref_gemm(fmt, qa, sa, m, k, w2, ws2, n, ref, bound, abs_sum);
+            dbuf dx1 = dput(b1, (size_t)(m * k) * 2), dx2 = dput(b2, (size_t)(m * k) * 2),
+                 dw1 = dput(w1, wbytes), dw2 = dput(w2, wbytes), dws1 = dput(ws1, sbytes),
+                 dws2 = dput(ws2, sbytes), dqa = dput(NULL, (size_t)(m * k)),
+                 dsa = dput(NULL, (size_t)(m * kbn) * 4), dout = dput(NULL, (size_t)(m * n) * 4);
+            di_err err = {0};
+            di_status (*gemm)(const uint8_t *, const float *, int64_t, int64_t, const uint8_t *,
+                              const uint8_t *, int64_t, void *, di_dtype, di_cuda_gemm_path, void *,
+                              di_err *) = fmt == 0 ? di_cuda_gemm_fp8 : di_cuda_gemm_mxfp4;
+            /* x2's product alone, everything synchronized */
+            di_status st = di_cuda_act_quant_fp8(dx2.p, DI_DTYPE_BF16, m, k, dqa.p, dsa.p, NULL, &err);
+            if (!st) st = di_cuda_synchronize(&err);
+            if (!st) st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
+            if (!st) st = gemm(dqa.p, dsa.p, m, k, dw2.p, dws2.p, n, dout.p, DI_DTYPE_F32,
+                               DI_CUDA_GEMM_AUTO, NULL, &err);
+            if (!st) st = di_cuda_synchronize(&err);
+            CHECKF(st == DI_OK, "%s", err.msg);
+            dget(alone, dout);
+            /* x1's codes in place, then the chain with no host wait inside */
+            st = di_cuda_act_quant_fp8(dx1.p, DI_DTYPE_BF16, m, k, dqa.p, dsa.p, NULL, &err);
+            if (!st) st = di_cuda_synchronize(&err);
+            if (!st) st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
+            for (int rep = 0; rep < 3 && !st; rep++) {
+                st = di_cuda_act_quant_fp8(rep % 2 ? dx1.p : dx2.p, DI_DTYPE_BF16, m, k, dqa.p,
+                                           dsa.p, NULL, &err);
+                if (!st) st = gemm(dqa.p, dsa.p, m, k, dw1.p, dws1.p, n, dout.p, DI_DTYPE_F32,
+                                   DI_CUDA_GEMM_AUTO, NULL, &err);
+                if (!st) st = gemm(dqa.p, dsa.p, m, k, dw2.p, dws2.p, n, dout.p, DI_DTYPE_F32,
+                                   DI_CUDA_GEMM_AUTO, NULL, &err);
+            }
+            if (!st) st = di_cuda_synchronize(&err);
+            CHECKF(st == DI_OK, "%s", err.msg);
+            dget(got, dout);
+            int64_t differ = 0, bad = 0;
+            for (int64_t i = 0; i < m * n; i++) {
+                differ += memcmp(&got[i], &alone[i], 4) != 0;
+                bad += !(fabs(got[i] - ref[i]) <= bound[i]);
+            }
+            CHECKF(differ == 0 && bad == 0,
+                   "%s m=%lld chained launches: %lld outputs differ from the lone product, %lld "
+                   "off the exact result", fmt ? "mxfp4" : "fp8", (long long)m, (long long)differ,
+                   (long long)bad);
+            dbuf all[] = {dx1, dx2, dw1, dw2, dws1, dws2, dqa, dsa, dout};
+            for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
+            free(x1); free(x2); free(b1); free(b2); free(qa); free(w1); free(w2); free(ws1);
+            free(ws2); free(sa); free(got); free(alone); free(ref); free(bound); free(abs_sum);
+        }
+}
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -541,5 +723,7 @@ int main(void) {
     RUN(test_gemm_mxfp4);
     RUN(test_gemm_mxfp4_grouped);
     RUN(test_batch_invariance);
+    RUN(test_grouped_spread);
+    RUN(test_dependent_launches);
     return test_summary();
 }

@@ -571,6 +571,28 @@ __device__ __forceinline__ void cluster_sync() {
                      : "memory");
 }
 
+/* acc += cluster rank r's sums at red[b * 128 + tid] (b < NB), read through
+ * distributed shared memory (red: the same offset in every rank) */
+template <int NB>
+__device__ __forceinline__ void cluster_add(float acc[4 * NB], const float4 *red, int tid,
+                                            uint32_t r) {
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        const uint32_t local = (uint32_t)__cvta_generic_to_shared(red + b * 128 + tid);
+        uint32_t remote;
+        float4 v;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(r));
+        asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                     : "r"(remote)
+                     : "memory");
+        acc[4 * b] += v.x;
+        acc[4 * b + 1] += v.y;
+        acc[4 * b + 2] += v.z;
+        acc[4 * b + 3] += v.w;
+    }
+}
+
 /* The KS blocks of a cluster hold partial sums of the same outputs: rank 0
  * adds the others' in rank order (deterministic) through distributed shared
  * memory; true for the rank that then stores. Every rank must call it. */
@@ -581,25 +603,8 @@ __device__ __forceinline__ bool cluster_reduce(float acc[4 * NB], float4 *red, i
     for (int b = 0; b < NB; b++)
         red[b * 128 + tid] = make_float4(acc[4 * b], acc[4 * b + 1], acc[4 * b + 2], acc[4 * b + 3]);
     cluster_sync();
-    if (rank == 0) {
-        for (uint32_t r = 1; r < KS; r++) {
-#pragma unroll
-            for (int b = 0; b < NB; b++) {
-                const uint32_t local = (uint32_t)__cvta_generic_to_shared(red + b * 128 + tid);
-                uint32_t remote;
-                float4 v;
-                asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(r));
-                asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
-                             : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                             : "r"(remote)
-                             : "memory");
-                acc[4 * b] += v.x;
-                acc[4 * b + 1] += v.y;
-                acc[4 * b + 2] += v.z;
-                acc[4 * b + 3] += v.w;
-            }
-        }
-    }
+    if (rank == 0)
+        for (uint32_t r = 1; r < KS; r++) cluster_add<NB>(acc, red, tid, r);
     cluster_sync(); /* the other ranks' shared memory stays until read */
     return rank == 0;
 }
@@ -629,27 +634,39 @@ __global__ void __launch_bounds__(128)
     const int nst = (int)(st0 >= nst_all ? 0 : (nst_all - st0 < kst ? nst_all - st0 : kst));
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
 
-    auto issue = [&](int st) {
+    /* a stage's barrier expects the weight tile, the activations and their
+     * scales; the weights may arrive first (issue_w before issue_a) */
+    auto issue_w = [&](int st) {
+        const int slot = st % WV_ST;
+        const uint32_t full = s_full + 8 * slot;
+        mbar_arrive_expect_tx(full, WV_STAGE_TX(NT));
+        tma_load_2d(s_w + slot * WV_W_BYTES, &map_w, (int)((st0 + st) * 128), (int)n0, full);
+    };
+    auto issue_a = [&](int st) {
         const int slot = st % WV_ST;
         const uint32_t full = s_full + 8 * slot;
         const int c = (int)((st0 + st) * 128);
-        mbar_arrive_expect_tx(full, WV_STAGE_TX(NT));
-        tma_load_2d(s_w + slot * WV_W_BYTES, &map_w, c, (int)n0, full);
         tma_load_2d(s_a + slot * WV_A_BYTES(NT), &map_a, c, (int)m0, full);
         tma_load_2d(s_sa + slot * WV_SA_BYTES(NT), &map_sa, c / 32, (int)m0, full);
     };
-    /* the copies first (their DRAM round trip is the long pole), then the
-     * weight scales of the tile's two 32-row blocks over this k range */
+    /* The weight copies first (their DRAM round trip is the long pole), then
+     * the weight scales of the tile's two 32-row blocks over this k range:
+     * both are model constants, read while the kernel ahead may still run
+     * (programmatic launch); the activations only once it has finished. */
     if (tid == 0) {
         for (int s = 0; s < WV_ST; s++) mbar_init(s_full + 8 * s, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        for (int s = 0; s < WV_ST && s < nst; s++) issue(s);
+        for (int s = 0; s < WV_ST && s < nst; s++) issue_w(s);
     }
     for (int i = tid; i < 2 * nst * 4; i += 128) {
         const int h = i / (nst * 4), b = i - h * nst * 4;
         const int64_t rb = n0 / 32 + h;
         sw_tab[h * kst * 4 + b] = rb < nbn ? e8m0_to_f32(__ldg(ws + rb * kbn + st0 * 4 + b)) : 0.0f;
     }
+    grid_dep_wait();
+    if (tid == 0)
+        for (int s = 0; s < WV_ST && s < nst; s++) issue_a(s);
+    grid_dep_launch();
     __syncthreads(); /* barrier initialisation and the table, for every thread */
 
     float acc[4 * NB], q[4][4 * NB];
@@ -676,7 +693,10 @@ __global__ void __launch_bounds__(128)
         fence_regs_q<NB>(q);
         wv_promote<NB>(acc, q, sab, fw, fw);
         __syncthreads(); /* every warp is done with the slot (wgmma and scales) */
-        if (tid == 0 && st + WV_ST < nst) issue(st + WV_ST);
+        if (tid == 0 && st + WV_ST < nst) {
+            issue_w(st + WV_ST);
+            issue_a(st + WV_ST);
+        }
     }
 
     if (KS > 1 && !cluster_reduce<KS, NB>(acc, red, tid, rank)) return;
@@ -712,23 +732,51 @@ static int wv_pick_ks(int64_t n, int64_t k, int max_ks) {
     return ks;
 }
 
+/* Programmatic launch of the decode kernels (measuring aid: 0 turns it off):
+ * the next kernel's blocks start while this one finishes and fetch their
+ * weights early (see grid_dep_wait). Safe as long as no kernel writes the
+ * weights of the matrix product launched right after it: the backend uploads
+ * weights with synchronous copies. */
+static int wv_pdl = 1;
+extern "C" void cuda_matvec_set_pdl(int on) { wv_pdl = on; }
+
 /* Launch shape of the wgmma matvec kernels: (64-row tiles x KS) x token tiles
  * of nt x groups, one warpgroup per block, clusters of KS along x. */
 struct WvLaunch {
     cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute at[1];
+    cudaLaunchAttribute at[2];
     WvLaunch(int64_t n, int64_t m, int nt, int groups, int ks, int smem, cudaStream_t stream) {
         cfg.gridDim = dim3((unsigned)(((n + 63) / 64) * ks), (unsigned)((m + nt - 1) / nt),
                            (unsigned)groups);
         cfg.blockDim = dim3(128, 1, 1);
         cfg.dynamicSmemBytes = (size_t)smem;
         cfg.stream = stream;
-        at[0].id = cudaLaunchAttributeClusterDimension;
-        at[0].val.clusterDim.x = (unsigned)ks;
-        at[0].val.clusterDim.y = 1;
-        at[0].val.clusterDim.z = 1;
         cfg.attrs = at;
-        cfg.numAttrs = ks > 1 ? 1 : 0;
+        cfg.numAttrs = 0;
+        if (ks > 1) {
+            at[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+            at[cfg.numAttrs].val.clusterDim.x = (unsigned)ks;
+            at[cfg.numAttrs].val.clusterDim.y = 1;
+            at[cfg.numAttrs].val.clusterDim.z = 1;
+            cfg.numAttrs++;
+        }
+        if (wv_pdl) {
+            at[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            at[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+            cfg.numAttrs++;
+        }
+    }
+    /* launch; a runtime or stream that refuses the programmatic attribute
+     * gets the ordinary launch (same kernel: the grid_dep calls are no-ops) */
+    template <typename... P, typename... A> cudaError_t launch(void (*kern)(P...), A &&...args) {
+        cudaError_t e = cudaLaunchKernelEx(&cfg, kern, args...);
+        if (e != cudaSuccess && wv_pdl) {
+            (void)cudaGetLastError();
+            cfg.numAttrs--;
+            e = cudaLaunchKernelEx(&cfg, kern, args...);
+            if (e == cudaSuccess) wv_pdl = 0;
+        }
+        return e;
     }
 };
 
@@ -746,8 +794,7 @@ static cudaError_t wv_launch(const CUtensorMap &mw, const CUtensorMap &ma, const
         attr = smem;
     }
     WvLaunch l(n, m, 8 * NB, 1, KS, smem, stream);
-    return cudaLaunchKernelEx(&l.cfg, matvec_fp8_wg_kernel<KS, NB>, mw, ma, ms, ws, m, k, n, out,
-                              out_bf16, kst);
+    return l.launch(matvec_fp8_wg_kernel<KS, NB>, mw, ma, ms, ws, m, k, n, out, out_bf16, kst);
 }
 
 /* The wgmma path: whole 128-byte stages, the alignment the tensor maps need,
@@ -772,7 +819,7 @@ static bool wv_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
                       : wv_launch<KSV, 1>(mw, ma, ms, ws, m, k, n, out, out_bf16, stream);    \
         break;
     switch (wv_pick_ks(n, k, 4)) {
-        WV_CASE(1) WV_CASE(2) default : WV_CASE(4)
+        WV_CASE(1) WV_CASE(2) WV_CASE(4) default : WV_CASE(8)
     }
 #undef WV_CASE
     return true;
@@ -795,16 +842,65 @@ static bool wv_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
 #define W4_F_BYTES 4096  /* 64 rows x 64 bytes of packed E2M1 */
 #define W4_WS_BYTES 256  /* 64 rows x 4 scale bytes */
 /* one converted tile: it is written right before its wgmmas, which complete
- * within the stage; the ring holds what the copies bring */
-#define W4_SMEM(nt) (1024 + WV_W_BYTES + W4_ST * (W4_F_BYTES + WV_A_BYTES(nt) + WV_SA_BYTES(nt) + \
-                     W4_WS_BYTES) + W4_ST * 8 + (nt) * 256)
+ * within the stage; the ring holds what the copies bring; then `red` chunk
+ * partials of NB x 128 float4 each for the cluster's reduction */
+#define W4_SMEM(nt, red) (1024 + WV_W_BYTES + W4_ST * (W4_F_BYTES + WV_A_BYTES(nt) + \
+                          WV_SA_BYTES(nt) + W4_WS_BYTES) + W4_ST * 8 + (red) * (nt) * 256)
 
-template <int KS, int NB, bool GROUPED>
+/* The k range of a row is cut into KS * CPB chunks of kst stages (the last
+ * ones shorter or empty); each chunk's products are promoted into their own
+ * sum from zero, and the chunk sums are added in chunk order. A block (rank
+ * r of a cluster of KS) computes chunks [r CPB, r CPB + CPB) one after the
+ * other; rank 0 adds the other ranks' chunk sums, in order, through
+ * distributed shared memory. So the bits depend on KS * CPB (chosen from n
+ * and k only) and not on how the chunks are spread over blocks: the grouped
+ * form, where the experts already give many blocks, runs fewer, longer
+ * blocks (CPB > 1) and still equals the plain product (KS = KS * CPB). */
+template <int KS, int CPB, int NB, bool GROUPED>
 __global__ void __launch_bounds__(128)
     matvec_fp4_wg_kernel(const __grid_constant__ CUtensorMap map_w, const uint8_t *__restrict__ qa,
                          const float *__restrict__ sa, const uint8_t *__restrict__ ws, int64_t m,
                          int64_t k, int64_t n, void *__restrict__ out, int out_bf16, int kst,
                          Groups grp) {
+    extern __shared__ uint8_t w4_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(w4_raw), base = (raw + 1023u) & ~1023u;
+    uint8_t *smem = w4_raw + (base - raw);
+    constexpr int NT = 8 * NB;
+    const uint32_t s_a = base, s_w = s_a + W4_ST * WV_A_BYTES(NT), s_f = s_w + WV_W_BYTES;
+    const uint32_t s_sa = s_f + W4_ST * W4_F_BYTES, s_ws = s_sa + W4_ST * WV_SA_BYTES(NT);
+    const uint32_t s_full = s_ws + W4_ST * W4_WS_BYTES;
+    float4 *red = (float4 *)(smem + (s_full - base) + W4_ST * 8); /* [CPB][NB][128] */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, t = lane & 3;
+    if (tid == 0) {
+        for (int s = 0; s < W4_ST; s++) mbar_init(s_full + 8 * s, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+
+    uint32_t rank = 0;
+    if (KS > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    const int64_t n0 = (int64_t)(blockIdx.x / KS) * 64, m0 = (int64_t)blockIdx.y * NT;
+    const int64_t kbn = k / 32, nst_all = k / 128;
+    const int64_t st0 = (int64_t)rank * CPB * kst, span = (int64_t)CPB * kst;
+    const int nst = (int)(st0 >= nst_all ? 0 : (nst_all - st0 < span ? nst_all - st0 : span));
+
+    /* the weight tile of a stage through the copy engine, on the stage's barrier */
+    auto issue_w = [&](int st, int64_t e) {
+        const int slot = st % W4_ST;
+        const uint32_t full = s_full + 8 * slot;
+        mbar_arrive_expect_tx(full, W4_F_BYTES);
+        asm volatile(
+            "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
+            "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(s_f + slot * W4_F_BYTES),
+            "l"((uint64_t)&map_w), "r"((int)((st0 + st) * 64)), "r"((int)n0), "r"((int)e), "r"(full)
+            : "memory");
+    };
+    /* The plain form's weights are model constants: the first stages' copies
+     * start before the kernel ahead has finished (programmatic launch). The
+     * grouped form learns its expert from the routing, which an earlier
+     * kernel writes. */
+    if (!GROUPED && tid == 0)
+        for (int s = 0; s < W4_ST && s < nst; s++) issue_w(s, 0);
+    grid_dep_wait();
     TokMap tm = {NULL, 0, m};
     int64_t e = 0;
     if (GROUPED) {
@@ -813,24 +909,11 @@ __global__ void __launch_bounds__(128)
         tm.rows = grp.rows;
         tm.base = grp.off[z];
         tm.count = grp.off[z + 1] - tm.base;
-        if ((int64_t)blockIdx.y * 8 * NB >= tm.count) return; /* the whole cluster alike */
+        if ((int64_t)blockIdx.y * NT >= tm.count) return; /* the whole cluster alike */
+        if (tid == 0)
+            for (int s = 0; s < W4_ST && s < nst; s++) issue_w(s, e);
     }
-    extern __shared__ uint8_t w4_raw[];
-    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(w4_raw), base = (raw + 1023u) & ~1023u;
-    uint8_t *smem = w4_raw + (base - raw);
-    constexpr int NT = 8 * NB;
-    const uint32_t s_a = base, s_w = s_a + W4_ST * WV_A_BYTES(NT), s_f = s_w + WV_W_BYTES;
-    const uint32_t s_sa = s_f + W4_ST * W4_F_BYTES, s_ws = s_sa + W4_ST * WV_SA_BYTES(NT);
-    const uint32_t s_full = s_ws + W4_ST * W4_WS_BYTES;
-    float4 *red = (float4 *)(smem + (s_full - base) + W4_ST * 8);
-
-    uint32_t rank = 0;
-    if (KS > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-    const int64_t n0 = (int64_t)(blockIdx.x / KS) * 64, m0 = (int64_t)blockIdx.y * NT;
-    const int64_t kbn = k / 32, nst_all = k / 128;
-    const int64_t st0 = (int64_t)rank * kst;
-    const int nst = (int)(st0 >= nst_all ? 0 : (nst_all - st0 < kst ? nst_all - st0 : kst));
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    grid_dep_launch();
     const uint8_t *we = ws + e * n * kbn;
 
     /* per-thread copy roles: tid < 8 NT one 16-byte activation chunk (slot
@@ -844,18 +927,9 @@ __global__ void __launch_bounds__(128)
     const int64_t w_row = n0 + (tid & 63);
     const bool w_ok = w_row < n;
     const uint8_t *ws_src = we + (w_ok ? w_row : 0) * kbn;
-    auto issue = [&](int st) { /* every thread: its copies of stage st, one group */
+    auto issue_rest = [&](int st) { /* every thread: its copies of stage st, one group */
         const int slot = st % W4_ST;
         const int64_t kb = (st0 + st) * 4;
-        if (tid == 0) {
-            const uint32_t full = s_full + 8 * slot;
-            mbar_arrive_expect_tx(full, W4_F_BYTES);
-            asm volatile(
-                "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(s_f + slot * W4_F_BYTES),
-                "l"((uint64_t)&map_w), "r"((int)(kb * 16)), "r"((int)n0), "r"((int)e), "r"(full)
-                : "memory");
-        }
         if (tid < 8 * NT) /* the 128B swizzle: chunk c of row r at c ^ (r % 8) */
             cp_async16(s_a + slot * WV_A_BYTES(NT) + a_slot * 128 + ((a_chunk ^ (a_slot & 7)) << 4),
                        a_src + kb * 32 + a_chunk * 16, a_ok);
@@ -863,22 +937,38 @@ __global__ void __launch_bounds__(128)
         if (tid < 64) cp_async4(s_ws + slot * W4_WS_BYTES + tid * 4, ws_src + kb, w_ok);
         asm volatile("cp.async.commit_group;\n" ::);
     };
-    if (tid == 0) {
-        for (int s = 0; s < W4_ST; s++) mbar_init(s_full + 8 * s, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    __syncthreads(); /* barrier initialisation, for every thread */
     for (int s = 0; s < W4_ST; s++) {
-        if (s < nst) issue(s);
+        if (s < nst) issue_rest(s);
         else asm volatile("cp.async.commit_group;\n" ::);
     }
 
-    float acc[4 * NB], q[4][4 * NB];
+    /* acc: the current chunk's sum; tot: the finished chunks' sums, added in
+     * order (rank 0 of a cluster, or a lone block); other ranks leave each
+     * chunk's sum in `red` for rank 0 */
+    float acc[4 * NB], tot[4 * NB], q[4][4 * NB];
 #pragma unroll
-    for (int i = 0; i < 4 * NB; i++) acc[i] = 0.0f;
+    for (int i = 0; i < 4 * NB; i++) acc[i] = tot[i] = 0.0f;
+    int done = 0; /* chunks finished */
+    auto fold = [&]() {
+#pragma unroll
+        for (int i = 0; i < 4 * NB; i++) acc[i] *= 64.0f; /* codes were read as value * 2^-6 */
+        if (KS == 1 || rank == 0) {
+#pragma unroll
+            for (int i = 0; i < 4 * NB; i++) tot[i] = done == 0 ? acc[i] : tot[i] + acc[i];
+        } else {
+#pragma unroll
+            for (int b = 0; b < NB; b++)
+                red[(done * NB + b) * 128 + tid] =
+                    make_float4(acc[4 * b], acc[4 * b + 1], acc[4 * b + 2], acc[4 * b + 3]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4 * NB; i++) acc[i] = 0.0f;
+        done++;
+    };
     /* conversion role: 32 of row cr's 64 packed bytes, half ch */
     const int cr = tid >> 1, ch = tid & 1;
-    const int ra = 16 * warp + g; /* the thread's result rows ra, ra + 8 */
+    const int ra = 16 * warp + (lane >> 2); /* the thread's result rows ra, ra + 8 */
     for (int st = 0; st < nst; st++) {
         const int slot = st % W4_ST;
         mbar_wait(s_full + 8 * slot, (st / W4_ST) & 1);
@@ -924,46 +1014,76 @@ __global__ void __launch_bounds__(128)
         fence_regs_q<NB>(q);
         wv_promote<NB>(acc, q, sab, w0, w1);
         __syncthreads(); /* the slot is free: refill it */
-        if (st + W4_ST < nst) issue(st + W4_ST);
-        else asm volatile("cp.async.commit_group;\n" ::);
+        if (st + W4_ST < nst) {
+            if (tid == 0) issue_w(st + W4_ST, e);
+            issue_rest(st + W4_ST);
+        } else {
+            asm volatile("cp.async.commit_group;\n" ::);
+        }
+        if (CPB > 1 && (st + 1) % kst == 0 && st + 1 < nst) fold();
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
-#pragma unroll
-    for (int i = 0; i < 4 * NB; i++) acc[i] *= 64.0f; /* codes were read as value * 2^-6 */
+    while (done < CPB) fold(); /* the last chunk, then empty ones (sums of +0) */
 
-    if (KS > 1 && !cluster_reduce<KS, NB>(acc, red, tid, rank)) return;
+    if (KS > 1) {
+        cluster_sync(); /* every rank's chunk sums are in its `red` */
+        if (rank == 0)
+            for (uint32_t r = 1; r < KS; r++)
+                for (int j = 0; j < CPB; j++) cluster_add<NB>(tot, red + j * NB * 128, tid, r);
+        cluster_sync(); /* the other ranks' shared memory stays until read */
+        if (rank != 0) return;
+    }
 #pragma unroll
     for (int i = 0; i < 4 * NB; i++) {
         const int64_t row = n0 + ra + ((i >> 1) & 1) * 8, slot = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
         if (row < n && tm.valid(slot)) {
             const int64_t o = tm.orow(slot) * n + row;
-            if (out_bf16) ((uint16_t *)out)[o] = f32_to_bf16_bits(acc[i]);
-            else ((float *)out)[o] = acc[i];
+            if (out_bf16) ((uint16_t *)out)[o] = f32_to_bf16_bits(tot[i]);
+            else ((float *)out)[o] = tot[i];
         }
     }
 }
 
-template <int KS, int NB, bool GROUPED>
+template <int KS, int CPB, int NB, bool GROUPED>
 static cudaError_t w4_launch(const CUtensorMap &mw, const uint8_t *qa, const float *sa,
                              const uint8_t *ws, int64_t m, int64_t k, int64_t n, void *out,
                              int out_bf16, cudaStream_t stream, Groups grp, int ngroups) {
-    const int kst = (int)((k / 128 + KS - 1) / KS);
+    const int kst = (int)((k / 128 + KS * CPB - 1) / (KS * CPB));
+    const int smem = W4_SMEM(8 * NB, KS > 1 ? CPB : 0);
     static bool attr = false;
     if (!attr) {
-        cudaError_t e = cudaFuncSetAttribute(matvec_fp4_wg_kernel<KS, NB, GROUPED>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             W4_SMEM(8 * NB));
+        cudaError_t e = cudaFuncSetAttribute(matvec_fp4_wg_kernel<KS, CPB, NB, GROUPED>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
         attr = true;
     }
-    WvLaunch l(n, m, 8 * NB, ngroups, KS, W4_SMEM(8 * NB), stream);
-    return cudaLaunchKernelEx(&l.cfg, matvec_fp4_wg_kernel<KS, NB, GROUPED>, mw, qa, sa, ws, m, k,
-                              n, out, out_bf16, kst, grp);
+    WvLaunch l(n, m, 8 * NB, ngroups, KS, smem, stream);
+    return l.launch(matvec_fp4_wg_kernel<KS, CPB, NB, GROUPED>, mw, qa, sa, ws, m, k, n, out,
+                    out_bf16, kst, grp);
+}
+
+static int w4_forced_gks = 0; /* measuring aid (bench, tests): blocks per row of a group */
+extern "C" void cuda_matvec_set_grouped_ks(int ks) { w4_forced_gks = ks; }
+
+/* Blocks per 64-row tile in the grouped form (a power of two dividing the
+ * chunk count kc): the fewest that still give about three blocks per SM over
+ * all groups, so that each block streams long k ranges with its ring full
+ * instead of paying a prologue and a DRAM round trip per few stages. */
+static int w4_grouped_ks(int kc, int64_t n, int ngroups) {
+    if (w4_forced_gks > 0) {
+        int ks = 1;
+        while (2 * ks <= w4_forced_gks && 2 * ks <= kc) ks *= 2;
+        return ks;
+    }
+    const int64_t blocks = (n + 63) / 64 * ngroups, want = 3 * (int64_t)sm_count();
+    int ks = 1;
+    while (ks < kc && blocks * ks < want) ks *= 2;
+    return ks;
 }
 
 /* MXFP4 on wgmma: whole 128-input stages and 16-byte aligned operands; m: the
  * tokens (plain) or the most token slots of a group (grouped, ngroups > 0).
- * The split depends on n and k only, so a grouped row equals the plain
+ * The chunk count depends on n and k only, so a grouped row equals the plain
  * product bit for bit. Returns false (nothing launched) when it does not
  * apply. */
 static bool w4_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, const uint8_t *w,
@@ -985,23 +1105,36 @@ static bool w4_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return false;
-    const bool g = ngroups > 0;
-    const int ng = g ? ngroups : 1;
-#define W4_CASE(KSV)                                                                         \
-    case KSV:                                                                                \
-        *e = g ? (m > 8 ? w4_launch<KSV, 2, true>(mw, qa, sa, ws, m, k, n, out, out_bf16,    \
-                                                  stream, grp, ng)                           \
-                        : w4_launch<KSV, 1, true>(mw, qa, sa, ws, m, k, n, out, out_bf16,    \
-                                                  stream, grp, ng))                          \
-               : (m > 8 ? w4_launch<KSV, 2, false>(mw, qa, sa, ws, m, k, n, out, out_bf16,   \
-                                                   stream, grp, ng)                          \
-                        : w4_launch<KSV, 1, false>(mw, qa, sa, ws, m, k, n, out, out_bf16,   \
-                                                   stream, grp, ng));                        \
-        break;
-    switch (wv_pick_ks(n, k, 8)) {
-        W4_CASE(1) W4_CASE(2) W4_CASE(4) default : W4_CASE(8)
+    const int kc = wv_pick_ks(n, k, 8);
+    const bool nb2 = m > 8;
+#define W4_GO(KSV, CPBV, G)                                                                    \
+    (nb2 ? w4_launch<KSV, CPBV, 2, G>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp,      \
+                                      G ? ngroups : 1)                                         \
+         : w4_launch<KSV, CPBV, 1, G>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp,      \
+                                      G ? ngroups : 1))
+    if (ngroups <= 0) {
+        switch (kc) {
+        case 1: *e = W4_GO(1, 1, false); break;
+        case 2: *e = W4_GO(2, 1, false); break;
+        case 4: *e = W4_GO(4, 1, false); break;
+        default: *e = W4_GO(8, 1, false); break;
+        }
+        return true;
     }
-#undef W4_CASE
+    const int gks = w4_grouped_ks(kc, n, ngroups);
+    switch (kc * 16 + gks) {
+    case 1 * 16 + 1: *e = W4_GO(1, 1, true); break;
+    case 2 * 16 + 1: *e = W4_GO(1, 2, true); break;
+    case 2 * 16 + 2: *e = W4_GO(2, 1, true); break;
+    case 4 * 16 + 1: *e = W4_GO(1, 4, true); break;
+    case 4 * 16 + 2: *e = W4_GO(2, 2, true); break;
+    case 4 * 16 + 4: *e = W4_GO(4, 1, true); break;
+    case 8 * 16 + 1: *e = W4_GO(1, 8, true); break;
+    case 8 * 16 + 2: *e = W4_GO(2, 4, true); break;
+    case 8 * 16 + 4: *e = W4_GO(4, 2, true); break;
+    default: *e = W4_GO(8, 1, true); break;
+    }
+#undef W4_GO
     return true;
 }
 
