@@ -239,6 +239,23 @@ typedef struct di_backend_ops {
                              const di_attn_rows *rows, const float *sink, float scale,
                              float *out);
 
+    /* ---- step forms (optional, each on its own) ----
+     * A pass's per-row metadata in backend memory (the forward's step
+     * metadata, uploaded once per pass), so the ops of a decode step take
+     * no host array a device backend would have to stage per call. The same
+     * bits as the host forms. NULL: the model uses the host forms. */
+    /* rope with cs [m, rd/2, 2] in backend memory: the cosine and sine of
+     * each row's angles as rope computes them (cosf / sinf of
+     * (float)pos[i]·freq[j], in fp32); inverse negates the sine. */
+    void (*rope_cs)(di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd,
+                    int64_t rd, const float *cs, int inverse);
+    /* embed with ids [m] in backend memory */
+    void (*embed_buf)(di_backend *be, const di_tensor *table, const int32_t *ids, int64_t m,
+                      float *out);
+    /* gather_rows with rows [m] in backend memory */
+    void (*gather_rows_buf)(di_backend *be, const float *src, const int32_t *rows, int64_t m,
+                            int64_t n, float *dst);
+
     /* ---- MoE (§7) ---- */
     /* logits [m, e] fp32 → selected experts [m, k] and weights [m, k] (both host):
      * sqrt(softplus), top-k of score + bias (ties: lower expert), weights from

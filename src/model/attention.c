@@ -66,7 +66,7 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
     const di_layer_role *r = &c->roles[block];
     const di_lm_block *lb = &lm->blocks[block];
     di_backend *be = lm->be;
-    int64_t m = f->m, dh = c->head_dim, rd = c->rope_dim;
+    int64_t m = f->m, dh = c->head_dim;
     int H = c->n_heads, W = c->window;
     int dspark = r->is_dspark_stage;
     int n_slots, n_win;
@@ -112,8 +112,8 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
         for (int64_t i = 0; i < m; i++) dpos[i] = (int32_t)(f->dspark_p + 1 + i);
         pos = dpos;
     }
-    be->ops->rope(be, q, m, H * dh, H, dh, rd, pos, lb->freq, 0);
-    be->ops->rope(be, kv, m, dh, 1, dh, rd, pos, lb->freq, 0);
+    di_fwd_rope(f, block, q, m, H * dh, H, dh, pos, 0);
+    di_fwd_rope(f, block, kv, m, dh, 1, dh, pos, 0);
     be->ops->kv_pack(be, DI_KVQ_FP8, kv, m, dh, kvp);
 
     if (dspark) {
@@ -146,7 +146,7 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
     } else {
         be->ops->sparse_attn_kv(be, q, m, H, dh, rows, n_slots, n_win, sink, scale, o);
     }
-    be->ops->rope(be, o, m, H * dh, H, dh, rd, pos, lb->freq, 1);
+    di_fwd_rope(f, block, o, m, H * dh, H, dh, pos, 1);
     /* grouped low-rank output projection (§5.6) */
     be->ops->matmul_grouped(be, &lb->wo_a, c->o_groups, o, m, z);
     be->ops->matmul(be, &lb->wo_b, z, m, y, lm->mm_q);

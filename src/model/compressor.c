@@ -17,6 +17,18 @@ static void new_groups(const di_fwd *f, int s, int ratio, int64_t *j0, int64_t *
     *j1 = end / ratio;
 }
 
+/* RoPE of the n new entries (rows of width hd, positions epos): from the
+ * step metadata's table of these entries where the backend has rope_cs. */
+static void entries_rope(di_fwd *f, int block, float *x, int64_t n, int64_t hd,
+                         const int32_t *epos) {
+    di_backend *be = f->lm->be;
+    int64_t rd = f->lm->cfg->rope_dim;
+    if (f->meta && be->ops->rope_cs && f->m_cs_ent && f->m_cs_ent[block])
+        be->ops->rope_cs(be, x, n, hd, 1, hd, rd, f->m_cs_ent[block], 0);
+    else
+        be->ops->rope(be, x, n, hd, 1, hd, rd, epos, f->lm->blocks[block].freq, 0);
+}
+
 di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
     const di_lm *lm = f->lm;
     const di_config *c = lm->cfg;
@@ -25,7 +37,7 @@ di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
     const di_w_attn *wa = &lm->w->blocks[block].attn;
     di_backend *be = lm->be;
     int ratio = r->ratio;
-    int64_t m = f->m, dh = c->head_dim, di = c->index_head_dim, rd = c->rope_dim;
+    int64_t m = f->m, dh = c->head_dim, di = c->index_head_dim;
     int64_t n_new = 0;
     for (int s = 0; s < f->n_seqs; s++) {
         int64_t j0, j1;
@@ -99,10 +111,10 @@ di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
         }
         be->ops->matmul(be, &lb->idx_wk, lat, n_new, key, DI_MM_OUT_BF16);
         be->ops->rmsnorm(be, key, &wa->idx_k_norm, n_new, di, c->eps, key);
-        be->ops->rope(be, key, n_new, di, 1, di, rd, epos, lb->freq, 0);
+        entries_rope(f, block, key, n_new, di, epos);
         be->ops->kv_pack(be, DI_KVQ_FP4_E8M0, key, n_new, di, keyp);
     }
-    be->ops->rope(be, lat, n_new, dh, 1, dh, rd, epos, lb->freq, 0);
+    entries_rope(f, block, lat, n_new, dh, epos);
     be->ops->kv_pack(be, DI_KVQ_FP4_E4M3, lat, n_new, dh, latp);
     /* append to each sequence's caches */
     int64_t e = 0;

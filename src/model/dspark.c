@@ -59,7 +59,7 @@ di_status di_dspark_seed(di_fwd *f, di_err *err) {
         const di_lm_block *lb = &lm->blocks[b];
         be->ops->matmul(be, &lb->wkv, mx, m, kv, lm->mm_q);
         be->ops->rmsnorm(be, kv, &lm->w->blocks[b].attn.kv_norm, m, dh, c->eps, kv);
-        be->ops->rope(be, kv, m, dh, 1, dh, c->rope_dim, f->pos, lb->freq, 0);
+        di_fwd_rope(f, b, kv, m, dh, 1, dh, f->pos, 0);
         be->ops->kv_pack(be, DI_KVQ_FP8, kv, m, dh, kvp);
         for (int s = 0; s < f->n_seqs; s++) {
             di_seqstate *sq = f->seqs[s].st;

@@ -3,6 +3,7 @@
  * fp32 head, and the DSpark ring update. See forward.h. */
 #include "model/forward.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,21 +17,105 @@ static int has_buf_forms(const di_backend_ops *o) {
            o->topk_select_buf && o->sparse_attn_rows;
 }
 
+/* The RoPE angles' cosines and sines, [n, half, 2], exactly as the rope
+ * op computes them from positions (backend.h rope_cs). */
+static void rope_cs_fill(const int32_t *pos, int64_t n, const float *freq, int64_t half,
+                         float *cs) {
+    for (int64_t i = 0; i < n; i++) {
+        float tpos = (float)pos[i];
+        for (int64_t j = 0; j < half; j++) {
+            float ang = tpos * freq[j];
+            cs[(i * half + j) * 2] = cosf(ang);
+            cs[(i * half + j) * 2 + 1] = sinf(ang);
+        }
+    }
+}
+
+/* Positions of the compressed entries block b's compressor completes in
+ * this pass (ratio 1: every row's; else each group's first token), in the
+ * order di_compressor makes them; returns how many (pos may be NULL). */
+static int64_t entry_positions(const di_fwd *f, int b, int32_t *pos) {
+    int ratio = f->lm->cfg->roles[b].ratio;
+    int64_t n = 0;
+    for (int s = 0; s < f->n_seqs; s++) {
+        int64_t start = f->seqs[s].st->n_tokens, end = start + f->seqs[s].n;
+        if (ratio == 1) {
+            for (int64_t p = start; p < end; p++, n++)
+                if (pos) pos[n] = (int32_t)p;
+        } else {
+            for (int64_t j = start / ratio; j < end / ratio; j++, n++)
+                if (pos) pos[n] = (int32_t)(j * ratio);
+        }
+    }
+    return n;
+}
+
+/* The RoPE tables of the pass: one per distinct (frequencies, position
+ * set); blocks of one kind share theirs. kind 0: the rows' positions,
+ * kind r > 1: entries of ratio r (ratio 1's entries are the rows). */
+typedef struct cs_tab {
+    const float *freq; /* a block's table with these values */
+    int kind;
+    int64_t n;         /* positions */
+    size_t off;        /* floats from the first table */
+} cs_tab;
+
+static int cs_find(cs_tab *t, int *nt, const float *freq, int64_t half, int kind, int64_t n) {
+    for (int i = 0; i < *nt; i++)
+        if (t[i].kind == kind && !memcmp(t[i].freq, freq, (size_t)half * sizeof(float))) return i;
+    size_t off = *nt ? t[*nt - 1].off + (size_t)(t[*nt - 1].n * half * 2) : 0;
+    t[*nt] = (cs_tab){freq, kind, n, off};
+    return (*nt)++;
+}
+
 /* Builds the step metadata on the host (layout: the three pointer tables,
- * then the window codes and the visible counts) and, with the
+ * then the window codes, the visible counts, the token ids, the head's
+ * rows, the embedding's one-hot pre and the RoPE tables) and, with the
  * backend-memory forms, uploads it in one piece. */
 static int fwd_meta(di_fwd *f) {
     const di_lm *lm = f->lm;
     const di_config *c = lm->cfg;
     di_backend *be = lm->be;
-    int64_t m = f->m, nb = c->n_blocks, W = c->window;
-    size_t n_ptr = (size_t)(3 * nb * m), n_i32 = (size_t)(m * W + nb * m);
+    int64_t m = f->m, nb = c->n_blocks, W = c->window, half = c->rope_dim / 2;
+    int hc = c->hc_mult;
+    /* RoPE tables: [n_blocks] row tables and entry tables, deduplicated */
+    cs_tab *tabs = calloc((size_t)(2 * nb + 1), sizeof *tabs);
+    int *row_tab = malloc((size_t)(2 * nb + 1) * sizeof(int)), *ent_tab = row_tab + nb, nt = 0;
+    f->m_cs = calloc((size_t)(2 * nb + 1), sizeof(float *));
+    if (!tabs || !row_tab || !f->m_cs) {
+        free(tabs);
+        free(row_tab);
+        return -1;
+    }
+    f->m_cs_ent = f->m_cs + nb;
+    for (int64_t b = 0; b < nb; b++) {
+        const float *fq = lm->blocks[b].freq;
+        const di_layer_role *r = &c->roles[b];
+        row_tab[b] = ent_tab[b] = -1;
+        if (!fq || half <= 0) continue;
+        row_tab[b] = cs_find(tabs, &nt, fq, half, 0, m);
+        if (r->ratio > 0 && r->owns_compressor && b < c->n_layers)
+            ent_tab[b] = r->ratio == 1 ? row_tab[b]
+                                       : cs_find(tabs, &nt, fq, half, r->ratio, entry_positions(f, (int)b, NULL));
+    }
+    size_t n_cs = nt ? tabs[nt - 1].off + (size_t)(tabs[nt - 1].n * half * 2) : 0;
+    size_t n_ptr = (size_t)(3 * nb * m),
+           n_i32 = (size_t)(m * W + nb * m + m + f->n_seqs + m) + (size_t)(m * hc) + n_cs;
     size_t bytes = n_ptr * sizeof(void *) + n_i32 * sizeof(int32_t);
     uint8_t *h = calloc(1, bytes);
-    if (!h) return -1;
+    int32_t *epos = malloc((size_t)(m + 1) * sizeof(int32_t));
+    if (!h || !epos) {
+        free(h);
+        free(epos);
+        free(tabs);
+        free(row_tab);
+        return -1;
+    }
     f->meta_host = h;
     const uint8_t **ring = (const uint8_t **)(void *)h, **ckv = ring + nb * m, **ikey = ckv + nb * m;
     int32_t *win = (int32_t *)(void *)(ikey + nb * m), *nvis = win + m * W;
+    int32_t *ids = nvis + nb * m, *last = ids + m, *all = last + f->n_seqs;
+    float *onehot = (float *)(void *)(all + m), *cs = onehot + m * hc;
     for (int64_t i = 0; i < m; i++) {
         const di_seqstate *st = f->seqs[f->seq[i]].st;
         int64_t t = f->pos[i], start = st->n_tokens, r0 = f->row0[f->seq[i]];
@@ -51,9 +136,28 @@ static int fwd_meta(di_fwd *f) {
                 nvis[b * m + i] = (int32_t)((t + 1) / c->roles[r->kv_src].ratio);
             }
         }
+        ids[i] = f->ids[i];
+        all[i] = (int32_t)i;
+        onehot[i * hc] = 1.f;
     }
+    for (int s = 0; s < f->n_seqs; s++) last[s] = (int32_t)(f->row0[s] + f->seqs[s].n - 1);
+    for (int i = 0; i < nt; i++) {
+        const int32_t *pos = f->pos;
+        if (tabs[i].kind > 1) { /* any block of this ratio has these entries */
+            int64_t b = 0;
+            while (ent_tab[b] != i) b++;
+            entry_positions(f, (int)b, epos);
+            pos = epos;
+        }
+        rope_cs_fill(pos, tabs[i].n, tabs[i].freq, half, cs + tabs[i].off);
+    }
+    free(epos);
     if (has_buf_forms(be->ops)) {
-        if (!(f->meta = be->ops->alloc(be, bytes))) return -1;
+        if (!(f->meta = be->ops->alloc(be, bytes))) {
+            free(tabs);
+            free(row_tab);
+            return -1;
+        }
         be->ops->upload(be, f->meta, h, bytes);
         h = f->meta;
     }
@@ -62,7 +166,31 @@ static int fwd_meta(di_fwd *f) {
     f->m_ikey = f->m_ckv + nb * m;
     f->m_win = (const int32_t *)(const void *)(f->m_ikey + nb * m);
     f->m_nvis = f->m_win + m * W;
+    f->m_ids = f->m_nvis + nb * m;
+    f->m_rows_last = f->m_ids + m;
+    f->m_rows_all = f->m_rows_last + f->n_seqs;
+    f->m_onehot = (const float *)(const void *)(f->m_rows_all + m);
+    const float *mcs = f->m_onehot + m * hc;
+    for (int64_t b = 0; b < nb; b++) {
+        f->m_cs[b] = row_tab[b] >= 0 ? mcs + tabs[row_tab[b]].off : NULL;
+        f->m_cs_ent[b] = ent_tab[b] >= 0 ? mcs + tabs[ent_tab[b]].off : NULL;
+    }
+    free(tabs);
+    free(row_tab);
     return 0;
+}
+
+/* RoPE of m rows of x at the pass's row positions with block b's
+ * frequencies: from the step metadata's table where the backend has
+ * rope_cs (no host array per call), else from the positions. */
+void di_fwd_rope(di_fwd *f, int block, float *x, int64_t m, int64_t stride, int heads,
+                 int64_t hd, const int32_t *pos, int inverse) {
+    di_backend *be = f->lm->be;
+    int64_t rd = f->lm->cfg->rope_dim;
+    if (f->meta && be->ops->rope_cs && f->m_cs && f->m_cs[block] && pos == f->pos)
+        be->ops->rope_cs(be, x, m, stride, heads, hd, rd, f->m_cs[block], inverse);
+    else
+        be->ops->rope(be, x, m, stride, heads, hd, rd, pos, f->lm->blocks[block].freq, inverse);
 }
 
 di_status di_fwd_begin(di_fwd *f, const di_lm *lm, const di_fwd_seq *seqs, int n_seqs,
@@ -145,6 +273,7 @@ static void fwd_release(di_fwd *f) {
         free(f->cand);
     }
     free(f->meta_host);
+    free(f->m_cs);
     free(f->pos);
     free(f->seq);
     free(f->ids);
@@ -211,11 +340,18 @@ di_status di_fwd_embed(di_fwd *f, const int32_t *ids, float *s, float *pre) {
     di_backend *be = f->lm->be;
     int64_t m = f->m, d = c->dim;
     int hc = c->hc_mult;
-    be->ops->embed(be, &f->lm->w->embed, ids, m, s);
+    if (f->meta && ids == f->ids && be->ops->embed_buf)
+        be->ops->embed_buf(be, &f->lm->w->embed, f->m_ids, m, s);
+    else
+        be->ops->embed(be, &f->lm->w->embed, ids, m, s);
     /* spread row i to copies, back to front so the source row survives */
     for (int64_t i = m - 1; i >= 0; i--)
         for (int k = hc - 1; k >= 0; k--)
             be->ops->copy(be, s + (i * hc + k) * d, s + i * d, (size_t)d * sizeof(float));
+    if (f->meta) { /* the one-hot rows are in the step metadata */
+        be->ops->copy(be, pre, f->m_onehot, (size_t)(m * hc) * sizeof(float));
+        return DI_OK;
+    }
     float *oh = calloc((size_t)(m * hc), sizeof(float));
     if (!oh) return DI_ERR_NOMEM;
     for (int64_t i = 0; i < m; i++) oh[i * hc] = 1.f;
@@ -227,7 +363,7 @@ di_status di_fwd_embed(di_fwd *f, const int32_t *ids, float *s, float *pre) {
 /* logits [n, V] of rows `rows` from the final streams: collapse with the
  * last pre, RMSNorm, fp32 head (§3.6–7). */
 di_status di_fwd_head(di_fwd *f, const float *s, const float *pre, const int32_t *rows,
-                      int64_t n, float *logits, di_err *err) {
+                      const int32_t *drows, int64_t n, float *logits, di_err *err) {
     const di_lm *lm = f->lm;
     const di_config *c = lm->cfg;
     di_backend *be = lm->be;
@@ -242,8 +378,13 @@ di_status di_fwd_head(di_fwd *f, const float *s, const float *pre, const int32_t
         st = di_err_set(err, DI_ERR_NOMEM, "head: out of memory");
         goto out;
     }
-    be->ops->gather_rows(be, s, rows, n, hc * d, ss);
-    be->ops->gather_rows(be, pre, rows, n, hc, pp);
+    if (drows && be->ops->gather_rows_buf) {
+        be->ops->gather_rows_buf(be, s, drows, n, hc * d, ss);
+        be->ops->gather_rows_buf(be, pre, drows, n, hc, pp);
+    } else {
+        be->ops->gather_rows(be, s, rows, n, hc * d, ss);
+        be->ops->gather_rows(be, pre, rows, n, hc, pp);
+    }
     be->ops->hc_collapse(be, ss, pp, n, hc, d, h);
     be->ops->rmsnorm(be, h, &lm->w->norm, n, d, c->eps, h);
     be->ops->matmul(be, &lm->head, h, n, lg, 0);
@@ -291,7 +432,8 @@ di_status di_forward(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float 
             else
                 rows[n++] = (int32_t)(f.row0[q] + seqs[q].n - 1);
         }
-        if ((st = di_fwd_head(&f, s, pre, rows, n, logits, err))) goto out;
+        const int32_t *drows = f.meta ? (all_rows ? f.m_rows_all : f.m_rows_last) : NULL;
+        if ((st = di_fwd_head(&f, s, pre, rows, drows, n, logits, err))) goto out;
     }
     if (lm->has_dspark && (st = di_dspark_seed(&f, err))) goto out;
     /* a device backend's ops cannot return errors: ask once per pass, before

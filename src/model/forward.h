@@ -58,6 +58,14 @@ typedef struct di_fwd {
     const uint8_t *const *m_ikey; /* [n_blocks, m] index-key cache (kv source's) */
     const int32_t *m_win;         /* [m, W] window slot codes (backend.h di_attn_rows) */
     const int32_t *m_nvis;        /* [n_blocks, m] visible compressed entries */
+    const int32_t *m_ids;         /* [m] token ids */
+    const int32_t *m_rows_last;   /* [n_seqs] last row of each sequence (the head's rows) */
+    const int32_t *m_rows_all;    /* [m] 0 .. m-1 */
+    const float *m_onehot;        /* [m, hc] the embedding's pre: one-hot copy 0 */
+    const float **m_cs;           /* [n_blocks] (host array) -> [m, rope_dim/2, 2] cos, sin of
+                                     each row's position with block b's frequencies, or NULL */
+    const float **m_cs_ent;       /* [n_blocks] (host array) -> [n_new, rope_dim/2, 2] the same
+                                     for the entries block b's compressor completes, or NULL */
     int dspark_p;        /* DSpark draft: main position p, else -1 */
     di_fwd_trace *trace; /* NULL or where the next block writes its sublayer outputs */
 } di_fwd;
@@ -70,9 +78,15 @@ void di_fwd_end(di_fwd *f);
 
 /* s [m, HC, D] = HC copies of the embedding of ids [m]; pre [m, HC] = one-hot. */
 di_status di_fwd_embed(di_fwd *f, const int32_t *ids, float *s, float *pre);
-/* Logits [n, V] (host) of the given rows of the final streams s / pre. */
-di_status di_fwd_head(di_fwd *f, const float *s, const float *pre, const int32_t *rows, int64_t n,
-                      float *logits, di_err *err);
+/* Logits [n, V] (host) of the given rows of the final streams s / pre;
+ * drows: the same rows in backend memory (the step metadata's) or NULL. */
+di_status di_fwd_head(di_fwd *f, const float *s, const float *pre, const int32_t *rows,
+                      const int32_t *drows, int64_t n, float *logits, di_err *err);
+/* RoPE of m rows of x at positions pos with block b's frequencies (the
+ * rope op's arguments); when pos is the pass's row positions and the
+ * backend has rope_cs, from the step metadata's table instead. */
+void di_fwd_rope(di_fwd *f, int block, float *x, int64_t m, int64_t stride, int heads,
+                 int64_t hd, const int32_t *pos, int inverse);
 
 /* One block: s [m, HC, D] streams and pre [m, HC] collapse weights in, the
  * block's outputs and its FFN `pre` out (§4). */

@@ -64,7 +64,7 @@ di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_e
     }
     /* FP4 index queries */
     be->ops->matmul(be, &lb->idx_wq_b, qr, m, q, lm->mm_q);
-    be->ops->rope(be, q, m, hi * di, hi, di, c->rope_dim, f->pos, lb->freq, 0);
+    di_fwd_rope(f, block, q, m, hi * di, hi, di, f->pos, 0);
     be->ops->qdq_fp4_e8m0(be, q, m * hi * di);
     /* head weights: bf16 projection times 1/sqrt(Di·Hi), rounded to bf16 */
     be->ops->matmul(be, &lb->idx_wp, x, m, w, DI_MM_OUT_BF16);

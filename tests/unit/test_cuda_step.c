@@ -4,9 +4,10 @@
  * window's wrap, once with the host forms and once with the device forms. The logits must be the same bits
  * (the forms run the same kernels on tables built on the device instead of
  * uploaded), and the profile of the device-form steps must show the
- * attention over device row tables and no call of the host-result or
+ * attention over device row tables, no call of the host-result or
  * host-table forms (topk_select, candidate_blocks, restrict_blocks,
- * index_scores_kv, sparse_attn_kv). The grouped MoE op against the
+ * index_scores_kv, sparse_attn_kv) nor of the forms taking per-row host
+ * arrays (rope, embed, gather_rows), and one upload per pass. The grouped MoE op against the
  * per-expert loop the same way (same bits, no routing read back). Skips
  * without a GPU or ../shared. */
 #include <math.h>
@@ -151,6 +152,16 @@ static void test_device_select_same_bits(void) {
         CHECKF(prof_calls(t0, host_forms[i]) > 0 || i == 2, "host forms: no call of %s", host_forms[i]);
     }
     CHECK(prof_calls(t1, "sparse_attn_rows") > 0 && prof_calls(t1, "topk_select_buf") > 0);
+    /* the per-row host arrays come from the step metadata: one upload per pass */
+    static const char *const host_arrays[] = {"rope", "embed", "gather_rows"};
+    for (size_t i = 0; i < sizeof host_arrays / sizeof *host_arrays; i++) {
+        CHECKF(prof_calls(t1, host_arrays[i]) == 0, "device forms: %ld calls of %s",
+               prof_calls(t1, host_arrays[i]), host_arrays[i]);
+        CHECKF(prof_calls(t0, host_arrays[i]) > 0, "host forms: no call of %s", host_arrays[i]);
+    }
+    CHECK(prof_calls(t1, "rope_cs") > 0 && prof_calls(t1, "embed_buf") > 0);
+    CHECKF(prof_calls(t1, "upload") == 16, "device forms: %ld uploads in 16 passes",
+           prof_calls(t1, "upload"));
     pair_close(&p);
 }
 

@@ -4,14 +4,18 @@
  * stay inaccessible (PROT_NONE) between ops. Every host access the model
  * makes to backend memory faults; the handler counts it and opens that
  * buffer, so the pass goes on and the test reports how many there were. The
- * wrapper also counts downloads and calls of the ops that return host
- * arrays (topk_select, candidate_blocks, moe_route) or take host tables
- * (sparse_attn_kv, index_scores_kv, restrict_blocks).
+ * wrapper also counts downloads, uploads and calls of the ops that return
+ * host arrays (topk_select, candidate_blocks, moe_route), take host tables
+ * (sparse_attn_kv, index_scores_kv, restrict_blocks) or per-row host arrays
+ * a device backend stages per call (rope's positions, embed's ids,
+ * gather_rows' rows).
  *
  * Checked on the golden tiny model (window 128, ratio-2 and ratio-1 kv
  * sources, the candidate pool): a prefill, then decode steps (alone and two
  * sequences batched) past the window's wrap: no fault, no host-result or
- * host-table op, one download per pass (the logits); the logits equal, bit
+ * host-table or host-array op, one upload per pass (the step metadata),
+ * Engram's host gather once per Engram layer and pass (its table stays on
+ * the host by design), one download per pass (the logits); the logits equal, bit
  * for bit, those of the host forms (the same wrapper without the
  * backend-memory ops), which in turn must show host-result calls (so the
  * counters can fail), and a deliberate host read of a buffer is caught. */
@@ -38,7 +42,7 @@ static struct {
     int n, cap;
     int guard;                   /* buffers closed between ops */
     volatile sig_atomic_t faults; /* host accesses caught */
-    long downloads, download_bytes, host_results, host_tables;
+    long downloads, download_bytes, host_results, host_tables, uploads, host_arrays, engram;
 } ST;
 
 static size_t page_round(size_t n) {
@@ -64,12 +68,17 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
 
 static const char *const HOST_RESULT[] = {"topk_select", "candidate_blocks", "moe_route"};
 static const char *const HOST_TABLE[] = {"sparse_attn_kv", "index_scores_kv", "restrict_blocks"};
+static const char *const HOST_ARRAY[] = {"rope", "embed", "gather_rows"};
 
 static void op_in(const char *name) {
     for (size_t i = 0; i < sizeof HOST_RESULT / sizeof *HOST_RESULT; i++)
         ST.host_results += !strcmp(name, HOST_RESULT[i]);
     for (size_t i = 0; i < sizeof HOST_TABLE / sizeof *HOST_TABLE; i++)
         ST.host_tables += !strcmp(name, HOST_TABLE[i]);
+    for (size_t i = 0; i < sizeof HOST_ARRAY / sizeof *HOST_ARRAY; i++)
+        ST.host_arrays += !strcmp(name, HOST_ARRAY[i]);
+    ST.engram += !strcmp(name, "engram_gather");
+    ST.uploads += !strcmp(name, "upload");
     if (ST.guard) protect_all(PROT_READ | PROT_WRITE);
 }
 
@@ -156,6 +165,9 @@ static void s_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
     W(restrict_blocks_buf, (di_backend *be, float *scores, const int32_t *blocks, int64_t m, int64_t width, int topk_blocks, int bs), (ST.cpu, scores, blocks, m, width, topk_blocks, bs)) \
     W(topk_select_buf, (di_backend *be, const float *scores, const int32_t *n_vis, int64_t m, int64_t width, int k, int32_t *idx), (ST.cpu, scores, n_vis, m, width, k, idx)) \
     W(sparse_attn_rows, (di_backend *be, const float *q, int64_t m, int h, int64_t d, const di_attn_rows *rows, const float *sink, float scale, float *out), (ST.cpu, q, m, h, d, rows, sink, scale, out)) \
+    W(rope_cs, (di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd, int64_t rd, const float *cs, int inverse), (ST.cpu, x, m, stride, heads, hd, rd, cs, inverse)) \
+    W(embed_buf, (di_backend *be, const di_tensor *table, const int32_t *ids, int64_t m, float *out), (ST.cpu, table, ids, m, out)) \
+    W(gather_rows_buf, (di_backend *be, const float *src, const int32_t *rows, int64_t m, int64_t n, float *dst), (ST.cpu, src, rows, m, n, dst)) \
     W(moe_route, (di_backend *be, const float *logits, const float *bias, int64_t m, int e, int k, int normalize, float route_scale, int32_t *idx, float *w), (ST.cpu, logits, bias, m, e, k, normalize, route_scale, idx, w)) \
     W(moe_route_buf, (di_backend *be, const float *logits, const float *bias, int64_t m, int e, int k, int normalize, float route_scale, int32_t *idx, float *w), (ST.cpu, logits, bias, m, e, k, normalize, route_scale, idx, w)) \
     W(moe_experts, (di_backend *be, const di_moe_experts *ex, const float *x, int64_t m, const int32_t *idx, const float *w, int k, unsigned mm, float limit, float *out), (ST.cpu, ex, x, m, idx, w, k, mm, limit, out)) \
@@ -174,8 +186,8 @@ STRICT_OPS(DEF)
 #undef DEF
 
 /* The strict backend: every op of the CPU table through the wrapper; with
- * buf_forms = 0 the backend-memory selection forms are left out, so the
- * model takes the host forms. */
+ * buf_forms = 0 the backend-memory selection and step forms are left out,
+ * so the model takes the host forms. */
 static void strict_init(di_backend *cpu, int buf_forms) {
     ST.cpu = cpu;
     di_backend_ops o = {.name = "strict-cpu",
@@ -193,6 +205,9 @@ static void strict_init(di_backend *cpu, int buf_forms) {
         o.restrict_blocks_buf = NULL;
         o.topk_select_buf = NULL;
         o.sparse_attn_rows = NULL;
+        o.rope_cs = NULL;
+        o.embed_buf = NULL;
+        o.gather_rows_buf = NULL;
     }
     ST.ops = o;
     ST.be = (di_backend){&ST.ops, cpu->n_threads, NULL};
@@ -201,6 +216,7 @@ static void strict_init(di_backend *cpu, int buf_forms) {
 static void counters_reset(void) {
     ST.faults = 0;
     ST.downloads = ST.download_bytes = ST.host_results = ST.host_tables = 0;
+    ST.uploads = ST.host_arrays = ST.engram = 0;
 }
 
 static gold_model G;
@@ -231,6 +247,7 @@ static int setup(void) {
  * first decode step on when `guard`). */
 typedef struct run_out {
     long faults, downloads, download_bytes, host_results, host_tables, passes;
+    long uploads, host_arrays, engram;
 } run_out;
 
 static int64_t run(int buf_forms, int guard, int64_t P, int64_t Q, int steps, float *lg,
@@ -271,6 +288,9 @@ static int64_t run(int buf_forms, int guard, int64_t P, int64_t Q, int steps, fl
     ro->download_bytes = ST.download_bytes;
     ro->host_results = ST.host_results;
     ro->host_tables = ST.host_tables;
+    ro->uploads = ST.uploads;
+    ro->host_arrays = ST.host_arrays;
+    ro->engram = ST.engram;
     ST.guard = 0;
     protect_all(PROT_READ | PROT_WRITE);
     di_seqstate_free(&a);
@@ -295,12 +315,21 @@ static void test_decode_no_host_reads(void) {
     CHECKF(rs.faults == 0, "%ld host accesses to backend memory during decode steps", rs.faults);
     CHECKF(rs.host_results == 0, "%ld calls of ops returning host arrays", rs.host_results);
     CHECKF(rs.host_tables == 0, "%ld calls of ops taking host tables", rs.host_tables);
+    CHECKF(rs.host_arrays == 0, "%ld calls of ops taking per-row host arrays", rs.host_arrays);
+    /* one upload per pass: the step metadata */
+    CHECK_EQ_INT(rs.uploads, rs.passes);
+    /* Engram rows are gathered from the host table, once per Engram layer */
+    int n_engram_layers = 0;
+    for (int b = 0; b < G.cfg.n_layers; b++) n_engram_layers += G.cfg.roles[b].engram >= 0;
+    CHECK(n_engram_layers > 0);
+    CHECK_EQ_INT(rs.engram, rs.passes * n_engram_layers);
     /* one download per pass: the logits of its last rows */
     CHECK_EQ_INT(rs.downloads, rs.passes);
     CHECK_EQ_INT(rs.download_bytes, (long)((n1 - 2) * V * (int64_t)sizeof(float)));
     /* the host forms are what the counters catch ... */
-    CHECKF(rh.host_results > 0 && rh.host_tables > 0, "host forms: %ld host-result, %ld host-table calls",
-           rh.host_results, rh.host_tables);
+    CHECKF(rh.host_results > 0 && rh.host_tables > 0 && rh.host_arrays > 0,
+           "host forms: %ld host-result, %ld host-table, %ld host-array calls, %ld uploads",
+           rh.host_results, rh.host_tables, rh.host_arrays, rh.uploads);
     /* ... and give the same bits */
     int64_t diff = 0;
     for (int64_t i = 0; i < n1 * V; i++) diff += memcmp(&strict[i], &host[i], sizeof(float)) != 0;

@@ -292,6 +292,21 @@ static void cpu_rmsnorm(di_backend *be, const float *x, const di_tensor *w, int6
 
 /* The angles' cosines and sines depend on the row and pair only, so they
  * are computed once per row for all heads. */
+/* Rotates pairs j0 .. j0+nj-1 of every head of one row by cs (cos, sin of
+ * each pair's angle; the sine negated for the inverse). */
+static void rope_rotate(float *row, int heads, int64_t hd, int64_t rd, int64_t j0, int64_t nj,
+                        const float *cs, int inverse) {
+    for (int h = 0; h < heads; h++) {
+        float *v = row + h * hd + (hd - rd) + 2 * j0;
+        for (int64_t j = 0; j < nj; j++) {
+            float c = cs[2 * j], s = inverse ? -cs[2 * j + 1] : cs[2 * j + 1];
+            float re = v[2 * j], im = v[2 * j + 1];
+            v[2 * j] = di_round_bf16(re * c - im * s);
+            v[2 * j + 1] = di_round_bf16(re * s + im * c);
+        }
+    }
+}
+
 static void cpu_rope(di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd,
                      int64_t rd, const int32_t *pos, const float *freq, int inverse) {
     (void)be;
@@ -304,19 +319,19 @@ static void cpu_rope(di_backend *be, float *x, int64_t m, int64_t stride, int he
             for (int64_t j = 0; j < nj; j++) {
                 float ang = tpos * freq[j0 + j];
                 cs[2 * j] = cosf(ang);
-                cs[2 * j + 1] = inverse ? -sinf(ang) : sinf(ang);
+                cs[2 * j + 1] = sinf(ang);
             }
-            for (int h = 0; h < heads; h++) {
-                float *v = x + i * stride + h * hd + (hd - rd) + 2 * j0;
-                for (int64_t j = 0; j < nj; j++) {
-                    float c = cs[2 * j], s = cs[2 * j + 1];
-                    float re = v[2 * j], im = v[2 * j + 1];
-                    v[2 * j] = di_round_bf16(re * c - im * s);
-                    v[2 * j + 1] = di_round_bf16(re * s + im * c);
-                }
-            }
+            rope_rotate(x + i * stride, heads, hd, rd, j0, nj, cs, inverse);
         }
     }
+}
+
+/* rope with the angles' cosines and sines given (backend.h rope_cs). */
+static void cpu_rope_cs(di_backend *be, float *x, int64_t m, int64_t stride, int heads,
+                        int64_t hd, int64_t rd, const float *cs, int inverse) {
+    (void)be;
+    for (int64_t i = 0; i < m; i++)
+        rope_rotate(x + i * stride, heads, hd, rd, 0, rd / 2, cs + i * rd, inverse);
 }
 
 static void cpu_qdq_fp8(di_backend *be, float *x, int64_t n) {
@@ -1203,12 +1218,14 @@ static const di_backend_ops cpu_ops = {
     .matmul_grouped = cpu_matmul_grouped,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
+    .rope_cs = cpu_rope_cs,
     .qdq_fp8 = cpu_qdq_fp8,
     .qdq_fp4_e8m0 = cpu_qdq_fp4_e8m0,
     .qdq_fp4_e4m3 = cpu_qdq_fp4_e4m3,
     .round_bf16 = cpu_round_bf16,
     .scale_bf16 = cpu_scale_bf16,
     .embed = cpu_embed,
+    .embed_buf = cpu_embed, /* backend memory is host memory */
     .engram_gather = cpu_engram_gather,
     .hc_mix = cpu_hc_mix,
     .hc_collapse = cpu_hc_collapse,
@@ -1235,6 +1252,7 @@ static const di_backend_ops cpu_ops = {
     .moe_experts = cpu_moe_experts,
     .swiglu = cpu_swiglu,
     .gather_rows = cpu_gather_rows,
+    .gather_rows_buf = cpu_gather_rows,
     .scatter_add_rows = cpu_scatter_add_rows,
     .add = cpu_add,
 };

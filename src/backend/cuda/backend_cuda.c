@@ -75,6 +75,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_ops_moe.h"
+#include "backend/cuda/cuda_ops_step.h"
 
 enum { SCR_A, SCR_B, SCR_C, SCR_D, N_SCRATCH };
 
@@ -124,6 +125,7 @@ typedef struct cuda_impl {
     pblock *freel;
     size_t free_count, free_cap;
     size_t pool_bytes;           /* bytes held by the pool, live or free */
+    void *zero_src;              /* [POOL_ZERO_SRC] zero bytes, the source of queued fills */
     long n_malloc;               /* cudaMalloc calls made for buffers */
     /* queued copies */
     cuda_copy_batch *cq;         /* cq->n queued */
@@ -411,9 +413,73 @@ static void pool_trim(cuda_impl *c) {
     c->free_count = 0;
 }
 
+/* Zero fills of pool blocks ride in the copy queue as copies from a zeroed
+ * source: a decode step allocates ~700 buffers, and a cudaMemsetAsync each
+ * cost a few microseconds of host time (the API call) and a node each on
+ * the device; queued, the fills of a burst of allocations run in the
+ * queue's one launch before the next op (op_enter runs the queue first, and
+ * copies read or written by a queued fill are ordered by the queue's own
+ * overlap rule, repeated here for the fill's destination). The source is
+ * held as a live block of the pool, never handed out, so destroy returns it
+ * with the rest. Fills above 64 KiB stay a memset: the queue copies with one
+ * thread block per entry, and one block zeroing 640 KB (a batch-8 mHC state)
+ * took ~13 µs of device time where a memset uses the whole GPU (measured,
+ * docs/gpu-notes.md; the first version queued fills up to 1 MiB). alloc and
+ * free do not run the queue themselves (except in profile mode, where
+ * op_enter does); memory the pool hands back to the device is queued for
+ * nothing. */
+enum { POOL_ZERO_SRC = 1 << 16 };
+
+/* How the queue meets [p, p + bytes): 0 not at all, 1 only through queued
+ * fills that already cover it (a block freed and handed out again before
+ * any op ran: nothing can have written it since, or the queue would have
+ * run), 2 otherwise (run the queue first). */
+static int pool_queue_meets(const cuda_impl *c, const char *p, size_t bytes) {
+    int r = 0;
+    for (int i = 0; i < c->cq->n; i++) {
+        const cuda_copy_desc *q = &c->cq->d[i];
+        if (!(p < q->dst + q->bytes && q->dst < p + bytes) && !(p < q->src + q->bytes && q->src < p + bytes))
+            continue;
+        if (q->src == (const char *)c->zero_src && q->dst <= p && p + bytes <= q->dst + q->bytes) r = 1;
+        else return 2;
+    }
+    return r;
+}
+
+static di_status pool_zero(di_backend *be, void *p, size_t bytes, di_err *err) {
+    cuda_impl *c = IM(be);
+    if (!c->zero_src && bytes <= POOL_ZERO_SRC) {
+        void *z = NULL;
+        di_status st = di_cuda_alloc(&z, POOL_ZERO_SRC, err);
+        if (!st) st = cuda_mem_fill_async(z, 0, POOL_ZERO_SRC, err);
+        if (!st && live_put(c, z, POOL_ZERO_SRC))
+            st = di_err_set(err, DI_ERR_NOMEM, "buffer pool: zero source");
+        if (st) {
+            di_cuda_free(z);
+            return st;
+        }
+        c->zero_src = z;
+        c->pool_bytes += POOL_ZERO_SRC;
+    }
+    int meets = pool_queue_meets(c, p, bytes);
+    if (meets == 1) return DI_OK;
+    if (meets == 2 || (c->cq->n == CUDA_COPY_BATCH && bytes <= POOL_ZERO_SRC)) copies_flush(be);
+    if (bytes > POOL_ZERO_SRC) return cuda_mem_fill_async(p, 0, bytes, err);
+    c->cq->d[c->cq->n++] = (cuda_copy_desc){(char *)p, (const char *)c->zero_src, bytes};
+    return DI_OK;
+}
+
+/* op_enter's bookkeeping without running the copy queue (see pool_zero),
+ * but with it in profile mode so the profile charges the time as before. */
+static void pool_enter(di_backend *be, const char *op) {
+    cuda_impl *c = IM(be);
+    if (c->prof) op_enter(be, op);
+    else c->op = op;
+}
+
 static void *cu_alloc(di_backend *be, size_t bytes) {
     cuda_impl *c = IM(be);
-    op_enter(be, "alloc");
+    pool_enter(be, "alloc");
     void *p = NULL;
     di_err err = {0};
     if (bytes == 0) bytes = 1;
@@ -438,6 +504,7 @@ static void *cu_alloc(di_backend *be, size_t bytes) {
     if (!p) {
         di_status st = di_cuda_alloc(&p, cap, &err);
         if (st && c->free_count) { /* the pool holds memory of other classes */
+            copies_flush(be); /* queued copies may still read a free block */
             di_cuda_synchronize(&err);
             pool_trim(c);
             st = di_cuda_alloc(&p, cap, &err);
@@ -446,8 +513,14 @@ static void *cu_alloc(di_backend *be, size_t bytes) {
         c->n_malloc++;
         c->pool_bytes += cap;
     }
-    if (live_put(c, p, cap) || cuda_mem_fill_async(p, 0, bytes, &err)) {
+    if (live_put(c, p, cap)) {
+        di_cuda_free(p);
+        c->pool_bytes -= cap;
+        return NULL;
+    }
+    if (pool_zero(be, p, bytes, &err)) {
         live_take(c, p);
+        copies_flush(be);
         di_cuda_free(p);
         c->pool_bytes -= cap;
         return NULL;
@@ -458,13 +531,15 @@ static void *cu_alloc(di_backend *be, size_t bytes) {
 static void cu_free(di_backend *be, void *p) {
     cuda_impl *c = IM(be);
     if (!p) return;
-    op_enter(be, "free");
+    pool_enter(be, "free");
     if (!c->use_pool) {
+        copies_flush(be);
         di_cuda_free(p);
         return;
     }
     size_t cap = live_take(c, p);
     if (!cap) { /* not ours: memory the pool never handed out */
+        copies_flush(be);
         di_cuda_free(p);
         return;
     }
@@ -472,6 +547,7 @@ static void cu_free(di_backend *be, void *p) {
         size_t ncap = c->free_cap ? c->free_cap * 2 : 256;
         pblock *nf = realloc(c->freel, ncap * sizeof *nf);
         if (!nf) {
+            copies_flush(be);
             di_cuda_free(p);
             c->pool_bytes -= cap;
             return;
@@ -634,14 +710,23 @@ static void cu_rope(di_backend *be, float *x, int64_t m, int64_t stride, int hea
         float tpos = (float)pos[i];
         for (int64_t j = 0; j < half; j++) {
             float ang = tpos * freq[j];
-            float c = cosf(ang), s = sinf(ang);
-            cs[(i * half + j) * 2] = c;
-            cs[(i * half + j) * 2 + 1] = inverse ? -s : s;
+            cs[(i * half + j) * 2] = cosf(ang);
+            cs[(i * half + j) * 2 + 1] = sinf(ang);
         }
     }
     const float *dcs = scratch_up(be, SCR_A, cs, bytes);
     if (!dcs) return;
-    note(be, cuda_op_rope(x, m, stride, heads, hd, rd, dcs, &err), &err);
+    note(be, cuda_op_rope_cs(x, m, stride, heads, hd, rd, dcs, inverse, &err), &err);
+}
+
+/* rope with the angles' values already in device memory (the step
+ * metadata: the host's cosf / sinf, as above), nothing staged per call. */
+static void cu_rope_cs(di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd,
+                       int64_t rd, const float *cs, int inverse) {
+    op_enter(be, "rope_cs");
+    di_err err = {0};
+    if (m <= 0 || rd / 2 <= 0 || heads <= 0) return;
+    note(be, cuda_op_rope_cs(x, m, stride, heads, hd, rd, cs, inverse, &err), &err);
 }
 
 static void cu_qdq_fp8(di_backend *be, float *x, int64_t n) {
@@ -685,6 +770,16 @@ static void cu_embed(di_backend *be, const di_tensor *table, const int32_t *ids,
     const int32_t *did = scratch_up(be, SCR_A, ids, (size_t)m * sizeof(int32_t));
     if (!dt || !did) return;
     note(be, cuda_op_embed(dt, is_bf16(table), table->shape[1], did, m, out, &err), &err);
+}
+
+static void cu_embed_buf(di_backend *be, const di_tensor *table, const int32_t *ids, int64_t m,
+                         float *out) {
+    op_enter(be, "embed_buf");
+    di_err err = {0};
+    if (m <= 0) return;
+    const void *dt = tdev(be, table);
+    if (!dt) return;
+    note(be, cuda_op_embed(dt, is_bf16(table), table->shape[1], ids, m, out, &err), &err);
 }
 
 /* The needed FP8 rows and their scales are gathered on the host (the table
@@ -998,6 +1093,14 @@ static void cu_gather_rows(di_backend *be, const float *src, const int32_t *rows
     const int32_t *dr = scratch_up(be, SCR_A, rows, (size_t)m * sizeof(int32_t));
     if (!dr) return;
     note(be, cuda_op_gather_rows(src, dr, m, n, dst, &err), &err);
+}
+
+static void cu_gather_rows_buf(di_backend *be, const float *src, const int32_t *rows, int64_t m,
+                               int64_t n, float *dst) {
+    op_enter(be, "gather_rows_buf");
+    di_err err = {0};
+    if (m <= 0) return;
+    note(be, cuda_op_gather_rows(src, rows, m, n, dst, &err), &err);
 }
 
 static void cu_scatter_add_rows(di_backend *be, float *dst, const int32_t *rows, const float *src,
@@ -1314,12 +1417,14 @@ static const di_backend_ops cuda_ops = {
     .matmul_grouped = cu_matmul_grouped,
     .rmsnorm = cu_rmsnorm,
     .rope = cu_rope,
+    .rope_cs = cu_rope_cs,
     .qdq_fp8 = cu_qdq_fp8,
     .qdq_fp4_e8m0 = cu_qdq_fp4_e8m0,
     .qdq_fp4_e4m3 = cu_qdq_fp4_e4m3,
     .round_bf16 = cu_round_bf16,
     .scale_bf16 = cu_scale_bf16,
     .embed = cu_embed,
+    .embed_buf = cu_embed_buf,
     .engram_gather = cu_engram_gather,
     .hc_mix = cu_hc_mix,
     .hc_collapse = cu_hc_collapse,
@@ -1345,6 +1450,7 @@ static const di_backend_ops cuda_ops = {
     .moe_experts = cu_moe_experts,
     .swiglu = cu_swiglu,
     .gather_rows = cu_gather_rows,
+    .gather_rows_buf = cu_gather_rows_buf,
     .scatter_add_rows = cu_scatter_add_rows,
     .add = cu_add,
     .destroy = cu_destroy,
@@ -1374,7 +1480,8 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         return di_err_set(err, DI_ERR_NOMEM, "cuda backend: out of memory");
     }
     c->ops = cuda_ops;
-    /* DI_CUDA_DEVICE_SELECT=0: the host forms of the selection path */
+    /* DI_CUDA_DEVICE_SELECT=0: the host forms of the selection path and
+     * of the step's per-row metadata */
     v = getenv("DI_CUDA_DEVICE_SELECT");
     if (v && !strcmp(v, "0")) {
         c->ops.index_scores_kv_buf = NULL;
@@ -1382,6 +1489,9 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         c->ops.restrict_blocks_buf = NULL;
         c->ops.topk_select_buf = NULL;
         c->ops.sparse_attn_rows = NULL;
+        c->ops.rope_cs = NULL;
+        c->ops.embed_buf = NULL;
+        c->ops.gather_rows_buf = NULL;
     }
     /* DI_CUDA_MOE_GROUPED=0: the model's per-expert loop with host routing
      * (for comparisons; the grouped op gives the loop's bits) */

@@ -55,11 +55,7 @@ di_status cuda_stage_upload(cuda_stage *st, void *dst, const void *src, size_t b
 /* ---- cuda_ops_elementwise.cu ---- */
 di_status cuda_op_rmsnorm(const float *x, const void *w, int w_bf16, int64_t m, int64_t n,
                           float eps, float *y, di_err *err);
-/* cs [m, rd/2, 2] = (cos, sin) of pos[i]·freq[j], computed on the host with
- * the CPU's libm so the rotation is bit-identical; sin already negated for
- * the inverse. */
-di_status cuda_op_rope(float *x, int64_t m, int64_t stride, int heads, int64_t hd, int64_t rd,
-                       const float *cs, di_err *err);
+/* rope: cuda_ops_step.h (cuda_op_rope_cs) */
 di_status cuda_op_qdq_fp8(float *x, int64_t n, di_err *err);
 /* block 32 with a power-of-two scale (e4m3 = 0) or 16 with an E4M3 scale */
 di_status cuda_op_qdq_fp4(float *x, int64_t n, int e4m3, di_err *err);
@@ -83,10 +79,13 @@ di_status cuda_op_scatter_add_rows(float *dst, const int32_t *rows, const float 
 di_status cuda_op_add(float *y, const float *x, int64_t n, di_err *err);
 
 /* ---- cuda_ops_linear.cu ----
- * y[i, ldy·i + j] = Σ_k x[i·ldx + k]·W[row0 + j, k] for j < nr, one fused
- * multiply-add chain in increasing k per output (the CPU's fp32 / bf16 /
- * decoded-panel order), weights decoded exactly on the fly; groups > 1 runs
- * group g on x + g·K, rows row0 + g·nr, y + g·nr. fmt: backend.h's di_wfmt. */
+ * y[i, ldy·i + j] = Σ_k x[i·ldx + k]·W[row0 + j, k] for j < nr, weights
+ * decoded exactly on the fly; groups > 1 runs group g on x + g·K, rows
+ * row0 + g·nr, y + g·nr. fmt: backend.h's di_wfmt. F32 weights: one fused
+ * multiply-add chain in increasing k per output (the CPU's order and bits);
+ * BF16 / FP8 / MXFP4: tensor cores over an exact split of x, a fixed order
+ * that depends on K only (a row's bits do not depend on m), within
+ * (18·n_mma + 3)·2^-23·Σ|w·x| of the exact sum, n_mma = 6·ceil(K/256). */
 di_status cuda_op_matmul_plain(int fmt, const void *w, const uint8_t *s, int64_t n_out,
                                int64_t n_in, const float *x, int64_t ldx, int64_t m, int groups,
                                int64_t nr, float *y, int64_t ldy, int out_bf16, di_err *err);

@@ -27,28 +27,6 @@ extern "C" di_status cuda_op_rmsnorm(const float *x, const void *w, int w_bf16, 
     return cuda_check_launch(err, "rmsnorm");
 }
 
-__global__ void k_rope(float *x, int64_t m, int64_t stride, int heads, int64_t hd, int64_t rd,
-                       const float *cs) {
-    int64_t half = rd / 2, total = m * heads * half;
-    GRID_STRIDE(t, total) {
-        int64_t j = t % half, ih = t / half;
-        int64_t i = ih / heads, h = ih % heads;
-        float *v = x + i * stride + h * hd + (hd - rd);
-        float c = cs[(i * half + j) * 2], s = cs[(i * half + j) * 2 + 1];
-        float re = v[2 * j], im = v[2 * j + 1];
-        v[2 * j] = round_bf16(SUB(MUL(re, c), MUL(im, s)));
-        v[2 * j + 1] = round_bf16(ADD(MUL(re, s), MUL(im, c)));
-    }
-}
-
-extern "C" di_status cuda_op_rope(float *x, int64_t m, int64_t stride, int heads, int64_t hd,
-                                  int64_t rd, const float *cs, di_err *err) {
-    int64_t total = m * heads * (rd / 2);
-    if (total <= 0) return DI_OK;
-    k_rope<<<grid_for(total), 256>>>(x, m, stride, heads, hd, rd, cs);
-    return cuda_check_launch(err, "rope");
-}
-
 /* The FP8 block scale of 32 values (di_act_scale_fp8): a power of two. */
 __device__ __forceinline__ float fp8_block_scale(const float *v) {
     float amax = 0.f;

@@ -1,0 +1,27 @@
+/* Device forms of the decode step's per-row work that read the forward's
+ * step metadata in device memory (backend.h's step forms, architecture.md
+ * §5.1 for RoPE), so a step queues no per-call host array. */
+#ifndef DI_BACKEND_CUDA_OPS_STEP_H
+#define DI_BACKEND_CUDA_OPS_STEP_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "core/error.h"
+
+/* backend.h's rope_cs: x [m, stride] rotated in its last rd dims of each of
+ * `heads` vectors of width hd, with cs [m, rd/2, 2] (cos, sin) in device
+ * memory; inverse negates the sine. The rope kernel's arithmetic (fp32
+ * products and sums without contraction, bf16 rounding), so the result is
+ * the rope op's bit for bit when cs holds its angles' values. */
+di_status cuda_op_rope_cs(float *x, int64_t m, int64_t stride, int heads, int64_t hd, int64_t rd,
+                          const float *cs, int inverse, di_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
