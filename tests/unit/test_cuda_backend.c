@@ -9,14 +9,18 @@
  *   same order (the kernels spell out every rounding): RoPE (its cos/sin
  *   come from the host's libm), the quantize-dequantize ops, bf16 rounding
  *   and scaling, gathers, scatter-add, mHC collapse / expand / mean, the
- *   F32 / BF16 / decoded-FP8 / decoded-MXFP4 matmuls (one FMA chain per
- *   output), block restriction, packing cache rows (kv_pack), and the host-result ops (top-k, candidate
+ *   F32-weight matmul (one FMA chain per output), block restriction, packing cache rows (kv_pack), and the host-result ops (top-k, candidate
  *   blocks, routing), which run the CPU op on downloaded inputs;
  * - one bf16 ulp (2^-7 relative, a result rounded to bf16 from an fp32 value
  *   a few ulps off) where only a reduction order or CUDA's expf differs:
  *   RMSNorm, SwiGLU, compression pooling, the Engram gate, sparse attention,
  *   index scores, both also over packed cache rows (plus an absolute term for cancellation and flips of the
  *   intermediate bf16 roundings, scaled by the output's RMS);
+ * - the BF16 / FP8 / MXFP4-weight products without activation quantization
+ *   (tensor cores over an exact three-term split of x, cuda_ops_linear.cu):
+ *   the CPU chain's K·2^-24·Σ|w·x| plus the device's (18·n_mma + 3)·2^-23·
+ *   Σ|w·x| with n_mma = 6·ceil(K/256), plus a bf16 ulp when rounded; and a
+ *   row's bits must not depend on the rows beside it (batch invariance);
  * - fp32 rounding of reordered sums through the Sinkhorn iterations for
  *   the mHC mixing weights (1e-4 relative);
  * - for the FP8-activation matmuls, kernels.h's bound (31 + K/32)·2^-24·Σ|t|
@@ -98,10 +102,14 @@ static float *dev_up(const void *h, size_t bytes) {
     if (d && bytes) gpu->ops->upload(gpu, d, h, bytes);
     return d;
 }
+/* poisoned through the op table: the pool's zero fill of a fresh buffer is
+ * queued until the next op, so a raw fill right after alloc would run first */
 static float *dev_poison(size_t bytes) {
     void *d = gpu->ops->alloc(gpu, bytes);
-    di_err err = {0};
-    if (d) di_cuda_fill(d, 0xff, bytes, &err);
+    uint8_t *ff = malloc(bytes ? bytes : 1);
+    memset(ff, 0xff, bytes);
+    if (d && bytes) gpu->ops->upload(gpu, d, ff, bytes);
+    free(ff);
     return d;
 }
 static float *dev_down(const void *d, size_t bytes) {
@@ -175,6 +183,54 @@ static void cmp_tol(const char *what, const float *g, const float *c, int64_t n,
 
 /* ---- tests */
 
+/* W[j, k] of a weight matrix, decoded exactly */
+static double w_dec(const di_wmat *w, int64_t j, int64_t k) {
+    int64_t K = w->n_in;
+    const uint8_t *b = w->w, *s = w->s;
+    const float *e4 = di_cpu_e4m3_table(), *e8 = di_cpu_e8m0_table();
+    switch (w->fmt) {
+    case DI_WFMT_F32: return ((const float *)w->w)[j * K + k];
+    case DI_WFMT_BF16: return di_bf16_to_f32(((const uint16_t *)w->w)[j * K + k]);
+    case DI_WFMT_FP8: return (double)e4[b[j * K + k]] * e8[s[(j / 32) * ((K + 31) / 32) + k / 32]];
+    default:
+        return (double)di_e2m1_to_f32((uint8_t)(b[j * (K / 2) + k / 2] >> (4 * (k & 1)))) *
+               e8[s[j * (K / 32) + k / 32]];
+    }
+}
+
+/* The products without activation quantization (matmul without
+ * DI_MM_ACT_FP8, matmul_grouped): GPU and CPU each within their bound of the
+ * exact sum (cuda_ops_linear.cu): the CPU's chain K·2^-24·Σ|w·x|, the
+ * tensor-core sums (18·n_mma + 3)·2^-23·Σ|w·x| with n_mma = 6·ceil(K/256),
+ * a bf16 ulp when the outputs are rounded. Infinities and NaN must match. */
+static void cmp_plain(const char *what, const di_wmat *w, int groups, const float *x, int64_t m,
+                      const float *yg, const float *yc, int out_bf16) {
+    int64_t N = w->n_out, K = w->n_in, nr = N / groups, bad = 0, first = -1;
+    double n_mma = 6.0 * (double)((K + 255) / 256), worst = 0;
+    double rel = ((double)K + 2.0 * (18.0 * n_mma + 3.0)) * 0x1p-24;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < N; j++) {
+            const float *xi = x + (i * groups + j / nr) * K;
+            double S = 0;
+            for (int64_t k = 0; k < K; k++) S += fabs(w_dec(w, j, k) * xi[k]);
+            float g = yg[i * N + j], c = yc[i * N + j];
+            int ok;
+            if (isnan(c) || isinf(c)) ok = isnan(c) ? isnan(g) : g == c;
+            else {
+                double lim = rel * S + (out_bf16 ? BF16_ULP * fmax(fabs(g), fabs(c)) : 0) + 1e-37;
+                double d = fabs((double)g - c);
+                ok = d <= lim;
+                if (ok && d / lim > worst) worst = d / lim;
+            }
+            if (!ok && first < 0) first = i * N + j;
+            bad += !ok;
+        }
+    CHECKF(bad == 0, "%s: %lld of %lld beyond the bound, first at %lld: gpu %.9g cpu %.9g", what,
+           (long long)bad, (long long)(m * N), (long long)first, first >= 0 ? yg[first] : 0.0,
+           first >= 0 ? yc[first] : 0.0);
+    if (getenv("DI_TEST_VERBOSE")) fprintf(stderr, "  %-48s worst %.4f of the bound\n", what, worst);
+}
+
 static void test_matmul(void) {
     NEED_GPU();
     const struct { di_wfmt fmt; int64_t m, k, n; unsigned flags; } cs[] = {
@@ -229,7 +285,8 @@ static void test_matmul(void) {
                  (long long)m, (long long)K, (long long)N, cs[t].flags);
         if (status_ok(what)) {
             if (!(cs[t].flags & DI_MM_ACT_FP8)) {
-                cmp_exact(what, yg, yc, m * N);
+                if (w.fmt == DI_WFMT_F32) cmp_exact(what, yg, yc, m * N);
+                else cmp_plain(what, &w, 1, x, m, yg, yc, (cs[t].flags & DI_MM_OUT_BF16) != 0);
             } else {
                 /* kernels.h's bound from the exact terms t = qa·sa·w·sw */
                 uint8_t *q = malloc((size_t)(m * K));
@@ -299,7 +356,7 @@ static void test_matmul_grouped(void) {
         float *dx = dev_up(x, (size_t)(m * g * K) * 4), *dy = dev_poison((size_t)(m * N) * 4);
         gpu->ops->matmul_grouped(gpu, &w, g, dx, m, dy);
         float *yg = dev_down(dy, (size_t)(m * N) * 4);
-        if (status_ok("matmul_grouped")) cmp_exact("matmul_grouped", yg, yc, m * N);
+        if (status_ok("matmul_grouped")) cmp_plain("matmul_grouped", &w, g, x, m, yg, yc, 1);
         di_backend_cuda_weights_drop(gpu);
         dev_free(dx); dev_free(dy);
         free(x); free(yc); free(yg); free(wbuf); free(sbuf);
@@ -974,7 +1031,7 @@ static void test_moe_experts_device(void) {
  * whether the loop uploaded single experts before or reads the stack
  * after), di_backend_cuda_weights_drop forgets it; the per-expert fallback
  * (no FP8 activations: the bf16 numerics) equals the loop; routing with
- * more experts than the route kernel takes comes from the host op. */
+ * more active experts than experts comes from the host op. */
 static void test_moe_op_table(void) {
     NEED_GPU();
     const struct { int64_t m, D, I; int E, k; unsigned mm; int loop_first; } cs[] = {
@@ -1051,10 +1108,10 @@ static void test_moe_op_table(void) {
         free(mem); free(ex); free(x); free(lg); free(bias); free(idx); free(gidx); free(wt);
         free(gwt); free(got); free(loop); free(ref);
     }
-    /* more experts than the route kernel's 1024: the host op's results */
+    /* more active experts than experts (ranks past e pick -1): the host op's results */
     {
         int64_t m = 3;
-        int E = 1100, k = 4;
+        int E = 3, k = 4;
         float *lg = rnd(m * E, 2.0f), *bias = rnd(E, 0.1f);
         int32_t *idx = malloc((size_t)(m * k) * 4), *gidx = malloc((size_t)(m * k) * 4);
         float *wt = malloc((size_t)(m * k) * 4), *gwt = malloc((size_t)(m * k) * 4);
@@ -1064,7 +1121,7 @@ static void test_moe_op_table(void) {
         gpu->ops->moe_route_buf(gpu, dl, bias, m, E, k, 1, 2.5f, didx, dw);
         gpu->ops->download(gpu, gidx, didx, (size_t)(m * k) * 4);
         gpu->ops->download(gpu, gwt, dw, (size_t)(m * k) * 4);
-        if (status_ok("moe_route_buf, 1100 experts"))
+        if (status_ok("moe_route_buf, top-4 of 3 experts"))
             CHECKF(!memcmp(idx, gidx, (size_t)(m * k) * 4) && !memcmp(wt, gwt, (size_t)(m * k) * 4),
                    "moe_route_buf with %d experts differs from the CPU op", E);
         di_backend_cuda_weights_drop(gpu);
@@ -1200,16 +1257,18 @@ static void attn_pool_free(attn_pool *ap) {
  * one slot, a partial last block, several blocks; a row with no slot, a
  * row with one, sinks far above and below the scores, peaked softmaxes
  * (large q) whose running maximum moves between blocks. Outputs start
- * poisoned (NaN). Then the dispatch of the op table (m >= the threshold)
- * at the model's shape: sparse_attn_kv over 128 window + 512 compressed
- * slots, and sparse_attn_rows over device tables of window codes (ring
- * slots, this call's chunk rows, empty) and a selection with -1 padding. */
+ * poisoned (NaN). Then the dispatch of the op table at the model's shape:
+ * sparse_attn_kv over 128 window + 512 compressed slots, and
+ * sparse_attn_rows over device tables of window codes (ring
+ * slots, this call's chunk rows, empty) and a selection with -1 padding.
+ * The two versions of the kernel's decode (DI_CUDA_ATTN_TC=1: the first)
+ * must give the same bits. */
 static void test_attention_tc(void) {
     NEED_GPU();
     const struct { int64_t m; int h; int64_t d; int slots, win; float qs; int via_table; } cs[] = {
         {3, 5, 64, 1, 1, 1.0f, 0},     {2, 16, 96, 63, 20, 1.0f, 0},  {4, 70, 128, 130, 64, 1.0f, 0},
         {5, 24, 160, 200, 0, 4.0f, 0}, {3, 64, 512, 640, 128, 2.0f, 0},
-        {CUDA_ATTN_TC_MIN_ROWS + 1, 64, 512, 640, 128, 1.0f, 1}};
+        {9, 64, 512, 640, 128, 1.0f, 1}};
     for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
         int64_t m = cs[t].m, d = cs[t].d;
         int h = cs[t].h, ns = cs[t].slots, nw = cs[t].win, P = 48;
@@ -1250,6 +1309,17 @@ static void test_attention_tc(void) {
         CHECKF(st == DI_OK, "%s: %s", what, err.msg);
         float *og = dev_down(dout, OB);
         if (st == DI_OK) cmp_attn_tc(what, og, oc, q, m, h, d, rd, ns, sink, sc);
+        if (!cs[t].via_table) { /* the first version of the decode: the same bits */
+            di_cuda_fill(dout, 0xff, OB, &err);
+            setenv("DI_CUDA_ATTN_TC", "1", 1);
+            st = cuda_op_sparse_attn_kv_tc(dq, m, h, d, drows, ns, nw, dsink, sc, dout, &err);
+            unsetenv("DI_CUDA_ATTN_TC");
+            if (!st) st = di_cuda_synchronize(&err);
+            float *o1 = dev_down(dout, OB);
+            CHECKF(st == DI_OK, "%s, version 1: %s", what, err.msg);
+            if (st == DI_OK) cmp_exact(what, o1, og, m * h * d);
+            free(o1);
+        }
         di_backend_cuda_weights_drop(gpu);
         dev_free(dq); dev_free(dsink); dev_free(dout); dev_free((void *)drows);
         attn_pool_free(&ap);
@@ -1263,7 +1333,7 @@ static void test_attention_tc(void) {
     unsetenv("DI_CUDA_DEVICE_SELECT");
     CHECKF(st == DI_OK && gsel->ops->sparse_attn_rows, "device-select backend: %s", err.msg);
     if (st) return;
-    int64_t m = CUDA_ATTN_TC_MIN_ROWS + 3, d = 512;
+    int64_t m = 11, d = 512;
     int h = 32, nw = 128, nsel = 200, ns = nw + nsel, R = 128, E = 300;
     size_t wb = di_kvq_row_bytes(DI_KVQ_FP8, d), cb = di_kvq_row_bytes(DI_KVQ_FP4_E4M3, d);
     /* window rows: a ring of R rows, then the chunk's m rows; E cache entries */
@@ -1321,6 +1391,216 @@ static void test_attention_tc(void) {
     free(q); free(sink); free(oc); free(og);
 }
 
+/* A random weight matrix of the format: BF16 of scale 0.05, FP8 / MXFP4
+ * codes with scales near 2^0 (kept in *wbuf / *sbuf for freeing). */
+static di_wmat rnd_wmat(di_wfmt fmt, int64_t N, int64_t K, uint8_t **wbuf, uint8_t **sbuf) {
+    di_wmat w = {fmt, N, K, NULL, NULL};
+    *sbuf = NULL;
+    if (fmt == DI_WFMT_BF16) {
+        uint16_t *b = malloc((size_t)(N * K) * 2);
+        for (int64_t i = 0; i < N * K; i++) b[i] = di_f32_to_bf16(0.05f * rng_normal());
+        *wbuf = (uint8_t *)b;
+    } else if (fmt == DI_WFMT_FP8) {
+        *wbuf = rnd_e4m3((size_t)(N * K));
+        *sbuf = rnd_e8m0((size_t)(((N + 31) / 32) * ((K + 31) / 32)));
+    } else {
+        *wbuf = rnd_bytes((size_t)(N * K / 2));
+        *sbuf = rnd_e8m0((size_t)(N * (K / 32)));
+    }
+    w.w = *wbuf;
+    w.s = *sbuf;
+    return w;
+}
+
+/* Activations of both kinds the model has: bf16-exact rows (even i) and
+ * full fp32 rows (odd i), which take all three split terms. */
+static float *rnd_act(int64_t m, int64_t K) {
+    float *x = malloc((size_t)(m * K > 0 ? m * K : 1) * sizeof(float));
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t k = 0; k < K; k++) {
+            float v = rng_normal();
+            x[i * K + k] = i % 2 ? v : di_round_bf16(v);
+        }
+    return x;
+}
+
+/* The decode products (no activation quantization) on the tensor-core
+ * path: m = 1..130 around every tile boundary, ragged K (scalar loads),
+ * the real V4.1-Flash shapes (router gate, compressor, indexer weights, a
+ * slice of the head, the grouped wo_a), against the CPU within the bound
+ * of cmp_plain; then batch invariance: rows computed alone (m = 1, same
+ * buffers) give the bits they have inside the batch. Non-finite inputs:
+ * an inf in x gives the chain's inf or NaN. */
+static void test_matmul_decode(void) {
+    NEED_GPU();
+    const struct { di_wfmt fmt; int64_t n, k; int groups; unsigned flags; const char *name; } sh[] = {
+        {DI_WFMT_BF16, 70, 200, 1, 0, "bf16 70x200"},
+        {DI_WFMT_BF16, 45, 203, 1, DI_MM_OUT_BF16, "bf16 45x203 (K % 8 != 0)"},
+        {DI_WFMT_FP8, 96, 256, 1, DI_MM_OUT_BF16, "fp8 96x256"},
+        {DI_WFMT_FP8, 66, 100, 1, 0, "fp8 66x100"},
+        {DI_WFMT_FP4, 40, 128, 1, 0, "mxfp4 40x128"},
+        {DI_WFMT_FP8, 4 * 48, 160, 4, 0, "grouped fp8 4x48x160"},
+    };
+    const int64_t ms[] = {1, 2, 3, 5, 8, 9, 13, 16, 17, 31, 33, 47, 64, 65, 130};
+    for (size_t t = 0; t < sizeof sh / sizeof *sh; t++)
+        for (size_t q = 0; q < sizeof ms / sizeof *ms; q++) {
+            int64_t m = ms[q], N = sh[t].n, K = sh[t].k;
+            int G = sh[t].groups;
+            uint8_t *wbuf, *sbuf;
+            di_wmat w = rnd_wmat(sh[t].fmt, N, K, &wbuf, &sbuf);
+            float *x = rnd_act(m * G, K), *yc = malloc((size_t)(m * N) * 4);
+            float *dx = dev_up(x, (size_t)(m * G * K) * 4), *dy = dev_poison((size_t)(m * N) * 4);
+            int ob = G > 1 || (sh[t].flags & DI_MM_OUT_BF16);
+            if (G > 1) {
+                cpu->ops->matmul_grouped(cpu, &w, G, x, m, yc);
+                gpu->ops->matmul_grouped(gpu, &w, G, dx, m, dy);
+            } else {
+                cpu->ops->matmul(cpu, &w, x, m, yc, sh[t].flags);
+                gpu->ops->matmul(gpu, &w, dx, m, dy, sh[t].flags);
+            }
+            float *yg = dev_down(dy, (size_t)(m * N) * 4);
+            char what[96];
+            snprintf(what, sizeof what, "decode %s m %lld", sh[t].name, (long long)m);
+            if (status_ok(what)) cmp_plain(what, &w, G, x, m, yg, yc, ob);
+            /* rows alone: the same bits */
+            if (m > 1 && status_ok(what)) {
+                int64_t rows[3] = {0, m / 2, m - 1};
+                int64_t bad = 0;
+                float *d1 = dev_poison((size_t)N * 4);
+                for (int r = 0; r < 3; r++) {
+                    int64_t i = rows[r];
+                    if (G > 1) gpu->ops->matmul_grouped(gpu, &w, G, dx + i * G * K, 1, d1);
+                    else gpu->ops->matmul(gpu, &w, dx + i * K, 1, d1, sh[t].flags);
+                    float *y1 = dev_down(d1, (size_t)N * 4);
+                    bad += memcmp(y1, yg + i * N, (size_t)N * 4) != 0;
+                    free(y1);
+                }
+                CHECKF(bad == 0, "%s: %lld of 3 rows alone differ from the batch", what, (long long)bad);
+                dev_free(d1);
+            }
+            di_backend_cuda_weights_drop(gpu);
+            dev_free(dx); dev_free(dy);
+            free(x); free(yc); free(yg); free(wbuf); free(sbuf);
+        }
+    /* the real shapes (V4.1-Flash: dim 5120, head_dim 512, 32 index heads of
+     * 128, 384 experts, 8 output groups of 1024 over 4096 inputs) */
+    const struct { di_wfmt fmt; int64_t n, k; int groups; unsigned flags; int64_t m; const char *name; } rs[] = {
+        {DI_WFMT_BF16, 384, 5120, 1, 0, 8, "ffn.gate 384x5120"},
+        {DI_WFMT_BF16, 384, 5120, 1, 0, 1, "ffn.gate 384x5120"},
+        {DI_WFMT_BF16, 512, 5120, 1, 0, 8, "compressor.wkv 512x5120"},
+        {DI_WFMT_BF16, 512, 5120, 1, DI_MM_OUT_BF16, 64, "compressor.wkv 512x5120 bf16 out"},
+        {DI_WFMT_BF16, 32, 5120, 1, DI_MM_OUT_BF16, 8, "indexer.weights_proj 32x5120"},
+        {DI_WFMT_BF16, 128, 512, 1, DI_MM_OUT_BF16, 8, "indexer.wk 128x512"},
+        {DI_WFMT_BF16, 2048, 5120, 1, 0, 8, "head slice 2048x5120"},
+        {DI_WFMT_FP8, 8 * 1024, 4096, 8, 0, 8, "wo_a grouped 8x1024x4096"},
+        {DI_WFMT_FP8, 8 * 1024, 4096, 8, 0, 1, "wo_a grouped 8x1024x4096"},
+    };
+    for (size_t t = 0; t < sizeof rs / sizeof *rs; t++) {
+        int64_t m = rs[t].m, N = rs[t].n, K = rs[t].k;
+        int G = rs[t].groups;
+        uint8_t *wbuf, *sbuf;
+        di_wmat w = rnd_wmat(rs[t].fmt, N, K, &wbuf, &sbuf);
+        float *x = rnd_act(m * G, K), *yc = malloc((size_t)(m * N) * 4);
+        float *dx = dev_up(x, (size_t)(m * G * K) * 4), *dy = dev_poison((size_t)(m * N) * 4);
+        if (G > 1) {
+            cpu->ops->matmul_grouped(cpu, &w, G, x, m, yc);
+            gpu->ops->matmul_grouped(gpu, &w, G, dx, m, dy);
+        } else {
+            cpu->ops->matmul(cpu, &w, x, m, yc, rs[t].flags);
+            gpu->ops->matmul(gpu, &w, dx, m, dy, rs[t].flags);
+        }
+        float *yg = dev_down(dy, (size_t)(m * N) * 4);
+        char what[96];
+        snprintf(what, sizeof what, "real %s m %lld", rs[t].name, (long long)m);
+        if (status_ok(what)) cmp_plain(what, &w, G, x, m, yg, yc, G > 1 || (rs[t].flags & DI_MM_OUT_BF16));
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(dx); dev_free(dy);
+        free(x); free(yc); free(yg); free(wbuf); free(sbuf);
+    }
+    /* an infinity in x: the chain's inf / NaN per output */
+    {
+        int64_t m = 3, N = 40, K = 64;
+        uint8_t *wbuf, *sbuf;
+        di_wmat w = rnd_wmat(DI_WFMT_BF16, N, K, &wbuf, &sbuf);
+        float *x = rnd_act(m, K), *yc = malloc((size_t)(m * N) * 4);
+        x[1 * K + 17] = INFINITY;
+        x[2 * K + 5] = -INFINITY;
+        ((uint16_t *)wbuf)[3 * K + 5] = 0; /* 0 · inf: NaN in output 3 of row 2 */
+        float *dx = dev_up(x, (size_t)(m * K) * 4), *dy = dev_poison((size_t)(m * N) * 4);
+        cpu->ops->matmul(cpu, &w, x, m, yc, 0);
+        gpu->ops->matmul(gpu, &w, dx, m, dy, 0);
+        float *yg = dev_down(dy, (size_t)(m * N) * 4);
+        CHECK(isnan(yc[2 * N + 3]));
+        if (status_ok("decode inf")) cmp_plain("decode inf in x", &w, 1, x, m, yg, yc, 0);
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(dx); dev_free(dy);
+        free(x); free(yc); free(yg); free(wbuf); free(sbuf);
+    }
+}
+
+/* The pool's zero fills ride in the copy queue (backend_cuda.c, pool_zero):
+ * a block freed while a queued copy still reads it and handed out again
+ * must read as zero only after that copy has read its old contents; one
+ * handed out twice before any op must read as zero; a burst
+ * of reused dirty blocks (more than one queue's worth, some larger than the
+ * zero source) must all read as zero. */
+static void test_pool_fills(void) {
+    NEED_GPU();
+    int64_t n = 4096 + rng_int(512);
+    float *x = rnd(n, 1.0f);
+    for (int64_t i = 0; i < n; i++)
+        if (x[i] == 0.f) x[i] = 1.f;
+    float *a = dev_up(x, (size_t)n * 4), *b = gpu->ops->alloc(gpu, (size_t)n * 4);
+    gpu->ops->copy(gpu, b, a, (size_t)n * 4); /* queued */
+    gpu->ops->free(gpu, a);
+    float *c = gpu->ops->alloc(gpu, (size_t)n * 4);
+    CHECK(c == a); /* the freed block again: the case under test */
+    float *hb = dev_down(b, (size_t)n * 4), *hc = dev_down(c, (size_t)n * 4);
+    if (status_ok("pool fill after queued copy")) cmp_exact("queued copy before the fill", hb, x, n);
+    int64_t nz = 0;
+    for (int64_t i = 0; i < n; i++) nz += hc[i] != 0.f;
+    CHECKF(nz == 0, "reused block: %lld of %lld not zero", (long long)nz, (long long)n);
+    dev_free(b); dev_free(c);
+    free(hb); free(hc);
+    /* a dirty block handed out, freed and handed out again before any op:
+     * the second fill is the queued first one */
+    float *e = dev_up(x, (size_t)n * 4);
+    dev_free(e);
+    float *f = gpu->ops->alloc(gpu, (size_t)n * 4);
+    dev_free(f);
+    float *h = gpu->ops->alloc(gpu, (size_t)n * 4);
+    CHECK(e == f && f == h);
+    float *hh = dev_down(h, (size_t)n * 4);
+    nz = 0;
+    for (int64_t i = 0; i < n; i++) nz += hh[i] != 0.f;
+    CHECKF(nz == 0, "block handed out twice before an op: %lld of %lld not zero", (long long)nz, (long long)n);
+    dev_free(h);
+    free(hh); free(x);
+    enum { NB = 300 };
+    size_t sz[NB];
+    float *d[NB];
+    uint8_t *ones = malloc((size_t)3 << 20);
+    memset(ones, 0x3f, (size_t)3 << 20);
+    for (int r = 0; r < 2; r++) {
+        for (int i = 0; i < NB; i++) {
+            if (!r) sz[i] = i % 50 == 7 ? ((size_t)1 << 20) + 4 * (size_t)rng_int(1 << 18) : 4 * (size_t)(1 + rng_int(40000));
+            d[i] = gpu->ops->alloc(gpu, sz[i]);
+        }
+        if (r) break;
+        for (int i = 0; i < NB; i++) gpu->ops->upload(gpu, d[i], ones, sz[i]);
+        for (int i = 0; i < NB; i++) gpu->ops->free(gpu, d[i]);
+    }
+    int64_t bad = 0;
+    for (int i = 0; i < NB; i++) {
+        uint8_t *h = (uint8_t *)dev_down(d[i], sz[i]);
+        for (size_t k = 0; k < sz[i]; k++) bad += h[k] != 0;
+        free(h);
+        dev_free(d[i]);
+    }
+    CHECKF(status_ok("pool burst") && bad == 0, "%lld bytes of reused blocks not zero", (long long)bad);
+    free(ones);
+}
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -1339,8 +1619,10 @@ int main(void) {
         return 1;
     }
     RUN(test_memory);
+    RUN(test_pool_fills);
     RUN(test_matmul);
     RUN(test_matmul_grouped);
+    RUN(test_matmul_decode);
     RUN(test_rows_ops);
     RUN(test_rope);
     RUN(test_gathers);

@@ -1120,15 +1120,22 @@ static void cu_add(di_backend *be, float *y, const float *x, int64_t n) {
 }
 
 /* moe_route with its results left in device memory: the route kernel
- * (cuda_ops_moe.cu, the CPU op's arithmetic bit for bit) where it fits
- * (up to 1024 experts, top-64), else the host form's results uploaded. */
+ * (cuda_ops_moe.cu, the CPU op's arithmetic bit for bit); with more
+ * active experts than experts (ranks past e pick -1) the host form's
+ * results, uploaded. Both take up to 1024 experts, top-64. */
 static void cu_moe_route_buf(di_backend *be, const float *logits, const float *bias, int64_t m,
                              int e, int k, int normalize, float route_scale, int32_t *idx,
                              float *w) {
     op_enter(be, "moe_route_buf");
     di_err err = {0};
     if (m <= 0 || k <= 0) return;
-    if (bias && e <= 1024 && k <= 64 && k <= e) {
+    if (e <= 0 || e > 1024 || k > 64 || !bias) {
+        note(be, di_err_set(&err, DI_ERR_UNSUPPORTED,
+                            "moe_route_buf: %d experts, top-%d%s (supported: 1 to 1024 experts, "
+                            "top-64, with a bias)", e, k, bias ? "" : ", no bias"), &err);
+        return;
+    }
+    if (k <= e) {
         const float *db = wdev(be, bias, (size_t)e * sizeof(float));
         if (!db) return;
         note(be, cuda_op_moe_route(logits, db, m, e, k, normalize, route_scale, idx, w, NULL, &err),

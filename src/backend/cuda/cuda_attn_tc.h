@@ -1,12 +1,14 @@
 /* The tensor-core form of sparse attention with sink over packed cache rows
- * (architecture.md §5.5; backend.h's sparse_attn_kv), for calls with many
- * query rows: one block per query row and 64 heads, the row's 64-slot key
- * blocks decoded once into shared memory and shared by the heads (the model
- * has one kv head), q·k and p·v as bf16 mma.sync with fp32 accumulation.
- * cuda_op_sparse_attn_kv (cuda_ops_attn.cu) picks it for m >=
- * CUDA_ATTN_TC_MIN_ROWS where cuda_attn_tc_fits; the launcher is also here
- * so tests and benchmarks can run either form at any m. Device pointers as
- * in cuda_ops.h. */
+ * (architecture.md §5.5; backend.h's sparse_attn_kv): one block per query
+ * row and 64 heads, the row's 64-slot key blocks decoded once into shared
+ * memory and shared by the heads (the model has one kv head), q·k and p·v
+ * as bf16 mma.sync with fp32 accumulation.
+ * cuda_op_sparse_attn_kv (cuda_ops_attn.cu) picks it wherever
+ * cuda_attn_tc_fits, decode steps included: measured on an H200 it beats the
+ * block per (row, head) at every m, from one query row (129 µs against 629
+ * for 640 slots) to a prefill chunk (docs/gpu-notes.md). Both launchers are
+ * here so tests and benchmarks can run either form. Device pointers as in
+ * cuda_ops.h. */
 #ifndef DI_BACKEND_CUDA_ATTN_TC_H
 #define DI_BACKEND_CUDA_ATTN_TC_H
 
@@ -17,11 +19,6 @@ extern "C" {
 #endif
 
 #include "core/error.h"
-
-/* Query rows from which the dispatch uses the tensor-core form: below it
- * a decode step keeps one block per (row, head), which spreads a handful of
- * rows over more of the GPU. */
-enum { CUDA_ATTN_TC_MIN_ROWS = 8 };
 
 /* 1 when the tensor-core form handles head_dim d (a multiple of 32, at
  * most 512: a warp's half of the p·v result stays in registers). */
@@ -34,7 +31,8 @@ di_status cuda_op_sparse_attn_kv_tc(const float *q, int64_t m, int h, int64_t d,
                                     const uint8_t *const *rows, int n_slots, int n_win,
                                     const float *sink, float scale, float *out, di_err *err);
 
-/* The one-block-per-(row, head) form whatever m (the decode kernel). */
+/* The one-block-per-(row, head) form (head sizes the tensor-core form does
+ * not take). */
 di_status cuda_op_sparse_attn_kv_rowwise(const float *q, int64_t m, int h, int64_t d,
                                          const uint8_t *const *rows, int n_slots, int n_win,
                                          const float *sink, float scale, float *out,

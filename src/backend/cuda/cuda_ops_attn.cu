@@ -6,9 +6,9 @@
  * The attention follows the CPU's online softmax block by block (64 slots,
  * probabilities rounded to bf16 before P·V, fp32 denominator) and its P·V
  * sums in the same order; only the q·k dot products are reduced in another
- * order and expf is CUDA's, so results agree to about one bf16 ulp. Calls
- * with many query rows over packed rows take the tensor-core form of
- * cuda_attn_tc.cu instead. */
+ * order and expf is CUDA's, so results agree to about one bf16 ulp. Over
+ * packed rows the tensor-core form of cuda_attn_tc.cu takes every head
+ * size it can (multiples of 32 up to 512). */
 #include "backend/cuda/cuda_attn_tc.h"
 #include "backend/cuda/cuda_ops_common.cuh"
 
@@ -126,13 +126,14 @@ extern "C" di_status cuda_op_sparse_attn_kv_rowwise(const float *q, int64_t m, i
     return cuda_check_launch(err, "sparse_attn_kv");
 }
 
-/* Many query rows (a prefill chunk, a large decode batch) go to the
- * tensor-core form (cuda_attn_tc.cu), a few to the block per (row, head). */
+/* The tensor-core form (cuda_attn_tc.cu) wherever it takes the head size:
+ * faster at every m, one query row included; the block per (row, head)
+ * otherwise. */
 extern "C" di_status cuda_op_sparse_attn_kv(const float *q, int64_t m, int h, int64_t d,
                                             const uint8_t *const *rows, int n_slots, int n_win,
                                             const float *sink, float scale, float *out,
                                             di_err *err) {
-    if (m >= CUDA_ATTN_TC_MIN_ROWS && cuda_attn_tc_fits(d))
+    if (cuda_attn_tc_fits(d))
         return cuda_op_sparse_attn_kv_tc(q, m, h, d, rows, n_slots, n_win, sink, scale, out, err);
     return cuda_op_sparse_attn_kv_rowwise(q, m, h, d, rows, n_slots, n_win, sink, scale, out, err);
 }
