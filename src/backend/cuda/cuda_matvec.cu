@@ -546,6 +546,16 @@ __device__ __forceinline__ void wv_mma4(float q[4][4 * NB], uint32_t w, uint32_t
         wgmma_m64nk32<NB>(q[j], make_desc(w + j * 32, 16, 1024, 1), make_desc(a + j * 32, 16, 1024, 1));
     wg_commit();
 }
+/* The same from the descriptors of the stage's first 32-block (the next
+ * ones are 32 bytes = 2 address units on: make_desc's address field) */
+template <int NB>
+__device__ __forceinline__ void wv_mma4_desc(float q[4][4 * NB], uint64_t dw, uint64_t da) {
+    fence_regs_q<NB>(q);
+    wg_fence();
+#pragma unroll
+    for (int j = 0; j < 4; j++) wgmma_m64nk32<NB>(q[j], dw + 2 * j, da + 2 * j);
+    wg_commit();
+}
 /* acc += q * scale for a stage: the thread's token pairs (8 b + 2t, +1) have
  * activation scales sa[b][0..1][j] (b = n8 block), its rows' weight scales
  * w0[j] (rows ra) and w1[j] (ra + 8). */
@@ -847,7 +857,14 @@ static bool wv_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
 #define W4_SMEM(nt, red) (1024 + WV_W_BYTES + W4_ST * (W4_F_BYTES + WV_A_BYTES(nt) + \
                           WV_SA_BYTES(nt) + W4_WS_BYTES) + W4_ST * 8 + (red) * (nt) * 256)
 
-/* The k range of a row is cut into KS * CPB chunks of kst stages (the last
+/* LEAN (measuring aid until timed, same arithmetic): fewer instructions per
+ * stage — the weight scales decoded once per stage (thread r < 64 decodes
+ * row r's four, which it copied itself, into its own already-read part of
+ * the packed slot; the others read them as one float4 per row), ring slot,
+ * phase and chunk end by counters instead of divisions, the refill's copies
+ * from running pointers, the wgmma descriptors from one base per operand.
+ *
+ * The k range of a row is cut into KS * CPB chunks of kst stages (the last
  * ones shorter or empty); each chunk's products are promoted into their own
  * sum from zero, and the chunk sums are added in chunk order. A block (rank
  * r of a cluster of KS) computes chunks [r CPB, r CPB + CPB) one after the
@@ -856,7 +873,7 @@ static bool wv_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
  * and k only) and not on how the chunks are spread over blocks: the grouped
  * form, where the experts already give many blocks, runs fewer, longer
  * blocks (CPB > 1) and still equals the plain product (KS = KS * CPB). */
-template <int KS, int CPB, int NB, bool GROUPED>
+template <int KS, int CPB, int NB, bool GROUPED, bool LEAN>
 __global__ void __launch_bounds__(128)
     matvec_fp4_wg_kernel(const __grid_constant__ CUtensorMap map_w, const uint8_t *__restrict__ qa,
                          const float *__restrict__ sa, const uint8_t *__restrict__ ws, int64_t m,
@@ -884,8 +901,7 @@ __global__ void __launch_bounds__(128)
     const int nst = (int)(st0 >= nst_all ? 0 : (nst_all - st0 < span ? nst_all - st0 : span));
 
     /* the weight tile of a stage through the copy engine, on the stage's barrier */
-    auto issue_w = [&](int st, int64_t e) {
-        const int slot = st % W4_ST;
+    auto issue_w = [&](int st, int slot, int64_t e) {
         const uint32_t full = s_full + 8 * slot;
         mbar_arrive_expect_tx(full, W4_F_BYTES);
         asm volatile(
@@ -899,7 +915,7 @@ __global__ void __launch_bounds__(128)
      * grouped form learns its expert from the routing, which an earlier
      * kernel writes. */
     if (!GROUPED && tid == 0)
-        for (int s = 0; s < W4_ST && s < nst; s++) issue_w(s, 0);
+        for (int s = 0; s < W4_ST && s < nst; s++) issue_w(s, s % W4_ST, 0);
     grid_dep_wait();
     TokMap tm = {NULL, 0, m};
     int64_t e = 0;
@@ -911,7 +927,7 @@ __global__ void __launch_bounds__(128)
         tm.count = grp.off[z + 1] - tm.base;
         if ((int64_t)blockIdx.y * NT >= tm.count) return; /* the whole cluster alike */
         if (tid == 0)
-            for (int s = 0; s < W4_ST && s < nst; s++) issue_w(s, e);
+            for (int s = 0; s < W4_ST && s < nst; s++) issue_w(s, s % W4_ST, e);
     }
     grid_dep_launch();
     const uint8_t *we = ws + e * n * kbn;
@@ -937,10 +953,28 @@ __global__ void __launch_bounds__(128)
         if (tid < 64) cp_async4(s_ws + slot * W4_WS_BYTES + tid * 4, ws_src + kb, w_ok);
         asm volatile("cp.async.commit_group;\n" ::);
     };
+    /* LEAN: the same copies from running pointers, stage after stage */
+    const uint8_t *a_cur = a_src + st0 * 128 + a_chunk * 16;
+    const float *sa_cur = sa_src + st0 * 4;
+    const uint8_t *ws_cur = ws_src + st0 * 4;
+    const uint32_t a_dst = s_a + a_slot * 128 + ((a_chunk ^ (a_slot & 7)) << 4);
+    auto issue_next = [&](int slot) {
+        if (tid < 8 * NT) cp_async16(a_dst + slot * WV_A_BYTES(NT), a_cur, a_ok);
+        if (tid < NT) cp_async16(s_sa + slot * WV_SA_BYTES(NT) + tid * 16, sa_cur, s_ok);
+        if (tid < 64) cp_async4(s_ws + slot * W4_WS_BYTES + tid * 4, ws_cur, w_ok);
+        asm volatile("cp.async.commit_group;\n" ::);
+        a_cur += 128;
+        sa_cur += 4;
+        ws_cur += 4;
+    };
     __syncthreads(); /* barrier initialisation, for every thread */
     for (int s = 0; s < W4_ST; s++) {
-        if (s < nst) issue_rest(s);
-        else asm volatile("cp.async.commit_group;\n" ::);
+        if (s < nst) {
+            if constexpr (LEAN) issue_next(s);
+            else issue_rest(s);
+        } else {
+            asm volatile("cp.async.commit_group;\n" ::);
+        }
     }
 
     /* acc: the current chunk's sum; tot: the finished chunks' sums, added in
@@ -969,12 +1003,23 @@ __global__ void __launch_bounds__(128)
     /* conversion role: 32 of row cr's 64 packed bytes, half ch */
     const int cr = tid >> 1, ch = tid & 1;
     const int ra = 16 * warp + (lane >> 2); /* the thread's result rows ra, ra + 8 */
+    const uint64_t dw0 = make_desc(s_w, 16, 1024, 1), da0 = make_desc(s_a, 16, 1024, 1);
+    int slot_c = 0, left = kst; /* LEAN: ring slot and stages left in the chunk */
+    uint32_t phase = 0;
     for (int st = 0; st < nst; st++) {
-        const int slot = st % W4_ST;
-        mbar_wait(s_full + 8 * slot, (st / W4_ST) & 1);
+        const int slot = LEAN ? slot_c : st % W4_ST;
+        mbar_wait(s_full + 8 * slot, LEAN ? phase : (st / W4_ST) & 1);
+        if constexpr (LEAN) /* this thread's activation and scale copies of the stage */
+            asm volatile("cp.async.wait_group %0;\n" ::"n"(W4_ST - 1));
         {
-            const uint4 *src = (const uint4 *)(smem + (s_f - base) + slot * W4_F_BYTES + cr * 64 + ch * 32);
+            uint8_t *own = smem + (s_f - base) + slot * W4_F_BYTES + cr * 64 + ch * 32; /* = tid * 32 */
+            const uint4 *src = (const uint4 *)own;
             const uint4 f[2] = {src[0], src[1]};
+            if (LEAN && tid < 64) { /* row tid's four weight scales, over bytes already read */
+                const uint32_t wsw = *(const uint32_t *)(smem + (s_ws - base) + slot * W4_WS_BYTES + tid * 4);
+                *(float4 *)own = make_float4(e8m0_to_f32(wsw & 0xffu), e8m0_to_f32((wsw >> 8) & 0xffu),
+                                             e8m0_to_f32((wsw >> 16) & 0xffu), e8m0_to_f32(wsw >> 24));
+            }
             const uint32_t fw[8] = {f[0].x, f[0].y, f[0].z, f[0].w, f[1].x, f[1].y, f[1].z, f[1].w};
             uint8_t *dst_row = smem + (s_w - base) + cr * 128;
 #pragma unroll
@@ -990,11 +1035,12 @@ __global__ void __launch_bounds__(128)
                 *(uint4 *)(dst_row + ((chunk ^ (cr & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
             }
         }
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(W4_ST - 1));
+        if constexpr (!LEAN) asm volatile("cp.async.wait_group %0;\n" ::"n"(W4_ST - 1));
         /* ordinary stores and cp.async data are read next by the tensor cores */
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
-        wv_mma4<NB>(q, s_w, s_a + slot * WV_A_BYTES(NT));
+        if constexpr (LEAN) wv_mma4_desc<NB>(q, dw0, da0 + (uint32_t)(slot * WV_A_BYTES(NT) / 16));
+        else wv_mma4<NB>(q, s_w, s_a + slot * WV_A_BYTES(NT));
         const float4 *sa_st = (const float4 *)(smem + (s_sa - base) + slot * WV_SA_BYTES(NT));
         float4 sab[NB][2];
 #pragma unroll
@@ -1002,25 +1048,44 @@ __global__ void __launch_bounds__(128)
             sab[b][0] = sa_st[8 * b + 2 * t];
             sab[b][1] = sa_st[8 * b + 2 * t + 1];
         }
-        const uint8_t *ws_st = smem + (s_ws - base) + slot * W4_WS_BYTES;
-        const uint32_t wa = *(const uint32_t *)(ws_st + ra * 4), wb = *(const uint32_t *)(ws_st + (ra + 8) * 4);
         float w0[4], w1[4];
+        if constexpr (LEAN) {
+            const uint8_t *pk = smem + (s_f - base) + slot * W4_F_BYTES;
+            const float4 fa = *(const float4 *)(pk + ra * 32), fb = *(const float4 *)(pk + (ra + 8) * 32);
+            w0[0] = fa.x; w0[1] = fa.y; w0[2] = fa.z; w0[3] = fa.w;
+            w1[0] = fb.x; w1[1] = fb.y; w1[2] = fb.z; w1[3] = fb.w;
+        } else {
+            const uint8_t *ws_st = smem + (s_ws - base) + slot * W4_WS_BYTES;
+            const uint32_t wa = *(const uint32_t *)(ws_st + ra * 4), wb = *(const uint32_t *)(ws_st + (ra + 8) * 4);
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            w0[j] = e8m0_to_f32((wa >> (8 * j)) & 0xffu);
-            w1[j] = e8m0_to_f32((wb >> (8 * j)) & 0xffu);
+            for (int j = 0; j < 4; j++) {
+                w0[j] = e8m0_to_f32((wa >> (8 * j)) & 0xffu);
+                w1[j] = e8m0_to_f32((wb >> (8 * j)) & 0xffu);
+            }
         }
         wg_wait<0>();
         fence_regs_q<NB>(q);
         wv_promote<NB>(acc, q, sab, w0, w1);
         __syncthreads(); /* the slot is free: refill it */
         if (st + W4_ST < nst) {
-            if (tid == 0) issue_w(st + W4_ST, e);
-            issue_rest(st + W4_ST);
+            if (tid == 0) issue_w(st + W4_ST, LEAN ? slot : (st + W4_ST) % W4_ST, e);
+            if constexpr (LEAN) issue_next(slot);
+            else issue_rest(st + W4_ST);
         } else {
             asm volatile("cp.async.commit_group;\n" ::);
         }
-        if (CPB > 1 && (st + 1) % kst == 0 && st + 1 < nst) fold();
+        if constexpr (LEAN) {
+            if (CPB > 1 && --left == 0) {
+                left = kst;
+                if (st + 1 < nst) fold();
+            }
+            if (++slot_c == W4_ST) {
+                slot_c = 0;
+                phase ^= 1u;
+            }
+        } else if (CPB > 1 && (st + 1) % kst == 0 && st + 1 < nst) {
+            fold();
+        }
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
     while (done < CPB) fold(); /* the last chunk, then empty ones (sums of +0) */
@@ -1044,7 +1109,7 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-template <int KS, int CPB, int NB, bool GROUPED>
+template <int KS, int CPB, int NB, bool GROUPED, bool LEAN>
 static cudaError_t w4_launch(const CUtensorMap &mw, const uint8_t *qa, const float *sa,
                              const uint8_t *ws, int64_t m, int64_t k, int64_t n, void *out,
                              int out_bf16, cudaStream_t stream, Groups grp, int ngroups) {
@@ -1052,18 +1117,20 @@ static cudaError_t w4_launch(const CUtensorMap &mw, const uint8_t *qa, const flo
     const int smem = W4_SMEM(8 * NB, KS > 1 ? CPB : 0);
     static bool attr = false;
     if (!attr) {
-        cudaError_t e = cudaFuncSetAttribute(matvec_fp4_wg_kernel<KS, CPB, NB, GROUPED>,
+        cudaError_t e = cudaFuncSetAttribute(matvec_fp4_wg_kernel<KS, CPB, NB, GROUPED, LEAN>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
         attr = true;
     }
     WvLaunch l(n, m, 8 * NB, ngroups, KS, smem, stream);
-    return l.launch(matvec_fp4_wg_kernel<KS, CPB, NB, GROUPED>, mw, qa, sa, ws, m, k, n, out,
+    return l.launch(matvec_fp4_wg_kernel<KS, CPB, NB, GROUPED, LEAN>, mw, qa, sa, ws, m, k, n, out,
                     out_bf16, kst, grp);
 }
 
 static int w4_forced_gks = 0; /* measuring aid (bench, tests): blocks per row of a group */
 extern "C" void cuda_matvec_set_grouped_ks(int ks) { w4_forced_gks = ks; }
+static int w4_lean = 0; /* measuring aid (bench, tests): the LEAN kernel */
+extern "C" void cuda_matvec_set_w4_lean(int on) { w4_lean = on; }
 
 /* Blocks per 64-row tile in the grouped form (a power of two dividing the
  * chunk count kc): the fewest that still give about three blocks per SM over
@@ -1107,11 +1174,12 @@ static bool w4_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
         return false;
     const int kc = wv_pick_ks(n, k, 8);
     const bool nb2 = m > 8;
-#define W4_GO(KSV, CPBV, G)                                                                    \
-    (nb2 ? w4_launch<KSV, CPBV, 2, G>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp,      \
-                                      G ? ngroups : 1)                                         \
-         : w4_launch<KSV, CPBV, 1, G>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp,      \
-                                      G ? ngroups : 1))
+#define W4_GO_L(KSV, CPBV, G, L)                                                               \
+    (nb2 ? w4_launch<KSV, CPBV, 2, G, L>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp,   \
+                                         G ? ngroups : 1)                                      \
+         : w4_launch<KSV, CPBV, 1, G, L>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp,   \
+                                         G ? ngroups : 1))
+#define W4_GO(KSV, CPBV, G) (w4_lean ? W4_GO_L(KSV, CPBV, G, true) : W4_GO_L(KSV, CPBV, G, false))
     if (ngroups <= 0) {
         switch (kc) {
         case 1: *e = W4_GO(1, 1, false); break;
@@ -1135,6 +1203,7 @@ static bool w4_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
     default: *e = W4_GO(8, 1, true); break;
     }
 #undef W4_GO
+#undef W4_GO_L
     return true;
 }
 
