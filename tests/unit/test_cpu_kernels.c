@@ -413,6 +413,46 @@ static void test_gemm_decode_all_scales(void) {
         }
 }
 
+/* MXFP4 decode rows carry each lane chain in the scale domain of its chunk
+ * (kernels_avx2_block.c): exact while no chain value falls below 2^-149 in
+ * that domain, i.e. while a row group's scale exponents span at most 85 + q,
+ * q the exponent of the activations' quantum (here 2^-9·2^-22 = 2^-31: a
+ * block of activations below the 1e-4 floor). The first chunk multiplies
+ * such activations by weights scaled 2^-d below the rest, whose codes are
+ * zero, so the chains end as tiny sums carried through the large-scale
+ * domain: rows 0-7 span d = 54 (the limit: quantum 2^-149 there), rows 8-15
+ * d = 55 (the kernel must not take the shortcut). Both must give the scalar
+ * bits, and the tiny sums must survive (nonzero outputs). */
+static void test_gemm_mxfp4_scale_domains(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+    enum { K = 512, N = 16, KB = K / 32 };
+    for (int64_t M = 1; M <= 3; M += 2) {
+        problem p;
+        problem_init(&p, FMT_FP4, M, K, N);
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t k = 0; k < 64; k++) /* multiples of 2^-31: codes of the 2^-22 scale */
+                p.x[m * K + k] = (float)((int)(rnd() % 7) - 3) * 0x1p-31f;
+        di_act_quant_fp8_scalar(p.x, M, K, p.qa, p.sa);
+        uint8_t *w = p.w;
+        for (int64_t n = 0; n < N; n++) {
+            for (int64_t i = 32; i < K / 2; i++) w[n * (K / 2) + i] = 0;
+            const int d = n < 8 ? 54 : 55;
+            for (int64_t kb = 0; kb < KB; kb++) p.ws[n * KB + kb] = (uint8_t)(kb < 2 ? 191 - d : 191);
+        }
+        float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
+        run_gemm(&p, 0, 0, M, a, NULL);
+        check_against_reference(&p, a);
+        run_gemm(&p, 1, 0, M, b, NULL);
+        int zeros = 0;
+        for (int64_t i = 0; i < M * N; i++) zeros += a[i] == 0.0f;
+        CHECKF(zeros < M * N / 4, "M=%lld: %d of %lld outputs zero", (long long)M, zeros, (long long)(M * N));
+        CHECKF(count_diff_bits(a, b, M * N) == 0, "M=%lld: %d outputs differ from scalar",
+               (long long)M, count_diff_bits(a, b, M * N));
+        free(a), free(b);
+        problem_free(&p);
+    }
+}
+
 /* Row m's bits do not depend on M, on the row's position in the batch, or on
  * the number of threads; checked on both paths for every format. */
 static void test_batch_and_thread_invariance(void) {
@@ -552,6 +592,7 @@ int main(void) {
     RUN(test_gemm_extreme_scales);
     RUN(test_gemm_decode_rows);
     RUN(test_gemm_decode_all_scales);
+    RUN(test_gemm_mxfp4_scale_domains);
     RUN(test_batch_and_thread_invariance);
     RUN(test_table_route);
     RUN(test_dispatch);

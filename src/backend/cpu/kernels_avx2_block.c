@@ -30,20 +30,27 @@
  *   the FMA rounds it the same way. This needs every such factor exact:
  *   sw in [2^-117, 2^7] and |a|·sw < 2^7 per block (all real checkpoints
  *   and activations); a tile outside runs the scalar code.
- * - MXFP4: scales differ per row, so each decoded vector is multiplied by
- *   sw·2^63 (two blocks per 32 bytes: lanes 0-3 and 4-7) and the activations
- *   are laid out ×2^63: exact for sw in [2^-62, 2^64] and |a| < 2^64, else
- *   the row group runs the scalar code.
+ * - MXFP4: scales differ per row and per 32 codes (two blocks per 32 bytes:
+ *   lanes 0-3 and 4-7), so instead the chains themselves change scale: the
+ *   activations are laid out ×2^63, the lanes accumulate w·2^-126 times
+ *   them, i.e. the terms divided by sv = sw·2^63, and each chain is
+ *   multiplied by sv(c-1)/sv(c) on entering chunk c and by the last sv at
+ *   the end: one multiply per 64 codes and chain rather than one per 8 codes
+ *   (see dec_scales() for when that is exact; else the row group runs the
+ *   scalar code).
  * The R rows of a group stream side by side, each only K (or K/2) bytes
  * long, which the hardware prefetchers follow poorly from DRAM; the groups
  * are contiguous, though, so each chunk prefetches into L2 the next R·32
  * bytes of the group two ahead, one linear stream at the rate the kernel
  * reads (FP8 +15-65 % from DRAM, MXFP4 at M = 4 +20 %, bench/RESULTS.md).
  * Per-row prefetches a fixed distance ahead measured neutral to 25 % slower;
- * MXFP4 at M = 1 (bound by its arithmetic) and 8 rows spaced by a multiple of
- * 4 KB (wo_b at M = 1) measured no faster with it, so they go without.
- * The shift decoding hands fp32 subnormals to the multiplies and FMAs, which
- * only AMD cores take at full speed: see "CPUs with slow subnormals".
+ * 8 rows spaced by a multiple of 4 KB (wo_b at M = 1) measured no faster
+ * with it, so they go without.
+ * The shift decoding hands fp32 subnormals to the FMAs, which only AMD cores
+ * take at full speed (see "CPUs with slow subnormals"); even Zen 4 slows
+ * down on subnormal inputs to a plain multiply (MXFP4 decode rows ran 5-30 %
+ * slower when each decoded vector was multiplied by its scale), so the
+ * decoded weights go only into FMAs.
  * Prefill (M > 16) decodes chunks of 128 weight rows × 512 codes once into
  * fp32 tiles w·sw (the very products of the scalar code) and runs a
  * register-blocked dot-product kernel over them: 3 activation rows × 4
@@ -437,6 +444,8 @@ static int pf_run(int fp4, int tables, const uint8_t *qa, const float *sa, int64
 
 /* ---- decode rows ---- */
 
+typedef struct fp4_lim fp4_lim;
+
 typedef struct dec_job {
     int fp4;
     const uint8_t *qa;      /* for the scalar fallback */
@@ -447,8 +456,9 @@ typedef struct dec_job {
     int64_t M, K, Kp, N;
     float *out;             /* [M, N] */
     float *scratch;         /* [threads][scratch_floats]: FP8 folded activations
-                               [M][Kp], MXFP4 scale vectors [Kp/64][R][8] */
+                               [M][Kp], MXFP4 scale factors [Kp/64 + 1][R][8] */
     int64_t scratch_floats;
+    const fp4_lim *lim;     /* MXFP4: see dec_scales() */
 } dec_job;
 
 /* Weight rows at a time for M activation rows: R·mr accumulators for blocks
@@ -467,13 +477,21 @@ AVX2_INLINE void dec_chunk(const int fp4, const int mr, const int R, int64_t c, 
 #pragma GCC unroll 2
     for (int r = 0; r < 2; r++)
         if (R <= 2 && r < R) xr[r] = load_chunk(rows[r], c, half);
+    if (fp4) /* the chains into this chunk's scale domain */
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            if (r < R) {
+                const __m256 f = _mm256_load_ps(sv + (c * R + r) * 8);
+#pragma GCC unroll 4
+                for (int m = 0; m < DEC_MB; m++)
+                    if (m < mr) acc[m][r] = _mm256_mul_ps(acc[m][r], f);
+            }
 #pragma GCC unroll 8
     for (int p = 0; p < P; p++) {
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++)
             if (r < R) {
-                __m256 v = dec_pos(fp4, R >= 4 ? load_chunk(rows[r], c, half) : xr[r], p);
-                if (fp4) v = _mm256_mul_ps(v, _mm256_load_ps(sv + (c * R + r) * 8));
+                const __m256 v = dec_pos(fp4, R >= 4 ? load_chunk(rows[r], c, half) : xr[r], p);
 #pragma GCC unroll 8
                 for (int m = 0; m < DEC_MB; m++)
                     if (m < mr)
@@ -518,6 +536,7 @@ AVX2_INLINE void dec_kernel(const int fp4, const int mr, const int R, int64_t ch
         for (int r = 0; r < 8; r++)
             if (m < mr && r < R) {
                 float l[8];
+                if (fp4) acc[m][r] = _mm256_mul_ps(acc[m][r], _mm256_load_ps(sv + (chunks * R + r) * 8));
                 _mm256_storeu_ps(l, acc[m][r]);
                 res[m * 8 + r] = tree1(l);
             }
@@ -547,34 +566,115 @@ static dec_kernel_fn dec_kernel_for(int fp4, int64_t M, int mr) {
     return r2[fp4][mr];
 }
 
-/* MXFP4: the R rows' scales as lane vectors sv[c][r] = sw·2^63 of blocks 2c
- * (lanes 0-3) and 2c+1 (lanes 4-7); 0 when a scale is outside [2^-62, 2^64]
- * (the caller then runs the scalar code). E8M0 e gives 2^(e-64): the bits
- * (e+63)<<23. */
-static AVX2 int dec_scales(const uint8_t *const *srow, int R, int64_t KB, float *sv) {
+/* MXFP4 decode rows keep each chain in the scale domain of the chunk it is
+ * in: the lanes accumulate the decoded w·2^-126 times a·2^63, i.e. the terms
+ * a·w·sw of kernels.h divided by sv = sw·2^63, and on entering chunk c the
+ * chains are multiplied by sv(c-1)/sv(c) (lanes 0-3: blocks 2c-2 / 2c, lanes
+ * 4-7: 2c-1 / 2c+1), at the end by the last sv. One multiply per chunk and
+ * chain instead of one per decoded vector. The products are by powers of two
+ * and every chain value is the scalar one times 2^t (t <= -1): the same
+ * roundings, given
+ * - no overflow: K·max|a|·6·max sw < 2^127 (the scalar sums stay finite, the
+ *   scaled ones are smaller);
+ * - no rounding below the normal range: every term is a multiple of
+ *   Q = qa·2^(e_min-128), qa the quantum of the activations (2^-9·sa), so
+ *   every chain value is too; where Q·2^t >= 2^-149 a value too small to be
+ *   normal is exact in either domain (fewer than 24 significant bits). */
+struct fp4_lim {
+    int lo, hi;   /* E8M0 exponents allowed */
+    int spread;   /* largest e_max - e_min of a row group */
+};
+
+/* The limits of the domain change above for activations ap = a·2^63
+ * ([M][Kp]) with scales sa ([M][K/32]); 0 when the activations leave no
+ * room (non-finite, too large, or scales that are not powers of two). */
+static int fp4_limits(const float *ap, int64_t n, const float *sa, int64_t nsa, int64_t K,
+                      fp4_lim *lim) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float v = fabsf(ap[i]);
+        if (!(v < 0x1p127f)) return 0; /* a·2^63 must stay finite: |a| < 2^64 */
+        amax = v > amax ? v : amax;
+    }
+    int q = 1000; /* exponent of the activations' quantum */
+    for (int64_t i = 0; i < nsa; i++) {
+        int e;
+        if (!(sa[i] > 0.0f) || frexpf(sa[i], &e) != 0.5f) return 0;
+        e = e - 1 - 9;
+        q = e < q ? e : q;
+    }
+    q = q < -149 ? -149 : q;
+    int amax_e = -200, l6k = 0;
+    if (amax > 0.0f) {
+        (void)frexpf(amax, &amax_e);
+        amax_e -= 63; /* max|a| < 2^amax_e */
+    }
+    while (((int64_t)1 << l6k) < 6 * K) l6k++;
+    lim->lo = -21 - q > 65 ? -21 - q : 65;
+    lim->hi = 254 - amax_e - l6k < 191 ? 254 - amax_e - l6k : 191;
+    lim->spread = q + 85 < 126 ? q + 85 : 126;
+    return lim->lo <= lim->hi && lim->spread >= 0;
+}
+
+/* dst[0..3] = 2^t0, dst[4..7] = 2^t1 (|t| <= 126). */
+AVX2_INLINE void store_pow2(float *dst, int t0, int t1) {
+    const __m256i t = _mm256_setr_epi32(t0, t0, t0, t0, t1, t1, t1, t1);
+    _mm256_store_si256((__m256i *)dst, _mm256_slli_epi32(_mm256_add_epi32(t, _mm256_set1_epi32(127)), 23));
+}
+
+/* The R rows' factors: sv[c][r] = sv(c-1)/sv(c) for chunks c >= 1 (1 for
+ * c = 0, entered from zero), sv[chunks][r] = sv(last) (E8M0 e: sv = 2^(e-64),
+ * the ratio's bits (e_prev - e + 127) << 23). 0 when a scale is outside the
+ * limits (the caller then runs the scalar code). */
+static AVX2 int dec_scales(const uint8_t *const *srow, int R, int64_t KB, const fp4_lim *lim,
+                           float *sv) {
     const int64_t chunks = (KB + 1) / 2;
-    const __m256i lo = _mm256_set1_epi32(65), hi = _mm256_set1_epi32(191), bias = _mm256_set1_epi32(63);
-    __m256i bad = _mm256_setzero_si256();
+    const __m256i bias = _mm256_set1_epi32(127);
+    __m256i vmin = _mm256_set1_epi32(255), vmax = _mm256_setzero_si256();
+    int emin = 255, emax = 0;
     for (int r = 0; r < R; r++) {
-        int64_t c = 0;
+        const uint8_t *e = srow[r];
+        _mm256_store_ps(sv + r * 8, _mm256_set1_ps(1.0f));
+        int64_t c = 1;
         for (; 2 * c + 8 <= KB; c += 4) {
-            __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(srow[r] + 2 * c)));
-            bad = _mm256_or_si256(bad, _mm256_or_si256(_mm256_cmpgt_epi32(lo, e), _mm256_cmpgt_epi32(e, hi)));
-            __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, bias), 23));
+            const __m256i cur = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(e + 2 * c)));
+            const __m256i prev = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(e + 2 * c - 2)));
+            vmin = _mm256_min_epu32(vmin, cur), vmax = _mm256_max_epu32(vmax, cur);
+            const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(prev, cur), bias), 23));
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
                 __m256i idx = _mm256_setr_epi32(2 * i, 2 * i, 2 * i, 2 * i, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1);
                 _mm256_store_ps(sv + ((c + i) * R + r) * 8, _mm256_permutevar8x32_ps(f, idx));
             }
         }
-        for (; c < chunks; c++) {
-            const int e0 = srow[r][2 * c], e1 = 2 * c + 1 < KB ? srow[r][2 * c + 1] : e0;
-            if (e0 < 65 || e0 > 191 || e1 < 65 || e1 > 191) return 0;
-            const float f0 = ldexpf(1.0f, e0 - 64), f1 = ldexpf(1.0f, e1 - 64);
-            _mm256_store_ps(sv + (c * R + r) * 8, _mm256_setr_ps(f0, f0, f0, f0, f1, f1, f1, f1));
+        /* chunk 0, the tail and the last chunk's own factor (a last chunk of
+         * one block repeats its scale in lanes 4-7, which read zero codes) */
+        for (int64_t b = 0; b < 2; b++) {
+            const int v = e[b < KB ? b : 0];
+            emin = v < emin ? v : emin, emax = v > emax ? v : emax;
+        }
+        int p0 = e[0], p1 = KB > 1 ? e[1] : e[0];
+        if (c > 1) p0 = e[2 * c - 2], p1 = e[2 * c - 1];
+        for (; c <= chunks; c++) {
+            if (c == chunks) {
+                store_pow2(sv + (c * R + r) * 8, p0 - 64, p1 - 64);
+                break;
+            }
+            const int e0 = e[2 * c], e1 = 2 * c + 1 < KB ? e[2 * c + 1] : e0;
+            emin = e0 < emin ? e0 : emin, emax = e0 > emax ? e0 : emax;
+            emin = e1 < emin ? e1 : emin, emax = e1 > emax ? e1 : emax;
+            if (emax - emin > lim->spread) return 0; /* also keeps the ratio normal */
+            store_pow2(sv + (c * R + r) * 8, p0 - e0, p1 - e1);
+            p0 = e0, p1 = e1;
         }
     }
-    return _mm256_testz_si256(bad, bad);
+    int32_t mn[8], mx[8];
+    _mm256_storeu_si256((__m256i *)mn, vmin), _mm256_storeu_si256((__m256i *)mx, vmax);
+    for (int i = 0; i < 8; i++) {
+        emin = mn[i] < emin ? mn[i] : emin;
+        emax = mx[i] > emax ? mx[i] : emax;
+    }
+    return emin >= lim->lo && emax <= lim->hi && emax - emin <= lim->spread;
 }
 
 /* Units [u0, u1) of UNIT weight rows: every activation row, all of K. */
@@ -622,13 +722,13 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
                 rows[r] = j->w + n * rb;
                 srow[r] = j->ws + n * KB;
             }
-            if (fp4 && !dec_scales(srow, R, KB, sc)) {
+            if (fp4 && !dec_scales(srow, R, KB, j->lim, sc)) {
                 di_gemm_block_rows_scalar(1, j->qa, j->sa, M, K, j->w, j->ws, N, g0, g0 + nn, j->out);
                 continue;
             }
             /* the group two ahead, while it lies inside the weights (not
              * for 8 rows a multiple of 4 KB apart: measured slower) */
-            const uint8_t *ahead = (fp4 && M == 1) || (R == 8 && rb % 4096 == 0) || g0 + 3 * R > N
+            const uint8_t *ahead = (R == 8 && rb % 4096 == 0) || g0 + 3 * R > N
                                        ? NULL
                                        : j->w + (g0 + 2 * R) * rb;
             const int mb = dec_block_rows(M);
@@ -648,7 +748,7 @@ static int dec_run(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64
                    const uint8_t *w, const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     const int threads = di_threadpool_size(tp);
     const int64_t C = chunk_codes(fp4), Kp = (K + C - 1) / C * C, KB = K / 32;
-    const int64_t sf = fp4 ? (Kp / 64) * 8 * 8 : M * Kp;
+    const int64_t sf = fp4 ? (Kp / 64 + 1) * 8 * 8 : M * Kp;
     float *bmax = fp4 ? NULL : malloc(sizeof(float) * (size_t)(M * KB));
     float *ap = pack_lanes(fp4, qa, sa, M, K, Kp, fp4 ? 0x1p63f : 1.0f, bmax, 0, NULL);
     float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
@@ -657,15 +757,16 @@ static int dec_run(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64
         return 0;
     }
     int ok = 1;
-    if (fp4) { /* a·2^63 must have stayed finite: |a| < 2^64 */
-        for (int64_t i = 0; i < M * Kp && ok; i++) ok = fabsf(ap[i]) < 0x1p127f;
+    fp4_lim lim = {0, 0, 0};
+    if (fp4) {
+        ok = fp4_limits(ap, M * Kp, sa, M * KB, K, &lim);
     } else { /* max over the rows, per block */
         for (int64_t m = 1; m < M; m++)
             for (int64_t kb = 0; kb < KB; kb++)
                 if (bmax[m * KB + kb] > bmax[kb]) bmax[kb] = bmax[m * KB + kb];
     }
     if (ok) {
-        dec_job j = {fp4, qa, sa, ap, bmax, w, ws, M, K, Kp, N, out, scratch, sf};
+        dec_job j = {fp4, qa, sa, ap, bmax, w, ws, M, K, Kp, N, out, scratch, sf, &lim};
         const int64_t units = (N + UNIT - 1) / UNIT;
         /* several chunks per thread so a core slowed by other work takes fewer */
         const int64_t grain = units / (8 * threads);
