@@ -4,11 +4,10 @@
  * cut model: window only (each query over the 128 window rows of the chunk,
  * the first ones partly empty) and window + 512 selected compressed entries
  * (a ratio-1 source: the entries a query sees are 0..i; 512 spread over
- * them). The dispatch's tensor-core form (and the first version of its
- * decode, DI_CUDA_ATTN_TC=1) against the block per (row, head) form on the
- * same row table, in the same run, their agreement on the full chunk, and
- * the two forms at small m (decode batches: why the dispatch takes the
- * tensor-core form at every m).
+ * them). The dispatch's tensor-core form against the block per (row, head)
+ * form on the same row table, in the same run, their agreement on the
+ * full chunk, and the two forms at small m (decode batches: why the
+ * dispatch takes the tensor-core form at every m).
  * torch's peer (gather + batched matmuls + softmax with the sink) is
  * bench/bench_cuda_layer_torch.py --attn P, run beside this one.
  *
@@ -163,16 +162,6 @@ int main(int argc, char **argv) {
         rows_op(0, P); /* warm-up; leaves the table of the whole chunk in dtab */
         CK(cudaDeviceSynchronize());
         double t_tc = time_ms([&] { rows_op(0, P); }, 5);
-        /* the first version of the kernel's decode (DI_CUDA_ATTN_TC=1) */
-        std::vector<float> v2(q.size()), v1(q.size());
-        CK(cudaMemcpy(v2.data(), dout, v2.size() * 4, cudaMemcpyDeviceToHost));
-        setenv("DI_CUDA_ATTN_TC", "1", 1);
-        double t_v1 = time_ms([&] { rows_op(0, P); }, 5);
-        unsetenv("DI_CUDA_ATTN_TC");
-        CK(cudaMemcpy(v1.data(), dout, v1.size() * 4, cudaMemcpyDeviceToHost));
-        printf("RESULT attn_v1_%s_prefill%lld %.3f ms %.1f TFLOP/s (tensor cores, first decode; %s bits)\n", name,
-               (long long)P, t_v1, flops / t_v1 / 1e9, memcmp(v1.data(), v2.data(), v1.size() * 4) ? "OTHER" : "same");
-        CK(cudaMemcpy(dout, v2.data(), v2.size() * 4, cudaMemcpyHostToDevice));
         double t_rw = time_ms([&] {
             DK(cuda_op_sparse_attn_kv_rowwise(dq, P, H, D, dtab, ns, WIN, dsink, scale, dref, err));
         }, 1);

@@ -31,13 +31,10 @@
  * tensor cores (one 64-slot block takes ~12 µs where its 2,048 mma take
  * ~2 µs; docs/gpu-notes.md), so the decode, which runs once per query for
  * all heads, is written for few instructions per value and all of a warp's
- * loads in flight at once (version 2; version 1, kept for comparison, is
- * the first one measured). */
+ * loads in flight at once (1.5x the first version's speed, same bits). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/cuda_attn_tc.h"
 #include "backend/cuda/cuda_ops_common.cuh"
@@ -47,7 +44,6 @@ enum {
     TC_SLOTS = 64,   /* slots per softmax step, the CPU op's block */
     TC_THREADS = 256,
     TC_MAX_D = 512,
-    TC_BATCH = 4,    /* decode chunks a thread loads before converting */
     TC_PAD = 8,      /* bf16 of padding per shared row: ldmatrix rows hit distinct banks */
     TC_SLD = TC_SLOTS + 8 /* floats per score row: the fragment stores hit distinct banks */
 };
@@ -84,29 +80,19 @@ __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* two floats -> bf16 pair (lo in the low half), round to nearest even */
+/* two floats -> bf16 pair (lo in the low half), round to nearest even,
+ * by the conversion instruction (one for two values) */
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    return (uint32_t)f32_to_bf16_bits(lo) | (uint32_t)f32_to_bf16_bits(hi) << 16;
-}
-
-/* The same with the conversion instruction (one for two values): equal
- * for every finite value (round to nearest even), NaN payloads aside. */
-__device__ __forceinline__ uint32_t pack_bf16_hw(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-template <int V> __device__ __forceinline__ uint32_t pack_p(float lo, float hi) {
-    return V >= 2 ? pack_bf16_hw(lo, hi) : pack_bf16(lo, hi);
-}
-
 /* two E4M3 codes (lo byte first) times a scale, exactly: E4M3 -> fp16 is
  * exact, so is the power-of-two or short-mantissa product in fp32 */
-template <int V>
 __device__ __forceinline__ uint32_t e4m3x2_scaled(uint32_t two, float s) {
     __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
     float2 f = __half22float2(*reinterpret_cast<__half2 *>(&hr));
-    return V >= 2 ? pack_bf16_hw(f.x * s, f.y * s) : pack_bf16(f.x * s, f.y * s);
+    return pack_bf16(f.x * s, f.y * s);
 }
 
 /* E2M1 nibble -> the E4M3 byte of value·2⁻⁶ (sign to bit 7, exponent and
@@ -121,66 +107,13 @@ __device__ __forceinline__ uint32_t ld_bytes(const uint8_t *p, int n) {
     return v;
 }
 
-/* Values 8u .. 8u + 7 of a packed row of d values, in two steps so that a
- * thread's loads of several chunks are in flight together: the raw bytes
- * (codes lo, hi and the scale byte), then 8 bf16 (16 bytes). Window rows
- * are DI_KVQ_FP8 (codes [d], E8M0 per 32 after them), the others
- * DI_KVQ_FP4_E4M3 (two codes a byte, low nibble first, E4M3 per 16 after
- * the d/2 code bytes). Rows of the model's d = 512 are 16-byte aligned;
- * other sizes may not be, hence the byte path. */
-struct raw8 {
-    uint32_t lo, hi, sb;
-};
-
-__device__ __forceinline__ raw8 chunk_load(const uint8_t *r, int d, int u, bool win) {
-    raw8 w;
-    if (win) {
-        const uint8_t *c = r + 8 * u;
-        if (((uintptr_t)c & 7u) == 0) {
-            uint2 v = *reinterpret_cast<const uint2 *>(c);
-            w.lo = v.x;
-            w.hi = v.y;
-        } else {
-            w.lo = ld_bytes(c, 4);
-            w.hi = ld_bytes(c + 4, 4);
-        }
-        w.sb = r[d + u / 4];
-    } else {
-        const uint8_t *c = r + 4 * u;
-        w.lo = ((uintptr_t)c & 3u) == 0 ? *reinterpret_cast<const uint32_t *>(c) : ld_bytes(c, 4);
-        w.hi = 0;
-        w.sb = r[d / 2 + u / 2];
-    }
-    return w;
-}
-
-__device__ __forceinline__ uint4 chunk_decode(raw8 w, bool win) {
-    uint4 o;
-    if (win) {
-        float s = e8m0_to_f32(w.sb);
-        o.x = e4m3x2_scaled<1>(w.lo & 0xffffu, s);
-        o.y = e4m3x2_scaled<1>(w.lo >> 16, s);
-        o.z = e4m3x2_scaled<1>(w.hi & 0xffffu, s);
-        o.w = e4m3x2_scaled<1>(w.hi >> 16, s);
-    } else {
-        float s = MUL(e4m3_val(w.sb), 64.0f);
-        uint32_t e[4];
-#pragma unroll
-        for (int b = 0; b < 4; b++) {
-            uint32_t byte = (w.lo >> (8 * b)) & 0xffu;
-            e[b] = e2m1_as_e4m3(byte & 15u) | e2m1_as_e4m3(byte >> 4) << 8;
-        }
-        o.x = e4m3x2_scaled<1>(e[0], s);
-        o.y = e4m3x2_scaled<1>(e[1], s);
-        o.z = e4m3x2_scaled<1>(e[2], s);
-        o.w = e4m3x2_scaled<1>(e[3], s);
-    }
-    return o;
-}
-
-/* Version 2 of the decode: 16 values per chunk, one chunk per lane and
- * row (d <= 512), a warp's 8 rows loaded before any is converted: one
- * 16- or 8-byte load and one scale byte per chunk, no division. */
+/* Values 16u .. 16u + 15 of a packed row of d values, in two steps so that
+ * a warp's loads of several rows are in flight together: the raw bytes
+ * (one 16- or 8-byte load and the scale byte), then 16 bf16 (32 bytes).
+ * Window rows are DI_KVQ_FP8 (codes [d], E8M0 per 32 after them), the
+ * others DI_KVQ_FP4_E4M3 (two codes a byte, low nibble first, E4M3 per 16
+ * after the d/2 code bytes). Rows of the model's d = 512 are 16-byte
+ * aligned; other sizes may not be, hence the byte path. */
 struct raw16 {
     uint32_t a, b, c, d, sb;
 };
@@ -242,13 +175,12 @@ __device__ __forceinline__ void chunk16_decode(raw16 w, bool win, uint4 &o0, uin
         e2m1x8_as_e4m3(w.b, e[2], e[3]);
         s = MUL(e4m3_val(w.sb), 64.0f);
     }
-    o0 = make_uint4(e4m3x2_scaled<2>(e[0] & 0xffffu, s), e4m3x2_scaled<2>(e[0] >> 16, s),
-                    e4m3x2_scaled<2>(e[1] & 0xffffu, s), e4m3x2_scaled<2>(e[1] >> 16, s));
-    o1 = make_uint4(e4m3x2_scaled<2>(e[2] & 0xffffu, s), e4m3x2_scaled<2>(e[2] >> 16, s),
-                    e4m3x2_scaled<2>(e[3] & 0xffffu, s), e4m3x2_scaled<2>(e[3] >> 16, s));
+    o0 = make_uint4(e4m3x2_scaled(e[0] & 0xffffu, s), e4m3x2_scaled(e[0] >> 16, s),
+                    e4m3x2_scaled(e[1] & 0xffffu, s), e4m3x2_scaled(e[1] >> 16, s));
+    o1 = make_uint4(e4m3x2_scaled(e[2] & 0xffffu, s), e4m3x2_scaled(e[2] >> 16, s),
+                    e4m3x2_scaled(e[3] & 0xffffu, s), e4m3x2_scaled(e[3] >> 16, s));
 }
 
-template <int V>
 __global__ void __launch_bounds__(TC_THREADS, 1)
 k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n_slots, int n_win,
                  const float *sink, float scale, float *out) {
@@ -284,62 +216,35 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
     float mx[2] = {-1e30f, -1e30f}, sum[2] = {0.f, 0.f};
     const uint8_t *const *ri = rows + i * n_slots;
     const uint32_t qs_a = smem_addr(qs), ks_a = smem_addr(ks);
-    /* version 2: the next block's row pointers load during this block */
-    const uint8_t *nxt = V >= 2 && tid < n_slots && tid < TC_SLOTS ? ri[tid] : nullptr;
+    /* the next block's row pointers load during this block */
+    const uint8_t *nxt = tid < n_slots && tid < TC_SLOTS ? ri[tid] : nullptr;
 
     for (int b0 = 0; b0 < n_slots; b0 += TC_SLOTS) {
-        const int nb = n_slots - b0 < TC_SLOTS ? n_slots - b0 : TC_SLOTS;
         __syncthreads(); /* the last block's readers of ks, ss and rp are done */
         if (tid < TC_SLOTS) {
-            if (V >= 2) {
-                rp[tid] = nxt;
-                nxt = b0 + TC_SLOTS + tid < n_slots ? ri[b0 + TC_SLOTS + tid] : nullptr;
-            } else {
-                rp[tid] = tid < nb ? ri[b0 + tid] : nullptr;
-            }
+            rp[tid] = nxt; /* NULL past the last slot */
+            nxt = b0 + TC_SLOTS + tid < n_slots ? ri[b0 + TC_SLOTS + tid] : nullptr;
         }
         __syncthreads();
-        if (V >= 2) {
-            /* decode, version 2: warp w takes rows w, w + 8, ..., lane u the
-             * values 16u .. 16u + 15 of each */
-            if (lane < d / 16) {
-                raw16 w[TC_SLOTS / 8];
+        /* decode: warp w takes rows w, w + 8, ..., lane u the values 16u ..
+         * 16u + 15 of each; empty slots become zeros, so their p = 0 meets
+         * finite values in P·V */
+        if (lane < d / 16) {
+            raw16 w[TC_SLOTS / 8];
 #pragma unroll
-                for (int t = 0; t < TC_SLOTS / 8; t++) {
-                    int j = warp + 8 * t;
-                    const uint8_t *r = rp[j];
-                    w[t] = r ? chunk16_load(r, d, lane, b0 + j < n_win) : raw16{0u, 0u, 0u, 0u, 0u};
-                }
-#pragma unroll
-                for (int t = 0; t < TC_SLOTS / 8; t++) {
-                    int j = warp + 8 * t;
-                    uint4 v0 = make_uint4(0u, 0u, 0u, 0u), v1 = v0;
-                    if (rp[j]) chunk16_decode(w[t], b0 + j < n_win, v0, v1);
-                    uint4 *dst = reinterpret_cast<uint4 *>(ks + j * ld + 16 * lane);
-                    dst[0] = v0;
-                    dst[1] = v1;
-                }
+            for (int t = 0; t < TC_SLOTS / 8; t++) {
+                int j = warp + 8 * t;
+                const uint8_t *r = rp[j];
+                w[t] = r ? chunk16_load(r, d, lane, b0 + j < n_win) : raw16{0u, 0u, 0u, 0u, 0u};
             }
-        } else {
-            /* decode: 8 values per chunk, TC_BATCH chunks a thread in flight
-             * (64 · d/8 chunks, a multiple of the block for d % 32 = 0); empty
-             * slots become zeros, so their p = 0 meets finite values in P·V */
-            const int cpr = d / 8, nch = TC_SLOTS * cpr;
-            for (int c0 = 0; c0 < nch; c0 += TC_BATCH * TC_THREADS) {
-                raw8 w[TC_BATCH];
-    #pragma unroll
-                for (int k = 0; k < TC_BATCH; k++) {
-                    int c = c0 + k * TC_THREADS + tid, j = c / cpr;
-                    const uint8_t *r = c < nch ? rp[j] : nullptr;
-                    w[k] = r ? chunk_load(r, d, c % cpr, b0 + j < n_win) : raw8{0u, 0u, 0u};
-                }
-    #pragma unroll
-                for (int k = 0; k < TC_BATCH; k++) {
-                    int c = c0 + k * TC_THREADS + tid, j = c / cpr;
-                    if (c >= nch) break;
-                    uint4 v = rp[j] ? chunk_decode(w[k], b0 + j < n_win) : make_uint4(0u, 0u, 0u, 0u);
-                    *reinterpret_cast<uint4 *>(ks + j * ld + 8 * (c % cpr)) = v;
-                }
+#pragma unroll
+            for (int t = 0; t < TC_SLOTS / 8; t++) {
+                int j = warp + 8 * t;
+                uint4 v0 = make_uint4(0u, 0u, 0u, 0u), v1 = v0;
+                if (rp[j]) chunk16_decode(w[t], b0 + j < n_win, v0, v1);
+                uint4 *dst = reinterpret_cast<uint4 *>(ks + j * ld + 16 * lane);
+                dst[0] = v0;
+                dst[1] = v1;
             }
         }
         __syncthreads();
@@ -423,9 +328,9 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
             const int vrow = 8 * ((lane >> 3) & 1) + (lane & 7), vcol = half * dh + 8 * (lane >> 4);
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
-                uint32_t a[4] = {pack_p<V>(p[2 * kk][0], p[2 * kk][1]), pack_p<V>(p[2 * kk][2], p[2 * kk][3]),
-                                 pack_p<V>(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                                 pack_p<V>(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+                uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
+                                 pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                                 pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
                 for (int np = 0; np < TC_MAX_D / 32; np++)
                     if (2 * np < ntn) {
@@ -468,15 +373,11 @@ extern "C" di_status cuda_op_sparse_attn_kv_tc(const float *q, int64_t m, int h,
         return di_err_set(err, DI_ERR_UNSUPPORTED, "sparse_attn_kv (tensor cores): %lld rows",
                           (long long)m);
     size_t smem = tc_smem_bytes(d);
-    /* DI_CUDA_ATTN_TC=1: the first version of the decode (for comparisons;
-     * both give the same bits) */
-    const char *v = getenv("DI_CUDA_ATTN_TC");
-    bool v1 = v && !strcmp(v, "1");
-    auto kern = v1 ? k_sparse_attn_tc<1> : k_sparse_attn_tc<2>;
-    di_status st = cuda_check(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-                              err, "sparse_attn_kv (tensor cores): shared memory");
+    di_status st = cuda_check(
+        cudaFuncSetAttribute(k_sparse_attn_tc, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+        err, "sparse_attn_kv (tensor cores): shared memory");
     if (st) return st;
     dim3 grid((unsigned)m, (unsigned)((h + TC_HEADS - 1) / TC_HEADS));
-    kern<<<grid, TC_THREADS, smem>>>(q, h, (int)d, rows, n_slots, n_win, sink, scale, out);
+    k_sparse_attn_tc<<<grid, TC_THREADS, smem>>>(q, h, (int)d, rows, n_slots, n_win, sink, scale, out);
     return cuda_check_launch(err, "sparse_attn_kv (tensor cores)");
 }
