@@ -38,6 +38,66 @@ def time_ms(fn, reps=20, warmup=3):
     return statistics.median(out)
 
 
+def plain_peers(dev, copy_bw):
+    """Peers of bench_cuda_ops --plain: the decode products without
+    activation quantization as a PyTorch engine runs them (bf16 weights and
+    activations, torch.matmul; the grouped wo_a as one batched matmul over
+    its 8 groups), and the mHC mixing (RMS scale, the 24 projections,
+    sigmoids, softmax and 20 Sinkhorn iterations in torch ops), each
+    captured in a CUDA graph, weights rotated over copies larger than L2."""
+    shapes = [("head", 129280, 5120, 1), ("gate", 384, 5120, 1), ("cmp_wkv", 512, 5120, 1),
+              ("idx_wp", 32, 5120, 1), ("idx_wk", 128, 512, 1), ("wo_a", 8 * 1024, 4096, 8)]
+    for name, n_, k, g in shapes:
+        copies = max(2, (512 << 20) // (n_ * k * 2) + 1)
+        copies = min(copies, 64)
+        ws = [torch.randn(g, n_ // g, k, device=dev, dtype=torch.bfloat16) for _ in range(copies)]
+        for m in (1, 8, 16, 64):
+            x = torch.randn(g, m, k, device=dev, dtype=torch.bfloat16)
+
+            def run():
+                for w in ws:
+                    if g == 1:
+                        x[0] @ w[0].t()
+                    else:
+                        torch.bmm(x, w.transpose(1, 2))
+
+            run()
+            gr = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(gr):
+                run()
+            t = time_ms(gr.replay, reps=10) / copies
+            print(f"RESULT torch_plain_{name}_{n_}x{k}_m{m} {t * 1e3:.2f} us "
+                  f"{n_ * k * 2 / (t * 1e-3) / 1e9:.0f} GB/s (bf16 weights)")
+        del ws
+    hc, d, iters = 4, 5120, 20
+    nm = (2 + hc) * hc
+    fn = torch.randn(nm, hc * d, device=dev) * 0.01
+    base = torch.randn(nm, device=dev)
+    scale = torch.rand(3, device=dev) + 0.5
+    for m in (1, 8, 64):
+        s = torch.randn(m, hc * d, device=dev)
+
+        def mix():
+            r = torch.rsqrt((s * s).mean(dim=1, keepdim=True) + 1e-6)
+            mx = (s @ fn.t()) * r
+            pre = torch.sigmoid(mx[:, :hc] * scale[0] + base[:hc]) + 1e-6
+            post = 2 * torch.sigmoid(mx[:, hc:2 * hc] * scale[1] + base[hc:2 * hc])
+            c = (mx[:, 2 * hc:] * scale[2] + base[2 * hc:]).view(m, hc, hc)
+            c = torch.softmax(c, dim=2) + 1e-6
+            for it in range(iters):
+                if it > 0:
+                    c = c / (c.sum(dim=2, keepdim=True) + 1e-6)
+                c = c / (c.sum(dim=1, keepdim=True) + 1e-6)
+            return pre, post, c
+
+        mix()
+        gr = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(gr):
+            mix()
+        t = time_ms(gr.replay, reps=20)
+        print(f"RESULT torch_hc_mix_m{m} {t * 1e3:.2f} us")
+
+
 def main():
     if torch is None or not torch.cuda.is_available():
         print("torch sees no CUDA device; skipping")
@@ -56,6 +116,9 @@ def main():
     copy_bw = 2 * n / (t * 1e-3)
     print(f"RESULT torch_copy_bw {copy_bw / 1e9:.1f} GB/s")
     del src, dst
+    if "--plain" in sys.argv[1:]:
+        plain_peers(dev, copy_bw)
+        return 0
 
     shapes = [(8192, 8192, 8192), (8192, 5120, 5120), (8192, 32768, 1280),
               (4096, 5120, 2304), (4096, 2304, 5120)] if do_gemm else []

@@ -3,7 +3,11 @@
  * (§6.3). Collapse, expand and mean follow the CPU's sums term by term and
  * give its bits; the mix and the gate reduce over the row in a different
  * order and go through expf / the sigmoid, so they agree to a few fp32 ulps. */
+#include <cooperative_groups.h>
+
 #include "backend/cuda/cuda_ops_common.cuh"
+
+namespace cg = cooperative_groups;
 
 enum { HC_MAX = 16 };
 
@@ -69,30 +73,83 @@ __global__ void k_hc_mix(const float *s, int hc, int64_t d, const float *fn, con
     hc_mix_finish(mix, hc, base, scale, eps, iters, pre + i * hc, post + i * hc, comb + i * hc * hc);
 }
 
-/* hc known at compile time: every thread keeps the partial sums of all
- * (2 + HC) * HC projections and the sum of squares in registers, so one
- * pass over its slice of the row issues all the loads at once; the first
- * version (a block reduction per projection, 24 passes) was latency-bound
- * at ~840 us per call for one row. */
+/* The same coefficients computed by lanes 0 .. hc-1 of one warp, c in
+ * shared memory: lane a owns row a for pre / post, the softmax and the row
+ * sums, lane b column b for the column sums. Every element sees the serial
+ * version's operations in its order, so the bits are hc_mix_finish's; the
+ * serial one spent ~hc times as long in dependent divisions. */
+__device__ void hc_mix_finish_lanes(const float *mix, int hc, const float *base, const float *scale,
+                                    float eps, int iters, float *pr, float *po, float *c, float *comb) {
+    int a = threadIdx.x & 31;
+    if (a < hc) {
+        pr[a] = ADD(sigmoid_f(ADD(MUL(mix[a], scale[0]), base[a])), eps);
+        po[a] = MUL(2.0f, sigmoid_f(ADD(MUL(mix[hc + a], scale[1]), base[hc + a])));
+        float *r = c + a * hc;
+        for (int b = 0; b < hc; b++) r[b] = ADD(MUL(mix[2 * hc + a * hc + b], scale[2]), base[2 * hc + a * hc + b]);
+        float mx = r[0];
+        for (int b = 1; b < hc; b++) mx = fmaxf(mx, r[b]);
+        float sum = 0.f;
+        for (int b = 0; b < hc; b++) {
+            r[b] = expf(SUB(r[b], mx));
+            sum = ADD(sum, r[b]);
+        }
+        for (int b = 0; b < hc; b++) r[b] = ADD(r[b] / sum, eps);
+    }
+    __syncwarp();
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            if (a < hc) {
+                float sum = 0.f;
+                for (int b = 0; b < hc; b++) sum = ADD(sum, c[a * hc + b]);
+                for (int b = 0; b < hc; b++) c[a * hc + b] /= ADD(sum, eps);
+            }
+            __syncwarp();
+        }
+        if (a < hc) {
+            float sum = 0.f;
+            for (int r = 0; r < hc; r++) sum = ADD(sum, c[r * hc + a]);
+            for (int r = 0; r < hc; r++) c[r * hc + a] /= ADD(sum, eps);
+        }
+        __syncwarp();
+    }
+    for (int e = a; e < hc * hc; e += 32) comb[e] = c[e];
+}
+
+/* hc = 4 (V4.1): a cluster of HC_CL blocks per row. Each block sums the
+ * (2 + HC)·HC projections and the sum of squares over its 1/HC_CL of the
+ * row (every thread all of them, so its loads are in flight together), a
+ * warp by a fixed xor tree, the block's warps in order; block 0 then adds
+ * the blocks' sums in rank order through distributed shared memory and
+ * one warp finishes. One block per row (the version before) read the 2 MB
+ * of fn through one SM per row: ~13 µs of L2 traffic at one SM's rate
+ * before the serial Sinkhorn. */
+enum { HC_CL = 8, HC_CL_THREADS = 256 };
+
 template <int HC>
-__global__ void k_hc_mix_fixed(const float *s, int64_t d, const float *fn, const float *base,
-                               const float *scale, float norm_eps, float eps, int iters, float *pre,
-                               float *post, float *comb) {
-    constexpr int NM = (2 + HC) * HC;
-    __shared__ float part[NM + 1][32];
-    __shared__ float mix[NM];
-    int64_t i = blockIdx.x, n = (int64_t)HC * d;
+__global__ void __cluster_dims__(HC_CL, 1, 1) __launch_bounds__(HC_CL_THREADS)
+    k_hc_mix_cluster(const float *s, int64_t d, const float *fn, const float *base, const float *scale,
+                     float norm_eps, float eps, int iters, float *pre, float *post, float *comb) {
+    constexpr int NM = (2 + HC) * HC, NW = HC_CL_THREADS / 32;
+    __shared__ float part[NM + 1][NW];
+    __shared__ float blk[NM + 1];
+    __shared__ float tot[NM + 1];
+    __shared__ float cm[HC * HC];
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = (int)cl.block_rank();
+    const int64_t i = blockIdx.y, n = (int64_t)HC * d;
+    const int64_t per = (n + HC_CL - 1) / HC_CL, k0 = rank * per, k1 = k0 + per < n ? k0 + per : n;
     const float *u = s + i * n;
     float acc[NM + 1];
 #pragma unroll
     for (int o = 0; o <= NM; o++) acc[o] = 0.f;
-    for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+#pragma unroll 2
+    for (int64_t k = k0 + threadIdx.x; k < k1; k += HC_CL_THREADS) {
         float uk = u[k];
         acc[NM] = ADD(acc[NM], MUL(uk, uk));
 #pragma unroll
-        for (int o = 0; o < NM; o++) acc[o] = ADD(acc[o], MUL(uk, fn[(int64_t)o * n + k]));
+        for (int o = 0; o < NM; o++) acc[o] = ADD(acc[o], MUL(uk, __ldg(fn + (int64_t)o * n + k)));
     }
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
     for (int o = 0; o <= NM; o++) {
         float v = acc[o];
@@ -102,14 +159,21 @@ __global__ void k_hc_mix_fixed(const float *s, int64_t d, const float *fn, const
     __syncthreads();
     if (threadIdx.x <= NM) {
         float t = 0.f;
-        for (int w = 0; w < nw; w++) t = ADD(t, part[threadIdx.x][w]);
-        part[threadIdx.x][0] = t;
+        for (int w = 0; w < NW; w++) t = ADD(t, part[threadIdx.x][w]);
+        blk[threadIdx.x] = t;
     }
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    float r = 1.0f / sqrtf(ADD(part[NM][0] / (float)n, norm_eps));
-    for (int o = 0; o < NM; o++) mix[o] = MUL(part[o][0], r);
-    hc_mix_finish(mix, HC, base, scale, eps, iters, pre + i * HC, post + i * HC, comb + i * HC * HC);
+    cl.sync();
+    if (rank == 0 && threadIdx.x <= NM) {
+        float t = 0.f;
+        for (int r = 0; r < HC_CL; r++) t = ADD(t, *cl.map_shared_rank(&blk[threadIdx.x], r));
+        tot[threadIdx.x] = t;
+    }
+    cl.sync(); /* the other blocks' shared memory stays until block 0 has read it */
+    if (rank != 0 || warp != 0) return;
+    float r = 1.0f / sqrtf(ADD(tot[NM] / (float)n, norm_eps));
+    if (lane < NM) tot[lane] = MUL(tot[lane], r);
+    __syncwarp();
+    hc_mix_finish_lanes(tot, HC, base, scale, eps, iters, pre + i * HC, post + i * HC, cm, comb + i * HC * HC);
 }
 
 extern "C" di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d, const float *fn,
@@ -120,9 +184,9 @@ extern "C" di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d
         return di_err_set(err, DI_ERR_UNSUPPORTED, "hc_mix: hc_mult %d (supported 1..%d)", hc,
                           HC_MAX);
     if (m <= 0) return DI_OK;
-    if (hc == 4)
-        k_hc_mix_fixed<4><<<(unsigned)m, 512>>>(s, d, fn, base, scale, norm_eps, hc_eps, iters, pre,
-                                                post, comb);
+    if (hc == 4 && m <= 65535)
+        k_hc_mix_cluster<4><<<dim3(HC_CL, (unsigned)m), HC_CL_THREADS>>>(s, d, fn, base, scale, norm_eps,
+                                                                          hc_eps, iters, pre, post, comb);
     else
         k_hc_mix<<<(unsigned)m, 256>>>(s, hc, d, fn, base, scale, norm_eps, hc_eps, iters, pre,
                                        post, comb);

@@ -1,20 +1,17 @@
 /* CUDA matmul for the weights and modes the FP8 tensor-core paths do not
  * cover (architecture.md §2): BF16 and F32 weights, and FP8 / MXFP4 weights
- * with unquantized activations (BF16 numerics, the grouped wo_a). The CPU
- * backend computes these as one fused multiply-add chain per output in
- * increasing k over the exactly decoded weight (kernels.h), so this kernel
- * does the same and gives the same bits: one thread per output, the weight
- * decoded on the fly from its checkpoint format, never copied.
+ * with unquantized activations (BF16 numerics, the grouped wo_a).
  *
- * From 3 rows of x up, tiled so the chain order survives: a block owns 256
- * outputs (a thread each) and 4 or 8 rows of x (MR accumulators per
- * thread); per step it decodes a 256 x 32 weight tile into shared memory
- * with coalesced loads (a warp reads 32 consecutive k of one weight row)
- * and stages the rows' 32 inputs, then each thread runs its chains over the
- * 32 k in order. Each weight element is read once per 8 rows of x instead
- * of once per row. For one or two rows each thread reads its own weight
- * row: too few outputs per matrix there to fill the GPU with tiles
- * (measurements in docs/gpu-notes.md, "Kernels behind the decode step"). */
+ * F32 weights: the CPU backend's order, one fused multiply-add chain per
+ * output in increasing k (kernels.h), and its bits. From 3 rows of x up,
+ * tiled so the chain order survives: a block owns 256 outputs (a thread
+ * each) and 4 or 8 rows of x (MR accumulators per thread); per step it
+ * stages a 256 x 32 weight tile in shared memory with coalesced loads and
+ * the rows' 32 inputs, then each thread runs its chains over the 32 k in
+ * order. For one or two rows each thread reads its own weight row.
+ *
+ * BF16 / FP8 / MXFP4 weights: the tensor-core kernel further down (its
+ * comment gives the order and the error bound against the chain). */
 #include "backend/cuda/cuda_ops_common.cuh"
 
 #include "backend/backend.h"
@@ -127,12 +124,296 @@ static void launch_plain(int fmt, dim3 grid, const void *w, const uint8_t *s, in
     }
 }
 
+/* ---- decode-speed products on the tensor cores ----------------------------
+ *
+ * BF16 weights and FP8 / MXFP4 weights with unquantized activations (the
+ * head, routers, compressor, indexer, the grouped wo_a) at any m. The
+ * sequential chain above needs one thread per output walking K with a
+ * 4-cycle dependency per element; at decode the whole head then takes ms.
+ * Here the weights are read once, 16 bytes per load, by warps that each own
+ * 16 or 32 outputs and a fixed share of K, and the products run on
+ * mma.sync m16n8k16 (bf16 in, fp32 accumulation).
+ *
+ * Arithmetic. Every weight is exact in bf16 (bf16 itself; e4m3·2^e and
+ * e2m1·2^e have at most 4 significant bits; not so only for fp32-subnormal
+ * products, a scale below 2^-120). x is split exactly into three bf16
+ * terms x = h + m + l (8 + 8 + 8 significant bits; the residues are exact
+ * fp32 differences), so every product w·h, w·m, w·l is exact and only the
+ * summation differs from the CPU's chain: per 32-wide chunk of K two k16
+ * steps of three mma each, the chunks of K spread over the block's 8 warps
+ * (chunk c to warp c mod 8, each warp in increasing c), then the 8 warp
+ * sums added by a fixed tree (w + w+4, then + w+2, then + w+1). The split
+ * and the tree depend on K only, never on m, N or where a row sits in the
+ * batch, so a row's bits do not depend on the rows beside it. Bound (the
+ * tests' check): each mma adds 16 exact products to its accumulator and
+ * rounds once (the tensor cores align to the largest term and drop the
+ * bits below, up to ~18 units of 2^-24 of the sum of magnitudes), so
+ * |y - exact| <= (18·n_mma + 3)·2^-23·Σ|w·x| with n_mma = 6·ceil(K/256) the
+ * mma per warp; the CPU's chain is within K·2^-24·Σ|w·x|.
+ * A split term that is zero in all 8 rows of a warp's tile is skipped
+ * (activations are often bf16 already): the products it would add are
+ * exact zeros. x must be finite below 2^128·(1 - 2^-9) to split (a larger
+ * finite value rounds to inf in bf16); inf / NaN in x give NaN or inf as
+ * the chain does. */
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+enum { TC_KW = 8, TC_CH = 32 };
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Two e4m3 codes (low byte first) times a power of two, as a bf16 pair:
+ * e4m3 -> f16 is exact (hardware cvt), the product exact in fp32. */
+__device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint32_t two, float sc) {
+    uint32_t h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)two));
+    __half2 hv = *reinterpret_cast<__half2 *>(&h);
+    float2 f = __half22float2(hv);
+    return pack_bf16x2(f.x * sc, f.y * sc);
+}
+
+/* The 8 weights W[row, k0 .. k0+7] as four bf16 pairs (0 past K or for a
+ * row past the matrix). vec: 16-byte (BF16) / 8-byte (FP8) loads allowed. */
+template <int FMT>
+__device__ __forceinline__ void load_w8(uint32_t (&a)[4], const void *w, const uint8_t *s, int64_t K,
+                                        int64_t kb, int64_t row, bool row_ok, int64_t k0, int vec) {
+    if (!row_ok || k0 >= K) {
+        a[0] = a[1] = a[2] = a[3] = 0u;
+        return;
+    }
+    if (vec && k0 + 8 <= K) {
+        if (FMT == DI_WFMT_BF16) {
+            uint4 v = __ldcs((const uint4 *)((const uint16_t *)w + row * K + k0));
+            a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w;
+            return;
+        }
+        if (FMT == DI_WFMT_FP8) {
+            uint2 v = __ldcs((const uint2 *)((const uint8_t *)w + row * K + k0));
+            float sc = e8m0_to_f32(s[(row / 32) * kb + k0 / 32]);
+            a[0] = e4m3x2_bf16x2(v.x & 0xffffu, sc);
+            a[1] = e4m3x2_bf16x2(v.x >> 16, sc);
+            a[2] = e4m3x2_bf16x2(v.y & 0xffffu, sc);
+            a[3] = e4m3x2_bf16x2(v.y >> 16, sc);
+            return;
+        }
+    }
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        int64_t k = k0 + 2 * p;
+        float v0 = k < K ? w_at<FMT>(w, s, K, kb, row, k) : 0.f;
+        float v1 = k + 1 < K ? w_at<FMT>(w, s, K, kb, row, k + 1) : 0.f;
+        a[p] = pack_bf16x2(v0, v1);
+    }
+}
+
+/* x[k0 .. k0+7] of one row (0 past K or for a row past m), split into
+ * three bf16 terms, as pairs. */
+__device__ __forceinline__ void load_x_split(uint32_t (&h)[4], uint32_t (&md)[4], uint32_t (&l)[4],
+                                             const float *xr, bool row_ok, int64_t K, int64_t k0,
+                                             int vec) {
+    float v[8];
+    if (row_ok && vec && k0 + 8 <= K) {
+        float4 p = __ldg((const float4 *)(xr + k0)), q = __ldg((const float4 *)(xr + k0 + 4));
+        v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = row_ok && k0 + e < K ? xr[k0 + e] : 0.f;
+    }
+#pragma unroll
+    for (int p = 0; p < 4; p++) {
+        float a = v[2 * p], b = v[2 * p + 1];
+        __nv_bfloat162 hv = __floats2bfloat162_rn(a, b);
+        float2 hf = __bfloat1622float2(hv);
+        /* exact residues; a non-finite x keeps only its first term */
+        float ra = isfinite(a) ? a - hf.x : 0.f, rb = isfinite(b) ? b - hf.y : 0.f;
+        __nv_bfloat162 mv = __floats2bfloat162_rn(ra, rb);
+        float2 mf = __bfloat1622float2(mv);
+        h[p] = *reinterpret_cast<uint32_t *>(&hv);
+        md[p] = *reinterpret_cast<uint32_t *>(&mv);
+        l[p] = pack_bf16x2(ra - mf.x, rb - mf.y);
+    }
+}
+
+/* Block: TC_KW warps sharing 16·T outputs (T m16 tiles per warp) and 8·NT
+ * rows of x, K split over the warps by 32-wide chunks. Lane (g, t) =
+ * (lane / 4, lane % 4) holds k = 8t .. 8t+7 of each chunk for weight rows
+ * g and g + 8 of each tile and for x row g of each n8 tile: the mma's k
+ * positions are a permutation of the chunk's, the same for both operands. */
+template <int FMT, int NT, int T>
+__global__ void __launch_bounds__(TC_KW * 32) k_mm_tc(const void *w, const uint8_t *s, int64_t K,
+                                                      const float *x, int64_t ldx, int64_t m,
+                                                      int64_t nr, float *y, int64_t ldy,
+                                                      int out_bf16, int vec) {
+    __shared__ float red[TC_KW / 2][T * NT * 4][32];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int gz = blockIdx.z;
+    const int64_t kb = (K + 31) / 32, nch = (K + TC_CH - 1) / TC_CH;
+    const int64_t j0 = (int64_t)blockIdx.x * 16 * T, i0 = (int64_t)blockIdx.y * 8 * NT;
+    int64_t wrow[T][2];
+    bool wok[T][2];
+#pragma unroll
+    for (int tt = 0; tt < T; tt++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            int64_t j = j0 + tt * 16 + g + 8 * h;
+            wok[tt][h] = j < nr;
+            wrow[tt][h] = (int64_t)gz * nr + j;
+        }
+    const float *xr[NT];
+    bool xok[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        int64_t i = i0 + nt * 8 + g;
+        xok[nt] = i < m;
+        xr[nt] = x + (xok[nt] ? i : 0) * ldx + (int64_t)gz * K;
+    }
+    float acc[T][NT][4];
+#pragma unroll
+    for (int tt = 0; tt < T; tt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) acc[tt][nt][0] = acc[tt][nt][1] = acc[tt][nt][2] = acc[tt][nt][3] = 0.f;
+
+    uint32_t wa[2][T][2][4]; /* two chunks in flight */
+    auto load_chunk = [&](int b, int64_t c) {
+        int64_t k0 = c * TC_CH + 8 * t;
+#pragma unroll
+        for (int tt = 0; tt < T; tt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                load_w8<FMT>(wa[b][tt][h], w, s, K, kb, wrow[tt][h], wok[tt][h] && c < nch, k0, vec);
+    };
+    auto mma_chunk = [&](int b, int64_t c) {
+        int64_t k0 = c * TC_CH + 8 * t;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            uint32_t xh[4], xm[4], xl[4];
+            load_x_split(xh, xm, xl, xr[nt], xok[nt], K, k0, vec);
+            bool use_m = __any_sync(0xffffffffu, (xm[0] | xm[1] | xm[2] | xm[3]) != 0u);
+            bool use_l = __any_sync(0xffffffffu, (xl[0] | xl[1] | xl[2] | xl[3]) != 0u);
+#pragma unroll
+            for (int tt = 0; tt < T; tt++) {
+                const uint32_t(&r0)[4] = wa[b][tt][0], (&r1)[4] = wa[b][tt][1];
+                mma_bf16(acc[tt][nt], r0[0], r1[0], r0[1], r1[1], xh[0], xh[1]);
+                mma_bf16(acc[tt][nt], r0[2], r1[2], r0[3], r1[3], xh[2], xh[3]);
+                if (use_m) {
+                    mma_bf16(acc[tt][nt], r0[0], r1[0], r0[1], r1[1], xm[0], xm[1]);
+                    mma_bf16(acc[tt][nt], r0[2], r1[2], r0[3], r1[3], xm[2], xm[3]);
+                }
+                if (use_l) {
+                    mma_bf16(acc[tt][nt], r0[0], r1[0], r0[1], r1[1], xl[0], xl[1]);
+                    mma_bf16(acc[tt][nt], r0[2], r1[2], r0[3], r1[3], xl[2], xl[3]);
+                }
+            }
+        }
+    };
+    int64_t c = warp;
+    load_chunk(0, c);
+    load_chunk(1, c + TC_KW);
+    for (; c < nch; c += 2 * TC_KW) {
+        mma_chunk(0, c);
+        load_chunk(0, c + 2 * TC_KW);
+        if (c + TC_KW < nch) mma_chunk(1, c + TC_KW);
+        load_chunk(1, c + 3 * TC_KW);
+    }
+
+    /* the warps' sums by a fixed tree */
+#pragma unroll
+    for (int half = TC_KW / 2; half >= 1; half >>= 1) {
+        if (warp >= half && warp < 2 * half) {
+#pragma unroll
+            for (int tt = 0; tt < T; tt++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) red[warp - half][(tt * NT + nt) * 4 + e][lane] = acc[tt][nt][e];
+        }
+        __syncthreads();
+        if (warp < half) {
+#pragma unroll
+            for (int tt = 0; tt < T; tt++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[tt][nt][e] += red[warp][(tt * NT + nt) * 4 + e][lane];
+        }
+        __syncthreads();
+    }
+    if (warp) return;
+#pragma unroll
+    for (int tt = 0; tt < T; tt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int64_t j = j0 + tt * 16 + g + 8 * (e >> 1), i = i0 + nt * 8 + 2 * t + (e & 1);
+                if (j < nr && i < m) {
+                    float v = acc[tt][nt][e];
+                    y[i * ldy + (int64_t)gz * nr + j] = out_bf16 ? round_bf16(v) : v;
+                }
+            }
+}
+
+template <int FMT, int NT>
+static void launch_tc(int T, dim3 grid, const void *w, const uint8_t *s, int64_t K, const float *x,
+                      int64_t ldx, int64_t m, int64_t nr, float *y, int64_t ldy, int out_bf16, int vec) {
+    if (T == 2) k_mm_tc<FMT, NT, 2><<<grid, TC_KW * 32>>>(w, s, K, x, ldx, m, nr, y, ldy, out_bf16, vec);
+    else k_mm_tc<FMT, NT, 1><<<grid, TC_KW * 32>>>(w, s, K, x, ldx, m, nr, y, ldy, out_bf16, vec);
+}
+
+template <int FMT>
+static void launch_tc_fmt(int nt, int T, dim3 grid, const void *w, const uint8_t *s, int64_t K,
+                          const float *x, int64_t ldx, int64_t m, int64_t nr, float *y, int64_t ldy,
+                          int out_bf16, int vec) {
+    switch (nt) {
+    case 1: launch_tc<FMT, 1>(T, grid, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, vec); break;
+    case 2: launch_tc<FMT, 2>(T, grid, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, vec); break;
+    case 4: launch_tc<FMT, 4>(T, grid, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, vec); break;
+    default: launch_tc<FMT, 8>(T, grid, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, vec); break;
+    }
+}
+
+static di_status matmul_tc(int fmt, const void *w, const uint8_t *s, int64_t K, const float *x,
+                           int64_t ldx, int64_t m, int groups, int64_t nr, float *y, int64_t ldy,
+                           int out_bf16, di_err *err) {
+    /* n8 tiles of x rows per block: one block row covers all of m up to 64 */
+    int nt = m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8;
+    /* 32 outputs per block when there are enough blocks to fill the GPU
+     * twice over, else 16 (the router's 384 outputs: 24 blocks, not 12) */
+    int T = (nr + 31) / 32 * groups >= 264 ? 2 : 1;
+    int64_t gx = (nr + 16 * T - 1) / (16 * T), gy = (m + 8 * nt - 1) / (8 * nt);
+    if (gx > 0x7fffffff || gy > 65535 || groups > 65535)
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "matmul: %lld x %lld outputs in %d groups exceed one launch",
+                          (long long)m, (long long)nr, groups);
+    int align = fmt == DI_WFMT_BF16 ? 16 : 8;
+    int vec = K % 8 == 0 && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w % align) == 0;
+    dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)groups);
+    switch (fmt) {
+    case DI_WFMT_BF16: launch_tc_fmt<DI_WFMT_BF16>(nt, T, grid, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, vec); break;
+    case DI_WFMT_FP8: launch_tc_fmt<DI_WFMT_FP8>(nt, T, grid, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, vec); break;
+    default: launch_tc_fmt<DI_WFMT_FP4>(nt, T, grid, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, vec); break;
+    }
+    return cuda_check_launch(err, "matmul");
+}
+
 extern "C" di_status cuda_op_matmul_plain(int fmt, const void *w, const uint8_t *s, int64_t n_out,
                                           int64_t n_in, const float *x, int64_t ldx, int64_t m,
                                           int groups, int64_t nr, float *y, int64_t ldy,
                                           int out_bf16, di_err *err) {
     (void)n_out;
     if (m * nr <= 0 || groups <= 0) return DI_OK;
+    if (fmt != DI_WFMT_F32) return matmul_tc(fmt, w, s, n_in, x, ldx, m, groups, nr, y, ldy, out_bf16, err);
     if (m <= 2) {
         if (groups > 65535) return di_err_set(err, DI_ERR_UNSUPPORTED, "matmul: %d groups", groups);
         dim3 g2(grid_for(m * nr), (unsigned)groups);
