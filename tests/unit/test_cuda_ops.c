@@ -547,6 +547,7 @@ static void test_bad_arguments(void) {
 #if defined(DI_HAVE_CUDA)
 void cuda_matvec_set_grouped_ks(int ks); /* cuda_matvec.cu: blocks per tile, grouped form */
 void cuda_matvec_set_w4_lean(int on);    /* cuda_matvec.cu: the LEAN MXFP4 kernel */
+void cuda_matvec_set_grouped_tile8(int on); /* cuda_matvec.cu: 8-token tiles, grouped form */
 #endif
 
 /* The grouped MXFP4 form spreads a row's k chunks over 1, 2, 4 or 8 blocks
@@ -557,7 +558,8 @@ void cuda_matvec_set_w4_lean(int on);    /* cuda_matvec.cu: the LEAN MXFP4 kerne
  * in 8 chunks of 3, two empty), groups of up to 7 rows (one 8-token tile) or
  * 11 (one 16-token tile), outputs poisoned before every launch. The LEAN
  * form of the kernel (the same arithmetic in fewer instructions) must give
- * the same bits as the default one, plain and grouped. */
+ * the same bits as the default one, plain and grouped, and so must the grouped
+ * form in 8-token tiles (the 11-row group then spans two blocks). */
 static void test_grouped_spread(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
 #if defined(DI_HAVE_CUDA)
@@ -615,9 +617,10 @@ static void test_grouped_spread(void) {
                (long long)n, (long long)k, (long long)bad);
         CHECKF(lean_differ == 0, "plain mxfp4 n=%lld k=%lld: %lld outputs of the LEAN kernel differ",
                (long long)n, (long long)k, (long long)lean_differ);
-        for (int v = 0; v < 10; v++) { /* spreads 0 (chosen), 1, 2, 4, 8; default, LEAN */
+        for (int v = 0; v < 15; v++) { /* spreads 0 (chosen), 1, 2, 4, 8; default, LEAN, 8-token tiles */
             const int spread = v % 5 ? 1 << (v % 5 - 1) : 0;
-            cuda_matvec_set_w4_lean(v / 5);
+            cuda_matvec_set_w4_lean(v / 5 == 1);
+            cuda_matvec_set_grouped_tile8(v / 5 == 2);
             cuda_matvec_set_grouped_ks(spread);
             di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
             if (!st)
@@ -632,11 +635,12 @@ static void test_grouped_spread(void) {
             CHECKF(differ == 0,
                    "grouped mxfp4%s n=%lld k=%lld, %d blocks per tile (0 = chosen), %d rows: %lld "
                    "of %lld outputs differ from the plain product",
-                   v / 5 ? " (LEAN)" : "", (long long)n, (long long)k, spread, (int)max_rows,
-                   (long long)differ, (long long)(np * n));
+                   v / 5 == 1 ? " (LEAN)" : v / 5 == 2 ? " (8-token tiles)" : "", (long long)n,
+                   (long long)k, spread, (int)max_rows, (long long)differ, (long long)(np * n));
         }
         cuda_matvec_set_grouped_ks(0);
         cuda_matvec_set_w4_lean(0);
+        cuda_matvec_set_grouped_tile8(0);
         dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout, d1};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
         free(x); free(sa); free(qa); free(w); free(ws); free(plain); free(out); free(lean);

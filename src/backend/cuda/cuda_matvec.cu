@@ -1131,6 +1131,12 @@ static int w4_forced_gks = 0; /* measuring aid (bench, tests): blocks per row of
 extern "C" void cuda_matvec_set_grouped_ks(int ks) { w4_forced_gks = ks; }
 static int w4_lean = 0; /* measuring aid (bench, tests): the LEAN kernel */
 extern "C" void cuda_matvec_set_w4_lean(int on) { w4_lean = on; }
+/* measuring aid (bench, tests): grouped form in 8-token tiles whatever the
+ * capacity (a group past 8 rows takes a second block and reads its weights
+ * again); the moe_experts op passes the batch as capacity, and at batch 9-16
+ * nearly every group holds 1-2 rows. 8- and 16-token tiles give the same bits. */
+static int w4_grouped_tile8 = 0;
+extern "C" void cuda_matvec_set_grouped_tile8(int on) { w4_grouped_tile8 = on; }
 
 /* Blocks per 64-row tile in the grouped form (a power of two dividing the
  * chunk count kc): the fewest that still give about three blocks per SM over
@@ -1173,7 +1179,7 @@ static bool w4_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return false;
     const int kc = wv_pick_ks(n, k, 8);
-    const bool nb2 = m > 8;
+    const bool nb2 = m > 8 && !(ngroups > 0 && w4_grouped_tile8);
 #define W4_GO_L(KSV, CPBV, G, L)                                                               \
     (nb2 ? w4_launch<KSV, CPBV, 2, G, L>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp,   \
                                          G ? ngroups : 1)                                      \
