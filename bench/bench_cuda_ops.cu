@@ -19,6 +19,11 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_ops.h"
+#include <time.h>
+extern "C" {
+#include "backend/backend.h"
+}
 
 #define CK(x)                                                                              \
     do {                                                                                   \
@@ -69,18 +74,16 @@ static void *dalloc(size_t n) {
     return p;
 }
 
-/* Median time (seconds) of one replay of `graph`, each replay doing `per`
- * operations: returns seconds per operation. */
-static double time_graph(cudaGraphExec_t exec, int per, int reps) {
+/* Median time (seconds) of `run()` between two events on the default
+ * stream, divided by the `per` operations it does. */
+template <typename F> static double time_events(F run, int per, int reps) {
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
     CK(cudaEventCreate(&b));
-    for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(exec, 0));
-    CK(cudaDeviceSynchronize());
     std::vector<float> ms;
     for (int r = 0; r < reps; r++) {
         CK(cudaEventRecord(a, 0));
-        CK(cudaGraphLaunch(exec, 0));
+        run();
         CK(cudaEventRecord(b, 0));
         CK(cudaEventSynchronize(b));
         float t = 0;
@@ -91,6 +94,14 @@ static double time_graph(cudaGraphExec_t exec, int per, int reps) {
     CK(cudaEventDestroy(a));
     CK(cudaEventDestroy(b));
     return ms[ms.size() / 2] * 1e-3 / per;
+}
+
+/* Median time (seconds) of one replay of `graph`, each replay doing `per`
+ * operations: returns seconds per operation. */
+static double time_graph(cudaGraphExec_t exec, int per, int reps) {
+    for (int i = 0; i < 3; i++) CK(cudaGraphLaunch(exec, 0));
+    CK(cudaDeviceSynchronize());
+    return time_events([&] { CK(cudaGraphLaunch(exec, 0)); }, per, reps);
 }
 
 template <typename F> static double time_ops(F op, int per, int reps) {
@@ -156,6 +167,13 @@ static void bench_act_quant(void) {
     di_cuda_free(x); di_cuda_free(q); di_cuda_free(s);
 }
 
+/* How many copies of a weight of per_copy bytes to rotate over so that
+ * every call reads cold weights from HBM (at least 512 MB, 2 to 64). */
+static int weight_copies(size_t per_copy) {
+    int copies = (int)std::max<size_t>(2, ((size_t)512 << 20) / per_copy + 1);
+    return copies > 64 ? 64 : copies;
+}
+
 /* Decode matrix-vector: weight copies rotated so that every call reads
  * cold weights from HBM. */
 static void bench_matvec(int fmt, const char *name, int64_t n, int64_t k, int64_t m) {
@@ -163,8 +181,7 @@ static void bench_matvec(int fmt, const char *name, int64_t n, int64_t k, int64_
     size_t wb = fmt == 0 ? (size_t)(n * k) : (size_t)(n * k / 2);
     size_t sb = fmt == 0 ? (size_t)(((n + 31) / 32) * kbn) : (size_t)(n * kbn);
     size_t per_copy = wb + sb;
-    int copies = (int)std::max<size_t>(2, ((size_t)512 << 20) / per_copy + 1);
-    if (copies > 64) copies = 64;
+    int copies = weight_copies(per_copy);
     std::vector<void *> w(copies), ws(copies);
     for (int c = 0; c < copies; c++) {
         w[c] = dalloc(wb);
@@ -501,16 +518,156 @@ static void bench_decode(void) {
     cuda_matvec_set_grouped_tile8(0);
 }
 
+/* ---- --plain: the decode products without activation quantization
+ * (cuda_ops_linear.cu's tensor-core kernel), mHC mixing, the buffer pool.
+ * Peers: bench_cuda_torch.py --plain (bf16 weights through torch.matmul, the
+ * mixing in torch ops), the copy floor of this run. The backend's launchers
+ * use the legacy default stream, which a graph capture does not record, so
+ * these are timed as back-to-back launches on it between two events (for
+ * kernels shorter than a launch, the launch rate shows). */
+template <typename F> static double time_stream0(F op, int per, int reps) {
+    for (int i = 0; i < per; i++) op(i);
+    CK(cudaDeviceSynchronize());
+    return time_events([&] { for (int i = 0; i < per; i++) op(i); }, per, reps);
+}
+
+/* V4.1-Flash shapes: fmt 3 = BF16 weights, 1 = FP8 (wo_a, grouped) */
+/* x of full fp32 values (not bf16-exact: all three split terms) */
+__global__ void fill_full(float *p, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = 1.0f + (float)((uint32_t)i * 2654435761u) * 0x1p-32f;
+}
+
+/* weights: random bytes without 0x7f / 0xff (finite e4m3, and as bf16 no
+ * inf / NaN); x powers of two (bf16-exact, as the model's activations), or
+ * full fp32 values with full_x */
+static void bench_plain_one(int fmt, const char *name, int64_t n, int64_t k, int groups, int64_t m,
+                            int full_x = 0) {
+    size_t wb = fmt == DI_WFMT_BF16 ? (size_t)(n * k) * 2 : (size_t)(n * k);
+    size_t sb = fmt == DI_WFMT_FP8 ? (size_t)(((n + 31) / 32) * (k / 32)) : 0;
+    size_t per_copy = wb + sb;
+    int copies = weight_copies(per_copy);
+    std::vector<void *> w(copies), ws(copies);
+    for (int c = 0; c < copies; c++) {
+        w[c] = dalloc(wb);
+        rnd(w[c], wb, 300 + c, 1);
+        ws[c] = sb ? dalloc(sb) : NULL;
+        if (sb) rnd(ws[c], sb, 400 + c, 2);
+    }
+    int64_t kx = k * groups, nr = n / groups;
+    float *x = (float *)dalloc((size_t)(m * kx) * 4), *y = (float *)dalloc((size_t)(m * n) * 4);
+    if (full_x) fill_full<<<256, 256>>>(x, (size_t)(m * kx));
+    else fill_scales<<<256, 256>>>(x, (size_t)(m * kx), 5);
+    int per = std::max(copies, 20 / copies * copies);
+    double t = time_stream0([&](int i) {
+        int c = i % copies;
+        DK(cuda_op_matmul_plain(fmt, w[c], (const uint8_t *)ws[c], n, k, x, kx, m, groups, nr, y, n,
+                                groups > 1, err));
+    }, per, 15);
+    double bytes = (double)per_copy + m * kx * 4.0 + m * n * 4.0;
+    printf("RESULT plain_%s%s_%lldx%lld_m%lld %.2f us %.0f GB/s %.0f%% of copy (floor %.2f us)\n", name,
+           full_x ? "_fp32x" : "", (long long)n, (long long)k, (long long)m, t * 1e6, bytes / t / 1e9, 100 * bytes / t / g_copy_bw,
+           bytes / g_copy_bw * 1e6);
+    for (int c = 0; c < copies; c++) { di_cuda_free(w[c]); if (ws[c]) di_cuda_free(ws[c]); }
+    di_cuda_free(x); di_cuda_free(y);
+}
+
+static void bench_hc_mix(int64_t m) {
+    const int hc = 4, nm = (2 + hc) * hc;
+    const int64_t d = 5120, n = hc * d;
+    float *s = (float *)dalloc((size_t)(m * n) * 4), *fn = (float *)dalloc((size_t)(nm * n) * 4);
+    float *base = (float *)dalloc(nm * 4), *sc = (float *)dalloc(3 * 4);
+    float *pre = (float *)dalloc((size_t)(m * hc) * 4), *post = (float *)dalloc((size_t)(m * hc) * 4);
+    float *comb = (float *)dalloc((size_t)(m * hc * hc) * 4);
+    fill_scales<<<256, 256>>>(s, (size_t)(m * n), 6);
+    fill_scales<<<256, 256>>>(fn, (size_t)(nm * n), 7);
+    fill_scales<<<1, 32>>>(base, nm, 8);
+    fill_scales<<<1, 32>>>(sc, 3, 9);
+    double t = time_stream0([&](int) {
+        DK(cuda_op_hc_mix(s, m, hc, d, fn, base, sc, 1e-6f, 1e-6f, 20, pre, post, comb, err));
+    }, 20, 15);
+    double bytes = (double)(nm * n) * 4 + (double)(m * n) * 4;
+    printf("RESULT hc_mix_m%lld %.2f us (floor %.2f us: fn + rows once)\n", (long long)m, t * 1e6,
+           bytes / g_copy_bw * 1e6);
+    di_cuda_free(s); di_cuda_free(fn); di_cuda_free(base); di_cuda_free(sc);
+    di_cuda_free(pre); di_cuda_free(post); di_cuda_free(comb);
+}
+
+static double host_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The pool's alloc + free on the host, the decode step's mix of sizes, in
+ * bursts of 8 allocations, one op (a 4-byte upload: it runs the queued
+ * fills, and does not wait for the device) and 8 frees, as the forward
+ * allocates around its ops; per allocation. Peer: the host time of one
+ * cudaMemsetAsync, what each allocation cost before on top of the pool's
+ * bookkeeping. */
+static void bench_pool(void) {
+    di_backend *be = NULL;
+    DK(di_backend_cuda_create(0, &be, err));
+    const size_t sizes[8] = {160 << 10, 20 << 10, 640 << 10, 4 << 10, 128, 80 << 10, 160 << 10, 2 << 10};
+    void *p[8];
+    float one = 1.f;
+    const int N = 2000;
+    std::vector<double> ts;
+    for (int rep = 0; rep < 6; rep++) {
+        double t0 = host_now();
+        for (int it = 0; it < N; it++) {
+            for (int i = 0; i < 8; i++) p[i] = be->ops->alloc(be, sizes[i]);
+            be->ops->upload(be, p[0], &one, 4);
+            for (int i = 0; i < 8; i++) be->ops->free(be, p[i]);
+        }
+        if (rep) ts.push_back((host_now() - t0) / (8.0 * N));
+        CK(cudaDeviceSynchronize());
+    }
+    std::sort(ts.begin(), ts.end());
+    double t0 = host_now();
+    for (int it = 0; it < N; it++) be->ops->upload(be, p[0], &one, 4);
+    double tu = (host_now() - t0) / N;
+    CK(cudaDeviceSynchronize());
+    void *q = dalloc(1 << 20);
+    std::vector<double> tm;
+    for (int rep = 0; rep < 5; rep++) {
+        t0 = host_now();
+        for (int it = 0; it < N; it++)
+            for (int i = 0; i < 8; i++) CK(cudaMemsetAsync(q, 0, sizes[i], 0));
+        tm.push_back((host_now() - t0) / (8.0 * N));
+        CK(cudaDeviceSynchronize());
+    }
+    std::sort(tm.begin(), tm.end());
+    printf("RESULT pool_alloc_free %.3f us per alloc + free (host; with 1/8 of a 4-byte upload, %.3f us "
+           "alone, in it); cudaMemsetAsync alone %.3f us per call\n", ts[2] * 1e6, tu * 1e6 / 8, tm[2] * 1e6);
+    di_cuda_free(q);
+    di_backend_destroy(be);
+}
+
+static void bench_plain(void) {
+    struct { int fmt; const char *name; int64_t n, k; int groups; } cs[] = {
+        {DI_WFMT_BF16, "head", 129280, 5120, 1},         {DI_WFMT_BF16, "gate", 384, 5120, 1},
+        {DI_WFMT_BF16, "cmp_wkv", 512, 5120, 1},         {DI_WFMT_BF16, "idx_wp", 32, 5120, 1},
+        {DI_WFMT_BF16, "idx_wk", 128, 512, 1},           {DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8}};
+    for (auto &c : cs)
+        for (int64_t m : {1, 8, 16, 64}) bench_plain_one(c.fmt, c.name, c.n, c.k, c.groups, m);
+    bench_plain_one(DI_WFMT_BF16, "head", 129280, 5120, 1, 8, 1);
+    bench_plain_one(DI_WFMT_BF16, "head", 129280, 5120, 1, 64, 1);
+    for (int64_t m : {1, 8, 64}) bench_hc_mix(m);
+    bench_pool();
+}
+
 int main(int argc, char **argv) {
     /* --quick: shorter; --gemm / --matvec: only that half (plus the copy
      * ceiling), so a run that changes one kernel family spends less time;
      * --decode: bench_decode only */
-    int quick = 0, gemm = 1, matvec = 1, decode = 0;
+    int quick = 0, gemm = 1, matvec = 1, decode = 0, plain = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--gemm")) matvec = 0;
         else if (!strcmp(argv[i], "--matvec")) gemm = 0;
         else if (!strcmp(argv[i], "--decode")) gemm = matvec = 0, decode = 1;
+        else if (!strcmp(argv[i], "--plain")) gemm = matvec = 0, plain = 1; /* bench_plain only */
         else if (!strcmp(argv[i], "--profile")) {
             DK(di_cuda_init(0, err));
             profile_once();
@@ -524,6 +681,7 @@ int main(int argc, char **argv) {
            info.total_mem / 1073741824.0, info.l2_bytes / 1048576.0, info.cc_major, info.cc_minor);
     bench_copy();
     if (decode) bench_decode();
+    if (plain) bench_plain();
     if (matvec) {
         bench_act_quant();
         /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */
