@@ -255,6 +255,13 @@ typedef struct di_backend_ops {
     /* gather_rows with rows [m] in backend memory */
     void (*gather_rows_buf)(di_backend *be, const float *src, const int32_t *rows, int64_t m,
                             int64_t n, float *dst);
+    /* Row scatter to destinations in backend memory (the writes into the
+     * sequences' rings and caches): for i < m with slot[i] >= 0, `bytes`
+     * from src + i·src_stride to base[i] + dst_off + slot[i]·dst_stride;
+     * base [m] and slot [m] in backend memory. The same as those copies. */
+    void (*scatter_rows_to)(di_backend *be, const void *src, size_t src_stride, int64_t m,
+                            const uint8_t *const *base, const int32_t *slot, size_t dst_off,
+                            size_t dst_stride, size_t bytes);
 
     /* ---- MoE (§7) ---- */
     /* logits [m, e] fp32 → selected experts [m, k] and weights [m, k] (both host):

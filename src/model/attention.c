@@ -151,7 +151,10 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
     be->ops->matmul_grouped(be, &lb->wo_a, c->o_groups, o, m, z);
     be->ops->matmul(be, &lb->wo_b, z, m, y, lm->mm_q);
 
-    if (!dspark) /* the chunk's window KV into the ring, after every read */
+    if (!dspark && f->meta && be->ops->scatter_rows_to) /* the same, to the metadata's slots */
+        be->ops->scatter_rows_to(be, kvp, wb, m, f->m_ring + (int64_t)block * m, f->m_wslot, 0, wb,
+                                 wb);
+    else if (!dspark) /* the chunk's window KV into the ring, after every read */
         for (int s = 0; s < f->n_seqs; s++) {
             di_seqstate *sq = f->seqs[s].st;
             int64_t n = f->seqs[s].n, first = n > sq->ring_cap ? n - sq->ring_cap : 0;

@@ -45,6 +45,8 @@ di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
         n_new += j1 - j0;
     }
     int keys = r->is_index_source && lb->idx_wk.w;
+    /* writes into the sequences' rings and caches to the step metadata's slots */
+    int scatter = f->meta && be->ops->scatter_rows_to;
     di_status st = DI_OK;
     float *a = NULL, *g = NULL, *ga = NULL, *gg = NULL;
     int64_t nb = n_new > 0 ? n_new : 1;
@@ -93,11 +95,18 @@ di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
             }
             /* keep this chunk's last projections for groups that finish later */
             int64_t n = f->seqs[s].n, first = n > sq->tok_cap ? n - sq->tok_cap : 0;
+            if (scatter) continue; /* below, for every sequence at once */
             for (int64_t i = first; i < n; i++) {
                 float *dst = sq->ctok[block] + (((start + i) % sq->tok_cap) * 2) * dh;
                 be->ops->copy(be, dst, a + (r0 + i) * dh, (size_t)dh * 4);
                 be->ops->copy(be, dst + dh, g + (r0 + i) * dh, (size_t)dh * 4);
             }
+        }
+        if (scatter) {
+            size_t rb = (size_t)dh * sizeof(float);
+            const uint8_t *const *tok = f->m_ctok + (int64_t)block * m;
+            be->ops->scatter_rows_to(be, a, rb, m, tok, f->m_tslot, 0, 2 * rb, rb);
+            be->ops->scatter_rows_to(be, g, rb, m, tok, f->m_tslot, rb, 2 * rb, rb);
         }
         if (n_new > 0) be->ops->compress_pool(be, ga, gg, n_new, ratio, dh, lat);
     }
@@ -117,6 +126,14 @@ di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
     entries_rope(f, block, lat, n_new, dh, epos);
     be->ops->kv_pack(be, DI_KVQ_FP4_E4M3, lat, n_new, dh, latp);
     /* append to each sequence's caches */
+    if (scatter) {
+        be->ops->scatter_rows_to(be, latp, cb, n_new, f->m_ent_ckv[block], f->m_ent_slot[block], 0,
+                                 cb, cb);
+        if (keys)
+            be->ops->scatter_rows_to(be, keyp, kb, n_new, f->m_ent_ikey[block],
+                                     f->m_ent_slot[block], 0, kb, kb);
+        goto out;
+    }
     int64_t e = 0;
     for (int s = 0; s < f->n_seqs; s++) {
         di_seqstate *sq = f->seqs[s].st;

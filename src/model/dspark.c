@@ -61,6 +61,11 @@ di_status di_dspark_seed(di_fwd *f, di_err *err) {
         be->ops->rmsnorm(be, kv, &lm->w->blocks[b].attn.kv_norm, m, dh, c->eps, kv);
         di_fwd_rope(f, b, kv, m, dh, 1, dh, f->pos, 0);
         be->ops->kv_pack(be, DI_KVQ_FP8, kv, m, dh, kvp);
+        if (f->meta && be->ops->scatter_rows_to) { /* to the step metadata's ring slots */
+            be->ops->scatter_rows_to(be, kvp, wb, m, f->m_dsring + (int64_t)k * m, f->m_wslot, 0,
+                                     wb, wb);
+            continue;
+        }
         for (int s = 0; s < f->n_seqs; s++) {
             di_seqstate *sq = f->seqs[s].st;
             int64_t n = f->seqs[s].n, first = n > sq->ring_cap ? n - sq->ring_cap : 0;

@@ -33,18 +33,17 @@ static void rope_cs_fill(const int32_t *pos, int64_t n, const float *freq, int64
 
 /* Positions of the compressed entries block b's compressor completes in
  * this pass (ratio 1: every row's; else each group's first token), in the
- * order di_compressor makes them; returns how many (pos may be NULL). */
-static int64_t entry_positions(const di_fwd *f, int b, int32_t *pos) {
+ * order di_compressor makes them, and each one's sequence; returns how
+ * many (pos, seq may be NULL). */
+static int64_t entry_positions(const di_fwd *f, int b, int32_t *pos, int32_t *seq) {
     int ratio = f->lm->cfg->roles[b].ratio;
     int64_t n = 0;
     for (int s = 0; s < f->n_seqs; s++) {
         int64_t start = f->seqs[s].st->n_tokens, end = start + f->seqs[s].n;
-        if (ratio == 1) {
-            for (int64_t p = start; p < end; p++, n++)
-                if (pos) pos[n] = (int32_t)p;
-        } else {
-            for (int64_t j = start / ratio; j < end / ratio; j++, n++)
-                if (pos) pos[n] = (int32_t)(j * ratio);
+        int64_t j0 = ratio == 1 ? start : start / ratio, j1 = ratio == 1 ? end : end / ratio;
+        for (int64_t j = j0; j < j1; j++, n++) {
+            if (pos) pos[n] = (int32_t)(j * ratio);
+            if (seq) seq[n] = s;
         }
     }
     return n;
@@ -82,12 +81,15 @@ static int fwd_meta(di_fwd *f) {
     cs_tab *tabs = calloc((size_t)(2 * nb + 1), sizeof *tabs);
     int *row_tab = malloc((size_t)(2 * nb + 1) * sizeof(int)), *ent_tab = row_tab + nb, nt = 0;
     f->m_cs = calloc((size_t)(2 * nb + 1), sizeof(float *));
-    if (!tabs || !row_tab || !f->m_cs) {
+    f->m_ent_ckv = calloc((size_t)(2 * nb + 1), sizeof(uint8_t *const *));
+    f->m_ent_slot = calloc((size_t)nb + 1, sizeof(int32_t *));
+    if (!tabs || !row_tab || !f->m_cs || !f->m_ent_ckv || !f->m_ent_slot) {
         free(tabs);
         free(row_tab);
         return -1;
     }
     f->m_cs_ent = f->m_cs + nb;
+    f->m_ent_ikey = f->m_ent_ckv + nb;
     for (int64_t b = 0; b < nb; b++) {
         const float *fq = lm->blocks[b].freq;
         const di_layer_role *r = &c->roles[b];
@@ -96,26 +98,41 @@ static int fwd_meta(di_fwd *f) {
         row_tab[b] = cs_find(tabs, &nt, fq, half, 0, m);
         if (r->ratio > 0 && r->owns_compressor && b < c->n_layers)
             ent_tab[b] = r->ratio == 1 ? row_tab[b]
-                                       : cs_find(tabs, &nt, fq, half, r->ratio, entry_positions(f, (int)b, NULL));
+                                       : cs_find(tabs, &nt, fq, half, r->ratio, entry_positions(f, (int)b, NULL, NULL));
     }
+    /* compressed entries this pass appends, per compressor: n_ent[b] */
+    int64_t *n_ent = calloc((size_t)nb + 1, sizeof *n_ent), e_tot = 0;
+    if (!n_ent) {
+        free(tabs);
+        free(row_tab);
+        return -1;
+    }
+    for (int64_t b = 0; b < c->n_layers; b++)
+        if (c->roles[b].ratio > 0 && c->roles[b].owns_compressor)
+            e_tot += n_ent[b] = entry_positions(f, (int)b, NULL, NULL);
+    int64_t nmtp = lm->has_dspark ? c->n_mtp : 0;
     size_t n_cs = nt ? tabs[nt - 1].off + (size_t)(tabs[nt - 1].n * half * 2) : 0;
-    size_t n_ptr = (size_t)(3 * nb * m),
-           n_i32 = (size_t)(m * W + nb * m + m + f->n_seqs + m) + (size_t)(m * hc) + n_cs;
+    size_t n_ptr = (size_t)(4 * nb * m + nmtp * m + 2 * e_tot),
+           n_i32 = (size_t)(m * W + nb * m + m + f->n_seqs + m + 2 * m + e_tot) + (size_t)(m * hc) + n_cs;
     size_t bytes = n_ptr * sizeof(void *) + n_i32 * sizeof(int32_t);
     uint8_t *h = calloc(1, bytes);
-    int32_t *epos = malloc((size_t)(m + 1) * sizeof(int32_t));
+    int32_t *epos = malloc((size_t)(2 * m + 2) * sizeof(int32_t)), *eseq = epos + m + 1;
     if (!h || !epos) {
         free(h);
         free(epos);
         free(tabs);
         free(row_tab);
+        free(n_ent);
         return -1;
     }
     f->meta_host = h;
     const uint8_t **ring = (const uint8_t **)(void *)h, **ckv = ring + nb * m, **ikey = ckv + nb * m;
-    int32_t *win = (int32_t *)(void *)(ikey + nb * m), *nvis = win + m * W;
+    const uint8_t **ctok = ikey + nb * m, **dsring = ctok + nb * m, **eckv = dsring + nmtp * m,
+                  **eikey = eckv + e_tot;
+    int32_t *win = (int32_t *)(void *)(eikey + e_tot), *nvis = win + m * W;
     int32_t *ids = nvis + nb * m, *last = ids + m, *all = last + f->n_seqs;
-    float *onehot = (float *)(void *)(all + m), *cs = onehot + m * hc;
+    int32_t *wslot = all + m, *tslot = wslot + m, *eslot = tslot + m;
+    float *onehot = (float *)(void *)(eslot + e_tot), *cs = onehot + m * hc;
     for (int64_t i = 0; i < m; i++) {
         const di_seqstate *st = f->seqs[f->seq[i]].st;
         int64_t t = f->pos[i], start = st->n_tokens, r0 = f->row0[f->seq[i]];
@@ -136,9 +153,32 @@ static int fwd_meta(di_fwd *f) {
                 nvis[b * m + i] = (int32_t)((t + 1) / c->roles[r->kv_src].ratio);
             }
         }
+        for (int64_t b = 0; b < nb; b++)
+            if (c->roles[b].ratio > 1 && c->roles[b].owns_compressor && b < c->n_layers)
+                ctok[b * m + i] = (const uint8_t *)st->ctok[b];
+        for (int64_t k = 0; k < nmtp; k++) dsring[k * m + i] = st->dsring[k];
+        /* ring slots of the row's own position; -1 where a chunk longer
+         * than the ring leaves the row out (attention.c, compressor.c) */
+        int64_t n = f->seqs[f->seq[i]].n, k = t - start;
+        wslot[i] = k >= n - st->ring_cap ? (int32_t)(t % st->ring_cap) : -1;
+        tslot[i] = k >= n - st->tok_cap ? (int32_t)(t % st->tok_cap) : -1;
         ids[i] = f->ids[i];
         all[i] = (int32_t)i;
         onehot[i * hc] = 1.f;
+    }
+    /* each compressor's new entries: the sequence's caches and the entry index */
+    int64_t eo = 0;
+    for (int64_t b = 0; b < c->n_layers; b++) {
+        if (!(c->roles[b].ratio > 0 && c->roles[b].owns_compressor)) continue;
+        int ratio = c->roles[b].ratio;
+        entry_positions(f, (int)b, epos, eseq);
+        for (int64_t e = 0; e < n_ent[b]; e++) {
+            const di_seqstate *st = f->seqs[eseq[e]].st;
+            eckv[eo + e] = st->ckv[b];
+            eikey[eo + e] = st->ikey[b];
+            eslot[eo + e] = epos[e] / ratio;
+        }
+        eo += n_ent[b];
     }
     for (int s = 0; s < f->n_seqs; s++) last[s] = (int32_t)(f->row0[s] + f->seqs[s].n - 1);
     for (int i = 0; i < nt; i++) {
@@ -146,7 +186,7 @@ static int fwd_meta(di_fwd *f) {
         if (tabs[i].kind > 1) { /* any block of this ratio has these entries */
             int64_t b = 0;
             while (ent_tab[b] != i) b++;
-            entry_positions(f, (int)b, epos);
+            entry_positions(f, (int)b, epos, NULL);
             pos = epos;
         }
         rope_cs_fill(pos, tabs[i].n, tabs[i].freq, half, cs + tabs[i].off);
@@ -156,6 +196,7 @@ static int fwd_meta(di_fwd *f) {
         if (!(f->meta = be->ops->alloc(be, bytes))) {
             free(tabs);
             free(row_tab);
+            free(n_ent);
             return -1;
         }
         be->ops->upload(be, f->meta, h, bytes);
@@ -164,19 +205,31 @@ static int fwd_meta(di_fwd *f) {
     f->m_ring = (const uint8_t *const *)(void *)h;
     f->m_ckv = f->m_ring + nb * m;
     f->m_ikey = f->m_ckv + nb * m;
-    f->m_win = (const int32_t *)(const void *)(f->m_ikey + nb * m);
+    f->m_ctok = f->m_ikey + nb * m;
+    f->m_dsring = f->m_ctok + nb * m;
+    const uint8_t *const *me_ckv = f->m_dsring + nmtp * m, *const *me_ikey = me_ckv + e_tot;
+    f->m_win = (const int32_t *)(const void *)(me_ikey + e_tot);
     f->m_nvis = f->m_win + m * W;
     f->m_ids = f->m_nvis + nb * m;
     f->m_rows_last = f->m_ids + m;
     f->m_rows_all = f->m_rows_last + f->n_seqs;
-    f->m_onehot = (const float *)(const void *)(f->m_rows_all + m);
+    f->m_wslot = f->m_rows_all + m;
+    f->m_tslot = f->m_wslot + m;
+    const int32_t *me_slot = f->m_tslot + m;
+    f->m_onehot = (const float *)(const void *)(me_slot + e_tot);
     const float *mcs = f->m_onehot + m * hc;
+    eo = 0;
     for (int64_t b = 0; b < nb; b++) {
         f->m_cs[b] = row_tab[b] >= 0 ? mcs + tabs[row_tab[b]].off : NULL;
         f->m_cs_ent[b] = ent_tab[b] >= 0 ? mcs + tabs[ent_tab[b]].off : NULL;
+        f->m_ent_ckv[b] = me_ckv + eo;
+        f->m_ent_ikey[b] = me_ikey + eo;
+        f->m_ent_slot[b] = me_slot + eo;
+        eo += n_ent[b];
     }
     free(tabs);
     free(row_tab);
+    free(n_ent);
     return 0;
 }
 
@@ -274,6 +327,8 @@ static void fwd_release(di_fwd *f) {
     }
     free(f->meta_host);
     free(f->m_cs);
+    free(f->m_ent_ckv);
+    free(f->m_ent_slot);
     free(f->pos);
     free(f->seq);
     free(f->ids);

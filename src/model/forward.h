@@ -66,6 +66,16 @@ typedef struct di_fwd {
                                      each row's position with block b's frequencies, or NULL */
     const float **m_cs_ent;       /* [n_blocks] (host array) -> [n_new, rope_dim/2, 2] the same
                                      for the entries block b's compressor completes, or NULL */
+    /* Destinations of the pass's writes into the sequence states (backend.h
+     * scatter_rows_to), so no copy of a step has a per-step address: */
+    const uint8_t *const *m_ctok;   /* [n_blocks, m] per-token compressor ring (ratio > 1) */
+    const uint8_t *const *m_dsring; /* [n_mtp, m] DSpark rings (with DSpark) */
+    const int32_t *m_wslot;         /* [m] window / DSpark ring slot of the row, -1: not written */
+    const int32_t *m_tslot;         /* [m] per-token compressor ring slot, -1: not written */
+    const uint8_t *const **m_ent_ckv;  /* [n_blocks] (host array) -> [n_new] compressed-KV cache
+                                          of each new entry's sequence */
+    const uint8_t *const **m_ent_ikey; /* [n_blocks] (host array) -> [n_new] index-key cache */
+    const int32_t **m_ent_slot;        /* [n_blocks] (host array) -> [n_new] the entry's index */
     int dspark_p;        /* DSpark draft: main position p, else -1 */
     di_fwd_trace *trace; /* NULL or where the next block writes its sublayer outputs */
 } di_fwd;

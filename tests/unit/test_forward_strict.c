@@ -15,7 +15,9 @@
  * sequences batched) past the window's wrap: no fault, no host-result or
  * host-table or host-array op, one upload per pass (the step metadata),
  * Engram's host gather once per Engram layer and pass (its table stays on
- * the host by design), one download per pass (the logits); the logits equal, bit
+ * the host by design), no copy into the sequences' state (ring and cache
+ * writes go through scatter_rows_to with the step metadata's slots), one
+ * download per pass (the logits); the logits equal, bit
  * for bit, those of the host forms (the same wrapper without the
  * backend-memory ops), which in turn must show host-result calls (so the
  * counters can fail), and a deliberate host read of a buffer is caught. */
@@ -32,6 +34,7 @@
 typedef struct sbuf {
     uint8_t *p;
     size_t len;
+    int persistent; /* alive when the counted passes began: the sequences' state */
 } sbuf;
 
 static struct {
@@ -43,6 +46,7 @@ static struct {
     int guard;                   /* buffers closed between ops */
     volatile sig_atomic_t faults; /* host accesses caught */
     long downloads, download_bytes, host_results, host_tables, uploads, host_arrays, engram;
+    long state_writes, state_reads; /* copies into / out of the sequences' state */
 } ST;
 
 static size_t page_round(size_t n) {
@@ -99,7 +103,7 @@ static void *s_alloc(di_backend *be, size_t bytes) {
     void *p = mmap(NULL, len, ST.guard ? PROT_NONE : PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
-    ST.bufs[ST.n++] = (sbuf){p, len};
+    ST.bufs[ST.n++] = (sbuf){p, len, 0};
     return p;
 }
 
@@ -127,7 +131,17 @@ static void s_download(di_backend *be, void *dst, const void *src, size_t bytes)
     op_out();
 }
 
+/* Whether p lies in a buffer of the sequences' state. */
+static int in_state(const void *p) {
+    for (int i = 0; i < ST.n; i++)
+        if ((const uint8_t *)p >= ST.bufs[i].p && (const uint8_t *)p < ST.bufs[i].p + ST.bufs[i].len)
+            return ST.bufs[i].persistent;
+    return 0;
+}
+
 static void s_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
+    if (in_state(dst)) ST.state_writes++;
+    else if (in_state(src)) ST.state_reads++;
     op_in("copy");
     ST.cpu->ops->copy(ST.cpu, dst, src, bytes);
     op_out();
@@ -168,6 +182,7 @@ static void s_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
     W(rope_cs, (di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd, int64_t rd, const float *cs, int inverse), (ST.cpu, x, m, stride, heads, hd, rd, cs, inverse)) \
     W(embed_buf, (di_backend *be, const di_tensor *table, const int32_t *ids, int64_t m, float *out), (ST.cpu, table, ids, m, out)) \
     W(gather_rows_buf, (di_backend *be, const float *src, const int32_t *rows, int64_t m, int64_t n, float *dst), (ST.cpu, src, rows, m, n, dst)) \
+    W(scatter_rows_to, (di_backend *be, const void *src, size_t src_stride, int64_t m, const uint8_t *const *base, const int32_t *slot, size_t dst_off, size_t dst_stride, size_t bytes), (ST.cpu, src, src_stride, m, base, slot, dst_off, dst_stride, bytes)) \
     W(moe_route, (di_backend *be, const float *logits, const float *bias, int64_t m, int e, int k, int normalize, float route_scale, int32_t *idx, float *w), (ST.cpu, logits, bias, m, e, k, normalize, route_scale, idx, w)) \
     W(moe_route_buf, (di_backend *be, const float *logits, const float *bias, int64_t m, int e, int k, int normalize, float route_scale, int32_t *idx, float *w), (ST.cpu, logits, bias, m, e, k, normalize, route_scale, idx, w)) \
     W(moe_experts, (di_backend *be, const di_moe_experts *ex, const float *x, int64_t m, const int32_t *idx, const float *w, int k, unsigned mm, float limit, float *out), (ST.cpu, ex, x, m, idx, w, k, mm, limit, out)) \
@@ -208,6 +223,7 @@ static void strict_init(di_backend *cpu, int buf_forms) {
         o.rope_cs = NULL;
         o.embed_buf = NULL;
         o.gather_rows_buf = NULL;
+        o.scatter_rows_to = NULL;
     }
     ST.ops = o;
     ST.be = (di_backend){&ST.ops, cpu->n_threads, NULL};
@@ -217,6 +233,8 @@ static void counters_reset(void) {
     ST.faults = 0;
     ST.downloads = ST.download_bytes = ST.host_results = ST.host_tables = 0;
     ST.uploads = ST.host_arrays = ST.engram = 0;
+    ST.state_writes = ST.state_reads = 0;
+    for (int i = 0; i < ST.n; i++) ST.bufs[i].persistent = 1;
 }
 
 static gold_model G;
@@ -247,7 +265,7 @@ static int setup(void) {
  * first decode step on when `guard`). */
 typedef struct run_out {
     long faults, downloads, download_bytes, host_results, host_tables, passes;
-    long uploads, host_arrays, engram;
+    long uploads, host_arrays, engram, state_writes, state_reads;
 } run_out;
 
 static int64_t run(int buf_forms, int guard, int64_t P, int64_t Q, int steps, float *lg,
@@ -291,6 +309,8 @@ static int64_t run(int buf_forms, int guard, int64_t P, int64_t Q, int steps, fl
     ro->uploads = ST.uploads;
     ro->host_arrays = ST.host_arrays;
     ro->engram = ST.engram;
+    ro->state_writes = ST.state_writes;
+    ro->state_reads = ST.state_reads;
     ST.guard = 0;
     protect_all(PROT_READ | PROT_WRITE);
     di_seqstate_free(&a);
@@ -323,13 +343,20 @@ static void test_decode_no_host_reads(void) {
     for (int b = 0; b < G.cfg.n_layers; b++) n_engram_layers += G.cfg.roles[b].engram >= 0;
     CHECK(n_engram_layers > 0);
     CHECK_EQ_INT(rs.engram, rs.passes * n_engram_layers);
+    /* no copy writes into the sequences' state (rings, caches): those go to
+     * the step metadata's slots; what is left are the ratio-2 groups' reads
+     * of the earlier token from the per-token ring (a step shape of its own) */
+    CHECKF(rs.state_writes == 0, "%ld copies into the sequences' state", rs.state_writes);
+    if (getenv("DI_TEST_VERBOSE"))
+        fprintf(stderr, "decode passes %ld: %ld copies read the state (group completion)\n",
+                rs.passes, rs.state_reads);
     /* one download per pass: the logits of its last rows */
     CHECK_EQ_INT(rs.downloads, rs.passes);
     CHECK_EQ_INT(rs.download_bytes, (long)((n1 - 2) * V * (int64_t)sizeof(float)));
     /* the host forms are what the counters catch ... */
-    CHECKF(rh.host_results > 0 && rh.host_tables > 0 && rh.host_arrays > 0,
-           "host forms: %ld host-result, %ld host-table, %ld host-array calls, %ld uploads",
-           rh.host_results, rh.host_tables, rh.host_arrays, rh.uploads);
+    CHECKF(rh.host_results > 0 && rh.host_tables > 0 && rh.host_arrays > 0 && rh.state_writes > 0,
+           "host forms: %ld host-result, %ld host-table, %ld host-array calls, %ld state writes",
+           rh.host_results, rh.host_tables, rh.host_arrays, rh.state_writes);
     /* ... and give the same bits */
     int64_t diff = 0;
     for (int64_t i = 0; i < n1 * V; i++) diff += memcmp(&strict[i], &host[i], sizeof(float)) != 0;

@@ -1139,6 +1139,17 @@ static void cpu_scatter_add_rows(di_backend *be, float *dst, const int32_t *rows
     }
 }
 
+/* backend.h scatter_rows_to: base and slot are host memory here. */
+static void cpu_scatter_rows_to(di_backend *be, const void *src, size_t src_stride, int64_t m,
+                                const uint8_t *const *base, const int32_t *slot, size_t dst_off,
+                                size_t dst_stride, size_t bytes) {
+    (void)be;
+    for (int64_t i = 0; i < m; i++)
+        if (slot[i] >= 0 && base[i])
+            memcpy((uint8_t *)(uintptr_t)base[i] + dst_off + (size_t)slot[i] * dst_stride,
+                   (const uint8_t *)src + (size_t)i * src_stride, bytes);
+}
+
 /* The routed experts of a layer (backend.h moe_experts): the model's
  * per-expert loop — gather the expert's rows, w1 and w3, SwiGLU with the
  * routing weights, w2, scatter-add — run here with the very same ops, so
@@ -1253,6 +1264,7 @@ static const di_backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .gather_rows = cpu_gather_rows,
     .gather_rows_buf = cpu_gather_rows,
+    .scatter_rows_to = cpu_scatter_rows_to,
     .scatter_add_rows = cpu_scatter_add_rows,
     .add = cpu_add,
 };

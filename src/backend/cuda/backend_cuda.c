@@ -15,8 +15,9 @@
  * for every block of every pass. The pool gives its memory back to the
  * device only when an allocation fails, and at destroy.
  *
- * Copies. The model copies rows one at a time (window rings, compressor
- * state, the embedding's mHC copies). copy only queues them; the queue
+ * Copies. The model copies rows one at a time (the embedding's mHC copies,
+ * the compressor's groups; with the host forms also the window rings and
+ * the compressor state, which otherwise go through scatter_rows_to). copy only queues them; the queue
  * runs as one kernel (one thread block per copy) before the next op of any
  * other kind, or earlier when a new copy touches memory a queued one reads
  * or writes, so the order the model asked for is kept.
@@ -1103,6 +1104,19 @@ static void cu_gather_rows_buf(di_backend *be, const float *src, const int32_t *
     note(be, cuda_op_gather_rows(src, rows, m, n, dst, &err), &err);
 }
 
+/* The writes into the sequences' rings and caches, to the step metadata's
+ * slots: one launch instead of one queued copy per row, its addresses in
+ * device memory. */
+static void cu_scatter_rows_to(di_backend *be, const void *src, size_t src_stride, int64_t m,
+                               const uint8_t *const *base, const int32_t *slot, size_t dst_off,
+                               size_t dst_stride, size_t bytes) {
+    op_enter(be, "scatter_rows_to");
+    di_err err = {0};
+    note(be,
+         cuda_op_scatter_rows_to(src, src_stride, m, base, slot, dst_off, dst_stride, bytes, &err),
+         &err);
+}
+
 static void cu_scatter_add_rows(di_backend *be, float *dst, const int32_t *rows, const float *src,
                                 int64_t m, int64_t n) {
     op_enter(be, "scatter_add_rows");
@@ -1458,6 +1472,7 @@ static const di_backend_ops cuda_ops = {
     .swiglu = cu_swiglu,
     .gather_rows = cu_gather_rows,
     .gather_rows_buf = cu_gather_rows_buf,
+    .scatter_rows_to = cu_scatter_rows_to,
     .scatter_add_rows = cu_scatter_add_rows,
     .add = cu_add,
     .destroy = cu_destroy,
@@ -1499,6 +1514,7 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         c->ops.rope_cs = NULL;
         c->ops.embed_buf = NULL;
         c->ops.gather_rows_buf = NULL;
+        c->ops.scatter_rows_to = NULL;
     }
     /* DI_CUDA_MOE_GROUPED=0: the model's per-expert loop with host routing
      * (for comparisons; the grouped op gives the loop's bits) */

@@ -24,3 +24,32 @@ extern "C" di_status cuda_op_rope_cs(float *x, int64_t m, int64_t stride, int he
     k_rope_cs<<<grid_for(total), 256>>>(x, m, stride, heads, hd, rd, cs, inverse);
     return cuda_check_launch(err, "rope_cs");
 }
+
+/* Row i's copy, in 4-byte words where both ends and the size allow. */
+__global__ void k_scatter_rows_to(const uint8_t *src, size_t src_stride, const uint8_t *const *base,
+                                  const int32_t *slot, size_t dst_off, size_t dst_stride,
+                                  size_t bytes) {
+    const int64_t i = blockIdx.x;
+    const int32_t k = slot[i];
+    if (k < 0 || !base[i]) return;
+    uint8_t *d = (uint8_t *)base[i] + dst_off + (size_t)k * dst_stride;
+    const uint8_t *s = src + (size_t)i * src_stride;
+    if ((((uintptr_t)d | (uintptr_t)s | bytes) & 3) == 0) {
+        for (size_t w = threadIdx.x; w < bytes / 4; w += blockDim.x)
+            ((uint32_t *)d)[w] = ((const uint32_t *)s)[w];
+    } else {
+        for (size_t b = threadIdx.x; b < bytes; b += blockDim.x) d[b] = s[b];
+    }
+}
+
+extern "C" di_status cuda_op_scatter_rows_to(const void *src, size_t src_stride, int64_t m,
+                                             const uint8_t *const *base, const int32_t *slot,
+                                             size_t dst_off, size_t dst_stride, size_t bytes,
+                                             di_err *err) {
+    if (m <= 0 || bytes == 0) return DI_OK;
+    if (m > 0x7fffffffLL)
+        return di_err_set(err, DI_ERR_LIMIT, "scatter_rows_to: %lld rows", (long long)m);
+    k_scatter_rows_to<<<(unsigned)m, 128>>>((const uint8_t *)src, src_stride, base, slot, dst_off,
+                                            dst_stride, bytes);
+    return cuda_check_launch(err, "scatter_rows_to");
+}

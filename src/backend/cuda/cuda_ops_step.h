@@ -20,6 +20,13 @@ extern "C" {
 di_status cuda_op_rope_cs(float *x, int64_t m, int64_t stride, int heads, int64_t hd, int64_t rd,
                           const float *cs, int inverse, di_err *err);
 
+/* backend.h's scatter_rows_to: for i < m with slot[i] >= 0, `bytes` from
+ * src + i·src_stride to base[i] + dst_off + slot[i]·dst_stride; base [m]
+ * and slot [m] in device memory. One block per row. */
+di_status cuda_op_scatter_rows_to(const void *src, size_t src_stride, int64_t m,
+                                  const uint8_t *const *base, const int32_t *slot, size_t dst_off,
+                                  size_t dst_stride, size_t bytes, di_err *err);
+
 #ifdef __cplusplus
 }
 #endif
