@@ -14,6 +14,21 @@
 
 #define SCORE_BUDGET (1 << 24)
 
+/* The score width of a pass with the step metadata: the widest row's
+ * visible entries rounded up to c·2^k, c in {4, 5, 6, 7}, at least 64, so
+ * decode steps keep one width (one launch shape) for many tokens; the
+ * padding costs at most a quarter more. Scores past a row's visible count
+ * are -inf, which neither the candidate blocks (unreachable blocks are
+ * dropped) nor top-k pick, so the bits are those of the exact width. */
+static int64_t width_bucket(int64_t w) {
+    if (w <= 64) return 64;
+    int64_t u = 1;
+    while (8 * u <= w) u *= 2; /* 4u <= w < 8u */
+    int64_t c = 4;
+    while (c * u < w) c++;
+    return c * u;
+}
+
 di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_err *err) {
     const di_lm *lm = f->lm;
     const di_config *c = lm->cfg;
@@ -62,6 +77,7 @@ di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_e
         int64_t nv = (f->pos[i] + 1) / ratio;
         if (nv > width) width = nv;
     }
+    if (buf) width = width_bucket(width);
     /* FP4 index queries */
     be->ops->matmul(be, &lb->idx_wq_b, qr, m, q, lm->mm_q);
     di_fwd_rope(f, block, q, m, hi * di, hi, di, f->pos, 0);
@@ -75,7 +91,7 @@ di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_e
             for (int64_t i = 0; i < m * nbk; i++) f->cand[i] = -1;
         goto out;
     }
-    /* (backend memory: width 0 runs the ops below, which then write -1 everywhere) */
+    /* (backend memory: the width is never 0; rows with nothing visible get -1 everywhere) */
     int64_t rows = width > 0 && SCORE_BUDGET / width > 0 ? SCORE_BUDGET / width : 1;
     if (width == 0 || rows > m) rows = m;
     sc = be->ops->alloc(be, (size_t)(rows * (width > 0 ? width : 1)) * sizeof(float));

@@ -47,6 +47,9 @@ static struct {
     volatile sig_atomic_t faults; /* host accesses caught */
     long downloads, download_bytes, host_results, host_tables, uploads, host_arrays, engram;
     long state_writes, state_reads; /* copies into / out of the sequences' state */
+    int count_widths;            /* record score widths (unguarded runs) */
+    int64_t widths[64];          /* distinct score widths of the counted passes */
+    int n_widths;
 } ST;
 
 static size_t page_round(size_t n) {
@@ -173,11 +176,9 @@ static void s_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
     W(index_scores_kv, (di_backend *be, const float *q, const float *w, int64_t m, int hi, int64_t di, const uint8_t *const *keys, const int32_t *n_vis, int64_t width, float *out), (ST.cpu, q, w, m, hi, di, keys, n_vis, width, out)) \
     W(candidate_blocks, (di_backend *be, const float *scores, const int32_t *n_vis, int64_t m, int64_t width, int topk_blocks, int bs, int32_t *blocks), (ST.cpu, scores, n_vis, m, width, topk_blocks, bs, blocks)) \
     W(restrict_blocks, (di_backend *be, float *scores, const int32_t *blocks, int64_t m, int64_t width, int topk_blocks, int bs), (ST.cpu, scores, blocks, m, width, topk_blocks, bs)) \
-    W(topk_select, (di_backend *be, const float *scores, const int32_t *n_vis, int64_t m, int64_t width, int k, int32_t *idx), (ST.cpu, scores, n_vis, m, width, k, idx)) \
     W(index_scores_kv_buf, (di_backend *be, const float *q, const float *w, int64_t m, int hi, int64_t di, const uint8_t *const *keys, const int32_t *n_vis, int64_t width, float *out), (ST.cpu, q, w, m, hi, di, keys, n_vis, width, out)) \
     W(candidate_blocks_buf, (di_backend *be, const float *scores, const int32_t *n_vis, int64_t m, int64_t width, int topk_blocks, int bs, int32_t *blocks), (ST.cpu, scores, n_vis, m, width, topk_blocks, bs, blocks)) \
     W(restrict_blocks_buf, (di_backend *be, float *scores, const int32_t *blocks, int64_t m, int64_t width, int topk_blocks, int bs), (ST.cpu, scores, blocks, m, width, topk_blocks, bs)) \
-    W(topk_select_buf, (di_backend *be, const float *scores, const int32_t *n_vis, int64_t m, int64_t width, int k, int32_t *idx), (ST.cpu, scores, n_vis, m, width, k, idx)) \
     W(sparse_attn_rows, (di_backend *be, const float *q, int64_t m, int h, int64_t d, const di_attn_rows *rows, const float *sink, float scale, float *out), (ST.cpu, q, m, h, d, rows, sink, scale, out)) \
     W(rope_cs, (di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd, int64_t rd, const float *cs, int inverse), (ST.cpu, x, m, stride, heads, hd, rd, cs, inverse)) \
     W(embed_buf, (di_backend *be, const di_tensor *table, const int32_t *ids, int64_t m, float *out), (ST.cpu, table, ids, m, out)) \
@@ -190,6 +191,30 @@ static void s_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
     W(gather_rows, (di_backend *be, const float *src, const int32_t *rows, int64_t m, int64_t n, float *dst), (ST.cpu, src, rows, m, n, dst)) \
     W(scatter_add_rows, (di_backend *be, float *dst, const int32_t *rows, const float *src, int64_t m, int64_t n), (ST.cpu, dst, rows, src, m, n)) \
     W(add, (di_backend *be, float *y, const float *x, int64_t n), (ST.cpu, y, x, n))
+
+/* The selection ops record the score widths of the counted passes. */
+static void width_seen(int64_t width) {
+    if (!ST.guard && !ST.count_widths) return;
+    for (int i = 0; i < ST.n_widths; i++)
+        if (ST.widths[i] == width) return;
+    if (ST.n_widths < (int)(sizeof ST.widths / sizeof *ST.widths)) ST.widths[ST.n_widths++] = width;
+}
+
+static void s_topk_select(di_backend *be, const float *scores, const int32_t *n_vis, int64_t m,
+                          int64_t width, int k, int32_t *idx) {
+    width_seen(width);
+    op_in("topk_select");
+    ST.cpu->ops->topk_select(ST.cpu, scores, n_vis, m, width, k, idx);
+    op_out();
+}
+
+static void s_topk_select_buf(di_backend *be, const float *scores, const int32_t *n_vis, int64_t m,
+                              int64_t width, int k, int32_t *idx) {
+    width_seen(width);
+    op_in("topk_select_buf");
+    ST.cpu->ops->topk_select_buf(ST.cpu, scores, n_vis, m, width, k, idx);
+    op_out();
+}
 
 #define DEF(name, params, args)        \
     static void s_##name params {      \
@@ -214,6 +239,8 @@ static void strict_init(di_backend *cpu, int buf_forms) {
 #define SET(name, params, args) o.name = cpu->ops->name ? s_##name : NULL;
     STRICT_OPS(SET)
 #undef SET
+    o.topk_select = s_topk_select;
+    o.topk_select_buf = s_topk_select_buf;
     if (!buf_forms) {
         o.index_scores_kv_buf = NULL;
         o.candidate_blocks_buf = NULL;
@@ -234,6 +261,7 @@ static void counters_reset(void) {
     ST.downloads = ST.download_bytes = ST.host_results = ST.host_tables = 0;
     ST.uploads = ST.host_arrays = ST.engram = 0;
     ST.state_writes = ST.state_reads = 0;
+    ST.n_widths = 0;
     for (int i = 0; i < ST.n; i++) ST.bufs[i].persistent = 1;
 }
 
@@ -266,6 +294,8 @@ static int setup(void) {
 typedef struct run_out {
     long faults, downloads, download_bytes, host_results, host_tables, passes;
     long uploads, host_arrays, engram, state_writes, state_reads;
+    int64_t widths[64];
+    int n_widths;
 } run_out;
 
 static int64_t run(int buf_forms, int guard, int64_t P, int64_t Q, int steps, float *lg,
@@ -284,6 +314,7 @@ static int64_t run(int buf_forms, int guard, int64_t P, int64_t Q, int steps, fl
     CHECK(di_forward(&G.lm, &qb, 1, lg + V, 0, &err) == DI_OK);
     rows = 2;
     counters_reset();
+    ST.count_widths = 1;
     if (guard) {
         ST.guard = 1;
         protect_all(PROT_NONE);
@@ -311,7 +342,10 @@ static int64_t run(int buf_forms, int guard, int64_t P, int64_t Q, int steps, fl
     ro->engram = ST.engram;
     ro->state_writes = ST.state_writes;
     ro->state_reads = ST.state_reads;
+    ro->n_widths = ST.n_widths;
+    memcpy(ro->widths, ST.widths, sizeof ro->widths);
     ST.guard = 0;
+    ST.count_widths = 0;
     protect_all(PROT_READ | PROT_WRITE);
     di_seqstate_free(&a);
     di_seqstate_free(&b);
@@ -336,6 +370,17 @@ static void test_decode_no_host_reads(void) {
     CHECKF(rs.host_results == 0, "%ld calls of ops returning host arrays", rs.host_results);
     CHECKF(rs.host_tables == 0, "%ld calls of ops taking host tables", rs.host_tables);
     CHECKF(rs.host_arrays == 0, "%ld calls of ops taking per-row host arrays", rs.host_arrays);
+    /* score widths in buckets (c·2^k, c in 4..7, from 64: indexer.c), the
+     * host forms' exact widths elsewhere: the same bits (checked below) */
+    int exact = 0;
+    for (int i = 0; i < rs.n_widths; i++) {
+        int64_t w = rs.widths[i], u = w;
+        while (u > 7 && u % 2 == 0) u /= 2;
+        CHECKF(w >= 64 && u >= 4 && u <= 7, "score width %lld is not a bucket", (long long)w);
+    }
+    for (int i = 0; i < rh.n_widths; i++) exact += rh.widths[i] % 16 != 0;
+    CHECKF(rs.n_widths > 0 && exact > 0, "%d bucket widths, %d host-form widths off the buckets",
+           rs.n_widths, exact);
     /* one upload per pass: the step metadata */
     CHECK_EQ_INT(rs.uploads, rs.passes);
     /* Engram rows are gathered from the host table, once per Engram layer */
