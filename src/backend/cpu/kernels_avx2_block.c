@@ -95,6 +95,20 @@ AVX2_INLINE __m256 dec_pos(const int fp4, __m256i x, const int p) {
     return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(v, 6), _mm256_set1_epi32((int)0x81c00000u)));
 }
 
+/* Word positions p and p + P/2 (P = 4 or 8 codes per word) at once, with
+ * 16-bit shifts: the code of position p + P/2 sits in the upper half of each
+ * word at the same offset as position p in the lower half, so one shift pair
+ * decodes both, the upper one in place (-> *hi) and the lower one after a
+ * shift by 16 (returned). 5 shifts instead of 7 per FP8 chunk, 11 instead
+ * of 15 per MXFP4 chunk. */
+AVX2_INLINE __m256 dec_pair(const int fp4, __m256i x, const int p, __m256 *hi) {
+    const __m256i mask = _mm256_set1_epi32(fp4 ? (int)0x81c00000u : (int)0x87f00000u);
+    const int top = fp4 ? 12 - 4 * p : 8 - 8 * p; /* the code to bits 15.. of its half */
+    const __m256i v = _mm256_srai_epi16(top ? _mm256_slli_epi16(x, top) : x, fp4 ? 6 : 4);
+    *hi = _mm256_castsi256_ps(_mm256_and_si256(v, mask));
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(v, 16), mask));
+}
+
 /* Chunk c of a row: 32 bytes, or for MXFP4 rows with K % 64 = 32 the last 16
  * (the missing lanes read zero codes). */
 AVX2_INLINE __m256i load_chunk(const uint8_t *row, int64_t c, int half) {
@@ -486,6 +500,33 @@ AVX2_INLINE void dec_chunk(const int fp4, const int mr, const int R, int64_t c, 
                 for (int m = 0; m < DEC_MB; m++)
                     if (m < mr) acc[m][r] = _mm256_mul_ps(acc[m][r], f);
             }
+    if (R >= 4) { /* see dec_pair() */
+        __m256 hold[4][8];
+#pragma GCC unroll 8
+        for (int p = 0; p < P / 2; p++) {
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++)
+                if (r < R) {
+                    const __m256 v = dec_pair(fp4, load_chunk(rows[r], c, half), p, &hold[p][r]);
+#pragma GCC unroll 8
+                    for (int m = 0; m < DEC_MB; m++)
+                        if (m < mr)
+                            acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(a + m * lda + c * 8 * P + 8 * p), v, acc[m][r]);
+                }
+            __asm__ volatile("" ::: "memory"); /* reload the chunks, see below */
+        }
+#pragma GCC unroll 8
+        for (int p = P / 2; p < P; p++)
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++)
+                if (r < R)
+#pragma GCC unroll 8
+                    for (int m = 0; m < DEC_MB; m++)
+                        if (m < mr)
+                            acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(a + m * lda + c * 8 * P + 8 * p),
+                                                        hold[p - P / 2][r], acc[m][r]);
+        return;
+    }
 #pragma GCC unroll 8
     for (int p = 0; p < P; p++) {
 #pragma GCC unroll 8
