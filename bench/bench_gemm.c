@@ -16,7 +16,11 @@
  * timings use the thread's CPU-time clock, all-thread ones the wall clock.
  * The table gives, per weight, the medians over the rounds of GB/s and of
  * the per-round ratio GB/s / bandwidth (the machine is shared: a round's
- * ratio uses that round's bandwidth).
+ * ratio uses that round's bandwidth). Each round also times a loop of
+ * independent 8-lane FMAs on one thread and on all: kernels.h gives every
+ * weight code one FMA lane per activation row, so fma/s · 8 / M codes per
+ * second is as fast as any kernel can read weights; the `ceil` columns
+ * state it as a ratio to the same round's bandwidth.
  *
  * Times are medians of several runs. Decode (M <= 8) streams rotating copies
  * of the weights, more than the last-level cache holds, so every call reads
@@ -124,6 +128,42 @@ static double measure_memcpy_bw(void) {
     return 2.0 * bytes / median_of(t, 5) / 1e9; /* read + write */
 }
 
+/* ---- the FMA rate: what the lane contract of kernels.h allows ----
+ * Every weight code of a decode row becomes one fp32 lane of one FMA per
+ * activation row (eight lanes per instruction), so a core cannot read more
+ * than fma/s · 8 / M codes per second, whatever the decoding costs on top. */
+
+enum { FMA_ITERS = 20000000 };
+
+static void fma_spin(void *ctx, int64_t b, int64_t e, int thread) {
+    for (int64_t part = b; part < e; part++) {
+#if defined(__x86_64__) && defined(__FMA__)
+        /* 10 independent chains: enough to cover the FMA latency on both pipes */
+        for (long i = 0; i < FMA_ITERS; i++)
+            __asm__ volatile("vfmadd231ps %%ymm15,%%ymm14,%%ymm0\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm1\n\t"
+                             "vfmadd231ps %%ymm15,%%ymm14,%%ymm2\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm3\n\t"
+                             "vfmadd231ps %%ymm15,%%ymm14,%%ymm4\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm5\n\t"
+                             "vfmadd231ps %%ymm15,%%ymm14,%%ymm6\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm7\n\t"
+                             "vfmadd231ps %%ymm15,%%ymm14,%%ymm8\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm9"
+                             ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9");
+#endif
+    }
+}
+
+/* 8-lane FMAs per second on the pool's threads together (0 where the
+ * benchmark was built without FMA). */
+static double measure_fma_rate(di_threadpool *tp) {
+#if defined(__x86_64__) && defined(__FMA__)
+    const int n = di_threadpool_size(tp);
+    double t0 = now();
+    di_threadpool_for(tp, n, 1, fma_spin, NULL);
+    return (double)n * FMA_ITERS * 10 / (now() - t0);
+#else
+    (void)tp;
+    return 0;
+#endif
+}
+
 /* ---- one weight matrix in its checkpoint format ---- */
 
 typedef struct wmat {
@@ -192,6 +232,7 @@ typedef struct dec_row {
     const wmat *m;
     int64_t M;
     double gbs[2][MAX_ROUNDS], ratio[2][MAX_ROUNDS]; /* [one thread, all threads][round] */
+    double ceil_ratio[2][MAX_ROUNDS]; /* FMA-rate ceiling / read bw */
     double hot;
 } dec_row;
 
@@ -225,7 +266,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
     const int64_t Ms[] = {1, 4};
     dec_row rows[16];
     int nrows = 0;
-    double bw[2][MAX_ROUNDS];
+    double bw[2][MAX_ROUNDS], fma[2][MAX_ROUNDS];
     /* weights and activations made once, reused by every round */
     wcopy *copies[8] = {0};
     int ncopies[8] = {0};
@@ -243,7 +284,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
         for (int c = 0; c < ncopy; c++) wcopy_fill(m, &copies[mi][c]);
         if (m->K > kmax) kmax = m->K;
         if (m->N > nmax) nmax = m->N;
-        for (size_t xi = 0; xi < 2; xi++) rows[nrows++] = (dec_row){m, Ms[xi], {{0}}, {{0}}, 0};
+        for (size_t xi = 0; xi < 2; xi++) rows[nrows++] = (dec_row){m, Ms[xi], {{0}}, {{0}}, {{0}}, 0};
     }
     if (!nrows) return 1;
     for (int xi = 0; xi < 2; xi++) {
@@ -268,6 +309,12 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
             di_threadpool *p = all ? tp : NULL;
             clockid_t clk = all ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
             bw[all][round] = measure_read_bw_clock(p, clk);
+            {
+                clockid_t saved = bench_clock;
+                bench_clock = clk;
+                fma[all][round] = measure_fma_rate(p);
+                bench_clock = saved;
+            }
             for (int r = 0; r < nrows; r++) {
                 const wmat *m = rows[r].m;
                 const int xi = rows[r].M == 1 ? 0 : 1;
@@ -277,37 +324,48 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
                                        out, p, clk, budget);
                 rows[r].gbs[all][round] = g;
                 rows[r].ratio[all][round] = g / bw[all][round];
+                /* codes + scales per code: 1 + 1/1024 (FP8), 1/2 + 1/32 (MXFP4) */
+                const double bpc = m->fp4 ? 0.5 + 1.0 / 32 : 1.0 + 1.0 / 1024;
+                rows[r].ceil_ratio[all][round] = fma[all][round] * 8 / (double)rows[r].M * bpc / 1e9 / bw[all][round];
             }
         }
-        fprintf(stderr, "round %d: read %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n", round + 1,
-                bw[0][round], bw[1][round], di_threadpool_size(tp));
+        fprintf(stderr, "round %d: read %.1f GB/s (1 thread), %.1f GB/s (%d threads); FMA %.2f G/s, %.2f G/s\n",
+                round + 1, bw[0][round], bw[1][round], di_threadpool_size(tp), fma[0][round] / 1e9,
+                fma[1][round] / 1e9);
     }
-    double bw_med[2];
+    double bw_med[2], fma_med[2];
     for (int all = 0; all < 2; all++) {
         double t[MAX_ROUNDS];
         memcpy(t, bw[all], sizeof t);
         bw_med[all] = median_of(t, rounds);
+        memcpy(t, fma[all], sizeof t);
+        fma_med[all] = median_of(t, rounds);
     }
     printf("# CPU kernels, decode rows: path %s (%s), %d rounds; 1 thread = thread CPU time, %d threads = wall clock\n",
            di_cpu_kernels_path(), di_cpu_describe(), rounds, di_threadpool_size(tp));
     printf("# read bandwidth, median of the rounds: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n",
            bw_med[0], bw_med[1], di_threadpool_size(tp));
+    printf("# 8-lane FMAs, median of the rounds: %.2f G/s (1 thread), %.2f G/s (%d threads)\n",
+           fma_med[0] / 1e9, fma_med[1] / 1e9, di_threadpool_size(tp));
     printf("# GB/s = weight bytes (codes + scales) per call / t, from DRAM; vs_bw = median of per-round GB/s / read bw;\n"
-           "# hot = 1 thread with the weights in L2\n");
-    printf("%-14s %-5s %2s %8s %6s %8s %6s %8s\n", "weight", "fmt", "M", "1t_GB/s", "vs_bw", "nt_GB/s",
-           "vs_bw", "hot");
+           "# ceil = FMA rate x 8 codes / M as weight GB/s over the read bw (kernels.h: one FMA lane per code\n"
+           "# and activation row), the most vs_bw can reach; hot = 1 thread with the weights in L2\n");
+    printf("%-14s %-5s %2s %8s %6s %6s %8s %6s %6s %8s\n", "weight", "fmt", "M", "1t_GB/s", "vs_bw", "ceil",
+           "nt_GB/s", "vs_bw", "ceil", "hot");
     for (int r = 0; r < nrows; r++) {
-        double med[2][2];
+        double med[2][3];
         for (int all = 0; all < 2; all++) {
             double t[MAX_ROUNDS];
             memcpy(t, rows[r].gbs[all], sizeof t);
             med[all][0] = median_of(t, rounds);
             memcpy(t, rows[r].ratio[all], sizeof t);
             med[all][1] = median_of(t, rounds);
+            memcpy(t, rows[r].ceil_ratio[all], sizeof t);
+            med[all][2] = median_of(t, rounds);
         }
-        printf("%-14s %-5s %2lld %8.1f %6.2f %8.1f %6.2f %8.1f\n", rows[r].m->name,
-               rows[r].m->fp4 ? "mxfp4" : "fp8", (long long)rows[r].M, med[0][0], med[0][1], med[1][0],
-               med[1][1], rows[r].hot);
+        printf("%-14s %-5s %2lld %8.1f %6.2f %6.2f %8.1f %6.2f %6.2f %8.1f\n", rows[r].m->name,
+               rows[r].m->fp4 ? "mxfp4" : "fp8", (long long)rows[r].M, med[0][0], med[0][1], med[0][2],
+               med[1][0], med[1][1], med[1][2], rows[r].hot);
     }
     for (size_t mi = 0; mi < nmats; mi++) {
         for (int c = 0; c < ncopies[mi]; c++) free(copies[mi][c].w), free(copies[mi][c].ws);
