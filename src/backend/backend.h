@@ -262,6 +262,12 @@ typedef struct di_backend_ops {
     void (*scatter_rows_to)(di_backend *be, const void *src, size_t src_stride, int64_t m,
                             const uint8_t *const *base, const int32_t *slot, size_t dst_off,
                             size_t dst_stride, size_t bytes);
+    /* The gather the other way (the compressor's groups from the
+     * per-token rings): for i < m, `bytes` from base[i] + src_off +
+     * slot[i]·src_stride to dst + i·dst_stride. */
+    void (*gather_rows_from)(di_backend *be, void *dst, size_t dst_stride, int64_t m,
+                             const uint8_t *const *base, const int32_t *slot, size_t src_off,
+                             size_t src_stride, size_t bytes);
 
     /* ---- MoE (§7) ---- */
     /* logits [m, e] fp32 → selected experts [m, k] and weights [m, k] (both host):

@@ -72,13 +72,27 @@ di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
         if (!a || !g || !ga || !gg) goto nomem;
         be->ops->matmul(be, &lb->cmp_wkv, x, m, a, 0); /* fp32 projections */
         be->ops->matmul(be, &lb->cmp_wgate, x, m, g, 0);
+        size_t rb = (size_t)dh * sizeof(float);
+        const uint8_t *const *tok = scatter ? f->m_ctok + (int64_t)block * m : NULL;
+        /* with the step metadata's ring slots of every group token (decode):
+         * this chunk's rows into the per-token rings first, then the groups
+         * from the rings, so no copy has a per-step address */
+        int ring = scatter && be->ops->gather_rows_from && f->m_grp_base[block];
+        if (ring) {
+            be->ops->scatter_rows_to(be, a, rb, m, tok, f->m_tslot, 0, 2 * rb, rb);
+            be->ops->scatter_rows_to(be, g, rb, m, tok, f->m_tslot, rb, 2 * rb, rb);
+            be->ops->gather_rows_from(be, ga, rb, n_new * ratio, f->m_grp_base[block],
+                                      f->m_grp_slot[block], 0, 2 * rb, rb);
+            be->ops->gather_rows_from(be, gg, rb, n_new * ratio, f->m_grp_base[block],
+                                      f->m_grp_slot[block], rb, 2 * rb, rb);
+        }
         int64_t e = 0;
         for (int s = 0; s < f->n_seqs; s++) {
             di_seqstate *sq = f->seqs[s].st;
             int64_t j0, j1, start = sq->n_tokens, r0 = f->row0[s];
             new_groups(f, s, ratio, &j0, &j1);
             for (int64_t j = j0; j < j1; j++, e++) {
-                for (int t = 0; t < ratio; t++) {
+                for (int t = 0; t < ratio && !ring; t++) {
                     int64_t p = j * ratio + t;
                     const float *sa, *sg;
                     if (p >= start) {
@@ -102,9 +116,7 @@ di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
                 be->ops->copy(be, dst + dh, g + (r0 + i) * dh, (size_t)dh * 4);
             }
         }
-        if (scatter) {
-            size_t rb = (size_t)dh * sizeof(float);
-            const uint8_t *const *tok = f->m_ctok + (int64_t)block * m;
+        if (scatter && !ring) { /* after the groups' reads of the rings */
             be->ops->scatter_rows_to(be, a, rb, m, tok, f->m_tslot, 0, 2 * rb, rb);
             be->ops->scatter_rows_to(be, g, rb, m, tok, f->m_tslot, rb, 2 * rb, rb);
         }

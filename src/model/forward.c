@@ -81,8 +81,8 @@ static int fwd_meta(di_fwd *f) {
     cs_tab *tabs = calloc((size_t)(2 * nb + 1), sizeof *tabs);
     int *row_tab = malloc((size_t)(2 * nb + 1) * sizeof(int)), *ent_tab = row_tab + nb, nt = 0;
     f->m_cs = calloc((size_t)(2 * nb + 1), sizeof(float *));
-    f->m_ent_ckv = calloc((size_t)(2 * nb + 1), sizeof(uint8_t *const *));
-    f->m_ent_slot = calloc((size_t)nb + 1, sizeof(int32_t *));
+    f->m_ent_ckv = calloc((size_t)(3 * nb + 1), sizeof(uint8_t *const *));
+    f->m_ent_slot = calloc((size_t)(2 * nb + 1), sizeof(int32_t *));
     if (!tabs || !row_tab || !f->m_cs || !f->m_ent_ckv || !f->m_ent_slot) {
         free(tabs);
         free(row_tab);
@@ -90,6 +90,8 @@ static int fwd_meta(di_fwd *f) {
     }
     f->m_cs_ent = f->m_cs + nb;
     f->m_ent_ikey = f->m_ent_ckv + nb;
+    f->m_grp_base = f->m_ent_ckv + 2 * nb;
+    f->m_grp_slot = f->m_ent_slot + nb;
     for (int64_t b = 0; b < nb; b++) {
         const float *fq = lm->blocks[b].freq;
         const di_layer_role *r = &c->roles[b];
@@ -107,13 +109,17 @@ static int fwd_meta(di_fwd *f) {
         free(row_tab);
         return -1;
     }
+    int64_t g_tot = 0; /* tokens of the groups ratio > 1 compressors complete */
     for (int64_t b = 0; b < c->n_layers; b++)
-        if (c->roles[b].ratio > 0 && c->roles[b].owns_compressor)
+        if (c->roles[b].ratio > 0 && c->roles[b].owns_compressor) {
             e_tot += n_ent[b] = entry_positions(f, (int)b, NULL, NULL);
+            if (c->roles[b].ratio > 1) g_tot += n_ent[b] * c->roles[b].ratio;
+        }
     int64_t nmtp = lm->has_dspark ? c->n_mtp : 0;
     size_t n_cs = nt ? tabs[nt - 1].off + (size_t)(tabs[nt - 1].n * half * 2) : 0;
-    size_t n_ptr = (size_t)(4 * nb * m + nmtp * m + 2 * e_tot),
-           n_i32 = (size_t)(m * W + nb * m + m + f->n_seqs + m + 2 * m + e_tot) + (size_t)(m * hc) + n_cs;
+    size_t n_ptr = (size_t)(4 * nb * m + nmtp * m + 2 * e_tot + g_tot),
+           n_i32 = (size_t)(m * W + nb * m + m + f->n_seqs + m + 2 * m + e_tot + g_tot) +
+                   (size_t)(m * hc) + n_cs;
     size_t bytes = n_ptr * sizeof(void *) + n_i32 * sizeof(int32_t);
     uint8_t *h = calloc(1, bytes);
     int32_t *epos = malloc((size_t)(2 * m + 2) * sizeof(int32_t)), *eseq = epos + m + 1;
@@ -128,11 +134,22 @@ static int fwd_meta(di_fwd *f) {
     f->meta_host = h;
     const uint8_t **ring = (const uint8_t **)(void *)h, **ckv = ring + nb * m, **ikey = ckv + nb * m;
     const uint8_t **ctok = ikey + nb * m, **dsring = ctok + nb * m, **eckv = dsring + nmtp * m,
-                  **eikey = eckv + e_tot;
-    int32_t *win = (int32_t *)(void *)(eikey + e_tot), *nvis = win + m * W;
+                  **eikey = eckv + e_tot, **gbase = eikey + e_tot;
+    int32_t *win = (int32_t *)(void *)(gbase + g_tot), *nvis = win + m * W;
     int32_t *ids = nvis + nb * m, *last = ids + m, *all = last + f->n_seqs;
-    int32_t *wslot = all + m, *tslot = wslot + m, *eslot = tslot + m;
-    float *onehot = (float *)(void *)(eslot + e_tot), *cs = onehot + m * hc;
+    int32_t *wslot = all + m, *tslot = wslot + m, *eslot = tslot + m, *gslot = eslot + e_tot;
+    float *onehot = (float *)(void *)(gslot + g_tot), *cs = onehot + m * hc;
+    /* ratio > 1: whether every group token is in the per-token ring once
+     * this chunk's rows are written (always at decode; not when a long
+     * chunk completes groups older than the ring holds) */
+    int *grp_ok = calloc((size_t)nb + 1, sizeof(int));
+    if (!grp_ok) {
+        free(epos);
+        free(tabs);
+        free(row_tab);
+        free(n_ent);
+        return -1;
+    }
     for (int64_t i = 0; i < m; i++) {
         const di_seqstate *st = f->seqs[f->seq[i]].st;
         int64_t t = f->pos[i], start = st->n_tokens, r0 = f->row0[f->seq[i]];
@@ -166,19 +183,29 @@ static int fwd_meta(di_fwd *f) {
         all[i] = (int32_t)i;
         onehot[i * hc] = 1.f;
     }
-    /* each compressor's new entries: the sequence's caches and the entry index */
-    int64_t eo = 0;
+    /* each compressor's new entries: the sequence's caches and the entry
+     * index; ratio > 1: each group token's ring slot */
+    int64_t eo = 0, go = 0;
     for (int64_t b = 0; b < c->n_layers; b++) {
         if (!(c->roles[b].ratio > 0 && c->roles[b].owns_compressor)) continue;
         int ratio = c->roles[b].ratio;
         entry_positions(f, (int)b, epos, eseq);
+        grp_ok[b] = ratio > 1;
         for (int64_t e = 0; e < n_ent[b]; e++) {
             const di_seqstate *st = f->seqs[eseq[e]].st;
             eckv[eo + e] = st->ckv[b];
             eikey[eo + e] = st->ikey[b];
             eslot[eo + e] = epos[e] / ratio;
+            int64_t end = st->n_tokens + f->seqs[eseq[e]].n;
+            for (int t = 0; ratio > 1 && t < ratio; t++) {
+                int64_t p = epos[e] + t;
+                if (p < end - st->tok_cap) grp_ok[b] = 0;
+                gbase[go + e * ratio + t] = (const uint8_t *)st->ctok[b];
+                gslot[go + e * ratio + t] = (int32_t)(p % st->tok_cap);
+            }
         }
         eo += n_ent[b];
+        if (ratio > 1) go += n_ent[b] * ratio;
     }
     for (int s = 0; s < f->n_seqs; s++) last[s] = (int32_t)(f->row0[s] + f->seqs[s].n - 1);
     for (int i = 0; i < nt; i++) {
@@ -197,6 +224,7 @@ static int fwd_meta(di_fwd *f) {
             free(tabs);
             free(row_tab);
             free(n_ent);
+            free(grp_ok);
             return -1;
         }
         be->ops->upload(be, f->meta, h, bytes);
@@ -207,29 +235,35 @@ static int fwd_meta(di_fwd *f) {
     f->m_ikey = f->m_ckv + nb * m;
     f->m_ctok = f->m_ikey + nb * m;
     f->m_dsring = f->m_ctok + nb * m;
-    const uint8_t *const *me_ckv = f->m_dsring + nmtp * m, *const *me_ikey = me_ckv + e_tot;
-    f->m_win = (const int32_t *)(const void *)(me_ikey + e_tot);
+    const uint8_t *const *me_ckv = f->m_dsring + nmtp * m, *const *me_ikey = me_ckv + e_tot,
+                         *const *mg_base = me_ikey + e_tot;
+    f->m_win = (const int32_t *)(const void *)(mg_base + g_tot);
     f->m_nvis = f->m_win + m * W;
     f->m_ids = f->m_nvis + nb * m;
     f->m_rows_last = f->m_ids + m;
     f->m_rows_all = f->m_rows_last + f->n_seqs;
     f->m_wslot = f->m_rows_all + m;
     f->m_tslot = f->m_wslot + m;
-    const int32_t *me_slot = f->m_tslot + m;
-    f->m_onehot = (const float *)(const void *)(me_slot + e_tot);
+    const int32_t *me_slot = f->m_tslot + m, *mg_slot = me_slot + e_tot;
+    f->m_onehot = (const float *)(const void *)(mg_slot + g_tot);
     const float *mcs = f->m_onehot + m * hc;
-    eo = 0;
+    eo = go = 0;
     for (int64_t b = 0; b < nb; b++) {
         f->m_cs[b] = row_tab[b] >= 0 ? mcs + tabs[row_tab[b]].off : NULL;
         f->m_cs_ent[b] = ent_tab[b] >= 0 ? mcs + tabs[ent_tab[b]].off : NULL;
         f->m_ent_ckv[b] = me_ckv + eo;
         f->m_ent_ikey[b] = me_ikey + eo;
         f->m_ent_slot[b] = me_slot + eo;
+        f->m_grp_base[b] = grp_ok[b] ? mg_base + go : NULL;
+        f->m_grp_slot[b] = grp_ok[b] ? mg_slot + go : NULL;
         eo += n_ent[b];
+        if (c->roles[b].ratio > 1 && c->roles[b].owns_compressor && b < c->n_layers)
+            go += n_ent[b] * c->roles[b].ratio;
     }
     free(tabs);
     free(row_tab);
     free(n_ent);
+    free(grp_ok);
     return 0;
 }
 

@@ -76,6 +76,10 @@ typedef struct di_fwd {
                                           of each new entry's sequence */
     const uint8_t *const **m_ent_ikey; /* [n_blocks] (host array) -> [n_new] index-key cache */
     const int32_t **m_ent_slot;        /* [n_blocks] (host array) -> [n_new] the entry's index */
+    const uint8_t *const **m_grp_base; /* [n_blocks] (host array) -> [n_new, ratio] per-token ring
+                                          of each group token's sequence (ratio > 1), or NULL:
+                                          a group older than the ring (host copies) */
+    const int32_t **m_grp_slot;        /* [n_blocks] (host array) -> [n_new, ratio] its ring slot */
     int dspark_p;        /* DSpark draft: main position p, else -1 */
     di_fwd_trace *trace; /* NULL or where the next block writes its sublayer outputs */
 } di_fwd;

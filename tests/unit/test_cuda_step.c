@@ -162,6 +162,7 @@ static void test_device_select_same_bits(void) {
     CHECK(prof_calls(t1, "rope_cs") > 0 && prof_calls(t1, "embed_buf") > 0);
     /* ring and cache writes to the metadata's slots: fewer copies than rows written */
     CHECK(prof_calls(t1, "scatter_rows_to") > 0 && prof_calls(t0, "scatter_rows_to") == 0);
+    CHECK(prof_calls(t1, "gather_rows_from") > 0);
     CHECKF(prof_calls(t1, "copy") < prof_calls(t0, "copy"), "device forms: %ld copies, host forms %ld",
            prof_calls(t1, "copy"), prof_calls(t0, "copy"));
     CHECKF(prof_calls(t1, "upload") == 16, "device forms: %ld uploads in 16 passes",

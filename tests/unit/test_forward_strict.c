@@ -15,8 +15,10 @@
  * sequences batched) past the window's wrap: no fault, no host-result or
  * host-table or host-array op, one upload per pass (the step metadata),
  * Engram's host gather once per Engram layer and pass (its table stays on
- * the host by design), no copy into the sequences' state (ring and cache
- * writes go through scatter_rows_to with the step metadata's slots), one
+ * the host by design), no copy into or out of the sequences' state (ring
+ * and cache writes, the compressor's group reads: scatter_rows_to /
+ * gather_rows_from with the step metadata's slots), score widths in
+ * buckets, one
  * download per pass (the logits); the logits equal, bit
  * for bit, those of the host forms (the same wrapper without the
  * backend-memory ops), which in turn must show host-result calls (so the
@@ -184,6 +186,7 @@ static void s_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
     W(embed_buf, (di_backend *be, const di_tensor *table, const int32_t *ids, int64_t m, float *out), (ST.cpu, table, ids, m, out)) \
     W(gather_rows_buf, (di_backend *be, const float *src, const int32_t *rows, int64_t m, int64_t n, float *dst), (ST.cpu, src, rows, m, n, dst)) \
     W(scatter_rows_to, (di_backend *be, const void *src, size_t src_stride, int64_t m, const uint8_t *const *base, const int32_t *slot, size_t dst_off, size_t dst_stride, size_t bytes), (ST.cpu, src, src_stride, m, base, slot, dst_off, dst_stride, bytes)) \
+    W(gather_rows_from, (di_backend *be, void *dst, size_t dst_stride, int64_t m, const uint8_t *const *base, const int32_t *slot, size_t src_off, size_t src_stride, size_t bytes), (ST.cpu, dst, dst_stride, m, base, slot, src_off, src_stride, bytes)) \
     W(moe_route, (di_backend *be, const float *logits, const float *bias, int64_t m, int e, int k, int normalize, float route_scale, int32_t *idx, float *w), (ST.cpu, logits, bias, m, e, k, normalize, route_scale, idx, w)) \
     W(moe_route_buf, (di_backend *be, const float *logits, const float *bias, int64_t m, int e, int k, int normalize, float route_scale, int32_t *idx, float *w), (ST.cpu, logits, bias, m, e, k, normalize, route_scale, idx, w)) \
     W(moe_experts, (di_backend *be, const di_moe_experts *ex, const float *x, int64_t m, const int32_t *idx, const float *w, int k, unsigned mm, float limit, float *out), (ST.cpu, ex, x, m, idx, w, k, mm, limit, out)) \
@@ -251,6 +254,7 @@ static void strict_init(di_backend *cpu, int buf_forms) {
         o.embed_buf = NULL;
         o.gather_rows_buf = NULL;
         o.scatter_rows_to = NULL;
+        o.gather_rows_from = NULL;
     }
     ST.ops = o;
     ST.be = (di_backend){&ST.ops, cpu->n_threads, NULL};
@@ -388,20 +392,20 @@ static void test_decode_no_host_reads(void) {
     for (int b = 0; b < G.cfg.n_layers; b++) n_engram_layers += G.cfg.roles[b].engram >= 0;
     CHECK(n_engram_layers > 0);
     CHECK_EQ_INT(rs.engram, rs.passes * n_engram_layers);
-    /* no copy writes into the sequences' state (rings, caches): those go to
-     * the step metadata's slots; what is left are the ratio-2 groups' reads
-     * of the earlier token from the per-token ring (a step shape of its own) */
+    /* no copy into or out of the sequences' state (rings, caches): the
+     * writes and the ratio-2 groups' reads of the per-token rings go
+     * through the step metadata's slots */
     CHECKF(rs.state_writes == 0, "%ld copies into the sequences' state", rs.state_writes);
-    if (getenv("DI_TEST_VERBOSE"))
-        fprintf(stderr, "decode passes %ld: %ld copies read the state (group completion)\n",
-                rs.passes, rs.state_reads);
+    CHECKF(rs.state_reads == 0, "%ld copies out of the sequences' state", rs.state_reads);
     /* one download per pass: the logits of its last rows */
     CHECK_EQ_INT(rs.downloads, rs.passes);
     CHECK_EQ_INT(rs.download_bytes, (long)((n1 - 2) * V * (int64_t)sizeof(float)));
     /* the host forms are what the counters catch ... */
-    CHECKF(rh.host_results > 0 && rh.host_tables > 0 && rh.host_arrays > 0 && rh.state_writes > 0,
-           "host forms: %ld host-result, %ld host-table, %ld host-array calls, %ld state writes",
-           rh.host_results, rh.host_tables, rh.host_arrays, rh.state_writes);
+    CHECKF(rh.host_results > 0 && rh.host_tables > 0 && rh.host_arrays > 0 && rh.state_writes > 0 &&
+               rh.state_reads > 0,
+           "host forms: %ld host-result, %ld host-table, %ld host-array calls, %ld state writes, "
+           "%ld state reads",
+           rh.host_results, rh.host_tables, rh.host_arrays, rh.state_writes, rh.state_reads);
     /* ... and give the same bits */
     int64_t diff = 0;
     for (int64_t i = 0; i < n1 * V; i++) diff += memcmp(&strict[i], &host[i], sizeof(float)) != 0;

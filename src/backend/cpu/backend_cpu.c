@@ -1150,6 +1150,16 @@ static void cpu_scatter_rows_to(di_backend *be, const void *src, size_t src_stri
                    (const uint8_t *)src + (size_t)i * src_stride, bytes);
 }
 
+/* backend.h gather_rows_from: base and slot are host memory here. */
+static void cpu_gather_rows_from(di_backend *be, void *dst, size_t dst_stride, int64_t m,
+                                 const uint8_t *const *base, const int32_t *slot, size_t src_off,
+                                 size_t src_stride, size_t bytes) {
+    (void)be;
+    for (int64_t i = 0; i < m; i++)
+        memcpy((uint8_t *)dst + (size_t)i * dst_stride,
+               base[i] + src_off + (size_t)slot[i] * src_stride, bytes);
+}
+
 /* The routed experts of a layer (backend.h moe_experts): the model's
  * per-expert loop — gather the expert's rows, w1 and w3, SwiGLU with the
  * routing weights, w2, scatter-add — run here with the very same ops, so
@@ -1265,6 +1275,7 @@ static const di_backend_ops cpu_ops = {
     .gather_rows = cpu_gather_rows,
     .gather_rows_buf = cpu_gather_rows,
     .scatter_rows_to = cpu_scatter_rows_to,
+    .gather_rows_from = cpu_gather_rows_from,
     .scatter_add_rows = cpu_scatter_add_rows,
     .add = cpu_add,
 };

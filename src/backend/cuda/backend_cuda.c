@@ -1117,6 +1117,16 @@ static void cu_scatter_rows_to(di_backend *be, const void *src, size_t src_strid
          &err);
 }
 
+static void cu_gather_rows_from(di_backend *be, void *dst, size_t dst_stride, int64_t m,
+                                const uint8_t *const *base, const int32_t *slot, size_t src_off,
+                                size_t src_stride, size_t bytes) {
+    op_enter(be, "gather_rows_from");
+    di_err err = {0};
+    note(be,
+         cuda_op_gather_rows_from(dst, dst_stride, m, base, slot, src_off, src_stride, bytes, &err),
+         &err);
+}
+
 static void cu_scatter_add_rows(di_backend *be, float *dst, const int32_t *rows, const float *src,
                                 int64_t m, int64_t n) {
     op_enter(be, "scatter_add_rows");
@@ -1473,6 +1483,7 @@ static const di_backend_ops cuda_ops = {
     .gather_rows = cu_gather_rows,
     .gather_rows_buf = cu_gather_rows_buf,
     .scatter_rows_to = cu_scatter_rows_to,
+    .gather_rows_from = cu_gather_rows_from,
     .scatter_add_rows = cu_scatter_add_rows,
     .add = cu_add,
     .destroy = cu_destroy,
@@ -1515,6 +1526,7 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         c->ops.embed_buf = NULL;
         c->ops.gather_rows_buf = NULL;
         c->ops.scatter_rows_to = NULL;
+        c->ops.gather_rows_from = NULL;
     }
     /* DI_CUDA_MOE_GROUPED=0: the model's per-expert loop with host routing
      * (for comparisons; the grouped op gives the loop's bits) */

@@ -25,21 +25,43 @@ extern "C" di_status cuda_op_rope_cs(float *x, int64_t m, int64_t stride, int he
     return cuda_check_launch(err, "rope_cs");
 }
 
-/* Row i's copy, in 4-byte words where both ends and the size allow. */
-__global__ void k_scatter_rows_to(const uint8_t *src, size_t src_stride, const uint8_t *const *base,
-                                  const int32_t *slot, size_t dst_off, size_t dst_stride,
-                                  size_t bytes) {
-    const int64_t i = blockIdx.x;
-    const int32_t k = slot[i];
-    if (k < 0 || !base[i]) return;
-    uint8_t *d = (uint8_t *)base[i] + dst_off + (size_t)k * dst_stride;
-    const uint8_t *s = src + (size_t)i * src_stride;
+/* One row by one block, in 4-byte words where both ends and the size allow. */
+__device__ __forceinline__ void copy_row(uint8_t *d, const uint8_t *s, size_t bytes) {
     if ((((uintptr_t)d | (uintptr_t)s | bytes) & 3) == 0) {
         for (size_t w = threadIdx.x; w < bytes / 4; w += blockDim.x)
             ((uint32_t *)d)[w] = ((const uint32_t *)s)[w];
     } else {
         for (size_t b = threadIdx.x; b < bytes; b += blockDim.x) d[b] = s[b];
     }
+}
+
+__global__ void k_scatter_rows_to(const uint8_t *src, size_t src_stride, const uint8_t *const *base,
+                                  const int32_t *slot, size_t dst_off, size_t dst_stride,
+                                  size_t bytes) {
+    const int64_t i = blockIdx.x;
+    const int32_t k = slot[i];
+    if (k < 0 || !base[i]) return;
+    copy_row((uint8_t *)base[i] + dst_off + (size_t)k * dst_stride, src + (size_t)i * src_stride,
+             bytes);
+}
+
+__global__ void k_gather_rows_from(uint8_t *dst, size_t dst_stride, const uint8_t *const *base,
+                                   const int32_t *slot, size_t src_off, size_t src_stride,
+                                   size_t bytes) {
+    const int64_t i = blockIdx.x;
+    copy_row(dst + (size_t)i * dst_stride, base[i] + src_off + (size_t)slot[i] * src_stride, bytes);
+}
+
+extern "C" di_status cuda_op_gather_rows_from(void *dst, size_t dst_stride, int64_t m,
+                                              const uint8_t *const *base, const int32_t *slot,
+                                              size_t src_off, size_t src_stride, size_t bytes,
+                                              di_err *err) {
+    if (m <= 0 || bytes == 0) return DI_OK;
+    if (m > 0x7fffffffLL)
+        return di_err_set(err, DI_ERR_LIMIT, "gather_rows_from: %lld rows", (long long)m);
+    k_gather_rows_from<<<(unsigned)m, 128>>>((uint8_t *)dst, dst_stride, base, slot, src_off,
+                                             src_stride, bytes);
+    return cuda_check_launch(err, "gather_rows_from");
 }
 
 extern "C" di_status cuda_op_scatter_rows_to(const void *src, size_t src_stride, int64_t m,

@@ -27,6 +27,12 @@ di_status cuda_op_scatter_rows_to(const void *src, size_t src_stride, int64_t m,
                                   const uint8_t *const *base, const int32_t *slot, size_t dst_off,
                                   size_t dst_stride, size_t bytes, di_err *err);
 
+/* backend.h's gather_rows_from: for i < m, `bytes` from base[i] + src_off +
+ * slot[i]·src_stride to dst + i·dst_stride (tables in device memory). */
+di_status cuda_op_gather_rows_from(void *dst, size_t dst_stride, int64_t m,
+                                   const uint8_t *const *base, const int32_t *slot, size_t src_off,
+                                   size_t src_stride, size_t bytes, di_err *err);
+
 #ifdef __cplusplus
 }
 #endif
