@@ -255,6 +255,12 @@ typedef struct di_backend_ops {
     /* gather_rows with rows [m] in backend memory */
     void (*gather_rows_buf)(di_backend *be, const float *src, const int32_t *rows, int64_t m,
                             int64_t n, float *dst);
+    /* engram_gather with the looked-up rows already in backend memory (the
+     * step metadata; the table itself stays on the host): rows [n, eh]
+     * FP8 codes and scales [n, nb] E8M0 → out [n, eh] dequantized and
+     * rounded to bf16, as engram_gather gives them. */
+    void (*engram_rows)(di_backend *be, const uint8_t *rows, const uint8_t *scales, int64_t n,
+                        int64_t eh, int64_t nb, float *out);
     /* Row scatter to destinations in backend memory (the writes into the
      * sequences' rings and caches): for i < m with slot[i] >= 0, `bytes`
      * from src + i·src_stride to base[i] + dst_off + slot[i]·dst_stride;

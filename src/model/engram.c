@@ -207,7 +207,11 @@ di_status di_engram_apply(di_fwd *f, int block, float *s, di_err *err) {
     }
     for (int64_t i = 0; i < m; i++)
         memcpy(ids + i * ncols, f->hash + (i * c->n_engram + e) * ncols, (size_t)ncols * 4);
-    be->ops->engram_gather(be, &w->embed, &w->embed_scale, ids, m, ncols, emb);
+    if (f->meta && be->ops->engram_rows && f->m_eng_rows && f->m_eng_rows[block])
+        be->ops->engram_rows(be, f->m_eng_rows[block], f->m_eng_scales[block], m * ncols, eh,
+                             w->embed_scale.shape[1], emb);
+    else
+        be->ops->engram_gather(be, &w->embed, &w->embed_scale, ids, m, ncols, emb);
     be->ops->matmul(be, &lm->blocks[block].engram_wkv, emb, m, kv, lm->mm_q);
     be->ops->engram_gate(be, s, kv, &w->q_weight, &w->k_weight, m, c->hc_mult, d, c->eps);
     free(ids);

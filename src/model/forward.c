@@ -81,9 +81,10 @@ static int fwd_meta(di_fwd *f) {
     cs_tab *tabs = calloc((size_t)(2 * nb + 1), sizeof *tabs);
     int *row_tab = malloc((size_t)(2 * nb + 1) * sizeof(int)), *ent_tab = row_tab + nb, nt = 0;
     f->m_cs = calloc((size_t)(2 * nb + 1), sizeof(float *));
+    f->m_eng_rows = calloc((size_t)(2 * nb + 1), sizeof(uint8_t *));
     f->m_ent_ckv = calloc((size_t)(3 * nb + 1), sizeof(uint8_t *const *));
     f->m_ent_slot = calloc((size_t)(2 * nb + 1), sizeof(int32_t *));
-    if (!tabs || !row_tab || !f->m_cs || !f->m_ent_ckv || !f->m_ent_slot) {
+    if (!tabs || !row_tab || !f->m_cs || !f->m_ent_ckv || !f->m_ent_slot || !f->m_eng_rows) {
         free(tabs);
         free(row_tab);
         return -1;
@@ -92,6 +93,7 @@ static int fwd_meta(di_fwd *f) {
     f->m_ent_ikey = f->m_ent_ckv + nb;
     f->m_grp_base = f->m_ent_ckv + 2 * nb;
     f->m_grp_slot = f->m_ent_slot + nb;
+    f->m_eng_scales = f->m_eng_rows + nb;
     for (int64_t b = 0; b < nb; b++) {
         const float *fq = lm->blocks[b].freq;
         const di_layer_role *r = &c->roles[b];
@@ -116,11 +118,23 @@ static int fwd_meta(di_fwd *f) {
             if (c->roles[b].ratio > 1) g_tot += n_ent[b] * c->roles[b].ratio;
         }
     int64_t nmtp = lm->has_dspark ? c->n_mtp : 0;
+    /* Engram: the rows this pass looks up, gathered from the host table
+     * (engram_rows), within a budget (a long prefill gathers per layer) */
+    int ncols = (c->engram_max_ngram - 1) * c->engram_n_heads;
+    int64_t eh = c->engram_head_dim, enb = (c->engram_head_dim + 31) / 32, n_eng = 0;
+    for (int64_t b = 0; b < c->n_layers; b++)
+        if (c->roles[b].engram >= 0) {
+            const di_w_engram *w = &lm->w->blocks[b].engram;
+            n_eng++;
+            if (w->embed.shape[1] != eh || w->embed_scale.shape[1] != enb) ncols = 0; /* host form */
+        }
+    size_t eng_bytes = (size_t)(n_eng * m * ncols * (eh + enb));
+    if (!be->ops->engram_rows || c->n_engram <= 0 || eng_bytes > ((size_t)16 << 20)) eng_bytes = 0;
     size_t n_cs = nt ? tabs[nt - 1].off + (size_t)(tabs[nt - 1].n * half * 2) : 0;
     size_t n_ptr = (size_t)(4 * nb * m + nmtp * m + 2 * e_tot + g_tot),
            n_i32 = (size_t)(m * W + nb * m + m + f->n_seqs + m + 2 * m + e_tot + g_tot) +
                    (size_t)(m * hc) + n_cs;
-    size_t bytes = n_ptr * sizeof(void *) + n_i32 * sizeof(int32_t);
+    size_t bytes = n_ptr * sizeof(void *) + n_i32 * sizeof(int32_t) + eng_bytes;
     uint8_t *h = calloc(1, bytes);
     int32_t *epos = malloc((size_t)(2 * m + 2) * sizeof(int32_t)), *eseq = epos + m + 1;
     if (!h || !epos) {
@@ -219,6 +233,22 @@ static int fwd_meta(di_fwd *f) {
         rope_cs_fill(pos, tabs[i].n, tabs[i].freq, half, cs + tabs[i].off);
     }
     free(epos);
+    uint8_t *eng = (uint8_t *)(cs + n_cs);
+    for (int64_t b = 0, o = 0; eng_bytes && b < c->n_layers; b++) {
+        int e = c->roles[b].engram;
+        if (e < 0) continue;
+        const di_w_engram *w = &lm->w->blocks[b].engram;
+        const uint8_t *tr = w->embed.data, *ts = w->embed_scale.data;
+        int64_t n = m * ncols, tnb = w->embed_scale.shape[1];
+        uint8_t *rows = eng + o, *sc = rows + n * eh;
+        for (int64_t i = 0; i < m; i++)
+            for (int k = 0; k < ncols; k++) {
+                int64_t row = f->hash[(i * c->n_engram + e) * ncols + k], q = i * ncols + k;
+                memcpy(rows + q * eh, tr + row * eh, (size_t)eh);
+                memcpy(sc + q * enb, ts + row * tnb, (size_t)enb);
+            }
+        o += n * (eh + enb);
+    }
     if (has_buf_forms(be->ops)) {
         if (!(f->meta = be->ops->alloc(be, bytes))) {
             free(tabs);
@@ -247,6 +277,13 @@ static int fwd_meta(di_fwd *f) {
     const int32_t *me_slot = f->m_tslot + m, *mg_slot = me_slot + e_tot;
     f->m_onehot = (const float *)(const void *)(mg_slot + g_tot);
     const float *mcs = f->m_onehot + m * hc;
+    const uint8_t *meng = (const uint8_t *)(mcs + n_cs);
+    for (int64_t b = 0, o = 0; eng_bytes && b < c->n_layers; b++)
+        if (c->roles[b].engram >= 0) {
+            f->m_eng_rows[b] = meng + o;
+            f->m_eng_scales[b] = meng + o + m * ncols * eh;
+            o += m * ncols * (eh + enb);
+        }
     eo = go = 0;
     for (int64_t b = 0; b < nb; b++) {
         f->m_cs[b] = row_tab[b] >= 0 ? mcs + tabs[row_tab[b]].off : NULL;
@@ -363,6 +400,7 @@ static void fwd_release(di_fwd *f) {
     free(f->m_cs);
     free(f->m_ent_ckv);
     free(f->m_ent_slot);
+    free(f->m_eng_rows);
     free(f->pos);
     free(f->seq);
     free(f->ids);

@@ -80,6 +80,9 @@ typedef struct di_fwd {
                                           of each group token's sequence (ratio > 1), or NULL:
                                           a group older than the ring (host copies) */
     const int32_t **m_grp_slot;        /* [n_blocks] (host array) -> [n_new, ratio] its ring slot */
+    const uint8_t **m_eng_rows;   /* [n_blocks] (host array) -> [m, ncols, Eh] the FP8 rows
+                                     Engram block b looks up, gathered on the host, or NULL */
+    const uint8_t **m_eng_scales; /* [n_blocks] (host array) -> [m, ncols, Eh/32] their scales */
     int dspark_p;        /* DSpark draft: main position p, else -1 */
     di_fwd_trace *trace; /* NULL or where the next block writes its sublayer outputs */
 } di_fwd;

@@ -153,7 +153,7 @@ static void test_device_select_same_bits(void) {
     }
     CHECK(prof_calls(t1, "sparse_attn_rows") > 0 && prof_calls(t1, "topk_select_buf") > 0);
     /* the per-row host arrays come from the step metadata: one upload per pass */
-    static const char *const host_arrays[] = {"rope", "embed", "gather_rows"};
+    static const char *const host_arrays[] = {"rope", "embed", "gather_rows", "engram_gather"};
     for (size_t i = 0; i < sizeof host_arrays / sizeof *host_arrays; i++) {
         CHECKF(prof_calls(t1, host_arrays[i]) == 0, "device forms: %ld calls of %s",
                prof_calls(t1, host_arrays[i]), host_arrays[i]);
@@ -163,6 +163,7 @@ static void test_device_select_same_bits(void) {
     /* ring and cache writes to the metadata's slots: fewer copies than rows written */
     CHECK(prof_calls(t1, "scatter_rows_to") > 0 && prof_calls(t0, "scatter_rows_to") == 0);
     CHECK(prof_calls(t1, "gather_rows_from") > 0);
+    CHECK(prof_calls(t1, "engram_rows") > 0);
     CHECKF(prof_calls(t1, "copy") < prof_calls(t0, "copy"), "device forms: %ld copies, host forms %ld",
            prof_calls(t1, "copy"), prof_calls(t0, "copy"));
     CHECKF(prof_calls(t1, "upload") == 16, "device forms: %ld uploads in 16 passes",

@@ -11,18 +11,17 @@
  * gather_rows' rows).
  *
  * Checked on the golden tiny model (window 128, ratio-2 and ratio-1 kv
- * sources, the candidate pool): a prefill, then decode steps (alone and two
- * sequences batched) past the window's wrap: no fault, no host-result or
- * host-table or host-array op, one upload per pass (the step metadata),
- * Engram's host gather once per Engram layer and pass (its table stays on
- * the host by design), no copy into or out of the sequences' state (ring
- * and cache writes, the compressor's group reads: scatter_rows_to /
- * gather_rows_from with the step metadata's slots), score widths in
- * buckets, one
- * download per pass (the logits); the logits equal, bit
- * for bit, those of the host forms (the same wrapper without the
- * backend-memory ops), which in turn must show host-result calls (so the
- * counters can fail), and a deliberate host read of a buffer is caught. */
+ * sources, the candidate pool, Engram layers): a prefill, then decode steps
+ * (alone and two sequences batched) past the window's wrap: no fault, no
+ * host-result, host-table or host-array op, one upload per pass (the step
+ * metadata), no Engram host gather (the rows come with the metadata), no
+ * copy into or out of the sequences' state (ring and cache writes and the
+ * compressor's group reads go through scatter_rows_to / gather_rows_from
+ * with the metadata's slots), score widths in buckets, one download per
+ * pass (the logits); the logits equal, bit for bit, those of the host
+ * forms (the same wrapper without the backend-memory ops), which in turn
+ * must show the calls and copies counted (so the counters can fail), and a
+ * deliberate host read of a buffer is caught. */
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -186,6 +185,7 @@ static void s_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
     W(embed_buf, (di_backend *be, const di_tensor *table, const int32_t *ids, int64_t m, float *out), (ST.cpu, table, ids, m, out)) \
     W(gather_rows_buf, (di_backend *be, const float *src, const int32_t *rows, int64_t m, int64_t n, float *dst), (ST.cpu, src, rows, m, n, dst)) \
     W(scatter_rows_to, (di_backend *be, const void *src, size_t src_stride, int64_t m, const uint8_t *const *base, const int32_t *slot, size_t dst_off, size_t dst_stride, size_t bytes), (ST.cpu, src, src_stride, m, base, slot, dst_off, dst_stride, bytes)) \
+    W(engram_rows, (di_backend *be, const uint8_t *rows, const uint8_t *scales, int64_t n, int64_t eh, int64_t nb, float *out), (ST.cpu, rows, scales, n, eh, nb, out)) \
     W(gather_rows_from, (di_backend *be, void *dst, size_t dst_stride, int64_t m, const uint8_t *const *base, const int32_t *slot, size_t src_off, size_t src_stride, size_t bytes), (ST.cpu, dst, dst_stride, m, base, slot, src_off, src_stride, bytes)) \
     W(moe_route, (di_backend *be, const float *logits, const float *bias, int64_t m, int e, int k, int normalize, float route_scale, int32_t *idx, float *w), (ST.cpu, logits, bias, m, e, k, normalize, route_scale, idx, w)) \
     W(moe_route_buf, (di_backend *be, const float *logits, const float *bias, int64_t m, int e, int k, int normalize, float route_scale, int32_t *idx, float *w), (ST.cpu, logits, bias, m, e, k, normalize, route_scale, idx, w)) \
@@ -255,6 +255,7 @@ static void strict_init(di_backend *cpu, int buf_forms) {
         o.gather_rows_buf = NULL;
         o.scatter_rows_to = NULL;
         o.gather_rows_from = NULL;
+        o.engram_rows = NULL;
     }
     ST.ops = o;
     ST.be = (di_backend){&ST.ops, cpu->n_threads, NULL};
@@ -387,11 +388,13 @@ static void test_decode_no_host_reads(void) {
            rs.n_widths, exact);
     /* one upload per pass: the step metadata */
     CHECK_EQ_INT(rs.uploads, rs.passes);
-    /* Engram rows are gathered from the host table, once per Engram layer */
+    /* Engram rows come with the step metadata (gathered from the host table
+     * when it is built), not from a host gather per layer */
     int n_engram_layers = 0;
     for (int b = 0; b < G.cfg.n_layers; b++) n_engram_layers += G.cfg.roles[b].engram >= 0;
     CHECK(n_engram_layers > 0);
-    CHECK_EQ_INT(rs.engram, rs.passes * n_engram_layers);
+    CHECKF(rs.engram == 0 && rh.engram == rh.passes * n_engram_layers,
+           "engram_gather calls: %ld with the metadata, %ld without", rs.engram, rh.engram);
     /* no copy into or out of the sequences' state (rings, caches): the
      * writes and the ratio-2 groups' reads of the per-token rings go
      * through the step metadata's slots */

@@ -369,20 +369,28 @@ static void cpu_embed(di_backend *be, const di_tensor *table, const int32_t *ids
         for (int64_t k = 0; k < n; k++) out[i * n + k] = tensor_f32(table, (int64_t)ids[i] * n + k);
 }
 
+/* One Engram row: eh FP8 codes r with E8M0 scales s per 32 → bf16 values. */
+static void engram_row(float *o, const uint8_t *r, const uint8_t *s, int64_t eh) {
+    const float *e4m3 = di_cpu_e4m3_table();
+    for (int64_t k = 0; k < eh; k++) o[k] = di_round_bf16(e4m3[r[k]] * E8M0(s[k / 32]));
+}
+
 static void cpu_engram_gather(di_backend *be, const di_tensor *rows, const di_tensor *scales,
                               const int32_t *ids, int64_t m, int ncols, float *out) {
     (void)be;
     int64_t eh = rows->shape[1], nb = scales->shape[1];
     const uint8_t *r = rows->data, *s = scales->data;
-    const float *e4m3 = di_cpu_e4m3_table();
-    for (int64_t i = 0; i < m; i++)
-        for (int c = 0; c < ncols; c++) {
-            int64_t row = ids[i * ncols + c];
-            float *o = out + (i * ncols + c) * eh;
-            for (int64_t k = 0; k < eh; k++)
-                o[k] = di_round_bf16(e4m3[r[row * eh + k]] *
-                                     E8M0(s[row * nb + k / 32]));
-        }
+    for (int64_t i = 0; i < m * ncols; i++) {
+        int64_t row = ids[i];
+        engram_row(out + i * eh, r + row * eh, s + row * nb, eh);
+    }
+}
+
+/* backend.h engram_rows: the rows already gathered. */
+static void cpu_engram_rows(di_backend *be, const uint8_t *rows, const uint8_t *scales, int64_t n,
+                            int64_t eh, int64_t nb, float *out) {
+    (void)be;
+    for (int64_t i = 0; i < n; i++) engram_row(out + i * eh, rows + i * eh, scales + i * nb, eh);
 }
 
 /* ------------------------------------------------------------ mHC */
@@ -1274,6 +1282,7 @@ static const di_backend_ops cpu_ops = {
     .swiglu = cpu_swiglu,
     .gather_rows = cpu_gather_rows,
     .gather_rows_buf = cpu_gather_rows,
+    .engram_rows = cpu_engram_rows,
     .scatter_rows_to = cpu_scatter_rows_to,
     .gather_rows_from = cpu_gather_rows_from,
     .scatter_add_rows = cpu_scatter_add_rows,

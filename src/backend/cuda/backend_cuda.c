@@ -805,6 +805,15 @@ static void cu_engram_gather(di_backend *be, const di_tensor *rows, const di_ten
     note(be, cuda_op_fp8_rows(d, d + rb, nr, eh, nb, out, &err), &err);
 }
 
+/* The rows already gathered into device memory (the step metadata). */
+static void cu_engram_rows(di_backend *be, const uint8_t *rows, const uint8_t *scales, int64_t n,
+                           int64_t eh, int64_t nb, float *out) {
+    op_enter(be, "engram_rows");
+    di_err err = {0};
+    if (n <= 0) return;
+    note(be, cuda_op_fp8_rows(rows, scales, n, eh, nb, out, &err), &err);
+}
+
 /* ------------------------------------------------------------ mHC, Engram gate */
 
 static void cu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_t d,
@@ -1482,6 +1491,7 @@ static const di_backend_ops cuda_ops = {
     .swiglu = cu_swiglu,
     .gather_rows = cu_gather_rows,
     .gather_rows_buf = cu_gather_rows_buf,
+    .engram_rows = cu_engram_rows,
     .scatter_rows_to = cu_scatter_rows_to,
     .gather_rows_from = cu_gather_rows_from,
     .scatter_add_rows = cu_scatter_add_rows,
@@ -1527,6 +1537,7 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         c->ops.gather_rows_buf = NULL;
         c->ops.scatter_rows_to = NULL;
         c->ops.gather_rows_from = NULL;
+        c->ops.engram_rows = NULL;
     }
     /* DI_CUDA_MOE_GROUPED=0: the model's per-expert loop with host routing
      * (for comparisons; the grouped op gives the loop's bits) */
