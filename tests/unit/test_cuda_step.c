@@ -1,15 +1,17 @@
-/* The CUDA backend's backend-memory selection forms (backend.h; the
- * default, DI_CUDA_DEVICE_SELECT=0 leaves them out): the golden tiny model
+/* The CUDA backend's backend-memory forms (backend.h; the default,
+ * DI_CUDA_DEVICE_SELECT=0 leaves them out): the golden tiny model
  * prefilled, then decode steps alone and two sequences batched past the
- * window's wrap, once with the host forms and once with the device forms. The logits must be the same bits
- * (the forms run the same kernels on tables built on the device instead of
- * uploaded), and the profile of the device-form steps must show the
- * attention over device row tables, no call of the host-result or
+ * window's wrap, once with the host forms and once with the device forms.
+ * The logits must be the same bits (the forms run the same kernels on
+ * tables built on the device or carried by the step metadata instead of
+ * uploaded per call), and the profile of the device-form steps must show
+ * the attention over device row tables, no call of the host-result or
  * host-table forms (topk_select, candidate_blocks, restrict_blocks,
  * index_scores_kv, sparse_attn_kv) nor of the forms taking per-row host
- * arrays (rope, embed, gather_rows), and one upload per pass. The grouped MoE op against the
- * per-expert loop the same way (same bits, no routing read back). Skips
- * without a GPU or ../shared. */
+ * arrays (rope, embed, gather_rows, engram_gather), the ring and cache
+ * writes as scatters, and one upload per pass. The grouped MoE op against
+ * the per-expert loop the same way (same bits, no routing read back).
+ * Skips without a GPU or ../shared. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
