@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/grow.h"
+
 void di_nfa_init(di_nfa *nfa, uint32_t max_states) {
     memset(nfa, 0, sizeof *nfa);
     nfa->max_states = max_states;
@@ -41,18 +43,7 @@ void di_dfa_free(di_dfa *d) {
     memset(d, 0, sizeof *d);
 }
 
-/* ------------------------------------------------------ set interning */
-
-/* Interns variable-length keys (sorted NFA state sets, or state pairs) to
- * dense ids with an open-addressing hash table. */
-typedef struct set_table {
-    uint32_t *pool;      /* concatenated keys */
-    size_t pool_n, pool_cap;
-    size_t *off;         /* [n + 1] key offsets into pool */
-    uint32_t n, cap_ids;
-    uint32_t *slots;     /* hash slots: id + 1, 0 = empty */
-    uint32_t n_slots;
-} set_table;
+/* ------------------------------------------------------ key interning */
 
 static uint64_t key_hash(const uint32_t *k, size_t n) {
     uint64_t h = 1469598103934665603ull ^ n;
@@ -60,14 +51,14 @@ static uint64_t key_hash(const uint32_t *k, size_t n) {
     return h ^ (h >> 29);
 }
 
-static void st_free(set_table *t) {
+void di_key_table_free(di_key_table *t) {
     free(t->pool);
     free(t->off);
     free(t->slots);
     memset(t, 0, sizeof *t);
 }
 
-static int st_grow_slots(set_table *t) {
+static int kt_grow_slots(di_key_table *t) {
     uint32_t ns = t->n_slots ? t->n_slots * 2 : 1024;
     uint32_t *slots = calloc(ns, sizeof *slots);
     if (!slots) return -1;
@@ -84,11 +75,9 @@ static int st_grow_slots(set_table *t) {
     return 0;
 }
 
-/* Returns the id of key (inserting it), *fresh = 1 when new; UINT32_MAX on
- * allocation failure. */
-static uint32_t st_intern(set_table *t, const uint32_t *k, size_t kn, int *fresh) {
+uint32_t di_key_table_intern(di_key_table *t, const uint32_t *k, size_t kn, int *fresh) {
     *fresh = 0;
-    if ((t->n + 1) * 2 > t->n_slots && st_grow_slots(t)) return UINT32_MAX;
+    if ((t->n + 1) * 2 > t->n_slots && kt_grow_slots(t)) return UINT32_MAX;
     uint32_t h = (uint32_t)key_hash(k, kn) & (t->n_slots - 1);
     while (t->slots[h]) {
         uint32_t id = t->slots[h] - 1;
@@ -230,6 +219,7 @@ typedef struct closure_ctx {
     uint32_t *stack;   /* [nfa->n] */
     uint32_t *set;     /* [nfa->n] result (kept states: RANGE and MATCH) */
     uint32_t set_n;
+    uint64_t visited;  /* states visited, epsilon ones included, and sorting (work count) */
 } closure_ctx;
 
 static void closure_add(closure_ctx *c, uint32_t s) {
@@ -239,6 +229,7 @@ static void closure_add(closure_ctx *c, uint32_t s) {
     c->stack[sp++] = s;
     while (sp) {
         uint32_t x = c->stack[--sp];
+        c->visited++;
         const di_nfa_state *st = &c->nfa->states[x];
         if (st->kind != DI_NFA_EPS) {
             c->set[c->set_n++] = x;
@@ -265,6 +256,10 @@ static int cmp_u32(const void *a, const void *b) {
  * language is then exactly the universal state's. */
 static void closure_finish(closure_ctx *c, const uint32_t *ucl, uint32_t n_ucl) {
     qsort(c->set, c->set_n, sizeof *c->set, cmp_u32);
+    /* the sort counts as n log n steps */
+    uint32_t lg = 0;
+    while (lg < 32 && (c->set_n >> lg) > 1) lg++;
+    c->visited += (uint64_t)c->set_n * lg;
     if (!n_ucl || c->set_n <= n_ucl) return;
     uint32_t i = 0, k = 0;
     while (i < c->set_n && k < n_ucl) {
@@ -277,7 +272,18 @@ static void closure_finish(closure_ctx *c, const uint32_t *ucl, uint32_t n_ucl) 
     c->set_n = n_ucl;
 }
 
-di_status di_dfa_from_nfa(const di_nfa *nfa, uint32_t max_states, di_dfa *out, di_err *err) {
+/* Steps taken so far (see DI_DFA_MAX_WORK): states visited by closures,
+ * subsets interned, table cells allocated and moves bucketed. */
+static uint64_t subset_work(const closure_ctx *c, const di_key_table *tab, uint32_t nc, uint64_t moves) {
+    return c->visited + tab->pool_n + (uint64_t)tab->n * nc + moves;
+}
+
+static di_status too_complex(di_err *err, uint64_t max_work, uint32_t states) {
+    return di_err_set(err, DI_ERR_LIMIT, "pattern too complex: building its automaton takes more than %llu steps (%u states so far)",
+                      (unsigned long long)max_work, states);
+}
+
+di_status di_dfa_from_nfa(const di_nfa *nfa, uint32_t max_states, uint64_t max_work, di_dfa *out, di_err *err) {
     memset(out, 0, sizeof *out);
     uint8_t boundary[257] = {0};
     for (uint32_t i = 0; i < nfa->n; i++)
@@ -285,22 +291,27 @@ di_status di_dfa_from_nfa(const di_nfa *nfa, uint32_t max_states, di_dfa *out, d
             boundary[nfa->states[i].lo] = 1;
             boundary[nfa->states[i].hi + 1] = 1;
         }
-    uint8_t byte_class[256], rep[256];
+    uint8_t byte_class[256];
     uint32_t nc = 0;
-    for (int b = 0; b < 256; b++) {
-        if (b > 0 && boundary[b]) nc++;
+    for (int b = 1; b < 256; b++) {
+        if (boundary[b]) nc++;
         byte_class[b] = (uint8_t)nc;
-        if (b == 0 || boundary[b]) rep[nc] = (uint8_t)b;
     }
+    byte_class[0] = 0;
     nc++;
     closure_ctx c = {nfa, calloc(nfa->n + 1, sizeof(uint32_t)), 0,
-                     malloc((nfa->n + 1) * sizeof(uint32_t)), malloc((nfa->n + 1) * sizeof(uint32_t)), 0};
-    set_table tab = {0};
+                     malloc((nfa->n + 1) * sizeof(uint32_t)), malloc((nfa->n + 1) * sizeof(uint32_t)), 0, 0};
+    di_key_table tab = {0};
     dfa_build b = {0};
     b.nc = nc;
     di_status st = DI_OK;
     uint32_t *universal_of = NULL;
-    if (!c.mark || !c.stack || !c.set) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
+    uint32_t *cnt = malloc((nc + 1) * sizeof *cnt), *cur = malloc(nc * sizeof *cur), *mv = NULL, cap_mv = 0;
+    di_key_table memo = {0};  /* move lists closed so far → memo_tid */
+    uint32_t *memo_tid = NULL, cap_memo = 0;
+    uint64_t moves = 0; /* NFA moves bucketed, over all states */
+    if (max_work > DI_DFA_MAX_WORK) max_work = DI_DFA_MAX_WORK;
+    if (!c.mark || !c.stack || !c.set || !cnt || !cur) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
     /* Closure of the (first) universal state, if any. */
     uint32_t n_ucl = 0;
     for (uint32_t i = 0; i < nfa->n && !n_ucl; i++)
@@ -316,52 +327,95 @@ di_status di_dfa_from_nfa(const di_nfa *nfa, uint32_t max_states, di_dfa *out, d
         }
     int fresh;
     /* id 0: the empty set (dead). */
-    if (st_intern(&tab, NULL, 0, &fresh) != 0 || db_add(&b)) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
+    if (di_key_table_intern(&tab, NULL, 0, &fresh) != 0 || db_add(&b)) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
     c.stamp++;
     c.set_n = 0;
     closure_add(&c, nfa->start);
     closure_finish(&c, universal_of, n_ucl);
-    uint32_t start = st_intern(&tab, c.set, c.set_n, &fresh);
+    uint32_t start = di_key_table_intern(&tab, c.set, c.set_n, &fresh);
     if (start == UINT32_MAX || (fresh && db_add(&b))) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
     for (uint32_t id = 1; id < tab.n; id++) {
+        /* The state's moves bucketed by byte class in one pass over its
+         * NFA states (CSR: targets of class k at mv[cnt[k]..cnt[k + 1])),
+         * instead of one pass per class. */
+        size_t o0 = tab.off[id], o1 = tab.off[id + 1];
+        memset(cnt, 0, (nc + 1) * sizeof *cnt);
+        for (size_t k = o0; k < o1; k++) {
+            const di_nfa_state *ns = &nfa->states[tab.pool[k]];
+            if (ns->kind == DI_NFA_RANGE)
+                for (uint32_t k2 = byte_class[ns->lo]; k2 <= byte_class[ns->hi]; k2++) cnt[k2 + 1]++;
+            else if (ns->kind == DI_NFA_MATCH) b.accept[id] = 1;
+        }
+        for (uint32_t k2 = 0; k2 < nc; k2++) cnt[k2 + 1] += cnt[k2];
+        moves += cnt[nc];
+        if (subset_work(&c, &tab, nc, moves) > max_work) { st = too_complex(err, max_work, tab.n); goto done; }
+        if (di_grow((void **)&mv, &cap_mv, cnt[nc], sizeof *mv)) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
+        memcpy(cur, cnt, nc * sizeof *cur);
+        for (size_t k = o0; k < o1; k++) {
+            const di_nfa_state *ns = &nfa->states[tab.pool[k]];
+            if (ns->kind == DI_NFA_RANGE)
+                for (uint32_t k2 = byte_class[ns->lo]; k2 <= byte_class[ns->hi]; k2++) mv[cur[k2]++] = ns->out;
+        }
+        uint32_t tid = 0;
         for (uint32_t cls = 0; cls < nc; cls++) {
-            uint8_t byte = rep[cls];
-            c.stamp++;
-            c.set_n = 0;
-            size_t o0 = tab.off[id], o1 = tab.off[id + 1];
-            for (size_t k = o0; k < o1; k++) {
-                const di_nfa_state *ns = &nfa->states[tab.pool[k]];
-                if (ns->kind == DI_NFA_RANGE && byte >= ns->lo && byte <= ns->hi) closure_add(&c, ns->out);
+            uint32_t m0 = cnt[cls], m1 = cnt[cls + 1];
+            /* neighbouring classes often move alike (e.g. inside 80-BF) */
+            int same = cls > 0 && m1 - m0 == m0 - cnt[cls - 1] &&
+                       (m1 == m0 || !memcmp(mv + m0, mv + cnt[cls - 1], (m1 - m0) * sizeof *mv));
+            if (same) {
+                b.trans[(size_t)id * nc + cls] = tid;
+                continue;
             }
-            uint32_t tid = 0;
-            if (c.set_n) {
-                closure_finish(&c, universal_of, n_ucl);
-                tid = st_intern(&tab, c.set, c.set_n, &fresh);
-                if (tid == UINT32_MAX) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
-                if (fresh) {
-                    if (tab.n > max_states) {
-                        st = di_err_set(err, DI_ERR_LIMIT, "lexer automaton exceeds %u states", max_states);
-                        goto done;
+            /* Equal move lists have equal closures: each distinct list is
+             * closed once (in a UTF-8 class most lists are one NFA state,
+             * and a search's "anything" loop recurs in every state). */
+            tid = 0;
+            if (m1 > m0) {
+                uint32_t key = di_key_table_intern(&memo, mv + m0, m1 - m0, &fresh);
+                if (key == UINT32_MAX || (fresh && di_grow((void **)&memo_tid, &cap_memo, key + 1, sizeof *memo_tid))) {
+                    st = di_err_set(err, DI_ERR_NOMEM, "out of memory");
+                    goto done;
+                }
+                if (!fresh) tid = memo_tid[key];
+                else {
+                    c.stamp++;
+                    c.set_n = 0;
+                    for (uint32_t k = m0; k < m1; k++) closure_add(&c, mv[k]);
+                    if (c.set_n) closure_finish(&c, universal_of, n_ucl);
+                    if (subset_work(&c, &tab, nc, moves) > max_work) { st = too_complex(err, max_work, tab.n); goto done; }
+                    if (c.set_n) {
+                        tid = di_key_table_intern(&tab, c.set, c.set_n, &fresh);
+                        if (tid == UINT32_MAX) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
+                        if (fresh) {
+                            if (tab.n > max_states) {
+                                st = di_err_set(err, DI_ERR_LIMIT, "lexer automaton exceeds %u states", max_states);
+                                goto done;
+                            }
+                            if (db_add(&b)) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
+                        }
                     }
-                    if (db_add(&b)) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
+                    memo_tid[key] = tid;
                 }
             }
             b.trans[(size_t)id * nc + cls] = tid;
         }
-        for (size_t k = tab.off[id]; k < tab.off[id + 1]; k++)
-            if (nfa->states[tab.pool[k]].kind == DI_NFA_MATCH) b.accept[id] = 1;
     }
     st = dfa_trim(&b, start, byte_class, out, err);
     b.trans = NULL;
     b.accept = NULL;
 done:
+    free(memo_tid);
+    di_key_table_free(&memo);
+    free(cnt);
+    free(cur);
+    free(mv);
     free(universal_of);
     free(b.trans);
     free(b.accept);
     free(c.mark);
     free(c.stack);
     free(c.set);
-    st_free(&tab);
+    di_key_table_free(&tab);
     return st;
 }
 
@@ -380,17 +434,17 @@ di_status di_dfa_product(const di_dfa *a, const di_dfa *b, int diff, uint32_t ma
         if (found < 0) { found = (int)nc; pair_class[nc] = key; rep[nc] = (uint8_t)x; nc++; }
         byte_class[x] = (uint8_t)found;
     }
-    set_table tab = {0};
+    di_key_table tab = {0};
     dfa_build bd = {0};
     bd.nc = nc;
     di_status st = DI_OK;
     int fresh;
     uint32_t dead[2] = {0, 0};
-    if (st_intern(&tab, dead, 2, &fresh) != 0 || db_add(&bd)) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
+    if (di_key_table_intern(&tab, dead, 2, &fresh) != 0 || db_add(&bd)) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
     uint32_t sp[2] = {a->start, b->start};
     uint32_t start = 0;
     if (a->start && (diff || b->start)) {
-        start = st_intern(&tab, sp, 2, &fresh);
+        start = di_key_table_intern(&tab, sp, 2, &fresh);
         if (start == UINT32_MAX || db_add(&bd)) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
     }
     for (uint32_t id = 1; id < tab.n; id++) {
@@ -402,13 +456,14 @@ di_status di_dfa_product(const di_dfa *a, const di_dfa *b, int diff, uint32_t ma
             uint32_t tid = 0;
             if (ta && (diff || tb)) {
                 uint32_t k[2] = {ta, tb};
-                tid = st_intern(&tab, k, 2, &fresh);
+                tid = di_key_table_intern(&tab, k, 2, &fresh);
                 if (tid == UINT32_MAX) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
                 if (fresh) {
                     if (tab.n > max_states) {
                         st = di_err_set(err, DI_ERR_LIMIT, "lexer automaton exceeds %u states", max_states);
                         goto done;
                     }
+                    if ((uint64_t)tab.n * nc > DI_DFA_MAX_WORK) { st = too_complex(err, DI_DFA_MAX_WORK, tab.n); goto done; }
                     if (db_add(&bd)) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
                 }
             }
@@ -421,7 +476,7 @@ di_status di_dfa_product(const di_dfa *a, const di_dfa *b, int diff, uint32_t ma
 done:
     free(bd.trans);
     free(bd.accept);
-    st_free(&tab);
+    di_key_table_free(&tab);
     return st;
 }
 
@@ -432,6 +487,7 @@ di_status di_dfa_count_units(const di_dfa *u, uint32_t boundary, uint32_t min, u
     uint64_t total = (uint64_t)(nu - 1) * (max + 1) + 1;
     if (total > max_states)
         return di_err_set(err, DI_ERR_LIMIT, "lexer automaton exceeds %u states", max_states);
+    if (total * nc > DI_DFA_MAX_WORK) return too_complex(err, DI_DFA_MAX_WORK, (uint32_t)total);
     /* state (q, c) for q in 1..nu-1, c in 0..max -> 1 + (q - 1) * (max + 1) + c; 0 dead */
     dfa_build b = {0};
     b.nc = nc;

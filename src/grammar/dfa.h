@@ -14,6 +14,24 @@
 
 #include "core/error.h"
 
+/* ------------------------------------------------------ key interning */
+
+/* Interns variable-length uint32 keys (sorted NFA state sets, state pairs,
+ * trie nodes) to dense ids 0, 1, ... with an open-addressing hash table. */
+typedef struct di_key_table {
+    uint32_t *pool;      /* concatenated keys */
+    size_t pool_n, pool_cap;
+    size_t *off;         /* [n + 1] key offsets into pool */
+    uint32_t n, cap_ids;
+    uint32_t *slots;     /* hash slots: id + 1, 0 = empty */
+    uint32_t n_slots;
+} di_key_table;
+
+/* Returns the id of key k (kn entries), inserting it (*fresh = 1) when new;
+ * UINT32_MAX when out of memory. A zeroed table is empty. */
+uint32_t di_key_table_intern(di_key_table *t, const uint32_t *k, size_t kn, int *fresh);
+void di_key_table_free(di_key_table *t);
+
 /* ------------------------------------------------------------------ NFA */
 
 enum { DI_NFA_EPS = 0, DI_NFA_RANGE = 1, DI_NFA_MATCH = 2 };
@@ -58,9 +76,23 @@ static inline uint32_t di_dfa_step(const di_dfa *d, uint32_t s, uint8_t b) {
     return d->trans[(size_t)s * d->n_classes + d->byte_class[b]];
 }
 
-/* Subset construction; fails with DI_ERR_LIMIT past max_states. */
-di_status di_dfa_from_nfa(const di_nfa *nfa, uint32_t max_states, di_dfa *out, di_err *err);
-/* out = a ∩ b (diff = 0) or a \ b (diff = 1), trimmed. */
+/* Work bound of building one automaton, whatever its state limit. A step is
+ * one cell of the transition table (a state times a byte class) or, in
+ * subset construction, one NFA state read or reached. It bounds the time
+ * (about half a second at most here) and the memory (the table and the
+ * interned subsets hold at most 4 bytes per step each) that one pattern can
+ * take: without it a small pattern such as (x?){10000} (quadratic subsets)
+ * or \W{1400} (448,000 states of 113 classes) compiles for seconds into
+ * hundreds of MB. Past it a build fails with DI_ERR_LIMIT, "pattern too
+ * complex". The largest automata of the MaskBench and JSON-Schema-Test-Suite
+ * schemas take 1.0 M steps (subsets) and 5.3 M (products). */
+#define DI_DFA_MAX_WORK ((uint64_t)1 << 24)
+
+/* Subset construction; fails with DI_ERR_LIMIT past max_states states or
+ * max_work steps (DI_DFA_MAX_WORK at most). */
+di_status di_dfa_from_nfa(const di_nfa *nfa, uint32_t max_states, uint64_t max_work, di_dfa *out, di_err *err);
+/* out = a ∩ b (diff = 0) or a \ b (diff = 1), trimmed; DI_ERR_LIMIT past
+ * max_states or DI_DFA_MAX_WORK. */
 di_status di_dfa_product(const di_dfa *a, const di_dfa *b, int diff, uint32_t max_states,
                          di_dfa *out, di_err *err);
 /* Bounded repetition by counting: u is the DFA of open (unit)* close, with

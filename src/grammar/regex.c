@@ -7,11 +7,13 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "grammar/regex_utf8.h"
+
 #define CP_MAX 0x10FFFF
 
 /* ---------------------------------------------------------- code point sets */
 
-typedef struct cp_range { uint32_t lo, hi; } cp_range;
+typedef di_cp_range cp_range;
 
 typedef struct cp_set {
     cp_range *r;
@@ -535,6 +537,7 @@ typedef struct emitter {
     rx_parser *p;
     di_nfa *nfa;
     unsigned flags;
+    di_utf8_class *classes; /* [p->n_sets] each set's byte automaton */
     di_err *err;
 } emitter;
 
@@ -543,9 +546,6 @@ static uint32_t emit_fail(emitter *e) {
     return DI_NFA_NONE;
 }
 
-/* Emits byte-range chains for UTF-8 encodings of [lo, hi] (same encoded
- * length, not crossing surrogates) ending in next; alternatives are joined
- * with epsilon splits into *alts. */
 static uint32_t add_alt(emitter *e, uint32_t alts, uint32_t entry) {
     if (entry == DI_NFA_NONE) return DI_NFA_NONE;
     if (alts == DI_NFA_NONE) return entry;
@@ -553,113 +553,8 @@ static uint32_t add_alt(emitter *e, uint32_t alts, uint32_t entry) {
     return s == DI_NFA_NONE ? emit_fail(e) : s;
 }
 
-static int utf8_len(uint32_t c) { return c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4; }
-
-static void utf8_enc(uint32_t c, uint8_t *b) {
-    int n = utf8_len(c);
-    if (n == 1) b[0] = (uint8_t)c;
-    else if (n == 2) { b[0] = (uint8_t)(0xC0 | (c >> 6)); b[1] = (uint8_t)(0x80 | (c & 0x3F)); }
-    else if (n == 3) { b[0] = (uint8_t)(0xE0 | (c >> 12)); b[1] = (uint8_t)(0x80 | ((c >> 6) & 0x3F)); b[2] = (uint8_t)(0x80 | (c & 0x3F)); }
-    else { b[0] = (uint8_t)(0xF0 | (c >> 18)); b[1] = (uint8_t)(0x80 | ((c >> 12) & 0x3F)); b[2] = (uint8_t)(0x80 | ((c >> 6) & 0x3F)); b[3] = (uint8_t)(0x80 | (c & 0x3F)); }
-}
-
-static uint32_t emit_utf8_range(emitter *e, uint32_t lo, uint32_t hi, uint32_t next, uint32_t alts, int *ok) {
-    int n = utf8_len(lo);
-    if (n != utf8_len(hi)) {
-        uint32_t mid = n == 1 ? 0x7F : n == 2 ? 0x7FF : 0xFFFF;
-        alts = emit_utf8_range(e, lo, mid, next, alts, ok);
-        if (!*ok) return DI_NFA_NONE;
-        return emit_utf8_range(e, mid + 1, hi, next, alts, ok);
-    }
-    for (int i = 1; i < n; i++) {
-        uint32_t m = (1u << (6 * i)) - 1;
-        if ((lo & ~m) != (hi & ~m)) {
-            if ((lo & m) != 0) {
-                alts = emit_utf8_range(e, lo, lo | m, next, alts, ok);
-                if (!*ok) return DI_NFA_NONE;
-                return emit_utf8_range(e, (lo | m) + 1, hi, next, alts, ok);
-            }
-            if ((hi & m) != m) {
-                alts = emit_utf8_range(e, lo, (hi & ~m) - 1, next, alts, ok);
-                if (!*ok) return DI_NFA_NONE;
-                return emit_utf8_range(e, hi & ~m, hi, next, alts, ok);
-            }
-        }
-    }
-    uint8_t a[4], b[4];
-    utf8_enc(lo, a);
-    utf8_enc(hi, b);
-    uint32_t cur = next;
-    for (int i = n - 1; i >= 0; i--) {
-        cur = di_nfa_add(e->nfa, DI_NFA_RANGE, a[i], b[i], cur, DI_NFA_NONE);
-        if (cur == DI_NFA_NONE) { *ok = 0; emit_fail(e); return DI_NFA_NONE; }
-    }
-    alts = add_alt(e, alts, cur);
-    if (alts == DI_NFA_NONE) *ok = 0;
-    return alts;
-}
-
 static uint32_t emit_bytes(emitter *e, const char *s, uint32_t next) {
-    uint32_t cur = next;
-    for (int i = (int)strlen(s) - 1; i >= 0 && cur != DI_NFA_NONE; i--)
-        cur = di_nfa_add(e->nfa, DI_NFA_RANGE, (uint8_t)s[i], (uint8_t)s[i], cur, DI_NFA_NONE);
-    return cur == DI_NFA_NONE ? emit_fail(e) : cur;
-}
-
-/* Emits a code point set. In JSON-string mode each character takes its
- * canonical JSON encoding. */
-static uint32_t emit_set(emitter *e, const cp_set *set, uint32_t next) {
-    uint32_t alts = DI_NFA_NONE;
-    int ok = 1;
-    int json = (e->flags & DI_RX_JSON_STRING) != 0;
-    for (uint32_t i = 0; i < set->n; i++) {
-        uint32_t lo = set->r[i].lo, hi = set->r[i].hi;
-        /* cut out surrogates */
-        uint32_t pieces[2][2];
-        int np = 0;
-        if (hi < 0xD800 || lo > 0xDFFF) { pieces[np][0] = lo; pieces[np][1] = hi; np++; }
-        else {
-            if (lo < 0xD800) { pieces[np][0] = lo; pieces[np][1] = 0xD7FF; np++; }
-            if (hi > 0xDFFF) { pieces[np][0] = 0xE000; pieces[np][1] = hi; np++; }
-        }
-        for (int k = 0; k < np; k++) {
-            uint32_t a = pieces[k][0], b = pieces[k][1];
-            if (json) {
-                /* characters that must be escaped */
-                for (uint32_t c = a; c <= b && c < 0x20; c++) {
-                    char buf[8];
-                    const char *sh = c == 8 ? "\\b" : c == 9 ? "\\t" : c == 10 ? "\\n" : c == 12 ? "\\f" : c == 13 ? "\\r" : NULL;
-                    if (!sh) { snprintf(buf, sizeof buf, "\\u%04x", c); sh = buf; }
-                    alts = add_alt(e, alts, emit_bytes(e, sh, next));
-                    if (alts == DI_NFA_NONE) return DI_NFA_NONE;
-                }
-                if (a < 0x20) a = 0x20;
-                if (a > b) continue;
-                uint32_t specials[2] = {'"', '\\'};
-                for (int q = 0; q < 2; q++) {
-                    uint32_t c = specials[q];
-                    if (c < a || c > b) continue;
-                    alts = add_alt(e, alts, emit_bytes(e, c == '"' ? "\\\"" : "\\\\", next));
-                    if (alts == DI_NFA_NONE) return DI_NFA_NONE;
-                    if (c > a) {
-                        alts = emit_utf8_range(e, a, c - 1, next, alts, &ok);
-                        if (!ok) return DI_NFA_NONE;
-                    }
-                    a = c + 1;
-                    if (a > b) break;
-                }
-                if (a > b) continue;
-            }
-            alts = emit_utf8_range(e, a, b, next, alts, &ok);
-            if (!ok) return DI_NFA_NONE;
-        }
-    }
-    if (alts == DI_NFA_NONE) {
-        /* empty set: a state with no way forward */
-        alts = di_nfa_add(e->nfa, DI_NFA_EPS, 0, 0, DI_NFA_NONE, DI_NFA_NONE);
-        if (alts == DI_NFA_NONE) return emit_fail(e);
-    }
-    return alts;
+    return di_utf8_bytes_emit(e->nfa, s, (uint32_t)strlen(s), next, e->err);
 }
 
 static uint32_t emit_node(emitter *e, int id, uint32_t next, int depth) {
@@ -667,7 +562,7 @@ static uint32_t emit_node(emitter *e, int id, uint32_t next, int depth) {
     if (depth > 10000) return emit_fail(e);
     switch (x->kind) {
     case RX_EMPTY: return next;
-    case RX_SET: return emit_set(e, &e->p->sets[x->set], next);
+    case RX_SET: return di_utf8_class_emit(&e->classes[x->set], e->nfa, next, e->err);
     case RX_CAT: {
         uint32_t b = emit_node(e, x->b, next, depth + 1);
         if (b == DI_NFA_NONE) return b;
@@ -708,31 +603,75 @@ static uint32_t emit_node(emitter *e, int id, uint32_t next, int depth) {
     return emit_fail(e);
 }
 
+/* A lower bound (saturating at 2^40) on the NFA states emit_node adds for
+ * node id, from the shape alone: a counted repetition too large for the
+ * NFA (e.g. (a{100000}){1000}) is refused before millions of states are
+ * written out. */
+static uint64_t nfa_size_bound(const rx_parser *p, const di_utf8_class *classes, int id, int depth) {
+    const uint64_t cap = (uint64_t)1 << 40;
+    const rx_node *x = &p->nodes[id];
+    if (depth > 10000) return 0; /* emit_node refuses such depth itself */
+    uint64_t a = x->kind == RX_CAT || x->kind == RX_ALT || x->kind == RX_REPEAT ? nfa_size_bound(p, classes, x->a, depth + 1) : 0;
+    uint64_t b = x->kind == RX_CAT || x->kind == RX_ALT ? nfa_size_bound(p, classes, x->b, depth + 1) : 0;
+    uint64_t n;
+    switch (x->kind) {
+    case RX_SET: n = classes[x->set].nfa_states; break;
+    case RX_CAT: n = a + b; break;
+    case RX_ALT: n = a + b + 1; break;
+    case RX_REPEAT:
+        n = x->max < 0 ? a * (uint64_t)(x->min + 1) + 1 : (a + 1) * (uint64_t)(x->max - x->min) + a * (uint64_t)x->min;
+        break;
+    default: n = 0;
+    }
+    return n < cap ? n : cap;
+}
+
 static uint32_t emit_any_star(emitter *e, uint32_t next) {
-    cp_set any = {0};
-    if (cps_add(&any, 0, CP_MAX)) return emit_fail(e);
+    di_cp_range any = {0, CP_MAX};
+    di_utf8_class c;
+    if (di_utf8_class_init(&c, &any, 1, (e->flags & DI_RX_JSON_STRING) != 0, e->err)) return DI_NFA_NONE;
     uint32_t loop = di_nfa_add(e->nfa, DI_NFA_EPS, 0, 0, DI_NFA_NONE, next);
-    uint32_t body = loop == DI_NFA_NONE ? DI_NFA_NONE : emit_set(e, &any, loop);
-    free(any.r);
-    if (body == DI_NFA_NONE) return emit_fail(e);
+    uint32_t body = loop == DI_NFA_NONE ? emit_fail(e) : di_utf8_class_emit(&c, e->nfa, loop, e->err);
+    di_utf8_class_free(&c);
+    if (body == DI_NFA_NONE) return DI_NFA_NONE;
     e->nfa->states[loop].out = body;
     return loop;
 }
 
 di_status di_regex_compile(const char *pattern, size_t len, unsigned flags, uint32_t max_states,
                            di_dfa *out, di_err *err) {
+    return di_regex_compile_bounded(pattern, len, flags, max_states, DI_DFA_MAX_WORK, out, err);
+}
+
+di_status di_regex_compile_bounded(const char *pattern, size_t len, unsigned flags, uint32_t max_states,
+                                   uint64_t max_work, di_dfa *out, di_err *err) {
     memset(out, 0, sizeof *out);
     rx_parser p = {0};
     p.s = (const uint8_t *)pattern;
     p.n = len;
     p.err = err;
     di_status st = DI_OK;
+    di_utf8_class *classes = NULL;
     di_nfa nfa;
-    di_nfa_init(&nfa, max_states * 8 + 1024);
+    uint64_t nfa_cap = (uint64_t)max_states * 8 + 1024;
+    di_nfa_init(&nfa, nfa_cap < UINT32_MAX ? (uint32_t)nfa_cap : UINT32_MAX - 1);
     int root = parse_alt(&p);
     if (root >= 0 && p.pos < p.n) root = rx_fail(&p, DI_ERR_FORMAT, "unmatched ')'");
     if (root < 0) { st = err ? err->code : DI_ERR_FORMAT; if (st == DI_OK) st = DI_ERR_FORMAT; goto done; }
-    emitter e = {&p, &nfa, flags, err};
+    classes = calloc(p.n_sets + 1, sizeof *classes);
+    if (!classes) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
+    for (uint32_t i = 0; i < p.n_sets; i++) {
+        st = di_utf8_class_init(&classes[i], p.sets[i].r, p.sets[i].n, (flags & DI_RX_JSON_STRING) != 0, err);
+        if (st) goto done;
+    }
+    uint64_t need = 0;
+    for (int i = 0; i < p.n_branches; i++) need += nfa_size_bound(&p, classes, p.branch[i], 0);
+    if (need > nfa.max_states) {
+        st = di_err_set(err, DI_ERR_LIMIT, "regex: pattern too complex: it expands to at least %llu NFA states (limit %u)",
+                        (unsigned long long)need, nfa.max_states);
+        goto done;
+    }
+    emitter e = {&p, &nfa, flags, classes, err};
     uint32_t match = di_nfa_add(&nfa, DI_NFA_MATCH, 0, 0, DI_NFA_NONE, DI_NFA_NONE);
     uint32_t end = match;
     if (flags & DI_RX_JSON_STRING) end = emit_bytes(&e, "\"", match);
@@ -765,8 +704,10 @@ di_status di_regex_compile(const char *pattern, size_t len, unsigned flags, uint
     if (alts != DI_NFA_NONE && (flags & DI_RX_JSON_STRING)) alts = emit_bytes(&e, "\"", alts);
     if (alts == DI_NFA_NONE) { st = err ? err->code : DI_ERR_LIMIT; goto done; }
     nfa.start = alts;
-    st = di_dfa_from_nfa(&nfa, max_states, out, err);
+    st = di_dfa_from_nfa(&nfa, max_states, max_work, out, err);
 done:
+    for (uint32_t i = 0; classes && i < p.n_sets; i++) di_utf8_class_free(&classes[i]);
+    free(classes);
     di_nfa_free(&nfa);
     for (uint32_t i = 0; i < p.n_sets; i++) free(p.sets[i].r);
     free(p.sets);

@@ -33,9 +33,16 @@ enum {
 };
 
 /* Compiles pattern (UTF-8, len bytes) into a trimmed DFA. Errors name the
- * construct and its 1-based column. */
+ * construct and its 1-based column. Every pattern is bounded the same way
+ * (DI_ERR_LIMIT): at most max_states DFA states, 8 × max_states + 1024 NFA states
+ * (checked from the pattern's shape before anything is built, so a counted
+ * repetition such as (a{1000}){1000} is refused at once), and
+ * DI_DFA_MAX_WORK steps of subset construction ("pattern too complex"). */
 di_status di_regex_compile(const char *pattern, size_t len, unsigned flags, uint32_t max_states,
                            di_dfa *out, di_err *err);
+/* The same with a smaller work bound (steps as in DI_DFA_MAX_WORK). */
+di_status di_regex_compile_bounded(const char *pattern, size_t len, unsigned flags, uint32_t max_states,
+                                   uint64_t max_work, di_dfa *out, di_err *err);
 
 /* Writes s (n bytes) as a regex matching exactly s (metacharacters
  * escaped) into buf, NUL-terminated; returns the length needed
