@@ -306,7 +306,7 @@ di_status di_dfa_from_nfa(const di_nfa *nfa, uint32_t max_states, uint64_t max_w
     b.nc = nc;
     di_status st = DI_OK;
     uint32_t *universal_of = NULL;
-    uint32_t *cnt = malloc((nc + 1) * sizeof *cnt), *cur = malloc(nc * sizeof *cur), *mv = NULL, cap_mv = 0;
+    uint32_t *cnt = malloc((nc + 1) * sizeof *cnt), *cur = malloc((nc + 1) * sizeof *cur), *mv = NULL, cap_mv = 0;
     di_key_table memo = {0};  /* move lists closed so far → memo_tid */
     uint32_t *memo_tid = NULL, cap_memo = 0;
     uint64_t moves = 0; /* NFA moves bucketed, over all states */
@@ -339,14 +339,22 @@ di_status di_dfa_from_nfa(const di_nfa *nfa, uint32_t max_states, uint64_t max_w
          * NFA states (CSR: targets of class k at mv[cnt[k]..cnt[k + 1])),
          * instead of one pass per class. */
         size_t o0 = tab.off[id], o1 = tab.off[id + 1];
-        memset(cnt, 0, (nc + 1) * sizeof *cnt);
+        /* bucket sizes from a difference array, so that the work is known
+         * before the moves are written */
+        memset(cur, 0, (nc + 1) * sizeof *cur);
         for (size_t k = o0; k < o1; k++) {
             const di_nfa_state *ns = &nfa->states[tab.pool[k]];
-            if (ns->kind == DI_NFA_RANGE)
-                for (uint32_t k2 = byte_class[ns->lo]; k2 <= byte_class[ns->hi]; k2++) cnt[k2 + 1]++;
-            else if (ns->kind == DI_NFA_MATCH) b.accept[id] = 1;
+            if (ns->kind == DI_NFA_RANGE) {
+                cur[byte_class[ns->lo]]++;
+                cur[byte_class[ns->hi] + 1]--;
+            } else if (ns->kind == DI_NFA_MATCH) b.accept[id] = 1;
         }
-        for (uint32_t k2 = 0; k2 < nc; k2++) cnt[k2 + 1] += cnt[k2];
+        uint32_t run = 0;
+        cnt[0] = 0;
+        for (uint32_t k2 = 0; k2 < nc; k2++) {
+            run += cur[k2];
+            cnt[k2 + 1] = cnt[k2] + run;
+        }
         moves += cnt[nc];
         if (subset_work(&c, &tab, nc, moves) > max_work) { st = too_complex(err, max_work, tab.n); goto done; }
         if (di_grow((void **)&mv, &cap_mv, cnt[nc], sizeof *mv)) { st = di_err_set(err, DI_ERR_NOMEM, "out of memory"); goto done; }
