@@ -17,6 +17,29 @@ static int has_buf_forms(const di_backend_ops *o) {
            o->topk_select_buf && o->sparse_attn_rows;
 }
 
+/* The score width of a pass with the step metadata: the widest row's
+ * visible entries rounded up to c·2^k, c in {4, 5, 6, 7}, at least 64, so
+ * decode steps keep one width (one launch shape) for many tokens; the
+ * padding costs at most a quarter more. Scores past a row's visible count
+ * are -inf, which neither the candidate blocks (unreachable blocks are
+ * dropped) nor top-k pick, so the bits are those of the exact width. */
+int64_t di_fwd_width_bucket(int64_t w) {
+    if (w <= 64) return 64;
+    int64_t u = 1;
+    while (8 * u <= w) u *= 2; /* 4u <= w < 8u */
+    int64_t c = 4;
+    while (c * u < w) c++;
+    return c * u;
+}
+
+/* FNV-1a over the 64-bit words of a step's shape. */
+static void key_add(uint64_t *h, int64_t v) {
+    for (int i = 0; i < 8; i++) {
+        *h ^= (uint64_t)(v >> (8 * i)) & 0xffu;
+        *h *= 0x100000001b3ull;
+    }
+}
+
 /* The RoPE angles' cosines and sines, [n, half, 2], exactly as the rope
  * op computes them from positions (backend.h rope_cs). */
 static void rope_cs_fill(const int32_t *pos, int64_t n, const float *freq, int64_t half,
@@ -135,6 +158,23 @@ static int fwd_meta(di_fwd *f) {
            n_i32 = (size_t)(m * W + nb * m + m + f->n_seqs + m + 2 * m + e_tot + g_tot) +
                    (size_t)(m * hc) + n_cs;
     size_t bytes = n_ptr * sizeof(void *) + n_i32 * sizeof(int32_t) + eng_bytes;
+    /* the step's shape: rows per sequence, the metadata's layout, the
+     * compressors' new entries and group paths, the score widths */
+    uint64_t key = 0xcbf29ce484222325ull;
+    key_add(&key, m);
+    key_add(&key, f->n_seqs);
+    for (int s = 0; s < f->n_seqs; s++) key_add(&key, f->seqs[s].n);
+    key_add(&key, (int64_t)bytes);
+    for (int64_t b = 0; b < nb; b++) {
+        const di_layer_role *r = &c->roles[b];
+        key_add(&key, n_ent[b]);
+        if (r->is_index_source && r->kv_src >= 0) {
+            int64_t w = 0;
+            for (int64_t i = 0; i < m; i++)
+                if ((f->pos[i] + 1) / c->roles[r->kv_src].ratio > w) w = (f->pos[i] + 1) / c->roles[r->kv_src].ratio;
+            key_add(&key, di_fwd_width_bucket(w));
+        }
+    }
     uint8_t *h = calloc(1, bytes);
     int32_t *epos = malloc((size_t)(2 * m + 2) * sizeof(int32_t)), *eseq = epos + m + 1;
     if (!h || !epos) {
@@ -146,6 +186,7 @@ static int fwd_meta(di_fwd *f) {
         return -1;
     }
     f->meta_host = h;
+    f->step_key = key;
     const uint8_t **ring = (const uint8_t **)(void *)h, **ckv = ring + nb * m, **ikey = ckv + nb * m;
     const uint8_t **ctok = ikey + nb * m, **dsring = ctok + nb * m, **eckv = dsring + nmtp * m,
                   **eikey = eckv + e_tot, **gbase = eikey + e_tot;
@@ -204,7 +245,7 @@ static int fwd_meta(di_fwd *f) {
         if (!(c->roles[b].ratio > 0 && c->roles[b].owns_compressor)) continue;
         int ratio = c->roles[b].ratio;
         entry_positions(f, (int)b, epos, eseq);
-        grp_ok[b] = ratio > 1;
+        grp_ok[b] = ratio > 1; /* (part of the key: which path the groups take) */
         for (int64_t e = 0; e < n_ent[b]; e++) {
             const di_seqstate *st = f->seqs[eseq[e]].st;
             eckv[eo + e] = st->ckv[b];
@@ -221,6 +262,7 @@ static int fwd_meta(di_fwd *f) {
         eo += n_ent[b];
         if (ratio > 1) go += n_ent[b] * ratio;
     }
+    for (int64_t b = 0; b < nb; b++) key_add(&f->step_key, grp_ok[b]);
     for (int s = 0; s < f->n_seqs; s++) last[s] = (int32_t)(f->row0[s] + f->seqs[s].n - 1);
     for (int i = 0; i < nt; i++) {
         const int32_t *pos = f->pos;
@@ -408,6 +450,10 @@ static void fwd_release(di_fwd *f) {
     free(f->sel);
     free(f->hash);
     memset(f, 0, sizeof *f);
+}
+
+void di_fwd_abort(di_fwd *f) {
+    if (f->lm) fwd_release(f);
 }
 
 void di_fwd_end(di_fwd *f) {

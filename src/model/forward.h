@@ -83,6 +83,11 @@ typedef struct di_fwd {
     const uint8_t **m_eng_rows;   /* [n_blocks] (host array) -> [m, ncols, Eh] the FP8 rows
                                      Engram block b looks up, gathered on the host, or NULL */
     const uint8_t **m_eng_scales; /* [n_blocks] (host array) -> [m, ncols, Eh/32] their scales */
+    uint64_t step_key;   /* with the step metadata: a hash of what fixes the pass's ops,
+                            shapes and buffer sizes (rows per sequence, the metadata's
+                            layout, each compressor's new entries and group path, the
+                            score widths); passes of one key issue the same op stream,
+                            only the metadata's contents differ (test_forward_strict.c) */
     int dspark_p;        /* DSpark draft: main position p, else -1 */
     di_fwd_trace *trace; /* NULL or where the next block writes its sublayer outputs */
 } di_fwd;
@@ -92,6 +97,9 @@ di_status di_fwd_begin(di_fwd *f, const di_lm *lm, const di_fwd_seq *seqs, int n
 /* Records the chunk in each sequence's state (Engram history, length) and
  * releases the forward. */
 void di_fwd_end(di_fwd *f);
+/* Releases a begun forward without recording anything (the sequences stay
+ * where they were): for looking at a pass's metadata and key. */
+void di_fwd_abort(di_fwd *f);
 
 /* s [m, HC, D] = HC copies of the embedding of ids [m]; pre [m, HC] = one-hot. */
 di_status di_fwd_embed(di_fwd *f, const int32_t *ids, float *s, float *pre);
@@ -99,6 +107,9 @@ di_status di_fwd_embed(di_fwd *f, const int32_t *ids, float *s, float *pre);
  * drows: the same rows in backend memory (the step metadata's) or NULL. */
 di_status di_fwd_head(di_fwd *f, const float *s, const float *pre, const int32_t *rows,
                       const int32_t *drows, int64_t n, float *logits, di_err *err);
+/* The score width of a pass with the step metadata: the widest row's
+ * visible entries rounded up (indexer.c; the same bits as the exact width). */
+int64_t di_fwd_width_bucket(int64_t w);
 /* RoPE of m rows of x at positions pos with block b's frequencies (the
  * rope op's arguments); when pos is the pass's row positions and the
  * backend has rope_cs, from the step metadata's table instead. */

@@ -14,21 +14,6 @@
 
 #define SCORE_BUDGET (1 << 24)
 
-/* The score width of a pass with the step metadata: the widest row's
- * visible entries rounded up to c·2^k, c in {4, 5, 6, 7}, at least 64, so
- * decode steps keep one width (one launch shape) for many tokens; the
- * padding costs at most a quarter more. Scores past a row's visible count
- * are -inf, which neither the candidate blocks (unreachable blocks are
- * dropped) nor top-k pick, so the bits are those of the exact width. */
-static int64_t width_bucket(int64_t w) {
-    if (w <= 64) return 64;
-    int64_t u = 1;
-    while (8 * u <= w) u *= 2; /* 4u <= w < 8u */
-    int64_t c = 4;
-    while (c * u < w) c++;
-    return c * u;
-}
-
 di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_err *err) {
     const di_lm *lm = f->lm;
     const di_config *c = lm->cfg;
@@ -77,7 +62,7 @@ di_status di_indexer(di_fwd *f, int block, const float *x, const float *qr, di_e
         int64_t nv = (f->pos[i] + 1) / ratio;
         if (nv > width) width = nv;
     }
-    if (buf) width = width_bucket(width);
+    if (buf) width = di_fwd_width_bucket(width);
     /* FP4 index queries */
     be->ops->matmul(be, &lb->idx_wq_b, qr, m, q, lm->mm_q);
     di_fwd_rope(f, block, q, m, hi * di, hi, di, f->pos, 0);

@@ -36,6 +36,7 @@ typedef struct sbuf {
     uint8_t *p;
     size_t len;
     int persistent; /* alive when the counted passes began: the sequences' state */
+    int64_t id;     /* allocation number */
 } sbuf;
 
 static struct {
@@ -49,6 +50,9 @@ static struct {
     long downloads, download_bytes, host_results, host_tables, uploads, host_arrays, engram;
     long state_writes, state_reads; /* copies into / out of the sequences' state */
     int count_widths;            /* record score widths (unguarded runs) */
+    int record;                  /* hash the op stream of this pass into oph */
+    uint64_t oph;
+    int64_t next_id, pass_first_id;
     int64_t widths[64];          /* distinct score widths of the counted passes */
     int n_widths;
 } ST;
@@ -94,6 +98,62 @@ static void op_out(void) {
     if (ST.guard) protect_all(PROT_NONE);
 }
 
+/* ---- the op stream of a pass, canonical: op names, their scalar
+ * arguments, and pointers as (buffer, offset) where the buffer is the
+ * sequences' state (by allocation number) or this pass's own (by its
+ * allocation number counted from the pass's first); other pointers (host
+ * structs, weights) count as one value. Passes whose streams hash equal
+ * issue the same ops on the same shapes and buffers: a graph captured for
+ * one replays the other with its step metadata. */
+static void oh_u64(uint64_t v) {
+    for (int i = 0; i < 8; i++) {
+        ST.oph ^= (v >> (8 * i)) & 0xffu;
+        ST.oph *= 0x100000001b3ull;
+    }
+}
+static void oh_str(const char *t) {
+    while (*t) oh_u64((unsigned char)*t++);
+    oh_u64(0);
+}
+static void oh_p(const void *p) {
+    for (int i = 0; i < ST.n; i++)
+        if ((const uint8_t *)p >= ST.bufs[i].p && (const uint8_t *)p < ST.bufs[i].p + ST.bufs[i].len) {
+            oh_u64(ST.bufs[i].persistent ? 'P' : 'T');
+            oh_u64((uint64_t)(ST.bufs[i].persistent ? ST.bufs[i].id : ST.bufs[i].id - ST.pass_first_id));
+            oh_u64((uint64_t)((const uint8_t *)p - ST.bufs[i].p));
+            return;
+        }
+    oh_u64(p ? 'H' : 0);
+}
+static void oh_i(long long v) { oh_u64((uint64_t)v); }
+static void oh_d(double v) {
+    uint64_t b;
+    memcpy(&b, &v, sizeof b);
+    oh_u64(b);
+}
+#define OH_ARG(x)                                                                          \
+    _Generic((x), float: oh_d, double: oh_d, int: oh_i, unsigned: oh_i, long: oh_i,        \
+             unsigned long: oh_i, long long: oh_i, default: oh_p)(x);
+#define OH_1(x) OH_ARG(x)
+#define OH_2(x, ...) OH_ARG(x) OH_1(__VA_ARGS__)
+#define OH_3(x, ...) OH_ARG(x) OH_2(__VA_ARGS__)
+#define OH_4(x, ...) OH_ARG(x) OH_3(__VA_ARGS__)
+#define OH_5(x, ...) OH_ARG(x) OH_4(__VA_ARGS__)
+#define OH_6(x, ...) OH_ARG(x) OH_5(__VA_ARGS__)
+#define OH_7(x, ...) OH_ARG(x) OH_6(__VA_ARGS__)
+#define OH_8(x, ...) OH_ARG(x) OH_7(__VA_ARGS__)
+#define OH_9(x, ...) OH_ARG(x) OH_8(__VA_ARGS__)
+#define OH_10(x, ...) OH_ARG(x) OH_9(__VA_ARGS__)
+#define OH_11(x, ...) OH_ARG(x) OH_10(__VA_ARGS__)
+#define OH_12(x, ...) OH_ARG(x) OH_11(__VA_ARGS__)
+#define OH_13(x, ...) OH_ARG(x) OH_12(__VA_ARGS__)
+#define OH_14(x, ...) OH_ARG(x) OH_13(__VA_ARGS__)
+#define OH_15(x, ...) OH_ARG(x) OH_14(__VA_ARGS__)
+#define OH_PICK(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, NAME, ...) NAME
+#define OH_ARGS(...)                                                                        \
+    OH_PICK(__VA_ARGS__, OH_15, OH_14, OH_13, OH_12, OH_11, OH_10, OH_9, OH_8, OH_7, OH_6,  \
+            OH_5, OH_4, OH_3, OH_2, OH_1)(__VA_ARGS__)
+
 static void *s_alloc(di_backend *be, size_t bytes) {
     (void)be;
     if (ST.n == ST.cap) {
@@ -107,12 +167,20 @@ static void *s_alloc(di_backend *be, size_t bytes) {
     void *p = mmap(NULL, len, ST.guard ? PROT_NONE : PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
-    ST.bufs[ST.n++] = (sbuf){p, len, 0};
+    ST.bufs[ST.n++] = (sbuf){p, len, 0, ST.next_id++};
+    if (ST.record) {
+        oh_str("alloc");
+        oh_u64(bytes);
+    }
     return p;
 }
 
 static void s_free(di_backend *be, void *p) {
     (void)be;
+    if (ST.record) {
+        oh_str("free");
+        oh_p(p);
+    }
     for (int i = 0; i < ST.n; i++)
         if (ST.bufs[i].p == p) {
             munmap(p, ST.bufs[i].len);
@@ -122,12 +190,20 @@ static void s_free(di_backend *be, void *p) {
 }
 
 static void s_upload(di_backend *be, void *dst, const void *src, size_t bytes) {
+    if (ST.record) {
+        oh_str("upload");
+        OH_ARGS(dst, bytes)
+    }
     op_in("upload");
     ST.cpu->ops->upload(ST.cpu, dst, src, bytes);
     op_out();
 }
 
 static void s_download(di_backend *be, void *dst, const void *src, size_t bytes) {
+    if (ST.record) {
+        oh_str("download");
+        OH_ARGS(src, bytes)
+    }
     op_in("download");
     ST.downloads++;
     ST.download_bytes += (long)bytes;
@@ -146,6 +222,10 @@ static int in_state(const void *p) {
 static void s_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
     if (in_state(dst)) ST.state_writes++;
     else if (in_state(src)) ST.state_reads++;
+    if (ST.record) {
+        oh_str("copy");
+        OH_ARGS(dst, src, bytes)
+    }
     op_in("copy");
     ST.cpu->ops->copy(ST.cpu, dst, src, bytes);
     op_out();
@@ -180,7 +260,6 @@ static void s_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
     W(index_scores_kv_buf, (di_backend *be, const float *q, const float *w, int64_t m, int hi, int64_t di, const uint8_t *const *keys, const int32_t *n_vis, int64_t width, float *out), (ST.cpu, q, w, m, hi, di, keys, n_vis, width, out)) \
     W(candidate_blocks_buf, (di_backend *be, const float *scores, const int32_t *n_vis, int64_t m, int64_t width, int topk_blocks, int bs, int32_t *blocks), (ST.cpu, scores, n_vis, m, width, topk_blocks, bs, blocks)) \
     W(restrict_blocks_buf, (di_backend *be, float *scores, const int32_t *blocks, int64_t m, int64_t width, int topk_blocks, int bs), (ST.cpu, scores, blocks, m, width, topk_blocks, bs)) \
-    W(sparse_attn_rows, (di_backend *be, const float *q, int64_t m, int h, int64_t d, const di_attn_rows *rows, const float *sink, float scale, float *out), (ST.cpu, q, m, h, d, rows, sink, scale, out)) \
     W(rope_cs, (di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd, int64_t rd, const float *cs, int inverse), (ST.cpu, x, m, stride, heads, hd, rd, cs, inverse)) \
     W(embed_buf, (di_backend *be, const di_tensor *table, const int32_t *ids, int64_t m, float *out), (ST.cpu, table, ids, m, out)) \
     W(gather_rows_buf, (di_backend *be, const float *src, const int32_t *rows, int64_t m, int64_t n, float *dst), (ST.cpu, src, rows, m, n, dst)) \
@@ -206,6 +285,10 @@ static void width_seen(int64_t width) {
 static void s_topk_select(di_backend *be, const float *scores, const int32_t *n_vis, int64_t m,
                           int64_t width, int k, int32_t *idx) {
     width_seen(width);
+    if (ST.record) {
+        oh_str("topk_select");
+        OH_ARGS(scores, n_vis, m, width, k, idx)
+    }
     op_in("topk_select");
     ST.cpu->ops->topk_select(ST.cpu, scores, n_vis, m, width, k, idx);
     op_out();
@@ -214,13 +297,35 @@ static void s_topk_select(di_backend *be, const float *scores, const int32_t *n_
 static void s_topk_select_buf(di_backend *be, const float *scores, const int32_t *n_vis, int64_t m,
                               int64_t width, int k, int32_t *idx) {
     width_seen(width);
+    if (ST.record) {
+        oh_str("topk_select_buf");
+        OH_ARGS(scores, n_vis, m, width, k, idx)
+    }
     op_in("topk_select_buf");
     ST.cpu->ops->topk_select_buf(ST.cpu, scores, n_vis, m, width, k, idx);
     op_out();
 }
 
+/* The row tables' addresses count too (not just the struct's). */
+static void s_sparse_attn_rows(di_backend *be, const float *q, int64_t m, int h, int64_t d,
+                               const di_attn_rows *t, const float *sink, float scale, float *out) {
+    if (ST.record) {
+        oh_str("sparse_attn_rows");
+        OH_ARGS(q, m, h, d, sink, scale, out)
+        OH_ARGS(t->n_win, t->win, t->ring, t->chunk, t->win_bytes, t->n_sel, t->sel, t->cache,
+                t->cache_bytes)
+    }
+    op_in("sparse_attn_rows");
+    ST.cpu->ops->sparse_attn_rows(ST.cpu, q, m, h, d, t, sink, scale, out);
+    op_out();
+}
+
 #define DEF(name, params, args)        \
     static void s_##name params {      \
+        if (ST.record) {               \
+            oh_str(#name);             \
+            OH_ARGS args               \
+        }                              \
         op_in(#name);                  \
         ST.cpu->ops->name args;        \
         op_out();                      \
@@ -244,6 +349,7 @@ static void strict_init(di_backend *cpu, int buf_forms) {
 #undef SET
     o.topk_select = s_topk_select;
     o.topk_select_buf = s_topk_select_buf;
+    o.sparse_attn_rows = s_sparse_attn_rows;
     if (!buf_forms) {
         o.index_scores_kv_buf = NULL;
         o.candidate_blocks_buf = NULL;
@@ -417,6 +523,80 @@ static void test_decode_no_host_reads(void) {
     free(host);
 }
 
+/* The key of a decode step (forward.h step_key) against its op stream:
+ * steps of one key issue the same ops on the same shapes and buffers (only
+ * the step metadata's contents differ), which is what replaying a graph
+ * captured for the key needs. Decode steps of a alone, then of a and b
+ * batched, crossing score-width buckets, with the ratio-2 groups completing
+ * every other step. The comparison can fail: with the host forms the
+ * streams of same-key steps differ (their copies address the rings by
+ * position, their ops take per-row host arrays). Returns each step's key
+ * and stream hash. */
+static void step_streams(int buf_forms, uint64_t *key, uint64_t *oph, int n_steps) {
+    di_err err = {0};
+    strict_init(G.be, buf_forms);
+    di_backend *saved = G.lm.be;
+    G.lm.be = &ST.be;
+    ST.guard = 0;
+    di_seqstate a, b;
+    int64_t P = 120, Q = 40;
+    float *lg = malloc((size_t)(2 * V) * sizeof(float));
+    CHECK(di_seqstate_init(&a, &G.lm, S + 16, 0, &err) == DI_OK);
+    CHECK(di_seqstate_init(&b, &G.lm, S + 16, 0, &err) == DI_OK);
+    di_fwd_seq qa = {&a, IDS, P}, qb = {&b, IDS + 7, Q};
+    CHECK(di_forward(&G.lm, &qa, 1, lg, 0, &err) == DI_OK);
+    CHECK(di_forward(&G.lm, &qb, 1, lg, 0, &err) == DI_OK);
+    counters_reset(); /* the states' buffers are the persistent ones */
+    for (int s = 0; s < n_steps; s++) {
+        int two = s >= n_steps / 2;
+        int64_t t = two ? s - n_steps / 2 : s;
+        di_fwd_seq d[2] = {{&a, IDS + P + s, 1}, {&b, IDS + 7 + Q + t, 1}};
+        di_fwd probe;
+        CHECK(di_fwd_begin(&probe, &G.lm, d, 1 + two, &err) == DI_OK);
+        key[s] = probe.step_key;
+        di_fwd_abort(&probe);
+        ST.oph = 0xcbf29ce484222325ull;
+        ST.pass_first_id = ST.next_id;
+        ST.record = 1;
+        CHECKF(di_forward(&G.lm, d, 1 + two, lg, 0, &err) == DI_OK, "%s", err.msg);
+        ST.record = 0;
+        oph[s] = ST.oph;
+    }
+    di_seqstate_free(&a);
+    di_seqstate_free(&b);
+    free(lg);
+    G.lm.be = saved;
+}
+
+static void test_step_keys(void) {
+    if (!READY) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
+    enum { N = 16 };
+    uint64_t key[N], oph[N], hkey[N], hoph[N];
+    step_streams(1, key, oph, N);
+    step_streams(0, hkey, hoph, N);
+    int same_key = 0, differ = 0, distinct = 0, host_differ = 0;
+    for (int i = 0; i < N; i++) {
+        int seen = 0;
+        for (int j = 0; j < i; j++) {
+            seen |= key[j] == key[i];
+            if (key[j] == key[i]) {
+                same_key++;
+                differ += oph[j] != oph[i];
+                host_differ += hoph[j] != hoph[i];
+            }
+        }
+        distinct += !seen;
+    }
+    CHECKF(differ == 0, "%d of %d step pairs with one key issue different op streams", differ, same_key);
+    CHECKF(same_key >= N / 2 && distinct >= 3, "%d step pairs share a key, %d distinct keys", same_key,
+           distinct);
+    /* the host forms address rings and caches by position: their streams
+     * differ where the key is the same (so the comparison can fail) */
+    CHECKF(host_differ > 0, "host forms: %d of %d same-key pairs differ", host_differ, same_key);
+    if (getenv("DI_TEST_VERBOSE"))
+        fprintf(stderr, "%d steps, %d distinct keys, %d same-key pairs\n", N, distinct, same_key);
+}
+
 /* The detector itself: a host read of a guarded buffer is counted. */
 static void test_detector(void) {
     if (!READY) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
@@ -444,6 +624,7 @@ int main(void) {
     if (rc < 0) return 1;
     RUN(test_detector);
     RUN(test_decode_no_host_reads);
+    RUN(test_step_keys);
     if (rc > 0) gold_close(&G);
     return test_summary();
 }
