@@ -41,6 +41,7 @@
 #include "backend/cuda/cuda_attn_tc.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops_moe.h"
+#include "backend/cuda/cuda_ops_select.h"
 #include "core/dtype.h"
 #include "core/route_score.h"
 #include "moe_ref.h"
@@ -1588,6 +1589,80 @@ static void test_pool_fills(void) {
     free(ones);
 }
 
+/* index_scores_kv on the tensor cores (cuda_ops_select.cu) at the model's
+ * indexer shape (32 heads of 128) and at small odd ones, through the op
+ * table. With the model's q — FP4 quantize-dequantized per 32 with an E8M0
+ * scale, so the dots are exact sums — the scores must be the CPU's bit for
+ * bit, and so must the top-k picked from them; rows share one key cache
+ * with growing visible counts (a prefill) and later rows switch to another
+ * cache (the fragments reload). With general fp32 q (three bf16 terms) the
+ * scores stay within the fp32 forms' tolerance. */
+static uint8_t *index_keys_packed(const float *src, int64_t W, int64_t di) {
+    size_t kb = di_kvq_row_bytes(DI_KVQ_FP4_E8M0, di);
+    uint8_t *keys = malloc((size_t)W * kb);
+    for (int64_t r = 0; r < W; r++) di_kvq_pack(DI_KVQ_FP4_E8M0, src + r * di, di, keys + (size_t)r * kb);
+    return keys;
+}
+
+static void test_index_scores_tc(void) {
+    NEED_GPU();
+    const struct { int64_t m; int hi; int64_t di, width; int qdq; } cs[] = {
+        {200, 32, 128, 260, 1}, {70, 5, 64, 150, 0}, {9, 8, 32, 70, 1}, {130, 32, 128, 200, 0}};
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        int64_t m = cs[t].m, di = cs[t].di, W = cs[t].width;
+        int hi = cs[t].hi;
+        size_t kb = di_kvq_row_bytes(DI_KVQ_FP4_E8M0, di);
+        float *src = rnd(W * di, 1.0f), *w = rnd(m * hi, 1.0f);
+        float *q = malloc((size_t)(m * hi * di) * sizeof(float));
+        uint8_t *row = malloc(kb);
+        for (int64_t r = 0; r < m * hi; r++) {
+            for (int64_t c = 0; c < di; c++) q[r * di + c] = (float)rng_normal() * 0.7f;
+            if (cs[t].qdq) { /* the model's q: FP4-QDQ(32, e8m0) */
+                di_kvq_pack(DI_KVQ_FP4_E8M0, q + r * di, di, row);
+                di_kvq_unpack(DI_KVQ_FP4_E8M0, row, di, q + r * di);
+            }
+        }
+        uint8_t *keys = index_keys_packed(src, W, di);
+        uint8_t *dkeys = (uint8_t *)dev_up(keys, (size_t)W * kb);
+        float *dq = dev_up(q, (size_t)(m * hi * di) * 4), *dw = dev_up(w, (size_t)(m * hi) * 4);
+        const uint8_t **kc = malloc((size_t)m * sizeof *kc), **kg = malloc((size_t)m * sizeof *kg);
+        int32_t *nv = malloc((size_t)m * 4);
+        for (int64_t i = 0; i < m; i++) {
+            int64_t off = i < m - m / 8 ? 0 : 7; /* the last rows: another cache */
+            nv[i] = off ? (int32_t)rng_int((int)(W - off) + 1) : (int32_t)(W - m + i + 1 > 0 ? W - m + i + 1 : 0);
+            if (i % 17 == 3) nv[i] = 0;
+            kc[i] = keys + (size_t)off * kb;
+            kg[i] = dkeys + (size_t)off * kb;
+        }
+        CHECK(cuda_index_tc_fits(hi, di, dq));
+        size_t SB = (size_t)(m * W) * 4;
+        float *scc = malloc(SB), *dsc = dev_poison(SB);
+        cpu->ops->index_scores_kv(cpu, q, w, m, hi, di, kc, nv, W, scc);
+        gpu->ops->index_scores_kv(gpu, dq, dw, m, hi, di, kg, nv, W, dsc);
+        float *scg = dev_down(dsc, SB);
+        char what[96];
+        snprintf(what, sizeof what, "index_scores_kv tc m %lld hi %d di %lld W %lld%s", (long long)m,
+                 hi, (long long)di, (long long)W, cs[t].qdq ? " (FP4 q)" : "");
+        if (status_ok(what)) {
+            if (cs[t].qdq) {
+                cmp_exact(what, scg, scc, m * W);
+                int k = 16;
+                int32_t *ic = malloc((size_t)(m * k) * 4), *ig = malloc((size_t)(m * k) * 4);
+                cpu->ops->topk_select(cpu, scc, nv, m, W, k, ic);
+                cpu->ops->topk_select(cpu, scg, nv, m, W, k, ig);
+                CHECKF(!memcmp(ic, ig, (size_t)(m * k) * 4), "%s: top-%d differs", what, k);
+                free(ic);
+                free(ig);
+            } else {
+                cmp_tol(what, scg, scc, m * W, 2 * BF16_ULP, 0x1p-7);
+            }
+        }
+        dev_free(dkeys); dev_free(dq); dev_free(dw); dev_free(dsc);
+        free(src); free(q); free(w); free(row); free(keys); free(kc); free(kg); free(nv);
+        free(scc); free(scg);
+    }
+}
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -1619,6 +1694,7 @@ int main(void) {
     RUN(test_selection_large);
     RUN(test_moe_and_pool);
     RUN(test_kv);
+    RUN(test_index_scores_tc);
     RUN(test_attention_tc);
     RUN(test_route_score_device);
     RUN(test_moe_route_device);

@@ -649,51 +649,77 @@ static void test_grouped_spread(void) {
 #endif
 }
 
-/* More than 16 rows in a group: the grouped form runs the mma.sync kernel
- * (token tiles of 8) instead of the wgmma one; every (token, expert) row must
- * still be within the exact result's bound. Two groups of 20 and 13 rows,
- * one empty group between them, outputs poisoned. */
+/* More than 16 rows in a group: the grouped form runs the tiled GEMM
+ * (cuda_gemm_grouped.cu: 64-row x 128-output tiles, a persistent grid over
+ * a tile table built from the offsets) when the groups average four rows
+ * or more, else the mma.sync kernel (token tiles of 8); with either, every
+ * (token, expert) row must be within the exact result's bound. Shapes: two
+ * groups of 20 and 13 rows with an empty group between them (n = 100, k =
+ * 256); five groups of up to 150 rows over three row tiles, n = 200 (a
+ * partial output tile), k = 288 (a partial last stage), groups listed out
+ * of expert order; outputs poisoned before each launch. */
+#if defined(DI_HAVE_CUDA)
+void cuda_matvec_set_grouped_tiled(int on); /* cuda_matvec.cu: 0 = mma.sync past 16 rows */
+#endif
 static void test_grouped_many_rows(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
-    const int64_t E = 3, T = 20, n = 100, k = 256, kbn = k / 32;
-    const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
-    float *x, *sa;
-    uint8_t *qa, *w, *ws;
-    moe_inputs(T, k, n, E, &x, &sa, &qa, &w, &ws);
-    int32_t ids[3] = {2, 1, 0}, off[4], rows[40], pair_exp[40], np = 0;
-    off[0] = 0;
-    for (int g = 0; g < 3; g++) {
-        for (int t = 0; t < T && g != 1; t++)
-            if (g == 0 || t % 3) { rows[np] = t; pair_exp[np] = ids[g]; np++; }
-        off[g + 1] = np;
+    const struct { int64_t E, T, n, k; } cs[] = {{3, 20, 100, 256}, {5, 150, 200, 288}};
+    for (size_t c = 0; c < sizeof cs / sizeof *cs; c++) {
+        const int64_t E = cs[c].E, T = cs[c].T, n = cs[c].n, k = cs[c].k, kbn = k / 32;
+        const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
+        float *x, *sa;
+        uint8_t *qa, *w, *ws;
+        moe_inputs(T, k, n, E, &x, &sa, &qa, &w, &ws);
+        int32_t ids[5], off[6], *rows = malloc((size_t)(T * E) * 4), *pair_exp = malloc((size_t)(T * E) * 4);
+        int32_t np = 0;
+        off[0] = 0;
+        for (int g = 0; g < E; g++) {
+            ids[g] = (int32_t)((E - 1 - g + 2 * (c == 1)) % E);
+            for (int t = 0; t < T && g != 1; t++) {
+                int in = g == 0 || (g == 2 && t % 3) || (g == 3 && t % 2 == 0) || (g == 4 && t < 70);
+                if (in) { rows[np] = t; pair_exp[np] = ids[g]; np++; }
+            }
+            off[g + 1] = np;
+        }
+        dbuf dqa = dput(qa, (size_t)(T * k)), dsa = dput(sa, (size_t)(T * kbn) * 4),
+             dw = dput(w, wb * E), dws = dput(ws, sb * E), dids = dput(ids, (size_t)E * 4),
+             doff = dput(off, (size_t)(E + 1) * 4), drows = dput(rows, (size_t)np * 4),
+             dout = dput(NULL, (size_t)(np * n) * 4);
+        float *out = malloc((size_t)(np * n) * 4);
+        double *ref = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8), *abs_sum = malloc((size_t)n * 8);
+        for (int tiled = 0; tiled < 2; tiled++) {
+#if defined(DI_HAVE_CUDA)
+            cuda_matvec_set_grouped_tiled(tiled);
+#endif
+            di_err err = {0};
+            di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
+            if (!st)
+                st = di_cuda_gemm_mxfp4_grouped(dqa.p, dsa.p, k, dw.p, dws.p, n, dids.p, doff.p,
+                                                (int32_t)E, drows.p, (int32_t)T, dout.p,
+                                                DI_DTYPE_F32, NULL, &err);
+            if (!st) st = di_cuda_synchronize(&err);
+            CHECKF(st == DI_OK, "%s", err.msg);
+            dget(out, dout);
+            int64_t bad = 0;
+            for (int p = 0; p < np; p++) {
+                const int t = rows[p];
+                ref_gemm(1, qa + (size_t)t * k, sa + (size_t)t * kbn, 1, k, w + (size_t)pair_exp[p] * wb,
+                         ws + (size_t)pair_exp[p] * sb, n, ref, bound, abs_sum);
+                for (int64_t j = 0; j < n; j++)
+                    if (!(fabs(out[(size_t)p * n + j] - ref[j]) <= bound[j])) bad++;
+            }
+            CHECKF(bad == 0, "grouped mxfp4 (%s), %lld groups, %d pairs, n %lld, k %lld: %lld of %lld "
+                   "outputs off the exact result", tiled ? "tiled GEMM" : "mma.sync tiles of 8",
+                   (long long)E, (int)np, (long long)n, (long long)k, (long long)bad, (long long)(np * n));
+        }
+#if defined(DI_HAVE_CUDA)
+        cuda_matvec_set_grouped_tiled(1);
+#endif
+        dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
+        free(x); free(sa); free(qa); free(w); free(ws); free(out); free(ref); free(bound); free(abs_sum);
+        free(rows); free(pair_exp);
     }
-    dbuf dqa = dput(qa, (size_t)(T * k)), dsa = dput(sa, (size_t)(T * kbn) * 4),
-         dw = dput(w, wb * E), dws = dput(ws, sb * E), dids = dput(ids, sizeof ids),
-         doff = dput(off, sizeof off), drows = dput(rows, (size_t)np * 4),
-         dout = dput(NULL, (size_t)(np * n) * 4);
-    float *out = malloc((size_t)(np * n) * 4);
-    double *ref = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8), *abs_sum = malloc((size_t)n * 8);
-    di_err err = {0};
-    di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
-    if (!st)
-        st = di_cuda_gemm_mxfp4_grouped(dqa.p, dsa.p, k, dw.p, dws.p, n, dids.p, doff.p, 3, drows.p,
-                                        T, dout.p, DI_DTYPE_F32, NULL, &err);
-    if (!st) st = di_cuda_synchronize(&err);
-    CHECKF(st == DI_OK, "%s", err.msg);
-    dget(out, dout);
-    int64_t bad = 0;
-    for (int p = 0; p < np; p++) {
-        const int t = rows[p];
-        ref_gemm(1, qa + (size_t)t * k, sa + (size_t)t * kbn, 1, k, w + (size_t)pair_exp[p] * wb,
-                 ws + (size_t)pair_exp[p] * sb, n, ref, bound, abs_sum);
-        for (int64_t j = 0; j < n; j++)
-            if (!(fabs(out[(size_t)p * n + j] - ref[j]) <= bound[j])) bad++;
-    }
-    CHECKF(bad == 0, "grouped mxfp4, groups of 20 and 13 rows: %lld of %lld outputs off the exact "
-           "result", (long long)bad, (long long)(np * n));
-    dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
-    free(x); free(sa); free(qa); free(w); free(ws); free(out); free(ref); free(bound); free(abs_sum);
 }
 
 /* The decode kernels start before the kernel ahead of them ends and fetch

@@ -76,6 +76,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_ops_moe.h"
+#include "backend/cuda/cuda_ops_select.h"
 #include "backend/cuda/cuda_ops_step.h"
 
 enum { SCR_A, SCR_B, SCR_C, SCR_D, N_SCRATCH };
@@ -932,7 +933,7 @@ static void cu_index_scores_kv(di_backend *be, const float *q, const float *w, i
     const uint8_t *const *dkeys = scratch_up(be, SCR_A, keys, (size_t)m * sizeof(const uint8_t *));
     const int32_t *dvis = scratch_up(be, SCR_B, n_vis, (size_t)m * sizeof(int32_t));
     if (!dkeys || !dvis) return;
-    note(be, cuda_op_index_scores_kv(q, w, m, hi, di, dkeys, dvis, width, out, &err), &err);
+    note(be, cuda_op_index_scores_kv_fast(q, w, m, hi, di, dkeys, dvis, width, out, &err), &err);
 }
 
 /* Downloads [m, width] scores into host staging for a host-result op. */
@@ -1020,7 +1021,7 @@ static void cu_index_scores_kv_buf(di_backend *be, const float *q, const float *
     op_enter(be, "index_scores_kv_buf");
     di_err err = {0};
     if (m <= 0) return;
-    note(be, cuda_op_index_scores_kv(q, w, m, hi, di, keys, n_vis, width, out, &err), &err);
+    note(be, cuda_op_index_scores_kv_fast(q, w, m, hi, di, keys, n_vis, width, out, &err), &err);
 }
 
 static void cu_candidate_blocks_buf(di_backend *be, const float *scores, const int32_t *n_vis,

@@ -27,6 +27,7 @@
  * further down instead (FP8 mma.sync is not native on Hopper: see there). */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_tma.cuh"
+#include "backend/cuda/cuda_gemm_grouped.h"
 
 #define MV_THREADS 128
 #define MV_WARPS 4
@@ -1233,6 +1234,11 @@ di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m
                             stream, err);
 }
 
+/* measuring aid (bench, tests): 0 keeps groups of many rows on the 8-token
+ * mma.sync kernel below */
+static int grouped_tiled_on = 1;
+extern "C" void cuda_matvec_set_grouped_tiled(int on) { grouped_tiled_on = on; }
+
 di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, int64_t k,
                                            const uint8_t *w, const uint8_t *ws, int64_t n,
                                            const int32_t *ids, const int32_t *off,
@@ -1247,6 +1253,14 @@ di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, i
         return di_err_set(err, DI_ERR_UNSUPPORTED,
                           "gemm_mxfp4_grouped: needs k %% 32 == 0 (k = %lld) and 16-byte aligned "
                           "weights", (long long)k);
+    /* many rows per group (a prefill: max_rows is the batch, an upper bound
+     * of every group's rows, and at least four per group on average): the
+     * tiled GEMM, which reads a weight tile once per 64 rows instead of once
+     * per 8 (cuda_gemm_grouped.cu) */
+    if (grouped_tiled_on && max_rows > 16 && max_rows >= 4 * (int64_t)ngroups &&
+        ngroups <= CUDA_GG_MAX_GROUPS && (uintptr_t)qa % 16 == 0)
+        return cuda_launch_gemm_mxfp4_grouped_tiled(qa, sa, k, w, ws, n, ids, off, ngroups, rows,
+                                                    out, out_bf16, stream, err);
     Groups grp = {ids, off, rows};
     cudaError_t e = cudaSuccess;
     /* the experts' count only bounds the tensor map: ids < 65536 */

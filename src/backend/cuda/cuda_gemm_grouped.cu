@@ -1,0 +1,293 @@
+/* Grouped MXFP4 GEMM on the tensor cores for groups of many rows: the MoE
+ * experts at prefill (architecture.md §7; numerics §2 "FP4 expert linear":
+ * FP8 activations with one f32 scale per 32 inputs, packed E2M1 weights
+ * with one E8M0 scale per row and 32 inputs).
+ *
+ * Why not the decode kernel: cuda_matvec.cu streams each weight tile once
+ * per 8 tokens, so at an 8K-token prefill, where an expert holds ~130 rows,
+ * every expert's weights pass 16 times through the SMs and the mma.sync
+ * tiles are 8 tokens wide. Here a block takes a 64-row x 128-output tile
+ * of one group and reads its weights once per 64 rows.
+ *
+ * Work list: groups have data-dependent row counts (device memory), so the
+ * grid is persistent (two blocks per SM) and each block first turns the
+ * groups' offsets into a table of 64-row tiles in shared memory (a block
+ * scan over at most CUDA_GG_MAX_GROUPS groups), then walks the items (group,
+ * output tile, row tile) with the row tile fastest, so blocks running at
+ * the same time read the same expert tile from L2.
+ *
+ * Arithmetic (the decode kernel's): per 32-block the products start from
+ * zero as an f16 mma.sync m16n8k16 pair (E4M3 activation codes and E2M1
+ * weight codes are exact in f16: the weights are decoded as value · 2^-6
+ * through the E4M3 conversion, the 2^6 goes back in at the end), and the
+ * block's sum is promoted into the fp32 accumulator with the two scales,
+ * fmaf(d, s_a · s_w, acc), blocks in ascending order. The bits differ from
+ * the decode kernel's only through the tensor cores' internal additions
+ * inside a 32-block; both stay within kernels.h's bound of the exact sum
+ * (tests/unit/test_cuda_ops.c test_grouped_many_rows). */
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_gemm_grouped.h"
+
+enum {
+    GG_BM = 64,               /* rows (token slots) per tile */
+    GG_BN = 128,              /* outputs per tile */
+    GG_KC = 128,              /* inputs per stage: four 32-blocks */
+    GG_THREADS = 256,         /* 8 warps: 2 (rows) x 4 (outputs), 32 x 32 each */
+    GG_LDW = GG_KC / 2 + 4,   /* 32-bit words per staged row (f16 pairs), padded */
+};
+
+struct GgSmem {
+    uint32_t a[GG_BM * GG_LDW];  /* [64 rows, 128 inputs] f16 activation codes */
+    uint32_t b[GG_BN * GG_LDW];  /* [128 outputs, 128 inputs] f16 weight codes · 2^-6 */
+    float sa[GG_BM][GG_KC / 32]; /* activation scales of the stage's blocks */
+    float sw[GG_BN][GG_KC / 32]; /* weight scales, decoded */
+    int cum[CUDA_GG_MAX_GROUPS + 1]; /* row tiles of the groups before z */
+    int wtot[GG_THREADS / 32];
+};
+
+__device__ __forceinline__ void gg_mma(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* two E4M3 codes (low byte first) -> f16 pair, exact */
+__device__ __forceinline__ uint32_t gg_e4m3x2(uint32_t two) {
+    __half2_raw r = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(two & 0xffffu), __NV_E4M3);
+    return (uint32_t)r.x | ((uint32_t)r.y << 16);
+}
+
+/* four E4M3 bytes -> two f16 pairs */
+__device__ __forceinline__ void gg_act4(uint32_t v, uint32_t *o) {
+    o[0] = gg_e4m3x2(v);
+    o[1] = gg_e4m3x2(v >> 16);
+}
+
+/* four packed bytes (eight E2M1 codes, element 2i in byte i's low nibble)
+ * -> four f16 pairs of value · 2^-6: the code bits placed at the bottom of
+ * an E4M3 exponent and the top of its mantissa (cuda_matvec.cu), even and
+ * odd elements interleaved back into order */
+__device__ __forceinline__ void gg_fp4x8(uint32_t v, uint32_t *o) {
+    const uint32_t lo = ((v << 2) & 0x1c1c1c1cu) | ((v << 4) & 0x80808080u);
+    const uint32_t hi = ((v >> 2) & 0x1c1c1c1cu) | (v & 0x80808080u);
+    const uint32_t p0 = __byte_perm(lo, hi, 0x5140), p1 = __byte_perm(lo, hi, 0x7362);
+    o[0] = gg_e4m3x2(p0);
+    o[1] = gg_e4m3x2(p0 >> 16);
+    o[2] = gg_e4m3x2(p1);
+    o[3] = gg_e4m3x2(p1 >> 16);
+}
+
+__device__ __forceinline__ void gg_zero(float (&v)[2][4][4]) {
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) v[i][j][q] = 0.f;
+}
+
+__global__ void __launch_bounds__(GG_THREADS, 2)
+    k_gemm_mxfp4_grouped(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int64_t k,
+                         const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws, int64_t n,
+                         const int32_t *__restrict__ ids, const int32_t *__restrict__ off, int G,
+                         const int32_t *__restrict__ rows, void *__restrict__ out, int out_bf16) {
+    extern __shared__ __align__(16) uint8_t gg_raw[];
+    GgSmem &sm = *reinterpret_cast<GgSmem *>(gg_raw);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    {   /* cum[z] = row tiles of groups 0..z-1 (thread tid: groups 4 tid .. 4 tid + 3) */
+        int loc[4], s = 0;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int z = tid * 4 + u;
+            const int c = z < G ? off[z + 1] - off[z] : 0;
+            loc[u] = c > 0 ? (c + GG_BM - 1) / GG_BM : 0;
+            s += loc[u];
+        }
+        int x = s;
+        for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, x, o);
+            if (lane >= o) x += y;
+        }
+        if (lane == 31) sm.wtot[warp] = x;
+        __syncthreads();
+        int e = x - s;
+        for (int i = 0; i < warp; i++) e += sm.wtot[i];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int z = tid * 4 + u;
+            if (z <= G) sm.cum[z] = e;
+            e += loc[u];
+        }
+        if (tid == GG_THREADS - 1) sm.cum[CUDA_GG_MAX_GROUPS] = e; /* G = the maximum */
+        __syncthreads();
+    }
+    const int64_t nx = (n + GG_BN - 1) / GG_BN, items = (int64_t)sm.cum[G] * nx;
+    const int64_t kbn = k / 32, nch = (k + GG_KC - 1) / GG_KC, rowb = k / 2;
+    const int wm = warp >> 2, wn = warp & 3;
+    /* staging roles: activation row ta, 32 bytes pa of the stage's 128;
+     * weight row rb, 32 packed bytes hb of the stage's 64 */
+    const int ta = tid >> 2, pa = tid & 3, rb = tid >> 1, hb = tid & 1;
+    const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
+    for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
+        int lo = 0, hi = G - 1; /* the last group whose first item is <= it */
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) >> 1;
+            if ((int64_t)sm.cum[mid] * nx <= it) lo = mid;
+            else hi = mid - 1;
+        }
+        const int z = lo, tz = sm.cum[z + 1] - sm.cum[z];
+        const int64_t local = it - (int64_t)sm.cum[z] * nx;
+        const int64_t n0 = local / tz * GG_BN, s0 = local % tz * GG_BM;
+        const int64_t base = off[z], cnt = off[z + 1] - base, e = ids[z];
+        const bool va = s0 + ta < cnt, vb = n0 + rb < n;
+        const int64_t arow = va ? rows[base + s0 + ta] : 0;
+        const uint8_t *pA = qa + arow * k, *pB = w + (e * n + (vb ? n0 + rb : 0)) * rowb;
+        const float *pSA = sa + arow * kbn;
+        const uint8_t *pSW = ws + (e * n + (vb ? n0 + rb : 0)) * kbn;
+        uint4 ra[2], rw[2];
+        float rsa, rsw[2];
+        auto load = [&](int64_t c) {
+            const int64_t k0 = c * GG_KC;
+#pragma unroll
+            for (int v = 0; v < 2; v++) {
+                const int64_t ea = k0 + pa * 32 + v * 16, eb = k0 / 2 + hb * 32 + v * 16;
+                ra[v] = va && ea < k ? __ldg((const uint4 *)(pA + ea)) : z4;
+                rw[v] = vb && eb < rowb ? __ldg((const uint4 *)(pB + eb)) : z4;
+            }
+            const int64_t kba = k0 / 32 + pa, kbw = k0 / 32 + hb * 2;
+            rsa = va && kba < kbn ? __ldg(pSA + kba) : 0.f;
+            rsw[0] = vb && kbw < kbn ? e8m0_to_f32(__ldg(pSW + kbw)) : 0.f;
+            rsw[1] = vb && kbw + 1 < kbn ? e8m0_to_f32(__ldg(pSW + kbw + 1)) : 0.f;
+        };
+        float acc[2][4][4];
+        gg_zero(acc);
+        load(0);
+        for (int64_t c = 0; c < nch; c++) {
+            {   /* stage c, converted to f16 */
+                uint32_t cv[16];
+                const uint32_t av[8] = {ra[0].x, ra[0].y, ra[0].z, ra[0].w,
+                                        ra[1].x, ra[1].y, ra[1].z, ra[1].w};
+#pragma unroll
+                for (int j = 0; j < 8; j++) gg_act4(av[j], cv + 2 * j);
+                uint4 *dA = (uint4 *)(sm.a + ta * GG_LDW + pa * 16);
+#pragma unroll
+                for (int j = 0; j < 4; j++) dA[j] = make_uint4(cv[4 * j], cv[4 * j + 1], cv[4 * j + 2], cv[4 * j + 3]);
+                const uint32_t wv[8] = {rw[0].x, rw[0].y, rw[0].z, rw[0].w,
+                                        rw[1].x, rw[1].y, rw[1].z, rw[1].w};
+                uint4 *dB = (uint4 *)(sm.b + rb * GG_LDW + hb * 32);
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    uint32_t o[4];
+                    gg_fp4x8(wv[j], o);
+                    dB[j] = make_uint4(o[0], o[1], o[2], o[3]);
+                }
+                sm.sa[ta][pa] = rsa;
+                sm.sw[rb][hb * 2] = rsw[0];
+                sm.sw[rb][hb * 2 + 1] = rsw[1];
+            }
+            __syncthreads();
+            if (c + 1 < nch) load(c + 1); /* in flight while the tensor cores work */
+#pragma unroll
+            for (int kb = 0; kb < GG_KC / 32; kb++) {
+                float d[2][4][4];
+                gg_zero(d);
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    const int wo = kb * 16 + s * 8 + t;
+                    uint32_t af[2][4], bfr[4][2];
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        const uint32_t *p = sm.a + (wm * 32 + mt * 16 + g) * GG_LDW + wo;
+                        af[mt][0] = p[0];
+                        af[mt][1] = p[8 * GG_LDW];
+                        af[mt][2] = p[4];
+                        af[mt][3] = p[8 * GG_LDW + 4];
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < 4; nt++) {
+                        const uint32_t *p = sm.b + (wn * 32 + nt * 8 + g) * GG_LDW + wo;
+                        bfr[nt][0] = p[0];
+                        bfr[nt][1] = p[4];
+                    }
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                        for (int nt = 0; nt < 4; nt++) gg_mma(d[mt][nt], af[mt], bfr[nt]);
+                }
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const float f0 = sm.sa[wm * 32 + mt * 16 + g][kb], f1 = sm.sa[wm * 32 + mt * 16 + g + 8][kb];
+#pragma unroll
+                    for (int nt = 0; nt < 4; nt++) {
+                        const float w0 = sm.sw[wn * 32 + nt * 8 + 2 * t][kb];
+                        const float w1 = sm.sw[wn * 32 + nt * 8 + 2 * t + 1][kb];
+                        acc[mt][nt][0] = fmaf(d[mt][nt][0], f0 * w0, acc[mt][nt][0]);
+                        acc[mt][nt][1] = fmaf(d[mt][nt][1], f0 * w1, acc[mt][nt][1]);
+                        acc[mt][nt][2] = fmaf(d[mt][nt][2], f1 * w0, acc[mt][nt][2]);
+                        acc[mt][nt][3] = fmaf(d[mt][nt][3], f1 * w1, acc[mt][nt][3]);
+                    }
+                }
+            }
+            __syncthreads(); /* the stage is read; the next one may be written */
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t slot = s0 + wm * 32 + mt * 16 + g + 8 * h;
+                if (slot >= cnt) continue;
+                const int64_t orow = base + slot;
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    const int64_t col = n0 + wn * 32 + nt * 8 + 2 * t;
+                    const float v0 = acc[mt][nt][2 * h] * 64.0f, v1 = acc[mt][nt][2 * h + 1] * 64.0f;
+                    if (out_bf16) {
+                        uint16_t *o = (uint16_t *)out + orow * n + col;
+                        if (col < n) o[0] = f32_to_bf16_bits(v0);
+                        if (col + 1 < n) o[1] = f32_to_bf16_bits(v1);
+                    } else {
+                        float *o = (float *)out + orow * n + col;
+                        if (col < n) o[0] = v0;
+                        if (col + 1 < n) o[1] = v1;
+                    }
+                }
+            }
+    }
+}
+
+di_status cuda_launch_gemm_mxfp4_grouped_tiled(const uint8_t *qa, const float *sa,
+                                                         int64_t k, const uint8_t *w,
+                                                         const uint8_t *ws, int64_t n,
+                                                         const int32_t *ids, const int32_t *off,
+                                                         int32_t ngroups, const int32_t *rows,
+                                                         void *out, int out_bf16,
+                                                         cudaStream_t stream, di_err *err) {
+    if (ngroups <= 0 || n <= 0) return DI_OK;
+    if (ngroups > CUDA_GG_MAX_GROUPS || k <= 0 || k % 32 || (uintptr_t)qa % 16 || (uintptr_t)w % 16)
+        return di_err_set(err, DI_ERR_UNSUPPORTED,
+                          "gemm_mxfp4_grouped (tiled): %d groups (at most %d), k = %lld (a multiple "
+                          "of 32), 16-byte aligned codes needed", (int)ngroups, CUDA_GG_MAX_GROUPS,
+                          (long long)k);
+    static int blocks = 0; /* resident blocks on the whole device */
+    if (!blocks) {
+        cudaError_t e = cudaFuncSetAttribute(k_gemm_mxfp4_grouped,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)sizeof(GgSmem));
+        int per_sm = 0, dev = 0, sms = 0;
+        if (e == cudaSuccess)
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemm_mxfp4_grouped,
+                                                              GG_THREADS, sizeof(GgSmem));
+        if (e == cudaSuccess) e = cudaGetDevice(&dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        if (e != cudaSuccess) return cuda_check(e, err, "gemm_mxfp4_grouped (tiled) setup");
+        blocks = per_sm * sms > 0 ? per_sm * sms : 1;
+    }
+    k_gemm_mxfp4_grouped<<<blocks, GG_THREADS, sizeof(GgSmem), stream>>>(
+        qa, sa, k, w, ws, n, ids, off, ngroups, rows, out, out_bf16);
+    return cuda_check(cudaGetLastError(), err, "gemm_mxfp4_grouped (tiled)");
+}
