@@ -409,20 +409,31 @@ typedef struct run_out {
     int n_widths;
 } run_out;
 
-static int64_t run(int buf_forms, int guard, int64_t P, int64_t Q, int steps, float *lg,
-                   run_out *ro) {
+/* The strict backend (buf_forms as strict_init) in place of the model's,
+ * and sequences a, b prefilled with P and Q tokens of the long prompt (b's
+ * from token 7), their last logits into lg[0], lg[V]. Returns the model's
+ * backend, for strict_end. */
+static di_backend *strict_begin(int buf_forms, di_seqstate *a, di_seqstate *b, int64_t P,
+                                int64_t Q, float *lg) {
     di_err err = {0};
     strict_init(G.be, buf_forms);
     di_backend *saved = G.lm.be;
     G.lm.be = &ST.be;
     ST.guard = 0;
-    di_seqstate a, b;
-    int64_t rows = 0;
-    CHECK(di_seqstate_init(&a, &G.lm, S + 16, 0, &err) == DI_OK);
-    CHECK(di_seqstate_init(&b, &G.lm, S + 16, 0, &err) == DI_OK);
-    di_fwd_seq qa = {&a, IDS, P}, qb = {&b, IDS + 7, Q};
+    CHECK(di_seqstate_init(a, &G.lm, S + 16, 0, &err) == DI_OK);
+    CHECK(di_seqstate_init(b, &G.lm, S + 16, 0, &err) == DI_OK);
+    di_fwd_seq qa = {a, IDS, P}, qb = {b, IDS + 7, Q};
     CHECK(di_forward(&G.lm, &qa, 1, lg, 0, &err) == DI_OK);
     CHECK(di_forward(&G.lm, &qb, 1, lg + V, 0, &err) == DI_OK);
+    return saved;
+}
+
+static int64_t run(int buf_forms, int guard, int64_t P, int64_t Q, int steps, float *lg,
+                   run_out *ro) {
+    di_err err = {0};
+    di_seqstate a, b;
+    int64_t rows = 0;
+    di_backend *saved = strict_begin(buf_forms, &a, &b, P, Q, lg);
     rows = 2;
     counters_reset();
     ST.count_widths = 1;
@@ -534,18 +545,10 @@ static void test_decode_no_host_reads(void) {
  * and stream hash. */
 static void step_streams(int buf_forms, uint64_t *key, uint64_t *oph, int n_steps) {
     di_err err = {0};
-    strict_init(G.be, buf_forms);
-    di_backend *saved = G.lm.be;
-    G.lm.be = &ST.be;
-    ST.guard = 0;
     di_seqstate a, b;
     int64_t P = 120, Q = 40;
     float *lg = malloc((size_t)(2 * V) * sizeof(float));
-    CHECK(di_seqstate_init(&a, &G.lm, S + 16, 0, &err) == DI_OK);
-    CHECK(di_seqstate_init(&b, &G.lm, S + 16, 0, &err) == DI_OK);
-    di_fwd_seq qa = {&a, IDS, P}, qb = {&b, IDS + 7, Q};
-    CHECK(di_forward(&G.lm, &qa, 1, lg, 0, &err) == DI_OK);
-    CHECK(di_forward(&G.lm, &qb, 1, lg, 0, &err) == DI_OK);
+    di_backend *saved = strict_begin(buf_forms, &a, &b, P, Q, lg);
     counters_reset(); /* the states' buffers are the persistent ones */
     for (int s = 0; s < n_steps; s++) {
         int two = s >= n_steps / 2;
