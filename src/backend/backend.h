@@ -275,6 +275,25 @@ typedef struct di_backend_ops {
                              const uint8_t *const *base, const int32_t *slot, size_t src_off,
                              size_t src_stride, size_t bytes);
 
+    /* ---- decode step graphs (optional, all or none) ----
+     * A backend that records the ops of a decode step once per step key
+     * (forward.h step_key: steps of one key issue the same op stream, only
+     * the step metadata's contents differ) and replays them. graph_replay:
+     * when a recording of `key` exists, copies the step metadata (meta,
+     * host, `bytes`) into the recording's own metadata buffer, replays it
+     * and returns the backend buffer the recording left the logits in;
+     * NULL when there is none (the model then runs the step itself).
+     * graph_record_begin: NULL, or (when the backend records this key now)
+     * the backend buffer of `bytes` holding the metadata that the step must
+     * use; the ops up to graph_record_end are then recorded (and not run),
+     * and every buffer they allocate belongs to the recording. graph_record_end:
+     * ends the recording (`logits`: where the step leaves them; NULL:
+     * abandon it), runs it once; nonzero when it could not be recorded
+     * (nothing ran: the step is to be run again without recording). */
+    const float *(*graph_replay)(di_backend *be, uint64_t key, const void *meta, size_t bytes);
+    void *(*graph_record_begin)(di_backend *be, uint64_t key, const void *meta, size_t bytes);
+    int (*graph_record_end)(di_backend *be, const float *logits);
+
     /* ---- MoE (§7) ---- */
     /* logits [m, e] fp32 → selected experts [m, k] and weights [m, k] (both host):
      * sqrt(softplus), top-k of score + bias (ties: lower expert), weights from

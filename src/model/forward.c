@@ -186,6 +186,7 @@ static int fwd_meta(di_fwd *f) {
         return -1;
     }
     f->meta_host = h;
+    f->meta_bytes = bytes;
     f->step_key = key;
     const uint8_t **ring = (const uint8_t **)(void *)h, **ckv = ring + nb * m, **ikey = ckv + nb * m;
     const uint8_t **ctok = ikey + nb * m, **dsring = ctok + nb * m, **eckv = dsring + nmtp * m,
@@ -344,6 +345,45 @@ static int fwd_meta(di_fwd *f) {
     free(n_ent);
     free(grp_ok);
     return 0;
+}
+
+/* Points the step metadata's tables at another backend copy of the block
+ * (a recording's own buffer) and frees the one fwd_meta uploaded. */
+static void meta_move(di_fwd *f, void *to) {
+    const char *from = f->meta;
+    char *t = to;
+    int64_t nb = f->lm->cfg->n_blocks;
+#define MV(p)                                                      \
+    do {                                                           \
+        if (p) (p) = (void *)(t + ((const char *)(p) - from));     \
+    } while (0)
+    MV(f->m_ring);
+    MV(f->m_ckv);
+    MV(f->m_ikey);
+    MV(f->m_win);
+    MV(f->m_nvis);
+    MV(f->m_ids);
+    MV(f->m_rows_last);
+    MV(f->m_rows_all);
+    MV(f->m_onehot);
+    MV(f->m_ctok);
+    MV(f->m_dsring);
+    MV(f->m_wslot);
+    MV(f->m_tslot);
+    for (int64_t b = 0; b < nb; b++) {
+        MV(f->m_cs[b]);
+        MV(f->m_cs_ent[b]);
+        MV(f->m_ent_ckv[b]);
+        MV(f->m_ent_ikey[b]);
+        MV(f->m_ent_slot[b]);
+        MV(f->m_grp_base[b]);
+        MV(f->m_grp_slot[b]);
+        MV(f->m_eng_rows[b]);
+        MV(f->m_eng_scales[b]);
+    }
+#undef MV
+    f->lm->be->ops->free(f->lm->be, f->meta);
+    f->meta = to;
 }
 
 /* RoPE of m rows of x at the pass's row positions with block b's
@@ -561,6 +601,13 @@ di_status di_fwd_head(di_fwd *f, const float *s, const float *pre, const int32_t
     be->ops->hc_collapse(be, ss, pp, n, hc, d, h);
     be->ops->rmsnorm(be, h, &lm->w->norm, n, d, c->eps, h);
     be->ops->matmul(be, &lm->head, h, n, lg, 0);
+    if (f->recording) {
+        f->recording = 0;
+        if (be->ops->graph_record_end(be, lg)) { /* nothing ran */
+            st = DI_ERR_UNSUPPORTED;
+            goto out;
+        }
+    }
     be->ops->download(be, logits, lg, (size_t)(n * c->vocab_size) * sizeof(float));
 out:
     be->ops->free(be, ss);
@@ -570,8 +617,21 @@ out:
     return st;
 }
 
-di_status di_forward(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float *logits,
-                     int all_rows, di_err *err) {
+/* Whether a pass is a decode step a recording backend may replay: every
+ * sequence one token, the logits wanted, the step metadata in use. */
+static int graph_step(const di_fwd *f, const float *logits) {
+    const di_backend_ops *o = f->lm->be->ops;
+    if (!logits || !f->meta || !o->graph_replay || !o->graph_record_begin || !o->graph_record_end)
+        return 0;
+    for (int s = 0; s < f->n_seqs; s++)
+        if (f->seqs[s].n != 1) return 0;
+    return 1;
+}
+
+/* One pass; graphs = 0 runs every op itself. A recording that failed
+ * returns DI_ERR_UNSUPPORTED with nothing run and nothing advanced. */
+static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float *logits,
+                              int all_rows, int graphs, di_err *err) {
     const di_config *c = lm->cfg;
     di_backend *be = lm->be;
     di_fwd f;
@@ -579,10 +639,30 @@ di_status di_forward(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float 
     if (st) return st;
     int64_t m = f.m, d = c->dim;
     int hc = c->hc_mult;
-    float *s = be->ops->alloc(be, (size_t)(m * hc * d) * sizeof(float));
-    float *pre = be->ops->alloc(be, (size_t)(m * hc) * sizeof(float));
-    int32_t *rows = malloc((size_t)m * sizeof(int32_t));
-    if (!s || !pre || !rows) {
+    float *s = NULL, *pre = NULL;
+    int32_t *rows = NULL;
+    if (graphs && graph_step(&f, logits)) {
+        uint64_t key = f.step_key ^ (all_rows ? 0x9e3779b97f4a7c15ull : 0);
+        const float *lg = be->ops->graph_replay(be, key, f.meta_host, f.meta_bytes);
+        if (lg) { /* the recorded step: only the logits come back */
+            int64_t n = all_rows ? m : n_seqs;
+            be->ops->download(be, logits, lg, (size_t)(n * c->vocab_size) * sizeof(float));
+            goto done;
+        }
+        void *dmeta = be->ops->graph_record_begin(be, key, f.meta_host, f.meta_bytes);
+        if (dmeta) { /* from here every buffer of the step belongs to the recording */
+            meta_move(&f, dmeta);
+            f.recording = 1;
+            if (f.taps) {
+                be->ops->free(be, f.taps);
+                f.taps = be->ops->alloc(be, (size_t)(m * c->n_dspark_taps * d) * sizeof(float));
+            }
+        }
+    }
+    s = be->ops->alloc(be, (size_t)(m * hc * d) * sizeof(float));
+    pre = be->ops->alloc(be, (size_t)(m * hc) * sizeof(float));
+    rows = malloc((size_t)m * sizeof(int32_t));
+    if (!s || !pre || !rows || (c->n_dspark_taps > 0 && !f.taps)) {
         st = di_err_set(err, DI_ERR_NOMEM, "forward of %lld rows: out of memory", (long long)m);
         goto out;
     }
@@ -597,6 +677,8 @@ di_status di_forward(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float 
             be->ops->hc_mean(be, s, m, hc, d, f.taps + r->dspark_tap * d, c->n_dspark_taps * d);
         if ((st = di_fwd_block(&f, b, s, pre, err))) goto out;
     }
+    /* the DSpark rings before the head: a recorded step ends with the logits */
+    if (lm->has_dspark && (st = di_dspark_seed(&f, err))) goto out;
     if (logits) {
         int64_t n = 0;
         for (int q = 0; q < n_seqs; q++) {
@@ -608,15 +690,28 @@ di_status di_forward(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float 
         const int32_t *drows = f.meta ? (all_rows ? f.m_rows_all : f.m_rows_last) : NULL;
         if ((st = di_fwd_head(&f, s, pre, rows, drows, n, logits, err))) goto out;
     }
-    if (lm->has_dspark && (st = di_dspark_seed(&f, err))) goto out;
+done:
     /* a device backend's ops cannot return errors: ask once per pass, before
      * the sequences advance, so a failed pass leaves them where they were */
     if (be->ops->status && (st = be->ops->status(be, err))) di_err_prefix(err, "forward on %s: ", be->ops->name);
 out:
+    if (f.recording) { /* the step stopped before its end: drop the recording */
+        f.recording = 0;
+        be->ops->graph_record_end(be, NULL);
+        if (!st) st = DI_ERR_UNSUPPORTED;
+    }
     be->ops->free(be, s);
     be->ops->free(be, pre);
     free(rows);
     if (st) fwd_release(&f);
     else di_fwd_end(&f);
+    return st;
+}
+
+di_status di_forward(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float *logits,
+                     int all_rows, di_err *err) {
+    di_status st = forward_pass(lm, seqs, n_seqs, logits, all_rows, 1, err);
+    if (st == DI_ERR_UNSUPPORTED && lm->be->ops->graph_replay) /* a recording failed: run it */
+        st = forward_pass(lm, seqs, n_seqs, logits, all_rows, 0, err);
     return st;
 }

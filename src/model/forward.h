@@ -53,6 +53,8 @@ typedef struct di_fwd {
      * memory, so nothing is read back on the host until the logits. */
     void *meta_host;     /* the block on the host (the tables below point into it or into meta) */
     void *meta;          /* the block in backend memory, or NULL: host forms */
+    size_t meta_bytes;   /* its size */
+    int recording;       /* the backend records this step (graph_record_begin) */
     const uint8_t *const *m_ring; /* [n_blocks, m] window ring of row i for block b */
     const uint8_t *const *m_ckv;  /* [n_blocks, m] compressed-KV cache (kv source's) */
     const uint8_t *const *m_ikey; /* [n_blocks, m] index-key cache (kv source's) */

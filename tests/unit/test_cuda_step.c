@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_graph.h"
 #include "golden_util.h"
 #include "test.h"
 
@@ -33,6 +34,10 @@ static long prof_calls(const char *tab, const char *name) {
     }
     return 0;
 }
+
+/* Whether run() profiles the decode steps (profiling drains the device at
+ * every op, which recording a step cannot have). */
+static int PROFILE = 1;
 
 /* Prefill P tokens into a and Q into b (in pieces of `chunk` tokens, 0:
  * whole), then `steps` decode steps of a alone and `steps` of a and b
@@ -61,7 +66,7 @@ static int64_t run(gold_model *g, di_backend *be, int64_t P, int64_t Q, int step
         i += n;
     }
     rows = 2;
-    di_backend_cuda_profile_start(be, 1);
+    if (PROFILE) di_backend_cuda_profile_start(be, 1);
     for (int s = 0; s < steps; s++) {
         di_fwd_seq d = {&a, ids + P + s, 1};
         CHECKF(di_forward(&g->lm, &d, 1, lg + rows * V, 0, &err) == DI_OK, "%s", err.msg);
@@ -72,29 +77,33 @@ static int64_t run(gold_model *g, di_backend *be, int64_t P, int64_t Q, int step
         CHECKF(di_forward(&g->lm, two, 2, lg + rows * V, 0, &err) == DI_OK, "%s", err.msg);
         rows += 2;
     }
-    di_backend_cuda_profile(be, tab, cap);
-    di_backend_cuda_profile_start(be, 0);
+    if (PROFILE) {
+        di_backend_cuda_profile(be, tab, cap);
+        di_backend_cuda_profile_start(be, 0);
+    }
     di_seqstate_free(&a);
     di_seqstate_free(&b);
     g->lm.be = saved;
     return rows;
 }
 
-/* A CUDA backend with DI_CUDA_DEVICE_SELECT and DI_CUDA_MOE_GROUPED set
- * to sel and moe (NULL: unset) when it is created. */
-static di_status cuda_with(const char *sel, const char *moe, di_backend **be, di_err *err) {
-    if (sel) setenv("DI_CUDA_DEVICE_SELECT", sel, 1);
-    else unsetenv("DI_CUDA_DEVICE_SELECT");
-    if (moe) setenv("DI_CUDA_MOE_GROUPED", moe, 1);
-    else unsetenv("DI_CUDA_MOE_GROUPED");
+/* A CUDA backend with DI_CUDA_DEVICE_SELECT, DI_CUDA_MOE_GROUPED and
+ * DI_CUDA_GRAPH set to sw[0..2] (NULL: unset) when it is created. */
+static const char *const SWITCHES[3] = {"DI_CUDA_DEVICE_SELECT", "DI_CUDA_MOE_GROUPED",
+                                        "DI_CUDA_GRAPH"};
+
+static di_status cuda_with(const char *const sw[3], di_backend **be, di_err *err) {
+    for (int i = 0; i < 3; i++) {
+        if (sw[i]) setenv(SWITCHES[i], sw[i], 1);
+        else unsetenv(SWITCHES[i]);
+    }
     di_status st = di_backend_cuda_create(0, be, err);
-    unsetenv("DI_CUDA_DEVICE_SELECT");
-    unsetenv("DI_CUDA_MOE_GROUPED");
+    for (int i = 0; i < 3; i++) unsetenv(SWITCHES[i]);
     return st;
 }
 
-/* Two backends (switches sel / moe each) and the golden tiny model, run
- * the same way; logits of both into l[0], l[1], profiles into t[0], t[1]. */
+/* Two backends (switches sw[0], sw[1]) and the golden tiny model, run the
+ * same way; logits of both into l[0], l[1], profiles into t[0], t[1]. */
 typedef struct pair {
     di_backend *be[2];
     gold_model g;
@@ -104,13 +113,13 @@ typedef struct pair {
 } pair;
 
 /* 1: ran; 0: skipped (no device); -1: failed to set up. */
-static int pair_run(pair *p, const char *const sel[2], const char *const moe[2], int64_t P,
-                    int64_t Q, int steps, int64_t chunk) {
+static int pair_run(pair *p, const char *const sw[2][3], int64_t P, int64_t Q, int steps,
+                    int64_t chunk) {
     const char *shared = test_shared_dir();
     di_err err = {0};
     memset(p, 0, sizeof *p);
-    if (!shared || cuda_with(sel[0], moe[0], &p->be[0], &err)) return 0;
-    if (cuda_with(sel[1], moe[1], &p->be[1], &err) || gold_open(&p->g, shared, "v41-tiny")) {
+    if (!shared || cuda_with(sw[0], &p->be[0], &err)) return 0;
+    if (cuda_with(sw[1], &p->be[1], &err) || gold_open(&p->g, shared, "v41-tiny")) {
         CHECKF(0, "%s", err.msg);
         di_backend_destroy(p->be[0]);
         di_backend_destroy(p->be[1]);
@@ -139,8 +148,8 @@ static void pair_close(pair *p) {
 
 static void test_device_select_same_bits(void) {
     static pair p;
-    static const char *const sel[2] = {"0", "1"}, *const moe[2] = {NULL, NULL};
-    int rc = pair_run(&p, sel, moe, 120, 40, 8, 0);
+    static const char *const sw[2][3] = {{"0", NULL, NULL}, {"1", NULL, NULL}};
+    int rc = pair_run(&p, sw, 120, 40, 8, 0);
     if (rc == 0) SKIP("no CUDA device or ../shared not found (set DEEPINFER_SHARED_DIR)");
     if (rc < 0) return;
     const char *t0 = p.t[0], *t1 = p.t[1];
@@ -181,7 +190,8 @@ static void test_device_select_same_bits(void) {
 static void test_attn_rows_op(void) {
     di_err err = {0};
     di_backend *gpu = NULL, *cpu = NULL;
-    if (cuda_with(NULL, NULL, &gpu, &err)) SKIP("%s", err.msg);
+    static const char *const sw[3] = {NULL, NULL, NULL};
+    if (cuda_with(sw, &gpu, &err)) SKIP("%s", err.msg);
     CHECK(di_backend_cpu_create(1, &cpu, &err) == DI_OK);
     enum { M = 5, H = 3, D = 64, NW = 7, NS = 9, RING = 11, ENT = 13 };
     size_t wb = di_kvq_row_bytes(DI_KVQ_FP8, D), cb = di_kvq_row_bytes(DI_KVQ_FP4_E4M3, D);
@@ -277,9 +287,9 @@ static void test_attn_rows_op(void) {
  * expert is FP8) and download once per pass (the logits). */
 static void test_moe_grouped_same_bits(void) {
     static pair p;
-    static const char *const sel[2] = {NULL, NULL}, *const moe[2] = {"0", NULL};
+    static const char *const sw[2][3] = {{NULL, "0", NULL}, {NULL, NULL, NULL}};
     const int steps = 6;
-    int rc = pair_run(&p, sel, moe, 120, 40, steps, 16);
+    int rc = pair_run(&p, sw, 120, 40, steps, 16);
     if (rc == 0) SKIP("no CUDA device or ../shared not found (set DEEPINFER_SHARED_DIR)");
     if (rc < 0) return;
     const char *t0 = p.t[0], *t1 = p.t[1];
@@ -295,9 +305,36 @@ static void test_moe_grouped_same_bits(void) {
     pair_close(&p);
 }
 
+/* Decode steps recorded as CUDA graphs and replayed (DI_CUDA_GRAPH=1)
+ * against the same steps run op by op: the same logits bits, with steps
+ * replayed (each key's first step runs eagerly, the second is recorded,
+ * later ones replay: 8 decode steps alone and 8 batched, the ratio-2 groups
+ * alternating two keys). Skips when no step could be recorded (kernels
+ * built for the legacy default stream: see cuda_graph.h). */
+static void test_graph_replay_same_bits(void) {
+    static pair p;
+    static const char *const sw[2][3] = {{NULL, NULL, NULL}, {NULL, NULL, "1"}};
+    PROFILE = 0;
+    int rc = pair_run(&p, sw, 120, 40, 8, 0);
+    PROFILE = 1;
+    if (rc == 0) SKIP("no CUDA device or ../shared not found (set DEEPINFER_SHARED_DIR)");
+    if (rc < 0) return;
+    long recorded = 0, replayed = 0, failed = 0;
+    di_backend_cuda_graph_stats(p.be[1], &recorded, &replayed, &failed);
+    CHECKF(p.diff == 0, "%lld logits differ between replayed and eager steps", (long long)p.diff);
+    CHECK(p.be[1]->ops->graph_replay != NULL && p.be[0]->ops->graph_replay == NULL);
+    pair_close(&p);
+    if (recorded == 0) SKIP("no step recorded (%ld keys failed): kernels on the legacy stream?", failed);
+    CHECKF(replayed > 0 && failed == 0, "%ld steps recorded, %ld replayed, %ld keys failed", recorded,
+           replayed, failed);
+    if (getenv("DI_TEST_VERBOSE"))
+        fprintf(stderr, "graphs: %ld recorded, %ld replayed\n", recorded, replayed);
+}
+
 int main(void) {
     RUN(test_attn_rows_op);
     RUN(test_moe_grouped_same_bits);
     RUN(test_device_select_same_bits);
+    RUN(test_graph_replay_same_bits);
     return test_summary();
 }

@@ -37,7 +37,39 @@ typedef struct sbuf {
     size_t len;
     int persistent; /* alive when the counted passes began: the sequences' state */
     int64_t id;     /* allocation number */
+    int owned;      /* belongs to a recorded step (kept until the end) */
 } sbuf;
+
+/* A recording backend on the CPU (backend.h's graph ops, as the CUDA
+ * backend's DI_CUDA_GRAPH=1 implements them with CUDA graphs): a recorded
+ * step's calls are kept (op and arguments, not run, as a captured launch
+ * is not), with every buffer the step allocated; a replay copies the new
+ * step metadata into the recorded metadata buffer and runs the calls
+ * again. Equal logits prove that nothing a step needs reaches the ops by
+ * another way than the metadata. */
+struct rcall;
+typedef struct rgraph {
+    uint64_t key;
+    int seen, failed;
+    struct rcall *calls;
+    int n;
+    void *meta;
+    size_t bytes;
+    const float *logits;
+} rgraph;
+
+static struct {
+    int enabled;         /* the strict backend has the graph ops */
+    int on, failed;      /* recording now; something kept it from being replayable */
+    struct rcall *calls; /* of the recording in progress */
+    int n, cap;
+    rgraph g[32];
+    int ng, cur;
+    long recorded, replayed, failures;
+} REC;
+
+static void rec_alloc(void *p, size_t bytes);
+static void rec_copy(void *dst, const void *src, size_t bytes);
 
 static struct {
     di_backend be;
@@ -167,7 +199,8 @@ static void *s_alloc(di_backend *be, size_t bytes) {
     void *p = mmap(NULL, len, ST.guard ? PROT_NONE : PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
-    ST.bufs[ST.n++] = (sbuf){p, len, 0, ST.next_id++};
+    ST.bufs[ST.n++] = (sbuf){p, len, 0, ST.next_id++, REC.on};
+    if (REC.on) rec_alloc(p, bytes);
     if (ST.record) {
         oh_str("alloc");
         oh_u64(bytes);
@@ -183,6 +216,7 @@ static void s_free(di_backend *be, void *p) {
     }
     for (int i = 0; i < ST.n; i++)
         if (ST.bufs[i].p == p) {
+            if (ST.bufs[i].owned) return; /* the recording's */
             munmap(p, ST.bufs[i].len);
             ST.bufs[i] = ST.bufs[--ST.n];
             return;
@@ -194,6 +228,10 @@ static void s_upload(di_backend *be, void *dst, const void *src, size_t bytes) {
         oh_str("upload");
         OH_ARGS(dst, bytes)
     }
+    if (REC.on) { /* a replay would not have these bytes */
+        REC.failed = 1;
+        return;
+    }
     op_in("upload");
     ST.cpu->ops->upload(ST.cpu, dst, src, bytes);
     op_out();
@@ -203,6 +241,10 @@ static void s_download(di_backend *be, void *dst, const void *src, size_t bytes)
     if (ST.record) {
         oh_str("download");
         OH_ARGS(src, bytes)
+    }
+    if (REC.on) { /* nothing has run while recording */
+        REC.failed = 1;
+        return;
     }
     op_in("download");
     ST.downloads++;
@@ -225,6 +267,10 @@ static void s_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
     if (ST.record) {
         oh_str("copy");
         OH_ARGS(dst, src, bytes)
+    }
+    if (REC.on) {
+        rec_copy(dst, src, bytes);
+        return;
     }
     op_in("copy");
     ST.cpu->ops->copy(ST.cpu, dst, src, bytes);
@@ -268,11 +314,166 @@ static void s_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
     W(gather_rows_from, (di_backend *be, void *dst, size_t dst_stride, int64_t m, const uint8_t *const *base, const int32_t *slot, size_t src_off, size_t src_stride, size_t bytes), (ST.cpu, dst, dst_stride, m, base, slot, src_off, src_stride, bytes)) \
     W(moe_route, (di_backend *be, const float *logits, const float *bias, int64_t m, int e, int k, int normalize, float route_scale, int32_t *idx, float *w), (ST.cpu, logits, bias, m, e, k, normalize, route_scale, idx, w)) \
     W(moe_route_buf, (di_backend *be, const float *logits, const float *bias, int64_t m, int e, int k, int normalize, float route_scale, int32_t *idx, float *w), (ST.cpu, logits, bias, m, e, k, normalize, route_scale, idx, w)) \
-    W(moe_experts, (di_backend *be, const di_moe_experts *ex, const float *x, int64_t m, const int32_t *idx, const float *w, int k, unsigned mm, float limit, float *out), (ST.cpu, ex, x, m, idx, w, k, mm, limit, out)) \
     W(swiglu, (di_backend *be, const float *g, const float *u, const float *w, int64_t m, int64_t n, float limit, float *out), (ST.cpu, g, u, w, m, n, limit, out)) \
     W(gather_rows, (di_backend *be, const float *src, const int32_t *rows, int64_t m, int64_t n, float *dst), (ST.cpu, src, rows, m, n, dst)) \
     W(scatter_add_rows, (di_backend *be, float *dst, const int32_t *rows, const float *src, int64_t m, int64_t n), (ST.cpu, dst, rows, src, m, n)) \
     W(add, (di_backend *be, float *y, const float *x, int64_t n), (ST.cpu, y, x, n))
+
+/* ---- the recorded calls: per op of STRICT_OPS an argument struct (its
+ * parameters as fields) and a function running the call again from it */
+#define SM_1(x) x;
+#define SM_2(x, ...) x; SM_1(__VA_ARGS__)
+#define SM_3(x, ...) x; SM_2(__VA_ARGS__)
+#define SM_4(x, ...) x; SM_3(__VA_ARGS__)
+#define SM_5(x, ...) x; SM_4(__VA_ARGS__)
+#define SM_6(x, ...) x; SM_5(__VA_ARGS__)
+#define SM_7(x, ...) x; SM_6(__VA_ARGS__)
+#define SM_8(x, ...) x; SM_7(__VA_ARGS__)
+#define SM_9(x, ...) x; SM_8(__VA_ARGS__)
+#define SM_10(x, ...) x; SM_9(__VA_ARGS__)
+#define SM_11(x, ...) x; SM_10(__VA_ARGS__)
+#define SM_12(x, ...) x; SM_11(__VA_ARGS__)
+#define SM_13(x, ...) x; SM_12(__VA_ARGS__)
+#define SM_14(x, ...) x; SM_13(__VA_ARGS__)
+#define SM_15(x, ...) x; SM_14(__VA_ARGS__)
+#define SM(...) OH_PICK(__VA_ARGS__, SM_15, SM_14, SM_13, SM_12, SM_11, SM_10, SM_9, SM_8, SM_7, \
+                        SM_6, SM_5, SM_4, SM_3, SM_2, SM_1)(__VA_ARGS__)
+#define PF_1(x) p->x
+#define PF_2(x, ...) p->x, PF_1(__VA_ARGS__)
+#define PF_3(x, ...) p->x, PF_2(__VA_ARGS__)
+#define PF_4(x, ...) p->x, PF_3(__VA_ARGS__)
+#define PF_5(x, ...) p->x, PF_4(__VA_ARGS__)
+#define PF_6(x, ...) p->x, PF_5(__VA_ARGS__)
+#define PF_7(x, ...) p->x, PF_6(__VA_ARGS__)
+#define PF_8(x, ...) p->x, PF_7(__VA_ARGS__)
+#define PF_9(x, ...) p->x, PF_8(__VA_ARGS__)
+#define PF_10(x, ...) p->x, PF_9(__VA_ARGS__)
+#define PF_11(x, ...) p->x, PF_10(__VA_ARGS__)
+#define PF_12(x, ...) p->x, PF_11(__VA_ARGS__)
+#define PF_13(x, ...) p->x, PF_12(__VA_ARGS__)
+#define PF_14(x, ...) p->x, PF_13(__VA_ARGS__)
+#define PF(...) OH_PICK(__VA_ARGS__, PF_15, PF_14, PF_13, PF_12, PF_11, PF_10, PF_9, PF_8, PF_7, \
+                        PF_6, PF_5, PF_4, PF_3, PF_2, PF_1)(__VA_ARGS__)
+#define UNP(...) __VA_ARGS__
+#define REST(first, ...) __VA_ARGS__
+
+#define ARGS_T(name, params, args) typedef struct { SM params } a_##name;
+STRICT_OPS(ARGS_T)
+#undef ARGS_T
+#define RUN_F(name, params, args) \
+    static void rp_##name(const a_##name *p) { ST.cpu->ops->name(ST.cpu, PF(REST args)); }
+STRICT_OPS(RUN_F)
+#undef RUN_F
+
+typedef struct a_rows { /* sparse_attn_rows, its tables by value */
+    const float *q, *sink;
+    int64_t m, d;
+    int h;
+    di_attn_rows t;
+    float scale, *out;
+} a_rows;
+typedef struct a_moe { /* moe_experts, its experts by value */
+    di_moe_experts ex;
+    const float *x, *w;
+    int64_t m;
+    const int32_t *idx;
+    int k;
+    unsigned mm;
+    float limit, *out;
+} a_moe;
+typedef struct a_topk {
+    const float *scores;
+    const int32_t *n_vis;
+    int64_t m, width;
+    int k, buf;
+    int32_t *idx;
+} a_topk;
+typedef struct a_mem {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} a_mem;
+
+#define OPID(name, params, args) OP_##name,
+enum { STRICT_OPS(OPID) OP_ROWS, OP_MOE, OP_TOPK, OP_ALLOC, OP_COPY };
+#undef OPID
+
+typedef struct rcall {
+    int op;
+    union {
+#define UF(name, params, args) a_##name name;
+        STRICT_OPS(UF)
+#undef UF
+        a_rows rows;
+        a_moe moe;
+        a_topk topk;
+        a_mem mem;
+    } u;
+} rcall;
+
+static rcall *rec_push(int op) {
+    if (REC.n == REC.cap) {
+        int nc = REC.cap ? 2 * REC.cap : 1024;
+        rcall *c = realloc(REC.calls, (size_t)nc * sizeof *c);
+        if (!c) {
+            REC.failed = 1;
+            return NULL;
+        }
+        REC.calls = c;
+        REC.cap = nc;
+    }
+    rcall *r = &REC.calls[REC.n++];
+    r->op = op;
+    return r;
+}
+
+/* An op taking or giving host arrays cannot be replayed (they are gone). */
+static int rec_host_op(const char *name) {
+    for (size_t i = 0; i < sizeof HOST_RESULT / sizeof *HOST_RESULT; i++)
+        if (!strcmp(name, HOST_RESULT[i])) return 1;
+    for (size_t i = 0; i < sizeof HOST_TABLE / sizeof *HOST_TABLE; i++)
+        if (!strcmp(name, HOST_TABLE[i])) return 1;
+    for (size_t i = 0; i < sizeof HOST_ARRAY / sizeof *HOST_ARRAY; i++)
+        if (!strcmp(name, HOST_ARRAY[i])) return 1;
+    return !strcmp(name, "engram_gather");
+}
+
+static void rec_alloc(void *p, size_t bytes) {
+    rcall *r = rec_push(OP_ALLOC);
+    if (r) r->u.mem = (a_mem){p, NULL, bytes};
+}
+
+static void rec_copy(void *dst, const void *src, size_t bytes) {
+    rcall *r = rec_push(OP_COPY);
+    if (r) r->u.mem = (a_mem){dst, src, bytes};
+}
+
+static void rec_run(const rcall *c, int n) {
+    for (int i = 0; i < n; i++) {
+        const rcall *r = &c[i];
+        switch (r->op) {
+#define CASE(name, params, args) \
+    case OP_##name: rp_##name(&r->u.name); break;
+            STRICT_OPS(CASE)
+#undef CASE
+        case OP_ROWS:
+            ST.cpu->ops->sparse_attn_rows(ST.cpu, r->u.rows.q, r->u.rows.m, r->u.rows.h, r->u.rows.d,
+                                          &r->u.rows.t, r->u.rows.sink, r->u.rows.scale, r->u.rows.out);
+            break;
+        case OP_MOE:
+            ST.cpu->ops->moe_experts(ST.cpu, &r->u.moe.ex, r->u.moe.x, r->u.moe.m, r->u.moe.idx,
+                                     r->u.moe.w, r->u.moe.k, r->u.moe.mm, r->u.moe.limit, r->u.moe.out);
+            break;
+        case OP_TOPK:
+            (r->u.topk.buf ? ST.cpu->ops->topk_select_buf : ST.cpu->ops->topk_select)(
+                ST.cpu, r->u.topk.scores, r->u.topk.n_vis, r->u.topk.m, r->u.topk.width, r->u.topk.k,
+                r->u.topk.idx);
+            break;
+        case OP_ALLOC: memset(r->u.mem.dst, 0, r->u.mem.bytes); break; /* zeroed, as alloc's */
+        case OP_COPY: memmove(r->u.mem.dst, r->u.mem.src, r->u.mem.bytes); break;
+        }
+    }
+}
 
 /* The selection ops record the score widths of the counted passes. */
 static void width_seen(int64_t width) {
@@ -289,6 +490,10 @@ static void s_topk_select(di_backend *be, const float *scores, const int32_t *n_
         oh_str("topk_select");
         OH_ARGS(scores, n_vis, m, width, k, idx)
     }
+    if (REC.on) {
+        REC.failed = 1; /* a host result */
+        return;
+    }
     op_in("topk_select");
     ST.cpu->ops->topk_select(ST.cpu, scores, n_vis, m, width, k, idx);
     op_out();
@@ -300,6 +505,11 @@ static void s_topk_select_buf(di_backend *be, const float *scores, const int32_t
     if (ST.record) {
         oh_str("topk_select_buf");
         OH_ARGS(scores, n_vis, m, width, k, idx)
+    }
+    if (REC.on) {
+        rcall *r = rec_push(OP_TOPK);
+        if (r) r->u.topk = (a_topk){scores, n_vis, m, width, k, 1, idx};
+        return;
     }
     op_in("topk_select_buf");
     ST.cpu->ops->topk_select_buf(ST.cpu, scores, n_vis, m, width, k, idx);
@@ -315,8 +525,31 @@ static void s_sparse_attn_rows(di_backend *be, const float *q, int64_t m, int h,
         OH_ARGS(t->n_win, t->win, t->ring, t->chunk, t->win_bytes, t->n_sel, t->sel, t->cache,
                 t->cache_bytes)
     }
+    if (REC.on) {
+        rcall *r = rec_push(OP_ROWS);
+        if (r) r->u.rows = (a_rows){q, sink, m, d, h, *t, scale, out};
+        return;
+    }
     op_in("sparse_attn_rows");
     ST.cpu->ops->sparse_attn_rows(ST.cpu, q, m, h, d, t, sink, scale, out);
+    op_out();
+}
+
+/* moe_experts: its experts struct is the model's local */
+static void s_moe_experts(di_backend *be, const di_moe_experts *ex, const float *x, int64_t m,
+                          const int32_t *idx, const float *w, int k, unsigned mm, float limit,
+                          float *out) {
+    if (ST.record) {
+        oh_str("moe_experts");
+        OH_ARGS(ex->w1, ex->n, x, m, idx, w, k, mm, limit, out)
+    }
+    if (REC.on) {
+        rcall *r = rec_push(OP_MOE);
+        if (r) r->u.moe = (a_moe){*ex, x, w, m, idx, k, mm, limit, out};
+        return;
+    }
+    op_in("moe_experts");
+    ST.cpu->ops->moe_experts(ST.cpu, ex, x, m, idx, w, k, mm, limit, out);
     op_out();
 }
 
@@ -326,12 +559,88 @@ static void s_sparse_attn_rows(di_backend *be, const float *q, int64_t m, int h,
             oh_str(#name);             \
             OH_ARGS args               \
         }                              \
+        if (REC.on) {                  \
+            rcall *r_;                 \
+            if (rec_host_op(#name)) REC.failed = 1; \
+            if ((r_ = rec_push(OP_##name))) {       \
+                a_##name a_ = {UNP args};           \
+                r_->u.name = a_;       \
+            }                          \
+            return;                    \
+        }                              \
         op_in(#name);                  \
         ST.cpu->ops->name args;        \
         op_out();                      \
     }
 STRICT_OPS(DEF)
 #undef DEF
+
+static rgraph *rgraph_find(uint64_t key, int add) {
+    for (int i = 0; i < REC.ng; i++)
+        if (REC.g[i].key == key) return &REC.g[i];
+    if (!add || REC.ng == (int)(sizeof REC.g / sizeof *REC.g)) return NULL;
+    REC.g[REC.ng] = (rgraph){.key = key};
+    return &REC.g[REC.ng++];
+}
+
+static const float *s_graph_replay(di_backend *be, uint64_t key, const void *meta, size_t bytes) {
+    rgraph *g = rgraph_find(key, 0);
+    if (!g || !g->calls || g->bytes != bytes) return NULL;
+    memcpy(g->meta, meta, bytes);
+    rec_run(g->calls, g->n);
+    REC.replayed++;
+    return g->logits;
+}
+
+static void *s_graph_record_begin(di_backend *be, uint64_t key, const void *meta, size_t bytes) {
+    rgraph *g = rgraph_find(key, 1);
+    if (!g || g->failed || g->seen++ == 0) return NULL; /* a key's first step runs as usual */
+    g->meta = s_alloc(be, bytes);
+    if (!g->meta) return NULL;
+    ST.bufs[ST.n - 1].owned = 1;
+    memcpy(g->meta, meta, bytes);
+    g->bytes = bytes;
+    REC.cur = (int)(g - REC.g);
+    REC.on = 1;
+    REC.failed = 0;
+    REC.n = 0;
+    return g->meta;
+}
+
+static int s_graph_record_end(di_backend *be, const float *logits) {
+    rgraph *g = &REC.g[REC.cur];
+    REC.on = 0;
+    if (!logits || REC.failed) {
+        g->failed = 1;
+        REC.failures++;
+        return 1;
+    }
+    g->calls = malloc((size_t)(REC.n ? REC.n : 1) * sizeof *g->calls);
+    if (!g->calls) {
+        g->failed = 1;
+        return 1;
+    }
+    memcpy(g->calls, REC.calls, (size_t)REC.n * sizeof *g->calls);
+    g->n = REC.n;
+    g->logits = logits;
+    rec_run(g->calls, g->n); /* nothing ran while recording */
+    REC.recorded++;
+    return 0;
+}
+
+/* Ends the recordings: their buffers go back, their calls are forgotten. */
+static void rec_reset(void) {
+    for (int i = 0; i < REC.ng; i++) free(REC.g[i].calls);
+    for (int i = 0; i < ST.n;)
+        if (ST.bufs[i].owned) {
+            munmap(ST.bufs[i].p, ST.bufs[i].len);
+            ST.bufs[i] = ST.bufs[--ST.n];
+        } else {
+            i++;
+        }
+    free(REC.calls);
+    memset(&REC, 0, sizeof REC);
+}
 
 /* The strict backend: every op of the CPU table through the wrapper; with
  * buf_forms = 0 the backend-memory selection and step forms are left out,
@@ -350,6 +659,12 @@ static void strict_init(di_backend *cpu, int buf_forms) {
     o.topk_select = s_topk_select;
     o.topk_select_buf = s_topk_select_buf;
     o.sparse_attn_rows = s_sparse_attn_rows;
+    o.moe_experts = cpu->ops->moe_experts ? s_moe_experts : NULL;
+    if (REC.enabled) {
+        o.graph_replay = s_graph_replay;
+        o.graph_record_begin = s_graph_record_begin;
+        o.graph_record_end = s_graph_record_end;
+    }
     if (!buf_forms) {
         o.index_scores_kv_buf = NULL;
         o.candidate_blocks_buf = NULL;
@@ -600,6 +915,39 @@ static void test_step_keys(void) {
         fprintf(stderr, "%d steps, %d distinct keys, %d same-key pairs\n", N, distinct, same_key);
 }
 
+/* Decode steps through the recording backend (forward.c's record / replay
+ * protocol, backend.h's graph ops) against the same steps run op by op:
+ * the same logits bits, with steps recorded and replayed (a key's first
+ * step runs as usual, the second is recorded, later ones replay; the
+ * ratio-2 groups alternate two keys and the batched steps add more). A
+ * replay runs the recorded calls on the recorded buffers with only the
+ * metadata buffer rewritten, so anything a step took from elsewhere (a
+ * host array, a buffer of an earlier step, a pointer not moved to the
+ * recording's metadata) gives other logits or a fault. */
+static void test_graph_protocol(void) {
+    if (!READY) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
+    int64_t P = 120, Q = 40;
+    int steps = 8;
+    size_t cap = (size_t)(2 + 3 * steps) * (size_t)V;
+    float *eager = malloc(cap * sizeof(float)), *graph = malloc(cap * sizeof(float));
+    run_out r0, r1;
+    int64_t n0 = run(1, 0, P, Q, steps, eager, &r0);
+    REC.enabled = 1;
+    int64_t n1 = run(1, 0, P, Q, steps, graph, &r1);
+    long recorded = REC.recorded, replayed = REC.replayed, failures = REC.failures;
+    rec_reset();
+    CHECK_EQ_INT(n0, n1);
+    int64_t diff = 0;
+    for (int64_t i = 0; i < n0 * V; i++) diff += memcmp(&eager[i], &graph[i], sizeof(float)) != 0;
+    CHECKF(diff == 0, "%lld logits differ between replayed and eager steps", (long long)diff);
+    CHECKF(recorded >= 2 && replayed >= 4 && failures == 0, "%ld recorded, %ld replayed, %ld failed",
+           recorded, replayed, failures);
+    if (getenv("DI_TEST_VERBOSE"))
+        fprintf(stderr, "%d + %d steps: %ld recorded, %ld replayed\n", steps, steps, recorded, replayed);
+    free(eager);
+    free(graph);
+}
+
 /* The detector itself: a host read of a guarded buffer is counted. */
 static void test_detector(void) {
     if (!READY) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
@@ -628,6 +976,7 @@ int main(void) {
     RUN(test_detector);
     RUN(test_decode_no_host_reads);
     RUN(test_step_keys);
+    RUN(test_graph_protocol);
     if (rc > 0) gold_close(&G);
     return test_summary();
 }

@@ -78,6 +78,7 @@
 #include "backend/cuda/cuda_ops_moe.h"
 #include "backend/cuda/cuda_ops_select.h"
 #include "backend/cuda/cuda_ops_step.h"
+#include "backend/cuda/cuda_graph.h"
 
 enum { SCR_A, SCR_B, SCR_C, SCR_D, N_SCRATCH };
 
@@ -113,6 +114,14 @@ typedef struct cuda_impl {
     size_t wcap, wcount, wbytes;
     moe_stack *stacks; /* [n_stacks] stacked routed experts, one per MoE layer */
     int n_stacks, cap_stacks;
+    /* decode step graphs (DI_CUDA_GRAPH=1) */
+    struct gentry *graphs; /* [n_graphs] */
+    int n_graphs, cap_graphs;
+    struct gentry *rec;    /* the recording in progress, or NULL */
+    di_status cap_st;      /* first failure while recording (not the backend's) */
+    di_err cap_err;
+    long gen;              /* bumped when a buffer a recording may use moves */
+    long n_recorded, n_replayed, n_failed;
     void *scr[N_SCRATCH]; /* device scratch, grown on demand */
     size_t scr_cap[N_SCRATCH];
     void *host_buf; /* host staging (downloads, Engram rows) */
@@ -144,6 +153,13 @@ static cuda_impl *IM(di_backend *be) { return be->impl; }
 
 static void note(di_backend *be, di_status st, const di_err *err) {
     cuda_impl *c = IM(be);
+    if (st && c->rec) { /* recording: the step will be run again without */
+        if (!c->cap_st) {
+            c->cap_st = st;
+            c->cap_err = *err;
+        }
+        return;
+    }
     if (st && !c->status) {
         c->status = st;
         c->err = *err;
@@ -196,6 +212,7 @@ static void *scratch(di_backend *be, int slot, size_t bytes) {
         di_cuda_free(c->scr[slot]);
         c->scr[slot] = NULL;
         c->scr_cap[slot] = 0;
+        c->gen++; /* recordings that read the old slot are stale */
         size_t cap = bytes + bytes / 2;
         di_err err = {0};
         di_status st = di_cuda_alloc(&c->scr[slot], cap, &err);
@@ -212,6 +229,11 @@ static void *scratch(di_backend *be, int slot, size_t bytes) {
  * device (through the pinned staging buffer); NULL on failure. The copy is
  * queued after the kernels that still read the slot's last contents. */
 static void *scratch_up(di_backend *be, int slot, const void *host, size_t bytes) {
+    if (IM(be)->rec) { /* a replay would copy whatever staging then holds */
+        di_err err = {0};
+        note(be, di_err_set(&err, DI_ERR_UNSUPPORTED, "a staged upload in a recorded step"), &err);
+        return NULL;
+    }
     void *d = scratch(be, slot, bytes);
     if (!d) return NULL;
     di_err err = {0};
@@ -327,6 +349,7 @@ static const void *tdev(di_backend *be, const di_tensor *t) {
 }
 
 static void moe_stacks_free(cuda_impl *c);
+static void graphs_free(cuda_impl *c);
 
 void di_backend_cuda_weights_drop(di_backend *be) {
     cuda_impl *c = IM(be);
@@ -336,6 +359,8 @@ void di_backend_cuda_weights_drop(di_backend *be) {
     c->wtab = NULL;
     c->wcap = c->wcount = c->wbytes = 0;
     moe_stacks_free(c);
+    graphs_free(c); /* they read the dropped copies */
+    c->gen++;
 }
 
 size_t di_backend_cuda_weights_bytes(const di_backend *be) {
@@ -1422,6 +1447,204 @@ static void cu_moe_experts(di_backend *be, const di_moe_experts *ex, const float
          &err);
 }
 
+/* ------------------------------------------------------------ step graphs */
+
+/* A decode step recorded as a CUDA graph (backend.h graph_replay, on with
+ * DI_CUDA_GRAPH=1): its key, its metadata buffer and every buffer the step
+ * allocated while recorded — an arena of chunks the graph owns and nobody
+ * else is handed, since each replay writes into those addresses again —
+ * and the buffer it leaves the logits in. The first step of a key runs
+ * eagerly (weights, stacked experts and scratch reach their sizes), the
+ * second is recorded and run, later ones replay. A scratch slot that moves
+ * (c->gen) or dropped weights make the recordings stale. */
+typedef struct gentry {
+    uint64_t key;
+    size_t meta_bytes;
+    int seen, failed;
+    long gen;
+    void *exec;             /* cudaGraphExec_t */
+    void *meta;             /* [meta_bytes] in the arena */
+    const float *logits;
+    void **chunk;           /* [n_chunk] the arena */
+    size_t *chunk_cap;
+    int n_chunk, cap_chunk;
+    size_t used;            /* bytes taken of the last chunk */
+} gentry;
+
+enum { GRAPH_MAX = 64, GRAPH_CHUNK = 8 << 20 };
+
+static void *arena_alloc(di_backend *be, gentry *e, size_t bytes) {
+    di_err err = {0};
+    size_t need = (bytes + 255) & ~(size_t)255;
+    if (!need) need = 256;
+    if (!e->n_chunk || e->used + need > e->chunk_cap[e->n_chunk - 1]) {
+        if (e->n_chunk == e->cap_chunk) {
+            int nc = e->cap_chunk ? 2 * e->cap_chunk : 8;
+            void **ch = realloc(e->chunk, (size_t)nc * sizeof *ch);
+            if (ch) e->chunk = ch;
+            size_t *cc = ch ? realloc(e->chunk_cap, (size_t)nc * sizeof *cc) : NULL;
+            if (!ch || !cc) return NULL;
+            e->chunk_cap = cc;
+            e->cap_chunk = nc;
+        }
+        size_t cap = need > GRAPH_CHUNK ? need : GRAPH_CHUNK;
+        void *p = NULL;
+        if (di_cuda_alloc(&p, cap, &err)) return NULL;
+        e->chunk[e->n_chunk] = p;
+        e->chunk_cap[e->n_chunk++] = cap;
+        e->used = 0;
+    }
+    void *p = (char *)e->chunk[e->n_chunk - 1] + e->used;
+    e->used += need;
+    note(be, cuda_mem_fill_async(p, 0, bytes, &err), &err); /* zeroed, as alloc's */
+    return p;
+}
+
+static int in_graphs(const cuda_impl *c, const void *p) {
+    for (int i = 0; i < c->n_graphs; i++)
+        for (int k = 0; k < c->graphs[i].n_chunk; k++) {
+            const char *b = c->graphs[i].chunk[k];
+            if ((const char *)p >= b && (const char *)p < b + c->graphs[i].chunk_cap[k]) return 1;
+        }
+    return 0;
+}
+
+static void graph_drop(gentry *e) {
+    cuda_graph_free(e->exec);
+    for (int k = 0; k < e->n_chunk; k++) di_cuda_free(e->chunk[k]);
+    free(e->chunk);
+    free(e->chunk_cap);
+    *e = (gentry){.key = e->key};
+}
+
+static void graphs_free(cuda_impl *c) {
+    for (int i = 0; i < c->n_graphs; i++) graph_drop(&c->graphs[i]);
+    free(c->graphs);
+    c->graphs = NULL;
+    c->n_graphs = c->cap_graphs = 0;
+    c->rec = NULL;
+}
+
+/* alloc while recording: from the recording's arena */
+static void *cu_alloc_rec(di_backend *be, size_t bytes) {
+    cuda_impl *c = IM(be);
+    op_enter(be, "alloc");
+    return c->rec ? arena_alloc(be, c->rec, bytes) : cu_alloc(be, bytes);
+}
+
+/* free with recordings: arena buffers stay with their recording */
+static void cu_free_rec(di_backend *be, void *p) {
+    if (p && in_graphs(IM(be), p)) return;
+    cu_free(be, p);
+}
+
+/* upload while recording: a replay would copy stale staging data */
+static void cu_upload_rec(di_backend *be, void *dst, const void *src, size_t bytes) {
+    if (IM(be)->rec) {
+        di_err err = {0};
+        note(be, di_err_set(&err, DI_ERR_UNSUPPORTED, "an upload in a recorded step"), &err);
+        return;
+    }
+    cu_upload(be, dst, src, bytes);
+}
+
+static gentry *graph_find(cuda_impl *c, uint64_t key, int add) {
+    for (int i = 0; i < c->n_graphs; i++)
+        if (c->graphs[i].key == key) return &c->graphs[i];
+    if (!add || c->n_graphs >= GRAPH_MAX) return NULL;
+    if (c->n_graphs == c->cap_graphs) {
+        int nc = c->cap_graphs ? 2 * c->cap_graphs : 8;
+        gentry *g = realloc(c->graphs, (size_t)nc * sizeof *g);
+        if (!g) return NULL;
+        c->graphs = g;
+        c->cap_graphs = nc;
+    }
+    c->graphs[c->n_graphs] = (gentry){.key = key};
+    return &c->graphs[c->n_graphs++];
+}
+
+static const float *cu_graph_replay(di_backend *be, uint64_t key, const void *meta, size_t bytes) {
+    cuda_impl *c = IM(be);
+    op_enter(be, "graph_replay");
+    gentry *e = graph_find(c, key, 0);
+    if (!e || !e->exec || c->status) return NULL;
+    if (e->gen != c->gen || e->meta_bytes != bytes) { /* stale: record it again */
+        graph_drop(e);
+        return NULL;
+    }
+    di_err err = {0};
+    di_status st = cuda_stage_upload(c->stage, e->meta, meta, bytes, &err);
+    if (!st) st = cuda_graph_launch(e->exec, &err);
+    note(be, st, &err);
+    if (st) return NULL;
+    c->n_replayed++;
+    return e->logits;
+}
+
+static void *cu_graph_record_begin(di_backend *be, uint64_t key, const void *meta, size_t bytes) {
+    cuda_impl *c = IM(be);
+    op_enter(be, "graph_record");
+    if (c->prof || c->status || c->rec) return NULL;
+    gentry *e = graph_find(c, key, 1);
+    if (!e || e->failed || e->seen++ == 0) return NULL; /* the first step of a key runs eagerly */
+    if (e->exec) graph_drop(e); /* stale (graph_replay said so) */
+    e->seen = 2;
+    di_err err = {0};
+    e->meta = arena_alloc(be, e, bytes);
+    di_status st = e->meta ? cuda_stage_upload(c->stage, e->meta, meta, bytes, &err) : DI_ERR_NOMEM;
+    if (!st) st = cuda_graph_begin(&err);
+    if (st) { /* not recordable here (e.g. kernels on the legacy stream) */
+        e->failed = 1;
+        c->n_failed++;
+        return NULL;
+    }
+    e->meta_bytes = bytes;
+    e->gen = c->gen;
+    c->rec = e;
+    c->cap_st = DI_OK;
+    c->ops.alloc = cu_alloc_rec;
+    return e->meta;
+}
+
+static int cu_graph_record_end(di_backend *be, const float *logits) {
+    cuda_impl *c = IM(be);
+    gentry *e = c->rec;
+    if (!e) return 1;
+    copies_flush(be); /* the queued copies belong to the step */
+    c->ops.alloc = cu_alloc;
+    di_err err = {0};
+    void *exec = NULL;
+    di_status st = cuda_graph_end(&exec, &err);
+    c->rec = NULL;
+    if (!st && c->cap_st) {
+        st = c->cap_st;
+        err = c->cap_err;
+    }
+    if (!st && e->gen != c->gen) st = DI_ERR_STATE; /* a scratch slot moved while recording */
+    if (!st && !logits) st = DI_ERR_STATE;          /* the step was abandoned */
+    if (st) {
+        /* keep the arena: the step's buffers are still to be freed into it */
+        cuda_graph_free(exec);
+        e->failed = 1;
+        c->n_failed++;
+        return 1;
+    }
+    e->exec = exec;
+    e->logits = logits;
+    st = cuda_graph_launch(exec, &err);
+    note(be, st, &err);
+    c->n_recorded++;
+    return 0;
+}
+
+void di_backend_cuda_graph_stats(const di_backend *be, long *recorded, long *replayed,
+                                 long *failed) {
+    const cuda_impl *c = be->impl;
+    *recorded = c->n_recorded;
+    *replayed = c->n_replayed;
+    *failed = c->n_failed;
+}
+
 /* ------------------------------------------------------------ lifetime */
 
 static void cu_destroy(di_backend *be) {
@@ -1429,6 +1652,7 @@ static void cu_destroy(di_backend *be) {
     if (c) {
         copies_flush(be);
         di_backend_cuda_weights_drop(be);
+        graphs_free(c);
         for (int i = 0; i < N_SCRATCH; i++) di_cuda_free(c->scr[i]);
         pool_trim(c);
         for (size_t i = 0; i < c->live_cap; i++) di_cuda_free(c->live[i].p);
@@ -1539,6 +1763,17 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         c->ops.scatter_rows_to = NULL;
         c->ops.gather_rows_from = NULL;
         c->ops.engram_rows = NULL;
+    }
+    /* DI_CUDA_GRAPH=1: decode steps recorded as CUDA graphs and replayed
+     * (needs the kernels built with --default-stream per-thread; without,
+     * every key's recording fails once and its steps run eagerly) */
+    v = getenv("DI_CUDA_GRAPH");
+    if (v && !strcmp(v, "1")) {
+        c->ops.graph_replay = cu_graph_replay;
+        c->ops.graph_record_begin = cu_graph_record_begin;
+        c->ops.graph_record_end = cu_graph_record_end;
+        c->ops.free = cu_free_rec;
+        c->ops.upload = cu_upload_rec;
     }
     /* DI_CUDA_MOE_GROUPED=0: the model's per-expert loop with host routing
      * (for comparisons; the grouped op gives the loop's bits) */
