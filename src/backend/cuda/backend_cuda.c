@@ -40,10 +40,13 @@
  * (cuda_ops_select.cu, the CPU's semantics bit for bit) and download only
  * the indices. The table also has backend.h's backend-memory forms
  * (selections, candidate blocks and attention row tables stay on the
- * device; the forward then reads nothing back until the logits), which the
+ * device; the forward then reads nothing back until the logits) and step
+ * forms (RoPE tables, ids, the head's rows, Engram rows, the ring and cache
+ * writes and the compressor's group reads from the forward's step metadata:
+ * a decode step uploads once and queues no per-call host array), which the
  * forward takes; DI_CUDA_DEVICE_SELECT=0 leaves them out (the host forms,
- * the same bits: for comparisons). moe_route
- * (host results) downloads its logits and runs the CPU backend's op.
+ * the same bits: for comparisons). moe_route (host results) downloads its
+ * logits and runs the CPU backend's op.
  *
  * MoE. moe_route_buf routes into device arrays (cuda_ops_moe.cu, the CPU's
  * router arithmetic bit for bit) and moe_experts runs a layer's routed
@@ -55,6 +58,11 @@
  * kernels do not take (other formats, bf16 numerics) run the per-expert
  * loop inside the op. DI_CUDA_MOE_GROUPED=0 leaves both ops out (the
  * model's loop with host routing), for comparisons.
+ *
+ * Step graphs. With DI_CUDA_GRAPH=1 decode steps are recorded per step key
+ * by stream capture and replayed with new metadata (backend.h's graph ops;
+ * "step graphs" below); it needs the kernels built with nvcc
+ * --default-stream per-thread, else every step runs eagerly.
  *
  * Errors. Ops return nothing (backend.h); the first failure is kept, with
  * the op's name in front of the message, and reported by the `status` op
@@ -122,6 +130,7 @@ typedef struct cuda_impl {
     di_err cap_err;
     long gen;              /* bumped when a buffer a recording may use moves */
     long n_recorded, n_replayed, n_failed;
+    int no_capture;        /* this build cannot capture (legacy default stream) */
     void *scr[N_SCRATCH]; /* device scratch, grown on demand */
     size_t scr_cap[N_SCRATCH];
     void *host_buf; /* host staging (downloads, Engram rows) */
@@ -1584,7 +1593,7 @@ static const float *cu_graph_replay(di_backend *be, uint64_t key, const void *me
 static void *cu_graph_record_begin(di_backend *be, uint64_t key, const void *meta, size_t bytes) {
     cuda_impl *c = IM(be);
     op_enter(be, "graph_record");
-    if (c->prof || c->status || c->rec) return NULL;
+    if (c->prof || c->status || c->rec || c->no_capture) return NULL;
     gentry *e = graph_find(c, key, 1);
     if (!e || e->failed || e->seen++ == 0) return NULL; /* the first step of a key runs eagerly */
     if (e->exec) graph_drop(e); /* stale (graph_replay said so) */
@@ -1593,9 +1602,11 @@ static void *cu_graph_record_begin(di_backend *be, uint64_t key, const void *met
     e->meta = arena_alloc(be, e, bytes);
     di_status st = e->meta ? cuda_stage_upload(c->stage, e->meta, meta, bytes, &err) : DI_ERR_NOMEM;
     if (!st) st = cuda_graph_begin(&err);
-    if (st) { /* not recordable here (e.g. kernels on the legacy stream) */
+    if (st) { /* not recordable (kernels on the legacy stream: none is) */
+        graph_drop(e);
         e->failed = 1;
         c->n_failed++;
+        if (st == DI_ERR_UNSUPPORTED) c->no_capture = 1;
         return NULL;
     }
     e->meta_bytes = bytes;
