@@ -29,6 +29,10 @@ SCHEMAS = [
 ]
 
 REGEXES = [r"[a-z]{1,6}@[a-z]{2,5}\.(com|org)", r"(-?[1-9][0-9]{0,3}|0)(\.[0-9]{1,2})?", r"\(([0-9]{3})\) [0-9]{3}-[0-9]{4}", r"(ab|a)*c?"]
+# Large Unicode classes (their byte automata are shared tries, regex_utf8.c):
+# the engine's \W \D \S are the subsets both ECMA-262 and Python agree on,
+# so every output must still match under Python's `re`.
+UNICODE_REGEXES = [r"\W{1,4}\d", r"(\D\S){1,3}", r"[^a-z\s]{2,6}", r".{1,5}\W", r"[\u0400-\u04ff\u4e00-\u9fff]{1,4}[^\x00-\x7f]"]
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +125,17 @@ def test_random_walks_regex(vocab):
             finished += 1
             assert re.fullmatch(rx, out.decode("utf-8")), (rx, out)
     assert finished >= len(REGEXES)
+
+
+def test_random_walks_unicode_classes(vocab):
+    rnd = random.Random(13)
+    finished = 0
+    for rx in UNICODE_REGEXES:
+        g = F.Grammar(vocab, F.DI_CONSTRAINT_REGEX, rx)
+        for _ in range(4):
+            out = walk(g, rnd, 30)
+            if out is None:
+                continue
+            finished += 1
+            assert re.fullmatch(rx, out.decode("utf-8")), (rx, out)
+    assert finished >= len(UNICODE_REGEXES)
