@@ -17,16 +17,29 @@
  *   p·v over the slots and the denominator, (n_slots + d)·2^-23 relative;
  * - expf (CUDA's within 2 ulps, glibc's within 1) on p, the block rescales
  *   and the sink: (blocks + 2)·2^-21 relative;
+ * - the split-slot form (cuda_op_sparse_attn_kv_tc_split: S blocks per row,
+ *   each with its own running maximum, combined with w_c = exp(M_c − M)):
+ *   each p's chain of factors gains one expf (w_c) and one fp32 product
+ *   (O_c·w_c or l_c·w_c), (1 + 2^-2)·2^-21 < 2^-20 relative, and the sums
+ *   gain S ≤ blocks terms in rank order, S·2^-23; the unsplit kernel is
+ *   bounded by the same (larger) ε, so one bound serves both;
  * so each p and the denominator differ by at most a relative
- * ε = 4·max|Δs| + (blocks + 2)·2^-21 + (n_slots + d)·2^-23, and a bf16(p)
- * by ε plus one bf16 ulp when the two sides' p straddle a rounding point
- * (2^-7 relative at most). With A_k = Σ_j p_j·|v_jk| / Z (exact p, Z with
+ * ε = 4·max|Δs| + (blocks + 3)·2^-21 + (n_slots + d + blocks)·2^-23, and a
+ * bf16(p) by ε plus one bf16 ulp when the two sides' p straddle a rounding
+ * point (2^-7 relative at most). In the split form a block c > 0 rounds
+ * exp(s − M_c) where the CPU rounds exp(s − its running max): two
+ * roundings of the same p at different scales, each within 2^-8 of it, so
+ * again within 2^-7 of each other. With A_k = Σ_j p_j·|v_jk| / Z (exact p, Z with
  * the sink) the unrounded outputs differ by at most (2^-7 + ε)·A_k + ε·|o|,
  * and the final bf16 rounding of each side adds 2^-8 of each, 2^-7·|o| in
  * all. Those straddles are rare and of either sign, so on average the
  * difference must also stay far below the per-element worst case: the mean
- * |gpu − cpu| is held to 2^-9 of the mean A_k. Rows with no slot must be
- * exactly 0. */
+ * |gpu − cpu| is held to 2^-9 of the mean A_k. In the split form the p of
+ * blocks whose maximum is not the CPU's are rounded independently (not
+ * rarely) but with zero mean: their errors, each at most 2^-8·p, cancel as
+ * the square root of the slots that carry the weight, and a slot carrying
+ * all of it is the row's maximum, exp(0) = 1 on both sides; the 2^-9 of
+ * the mean A_k still holds. Rows with no slot must be exactly 0. */
 static inline void cmp_attn_tc(const char *what, const float *og, const float *oc,
                                const float *q, int64_t m, int h, int64_t d,
                                const float *const *rows, int ns, const float *sink, float sc) {
@@ -57,7 +70,7 @@ static inline void cmp_attn_tc(const char *what, const float *og, const float *o
                     p[j] = exp(p[j] - M);
                     Z += p[j];
                 }
-            double eps = 4 * dsmax + (nblk + 2) * 0x1p-21 + (double)(ns + d) * 0x1p-23;
+            double eps = 4 * dsmax + (nblk + 3) * 0x1p-21 + (double)(ns + d + nblk) * 0x1p-23;
             for (int64_t k = 0; k < d; k++) {
                 double a = 0;
                 for (int j = 0; j < ns; j++)

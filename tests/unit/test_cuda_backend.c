@@ -1587,6 +1587,163 @@ static void test_index_scores_tc(void) {
     }
 }
 
+/* ---- the split-slot attention and the split mHC product (few rows) */
+
+static int same_bits(const float *a, const float *b, int64_t n) {
+    return !memcmp(a, b, (size_t)n * sizeof(float));
+}
+
+/* One slot of the three row tables (host rows, device rows, decoded
+ * values): a random pool row of the slot's kind, or empty. */
+static void attn_slot_set(const attn_pool *ap, int win, int empty, const uint8_t **rc, const uint8_t **rg,
+                          const float **rd) {
+    int r = win ? rng_int(ap->P) : ap->P + rng_int(ap->P);
+    size_t off = attn_pool_off(ap, r);
+    *rc = empty ? NULL : ap->host + off;
+    *rg = empty ? NULL : ap->dev + off;
+    *rd = empty ? NULL : ap->dec + (int64_t)r * ap->d;
+}
+
+/* The split-slot form of the tensor-core attention through its launcher
+ * against the CPU op within attn_bound.h's bound (which counts the
+ * combine's rescales): S = 1 .. 8 blocks per row, spans of one and of
+ * several 64-slot blocks, a partial last block; a row with no slot, a row
+ * whose only slots lie in the last block (every other block of the cluster
+ * empty: max -1e30, denominator 0), a row with one slot in the first
+ * block; sinks far above and below the scores; peaked softmaxes (large q)
+ * whose maximum lies in any block (the combine rescales the others down).
+ * Then: two runs give the same bits (the combine's order is fixed), S = 1
+ * gives the unsplit kernel's bits, and the op table's dispatch at the
+ * decode shape (one row, 128 window + 512 compressed slots, 64 heads) is
+ * within the same bound. */
+static void test_attention_split(void) {
+    NEED_GPU();
+    const struct { int64_t m; int h; int64_t d; int slots, win; float qs; int splits; } cs[] = {
+        {1, 64, 512, 640, 128, 1.0f, 5}, {4, 64, 512, 640, 128, 2.0f, 8}, {5, 70, 128, 300, 64, 1.0f, 3},
+        {4, 16, 96, 130, 20, 4.0f, 2},   {5, 24, 160, 581, 0, 1.0f, 8},   {4, 64, 512, 640, 128, 1.0f, 1},
+        {5, 32, 64, 1000, 100, 3.0f, 7}};
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        int64_t m = cs[t].m, d = cs[t].d;
+        int h = cs[t].h, ns = cs[t].slots, nw = cs[t].win, P = 48;
+        attn_pool ap;
+        attn_pool_init(&ap, P, d);
+        const uint8_t **rc = malloc((size_t)(m * ns) * sizeof *rc), **rg = malloc((size_t)(m * ns) * sizeof *rg);
+        const float **rd = malloc((size_t)(m * ns) * sizeof *rd);
+        /* rows 0-2 are special when m > 2, the rest random: every case has one */
+        int last0 = (ns - 1) / 64 * 64; /* the first slot of the last 64-slot block */
+        for (int64_t i = 0; i < m; i++)
+            for (int j = 0; j < ns; j++) {
+                /* m > 2: row 0 empty, row 1 only the last block, row 2 one slot */
+                int empty = (m > 2 && i == 0) || (m > 2 && i == 1 && j < last0) || (m > 2 && i == 2 && j != 3) ||
+                            (i > 2 && rng_int(6) == 0);
+                attn_slot_set(&ap, j < nw, empty, rc + i * ns + j, rg + i * ns + j, rd + i * ns + j);
+            }
+        float *q = rnd(m * h * d, cs[t].qs), *sink = rnd(h, 2.0f);
+        sink[0] = 60.0f;
+        if (h > 1) sink[1] = -60.0f;
+        size_t OB = (size_t)(m * h * d) * 4;
+        float *dq = dev_up(q, OB), *dsink = dev_up(sink, (size_t)h * 4), *oc = malloc(OB);
+        float *d1 = dev_poison(OB), *d2 = dev_poison(OB), *d0 = dev_poison(OB);
+        const uint8_t **drows = (const uint8_t **)dev_up(rg, (size_t)(m * ns) * sizeof *rg);
+        float sc = (float)(1.0 / sqrt((double)d));
+        cpu->ops->sparse_attn_kv(cpu, q, m, h, d, rc, ns, nw, sink, sc, oc);
+        di_err err = {0};
+        int sp = cs[t].splits;
+        di_status st = cuda_op_sparse_attn_kv_tc_split(dq, m, h, d, drows, ns, nw, dsink, sc, sp, d1, &err);
+        if (!st) st = cuda_op_sparse_attn_kv_tc_split(dq, m, h, d, drows, ns, nw, dsink, sc, sp, d2, &err);
+        if (!st) st = cuda_op_sparse_attn_kv_tc(dq, m, h, d, drows, ns, nw, dsink, sc, d0, &err);
+        if (!st) st = di_cuda_synchronize(&err);
+        char what[96];
+        snprintf(what, sizeof what, "attn split %d m %lld h %d d %lld slots %d", sp, (long long)m, h,
+                 (long long)d, ns);
+        CHECKF(st == DI_OK, "%s: %s", what, err.msg);
+        float *o1 = dev_down(d1, OB), *o2 = dev_down(d2, OB), *o0 = dev_down(d0, OB);
+        if (st == DI_OK) {
+            cmp_attn_tc(what, o1, oc, q, m, h, d, rd, ns, sink, sc);
+            CHECKF(same_bits(o1, o2, m * h * d), "%s: two runs differ", what);
+            if (sp == 1) CHECKF(same_bits(o1, o0, m * h * d), "%s: S = 1 differs from the unsplit form", what);
+        }
+        dev_free(dq); dev_free(dsink); dev_free(d0); dev_free(d1); dev_free(d2); dev_free((void *)drows);
+        attn_pool_free(&ap);
+        free(rc); free(rg); free(rd); free(q); free(sink); free(oc); free(o0); free(o1); free(o2);
+    }
+    CHECK(cuda_attn_tc_splits(640) == 5 && cuda_attn_tc_splits(64) == 1 && cuda_attn_tc_splits(65) == 2 &&
+          cuda_attn_tc_splits(512) == 8 && cuda_attn_tc_splits(513) == 5);
+    /* the op table at the decode shape (the dispatcher takes the split form) */
+    int64_t m = 1, d = 512;
+    int h = 64, nw = 128, ns = 640, P = 64;
+    attn_pool ap;
+    attn_pool_init(&ap, P, d);
+    const uint8_t **rc = malloc((size_t)ns * sizeof *rc), **rg = malloc((size_t)ns * sizeof *rg);
+    const float **rd = malloc((size_t)ns * sizeof *rd);
+    for (int j = 0; j < ns; j++) attn_slot_set(&ap, j < nw, j >= nw && rng_int(5) == 0, rc + j, rg + j, rd + j);
+    float *q = rnd(m * h * d, 1.5f), *sink = rnd(h, 2.0f);
+    size_t OB = (size_t)(m * h * d) * 4;
+    float *dq = dev_up(q, OB), *oc = malloc(OB), *dout = dev_poison(OB);
+    float sc = (float)(1.0 / sqrt((double)d));
+    cpu->ops->sparse_attn_kv(cpu, q, m, h, d, rc, ns, nw, sink, sc, oc);
+    gpu->ops->sparse_attn_kv(gpu, dq, m, h, d, rg, ns, nw, sink, sc, dout);
+    float *og = dev_down(dout, OB);
+    if (status_ok("sparse_attn_kv decode shape"))
+        cmp_attn_tc("attn (op) m 1 h 64 d 512 slots 640", og, oc, q, m, h, d, rd, ns, sink, sc);
+    di_backend_cuda_weights_drop(gpu);
+    dev_free(dq); dev_free(dout);
+    attn_pool_free(&ap);
+    free(rc); free(rg); free(rd); free(q); free(sink); free(oc); free(og);
+}
+
+/* hc_mix at the model's shape (hc 4, d 5120: n = 20,480, the product over
+ * 80 blocks of 256 columns) at 1 and 8 rows, and past the split's 64 rows
+ * (the cluster of 8 blocks per row), against the CPU within test_hc's
+ * tolerance: the split sums each block's 256 products by a fixed tree and
+ * the 80 block sums in order, a tree no deeper than the cluster's (the
+ * CPU's sequential sum over 20,480 terms dominates the difference), so the
+ * tolerance stays. Then: the same bits on a second run, and a row alone
+ * (m = 1) gives the bits it has inside the batch of 8 (the blocks and their
+ * order follow from n alone). */
+static void test_hc_split(void) {
+    NEED_GPU();
+    const struct { int64_t m; int64_t d; } cs[] = {{1, 5120}, {8, 5120}, {70, 512}};
+    const int hc = 4, nmix = 24;
+    for (size_t t = 0; t < 3; t++) {
+        int64_t m = cs[t].m, d = cs[t].d;
+        float *s = rnd(m * hc * d, 1.0f), *fn = rnd(nmix * hc * d, 0.02f), *base = rnd(nmix, 0.5f);
+        float scale[3] = {0.7f, 1.1f, 0.9f};
+        float *pc = malloc((size_t)(m * hc) * 4), *poc = malloc((size_t)(m * hc) * 4),
+              *cc = malloc((size_t)(m * hc * hc) * 4);
+        cpu->ops->hc_mix(cpu, s, m, hc, d, fn, base, scale, 1e-6, 1e-6, 20, pc, poc, cc);
+        float *ds = dev_up(s, (size_t)(m * hc * d) * 4);
+        float *dp = dev_poison((size_t)(m * hc) * 4), *dpo = dev_poison((size_t)(m * hc) * 4),
+              *dc = dev_poison((size_t)(m * hc * hc) * 4), *dc2 = dev_poison((size_t)(m * hc * hc) * 4);
+        gpu->ops->hc_mix(gpu, ds, m, hc, d, fn, base, scale, 1e-6, 1e-6, 20, dp, dpo, dc);
+        float *pg = dev_down(dp, (size_t)(m * hc) * 4), *pog = dev_down(dpo, (size_t)(m * hc) * 4),
+              *cg = dev_down(dc, (size_t)(m * hc * hc) * 4);
+        gpu->ops->hc_mix(gpu, ds, m, hc, d, fn, base, scale, 1e-6, 1e-6, 20, dp, dpo, dc2);
+        float *cg2 = dev_down(dc2, (size_t)(m * hc * hc) * 4);
+        char what[64];
+        snprintf(what, sizeof what, "hc_mix m %lld d %lld", (long long)m, (long long)d);
+        if (status_ok(what)) {
+            cmp_tol(what, pg, pc, m * hc, 1e-4, 1e-6);
+            cmp_tol(what, pog, poc, m * hc, 1e-4, 1e-6);
+            cmp_tol(what, cg, cc, m * hc * hc, 1e-4, 1e-6);
+            CHECKF(same_bits(cg, cg2, m * hc * hc), "%s: two runs differ", what);
+        }
+        if (m == 8) { /* row 5 alone */
+            float *dp1 = dev_poison(hc * 4), *dpo1 = dev_poison(hc * 4), *dc1 = dev_poison(hc * hc * 4);
+            gpu->ops->hc_mix(gpu, ds + 5 * hc * d, 1, hc, d, fn, base, scale, 1e-6, 1e-6, 20, dp1, dpo1, dc1);
+            float *c1 = dev_down(dc1, hc * hc * 4), *p1 = dev_down(dp1, hc * 4);
+            if (status_ok("hc_mix row alone"))
+                CHECKF(same_bits(c1, cg + 5 * hc * hc, hc * hc) && same_bits(p1, pg + 5 * hc, hc),
+                       "hc_mix: row 5 alone differs from row 5 of the batch");
+            dev_free(dp1); dev_free(dpo1); dev_free(dc1);
+            free(c1); free(p1);
+        }
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(ds); dev_free(dp); dev_free(dpo); dev_free(dc); dev_free(dc2);
+        free(s); free(fn); free(base); free(pc); free(poc); free(cc); free(pg); free(pog); free(cg); free(cg2);
+    }
+}
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -1624,6 +1781,8 @@ int main(void) {
     RUN(test_moe_route_device);
     RUN(test_moe_experts_device);
     RUN(test_moe_op_table);
+    RUN(test_attention_split);
+    RUN(test_hc_split);
     di_backend_destroy(gpu);
     di_backend_destroy(cpu);
     return test_summary();

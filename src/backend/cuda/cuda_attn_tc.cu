@@ -31,13 +31,19 @@
  * tensor cores (one 64-slot block takes ~12 µs where its 2,048 mma take
  * ~2 µs; docs/gpu-notes.md), so the decode, which runs once per query for
  * all heads, is written for few instructions per value and all of a warp's
- * loads in flight at once (1.5x the first version's speed, same bits). */
+ * loads in flight at once (1.5x the first version's speed, same bits).
+ * With few query rows the split-slot form spreads a row's slot blocks over
+ * a cluster of up to 8 blocks and combines them (sparse_attn_tc_combine):
+ * one row of 640 slots 110 → 51 µs (docs/gpu-notes.md, run 26). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+#include <cooperative_groups.h>
 
 #include "backend/cuda/cuda_attn_tc.h"
 #include "backend/cuda/cuda_ops_common.cuh"
+
+namespace cg = cooperative_groups;
 
 enum {
     TC_HEADS = 64,   /* heads per block: the m side of both products */
@@ -45,7 +51,8 @@ enum {
     TC_THREADS = 256,
     TC_MAX_D = 512,
     TC_PAD = 8,      /* bf16 of padding per shared row: ldmatrix rows hit distinct banks */
-    TC_SLD = TC_SLOTS + 8 /* floats per score row: the fragment stores hit distinct banks */
+    TC_SLD = TC_SLOTS + 8, /* floats per score row: the fragment stores hit distinct banks */
+    TC_MAX_SPLIT = 8       /* blocks per row in the split form: a portable cluster */
 };
 
 /* shared bytes: q [64, d + 8] and kv [64, d + 8] bf16, scores [64, TC_SLD]
@@ -181,9 +188,124 @@ __device__ __forceinline__ void chunk16_decode(raw16 w, bool win, uint4 &o0, uin
                     e4m3x2_scaled(e[3] & 0xffffu, s), e4m3x2_scaled(e[3] >> 16, s));
 }
 
+/* The combine of a split row, in every block of the cluster: each block
+ * leaves its (running max M_c, denominator l_c, unnormalized O_c) per head
+ * in its own shared memory (O_c over the q and kv tiles, free by now), and
+ * block r then forms output elements r·4, (r + S)·4, ... of the [64 heads,
+ * d] tile from all S blocks in rank order:
+ *   M = max_c M_c, w_c = exp(M_c − M),
+ *   out = bf16(Σ_c O_c·w_c / (Σ_c l_c·w_c + exp(sink − M))),
+ * the sink folded in once, the sums in rank order, so the bits depend on
+ * the slot count (which fixes S and the spans) and not on timing. One
+ * block (S = 1) gives w = 1 exactly: the unsplit kernel's bits. */
+__device__ __forceinline__ void sparse_attn_tc_combine(const float (*o)[4], const float *mx,
+                                                       const float *sum, uint8_t *smraw, float *ss,
+                                                       int h, int d, int h0, int64_t i,
+                                                       const float *sink, float *out) {
+    cg::cluster_group cl = cg::this_cluster();
+    const int nsplit = (int)cl.num_blocks(), rank = (int)cl.block_rank();
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, t4 = lane & 3, hg = warp & 3, half = warp >> 2, dh = d / 2;
+    float *os = reinterpret_cast<float *>(smraw); /* [64, d] fp32 */
+    float *ms = ss, *ls = ss + TC_HEADS;          /* [64] each */
+    float *wv = ss + 2 * TC_HEADS;                /* [64, TC_MAX_SPLIT] */
+    float *tt = wv + TC_HEADS * TC_MAX_SPLIT;     /* [64] */
+    __syncthreads(); /* every warp's P·V reads of ks are done */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int hr = 16 * hg + g + 8 * r;
+        float *orow = os + (int64_t)hr * d + half * dh + 2 * t4;
+#pragma unroll
+        for (int nt = 0; nt < TC_MAX_D / 16; nt++)
+            if (nt < d / 16)
+                *reinterpret_cast<float2 *>(orow + 8 * nt) = make_float2(o[nt][2 * r], o[nt][2 * r + 1]);
+        if (half == 0 && t4 == 0) { /* both halves hold the same max and sum */
+            ms[hr] = mx[r];
+            ls[hr] = sum[r];
+        }
+    }
+    cl.sync();
+    /* The sums start from their first term (not from +0), so that S = 1
+     * keeps even a -0 of the unsplit kernel. */
+    if (tid < TC_HEADS) {
+        float mc[TC_MAX_SPLIT], lc[TC_MAX_SPLIT];
+#pragma unroll
+        for (int c = 0; c < TC_MAX_SPLIT; c++)
+            if (c < nsplit) {
+                mc[c] = *cl.map_shared_rank(ms + tid, c);
+                lc[c] = *cl.map_shared_rank(ls + tid, c);
+            }
+        float M = mc[0];
+#pragma unroll
+        for (int c = 1; c < TC_MAX_SPLIT; c++)
+            if (c < nsplit) M = fmaxf(M, mc[c]);
+        float tot = 0.f;
+#pragma unroll
+        for (int c = 0; c < TC_MAX_SPLIT; c++)
+            if (c < nsplit) {
+                float w = expf(SUB(mc[c], M));
+                wv[tid * TC_MAX_SPLIT + c] = w;
+                tot = c ? ADD(tot, MUL(lc[c], w)) : MUL(lc[c], w);
+            }
+        tt[tid] = h0 + tid < h ? ADD(tot, expf(SUB(sink[h0 + tid], M))) : 1.f;
+    }
+    __syncthreads();
+    const int n4 = TC_HEADS * d / 4;
+    for (int f = rank * TC_THREADS + tid; f < n4; f += nsplit * TC_THREADS) {
+        int e = 4 * f, hr = e / d, k = e - hr * d;
+        if (h0 + hr >= h) continue;
+        float4 v[TC_MAX_SPLIT]; /* every block's value in flight at once */
+#pragma unroll
+        for (int c = 0; c < TC_MAX_SPLIT; c++)
+            if (c < nsplit) v[c] = *cl.map_shared_rank(reinterpret_cast<float4 *>(os + e), c);
+        float w = wv[hr * TC_MAX_SPLIT];
+        float4 a = make_float4(MUL(v[0].x, w), MUL(v[0].y, w), MUL(v[0].z, w), MUL(v[0].w, w));
+#pragma unroll
+        for (int c = 1; c < TC_MAX_SPLIT; c++)
+            if (c < nsplit) {
+                w = wv[hr * TC_MAX_SPLIT + c];
+                a.x = ADD(a.x, MUL(v[c].x, w));
+                a.y = ADD(a.y, MUL(v[c].y, w));
+                a.z = ADD(a.z, MUL(v[c].z, w));
+                a.w = ADD(a.w, MUL(v[c].w, w));
+            }
+        float t = tt[hr];
+        *reinterpret_cast<float4 *>(out + (i * h + h0 + hr) * d + k) =
+            make_float4(round_bf16(a.x / t), round_bf16(a.y / t), round_bf16(a.z / t), round_bf16(a.w / t));
+    }
+    cl.sync(); /* the other blocks' shared memory stays until every block has read it */
+}
+
+/* out = bf16(O / (sum + exp(sink - max))) from a warp's fragments */
+__device__ __forceinline__ void sparse_attn_tc_store(const float (*o)[4], const float *mx, const float *sum,
+                                                     int h, int d, int h0, int64_t i, const float *sink,
+                                                     float *out) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t4 = lane & 3, hg = warp & 3, half = warp >> 2;
+    const int dh = d / 2, ntn = d / 16;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int hh = h0 + 16 * hg + g + 8 * r;
+        if (hh >= h) continue;
+        float tot = ADD(sum[r], expf(SUB(sink[hh], mx[r])));
+        float *orow = out + (i * h + hh) * d + half * dh + 2 * t4;
+#pragma unroll
+        for (int nt = 0; nt < TC_MAX_D / 16; nt++)
+            if (nt < ntn)
+                *reinterpret_cast<float2 *>(orow + 8 * nt) =
+                    make_float2(round_bf16(o[nt][2 * r] / tot), round_bf16(o[nt][2 * r + 1] / tot));
+    }
+}
+
+/* SPLIT = false: one block per (query row, 64 heads) walks all the row's
+ * slot blocks. SPLIT = true: a cluster of gridDim.x / m blocks per (row,
+ * 64 heads), block `rank` walks the slots rank·span .. +span (span a
+ * multiple of 64, so the CPU's 64-slot blocks are kept) with its own
+ * running maximum, then the cluster combines (below). */
+template <bool SPLIT>
 __global__ void __launch_bounds__(TC_THREADS, 1)
 k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n_slots, int n_win,
-                 const float *sink, float scale, float *out) {
+                 const float *sink, float scale, int span, float *out) {
     extern __shared__ __align__(16) uint8_t smraw[];
     const int ld = d + TC_PAD;
     uint16_t *qs = reinterpret_cast<uint16_t *>(smraw);      /* [64, ld] bf16 */
@@ -191,8 +313,13 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
     float *ss = reinterpret_cast<float *>(ks + TC_SLOTS * ld); /* [64, TC_SLD] */
     const uint8_t **rp = reinterpret_cast<const uint8_t **>(ss + TC_HEADS * TC_SLD); /* [64] */
 
-    const int64_t i = blockIdx.x;
+    const int nsplit = SPLIT ? (int)cg::this_cluster().num_blocks() : 1;
+    const int rank = SPLIT ? (int)cg::this_cluster().block_rank() : 0;
+    const int64_t i = blockIdx.x / nsplit;
     const int h0 = blockIdx.y * TC_HEADS;
+    /* this block's slots s0 .. s1 - 1 */
+    const int s0 = SPLIT ? rank * span : 0;
+    const int s1 = SPLIT ? min(n_slots, s0 + span) : n_slots;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
     const int hg = warp & 3, half = warp >> 2;
@@ -217,13 +344,13 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
     const uint8_t *const *ri = rows + i * n_slots;
     const uint32_t qs_a = smem_addr(qs), ks_a = smem_addr(ks);
     /* the next block's row pointers load during this block */
-    const uint8_t *nxt = tid < n_slots && tid < TC_SLOTS ? ri[tid] : nullptr;
+    const uint8_t *nxt = s0 + tid < s1 && tid < TC_SLOTS ? ri[s0 + tid] : nullptr;
 
-    for (int b0 = 0; b0 < n_slots; b0 += TC_SLOTS) {
+    for (int b0 = s0; b0 < s1; b0 += TC_SLOTS) {
         __syncthreads(); /* the last block's readers of ks, ss and rp are done */
         if (tid < TC_SLOTS) {
             rp[tid] = nxt; /* NULL past the last slot */
-            nxt = b0 + TC_SLOTS + tid < n_slots ? ri[b0 + TC_SLOTS + tid] : nullptr;
+            nxt = b0 + TC_SLOTS + tid < s1 ? ri[b0 + TC_SLOTS + tid] : nullptr;
         }
         __syncthreads();
         /* decode: warp w takes rows w, w + 8, ..., lane u the values 16u ..
@@ -343,18 +470,10 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
         }
     }
 
-    /* out = bf16(O / (sum + exp(sink - max))) */
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int hh = h0 + 16 * hg + g + 8 * r;
-        if (hh >= h) continue;
-        float tot = ADD(sum[r], expf(SUB(sink[hh], mx[r])));
-        float *orow = out + (i * h + hh) * d + half * dh + 2 * t4;
-#pragma unroll
-        for (int nt = 0; nt < TC_MAX_D / 16; nt++)
-            if (nt < ntn)
-                *reinterpret_cast<float2 *>(orow + 8 * nt) =
-                    make_float2(round_bf16(o[nt][2 * r] / tot), round_bf16(o[nt][2 * r + 1] / tot));
+    if constexpr (SPLIT) {
+        sparse_attn_tc_combine(o, mx, sum, smraw, ss, h, d, h0, i, sink, out);
+    } else {
+        sparse_attn_tc_store(o, mx, sum, h, d, h0, i, sink, out);
     }
 }
 
@@ -374,10 +493,65 @@ extern "C" di_status cuda_op_sparse_attn_kv_tc(const float *q, int64_t m, int h,
                           (long long)m);
     size_t smem = tc_smem_bytes(d);
     di_status st = cuda_check(
-        cudaFuncSetAttribute(k_sparse_attn_tc, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+        cudaFuncSetAttribute(k_sparse_attn_tc<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
         err, "sparse_attn_kv (tensor cores): shared memory");
     if (st) return st;
     dim3 grid((unsigned)m, (unsigned)((h + TC_HEADS - 1) / TC_HEADS));
-    k_sparse_attn_tc<<<grid, TC_THREADS, smem>>>(q, h, (int)d, rows, n_slots, n_win, sink, scale, out);
+    k_sparse_attn_tc<false><<<grid, TC_THREADS, smem>>>(q, h, (int)d, rows, n_slots, n_win, sink, scale,
+                                                         n_slots, out);
     return cuda_check_launch(err, "sparse_attn_kv (tensor cores)");
+}
+
+/* Blocks of 64 slots per split block: the fewest that keep S <= 8. */
+static int tc_split_span_blocks(int n_slots, int splits) {
+    int nblk = (n_slots + TC_SLOTS - 1) / TC_SLOTS;
+    if (splits > TC_MAX_SPLIT) splits = TC_MAX_SPLIT;
+    if (splits < 1 || nblk < 1) return nblk > 1 ? nblk : 1;
+    return (nblk + splits - 1) / splits;
+}
+
+extern "C" int cuda_attn_tc_splits(int n_slots) {
+    int nblk = (n_slots + TC_SLOTS - 1) / TC_SLOTS;
+    if (nblk <= 1) return 1;
+    int bps = tc_split_span_blocks(n_slots, TC_MAX_SPLIT);
+    return (nblk + bps - 1) / bps;
+}
+
+extern "C" di_status cuda_op_sparse_attn_kv_tc_split(const float *q, int64_t m, int h, int64_t d,
+                                                     const uint8_t *const *rows, int n_slots, int n_win,
+                                                     const float *sink, float scale, int splits,
+                                                     float *out, di_err *err) {
+    if (m <= 0 || h <= 0) return DI_OK;
+    if (!cuda_attn_tc_fits(d))
+        return di_err_set(err, DI_ERR_UNSUPPORTED,
+                          "sparse_attn_kv (tensor cores, split): head_dim %lld (a multiple of 32, at most %d)",
+                          (long long)d, TC_MAX_D);
+    int bps = tc_split_span_blocks(n_slots, splits);
+    int nblk = (n_slots + TC_SLOTS - 1) / TC_SLOTS;
+    int ns = nblk > 0 ? (nblk + bps - 1) / bps : 1; /* the blocks actually used, at most 8 */
+    if (m * ns > 0x7fffffff)
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "sparse_attn_kv (tensor cores, split): %lld rows",
+                          (long long)m);
+    size_t smem = tc_smem_bytes(d);
+    di_status st = cuda_check(
+        cudaFuncSetAttribute(k_sparse_attn_tc<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+        err, "sparse_attn_kv (tensor cores, split): shared memory");
+    if (st) return st;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    cfg.gridDim = dim3((unsigned)(m * ns), (unsigned)((h + TC_HEADS - 1) / TC_HEADS), 1);
+    cfg.blockDim = dim3(TC_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = 0;
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = (unsigned)ns;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    st = cuda_check(cudaLaunchKernelEx(&cfg, k_sparse_attn_tc<true>, q, h, (int)d, rows, n_slots, n_win, sink,
+                                       scale, bps * (int)TC_SLOTS, out),
+                    err, "sparse_attn_kv (tensor cores, split)");
+    if (st) return st;
+    return cuda_check_launch(err, "sparse_attn_kv (tensor cores, split)");
 }

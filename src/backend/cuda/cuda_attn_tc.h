@@ -6,9 +6,10 @@
  * cuda_op_sparse_attn_kv (cuda_ops_attn.cu) picks it wherever
  * cuda_attn_tc_fits, decode steps included: measured on an H200 it beats the
  * block per (row, head) at every m, from one query row (129 µs against 629
- * for 640 slots) to a prefill chunk (docs/gpu-notes.md). Both launchers are
- * here so tests and benchmarks can run either form. Device pointers as in
- * cuda_ops.h. */
+ * for 640 slots) to a prefill chunk (docs/gpu-notes.md); for few rows it
+ * takes the split-slot form below (one row's 10 slot blocks in series were
+ * ~110 µs of latency on one SM). The launchers are here so tests and
+ * benchmarks can run each form. Device pointers as in cuda_ops.h. */
 #ifndef DI_BACKEND_CUDA_ATTN_TC_H
 #define DI_BACKEND_CUDA_ATTN_TC_H
 
@@ -30,6 +31,24 @@ int cuda_attn_tc_fits(int64_t d);
 di_status cuda_op_sparse_attn_kv_tc(const float *q, int64_t m, int h, int64_t d,
                                     const uint8_t *const *rows, int n_slots, int n_win,
                                     const float *sink, float scale, float *out, di_err *err);
+
+/* The split-slot form for few query rows over many slots (decode steps):
+ * a cluster of S blocks per (row, 64 heads), block c walking the 64-slot
+ * blocks of slots c·span .. +span with its own running maximum and leaving
+ * (max, denominator, unnormalized output) per head; the cluster then
+ * combines them in rank order with the sink folded in once. S and span
+ * follow from n_slots and `splits` only (S = ceil(blocks / span), span =
+ * ceil(blocks / min(splits, 8)) blocks), never from timing, so a shape's
+ * bits repeat. S = 1 gives the unsplit form's bits. Arguments as
+ * cuda_op_sparse_attn_kv_tc. */
+di_status cuda_op_sparse_attn_kv_tc_split(const float *q, int64_t m, int h, int64_t d,
+                                          const uint8_t *const *rows, int n_slots, int n_win,
+                                          const float *sink, float scale, int splits, float *out,
+                                          di_err *err);
+
+/* The split count cuda_op_sparse_attn_kv takes for rows of n_slots slots
+ * (1: no split): as many blocks as 64-slot blocks, at most 8. */
+int cuda_attn_tc_splits(int n_slots);
 
 /* The one-block-per-(row, head) form (head sizes the tensor-core form does
  * not take). */

@@ -17,6 +17,15 @@ di_status cuda_op_sparse_attn_kv_tc(const float *q, int64_t m, int h, int64_t d,
     return no_cuda(err);
 }
 
+di_status cuda_op_sparse_attn_kv_tc_split(const float *q, int64_t m, int h, int64_t d,
+                                          const uint8_t *const *rows, int n_slots, int n_win,
+                                          const float *sink, float scale, int splits, float *out,
+                                          di_err *err) {
+    return no_cuda(err);
+}
+
+int cuda_attn_tc_splits(int n_slots) { return 1; }
+
 di_status cuda_op_sparse_attn_kv_rowwise(const float *q, int64_t m, int h, int64_t d,
                                          const uint8_t *const *rows, int n_slots, int n_win,
                                          const float *sink, float scale, float *out,

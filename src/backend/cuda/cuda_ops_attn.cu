@@ -126,15 +126,28 @@ extern "C" di_status cuda_op_sparse_attn_kv_rowwise(const float *q, int64_t m, i
     return cuda_check_launch(err, "sparse_attn_kv");
 }
 
+/* Blocks of the unsplit tensor-core form (rows × head tiles) up to which
+ * its split-slot form runs instead: one block walks a row's slot blocks in
+ * series (~13 µs each, latency-bound), so with few rows most SMs idle and
+ * S blocks per row finish ~S times sooner; at S × tiles past ~one block
+ * per SM the split only adds its combine. A constant, not the device's SM
+ * count, so a shape's dispatch (and bits) is the same on every GPU. */
+enum { ATTN_SPLIT_MAX_BLOCKS = 128 };
+
 /* The tensor-core form (cuda_attn_tc.cu) wherever it takes the head size:
- * faster at every m, one query row included; the block per (row, head)
- * otherwise. */
+ * faster at every m, one query row included, split over slots when few
+ * rows leave the SMs idle; the block per (row, head) otherwise. */
 extern "C" di_status cuda_op_sparse_attn_kv(const float *q, int64_t m, int h, int64_t d,
                                             const uint8_t *const *rows, int n_slots, int n_win,
                                             const float *sink, float scale, float *out,
                                             di_err *err) {
-    if (cuda_attn_tc_fits(d))
+    if (cuda_attn_tc_fits(d)) {
+        int s = cuda_attn_tc_splits(n_slots);
+        int64_t tiles = m * ((h + 63) / 64);
+        if (s > 1 && tiles * s <= ATTN_SPLIT_MAX_BLOCKS)
+            return cuda_op_sparse_attn_kv_tc_split(q, m, h, d, rows, n_slots, n_win, sink, scale, s, out, err);
         return cuda_op_sparse_attn_kv_tc(q, m, h, d, rows, n_slots, n_win, sink, scale, out, err);
+    }
     return cuda_op_sparse_attn_kv_rowwise(q, m, h, d, rows, n_slots, n_win, sink, scale, out, err);
 }
 

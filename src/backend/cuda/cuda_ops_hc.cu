@@ -115,6 +115,38 @@ __device__ void hc_mix_finish_lanes(const float *mix, int hc, const float *base,
     for (int e = a; e < hc * hc; e += 32) comb[e] = c[e];
 }
 
+/* The (2 + HC)·HC projections u·fn_o and the sum of squares u·u over
+ * columns k0 .. k1 - 1 by one block of NT threads: each thread all of them
+ * for its columns (its loads in flight together), a warp by a fixed xor
+ * tree, the block's warps in order. Thread o <= NM returns sum o. */
+template <int HC, int NT>
+__device__ __forceinline__ float hc_range_sums(const float *u, const float *fn, int64_t n, int64_t k0, int64_t k1,
+                                               float (*part)[NT / 32]) {
+    constexpr int NM = (2 + HC) * HC;
+    float acc[NM + 1];
+#pragma unroll
+    for (int o = 0; o <= NM; o++) acc[o] = 0.f;
+#pragma unroll 2
+    for (int64_t k = k0 + threadIdx.x; k < k1; k += NT) {
+        float uk = u[k];
+        acc[NM] = ADD(acc[NM], MUL(uk, uk));
+#pragma unroll
+        for (int o = 0; o < NM; o++) acc[o] = ADD(acc[o], MUL(uk, __ldg(fn + (int64_t)o * n + k)));
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 0; o <= NM; o++) {
+        float v = acc[o];
+        for (int off = 16; off > 0; off >>= 1) v = ADD(v, __shfl_xor_sync(0xffffffffu, v, off));
+        if (lane == 0) part[o][warp] = v;
+    }
+    __syncthreads();
+    float t = 0.f;
+    if (threadIdx.x <= NM)
+        for (int w = 0; w < NT / 32; w++) t = ADD(t, part[threadIdx.x][w]);
+    return t;
+}
+
 /* hc = 4 (V4.1): a cluster of HC_CL blocks per row. Each block sums the
  * (2 + HC)·HC projections and the sum of squares over its 1/HC_CL of the
  * row (every thread all of them, so its loads are in flight together), a
@@ -138,30 +170,9 @@ __global__ void __cluster_dims__(HC_CL, 1, 1) __launch_bounds__(HC_CL_THREADS)
     const int rank = (int)cl.block_rank();
     const int64_t i = blockIdx.y, n = (int64_t)HC * d;
     const int64_t per = (n + HC_CL - 1) / HC_CL, k0 = rank * per, k1 = k0 + per < n ? k0 + per : n;
-    const float *u = s + i * n;
-    float acc[NM + 1];
-#pragma unroll
-    for (int o = 0; o <= NM; o++) acc[o] = 0.f;
-#pragma unroll 2
-    for (int64_t k = k0 + threadIdx.x; k < k1; k += HC_CL_THREADS) {
-        float uk = u[k];
-        acc[NM] = ADD(acc[NM], MUL(uk, uk));
-#pragma unroll
-        for (int o = 0; o < NM; o++) acc[o] = ADD(acc[o], MUL(uk, __ldg(fn + (int64_t)o * n + k)));
-    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int o = 0; o <= NM; o++) {
-        float v = acc[o];
-        for (int off = 16; off > 0; off >>= 1) v = ADD(v, __shfl_xor_sync(0xffffffffu, v, off));
-        if (lane == 0) part[o][warp] = v;
-    }
-    __syncthreads();
-    if (threadIdx.x <= NM) {
-        float t = 0.f;
-        for (int w = 0; w < NW; w++) t = ADD(t, part[threadIdx.x][w]);
-        blk[threadIdx.x] = t;
-    }
+    float t = hc_range_sums<HC, HC_CL_THREADS>(s + i * n, fn, n, k0, k1, part);
+    if (threadIdx.x <= NM) blk[threadIdx.x] = t;
     cl.sync();
     if (rank == 0 && threadIdx.x <= NM) {
         float t = 0.f;
@@ -176,6 +187,65 @@ __global__ void __cluster_dims__(HC_CL, 1, 1) __launch_bounds__(HC_CL_THREADS)
     hc_mix_finish_lanes(tot, HC, base, scale, eps, iters, pre + i * HC, post + i * HC, cm, comb + i * HC * HC);
 }
 
+/* hc = 4 at few rows: the product split over many more blocks. A cluster
+ * of 8 per row left the 2 MB of fn to 8 SMs at one row (~31 µs, the loads
+ * of 24 partial sums per thread not all in flight). Here block b of row i
+ * takes the K range b·chunk .. +chunk (chunk = HC_SP_THREADS·(a few), so
+ * every thread has at most a few elements and all their 24 fn loads in
+ * flight), sums it as the cluster kernel sums a block (a warp by a fixed
+ * xor tree, the warps in order) into part [i, b, NM + 1]; a second kernel
+ * then adds the blocks' sums in block order and one warp finishes, as the
+ * cluster kernel's block 0 does. The blocks and their order follow from n
+ * alone, so the bits repeat and do not depend on m or on timing. The
+ * partial sums live in a static device buffer: kernels of one device run in
+ * stream order, and the backend issues its ops on one stream. */
+enum { HC_SP_THREADS = 128, HC_SP_MAX_BLOCKS = 128, HC_SP_MAX_ROWS = 64 };
+__device__ float hc_sp_part[HC_SP_MAX_ROWS * HC_SP_MAX_BLOCKS * ((2 + 4) * 4 + 1)];
+
+/* the K range of one block: a multiple of the block's threads, at most
+ * HC_SP_MAX_BLOCKS blocks for the row */
+static int64_t hc_sp_chunk(int64_t n) {
+    int64_t per = (n + HC_SP_MAX_BLOCKS - 1) / HC_SP_MAX_BLOCKS;
+    int64_t c = (per + 2 * HC_SP_THREADS - 1) / (2 * HC_SP_THREADS) * (2 * HC_SP_THREADS);
+    return c > 0 ? c : 2 * HC_SP_THREADS;
+}
+
+template <int HC>
+__global__ void __launch_bounds__(HC_SP_THREADS)
+    k_hc_mix_part(const float *s, int64_t d, const float *fn, int64_t chunk) {
+    constexpr int NM = (2 + HC) * HC, NW = HC_SP_THREADS / 32;
+    __shared__ float wp[NM + 1][NW];
+    const int64_t i = blockIdx.y, n = (int64_t)HC * d;
+    const int b = blockIdx.x, nb = gridDim.x;
+    const int64_t k0 = b * chunk, k1 = k0 + chunk < n ? k0 + chunk : n;
+    float t = hc_range_sums<HC, HC_SP_THREADS>(s + i * n, fn, n, k0, k1, wp);
+    if (threadIdx.x <= NM) hc_sp_part[(i * nb + b) * (NM + 1) + threadIdx.x] = t;
+}
+
+template <int HC>
+__global__ void __launch_bounds__(32)
+    k_hc_mix_reduce(int nb, int64_t d, const float *base, const float *scale, float norm_eps, float eps,
+                    int iters, float *pre, float *post, float *comb) {
+    constexpr int NM = (2 + HC) * HC;
+    __shared__ float tot[NM + 1];
+    __shared__ float cm[HC * HC];
+    const int64_t i = blockIdx.x, n = (int64_t)HC * d;
+    const int lane = threadIdx.x;
+    for (int o = lane; o <= NM; o += 32) {
+        const float *p = hc_sp_part + i * nb * (NM + 1) + o;
+        float t = 0.f;
+#pragma unroll 8
+        for (int b = 0; b < nb; b++) t = ADD(t, p[b * (NM + 1)]);
+        tot[o] = t;
+    }
+    __syncwarp();
+    float r = 1.0f / sqrtf(ADD(tot[NM] / (float)n, norm_eps));
+    __syncwarp();
+    if (lane < NM) tot[lane] = MUL(tot[lane], r);
+    __syncwarp();
+    hc_mix_finish_lanes(tot, HC, base, scale, eps, iters, pre + i * HC, post + i * HC, cm, comb + i * HC * HC);
+}
+
 extern "C" di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d, const float *fn,
                                     const float *base, const float *scale, float norm_eps,
                                     float hc_eps, int iters, float *pre, float *post, float *comb,
@@ -184,7 +254,15 @@ extern "C" di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d
         return di_err_set(err, DI_ERR_UNSUPPORTED, "hc_mix: hc_mult %d (supported 1..%d)", hc,
                           HC_MAX);
     if (m <= 0) return DI_OK;
-    if (hc == 4 && m <= 65535)
+    if (hc == 4 && m <= HC_SP_MAX_ROWS) {
+        int64_t n = 4 * d, chunk = hc_sp_chunk(n);
+        unsigned nb = (unsigned)((n + chunk - 1) / chunk);
+        k_hc_mix_part<4><<<dim3(nb, (unsigned)m), HC_SP_THREADS>>>(s, d, fn, chunk);
+        di_status st = cuda_check_launch(err, "hc_mix (split product)");
+        if (st) return st;
+        k_hc_mix_reduce<4><<<(unsigned)m, 32>>>((int)nb, d, base, scale, norm_eps, hc_eps, iters, pre, post,
+                                                 comb);
+    } else if (hc == 4 && m <= 65535)
         k_hc_mix_cluster<4><<<dim3(HC_CL, (unsigned)m), HC_CL_THREADS>>>(s, d, fn, base, scale, norm_eps,
                                                                           hc_eps, iters, pre, post, comb);
     else
