@@ -1336,6 +1336,21 @@ static float *rnd_act(int64_t m, int64_t K) {
     return x;
 }
 
+/* The product without activation quantization on both backends: yc the
+ * CPU's [m, n], the returned array the GPU's (downloaded from dy); G > 1:
+ * the grouped product over G groups of K inputs. */
+static float *plain_both(const di_wmat *w, int G, const float *x, const float *dx, int64_t m,
+                         unsigned flags, float *yc, float *dy) {
+    if (G > 1) {
+        cpu->ops->matmul_grouped(cpu, w, G, x, m, yc);
+        gpu->ops->matmul_grouped(gpu, w, G, dx, m, dy);
+    } else {
+        cpu->ops->matmul(cpu, w, x, m, yc, flags);
+        gpu->ops->matmul(gpu, w, dx, m, dy, flags);
+    }
+    return dev_down(dy, (size_t)(m * w->n_out) * 4);
+}
+
 /* The decode products (no activation quantization) on the tensor-core
  * path: m = 1..130 around every tile boundary, ragged K (scalar loads),
  * the real V4.1-Flash shapes (router gate, compressor, indexer weights, a
@@ -1363,14 +1378,7 @@ static void test_matmul_decode(void) {
             float *x = rnd_act(m * G, K), *yc = malloc((size_t)(m * N) * 4);
             float *dx = dev_up(x, (size_t)(m * G * K) * 4), *dy = dev_poison((size_t)(m * N) * 4);
             int ob = G > 1 || (sh[t].flags & DI_MM_OUT_BF16);
-            if (G > 1) {
-                cpu->ops->matmul_grouped(cpu, &w, G, x, m, yc);
-                gpu->ops->matmul_grouped(gpu, &w, G, dx, m, dy);
-            } else {
-                cpu->ops->matmul(cpu, &w, x, m, yc, sh[t].flags);
-                gpu->ops->matmul(gpu, &w, dx, m, dy, sh[t].flags);
-            }
-            float *yg = dev_down(dy, (size_t)(m * N) * 4);
+            float *yg = plain_both(&w, G, x, dx, m, sh[t].flags, yc, dy);
             char what[96];
             snprintf(what, sizeof what, "decode %s m %lld", sh[t].name, (long long)m);
             if (status_ok(what)) cmp_plain(what, &w, G, x, m, yg, yc, ob);
@@ -1414,14 +1422,7 @@ static void test_matmul_decode(void) {
         di_wmat w = rnd_wmat(rs[t].fmt, N, K, &wbuf, &sbuf);
         float *x = rnd_act(m * G, K), *yc = malloc((size_t)(m * N) * 4);
         float *dx = dev_up(x, (size_t)(m * G * K) * 4), *dy = dev_poison((size_t)(m * N) * 4);
-        if (G > 1) {
-            cpu->ops->matmul_grouped(cpu, &w, G, x, m, yc);
-            gpu->ops->matmul_grouped(gpu, &w, G, dx, m, dy);
-        } else {
-            cpu->ops->matmul(cpu, &w, x, m, yc, rs[t].flags);
-            gpu->ops->matmul(gpu, &w, dx, m, dy, rs[t].flags);
-        }
-        float *yg = dev_down(dy, (size_t)(m * N) * 4);
+        float *yg = plain_both(&w, G, x, dx, m, rs[t].flags, yc, dy);
         char what[96];
         snprintf(what, sizeof what, "real %s m %lld", rs[t].name, (long long)m);
         if (status_ok(what)) cmp_plain(what, &w, G, x, m, yg, yc, G > 1 || (rs[t].flags & DI_MM_OUT_BF16));
