@@ -514,8 +514,20 @@ static void bench_decode(void) {
     bench_moe_grouped(16, "_tile8", "w2", 5120, 2304, true);
     cuda_matvec_set_w4_lean(1);
     bench_moe_grouped(16, "_tile8_lean", "w1", 2304, 5120, true);
+    bench_moe_grouped(16, "_tile8_lean", "w2", 5120, 2304, true);
     cuda_matvec_set_w4_lean(0);
     cuda_matvec_set_grouped_tile8(0);
+    /* the FP8 clusters of 4 and 8 at 8 and 16 tokens too (the k split is
+     * chosen from n and k alone, so it holds for every batch) */
+    for (int ks : {4, 8})
+        for (int64_t m : {8, 16}) {
+            cuda_matvec_set_ks(ks);
+            snprintf(name, sizeof name, "wq_a_ks%d", ks);
+            bench_matvec(0, name, 1280, 5120, m);
+            snprintf(name, sizeof name, "shared_w1_ks%d", ks);
+            bench_matvec(0, name, 2304, 5120, m);
+        }
+    cuda_matvec_set_ks(0);
 }
 
 /* ---- --plain: the decode products without activation quantization

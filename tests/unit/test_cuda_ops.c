@@ -803,6 +803,68 @@ static void test_dependent_launches(void) {
         }
 }
 
+/* The FP8 matrix-vector kernel's k split over clusters of 8 blocks, where
+ * the rule allows it (at most 49 row tiles, 16 or more 128-input stages):
+ * the shapes of wq_a [1280, 5120] and the shared expert's w1 [2304, 5120],
+ * and 1000 x 2176 (16 row tiles, a partial one; 17 stages: ranks of 3, a
+ * shorter one, two empty ranks). Each cluster size adds
+ * its ranks' partial sums in rank order, so the bits differ from the
+ * clusters of 4; every size must stay within the exact result's bound
+ * (check_gemm: per 32-block the tensor cores' adder, (kbn + 2) fp32
+ * roundings of the running magnitude, which the shorter per-rank chains
+ * plus KS - 1 cluster additions do not exceed), and a row must not depend
+ * on the batch: m = 1 equals row 4 of m = 13, bit for bit. */
+#if defined(DI_HAVE_CUDA)
+void cuda_matvec_set_ks(int ks); /* cuda_matvec.cu: the FP8 k split forced */
+#endif
+static void test_fp8_cluster8(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+#if defined(DI_HAVE_CUDA)
+    const int64_t shapes[][3] = {{1, 1280, 5120}, {16, 1280, 5120}, {1, 2304, 5120},
+                                 {9, 2304, 5120}, {3, 1000, 2176}};
+    double worst = 0;
+    for (int ks = 4; ks <= 8; ks *= 2) {
+        cuda_matvec_set_ks(ks);
+        for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+            double e = check_gemm(0, shapes[c][0], shapes[c][1], shapes[c][2], DI_CUDA_GEMM_MATVEC,
+                                  c % 2 ? DI_DTYPE_BF16 : DI_DTYPE_F32);
+            if (e > worst) worst = e;
+        }
+        /* batch invariance at this cluster size */
+        const int64_t m = 13, n = 1280, k = 5120, kbn = k / 32;
+        float *x = malloc((size_t)(m * k) * 4), *sa = malloc((size_t)(m * kbn) * 4);
+        float *om = malloc((size_t)(m * n) * 4), *o1 = malloc((size_t)n * 4);
+        uint8_t *qa = malloc((size_t)(m * k)), *w = malloc((size_t)(n * k));
+        uint8_t *ws = malloc((size_t)(n / 32 * kbn));
+        fill_act(x, NULL, m, k);
+        ref_act_quant(x, m, k, qa, sa);
+        for (int64_t i = 0; i < n * k; i++) w[i] = rand_e4m3();
+        for (int64_t i = 0; i < n / 32 * kbn; i++) ws[i] = (uint8_t)(120 + rng_next() % 10);
+        dbuf dqa = dput(qa, (size_t)(m * k)), dsa = dput(sa, (size_t)(m * kbn) * 4),
+             dw = dput(w, (size_t)(n * k)), dws = dput(ws, (size_t)(n / 32 * kbn)),
+             dout = dput(NULL, (size_t)(m * n) * 4), d1 = dput(NULL, (size_t)n * 4);
+        di_err err = {0};
+        di_status st = di_cuda_gemm_fp8(dqa.p, dsa.p, m, k, dw.p, dws.p, n, dout.p, DI_DTYPE_F32,
+                                        DI_CUDA_GEMM_AUTO, NULL, &err);
+        if (!st)
+            st = di_cuda_gemm_fp8((const uint8_t *)dqa.p + 4 * k, (const float *)dsa.p + 4 * kbn, 1,
+                                  k, dw.p, dws.p, n, d1.p, DI_DTYPE_F32, DI_CUDA_GEMM_AUTO, NULL,
+                                  &err);
+        if (!st) st = di_cuda_synchronize(&err);
+        CHECKF(st == DI_OK, "%s", err.msg);
+        dget(om, dout);
+        dget(o1, d1);
+        CHECKF(memcmp(o1, om + 4 * n, (size_t)n * 4) == 0,
+               "fp8 clusters of %d: row 4 alone != row 4 of 13", ks);
+        dbuf all[] = {dqa, dsa, dw, dws, dout, d1};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
+        free(x); free(sa); free(om); free(o1); free(qa); free(w); free(ws);
+    }
+    cuda_matvec_set_ks(0);
+    printf("fp8 matvec, clusters of 4 and 8: largest error / bound %.3g\n", worst);
+#endif
+}
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -817,5 +879,6 @@ int main(void) {
     RUN(test_grouped_spread);
     RUN(test_grouped_many_rows);
     RUN(test_dependent_launches);
+    RUN(test_fp8_cluster8);
     return test_summary();
 }
