@@ -453,8 +453,6 @@ static void profile_once(void) {
 
 extern "C" void cuda_matvec_set_pdl(int on);          /* measuring aids in cuda_matvec.cu */
 extern "C" void cuda_matvec_set_grouped_ks(int ks);
-extern "C" void cuda_matvec_set_w4_lean(int on);
-extern "C" void cuda_matvec_set_grouped_tile8(int on);
 
 /* --decode: the decode kernels that issue #7's goal names (the small FP8
  * matrices, single MXFP4 experts, the grouped MoE projections as the
@@ -497,26 +495,6 @@ static void bench_decode(void) {
         bench_moe_grouped(1, name, "w2", 5120, 2304, true);
     }
     cuda_matvec_set_grouped_ks(0);
-    /* the LEAN MXFP4 kernel (fewer instructions per stage, same bits) */
-    cuda_matvec_set_w4_lean(1);
-    for (int64_t m : {1, 8, 16}) {
-        bench_matvec(1, "expert_w1_lean", 2304, 5120, m);
-        bench_matvec(1, "expert_w2_lean", 5120, 2304, m);
-    }
-    for (int b : {1, 8, 16}) {
-        bench_moe_grouped(b, "_lean", "w1", 2304, 5120, true);
-        bench_moe_grouped(b, "_lean", "w2", 5120, 2304, true);
-    }
-    cuda_matvec_set_w4_lean(0);
-    /* grouped form in 8-token tiles at capacity 16 */
-    cuda_matvec_set_grouped_tile8(1);
-    bench_moe_grouped(16, "_tile8", "w1", 2304, 5120, true);
-    bench_moe_grouped(16, "_tile8", "w2", 5120, 2304, true);
-    cuda_matvec_set_w4_lean(1);
-    bench_moe_grouped(16, "_tile8_lean", "w1", 2304, 5120, true);
-    bench_moe_grouped(16, "_tile8_lean", "w2", 5120, 2304, true);
-    cuda_matvec_set_w4_lean(0);
-    cuda_matvec_set_grouped_tile8(0);
     /* the FP8 clusters of 4 and 8 at 8 and 16 tokens too (the k split is
      * chosen from n and k alone, so it holds for every batch) */
     for (int ks : {4, 8})

@@ -546,8 +546,6 @@ static void test_bad_arguments(void) {
 
 #if defined(DI_HAVE_CUDA)
 void cuda_matvec_set_grouped_ks(int ks); /* cuda_matvec.cu: blocks per tile, grouped form */
-void cuda_matvec_set_w4_lean(int on);    /* cuda_matvec.cu: the LEAN MXFP4 kernel */
-void cuda_matvec_set_grouped_tile8(int on); /* cuda_matvec.cu: 8-token tiles, grouped form */
 #endif
 
 /* The grouped MXFP4 form spreads a row's k chunks over 1, 2, 4 or 8 blocks
@@ -556,10 +554,9 @@ void cuda_matvec_set_grouped_tile8(int on); /* cuda_matvec.cu: 8-token tiles, gr
  * Shapes: k = 1152 (9 stages in 8 chunks of 2: three empty chunks at the
  * end), k = 640 (5 stages in 4 chunks) and k = 2304 over 70 rows (18 stages
  * in 8 chunks of 3, two empty), groups of up to 7 rows (one 8-token tile) or
- * 11 (one 16-token tile), outputs poisoned before every launch. The LEAN
- * form of the kernel (the same arithmetic in fewer instructions) must give
- * the same bits as the default one, plain and grouped, and so must the grouped
- * form in 8-token tiles (the 11-row group then spans two blocks). */
+ * 11 (two 8-token tiles: the grouped form runs 8-token tiles at any
+ * capacity, the plain one 16 past 8 tokens), outputs poisoned before every
+ * launch. */
 static void test_grouped_spread(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
 #if defined(DI_HAVE_CUDA)
@@ -585,29 +582,23 @@ static void test_grouped_spread(void) {
              dw = dput(w, wb * E), dws = dput(ws, sb * E), dids = dput(ids, sizeof ids),
              doff = dput(off, sizeof off), drows = dput(rows, (size_t)np * 4),
              dout = dput(NULL, (size_t)(np * n) * 4), d1 = dput(NULL, (size_t)n * 4);
-        float *plain = malloc((size_t)(np * n) * 4), *out = malloc((size_t)(np * n) * 4),
-              *lean = malloc((size_t)(np * n) * 4);
+        float *plain = malloc((size_t)(np * n) * 4), *out = malloc((size_t)(np * n) * 4);
         double *ref = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8),
                *abs_sum = malloc((size_t)n * 8);
         di_err err = {0};
-        int64_t bad = 0, lean_differ = 0;
+        int64_t bad = 0;
         for (int p = 0; p < np; p++) { /* the plain products, and the exact check */
             const int t = rows[p];
-            for (int l = 1; l >= 0; l--) { /* LEAN, then the default kernel */
-                cuda_matvec_set_w4_lean(l);
-                di_status st = di_cuda_fill(d1.p, 0xff, d1.n, &err);
-                if (!st)
-                    st = di_cuda_gemm_mxfp4((const uint8_t *)dqa.p + (size_t)t * k,
-                                            (const float *)dsa.p + (size_t)t * kbn, 1, k,
-                                            (const uint8_t *)dw.p + (size_t)pair_exp[p] * wb,
-                                            (const uint8_t *)dws.p + (size_t)pair_exp[p] * sb, n,
-                                            d1.p, DI_DTYPE_F32, DI_CUDA_GEMM_AUTO, NULL, &err);
-                if (!st) st = di_cuda_synchronize(&err);
-                CHECKF(st == DI_OK, "%s", err.msg);
-                dget((l ? lean : plain) + (size_t)p * n, d1);
-            }
-            for (int64_t j = 0; j < n; j++)
-                lean_differ += memcmp(&lean[(size_t)p * n + j], &plain[(size_t)p * n + j], 4) != 0;
+            di_status st = di_cuda_fill(d1.p, 0xff, d1.n, &err);
+            if (!st)
+                st = di_cuda_gemm_mxfp4((const uint8_t *)dqa.p + (size_t)t * k,
+                                        (const float *)dsa.p + (size_t)t * kbn, 1, k,
+                                        (const uint8_t *)dw.p + (size_t)pair_exp[p] * wb,
+                                        (const uint8_t *)dws.p + (size_t)pair_exp[p] * sb, n, d1.p,
+                                        DI_DTYPE_F32, DI_CUDA_GEMM_AUTO, NULL, &err);
+            if (!st) st = di_cuda_synchronize(&err);
+            CHECKF(st == DI_OK, "%s", err.msg);
+            dget(plain + (size_t)p * n, d1);
             ref_gemm(1, qa + (size_t)t * k, sa + (size_t)t * kbn, 1, k, w + (size_t)pair_exp[p] * wb,
                      ws + (size_t)pair_exp[p] * sb, n, ref, bound, abs_sum);
             for (int64_t j = 0; j < n; j++)
@@ -615,12 +606,8 @@ static void test_grouped_spread(void) {
         }
         CHECKF(bad == 0, "plain mxfp4 n=%lld k=%lld: %lld outputs off the exact result",
                (long long)n, (long long)k, (long long)bad);
-        CHECKF(lean_differ == 0, "plain mxfp4 n=%lld k=%lld: %lld outputs of the LEAN kernel differ",
-               (long long)n, (long long)k, (long long)lean_differ);
-        for (int v = 0; v < 15; v++) { /* spreads 0 (chosen), 1, 2, 4, 8; default, LEAN, 8-token tiles */
-            const int spread = v % 5 ? 1 << (v % 5 - 1) : 0;
-            cuda_matvec_set_w4_lean(v / 5 == 1);
-            cuda_matvec_set_grouped_tile8(v / 5 == 2);
+        for (int v = 0; v < 5; v++) { /* spreads 0 (chosen), 1, 2, 4, 8 */
+            const int spread = v ? 1 << (v - 1) : 0;
             cuda_matvec_set_grouped_ks(spread);
             di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
             if (!st)
@@ -633,17 +620,15 @@ static void test_grouped_spread(void) {
             int64_t differ = 0;
             for (int64_t i = 0; i < np * n; i++) differ += memcmp(&out[i], &plain[i], 4) != 0;
             CHECKF(differ == 0,
-                   "grouped mxfp4%s n=%lld k=%lld, %d blocks per tile (0 = chosen), %d rows: %lld "
+                   "grouped mxfp4 n=%lld k=%lld, %d blocks per tile (0 = chosen), %d rows: %lld "
                    "of %lld outputs differ from the plain product",
-                   v / 5 == 1 ? " (LEAN)" : v / 5 == 2 ? " (8-token tiles)" : "", (long long)n,
-                   (long long)k, spread, (int)max_rows, (long long)differ, (long long)(np * n));
+                   (long long)n, (long long)k, spread, (int)max_rows, (long long)differ,
+                   (long long)(np * n));
         }
         cuda_matvec_set_grouped_ks(0);
-        cuda_matvec_set_w4_lean(0);
-        cuda_matvec_set_grouped_tile8(0);
         dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout, d1};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
-        free(x); free(sa); free(qa); free(w); free(ws); free(plain); free(out); free(lean);
+        free(x); free(sa); free(qa); free(w); free(ws); free(plain); free(out);
         free(ref); free(bound); free(abs_sum);
     }
 #endif

@@ -723,23 +723,27 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-static int wv_forced_ks = 0; /* measuring aid (bench_cuda_ops.cu): 0 = choose */
+static int wv_forced_ks = 0; /* measuring aid (bench, tests): 0 = choose */
 extern "C" void cuda_matvec_set_ks(int ks) { wv_forced_ks = ks; }
 
-/* The k split (cluster size): the largest power of two up to max_ks that
+/* The k split (cluster size): the largest power of two up to 8 that
  * keeps all blocks resident at about three per SM, and no more ranks than
  * 128-input stages. Measured (run 19, m = 1): `wo_b` (80 tiles) 22.7 / 16.0 /
  * 14.5 / 17.9 µs for 1 / 2 / 4 / 8, the shared expert's w2 (80 tiles) 8.0 /
  * 6.4 / 6.7 / 9.5, one MXFP4 expert w1 (36 tiles) 21.1 / 12.3 / 9.0 / 8.2:
- * FP8 loses with clusters of 8, MXFP4 (conversion work per block) gains.
- * Depends on n, k and the format only (batch invariance; grouped rows equal
+ * FP8 loses with clusters of 8 where they leave fewer than 3 blocks per SM
+ * resident (the rule stops there), MXFP4 (conversion work per block) gains.
+ * FP8 with few row tiles (run 27, µs for clusters of 4 / 8 at m = 1 / 8 /
+ * 16): `wq_a` (20 tiles) 5.11 / 4.28, 5.17 / 4.38, 5.58 / 5.05; the shared
+ * expert's w1 (36 tiles) 6.44 / 5.87, 6.53 / 5.82, 7.16 / 6.92: both up to 8.
+ * Depends on n and k only (batch invariance; grouped rows equal
  * the plain product). */
-static int wv_pick_ks(int64_t n, int64_t k, int max_ks) {
+static int wv_pick_ks(int64_t n, int64_t k) {
     if (wv_forced_ks == 1 || wv_forced_ks == 2 || wv_forced_ks == 4 || wv_forced_ks == 8)
         return wv_forced_ks;
     const int64_t tiles = (n + 63) / 64, nst = k / 128, slots = 3 * (int64_t)sm_count();
     int ks = 1;
-    while (2 * ks <= max_ks && tiles * 2 * ks <= slots && 2 * ks <= nst) ks *= 2;
+    while (2 * ks <= 8 && tiles * 2 * ks <= slots && 2 * ks <= nst) ks *= 2;
     return ks;
 }
 
@@ -829,7 +833,7 @@ static bool wv_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
         *e = nt == 16 ? wv_launch<KSV, 2>(mw, ma, ms, ws, m, k, n, out, out_bf16, stream)     \
                       : wv_launch<KSV, 1>(mw, ma, ms, ws, m, k, n, out, out_bf16, stream);    \
         break;
-    switch (wv_pick_ks(n, k, 4)) {
+    switch (wv_pick_ks(n, k)) {
         WV_CASE(1) WV_CASE(2) WV_CASE(4) default : WV_CASE(8)
     }
 #undef WV_CASE
@@ -858,12 +862,13 @@ static bool wv_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
 #define W4_SMEM(nt, red) (1024 + WV_W_BYTES + W4_ST * (W4_F_BYTES + WV_A_BYTES(nt) + \
                           WV_SA_BYTES(nt) + W4_WS_BYTES) + W4_ST * 8 + (red) * (nt) * 256)
 
-/* LEAN (measuring aid until timed, same arithmetic): fewer instructions per
- * stage — the weight scales decoded once per stage (thread r < 64 decodes
- * row r's four, which it copied itself, into its own already-read part of
- * the packed slot; the others read them as one float4 per row), ring slot,
- * phase and chunk end by counters instead of divisions, the refill's copies
- * from running pointers, the wgmma descriptors from one base per operand.
+/* Few instructions per stage (the SM's issue, not DRAM, bounds this kernel:
+ * docs/gpu-notes.md runs 24 and 27): the weight scales are decoded once per
+ * stage (thread r < 64 decodes row r's four, which it copied itself, into
+ * its own already-read part of the packed slot; the others read them as one
+ * float4 per row), ring slot, phase and chunk end by counters instead of
+ * divisions, the refill's copies from running pointers, the wgmma
+ * descriptors from one base per operand.
  *
  * The k range of a row is cut into KS * CPB chunks of kst stages (the last
  * ones shorter or empty); each chunk's products are promoted into their own
@@ -874,7 +879,7 @@ static bool wv_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
  * and k only) and not on how the chunks are spread over blocks: the grouped
  * form, where the experts already give many blocks, runs fewer, longer
  * blocks (CPB > 1) and still equals the plain product (KS = KS * CPB). */
-template <int KS, int CPB, int NB, bool GROUPED, bool LEAN>
+template <int KS, int CPB, int NB, bool GROUPED>
 __global__ void __launch_bounds__(128)
     matvec_fp4_wg_kernel(const __grid_constant__ CUtensorMap map_w, const uint8_t *__restrict__ qa,
                          const float *__restrict__ sa, const uint8_t *__restrict__ ws, int64_t m,
@@ -944,17 +949,8 @@ __global__ void __launch_bounds__(128)
     const int64_t w_row = n0 + (tid & 63);
     const bool w_ok = w_row < n;
     const uint8_t *ws_src = we + (w_ok ? w_row : 0) * kbn;
-    auto issue_rest = [&](int st) { /* every thread: its copies of stage st, one group */
-        const int slot = st % W4_ST;
-        const int64_t kb = (st0 + st) * 4;
-        if (tid < 8 * NT) /* the 128B swizzle: chunk c of row r at c ^ (r % 8) */
-            cp_async16(s_a + slot * WV_A_BYTES(NT) + a_slot * 128 + ((a_chunk ^ (a_slot & 7)) << 4),
-                       a_src + kb * 32 + a_chunk * 16, a_ok);
-        if (tid < NT) cp_async16(s_sa + slot * WV_SA_BYTES(NT) + tid * 16, sa_src + kb, s_ok);
-        if (tid < 64) cp_async4(s_ws + slot * W4_WS_BYTES + tid * 4, ws_src + kb, w_ok);
-        asm volatile("cp.async.commit_group;\n" ::);
-    };
-    /* LEAN: the same copies from running pointers, stage after stage */
+    /* every thread: its copies of the next stage, one group, from running
+     * pointers (the 128B swizzle: chunk c of row r at c ^ (r % 8)) */
     const uint8_t *a_cur = a_src + st0 * 128 + a_chunk * 16;
     const float *sa_cur = sa_src + st0 * 4;
     const uint8_t *ws_cur = ws_src + st0 * 4;
@@ -971,8 +967,7 @@ __global__ void __launch_bounds__(128)
     __syncthreads(); /* barrier initialisation, for every thread */
     for (int s = 0; s < W4_ST; s++) {
         if (s < nst) {
-            if constexpr (LEAN) issue_next(s);
-            else issue_rest(s);
+            issue_next(s);
         } else {
             asm volatile("cp.async.commit_group;\n" ::);
         }
@@ -1005,18 +1000,17 @@ __global__ void __launch_bounds__(128)
     const int cr = tid >> 1, ch = tid & 1;
     const int ra = 16 * warp + (lane >> 2); /* the thread's result rows ra, ra + 8 */
     const uint64_t dw0 = make_desc(s_w, 16, 1024, 1), da0 = make_desc(s_a, 16, 1024, 1);
-    int slot_c = 0, left = kst; /* LEAN: ring slot and stages left in the chunk */
+    int slot = 0, left = kst; /* ring slot and stages left in the chunk */
     uint32_t phase = 0;
     for (int st = 0; st < nst; st++) {
-        const int slot = LEAN ? slot_c : st % W4_ST;
-        mbar_wait(s_full + 8 * slot, LEAN ? phase : (st / W4_ST) & 1);
-        if constexpr (LEAN) /* this thread's activation and scale copies of the stage */
-            asm volatile("cp.async.wait_group %0;\n" ::"n"(W4_ST - 1));
+        mbar_wait(s_full + 8 * slot, phase);
+        /* this thread's activation and scale copies of the stage */
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(W4_ST - 1));
         {
             uint8_t *own = smem + (s_f - base) + slot * W4_F_BYTES + cr * 64 + ch * 32; /* = tid * 32 */
             const uint4 *src = (const uint4 *)own;
             const uint4 f[2] = {src[0], src[1]};
-            if (LEAN && tid < 64) { /* row tid's four weight scales, over bytes already read */
+            if (tid < 64) { /* row tid's four weight scales, over bytes already read */
                 const uint32_t wsw = *(const uint32_t *)(smem + (s_ws - base) + slot * W4_WS_BYTES + tid * 4);
                 *(float4 *)own = make_float4(e8m0_to_f32(wsw & 0xffu), e8m0_to_f32((wsw >> 8) & 0xffu),
                                              e8m0_to_f32((wsw >> 16) & 0xffu), e8m0_to_f32(wsw >> 24));
@@ -1036,12 +1030,10 @@ __global__ void __launch_bounds__(128)
                 *(uint4 *)(dst_row + ((chunk ^ (cr & 7)) << 4)) = make_uint4(o[0], o[1], o[2], o[3]);
             }
         }
-        if constexpr (!LEAN) asm volatile("cp.async.wait_group %0;\n" ::"n"(W4_ST - 1));
         /* ordinary stores and cp.async data are read next by the tensor cores */
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
-        if constexpr (LEAN) wv_mma4_desc<NB>(q, dw0, da0 + (uint32_t)(slot * WV_A_BYTES(NT) / 16));
-        else wv_mma4<NB>(q, s_w, s_a + slot * WV_A_BYTES(NT));
+        wv_mma4_desc<NB>(q, dw0, da0 + (uint32_t)(slot * WV_A_BYTES(NT) / 16));
         const float4 *sa_st = (const float4 *)(smem + (s_sa - base) + slot * WV_SA_BYTES(NT));
         float4 sab[NB][2];
 #pragma unroll
@@ -1049,43 +1041,30 @@ __global__ void __launch_bounds__(128)
             sab[b][0] = sa_st[8 * b + 2 * t];
             sab[b][1] = sa_st[8 * b + 2 * t + 1];
         }
-        float w0[4], w1[4];
-        if constexpr (LEAN) {
+        float w0[4], w1[4]; /* the decoded weight scales of rows ra and ra + 8 */
+        {
             const uint8_t *pk = smem + (s_f - base) + slot * W4_F_BYTES;
             const float4 fa = *(const float4 *)(pk + ra * 32), fb = *(const float4 *)(pk + (ra + 8) * 32);
             w0[0] = fa.x; w0[1] = fa.y; w0[2] = fa.z; w0[3] = fa.w;
             w1[0] = fb.x; w1[1] = fb.y; w1[2] = fb.z; w1[3] = fb.w;
-        } else {
-            const uint8_t *ws_st = smem + (s_ws - base) + slot * W4_WS_BYTES;
-            const uint32_t wa = *(const uint32_t *)(ws_st + ra * 4), wb = *(const uint32_t *)(ws_st + (ra + 8) * 4);
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                w0[j] = e8m0_to_f32((wa >> (8 * j)) & 0xffu);
-                w1[j] = e8m0_to_f32((wb >> (8 * j)) & 0xffu);
-            }
         }
         wg_wait<0>();
         fence_regs_q<NB>(q);
         wv_promote<NB>(acc, q, sab, w0, w1);
         __syncthreads(); /* the slot is free: refill it */
         if (st + W4_ST < nst) {
-            if (tid == 0) issue_w(st + W4_ST, LEAN ? slot : (st + W4_ST) % W4_ST, e);
-            if constexpr (LEAN) issue_next(slot);
-            else issue_rest(st + W4_ST);
+            if (tid == 0) issue_w(st + W4_ST, slot, e);
+            issue_next(slot);
         } else {
             asm volatile("cp.async.commit_group;\n" ::);
         }
-        if constexpr (LEAN) {
-            if (CPB > 1 && --left == 0) {
-                left = kst;
-                if (st + 1 < nst) fold();
-            }
-            if (++slot_c == W4_ST) {
-                slot_c = 0;
-                phase ^= 1u;
-            }
-        } else if (CPB > 1 && (st + 1) % kst == 0 && st + 1 < nst) {
-            fold();
+        if (CPB > 1 && --left == 0) {
+            left = kst;
+            if (st + 1 < nst) fold();
+        }
+        if (++slot == W4_ST) {
+            slot = 0;
+            phase ^= 1u;
         }
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
@@ -1110,7 +1089,7 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-template <int KS, int CPB, int NB, bool GROUPED, bool LEAN>
+template <int KS, int CPB, int NB, bool GROUPED>
 static cudaError_t w4_launch(const CUtensorMap &mw, const uint8_t *qa, const float *sa,
                              const uint8_t *ws, int64_t m, int64_t k, int64_t n, void *out,
                              int out_bf16, cudaStream_t stream, Groups grp, int ngroups) {
@@ -1118,26 +1097,18 @@ static cudaError_t w4_launch(const CUtensorMap &mw, const uint8_t *qa, const flo
     const int smem = W4_SMEM(8 * NB, KS > 1 ? CPB : 0);
     static bool attr = false;
     if (!attr) {
-        cudaError_t e = cudaFuncSetAttribute(matvec_fp4_wg_kernel<KS, CPB, NB, GROUPED, LEAN>,
+        cudaError_t e = cudaFuncSetAttribute(matvec_fp4_wg_kernel<KS, CPB, NB, GROUPED>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
         attr = true;
     }
     WvLaunch l(n, m, 8 * NB, ngroups, KS, smem, stream);
-    return l.launch(matvec_fp4_wg_kernel<KS, CPB, NB, GROUPED, LEAN>, mw, qa, sa, ws, m, k, n, out,
+    return l.launch(matvec_fp4_wg_kernel<KS, CPB, NB, GROUPED>, mw, qa, sa, ws, m, k, n, out,
                     out_bf16, kst, grp);
 }
 
 static int w4_forced_gks = 0; /* measuring aid (bench, tests): blocks per row of a group */
 extern "C" void cuda_matvec_set_grouped_ks(int ks) { w4_forced_gks = ks; }
-static int w4_lean = 0; /* measuring aid (bench, tests): the LEAN kernel */
-extern "C" void cuda_matvec_set_w4_lean(int on) { w4_lean = on; }
-/* measuring aid (bench, tests): grouped form in 8-token tiles whatever the
- * capacity (a group past 8 rows takes a second block and reads its weights
- * again); the moe_experts op passes the batch as capacity, and at batch 9-16
- * nearly every group holds 1-2 rows. 8- and 16-token tiles give the same bits. */
-static int w4_grouped_tile8 = 0;
-extern "C" void cuda_matvec_set_grouped_tile8(int on) { w4_grouped_tile8 = on; }
 
 /* Blocks per 64-row tile in the grouped form (a power of two dividing the
  * chunk count kc): the fewest that still give about three blocks per SM over
@@ -1153,6 +1124,20 @@ static int w4_grouped_ks(int kc, int64_t n, int ngroups) {
     int ks = 1;
     while (ks < kc && blocks * ks < want) ks *= 2;
     return ks;
+}
+
+/* the token tile for a launch: 16 tokens only in the plain form past 8 */
+template <int KS, int CPB, bool GROUPED>
+static cudaError_t w4_go(bool nb2, const CUtensorMap &mw, const uint8_t *qa, const float *sa,
+                         const uint8_t *ws, int64_t m, int64_t k, int64_t n, void *out,
+                         int out_bf16, cudaStream_t stream, Groups grp, int ngroups) {
+    if constexpr (GROUPED)
+        return w4_launch<KS, CPB, 1, true>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp,
+                                           ngroups);
+    else if (nb2)
+        return w4_launch<KS, CPB, 2, false>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp, 1);
+    else
+        return w4_launch<KS, CPB, 1, false>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp, 1);
 }
 
 /* MXFP4 on wgmma: whole 128-input stages and 16-byte aligned operands; m: the
@@ -1179,14 +1164,16 @@ static bool w4_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return false;
-    const int kc = wv_pick_ks(n, k, 8);
-    const bool nb2 = m > 8 && !(ngroups > 0 && w4_grouped_tile8);
-#define W4_GO_L(KSV, CPBV, G, L)                                                               \
-    (nb2 ? w4_launch<KSV, CPBV, 2, G, L>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp,   \
-                                         G ? ngroups : 1)                                      \
-         : w4_launch<KSV, CPBV, 1, G, L>(mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp,   \
-                                         G ? ngroups : 1))
-#define W4_GO(KSV, CPBV, G) (w4_lean ? W4_GO_L(KSV, CPBV, G, true) : W4_GO_L(KSV, CPBV, G, false))
+    const int kc = wv_pick_ks(n, k);
+    /* The grouped form runs 8-token tiles whatever the capacity: the
+     * moe_experts op passes the batch as every group's capacity, and at
+     * batch 9-16 nearly every group holds 1-2 rows, so 16-token tiles would
+     * copy and promote twice the slots for nothing (run 27: b16 w1 281 ->
+     * 236 µs). A group past 8 rows takes a second block, which reads its
+     * weights again; 8- and 16-token tiles give the same bits. */
+    const bool nb2 = m > 8 && ngroups <= 0;
+#define W4_GO(KSV, CPBV, G)                                                                    \
+    w4_go<KSV, CPBV, G>(nb2, mw, qa, sa, ws, m, k, n, out, out_bf16, stream, grp, ngroups)
     if (ngroups <= 0) {
         switch (kc) {
         case 1: *e = W4_GO(1, 1, false); break;
@@ -1210,7 +1197,6 @@ static bool w4_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
     default: *e = W4_GO(8, 1, true); break;
     }
 #undef W4_GO
-#undef W4_GO_L
     return true;
 }
 
