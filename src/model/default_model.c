@@ -2,6 +2,8 @@
 #include "model/default_model.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,11 +66,40 @@ di_status di_cache_dir(char *buf, size_t n, di_err *err) {
     return DI_OK;
 }
 
+/* The cache folder's name carries a fingerprint of what the model is made
+ * from (the embedded files and the weights' seed), not only the library
+ * version: a build whose assets changed without a version bump must not
+ * pick up a folder generated from the old ones. FNV-1a over the names,
+ * sizes and bytes, computed once per process. */
+static uint32_t fingerprint;
+static pthread_once_t fingerprint_once = PTHREAD_ONCE_INIT;
+
+static void fingerprint_init(void) {
+    uint64_t h = 0xcbf29ce484222325ull;
+#define FNV_BYTES(p, len)                                      \
+    for (size_t j_ = 0; j_ < (len); j_++) {                    \
+        h ^= ((const unsigned char *)(p))[j_];                 \
+        h *= 0x100000001b3ull;                                 \
+    }
+    for (size_t i = 0; i < di_default_model_asset_count(); i++) {
+        const di_asset *a = di_default_model_asset(i);
+        uint64_t size = a->size;
+        FNV_BYTES(a->name, strlen(a->name) + 1)
+        FNV_BYTES(&size, sizeof size)
+        FNV_BYTES(a->data, a->size)
+    }
+    uint64_t seed = DI_DEFAULT_MODEL_SEED;
+    FNV_BYTES(&seed, sizeof seed)
+#undef FNV_BYTES
+    fingerprint = (uint32_t)(h ^ (h >> 32));
+}
+
 di_status di_default_model_dir(char *buf, size_t n, di_err *err) {
     char root[3072];
     di_status st = di_cache_dir(root, sizeof root, err);
     if (st) return st;
-    int k = snprintf(buf, n, "%s/default-v41-tiny-%s", root, di_version());
+    pthread_once(&fingerprint_once, fingerprint_init);
+    int k = snprintf(buf, n, "%s/default-v41-tiny-%s-%08x", root, di_version(), (unsigned)fingerprint);
     if (k < 0 || (size_t)k >= n) return di_err_set(err, DI_ERR_LIMIT, "default model path too long");
     return DI_OK;
 }

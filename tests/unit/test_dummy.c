@@ -267,6 +267,12 @@ static void test_default_model(void) {
     CHECKF(di_default_model_ensure(dir1, sizeof dir1, &gen, &e) == DI_OK, "%s", e.msg);
     CHECK_EQ_INT(gen, 1);
     CHECK(strncmp(dir1, root1, strlen(root1)) == 0 && strstr(dir1, "default-v41-tiny-") != NULL);
+    { /* the folder name ends with the fingerprint of the embedded files and seed */
+        const char *dash = strrchr(dir1, '-');
+        int hex = dash && strlen(dash + 1) == 8;
+        for (int i = 1; hex && i <= 8; i++) hex = strchr("0123456789abcdef", dash[i]) != NULL;
+        CHECKF(hex, "%s: no 8-digit fingerprint at the end", dir1);
+    }
     CHECK(di_default_model_ensure(dir1, sizeof dir1, &gen, &e) == DI_OK);
     CHECK_EQ_INT(gen, 0);
     char pub[4096];
