@@ -453,6 +453,42 @@ static void test_gemm_mxfp4_scale_domains(void) {
     }
 }
 
+/* MXFP4 decode rows scan the activations for what the scale domains cannot
+ * hold (a NaN code, |a| >= 2^64) and then run the scalar code: one such value
+ * alone, at the start, the middle or the last block of the last row, must
+ * still give the scalar bits (the scan runs four vectors of 8 at a time). */
+static void test_gemm_mxfp4_decode_act_limits(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+    enum { K = 256, N = 24 };
+    static const int64_t at[] = {0, 131, K - 1};
+    for (int64_t M = 1; M <= 2; M++)
+        for (int big = 0; big <= 1; big++)
+            for (int i = 0; i < 3; i++) {
+                problem p;
+                problem_init(&p, FMT_FP4, M, K, N);
+                const int64_t k = (M - 1) * K + at[i];
+                if (big) { /* one block of magnitude ~2^70: a·2^63 overflows */
+                    for (int64_t j = k / 32 * 32; j < k / 32 * 32 + 32; j++) p.x[j] *= 0x1p70f;
+                    di_act_quant_fp8_scalar(p.x, M, K, p.qa, p.sa);
+                } else {
+                    p.qa[k] = 0x7f;
+                }
+                float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
+                run_gemm(&p, 0, 0, M, a, NULL);
+                run_gemm(&p, 1, 0, M, b, NULL);
+                int d = 0, inf = 0;
+                for (int64_t j = 0; j < M * N; j++) {
+                    d += !(isnan(a[j]) && isnan(b[j])) && di_f32_bits(a[j]) != di_f32_bits(b[j]);
+                    inf += isinf(a[j]);
+                }
+                CHECKF(d == 0, "M=%lld %s at %lld: %d outputs differ from scalar", (long long)M,
+                       big ? "large block" : "NaN code", (long long)at[i], d);
+                CHECKF(big ? inf == 0 : 1, "M=%lld large block: %d scalar outputs infinite", (long long)M, inf);
+                free(a), free(b);
+                problem_free(&p);
+            }
+}
+
 /* Row m's bits do not depend on M, on the row's position in the batch, or on
  * the number of threads; checked on both paths for every format. */
 static void test_batch_and_thread_invariance(void) {
@@ -593,6 +629,7 @@ int main(void) {
     RUN(test_gemm_decode_rows);
     RUN(test_gemm_decode_all_scales);
     RUN(test_gemm_mxfp4_scale_domains);
+    RUN(test_gemm_mxfp4_decode_act_limits);
     RUN(test_batch_and_thread_invariance);
     RUN(test_table_route);
     RUN(test_dispatch);
