@@ -100,7 +100,10 @@ AVX2_INLINE __m256 dec_pos(const int fp4, __m256i x, const int p) {
  * word at the same offset as position p in the lower half, so one shift pair
  * decodes both, the upper one in place (-> *hi) and the lower one after a
  * shift by 16 (returned). 5 shifts instead of 7 per FP8 chunk, 11 instead
- * of 15 per MXFP4 chunk. */
+ * of 15 per MXFP4 chunk. With the masks that is 2.375 vector operations per
+ * 8 E2M1 codes; decode rows are bound by these operations, and a vpermps of
+ * the 8 magnitudes (index shift, permute, sign by shift, and, or: 5) ran
+ * 1.5x slower (bench/RESULTS.md). */
 AVX2_INLINE __m256 dec_pair(const int fp4, __m256i x, const int p, __m256 *hi) {
     const __m256i mask = _mm256_set1_epi32(fp4 ? (int)0x81c00000u : (int)0x87f00000u);
     const int top = fp4 ? 12 - 4 * p : 8 - 8 * p; /* the code to bits 15.. of its half */
