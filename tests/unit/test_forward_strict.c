@@ -71,6 +71,14 @@ static struct {
 static void rec_alloc(void *p, size_t bytes);
 static void rec_copy(void *dst, const void *src, size_t bytes);
 
+/* What the strict backend counts over the decode passes of a run. */
+typedef struct strict_counts {
+    long downloads, download_bytes, host_results, host_tables, uploads, host_arrays, engram;
+    long state_writes, state_reads; /* copies into / out of the sequences' state */
+    int64_t widths[64];             /* distinct score widths of the counted passes */
+    int n_widths;
+} strict_counts;
+
 static struct {
     di_backend be;
     di_backend_ops ops;
@@ -79,14 +87,11 @@ static struct {
     int n, cap;
     int guard;                   /* buffers closed between ops */
     volatile sig_atomic_t faults; /* host accesses caught */
-    long downloads, download_bytes, host_results, host_tables, uploads, host_arrays, engram;
-    long state_writes, state_reads; /* copies into / out of the sequences' state */
+    strict_counts c;             /* what the counted passes did */
     int count_widths;            /* record score widths (unguarded runs) */
     int record;                  /* hash the op stream of this pass into oph */
     uint64_t oph;
     int64_t next_id, pass_first_id;
-    int64_t widths[64];          /* distinct score widths of the counted passes */
-    int n_widths;
 } ST;
 
 static size_t page_round(size_t n) {
@@ -116,13 +121,13 @@ static const char *const HOST_ARRAY[] = {"rope", "embed", "gather_rows"};
 
 static void op_in(const char *name) {
     for (size_t i = 0; i < sizeof HOST_RESULT / sizeof *HOST_RESULT; i++)
-        ST.host_results += !strcmp(name, HOST_RESULT[i]);
+        ST.c.host_results += !strcmp(name, HOST_RESULT[i]);
     for (size_t i = 0; i < sizeof HOST_TABLE / sizeof *HOST_TABLE; i++)
-        ST.host_tables += !strcmp(name, HOST_TABLE[i]);
+        ST.c.host_tables += !strcmp(name, HOST_TABLE[i]);
     for (size_t i = 0; i < sizeof HOST_ARRAY / sizeof *HOST_ARRAY; i++)
-        ST.host_arrays += !strcmp(name, HOST_ARRAY[i]);
-    ST.engram += !strcmp(name, "engram_gather");
-    ST.uploads += !strcmp(name, "upload");
+        ST.c.host_arrays += !strcmp(name, HOST_ARRAY[i]);
+    ST.c.engram += !strcmp(name, "engram_gather");
+    ST.c.uploads += !strcmp(name, "upload");
     if (ST.guard) protect_all(PROT_READ | PROT_WRITE);
 }
 
@@ -247,8 +252,8 @@ static void s_download(di_backend *be, void *dst, const void *src, size_t bytes)
         return;
     }
     op_in("download");
-    ST.downloads++;
-    ST.download_bytes += (long)bytes;
+    ST.c.downloads++;
+    ST.c.download_bytes += (long)bytes;
     ST.cpu->ops->download(ST.cpu, dst, src, bytes);
     op_out();
 }
@@ -262,8 +267,8 @@ static int in_state(const void *p) {
 }
 
 static void s_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
-    if (in_state(dst)) ST.state_writes++;
-    else if (in_state(src)) ST.state_reads++;
+    if (in_state(dst)) ST.c.state_writes++;
+    else if (in_state(src)) ST.c.state_reads++;
     if (ST.record) {
         oh_str("copy");
         OH_ARGS(dst, src, bytes)
@@ -478,9 +483,9 @@ static void rec_run(const rcall *c, int n) {
 /* The selection ops record the score widths of the counted passes. */
 static void width_seen(int64_t width) {
     if (!ST.guard && !ST.count_widths) return;
-    for (int i = 0; i < ST.n_widths; i++)
-        if (ST.widths[i] == width) return;
-    if (ST.n_widths < (int)(sizeof ST.widths / sizeof *ST.widths)) ST.widths[ST.n_widths++] = width;
+    for (int i = 0; i < ST.c.n_widths; i++)
+        if (ST.c.widths[i] == width) return;
+    if (ST.c.n_widths < (int)(sizeof ST.c.widths / sizeof *ST.c.widths)) ST.c.widths[ST.c.n_widths++] = width;
 }
 
 static void s_topk_select(di_backend *be, const float *scores, const int32_t *n_vis, int64_t m,
@@ -684,10 +689,7 @@ static void strict_init(di_backend *cpu, int buf_forms) {
 
 static void counters_reset(void) {
     ST.faults = 0;
-    ST.downloads = ST.download_bytes = ST.host_results = ST.host_tables = 0;
-    ST.uploads = ST.host_arrays = ST.engram = 0;
-    ST.state_writes = ST.state_reads = 0;
-    ST.n_widths = 0;
+    memset(&ST.c, 0, sizeof ST.c);
     for (int i = 0; i < ST.n; i++) ST.bufs[i].persistent = 1;
 }
 
@@ -718,10 +720,8 @@ static int setup(void) {
  * rows written; counters cover the decode steps only (guarded from the
  * first decode step on when `guard`). */
 typedef struct run_out {
-    long faults, downloads, download_bytes, host_results, host_tables, passes;
-    long uploads, host_arrays, engram, state_writes, state_reads;
-    int64_t widths[64];
-    int n_widths;
+    long faults, passes;
+    strict_counts c;
 } run_out;
 
 /* The strict backend (buf_forms as strict_init) in place of the model's,
@@ -770,17 +770,7 @@ static int64_t run(int buf_forms, int guard, int64_t P, int64_t Q, int steps, fl
         ro->passes++;
     }
     ro->faults = ST.faults;
-    ro->downloads = ST.downloads;
-    ro->download_bytes = ST.download_bytes;
-    ro->host_results = ST.host_results;
-    ro->host_tables = ST.host_tables;
-    ro->uploads = ST.uploads;
-    ro->host_arrays = ST.host_arrays;
-    ro->engram = ST.engram;
-    ro->state_writes = ST.state_writes;
-    ro->state_reads = ST.state_reads;
-    ro->n_widths = ST.n_widths;
-    memcpy(ro->widths, ST.widths, sizeof ro->widths);
+    ro->c = ST.c;
     ST.guard = 0;
     ST.count_widths = 0;
     protect_all(PROT_READ | PROT_WRITE);
@@ -804,43 +794,43 @@ static void test_decode_no_host_reads(void) {
     int64_t n2 = run(0, 0, P, Q, steps, host, &rh);
     CHECK_EQ_INT(n1, n2);
     CHECKF(rs.faults == 0, "%ld host accesses to backend memory during decode steps", rs.faults);
-    CHECKF(rs.host_results == 0, "%ld calls of ops returning host arrays", rs.host_results);
-    CHECKF(rs.host_tables == 0, "%ld calls of ops taking host tables", rs.host_tables);
-    CHECKF(rs.host_arrays == 0, "%ld calls of ops taking per-row host arrays", rs.host_arrays);
+    CHECKF(rs.c.host_results == 0, "%ld calls of ops returning host arrays", rs.c.host_results);
+    CHECKF(rs.c.host_tables == 0, "%ld calls of ops taking host tables", rs.c.host_tables);
+    CHECKF(rs.c.host_arrays == 0, "%ld calls of ops taking per-row host arrays", rs.c.host_arrays);
     /* score widths in buckets (c·2^k, c in 4..7, from 64: indexer.c), the
      * host forms' exact widths elsewhere: the same bits (checked below) */
     int exact = 0;
-    for (int i = 0; i < rs.n_widths; i++) {
-        int64_t w = rs.widths[i], u = w;
+    for (int i = 0; i < rs.c.n_widths; i++) {
+        int64_t w = rs.c.widths[i], u = w;
         while (u > 7 && u % 2 == 0) u /= 2;
         CHECKF(w >= 64 && u >= 4 && u <= 7, "score width %lld is not a bucket", (long long)w);
     }
-    for (int i = 0; i < rh.n_widths; i++) exact += rh.widths[i] % 16 != 0;
-    CHECKF(rs.n_widths > 0 && exact > 0, "%d bucket widths, %d host-form widths off the buckets",
-           rs.n_widths, exact);
+    for (int i = 0; i < rh.c.n_widths; i++) exact += rh.c.widths[i] % 16 != 0;
+    CHECKF(rs.c.n_widths > 0 && exact > 0, "%d bucket widths, %d host-form widths off the buckets",
+           rs.c.n_widths, exact);
     /* one upload per pass: the step metadata */
-    CHECK_EQ_INT(rs.uploads, rs.passes);
+    CHECK_EQ_INT(rs.c.uploads, rs.passes);
     /* Engram rows come with the step metadata (gathered from the host table
      * when it is built), not from a host gather per layer */
     int n_engram_layers = 0;
     for (int b = 0; b < G.cfg.n_layers; b++) n_engram_layers += G.cfg.roles[b].engram >= 0;
     CHECK(n_engram_layers > 0);
-    CHECKF(rs.engram == 0 && rh.engram == rh.passes * n_engram_layers,
-           "engram_gather calls: %ld with the metadata, %ld without", rs.engram, rh.engram);
+    CHECKF(rs.c.engram == 0 && rh.c.engram == rh.passes * n_engram_layers,
+           "engram_gather calls: %ld with the metadata, %ld without", rs.c.engram, rh.c.engram);
     /* no copy into or out of the sequences' state (rings, caches): the
      * writes and the ratio-2 groups' reads of the per-token rings go
      * through the step metadata's slots */
-    CHECKF(rs.state_writes == 0, "%ld copies into the sequences' state", rs.state_writes);
-    CHECKF(rs.state_reads == 0, "%ld copies out of the sequences' state", rs.state_reads);
+    CHECKF(rs.c.state_writes == 0, "%ld copies into the sequences' state", rs.c.state_writes);
+    CHECKF(rs.c.state_reads == 0, "%ld copies out of the sequences' state", rs.c.state_reads);
     /* one download per pass: the logits of its last rows */
-    CHECK_EQ_INT(rs.downloads, rs.passes);
-    CHECK_EQ_INT(rs.download_bytes, (long)((n1 - 2) * V * (int64_t)sizeof(float)));
+    CHECK_EQ_INT(rs.c.downloads, rs.passes);
+    CHECK_EQ_INT(rs.c.download_bytes, (long)((n1 - 2) * V * (int64_t)sizeof(float)));
     /* the host forms are what the counters catch ... */
-    CHECKF(rh.host_results > 0 && rh.host_tables > 0 && rh.host_arrays > 0 && rh.state_writes > 0 &&
-               rh.state_reads > 0,
+    CHECKF(rh.c.host_results > 0 && rh.c.host_tables > 0 && rh.c.host_arrays > 0 && rh.c.state_writes > 0 &&
+               rh.c.state_reads > 0,
            "host forms: %ld host-result, %ld host-table, %ld host-array calls, %ld state writes, "
            "%ld state reads",
-           rh.host_results, rh.host_tables, rh.host_arrays, rh.state_writes, rh.state_reads);
+           rh.c.host_results, rh.c.host_tables, rh.c.host_arrays, rh.c.state_writes, rh.c.state_reads);
     /* ... and give the same bits */
     int64_t diff = 0;
     for (int64_t i = 0; i < n1 * V; i++) diff += memcmp(&strict[i], &host[i], sizeof(float)) != 0;
