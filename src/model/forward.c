@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/rope_angles.h"
 #include "model/mhc.h"
 
 static void fwd_release(di_fwd *f);
@@ -37,20 +38,6 @@ static void key_add(uint64_t *h, int64_t v) {
     for (int i = 0; i < 8; i++) {
         *h ^= (uint64_t)(v >> (8 * i)) & 0xffu;
         *h *= 0x100000001b3ull;
-    }
-}
-
-/* The RoPE angles' cosines and sines, [n, half, 2], exactly as the rope
- * op computes them from positions (backend.h rope_cs). */
-static void rope_cs_fill(const int32_t *pos, int64_t n, const float *freq, int64_t half,
-                         float *cs) {
-    for (int64_t i = 0; i < n; i++) {
-        float tpos = (float)pos[i];
-        for (int64_t j = 0; j < half; j++) {
-            float ang = tpos * freq[j];
-            cs[(i * half + j) * 2] = cosf(ang);
-            cs[(i * half + j) * 2 + 1] = sinf(ang);
-        }
     }
 }
 
@@ -273,7 +260,7 @@ static int fwd_meta(di_fwd *f) {
             entry_positions(f, (int)b, epos, NULL);
             pos = epos;
         }
-        rope_cs_fill(pos, tabs[i].n, tabs[i].freq, half, cs + tabs[i].off);
+        di_rope_angles(pos, tabs[i].n, tabs[i].freq, half, cs + tabs[i].off);
     }
     free(epos);
     uint8_t *eng = (uint8_t *)(cs + n_cs);

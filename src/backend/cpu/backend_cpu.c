@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/rope_angles.h"
 #include "backend/cpu/cpu_ops_avx2.h"
 #include "backend/cpu/cpu_quant.h"
 #include "backend/cpu/kernels.h"
@@ -313,14 +314,9 @@ static void cpu_rope(di_backend *be, float *x, int64_t m, int64_t stride, int he
     enum { CH = 128 };
     float cs[2 * CH]; /* cos, sin of pairs j0 .. j0+CH-1 */
     for (int64_t i = 0; i < m; i++) {
-        float tpos = (float)pos[i];
         for (int64_t j0 = 0; j0 < rd / 2; j0 += CH) {
             int64_t nj = rd / 2 - j0 < CH ? rd / 2 - j0 : CH;
-            for (int64_t j = 0; j < nj; j++) {
-                float ang = tpos * freq[j0 + j];
-                cs[2 * j] = cosf(ang);
-                cs[2 * j + 1] = sinf(ang);
-            }
+            di_rope_angles(pos + i, 1, freq + j0, nj, cs);
             rope_rotate(x + i * stride, heads, hd, rd, j0, nj, cs, inverse);
         }
     }

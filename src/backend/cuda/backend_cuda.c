@@ -87,6 +87,7 @@
 #include "backend/cuda/cuda_ops_select.h"
 #include "backend/cuda/cuda_ops_step.h"
 #include "backend/cuda/cuda_graph.h"
+#include "backend/rope_angles.h"
 
 enum { SCR_A, SCR_B, SCR_C, SCR_D, N_SCRATCH };
 
@@ -742,14 +743,7 @@ static void cu_rope(di_backend *be, float *x, int64_t m, int64_t stride, int hea
     size_t bytes = (size_t)(m * half * 2) * sizeof(float);
     float *cs = host_buf(be, bytes);
     if (!cs) return;
-    for (int64_t i = 0; i < m; i++) {
-        float tpos = (float)pos[i];
-        for (int64_t j = 0; j < half; j++) {
-            float ang = tpos * freq[j];
-            cs[(i * half + j) * 2] = cosf(ang);
-            cs[(i * half + j) * 2 + 1] = sinf(ang);
-        }
-    }
+    di_rope_angles(pos, m, freq, half, cs);
     const float *dcs = scratch_up(be, SCR_A, cs, bytes);
     if (!dcs) return;
     note(be, cuda_op_rope_cs(x, m, stride, heads, hd, rd, dcs, inverse, &err), &err);
