@@ -41,6 +41,7 @@
 #include <cooperative_groups.h>
 
 #include "backend/cuda/cuda_attn_tc.h"
+#include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_ops_common.cuh"
 
 namespace cg = cooperative_groups;
@@ -76,30 +77,6 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t a, uint32_t r[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
-}
-
-/* c [16 × 8] += a [16 × 16] · b [16 × 8], bf16 in, fp32 accumulate */
-__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* two floats -> bf16 pair (lo in the low half), round to nearest even,
- * by the conversion instruction (one for two values) */
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-/* two E4M3 codes (lo byte first) times a scale, exactly: E4M3 -> fp16 is
- * exact, so is the power-of-two or short-mantissa product in fp32 */
-__device__ __forceinline__ uint32_t e4m3x2_scaled(uint32_t two, float s) {
-    __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)two, __NV_E4M3);
-    float2 f = __half22float2(*reinterpret_cast<__half2 *>(&hr));
-    return pack_bf16(f.x * s, f.y * s);
 }
 
 /* E2M1 nibble -> the E4M3 byte of value·2⁻⁶ (sign to bit 7, exponent and
@@ -182,10 +159,10 @@ __device__ __forceinline__ void chunk16_decode(raw16 w, bool win, uint4 &o0, uin
         e2m1x8_as_e4m3(w.b, e[2], e[3]);
         s = MUL(e4m3_val(w.sb), 64.0f);
     }
-    o0 = make_uint4(e4m3x2_scaled(e[0] & 0xffffu, s), e4m3x2_scaled(e[0] >> 16, s),
-                    e4m3x2_scaled(e[1] & 0xffffu, s), e4m3x2_scaled(e[1] >> 16, s));
-    o1 = make_uint4(e4m3x2_scaled(e[2] & 0xffffu, s), e4m3x2_scaled(e[2] >> 16, s),
-                    e4m3x2_scaled(e[3] & 0xffffu, s), e4m3x2_scaled(e[3] >> 16, s));
+    o0 = make_uint4(e4m3x2_bf16x2(e[0] & 0xffffu, s), e4m3x2_bf16x2(e[0] >> 16, s),
+                    e4m3x2_bf16x2(e[1] & 0xffffu, s), e4m3x2_bf16x2(e[1] >> 16, s));
+    o1 = make_uint4(e4m3x2_bf16x2(e[2] & 0xffffu, s), e4m3x2_bf16x2(e[2] >> 16, s),
+                    e4m3x2_bf16x2(e[3] & 0xffffu, s), e4m3x2_bf16x2(e[3] >> 16, s));
 }
 
 /* The combine of a split row, in every block of the cluster: each block
@@ -333,7 +310,7 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
         int r = c / q4, k = (c % q4) * 4;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (h0 + r < h) v = *reinterpret_cast<const float4 *>(q + (i * h + h0 + r) * d + k);
-        *reinterpret_cast<uint2 *>(qs + r * ld + k) = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
+        *reinterpret_cast<uint2 *>(qs + r * ld + k) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
     }
 
     float o[TC_MAX_D / 16][4];
@@ -389,8 +366,8 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
 #pragma unroll
                 for (int p = 0; p < 2; p++) {
                     ldsm_x4(ks_a + 2u * (uint32_t)((brow + 16 * p) * ld + 16 * kk + bcol), b);
-                    mma_bf16(s[2 * p], a, b[0], b[1]);
-                    mma_bf16(s[2 * p + 1], a, b[2], b[3]);
+                    mma_bf16_16816(s[2 * p], a, b[0], b[1]);
+                    mma_bf16_16816(s[2 * p + 1], a, b[2], b[3]);
                 }
             }
         }
@@ -455,16 +432,16 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
             const int vrow = 8 * ((lane >> 3) & 1) + (lane & 7), vcol = half * dh + 8 * (lane >> 4);
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
-                uint32_t a[4] = {pack_bf16(p[2 * kk][0], p[2 * kk][1]), pack_bf16(p[2 * kk][2], p[2 * kk][3]),
-                                 pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                                 pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+                uint32_t a[4] = {pack_bf16x2(p[2 * kk][0], p[2 * kk][1]), pack_bf16x2(p[2 * kk][2], p[2 * kk][3]),
+                                 pack_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                                 pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
                 for (int np = 0; np < TC_MAX_D / 32; np++)
                     if (2 * np < ntn) {
                         uint32_t b[4];
                         ldsm_x4_t(ks_a + 2u * (uint32_t)((16 * kk + vrow) * ld + vcol + 16 * np), b);
-                        mma_bf16(o[2 * np], a, b[0], b[1]);
-                        mma_bf16(o[2 * np + 1], a, b[2], b[3]);
+                        mma_bf16_16816(o[2 * np], a, b[0], b[1]);
+                        mma_bf16_16816(o[2 * np + 1], a, b[2], b[3]);
                     }
             }
         }

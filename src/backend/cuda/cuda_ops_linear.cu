@@ -156,33 +156,9 @@ static void launch_plain(int fmt, dim3 grid, const void *w, const uint8_t *s, in
  * finite value rounds to inf in bf16); inf / NaN in x give NaN or inf as
  * the chain does. */
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
+#include "backend/cuda/cuda_mma.cuh"
 
 enum { TC_KW = 8, TC_CH = 32 };
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* Two e4m3 codes (low byte first) times a power of two, as a bf16 pair:
- * e4m3 -> f16 is exact (hardware cvt), the product exact in fp32. */
-__device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint32_t two, float sc) {
-    uint32_t h;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"((unsigned short)two));
-    __half2 hv = *reinterpret_cast<__half2 *>(&h);
-    float2 f = __half22float2(hv);
-    return pack_bf16x2(f.x * sc, f.y * sc);
-}
 
 /* The 8 weights W[row, k0 .. k0+7] as four bf16 pairs (0 past K or for a
  * row past the matrix). vec: 16-byte (BF16) / 8-byte (FP8) loads allowed. */
@@ -305,15 +281,16 @@ __global__ void __launch_bounds__(TC_KW * 32) k_mm_tc(const void *w, const uint8
 #pragma unroll
             for (int tt = 0; tt < T; tt++) {
                 const uint32_t(&r0)[4] = wa[b][tt][0], (&r1)[4] = wa[b][tt][1];
-                mma_bf16(acc[tt][nt], r0[0], r1[0], r0[1], r1[1], xh[0], xh[1]);
-                mma_bf16(acc[tt][nt], r0[2], r1[2], r0[3], r1[3], xh[2], xh[3]);
+                const uint32_t a0[4] = {r0[0], r1[0], r0[1], r1[1]}, a1[4] = {r0[2], r1[2], r0[3], r1[3]};
+                mma_bf16_16816(acc[tt][nt], a0, xh[0], xh[1]);
+                mma_bf16_16816(acc[tt][nt], a1, xh[2], xh[3]);
                 if (use_m) {
-                    mma_bf16(acc[tt][nt], r0[0], r1[0], r0[1], r1[1], xm[0], xm[1]);
-                    mma_bf16(acc[tt][nt], r0[2], r1[2], r0[3], r1[3], xm[2], xm[3]);
+                    mma_bf16_16816(acc[tt][nt], a0, xm[0], xm[1]);
+                    mma_bf16_16816(acc[tt][nt], a1, xm[2], xm[3]);
                 }
                 if (use_l) {
-                    mma_bf16(acc[tt][nt], r0[0], r1[0], r0[1], r1[1], xl[0], xl[1]);
-                    mma_bf16(acc[tt][nt], r0[2], r1[2], r0[3], r1[3], xl[2], xl[3]);
+                    mma_bf16_16816(acc[tt][nt], a0, xl[0], xl[1]);
+                    mma_bf16_16816(acc[tt][nt], a1, xl[2], xl[3]);
                 }
             }
         }

@@ -15,6 +15,7 @@
  * prefix sums give each kept entry its output slot), so the order of the
  * output and the tie rule are those of the CPU by construction. -0 is keyed
  * as +0: the CPU compares floats, to which the two are equal. */
+#include "backend/cuda/cuda_mma.cuh"
 #include "backend/cuda/cuda_ops_common.cuh"
 #include "backend/cuda/cuda_ops_select.h"
 
@@ -172,14 +173,6 @@ extern "C" di_status cuda_op_block_max(const float *scores, const int32_t *n_vis
  * one thread per key then adds them in head order. */
 enum { IX_KEYS = 64, IX_ROWS = 64, IX_THREADS = 128, IX_MAXH = 64, IX_LD = IX_KEYS + 8 };
 
-__device__ __forceinline__ void ix_mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 /* two floats that are bf16 values -> one register (lo in the low half) */
 __device__ __forceinline__ uint32_t ix_pack(float lo, float hi) {
     return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
@@ -269,8 +262,8 @@ __global__ void __launch_bounds__(IX_THREADS)
                     }
                     const uint32_t a[4] = {ix_pack(hv[0], hv[1]), ix_pack(hv[2], hv[3]),
                                            ix_pack(hv[4], hv[5]), ix_pack(hv[6], hv[7])};
-                    ix_mma(acc[0], a, bf[0][ks]);
-                    ix_mma(acc[1], a, bf[1][ks]);
+                    mma_bf16_16816(acc[0], a, bf[0][ks][0], bf[0][ks][1]);
+                    mma_bf16_16816(acc[1], a, bf[1][ks][0], bf[1][ks][1]);
                     if (!__any_sync(0xffffffffu, rest)) break;
                 }
             }
