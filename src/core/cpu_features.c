@@ -27,6 +27,24 @@ int di_cpu_has_avx2(void) {
 #endif
 }
 
+int di_cpu_has_avx512(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (!di_cpu_has_avx2()) return 0; /* also checks OSXSAVE and leaf 7 */
+    /* The OS must save the opmask registers and both halves of the 32 zmm
+     * registers (XCR0 bits 5, 6, 7) besides XMM and YMM (1, 2). */
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if ((xlo & 0xe6u) != 0xe6u) return 0;
+    unsigned a, b, c, d;
+    __cpuid_count(7, 0, a, b, c, d);
+    /* AVX512F (ebx 16), AVX512BW (30), AVX512VL (31) */
+    const unsigned need7 = (1u << 16) | (1u << 30) | (1u << 31);
+    return (b & need7) == need7;
+#else
+    return 0;
+#endif
+}
+
 int di_cpu_count(void) {
     cpu_set_t set;
     CPU_ZERO(&set);
@@ -39,5 +57,6 @@ int di_cpu_count(void) {
 }
 
 const char *di_cpu_describe(void) {
+    if (di_cpu_has_avx512()) return "avx2+fma+f16c+avx512";
     return di_cpu_has_avx2() ? "avx2+fma+f16c" : "scalar";
 }

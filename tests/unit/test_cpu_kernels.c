@@ -541,10 +541,94 @@ static void test_table_route(void) {
 #endif
 }
 
+/* ---- the AVX-512 loops of MXFP4 decode rows ---- */
+
+/* MXFP4 decode rows through the AVX-512 loops (M = 1 and 2 take them; 3 and
+ * 4 are run too, on the AVX2 loops) against the scalar bits: K with and
+ * without half a 32-byte chunk at the end (K % 64 = 32), odd N around the
+ * row pairs and 8-row groups, and four kinds of inputs: checkpoint-like
+ * scales; E8M0 scales over the whole range per block (groups the scale
+ * domains cannot hold run the scalar fallback, 255 gives NaN rows); a few
+ * rows with extreme scales among ordinary ones (only their groups fall
+ * back); activations of 1e-30 and 1e30 per block and a NaN code. One
+ * thread and two. */
+static void test_avx512_mxfp4_decode(void) {
+#ifdef DI_HAVE_AVX2_KERNELS
+    if (!di_cpu_has_avx512())
+        SKIP("no AVX-512 F/BW/VL on this CPU (or its state is not enabled): AVX-512 loops not checked");
+    static const int64_t Kv[] = {32, 96, 160, 256, 544, 1056};
+    static const int64_t Nv[] = {1, 3, 7, 9, 15, 17, 33, 69};
+    di_threadpool *tp = NULL;
+    di_err err;
+    CHECK(di_threadpool_create(2, &tp, &err) == DI_OK);
+    di_cpu_kernels_force_avx512(1);
+    CHECK(strcmp(di_cpu_kernels_decode_path(), "avx512") == 0);
+    int runs = 0, nonzero = 0;
+    for (int kind = 0; kind < 4; kind++)
+        for (size_t ki = 0; ki < sizeof Kv / sizeof *Kv; ki++)
+            for (size_t ni = 0; ni < sizeof Nv / sizeof *Nv; ni++)
+                for (int64_t M = 1; M <= 4; M++) {
+                    const int64_t K = Kv[ki], N = Nv[ni], KB = K / 32;
+                    if (kind && (ni + ki + (size_t)M) % 3) continue; /* keeps the ASan run short */
+                    problem p;
+                    problem_init(&p, FMT_FP4, M, K, N);
+                    if (kind == 1)
+                        for (int64_t i = 0; i < N * KB; i++) p.ws[i] = (uint8_t)(rnd() % 256);
+                    if (kind == 2)
+                        for (int64_t n = 0; n < N; n += 5)
+                            for (int64_t kb = 0; kb < KB; kb++) p.ws[n * KB + kb] = (uint8_t)(rnd() % 2 ? 0 : 254);
+                    if (kind == 3) {
+                        for (int64_t i = 0; i < M * K; i++)
+                            p.x[i] *= (i / 32) % 3 == 0 ? 1e30f : ((i / 32) % 3 == 1 ? 1e-30f : 1.0f);
+                        di_act_quant_fp8_scalar(p.x, M, K, p.qa, p.sa);
+                        if (M == 2) p.qa[K + K / 2] = 0x7f;
+                    }
+                    float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
+                    run_gemm(&p, 0, 0, M, a, NULL);
+                    for (int t = 0; t < 2; t++) {
+                        run_gemm(&p, 1, 0, M, b, t ? tp : NULL);
+                        int d = 0;
+                        for (int64_t i = 0; i < M * N; i++)
+                            d += !(isnan(a[i]) && isnan(b[i])) && di_f32_bits(a[i]) != di_f32_bits(b[i]);
+                        CHECKF(d == 0, "kind %d M=%lld K=%lld N=%lld threads=%d: %d outputs differ from scalar",
+                               kind, (long long)M, (long long)K, (long long)N, t + 1, d);
+                    }
+                    for (int64_t i = 0; i < M * N; i++) nonzero += a[i] != 0.0f;
+                    runs++;
+                    free(a), free(b);
+                    problem_free(&p);
+                }
+    CHECKF(runs > 200 && nonzero > 1000, "%d runs, %d nonzero outputs", runs, nonzero);
+    di_cpu_kernels_force_avx512(-1);
+    di_threadpool_destroy(tp);
+#else
+    SKIP("not x86-64: no AVX-512 loops");
+#endif
+}
+
+/* The decode-row checks above ran the loops the CPU picks (AVX-512 ones for
+ * MXFP4 M <= 2 where it has them); on such CPUs they run again with those
+ * loops off, so the AVX2 ones stay checked too. */
+static void test_avx2_loops_on_avx512_cpus(void) {
+#ifdef DI_HAVE_AVX2_KERNELS
+    if (!di_cpu_has_avx512()) SKIP("no AVX-512: the checks above ran the AVX2 loops");
+    di_cpu_kernels_force_avx512(0);
+    CHECK(strcmp(di_cpu_kernels_decode_path(), "avx2") == 0);
+    check_format(FMT_FP4);
+    test_gemm_extreme_scales();
+    test_gemm_decode_rows();
+    test_gemm_decode_all_scales();
+    test_gemm_mxfp4_scale_domains();
+    test_gemm_mxfp4_decode_act_limits();
+    di_cpu_kernels_force_avx512(-1);
+#endif
+}
+
 /* The public entry points follow di_cpu_kernels_force_scalar. */
 static void test_dispatch(void) {
     di_cpu_kernels_force_scalar(1);
     CHECK(strcmp(di_cpu_kernels_path(), "scalar") == 0);
+    CHECK(strcmp(di_cpu_kernels_decode_path(), "scalar") == 0);
     problem p;
     problem_init(&p, FMT_FP8, 2, 64, 40);
     float a[80], b[80];
@@ -553,6 +637,8 @@ static void test_dispatch(void) {
     CHECK(count_diff_bits(a, b, 80) == 0);
     di_cpu_kernels_force_scalar(0);
     CHECK(strcmp(di_cpu_kernels_path(), di_cpu_has_avx2() ? "avx2" : "scalar") == 0);
+    CHECK(strcmp(di_cpu_kernels_decode_path(),
+                 di_cpu_has_avx512() ? "avx512" : di_cpu_has_avx2() ? "avx2" : "scalar") == 0);
     problem_free(&p);
 }
 
@@ -632,6 +718,8 @@ int main(void) {
     RUN(test_gemm_mxfp4_decode_act_limits);
     RUN(test_batch_and_thread_invariance);
     RUN(test_table_route);
+    RUN(test_avx512_mxfp4_decode);
+    RUN(test_avx2_loops_on_avx512_cpus);
     RUN(test_dispatch);
     return test_summary();
 }

@@ -2,7 +2,8 @@
  * (architecture.md §2 numerics contract, §8.3 formats): FP8 activation
  * quantization per 32, FP8 linear with 32x32 UE8M0 weight scales, MXFP4
  * expert linear, BF16 and FP32 linears. One AVX2+FMA implementation
- * (kernels_avx2.c, chosen at run time) and a portable scalar one
+ * (kernels_avx2.c, chosen at run time; MXFP4 decode rows with AVX-512 inner
+ * loops where the CPU has them) and a portable scalar one
  * (kernels_scalar.c) that also serves as the executable statement of the
  * summation order below.
  *
@@ -125,6 +126,27 @@ void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int6
  * from tables), or restores the choice by CPU vendor (0). Same bits either
  * way; for tests. Set it before running kernels, not while they run. */
 void di_cpu_kernels_force_tables(int on);
+/* AVX-512 inner loops of the MXFP4 decode rows (kernels_avx512_block.c),
+ * taken where di_cpu_has_avx512() says so. Forces them off (0), on where the
+ * CPU has them (1) or restores the choice by CPU (-1); same bits either way.
+ * For tests and benchmarks; set it before running kernels. */
+void di_cpu_kernels_force_avx512(int mode);
+/* 1 when MXFP4 decode rows take the AVX-512 loops right now. */
+int di_cpu_kernels_avx512(void);
+/* The decode-row kernel both files share: R weight rows (rows[r]) × mr
+ * activation rows (a, stride lda) over all chunks, with the MXFP4 chain
+ * factors sv[chunks + 1][R][8]; res[m·8 + r] gets the outputs, ahead (or
+ * NULL) is the row group to prefetch. */
+typedef void (*di_dec_kernel_fn)(int64_t chunks, int half_last, const uint8_t *const *rows,
+                                 const uint8_t *ahead, const float *a, int64_t lda, const float *sv,
+                                 float *res);
+/* The AVX-512 MXFP4 kernel for a block of mr rows of a batch of M (M <= 2,
+ * the whole batch: mr = M), over R = di_dec_rows_avx512(M) weight rows
+ * (8); NULL for other shapes. It reads the activation lanes doubled:
+ * di_dec_lanes_dup() of [M][Kp] into [M][2·Kp] (64-byte aligned). */
+di_dec_kernel_fn di_dec_kernel_mxfp4_avx512(int64_t M, int mr);
+int di_dec_rows_avx512(int64_t M);
+void di_dec_lanes_dup(const float *ap, int64_t M, int64_t Kp, float *dup);
 #endif
 
 /* Decoding tables shared by both paths: E4M3 and E8M0 byte -> fp32 value
@@ -142,5 +164,8 @@ float di_act_scale_fp8_amax(float amax);
 void di_cpu_kernels_force_scalar(int on);
 /* "avx2" or "scalar": the path the calls above take right now. */
 const char *di_cpu_kernels_path(void);
+/* The same for the FP8 / MXFP4 decode rows (M <= 16): "avx512" where MXFP4
+ * rows take the AVX-512 loops, else as di_cpu_kernels_path(). */
+const char *di_cpu_kernels_decode_path(void);
 
 #endif

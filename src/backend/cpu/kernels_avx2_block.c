@@ -43,6 +43,10 @@
  * are contiguous, though, so each chunk prefetches into L2 the next R·32
  * bytes of the group two ahead, one linear stream at the rate the kernel
  * reads (FP8 +15-65 % from DRAM, MXFP4 at M = 4 +20 %, bench/RESULTS.md).
+ * Where the CPU has AVX-512, MXFP4 rows of batches of 1 and 2 run the inner
+ * loops of kernels_avx512_block.c instead (the same chains and factors, the
+ * codes decoded by table permutes), everything around them being this
+ * file's.
  * Per-row prefetches a fixed distance ahead measured neutral to 25 % slower;
  * 8 rows spaced by a multiple of 4 KB (wo_b at M = 1) measured no faster
  * with it, so they go without.
@@ -80,6 +84,9 @@
  * blocks of at most DEC_MB, and work units of 32 weight rows (one FP8 scale
  * tile). */
 enum { BM = 3, BN = 4, ROWS = 128, KC = 512, DEC_M = 16, DEC_MB = 4, UNIT = 32 };
+/* MXFP4 decode rows of batches up to DEC512_M take the AVX-512 loops where
+ * the CPU has them (kernels_avx512_block.c). */
+enum { DEC512_M = 2 };
 
 /* Codes per 32-byte chunk of a row. */
 static inline int64_t chunk_codes(int fp4) { return fp4 ? 64 : 32; }
@@ -467,7 +474,9 @@ typedef struct dec_job {
     int fp4;
     const uint8_t *qa;      /* for the scalar fallback */
     const float *sa;
-    const float *ap;        /* [M][Kp]: a(k) (FP8) or a(k)·2^63 (MXFP4) */
+    const float *ap;        /* [M][lda]: a(k) (FP8) or a(k)·2^63 (MXFP4) */
+    int64_t lda;            /* Kp, or 2·Kp for the AVX-512 loops' doubled lanes */
+    int avx512;             /* MXFP4 rows through the AVX-512 loops */
     const float *bmax;      /* FP8: [K/32] max |a| over the rows per block */
     const uint8_t *w, *ws;
     int64_t M, K, Kp, N;
@@ -482,7 +491,10 @@ typedef struct dec_job {
  * of mr <= DEC_MB activation rows. Every activation load feeds R FMAs (the
  * activations of a few rows already exceed L1), every decoded weight vector
  * mr FMAs; R·mr <= 8 leaves registers for the decoding (12 spilled). */
-static int dec_rows_for(int64_t M) { return M == 1 ? 8 : M == 2 ? 4 : 2; }
+static int dec_rows_for(int64_t M, int avx512) {
+    if (avx512) return di_dec_rows_avx512(M); /* 8 */
+    return M == 1 ? 8 : M == 2 ? 4 : 2;
+}
 static int dec_block_rows(int64_t M) { return M <= 2 ? (int)M : 4; }
 
 /* One chunk of dec_kernel(). */
@@ -586,8 +598,7 @@ AVX2_INLINE void dec_kernel(const int fp4, const int mr, const int R, int64_t ch
             }
 }
 
-typedef void (*dec_kernel_fn)(int64_t, int, const uint8_t *const *, const uint8_t *, const float *,
-                              int64_t, const float *, float *);
+typedef di_dec_kernel_fn dec_kernel_fn;
 #define DEC_KERNEL_FN(fp4, mr, R)                                                              \
     static AVX2 void dec_kernel_##fp4##_##mr##_##R(int64_t chunks, int half_last,              \
                                                    const uint8_t *const *rows,                 \
@@ -600,8 +611,9 @@ typedef void (*dec_kernel_fn)(int64_t, int, const uint8_t *const *, const uint8_
     DEC_KERNEL_FN(fp4, 2, 2) DEC_KERNEL_FN(fp4, 3, 2) DEC_KERNEL_FN(fp4, 4, 2)
 DEC_KERNEL_FNS(0)
 DEC_KERNEL_FNS(1)
-/* The kernel for a block of mr rows of a batch of M (R = dec_rows_for(M)). */
-static dec_kernel_fn dec_kernel_for(int fp4, int64_t M, int mr) {
+/* The kernel for a block of mr rows of a batch of M (R = dec_rows_for(M, avx512)). */
+static dec_kernel_fn dec_kernel_for(int fp4, int avx512, int64_t M, int mr) {
+    if (avx512) return di_dec_kernel_mxfp4_avx512(M, mr);
     static const dec_kernel_fn r2[2][5] = {
         {0, dec_kernel_0_1_2, dec_kernel_0_2_2, dec_kernel_0_3_2, dec_kernel_0_4_2},
         {0, dec_kernel_1_1_2, dec_kernel_1_2_2, dec_kernel_1_3_2, dec_kernel_1_4_2}};
@@ -737,7 +749,7 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N, KB = K / 32, rb = fp4 ? K / 2 : K;
     const int64_t C = chunk_codes(fp4), chunks = Kp / C;
     const int half_last = fp4 && (K % 64) != 0;
-    const int R = dec_rows_for(M);
+    const int R = dec_rows_for(M, j->avx512);
     const float *e8m0 = di_cpu_e8m0_table();
     float *sc = j->scratch + thread * j->scratch_floats;
     for (int64_t u = u0; u < u1; u++) {
@@ -788,8 +800,8 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
             for (int64_t m0 = 0; m0 < M; m0 += mb) {
                 const int mr = M - m0 < mb ? (int)(M - m0) : mb;
                 float res[DEC_MB * 8];
-                dec_kernel_for(fp4, M, mr)(chunks, half_last, rows, m0 ? NULL : ahead, a + m0 * Kp, Kp,
-                                           sc, res);
+                dec_kernel_for(fp4, j->avx512, M, mr)(chunks, half_last, rows, m0 ? NULL : ahead,
+                                                      a + m0 * j->lda, j->lda, sc, res);
                 for (int64_t m = 0; m < mr; m++)
                     for (int64_t r = 0; r < nn; r++) j->out[(m0 + m) * N + g0 + r] = res[m * 8 + r];
             }
@@ -804,28 +816,34 @@ static int dec_run(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64
     const int64_t sf = fp4 ? (Kp / 64 + 1) * 8 * 8 : M * Kp;
     float *bmax = fp4 ? NULL : malloc(sizeof(float) * (size_t)(M * KB));
     float *ap = pack_lanes(fp4, qa, sa, M, K, Kp, fp4 ? 0x1p63f : 1.0f, bmax, 0, NULL);
-    float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
-    if (!ap || !scratch || (!fp4 && !bmax)) {
-        free(ap), free(scratch), free(bmax);
+    /* 64-byte rows of factors for the AVX-512 loops' row pairs */
+    float *scratch = aligned_alloc(64, (size_t)threads * (size_t)sf * sizeof(float));
+    const int avx512 = fp4 && M <= DEC512_M && di_cpu_kernels_avx512();
+    float *dup = avx512 ? aligned_alloc(64, (size_t)(2 * M * Kp) * sizeof(float)) : NULL;
+    if (!ap || !scratch || (!fp4 && !bmax) || (avx512 && !dup)) {
+        free(ap), free(scratch), free(bmax), free(dup);
         return 0;
     }
     int ok = 1;
     fp4_lim lim = {0, 0, 0};
     if (fp4) {
         ok = fp4_limits(ap, M * Kp, sa, M * KB, K, &lim);
+        if (ok && avx512) di_dec_lanes_dup(ap, M, Kp, dup);
     } else { /* max over the rows, per block */
         for (int64_t m = 1; m < M; m++)
             for (int64_t kb = 0; kb < KB; kb++)
                 if (bmax[m * KB + kb] > bmax[kb]) bmax[kb] = bmax[m * KB + kb];
     }
     if (ok) {
-        dec_job j = {fp4, qa, sa, ap, bmax, w, ws, M, K, Kp, N, out, scratch, sf, &lim};
+        const float *lanes = avx512 ? dup : ap;
+        dec_job j = {fp4, qa, sa, lanes, avx512 ? 2 * Kp : Kp, avx512, bmax, w, ws, M, K, Kp, N, out,
+                     scratch, sf, &lim};
         const int64_t units = (N + UNIT - 1) / UNIT;
         /* several chunks per thread so a core slowed by other work takes fewer */
         const int64_t grain = units / (8 * threads);
         di_threadpool_for(tp, units, grain < 1 ? 1 : grain, dec_units, &j);
     }
-    free(ap), free(scratch), free(bmax);
+    free(ap), free(scratch), free(bmax), free(dup);
     if (!ok) di_gemm_block_rows_scalar(fp4, qa, sa, M, K, w, ws, N, 0, N, out);
     return 1;
 }
