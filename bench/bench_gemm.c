@@ -20,7 +20,9 @@
  * independent 8-lane FMAs on one thread and on all: kernels.h gives every
  * weight code one FMA lane per activation row, so fma/s · 8 / M codes per
  * second is as fast as any kernel can read weights; the `ceil` columns
- * state it as a ratio to the same round's bandwidth.
+ * state it as a ratio to the same round's bandwidth. Where the CPU has
+ * AVX-512, MXFP4 rows of M = 1 are timed twice in every round, on the AVX2
+ * inner loops and on the AVX-512 ones (column `loops`).
  *
  * Times are medians of several runs. Decode (M <= 8) streams rotating copies
  * of the weights, more than the last-level cache holds, so every call reads
@@ -231,6 +233,7 @@ enum { MAX_ROUNDS = 15 };
 typedef struct dec_row {
     const wmat *m;
     int64_t M;
+    int avx512; /* MXFP4 through the AVX-512 loops (else the AVX2 ones) */
     double gbs[2][MAX_ROUNDS], ratio[2][MAX_ROUNDS]; /* [one thread, all threads][round] */
     double ceil_ratio[2][MAX_ROUNDS]; /* FMA-rate ceiling / read bw */
     double hot;
@@ -246,9 +249,13 @@ static void quant_random_act(int64_t M, int64_t K, uint8_t *qa, float *sa) {
 
 /* Median GB/s of the product over rotating weight copies. */
 static double time_decode(const wmat *m, wcopy *cp, int ncopy, const uint8_t *qa, const float *sa,
-                          int64_t M, float *out, di_threadpool *tp, clockid_t clk, double budget) {
+                          int64_t M, int avx512, float *out, di_threadpool *tp, clockid_t clk,
+                          double budget) {
     clockid_t saved = bench_clock;
     bench_clock = clk;
+#ifdef DI_HAVE_AVX2_KERNELS
+    di_cpu_kernels_force_avx512(avx512);
+#endif
     int rot = 0;
     double t;
     TIME_MEDIAN(t, budget, {
@@ -257,6 +264,9 @@ static double time_decode(const wmat *m, wcopy *cp, int ncopy, const uint8_t *qa
         else di_gemm_fp8(qa, sa, M, m->K, c->w, c->ws, m->N, out, tp);
     });
     bench_clock = saved;
+#ifdef DI_HAVE_AVX2_KERNELS
+    di_cpu_kernels_force_avx512(-1);
+#endif
     return (double)(w_bytes(m) + ws_bytes(m)) / t / 1e9;
 }
 
@@ -264,7 +274,9 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
                             di_threadpool *tp) {
     const double budget = quick ? 0.2 : 0.5;
     const int64_t Ms[] = {1, 4};
-    dec_row rows[16];
+    dec_row rows[32];
+    /* MXFP4 rows of M <= 2 twice where the CPU has AVX-512: AVX2 loops, then AVX-512 */
+    const int paths512 = di_cpu_has_avx512() ? 2 : 1;
     int nrows = 0;
     double bw[2][MAX_ROUNDS], fma[2][MAX_ROUNDS];
     /* weights and activations made once, reused by every round */
@@ -284,7 +296,9 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
         for (int c = 0; c < ncopy; c++) wcopy_fill(m, &copies[mi][c]);
         if (m->K > kmax) kmax = m->K;
         if (m->N > nmax) nmax = m->N;
-        for (size_t xi = 0; xi < 2; xi++) rows[nrows++] = (dec_row){m, Ms[xi], {{0}}, {{0}}, {{0}}, 0};
+        for (size_t xi = 0; xi < 2; xi++)
+            for (int v = 0; v < (m->fp4 && Ms[xi] <= 2 ? paths512 : 1); v++)
+                rows[nrows++] = (dec_row){m, Ms[xi], v, {{0}}, {{0}}, {{0}}, 0};
     }
     if (!nrows) return 1;
     for (int xi = 0; xi < 2; xi++) {
@@ -301,8 +315,8 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
         if (nh > m->N) nh = m->N;
         wmat mh = *m;
         mh.N = nh;
-        rows[r].hot = time_decode(&mh, &copies[m - mats][0], 1, qa[xi], sa[xi], rows[r].M, out, NULL,
-                                  CLOCK_THREAD_CPUTIME_ID, budget / 2);
+        rows[r].hot = time_decode(&mh, &copies[m - mats][0], 1, qa[xi], sa[xi], rows[r].M, rows[r].avx512,
+                                  out, NULL, CLOCK_THREAD_CPUTIME_ID, budget / 2);
     }
     for (int round = 0; round < rounds; round++) {
         for (int all = 0; all < 2; all++) {
@@ -321,7 +335,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
                 /* activations of this K (the buffers hold the largest) */
                 quant_random_act(rows[r].M, m->K, qa[xi], sa[xi]);
                 double g = time_decode(m, copies[m - mats], ncopies[m - mats], qa[xi], sa[xi], rows[r].M,
-                                       out, p, clk, budget);
+                                       rows[r].avx512, out, p, clk, budget);
                 rows[r].gbs[all][round] = g;
                 rows[r].ratio[all][round] = g / bw[all][round];
                 /* codes + scales per code: 1 + 1/1024 (FP8), 1/2 + 1/32 (MXFP4) */
@@ -350,8 +364,10 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
     printf("# GB/s = weight bytes (codes + scales) per call / t, from DRAM; vs_bw = median of per-round GB/s / read bw;\n"
            "# ceil = FMA rate x 8 codes / M as weight GB/s over the read bw (kernels.h: one FMA lane per code\n"
            "# and activation row), the most vs_bw can reach; hot = 1 thread with the weights in L2\n");
-    printf("%-14s %-5s %2s %8s %6s %6s %8s %6s %6s %8s\n", "weight", "fmt", "M", "1t_GB/s", "vs_bw", "ceil",
-           "nt_GB/s", "vs_bw", "ceil", "hot");
+    printf("# loops: the decode rows' inner loops (MXFP4 M = 1 runs both where the CPU has AVX-512; the\n"
+           "# library takes AVX-512 there by default: %s)\n", di_cpu_kernels_decode_path());
+    printf("%-14s %-5s %2s %-6s %8s %6s %6s %8s %6s %6s %8s\n", "weight", "fmt", "M", "loops", "1t_GB/s", "vs_bw",
+           "ceil", "nt_GB/s", "vs_bw", "ceil", "hot");
     for (int r = 0; r < nrows; r++) {
         double med[2][3];
         for (int all = 0; all < 2; all++) {
@@ -363,8 +379,9 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
             memcpy(t, rows[r].ceil_ratio[all], sizeof t);
             med[all][2] = median_of(t, rounds);
         }
-        printf("%-14s %-5s %2lld %8.1f %6.2f %6.2f %8.1f %6.2f %6.2f %8.1f\n", rows[r].m->name,
-               rows[r].m->fp4 ? "mxfp4" : "fp8", (long long)rows[r].M, med[0][0], med[0][1], med[0][2],
+        printf("%-14s %-5s %2lld %-6s %8.1f %6.2f %6.2f %8.1f %6.2f %6.2f %8.1f\n", rows[r].m->name,
+               rows[r].m->fp4 ? "mxfp4" : "fp8", (long long)rows[r].M, rows[r].avx512 ? "avx512" : "avx2",
+               med[0][0], med[0][1], med[0][2],
                med[1][0], med[1][1], med[1][2], rows[r].hot);
     }
     for (size_t mi = 0; mi < nmats; mi++) {

@@ -22,6 +22,11 @@
  * the AVX2 shift decoding gives (sign at bit 31, the 3 magnitude bits at
  * 24..22: w·2^-126), so the lanes are fed the very same values and the scale
  * domains, limits and factors of kernels_avx2_block.c apply unchanged.
+ * On Zen 4 the FMAs take two of the four vector pipes, the permutes two
+ * (one shared with the FMAs) and the shifts the other two, while masks run
+ * on any: so the last two positions (3 and 7, the top nibble of each 16-bit
+ * half) are decoded by the shift pair and masks of the AVX2 loops instead,
+ * which moves work off the permute pipes (-4 % time at M = 1 and 2).
  *
  * One 512-bit register holds the same chunk of two weight rows (row r in
  * lanes 0-7, row r + 1 in 8-15): the eight chains of each row stay whole,
@@ -103,9 +108,17 @@ AVX512_INLINE void dec512_chunk(const int mr, const int R, int64_t c, const int 
 #pragma GCC unroll 8
         for (int q = 0; q < NPMAX; q++)
             if (q < NP) {
-                const __m512i t = p ? _mm512_srli_epi16(x[q], 4 * p) : x[q];
-                const __m512 v = _mm512_permutexvar_ps(t, tf);
-                hold[p][q] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(upper, t, tw));
+                __m512 v;
+                if (p < 3) {
+                    const __m512i t = p ? _mm512_srli_epi16(x[q], 4 * p) : x[q];
+                    v = _mm512_permutexvar_ps(t, tf);
+                    hold[p][q] = _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(upper, t, tw));
+                } else { /* the shift pair of kernels_avx2_block.c's dec_pair() */
+                    const __m512i mask = _mm512_set1_epi32((int)0x81c00000u);
+                    const __m512i y = _mm512_srai_epi16(x[q], 6);
+                    v = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(y, 16), mask));
+                    hold[p][q] = _mm512_castsi512_ps(_mm512_and_si512(y, mask));
+                }
 #pragma GCC unroll 4
                 for (int m = 0; m < DEC_MB; m++)
                     if (m < mr) acc[m][q] = _mm512_fmadd_ps(_mm512_load_ps(a + m * lda + c * 128 + 16 * p), v, acc[m][q]);
