@@ -12,11 +12,21 @@
  * routed experts the batch touches, 384 (1 - (1 - 6/384)^B) of them — over
  * the device-to-device copy bandwidth measured here.
  *
+ * With -n LIST, for each batch size in LIST one decode step (the profiled
+ * one) and one per-layer pass are bracketed by cudaProfilerStart / Stop, so
+ * a profiler started with its capture off (ncu --profile-from-start off)
+ * records those two passes alone; empty mark kernels whose grid size is
+ * the tag separate them: 200 before the step, 201 after it, l + 1 before
+ * layer l of the per-layer pass and 100 after its last layer. Run with
+ * DI_CUDA_PROFILE=events so the step's kernels are those of an unprofiled
+ * one (the drained form runs the copy queue at every allocation).
+ *
  * With -lp P also a prefill of P tokens split per layer, against its FLOP
  * floor at the FP8 GEMM rate of the backend's tiled kernel measured here
  * (scripts/gpu-e2e sets it beside torch's best FP8 GEMM).
  *
  *   bench_cuda_model CONFIG [-p PROMPT] [-b LIST] [-c CONTEXT] [-s STEPS] [-l LIST] [-lc CONTEXT] [-lp PROMPT]
+ *                    [-n LIST]
  *
  * Lines starting with RESULT are the machine-readable numbers. */
 #include <math.h>
@@ -30,6 +40,18 @@
 #include "model/forward.h"
 
 #include "bench_util.h"
+
+static const char *ncu_list = ""; /* -n: batch sizes whose passes a profiler records */
+
+static int list_has(const char *list, int B) {
+    for (const char *p = list; *p;) {
+        if (atoi(p) == B) return 1;
+        p = strchr(p, ',');
+        if (!p) break;
+        p++;
+    }
+    return 0;
+}
 
 static void die(const char *what, const di_err *err) {
     fprintf(stderr, "bench_cuda_model: %s: %s\n", what, err ? err->msg : di_last_error());
@@ -115,10 +137,19 @@ static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int step
             next[b] = arg;
             q[b] = (di_fwd_seq){&st[b], &next[b], 1};
         }
+        int ncu = prof && list_has(ncu_list, B);
         if (prof) di_backend_cuda_profile_start(be, 1);
+        if (ncu) {
+            di_cuda_profiler_range(1);
+            di_cuda_mark(200);
+        }
         double t0 = bench_now_s();
         if (di_forward(lm, q, B, logits, 0, &err)) die("decode", &err);
         double t = bench_now_s() - t0;
+        if (ncu) {
+            di_cuda_mark(201);
+            di_cuda_profiler_range(0);
+        }
         if (prof) {
             char title[64];
             snprintf(title, sizeof title, "decode step, batch %d", B);
@@ -182,7 +213,7 @@ static void layer_bytes(const di_model *model, int b, double *fixed, double *exp
  * device drained around each layer; ms per layer added into t [n_layers]
  * times `weight`. */
 static void layers_pass(di_lm *lm, di_backend *be, di_seqstate *st, int B, int64_t ntok, const int32_t *ids,
-                        double weight, double *t) {
+                        double weight, double *t, int mark) {
     di_err err = {0};
     const di_config *c = lm->cfg;
     di_fwd_seq *q = malloc((size_t)B * sizeof *q);
@@ -197,11 +228,13 @@ static void layers_pass(di_lm *lm, di_backend *be, di_seqstate *st, int B, int64
     for (int l = 0; l < c->n_layers; l++) {
         check_backend(be, "layers");
         double t0 = bench_now_s();
+        if (mark) di_cuda_mark(l + 1);
         if (c->roles[l].engram >= 0 && di_engram_apply(&f, l, s, &err)) die("engram", &err);
         if (di_fwd_block(&f, l, s, pre, &err)) die("block", &err);
         check_backend(be, "layers");
         t[l] += weight * 1e3 * (bench_now_s() - t0);
     }
+    if (mark) di_cuda_mark(100);
     be->ops->free(be, s);
     be->ops->free(be, pre);
     di_fwd_end(&f);
@@ -216,8 +249,11 @@ static void decode_layers(di_lm *lm, di_backend *be, di_seqstate *st, int B, int
     if (!ids || !junk) die("out of memory", NULL);
     for (int l = 0; l < lm->cfg->n_layers; l++) t[l] = 0;
     for (int r = 0; r < reps + 1; r++) {
+        int ncu = r == reps && list_has(ncu_list, B);
         for (int b = 0; b < B; b++) ids[b] = 100 + 37 * b + r;
-        layers_pass(lm, be, st, B, 1, ids, r ? 1.0 / reps : 1.0, r ? t : junk);
+        if (ncu) di_cuda_profiler_range(1);
+        layers_pass(lm, be, st, B, 1, ids, r ? 1.0 / reps : 1.0, r ? t : junk, ncu);
+        if (ncu) di_cuda_profiler_range(0);
     }
     free(ids);
     free(junk);
@@ -304,7 +340,7 @@ static void prefill_layers(di_model *model, di_lm *lm, di_backend *be, int64_t P
     fill_ids(ids, P, c->vocab_size, 17);
     if (di_seqstate_init(&st, lm, P + 8, 0, &err)) die("sequence state", &err);
     double t0 = bench_now_s();
-    layers_pass(lm, be, &st, 1, P, ids, 1.0, t);
+    layers_pass(lm, be, &st, 1, P, ids, 1.0, t, 0);
     printf("-- prefill of %lld tokens per layer (%.2f s in all)\n", (long long)P, bench_now_s() - t0);
     printf("%-5s %-36s %10s %10s %8s %10s\n", "layer", "role", "ms", "floor ms", "x floor", "tokens/s");
     for (int l = 0; l < c->n_layers; l++) {
@@ -378,7 +414,8 @@ static void bench_layers(di_model *model, di_lm *lm, di_backend *be, const char 
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_cuda_model CONFIG [-p PROMPT] [-b LIST] [-c CONTEXT] [-s STEPS] [-l LIST] [-lc CONTEXT] [-lp PROMPT]\n");
+        fprintf(stderr, "usage: bench_cuda_model CONFIG [-p PROMPT] [-b LIST] [-c CONTEXT] [-s STEPS] [-l LIST] [-lc CONTEXT] "
+                        "[-lp PROMPT] [-n LIST]\n");
         return 2;
     }
     const char *cfg_path = argv[1], *blist = "1,8", *llist = NULL;
@@ -392,6 +429,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-l")) llist = argv[i + 1];
         else if (!strcmp(argv[i], "-lc")) lctx = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "-lp")) lP = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "-n")) ncu_list = argv[i + 1];
     }
     di_err err = {0};
     di_model_options mo;

@@ -244,6 +244,13 @@ static void test_matmul(void) {
         {DI_WFMT_FP4, 24, 128, 64, DI_MM_ACT_FP8 | DI_MM_OUT_BF16},
         /* more than one tile of 8 rows, 32 outputs and 64 inputs, ragged */
         {DI_WFMT_F32, 19, 200, 70, 0}, {DI_WFMT_FP8, 11, 130, 40, DI_MM_OUT_BF16},
+        /* bf16 outputs rounded in the decode kernels' stores (k % 128 == 0:
+         * the wgmma forms, one or several blocks along k), and past 16 rows
+         * the prefill tiles and a rounding pass after them */
+        {DI_WFMT_FP8, 1, 512, 96, DI_MM_ACT_FP8 | DI_MM_OUT_BF16},
+        {DI_WFMT_FP8, 16, 2048, 70, DI_MM_ACT_FP8 | DI_MM_OUT_BF16},
+        {DI_WFMT_FP4, 2, 256, 64, DI_MM_ACT_FP8 | DI_MM_OUT_BF16},
+        {DI_WFMT_FP8, 40, 256, 96, DI_MM_ACT_FP8 | DI_MM_OUT_BF16},
     };
     for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
         int64_t m = cs[t].m, K = cs[t].k, N = cs[t].n;
@@ -323,6 +330,11 @@ static void test_matmul(void) {
                         if (!(d <= lim)) bad++;
                     }
                 CHECKF(bad == 0, "%s: %lld outputs beyond the kernels.h bound", what, (long long)bad);
+                if (cs[t].flags & DI_MM_OUT_BF16) { /* every output a bf16 value, as the CPU's */
+                    int64_t odd = 0;
+                    for (int64_t i = 0; i < m * N; i++) odd += !isnan(yg[i]) && yg[i] != di_round_bf16(yg[i]);
+                    CHECKF(odd == 0, "%s: %lld outputs not rounded to bf16", what, (long long)odd);
+                }
                 free(q);
                 free(sa);
             }
@@ -367,8 +379,10 @@ static void test_matmul_grouped(void) {
 
 static void test_rows_ops(void) {
     NEED_GPU();
-    const int64_t shapes[][2] = {{1, 7}, {3, 64}, {5, 257}, {16, 1024}};
-    for (size_t t = 0; t < 4; t++) {
+    /* rmsnorm's register forms (up to 4, 8 and 24 values a thread) and its
+     * loop past 6144 */
+    const int64_t shapes[][2] = {{1, 7}, {3, 64}, {5, 257}, {16, 1024}, {2, 1500}, {1, 5120}, {1, 7000}};
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes; t++) {
         int64_t m = shapes[t][0], n = shapes[t][1];
         size_t B = (size_t)(m * n) * 4;
         char what[64];

@@ -97,7 +97,7 @@ typedef struct pblock {
     size_t cap; /* bytes of its size class */
 } pblock;
 
-enum { PROF_MAX = 48 };
+enum { PROF_MAX = 48, PROF_EVENTS = 8192 };
 
 typedef struct prof_entry {
     const char *op;
@@ -151,8 +151,13 @@ typedef struct cuda_impl {
     /* queued copies */
     cuda_copy_batch *cq;         /* cq->n queued */
     long n_copy_batches, n_copies;
-    /* profile */
+    /* profile: 0 off, 1 drained per op, 2 events per op (DI_CUDA_PROFILE=events) */
     int prof;
+    int prof_events;                /* profile_start picks the event form */
+    di_cuda_timeline *tl;           /* the event form's events */
+    const char **tl_op;             /* [PROF_EVENTS] the op whose entry each event marks */
+    double ev_dev, ev_host;         /* the last read-back: device and host time of the pass */
+    int ev_n;                       /* and its events */
     double prof_t;
     const char *prof_op;
     prof_entry prof_tab[PROF_MAX];
@@ -192,23 +197,73 @@ static const char OP_COPY[] = "copy";
  * copy), the op's name is recorded for error messages, and in profile mode
  * the device is drained and the time since the last op's entry charged to
  * that op. */
+static void prof_charge(cuda_impl *c, const char *op, double s) {
+    int i = 0;
+    while (i < c->prof_n && c->prof_tab[i].op != op) i++;
+    if (i == c->prof_n && i < PROF_MAX) c->prof_tab[c->prof_n++] = (prof_entry){op, 0, 0};
+    if (i < c->prof_n) {
+        c->prof_tab[i].s += s;
+        c->prof_tab[i].calls++;
+    }
+}
+
+/* The event form's read-back: waits for the recorded events, charges the
+ * time between consecutive ones to the op of the first, and empties the
+ * timeline; returns the op of the last event (its time runs on), or NULL. */
+static const char *prof_events_charge(di_backend *be) {
+    cuda_impl *c = IM(be);
+    int n = 0;
+    while (n < PROF_EVENTS && c->tl_op[n]) n++;
+    if (!n) return NULL;
+    const char *last = c->tl_op[n - 1];
+    float *ms = calloc((size_t)n, sizeof *ms);
+    di_err err = {0};
+    di_status st = ms ? di_cuda_timeline_read(c->tl, ms, &err) : DI_ERR_NOMEM;
+    if (ms) note(be, st, &err);
+    for (int i = 0; !st && i + 1 < n; i++) {
+        prof_charge(c, c->tl_op[i], 1e-3 * ms[i]);
+        c->ev_dev += 1e-3 * ms[i];
+    }
+    c->ev_n += n - 1;
+    free(ms);
+    di_cuda_timeline_reset(c->tl);
+    memset(c->tl_op, 0, PROF_EVENTS * sizeof *c->tl_op);
+    return last;
+}
+
+/* The event form: an event in stream order, labelled with the op whose
+ * work follows it. A full timeline is read back first (the one wait of
+ * the form: the time from the last op's event to the wait is lost, its
+ * call still counted). */
+static void prof_event(di_backend *be, const char *op) {
+    cuda_impl *c = IM(be);
+    if (!c->tl) return;
+    if (!c->ev_n && c->tl_op[0] == NULL) c->prof_t = now_s(); /* host time of the pass's first op */
+    int i = di_cuda_timeline_mark(c->tl);
+    if (i < 0) {
+        const char *last = prof_events_charge(be);
+        if (last && (i = di_cuda_timeline_mark(c->tl)) >= 0) c->tl_op[i] = last;
+        i = di_cuda_timeline_mark(c->tl);
+    }
+    if (i >= 0) c->tl_op[i] = op;
+}
+
+static const char OP_QUEUE[] = "(copy queue)";
+
 static void op_enter(di_backend *be, const char *op) {
     cuda_impl *c = IM(be);
-    if (c->cq->n && op != OP_COPY) copies_flush(be);
+    int flush = c->cq->n && op != OP_COPY;
+    if (c->prof == 2) prof_event(be, flush ? OP_QUEUE : op);
+    if (flush) {
+        copies_flush(be);
+        if (c->prof == 2) prof_event(be, op);
+    }
     c->op = op;
-    if (!c->prof) return;
+    if (c->prof != 1) return;
     di_err err = {0};
     note(be, di_cuda_synchronize(&err), &err);
     double t = now_s();
-    if (c->prof_op) {
-        int i = 0;
-        while (i < c->prof_n && c->prof_tab[i].op != c->prof_op) i++;
-        if (i == c->prof_n && i < PROF_MAX) c->prof_tab[c->prof_n++] = (prof_entry){c->prof_op, 0, 0};
-        if (i < c->prof_n) {
-            c->prof_tab[i].s += t - c->prof_t;
-            c->prof_tab[i].calls++;
-        }
-    }
+    if (c->prof_op) prof_charge(c, c->prof_op, t - c->prof_t);
     c->prof_op = op;
     c->prof_t = t;
 }
@@ -510,7 +565,7 @@ static di_status pool_zero(di_backend *be, void *p, size_t bytes, di_err *err) {
  * but with it in profile mode so the profile charges the time as before. */
 static void pool_enter(di_backend *be, const char *op) {
     cuda_impl *c = IM(be);
-    if (c->prof) op_enter(be, op);
+    if (c->prof == 1) op_enter(be, op);
     else c->op = op;
 }
 
@@ -689,7 +744,14 @@ static void cu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t 
         float *s = scratch(be, SCR_B, (size_t)(m * ((K + 31) / 32)) * sizeof(float));
         if (!q || !s) return;
         st = di_cuda_act_quant_fp8(x, DI_DTYPE_F32, m, K, q, s, NULL, &err);
-        if (!st && w->fmt == DI_WFMT_FP8)
+        int done = 0; /* bf16 outputs of a decode product: rounded in its store */
+        if (!st && (flags & DI_MM_OUT_BF16))
+            st = cuda_op_gemm_q_rounded((int)w->fmt, q, s, m, K, dw, ds, N, y, &done, &err);
+        if (st || done) {
+            note(be, st, &err);
+            return;
+        }
+        if (w->fmt == DI_WFMT_FP8)
             st = di_cuda_gemm_fp8(q, s, m, K, dw, ds, N, y, DI_DTYPE_F32, DI_CUDA_GEMM_AUTO, NULL,
                                   &err);
         else if (!st)
@@ -1665,6 +1727,8 @@ static void cu_destroy(di_backend *be) {
         free(c->freel);
         free(c->cq);
         free(c->host_buf);
+        di_cuda_timeline_free(c->tl);
+        free(c->tl_op);
         di_err e = {0};
         di_cuda_synchronize(&e); /* queued staged copies still read the staging buffer */
         cuda_stage_free(c->stage);
@@ -1745,7 +1809,8 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
     const char *v = getenv("DI_CUDA_POOL");
     c->use_pool = !(v && !strcmp(v, "0"));
     v = getenv("DI_CUDA_PROFILE");
-    c->prof = v && *v && strcmp(v, "0");
+    c->prof_events = v && !strcmp(v, "events");
+    c->prof = v && *v && strcmp(v, "0") && !c->prof_events;
     c->cq = calloc(1, sizeof *c->cq);
     if (!c->cq) {
         free(be);
@@ -1825,7 +1890,16 @@ static int prof_cmp(const void *a, const void *b) {
 
 size_t di_backend_cuda_profile(di_backend *be, char *buf, size_t cap) {
     cuda_impl *c = IM(be);
-    op_enter(be, "(profile)"); /* charges the last op */
+    if (c->prof == 2) { /* a second call (the length first, then the text) finds no events */
+        copies_flush(be);
+        if (c->tl && c->tl_op[0]) {
+            prof_event(be, "(profile)");
+            c->ev_host = now_s() - c->prof_t; /* issuing the pass, before waiting for it */
+            prof_events_charge(be);
+        }
+    } else {
+        op_enter(be, "(profile)"); /* charges the last op */
+    }
     prof_entry t[PROF_MAX];
     int n = 0;
     double total = 0;
@@ -1846,6 +1920,9 @@ size_t di_backend_cuda_profile(di_backend *be, char *buf, size_t cap) {
         PUT("%-22s %10.3f %8ld %10.2f %6.1f\n", t[i].op, 1e3 * t[i].s, t[i].calls,
             1e6 * t[i].s / (double)t[i].calls, total > 0 ? 100 * t[i].s / total : 0);
     PUT("%-22s %10.3f\n", "total", 1e3 * total);
+    if (c->prof == 2)
+        PUT("events: %d op entries; device time from the first to the last %.3f ms, host time to issue them %.3f ms\n", c->ev_n,
+            1e3 * c->ev_dev, 1e3 * c->ev_host);
     PUT("buffers: %ld cudaMalloc, pool %s, %.1f MiB held; copies: %ld in %ld launches; weights %.1f MiB\n",
         c->n_malloc, c->use_pool ? "on" : "off", (double)c->pool_bytes / 1048576.0, c->n_copies,
         c->n_copy_batches, (double)c->wbytes / 1048576.0);
@@ -1855,7 +1932,24 @@ size_t di_backend_cuda_profile(di_backend *be, char *buf, size_t cap) {
 
 void di_backend_cuda_profile_start(di_backend *be, int on) {
     cuda_impl *c = IM(be);
-    c->prof = on != 0;
+    c->prof = on ? 1 : 0;
+    if (on && c->prof_events) {
+        di_err err = {0};
+        if (!c->tl && !di_cuda_timeline_create(&c->tl, PROF_EVENTS, &err)) {
+            c->tl_op = calloc(PROF_EVENTS, sizeof *c->tl_op);
+            if (!c->tl_op) {
+                di_cuda_timeline_free(c->tl);
+                c->tl = NULL;
+            }
+        }
+        if (c->tl) {
+            c->prof = 2;
+            di_cuda_timeline_reset(c->tl);
+            memset(c->tl_op, 0, PROF_EVENTS * sizeof *c->tl_op);
+            c->ev_dev = c->ev_host = 0;
+            c->ev_n = 0;
+        }
+    }
     c->prof_n = 0;
     c->prof_op = NULL;
     c->n_malloc = c->n_copies = c->n_copy_batches = 0;

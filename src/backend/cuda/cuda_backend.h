@@ -140,6 +140,28 @@ size_t di_backend_cuda_weights_bytes(const di_backend *be);
  * since the start, like snprintf (returns the length it needed). */
 size_t di_backend_cuda_profile(di_backend *be, char *buf, size_t cap);
 void di_backend_cuda_profile_start(di_backend *be, int on);
+/* With DI_CUDA_PROFILE=events in the environment, di_backend_cuda_profile_start
+ * switches on the event form instead: every op records a CUDA event on
+ * entry without waiting (the stream runs as it would unprofiled), and the
+ * device time between one op's event and the next is charged to the first
+ * (launch gaps included), read back by di_backend_cuda_profile. */
+
+/* ------------------------------------------------------------ measuring aids */
+
+/* cudaProfilerStart / Stop: the range a profiler started with its capture
+ * off records (one step of a benchmark). */
+void di_cuda_profiler_range(int on);
+/* Launches an empty kernel of `tag` blocks: a mark in a per-kernel profile. */
+void di_cuda_mark(int tag);
+/* Up to `cap` CUDA events recorded in stream order without waiting: mark
+ * returns the event's index (-1 when full or on failure); read waits for
+ * the last one and fills ms[i] = time from event i to event i + 1. */
+typedef struct di_cuda_timeline di_cuda_timeline;
+di_status di_cuda_timeline_create(di_cuda_timeline **out, int cap, di_err *err);
+void di_cuda_timeline_reset(di_cuda_timeline *t);
+int di_cuda_timeline_mark(di_cuda_timeline *t);
+di_status di_cuda_timeline_read(di_cuda_timeline *t, float *ms, di_err *err);
+void di_cuda_timeline_free(di_cuda_timeline *t);
 
 #ifdef __cplusplus
 }

@@ -41,12 +41,28 @@ __device__ __forceinline__ uint16_t f32_to_bf16_bits(float f) {
     return (uint16_t)(u >> 16);
 }
 
+/* Output modes of the product kernels (their out_bf16 argument): 0 f32,
+ * 1 bf16, OUT_F32_BF16 f32 holding the bf16-rounded value (the backend's
+ * matmul with DI_MM_OUT_BF16 on a decode product: the rounding pass that
+ * followed it as a kernel of its own, done in the store). */
+enum { OUT_F32_BF16 = 2 };
+
+/* One output in mode `mode` at out[o]. */
+__device__ __forceinline__ void store_out1(void *out, int mode, int64_t o, float v) {
+    if (mode == 1) ((uint16_t *)out)[o] = f32_to_bf16_bits(v);
+    else ((float *)out)[o] = mode == OUT_F32_BF16 ? __uint_as_float((uint32_t)f32_to_bf16_bits(v) << 16) : v;
+}
+
 /* Stores a pair of adjacent outputs (col, col+1) of row `row`, either of
  * which may lie past n. */
 __device__ __forceinline__ void store_out2(void *out, int out_bf16, int64_t n, int64_t row,
                                            int64_t col, float v0, float v1) {
     int64_t idx = row * n + col;
-    if (out_bf16) {
+    if (out_bf16 == OUT_F32_BF16) {
+        v0 = __uint_as_float((uint32_t)f32_to_bf16_bits(v0) << 16);
+        v1 = __uint_as_float((uint32_t)f32_to_bf16_bits(v1) << 16);
+    }
+    if (out_bf16 == 1) {
         uint16_t *o = (uint16_t *)out;
         if (col < n) o[idx] = f32_to_bf16_bits(v0);
         if (col + 1 < n) o[idx + 1] = f32_to_bf16_bits(v1);

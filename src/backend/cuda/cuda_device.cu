@@ -1,5 +1,7 @@
 /* CUDA devices and device buffers (the plain C interface of cuda_backend.h). */
+#include <cuda_profiler_api.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "backend/cuda/cuda_common.cuh"
 
@@ -93,4 +95,78 @@ extern "C" di_status di_cuda_download(void *host_dst, const void *dev_src, size_
 
 extern "C" di_status di_cuda_fill(void *dev_ptr, int byte, size_t bytes, di_err *err) {
     return cuda_check(cudaMemset(dev_ptr, byte, bytes), err, "cudaMemset");
+}
+
+/* ------------------------------------------------------------ measuring aids */
+
+extern "C" void di_cuda_profiler_range(int on) {
+    if (on) cudaProfilerStart();
+    else cudaProfilerStop();
+    (void)cudaGetLastError();
+}
+
+/* An empty kernel whose grid size is the tag: in a per-kernel profile it
+ * marks where a part of a pass begins (the grid size column gives the tag). */
+__global__ void k_mark(int tag) {
+    if (tag < 0 && threadIdx.x == 0) asm volatile("trap;");
+}
+
+extern "C" void di_cuda_mark(int tag) {
+    k_mark<<<tag > 0 ? tag : 1, 32>>>(tag);
+    (void)cudaGetLastError();
+}
+
+/* Events recorded in stream order without waiting; read back at the end
+ * of a pass. Lazily created, kept for the timeline's lifetime. */
+struct di_cuda_timeline {
+    cudaEvent_t *ev;
+    int cap, n, made;
+};
+
+extern "C" di_status di_cuda_timeline_create(di_cuda_timeline **out, int cap, di_err *err) {
+    *out = NULL;
+    di_cuda_timeline *t = (di_cuda_timeline *)calloc(1, sizeof *t);
+    cudaEvent_t *ev = (cudaEvent_t *)calloc((size_t)cap, sizeof *ev);
+    if (!t || !ev) {
+        free(t);
+        free(ev);
+        return di_err_set(err, DI_ERR_NOMEM, "event timeline of %d events: out of memory", cap);
+    }
+    t->ev = ev;
+    t->cap = cap;
+    *out = t;
+    return DI_OK;
+}
+
+extern "C" void di_cuda_timeline_reset(di_cuda_timeline *t) { t->n = 0; }
+
+extern "C" int di_cuda_timeline_mark(di_cuda_timeline *t) {
+    if (t->n >= t->cap) return -1;
+    if (t->n == t->made) {
+        if (cudaEventCreate(&t->ev[t->n]) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return -1;
+        }
+        t->made++;
+    }
+    if (cudaEventRecord(t->ev[t->n], 0) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return t->n++;
+}
+
+extern "C" di_status di_cuda_timeline_read(di_cuda_timeline *t, float *ms, di_err *err) {
+    if (t->n == 0) return DI_OK;
+    di_status st = cuda_check(cudaEventSynchronize(t->ev[t->n - 1]), err, "cudaEventSynchronize");
+    for (int i = 0; !st && i + 1 < t->n; i++)
+        st = cuda_check(cudaEventElapsedTime(&ms[i], t->ev[i], t->ev[i + 1]), err, "cudaEventElapsedTime");
+    return st;
+}
+
+extern "C" void di_cuda_timeline_free(di_cuda_timeline *t) {
+    if (!t) return;
+    for (int i = 0; i < t->made; i++) cudaEventDestroy(t->ev[i]);
+    free(t->ev);
+    free(t);
 }

@@ -6,6 +6,8 @@
  * token slices. */
 #include "backend/cuda/cuda_common.cuh"
 
+#include "backend/backend.h"
+
 static di_status check_args(const char *op, const uint8_t *qa, const float *sa, int64_t m,
                             int64_t k, const uint8_t *w, const uint8_t *ws, int64_t n,
                             const void *out, di_dtype out_dtype, di_err *err) {
@@ -36,6 +38,25 @@ extern "C" di_status di_cuda_gemm_fp8(const uint8_t *qa, const float *sa, int64_
     if (path == DI_CUDA_GEMM_TILED || (path == DI_CUDA_GEMM_AUTO && m > 16 && tiled_ok))
         return cuda_launch_gemm_fp8_tiled(qa, sa, m, k, w, w_scale, n, out, bf16, s, err);
     return cuda_launch_matvec_fp8(qa, sa, m, k, w, w_scale, n, out, bf16, s, err);
+}
+
+extern "C" di_status cuda_op_gemm_q_rounded(int fmt, const uint8_t *qa, const float *sa, int64_t m,
+                                           int64_t k, const uint8_t *w, const uint8_t *ws, int64_t n,
+                                           float *y, int *done, di_err *err) {
+    *done = 0;
+    const bool fp8 = fmt == DI_WFMT_FP8;
+    di_status st = check_args(fp8 ? "gemm_fp8" : "gemm_mxfp4", qa, sa, m, k, w, ws, n, y, DI_DTYPE_F32, err);
+    if (st || k == 0 || (!fp8 && k % 2)) return st; /* the plain entry points handle these */
+    if (m == 0 || n == 0) {
+        *done = 1;
+        return DI_OK;
+    }
+    bool tiled_ok = k % 128 == 0 && (uintptr_t)qa % 16 == 0 && (uintptr_t)w % 16 == 0 &&
+                    (uintptr_t)sa % 16 == 0 && (uintptr_t)ws % 4 == 0;
+    if (fp8 && m > 16 && tiled_ok) return DI_OK;
+    *done = 1;
+    return fp8 ? cuda_launch_matvec_fp8(qa, sa, m, k, w, ws, n, y, OUT_F32_BF16, 0, err)
+               : cuda_launch_matvec_mxfp4(qa, sa, m, k, w, ws, n, y, OUT_F32_BF16, 0, err);
 }
 
 extern "C" di_status di_cuda_gemm_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,

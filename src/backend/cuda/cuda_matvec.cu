@@ -379,8 +379,7 @@ __global__ void __launch_bounds__(MV_THREADS, 3) /* three rings per SM */
                 const int64_t slot = t0 + (i & 1), row = ra + (i >> 1) * 8;
                 if (tm.valid(slot) && row < n) {
                     const int64_t o = tm.orow(slot) * n + row;
-                    if (out_bf16) ((uint16_t *)out)[o] = f32_to_bf16_bits(v[i]);
-                    else ((float *)out)[o] = v[i];
+                    store_out1(out, out_bf16, o, v[i]);
                 }
             }
         } else {
@@ -717,8 +716,7 @@ __global__ void __launch_bounds__(128)
         const int64_t row = n0 + 16 * warp + g + ((i >> 1) & 1) * 8;
         const int64_t tok = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
         if (row < n && tok < m) {
-            if (out_bf16) ((uint16_t *)out)[tok * n + row] = f32_to_bf16_bits(acc[i]);
-            else ((float *)out)[tok * n + row] = acc[i];
+            store_out1(out, out_bf16, tok * n + row, acc[i]);
         }
     }
 }
@@ -1083,8 +1081,7 @@ __global__ void __launch_bounds__(128)
         const int64_t row = n0 + ra + ((i >> 1) & 1) * 8, slot = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
         if (row < n && tm.valid(slot)) {
             const int64_t o = tm.orow(slot) * n + row;
-            if (out_bf16) ((uint16_t *)out)[o] = f32_to_bf16_bits(tot[i]);
-            else ((float *)out)[o] = tot[i];
+            store_out1(out, out_bf16, o, tot[i]);
         }
     }
 }

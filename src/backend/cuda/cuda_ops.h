@@ -61,6 +61,14 @@ di_status cuda_op_qdq_fp8(float *x, int64_t n, di_err *err);
 di_status cuda_op_qdq_fp4(float *x, int64_t n, int e4m3, di_err *err);
 /* x = bf16(x·c) (c = 1 rounds only) */
 di_status cuda_op_scale_bf16(float *x, int64_t n, float c, di_err *err);
+/* The quantized-activation product y = qa·W^T (W FP8 if fmt is
+ * DI_WFMT_FP8, else MXFP4) with y stored as f32 holding the bf16-rounded
+ * value, the store doing what cuda_op_scale_bf16(y, m·n, 1) would after
+ * it, when the decode kernels run it (*done = 1); *done = 0 and nothing
+ * launched when the shape takes the prefill tiles (the caller rounds). */
+di_status cuda_op_gemm_q_rounded(int fmt, const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                                 const uint8_t *w, const uint8_t *ws, int64_t n, float *y, int *done,
+                                 di_err *err);
 /* out [m, n] = table row ids[i] ([V, n], F32 or BF16) */
 di_status cuda_op_embed(const void *table, int t_bf16, int64_t n, const int32_t *ids, int64_t m,
                         float *out, di_err *err);

@@ -20,10 +20,47 @@ __global__ void k_rmsnorm(const float *x, const void *w, int w_bf16, int64_t n, 
         yi[k] = round_bf16(MUL(vec_at(w, w_bf16, k), MUL(xi[k], r)));
 }
 
+/* The same arithmetic for rows of at most R·256 values, each thread's
+ * values and weights loaded into registers at once: the loop above waits
+ * for one load per step (20 round trips at dim 5120, 14 µs of a one-block
+ * kernel; b1 run 1 in docs/gpu-notes.md). Each thread still adds its
+ * squares in increasing k, so the bits are the loop's. */
+enum { RMS_THREADS = 256 };
+
+template <int R>
+__global__ void __launch_bounds__(RMS_THREADS)
+    k_rmsnorm_reg(const float *x, const void *w, int w_bf16, int64_t n, float eps, float *y) {
+    __shared__ float red[32];
+    const float *xi = x + (int64_t)blockIdx.x * n;
+    float v[R], wv[R];
+#pragma unroll
+    for (int u = 0; u < R; u++) {
+        int64_t k = threadIdx.x + (int64_t)u * RMS_THREADS;
+        v[u] = k < n ? xi[k] : 0.f;
+        wv[u] = k < n ? vec_at(w, w_bf16, k) : 0.f;
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int u = 0; u < R; u++)
+        if (threadIdx.x + (int64_t)u * RMS_THREADS < n) ss = ADD(ss, MUL(v[u], v[u]));
+    ss = block_sum(ss, red);
+    float r = 1.0f / sqrtf(ADD(ss / (float)n, eps));
+    float *yi = y + (int64_t)blockIdx.x * n;
+#pragma unroll
+    for (int u = 0; u < R; u++) {
+        int64_t k = threadIdx.x + (int64_t)u * RMS_THREADS;
+        if (k < n) yi[k] = round_bf16(MUL(wv[u], MUL(v[u], r)));
+    }
+}
+
 extern "C" di_status cuda_op_rmsnorm(const float *x, const void *w, int w_bf16, int64_t m,
                                      int64_t n, float eps, float *y, di_err *err) {
     if (m <= 0) return DI_OK;
-    k_rmsnorm<<<(unsigned)m, 256>>>(x, w, w_bf16, n, eps, y);
+    const int64_t per = (n + RMS_THREADS - 1) / RMS_THREADS;
+    if (per <= 4) k_rmsnorm_reg<4><<<(unsigned)m, RMS_THREADS>>>(x, w, w_bf16, n, eps, y);
+    else if (per <= 8) k_rmsnorm_reg<8><<<(unsigned)m, RMS_THREADS>>>(x, w, w_bf16, n, eps, y);
+    else if (per <= 24) k_rmsnorm_reg<24><<<(unsigned)m, RMS_THREADS>>>(x, w, w_bf16, n, eps, y);
+    else k_rmsnorm<<<(unsigned)m, RMS_THREADS>>>(x, w, w_bf16, n, eps, y);
     return cuda_check_launch(err, "rmsnorm");
 }
 
@@ -72,13 +109,20 @@ extern "C" di_status cuda_op_qdq_fp8(float *x, int64_t n, di_err *err) {
     return cuda_check_launch(err, "qdq_fp8");
 }
 
-__global__ void k_qdq_fp4(float *x, int64_t nblk, int bl, int e4m3) {
+/* The block's values are read into registers once, all loads in flight
+ * together (read through the pointer twice they waited one round trip per
+ * few values: 12.5 µs for 128 blocks, b1 run 1); the same operations. */
+template <int BL>
+__global__ void k_qdq_fp4(float *x, int64_t nblk, int e4m3) {
     GRID_STRIDE(b, nblk) {
-        float *v = x + b * bl;
+        float *v = x + b * BL, r[BL];
+#pragma unroll
+        for (int i = 0; i < BL; i++) r[i] = v[i];
         uint32_t code;
-        float s = fp4_block_scale(v, bl, e4m3, &code);
-        for (int i = 0; i < bl; i++) {
-            float q = fminf(fmaxf(v[i] / s, -6.f), 6.f);
+        float s = fp4_block_scale(r, BL, e4m3, &code);
+#pragma unroll
+        for (int i = 0; i < BL; i++) {
+            float q = fminf(fmaxf(r[i] / s, -6.f), 6.f);
             v[i] = round_bf16(MUL(e2m1_val(e2m1_code(q)), s));
         }
     }
@@ -87,32 +131,39 @@ __global__ void k_qdq_fp4(float *x, int64_t nblk, int bl, int e4m3) {
 extern "C" di_status cuda_op_qdq_fp4(float *x, int64_t n, int e4m3, di_err *err) {
     int bl = e4m3 ? 16 : 32;
     if (n / bl <= 0) return DI_OK;
-    k_qdq_fp4<<<grid_for(n / bl), 256>>>(x, n / bl, bl, e4m3);
+    if (e4m3) k_qdq_fp4<16><<<grid_for(n / bl), 256>>>(x, n / bl, 1);
+    else k_qdq_fp4<32><<<grid_for(n / bl), 256>>>(x, n / bl, 0);
     return cuda_check_launch(err, "qdq_fp4");
 }
 
 /* One thread per scale block of one row: the block's codes and its scale
  * byte in the packed layout of backend/kvstore.h (codes of the row, then
  * its scale bytes). fmt: 0 FP8/32, 1 FP4/16 with E4M3, 2 FP4/32 with E8M0. */
-__global__ void k_kv_pack(int fmt, const float *x, int64_t m, int64_t n, uint8_t *out) {
-    int bl = fmt == 1 ? 16 : 32;
-    int64_t nbr = n / bl, rb = (fmt == 0 ? n : n / 2) + nbr;
+template <int FMT>
+__global__ void k_kv_pack(const float *x, int64_t m, int64_t n, uint8_t *out) {
+    constexpr int BL = FMT == 1 ? 16 : 32;
+    int64_t nbr = n / BL, rb = (FMT == 0 ? n : n / 2) + nbr;
     GRID_STRIDE(t, m * nbr) {
         int64_t i = t / nbr, b = t % nbr;
-        const float *v = x + i * n + b * bl;
+        const float *v = x + i * n + b * BL;
+        float r[BL]; /* all loads in flight together, as in k_qdq_fp4 */
+#pragma unroll
+        for (int k = 0; k < BL; k++) r[k] = v[k];
         uint8_t *row = out + i * rb;
-        if (fmt == 0) {
-            float s = fp8_block_scale(v);
+        if (FMT == 0) {
+            float s = fp8_block_scale(r);
+#pragma unroll
             for (int k = 0; k < 32; k++)
-                row[b * 32 + k] = (uint8_t)e4m3_code(fminf(fmaxf(v[k] / s, -448.f), 448.f));
+                row[b * 32 + k] = (uint8_t)e4m3_code(fminf(fmaxf(r[k] / s, -448.f), 448.f));
             row[n + b] = (uint8_t)(__float_as_uint(s) >> 23);
         } else {
             uint32_t code;
-            float s = fp4_block_scale(v, bl, fmt == 1, &code);
-            for (int k = 0; k < bl; k += 2) {
-                uint32_t lo = e2m1_code(fminf(fmaxf(v[k] / s, -6.f), 6.f));
-                uint32_t hi = e2m1_code(fminf(fmaxf(v[k + 1] / s, -6.f), 6.f));
-                row[(b * bl + k) / 2] = (uint8_t)((lo & 15u) | (hi << 4));
+            float s = fp4_block_scale(r, BL, FMT == 1, &code);
+#pragma unroll
+            for (int k = 0; k < BL; k += 2) {
+                uint32_t lo = e2m1_code(fminf(fmaxf(r[k] / s, -6.f), 6.f));
+                uint32_t hi = e2m1_code(fminf(fmaxf(r[k + 1] / s, -6.f), 6.f));
+                row[(b * BL + k) / 2] = (uint8_t)((lo & 15u) | (hi << 4));
             }
             row[n / 2 + b] = (uint8_t)code;
         }
@@ -123,7 +174,11 @@ extern "C" di_status cuda_op_kv_pack(int fmt, const float *x, int64_t m, int64_t
                                      di_err *err) {
     int64_t nb = m * (n / (fmt == 1 ? 16 : 32));
     if (nb <= 0) return DI_OK;
-    k_kv_pack<<<grid_for(nb), 256>>>(fmt, x, m, n, out);
+    switch (fmt) {
+    case 0: k_kv_pack<0><<<grid_for(nb), 256>>>(x, m, n, out); break;
+    case 1: k_kv_pack<1><<<grid_for(nb), 256>>>(x, m, n, out); break;
+    default: k_kv_pack<2><<<grid_for(nb), 256>>>(x, m, n, out); break;
+    }
     return cuda_check_launch(err, "kv_pack");
 }
 

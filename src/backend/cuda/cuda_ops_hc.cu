@@ -73,13 +73,10 @@ __global__ void k_hc_mix(const float *s, int hc, int64_t d, const float *fn, con
     hc_mix_finish(mix, hc, base, scale, eps, iters, pre + i * hc, post + i * hc, comb + i * hc * hc);
 }
 
-/* The same coefficients computed by lanes 0 .. hc-1 of one warp, c in
- * shared memory: lane a owns row a for pre / post, the softmax and the row
- * sums, lane b column b for the column sums. Every element sees the serial
- * version's operations in its order, so the bits are hc_mix_finish's; the
- * serial one spent ~hc times as long in dependent divisions. */
-__device__ void hc_mix_finish_lanes(const float *mix, int hc, const float *base, const float *scale,
-                                    float eps, int iters, float *pr, float *po, float *c, float *comb) {
+/* The gates and the row softmax that starts the Sinkhorn (lanes < hc, one
+ * row each), into pr, po and c [hc, hc]. */
+__device__ __forceinline__ void hc_mix_start_lanes(const float *mix, int hc, const float *base, const float *scale,
+                                                   float eps, float *pr, float *po, float *c) {
     int a = threadIdx.x & 31;
     if (a < hc) {
         pr[a] = ADD(sigmoid_f(ADD(MUL(mix[a], scale[0]), base[a])), eps);
@@ -96,6 +93,17 @@ __device__ void hc_mix_finish_lanes(const float *mix, int hc, const float *base,
         for (int b = 0; b < hc; b++) r[b] = ADD(r[b] / sum, eps);
     }
     __syncwarp();
+}
+
+/* The same coefficients computed by lanes 0 .. hc-1 of one warp, c in
+ * shared memory: lane a owns row a for pre / post, the softmax and the row
+ * sums, lane b column b for the column sums. Every element sees the serial
+ * version's operations in its order, so the bits are hc_mix_finish's; the
+ * serial one spent ~hc times as long in dependent divisions. */
+__device__ void hc_mix_finish_lanes(const float *mix, int hc, const float *base, const float *scale,
+                                    float eps, int iters, float *pr, float *po, float *c, float *comb) {
+    int a = threadIdx.x & 31;
+    hc_mix_start_lanes(mix, hc, base, scale, eps, pr, po, c);
     for (int it = 0; it < iters; it++) {
         if (it > 0) {
             if (a < hc) {
@@ -113,6 +121,36 @@ __device__ void hc_mix_finish_lanes(const float *mix, int hc, const float *base,
         __syncwarp();
     }
     for (int e = a; e < hc * hc; e += 32) comb[e] = c[e];
+}
+
+/* hc_mix_finish_lanes for hc·hc <= 32 with the Sinkhorn iterations in
+ * registers: lane l holds c[l / hc][l % hc] and reads its row's or
+ * column's hc values by shuffles, adding them in the same order from the
+ * same +0 and dividing as the shared-memory form does, so the bits are
+ * that form's. There each iteration was two rounds of shared loads and
+ * four serial divisions on hc lanes behind warp barriers (~12 µs a call
+ * with the reduce, b1 runs 1–2 in docs/gpu-notes.md). */
+template <int HC>
+__device__ void hc_mix_finish_reg(const float *mix, const float *base, const float *scale, float eps,
+                                  int iters, float *pr, float *po, float *c, float *comb) {
+    static_assert(HC * HC <= 32, "one lane per mixing entry");
+    const int a = threadIdx.x & 31;
+    hc_mix_start_lanes(mix, HC, base, scale, eps, pr, po, c);
+    const int ra = a / HC, cb = a % HC; /* lanes past hc·hc shadow real ones */
+    float v = c[a < HC * HC ? a : 0];
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            float sum = 0.f;
+#pragma unroll
+            for (int b = 0; b < HC; b++) sum = ADD(sum, __shfl_sync(0xffffffffu, v, (ra * HC + b) & 31));
+            v /= ADD(sum, eps);
+        }
+        float sum = 0.f;
+#pragma unroll
+        for (int r = 0; r < HC; r++) sum = ADD(sum, __shfl_sync(0xffffffffu, v, r * HC + cb));
+        v /= ADD(sum, eps);
+    }
+    if (a < HC * HC) comb[a] = v;
 }
 
 /* The (2 + HC)·HC projections u·fn_o and the sum of squares u·u over
@@ -222,19 +260,29 @@ __global__ void __launch_bounds__(HC_SP_THREADS)
     if (threadIdx.x <= NM) hc_sp_part[(i * nb + b) * (NM + 1) + threadIdx.x] = t;
 }
 
+/* The row's nb·(NM + 1) partial sums are staged into shared memory by
+ * the whole block at once (one warp reading them 8 at a time waited ~10
+ * round trips, most of the kernel's 12 µs; b1 run 1), then one warp adds
+ * them in block order and finishes. */
+enum { HC_RD_THREADS = 256 };
+
 template <int HC>
-__global__ void __launch_bounds__(32)
+__global__ void __launch_bounds__(HC_RD_THREADS)
     k_hc_mix_reduce(int nb, int64_t d, const float *base, const float *scale, float norm_eps, float eps,
                     int iters, float *pre, float *post, float *comb) {
     constexpr int NM = (2 + HC) * HC;
+    __shared__ float stage[HC_SP_MAX_BLOCKS * (NM + 1)];
     __shared__ float tot[NM + 1];
     __shared__ float cm[HC * HC];
     const int64_t i = blockIdx.x, n = (int64_t)HC * d;
+    const float *src = hc_sp_part + i * nb * (NM + 1);
+    for (int e = threadIdx.x; e < nb * (NM + 1); e += HC_RD_THREADS) stage[e] = src[e];
+    __syncthreads();
+    if (threadIdx.x >= 32) return;
     const int lane = threadIdx.x;
     for (int o = lane; o <= NM; o += 32) {
-        const float *p = hc_sp_part + i * nb * (NM + 1) + o;
+        const float *p = stage + o;
         float t = 0.f;
-#pragma unroll 8
         for (int b = 0; b < nb; b++) t = ADD(t, p[b * (NM + 1)]);
         tot[o] = t;
     }
@@ -243,7 +291,7 @@ __global__ void __launch_bounds__(32)
     __syncwarp();
     if (lane < NM) tot[lane] = MUL(tot[lane], r);
     __syncwarp();
-    hc_mix_finish_lanes(tot, HC, base, scale, eps, iters, pre + i * HC, post + i * HC, cm, comb + i * HC * HC);
+    hc_mix_finish_reg<HC>(tot, base, scale, eps, iters, pre + i * HC, post + i * HC, cm, comb + i * HC * HC);
 }
 
 extern "C" di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d, const float *fn,
@@ -260,7 +308,7 @@ extern "C" di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d
         k_hc_mix_part<4><<<dim3(nb, (unsigned)m), HC_SP_THREADS>>>(s, d, fn, chunk);
         di_status st = cuda_check_launch(err, "hc_mix (split product)");
         if (st) return st;
-        k_hc_mix_reduce<4><<<(unsigned)m, 32>>>((int)nb, d, base, scale, norm_eps, hc_eps, iters, pre, post,
+        k_hc_mix_reduce<4><<<(unsigned)m, HC_RD_THREADS>>>((int)nb, d, base, scale, norm_eps, hc_eps, iters, pre, post,
                                                  comb);
     } else if (hc == 4 && m <= 65535)
         k_hc_mix_cluster<4><<<dim3(HC_CL, (unsigned)m), HC_CL_THREADS>>>(s, d, fn, base, scale, norm_eps,

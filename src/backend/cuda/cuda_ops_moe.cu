@@ -25,7 +25,7 @@ extern "C" di_status cuda_op_route_score(const float *x, int64_t n, float *y, vo
 
 /* ------------------------------------------------------------ routing */
 
-enum { ROUTE_WARPS = 4, ROUTE_KMAX = 64 };
+enum { ROUTE_WARPS = 4, ROUTE_KMAX = 64, ROUTE_LOADS = 16 };
 
 /* One warp per row. Shared per warp: scores and biased scores [e], the
  * taken flags [e], the picks [k]. Every lane folds its candidates j ≡ lane
@@ -44,11 +44,26 @@ __global__ void k_moe_route(const float *logits, const float *bias, int64_t m, i
     int32_t *pick = (int32_t *)(v + ROUTE_KMAX);
     if (row >= m) return; /* whole warps: no block barrier below */
     const float *lg = logits + row * e;
-    for (int j = lane; j < e; j += 32) {
-        float s = di_route_score(lg[j]);
-        sc[j] = s;
-        bs[j] = __fadd_rn(s, bias[j]);
-        taken[j] = 0;
+    /* ROUTE_LOADS logits and biases a lane loaded at once, then scored: one
+     * load after the other cost a round trip each (19 µs at 384 experts,
+     * b1 run 1 in docs/gpu-notes.md) */
+    for (int j0 = lane; j0 < e; j0 += 32 * ROUTE_LOADS) {
+        float lv[ROUTE_LOADS], bv[ROUTE_LOADS];
+#pragma unroll
+        for (int u = 0; u < ROUTE_LOADS; u++) {
+            const int j = j0 + 32 * u;
+            lv[u] = j < e ? lg[j] : 0.f;
+            bv[u] = j < e ? bias[j] : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < ROUTE_LOADS; u++) {
+            const int j = j0 + 32 * u;
+            if (j >= e) break;
+            float s = di_route_score(lv[u]);
+            sc[j] = s;
+            bs[j] = __fadd_rn(s, bv[u]);
+            taken[j] = 0;
+        }
     }
     __syncwarp();
     for (int r = 0; r < k; r++) {
@@ -177,21 +192,58 @@ __global__ void __launch_bounds__(PLAN_THREADS)
         }
         __syncthreads();
     }
-    if (t == 0) {
-        int32_t acc = 0, z = 0;
-        for (int e = 0; e < E; e++) {
-            start[e] = acc;
-            if (cnt[e]) {
-                ids[z] = e;
-                off[z++] = acc;
+    /* the experts' first pairs and group slots: exclusive scans of the
+     * counts and of the non-empty flags over e = t (E <= blockDim); one
+     * thread walking the 384 experts took ~7 µs (b1 run 1) */
+    {
+        __shared__ int32_t wc[PLAN_THREADS / 32], wz[PLAN_THREADS / 32];
+        const int lane = t & 31, wid = t >> 5;
+        const int32_t c = t < E ? cnt[t] : 0, nz = c != 0;
+        int32_t ic = c, iz = nz; /* inclusive scans within the warp */
+        for (int o = 1; o < 32; o <<= 1) {
+            const int32_t a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, iz, o);
+            if (lane >= o) {
+                ic += a;
+                iz += b;
             }
-            acc += cnt[e];
         }
-        for (; z < G; z++) {
-            ids[z] = 0;
-            off[z] = acc;
+        if (lane == 31) {
+            wc[wid] = ic;
+            wz[wid] = iz;
         }
-        off[G] = acc;
+        __syncthreads();
+        if (wid == 0) { /* the warps' totals, scanned in place (exclusive) */
+            int32_t vc = lane < PLAN_THREADS / 32 ? wc[lane] : 0, vz = lane < PLAN_THREADS / 32 ? wz[lane] : 0;
+            int32_t sc = vc, sz = vz;
+            for (int o = 1; o < 32; o <<= 1) {
+                const int32_t a = __shfl_up_sync(0xffffffffu, sc, o), b = __shfl_up_sync(0xffffffffu, sz, o);
+                if (lane >= o) {
+                    sc += a;
+                    sz += b;
+                }
+            }
+            if (lane < PLAN_THREADS / 32) {
+                wc[lane] = sc - vc;
+                wz[lane] = sz - vz;
+            }
+        }
+        __syncthreads();
+        const int32_t acc = wc[wid] + ic - c, z = wz[wid] + iz - nz;
+        if (t < E) {
+            start[t] = acc;
+            if (c) {
+                ids[z] = t;
+                off[z] = acc;
+            }
+        }
+        if (t == blockDim.x - 1) { /* the last thread's inclusive sums are the totals */
+            const int32_t total = acc + c, used = z + nz;
+            for (int32_t q = used; q < G; q++) {
+                ids[q] = 0;
+                off[q] = total;
+            }
+            off[G] = total;
+        }
     }
     for (int64_t p = t; p < P; p += blockDim.x) {
         slot[p] = -1;
@@ -240,20 +292,28 @@ __global__ void k_moe_swiglu(float *g, const float *u, const float *pw, const in
 
 enum { COMBINE_THREADS = 256 };
 
-/* One block per row: its pairs ordered by expert id (insertion sort, ties
- * in routing order, as the loop visits them), then every column summed
- * from +0 in that order — the loop's scatter-adds, one rounding each. */
+/* Blocks (row, COMBINE_THREADS columns): the row's pairs ordered by expert
+ * id (insertion sort, ties in routing order, as the loop visits them), then
+ * every column summed from +0 in that order — the loop's scatter-adds, one
+ * rounding each. The routing entries are loaded by k threads at once and
+ * each thread owns one column of the block: one block per row walking 20
+ * columns a thread after 2k serial loads took 20 µs at b1 (b1 run 1). */
 __global__ void k_moe_combine(const float *y, const int32_t *idx, const int32_t *slot, int k,
                               int64_t D, int out_bf16, float *out) {
-    __shared__ int32_t se[ROUTE_KMAX], sp[ROUTE_KMAX];
+    __shared__ int32_t se[ROUTE_KMAX], sp[ROUTE_KMAX], rq[ROUTE_KMAX], re[ROUTE_KMAX];
     __shared__ int ns;
     const int64_t i = blockIdx.x;
+    if (threadIdx.x < k) {
+        rq[threadIdx.x] = slot[i * k + threadIdx.x];
+        re[threadIdx.x] = idx[i * k + threadIdx.x];
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {
         int n = 0;
         for (int r = 0; r < k; r++) {
-            const int32_t q = slot[i * k + r];
+            const int32_t q = rq[r];
             if (q < 0) continue;
-            const int32_t e = idx[i * k + r];
+            const int32_t e = re[r];
             int j = n++;
             while (j > 0 && se[j - 1] > e) {
                 se[j] = se[j - 1];
@@ -266,7 +326,7 @@ __global__ void k_moe_combine(const float *y, const int32_t *idx, const int32_t 
         ns = n;
     }
     __syncthreads();
-    for (int64_t c = threadIdx.x; c < D; c += blockDim.x) {
+    for (int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; c < D; c += (int64_t)gridDim.y * blockDim.x) {
         float acc = 0.0f;
         for (int j = 0; j < ns; j++) {
             float v = y[(int64_t)sp[j] * D + c];
@@ -315,6 +375,7 @@ extern "C" di_status cuda_op_moe_experts(const cuda_moe_weights *W, const float 
     if ((rc = di_cuda_gemm_mxfp4_grouped(s.qh, s.sh, I, W->w2, W->s2, D, s.ids, s.off,
                                          (int32_t)G, s.iota, (int32_t)m, s.y, F32, stream, err)))
         return di_err_prefix(err, "moe_experts w2: ");
-    k_moe_combine<<<(unsigned)m, COMBINE_THREADS, 0, st>>>(s.y, idx, s.slot, k, D, out_bf16, out);
+    const int64_t cb = (D + COMBINE_THREADS - 1) / COMBINE_THREADS;
+    k_moe_combine<<<dim3((unsigned)m, (unsigned)(cb < 65535 ? cb : 65535)), COMBINE_THREADS, 0, st>>>(s.y, idx, s.slot, k, D, out_bf16, out);
     return cuda_check_launch(err, "moe_experts: combine");
 }

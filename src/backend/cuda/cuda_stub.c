@@ -76,6 +76,24 @@ void di_backend_cuda_profile_start(di_backend *be, int on) {
     (void)be;
     (void)on;
 }
+void di_cuda_profiler_range(int on) { (void)on; }
+void di_cuda_mark(int tag) { (void)tag; }
+di_status di_cuda_timeline_create(di_cuda_timeline **out, int cap, di_err *err) {
+    *out = NULL;
+    (void)cap;
+    return no_cuda(err);
+}
+void di_cuda_timeline_reset(di_cuda_timeline *t) { (void)t; }
+int di_cuda_timeline_mark(di_cuda_timeline *t) {
+    (void)t;
+    return -1;
+}
+di_status di_cuda_timeline_read(di_cuda_timeline *t, float *ms, di_err *err) {
+    (void)t;
+    (void)ms;
+    return no_cuda(err);
+}
+void di_cuda_timeline_free(di_cuda_timeline *t) { (void)t; }
 
 #else
 typedef int di_cuda_stub_unused; /* ISO C wants a non-empty translation unit */
