@@ -135,8 +135,9 @@ void di_cpu_kernels_force_avx512(int mode);
 int di_cpu_kernels_avx512(void);
 /* The decode-row kernel both files share: R weight rows (rows[r]) × mr
  * activation rows (a, stride lda) over all chunks, with the MXFP4 chain
- * factors sv[chunks + 1][R][8]; res[m·8 + r] gets the outputs, ahead (or
- * NULL) is the row group to prefetch. */
+ * factors sv (AVX2 loops: [chunks + 1][R][8], one per lane; AVX-512 loops:
+ * [R/2][chunks + 1][4], one per block of a row pair); res[m·8 + r] gets the
+ * outputs, ahead (or NULL) is the row group to prefetch. */
 typedef void (*di_dec_kernel_fn)(int64_t chunks, int half_last, const uint8_t *const *rows,
                                  const uint8_t *ahead, const float *a, int64_t lda, const float *sv,
                                  float *res);
@@ -146,6 +147,12 @@ typedef void (*di_dec_kernel_fn)(int64_t chunks, int half_last, const uint8_t *c
  * di_dec_lanes_dup() of [M][Kp] into [M][2·Kp] (64-byte aligned). */
 di_dec_kernel_fn di_dec_kernel_mxfp4_avx512(int64_t M, int mr);
 int di_dec_rows_avx512(int64_t M);
+/* The AVX-512 loops' chain factors of R weight rows (scale rows srow[r], KB
+ * E8M0 bytes each) into sv, as kernels_avx2_block.c's dec_scales() defines
+ * them; 0 (the rows then run the scalar code) when an exponent is outside
+ * [lo, hi] or the group's exponents span more than spread. */
+int di_dec_factors_avx512(const uint8_t *const *srow, int R, int64_t KB, int lo, int hi, int spread,
+                          float *sv);
 void di_dec_lanes_dup(const float *ap, int64_t M, int64_t Kp, float *dup);
 #endif
 

@@ -787,7 +787,10 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
                 rows[r] = j->w + n * rb;
                 srow[r] = j->ws + n * KB;
             }
-            if (fp4 && !dec_scales(srow, R, KB, j->lim, sc)) {
+            const int scaled = !fp4 || (j->avx512 ? di_dec_factors_avx512(srow, R, KB, j->lim->lo, j->lim->hi,
+                                                                          j->lim->spread, sc)
+                                                 : dec_scales(srow, R, KB, j->lim, sc));
+            if (!scaled) {
                 di_gemm_block_rows_scalar(1, j->qa, j->sa, M, K, j->w, j->ws, N, g0, g0 + nn, j->out);
                 continue;
             }

@@ -83,11 +83,18 @@ AVX512_INLINE __m512i load_pair(const uint8_t *ra, const uint8_t *rb, int64_t c,
                               _mm256_loadu_si256((const __m256i *)(rb + c * 32)), 1);
 }
 
+/* A row pair's chain factors at one chunk, f[0..3] = (row r: lanes 0-3,
+ * 4-7; row r + 1: lanes 0-3, 4-7), each over its 4 lanes. */
+AVX512_INLINE __m512 pair_factors(const float *f) {
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_loadu_ps(f)));
+}
+
 static float tree1(const float *l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
 
 /* One chunk: R/2 row pairs × mr activation rows (a: stride lda, 16 floats
  * per position); the chains enter the chunk's scale domain first. */
-AVX512_INLINE void dec512_chunk(const int mr, const int R, int64_t c, const int half,
+AVX512_INLINE void dec512_chunk(const int mr, const int R, int64_t chunks, int64_t c, const int half,
                                 const uint8_t *const *rows, const float *a, int64_t lda,
                                 const float *sv, __m512 tf, __m512i tw, __m512 acc[DEC_MB][NPMAX]) {
     const int NP = R / 2;
@@ -98,7 +105,7 @@ AVX512_INLINE void dec512_chunk(const int mr, const int R, int64_t c, const int 
     for (int q = 0; q < NPMAX; q++)
         if (q < NP) {
             x[q] = load_pair(rows[2 * q], rows[2 * q + 1], c, half);
-            const __m512 f = _mm512_loadu_ps(sv + (c * R + 2 * q) * 8);
+            const __m512 f = pair_factors(sv + (q * (chunks + 1) + c) * 4);
 #pragma GCC unroll 4
             for (int m = 0; m < DEC_MB; m++)
                 if (m < mr) acc[m][q] = _mm512_mul_ps(acc[m][q], f);
@@ -166,18 +173,18 @@ AVX512_INLINE void dec512_kernel(const int mr, const int R, int64_t chunks, int 
         for (int64_t c = 0; c < chunks - half_last; c++) {
 #pragma GCC unroll 8
             for (int r = 0; r < R; r += 2) _mm_prefetch((const char *)ahead + (c * R + r) * 32, _MM_HINT_T1);
-            dec512_chunk(mr, R, c, 0, rows, a, lda, sv, tf, tw, acc);
+            dec512_chunk(mr, R, chunks, c, 0, rows, a, lda, sv, tf, tw, acc);
         }
     else
-        for (int64_t c = 0; c < chunks - half_last; c++) dec512_chunk(mr, R, c, 0, rows, a, lda, sv, tf, tw, acc);
-    if (half_last) dec512_chunk(mr, R, chunks - 1, 1, rows, a, lda, sv, tf, tw, acc);
+        for (int64_t c = 0; c < chunks - half_last; c++) dec512_chunk(mr, R, chunks, c, 0, rows, a, lda, sv, tf, tw, acc);
+    if (half_last) dec512_chunk(mr, R, chunks, chunks - 1, 1, rows, a, lda, sv, tf, tw, acc);
 #pragma GCC unroll 4
     for (int m = 0; m < DEC_MB; m++)
 #pragma GCC unroll 8
         for (int q = 0; q < NPMAX; q++)
             if (m < mr && q < R / 2) {
                 float l[16];
-                _mm512_storeu_ps(l, _mm512_mul_ps(acc[m][q], _mm512_loadu_ps(sv + (chunks * R + 2 * q) * 8)));
+                _mm512_storeu_ps(l, _mm512_mul_ps(acc[m][q], pair_factors(sv + (q * (chunks + 1) + chunks) * 4)));
                 res[m * 8 + 2 * q] = tree1(l);
                 res[m * 8 + 2 * q + 1] = tree1(l + 8);
             }
@@ -204,6 +211,77 @@ di_dec_kernel_fn di_dec_kernel_mxfp4_avx512(int64_t M, int mr) {
     if (M == 1 && mr == 1) return dec512_1_8;
     if (M == 2 && mr == 2) return dec512_2_8;
     return 0;
+}
+
+/* ---- the chain factors ----
+ * The factors of kernels_avx2_block.c's dec_scales() (chunk 0: 1; chunk c:
+ * 2^(e(2c-2) - e(2c)) for lanes 0-3, 2^(e(2c-1) - e(2c+1)) for 4-7, the
+ * missing block of a last half chunk repeating its neighbour; after the last
+ * chunk 2^(e - 64) of its blocks), stored per row pair and block, not per
+ * lane: [R/2][chunks + 1][4], a quarter of the stores, which cost that
+ * function 18 % of an M = 1 call. The kernel spreads them with one permute. */
+
+/* 2^d as fp32 bits, |d| <= 126 */
+static inline float pow2f(int d) {
+    union { uint32_t u; float f; } v = {(uint32_t)(d + 127) << 23};
+    return v.f;
+}
+
+/* (prev - cur + 127) << 23 for the 16 blocks 2c .. 2c+15 of a row */
+AVX512_INLINE __m512i ratio_bits(const uint8_t *e, int64_t c) {
+    const __m512i cur = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(e + 2 * c)));
+    const __m512i prev = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(e + 2 * c - 2)));
+    return _mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(prev, cur), _mm512_set1_epi32(127)), 23);
+}
+
+AVX512 int di_dec_factors_avx512(const uint8_t *const *srow, int R, int64_t KB, int lo, int hi, int spread,
+                                 float *sv) {
+    const int64_t chunks = (KB + 1) / 2;
+    /* the group's exponent range first: every factor is then a normal power of two */
+    __m512i vmin = _mm512_set1_epi8((char)0xff), vmax = _mm512_setzero_si512();
+    for (int r = 0; r < R; r++)
+        for (int64_t b = 0; b < KB; b += 64) {
+            const __mmask64 k = KB - b >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (KB - b)) - 1;
+            const __m512i x = _mm512_maskz_loadu_epi8(k, srow[r] + b);
+            vmin = _mm512_mask_min_epu8(vmin, k, vmin, x), vmax = _mm512_max_epu8(vmax, x);
+        }
+    __m256i m = _mm256_min_epu8(_mm512_castsi512_si256(vmin), _mm512_extracti64x4_epi64(vmin, 1));
+    __m256i x = _mm256_max_epu8(_mm512_castsi512_si256(vmax), _mm512_extracti64x4_epi64(vmax, 1));
+    __m128i m1 = _mm_min_epu8(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+    __m128i x1 = _mm_max_epu8(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1));
+    /* all 16 bytes into byte 0 */
+    m1 = _mm_min_epu8(m1, _mm_srli_si128(m1, 8)), x1 = _mm_max_epu8(x1, _mm_srli_si128(x1, 8));
+    m1 = _mm_min_epu8(m1, _mm_srli_si128(m1, 4)), x1 = _mm_max_epu8(x1, _mm_srli_si128(x1, 4));
+    m1 = _mm_min_epu8(m1, _mm_srli_si128(m1, 2)), x1 = _mm_max_epu8(x1, _mm_srli_si128(x1, 2));
+    m1 = _mm_min_epu8(m1, _mm_srli_si128(m1, 1)), x1 = _mm_max_epu8(x1, _mm_srli_si128(x1, 1));
+    const int emin = _mm_cvtsi128_si32(m1) & 0xff, emax = _mm_cvtsi128_si32(x1) & 0xff;
+    if (emin < lo || emax > hi || emax - emin > spread) return 0;
+    /* chunk i of the 8 in two rows' ratio bits: qword i of each */
+    const __m512i lo4 = _mm512_setr_epi64(0, 8, 1, 9, 2, 10, 3, 11), hi4 = _mm512_setr_epi64(4, 12, 5, 13, 6, 14, 7, 15);
+    for (int q = 0; q < R / 2; q++) {
+        const uint8_t *ea = srow[2 * q], *eb = srow[2 * q + 1];
+        float *o = sv + q * (chunks + 1) * 4;
+        o[0] = o[1] = o[2] = o[3] = 1.0f;
+        int64_t c = 1;
+        for (; 2 * c + 16 <= KB; c += 8) {
+            const __m512i fa = ratio_bits(ea, c), fb = ratio_bits(eb, c);
+            _mm512_storeu_si512((void *)(o + c * 4), _mm512_permutex2var_epi64(fa, lo4, fb));
+            _mm512_storeu_si512((void *)(o + c * 4 + 16), _mm512_permutex2var_epi64(fa, hi4, fb));
+        }
+        for (; c < chunks; c++) {
+            const int64_t b1 = 2 * c + 1 < KB ? 2 * c + 1 : 2 * c;
+            o[c * 4 + 0] = pow2f(ea[2 * c - 2] - ea[2 * c]);
+            o[c * 4 + 1] = pow2f(ea[2 * c - 1] - ea[b1]);
+            o[c * 4 + 2] = pow2f(eb[2 * c - 2] - eb[2 * c]);
+            o[c * 4 + 3] = pow2f(eb[2 * c - 1] - eb[b1]);
+        }
+        const int64_t l0 = 2 * (chunks - 1), l1 = l0 + 1 < KB ? l0 + 1 : l0;
+        o[chunks * 4 + 0] = pow2f(ea[l0] - 64);
+        o[chunks * 4 + 1] = pow2f(ea[l1] - 64);
+        o[chunks * 4 + 2] = pow2f(eb[l0] - 64);
+        o[chunks * 4 + 3] = pow2f(eb[l1] - 64);
+    }
+    return 1;
 }
 
 /* Activation lanes [M][Kp] -> [M][2·Kp], each 8 floats twice (both 32-byte
