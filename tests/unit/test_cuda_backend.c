@@ -1444,6 +1444,38 @@ static void test_matmul_decode(void) {
         dev_free(dx); dev_free(dy);
         free(x); free(yc); free(yg); free(wbuf); free(sbuf);
     }
+#if defined(DI_HAVE_CUDA)
+    /* one 16-output tile a warp or two (the choice follows the output
+     * count): the same bits, on the grouped wo_a at m = 1 and a ragged
+     * BF16 shape at m = 5 */
+    {
+        void cuda_matmul_set_tiles(int t); /* cuda_ops_linear.cu */
+        const struct { di_wfmt fmt; int64_t n, k; int groups; int64_t m; } ts[] = {
+            {DI_WFMT_FP8, 8 * 1024, 4096, 8, 1}, {DI_WFMT_BF16, 200, 203, 1, 5}};
+        for (size_t t = 0; t < sizeof ts / sizeof *ts; t++) {
+            int64_t m = ts[t].m, N = ts[t].n, K = ts[t].k;
+            int G = ts[t].groups;
+            uint8_t *wbuf, *sbuf;
+            di_wmat w = rnd_wmat(ts[t].fmt, N, K, &wbuf, &sbuf);
+            float *x = rnd_act(m * G, K), *yc = malloc((size_t)(m * N) * 4);
+            float *dx = dev_up(x, (size_t)(m * G * K) * 4), *dy = dev_poison((size_t)(m * N) * 4);
+            float *y[2];
+            for (int tiles = 1; tiles <= 2; tiles++) {
+                cuda_matmul_set_tiles(tiles);
+                y[tiles - 1] = plain_both(&w, G, x, dx, m, 0, yc, dy);
+            }
+            cuda_matmul_set_tiles(0);
+            if (status_ok("decode tiles")) {
+                cmp_plain("decode tiles per warp: 1", &w, G, x, m, y[0], yc, G > 1);
+                CHECKF(memcmp(y[0], y[1], (size_t)(m * N) * 4) == 0, "%lld x %lld: 1 and 2 tiles a warp differ",
+                       (long long)m, (long long)N);
+            }
+            di_backend_cuda_weights_drop(gpu);
+            dev_free(dx); dev_free(dy);
+            free(x); free(yc); free(y[0]); free(y[1]); free(wbuf); free(sbuf);
+        }
+    }
+#endif
     /* an infinity in x: the chain's inf / NaN per output */
     {
         int64_t m = 3, N = 40, K = 64;

@@ -22,6 +22,22 @@ static inline di_status cuda_check_launch(di_err *err, const char *what) {
     return cuda_check(cudaGetLastError(), err, what);
 }
 
+/* Multiprocessors of the current device (132 if it cannot be read), read
+ * once per translation unit: launch shapes follow it. */
+static inline int cuda_sm_count(void) {
+    static int sms = 0;
+    if (sms == 0) {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+            sms = v;
+        else
+            sms = 132;
+        (void)cudaGetLastError();
+    }
+    return sms;
+}
+
 /* E8M0 byte -> fp32 power of two 2^(b-127); 0xFF is NaN. Built from bits
  * with selects, no branches (it sits in the kernels' inner loops): b = 0 is
  * the one subnormal (2^-127). */

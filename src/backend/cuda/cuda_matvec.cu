@@ -390,19 +390,7 @@ __global__ void __launch_bounds__(MV_THREADS, 3) /* three rings per SM */
     }
 }
 
-static int sm_count(void) {
-    static int sms = 0;
-    if (sms == 0) {
-        int dev = 0, v = 0;
-        if (cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
-            sms = v;
-        else
-            sms = 132;
-        (void)cudaGetLastError();
-    }
-    return sms;
-}
+static int sm_count(void) { return cuda_sm_count(); }
 
 /* The split depends on n (and the path) only, never on m (batch invariance).
  * Time goes as (rounds of blocks) x (k range per warp): pick the split with

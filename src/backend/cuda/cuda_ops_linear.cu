@@ -361,14 +361,22 @@ static void launch_tc_fmt(int nt, int T, dim3 grid, const void *w, const uint8_t
     }
 }
 
+static int tc_forced_tiles = 0; /* measuring and test aid: 16-output tiles per warp, 0 = choose */
+extern "C" void cuda_matmul_set_tiles(int t) { tc_forced_tiles = t; }
+
 static di_status matmul_tc(int fmt, const void *w, const uint8_t *s, int64_t K, const float *x,
                            int64_t ldx, int64_t m, int groups, int64_t nr, float *y, int64_t ldy,
                            int out_bf16, di_err *err) {
     /* n8 tiles of x rows per block: one block row covers all of m up to 64 */
     int nt = m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8;
-    /* 32 outputs per block when there are enough blocks to fill the GPU
-     * twice over, else 16 (the router's 384 outputs: 24 blocks, not 12) */
-    int T = (nr + 31) / 32 * groups >= 264 ? 2 : 1;
+    /* 32 outputs per block (two tiles a warp: x split once for both) when
+     * that still gives every SM a block, else 16 (the router's 384 outputs:
+     * 24 blocks, not 12). The tiles share nothing but x, so the bits do not
+     * depend on T. The grouped wo_a (8 × 1024 outputs) takes 2 since b1 run
+     * 4: at 1 its 512 blocks were 1.3 waves of 3 per SM, issue-bound on the
+     * split and the FP8 decode (58 µs for 33.5 MB). */
+    int T = (nr + 31) / 32 * groups >= cuda_sm_count() ? 2 : 1;
+    if (tc_forced_tiles == 1 || tc_forced_tiles == 2) T = tc_forced_tiles;
     int64_t gx = (nr + 16 * T - 1) / (16 * T), gy = (m + 8 * nt - 1) / (8 * nt);
     if (gx > 0x7fffffff || gy > 65535 || groups > 65535)
         return di_err_set(err, DI_ERR_UNSUPPORTED, "matmul: %lld x %lld outputs in %d groups exceed one launch",
