@@ -1353,16 +1353,17 @@ static float *rnd_act(int64_t m, int64_t K) {
 /* The product without activation quantization on both backends: yc the
  * CPU's [m, n], the returned array the GPU's (downloaded from dy); G > 1:
  * the grouped product over G groups of K inputs. */
+static float *plain_gpu(const di_wmat *w, int G, const float *dx, int64_t m, unsigned flags, float *dy) {
+    if (G > 1) gpu->ops->matmul_grouped(gpu, w, G, dx, m, dy);
+    else gpu->ops->matmul(gpu, w, dx, m, dy, flags);
+    return dev_down(dy, (size_t)(m * w->n_out) * 4);
+}
+
 static float *plain_both(const di_wmat *w, int G, const float *x, const float *dx, int64_t m,
                          unsigned flags, float *yc, float *dy) {
-    if (G > 1) {
-        cpu->ops->matmul_grouped(cpu, w, G, x, m, yc);
-        gpu->ops->matmul_grouped(gpu, w, G, dx, m, dy);
-    } else {
-        cpu->ops->matmul(cpu, w, x, m, yc, flags);
-        gpu->ops->matmul(gpu, w, dx, m, dy, flags);
-    }
-    return dev_down(dy, (size_t)(m * w->n_out) * 4);
+    if (G > 1) cpu->ops->matmul_grouped(cpu, w, G, x, m, yc);
+    else cpu->ops->matmul(cpu, w, x, m, yc, flags);
+    return plain_gpu(w, G, dx, m, flags, dy);
 }
 
 /* The decode products (no activation quantization) on the tensor-core
@@ -1428,7 +1429,11 @@ static void test_matmul_decode(void) {
         {DI_WFMT_BF16, 2048, 5120, 1, 0, 8, "head slice 2048x5120"},
         {DI_WFMT_FP8, 8 * 1024, 4096, 8, 0, 8, "wo_a grouped 8x1024x4096"},
         {DI_WFMT_FP8, 8 * 1024, 4096, 8, 0, 1, "wo_a grouped 8x1024x4096"},
+        {DI_WFMT_BF16, 200, 203, 1, 0, 5, "ragged 200x203"},
     };
+#if defined(DI_HAVE_CUDA)
+    void cuda_matmul_set_tiles(int t); /* cuda_ops_linear.cu: 16-output tiles a warp, 0 = choose */
+#endif
     for (size_t t = 0; t < sizeof rs / sizeof *rs; t++) {
         int64_t m = rs[t].m, N = rs[t].n, K = rs[t].k;
         int G = rs[t].groups;
@@ -1440,42 +1445,22 @@ static void test_matmul_decode(void) {
         char what[96];
         snprintf(what, sizeof what, "real %s m %lld", rs[t].name, (long long)m);
         if (status_ok(what)) cmp_plain(what, &w, G, x, m, yg, yc, G > 1 || (rs[t].flags & DI_MM_OUT_BF16));
+#if defined(DI_HAVE_CUDA)
+        /* one 16-output tile a warp or two (the choice follows the output
+         * count): the same bits */
+        for (int tiles = 1; tiles <= 2; tiles++) {
+            cuda_matmul_set_tiles(tiles);
+            float *yt = plain_gpu(&w, G, dx, m, rs[t].flags, dy);
+            CHECKF(!status_ok(what) || memcmp(yt, yg, (size_t)(m * N) * 4) == 0, "%s: %d tile(s) a warp differ", what,
+                   tiles);
+            free(yt);
+        }
+        cuda_matmul_set_tiles(0);
+#endif
         di_backend_cuda_weights_drop(gpu);
         dev_free(dx); dev_free(dy);
         free(x); free(yc); free(yg); free(wbuf); free(sbuf);
     }
-#if defined(DI_HAVE_CUDA)
-    /* one 16-output tile a warp or two (the choice follows the output
-     * count): the same bits, on the grouped wo_a at m = 1 and a ragged
-     * BF16 shape at m = 5 */
-    {
-        void cuda_matmul_set_tiles(int t); /* cuda_ops_linear.cu */
-        const struct { di_wfmt fmt; int64_t n, k; int groups; int64_t m; } ts[] = {
-            {DI_WFMT_FP8, 8 * 1024, 4096, 8, 1}, {DI_WFMT_BF16, 200, 203, 1, 5}};
-        for (size_t t = 0; t < sizeof ts / sizeof *ts; t++) {
-            int64_t m = ts[t].m, N = ts[t].n, K = ts[t].k;
-            int G = ts[t].groups;
-            uint8_t *wbuf, *sbuf;
-            di_wmat w = rnd_wmat(ts[t].fmt, N, K, &wbuf, &sbuf);
-            float *x = rnd_act(m * G, K), *yc = malloc((size_t)(m * N) * 4);
-            float *dx = dev_up(x, (size_t)(m * G * K) * 4), *dy = dev_poison((size_t)(m * N) * 4);
-            float *y[2];
-            for (int tiles = 1; tiles <= 2; tiles++) {
-                cuda_matmul_set_tiles(tiles);
-                y[tiles - 1] = plain_both(&w, G, x, dx, m, 0, yc, dy);
-            }
-            cuda_matmul_set_tiles(0);
-            if (status_ok("decode tiles")) {
-                cmp_plain("decode tiles per warp: 1", &w, G, x, m, y[0], yc, G > 1);
-                CHECKF(memcmp(y[0], y[1], (size_t)(m * N) * 4) == 0, "%lld x %lld: 1 and 2 tiles a warp differ",
-                       (long long)m, (long long)N);
-            }
-            di_backend_cuda_weights_drop(gpu);
-            dev_free(dx); dev_free(dy);
-            free(x); free(yc); free(y[0]); free(y[1]); free(wbuf); free(sbuf);
-        }
-    }
-#endif
     /* an infinity in x: the chain's inf / NaN per output */
     {
         int64_t m = 3, N = 40, K = 64;

@@ -27,6 +27,20 @@ extern "C" di_status cuda_op_route_score(const float *x, int64_t n, float *y, vo
 
 enum { ROUTE_WARPS = 4, ROUTE_KMAX = 64, ROUTE_LOADS = 16 };
 
+/* The warp's pick states merged by xor shuffles: every lane ends with the
+ * merge of all 32. */
+__device__ __forceinline__ di_route_pick route_pick_warp(di_route_pick p) {
+    for (int o = 16; o > 0; o >>= 1) {
+        di_route_pick q;
+        q.first = __shfl_xor_sync(0xffffffffu, p.first, o);
+        q.fnan = __shfl_xor_sync(0xffffffffu, p.fnan, o);
+        q.best = __shfl_xor_sync(0xffffffffu, p.best, o);
+        q.bv = __shfl_xor_sync(0xffffffffu, p.bv, o);
+        p = di_route_pick_merge(p, q);
+    }
+    return p;
+}
+
 /* One warp per row. Shared per warp: scores and biased scores [e], the
  * taken flags [e], the picks [k]. Every lane folds its candidates j ≡ lane
  * (mod 32) in ascending j into a pick state; the states merge across the
@@ -70,14 +84,7 @@ __global__ void k_moe_route(const float *logits, const float *bias, int64_t m, i
         di_route_pick p = di_route_pick_empty();
         for (int j = lane; j < e; j += 32)
             if (!taken[j]) di_route_pick_add(&p, j, bs[j]);
-        for (int o = 16; o > 0; o >>= 1) {
-            di_route_pick q;
-            q.first = __shfl_xor_sync(0xffffffffu, p.first, o);
-            q.fnan = __shfl_xor_sync(0xffffffffu, p.fnan, o);
-            q.best = __shfl_xor_sync(0xffffffffu, p.best, o);
-            q.bv = __shfl_xor_sync(0xffffffffu, p.bv, o);
-            p = di_route_pick_merge(p, q);
-        }
+        p = route_pick_warp(p);
         const int32_t id = di_route_pick_id(p);
         if (lane == 0) {
             pick[r] = id;
@@ -139,14 +146,7 @@ __global__ void __launch_bounds__(ROUTE_WIDE)
         di_route_pick p = di_route_pick_empty();
         for (int j = tid; j < e; j += ROUTE_WIDE)
             if (!taken[j]) di_route_pick_add(&p, j, bs[j]);
-        for (int o = 16; o > 0; o >>= 1) {
-            di_route_pick q;
-            q.first = __shfl_xor_sync(0xffffffffu, p.first, o);
-            q.fnan = __shfl_xor_sync(0xffffffffu, p.fnan, o);
-            q.best = __shfl_xor_sync(0xffffffffu, p.best, o);
-            q.bv = __shfl_xor_sync(0xffffffffu, p.bv, o);
-            p = di_route_pick_merge(p, q);
-        }
+        p = route_pick_warp(p);
         if (lane == 0) wp[warp] = p;
         __syncthreads();
         if (tid == 0) {
