@@ -2,8 +2,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cpu/kernels.h"
 #include "backend/cuda/cuda_backend.h"
 #include "cli/cli.h"
+#include "core/cpu_features.h"
 #include "deepinfer.h"
 
 /* One line per visible CUDA device, or the reason there is none. */
@@ -42,8 +44,9 @@ int cli_info(int argc, char **argv) {
            ""
 #endif
     );
-    printf("cpu: avx2 %s, fma %s\n", __builtin_cpu_supports("avx2") ? "yes" : "no",
-           __builtin_cpu_supports("fma") ? "yes" : "no");
+    printf("cpu: avx2 %s, fma %s, avx512 %s (kernels: %s, decode rows: %s)\n",
+           __builtin_cpu_supports("avx2") ? "yes" : "no", __builtin_cpu_supports("fma") ? "yes" : "no",
+           di_cpu_has_avx512() ? "yes" : "no", di_cpu_kernels_path(), di_cpu_kernels_decode_path());
     print_cuda_devices(); /* without CUDA the stub says so */
     return 0;
 }
