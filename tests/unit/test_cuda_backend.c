@@ -736,7 +736,12 @@ static void test_kv(void) {
                 rc[i * ns + j] = empty ? NULL : pool + off;
                 rg[i * ns + j] = empty ? NULL : dpool + off;
             }
-        float *q = rnd(m * h * d, 1.0f), *sink = rnd(h, 1.0f), *dq = dev_up(q, (size_t)(m * h * d) * 4);
+        /* q bf16, as the model passes it (the tensor-core kernel takes q as
+         * bf16; on full fp32 q this check failed once in b1 run 5 of
+         * docs/gpu-notes.md, 1 of 1536 values, as the step test did in run 8) */
+        float *q = rnd(m * h * d, 1.0f), *sink = rnd(h, 1.0f);
+        for (int64_t e = 0; e < m * h * d; e++) q[e] = di_round_bf16(q[e]);
+        float *dq = dev_up(q, (size_t)(m * h * d) * 4);
         size_t OB = (size_t)(m * h * d) * 4;
         float *oc = malloc(OB), *dout = dev_poison(OB), sc = (float)(1.0 / sqrt((double)d));
         cpu->ops->sparse_attn_kv(cpu, q, m, h, d, rc, ns, cs[t].win, sink, sc, oc);

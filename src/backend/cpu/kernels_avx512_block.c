@@ -1,13 +1,13 @@
 /* AVX-512 kernels of the MXFP4 decode rows (kernels.h; architecture.md §2,
- * §8.3): the inner loop of kernels_avx2_block.c's decode rows, which keep
- * everything else (activation lanes, the scale-domain limits and factors,
- * the scalar fallback, the work split). Compiled with per-function target
- * attributes and called only after di_cpu_has_avx512().
+ * §8.3): the inner loop of kernels_avx2_block.c's decode rows and the chain
+ * factors it reads; that file keeps everything else (activation lanes, the
+ * scale-domain limits, the scalar fallback, the work split). Compiled with
+ * per-function target attributes and called only after di_cpu_has_avx512().
  *
- * Why: the AVX2 kernel spends 2.375 vector operations per 8 E2M1 codes on
- * shifts and masks next to the one FMA, and on Zen 4 the shifts share the
- * FMA ports (bench/RESULTS.md). Two AVX-512 permutes decode a 16-entry table
- * with a 4-bit index in one instruction, and one 16-bit shift feeds both:
+ * Why: the AVX2 loops spend 2.375 vector operations per 8 E2M1 codes on
+ * shifts and masks next to the one FMA, and they bound the decode rows
+ * (bench/RESULTS.md). Two AVX-512 permutes decode a 16-entry table with a
+ * 4-bit index in one instruction, and one 16-bit shift feeds both:
  * - the lane contract of kernels.h has lane j = 4-byte word j of each
  *   32-byte chunk, code p of the word at bits 4p..4p+3; after a 16-bit
  *   shift right by 4p, bits 0-3 of each word hold code p and bits 16-19
@@ -21,12 +21,12 @@
  * That is 1.5 operations per 8 codes. The table entries are the bit patterns
  * the AVX2 shift decoding gives (sign at bit 31, the 3 magnitude bits at
  * 24..22: w·2^-126), so the lanes are fed the very same values and the scale
- * domains, limits and factors of kernels_avx2_block.c apply unchanged.
+ * domains and limits of kernels_avx2_block.c apply unchanged.
  * On Zen 4 the FMAs take two of the four vector pipes, the permutes two
- * (one shared with the FMAs) and the shifts the other two, while masks run
- * on any: so the last two positions (3 and 7, the top nibble of each 16-bit
- * half) are decoded by the shift pair and masks of the AVX2 loops instead,
- * which moves work off the permute pipes (-4 % time at M = 1 and 2).
+ * (one shared with the FMAs), the shifts two others, and masks run on any
+ * (measured, bench/RESULTS.md): so positions 3 and 7 (the top nibble of
+ * each 16-bit half) are decoded by the shift pair and masks of the AVX2
+ * loops instead, which moves work off the permute pipes (-4 % time).
  *
  * One 512-bit register holds the same chunk of two weight rows (row r in
  * lanes 0-7, row r + 1 in 8-15): the eight chains of each row stay whole,
@@ -75,8 +75,9 @@ int di_cpu_kernels_avx512(void) {
  * with K % 64 = 32 the last chunk is 16 bytes, the rest read zero codes. */
 AVX512_INLINE __m512i load_pair(const uint8_t *ra, const uint8_t *rb, int64_t c, int half) {
     if (half) {
-        const __m256i lo = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(ra + c * 32)));
-        const __m256i hi = _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(rb + c * 32)));
+        const __m256i z = _mm256_setzero_si256();
+        const __m256i lo = _mm256_inserti128_si256(z, _mm_loadu_si128((const __m128i *)(ra + c * 32)), 0);
+        const __m256i hi = _mm256_inserti128_si256(z, _mm_loadu_si128((const __m128i *)(rb + c * 32)), 0);
         return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     }
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(ra + c * 32))),
