@@ -396,7 +396,11 @@ static void bench_layers(di_model *model, di_lm *lm, di_backend *be, const char 
             for (int l = 0; l < c->n_layers; l++) {
                 double fixed, expert;
                 layer_bytes(model, l, &fixed, &expert);
-                double floor_ms = 1e3 * (fixed + touched * expert) / (bw / 2);
+                /* bw counts a copy's reads and writes together: the rate the
+                 * memory moves bytes in either direction, which a read-only
+                 * stream can use whole. (Until 2026-11-30 this divided by
+                 * bw / 2, the copy's read rate alone: floors twice too long.) */
+                double floor_ms = 1e3 * (fixed + touched * expert) / bw;
                 printf("%-5d %-36s %10.3f %10.3f %8.1f\n", l, layer_role(c, l), t[l], floor_ms, t[l] / floor_ms);
                 printf("RESULT layer%d_b%d %.3f ms floor %.3f ms\n", l, B, t[l], floor_ms);
             }
