@@ -739,6 +739,14 @@ static void cu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t 
     const void *dw = wdev(be, w->w, wb);
     const uint8_t *ds = sb ? wdev(be, w->s, sb) : NULL;
     if (!dw || (sb && !ds)) return;
+    if (quant && w->fmt == DI_WFMT_FP8) { /* decode rows: quantized inside the product */
+        int done = 0;
+        st = cuda_op_gemm_fp8_x(x, m, K, dw, ds, N, y, (flags & DI_MM_OUT_BF16) != 0, &done, &err);
+        if (st || done) {
+            note(be, st, &err);
+            return;
+        }
+    }
     if (quant) {
         uint8_t *q = scratch(be, SCR_A, (size_t)(m * K));
         float *s = scratch(be, SCR_B, (size_t)(m * ((K + 31) / 32)) * sizeof(float));

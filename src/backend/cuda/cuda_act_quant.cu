@@ -4,34 +4,8 @@
  *
  * Memory-bound (3 bytes per bf16 element): the fast path gives each lane 8
  * consecutive values with 16-byte loads, four lanes per 32-block. */
-#include <cuda_fp8.h>
-
+#include "backend/cuda/cuda_act_quant.cuh"
 #include "backend/cuda/cuda_common.cuh"
-
-/* Power-of-two scale of a block: 2^ceil(log2(amax / 448)) from the exponent
- * bits of amax * (1/448), the way the reference computes it. amax >= 1e-4, so
- * the ratio is a normal number and the result lies in [2^-22, 2^121]. */
-__device__ __forceinline__ float block_scale(float amax) {
-    amax = fmaxf(amax, 1e-4f);
-    uint32_t r = __float_as_uint(amax * (1.0f / 448.0f));
-    uint32_t e = (r >> 23) & 0xffu;
-    if (r & 0x7fffffu) e += 1;
-    return __uint_as_float(e << 23);
-}
-
-/* x / s with s a power of two in [2^-22, 2^121]: multiplying by the exact
- * reciprocal gives the same bits (both round the same exact quotient) at a
- * fraction of a division's cost. */
-__device__ __forceinline__ uint8_t quant_e4m3(float x, float inv_s) {
-    float v = fminf(fmaxf(x * inv_s, -448.0f), 448.0f);
-    return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-}
-/* Two values at once (cvt.rn.satfinite.e4m3x2.f32); byte 0 = a. */
-__device__ __forceinline__ uint32_t quant_e4m3x2(float a, float b, float inv_s) {
-    float va = fminf(fmaxf(a * inv_s, -448.0f), 448.0f);
-    float vb = fminf(fmaxf(b * inv_s, -448.0f), 448.0f);
-    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(va, vb), __NV_SATFINITE, __NV_E4M3);
-}
 
 __device__ __forceinline__ float bf16_to_f32(uint32_t h) { return __uint_as_float(h << 16); }
 __device__ __forceinline__ float load_x(const uint16_t *p, int64_t i) { return bf16_to_f32(p[i]); }
@@ -49,9 +23,9 @@ __global__ void act_quant_fp8_generic(const T *__restrict__ x, int64_t m, int64_
     const T *xr = x + row * k;
     float amax = 0.0f;
     for (int64_t i = k0; i < k1; i++) amax = fmaxf(amax, fabsf(load_x(xr, i)));
-    float s = block_scale(amax);
+    float s = aq_block_scale(amax);
     scale[blk] = s;
-    for (int64_t i = k0; i < k1; i++) q[row * k + i] = quant_e4m3(load_x(xr, i), 1.0f / s);
+    for (int64_t i = k0; i < k1; i++) q[row * k + i] = aq_e4m3(load_x(xr, i), 1.0f / s);
 }
 
 /* 8 consecutive values from one 16-byte (bf16) or two 16-byte (f32) loads. */
@@ -84,18 +58,11 @@ __global__ void act_quant_fp8_vec(const T *__restrict__ x, int64_t nblocks,
     else
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = 0.0f;
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    uint2 codes;
+    const float s = aq_quant8(v, &codes); /* every lane: the shuffles */
     if (!live) return;
-    float s = block_scale(amax);
     if ((threadIdx.x & 3) == 0) scale[blk] = s;
-    const float inv = 1.0f / s;
-    uint32_t lo = quant_e4m3x2(v[0], v[1], inv) | (quant_e4m3x2(v[2], v[3], inv) << 16);
-    uint32_t hi = quant_e4m3x2(v[4], v[5], inv) | (quant_e4m3x2(v[6], v[7], inv) << 16);
-    *(uint2 *)(q + tid * 8) = make_uint2(lo, hi);
+    *(uint2 *)(q + tid * 8) = codes;
 }
 
 template <typename T>

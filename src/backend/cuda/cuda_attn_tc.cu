@@ -13,7 +13,8 @@
  *
  * Eight warps: warp w owns heads 16·(w mod 4) .. +15 and half w / 4 of the
  * slots for S and of the d columns for O (its O tile, 16 × d/2 fp32, lives
- * in registers). S goes through shared memory so that each warp sees its
+ * in registers); decode steps take blocks of 16 heads instead, the warps
+ * splitting slots and columns eight ways (k_sparse_attn_tc). S goes through shared memory so that each warp sees its
  * heads' 64 scores, then does the block's softmax step exactly as the CPU:
  * block max over the non-empty slots, new max, rescale = exp(old - new),
  * p = exp(s - new) in fp32 for the denominator, bf16(p) as the A operand of
@@ -47,7 +48,7 @@
 namespace cg = cooperative_groups;
 
 enum {
-    TC_HEADS = 64,   /* heads per block: the m side of both products */
+    TC_HEADS = 64,   /* heads per block of the 64-head form: the m side of both products */
     TC_SLOTS = 64,   /* slots per softmax step, the CPU op's block */
     TC_THREADS = 256,
     TC_MAX_D = 512,
@@ -56,10 +57,10 @@ enum {
     TC_MAX_SPLIT = 8       /* blocks per row in the split form: a portable cluster */
 };
 
-/* shared bytes: q [64, d + 8] and kv [64, d + 8] bf16, scores [64, TC_SLD]
- * fp32, the block's 64 row pointers */
-static size_t tc_smem_bytes(int64_t d) {
-    return (size_t)(2 * TC_HEADS * (d + TC_PAD)) * 2 + (size_t)(TC_HEADS * TC_SLD) * 4 +
+/* shared bytes: q [hb, d + 8] and kv [64, d + 8] bf16, scores [hb, TC_SLD]
+ * fp32, the block's 64 row pointers (hb: heads per block) */
+static size_t tc_smem_bytes(int64_t d, int hb) {
+    return (size_t)((hb + TC_SLOTS) * (d + TC_PAD)) * 2 + (size_t)(hb * TC_SLD) * 4 +
            TC_SLOTS * sizeof(void *);
 }
 
@@ -70,6 +71,12 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
 __device__ __forceinline__ void ldsm_x4(uint32_t a, uint32_t r[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+
+__device__ __forceinline__ void ldsm_x2(uint32_t a, uint32_t r[2]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
                  : "r"(a));
 }
 
@@ -175,28 +182,30 @@ __device__ __forceinline__ void chunk16_decode(raw16 w, bool win, uint4 &o0, uin
  * the sink folded in once, the sums in rank order, so the bits depend on
  * the slot count (which fixes S and the spans) and not on timing. One
  * block (S = 1) gives w = 1 exactly: the unsplit kernel's bits. */
+template <int HG>
 __device__ __forceinline__ void sparse_attn_tc_combine(const float (*o)[4], const float *mx,
                                                        const float *sum, uint8_t *smraw, float *ss,
                                                        int h, int d, int h0, int64_t i,
                                                        const float *sink, float *out) {
+    constexpr int HB = 16 * HG, NPART = 8 / HG;
     cg::cluster_group cl = cg::this_cluster();
     const int nsplit = (int)cl.num_blocks(), rank = (int)cl.block_rank();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, t4 = lane & 3, hg = warp & 3, half = warp >> 2, dh = d / 2;
-    float *os = reinterpret_cast<float *>(smraw); /* [64, d] fp32 */
-    float *ms = ss, *ls = ss + TC_HEADS;          /* [64] each */
-    float *wv = ss + 2 * TC_HEADS;                /* [64, TC_MAX_SPLIT] */
-    float *tt = wv + TC_HEADS * TC_MAX_SPLIT;     /* [64] */
+    const int g = lane >> 2, t4 = lane & 3, hg = warp % HG, part = warp / HG, dp = d / NPART;
+    float *os = reinterpret_cast<float *>(smraw); /* [HB, d] fp32 */
+    float *ms = ss, *ls = ss + HB;                /* [HB] each */
+    float *wv = ss + 2 * HB;                      /* [HB, TC_MAX_SPLIT] */
+    float *tt = wv + HB * TC_MAX_SPLIT;           /* [HB] */
     __syncthreads(); /* every warp's P·V reads of ks are done */
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int hr = 16 * hg + g + 8 * r;
-        float *orow = os + (int64_t)hr * d + half * dh + 2 * t4;
+        float *orow = os + (int64_t)hr * d + part * dp + 2 * t4;
 #pragma unroll
-        for (int nt = 0; nt < TC_MAX_D / 16; nt++)
-            if (nt < d / 16)
+        for (int nt = 0; nt < TC_MAX_D / (8 * NPART); nt++)
+            if (nt < dp / 8)
                 *reinterpret_cast<float2 *>(orow + 8 * nt) = make_float2(o[nt][2 * r], o[nt][2 * r + 1]);
-        if (half == 0 && t4 == 0) { /* both halves hold the same max and sum */
+        if (part == 0 && t4 == 0) { /* every part holds the same max and sum */
             ms[hr] = mx[r];
             ls[hr] = sum[r];
         }
@@ -204,7 +213,7 @@ __device__ __forceinline__ void sparse_attn_tc_combine(const float (*o)[4], cons
     cl.sync();
     /* The sums start from their first term (not from +0), so that S = 1
      * keeps even a -0 of the unsplit kernel. */
-    if (tid < TC_HEADS) {
+    if (tid < HB) {
         float mc[TC_MAX_SPLIT], lc[TC_MAX_SPLIT];
 #pragma unroll
         for (int c = 0; c < TC_MAX_SPLIT; c++)
@@ -227,7 +236,7 @@ __device__ __forceinline__ void sparse_attn_tc_combine(const float (*o)[4], cons
         tt[tid] = h0 + tid < h ? ADD(tot, expf(SUB(sink[h0 + tid], M))) : 1.f;
     }
     __syncthreads();
-    const int n4 = TC_HEADS * d / 4;
+    const int n4 = HB * d / 4;
     for (int f = rank * TC_THREADS + tid; f < n4; f += nsplit * TC_THREADS) {
         int e = 4 * f, hr = e / d, k = e - hr * d;
         if (h0 + hr >= h) continue;
@@ -254,68 +263,83 @@ __device__ __forceinline__ void sparse_attn_tc_combine(const float (*o)[4], cons
 }
 
 /* out = bf16(O / (sum + exp(sink - max))) from a warp's fragments */
+template <int HG>
 __device__ __forceinline__ void sparse_attn_tc_store(const float (*o)[4], const float *mx, const float *sum,
                                                      int h, int d, int h0, int64_t i, const float *sink,
                                                      float *out) {
+    constexpr int NPART = 8 / HG;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t4 = lane & 3, hg = warp & 3, half = warp >> 2;
-    const int dh = d / 2, ntn = d / 16;
+    const int g = lane >> 2, t4 = lane & 3, hg = warp % HG, part = warp / HG;
+    const int dp = d / NPART, ntn = dp / 8;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int hh = h0 + 16 * hg + g + 8 * r;
         if (hh >= h) continue;
         float tot = ADD(sum[r], expf(SUB(sink[hh], mx[r])));
-        float *orow = out + (i * h + hh) * d + half * dh + 2 * t4;
+        float *orow = out + (i * h + hh) * d + part * dp + 2 * t4;
 #pragma unroll
-        for (int nt = 0; nt < TC_MAX_D / 16; nt++)
+        for (int nt = 0; nt < TC_MAX_D / (8 * NPART); nt++)
             if (nt < ntn)
                 *reinterpret_cast<float2 *>(orow + 8 * nt) =
                     make_float2(round_bf16(o[nt][2 * r] / tot), round_bf16(o[nt][2 * r + 1] / tot));
     }
 }
 
-/* SPLIT = false: one block per (query row, 64 heads) walks all the row's
+/* SPLIT = false: one block per (query row, HB heads) walks all the row's
  * slot blocks. SPLIT = true: a cluster of gridDim.x / m blocks per (row,
- * 64 heads), block `rank` walks the slots rank·span .. +span (span a
+ * HB heads), block `rank` walks the slots rank·span .. +span (span a
  * multiple of 64, so the CPU's 64-slot blocks are kept) with its own
- * running maximum, then the cluster combines (below). */
-template <bool SPLIT>
+ * running maximum, then the cluster combines (below).
+ *
+ * HG head groups of 16 per block (HB = 16·HG heads): warp w owns the heads
+ * 16·(w mod HG) .. +15 and part w / HG of the 8 / HG parts of the slots (for
+ * S) and of the d columns (for O). HG = 4 is the first form (64 heads, two
+ * parts); HG = 1 (16 heads, eight parts, d % 128 == 0) puts four times the
+ * blocks on a decode step's few rows, each with a quarter of the q loads,
+ * products, output tile and combine, the key decode repeated per block.
+ * Each value's operations and their order do not depend on HG (an S
+ * element is the same chain of mma over d, each warp does the softmax step
+ * of its 16 heads over all 64 slots from the shared scores, an O element
+ * the same chain over the slot blocks), so neither do the bits. */
+template <bool SPLIT, int HG>
 __global__ void __launch_bounds__(TC_THREADS, 1)
 k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n_slots, int n_win,
                  const float *sink, float scale, int span, float *out) {
+    constexpr int HB = 16 * HG, NPART = 8 / HG, SPW = TC_SLOTS / NPART; /* slots of S per warp */
     extern __shared__ __align__(16) uint8_t smraw[];
     const int ld = d + TC_PAD;
-    uint16_t *qs = reinterpret_cast<uint16_t *>(smraw);      /* [64, ld] bf16 */
-    uint16_t *ks = qs + TC_HEADS * ld;                        /* [64, ld] bf16 */
-    float *ss = reinterpret_cast<float *>(ks + TC_SLOTS * ld); /* [64, TC_SLD] */
-    const uint8_t **rp = reinterpret_cast<const uint8_t **>(ss + TC_HEADS * TC_SLD); /* [64] */
+    uint16_t *qs = reinterpret_cast<uint16_t *>(smraw);      /* [HB, ld] bf16 */
+    uint16_t *ks = qs + HB * ld;                              /* [64, ld] bf16 */
+    float *ss = reinterpret_cast<float *>(ks + TC_SLOTS * ld); /* [HB, TC_SLD] */
+    const uint8_t **rp = reinterpret_cast<const uint8_t **>(ss + HB * TC_SLD); /* [64] */
 
     const int nsplit = SPLIT ? (int)cg::this_cluster().num_blocks() : 1;
     const int rank = SPLIT ? (int)cg::this_cluster().block_rank() : 0;
     const int64_t i = blockIdx.x / nsplit;
-    const int h0 = blockIdx.y * TC_HEADS;
+    const int h0 = blockIdx.y * HB;
     /* this block's slots s0 .. s1 - 1 */
     const int s0 = SPLIT ? rank * span : 0;
     const int s1 = SPLIT ? min(n_slots, s0 + span) : n_slots;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, t4 = lane & 3;
-    const int hg = warp & 3, half = warp >> 2;
-    const int dh = d / 2;   /* this warp's O columns: half·dh .. +dh */
-    const int ntn = d / 16; /* O n-tiles of 8 per warp (dh / 8) = S k-steps of 16 */
+    const int hg = warp % HG, part = warp / HG;
+    const int dp = d / NPART;  /* this warp's O columns: part·dp .. +dp */
+    const int ntn = d / 16;    /* S k-steps of 16 */
+    const int nto = dp / 8;    /* O n-tiles of 8 per warp */
 
     /* q rows of this block's heads as bf16 (exact: q holds bf16 values) */
     const int q4 = d / 4;
 #pragma unroll 4
-    for (int c = tid; c < TC_HEADS * q4; c += TC_THREADS) {
+    for (int c = tid; c < HB * q4; c += TC_THREADS) {
         int r = c / q4, k = (c % q4) * 4;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (h0 + r < h) v = *reinterpret_cast<const float4 *>(q + (i * h + h0 + r) * d + k);
         *reinterpret_cast<uint2 *>(qs + r * ld + k) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
     }
 
-    float o[TC_MAX_D / 16][4];
+    float o[TC_MAX_D / (8 * NPART)][4];
 #pragma unroll
-    for (int nt = 0; nt < TC_MAX_D / 16; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+    for (int nt = 0; nt < TC_MAX_D / (8 * NPART); nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
     /* rows g and g + 8 of the warp's 16 heads (the quad's four lanes agree) */
     float mx[2] = {-1e30f, -1e30f}, sum[2] = {0.f, 0.f};
     const uint8_t *const *ri = rows + i * n_slots;
@@ -353,27 +377,36 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
         }
         __syncthreads();
 
-        /* S [16 heads × 32 slots] of this warp over all d */
-        float s[4][4];
+        /* S [16 heads × SPW slots] of this warp over all d */
+        constexpr int NTS = SPW / 8;
+        float s[NTS][4];
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+        for (int nt = 0; nt < NTS; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
         {
             const int arow = 16 * hg + (lane & 7) + 8 * ((lane >> 3) & 1), acol = 8 * (lane >> 4);
-            const int brow = 32 * half + 8 * (lane >> 4) + (lane & 7), bcol = 8 * ((lane >> 3) & 1);
+            const int bcol = 8 * ((lane >> 3) & 1);
+            const int brow = SPW * part + (NTS >= 2 ? 8 * (lane >> 4) : 0) + (lane & 7);
             for (int kk = 0; kk < ntn; kk++) {
-                uint32_t a[4], b[4];
+                uint32_t a[4];
                 ldsm_x4(qs_a + 2u * (uint32_t)(arow * ld + 16 * kk + acol), a);
+                if constexpr (NTS >= 2) {
 #pragma unroll
-                for (int p = 0; p < 2; p++) {
-                    ldsm_x4(ks_a + 2u * (uint32_t)((brow + 16 * p) * ld + 16 * kk + bcol), b);
-                    mma_bf16_16816(s[2 * p], a, b[0], b[1]);
-                    mma_bf16_16816(s[2 * p + 1], a, b[2], b[3]);
+                    for (int p = 0; p < NTS / 2; p++) {
+                        uint32_t b[4];
+                        ldsm_x4(ks_a + 2u * (uint32_t)((brow + 16 * p) * ld + 16 * kk + bcol), b);
+                        mma_bf16_16816(s[2 * p], a, b[0], b[1]);
+                        mma_bf16_16816(s[2 * p + 1], a, b[2], b[3]);
+                    }
+                } else {
+                    uint32_t b[2];
+                    ldsm_x2(ks_a + 2u * (uint32_t)(brow * ld + 16 * kk + bcol), b);
+                    mma_bf16_16816(s[0], a, b[0], b[1]);
                 }
             }
         }
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++) {
-            int col = 32 * half + 8 * nt + 2 * t4;
+        for (int nt = 0; nt < NTS; nt++) {
+            int col = SPW * part + 8 * nt + 2 * t4;
             bool v0 = rp[col] != nullptr, v1 = rp[col + 1] != nullptr;
             float *r0 = ss + (16 * hg + g) * TC_SLD + col, *r1 = r0 + 8 * TC_SLD;
             *reinterpret_cast<float2 *>(r0) =
@@ -420,24 +453,24 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
             sum[r] = ADD(MUL(sum[r], resc[r]), psum[r]);
         }
 #pragma unroll
-        for (int nt = 0; nt < TC_MAX_D / 16; nt++) {
+        for (int nt = 0; nt < TC_MAX_D / (8 * NPART); nt++) {
             o[nt][0] = MUL(o[nt][0], resc[0]);
             o[nt][1] = MUL(o[nt][1], resc[0]);
             o[nt][2] = MUL(o[nt][2], resc[1]);
             o[nt][3] = MUL(o[nt][3], resc[1]);
         }
 
-        /* O [16 heads × d/2] += bf16(P) [16 × 64] · V [64 × d/2] */
+        /* O [16 heads × dp] += bf16(P) [16 × 64] · V [64 × dp] */
         {
-            const int vrow = 8 * ((lane >> 3) & 1) + (lane & 7), vcol = half * dh + 8 * (lane >> 4);
+            const int vrow = 8 * ((lane >> 3) & 1) + (lane & 7), vcol = part * dp + 8 * (lane >> 4);
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
                 uint32_t a[4] = {pack_bf16x2(p[2 * kk][0], p[2 * kk][1]), pack_bf16x2(p[2 * kk][2], p[2 * kk][3]),
                                  pack_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
                                  pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
 #pragma unroll
-                for (int np = 0; np < TC_MAX_D / 32; np++)
-                    if (2 * np < ntn) {
+                for (int np = 0; np < TC_MAX_D / (16 * NPART); np++)
+                    if (2 * np < nto) {
                         uint32_t b[4];
                         ldsm_x4_t(ks_a + 2u * (uint32_t)((16 * kk + vrow) * ld + vcol + 16 * np), b);
                         mma_bf16_16816(o[2 * np], a, b[0], b[1]);
@@ -448,13 +481,32 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
     }
 
     if constexpr (SPLIT) {
-        sparse_attn_tc_combine(o, mx, sum, smraw, ss, h, d, h0, i, sink, out);
+        sparse_attn_tc_combine<HG>(o, mx, sum, smraw, ss, h, d, h0, i, sink, out);
     } else {
-        sparse_attn_tc_store(o, mx, sum, h, d, h0, i, sink, out);
+        sparse_attn_tc_store<HG>(o, mx, sum, h, d, h0, i, sink, out);
     }
 }
 
 extern "C" int cuda_attn_tc_fits(int64_t d) { return d >= 32 && d <= TC_MAX_D && d % 32 == 0; }
+
+static int tc_forced_hg = 0; /* measuring / test aid: 1 or 4 head groups a block, 0 = choose */
+extern "C" void cuda_attn_tc_set_head_groups(int hg) { tc_forced_hg = hg; }
+
+/* Head groups of 16 per block: 1 (16 heads) while four times the blocks of
+ * the 64-head form still fit on the GPU at two blocks per SM (decode steps:
+ * b1 runs 2 to 5 blocks of 64 heads, ~12 µs of one block's latency each),
+ * else 4. Bits do not depend on it (see k_sparse_attn_tc). */
+static int tc_pick_hg(int64_t blocks64, int64_t d) {
+    if (tc_forced_hg == 1 || tc_forced_hg == 4) return d % 128 == 0 || tc_forced_hg == 4 ? tc_forced_hg : 4;
+    return d % 128 == 0 && blocks64 * 4 <= 2 * (int64_t)cuda_sm_count() ? 1 : 4;
+}
+
+template <bool SPLIT, int HG> static di_status tc_smem_attr(int64_t d, size_t *smem, di_err *err) {
+    *smem = tc_smem_bytes(d, 16 * HG);
+    return cuda_check(cudaFuncSetAttribute(k_sparse_attn_tc<SPLIT, HG>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem),
+                      err, "sparse_attn_kv (tensor cores): shared memory");
+}
 
 extern "C" di_status cuda_op_sparse_attn_kv_tc(const float *q, int64_t m, int h, int64_t d,
                                                const uint8_t *const *rows, int n_slots, int n_win,
@@ -468,14 +520,17 @@ extern "C" di_status cuda_op_sparse_attn_kv_tc(const float *q, int64_t m, int h,
     if (m > 0x7fffffff)
         return di_err_set(err, DI_ERR_UNSUPPORTED, "sparse_attn_kv (tensor cores): %lld rows",
                           (long long)m);
-    size_t smem = tc_smem_bytes(d);
-    di_status st = cuda_check(
-        cudaFuncSetAttribute(k_sparse_attn_tc<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-        err, "sparse_attn_kv (tensor cores): shared memory");
+    const int hg = tc_pick_hg(m * ((h + TC_HEADS - 1) / TC_HEADS), d), hb = 16 * hg;
+    size_t smem = 0;
+    di_status st = hg == 1 ? tc_smem_attr<false, 1>(d, &smem, err) : tc_smem_attr<false, 4>(d, &smem, err);
     if (st) return st;
-    dim3 grid((unsigned)m, (unsigned)((h + TC_HEADS - 1) / TC_HEADS));
-    k_sparse_attn_tc<false><<<grid, TC_THREADS, smem>>>(q, h, (int)d, rows, n_slots, n_win, sink, scale,
-                                                         n_slots, out);
+    dim3 grid((unsigned)m, (unsigned)((h + hb - 1) / hb));
+    if (hg == 1)
+        k_sparse_attn_tc<false, 1><<<grid, TC_THREADS, smem>>>(q, h, (int)d, rows, n_slots, n_win, sink, scale,
+                                                                n_slots, out);
+    else
+        k_sparse_attn_tc<false, 4><<<grid, TC_THREADS, smem>>>(q, h, (int)d, rows, n_slots, n_win, sink, scale,
+                                                                n_slots, out);
     return cuda_check_launch(err, "sparse_attn_kv (tensor cores)");
 }
 
@@ -509,14 +564,13 @@ extern "C" di_status cuda_op_sparse_attn_kv_tc_split(const float *q, int64_t m, 
     if (m * ns > 0x7fffffff)
         return di_err_set(err, DI_ERR_UNSUPPORTED, "sparse_attn_kv (tensor cores, split): %lld rows",
                           (long long)m);
-    size_t smem = tc_smem_bytes(d);
-    di_status st = cuda_check(
-        cudaFuncSetAttribute(k_sparse_attn_tc<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
-        err, "sparse_attn_kv (tensor cores, split): shared memory");
+    const int hg = tc_pick_hg(m * ns * ((h + TC_HEADS - 1) / TC_HEADS), d), hb = 16 * hg;
+    size_t smem = 0;
+    di_status st = hg == 1 ? tc_smem_attr<true, 1>(d, &smem, err) : tc_smem_attr<true, 4>(d, &smem, err);
     if (st) return st;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];
-    cfg.gridDim = dim3((unsigned)(m * ns), (unsigned)((h + TC_HEADS - 1) / TC_HEADS), 1);
+    cfg.gridDim = dim3((unsigned)(m * ns), (unsigned)((h + hb - 1) / hb), 1);
     cfg.blockDim = dim3(TC_THREADS, 1, 1);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = 0;
@@ -526,8 +580,10 @@ extern "C" di_status cuda_op_sparse_attn_kv_tc_split(const float *q, int64_t m, 
     at[0].val.clusterDim.z = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    st = cuda_check(cudaLaunchKernelEx(&cfg, k_sparse_attn_tc<true>, q, h, (int)d, rows, n_slots, n_win, sink,
-                                       scale, bps * (int)TC_SLOTS, out),
+    st = cuda_check(hg == 1 ? cudaLaunchKernelEx(&cfg, k_sparse_attn_tc<true, 1>, q, h, (int)d, rows, n_slots,
+                                                 n_win, sink, scale, bps * (int)TC_SLOTS, out)
+                            : cudaLaunchKernelEx(&cfg, k_sparse_attn_tc<true, 4>, q, h, (int)d, rows, n_slots,
+                                                 n_win, sink, scale, bps * (int)TC_SLOTS, out),
                     err, "sparse_attn_kv (tensor cores, split)");
     if (st) return st;
     return cuda_check_launch(err, "sparse_attn_kv (tensor cores, split)");

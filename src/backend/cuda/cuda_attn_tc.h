@@ -50,6 +50,12 @@ di_status cuda_op_sparse_attn_kv_tc_split(const float *q, int64_t m, int h, int6
  * (1: no split): as many blocks as 64-slot blocks, at most 8. */
 int cuda_attn_tc_splits(int n_slots);
 
+/* Test and measuring aid: blocks of 16 heads (hg = 1, where d % 128 == 0)
+ * or of 64 (hg = 4) for every launch; 0 = the launchers choose (16 heads
+ * while four times the 64-head blocks fit on the GPU at two a SM). The
+ * bits are the same either way. */
+void cuda_attn_tc_set_head_groups(int hg);
+
 /* The one-block-per-(row, head) form (head sizes the tensor-core form does
  * not take). */
 di_status cuda_op_sparse_attn_kv_rowwise(const float *q, int64_t m, int h, int64_t d,

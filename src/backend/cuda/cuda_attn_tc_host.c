@@ -26,6 +26,8 @@ di_status cuda_op_sparse_attn_kv_tc_split(const float *q, int64_t m, int h, int6
 
 int cuda_attn_tc_splits(int n_slots) { return 1; }
 
+void cuda_attn_tc_set_head_groups(int hg) { (void)hg; }
+
 di_status cuda_op_sparse_attn_kv_rowwise(const float *q, int64_t m, int h, int64_t d,
                                          const uint8_t *const *rows, int n_slots, int n_win,
                                          const float *sink, float scale, float *out,

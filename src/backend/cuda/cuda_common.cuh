@@ -97,6 +97,11 @@ __device__ __forceinline__ void store_out2(void *out, int out_bf16, int64_t n, i
 di_status cuda_launch_matvec_fp8(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                  const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                  int out_bf16, cudaStream_t stream, di_err *err);
+/* the same from f32 activations x [m, k] quantized inside the kernel
+ * (*done = 0 and nothing launched where that form does not apply) */
+di_status cuda_launch_matvec_fp8_x(const float *x, int64_t m, int64_t k, const uint8_t *w,
+                                   const uint8_t *ws, int64_t n, void *out, int out_bf16,
+                                   cudaStream_t stream, int *done, di_err *err);
 di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                    const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                    int out_bf16, cudaStream_t stream, di_err *err);

@@ -59,6 +59,15 @@ extern "C" di_status cuda_op_gemm_q_rounded(int fmt, const uint8_t *qa, const fl
                : cuda_launch_matvec_mxfp4(qa, sa, m, k, w, ws, n, y, OUT_F32_BF16, 0, err);
 }
 
+extern "C" di_status cuda_op_gemm_fp8_x(const float *x, int64_t m, int64_t k, const uint8_t *w,
+                                      const uint8_t *ws, int64_t n, float *y, int out_bf16,
+                                      int *done, di_err *err) {
+    *done = 0;
+    if (m <= 0 || n <= 0 || k <= 0 || !x || !w || !ws || !y) return DI_OK; /* the caller's path */
+    return cuda_launch_matvec_fp8_x(x, m, k, w, ws, n, y, out_bf16 ? OUT_F32_BF16 : 0, 0, done,
+                                    err);
+}
+
 extern "C" di_status di_cuda_gemm_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                         const uint8_t *w, const uint8_t *w_scale, int64_t n,
                                         void *out, di_dtype out_dtype, di_cuda_gemm_path path,

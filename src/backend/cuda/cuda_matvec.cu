@@ -25,6 +25,7 @@
  * the fallback GEMM for shapes the tiled kernel does not take. Decode shapes
  * with k % 128 == 0 and 16-byte aligned operands take the wgmma kernels
  * further down instead (FP8 mma.sync is not native on Hopper: see there). */
+#include "backend/cuda/cuda_act_quant.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_tma.cuh"
 #include "backend/cuda/cuda_gemm_grouped.h"
@@ -497,6 +498,12 @@ static di_status launch_matvec(const char *op, const uint8_t *qa, const float *s
 #define WV_SA_BYTES(nt) ((nt) * 16) /* nt tokens x 4 scales */
 #define WV_STAGE_TX(nt) (WV_W_BYTES + WV_A_BYTES(nt) + WV_SA_BYTES(nt))
 #define WV_SMEM(nt, kst) (1024 + WV_ST * WV_STAGE_TX(nt) + WV_ST * 8 + 2 * (kst) * 16 + (nt) * 256)
+/* The form that quantizes its own activations (QX) adds, 1024-aligned after
+ * the rest, the block's whole activation panel: kst stages of nt x 128 code
+ * bytes (the 128B swizzle the copy engine would write) and nt x 4 scales. */
+#define WV_PANEL(nt, kst) ((kst) * (WV_A_BYTES(nt) + WV_SA_BYTES(nt)))
+#define WV_SMEM_QX(nt, kst) (WV_SMEM(nt, kst) + 1024 + WV_PANEL(nt, kst))
+#define WV_QX_MAX_PANEL (72 * 1024)
 
 /* d = A x B for one 32-block: 64 rows x 8 (NB = 1) or 16 (NB = 2) tokens */
 template <int NB>
@@ -607,13 +614,19 @@ __device__ __forceinline__ bool cluster_reduce(float acc[4 * NB], float4 *red, i
     return rank == 0;
 }
 
-template <int KS, int NB>
+/* QX: the activations come as f32 x [m, k] (16-byte aligned rows) and each
+ * block quantizes its own k range of its token rows into shared memory, with
+ * the very steps of act_quant_fp8_vec (cuda_act_quant.cuh), in place of the
+ * copies of a quantized buffer: one kernel launch less per product, and the
+ * same codes, scales and sums, so the same bits (map_a, map_sa unused). */
+template <int KS, int NB, bool QX>
 __global__ void __launch_bounds__(128)
     matvec_fp8_wg_kernel(const __grid_constant__ CUtensorMap map_w,
                          const __grid_constant__ CUtensorMap map_a,
                          const __grid_constant__ CUtensorMap map_sa,
                          const uint8_t *__restrict__ ws, int64_t m, int64_t k, int64_t n,
-                         void *__restrict__ out, int out_bf16, int kst) {
+                         void *__restrict__ out, int out_bf16, int kst,
+                         const float *__restrict__ x) {
     extern __shared__ uint8_t wv_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wv_raw), base = (raw + 1023u) & ~1023u;
     uint8_t *smem = wv_raw + (base - raw);
@@ -623,6 +636,10 @@ __global__ void __launch_bounds__(128)
     const float *sa_st = (const float *)(smem + (s_sa - base));
     float *sw_tab = (float *)(smem + (s_full - base) + WV_ST * 8); /* [2][kst * 4] */
     float4 *red = (float4 *)(sw_tab + 2 * kst * 4);                 /* [NB][128] */
+    /* QX: the panel, [kst][NT x 128] swizzled codes then [kst][NT][4] scales */
+    const uint32_t s_px = (uint32_t)(((uintptr_t)(red + NB * 128) - (uintptr_t)smem + base + 1023u) & ~(uintptr_t)1023u);
+    uint8_t *px = smem + (s_px - base);
+    float *pxs = (float *)(px + kst * WV_A_BYTES(NT));
 
     uint32_t rank = 0;
     if (KS > 1) asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
@@ -637,10 +654,11 @@ __global__ void __launch_bounds__(128)
     auto issue_w = [&](int st) {
         const int slot = st % WV_ST;
         const uint32_t full = s_full + 8 * slot;
-        mbar_arrive_expect_tx(full, WV_STAGE_TX(NT));
+        mbar_arrive_expect_tx(full, QX ? WV_W_BYTES : WV_STAGE_TX(NT));
         tma_load_2d(s_w + slot * WV_W_BYTES, &map_w, (int)((st0 + st) * 128), (int)n0, full);
     };
     auto issue_a = [&](int st) {
+        if (QX) return;
         const int slot = st % WV_ST;
         const uint32_t full = s_full + 8 * slot;
         const int c = (int)((st0 + st) * 128);
@@ -664,8 +682,59 @@ __global__ void __launch_bounds__(128)
     grid_dep_wait();
     if (tid == 0)
         for (int s = 0; s < WV_ST && s < nst; s++) issue_a(s);
+    if constexpr (QX) {
+        /* 8 values a thread, four consecutive threads a 32-block, a token
+         * row's range in order: groups gi of the range's 16 * nst per live
+         * row (a stage's 128 codes of a row are 16 groups, 2 to a 16-byte
+         * chunk, chunk c of row r at chunk c ^ (r & 7): the 128B swizzle).
+         * A thread's loads of QX_U groups are issued together (one L2 round
+         * trip, not one per group). Rows past m get zero codes and scales,
+         * the copy engine's fill, without loads (b1 run 6 walked them too:
+         * +2 µs a product at m = 1). */
+        constexpr int QX_U = 4;
+        const int live = (int)(m - m0 < NT ? m - m0 : NT);
+        const int per_row = 16 * nst, total = live * per_row;
+        for (int g0 = 0; g0 < total; g0 += 128 * QX_U) {
+            float v[QX_U][8];
+#pragma unroll
+            for (int u = 0; u < QX_U; u++) {
+                const int gi = g0 + 128 * u + tid, r = gi / per_row, c8 = gi - r * per_row;
+                if (gi < total) {
+                    const float *p = x + (m0 + r) * k + (st0 * 128 + 8 * (int64_t)c8);
+                    float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
+                    v[u][0] = a.x; v[u][1] = a.y; v[u][2] = a.z; v[u][3] = a.w;
+                    v[u][4] = b.x; v[u][5] = b.y; v[u][6] = b.z; v[u][7] = b.w;
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 8; i++) v[u][i] = 0.0f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < QX_U; u++) {
+                const int gi = g0 + 128 * u + tid, r = gi / per_row, c8 = gi - r * per_row;
+                uint2 codes;
+                const float sc = aq_quant8(v[u], &codes); /* every lane: the shuffles */
+                if (gi < total) {
+                    const int st = c8 >> 4, w16 = c8 & 15, chunk = w16 >> 1;
+                    *(uint2 *)(px + st * WV_A_BYTES(NT) + r * 128 + ((chunk ^ (r & 7)) << 4) + (w16 & 1) * 8) = codes;
+                    if ((tid & 3) == 0) pxs[(st * NT + r) * 4 + (w16 >> 2)] = sc;
+                }
+            }
+        }
+        const int dead = NT - live; /* rows live .. NT - 1 of every stage */
+        for (int i = tid; i < nst * dead * 8; i += 128) {
+            const int st = i / (dead * 8), rem = i - st * dead * 8;
+            *(uint4 *)(px + st * WV_A_BYTES(NT) + (live + (rem >> 3)) * 128 + (rem & 7) * 16) = make_uint4(0u, 0u, 0u, 0u);
+        }
+        for (int i = tid; i < nst * dead; i += 128) {
+            const int st = i / dead, r = live + (i - st * dead);
+            *(float4 *)(pxs + (st * NT + r) * 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        /* ordinary stores, read next by the tensor cores */
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    }
     grid_dep_launch();
-    __syncthreads(); /* barrier initialisation and the table, for every thread */
+    __syncthreads(); /* barrier initialisation, the table and the panel, for every thread */
 
     float acc[4 * NB], q[4][4 * NB];
 #pragma unroll
@@ -678,12 +747,14 @@ __global__ void __launch_bounds__(128)
     for (int st = 0; st < nst; st++) {
         const int slot = st % WV_ST;
         mbar_wait(s_full + 8 * slot, (st / WV_ST) & 1);
-        wv_mma4<NB>(q, s_w + slot * WV_W_BYTES, s_a + slot * WV_A_BYTES(NT));
+        wv_mma4<NB>(q, s_w + slot * WV_W_BYTES,
+                    QX ? s_px + st * WV_A_BYTES(NT) : s_a + slot * WV_A_BYTES(NT));
+        const float4 *sa4 = QX ? (const float4 *)pxs + st * NT : (const float4 *)sa_st + slot * NT;
         float4 sab[NB][2];
 #pragma unroll
         for (int b = 0; b < NB; b++) {
-            sab[b][0] = ((const float4 *)sa_st)[slot * NT + 8 * b + 2 * t];
-            sab[b][1] = ((const float4 *)sa_st)[slot * NT + 8 * b + 2 * t + 1];
+            sab[b][0] = sa4[8 * b + 2 * t];
+            sab[b][1] = sa4[8 * b + 2 * t + 1];
         }
         const float4 w = ((const float4 *)sw_tab)[h * kst + st];
         const float fw[4] = {w.x, w.y, w.z, w.w};
@@ -781,21 +852,22 @@ struct WvLaunch {
     }
 };
 
-template <int KS, int NB>
+template <int KS, int NB, bool QX = false>
 static cudaError_t wv_launch(const CUtensorMap &mw, const CUtensorMap &ma, const CUtensorMap &ms,
                              const uint8_t *ws, int64_t m, int64_t k, int64_t n, void *out,
-                             int out_bf16, cudaStream_t stream) {
+                             int out_bf16, cudaStream_t stream, const float *x = NULL) {
     const int kst = (int)((k / 128 + KS - 1) / KS);
-    const int smem = WV_SMEM(8 * NB, kst);
+    const int smem = QX ? WV_SMEM_QX(8 * NB, kst) : WV_SMEM(8 * NB, kst);
     static int attr = 0;
     if (smem > attr) {
-        cudaError_t e = cudaFuncSetAttribute(matvec_fp8_wg_kernel<KS, NB>,
+        cudaError_t e = cudaFuncSetAttribute(matvec_fp8_wg_kernel<KS, NB, QX>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
         attr = smem;
     }
     WvLaunch l(n, m, 8 * NB, 1, KS, smem, stream);
-    return l.launch(matvec_fp8_wg_kernel<KS, NB>, mw, ma, ms, ws, m, k, n, out, out_bf16, kst);
+    return l.launch(matvec_fp8_wg_kernel<KS, NB, QX>, mw, ma, ms, ws, m, k, n, out, out_bf16, kst,
+                    x);
 }
 
 /* The wgmma path: whole 128-byte stages, the alignment the tensor maps need,
@@ -823,6 +895,32 @@ static bool wv_try(const uint8_t *qa, const float *sa, int64_t m, int64_t k, con
         WV_CASE(1) WV_CASE(2) WV_CASE(4) default : WV_CASE(8)
     }
 #undef WV_CASE
+    return true;
+}
+
+static int wv_qx_on = 1; /* measuring aid (bench, tests): 0 = quantize by a kernel of its own */
+extern "C" void cuda_matvec_set_fused_quant(int on) { wv_qx_on = on; }
+
+/* The same product from f32 activations, quantized inside (QX): up to 8
+ * tokens (one token tile), where the wgmma path applies and the panel fits.
+ * The cluster split is wv_try's (n and k only), so the sums are wv_try's and
+ * so are the bits. Returns false (nothing launched) when it does not apply. */
+static bool wv_try_x(const float *x, int64_t m, int64_t k, const uint8_t *w, const uint8_t *ws,
+                     int64_t n, void *out, int out_bf16, cudaStream_t stream, cudaError_t *e) {
+    if (!wv_qx_on || k % 128 || m < 1 || m > 8 || (n + 63) / 64 * 8 > 0x7fffffffLL ||
+        (uintptr_t)x % 16 || (uintptr_t)w % 16)
+        return false;
+    const int ks = wv_pick_ks(n, k);
+    const int64_t kst = (k / 128 + ks - 1) / ks;
+    if (WV_PANEL(8, kst) > WV_QX_MAX_PANEL) return false;
+    CUtensorMap mw;
+    if (!make_map(&mw, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, 128, 64, true)) return false;
+    switch (ks) {
+    case 1: *e = wv_launch<1, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x); break;
+    case 2: *e = wv_launch<2, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x); break;
+    case 4: *e = wv_launch<4, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x); break;
+    default: *e = wv_launch<8, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x); break;
+    }
     return true;
 }
 
@@ -1193,6 +1291,14 @@ di_status cuda_launch_matvec_fp8(const uint8_t *qa, const float *sa, int64_t m, 
         return cuda_check(e, err, "gemm_fp8 (matvec, wgmma)");
     return launch_matvec<0>("gemm_fp8 (matvec)", qa, sa, m, k, w, ws, n, out, out_bf16, stream,
                             err);
+}
+
+di_status cuda_launch_matvec_fp8_x(const float *x, int64_t m, int64_t k, const uint8_t *w,
+                                   const uint8_t *ws, int64_t n, void *out, int out_bf16,
+                                   cudaStream_t stream, int *done, di_err *err) {
+    cudaError_t e = cudaSuccess;
+    *done = wv_try_x(x, m, k, w, ws, n, out, out_bf16, stream, &e);
+    return *done ? cuda_check(e, err, "gemm_fp8 (matvec, wgmma, quantizing)") : DI_OK;
 }
 
 di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,

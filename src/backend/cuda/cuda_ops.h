@@ -69,6 +69,14 @@ di_status cuda_op_scale_bf16(float *x, int64_t n, float c, di_err *err);
 di_status cuda_op_gemm_q_rounded(int fmt, const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                  const uint8_t *w, const uint8_t *ws, int64_t n, float *y, int *done,
                                  di_err *err);
+/* y = act_quant_fp8(x)·W^T for FP8 W from f32 x [m, k], the quantization
+ * done inside the decode kernel (one launch, the bits of di_cuda_act_quant_fp8
+ * followed by the product); y f32, bf16-rounded in its store when
+ * out_bf16. *done = 0 and nothing launched where that kernel does not
+ * apply (more than 8 rows, k % 128, alignment): the caller quantizes. */
+di_status cuda_op_gemm_fp8_x(const float *x, int64_t m, int64_t k, const uint8_t *w,
+                             const uint8_t *ws, int64_t n, float *y, int out_bf16, int *done,
+                             di_err *err);
 /* out [m, n] = table row ids[i] ([V, n], F32 or BF16) */
 di_status cuda_op_embed(const void *table, int t_bf16, int64_t n, const int32_t *ids, int64_t m,
                         float *out, di_err *err);
