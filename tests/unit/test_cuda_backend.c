@@ -795,6 +795,35 @@ static void test_kv(void) {
     }
 }
 
+/* Kernels launched back to back, each reading what the one before wrote
+ * (the small kernels start programmatically, before the one ahead of them
+ * ends: cuda_launch_pdl): a chain of 60 adds and queued copies, a += b then
+ * b = a, on 2^17 values (many blocks) must give exactly the CPU's values —
+ * small integers times powers of two, so every sum is exact and a read of
+ * a stale b or a shows. */
+static void test_dependent_chain(void) {
+    NEED_GPU();
+    const int64_t n = (int64_t)1 << 17;
+    float *a = malloc((size_t)n * 4), *b = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) {
+        a[i] = (float)rng_int(4);
+        b[i] = (float)rng_int(4);
+    }
+    float *da = dev_up(a, (size_t)n * 4), *db = dev_up(b, (size_t)n * 4);
+    for (int r = 0; r < 60; r++) {
+        for (int64_t i = 0; i < n; i++) a[i] += b[i];
+        memcpy(b, a, (size_t)n * 4);
+        gpu->ops->add(gpu, da, db, n);
+        gpu->ops->copy(gpu, db, da, (size_t)n * 4 / 2); /* two queued copies of half */
+        gpu->ops->copy(gpu, db + n / 2, da + n / 2, (size_t)n * 4 / 2);
+    }
+    float *ga = dev_down(da, (size_t)n * 4), *gb = dev_down(db, (size_t)n * 4);
+    if (status_ok("dependent chain"))
+        CHECKF(!memcmp(ga, a, (size_t)n * 4) && !memcmp(gb, b, (size_t)n * 4), "dependent chain of adds and copies differs from the CPU");
+    dev_free(da); dev_free(db);
+    free(a); free(b); free(ga); free(gb);
+}
+
 /* alloc zeroes; copy handles overlapping ranges as memmove does */
 static void test_memory(void) {
     NEED_GPU();
@@ -1898,6 +1927,7 @@ int main(void) {
         return 1;
     }
     RUN(test_memory);
+    RUN(test_dependent_chain);
     RUN(test_pool_fills);
     RUN(test_matmul);
     RUN(test_matmul_fused_quant);

@@ -15,6 +15,7 @@ __device__ __forceinline__ float load_x(const float *p, int64_t i) { return p[i]
 template <typename T>
 __global__ void act_quant_fp8_generic(const T *__restrict__ x, int64_t m, int64_t k,
                                       uint8_t *__restrict__ q, float *__restrict__ scale) {
+    pdl_enter();
     int64_t kb_n = (k + 31) / 32;
     int64_t blk = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (blk >= m * kb_n) return;
@@ -50,6 +51,7 @@ __device__ __forceinline__ void load8v(const float *p, float v[8]) {
 template <typename T>
 __global__ void act_quant_fp8_vec(const T *__restrict__ x, int64_t nblocks,
                                   uint8_t *__restrict__ q, float *__restrict__ scale) {
+    pdl_enter();
     int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     int64_t blk = tid >> 2;
     bool live = blk < nblocks;
@@ -70,10 +72,10 @@ static void launch(const T *x, int64_t m, int64_t k, uint8_t *q, float *scale, u
                    int threads, cudaStream_t s) {
     int64_t nblocks = m * ((k + 31) / 32);
     if ((uintptr_t)x % 16 == 0 && (uintptr_t)q % 16 == 0 && k % 32 == 0)
-        act_quant_fp8_vec<T><<<(unsigned)((nblocks * 4 + threads - 1) / threads), threads, 0, s>>>(
+        cuda_launch_pdl(act_quant_fp8_vec<T>, (unsigned)((nblocks * 4 + threads - 1) / threads), threads, 0, s, 
             x, nblocks, q, scale);
     else
-        act_quant_fp8_generic<T><<<grid, threads, 0, s>>>(x, m, k, q, scale);
+        cuda_launch_pdl(act_quant_fp8_generic<T>, grid, threads, 0, s, x, m, k, q, scale);
 }
 
 extern "C" di_status di_cuda_act_quant_fp8(const void *x, di_dtype x_dtype, int64_t m, int64_t k,

@@ -22,6 +22,64 @@ static inline di_status cuda_check_launch(di_err *err, const char *what) {
     return cuda_check(cudaGetLastError(), err, what);
 }
 
+/* Programmatic dependent launch (a kernel launched with
+ * cudaLaunchAttributeProgrammaticStreamSerialization may start before the
+ * kernel ahead of it in the stream ends): grid_dep_wait blocks until that
+ * kernel has completed and its writes are visible, so everything a kernel
+ * reads that an earlier kernel may write must come after it; before it, only
+ * constants such as the model's weights. grid_dep_launch lets the next such
+ * kernel start. Both are no-ops for a kernel launched without the attribute. */
+__device__ __forceinline__ void grid_dep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void grid_dep_launch() {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+
+/* First statement of a kernel launched by cuda_launch_pdl: wait for the
+ * kernel ahead (its writes visible; before this, a kernel may touch no
+ * memory another kernel writes or reads), then let the next one be
+ * scheduled. */
+__device__ __forceinline__ void pdl_enter() {
+    grid_dep_wait();
+    grid_dep_launch();
+}
+
+/* Whether the decode step's small kernels are launched programmatically
+ * (cuda_device.cu: DI_CUDA_PDL=0 turns it off, a measuring aid; a runtime
+ * that refuses the attribute turns it off for good). */
+extern "C" int cuda_pdl_on(void);
+extern "C" void cuda_pdl_refused(void);
+
+/* Launches kern with programmatic stream serialization: its blocks may be
+ * scheduled while the kernel ahead of it finishes (that kernel's own
+ * blocks all running or done), so they wait resident instead of being
+ * launched when it ends: what each of the ~300 small launches of a decode
+ * step pays between kernels (b1 run 7: 0.66 µs a boundary). The kernel must
+ * begin with pdl_enter(). Where the attributed launch fails and the plain
+ * one succeeds, the attribute is dropped from then on; a launch error
+ * stays for cuda_check_launch, as with <<<>>>. */
+template <typename... P, typename... A>
+static inline void cuda_launch_pdl(void (*kern)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                                   A... args) {
+    if (cuda_pdl_on()) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1];
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = st;
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        if (cudaLaunchKernelEx(&cfg, kern, args...) == cudaSuccess) return;
+        (void)cudaGetLastError();
+        kern<<<grid, block, smem, st>>>(args...);
+        if (cudaPeekAtLastError() == cudaSuccess) cuda_pdl_refused();
+        return;
+    }
+    kern<<<grid, block, smem, st>>>(args...);
+}
+
 /* Multiprocessors of the current device (132 if it cannot be read), read
  * once per translation unit: launch shapes follow it. */
 static inline int cuda_sm_count(void) {

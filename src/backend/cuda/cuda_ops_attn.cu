@@ -158,6 +158,7 @@ extern "C" di_status cuda_op_sparse_attn_kv(const float *q, int64_t m, int h, in
 __global__ void k_attn_rows(int64_t m, int n_win, const int32_t *win, const uint8_t *const *ring,
                             const uint8_t *chunk, size_t win_bytes, int n_sel, const int32_t *sel,
                             const uint8_t *const *cache, size_t cache_bytes, const uint8_t **tab) {
+    pdl_enter();
     int64_t n_slots = (int64_t)n_win + n_sel;
     GRID_STRIDE(t, m * n_slots) {
         int64_t i = t / n_slots, j = t % n_slots;
@@ -184,7 +185,7 @@ extern "C" di_status cuda_op_sparse_attn_rows(const float *q, int64_t m, int h, 
     int64_t n_slots = (int64_t)n_win + n_sel;
     if (m * h <= 0) return DI_OK;
     if (m * n_slots > 0) {
-        k_attn_rows<<<grid_for(m * n_slots), 256>>>(m, n_win, win, ring, chunk, win_bytes, n_sel,
+        cuda_launch_pdl(k_attn_rows, grid_for(m * n_slots), 256, 0, 0, m, n_win, win, ring, chunk, win_bytes, n_sel,
                                                     sel, cache, cache_bytes, tab);
         di_status st = cuda_check_launch(err, "attention row tables");
         if (st) return st;

@@ -9,6 +9,7 @@
  * not its terms, differs from the CPU's sequential loop). */
 __global__ void k_rmsnorm(const float *x, const void *w, int w_bf16, int64_t n, float eps,
                           float *y) {
+    pdl_enter();
     __shared__ float red[32];
     const float *xi = x + (int64_t)blockIdx.x * n;
     float ss = 0.f;
@@ -30,6 +31,7 @@ enum { RMS_THREADS = 256 };
 template <int R>
 __global__ void __launch_bounds__(RMS_THREADS)
     k_rmsnorm_reg(const float *x, const void *w, int w_bf16, int64_t n, float eps, float *y) {
+    pdl_enter();
     __shared__ float red[32];
     const float *xi = x + (int64_t)blockIdx.x * n;
     float v[R], wv[R];
@@ -57,10 +59,10 @@ extern "C" di_status cuda_op_rmsnorm(const float *x, const void *w, int w_bf16, 
                                      int64_t n, float eps, float *y, di_err *err) {
     if (m <= 0) return DI_OK;
     const int64_t per = (n + RMS_THREADS - 1) / RMS_THREADS;
-    if (per <= 4) k_rmsnorm_reg<4><<<(unsigned)m, RMS_THREADS>>>(x, w, w_bf16, n, eps, y);
-    else if (per <= 8) k_rmsnorm_reg<8><<<(unsigned)m, RMS_THREADS>>>(x, w, w_bf16, n, eps, y);
-    else if (per <= 24) k_rmsnorm_reg<24><<<(unsigned)m, RMS_THREADS>>>(x, w, w_bf16, n, eps, y);
-    else k_rmsnorm<<<(unsigned)m, RMS_THREADS>>>(x, w, w_bf16, n, eps, y);
+    if (per <= 4) cuda_launch_pdl(k_rmsnorm_reg<4>, (unsigned)m, RMS_THREADS, 0, 0, x, w, w_bf16, n, eps, y);
+    else if (per <= 8) cuda_launch_pdl(k_rmsnorm_reg<8>, (unsigned)m, RMS_THREADS, 0, 0, x, w, w_bf16, n, eps, y);
+    else if (per <= 24) cuda_launch_pdl(k_rmsnorm_reg<24>, (unsigned)m, RMS_THREADS, 0, 0, x, w, w_bf16, n, eps, y);
+    else cuda_launch_pdl(k_rmsnorm, (unsigned)m, RMS_THREADS, 0, 0, x, w, w_bf16, n, eps, y);
     return cuda_check_launch(err, "rmsnorm");
 }
 
@@ -114,6 +116,7 @@ extern "C" di_status cuda_op_qdq_fp8(float *x, int64_t n, di_err *err) {
  * few values: 12.5 µs for 128 blocks, b1 run 1); the same operations. */
 template <int BL>
 __global__ void k_qdq_fp4(float *x, int64_t nblk, int e4m3) {
+    pdl_enter();
     GRID_STRIDE(b, nblk) {
         float *v = x + b * BL, r[BL];
 #pragma unroll
@@ -131,8 +134,8 @@ __global__ void k_qdq_fp4(float *x, int64_t nblk, int e4m3) {
 extern "C" di_status cuda_op_qdq_fp4(float *x, int64_t n, int e4m3, di_err *err) {
     int bl = e4m3 ? 16 : 32;
     if (n / bl <= 0) return DI_OK;
-    if (e4m3) k_qdq_fp4<16><<<grid_for(n / bl), 256>>>(x, n / bl, 1);
-    else k_qdq_fp4<32><<<grid_for(n / bl), 256>>>(x, n / bl, 0);
+    if (e4m3) cuda_launch_pdl(k_qdq_fp4<16>, grid_for(n / bl), 256, 0, 0, x, n / bl, 1);
+    else cuda_launch_pdl(k_qdq_fp4<32>, grid_for(n / bl), 256, 0, 0, x, n / bl, 0);
     return cuda_check_launch(err, "qdq_fp4");
 }
 
@@ -141,6 +144,7 @@ extern "C" di_status cuda_op_qdq_fp4(float *x, int64_t n, int e4m3, di_err *err)
  * its scale bytes). fmt: 0 FP8/32, 1 FP4/16 with E4M3, 2 FP4/32 with E8M0. */
 template <int FMT>
 __global__ void k_kv_pack(const float *x, int64_t m, int64_t n, uint8_t *out) {
+    pdl_enter();
     constexpr int BL = FMT == 1 ? 16 : 32;
     int64_t nbr = n / BL, rb = (FMT == 0 ? n : n / 2) + nbr;
     GRID_STRIDE(t, m * nbr) {
@@ -175,20 +179,21 @@ extern "C" di_status cuda_op_kv_pack(int fmt, const float *x, int64_t m, int64_t
     int64_t nb = m * (n / (fmt == 1 ? 16 : 32));
     if (nb <= 0) return DI_OK;
     switch (fmt) {
-    case 0: k_kv_pack<0><<<grid_for(nb), 256>>>(x, m, n, out); break;
-    case 1: k_kv_pack<1><<<grid_for(nb), 256>>>(x, m, n, out); break;
-    default: k_kv_pack<2><<<grid_for(nb), 256>>>(x, m, n, out); break;
+    case 0: cuda_launch_pdl(k_kv_pack<0>, grid_for(nb), 256, 0, 0, x, m, n, out); break;
+    case 1: cuda_launch_pdl(k_kv_pack<1>, grid_for(nb), 256, 0, 0, x, m, n, out); break;
+    default: cuda_launch_pdl(k_kv_pack<2>, grid_for(nb), 256, 0, 0, x, m, n, out); break;
     }
     return cuda_check_launch(err, "kv_pack");
 }
 
 __global__ void k_scale_bf16(float *x, int64_t n, float c) {
+    pdl_enter();
     GRID_STRIDE(i, n) x[i] = round_bf16(c == 1.0f ? x[i] : MUL(x[i], c));
 }
 
 extern "C" di_status cuda_op_scale_bf16(float *x, int64_t n, float c, di_err *err) {
     if (n <= 0) return DI_OK;
-    k_scale_bf16<<<grid_for(n), 256>>>(x, n, c);
+    cuda_launch_pdl(k_scale_bf16, grid_for(n), 256, 0, 0, x, n, c);
     return cuda_check_launch(err, "scale_bf16");
 }
 
@@ -245,6 +250,7 @@ extern "C" di_status cuda_op_compress_pool(const float *a, const float *g, int64
 
 __global__ void k_swiglu(const float *g, const float *u, const float *w, int64_t m, int64_t n,
                          float limit, float *out) {
+    pdl_enter();
     GRID_STRIDE(t, m * n) {
         float gv = g[t], uv = u[t];
         if (limit > 0.f) {
@@ -260,7 +266,7 @@ __global__ void k_swiglu(const float *g, const float *u, const float *w, int64_t
 extern "C" di_status cuda_op_swiglu(const float *g, const float *u, const float *w, int64_t m,
                                     int64_t n, float limit, float *out, di_err *err) {
     if (m * n <= 0) return DI_OK;
-    k_swiglu<<<grid_for(m * n), 256>>>(g, u, w, m, n, limit, out);
+    cuda_launch_pdl(k_swiglu, grid_for(m * n), 256, 0, 0, g, u, w, m, n, limit, out);
     return cuda_check_launch(err, "swiglu");
 }
 
@@ -295,10 +301,13 @@ extern "C" di_status cuda_op_scatter_add_rows(float *dst, const int32_t *rows, c
     return cuda_check_launch(err, "scatter_add_rows");
 }
 
-__global__ void k_add(float *y, const float *x, int64_t n) { GRID_STRIDE(i, n) y[i] = ADD(y[i], x[i]); }
+__global__ void k_add(float *y, const float *x, int64_t n) {
+    pdl_enter();
+    GRID_STRIDE(i, n) y[i] = ADD(y[i], x[i]);
+}
 
 extern "C" di_status cuda_op_add(float *y, const float *x, int64_t n, di_err *err) {
     if (n <= 0) return DI_OK;
-    k_add<<<grid_for(n), 256>>>(y, x, n);
+    cuda_launch_pdl(k_add, grid_for(n), 256, 0, 0, y, x, n);
     return cuda_check_launch(err, "add");
 }

@@ -271,6 +271,7 @@ static int64_t hc_sp_chunk(int64_t n) {
 template <int HC>
 __global__ void __launch_bounds__(HC_SP_THREADS)
     k_hc_mix_part(const float *s, int64_t d, const float *fn, int64_t chunk) {
+    pdl_enter();
     constexpr int NM = (2 + HC) * HC, NW = HC_SP_THREADS / 32;
     __shared__ float wp[NM + 1][NW];
     const int64_t i = blockIdx.y, n = (int64_t)HC * d;
@@ -290,6 +291,7 @@ template <int HC>
 __global__ void __launch_bounds__(HC_RD_THREADS)
     k_hc_mix_reduce(int nb, int64_t d, const float *base, const float *scale, float norm_eps, float eps,
                     int iters, float *pre, float *post, float *comb) {
+    pdl_enter();
     constexpr int NM = (2 + HC) * HC;
     __shared__ float stage[HC_SP_MAX_BLOCKS * (NM + 1)];
     __shared__ float tot[NM + 1];
@@ -325,10 +327,10 @@ extern "C" di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d
     if (hc == 4 && m <= HC_SP_MAX_ROWS) {
         int64_t n = 4 * d, chunk = hc_sp_chunk(n);
         unsigned nb = (unsigned)((n + chunk - 1) / chunk);
-        k_hc_mix_part<4><<<dim3(nb, (unsigned)m), HC_SP_THREADS>>>(s, d, fn, chunk);
+        cuda_launch_pdl(k_hc_mix_part<4>, dim3(nb, (unsigned)m), HC_SP_THREADS, 0, 0, s, d, fn, chunk);
         di_status st = cuda_check_launch(err, "hc_mix (split product)");
         if (st) return st;
-        k_hc_mix_reduce<4><<<(unsigned)m, HC_RD_THREADS>>>((int)nb, d, base, scale, norm_eps, hc_eps, iters, pre, post,
+        cuda_launch_pdl(k_hc_mix_reduce<4>, (unsigned)m, HC_RD_THREADS, 0, 0, (int)nb, d, base, scale, norm_eps, hc_eps, iters, pre, post,
                                                  comb);
     } else if (hc == 4 && m <= 65535)
         k_hc_mix_cluster<4><<<dim3(HC_CL, (unsigned)m), HC_CL_THREADS>>>(s, d, fn, base, scale, norm_eps,
@@ -341,6 +343,7 @@ extern "C" di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d
 
 __global__ void k_hc_collapse(const float *s, const float *w, int64_t m, int hc, int64_t d,
                               float *y) {
+    pdl_enter();
     GRID_STRIDE(t, m * d) {
         int64_t i = t / d, k = t % d;
         float acc = 0.f;
@@ -352,7 +355,7 @@ __global__ void k_hc_collapse(const float *s, const float *w, int64_t m, int hc,
 extern "C" di_status cuda_op_hc_collapse(const float *s, const float *w, int64_t m, int hc,
                                          int64_t d, float *y, di_err *err) {
     if (m * d <= 0) return DI_OK;
-    k_hc_collapse<<<grid_for(m * d), 256>>>(s, w, m, hc, d, y);
+    cuda_launch_pdl(k_hc_collapse, grid_for(m * d), 256, 0, 0, s, w, m, hc, d, y);
     return cuda_check_launch(err, "hc_collapse");
 }
 
@@ -360,6 +363,7 @@ extern "C" di_status cuda_op_hc_collapse(const float *s, const float *w, int64_t
  * outputs at the same places, so out may alias s. */
 __global__ void k_hc_expand(const float *y, const float *s, const float *post, const float *comb,
                             int64_t m, int hc, int64_t d, float *out) {
+    pdl_enter();
     GRID_STRIDE(t, m * d) {
         int64_t i = t / d, k = t % d;
         float sv[HC_MAX];
@@ -381,7 +385,7 @@ extern "C" di_status cuda_op_hc_expand(const float *y, const float *s, const flo
         return di_err_set(err, DI_ERR_UNSUPPORTED, "hc_expand: hc_mult %d (supported 1..%d)", hc,
                           HC_MAX);
     if (m * d <= 0) return DI_OK;
-    k_hc_expand<<<grid_for(m * d), 256>>>(y, s, post, comb, m, hc, d, out);
+    cuda_launch_pdl(k_hc_expand, grid_for(m * d), 256, 0, 0, y, s, post, comb, m, hc, d, out);
     return cuda_check_launch(err, "hc_expand");
 }
 

@@ -232,6 +232,7 @@ __global__ void __launch_bounds__(TC_KW * 32) k_mm_tc(const void *w, const uint8
                                                       const float *x, int64_t ldx, int64_t m,
                                                       int64_t nr, float *y, int64_t ldy,
                                                       int out_bf16, int vec) {
+    pdl_enter();
     __shared__ float red[TC_KW / 2][T * NT * 4][32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int gz = blockIdx.z;
@@ -385,8 +386,8 @@ __global__ void __launch_bounds__(TC_KW * 32) k_mm_tc(const void *w, const uint8
 template <int FMT, int NT>
 static void launch_tc(int T, dim3 grid, const void *w, const uint8_t *s, int64_t K, const float *x,
                       int64_t ldx, int64_t m, int64_t nr, float *y, int64_t ldy, int out_bf16, int vec) {
-    if (T == 2) k_mm_tc<FMT, NT, 2><<<grid, TC_KW * 32>>>(w, s, K, x, ldx, m, nr, y, ldy, out_bf16, vec);
-    else k_mm_tc<FMT, NT, 1><<<grid, TC_KW * 32>>>(w, s, K, x, ldx, m, nr, y, ldy, out_bf16, vec);
+    if (T == 2) cuda_launch_pdl(k_mm_tc<FMT, NT, 2>, grid, TC_KW * 32, 0, 0, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, vec);
+    else cuda_launch_pdl(k_mm_tc<FMT, NT, 1>, grid, TC_KW * 32, 0, 0, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, vec);
 }
 
 template <int FMT>

@@ -113,6 +113,7 @@ enum { ROUTE_WIDE = 128, ROUTE_WIDE_ROWS = 64 };
 __global__ void __launch_bounds__(ROUTE_WIDE)
     k_moe_route_wide(const float *logits, const float *bias, int e, int k, int normalize, float route_scale,
                      int32_t *idx, float *w) {
+    pdl_enter();
     __shared__ float sc[1024], bs[1024];
     __shared__ uint8_t taken[1024];
     __shared__ di_route_pick wp[ROUTE_WIDE / 32];
@@ -176,7 +177,7 @@ extern "C" di_status cuda_op_moe_route(const float *logits, const float *bias, i
                           "top-%d)", e, k, ROUTE_KMAX);
     if (m <= 0) return DI_OK;
     if (m <= ROUTE_WIDE_ROWS) {
-        k_moe_route_wide<<<(unsigned)m, ROUTE_WIDE, 0, (cudaStream_t)stream>>>(logits, bias, e, k, normalize,
+        cuda_launch_pdl(k_moe_route_wide, (unsigned)m, ROUTE_WIDE, 0, (cudaStream_t)stream, logits, bias, e, k, normalize,
                                                                               route_scale, idx, w);
         return cuda_check_launch(err, "moe_route");
     }
@@ -253,6 +254,7 @@ __global__ void __launch_bounds__(PLAN_THREADS)
     k_moe_plan(const int32_t *idx, const float *w, int64_t P, int k, int E, int G,
                int32_t *ids, int32_t *off, int32_t *rows, float *pw, int32_t *slot,
                int32_t *iota) {
+    pdl_enter();
     __shared__ int32_t chunk[PLAN_CHUNK];
     __shared__ int32_t cnt[1024], start[1024];
     const int t = threadIdx.x;
@@ -350,6 +352,7 @@ __global__ void __launch_bounds__(PLAN_THREADS)
  * the planned count are left alone. */
 __global__ void k_moe_swiglu(float *g, const float *u, const float *pw, const int32_t *total,
                              int64_t I, int in_bf16, float limit) {
+    pdl_enter();
     const int64_t n = (int64_t)*total * I;
     GRID_STRIDE(t, n) {
         float gv = g[t], uv = u[t];
@@ -377,6 +380,7 @@ enum { COMBINE_THREADS = 256 };
  * columns a thread after 2k serial loads took 20 µs at b1 (b1 run 1). */
 __global__ void k_moe_combine(const float *y, const int32_t *idx, const int32_t *slot, int k,
                               int64_t D, int out_bf16, float *out) {
+    pdl_enter();
     __shared__ int32_t se[ROUTE_KMAX], sp[ROUTE_KMAX], rq[ROUTE_KMAX], re[ROUTE_KMAX];
     __shared__ int ns;
     const int64_t i = blockIdx.x;
@@ -436,7 +440,7 @@ extern "C" di_status cuda_op_moe_experts(const cuda_moe_weights *W, const float 
     cudaStream_t st = (cudaStream_t)stream;
     const di_dtype F32 = DI_DTYPE_F32;
     di_status rc;
-    k_moe_plan<<<1, PLAN_THREADS, 0, st>>>(idx, w, P, k, E, (int)G, s.ids, s.off, s.rows, s.pw,
+    cuda_launch_pdl(k_moe_plan, 1, PLAN_THREADS, 0, st, idx, w, P, k, E, (int)G, s.ids, s.off, s.rows, s.pw,
                                             s.slot, s.iota);
     if ((rc = cuda_check_launch(err, "moe_experts: plan"))) return rc;
     if ((rc = di_cuda_act_quant_fp8(x, F32, m, D, s.qa, s.sa, stream, err))) return rc;
@@ -446,13 +450,13 @@ extern "C" di_status cuda_op_moe_experts(const cuda_moe_weights *W, const float 
     if ((rc = di_cuda_gemm_mxfp4_grouped(s.qa, s.sa, D, W->w3, W->s3, I, s.ids, s.off,
                                          (int32_t)G, s.rows, (int32_t)m, s.u, F32, stream, err)))
         return di_err_prefix(err, "moe_experts w3: ");
-    k_moe_swiglu<<<grid_for(P * I), 256, 0, st>>>(s.g, s.u, s.pw, s.off + G, I, out_bf16, limit);
+    cuda_launch_pdl(k_moe_swiglu, grid_for(P * I), 256, 0, st, s.g, s.u, s.pw, s.off + G, I, out_bf16, limit);
     if ((rc = cuda_check_launch(err, "moe_experts: swiglu"))) return rc;
     if ((rc = di_cuda_act_quant_fp8(s.g, F32, P, I, s.qh, s.sh, stream, err))) return rc;
     if ((rc = di_cuda_gemm_mxfp4_grouped(s.qh, s.sh, I, W->w2, W->s2, D, s.ids, s.off,
                                          (int32_t)G, s.iota, (int32_t)m, s.y, F32, stream, err)))
         return di_err_prefix(err, "moe_experts w2: ");
     const int64_t cb = (D + COMBINE_THREADS - 1) / COMBINE_THREADS;
-    k_moe_combine<<<dim3((unsigned)m, (unsigned)(cb < 65535 ? cb : 65535)), COMBINE_THREADS, 0, st>>>(s.y, idx, s.slot, k, D, out_bf16, out);
+    cuda_launch_pdl(k_moe_combine, dim3((unsigned)m, (unsigned)(cb < 65535 ? cb : 65535)), COMBINE_THREADS, 0, st, s.y, idx, s.slot, k, D, out_bf16, out);
     return cuda_check_launch(err, "moe_experts: combine");
 }

@@ -4,6 +4,7 @@
 
 __global__ void k_rope_cs(float *x, int64_t m, int64_t stride, int heads, int64_t hd, int64_t rd,
                           const float *cs, int inverse) {
+    pdl_enter();
     int64_t half = rd / 2, total = m * heads * half;
     GRID_STRIDE(t, total) {
         int64_t j = t % half, ih = t / half;
@@ -21,7 +22,7 @@ extern "C" di_status cuda_op_rope_cs(float *x, int64_t m, int64_t stride, int he
                                      int64_t rd, const float *cs, int inverse, di_err *err) {
     int64_t total = m * heads * (rd / 2);
     if (total <= 0) return DI_OK;
-    k_rope_cs<<<grid_for(total), 256>>>(x, m, stride, heads, hd, rd, cs, inverse);
+    cuda_launch_pdl(k_rope_cs, grid_for(total), 256, 0, 0, x, m, stride, heads, hd, rd, cs, inverse);
     return cuda_check_launch(err, "rope_cs");
 }
 
@@ -38,6 +39,7 @@ __device__ __forceinline__ void copy_row(uint8_t *d, const uint8_t *s, size_t by
 __global__ void k_scatter_rows_to(const uint8_t *src, size_t src_stride, const uint8_t *const *base,
                                   const int32_t *slot, size_t dst_off, size_t dst_stride,
                                   size_t bytes) {
+    pdl_enter();
     const int64_t i = blockIdx.x;
     const int32_t k = slot[i];
     if (k < 0 || !base[i]) return;
@@ -48,6 +50,7 @@ __global__ void k_scatter_rows_to(const uint8_t *src, size_t src_stride, const u
 __global__ void k_gather_rows_from(uint8_t *dst, size_t dst_stride, const uint8_t *const *base,
                                    const int32_t *slot, size_t src_off, size_t src_stride,
                                    size_t bytes) {
+    pdl_enter();
     const int64_t i = blockIdx.x;
     copy_row(dst + (size_t)i * dst_stride, base[i] + src_off + (size_t)slot[i] * src_stride, bytes);
 }
@@ -59,7 +62,7 @@ extern "C" di_status cuda_op_gather_rows_from(void *dst, size_t dst_stride, int6
     if (m <= 0 || bytes == 0) return DI_OK;
     if (m > 0x7fffffffLL)
         return di_err_set(err, DI_ERR_LIMIT, "gather_rows_from: %lld rows", (long long)m);
-    k_gather_rows_from<<<(unsigned)m, 128>>>((uint8_t *)dst, dst_stride, base, slot, src_off,
+    cuda_launch_pdl(k_gather_rows_from, (unsigned)m, 128, 0, 0, (uint8_t *)dst, dst_stride, base, slot, src_off,
                                              src_stride, bytes);
     return cuda_check_launch(err, "gather_rows_from");
 }
@@ -71,7 +74,7 @@ extern "C" di_status cuda_op_scatter_rows_to(const void *src, size_t src_stride,
     if (m <= 0 || bytes == 0) return DI_OK;
     if (m > 0x7fffffffLL)
         return di_err_set(err, DI_ERR_LIMIT, "scatter_rows_to: %lld rows", (long long)m);
-    k_scatter_rows_to<<<(unsigned)m, 128>>>((const uint8_t *)src, src_stride, base, slot, dst_off,
+    cuda_launch_pdl(k_scatter_rows_to, (unsigned)m, 128, 0, 0, (const uint8_t *)src, src_stride, base, slot, dst_off,
                                             dst_stride, bytes);
     return cuda_check_launch(err, "scatter_rows_to");
 }

@@ -64,17 +64,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     } while (!done);
 }
 
-/* Programmatic dependent launch (a kernel launched with
- * cudaLaunchAttributeProgrammaticStreamSerialization may start before the
- * kernel ahead of it in the stream ends): grid_dep_wait blocks until that
- * kernel has completed and its writes are visible, so everything a kernel
- * reads that an earlier kernel may write must come after it; before it, only
- * constants such as the model's weights. grid_dep_launch lets the next such
- * kernel start. Both are no-ops for a kernel launched without the attribute. */
-__device__ __forceinline__ void grid_dep_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-__device__ __forceinline__ void grid_dep_launch() {
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
+/* grid_dep_wait / grid_dep_launch: cuda_common.cuh */
 
 /* 2-D tile (c0 = inner coordinate, c1 = row) into shared memory, completing
  * on the barrier with its byte count. */
