@@ -1802,6 +1802,13 @@ static const di_backend_ops cuda_ops = {
     .status = cu_status,
 };
 
+/* Whether the environment variable name is set to exactly val (the
+ * backend's switches below). */
+static int env_is(const char *name, const char *val) {
+    const char *v = getenv(name);
+    return v && !strcmp(v, val);
+}
+
 di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
     *out = NULL;
     di_status st = di_cuda_init(device, err);
@@ -1814,9 +1821,8 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         return di_err_set(err, DI_ERR_NOMEM, "cuda backend: out of memory");
     }
     c->device = device;
-    const char *v = getenv("DI_CUDA_POOL");
-    c->use_pool = !(v && !strcmp(v, "0"));
-    v = getenv("DI_CUDA_PROFILE");
+    c->use_pool = !env_is("DI_CUDA_POOL", "0");
+    const char *v = getenv("DI_CUDA_PROFILE");
     c->prof_events = v && !strcmp(v, "events");
     c->prof = v && *v && strcmp(v, "0") && !c->prof_events;
     c->cq = calloc(1, sizeof *c->cq);
@@ -1828,8 +1834,7 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
     c->ops = cuda_ops;
     /* DI_CUDA_DEVICE_SELECT=0: the host forms of the selection path and
      * of the step's per-row metadata */
-    v = getenv("DI_CUDA_DEVICE_SELECT");
-    if (v && !strcmp(v, "0")) {
+    if (env_is("DI_CUDA_DEVICE_SELECT", "0")) {
         c->ops.index_scores_kv_buf = NULL;
         c->ops.candidate_blocks_buf = NULL;
         c->ops.restrict_blocks_buf = NULL;
@@ -1845,8 +1850,7 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
     /* DI_CUDA_GRAPH=1: decode steps recorded as CUDA graphs and replayed
      * (needs the kernels built with --default-stream per-thread; without,
      * every key's recording fails once and its steps run eagerly) */
-    v = getenv("DI_CUDA_GRAPH");
-    if (v && !strcmp(v, "1")) {
+    if (env_is("DI_CUDA_GRAPH", "1")) {
         c->ops.graph_replay = cu_graph_replay;
         c->ops.graph_record_begin = cu_graph_record_begin;
         c->ops.graph_record_end = cu_graph_record_end;
@@ -1855,8 +1859,7 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
     }
     /* DI_CUDA_MOE_GROUPED=0: the model's per-expert loop with host routing
      * (for comparisons; the grouped op gives the loop's bits) */
-    v = getenv("DI_CUDA_MOE_GROUPED");
-    if (v && !strcmp(v, "0")) {
+    if (env_is("DI_CUDA_MOE_GROUPED", "0")) {
         c->ops.moe_route_buf = NULL;
         c->ops.moe_experts = NULL;
     }

@@ -35,4 +35,13 @@ __device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint32_t two, float s) {
     return pack_bf16x2(f.x * s, f.y * s);
 }
 
+/* eight E4M3 codes (two words, low byte first) times a scale, as four bf16
+ * pairs in k order */
+__device__ __forceinline__ void e4m3x8_bf16x2(uint2 v, float s, uint32_t (&a)[4]) {
+    a[0] = e4m3x2_bf16x2(v.x & 0xffffu, s);
+    a[1] = e4m3x2_bf16x2(v.x >> 16, s);
+    a[2] = e4m3x2_bf16x2(v.y & 0xffffu, s);
+    a[3] = e4m3x2_bf16x2(v.y >> 16, s);
+}
+
 #endif

@@ -177,11 +177,7 @@ __device__ __forceinline__ void load_w8(uint32_t (&a)[4], const void *w, const u
         }
         if (FMT == DI_WFMT_FP8) {
             uint2 v = __ldcs((const uint2 *)((const uint8_t *)w + row * K + k0));
-            float sc = e8m0_to_f32(s[(row / 32) * kb + k0 / 32]);
-            a[0] = e4m3x2_bf16x2(v.x & 0xffffu, sc);
-            a[1] = e4m3x2_bf16x2(v.x >> 16, sc);
-            a[2] = e4m3x2_bf16x2(v.y & 0xffffu, sc);
-            a[3] = e4m3x2_bf16x2(v.y >> 16, sc);
+            e4m3x8_bf16x2(v, e8m0_to_f32(s[(row / 32) * kb + k0 / 32]), a);
             return;
         }
     }
@@ -296,11 +292,7 @@ __global__ void __launch_bounds__(TC_KW * 32) k_mm_tc(const void *w, const uint8
                         uint4 v = __ldcs((const uint4 *)(wp[tt][h] + 2 * k0));
                         a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w;
                     } else {
-                        uint2 v = __ldcs((const uint2 *)(wp[tt][h] + k0));
-                        a[0] = e4m3x2_bf16x2(v.x & 0xffffu, sc);
-                        a[1] = e4m3x2_bf16x2(v.x >> 16, sc);
-                        a[2] = e4m3x2_bf16x2(v.y & 0xffffu, sc);
-                        a[3] = e4m3x2_bf16x2(v.y >> 16, sc);
+                        e4m3x8_bf16x2(__ldcs((const uint2 *)(wp[tt][h] + k0)), sc, a);
                     }
                 }
             return;
