@@ -233,7 +233,7 @@ enum { MAX_ROUNDS = 15 };
 typedef struct dec_row {
     const wmat *m;
     int64_t M;
-    int avx512; /* MXFP4 through the AVX-512 loops (else the AVX2 ones) */
+    int loops; /* MXFP4 M <= 2 through the AVX2 (0), AVX-512 fp32 (1) or AVX-512 BF16 (2) loops */
     double gbs[2][MAX_ROUNDS], ratio[2][MAX_ROUNDS]; /* [one thread, all threads][round] */
     double ceil_ratio[2][MAX_ROUNDS]; /* FMA-rate ceiling / read bw */
     double hot;
@@ -249,12 +249,13 @@ static void quant_random_act(int64_t M, int64_t K, uint8_t *qa, float *sa) {
 
 /* Median GB/s of the product over rotating weight copies. */
 static double time_decode(const wmat *m, wcopy *cp, int ncopy, const uint8_t *qa, const float *sa,
-                          int64_t M, int avx512, float *out, di_threadpool *tp, clockid_t clk,
+                          int64_t M, int loops, float *out, di_threadpool *tp, clockid_t clk,
                           double budget) {
     clockid_t saved = bench_clock;
     bench_clock = clk;
 #ifdef DI_HAVE_AVX2_KERNELS
-    di_cpu_kernels_force_avx512(avx512);
+    di_cpu_kernels_force_avx512(loops >= 1);
+    di_cpu_kernels_force_bf16(loops == 2);
 #endif
     int rot = 0;
     double t;
@@ -266,6 +267,7 @@ static double time_decode(const wmat *m, wcopy *cp, int ncopy, const uint8_t *qa
     bench_clock = saved;
 #ifdef DI_HAVE_AVX2_KERNELS
     di_cpu_kernels_force_avx512(-1);
+    di_cpu_kernels_force_bf16(-1);
 #endif
     return (double)(w_bytes(m) + ws_bytes(m)) / t / 1e9;
 }
@@ -275,8 +277,13 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
     const double budget = quick ? 0.2 : 0.5;
     const int64_t Ms[] = {1, 4};
     dec_row rows[32];
-    /* MXFP4 rows of M <= 2 twice where the CPU has AVX-512: AVX2 loops, then AVX-512 */
-    const int paths512 = di_cpu_has_avx512() ? 2 : 1;
+    /* MXFP4 rows of M <= 2 on every loop the CPU has: AVX2, AVX-512 fp32, AVX-512 BF16 */
+    int paths512 = di_cpu_has_avx512() ? 2 : 1;
+#ifdef DI_HAVE_AVX2_KERNELS
+    di_cpu_kernels_force_bf16(1);
+    if (paths512 == 2 && di_cpu_kernels_bf16()) paths512 = 3;
+    di_cpu_kernels_force_bf16(-1);
+#endif
     int nrows = 0;
     double bw[2][MAX_ROUNDS], fma[2][MAX_ROUNDS];
     /* weights and activations made once, reused by every round */
@@ -315,7 +322,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
         if (nh > m->N) nh = m->N;
         wmat mh = *m;
         mh.N = nh;
-        rows[r].hot = time_decode(&mh, &copies[m - mats][0], 1, qa[xi], sa[xi], rows[r].M, rows[r].avx512,
+        rows[r].hot = time_decode(&mh, &copies[m - mats][0], 1, qa[xi], sa[xi], rows[r].M, rows[r].loops,
                                   out, NULL, CLOCK_THREAD_CPUTIME_ID, budget / 2);
     }
     for (int round = 0; round < rounds; round++) {
@@ -335,7 +342,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
                 /* activations of this K (the buffers hold the largest) */
                 quant_random_act(rows[r].M, m->K, qa[xi], sa[xi]);
                 double g = time_decode(m, copies[m - mats], ncopies[m - mats], qa[xi], sa[xi], rows[r].M,
-                                       rows[r].avx512, out, p, clk, budget);
+                                       rows[r].loops, out, p, clk, budget);
                 rows[r].gbs[all][round] = g;
                 rows[r].ratio[all][round] = g / bw[all][round];
                 /* codes + scales per code: 1 + 1/1024 (FP8), 1/2 + 1/32 (MXFP4) */
@@ -364,8 +371,8 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
     printf("# GB/s = weight bytes (codes + scales) per call / t, from DRAM; vs_bw = median of per-round GB/s / read bw;\n"
            "# ceil = FMA rate x 8 codes / M as weight GB/s over the read bw (kernels.h: one FMA lane per code\n"
            "# and activation row), the most vs_bw can reach; hot = 1 thread with the weights in L2\n");
-    printf("# loops: the decode rows' inner loops (MXFP4 M = 1 runs both where the CPU has AVX-512; the\n"
-           "# library takes AVX-512 there by default: %s)\n", di_cpu_kernels_decode_path());
+    printf("# loops: the decode rows' inner loops (MXFP4 M = 1 runs each the CPU has: avx2, avx512 (fp32 FMAs),\n"
+           "# bf16 (AVX-512 vdpbf16ps); the library's default there: %s)\n", di_cpu_kernels_decode_path());
     printf("%-14s %-5s %2s %-6s %8s %6s %6s %8s %6s %6s %8s\n", "weight", "fmt", "M", "loops", "1t_GB/s", "vs_bw",
            "ceil", "nt_GB/s", "vs_bw", "ceil", "hot");
     for (int r = 0; r < nrows; r++) {
@@ -380,7 +387,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
             med[all][2] = median_of(t, rounds);
         }
         printf("%-14s %-5s %2lld %-6s %8.1f %6.2f %6.2f %8.1f %6.2f %6.2f %8.1f\n", rows[r].m->name,
-               rows[r].m->fp4 ? "mxfp4" : "fp8", (long long)rows[r].M, rows[r].avx512 ? "avx512" : "avx2",
+               rows[r].m->fp4 ? "mxfp4" : "fp8", (long long)rows[r].M, rows[r].loops == 2 ? "bf16" : rows[r].loops ? "avx512" : "avx2",
                med[0][0], med[0][1], med[0][2],
                med[1][0], med[1][1], med[1][2], rows[r].hot);
     }

@@ -552,17 +552,16 @@ static void test_table_route(void) {
  * rows with extreme scales among ordinary ones (only their groups fall
  * back); activations of 1e-30 and 1e30 per block and a NaN code. One
  * thread and two. */
-static void test_avx512_mxfp4_decode(void) {
 #ifdef DI_HAVE_AVX2_KERNELS
-    if (!di_cpu_has_avx512())
-        SKIP("no AVX-512 F/BW/VL on this CPU (or its state is not enabled): AVX-512 loops not checked");
+/* The body of the AVX-512 tests below, on the loops the caller forced
+ * (path: what di_cpu_kernels_decode_path() must then say). */
+static void check_wide_mxfp4_decode(const char *path) {
     static const int64_t Kv[] = {32, 96, 160, 256, 544, 1056};
     static const int64_t Nv[] = {1, 3, 7, 9, 15, 17, 33, 69};
     di_threadpool *tp = NULL;
     di_err err;
     CHECK(di_threadpool_create(2, &tp, &err) == DI_OK);
-    di_cpu_kernels_force_avx512(1);
-    CHECK(strcmp(di_cpu_kernels_decode_path(), "avx512") == 0);
+    CHECK(strcmp(di_cpu_kernels_decode_path(), path) == 0);
     int runs = 0, nonzero = 0;
     for (int kind = 0; kind < 4; kind++)
         for (size_t ki = 0; ki < sizeof Kv / sizeof *Kv; ki++)
@@ -599,8 +598,134 @@ static void test_avx512_mxfp4_decode(void) {
                     problem_free(&p);
                 }
     CHECKF(runs > 200 && nonzero > 1000, "%d runs, %d nonzero outputs", runs, nonzero);
-    di_cpu_kernels_force_avx512(-1);
     di_threadpool_destroy(tp);
+}
+#endif
+
+static void test_avx512_mxfp4_decode(void) {
+#ifdef DI_HAVE_AVX2_KERNELS
+    if (!di_cpu_has_avx512())
+        SKIP("no AVX-512 F/BW/VL on this CPU (or its state is not enabled): AVX-512 loops not checked");
+    di_cpu_kernels_force_avx512(1);
+    di_cpu_kernels_force_bf16(0); /* the fp32 loops */
+    check_wide_mxfp4_decode("avx512");
+    di_cpu_kernels_force_bf16(-1);
+    di_cpu_kernels_force_avx512(-1);
+#else
+    SKIP("not x86-64: no AVX-512 loops");
+#endif
+}
+
+/* ---- the AVX-512 BF16 loops of MXFP4 decode rows ---- */
+
+#ifdef DI_HAVE_AVX2_KERNELS
+/* 1 when the BF16 loops can run here (forced on where possible). */
+static int bf16_loops_available(void) {
+    di_cpu_kernels_force_bf16(1);
+    const int on = di_cpu_kernels_bf16();
+    di_cpu_kernels_force_bf16(-1);
+    return on;
+}
+#endif
+
+/* The same inputs as the fp32 AVX-512 loops' test, through the BF16 loops
+ * (the default where the CPU has them), one thread and two. */
+static void test_bf16_mxfp4_decode(void) {
+#ifdef DI_HAVE_AVX2_KERNELS
+    if (!bf16_loops_available())
+        SKIP("no AVX512_BF16 + VBMI (or vdpbf16ps rounds otherwise than probed): BF16 loops not checked");
+    di_cpu_kernels_force_bf16(1);
+    check_wide_mxfp4_decode("avx512-bf16");
+    di_cpu_kernels_force_bf16(-1);
+#else
+    SKIP("not x86-64: no AVX-512 loops");
+#endif
+}
+
+#ifdef DI_HAVE_AVX2_KERNELS
+/* The BF16 kernel called directly on R = 16 rows (M = 1) with the factor
+ * limits switched off, against the scalar path: activations of quantum
+ * 2^-31 (one code 2^-9 under the 2^-22 scale of the 1e-4 floor) at
+ * position 0 of each lane in chunk 0, weights 0.5 there with scale
+ * exponent E - d, zero codes under exponent E elsewhere: every chain is one
+ * quantum, 2^(-95 - d) in the later chunks' domain. d = 31 = q + 62 is the
+ * spread the loops take (2^-126, normal): bits equal. d = 32 would be
+ * 2^-127, flushed by vdpbf16ps: the kernel gives 0 where the scalar path
+ * does not, which is why the limit exists; the public path must still give
+ * the scalar bits there (it runs the AVX2 loops). Returns the number of
+ * rows whose direct result differs from the scalar one. */
+static int bf16_flush_case(int d, int *public_diff) {
+    enum { K = 256, N = 16, KB = K / 32, R = 16 };
+    const int64_t Kp = K, chunks = K / 64;
+    problem p;
+    problem_init(&p, FMT_FP4, 1, K, N);
+    for (int64_t k = 0; k < K; k++) p.x[k] = k < 64 ? (k % 8 == 0 ? 0x1p-31f : 0.0f) : p.x[k];
+    di_act_quant_fp8_scalar(p.x, 1, K, p.qa, p.sa);
+    uint8_t *w = p.w;
+    for (int64_t n = 0; n < N; n++) {
+        for (int64_t i = 0; i < K / 2; i++) w[n * (K / 2) + i] = i < 32 && i % 4 == 0 ? 0x01 : 0x00;
+        for (int64_t kb = 0; kb < KB; kb++) p.ws[n * KB + kb] = (uint8_t)(kb < 2 ? 150 - d : 150);
+    }
+    float ref[N], got[N], pub[N];
+    di_gemm_mxfp4_scalar(p.qa, p.sa, 1, K, p.w, p.ws, N, ref, NULL);
+    di_gemm_mxfp4_avx2(p.qa, p.sa, 1, K, p.w, p.ws, N, pub, NULL);
+    *public_diff = count_diff_bits(ref, pub, N);
+    /* the lanes of kernels.h (chunk, position, lane) times 2^63, as bf16 pairs */
+    float *ap = aligned_alloc(64, sizeof(float) * Kp), *bf = aligned_alloc(64, sizeof(float) * Kp);
+    float *sv = aligned_alloc(64, sizeof(float) * (R / 2) * (chunks + 1) * 4);
+    const float *e4m3 = di_cpu_e4m3_table();
+    for (int64_t k = 0; k < K; k++)
+        ap[(k / 64) * 64 + 8 * (k % 8) + (k % 64) / 8] = e4m3[p.qa[k]] * p.sa[k / 32] * 0x1p63f;
+    di_dec_lanes_bf16(ap, 1, Kp, bf);
+    const uint8_t *rows[R], *srow[R];
+    for (int r = 0; r < R; r++) rows[r] = w + r * (K / 2), srow[r] = p.ws + r * KB;
+    CHECK(di_dec_factors_avx512(srow, R, KB, 0, 254, 254, sv) == 1);
+    CHECK(di_dec_rows_bf16(1) == R);
+    di_dec_kernel_mxfp4_bf16(1, 1)(chunks, 0, rows, NULL, bf, Kp, sv, got);
+    int zero = 0;
+    for (int n = 0; n < N; n++) zero += ref[n] == 0.0f;
+    CHECKF(zero == 0, "d=%d: %d scalar outputs are zero", d, zero);
+    const int diff = count_diff_bits(ref, got, N);
+    free(ap), free(bf), free(sv);
+    problem_free(&p);
+    return diff;
+}
+#endif
+
+static void test_bf16_flush_bound(void) {
+#ifdef DI_HAVE_AVX2_KERNELS
+    if (!bf16_loops_available()) SKIP("no AVX-512 BF16 loops on this CPU");
+    CHECK_EQ_INT(di_dec_bf16_spread(-31), 31);
+    int pub31 = -1, pub32 = -1;
+    const int d31 = bf16_flush_case(31, &pub31), d32 = bf16_flush_case(32, &pub32);
+    CHECKF(d31 == 0, "spread 31: %d of 16 rows differ from scalar in the BF16 kernel", d31);
+    CHECKF(d32 == 16, "spread 32: %d of 16 rows differ (expected all: the flush the limit avoids)", d32);
+    CHECKF(pub31 == 0 && pub32 == 0, "public path: %d, %d rows differ from scalar", pub31, pub32);
+#else
+    SKIP("not x86-64: no AVX-512 loops");
+#endif
+}
+
+/* The MXFP4 decode-row checks above, again on the loops the caller forced
+ * (path: what di_cpu_kernels_decode_path() must then say). */
+static void rerun_mxfp4_decode_checks(const char *path) {
+    CHECK(strcmp(di_cpu_kernels_decode_path(), path) == 0);
+    check_format(FMT_FP4);
+    test_gemm_extreme_scales();
+    test_gemm_decode_rows();
+    test_gemm_decode_all_scales();
+    test_gemm_mxfp4_scale_domains();
+    test_gemm_mxfp4_decode_act_limits();
+}
+
+/* The decode-row checks ran the BF16 loops (the default where the CPU has
+ * them); run them again on the fp32 AVX-512 loops. */
+static void test_avx512_fp32_loops_on_bf16_cpus(void) {
+#ifdef DI_HAVE_AVX2_KERNELS
+    if (!bf16_loops_available()) SKIP("no AVX-512 BF16 loops: the checks above ran the fp32 ones");
+    di_cpu_kernels_force_bf16(0);
+    rerun_mxfp4_decode_checks("avx512");
+    di_cpu_kernels_force_bf16(-1);
 #else
     SKIP("not x86-64: no AVX-512 loops");
 #endif
@@ -613,13 +738,7 @@ static void test_avx2_loops_on_avx512_cpus(void) {
 #ifdef DI_HAVE_AVX2_KERNELS
     if (!di_cpu_has_avx512()) SKIP("no AVX-512: the checks above ran the AVX2 loops");
     di_cpu_kernels_force_avx512(0);
-    CHECK(strcmp(di_cpu_kernels_decode_path(), "avx2") == 0);
-    check_format(FMT_FP4);
-    test_gemm_extreme_scales();
-    test_gemm_decode_rows();
-    test_gemm_decode_all_scales();
-    test_gemm_mxfp4_scale_domains();
-    test_gemm_mxfp4_decode_act_limits();
+    rerun_mxfp4_decode_checks("avx2");
     di_cpu_kernels_force_avx512(-1);
 #endif
 }
@@ -637,8 +756,15 @@ static void test_dispatch(void) {
     CHECK(count_diff_bits(a, b, 80) == 0);
     di_cpu_kernels_force_scalar(0);
     CHECK(strcmp(di_cpu_kernels_path(), di_cpu_has_avx2() ? "avx2" : "scalar") == 0);
-    CHECK(strcmp(di_cpu_kernels_decode_path(),
-                 di_cpu_has_avx512() ? "avx512" : di_cpu_has_avx2() ? "avx2" : "scalar") == 0);
+#ifdef DI_HAVE_AVX2_KERNELS
+    const int bf16 = bf16_loops_available();
+#else
+    const int bf16 = 0;
+#endif
+    CHECK(strcmp(di_cpu_kernels_decode_path(), bf16                 ? "avx512-bf16"
+                                               : di_cpu_has_avx512() ? "avx512"
+                                               : di_cpu_has_avx2()   ? "avx2"
+                                                                     : "scalar") == 0);
     problem_free(&p);
 }
 
@@ -719,6 +845,9 @@ int main(void) {
     RUN(test_batch_and_thread_invariance);
     RUN(test_table_route);
     RUN(test_avx512_mxfp4_decode);
+    RUN(test_bf16_mxfp4_decode);
+    RUN(test_bf16_flush_bound);
+    RUN(test_avx512_fp32_loops_on_bf16_cpus);
     RUN(test_avx2_loops_on_avx512_cpus);
     RUN(test_dispatch);
     return test_summary();

@@ -72,6 +72,7 @@ const char *di_cpu_kernels_path(void) { return pick_avx2() ? "avx2" : "scalar"; 
 
 const char *di_cpu_kernels_decode_path(void) {
 #ifdef DI_HAVE_AVX2_KERNELS
+    if (pick_avx2() && di_cpu_kernels_bf16()) return "avx512-bf16";
     if (pick_avx2() && di_cpu_kernels_avx512()) return "avx512";
 #endif
     return di_cpu_kernels_path();

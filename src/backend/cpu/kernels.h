@@ -3,7 +3,8 @@
  * quantization per 32, FP8 linear with 32x32 UE8M0 weight scales, MXFP4
  * expert linear, BF16 and FP32 linears. One AVX2+FMA implementation
  * (kernels_avx2.c, chosen at run time; MXFP4 decode rows with AVX-512 inner
- * loops where the CPU has them) and a portable scalar one
+ * loops where the CPU has them, through vdpbf16ps where it has AVX512_BF16)
+ * and a portable scalar one
  * (kernels_scalar.c) that also serves as the executable statement of the
  * summation order below.
  *
@@ -154,6 +155,27 @@ int di_dec_rows_avx512(int64_t M);
 int di_dec_factors_avx512(const uint8_t *const *srow, int R, int64_t KB, int lo, int hi, int spread,
                           float *sv);
 void di_dec_lanes_dup(const float *ap, int64_t M, int64_t Kp, float *dup);
+/* AVX-512 BF16 inner loops of the MXFP4 decode rows for M <= 2
+ * (kernels_avx512_bf16.c): the same chains through vdpbf16ps, same bits.
+ * Taken where di_cpu_has_avx512_bf16(), a probe of vdpbf16ps's rounding and
+ * di_cpu_kernels_avx512() agree; force them off (0), on where possible (1)
+ * or back to that choice (-1). For tests and benchmarks; set it before
+ * running kernels. */
+void di_cpu_kernels_force_bf16(int mode);
+/* 1 when MXFP4 decode rows of M <= 2 take the BF16 loops right now. */
+int di_cpu_kernels_bf16(void);
+/* Their kernel for a block of mr rows of a batch of M (mr = M <= 2) over R =
+ * di_dec_rows_bf16(M) weight rows (16 for M = 1, 8 for M = 2), with the
+ * factors of di_dec_factors_avx512() and the activations of
+ * di_dec_lanes_bf16() ([M][Kp] 32-bit words, 64-byte aligned, lda = Kp);
+ * NULL for other shapes. */
+di_dec_kernel_fn di_dec_kernel_mxfp4_bf16(int64_t M, int mr);
+int di_dec_rows_bf16(int64_t M);
+void di_dec_lanes_bf16(const float *ap, int64_t M, int64_t Kp, float *out);
+/* The largest exponent spread of a row group the BF16 loops take for
+ * activations whose quantum is 2^q (beyond it a chain value could be
+ * subnormal, which vdpbf16ps flushes). */
+int di_dec_bf16_spread(int q);
 #endif
 
 /* Decoding tables shared by both paths: E4M3 and E8M0 byte -> fp32 value
@@ -171,8 +193,9 @@ float di_act_scale_fp8_amax(float amax);
 void di_cpu_kernels_force_scalar(int on);
 /* "avx2" or "scalar": the path the calls above take right now. */
 const char *di_cpu_kernels_path(void);
-/* The same for the FP8 / MXFP4 decode rows (M <= 16): "avx512" where MXFP4
- * rows take the AVX-512 loops, else as di_cpu_kernels_path(). */
+/* The same for the FP8 / MXFP4 decode rows (M <= 16): "avx512-bf16" or
+ * "avx512" where MXFP4 rows take the AVX-512 loops, else as
+ * di_cpu_kernels_path(). */
 const char *di_cpu_kernels_decode_path(void);
 
 #endif

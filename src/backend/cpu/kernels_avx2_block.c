@@ -45,8 +45,10 @@
  * reads (FP8 +15-65 % from DRAM, MXFP4 at M = 4 +20 %, bench/RESULTS.md).
  * Where the CPU has AVX-512, MXFP4 rows of batches of 1 and 2 run the inner
  * loops of kernels_avx512_block.c instead (the same chains and factors, the
- * codes decoded by table permutes), everything around them being this
- * file's.
+ * codes decoded by table permutes), or where it also has AVX512_BF16 those
+ * of kernels_avx512_bf16.c (two steps of a chain per vdpbf16ps lane, for
+ * row groups whose exponent spread keeps every chain value normal; the
+ * others run the AVX2 loops), everything around them being this file's.
  * Per-row prefetches a fixed distance ahead measured neutral to 25 % slower;
  * 8 rows spaced by a multiple of 4 KB (wo_b at M = 1) measured no faster
  * with it, so they go without.
@@ -477,6 +479,9 @@ typedef struct dec_job {
     const float *ap;        /* [M][lda]: a(k) (FP8) or a(k)·2^63 (MXFP4) */
     int64_t lda;            /* Kp, or 2·Kp for the AVX-512 loops' doubled lanes */
     int avx512;             /* MXFP4 rows through the AVX-512 loops */
+    const float *abf;       /* MXFP4 rows through the BF16 loops (else NULL): their
+                               activations [M][Kp]; ap then holds the AVX2 loops' */
+    int bf_spread;          /* the BF16 loops' limit on a group's exponent spread */
     const float *bmax;      /* FP8: [K/32] max |a| over the rows per block */
     const uint8_t *w, *ws;
     int64_t M, K, Kp, N;
@@ -639,6 +644,7 @@ static dec_kernel_fn dec_kernel_for(int fp4, int avx512, int64_t M, int mr) {
 struct fp4_lim {
     int lo, hi;   /* E8M0 exponents allowed */
     int spread;   /* largest e_max - e_min of a row group */
+    int q;        /* exponent of the activations' quantum */
 };
 
 /* The limits of the domain change above for activations ap = a·2^63
@@ -678,6 +684,7 @@ static AVX2 int fp4_limits(const float *ap, int64_t n, const float *sa, int64_t 
     lim->lo = -21 - q > 65 ? -21 - q : 65;
     lim->hi = 254 - amax_e - l6k < 191 ? 254 - amax_e - l6k : 191;
     lim->spread = q + 85 < 126 ? q + 85 : 126;
+    lim->q = q;
     return lim->lo <= lim->hi && lim->spread >= 0;
 }
 
@@ -742,19 +749,74 @@ static AVX2 int dec_scales(const uint8_t *const *srow, int R, int64_t KB, const 
     return emin >= lim->lo && emax <= lim->hi && emax - emin <= lim->spread;
 }
 
+/* The paths of a group of decode rows. */
+enum { DEC_AVX2, DEC_AVX512, DEC_BF16 };
+
+/* Weight rows g0 .. g1-1 (at most one group of the path's R) for every
+ * activation row; a: FP8 folded activations, else NULL. sc: the thread's
+ * scratch for the factors. */
+static AVX2 void dec_group(const dec_job *j, int path, int64_t g0, int64_t g1, const float *a, float *sc) {
+    const int fp4 = j->fp4;
+    const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N, KB = K / 32, rb = fp4 ? K / 2 : K;
+    const int64_t chunks = Kp / chunk_codes(fp4);
+    const int half_last = fp4 && (K % 64) != 0;
+    const int R = path == DEC_BF16 ? di_dec_rows_bf16(M) : dec_rows_for(M, path == DEC_AVX512);
+    const int64_t nn = g1 - g0;
+    /* the missing rows of the last group repeat its last row (results dropped) */
+    const uint8_t *rows[16], *srow[16];
+    for (int r = 0; r < R; r++) {
+        const int64_t n = g0 + (r < nn ? r : nn - 1);
+        rows[r] = j->w + n * rb;
+        srow[r] = j->ws + n * KB;
+    }
+    int scaled = 1;
+    int64_t lda = j->lda;
+    if (path == DEC_BF16) {
+        const int spread = j->bf_spread < j->lim->spread ? j->bf_spread : j->lim->spread;
+        if (!di_dec_factors_avx512(srow, R, KB, j->lim->lo, j->lim->hi, spread, sc)) {
+            /* beyond the BF16 loops' exponent range: the AVX2 loops */
+            const int R2 = dec_rows_for(M, 0);
+            for (int64_t h = g0; h < g1; h += R2) dec_group(j, DEC_AVX2, h, h + R2 < g1 ? h + R2 : g1, a, sc);
+            return;
+        }
+        a = j->abf, lda = Kp;
+    } else if (fp4) {
+        scaled = path == DEC_AVX512 ? di_dec_factors_avx512(srow, R, KB, j->lim->lo, j->lim->hi, j->lim->spread, sc)
+                                    : dec_scales(srow, R, KB, j->lim, sc);
+        a = j->ap;
+    }
+    if (!scaled) {
+        di_gemm_block_rows_scalar(1, j->qa, j->sa, M, K, j->w, j->ws, N, g0, g1, j->out);
+        return;
+    }
+    /* the group two ahead, while it lies inside the weights (not for 8
+     * rows or more a multiple of 4 KB apart: measured slower) */
+    const uint8_t *ahead = (R >= 8 && rb % 4096 == 0) || g0 + 3 * R > N ? NULL : j->w + (g0 + 2 * R) * rb;
+    const int mb = dec_block_rows(M);
+    for (int64_t m0 = 0; m0 < M; m0 += mb) {
+        const int mr = M - m0 < mb ? (int)(M - m0) : mb;
+        float res[DEC_MB * 8];
+        const dec_kernel_fn kern = path == DEC_BF16 ? di_dec_kernel_mxfp4_bf16(M, mr)
+                                                    : dec_kernel_for(fp4, path == DEC_AVX512, M, mr);
+        kern(chunks, half_last, rows, m0 ? NULL : ahead, a + m0 * lda, lda, sc, res);
+        for (int64_t m = 0; m < mr; m++)
+            for (int64_t r = 0; r < nn; r++) j->out[(m0 + m) * N + g0 + r] = res[m * 8 + r];
+    }
+}
+
 /* Units [u0, u1) of UNIT weight rows: every activation row, all of K. */
 static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const dec_job *j = ctx;
     const int fp4 = j->fp4;
-    const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N, KB = K / 32, rb = fp4 ? K / 2 : K;
-    const int64_t C = chunk_codes(fp4), chunks = Kp / C;
-    const int half_last = fp4 && (K % 64) != 0;
-    const int R = dec_rows_for(M, j->avx512);
+    const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N, KB = K / 32;
+    const int64_t chunks = Kp / chunk_codes(fp4);
+    const int path = j->abf ? DEC_BF16 : j->avx512 ? DEC_AVX512 : DEC_AVX2;
+    const int R = path == DEC_BF16 ? di_dec_rows_bf16(M) : dec_rows_for(M, j->avx512);
     const float *e8m0 = di_cpu_e8m0_table();
     float *sc = j->scratch + thread * j->scratch_floats;
     for (int64_t u = u0; u < u1; u++) {
         const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
-        const float *a = j->ap;
+        const float *a = NULL;
         if (!fp4) {
             /* fold the tile's scales into the activations, if exact */
             const uint8_t *st = j->ws + (n0 / 32) * KB;
@@ -778,37 +840,7 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
                 }
             a = sc;
         }
-        for (int64_t g0 = n0; g0 < n1; g0 += R) {
-            const int64_t nn = n1 - g0 < R ? n1 - g0 : R;
-            /* the missing rows of the last group repeat its last row (results dropped) */
-            const uint8_t *rows[8], *srow[8];
-            for (int r = 0; r < R; r++) {
-                const int64_t n = g0 + (r < nn ? r : nn - 1);
-                rows[r] = j->w + n * rb;
-                srow[r] = j->ws + n * KB;
-            }
-            const int scaled = !fp4 || (j->avx512 ? di_dec_factors_avx512(srow, R, KB, j->lim->lo, j->lim->hi,
-                                                                          j->lim->spread, sc)
-                                                 : dec_scales(srow, R, KB, j->lim, sc));
-            if (!scaled) {
-                di_gemm_block_rows_scalar(1, j->qa, j->sa, M, K, j->w, j->ws, N, g0, g0 + nn, j->out);
-                continue;
-            }
-            /* the group two ahead, while it lies inside the weights (not
-             * for 8 rows a multiple of 4 KB apart: measured slower) */
-            const uint8_t *ahead = (R == 8 && rb % 4096 == 0) || g0 + 3 * R > N
-                                       ? NULL
-                                       : j->w + (g0 + 2 * R) * rb;
-            const int mb = dec_block_rows(M);
-            for (int64_t m0 = 0; m0 < M; m0 += mb) {
-                const int mr = M - m0 < mb ? (int)(M - m0) : mb;
-                float res[DEC_MB * 8];
-                dec_kernel_for(fp4, j->avx512, M, mr)(chunks, half_last, rows, m0 ? NULL : ahead,
-                                                      a + m0 * j->lda, j->lda, sc, res);
-                for (int64_t m = 0; m < mr; m++)
-                    for (int64_t r = 0; r < nn; r++) j->out[(m0 + m) * N + g0 + r] = res[m * 8 + r];
-            }
-        }
+        for (int64_t g0 = n0; g0 < n1; g0 += R) dec_group(j, path, g0, n1 - g0 < R ? n1 : g0 + R, a, sc);
     }
 }
 
@@ -821,26 +853,38 @@ static int dec_run(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64
     float *ap = pack_lanes(fp4, qa, sa, M, K, Kp, fp4 ? 0x1p63f : 1.0f, bmax, 0, NULL);
     /* 64-byte rows of factors for the AVX-512 loops' row pairs */
     float *scratch = aligned_alloc(64, (size_t)threads * (size_t)sf * sizeof(float));
-    const int avx512 = fp4 && M <= DEC512_M && di_cpu_kernels_avx512();
-    float *dup = avx512 ? aligned_alloc(64, (size_t)(2 * M * Kp) * sizeof(float)) : NULL;
-    if (!ap || !scratch || (!fp4 && !bmax) || (avx512 && !dup)) {
-        free(ap), free(scratch), free(bmax), free(dup);
+    int avx512 = fp4 && M <= DEC512_M && di_cpu_kernels_avx512(), bf = 0;
+    float *dup = NULL; /* the AVX-512 loops' activations: doubled fp32 lanes or bf16 pairs */
+    if (!ap || !scratch || (!fp4 && !bmax)) {
+        free(ap), free(scratch), free(bmax);
         return 0;
     }
     int ok = 1;
-    fp4_lim lim = {0, 0, 0};
+    fp4_lim lim = {0, 0, 0, 0};
     if (fp4) {
         ok = fp4_limits(ap, M * Kp, sa, M * KB, K, &lim);
-        if (ok && avx512) di_dec_lanes_dup(ap, M, Kp, dup);
+        if (ok && avx512) {
+            /* the BF16 loops where the activations' quantum leaves them a
+             * range (kernels_avx512_bf16.c), else the fp32 ones */
+            bf = di_cpu_kernels_bf16() && di_dec_bf16_spread(lim.q) >= 0;
+            dup = aligned_alloc(64, (size_t)((bf ? 1 : 2) * M * Kp) * sizeof(float));
+            if (!dup) {
+                free(ap), free(scratch), free(bmax);
+                return 0;
+            }
+            if (bf) di_dec_lanes_bf16(ap, M, Kp, dup), avx512 = 0;
+            else di_dec_lanes_dup(ap, M, Kp, dup);
+        }
     } else { /* max over the rows, per block */
         for (int64_t m = 1; m < M; m++)
             for (int64_t kb = 0; kb < KB; kb++)
                 if (bmax[m * KB + kb] > bmax[kb]) bmax[kb] = bmax[m * KB + kb];
     }
     if (ok) {
-        const float *lanes = avx512 ? dup : ap;
-        dec_job j = {fp4, qa, sa, lanes, avx512 ? 2 * Kp : Kp, avx512, bmax, w, ws, M, K, Kp, N, out,
-                     scratch, sf, &lim};
+        dec_job j = {.fp4 = fp4, .qa = qa, .sa = sa, .ap = avx512 ? dup : ap, .lda = avx512 ? 2 * Kp : Kp,
+                     .avx512 = avx512, .abf = bf ? dup : NULL, .bf_spread = bf ? di_dec_bf16_spread(lim.q) : 0,
+                     .bmax = bmax, .w = w, .ws = ws, .M = M, .K = K, .Kp = Kp, .N = N, .out = out,
+                     .scratch = scratch, .scratch_floats = sf, .lim = &lim};
         const int64_t units = (N + UNIT - 1) / UNIT;
         /* several chunks per thread so a core slowed by other work takes fewer */
         const int64_t grain = units / (8 * threads);

@@ -41,6 +41,7 @@
 #include <immintrin.h>
 #include <stdatomic.h>
 
+#include "backend/cpu/kernels_avx512_pair.h"
 #include "core/cpu_features.h"
 
 #ifdef __clang__
@@ -71,27 +72,7 @@ int di_cpu_kernels_avx512(void) {
 
 /* ---- the kernel ---- */
 
-/* Chunk c of rows a and b side by side (lanes 0-7, 8-15); for MXFP4 rows
- * with K % 64 = 32 the last chunk is 16 bytes, the rest read zero codes. */
-AVX512_INLINE __m512i load_pair(const uint8_t *ra, const uint8_t *rb, int64_t c, int half) {
-    if (half) {
-        const __m256i z = _mm256_setzero_si256();
-        const __m256i lo = _mm256_inserti128_si256(z, _mm_loadu_si128((const __m128i *)(ra + c * 32)), 0);
-        const __m256i hi = _mm256_inserti128_si256(z, _mm_loadu_si128((const __m128i *)(rb + c * 32)), 0);
-        return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    }
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(ra + c * 32))),
-                              _mm256_loadu_si256((const __m256i *)(rb + c * 32)), 1);
-}
 
-/* A row pair's chain factors at one chunk, f[0..3] = (row r: lanes 0-3,
- * 4-7; row r + 1: lanes 0-3, 4-7), each over its 4 lanes. */
-AVX512_INLINE __m512 pair_factors(const float *f) {
-    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_loadu_ps(f)));
-}
-
-static float tree1(const float *l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
 
 /* One chunk: R/2 row pairs × mr activation rows (a: stride lda, 16 floats
  * per position); the chains enter the chunk's scale domain first. */
@@ -105,7 +86,7 @@ AVX512_INLINE void dec512_chunk(const int mr, const int R, int64_t chunks, int64
 #pragma GCC unroll 8
     for (int q = 0; q < NPMAX; q++)
         if (q < NP) {
-            x[q] = load_pair(rows[2 * q], rows[2 * q + 1], c, half);
+            x[q] = pair_load(rows[2 * q], rows[2 * q + 1], c, half);
             const __m512 f = pair_factors(sv + (q * (chunks + 1) + c) * 4);
 #pragma GCC unroll 4
             for (int m = 0; m < DEC_MB; m++)
@@ -172,8 +153,7 @@ AVX512_INLINE void dec512_kernel(const int mr, const int R, int64_t chunks, int 
             if (m < mr && q < R / 2) acc[m][q] = _mm512_setzero_ps();
     if (ahead)
         for (int64_t c = 0; c < chunks - half_last; c++) {
-#pragma GCC unroll 8
-            for (int r = 0; r < R; r += 2) _mm_prefetch((const char *)ahead + (c * R + r) * 32, _MM_HINT_T1);
+            pair_prefetch(ahead, c, R);
             dec512_chunk(mr, R, chunks, c, 0, rows, a, lda, sv, tf, tw, acc);
         }
     else
@@ -183,12 +163,8 @@ AVX512_INLINE void dec512_kernel(const int mr, const int R, int64_t chunks, int 
     for (int m = 0; m < DEC_MB; m++)
 #pragma GCC unroll 8
         for (int q = 0; q < NPMAX; q++)
-            if (m < mr && q < R / 2) {
-                float l[16];
-                _mm512_storeu_ps(l, _mm512_mul_ps(acc[m][q], pair_factors(sv + (q * (chunks + 1) + chunks) * 4)));
-                res[m * 8 + 2 * q] = tree1(l);
-                res[m * 8 + 2 * q + 1] = tree1(l + 8);
-            }
+            if (m < mr && q < R / 2)
+                pair_finish(acc[m][q], sv + (q * (chunks + 1) + chunks) * 4, &res[m * 8 + 2 * q], &res[m * 8 + 2 * q + 1]);
 }
 
 #define DEC512_FN(mr, R)                                                                           \
