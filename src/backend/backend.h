@@ -103,6 +103,10 @@ typedef struct di_backend_ops {
 
     /* ---- memory ---- */
     void *(*alloc)(di_backend *be, size_t bytes); /* zeroed; NULL on failure */
+    /* A buffer whose contents are undefined, for one the next op writes
+     * whole (saves a device backend the zero fill). Optional (NULL: alloc);
+     * the model calls it through di_alloc_raw. */
+    void *(*alloc_raw)(di_backend *be, size_t bytes);
     void (*free)(di_backend *be, void *p);
     void (*upload)(di_backend *be, void *dst, const void *src, size_t bytes);
     void (*download)(di_backend *be, void *dst, const void *src, size_t bytes);
@@ -155,6 +159,11 @@ typedef struct di_backend_ops {
     /* out[i] = bf16(mean over copies of s[i]) (DSpark taps) */
     void (*hc_mean)(di_backend *be, const float *s, int64_t m, int hc, int64_t d, float *out,
                     int64_t out_stride);
+    /* y = rmsnorm(hc_collapse(s, w)) with norm weight nw (an mHC site's
+     * sublayer input, the head's): the same bits as the two ops. Optional
+     * (NULL: the two ops). */
+    void (*hc_collapse_norm)(di_backend *be, const float *s, const float *w, int64_t m, int hc,
+                             int64_t d, const di_tensor *nw, double eps, float *y);
 
     /* ---- Engram gate (§6.3) ---- s ← bf16(s + gate·value), kv [m, (hc+1)·d] */
     void (*engram_gate)(di_backend *be, float *s, const float *kv, const di_tensor *qw,
@@ -249,6 +258,14 @@ typedef struct di_backend_ops {
      * (float)pos[i]·freq[j], in fp32); inverse negates the sine. */
     void (*rope_cs)(di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd,
                     int64_t rd, const float *cs, int inverse);
+    /* The tail of attention's query and window-KV paths with the step's
+     * angles cs [m, rd/2, 2] (backend memory, as rope_cs takes them):
+     * kv [m, hd] ← rmsnorm(kv, nw); q [m, heads·hd] and kv rotated by
+     * rope_cs (stride heads·hd and hd); out = kv_pack(DI_KVQ_FP8, kv). The
+     * same bits as those four ops. Optional (NULL: the model calls them). */
+    void (*qkv_rope_pack)(di_backend *be, float *q, int heads, float *kv, int64_t m, int64_t hd,
+                          int64_t rd, const di_tensor *nw, double eps, const float *cs,
+                          uint8_t *out);
     /* embed with ids [m] in backend memory */
     void (*embed_buf)(di_backend *be, const di_tensor *table, const int32_t *ids, int64_t m,
                       float *out);
@@ -327,6 +344,9 @@ typedef struct di_backend_ops {
                              int64_t m, int64_t n);
     /* y += x (fp32), n values */
     void (*add)(di_backend *be, float *y, const float *x, int64_t n);
+    /* y = bf16(a + b) over n values (y may alias a or b): add then
+     * round_bf16, the same bits. Optional (NULL: add, round_bf16, copy). */
+    void (*add_bf16)(di_backend *be, float *y, const float *a, const float *b, int64_t n);
 
     /* Releases a backend with resources of its own (device memory, a
      * weight cache); NULL for the CPU backend. Called by di_backend_destroy. */
@@ -346,6 +366,11 @@ struct di_backend {
     int n_threads;
     void *impl; /* backend private */
 };
+
+/* alloc_raw where the backend has it, else alloc. */
+static inline void *di_alloc_raw(di_backend *be, size_t bytes) {
+    return be->ops->alloc_raw ? be->ops->alloc_raw(be, bytes) : be->ops->alloc(be, bytes);
+}
 
 /* CPU backend: the linears on the kernels of backend/cpu/kernels.h (AVX2 or
  * scalar), the other ops in portable C, row-parallel on one thread pool.

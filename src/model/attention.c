@@ -80,12 +80,13 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
     size_t wb = di_kvq_row_bytes(DI_KVQ_FP8, dh);
     di_status st = DI_OK;
     int32_t *pos = f->pos, *dpos = NULL;
-    float *qr = be->ops->alloc(be, (size_t)(m * c->q_lora_rank) * sizeof(float));
-    float *q = be->ops->alloc(be, (size_t)(m * H * dh) * sizeof(float));
-    float *kv = be->ops->alloc(be, (size_t)(m * dh) * sizeof(float));
-    float *o = be->ops->alloc(be, (size_t)(m * H * dh) * sizeof(float));
-    uint8_t *kvp = be->ops->alloc(be, (size_t)m * wb);
-    float *z = be->ops->alloc(be, (size_t)(m * lb->wo_a.n_out) * sizeof(float));
+    /* each written whole by the product, attention or packing that fills it */
+    float *qr = di_alloc_raw(be, (size_t)(m * c->q_lora_rank) * sizeof(float));
+    float *q = di_alloc_raw(be, (size_t)(m * H * dh) * sizeof(float));
+    float *kv = di_alloc_raw(be, (size_t)(m * dh) * sizeof(float));
+    float *o = di_alloc_raw(be, (size_t)(m * H * dh) * sizeof(float));
+    uint8_t *kvp = di_alloc_raw(be, (size_t)m * wb);
+    float *z = di_alloc_raw(be, (size_t)(m * lb->wo_a.n_out) * sizeof(float));
     int host_rows = dspark || !f->meta; /* else the tables are in the step metadata */
     kvrow *rows = host_rows ? calloc((size_t)(m * n_slots), sizeof(kvrow)) : NULL;
     if (!qr || !q || !kv || !kvp || !o || !z || (host_rows && !rows)) {
@@ -102,6 +103,12 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
     be->ops->matmul(be, &lb->wq_b, qr, m, q, lm->mm_q);
     /* window KV: RMSNorm, RoPE, FP8 over all dims (packed: codes + scales) */
     be->ops->matmul(be, &lb->wkv, x, m, kv, lm->mm_q);
+    const float *cs = dspark ? NULL : di_fwd_rope_cs(f, block, pos);
+    if (cs && be->ops->qkv_rope_pack) { /* the rmsnorm, ropes and packing below in one op */
+        be->ops->qkv_rope_pack(be, q, H, kv, m, dh, c->rope_dim, &lm->w->blocks[block].attn.kv_norm,
+                               c->eps, cs, kvp);
+        goto packed;
+    }
     be->ops->rmsnorm(be, kv, &lm->w->blocks[block].attn.kv_norm, m, dh, c->eps, kv);
     if (dspark) { /* block slot i sits at position p + 1 + i */
         dpos = malloc((size_t)m * sizeof(int32_t));
@@ -115,7 +122,7 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
     di_fwd_rope(f, block, q, m, H * dh, H, dh, pos, 0);
     di_fwd_rope(f, block, kv, m, dh, 1, dh, pos, 0);
     be->ops->kv_pack(be, DI_KVQ_FP8, kv, m, dh, kvp);
-
+packed:
     if (dspark) {
         build_rows_dspark(f, block, kvp, rows, n_slots);
     } else {

@@ -376,12 +376,19 @@ static void meta_move(di_fwd *f, void *to) {
 /* RoPE of m rows of x at the pass's row positions with block b's
  * frequencies: from the step metadata's table where the backend has
  * rope_cs (no host array per call), else from the positions. */
+const float *di_fwd_rope_cs(const di_fwd *f, int block, const int32_t *pos) {
+    if (f->meta && f->lm->be->ops->rope_cs && f->m_cs && f->m_cs[block] && pos == f->pos)
+        return f->m_cs[block];
+    return NULL;
+}
+
 void di_fwd_rope(di_fwd *f, int block, float *x, int64_t m, int64_t stride, int heads,
                  int64_t hd, const int32_t *pos, int inverse) {
     di_backend *be = f->lm->be;
     int64_t rd = f->lm->cfg->rope_dim;
-    if (f->meta && be->ops->rope_cs && f->m_cs && f->m_cs[block] && pos == f->pos)
-        be->ops->rope_cs(be, x, m, stride, heads, hd, rd, f->m_cs[block], inverse);
+    const float *cs = di_fwd_rope_cs(f, block, pos);
+    if (cs)
+        be->ops->rope_cs(be, x, m, stride, heads, hd, rd, cs, inverse);
     else
         be->ops->rope(be, x, m, stride, heads, hd, rd, pos, f->lm->blocks[block].freq, inverse);
 }
@@ -503,11 +510,12 @@ di_status di_fwd_block(di_fwd *f, int block, float *s, float *pre, di_err *err) 
     int64_t m = f->m, d = c->dim;
     int hc = c->hc_mult;
     di_status st = DI_OK;
-    float *x = be->ops->alloc(be, (size_t)(m * d) * sizeof(float));
-    float *y = be->ops->alloc(be, (size_t)(m * d) * sizeof(float));
-    float *pre_a = be->ops->alloc(be, (size_t)(m * hc) * sizeof(float));
-    float *post = be->ops->alloc(be, (size_t)(m * hc) * sizeof(float));
-    float *comb = be->ops->alloc(be, (size_t)(m * hc * hc) * sizeof(float));
+    /* each written whole by its first op (the mHC site, the sublayer) */
+    float *x = di_alloc_raw(be, (size_t)(m * d) * sizeof(float));
+    float *y = di_alloc_raw(be, (size_t)(m * d) * sizeof(float));
+    float *pre_a = di_alloc_raw(be, (size_t)(m * hc) * sizeof(float));
+    float *post = di_alloc_raw(be, (size_t)(m * hc) * sizeof(float));
+    float *comb = di_alloc_raw(be, (size_t)(m * hc * hc) * sizeof(float));
     if (!x || !y || !pre_a || !post || !comb) {
         st = di_err_set(err, DI_ERR_NOMEM, "block %d: out of memory", block);
         goto out;
@@ -585,8 +593,12 @@ di_status di_fwd_head(di_fwd *f, const float *s, const float *pre, const int32_t
         be->ops->gather_rows(be, s, rows, n, hc * d, ss);
         be->ops->gather_rows(be, pre, rows, n, hc, pp);
     }
-    be->ops->hc_collapse(be, ss, pp, n, hc, d, h);
-    be->ops->rmsnorm(be, h, &lm->w->norm, n, d, c->eps, h);
+    if (be->ops->hc_collapse_norm) {
+        be->ops->hc_collapse_norm(be, ss, pp, n, hc, d, &lm->w->norm, c->eps, h);
+    } else {
+        be->ops->hc_collapse(be, ss, pp, n, hc, d, h);
+        be->ops->rmsnorm(be, h, &lm->w->norm, n, d, c->eps, h);
+    }
     be->ops->matmul(be, &lm->head, h, n, lg, 0);
     if (f->recording) {
         f->recording = 0;

@@ -117,6 +117,9 @@ int64_t di_fwd_width_bucket(int64_t w);
  * backend has rope_cs, from the step metadata's table instead. */
 void di_fwd_rope(di_fwd *f, int block, float *x, int64_t m, int64_t stride, int heads,
                  int64_t hd, const int32_t *pos, int inverse);
+/* The step metadata's angle table of block b that di_fwd_rope would use
+ * for positions pos (backend memory), or NULL when it would not. */
+const float *di_fwd_rope_cs(const di_fwd *f, int block, const int32_t *pos);
 
 /* One block: s [m, HC, D] streams and pre [m, HC] collapse weights in, the
  * block's outputs and its FFN `pre` out (§4). */

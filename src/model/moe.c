@@ -18,8 +18,8 @@ static di_status expert_run(const di_lm *lm, const di_lm_expert *ex, const float
                             const float *w, float *y, di_err *err) {
     di_backend *be = lm->be;
     int64_t I = ex->w1.n_out;
-    float *g = be->ops->alloc(be, (size_t)(n * I) * sizeof(float));
-    float *u = be->ops->alloc(be, (size_t)(n * I) * sizeof(float));
+    float *g = di_alloc_raw(be, (size_t)(n * I) * sizeof(float));
+    float *u = di_alloc_raw(be, (size_t)(n * I) * sizeof(float));
     if (!g || !u) {
         be->ops->free(be, g);
         be->ops->free(be, u);
@@ -44,8 +44,8 @@ static di_status routed_grouped(const di_lm *lm, int block, const float *logits,
     di_backend *be = lm->be;
     int E = c->roles[block].n_experts, K = c->roles[block].n_active;
     size_t n = (size_t)(m * K);
-    int32_t *didx = be->ops->alloc(be, n * sizeof(int32_t));
-    float *dw = be->ops->alloc(be, n * sizeof(float));
+    int32_t *didx = di_alloc_raw(be, n * sizeof(int32_t)); /* routed or uploaded whole */
+    float *dw = di_alloc_raw(be, n * sizeof(float));
     int32_t *idx = be->ops->moe_route_buf ? NULL : malloc(n * sizeof(int32_t));
     float *wt = be->ops->moe_route_buf ? NULL : malloc(n * sizeof(float));
     di_status st = DI_OK;
@@ -131,9 +131,11 @@ di_status di_moe(di_fwd *f, int block, const float *x, float *y, di_err *err) {
     di_status st = DI_OK;
     if (lb->gate.n_out != E || !lm->w->blocks[block].ffn.gate_bias.data)
         return di_err_set(err, DI_ERR_FORMAT, "router of %d experts missing", E);
-    float *logits = be->ops->alloc(be, (size_t)(m * E) * sizeof(float));
-    float *ye = be->ops->alloc(be, (size_t)(m * d) * sizeof(float));
-    float *acc = be->ops->alloc(be, (size_t)(m * d) * sizeof(float)); /* zeroed */
+    float *logits = di_alloc_raw(be, (size_t)(m * E) * sizeof(float));
+    float *ye = di_alloc_raw(be, (size_t)(m * d) * sizeof(float));
+    /* the grouped op writes acc whole; the loop adds into it (zeroed) */
+    float *acc = be->ops->moe_experts ? di_alloc_raw(be, (size_t)(m * d) * sizeof(float))
+                                      : be->ops->alloc(be, (size_t)(m * d) * sizeof(float));
     if (!logits || !ye || !acc) {
         st = di_err_set(err, DI_ERR_NOMEM, "moe: out of memory");
         goto out;
@@ -153,9 +155,13 @@ di_status di_moe(di_fwd *f, int block, const float *x, float *y, di_err *err) {
     st = be->ops->moe_experts ? routed_grouped(lm, block, logits, m, x, acc, err)
                               : routed_loop(lm, block, logits, m, x, acc, err);
     if (st || (st = expert_run(lm, &lb->shared, x, m, NULL, ye, err))) goto out;
-    be->ops->add(be, acc, ye, m * d);
-    be->ops->round_bf16(be, acc, m * d);
-    be->ops->copy(be, y, acc, (size_t)(m * d) * sizeof(float));
+    if (be->ops->add_bf16) { /* the three below in one op */
+        be->ops->add_bf16(be, y, acc, ye, m * d);
+    } else {
+        be->ops->add(be, acc, ye, m * d);
+        be->ops->round_bf16(be, acc, m * d);
+        be->ops->copy(be, y, acc, (size_t)(m * d) * sizeof(float));
+    }
 out:
     be->ops->free(be, logits);
     be->ops->free(be, ye);

@@ -123,6 +123,8 @@ static void dev_free(void *d) { gpu->ops->free(gpu, d); }
 
 /* ---- comparisons */
 
+static int same_bits(const float *a, const float *b, int64_t n);
+
 static int status_ok(const char *what) {
     di_err err = {0};
     di_status st = di_backend_cuda_status(gpu, &err);
@@ -1048,6 +1050,18 @@ static void test_moe_experts_device(void) {
             st = cuda_op_moe_experts(&W, dx, m, didx, dw, k, 1, limit, scr, sbytes, dout, NULL, &err);
         CHECKF(st == DI_OK, "moe_experts (device): %s", err.msg);
         float *got = dev_down(dout, (size_t)(m * D) * 4);
+        /* the plan, the quantizations and SwiGLU as separate launches give
+         * the fused launches' bits */
+        cuda_moe_set_fused(0);
+        float *dsep = dev_poison((size_t)(m * D) * 4);
+        if (!st)
+            st = cuda_op_moe_experts(&W, dx, m, didx, dw, k, 1, limit, scr, sbytes, dsep, NULL, &err);
+        cuda_moe_set_fused(1);
+        float *sep = dev_down(dsep, (size_t)(m * D) * 4);
+        CHECKF(st == DI_OK && same_bits(got, sep, m * D),
+               "moe_experts m %lld: fused and separate launches differ", (long long)m);
+        dev_free(dsep);
+        free(sep);
         /* the backend's loop on the device */
         di_moe_experts me = {E, &ex[0].w1, &ex[0].w3, &ex[0].w2, sizeof *ex};
         float *dacc = dev_poison((size_t)(m * D) * 4);
@@ -1909,6 +1923,132 @@ static void test_hc_split(void) {
     }
 }
 
+/* The fused ops against the sequences they replace, on the GPU bit for
+ * bit, and against the CPU backend's (the composition) within the bounds
+ * of the unfused ops' own tests: hc_collapse_norm = hc_collapse, rmsnorm
+ * (with the collapse weights of a real hc_mix, as a site uses them);
+ * add_bf16 = add, round_bf16, copy. Shapes: the model's (hc 4, d 5120) at
+ * 1 and 8 rows, ragged d, many rows, d 6144 (the kernel's largest), hc 2
+ * and d 7000 (the two launches inside the op), both norm weight dtypes. */
+static void test_fused_ops(void) {
+    NEED_GPU();
+    const struct { int64_t m; int hc; int64_t d; } cs[] = {
+        {1, 4, 5120}, {8, 4, 5120}, {3, 4, 257}, {2, 4, 6144}, {70, 4, 512}, {3, 2, 100}, {1, 4, 7000}};
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        int64_t m = cs[t].m, d = cs[t].d;
+        int hc = cs[t].hc, nmix = (2 + hc) * hc;
+        size_t SB = (size_t)(m * hc * d) * 4, XB = (size_t)(m * d) * 4, PB = (size_t)(m * hc) * 4,
+               CB = (size_t)(m * hc * hc) * 4;
+        float *s = rnd(m * hc * d, 1.0f), *fn = rnd(nmix * hc * d, 0.02f), *base = rnd(nmix, 0.5f);
+        float scale[3] = {0.7f, 1.1f, 0.9f};
+        di_tensor nw = vec_tensor(d, 0, t % 2 ? DI_DTYPE_BF16 : DI_DTYPE_F32);
+        float *ds = dev_up(s, SB);
+        char what[96];
+        snprintf(what, sizeof what, "hc_collapse_norm m %lld hc %d d %lld", (long long)m, hc, (long long)d);
+        /* the site's collapse weights from hc_mix on the GPU */
+        float *dpin = dev_poison(PB), *dpo = dev_poison(PB), *dc = dev_poison(CB);
+        gpu->ops->hc_mix(gpu, ds, m, hc, d, fn, base, scale, 1e-6, 1e-6, 20, dpin, dpo, dc);
+        float *pin = dev_down(dpin, PB);
+        /* unfused, fused, the CPU's */
+        float *dx1 = dev_poison(XB), *dx3 = dev_poison(XB);
+        gpu->ops->hc_collapse(gpu, ds, dpin, m, hc, d, dx1);
+        gpu->ops->rmsnorm(gpu, dx1, &nw, m, d, 1e-6, dx1);
+        gpu->ops->hc_collapse_norm(gpu, ds, dpin, m, hc, d, &nw, 1e-6, dx3);
+        float *x1 = dev_down(dx1, XB), *x3 = dev_down(dx3, XB), *xc = malloc(XB), *xc3 = malloc(XB);
+        cpu->ops->hc_collapse(cpu, s, pin, m, hc, d, xc);
+        cpu->ops->rmsnorm(cpu, xc, &nw, m, d, 1e-6, xc);
+        cpu->ops->hc_collapse_norm(cpu, s, pin, m, hc, d, &nw, 1e-6, xc3);
+        if (status_ok(what)) {
+            CHECKF(same_bits(x1, x3, m * d), "%s: differs from hc_collapse + rmsnorm", what);
+            CHECKF(same_bits(xc, xc3, m * d), "%s: the CPU's differs from its two ops", what);
+            cmp_tol(what, x3, xc3, m * d, BF16_ULP, 0);
+        }
+        /* add_bf16 into a third buffer and in place over either input */
+        float *a = rnd(m * d, 3.0f), *b = rnd(m * d, 1.0f);
+        for (int64_t i = 0; i < m * d; i++) a[i] *= 1.0f + 0x1p-10f * (float)rng_int(9);
+        float *ref = malloc(XB);
+        memcpy(ref, a, XB);
+        cpu->ops->add(cpu, ref, b, m * d);
+        cpu->ops->round_bf16(cpu, ref, m * d);
+        for (int al = 0; al < 3; al++) {
+            float *da = dev_up(a, XB), *db = dev_up(b, XB), *dy = al == 0 ? dev_poison(XB) : al == 1 ? da : db;
+            gpu->ops->add_bf16(gpu, dy, da, db, m * d);
+            float *yg = dev_down(dy, XB), *yc = malloc(XB), *ca = malloc(XB), *cb = malloc(XB);
+            memcpy(ca, a, XB);
+            memcpy(cb, b, XB);
+            cpu->ops->add_bf16(cpu, al == 0 ? yc : al == 1 ? ca : cb, ca, cb, m * d);
+            snprintf(what, sizeof what, "add_bf16 n %lld (output %s)", (long long)(m * d),
+                     al == 0 ? "apart" : al == 1 ? "over a" : "over b");
+            if (status_ok(what)) {
+                cmp_exact(what, yg, ref, m * d);
+                cmp_exact(what, al == 0 ? yc : al == 1 ? ca : cb, ref, m * d);
+            }
+            if (al == 0) dev_free(dy);
+            dev_free(da); dev_free(db);
+            free(yg); free(yc); free(ca); free(cb);
+        }
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(ds); dev_free(dpin); dev_free(dpo); dev_free(dc); dev_free(dx1); dev_free(dx3);
+        free(s); free(fn); free(base); free(pin); free(nw.data); free(x1); free(x3); free(xc); free(xc3);
+        free(a); free(b); free(ref);
+    }
+}
+
+/* qkv_rope_pack against rmsnorm, rope_cs (q), rope_cs (kv) and kv_pack
+ * FP8 on the GPU, bit for bit (q, kv and the packed rows), and against
+ * the CPU's (the composition): q exactly (the rotation is the CPU's), kv
+ * within rmsnorm's bound. The model's shape (64 heads of 512, 64 rope
+ * dims) at 1 and 4 rows, a small ragged one, and past the fused kernel's
+ * 2048 (the four launches inside the op). */
+static void test_qkv_rope_pack(void) {
+    NEED_GPU();
+    const struct { int64_t m; int h; int64_t hd, rd; } cs_[] = {
+        {1, 64, 512, 64}, {4, 64, 512, 64}, {3, 3, 96, 32}, {2, 2, 2560, 64}};
+    for (size_t t = 0; t < sizeof cs_ / sizeof *cs_; t++) {
+        int64_t m = cs_[t].m, hd = cs_[t].hd, rd = cs_[t].rd, half = rd / 2;
+        int h = cs_[t].h;
+        size_t QB = (size_t)(m * h * hd) * 4, KB = (size_t)(m * hd) * 4,
+               PB = (size_t)m * di_kvq_row_bytes(DI_KVQ_FP8, hd), CB = (size_t)(m * half * 2) * 4;
+        float *q = rnd(m * h * hd, 1.0f), *kv = rnd(m * hd, 2.0f), *cs = malloc(CB);
+        for (int64_t i = 0; i < m * half; i++) {
+            float a = 6.2831853f * (float)rng_int(100000) / 100000.0f;
+            cs[2 * i] = cosf(a);
+            cs[2 * i + 1] = sinf(a);
+        }
+        di_tensor nw = vec_tensor(hd, 0, t % 2 ? DI_DTYPE_BF16 : DI_DTYPE_F32);
+        float *dcs = dev_up(cs, CB);
+        /* unfused */
+        float *dq1 = dev_up(q, QB), *dk1 = dev_up(kv, KB);
+        uint8_t *dp1 = (uint8_t *)dev_poison(PB);
+        gpu->ops->rmsnorm(gpu, dk1, &nw, m, hd, 1e-6, dk1);
+        gpu->ops->rope_cs(gpu, dq1, m, h * hd, h, hd, rd, dcs, 0);
+        gpu->ops->rope_cs(gpu, dk1, m, hd, 1, hd, rd, dcs, 0);
+        gpu->ops->kv_pack(gpu, DI_KVQ_FP8, dk1, m, hd, dp1);
+        /* fused */
+        float *dq2 = dev_up(q, QB), *dk2 = dev_up(kv, KB);
+        uint8_t *dp2 = (uint8_t *)dev_poison(PB);
+        gpu->ops->qkv_rope_pack(gpu, dq2, h, dk2, m, hd, rd, &nw, 1e-6, dcs, dp2);
+        float *q1 = dev_down(dq1, QB), *k1 = dev_down(dk1, KB), *q2 = dev_down(dq2, QB), *k2 = dev_down(dk2, KB);
+        uint8_t *p1 = (uint8_t *)dev_down(dp1, PB), *p2 = (uint8_t *)dev_down(dp2, PB);
+        /* the CPU's */
+        uint8_t *pc = malloc(PB);
+        cpu->ops->qkv_rope_pack(cpu, q, h, kv, m, hd, rd, &nw, 1e-6, cs, pc);
+        char what[96];
+        snprintf(what, sizeof what, "qkv_rope_pack m %lld heads %d hd %lld rd %lld", (long long)m, h,
+                 (long long)hd, (long long)rd);
+        if (status_ok(what)) {
+            CHECKF(same_bits(q1, q2, m * h * hd) && same_bits(k1, k2, m * hd) && !memcmp(p1, p2, PB),
+                   "%s: differs from rmsnorm + rope_cs + kv_pack", what);
+            cmp_exact(what, q2, q, m * h * hd);
+            cmp_tol(what, k2, kv, m * hd, BF16_ULP, 2 * BF16_ULP); /* a rotation of two near values */
+        }
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(dcs); dev_free(dq1); dev_free(dk1); dev_free(dp1); dev_free(dq2); dev_free(dk2); dev_free(dp2);
+        free(q); free(kv); free(cs); free(nw.data); free(q1); free(k1); free(q2); free(k2); free(p1); free(p2);
+        free(pc);
+    }
+}
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -1950,6 +2090,8 @@ int main(void) {
     RUN(test_moe_op_table);
     RUN(test_attention_split);
     RUN(test_hc_split);
+    RUN(test_fused_ops);
+    RUN(test_qkv_rope_pack);
     di_backend_destroy(gpu);
     di_backend_destroy(cpu);
     return test_summary();

@@ -540,6 +540,13 @@ static void cpu_hc_collapse(di_backend *be, const float *s, const float *w, int6
     par_for(be, m, (double)m * hc * (double)d * 2, collapse_range, &c);
 }
 
+/* backend.h's hc_collapse_norm, as the composition it is defined by. */
+static void cpu_hc_collapse_norm(di_backend *be, const float *s, const float *w, int64_t m,
+                                 int hc, int64_t d, const di_tensor *nw, double eps, float *y) {
+    cpu_hc_collapse(be, s, w, m, hc, d, y);
+    cpu_rmsnorm(be, y, nw, m, d, eps, y);
+}
+
 static void expand_range(void *p, int64_t lo, int64_t hi) {
     const hc_ctx *c = p;
     int hc = c->hc;
@@ -1232,6 +1239,25 @@ static void cpu_add(di_backend *be, float *y, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];
 }
 
+static void cpu_qkv_rope_pack(di_backend *be, float *q, int heads, float *kv, int64_t m,
+                              int64_t hd, int64_t rd, const di_tensor *nw, double eps,
+                              const float *cs, uint8_t *out) {
+    cpu_rmsnorm(be, kv, nw, m, hd, eps, kv);
+    cpu_rope_cs(be, q, m, heads * hd, heads, hd, rd, cs, 0);
+    cpu_rope_cs(be, kv, m, hd, 1, hd, rd, cs, 0);
+    cpu_kv_pack(be, DI_KVQ_FP8, kv, m, hd, out);
+}
+
+static void cpu_add_bf16(di_backend *be, float *y, const float *a, const float *b, int64_t n) {
+    if (y == b) { /* a + b and b + a are the same fp32 sum */
+        cpu_add(be, y, a, n);
+    } else {
+        if (y != a) cpu_copy(be, y, a, (size_t)n * sizeof(float));
+        cpu_add(be, y, b, n);
+    }
+    cpu_round_bf16(be, y, n);
+}
+
 static const di_backend_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -1244,6 +1270,7 @@ static const di_backend_ops cpu_ops = {
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
     .rope_cs = cpu_rope_cs,
+    .qkv_rope_pack = cpu_qkv_rope_pack,
     .qdq_fp8 = cpu_qdq_fp8,
     .qdq_fp4_e8m0 = cpu_qdq_fp4_e8m0,
     .qdq_fp4_e4m3 = cpu_qdq_fp4_e4m3,
@@ -1254,6 +1281,7 @@ static const di_backend_ops cpu_ops = {
     .engram_gather = cpu_engram_gather,
     .hc_mix = cpu_hc_mix,
     .hc_collapse = cpu_hc_collapse,
+    .hc_collapse_norm = cpu_hc_collapse_norm,
     .hc_expand = cpu_hc_expand,
     .hc_mean = cpu_hc_mean,
     .engram_gate = cpu_engram_gate,
@@ -1283,6 +1311,7 @@ static const di_backend_ops cpu_ops = {
     .gather_rows_from = cpu_gather_rows_from,
     .scatter_add_rows = cpu_scatter_add_rows,
     .add = cpu_add,
+    .add_bf16 = cpu_add_bf16,
 };
 
 di_status di_backend_cpu_create(int n_threads, di_backend **out, di_err *err) {

@@ -141,6 +141,7 @@ typedef struct cuda_impl {
     const char *op;  /* the op running now (error messages, profile) */
     /* pool: live blocks (open addressing by pointer) and free blocks */
     int use_pool;
+    int alloc_raw;               /* cu_alloc hands the block out without its zero fill */
     pblock *live;
     size_t live_cap, live_count;
     pblock *freel;
@@ -610,13 +611,29 @@ static void *cu_alloc(di_backend *be, size_t bytes) {
         c->pool_bytes -= cap;
         return NULL;
     }
-    if (pool_zero(be, p, bytes, &err)) {
+    if (!c->alloc_raw && pool_zero(be, p, bytes, &err)) {
         live_take(c, p);
         copies_flush(be);
         di_cuda_free(p);
         c->pool_bytes -= cap;
         return NULL;
     }
+    return p;
+}
+
+/* backend.h's alloc_raw: a pool block without its zero fill. The fills
+ * were most of the copy queue's launches in a decode step (one before
+ * each burst of allocations, ~6 a layer at b1, and a memset each for the
+ * attention's 128 KB buffers), while the buffers they zeroed are written
+ * whole by the op that follows. Ordering needs no fill either: a queued
+ * copy that still reads or writes a recycled block runs, with the queue,
+ * before the next op. Recordings and the pool-less mode keep alloc. */
+static void *cu_alloc_raw(di_backend *be, size_t bytes) {
+    cuda_impl *c = IM(be);
+    if (c->rec || !c->use_pool) return c->ops.alloc(be, bytes);
+    c->alloc_raw = 1;
+    void *p = cu_alloc(be, bytes);
+    c->alloc_raw = 0;
     return p;
 }
 
@@ -829,6 +846,15 @@ static void cu_rope_cs(di_backend *be, float *x, int64_t m, int64_t stride, int 
     note(be, cuda_op_rope_cs(x, m, stride, heads, hd, rd, cs, inverse, &err), &err);
 }
 
+static void cu_qkv_rope_pack(di_backend *be, float *q, int heads, float *kv, int64_t m, int64_t hd,
+                             int64_t rd, const di_tensor *nw, double eps, const float *cs, uint8_t *out) {
+    op_enter(be, "qkv_rope_pack");
+    di_err err = {0};
+    const void *dnw = tdev(be, nw);
+    if (!dnw) return;
+    note(be, cuda_op_qkv_rope_pack(q, heads, kv, m, hd, rd, dnw, is_bf16(nw), (float)eps, cs, out, &err), &err);
+}
+
 static void cu_qdq_fp8(di_backend *be, float *x, int64_t n) {
     op_enter(be, "qdq_fp8");
     di_err err = {0};
@@ -936,6 +962,15 @@ static void cu_hc_collapse(di_backend *be, const float *s, const float *w, int64
     op_enter(be, "hc_collapse");
     di_err err = {0};
     note(be, cuda_op_hc_collapse(s, w, m, hc, d, y, &err), &err);
+}
+
+static void cu_hc_collapse_norm(di_backend *be, const float *s, const float *w, int64_t m, int hc,
+                                int64_t d, const di_tensor *nw, double eps, float *y) {
+    op_enter(be, "hc_collapse_norm");
+    di_err err = {0};
+    const void *dnw = tdev(be, nw);
+    if (!dnw) return;
+    note(be, cuda_op_hc_collapse_norm(s, w, m, hc, d, dnw, is_bf16(nw), (float)eps, y, &err), &err);
 }
 
 static void cu_hc_expand(di_backend *be, const float *y, const float *s, const float *post,
@@ -1249,6 +1284,12 @@ static void cu_add(di_backend *be, float *y, const float *x, int64_t n) {
     op_enter(be, "add");
     di_err err = {0};
     note(be, cuda_op_add(y, x, n, &err), &err);
+}
+
+static void cu_add_bf16(di_backend *be, float *y, const float *a, const float *b, int64_t n) {
+    op_enter(be, "add_bf16");
+    di_err err = {0};
+    note(be, cuda_op_add_bf16(y, a, b, n, &err), &err);
 }
 
 /* moe_route with its results left in device memory: the route kernel
@@ -1751,6 +1792,7 @@ static di_status cu_status(di_backend *be, di_err *err) { return di_backend_cuda
 static const di_backend_ops cuda_ops = {
     .name = "cuda",
     .alloc = cu_alloc,
+    .alloc_raw = cu_alloc_raw,
     .free = cu_free,
     .upload = cu_upload,
     .download = cu_download,
@@ -1760,6 +1802,7 @@ static const di_backend_ops cuda_ops = {
     .rmsnorm = cu_rmsnorm,
     .rope = cu_rope,
     .rope_cs = cu_rope_cs,
+    .qkv_rope_pack = cu_qkv_rope_pack,
     .qdq_fp8 = cu_qdq_fp8,
     .qdq_fp4_e8m0 = cu_qdq_fp4_e8m0,
     .qdq_fp4_e4m3 = cu_qdq_fp4_e4m3,
@@ -1770,6 +1813,7 @@ static const di_backend_ops cuda_ops = {
     .engram_gather = cu_engram_gather,
     .hc_mix = cu_hc_mix,
     .hc_collapse = cu_hc_collapse,
+    .hc_collapse_norm = cu_hc_collapse_norm,
     .hc_expand = cu_hc_expand,
     .hc_mean = cu_hc_mean,
     .engram_gate = cu_engram_gate,
@@ -1798,6 +1842,7 @@ static const di_backend_ops cuda_ops = {
     .gather_rows_from = cu_gather_rows_from,
     .scatter_add_rows = cu_scatter_add_rows,
     .add = cu_add,
+    .add_bf16 = cu_add_bf16,
     .destroy = cu_destroy,
     .status = cu_status,
 };
@@ -1841,6 +1886,7 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         c->ops.topk_select_buf = NULL;
         c->ops.sparse_attn_rows = NULL;
         c->ops.rope_cs = NULL;
+        c->ops.qkv_rope_pack = NULL;
         c->ops.embed_buf = NULL;
         c->ops.gather_rows_buf = NULL;
         c->ops.scatter_rows_to = NULL;
@@ -1862,6 +1908,17 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
     if (env_is("DI_CUDA_MOE_GROUPED", "0")) {
         c->ops.moe_route_buf = NULL;
         c->ops.moe_experts = NULL;
+    }
+    /* DI_CUDA_FUSE=0: the model's unfused op sequences in place of the
+     * fused ops (hc_collapse_norm, qkv_rope_pack, add_bf16), the MoE's separate
+     * launches (cuda_moe_set_fused) and zero-filled buffers in place of
+     * alloc_raw: the same bits, for timing */
+    if (env_is("DI_CUDA_FUSE", "0")) {
+        c->ops.hc_collapse_norm = NULL;
+        c->ops.add_bf16 = NULL;
+        c->ops.qkv_rope_pack = NULL;
+        c->ops.alloc_raw = NULL;
+        cuda_moe_set_fused(0);
     }
     be->ops = &c->ops;
     be->n_threads = 1;

@@ -39,11 +39,7 @@ __device__ __forceinline__ void load8v(const uint16_t *p, float v[8]) {
         v[2 * i + 1] = bf16_to_f32(w[i] >> 16);
     }
 }
-__device__ __forceinline__ void load8v(const float *p, float v[8]) {
-    float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
-    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
-}
+__device__ __forceinline__ void load8v(const float *p, float v[8]) { aq_load8(p, v); }
 
 /* k % 32 == 0 and 16-byte aligned rows: four lanes per 32-block, each with 8
  * consecutive values, so a warp reads 512 (bf16) or 1024 (f32) contiguous
@@ -60,11 +56,7 @@ __global__ void act_quant_fp8_vec(const T *__restrict__ x, int64_t nblocks,
     else
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = 0.0f;
-    uint2 codes;
-    const float s = aq_quant8(v, &codes); /* every lane: the shuffles */
-    if (!live) return;
-    if ((threadIdx.x & 3) == 0) scale[blk] = s;
-    *(uint2 *)(q + tid * 8) = codes;
+    aq_store8(v, live, tid, q, scale); /* every lane: the shuffles */
 }
 
 template <typename T>

@@ -49,4 +49,26 @@ __device__ __forceinline__ float aq_quant8(const float v[8], uint2 *codes) {
     return s;
 }
 
+/* 8 consecutive f32 values from two 16-byte loads (p 16-byte aligned). */
+__device__ __forceinline__ void aq_load8(const float *p, float v[8]) {
+    float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+
+/* The vector form's step for one thread of a grid with four threads per
+ * 32-block of rows with k % 32 == 0 (thread tid takes values tid·8 ..
+ * tid·8 + 7 of block tid / 4): its 8 values, the block's scale into
+ * scale[tid / 4] (by the block's first lane) and the codes into q + tid·8
+ * (8-byte aligned). live = false for lanes past the last block, which still
+ * take part in the shuffles; every lane of the warp must call it. Shared by
+ * the stand-alone kernel and the kernels that quantize what they compute. */
+__device__ __forceinline__ void aq_store8(const float v[8], bool live, int64_t tid, uint8_t *q, float *scale) {
+    uint2 codes;
+    const float s = aq_quant8(v, &codes);
+    if (!live) return;
+    if ((tid & 3) == 0) scale[tid >> 2] = s;
+    *(uint2 *)(q + tid * 8) = codes;
+}
+
 #endif

@@ -93,6 +93,14 @@ di_status cuda_op_gather_rows(const float *src, const int32_t *rows, int64_t m, 
 di_status cuda_op_scatter_add_rows(float *dst, const int32_t *rows, const float *src, int64_t m,
                                    int64_t n, di_err *err);
 di_status cuda_op_add(float *y, const float *x, int64_t n, di_err *err);
+/* rope_cs of q [m, heads·hd] (stride heads·hd) and of kv [m, hd] after
+ * rmsnorm (weight nw), then kv_pack FP8 of kv into out: the bits of those
+ * four launches in one (hd <= 2048); cs [m, rd/2, 2] device. */
+di_status cuda_op_qkv_rope_pack(float *q, int heads, float *kv, int64_t m, int64_t hd, int64_t rd,
+                                const void *nw, int nw_bf16, float eps, const float *cs,
+                                uint8_t *out, di_err *err);
+/* y = bf16(a + b) (y may alias a or b): add then round_bf16, one launch */
+di_status cuda_op_add_bf16(float *y, const float *a, const float *b, int64_t n, di_err *err);
 
 /* ---- cuda_ops_linear.cu ----
  * y[i, ldy·i + j] = Σ_k x[i·ldx + k]·W[row0 + j, k] for j < nr, weights
@@ -112,6 +120,9 @@ di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d, const flo
                          int iters, float *pre, float *post, float *comb, di_err *err);
 di_status cuda_op_hc_collapse(const float *s, const float *w, int64_t m, int hc, int64_t d,
                               float *y, di_err *err);
+/* y = rmsnorm(hc_collapse(s, w)): the bits of the two ops, one launch at hc 4. */
+di_status cuda_op_hc_collapse_norm(const float *s, const float *w, int64_t m, int hc, int64_t d,
+                                   const void *nw, int nw_bf16, float eps, float *y, di_err *err);
 di_status cuda_op_hc_expand(const float *y, const float *s, const float *post,
                             const float *comb, int64_t m, int hc, int64_t d, float *out,
                             di_err *err);

@@ -80,6 +80,15 @@ __device__ __forceinline__ float pow2_ceil_bits(float x) {
     return __uint_as_float((uint32_t)(e + 127) << 23);
 }
 
+/* One RoPE pair (v[0], v[1]) rotated by the angle whose cosine and sine
+ * are c and s (s negated for the inverse), rounded to bf16: the rope ops'
+ * arithmetic (the CPU's). */
+__device__ __forceinline__ void rope_rotate_pair(float *v, float c, float s) {
+    float re = v[0], im = v[1];
+    v[0] = round_bf16(SUB(MUL(re, c), MUL(im, s)));
+    v[1] = round_bf16(ADD(MUL(re, s), MUL(im, c)));
+}
+
 /* grid for a grid-stride loop over n items with 256 threads per block */
 static inline unsigned grid_for(int64_t n) {
     int64_t g = (n + 255) / 256;

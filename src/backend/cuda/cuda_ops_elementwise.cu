@@ -4,6 +4,7 @@
  * name in backend_cpu.c; the ones without a transcendental function or a
  * reordered reduction give the very same bits (see cuda_ops_common.cuh). */
 #include "backend/cuda/cuda_ops_common.cuh"
+#include "backend/cuda/cuda_ops_step.h"
 
 /* One block per row: the sum of squares is a block reduction (its order,
  * not its terms, differs from the CPU's sequential loop). */
@@ -186,6 +187,85 @@ extern "C" di_status cuda_op_kv_pack(int fmt, const float *x, int64_t m, int64_t
     return cuda_check_launch(err, "kv_pack");
 }
 
+/* The tail of attention's query and window-KV paths at a decode step
+ * (§5.2–5.3), four launches of the rope_cs / rmsnorm / kv_pack kernels in
+ * one: blocks < nq rotate q as k_rope_cs does (its threads over the pairs
+ * of every head), block nq + i takes KV row i: k_rmsnorm's sum of squares
+ * (thread t adds k = t, t + 256, ... and block_sum reduces), the
+ * normalized row in shared memory, its last rd dims rotated pair by pair,
+ * the row stored and packed as k_kv_pack<0> packs it (each 32-block's
+ * scale from its values, then every code). The same operations on the
+ * same values, so the bits of the four kernels. */
+enum { QKV_THREADS = 256, QKV_MAX_HD = 2048 };
+
+__global__ void __launch_bounds__(QKV_THREADS)
+    k_qkv_rope_pack(float *q, int heads, float *kv, int64_t m, int64_t hd, int64_t rd, const void *nw, int nw_bf16,
+                    float eps, const float *cs, uint8_t *out, unsigned nq) {
+    pdl_enter();
+    const int64_t half = rd / 2;
+    if (blockIdx.x < nq) {
+        const int64_t total = m * heads * half;
+        for (int64_t t = (int64_t)blockIdx.x * QKV_THREADS + threadIdx.x; t < total; t += (int64_t)nq * QKV_THREADS) {
+            const int64_t j = t % half, ih = t / half, i = ih / heads, h = ih % heads;
+            float *v = q + i * heads * hd + h * hd + (hd - rd);
+            rope_rotate_pair(v + 2 * j, cs[(i * half + j) * 2], cs[(i * half + j) * 2 + 1]);
+        }
+        return;
+    }
+    __shared__ float yv[QKV_MAX_HD];
+    __shared__ float sc[QKV_MAX_HD / 32];
+    __shared__ float red[32];
+    const int64_t i = blockIdx.x - nq;
+    float *xi = kv + i * hd;
+    float ss = 0.f;
+#pragma unroll 4
+    for (int64_t k = threadIdx.x; k < hd; k += QKV_THREADS) {
+        const float v = xi[k];
+        yv[k] = v;
+        ss = ADD(ss, MUL(v, v));
+    }
+    ss = block_sum(ss, red);
+    const float r = 1.0f / sqrtf(ADD(ss / (float)hd, eps));
+    for (int64_t k = threadIdx.x; k < hd; k += QKV_THREADS)
+        yv[k] = round_bf16(MUL(vec_at(nw, nw_bf16, k), MUL(yv[k], r)));
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < half; j += QKV_THREADS)
+        rope_rotate_pair(yv + (hd - rd) + 2 * j, cs[(i * half + j) * 2], cs[(i * half + j) * 2 + 1]);
+    __syncthreads();
+    const int64_t nb = hd / 32;
+    uint8_t *row = out + i * (hd + nb);
+    for (int64_t b = threadIdx.x; b < nb; b += QKV_THREADS) {
+        const float s = fp8_block_scale(yv + b * 32);
+        sc[b] = s;
+        row[hd + b] = (uint8_t)(__float_as_uint(s) >> 23);
+    }
+    __syncthreads();
+    for (int64_t k = threadIdx.x; k < hd; k += QKV_THREADS) {
+        xi[k] = yv[k];
+        row[k] = (uint8_t)e4m3_code(fminf(fmaxf(yv[k] / sc[k / 32], -448.f), 448.f));
+    }
+}
+
+extern "C" di_status cuda_op_qkv_rope_pack(float *q, int heads, float *kv, int64_t m, int64_t hd, int64_t rd,
+                                           const void *nw, int nw_bf16, float eps, const float *cs, uint8_t *out,
+                                           di_err *err) {
+    if (m <= 0) return DI_OK;
+    if (hd % 32 || rd % 2 || rd > hd || heads <= 0)
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "qkv_rope_pack: head_dim %lld, rope dims %lld (supported: "
+                          "head_dim a multiple of 32, even rope dims within it)", (long long)hd, (long long)rd);
+    const unsigned nq = rd > 0 ? grid_for(m * heads * (rd / 2)) : 0;
+    if (hd <= QKV_MAX_HD && m <= 65535) {
+        cuda_launch_pdl(k_qkv_rope_pack, nq + (unsigned)m, QKV_THREADS, 0, 0, q, heads, kv, m, hd, rd, nw, nw_bf16, eps,
+                        cs, out, nq);
+        return cuda_check_launch(err, "qkv_rope_pack");
+    }
+    di_status st = cuda_op_rmsnorm(kv, nw, nw_bf16, m, hd, eps, kv, err);
+    if (!st && rd > 0) st = cuda_op_rope_cs(q, m, heads * hd, heads, hd, rd, cs, 0, err);
+    if (!st && rd > 0) st = cuda_op_rope_cs(kv, m, hd, 1, hd, rd, cs, 0, err);
+    if (!st) st = cuda_op_kv_pack(0, kv, m, hd, out, err);
+    return st;
+}
+
 __global__ void k_scale_bf16(float *x, int64_t n, float c) {
     pdl_enter();
     GRID_STRIDE(i, n) x[i] = round_bf16(c == 1.0f ? x[i] : MUL(x[i], c));
@@ -310,4 +390,18 @@ extern "C" di_status cuda_op_add(float *y, const float *x, int64_t n, di_err *er
     if (n <= 0) return DI_OK;
     cuda_launch_pdl(k_add, grid_for(n), 256, 0, 0, y, x, n);
     return cuda_check_launch(err, "add");
+}
+
+/* The MoE's last steps (the shared expert's output added to the routed
+ * sum, rounded, copied out) as one pass: the same single fp32 addition and
+ * rounding per value. */
+__global__ void k_add_bf16(float *y, const float *a, const float *b, int64_t n) {
+    pdl_enter();
+    GRID_STRIDE(i, n) y[i] = round_bf16(ADD(a[i], b[i]));
+}
+
+extern "C" di_status cuda_op_add_bf16(float *y, const float *a, const float *b, int64_t n, di_err *err) {
+    if (n <= 0) return DI_OK;
+    cuda_launch_pdl(k_add_bf16, grid_for(n), 256, 0, 0, y, a, b, n);
+    return cuda_check_launch(err, "add_bf16");
 }

@@ -281,6 +281,81 @@ __global__ void __launch_bounds__(HC_SP_THREADS)
     if (threadIdx.x <= NM) hc_sp_part[(i * nb + b) * (NM + 1) + threadIdx.x] = t;
 }
 
+/* rmsnorm(hc_collapse(s, w)) of one row (s [HC, d], w [HC] the row's
+ * collapse weights) by a block of NT threads, with the bits of k_hc_collapse
+ * followed by k_rmsnorm_reg (HCN_VT = 256 threads; its loop form past 24
+ * values a thread sums in the same order). The collapsed values go to
+ * shared memory, formed as k_hc_collapse forms them (from +0, copies in
+ * order, rounded to bf16), B values a thread with all their loads issued
+ * together; then the norm's threads t < 256 each add their squares in that
+ * kernel's order (k = t, t + 256, ...), the sums reduced by block_sum's
+ * xor tree and warp order. The norm's weights are loaded with the values.
+ * d <= HCN_R·256.
+ * One block reads the row's HC·d values through one SM: as one more block
+ * of hc_mix's split product (128 threads) that took ~20 µs at d 5120
+ * (27 µs with a load loop; b1 runs 10–11 in docs/gpu-notes.md), longer
+ * than the product, so the collapse runs after the mix, 1024 threads. */
+enum { HCN_VT = 256, HCN_R = 24 };
+
+template <int HC, int NT>
+__device__ __forceinline__ void hc_collapse_norm_row(const float *s, const float *w, int64_t d, const void *nw,
+                                                     int nw_bf16, float eps, float *y) {
+    constexpr int E = HCN_R * HCN_VT / NT, B = E < 8 ? E : 8;
+    static_assert(NT % 32 == 0 && E * NT == HCN_R * HCN_VT && E % B == 0, "NT divides 6144");
+    __shared__ float yv[HCN_R * HCN_VT];
+    __shared__ float red[HCN_VT / 32];
+    float wr[HC], wv[E];
+#pragma unroll
+    for (int c = 0; c < HC; c++) wr[c] = w[c];
+#pragma unroll
+    for (int e0 = 0; e0 < E; e0 += B) {
+        float sv[B][HC];
+#pragma unroll
+        for (int b = 0; b < B; b++) { /* past d: column d - 1 again, unused (no predicated loads) */
+            int64_t k = threadIdx.x + (int64_t)(e0 + b) * NT;
+            k = k < d ? k : d - 1;
+#pragma unroll
+            for (int c = 0; c < HC; c++) sv[b][c] = s[c * d + k];
+            wv[e0 + b] = vec_at(nw, nw_bf16, k);
+        }
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            const int64_t k = threadIdx.x + (int64_t)(e0 + b) * NT;
+            float acc = 0.f;
+#pragma unroll
+            for (int c = 0; c < HC; c++) acc = ADD(acc, MUL(wr[c], sv[b][c]));
+            if (k < d) yv[k] = round_bf16(acc);
+        }
+    }
+    __syncthreads();
+    for (int vt = threadIdx.x; vt < HCN_VT; vt += NT) { /* whole warps */
+        float ss = 0.f;
+        for (int64_t k = vt; k < d; k += HCN_VT) ss = ADD(ss, MUL(yv[k], yv[k]));
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if ((vt & 31) == 0) red[vt >> 5] = ss;
+    }
+    __syncthreads();
+    float tot = 0.f;
+    for (int i = 0; i < HCN_VT / 32; i++) tot += red[i];
+    const float r = 1.0f / sqrtf(ADD(tot / (float)d, eps));
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int64_t k = threadIdx.x + (int64_t)e * NT;
+        if (k < d) y[k] = round_bf16(MUL(wv[e], MUL(yv[k], r)));
+    }
+}
+
+/* hc_collapse then rmsnorm, a block of HCN_THREADS threads per row. */
+enum { HCN_THREADS = 1024 };
+
+template <int HC>
+__global__ void __launch_bounds__(HCN_THREADS)
+    k_hc_collapse_norm(const float *s, const float *w, int64_t d, const void *nw, int nw_bf16, float eps, float *y) {
+    pdl_enter();
+    const int64_t i = blockIdx.x;
+    hc_collapse_norm_row<HC, HCN_THREADS>(s + i * HC * d, w + i * HC, d, nw, nw_bf16, eps, y + i * d);
+}
+
 /* The row's nb·(NM + 1) partial sums are staged into shared memory by
  * the whole block at once (one warp reading them 8 at a time waited ~10
  * round trips, most of the kernel's 12 µs; b1 run 1), then one warp adds
@@ -339,6 +414,18 @@ extern "C" di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d
         k_hc_mix<<<(unsigned)m, 256>>>(s, hc, d, fn, base, scale, norm_eps, hc_eps, iters, pre,
                                        post, comb);
     return cuda_check_launch(err, "hc_mix");
+}
+
+extern "C" di_status cuda_op_hc_collapse_norm(const float *s, const float *w, int64_t m, int hc, int64_t d,
+                                              const void *nw, int nw_bf16, float eps, float *y, di_err *err) {
+    if (m <= 0) return DI_OK;
+    if (hc == 4 && m <= 0x7fffffffLL && d <= (int64_t)HCN_R * HCN_VT) {
+        cuda_launch_pdl(k_hc_collapse_norm<4>, (unsigned)m, HCN_THREADS, 0, 0, s, w, d, nw, nw_bf16, eps, y);
+        return cuda_check_launch(err, "hc_collapse_norm");
+    }
+    di_status st = cuda_op_hc_collapse(s, w, m, hc, d, y, err);
+    if (!st) st = cuda_op_rmsnorm(y, nw, nw_bf16, m, d, eps, y, err);
+    return st;
 }
 
 __global__ void k_hc_collapse(const float *s, const float *w, int64_t m, int hc, int64_t d,

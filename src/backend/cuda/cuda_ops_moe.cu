@@ -6,6 +6,7 @@
  * (cuda_ops_elementwise.cu), so the grouped op equals the backend's own
  * per-expert loop bit for bit. Every launch has a size fixed by (m, k, E),
  * never by the routing, and nothing waits for the device. */
+#include "backend/cuda/cuda_act_quant.cuh"
 #include "backend/cuda/cuda_ops_common.cuh"
 #include "backend/cuda/cuda_ops_moe.h"
 #include "core/route_score.h"
@@ -250,11 +251,9 @@ enum { PLAN_THREADS = 1024, PLAN_CHUNK = 4096 };
  * expert's pairs in ascending routing order (rows ascending, as the
  * model's loop gathers them). Groups past the non-empty ones are empty
  * (expert 0, no rows) so the product's grid needs no count from the host. */
-__global__ void __launch_bounds__(PLAN_THREADS)
-    k_moe_plan(const int32_t *idx, const float *w, int64_t P, int k, int E, int G,
-               int32_t *ids, int32_t *off, int32_t *rows, float *pw, int32_t *slot,
-               int32_t *iota) {
-    pdl_enter();
+__device__ __forceinline__ void moe_plan_block(const int32_t *idx, const float *w, int64_t P, int k, int E,
+                                               int G, int32_t *ids, int32_t *off, int32_t *rows, float *pw,
+                                               int32_t *slot, int32_t *iota) {
     __shared__ int32_t chunk[PLAN_CHUNK];
     __shared__ int32_t cnt[1024], start[1024];
     const int t = threadIdx.x;
@@ -346,29 +345,92 @@ __global__ void __launch_bounds__(PLAN_THREADS)
     }
 }
 
+__global__ void __launch_bounds__(PLAN_THREADS)
+    k_moe_plan(const int32_t *idx, const float *w, int64_t P, int k, int E, int G, int32_t *ids, int32_t *off,
+               int32_t *rows, float *pw, int32_t *slot, int32_t *iota) {
+    pdl_enter();
+    moe_plan_block(idx, w, P, k, E, G, ids, off, rows, pw, slot, iota);
+}
+
+/* The plan (block 0) and the FP8 quantization of x (the blocks after it,
+ * act_quant_fp8_vec's threads: four per 32-block of x) in one launch: the
+ * two read different inputs and write different scratch, and each was a
+ * launch of its own ahead of the w1 product (~4.6 + 2.1 µs at b1). */
+__global__ void __launch_bounds__(PLAN_THREADS)
+    k_moe_plan_quant(const int32_t *idx, const float *w, int64_t P, int k, int E, int G, int32_t *ids,
+                     int32_t *off, int32_t *rows, float *pw, int32_t *slot, int32_t *iota, const float *x,
+                     int64_t nqb, uint8_t *qa, float *sa) {
+    pdl_enter();
+    if (blockIdx.x == 0) {
+        moe_plan_block(idx, w, P, k, E, G, ids, off, rows, pw, slot, iota);
+        return;
+    }
+    const int64_t tid = (int64_t)(blockIdx.x - 1) * blockDim.x + threadIdx.x;
+    const bool live = (tid >> 2) < nqb;
+    float v[8];
+    if (live) aq_load8(x + tid * 8, v);
+    else
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = 0.0f;
+    aq_store8(v, live, tid, qa, sa);
+}
+
 /* The backend's swiglu (k_swiglu) on the grouped products, with the
  * matmul's bf16 output rounding of g and u done here (the plain matmul
  * rounds its fp32 output in place, k_scale_bf16 with c = 1); pairs past
  * the planned count are left alone. */
+__device__ __forceinline__ float moe_swiglu_val(float gv, float uv, float pwv, int in_bf16, float limit) {
+    if (in_bf16) {
+        gv = round_bf16(gv);
+        uv = round_bf16(uv);
+    }
+    if (limit > 0.f) {
+        uv = fminf(fmaxf(uv, -limit), limit);
+        gv = fminf(gv, limit);
+    }
+    float v = MUL(MUL(gv, sigmoid_f(gv)), uv);
+    v = MUL(pwv, v);
+    return round_bf16(v);
+}
+
 __global__ void k_moe_swiglu(float *g, const float *u, const float *pw, const int32_t *total,
                              int64_t I, int in_bf16, float limit) {
     pdl_enter();
     const int64_t n = (int64_t)*total * I;
-    GRID_STRIDE(t, n) {
-        float gv = g[t], uv = u[t];
-        if (in_bf16) {
-            gv = round_bf16(gv);
-            uv = round_bf16(uv);
-        }
-        if (limit > 0.f) {
-            uv = fminf(fmaxf(uv, -limit), limit);
-            gv = fminf(gv, limit);
-        }
-        float v = MUL(MUL(gv, sigmoid_f(gv)), uv);
-        v = MUL(pw[t / I], v);
-        g[t] = round_bf16(v);
-    }
+    GRID_STRIDE(t, n) g[t] = moe_swiglu_val(g[t], u[t], pw[t / I], in_bf16, limit);
 }
+
+/* k_moe_swiglu and the FP8 quantization of its output [P, I] that the
+ * down product reads, in one launch: act_quant_fp8_vec's threads (four per
+ * 32-block), each forming its 8 values as k_moe_swiglu would store them
+ * (pairs past the planned count: g as it stands, which act_quant would
+ * have read) and quantizing them; g itself is not written, nothing reads
+ * it after the quantization. */
+__global__ void k_moe_swiglu_quant(const float *g, const float *u, const float *pw, const int32_t *total,
+                                   int64_t I, int in_bf16, float limit, int64_t nqb, uint8_t *qh, float *sh) {
+    pdl_enter();
+    const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, t0 = tid * 8;
+    const bool live = (tid >> 2) < nqb;
+    /* every load issued before the first use (8 values of one pair: I % 8 == 0) */
+    float v[8], uv[8], pwv = 0.0f;
+    if (live) {
+        aq_load8(g + t0, v);
+        aq_load8(u + t0, uv);
+        pwv = pw[t0 / I];
+    }
+    const int64_t n = (int64_t)*total * I;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        if (!live) v[i] = 0.0f;
+        else if (t0 + i < n) v[i] = moe_swiglu_val(v[i], uv[i], pwv, in_bf16, limit);
+    }
+    aq_store8(v, live, tid, qh, sh);
+}
+
+/* Whether moe_experts fuses (the default) or launches each step alone. */
+static int moe_fused = 1;
+
+extern "C" void cuda_moe_set_fused(int on) { moe_fused = on != 0; }
 
 enum { COMBINE_THREADS = 256 };
 
@@ -440,19 +502,38 @@ extern "C" di_status cuda_op_moe_experts(const cuda_moe_weights *W, const float 
     cudaStream_t st = (cudaStream_t)stream;
     const di_dtype F32 = DI_DTYPE_F32;
     di_status rc;
-    cuda_launch_pdl(k_moe_plan, 1, PLAN_THREADS, 0, st, idx, w, P, k, E, (int)G, s.ids, s.off, s.rows, s.pw,
-                                            s.slot, s.iota);
-    if ((rc = cuda_check_launch(err, "moe_experts: plan"))) return rc;
-    if ((rc = di_cuda_act_quant_fp8(x, F32, m, D, s.qa, s.sa, stream, err))) return rc;
+    /* the fused forms need act_quant's vector layout: 16-byte aligned x
+     * (the scratch parts are 256-byte aligned; D and I are multiples of 32) */
+    const int fuse = moe_fused && (uintptr_t)x % 16 == 0;
+    if (fuse) {
+        const int64_t nqb = m * (D / 32), nq = (nqb * 4 + PLAN_THREADS - 1) / PLAN_THREADS;
+        if (nq + 1 > 0x7fffffffLL) return di_err_set(err, DI_ERR_LIMIT, "moe_experts: [%lld, %lld] x", (long long)m, (long long)D);
+        cuda_launch_pdl(k_moe_plan_quant, (unsigned)(nq + 1), PLAN_THREADS, 0, st, idx, w, P, k, E, (int)G, s.ids,
+                        s.off, s.rows, s.pw, s.slot, s.iota, x, nqb, s.qa, s.sa);
+        if ((rc = cuda_check_launch(err, "moe_experts: plan and quantization"))) return rc;
+    } else {
+        cuda_launch_pdl(k_moe_plan, 1, PLAN_THREADS, 0, st, idx, w, P, k, E, (int)G, s.ids, s.off, s.rows, s.pw,
+                        s.slot, s.iota);
+        if ((rc = cuda_check_launch(err, "moe_experts: plan"))) return rc;
+        if ((rc = di_cuda_act_quant_fp8(x, F32, m, D, s.qa, s.sa, stream, err))) return rc;
+    }
     if ((rc = di_cuda_gemm_mxfp4_grouped(s.qa, s.sa, D, W->w1, W->s1, I, s.ids, s.off,
                                          (int32_t)G, s.rows, (int32_t)m, s.g, F32, stream, err)))
         return di_err_prefix(err, "moe_experts w1: ");
     if ((rc = di_cuda_gemm_mxfp4_grouped(s.qa, s.sa, D, W->w3, W->s3, I, s.ids, s.off,
                                          (int32_t)G, s.rows, (int32_t)m, s.u, F32, stream, err)))
         return di_err_prefix(err, "moe_experts w3: ");
-    cuda_launch_pdl(k_moe_swiglu, grid_for(P * I), 256, 0, st, s.g, s.u, s.pw, s.off + G, I, out_bf16, limit);
-    if ((rc = cuda_check_launch(err, "moe_experts: swiglu"))) return rc;
-    if ((rc = di_cuda_act_quant_fp8(s.g, F32, P, I, s.qh, s.sh, stream, err))) return rc;
+    if (fuse) {
+        const int64_t nqb = P * (I / 32), nb = (nqb * 4 + 255) / 256;
+        if (nb > 0x7fffffffLL) return di_err_set(err, DI_ERR_LIMIT, "moe_experts: %lld routed rows", (long long)P);
+        cuda_launch_pdl(k_moe_swiglu_quant, (unsigned)nb, 256, 0, st, s.g, s.u, s.pw, s.off + G, I, out_bf16, limit,
+                        nqb, s.qh, s.sh);
+        if ((rc = cuda_check_launch(err, "moe_experts: swiglu and quantization"))) return rc;
+    } else {
+        cuda_launch_pdl(k_moe_swiglu, grid_for(P * I), 256, 0, st, s.g, s.u, s.pw, s.off + G, I, out_bf16, limit);
+        if ((rc = cuda_check_launch(err, "moe_experts: swiglu"))) return rc;
+        if ((rc = di_cuda_act_quant_fp8(s.g, F32, P, I, s.qh, s.sh, stream, err))) return rc;
+    }
     if ((rc = di_cuda_gemm_mxfp4_grouped(s.qh, s.sh, I, W->w2, W->s2, D, s.ids, s.off,
                                          (int32_t)G, s.iota, (int32_t)m, s.y, F32, stream, err)))
         return di_err_prefix(err, "moe_experts w2: ");

@@ -71,6 +71,11 @@ di_status cuda_op_moe_experts(const cuda_moe_weights *W, const float *x, int64_t
                               float limit, void *scratch, size_t scratch_bytes, float *out,
                               void *stream, di_err *err);
 
+/* on = 0: cuda_op_moe_experts launches the plan, the quantization of x,
+ * SwiGLU and the quantization of its output one by one instead of as two
+ * fused launches (the same bits; a measuring and test aid, default 1). */
+void cuda_moe_set_fused(int on);
+
 #ifdef __cplusplus
 }
 #endif

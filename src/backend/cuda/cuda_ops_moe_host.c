@@ -32,6 +32,8 @@ di_status cuda_op_moe_route(const float *logits, const float *bias, int64_t m, i
     return no_cuda(err);
 }
 
+void cuda_moe_set_fused(int on) { (void)on; }
+
 size_t cuda_moe_experts_scratch(int64_t m, int k, int n_experts, int64_t dim, int64_t inter) {
     return 0;
 }

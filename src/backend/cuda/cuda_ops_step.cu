@@ -11,10 +11,7 @@ __global__ void k_rope_cs(float *x, int64_t m, int64_t stride, int heads, int64_
         int64_t i = ih / heads, h = ih % heads;
         float *v = x + i * stride + h * hd + (hd - rd);
         float c = cs[(i * half + j) * 2], s = cs[(i * half + j) * 2 + 1];
-        if (inverse) s = -s;
-        float re = v[2 * j], im = v[2 * j + 1];
-        v[2 * j] = round_bf16(SUB(MUL(re, c), MUL(im, s)));
-        v[2 * j + 1] = round_bf16(ADD(MUL(re, s), MUL(im, c)));
+        rope_rotate_pair(v + 2 * j, c, inverse ? -s : s);
     }
 }
 
