@@ -204,11 +204,22 @@ static inline float pow2f(int d) {
     return v.f;
 }
 
-/* (prev - cur + 127) << 23 for the 16 blocks 2c .. 2c+15 of a row */
-AVX512_INLINE __m512i ratio_bits(const uint8_t *e, int64_t c) {
-    const __m512i cur = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(e + 2 * c)));
-    const __m512i prev = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(e + 2 * c - 2)));
-    return _mm512_slli_epi32(_mm512_add_epi32(_mm512_sub_epi32(prev, cur), _mm512_set1_epi32(127)), 23);
+/* (prev - cur + 127) << 23 for 16 blocks: the bits of 2^(prev - cur) */
+AVX512_INLINE __m512i ratio_bits(__m128i cur, __m128i prev) {
+    const __m512i d = _mm512_sub_epi32(_mm512_cvtepu8_epi32(prev), _mm512_cvtepu8_epi32(cur));
+    return _mm512_slli_epi32(_mm512_add_epi32(d, _mm512_set1_epi32(127)), 23);
+}
+
+/* The ratio bits of blocks 2c .. 2c+15 of row e (KB blocks), up to the
+ * last; for a last half chunk (KB odd) block KB repeats block KB - 1. */
+AVX512_INLINE __m512i ratio_bits_at(const uint8_t *e, int64_t c, int64_t KB) {
+    if (2 * c + 16 <= KB)
+        return ratio_bits(_mm_loadu_si128((const __m128i *)(e + 2 * c)), _mm_loadu_si128((const __m128i *)(e + 2 * c - 2)));
+    const int64_t nc = KB - 2 * c, np = nc + 2 < 16 ? nc + 2 : 16; /* bytes there, nc < 16 */
+    __m128i cur = _mm_maskz_loadu_epi8((__mmask16)((1u << nc) - 1), e + 2 * c);
+    cur = _mm_mask_set1_epi8(cur, (__mmask16)(1u << nc), (char)e[KB - 1]);
+    const __m128i prev = _mm_maskz_loadu_epi8((__mmask16)((1u << np) - 1), e + 2 * c - 2);
+    return ratio_bits(cur, prev);
 }
 
 AVX512 int di_dec_factors_avx512(const uint8_t *const *srow, int R, int64_t KB, int lo, int hi, int spread,
@@ -239,18 +250,15 @@ AVX512 int di_dec_factors_avx512(const uint8_t *const *srow, int R, int64_t KB, 
         const uint8_t *ea = srow[2 * q], *eb = srow[2 * q + 1];
         float *o = sv + q * (chunks + 1) * 4;
         o[0] = o[1] = o[2] = o[3] = 1.0f;
-        int64_t c = 1;
-        for (; 2 * c + 16 <= KB; c += 8) {
-            const __m512i fa = ratio_bits(ea, c), fb = ratio_bits(eb, c);
-            _mm512_storeu_si512((void *)(o + c * 4), _mm512_permutex2var_epi64(fa, lo4, fb));
-            _mm512_storeu_si512((void *)(o + c * 4 + 16), _mm512_permutex2var_epi64(fa, hi4, fb));
-        }
-        for (; c < chunks; c++) {
-            const int64_t b1 = 2 * c + 1 < KB ? 2 * c + 1 : 2 * c;
-            o[c * 4 + 0] = pow2f(ea[2 * c - 2] - ea[2 * c]);
-            o[c * 4 + 1] = pow2f(ea[2 * c - 1] - ea[b1]);
-            o[c * 4 + 2] = pow2f(eb[2 * c - 2] - eb[2 * c]);
-            o[c * 4 + 3] = pow2f(eb[2 * c - 1] - eb[b1]);
+        /* 8 chunks at a time, the last ones by masked loads and stores
+         * (a scalar tail cost as much as the vectors) */
+        for (int64_t c = 1; c < chunks; c += 8) {
+            const __m512i fa = ratio_bits_at(ea, c, KB), fb = ratio_bits_at(eb, c, KB);
+            const int64_t nf = (chunks - c < 8 ? chunks - c : 8) * 4; /* factors to store */
+            const __mmask16 k0 = nf >= 16 ? 0xffff : (__mmask16)((1u << nf) - 1);
+            const __mmask16 k1 = nf >= 32 ? 0xffff : nf > 16 ? (__mmask16)((1u << (nf - 16)) - 1) : 0;
+            _mm512_mask_storeu_epi32((void *)(o + c * 4), k0, _mm512_permutex2var_epi64(fa, lo4, fb));
+            _mm512_mask_storeu_epi32((void *)(o + c * 4 + 16), k1, _mm512_permutex2var_epi64(fa, hi4, fb));
         }
         const int64_t l0 = 2 * (chunks - 1), l1 = l0 + 1 < KB ? l0 + 1 : l0;
         o[chunks * 4 + 0] = pow2f(ea[l0] - 64);
