@@ -9,7 +9,7 @@
  *   subnormals, which non-AMD CPUs take anyway)
  *   (--quick: shorter timing, skips the largest prefill)
  *
- * --decode compares decode rows (M = 1 and 4) with the read bandwidth side
+ * --decode compares decode rows (M = 1, 2 and 4) with the read bandwidth side
  * by side: each of R rounds (default 3) measures, in this order, the read
  * bandwidth on one thread, every weight's product on one thread, the read
  * bandwidth on all threads and every product on all threads; one-thread
@@ -275,7 +275,8 @@ static double time_decode(const wmat *m, wcopy *cp, int ncopy, const uint8_t *qa
 static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, int rounds, int quick,
                             di_threadpool *tp) {
     const double budget = quick ? 0.2 : 0.5;
-    const int64_t Ms[] = {1, 4};
+    enum { NM = 3 };
+    const int64_t Ms[NM] = {1, 2, 4};
     dec_row rows[32];
     /* MXFP4 rows of M <= 2 on every loop the CPU has: AVX2, AVX-512 fp32, AVX-512 BF16 */
     int paths512 = di_cpu_has_avx512() ? 2 : 1;
@@ -289,8 +290,8 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
     /* weights and activations made once, reused by every round */
     wcopy *copies[8] = {0};
     int ncopies[8] = {0};
-    uint8_t *qa[2];
-    float *sa[2], *out = NULL;
+    uint8_t *qa[NM];
+    float *sa[NM], *out = NULL;
     int64_t kmax = 0, nmax = 0;
     for (size_t mi = 0; mi < nmats; mi++) {
         if (only && strcmp(only, mats[mi].name) != 0) continue;
@@ -303,12 +304,12 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
         for (int c = 0; c < ncopy; c++) wcopy_fill(m, &copies[mi][c]);
         if (m->K > kmax) kmax = m->K;
         if (m->N > nmax) nmax = m->N;
-        for (size_t xi = 0; xi < 2; xi++)
+        for (size_t xi = 0; xi < NM; xi++)
             for (int v = 0; v < (m->fp4 && Ms[xi] <= 2 ? paths512 : 1); v++)
                 rows[nrows++] = (dec_row){m, Ms[xi], v, {{0}}, {{0}}, {{0}}, 0};
     }
     if (!nrows) return 1;
-    for (int xi = 0; xi < 2; xi++) {
+    for (int xi = 0; xi < NM; xi++) {
         qa[xi] = malloc((size_t)(Ms[xi] * kmax));
         sa[xi] = malloc(sizeof(float) * Ms[xi] * (kmax / 32));
     }
@@ -316,7 +317,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
     /* hot: the first rows of one copy (<= 512 KB, L2), one thread */
     for (int r = 0; r < nrows; r++) {
         const wmat *m = rows[r].m;
-        const int xi = rows[r].M == 1 ? 0 : 1;
+        const int xi = rows[r].M == 1 ? 0 : rows[r].M == 2 ? 1 : 2;
         quant_random_act(rows[r].M, m->K, qa[xi], sa[xi]);
         int64_t nh = (512 << 10) / (m->fp4 ? m->K / 2 + m->K / 32 : m->K + m->K / 32 / 32) / 32 * 32;
         if (nh > m->N) nh = m->N;
@@ -338,7 +339,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
             }
             for (int r = 0; r < nrows; r++) {
                 const wmat *m = rows[r].m;
-                const int xi = rows[r].M == 1 ? 0 : 1;
+                const int xi = rows[r].M == 1 ? 0 : rows[r].M == 2 ? 1 : 2;
                 /* activations of this K (the buffers hold the largest) */
                 quant_random_act(rows[r].M, m->K, qa[xi], sa[xi]);
                 double g = time_decode(m, copies[m - mats], ncopies[m - mats], qa[xi], sa[xi], rows[r].M,
@@ -371,7 +372,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
     printf("# GB/s = weight bytes (codes + scales) per call / t, from DRAM; vs_bw = median of per-round GB/s / read bw;\n"
            "# ceil = FMA rate x 8 codes / M as weight GB/s over the read bw (kernels.h: one FMA lane per code\n"
            "# and activation row), the most vs_bw can reach; hot = 1 thread with the weights in L2\n");
-    printf("# loops: the decode rows' inner loops (MXFP4 M = 1 runs each the CPU has: avx2, avx512 (fp32 FMAs),\n"
+    printf("# loops: the decode rows' inner loops (MXFP4 M <= 2 runs each the CPU has: avx2, avx512 (fp32 FMAs),\n"
            "# bf16 (AVX-512 vdpbf16ps); the library's default there: %s)\n", di_cpu_kernels_decode_path());
     printf("%-14s %-5s %2s %-6s %8s %6s %6s %8s %6s %6s %8s\n", "weight", "fmt", "M", "loops", "1t_GB/s", "vs_bw",
            "ceil", "nt_GB/s", "vs_bw", "ceil", "hot");
@@ -395,7 +396,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
         for (int c = 0; c < ncopies[mi]; c++) free(copies[mi][c].w), free(copies[mi][c].ws);
         free(copies[mi]);
     }
-    for (int xi = 0; xi < 2; xi++) free(qa[xi]), free(sa[xi]);
+    for (int xi = 0; xi < NM; xi++) free(qa[xi]), free(sa[xi]);
     free(out);
     return 0;
 }
