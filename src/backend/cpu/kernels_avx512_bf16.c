@@ -136,7 +136,8 @@ int di_dec_bf16_spread(int q) { return q + 62; }
  *   byte: byte 0 of dword d from bit 32d + 4(p + 1), byte 2 from 32d + 4p.
  * On Zen 4 vpmultishiftqb issues on the pipes of vdpbf16ps and vpshufb on
  * the permute pipes, the word shifts on neither; this split of the two
- * routes measured fastest (all four by either route: 3-8 % slower). */
+ * routes measured fastest (all four by vpshufb 4 % slower, by
+ * vpmultishiftqb 14 %). */
 BF16_INLINE __m512i pair_index(const int s, __m512i x, __m512i lo2) {
     if (s < 2) return _mm512_srlv_epi16(lo2, _mm512_set1_epi32(s ? 0x0008000c : 0x00000004));
     const uint64_t p = (uint64_t)(2 * s);
@@ -151,34 +152,33 @@ BF16_INLINE void bf_chunk(const int mr, const int R, int64_t chunks, int64_t c, 
                           const uint8_t *const *rows, const float *a, int64_t lda, const float *sv,
                           __m512i tab, __m512 acc[BF_MB][BF_NP]) {
     const int NP = R / 2;
-    __m512i x[BF_NP], lo2[BF_NP];
     /* the lower 16 bits of each dword, twice */
     const __m512i dup = _mm512_set4_epi32(0x0d0c0d0c, 0x09080908, 0x05040504, 0x01000100);
+    __m512bh av[BF_MB][4];
+#pragma GCC unroll 2
+    for (int m = 0; m < BF_MB; m++)
+#pragma GCC unroll 4
+        for (int s = 0; s < 4; s++)
+            if (m < mr) av[m][s] = (__m512bh)_mm512_load_si512((const void *)(a + m * lda + c * 64 + 16 * s));
+    /* row pair by row pair: the pair's 4 steps depend on each other, the
+     * pairs do not, and only one pair's codes are live at a time */
 #pragma GCC unroll 8
     for (int q = 0; q < BF_NP; q++)
         if (q < NP) {
-            x[q] = pair_load(rows[2 * q], rows[2 * q + 1], c, half);
-            lo2[q] = _mm512_shuffle_epi8(x[q], dup);
+            const __m512i x = pair_load(rows[2 * q], rows[2 * q + 1], c, half);
+            const __m512i lo2 = _mm512_shuffle_epi8(x, dup);
             const __m512 f = pair_factors(sv + (q * (chunks + 1) + c) * 4);
 #pragma GCC unroll 2
             for (int m = 0; m < BF_MB; m++)
                 if (m < mr) acc[m][q] = _mm512_mul_ps(acc[m][q], f);
-        }
 #pragma GCC unroll 4
-    for (int s = 0; s < 4; s++) {
-        __m512bh av[BF_MB];
-#pragma GCC unroll 2
-        for (int m = 0; m < BF_MB; m++)
-            if (m < mr) av[m] = (__m512bh)_mm512_load_si512((const void *)(a + m * lda + c * 64 + 16 * s));
-#pragma GCC unroll 8
-        for (int q = 0; q < BF_NP; q++)
-            if (q < NP) {
-                const __m512bh w = (__m512bh)_mm512_permutexvar_epi16(pair_index(s, x[q], lo2[q]), tab);
+            for (int s = 0; s < 4; s++) {
+                const __m512bh w = (__m512bh)_mm512_permutexvar_epi16(pair_index(s, x, lo2), tab);
 #pragma GCC unroll 2
                 for (int m = 0; m < BF_MB; m++)
-                    if (m < mr) acc[m][q] = _mm512_dpbf16_ps(acc[m][q], av[m], w);
+                    if (m < mr) acc[m][q] = _mm512_dpbf16_ps(acc[m][q], av[m][s], w);
             }
-    }
+        }
 }
 
 /* The contract of di_dec_kernel_fn with the activations as bf16 pairs
