@@ -59,10 +59,11 @@ size_t cuda_moe_experts_scratch(int64_t m, int k, int n_experts, int64_t dim, in
  * W2·swiglu(W1·x_i, W3·x_i; w, limit), from +0 in fp32. Launches, all of a
  * size fixed by (m, k, E): a plan kernel (per-expert row lists from idx,
  * rows ascending; the non-empty experts first, in ascending id, then empty
- * groups), the FP8 quantization of x, the grouped w1 and w3 products
- * (min(E, m·k) groups of at most m rows), SwiGLU with the pair weights,
- * the quantization of its output, the grouped w2 product, and the combine
- * (per row, its pairs in ascending expert id). Each product row equals the
+ * groups) with the FP8 quantization of x in the same launch, the grouped
+ * w1 and w3 products (min(E, m·k) groups of at most m rows), SwiGLU with
+ * the pair weights and the quantization of its output in one launch, the
+ * grouped w2 product, and the combine (per row, its pairs in ascending
+ * expert id). Each product row equals the
  * plain di_cuda_gemm_mxfp4 row and SwiGLU is the backend's swiglu op
  * spelled the same way, so the result equals the CUDA backend's own
  * per-expert loop bit for bit. Needs k % 32 == 0 for D and I; e <= 1024. */
