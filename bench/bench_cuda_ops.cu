@@ -532,7 +532,7 @@ __global__ void fill_full(float *p, size_t n) {
  * inf / NaN); x powers of two (bf16-exact, as the model's activations), or
  * full fp32 values with full_x */
 static void bench_plain_one(int fmt, const char *name, int64_t n, int64_t k, int groups, int64_t m,
-                            int full_x = 0) {
+                            int full_x = 0, const char *tag = "") {
     size_t wb = fmt == DI_WFMT_BF16 ? (size_t)(n * k) * 2 : (size_t)(n * k);
     size_t sb = fmt == DI_WFMT_FP8 ? (size_t)(((n + 31) / 32) * (k / 32)) : 0;
     size_t per_copy = wb + sb;
@@ -555,8 +555,8 @@ static void bench_plain_one(int fmt, const char *name, int64_t n, int64_t k, int
                                 groups > 1, err));
     }, per, 15);
     double bytes = (double)per_copy + m * kx * 4.0 + m * n * 4.0;
-    printf("RESULT plain_%s%s_%lldx%lld_m%lld %.2f us %.0f GB/s %.0f%% of copy (floor %.2f us)\n", name,
-           full_x ? "_fp32x" : "", (long long)n, (long long)k, (long long)m, t * 1e6, bytes / t / 1e9, 100 * bytes / t / g_copy_bw,
+    printf("RESULT plain_%s%s%s_%lldx%lld_m%lld %.2f us %.0f GB/s %.0f%% of copy (floor %.2f us)\n", name,
+           full_x ? "_fp32x" : "", tag, (long long)n, (long long)k, (long long)m, t * 1e6, bytes / t / 1e9, 100 * bytes / t / g_copy_bw,
            bytes / g_copy_bw * 1e6);
     for (int c = 0; c < copies; c++) { di_cuda_free(w[c]); if (ws[c]) di_cuda_free(ws[c]); }
     di_cuda_free(x); di_cuda_free(y);
@@ -647,6 +647,32 @@ static void bench_plain(void) {
     bench_pool();
 }
 
+/* --plaindec: the decode form of the plain product (k_mm_dec, m <= 8)
+ * against k_mm_tc on the same weights in the same run, x of full fp32
+ * values (the attention output wo_a reads), then the spreads forced */
+extern "C" void cuda_matmul_set_decode(int on, int cl); /* cuda_ops_linear.cu: measuring aids */
+static void bench_plain_dec(void) {
+    struct { int fmt; const char *name; int64_t n, k; int groups; } cs[] = {
+        {DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8}, {DI_WFMT_BF16, "gate", 384, 5120, 1},
+        {DI_WFMT_BF16, "cmp_wkv", 512, 5120, 1},  {DI_WFMT_BF16, "idx_wp", 32, 5120, 1},
+        {DI_WFMT_BF16, "idx_wk", 128, 512, 1},    {DI_WFMT_BF16, "head", 129280, 5120, 1}};
+    for (auto &c : cs)
+        for (int64_t m : {1, 8}) {
+            cuda_matmul_set_decode(0, 0);
+            bench_plain_one(c.fmt, c.name, c.n, c.k, c.groups, m, 1, "_mmtc");
+            cuda_matmul_set_decode(1, 0);
+            bench_plain_one(c.fmt, c.name, c.n, c.k, c.groups, m, 1, "_dec");
+        }
+    for (int cl : {1, 2, 4, 8}) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "_dec_cl%d", cl);
+        cuda_matmul_set_decode(1, cl);
+        bench_plain_one(DI_WFMT_BF16, "gate", 384, 5120, 1, 1, 1, tag);
+        bench_plain_one(DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8, 1, 1, tag);
+    }
+    cuda_matmul_set_decode(1, 0);
+}
+
 int main(int argc, char **argv) {
     /* --quick: shorter; --gemm / --matvec: only that half (plus the copy
      * ceiling), so a run that changes one kernel family spends less time;
@@ -658,6 +684,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--matvec")) gemm = 0;
         else if (!strcmp(argv[i], "--decode")) gemm = matvec = 0, decode = 1;
         else if (!strcmp(argv[i], "--plain")) gemm = matvec = 0, plain = 1; /* bench_plain only */
+        else if (!strcmp(argv[i], "--plaindec")) gemm = matvec = 0, plain = 2; /* bench_plain_dec only */
         else if (!strcmp(argv[i], "--profile")) {
             DK(di_cuda_init(0, err));
             profile_once();
@@ -671,7 +698,8 @@ int main(int argc, char **argv) {
            info.total_mem / 1073741824.0, info.l2_bytes / 1048576.0, info.cc_major, info.cc_minor);
     bench_copy();
     if (decode) bench_decode();
-    if (plain) bench_plain();
+    if (plain == 1) bench_plain();
+    if (plain == 2) bench_plain_dec();
     if (matvec) {
         bench_act_quant();
         /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */

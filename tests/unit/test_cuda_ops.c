@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/dtype.h"
@@ -850,6 +851,117 @@ static void test_fp8_cluster8(void) {
 #endif
 }
 
+/* The decode form of the plain tensor-core product (cuda_ops_linear.cu,
+ * k_mm_dec, m <= 8): the same operations in the same order as k_mm_tc, so
+ * every output must equal k_mm_tc's bit for bit — whatever the blocks a row
+ * tile's eight chains are spread over (1, 2, 4, 8), including x in phases
+ * (m·K large), K shorter than eight chunks, ragged row tiles, groups,
+ * bf16-valued x (the split's second and third terms skipped) and bf16
+ * outputs. Each is also checked against the exact sum in double within the
+ * kernel's bound (18·n_mma + 3)·2^-23·Σ|w·x|, n_mma = 6·ceil(K/256) (the
+ * derivation is at the kernel). */
+#if defined(DI_HAVE_CUDA)
+di_status cuda_op_matmul_plain(int fmt, const void *w, const uint8_t *s, int64_t n_out, int64_t n_in,
+                               const float *x, int64_t ldx, int64_t m, int groups, int64_t nr, float *y,
+                               int64_t ldy, int out_bf16, di_err *err);
+void cuda_matmul_set_decode(int on, int cl); /* cuda_ops_linear.cu: test aids */
+#endif
+static void test_matmul_decode_form(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+#if defined(DI_HAVE_CUDA)
+    const struct { int fmt; int64_t nr, k; int groups, xbf16, obf16; const int64_t *ms; } sh[] = {
+        {DI_WFMT_FP8, 1024, 4096, 8, 0, 1, (const int64_t[]){1, 2, 5, 8, 0}}, /* wo_a */
+        {DI_WFMT_BF16, 384, 5120, 1, 0, 0, (const int64_t[]){1, 8, 0}},      /* router */
+        {DI_WFMT_BF16, 32, 5120, 1, 1, 1, (const int64_t[]){1, 3, 0}},       /* indexer weights */
+        {DI_WFMT_BF16, 2048, 5120, 1, 0, 0, (const int64_t[]){3, 8, 0}},     /* head slice: phases */
+        {DI_WFMT_FP8, 40, 96, 1, 0, 0, (const int64_t[]){1, 7, 0}},          /* 3 chunks, ragged */
+        {DI_WFMT_FP8, 48, 160, 3, 1, 0, (const int64_t[]){2, 0}},            /* groups, nr % 32 */
+        {DI_WFMT_BF16, 200, 1056, 1, 0, 1, (const int64_t[]){4, 0}},
+    };
+    const float *e4m3 = di_cpu_e4m3_table(), *e8m0 = di_cpu_e8m0_table();
+    double worst = 0;
+    for (size_t c = 0; c < sizeof sh / sizeof *sh; c++) {
+        const int fmt = sh[c].fmt, G = sh[c].groups;
+        const int64_t nr = sh[c].nr, K = sh[c].k, N = nr * G, kb = K / 32;
+        const size_t wbytes = (size_t)(N * K) * (fmt == DI_WFMT_BF16 ? 2 : 1);
+        const size_t sbytes = fmt == DI_WFMT_FP8 ? (size_t)((N + 31) / 32 * kb) : 1;
+        uint8_t *w = malloc(wbytes), *ws = malloc(sbytes);
+        if (fmt == DI_WFMT_FP8) {
+            for (size_t i = 0; i < wbytes; i++) w[i] = rand_e4m3();
+            for (size_t i = 0; i < sbytes; i++) ws[i] = (uint8_t)(127 - 12 + rng_next() % 20);
+        } else {
+            uint16_t *wb = (uint16_t *)w;
+            for (size_t i = 0; i < wbytes / 2; i++) wb[i] = di_f32_to_bf16(ldexpf(rng_normal(), -(int)(rng_next() % 8)));
+            ws[0] = 0;
+        }
+        dbuf dw = dput(w, wbytes), dws = dput(ws, sbytes);
+        for (const int64_t *mp = sh[c].ms; *mp; mp++) {
+            const int64_t m = *mp, ldx = G * K;
+            float *x = malloc((size_t)(m * ldx) * 4), *ya = malloc((size_t)(m * N) * 4), *yb = malloc((size_t)(m * N) * 4);
+            uint16_t *xb = sh[c].xbf16 ? malloc((size_t)(m * ldx) * 2) : NULL;
+            fill_act(x, xb, m, ldx);
+            dbuf dx = dput(x, (size_t)(m * ldx) * 4), dy = dput(NULL, (size_t)(m * N) * 4);
+            di_err err = {0};
+            /* k_mm_tc, then the decode form with the automatic spread and each forced one */
+            int bad = 0;
+            for (int run = 0; run < 6; run++) {
+                cuda_matmul_set_decode(run > 0, run <= 1 ? 0 : 1 << (run - 2));
+                di_status st = di_cuda_fill(dy.p, 0xff, dy.n, &err);
+                if (!st)
+                    st = cuda_op_matmul_plain(fmt, dw.p, fmt == DI_WFMT_FP8 ? dws.p : NULL, N, K, dx.p, ldx, m, G,
+                                              nr, dy.p, N, sh[c].obf16, &err);
+                if (!st) st = di_cuda_synchronize(&err);
+                CHECKF(st == DI_OK, "decode form case %zu m %lld: %s", c, (long long)m, err.msg);
+                if (st) break;
+                dget(run ? yb : ya, dy);
+                if (run && memcmp(ya, yb, (size_t)(m * N) * 4) != 0) {
+                    int64_t i = 0;
+                    while (memcmp(ya + i, yb + i, 4) == 0) i++;
+                    CHECKF(0, "decode form %s %lldx%lldx%lld (%d groups) m %lld, spread %d: [%lld] %.9g != k_mm_tc %.9g",
+                           fmt == DI_WFMT_FP8 ? "fp8" : "bf16", (long long)N, (long long)K, (long long)nr, G,
+                           (long long)m, run <= 1 ? 0 : 1 << (run - 2), (long long)i, yb[i], ya[i]);
+                    bad = 1;
+                }
+            }
+            cuda_matmul_set_decode(1, 0);
+            /* the exact sum and the bound, on the decode form's output */
+            const double nm = 6.0 * (double)((K + 255) / 256), rb = ldexp(18.0 * nm + 3.0, -23);
+            int64_t nbad = 0;
+            double *wr = malloc((size_t)K * sizeof(double));
+            for (int64_t row = 0; row < N && !bad; row++) {
+                const int64_t g = row / nr;
+                for (int64_t k = 0; k < K; k++)
+                    wr[k] = fmt == DI_WFMT_FP8 ? (double)e4m3[w[row * K + k]] * e8m0[ws[(row / 32) * kb + k / 32]]
+                                               : (double)di_bf16_to_f32(((uint16_t *)w)[row * K + k]);
+                for (int64_t i = 0; i < m; i++) {
+                    const float *xr = x + i * ldx + g * K;
+                    double acc = 0, mag = 0;
+                    for (int64_t k = 0; k < K; k++) {
+                        double p = wr[k] * xr[k];
+                        acc += p;
+                        mag += fabs(p);
+                    }
+                    double tol = rb * mag + (sh[c].obf16 ? ldexp(fabs(acc), -8) : 0.0);
+                    double e = fabs((double)yb[i * N + row] - acc);
+                    if (!(e <= tol)) nbad++;
+                    if (tol > 0 && e / tol > worst) worst = e / tol;
+                }
+            }
+            free(wr);
+            CHECKF(nbad == 0, "decode form case %zu m %lld: %lld outputs outside the bound", c, (long long)m,
+                   (long long)nbad);
+            di_cuda_free(dx.p);
+            di_cuda_free(dy.p);
+            free(x); free(xb); free(ya); free(yb);
+        }
+        di_cuda_free(dw.p);
+        di_cuda_free(dws.p);
+        free(w); free(ws);
+    }
+    printf("decode form: every spread equals k_mm_tc bit for bit; largest error / bound %.3g\n", worst);
+#endif
+}
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -865,5 +977,6 @@ int main(void) {
     RUN(test_grouped_many_rows);
     RUN(test_dependent_launches);
     RUN(test_fp8_cluster8);
+    RUN(test_matmul_decode_form);
     return test_summary();
 }

@@ -190,19 +190,9 @@ __device__ __forceinline__ void load_w8(uint32_t (&a)[4], const void *w, const u
     }
 }
 
-/* x[k0 .. k0+7] of one row (0 past K or for a row past m), split into
- * three bf16 terms, as pairs. */
-__device__ __forceinline__ void load_x_split(uint32_t (&h)[4], uint32_t (&md)[4], uint32_t (&l)[4],
-                                             const float *xr, bool row_ok, int64_t K, int64_t k0,
-                                             int vec) {
-    float v[8];
-    if (row_ok && vec && k0 + 8 <= K) {
-        float4 p = __ldg((const float4 *)(xr + k0)), q = __ldg((const float4 *)(xr + k0 + 4));
-        v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
-    } else {
-#pragma unroll
-        for (int e = 0; e < 8; e++) v[e] = row_ok && k0 + e < K ? xr[k0 + e] : 0.f;
-    }
+/* Eight values of x split into three bf16 terms, as pairs. */
+__device__ __forceinline__ void split_x8(uint32_t (&h)[4], uint32_t (&md)[4], uint32_t (&l)[4],
+                                         const float (&v)[8]) {
 #pragma unroll
     for (int p = 0; p < 4; p++) {
         float a = v[2 * p], b = v[2 * p + 1];
@@ -216,6 +206,21 @@ __device__ __forceinline__ void load_x_split(uint32_t (&h)[4], uint32_t (&md)[4]
         md[p] = *reinterpret_cast<uint32_t *>(&mv);
         l[p] = pack_bf16x2(ra - mf.x, rb - mf.y);
     }
+}
+
+/* x[k0 .. k0+7] of one row (0 past K or for a row past m), split. */
+__device__ __forceinline__ void load_x_split(uint32_t (&h)[4], uint32_t (&md)[4], uint32_t (&l)[4],
+                                             const float *xr, bool row_ok, int64_t K, int64_t k0,
+                                             int vec) {
+    float v[8];
+    if (row_ok && vec && k0 + 8 <= K) {
+        float4 p = __ldg((const float4 *)(xr + k0)), q = __ldg((const float4 *)(xr + k0 + 4));
+        v[0] = p.x, v[1] = p.y, v[2] = p.z, v[3] = p.w, v[4] = q.x, v[5] = q.y, v[6] = q.z, v[7] = q.w;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = row_ok && k0 + e < K ? xr[k0 + e] : 0.f;
+    }
+    split_x8(h, md, l, v);
 }
 
 /* Block: TC_KW warps sharing 16·T outputs (T m16 tiles per warp) and 8·NT
@@ -397,6 +402,360 @@ static void launch_tc_fmt(int nt, int T, dim3 grid, const void *w, const uint8_t
 static int tc_forced_tiles = 0; /* measuring and test aid: 16-output tiles per warp, 0 = choose */
 extern "C" void cuda_matmul_set_tiles(int t) { tc_forced_tiles = t; }
 
+/* ---- the decode form (m <= 8): the same arithmetic, fed from shared memory
+ *
+ * At decode k_mm_tc is bound neither by DRAM nor by the tensor cores but by
+ * what each warp does around a chunk (docs/gpu-notes.md, b1 runs 1-5: wo_a
+ * 50 µs for 33.5 MB, the router 19 µs for 3.9 MB): x loaded from global
+ * memory and split into its three bf16 terms inside the loop, by all 32
+ * lanes whatever m is, one dependent round trip a chunk; and at most two
+ * chunks of weights in flight a warp, which on the few blocks of the small
+ * products (24 for the router, 2 for the indexer's) leaves most SMs idle
+ * and the rest waiting. This form keeps every operation of k_mm_tc and
+ * their order — warp-chain e (e < 8) adds chunks e, e+8, ... of K in
+ * increasing order with the same two k16 steps of the same three terms, the
+ * eight chains then added by the same tree — and changes only where the
+ * operands come from:
+ * - the weights stream into a per-lane ring in shared memory by cp.async,
+ *   RD chunks ahead (each lane copies exactly the fragment it later reads,
+ *   so a lane waits only for its own copies: no barrier in the loop), the
+ *   first RD issued before the wait on the kernel ahead (weights are
+ *   constants);
+ * - x is split once per block into shared memory, for live rows only,
+ *   in phases of ps rounds (one chunk per chain a round) when m·K is large;
+ * - the eight chains of a row tile may sit in up to 8 blocks of a cluster
+ *   (cl of them, 8 / cl chain-warps each) so that small products fill the
+ *   GPU; every chain's sums go to rank 0's shared memory, which adds them
+ *   by the tree.
+ * So every output has k_mm_tc's bits (checked bit for bit against it by
+ * test_cuda_ops). Needs K % 32 == 0, aligned rows and x, BF16 or FP8 with
+ * each row tile inside one 32-row scale block. */
+
+enum { DEC_XBUDGET = 32 * 1024, DEC_RINGBUDGET = 64 * 1024 };
+
+__device__ __forceinline__ void cp_async_w(uint32_t dst, const void *src, bool ok, int bytes) {
+    /* src-size 0 fills zeros: rows past the matrix, rounds past K */
+    if (bytes == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
+                     : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0)
+                     : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Shared memory of one block, in bytes: the chains' sums (rank 0 adds
+ * them), the FP8 scales of the tile's row block, the weight ring, x's
+ * terms. */
+struct DecSmem {
+    int red, scl, ring, xs, total;
+    __host__ __device__ DecSmem(int fmt, int T, int rd, int cw, int m, int ps, int64_t K) {
+        const int pb = fmt == DI_WFMT_BF16 ? 16 : 8;
+        red = 0;
+        scl = red + 8 * T * 4 * 32 * 4;
+        ring = scl + (int)((K / 32 * 4 + 15) / 16 * 16);
+        xs = ring + cw * rd * 2 * T * 32 * pb;
+        total = xs + ps * cw * m * 4 * 48;
+    }
+};
+
+template <int FMT, int T, int RD>
+__global__ void __launch_bounds__(TC_KW * 32, 2) k_mm_dec(const void *w, const uint8_t *s, int64_t K,
+                                                       const float *x, int64_t ldx, int m, int64_t nr,
+                                                       float *y, int64_t ldy, int out_bf16, int cl, int ps) {
+    extern __shared__ __align__(16) uint8_t dsm[];
+    constexpr int ESZ = FMT == DI_WFMT_BF16 ? 2 : 1, PB = 8 * ESZ, NP = 2 * T, XB = T == 2 ? 2 : 4;
+    const int cw = TC_KW / cl, nthr = 32 * cw;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int rank = (int)(blockIdx.x % (unsigned)cl), e = rank * cw + warp;
+    const int64_t tile = blockIdx.x / (unsigned)cl, gz = blockIdx.y, j0 = tile * 16 * T;
+    const int nch = (int)(K / 32), R = (nch + TC_KW - 1) / TC_KW;
+    const DecSmem L(FMT, T, RD, cw, m, ps, K);
+    float *scl = (float *)(dsm + L.scl);
+    const uint32_t ring = (uint32_t)__cvta_generic_to_shared(dsm + L.ring) + (uint32_t)(warp * RD * NP * 32 * PB);
+    const uint8_t *ringp = dsm + L.ring + warp * RD * NP * 32 * PB + lane * PB;
+    const uint4 *xs = (const uint4 *)(dsm + L.xs);
+
+    /* weights first: constants, so before the wait on the kernel ahead */
+    const uint8_t *wp[NP];
+    bool wok[NP];
+#pragma unroll
+    for (int p = 0; p < NP; p++) {
+        int64_t j = j0 + (p >> 1) * 16 + g + 8 * (p & 1);
+        wok[p] = j < nr;
+        wp[p] = (const uint8_t *)w + ((gz * nr + (wok[p] ? j : 0)) * K + 8 * t + e * TC_CH) * ESZ;
+    }
+    auto issue = [&](int q, int slot) {
+        const bool ok = q * TC_KW + e < nch;
+        const int64_t off = ok ? (int64_t)q * (TC_KW * TC_CH * ESZ) : 0;
+#pragma unroll
+        for (int p = 0; p < NP; p++)
+            cp_async_w(ring + (uint32_t)(((slot * NP + p) * 32 + lane) * PB), wp[p] + off, ok && wok[p], PB);
+        cp_async_commit();
+    };
+#pragma unroll 1
+    for (int q = 0; q < RD; q++) issue(q, q);
+    if (FMT == DI_WFMT_FP8) {
+        const uint8_t *srow = s + ((gz * nr + j0) / 32) * nch;
+        for (int i = threadIdx.x; i < nch; i += nthr) scl[i] = e8m0_to_f32(srow[i]);
+    }
+    grid_dep_wait();
+    grid_dep_launch();
+    if (cl > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+
+    /* a round's operands: x's three terms (bit 0 / 1 of fl: the second /
+     * third is needed somewhere in the warp), the weights as bf16 pairs */
+    struct Ops {
+        uint4 xh, xm, xl;
+        uint32_t wa[NP][4];
+        int fl;
+    };
+    auto load = [&](Ops &o, int q, int q0, int slot) {
+        o.xh = o.xm = o.xl = make_uint4(0, 0, 0, 0);
+        if (g < m) {
+            const uint4 *xp = xs + ((((q - q0) * cw + warp) * m + g) * 4 + t) * 3;
+            o.xh = xp[0], o.xm = xp[1], o.xl = xp[2];
+        }
+        o.fl = (__any_sync(0xffffffffu, (o.xm.x | o.xm.y | o.xm.z | o.xm.w) != 0u) ? 1 : 0) |
+               (__any_sync(0xffffffffu, (o.xl.x | o.xl.y | o.xl.z | o.xl.w) != 0u) ? 2 : 0);
+        const int c = q * TC_KW + e;
+        const float sc = FMT == DI_WFMT_FP8 && c < nch ? scl[c] : 0.f;
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            const uint8_t *src = ringp + (slot * NP + p) * 32 * PB;
+            if (FMT == DI_WFMT_BF16) {
+                uint4 v = *(const uint4 *)src;
+                o.wa[p][0] = v.x, o.wa[p][1] = v.y, o.wa[p][2] = v.z, o.wa[p][3] = v.w;
+            } else {
+                e4m3x8_bf16x2(*(const uint2 *)src, sc, o.wa[p]);
+            }
+        }
+    };
+
+    float acc[T][4];
+#pragma unroll
+    for (int tt = 0; tt < T; tt++) acc[tt][0] = acc[tt][1] = acc[tt][2] = acc[tt][3] = 0.f;
+    const float *xg = x + gz * K;
+    int slot = 0;
+    for (int q0 = 0; q0 < R; q0 += ps) {
+        const int q1 = q0 + ps < R ? q0 + ps : R;
+        /* x's terms for this phase: (round, chain-warp, row, t) items of 8
+         * values, XB items' loads in flight a thread */
+        __syncthreads(); /* the last phase's terms are read */
+        const int items = (q1 - q0) * cw * m * 4;
+        for (int base = threadIdx.x; base < items; base += XB * nthr) {
+            float v[XB][8];
+#pragma unroll
+            for (int u = 0; u < XB; u++) {
+                const int it = base + u * nthr;
+                const int tq = it & 3, rest = it >> 2, i = rest % m, ww = (rest / m) % cw;
+                const int c = (q0 + rest / m / cw) * TC_KW + rank * cw + ww;
+                if (it < items && c < nch) {
+                    const float *xr = xg + (int64_t)i * ldx + c * TC_CH + 8 * tq;
+                    float4 a = __ldg((const float4 *)xr), b = __ldg((const float4 *)(xr + 4));
+                    v[u][0] = a.x, v[u][1] = a.y, v[u][2] = a.z, v[u][3] = a.w;
+                    v[u][4] = b.x, v[u][5] = b.y, v[u][6] = b.z, v[u][7] = b.w;
+                } else {
+#pragma unroll
+                    for (int z = 0; z < 8; z++) v[u][z] = 0.f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < XB; u++) {
+                const int it = base + u * nthr;
+                if (it >= items) break;
+                uint32_t h[4], md[4], l[4];
+                split_x8(h, md, l, v[u]);
+                uint4 *d = (uint4 *)(dsm + L.xs) + it * 3;
+                d[0] = make_uint4(h[0], h[1], h[2], h[3]);
+                d[1] = make_uint4(md[0], md[1], md[2], md[3]);
+                d[2] = make_uint4(l[0], l[1], l[2], l[3]);
+            }
+        }
+        __syncthreads();
+        /* one round ahead: the next round's loads and conversions go out
+         * while this round's products run (two operand sets used in turn,
+         * so nothing is copied between them) */
+        auto step = [&](Ops &cur, Ops &nxt, int q) {
+            const int nslot = slot + 1 == RD ? 0 : slot + 1;
+            if (q + 1 < q1) {
+                cp_async_wait<RD - 2>(); /* this lane's copies of round q + 1 have landed */
+                load(nxt, q + 1, q0, nslot);
+            }
+            if (q * TC_KW + e < nch) { /* warp-uniform */
+#pragma unroll
+                for (int tt = 0; tt < T; tt++) {
+                    const uint32_t(&r0)[4] = cur.wa[2 * tt], (&r1)[4] = cur.wa[2 * tt + 1];
+                    const uint32_t a0[4] = {r0[0], r1[0], r0[1], r1[1]}, a1[4] = {r0[2], r1[2], r0[3], r1[3]};
+                    mma_bf16_16816(acc[tt], a0, cur.xh.x, cur.xh.y);
+                    mma_bf16_16816(acc[tt], a1, cur.xh.z, cur.xh.w);
+                    if (cur.fl & 1) {
+                        mma_bf16_16816(acc[tt], a0, cur.xm.x, cur.xm.y);
+                        mma_bf16_16816(acc[tt], a1, cur.xm.z, cur.xm.w);
+                    }
+                    if (cur.fl & 2) {
+                        mma_bf16_16816(acc[tt], a0, cur.xl.x, cur.xl.y);
+                        mma_bf16_16816(acc[tt], a1, cur.xl.z, cur.xl.w);
+                    }
+                }
+            }
+            issue(q + RD, slot); /* the slot's values are in registers and used */
+            slot = nslot;
+        };
+        Ops oa, ob;
+        cp_async_wait<RD - 1>(); /* this lane's copies of round q0 have landed */
+        load(oa, q0, q0, slot);
+#pragma unroll 1
+        for (int q = q0; q < q1; q += 2) {
+            step(oa, ob, q);
+            if (q + 1 < q1) step(ob, oa, q + 1);
+        }
+    }
+    cp_async_wait<0>();
+
+    /* every chain's sums to rank 0, which adds them by k_mm_tc's tree */
+    float *red = (float *)(dsm + L.red);
+    if (cl > 1) {
+        asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory"); /* rank 0 is running */
+#pragma unroll
+        for (int tt = 0; tt < T; tt++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                uint32_t local = (uint32_t)__cvta_generic_to_shared(red + ((e * T + tt) * 4 + k) * 32 + lane), remote;
+                asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(0));
+                asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(remote), "f"(acc[tt][k]) : "memory");
+            }
+        asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    } else {
+#pragma unroll
+        for (int tt = 0; tt < T; tt++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) red[((e * T + tt) * 4 + k) * 32 + lane] = acc[tt][k];
+        __syncthreads();
+    }
+    if (rank || warp) return;
+#pragma unroll
+    for (int tt = 0; tt < T; tt++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float a[TC_KW];
+#pragma unroll
+            for (int c = 0; c < TC_KW; c++) a[c] = red[((c * T + tt) * 4 + k) * 32 + lane];
+            const float v = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+            const int64_t j = j0 + tt * 16 + g + 8 * (k >> 1), i = 2 * t + (k & 1);
+            if (j < nr && i < m) y[i * ldy + gz * nr + j] = out_bf16 ? round_bf16(v) : v;
+        }
+}
+
+static int dec_mode = 1;    /* measuring and test aid: 0 = k_mm_tc at every m */
+static int dec_forced_cl = 0; /* measuring and test aid: blocks a row tile's chains spread over */
+extern "C" void cuda_matmul_set_decode(int on, int cl) {
+    dec_mode = on;
+    dec_forced_cl = cl;
+}
+
+template <int FMT, int T, int RD>
+static cudaError_t dec_launch(dim3 grid, int cl, int smem, const void *w, const uint8_t *s, int64_t K,
+                              const float *x, int64_t ldx, int m, int64_t nr, float *y, int64_t ldy,
+                              int out_bf16, int ps) {
+    static int attr = 0;
+    if (smem > 48 * 1024 && smem > attr) {
+        cudaError_t e = cudaFuncSetAttribute(k_mm_dec<FMT, T, RD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess) return e;
+        attr = smem;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[2];
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3((unsigned)(32 * TC_KW / cl));
+    cfg.dynamicSmemBytes = (size_t)smem;
+    cfg.attrs = at;
+    if (cl > 1) {
+        at[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+        at[cfg.numAttrs].val.clusterDim.x = (unsigned)cl;
+        at[cfg.numAttrs].val.clusterDim.y = 1;
+        at[cfg.numAttrs].val.clusterDim.z = 1;
+        cfg.numAttrs++;
+    }
+    const int pdl = cuda_pdl_on();
+    if (pdl) {
+        at[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+        cfg.numAttrs++;
+    }
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k_mm_dec<FMT, T, RD>, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, cl, ps);
+    if (e != cudaSuccess && pdl) { /* a runtime that refuses the attribute: the plain launch */
+        (void)cudaGetLastError();
+        cfg.numAttrs--;
+        e = cudaLaunchKernelEx(&cfg, k_mm_dec<FMT, T, RD>, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, cl, ps);
+        if (e == cudaSuccess) cuda_pdl_refused();
+    }
+    return e;
+}
+
+template <int FMT, int T>
+static cudaError_t dec_launch_rd(int rd, dim3 grid, int cl, int smem, const void *w, const uint8_t *s, int64_t K,
+                                 const float *x, int64_t ldx, int m, int64_t nr, float *y, int64_t ldy,
+                                 int out_bf16, int ps) {
+    switch (rd) {
+    case 4: return dec_launch<FMT, T, 4>(grid, cl, smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, ps);
+    case 8: return dec_launch<FMT, T, 8>(grid, cl, smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, ps);
+    case 16: return dec_launch<FMT, T, 16>(grid, cl, smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, ps);
+    default: return dec_launch<FMT, T, 32>(grid, cl, smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, ps);
+    }
+}
+
+/* The decode form where it applies (*done = 0 otherwise, nothing launched). */
+static di_status matmul_dec(int fmt, const void *w, const uint8_t *s, int64_t K, const float *x, int64_t ldx,
+                            int64_t m, int groups, int64_t nr, float *y, int64_t ldy, int out_bf16, int *done,
+                            di_err *err) {
+    *done = 0;
+    static int env_on = -1; /* DI_CUDA_MM_DEC=0: k_mm_tc at every m (measuring aid for the model bench) */
+    if (env_on < 0) {
+        const char *v = getenv("DI_CUDA_MM_DEC");
+        env_on = !(v && v[0] == '0');
+    }
+    if (!dec_mode || !env_on || m > 8 || (fmt != DI_WFMT_BF16 && fmt != DI_WFMT_FP8) || K % TC_CH || K > (1 << 20) ||
+        ldx % 4 || ((uintptr_t)x & 15) || ((uintptr_t)w & 15) || groups > 65535)
+        return DI_OK;
+    const int sms = cuda_sm_count();
+    int T = (nr + 31) / 32 * groups >= sms ? 2 : 1;
+    if (tc_forced_tiles == 1 || tc_forced_tiles == 2) T = tc_forced_tiles;
+    if (fmt == DI_WFMT_FP8 && T == 2 && nr % 32) T = 1; /* a 32-row tile inside one scale block */
+    if (fmt == DI_WFMT_FP8 && groups > 1 && nr % 16) return DI_OK; /* a 16-row one too */
+    const int64_t tiles = (nr + 16 * T - 1) / (16 * T);
+    /* many waves (the head: 4,040 row tiles): k_mm_tc streams as fast at
+     * m = 1 and faster at m = 8, where this form splits x in phases with a
+     * barrier each (products run 2: 433 / 597 µs against 420 / 433, x of full fp32 values) */
+    if (tiles * groups > 8 * sms) return DI_OK;
+    int cl = 1;
+    while (cl < TC_KW && tiles * groups * cl < sms) cl *= 2;
+    if (dec_forced_cl == 1 || dec_forced_cl == 2 || dec_forced_cl == 4 || dec_forced_cl == 8) cl = dec_forced_cl;
+    if (tiles * cl > 0x7fffffff) return DI_OK;
+    const int cw = TC_KW / cl, pb = fmt == DI_WFMT_BF16 ? 16 : 8;
+    const int64_t R = (K / TC_CH + TC_KW - 1) / TC_KW;
+    int rd = 4;
+    while (rd < 32 && rd < R && cw * (2 * rd) * 2 * T * 32 * pb <= DEC_RINGBUDGET) rd *= 2;
+    int64_t ps = DEC_XBUDGET / (cw * m * 4 * 48);
+    if (ps < 1) ps = 1;
+    if (ps > R) ps = R;
+    const DecSmem L(fmt, T, rd, cw, (int)m, (int)ps, K);
+    if (L.total > 200 * 1024) return DI_OK;
+    dim3 grid((unsigned)(tiles * cl), (unsigned)groups);
+    cudaError_t e;
+    if (fmt == DI_WFMT_BF16)
+        e = T == 2 ? dec_launch_rd<DI_WFMT_BF16, 2>(rd, grid, cl, L.total, w, s, K, x, ldx, (int)m, nr, y, ldy, out_bf16, (int)ps)
+                   : dec_launch_rd<DI_WFMT_BF16, 1>(rd, grid, cl, L.total, w, s, K, x, ldx, (int)m, nr, y, ldy, out_bf16, (int)ps);
+    else
+        e = T == 2 ? dec_launch_rd<DI_WFMT_FP8, 2>(rd, grid, cl, L.total, w, s, K, x, ldx, (int)m, nr, y, ldy, out_bf16, (int)ps)
+                   : dec_launch_rd<DI_WFMT_FP8, 1>(rd, grid, cl, L.total, w, s, K, x, ldx, (int)m, nr, y, ldy, out_bf16, (int)ps);
+    *done = 1;
+    return cuda_check(e, err, "matmul (decode form)");
+}
+
 static di_status matmul_tc(int fmt, const void *w, const uint8_t *s, int64_t K, const float *x,
                            int64_t ldx, int64_t m, int groups, int64_t nr, float *y, int64_t ldy,
                            int out_bf16, di_err *err) {
@@ -414,6 +773,9 @@ static di_status matmul_tc(int fmt, const void *w, const uint8_t *s, int64_t K, 
     if (gx > 0x7fffffff || gy > 65535 || groups > 65535)
         return di_err_set(err, DI_ERR_UNSUPPORTED, "matmul: %lld x %lld outputs in %d groups exceed one launch",
                           (long long)m, (long long)nr, groups);
+    int done = 0;
+    di_status st = matmul_dec(fmt, w, s, K, x, ldx, m, groups, nr, y, ldy, out_bf16, &done, err);
+    if (st || done) return st;
     int align = fmt == DI_WFMT_BF16 ? 16 : 8;
     int vec = K % 8 == 0 && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w % align) == 0;
     dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)groups);
