@@ -423,6 +423,8 @@ extern "C" void cuda_matmul_set_tiles(int t) { tc_forced_tiles = t; }
  *   constants);
  * - x is split once per block into shared memory, for live rows only,
  *   in phases of ps rounds (one chunk per chain a round) when m·K is large;
+ * - a round's shared loads and E4M3 conversion are issued while the round
+ *   before it runs its mma (two operand sets used in turn);
  * - the eight chains of a row tile may sit in up to 8 blocks of a cluster
  *   (cl of them, 8 / cl chain-warps each) so that small products fill the
  *   GPU; every chain's sums go to rank 0's shared memory, which adds them
