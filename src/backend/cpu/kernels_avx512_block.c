@@ -254,11 +254,17 @@ AVX512 int di_dec_factors_avx512(const uint8_t *const *srow, int R, int64_t KB, 
          * (a scalar tail cost as much as the vectors) */
         for (int64_t c = 1; c < chunks; c += 8) {
             const __m512i fa = ratio_bits_at(ea, c, KB), fb = ratio_bits_at(eb, c, KB);
-            const int64_t nf = (chunks - c < 8 ? chunks - c : 8) * 4; /* factors to store */
+            const __m512i f0 = _mm512_permutex2var_epi64(fa, lo4, fb), f1 = _mm512_permutex2var_epi64(fa, hi4, fb);
+            if (chunks - c >= 8) { /* plain stores: masked ones cost more on Zen 4 */
+                _mm512_storeu_si512((void *)(o + c * 4), f0);
+                _mm512_storeu_si512((void *)(o + c * 4 + 16), f1);
+                continue;
+            }
+            const int64_t nf = (chunks - c) * 4; /* factors to store, < 32 */
             const __mmask16 k0 = nf >= 16 ? 0xffff : (__mmask16)((1u << nf) - 1);
-            const __mmask16 k1 = nf >= 32 ? 0xffff : nf > 16 ? (__mmask16)((1u << (nf - 16)) - 1) : 0;
-            _mm512_mask_storeu_epi32((void *)(o + c * 4), k0, _mm512_permutex2var_epi64(fa, lo4, fb));
-            _mm512_mask_storeu_epi32((void *)(o + c * 4 + 16), k1, _mm512_permutex2var_epi64(fa, hi4, fb));
+            const __mmask16 k1 = nf > 16 ? (__mmask16)((1u << (nf - 16)) - 1) : 0;
+            _mm512_mask_storeu_epi32((void *)(o + c * 4), k0, f0);
+            _mm512_mask_storeu_epi32((void *)(o + c * 4 + 16), k1, f1);
         }
         const int64_t l0 = 2 * (chunks - 1), l1 = l0 + 1 < KB ? l0 + 1 : l0;
         o[chunks * 4 + 0] = pow2f(ea[l0] - 64);
