@@ -10,8 +10,10 @@
  * codes of a row pair next to their decoding, and bound the decode rows at
  * about half the memory's rate (bench/RESULTS.md). vdpbf16ps does two
  * multiply-adds per fp32 lane, and E2M1 codes decode to bf16 by one
- * vpermw (a 16-entry table of bf16 words): a vpmultishiftqb that places two
- * codes' nibbles in the index words, a vpermw, a vdpbf16ps per 32 codes.
+ * vpermw (a 16-entry table of bf16 words): per 32 codes an index op that
+ * places two codes' nibbles (pair_index()), a vpermw and a vdpbf16ps. The
+ * decoding, not the arithmetic, now takes most of the loop: 1.2x the fp32
+ * loops, not 2x (bench/RESULTS.md).
  *
  * Exactness. vdpbf16ps computes per fp32 lane i, in this order,
  *     acc = RNE(acc + a[2i+1]·b[2i+1]);  acc = RNE(acc + a[2i]·b[2i])
@@ -122,7 +124,6 @@ int di_cpu_kernels_bf16(void) {
 int di_dec_bf16_spread(int q) { return q + 62; }
 
 /* ---- the kernel ---- */
-
 
 /* The vpermw indices of pair s (positions p = 2s, p + 1) of the words x:
  * in each dword, code p + 1 in bits 0-3 of the lower word (the even slot)
