@@ -671,7 +671,9 @@ static int bf16_flush_case(int d, int *public_diff) {
     di_gemm_mxfp4_avx2(p.qa, p.sa, 1, K, p.w, p.ws, N, pub, NULL);
     *public_diff = count_diff_bits(ref, pub, N);
     /* the lanes of kernels.h (chunk, position, lane) times 2^63, as bf16 pairs */
-    float *ap = aligned_alloc(64, sizeof(float) * Kp), *bf = aligned_alloc(64, sizeof(float) * Kp);
+    /* the lanes 32 bytes past a 64-byte boundary, as the library's may be */
+    float *apb = aligned_alloc(64, sizeof(float) * (Kp + 16)), *ap = apb + 8;
+    float *bf = aligned_alloc(64, sizeof(float) * Kp);
     float *sv = aligned_alloc(64, sizeof(float) * (R / 2) * (chunks + 1) * 4);
     const float *e4m3 = di_cpu_e4m3_table();
     for (int64_t k = 0; k < K; k++)
@@ -686,7 +688,7 @@ static int bf16_flush_case(int d, int *public_diff) {
     for (int n = 0; n < N; n++) zero += ref[n] == 0.0f;
     CHECKF(zero == 0, "d=%d: %d scalar outputs are zero", d, zero);
     const int diff = count_diff_bits(ref, got, N);
-    free(ap), free(bf), free(sv);
+    free(apb), free(bf), free(sv);
     problem_free(&p);
     return diff;
 }

@@ -171,6 +171,8 @@ int di_cpu_kernels_bf16(void);
  * NULL for other shapes. */
 di_dec_kernel_fn di_dec_kernel_mxfp4_bf16(int64_t M, int mr);
 int di_dec_rows_bf16(int64_t M);
+/* Activation lanes a·2^63 ([M][Kp], any 4-byte alignment) -> those words
+ * (out 64-byte aligned). */
 void di_dec_lanes_bf16(const float *ap, int64_t M, int64_t Kp, float *out);
 /* The largest exponent spread of a row group the BF16 loops take for
  * activations whose quantum is 2^q (beyond it a chain value could be

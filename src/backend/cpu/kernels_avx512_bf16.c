@@ -248,7 +248,7 @@ BF16 void di_dec_lanes_bf16(const float *ap, int64_t M, int64_t Kp, float *out) 
     const __m512 f = _mm512_set1_ps(0x1p-126f);
     const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
     for (int64_t i = 0; i < M * Kp; i += 16) { /* two positions of 8 lanes */
-        const __m512 v = _mm512_mul_ps(_mm512_load_ps(ap + i), f);
+        const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(ap + i), f); /* ap: 32-byte aligned */
         const __m256i e = _mm256_castps_si256(_mm512_castps512_ps256(v));
         const __m256i o = _mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1);
         const __m256i w = _mm256_or_si256(_mm256_and_si256(e, _mm512_castsi512_si256(hi)), _mm256_srli_epi32(o, 16));
