@@ -649,7 +649,8 @@ static void bench_plain(void) {
 
 /* --plaindec: the decode form of the plain product (k_mm_dec, m <= 8)
  * against k_mm_tc on the same weights in the same run, x of full fp32
- * values (the attention output wo_a reads), then the spreads forced */
+ * values (the attention output wo_a reads), the head with bf16-valued x,
+ * then the spreads forced */
 extern "C" void cuda_matmul_set_decode(int on, int cl); /* cuda_ops_linear.cu: measuring aids */
 static void bench_plain_dec(void) {
     struct { int fmt; const char *name; int64_t n, k; int groups; } cs[] = {
@@ -663,6 +664,15 @@ static void bench_plain_dec(void) {
             cuda_matmul_set_decode(1, 0);
             bench_plain_one(c.fmt, c.name, c.n, c.k, c.groups, m, 1, "_dec");
         }
+    /* the head as the step runs it: x bf16-valued (the final norm rounds
+     * its output), so both forms multiply h alone; the decode form applies
+     * to it at m <= 2 (DI_CUDA_HEAD_DEC) */
+    for (int64_t m : {1, 2}) {
+        cuda_matmul_set_decode(0, 0);
+        bench_plain_one(DI_WFMT_BF16, "head", 129280, 5120, 1, m, 0, "_mmtc");
+        cuda_matmul_set_decode(1, 0);
+        bench_plain_one(DI_WFMT_BF16, "head", 129280, 5120, 1, m, 0, "_dec");
+    }
     for (int cl : {1, 2, 4, 8}) {
         char tag[16];
         snprintf(tag, sizeof tag, "_dec_cl%d", cl);

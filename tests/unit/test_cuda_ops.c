@@ -856,8 +856,11 @@ static void test_fp8_cluster8(void) {
  * every output must equal k_mm_tc's bit for bit — whatever the blocks a row
  * tile's eight chains are spread over (1, 2, 4, 8), including x in phases
  * (m·K large), K shorter than eight chunks, ragged row tiles, groups,
- * bf16-valued x (the split's second and third terms skipped) and bf16
- * outputs. Each is also checked against the exact sum in double within the
+ * bf16-valued x (the split's second and third terms skipped), bf16
+ * outputs, and a product of more than 8 row tiles per SM at m <= 2 (the
+ * head's case, in this form unless DI_CUDA_HEAD_DEC=0). The FP8 cases
+ * also check the decode form's E4M3 conversion inside the kernel: k_mm_tc
+ * keeps the reference form. Each is also checked against the exact sum in double within the
  * kernel's bound (18·n_mma + 3)·2^-23·Σ|w·x|, n_mma = 6·ceil(K/256) (the
  * derivation is at the kernel). */
 #if defined(DI_HAVE_CUDA)
@@ -877,6 +880,7 @@ static void test_matmul_decode_form(void) {
         {DI_WFMT_FP8, 40, 96, 1, 0, 0, (const int64_t[]){1, 7, 0}},          /* 3 chunks, ragged */
         {DI_WFMT_FP8, 48, 160, 3, 1, 0, (const int64_t[]){2, 0}},            /* groups, nr % 32 */
         {DI_WFMT_BF16, 200, 1056, 1, 0, 1, (const int64_t[]){4, 0}},
+        {DI_WFMT_BF16, 36000, 512, 1, 1, 1, (const int64_t[]){1, 2, 0}},    /* many waves (the head's form) */
     };
     const float *e4m3 = di_cpu_e4m3_table(), *e8m0 = di_cpu_e8m0_table();
     double worst = 0;
@@ -962,6 +966,89 @@ static void test_matmul_decode_form(void) {
 #endif
 }
 
+/* The decode form's E4M3 -> bf16 conversion (cuda_mma.cuh: four
+ * instructions a pair, the reference form for NaN codes and scales outside
+ * its range) against the reference form (e4m3x8_bf16x2, k_mm_tc's): every
+ * one of the 256 codes at every one of the 256 E8M0 scale bytes, bit for
+ * bit, then random groups crowded with the codes around the edges (0x7e /
+ * 0x7f / 0xfe / 0xff side by side: the NaN marks' carries). The fast form
+ * alone must equal the exact value code·2^(sb-127) as bf16 (from the CPU's
+ * tables) wherever the scale byte is in 10..134 and the code is finite, and
+ * its NaN marks must flag exactly the groups that hold a NaN code. */
+#if defined(DI_HAVE_CUDA)
+di_status cuda_e4m3_forms(const void *codes, const void *sb, int n, void *out, di_err *err);
+#endif
+static void test_e4m3_forms(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+#if defined(DI_HAVE_CUDA)
+    enum { EXH = 256 * 8, RND = 8192, N = EXH + RND };
+    static const uint8_t edge[] = {0x00, 0x80, 0x01, 0x81, 0x07, 0x87, 0x08, 0x88,
+                                   0x7e, 0x7f, 0xfe, 0xff, 0x78, 0xf8, 0x77, 0xf7};
+    uint8_t *codes = malloc((size_t)N * 32), *sb = malloc(N);
+    uint32_t *out = malloc((size_t)N * 52 * 4);
+    for (int i = 0; i < EXH; i++) { /* scale byte i / 8, codes 32·(i % 8) .. + 31 in order */
+        sb[i] = (uint8_t)(i / 8);
+        for (int k = 0; k < 32; k++) codes[(size_t)i * 32 + k] = (uint8_t)(32 * (i % 8) + k);
+    }
+    for (int i = EXH; i < N; i++) {
+        uint64_t r = rng_next();
+        sb[i] = r & 1 ? (uint8_t)(10 + (r >> 1) % 125) : (uint8_t)(r >> 1);
+        for (int k = 0; k < 32; k++) {
+            uint64_t c = rng_next();
+            codes[(size_t)i * 32 + k] = c % 3 ? edge[(c >> 2) % 16] : (uint8_t)(c >> 8);
+        }
+    }
+    dbuf dc = dput(codes, (size_t)N * 32), ds = dput(sb, N), dout = dput(NULL, (size_t)N * 52 * 4);
+    di_err err = {0};
+    di_status st = cuda_e4m3_forms(dc.p, ds.p, N, dout.p, &err);
+    if (!st) st = di_cuda_synchronize(&err);
+    CHECKF(st == DI_OK, "%s", err.msg);
+    dget(out, dout);
+    const float *e4m3 = di_cpu_e4m3_table();
+    long long n_guard_bad = 0, n_fast_bad = 0, n_ref_bad = 0, n_mark_bad = 0, n_fast = 0;
+    for (int i = 0; i < N; i++) {
+        const uint32_t *o = out + (size_t)i * 52;
+        const int in_range = sb[i] >= 10 && sb[i] <= 134;
+        for (int p = 0; p < 4; p++) {
+            const uint8_t *g = codes + (size_t)i * 32 + 8 * p;
+            int has_nan = 0;
+            for (int k = 0; k < 8; k++) has_nan |= (g[k] & 0x7f) == 0x7f;
+            if (((o[48 + p] & 0x80808080u) != 0) != has_nan) n_mark_bad++;
+            for (int k = 0; k < 8; k++) {
+                const int w = p * 4 + k / 2, sh = 16 * (k & 1);
+                const uint16_t fast = (uint16_t)(o[w] >> sh), guarded = (uint16_t)(o[16 + w] >> sh),
+                               ref = (uint16_t)(o[32 + w] >> sh);
+                if (guarded != ref) {
+                    if (!n_guard_bad)
+                        fprintf(stderr, "code 0x%02x scale byte %d: decode form 0x%04x, reference 0x%04x\n", g[k],
+                                sb[i], guarded, ref);
+                    n_guard_bad++;
+                }
+                if (!in_range || (g[k] & 0x7f) == 0x7f) continue;
+                const uint16_t exact = di_f32_to_bf16(ldexpf(e4m3[g[k]], sb[i] - 127));
+                n_fast++;
+                if (fast != exact) {
+                    if (!n_fast_bad)
+                        fprintf(stderr, "code 0x%02x scale byte %d: four-instruction form 0x%04x, exact 0x%04x\n",
+                                g[k], sb[i], fast, exact);
+                    n_fast_bad++;
+                }
+                if (ref != exact) n_ref_bad++;
+            }
+        }
+    }
+    CHECKF(n_guard_bad == 0, "%lld codes: the decode form's conversion differs from the reference form", n_guard_bad);
+    CHECKF(n_fast_bad == 0, "%lld of %lld codes: the four-instruction form is not the exact value", n_fast_bad, n_fast);
+    CHECKF(n_ref_bad == 0, "%lld codes: the reference form is not the exact value", n_ref_bad);
+    CHECKF(n_mark_bad == 0, "%lld groups: NaN marks wrong", n_mark_bad);
+    CHECKF(n_fast >= 125 * 254, "only %lld codes checked in the fast form's range", n_fast);
+    printf("e4m3 forms: %d codes x 256 scale bytes + %d random groups equal to the reference form; %lld codes "
+           "through the four-instruction form exact\n", 256, RND * 4, n_fast);
+    di_cuda_free(dc.p); di_cuda_free(ds.p); di_cuda_free(dout.p);
+    free(codes); free(sb); free(out);
+#endif
+}
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -977,6 +1064,7 @@ int main(void) {
     RUN(test_grouped_many_rows);
     RUN(test_dependent_launches);
     RUN(test_fp8_cluster8);
+    RUN(test_e4m3_forms);
     RUN(test_matmul_decode_form);
     return test_summary();
 }

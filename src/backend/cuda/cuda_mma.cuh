@@ -44,4 +44,70 @@ __device__ __forceinline__ void e4m3x8_bf16x2(uint2 v, float s, uint32_t (&a)[4]
     a[3] = e4m3x2_bf16x2(v.y >> 16, s);
 }
 
+/* ---- the same bits in four instructions a pair (k_mm_dec's weight loads)
+ *
+ * The form above spends six instructions on a pair (the E4M3 -> f16 unpack,
+ * two f16 -> f32, two multiplies, the bf16 pack) and two-thirds of a wo_a
+ * round on them (docs/gpu-notes.md, products run 3). Here a code's bits are
+ * moved into a bf16 as they are: sign to bit 15, its exponent and mantissa
+ * (7 bits) to bits 4..10. Read as bf16 that is the code's value times
+ * 2^-120 exactly: a normal code (exponent field E >= 1) becomes 1.m·2^(E-127)
+ * against 1.m·2^(E-7); a subnormal one (E = 0) the bf16 subnormal
+ * 0.m·2^-126 against 0.m·2^-6; zeros keep their sign. One bf16 multiply by
+ * 2^(120 + es) then gives code·2^es, exact while that is a bf16 normal: es
+ * in [-117, 7] (the multiplier itself must be a bf16 normal, and the
+ * smallest code 2^-9 must stay above 2^-126). For such a scale the old form
+ * is exact too (code·2^es is an fp32 normal with at most 4 significant
+ * bits), so both give the same bits. What differs: the NaN codes 0x7f /
+ * 0xff (here the finite 1.875·2^(8+es)) and scales outside the range; the
+ * caller takes the form above for a group that holds either. */
+
+/* The bf16 pair 2^(120+es) in both halves for s = 2^es, or 0 where the
+ * four-instruction form is not exact (es outside [-117, 7], or s not a
+ * normal power of two: the E8M0 codes 0 and 255). */
+__device__ __forceinline__ uint32_t e4m3_bf16_mul(float s) {
+    const uint32_t b = __float_as_uint(s), code = b >> 23;
+    if ((b & 0x807fffffu) || code < 10u || code > 134u) return 0u;
+    return ((code + 120u) << 7) * 0x10001u;
+}
+
+/* Two codes of v (bytes sel's: 0x9180 the low two, 0xb3a2 the high two) as
+ * a bf16 pair: each byte with its sign replicated into the byte above it
+ * (prmt's sign mode), shifted to bits 4..11, the sign kept at bit 15 and
+ * the replicas masked off, then the multiply. */
+__device__ __forceinline__ uint32_t e4m3x2_bf16x2_mul(uint32_t v, uint32_t sel, uint32_t mul) {
+    uint32_t x, r;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(x) : "r"(v), "r"(sel));
+    x = (x << 4) & 0x87f087f0u;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(mul));
+    return r;
+}
+
+/* Eight codes through the four-instruction form; returns the NaN marks:
+ * bit 7 of a byte of (v + 0x01010101) ^ v flips exactly where that byte is
+ * 0x7f or 0xff (no carry enters a byte unless the byte below is 0xff), so
+ * the marks & 0x80808080 are nonzero iff a code is a NaN. */
+__device__ __forceinline__ uint32_t e4m3x8_bf16x2_mul(uint2 v, uint32_t mul, uint32_t (&a)[4]) {
+    a[0] = e4m3x2_bf16x2_mul(v.x, 0x9180u, mul);
+    a[1] = e4m3x2_bf16x2_mul(v.x, 0xb3a2u, mul);
+    a[2] = e4m3x2_bf16x2_mul(v.y, 0x9180u, mul);
+    a[3] = e4m3x2_bf16x2_mul(v.y, 0xb3a2u, mul);
+    return ((v.x + 0x01010101u) ^ v.x) | ((v.y + 0x01010101u) ^ v.y);
+}
+
+/* N groups of eight codes sharing the scale s (one round of a lane):
+ * e4m3x8_bf16x2's bits, through the four-instruction form unless the scale
+ * is outside its range or a code is a NaN. */
+template <int N>
+__device__ __forceinline__ void e4m3x8n_bf16x2(const uint2 (&v)[N], float s, uint32_t (&a)[N][4]) {
+    const uint32_t mul = e4m3_bf16_mul(s);
+    uint32_t nan = 0;
+#pragma unroll
+    for (int p = 0; p < N; p++) nan |= e4m3x8_bf16x2_mul(v[p], mul, a[p]);
+    if (__builtin_expect(!mul || (nan & 0x80808080u), 0)) {
+#pragma unroll
+        for (int p = 0; p < N; p++) e4m3x8_bf16x2(v[p], s, a[p]);
+    }
+}
+
 #endif

@@ -524,16 +524,19 @@ __global__ void __launch_bounds__(TC_KW * 32, 2) k_mm_dec(const void *w, const u
         o.fl = (__any_sync(0xffffffffu, (o.xm.x | o.xm.y | o.xm.z | o.xm.w) != 0u) ? 1 : 0) |
                (__any_sync(0xffffffffu, (o.xl.x | o.xl.y | o.xl.z | o.xl.w) != 0u) ? 2 : 0);
         const int c = q * TC_KW + e;
-        const float sc = FMT == DI_WFMT_FP8 && c < nch ? scl[c] : 0.f;
+        if (FMT == DI_WFMT_BF16) {
 #pragma unroll
-        for (int p = 0; p < NP; p++) {
-            const uint8_t *src = ringp + (slot * NP + p) * 32 * PB;
-            if (FMT == DI_WFMT_BF16) {
-                uint4 v = *(const uint4 *)src;
+            for (int p = 0; p < NP; p++) {
+                uint4 v = *(const uint4 *)(ringp + (slot * NP + p) * 32 * PB);
                 o.wa[p][0] = v.x, o.wa[p][1] = v.y, o.wa[p][2] = v.z, o.wa[p][3] = v.w;
-            } else {
-                e4m3x8_bf16x2(*(const uint2 *)src, sc, o.wa[p]);
             }
+        } else {
+            /* the round's codes share one scale: the four-instruction
+             * conversion (cuda_mma.cuh), the same bits as k_mm_tc's */
+            uint2 v[NP];
+#pragma unroll
+            for (int p = 0; p < NP; p++) v[p] = *(const uint2 *)(ringp + (slot * NP + p) * 32 * PB);
+            e4m3x8n_bf16x2<NP>(v, c < nch ? scl[c] : 0.f, o.wa);
         }
     };
 
@@ -652,6 +655,41 @@ __global__ void __launch_bounds__(TC_KW * 32, 2) k_mm_dec(const void *w, const u
         }
 }
 
+/* Test aid (test_cuda_ops: every code at every scale): item i is four
+ * groups of eight E4M3 codes sharing the scale byte sb[i]; out gets 52
+ * words an item: the four-instruction form alone (16; meaningful only for
+ * a scale in its range), the guarded form as k_mm_dec runs it (16), the
+ * reference form (16) and each group's NaN marks (4). */
+__global__ void k_e4m3_forms(const uint2 *codes, const uint8_t *sb, int n, uint32_t *out) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float s = e8m0_to_f32(sb[i]);
+    uint2 v[4];
+    uint32_t fast[4][4], guarded[4][4], ref[4][4];
+    uint32_t *o = out + (size_t)i * 52;
+#pragma unroll
+    for (int p = 0; p < 4; p++) v[p] = codes[4 * i + p];
+#pragma unroll
+    for (int p = 0; p < 4; p++) o[48 + p] = e4m3x8_bf16x2_mul(v[p], e4m3_bf16_mul(s), fast[p]);
+    e4m3x8n_bf16x2<4>(v, s, guarded);
+#pragma unroll
+    for (int p = 0; p < 4; p++) e4m3x8_bf16x2(v[p], s, ref[p]);
+#pragma unroll
+    for (int p = 0; p < 4; p++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            o[p * 4 + k] = fast[p][k];
+            o[16 + p * 4 + k] = guarded[p][k];
+            o[32 + p * 4 + k] = ref[p][k];
+        }
+}
+
+extern "C" di_status cuda_e4m3_forms(const void *codes, const void *sb, int n, void *out, di_err *err) {
+    if (n <= 0) return DI_OK;
+    k_e4m3_forms<<<(unsigned)((n + 127) / 128), 128>>>((const uint2 *)codes, (const uint8_t *)sb, n, (uint32_t *)out);
+    return cuda_check_launch(err, "e4m3 forms");
+}
+
 static int dec_mode = 1;    /* measuring and test aid: 0 = k_mm_tc at every m */
 static int dec_forced_cl = 0; /* measuring and test aid: blocks a row tile's chains spread over */
 extern "C" void cuda_matmul_set_decode(int on, int cl) {
@@ -729,10 +767,18 @@ static di_status matmul_dec(int fmt, const void *w, const uint8_t *s, int64_t K,
     if (fmt == DI_WFMT_FP8 && T == 2 && nr % 32) T = 1; /* a 32-row tile inside one scale block */
     if (fmt == DI_WFMT_FP8 && groups > 1 && nr % 16) return DI_OK; /* a 16-row one too */
     const int64_t tiles = (nr + 16 * T - 1) / (16 * T);
-    /* many waves (the head: 4,040 row tiles): k_mm_tc streams as fast at
-     * m = 1 and faster at m = 8, where this form splits x in phases with a
-     * barrier each (products run 2: 433 / 597 µs against 420 / 433, x of full fp32 values) */
-    if (tiles * groups > 8 * sms) return DI_OK;
+    /* many waves (the head: 4,040 row tiles): at m = 8 k_mm_tc is faster,
+     * this form splitting x in phases with a barrier each (products run 2:
+     * 597 µs against 433); at m <= 2 this form unless DI_CUDA_HEAD_DEC=0
+     * (products runs 1-3: 333 µs against 409 in the step, where x is
+     * bf16-valued and only h is multiplied; 433 against 420 isolated with x
+     * of full fp32 values; products run 4 times both in the step) */
+    static int waves_on = -1;
+    if (waves_on < 0) {
+        const char *v = getenv("DI_CUDA_HEAD_DEC");
+        waves_on = !(v && v[0] == '0');
+    }
+    if (tiles * groups > 8 * sms && !(m <= 2 && waves_on)) return DI_OK;
     int cl = 1;
     while (cl < TC_KW && tiles * groups * cl < sms) cl *= 2;
     if (dec_forced_cl == 1 || dec_forced_cl == 2 || dec_forced_cl == 4 || dec_forced_cl == 8) cl = dec_forced_cl;
