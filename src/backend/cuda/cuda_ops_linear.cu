@@ -767,12 +767,11 @@ static di_status matmul_dec(int fmt, const void *w, const uint8_t *s, int64_t K,
     if (fmt == DI_WFMT_FP8 && T == 2 && nr % 32) T = 1; /* a 32-row tile inside one scale block */
     if (fmt == DI_WFMT_FP8 && groups > 1 && nr % 16) return DI_OK; /* a 16-row one too */
     const int64_t tiles = (nr + 16 * T - 1) / (16 * T);
-    /* many waves (the head: 4,040 row tiles): at m = 8 k_mm_tc is faster,
-     * this form splitting x in phases with a barrier each (products run 2:
-     * 597 µs against 433); at m <= 2 this form unless DI_CUDA_HEAD_DEC=0
-     * (products runs 1-3: 333 µs against 409 in the step, where x is
-     * bf16-valued and only h is multiplied; 433 against 420 isolated with x
-     * of full fp32 values; products run 4 times both in the step) */
+    /* many waves (the head: 4,040 row tiles): at m = 8 k_mm_tc, this form
+     * splitting x in phases with a barrier each (products run 2: 597 µs
+     * against 433); at m <= 2 this form unless DI_CUDA_HEAD_DEC=0:
+     * 334 / 344 µs against 407 at m = 1 / 2, b1 step -0.08 ms (products
+     * run 4, docs/gpu-notes.md) */
     static int waves_on = -1;
     if (waves_on < 0) {
         const char *v = getenv("DI_CUDA_HEAD_DEC");
