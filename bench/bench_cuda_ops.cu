@@ -683,6 +683,31 @@ static void bench_plain_dec(void) {
     cuda_matmul_set_decode(1, 0);
 }
 
+extern "C" void cuda_matvec_set_fp4_dec(int on); /* cuda_matvec.cu: 0 / 1 force the form, -1 env */
+
+/* --fp4dec: the MXFP4 expert products with the decode form (cuda_fp4_dec.cu)
+ * and with the wgmma / mma.sync kernels, in the same process: one expert at
+ * 1 and 2 tokens, the grouped projections as the moe_experts op calls them
+ * at batch 1, 8, 64 (rows *_dec and *_wg). */
+static void bench_fp4_dec(void) {
+    for (int form = 1; form >= 0; form--) {
+        cuda_matvec_set_fp4_dec(form);
+        const char *sfx = form ? "_dec" : "_wg";
+        char name[64];
+        for (int64_t m : {1, 2}) {
+            snprintf(name, sizeof name, "expert_w1%s", sfx);
+            bench_matvec(1, name, 2304, 5120, m);
+            snprintf(name, sizeof name, "expert_w2%s", sfx);
+            bench_matvec(1, name, 5120, 2304, m);
+        }
+        for (int b : {1, 8, 64}) {
+            bench_moe_grouped(b, sfx, "w1", 2304, 5120, true);
+            bench_moe_grouped(b, sfx, "w2", 5120, 2304, true);
+        }
+    }
+    cuda_matvec_set_fp4_dec(-1);
+}
+
 int main(int argc, char **argv) {
     /* --quick: shorter; --gemm / --matvec: only that half (plus the copy
      * ceiling), so a run that changes one kernel family spends less time;
@@ -695,6 +720,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--decode")) gemm = matvec = 0, decode = 1;
         else if (!strcmp(argv[i], "--plain")) gemm = matvec = 0, plain = 1; /* bench_plain only */
         else if (!strcmp(argv[i], "--plaindec")) gemm = matvec = 0, plain = 2; /* bench_plain_dec only */
+        else if (!strcmp(argv[i], "--fp4dec")) gemm = matvec = 0, plain = 3; /* bench_fp4_dec only */
         else if (!strcmp(argv[i], "--profile")) {
             DK(di_cuda_init(0, err));
             profile_once();
@@ -710,6 +736,7 @@ int main(int argc, char **argv) {
     if (decode) bench_decode();
     if (plain == 1) bench_plain();
     if (plain == 2) bench_plain_dec();
+    if (plain == 3) bench_fp4_dec();
     if (matvec) {
         bench_act_quant();
         /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */

@@ -1049,6 +1049,103 @@ static void test_e4m3_forms(void) {
 #endif
 }
 
+#if defined(DI_HAVE_CUDA)
+void cuda_matvec_set_fp4_dec(int on); /* cuda_matvec.cu: 0 / 1 force the MXFP4 decode form, -1 env */
+#endif
+
+/* The MXFP4 decode form (cuda_fp4_dec.cu) on the model's expert shapes and
+ * its lane splits: k = 5120 (160 blocks, 32 lanes a row), 2304 (72 blocks,
+ * 8 lanes), 3200 (100 blocks: 32 lanes, some idle at the row's end); n not
+ * a multiple of the block's rows. Groups of 1, 2, 3 and 5 rows (token tiles
+ * of 2 with a short last one) and an empty group, max_rows 5 and 1 (the
+ * one-token tile, which then loops over the rows). Every (token, expert)
+ * row must be within the exact result's bound (the tensor-core adder's
+ * 2^-8 max|p| a block covers this form's f32 chain of 32 products, at most
+ * 31 * 32 * 2^-24 max|p|), equal the plain product of that row alone bit
+ * for bit (nothing in the form depends on the other rows), and bf16
+ * outputs must be that value rounded. The other form runs the same rows:
+ * within the same bound. */
+static void test_fp4_dec_form(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+#if defined(DI_HAVE_CUDA)
+    const int64_t shapes[][2] = {{100, 5120}, {150, 2304}, {70, 3200}};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        const int64_t E = 5, T = 6, n = shapes[c][0], k = shapes[c][1], kbn = k / 32;
+        const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
+        float *x, *sa;
+        uint8_t *qa, *w, *ws;
+        moe_inputs(T, k, n, E, &x, &sa, &qa, &w, &ws);
+        /* groups: expert 3 rows {4}, expert 1 rows {0, 5}, expert 4 none,
+         * expert 0 rows {1, 2, 3}, expert 2 rows {5, 4, 3, 2, 0} */
+        int32_t ids[5] = {3, 1, 4, 0, 2}, off[6] = {0, 1, 3, 3, 6, 11};
+        int32_t rows[11] = {4, 0, 5, 1, 2, 3, 5, 4, 3, 2, 0}, pexp[11];
+        for (int g = 0; g < 5; g++)
+            for (int p = off[g]; p < off[g + 1]; p++) pexp[p] = ids[g];
+        const int np = 11;
+        dbuf dqa = dput(qa, (size_t)(T * k)), dsa = dput(sa, (size_t)(T * kbn) * 4),
+             dw = dput(w, wb * E), dws = dput(ws, sb * E), dids = dput(ids, sizeof ids),
+             doff = dput(off, sizeof off), drows = dput(rows, sizeof rows),
+             dout = dput(NULL, (size_t)(np * n) * 4), dob = dput(NULL, (size_t)(np * n) * 2),
+             d1 = dput(NULL, (size_t)n * 4);
+        float *out = malloc((size_t)(np * n) * 4), *o1 = malloc((size_t)n * 4);
+        uint16_t *ob = malloc((size_t)(np * n) * 2);
+        double *ref = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8), *abs_sum = malloc((size_t)n * 8);
+        di_err err = {0};
+        for (int form = 1; form >= 0; form--) {
+            cuda_matvec_set_fp4_dec(form);
+            for (int mr = 5; mr >= 1; mr -= 4) {
+                di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
+                if (!st) st = di_cuda_fill(dob.p, 0xff, dob.n, &err);
+                if (!st)
+                    st = di_cuda_gemm_mxfp4_grouped(dqa.p, dsa.p, k, dw.p, dws.p, n, dids.p, doff.p, 5,
+                                                    drows.p, mr, dout.p, DI_DTYPE_F32, NULL, &err);
+                if (!st)
+                    st = di_cuda_gemm_mxfp4_grouped(dqa.p, dsa.p, k, dw.p, dws.p, n, dids.p, doff.p, 5,
+                                                    drows.p, mr, dob.p, DI_DTYPE_BF16, NULL, &err);
+                if (!st) st = di_cuda_synchronize(&err);
+                CHECKF(st == DI_OK, "%s", err.msg);
+                dget(out, dout);
+                dget(ob, dob);
+                int64_t bad = 0, differ = 0, bfbad = 0;
+                for (int p = 0; p < np; p++) {
+                    const int t = rows[p];
+                    ref_gemm(1, qa + (size_t)t * k, sa + (size_t)t * kbn, 1, k, w + (size_t)pexp[p] * wb,
+                             ws + (size_t)pexp[p] * sb, n, ref, bound, abs_sum);
+                    st = di_cuda_fill(d1.p, 0xff, d1.n, &err);
+                    if (!st)
+                        st = di_cuda_gemm_mxfp4((const uint8_t *)dqa.p + (size_t)t * k,
+                                                (const float *)dsa.p + (size_t)t * kbn, 1, k,
+                                                (const uint8_t *)dw.p + (size_t)pexp[p] * wb,
+                                                (const uint8_t *)dws.p + (size_t)pexp[p] * sb, n, d1.p,
+                                                DI_DTYPE_F32, DI_CUDA_GEMM_AUTO, NULL, &err);
+                    if (!st) st = di_cuda_synchronize(&err);
+                    CHECKF(st == DI_OK, "%s", err.msg);
+                    dget(o1, d1);
+                    for (int64_t j = 0; j < n; j++) {
+                        const float g = out[(size_t)p * n + j];
+                        if (!(fabs(g - ref[j]) <= bound[j])) bad++;
+                        if (memcmp(&g, &o1[j], 4)) differ++;
+                        if (ob[(size_t)p * n + j] != di_f32_to_bf16(g)) bfbad++;
+                    }
+                }
+                CHECKF(bad == 0, "mxfp4 %s form n %lld k %lld max_rows %d: %lld of %lld outputs off the exact result",
+                       form ? "decode" : "wgmma", (long long)n, (long long)k, mr, (long long)bad, (long long)(np * n));
+                CHECKF(differ == 0, "mxfp4 %s form n %lld k %lld max_rows %d: %lld outputs differ from the plain product",
+                       form ? "decode" : "wgmma", (long long)n, (long long)k, mr, (long long)differ);
+                CHECKF(bfbad == 0, "mxfp4 %s form n %lld k %lld: %lld bf16 outputs are not the f32 ones rounded",
+                       form ? "decode" : "wgmma", (long long)n, (long long)k, (long long)bfbad);
+                if (!form) break; /* the wgmma form needs the true max_rows */
+            }
+        }
+        cuda_matvec_set_fp4_dec(-1);
+        dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout, dob, d1};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
+        free(x); free(sa); free(qa); free(w); free(ws); free(out); free(o1); free(ob);
+        free(ref); free(bound); free(abs_sum);
+    }
+#endif
+}
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -1066,5 +1163,18 @@ int main(void) {
     RUN(test_fp8_cluster8);
     RUN(test_e4m3_forms);
     RUN(test_matmul_decode_form);
+    RUN(test_fp4_dec_form);
+#if defined(DI_HAVE_CUDA)
+    /* the MXFP4 tests again with the other form than the default one
+     * (DI_CUDA_FP4_DEC=0: the wgmma / mma.sync kernels) */
+    const char *fd = getenv("DI_CUDA_FP4_DEC");
+    cuda_matvec_set_fp4_dec(fd && fd[0] == '0');
+    RUN(test_gemm_mxfp4);
+    RUN(test_gemm_mxfp4_grouped);
+    RUN(test_grouped_spread);
+    RUN(test_grouped_many_rows);
+    RUN(test_dependent_launches);
+    cuda_matvec_set_fp4_dec(-1);
+#endif
     return test_summary();
 }

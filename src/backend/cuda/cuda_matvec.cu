@@ -25,10 +25,13 @@
  * the fallback GEMM for shapes the tiled kernel does not take. Decode shapes
  * with k % 128 == 0 and 16-byte aligned operands take the wgmma kernels
  * further down instead (FP8 mma.sync is not native on Hopper: see there). */
+#include <stdlib.h>
+
 #include "backend/cuda/cuda_act_quant.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_tma.cuh"
 #include "backend/cuda/cuda_gemm_grouped.h"
+#include "backend/cuda/cuda_fp4_dec.h"
 
 #define MV_THREADS 128
 #define MV_WARPS 4
@@ -1301,10 +1304,31 @@ di_status cuda_launch_matvec_fp8_x(const float *x, int64_t m, int64_t k, const u
     return *done ? cuda_check(e, err, "gemm_fp8 (matvec, wgmma, quantizing)") : DI_OK;
 }
 
+/* The MXFP4 decode form (cuda_fp4_dec.cu) for plain products of up to 16
+ * tokens and for every grouped product that is not a prefill: on unless
+ * DI_CUDA_FP4_DEC=0 (then the wgmma / mma.sync kernels below, as before);
+ * cuda_matvec_set_fp4_dec: 0 / 1 force it (tests, bench), -1 back to the
+ * environment. The plain and grouped products switch together, so a
+ * grouped row still equals the plain product of that row. */
+static int fp4_dec_forced = -1;
+extern "C" void cuda_matvec_set_fp4_dec(int on) { fp4_dec_forced = on; }
+static bool fp4_dec_on(void) {
+    if (fp4_dec_forced >= 0) return fp4_dec_forced != 0;
+    static int env_on = -1;
+    if (env_on < 0) {
+        const char *v = getenv("DI_CUDA_FP4_DEC");
+        env_on = !(v && v[0] == '0');
+    }
+    return env_on != 0;
+}
+
 di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                    const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                    int out_bf16, cudaStream_t stream, di_err *err) {
     cudaError_t e = cudaSuccess;
+    if (m <= 16 && fp4_dec_on() && cuda_fp4_dec_applies(qa, w, k))
+        return cuda_launch_fp4_dec(qa, sa, m, k, w, ws, n, NULL, NULL, 0, NULL, (int32_t)m, out,
+                                   out_bf16, stream, err);
     if (w4_try(qa, sa, m, k, w, ws, n, 1, out, out_bf16, stream, Groups{NULL, NULL, NULL}, 0, &e))
         return cuda_check(e, err, "gemm_mxfp4 (matvec, wgmma)");
     return launch_matvec<1>("gemm_mxfp4 (matvec)", qa, sa, m, k, w, ws, n, out, out_bf16,
@@ -1338,6 +1362,9 @@ di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, i
         ngroups <= CUDA_GG_MAX_GROUPS && (uintptr_t)qa % 16 == 0)
         return cuda_launch_gemm_mxfp4_grouped_tiled(qa, sa, k, w, ws, n, ids, off, ngroups, rows,
                                                     out, out_bf16, stream, err);
+    if (fp4_dec_on() && cuda_fp4_dec_applies(qa, w, k))
+        return cuda_launch_fp4_dec(qa, sa, 0, k, w, ws, n, ids, off, ngroups, rows, max_rows, out,
+                                   out_bf16, stream, err);
     Groups grp = {ids, off, rows};
     cudaError_t e = cudaSuccess;
     /* the experts' count only bounds the tensor map: ids < 65536 */

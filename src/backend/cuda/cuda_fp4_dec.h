@@ -1,0 +1,29 @@
+/* Decode form of the MXFP4 products at few tokens per weight row
+ * (cuda_fp4_dec.cu; architecture.md §2 "FP4 expert linear"). */
+#ifndef DI_BACKEND_CUDA_FP4_DEC_H
+#define DI_BACKEND_CUDA_FP4_DEC_H
+
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#include "core/error.h"
+
+/* Whether the form takes a product of k inputs with these operands (k % 32
+ * == 0, 16-byte aligned codes and weights, the activations of a token tile
+ * within shared memory). */
+int cuda_fp4_dec_applies(const uint8_t *qa, const uint8_t *w, int64_t k);
+
+/* out[orow, r] = sum_b sa sw (q_a . q_w) for the weight rows r < n of
+ * expert ids[z] and the token slots of group z: the rows of slots
+ * off[z] .. off[z+1] (activation row rows[s], output row s). ids == NULL:
+ * one plain product of m tokens (activation and output row s for slot s <
+ * m). max_rows bounds every group's slots (picks the token tile only).
+ * Weights [experts, n, k/2] packed E2M1, scales [experts, n, k/32] E8M0. */
+di_status cuda_launch_fp4_dec(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                              const uint8_t *w, const uint8_t *ws, int64_t n, const int32_t *ids,
+                              const int32_t *off, int32_t ngroups, const int32_t *rows,
+                              int32_t max_rows, void *out, int out_mode, cudaStream_t stream,
+                              di_err *err);
+
+#endif
