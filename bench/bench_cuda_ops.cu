@@ -683,7 +683,7 @@ static void bench_plain_dec(void) {
     cuda_matmul_set_decode(1, 0);
 }
 
-extern "C" void cuda_matvec_set_fp4_dec(int on); /* cuda_matvec.cu: 0 / 1 force the form, -1 env */
+extern "C" void cuda_matvec_set_fp4_dec(int mode); /* cuda_matvec.cu: 0 never, 1 everywhere, -1 env */
 
 /* --fp4dec: the MXFP4 expert products with the decode form (cuda_fp4_dec.cu)
  * and with the wgmma / mma.sync kernels, in the same process: one expert at

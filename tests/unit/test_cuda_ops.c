@@ -1050,7 +1050,8 @@ static void test_e4m3_forms(void) {
 }
 
 #if defined(DI_HAVE_CUDA)
-void cuda_matvec_set_fp4_dec(int on); /* cuda_matvec.cu: 0 / 1 force the MXFP4 decode form, -1 env */
+void cuda_matvec_set_fp4_dec(int mode); /* cuda_matvec.cu: MXFP4 decode form 0 never, 1 everywhere,
+                                          * 2 grouped past 16 rows; -1 the environment's */
 #endif
 
 /* The MXFP4 decode form (cuda_fp4_dec.cu) on the model's expert shapes and
@@ -1165,15 +1166,17 @@ int main(void) {
     RUN(test_matmul_decode_form);
     RUN(test_fp4_dec_form);
 #if defined(DI_HAVE_CUDA)
-    /* the MXFP4 tests again with the other form than the default one
-     * (DI_CUDA_FP4_DEC=0: the wgmma / mma.sync kernels) */
-    const char *fd = getenv("DI_CUDA_FP4_DEC");
-    cuda_matvec_set_fp4_dec(fd && fd[0] == '0');
-    RUN(test_gemm_mxfp4);
-    RUN(test_gemm_mxfp4_grouped);
-    RUN(test_grouped_spread);
-    RUN(test_grouped_many_rows);
-    RUN(test_dependent_launches);
+    /* the MXFP4 tests again with the decode form everywhere and with it
+     * nowhere (the wgmma / mma.sync kernels); the default runs it on
+     * grouped products past 16 rows only (test_grouped_many_rows) */
+    for (int mode = 1; mode >= 0; mode--) {
+        cuda_matvec_set_fp4_dec(mode);
+        RUN(test_gemm_mxfp4);
+        RUN(test_gemm_mxfp4_grouped);
+        RUN(test_grouped_spread);
+        RUN(test_grouped_many_rows);
+        RUN(test_dependent_launches);
+    }
     cuda_matvec_set_fp4_dec(-1);
 #endif
     return test_summary();

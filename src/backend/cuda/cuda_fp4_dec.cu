@@ -11,7 +11,11 @@
  * run 2: 33 % of copy). Here every lane loads whole 32-blocks (16 bytes of
  * codes and their scale byte) straight into registers, four blocks in
  * flight at a time, and decodes them itself; nothing is staged but the
- * activations, converted to f32 once per block of rows.
+ * activations, converted to f32 once per block of rows. Measured (MXFP4
+ * run 1, docs/gpu-notes.md): ~40 % of copy, about the wgmma kernel's rate
+ * at b1 and below it at b8, so by default it takes only the grouped
+ * products past 16 rows a group, where the alternative was the mma.sync
+ * kernel (b64 moe_experts 5.55 -> 3.61 ms a layer); cuda_matvec.cu picks.
  *
  * Arithmetic, per (token, weight row): block b's 32 products
  * (w · 2^-6) · a are exact in f32 (2 + 4 significant bits, at least

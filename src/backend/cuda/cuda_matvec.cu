@@ -1304,29 +1304,34 @@ di_status cuda_launch_matvec_fp8_x(const float *x, int64_t m, int64_t k, const u
     return *done ? cuda_check(e, err, "gemm_fp8 (matvec, wgmma, quantizing)") : DI_OK;
 }
 
-/* The MXFP4 decode form (cuda_fp4_dec.cu) for plain products of up to 16
- * tokens and for every grouped product that is not a prefill: on unless
- * DI_CUDA_FP4_DEC=0 (then the wgmma / mma.sync kernels below, as before);
- * cuda_matvec_set_fp4_dec: 0 / 1 force it (tests, bench), -1 back to the
- * environment. The plain and grouped products switch together, so a
- * grouped row still equals the plain product of that row. */
+/* Where the MXFP4 decode form (cuda_fp4_dec.cu) runs. Mode 2 (the default):
+ * grouped products past 16 rows a group that are not a prefill, i.e. the
+ * decode batches beyond 16 (MXFP4 run 1, docs/gpu-notes.md: b64
+ * moe_experts 5.55 -> 3.61 ms a layer against the mma.sync kernel, while at
+ * b1 / b8 the wgmma kernel was as fast / faster). Mode 1
+ * (DI_CUDA_FP4_DEC=1): also plain products of up to 16 tokens and every
+ * grouped one; mode 0 (DI_CUDA_FP4_DEC=0): never. The plain and grouped
+ * products of up to 16 rows always take the same form, so a grouped row
+ * still equals the plain product of that row.
+ * cuda_matvec_set_fp4_dec: 0 / 1 / 2 force a mode (tests, bench), -1 back to
+ * the environment. */
 static int fp4_dec_forced = -1;
-extern "C" void cuda_matvec_set_fp4_dec(int on) { fp4_dec_forced = on; }
-static bool fp4_dec_on(void) {
-    if (fp4_dec_forced >= 0) return fp4_dec_forced != 0;
-    static int env_on = -1;
-    if (env_on < 0) {
+extern "C" void cuda_matvec_set_fp4_dec(int mode) { fp4_dec_forced = mode; }
+static int fp4_dec_mode(void) {
+    if (fp4_dec_forced >= 0) return fp4_dec_forced;
+    static int env_mode = -1;
+    if (env_mode < 0) {
         const char *v = getenv("DI_CUDA_FP4_DEC");
-        env_on = !(v && v[0] == '0');
+        env_mode = v && v[0] == '0' ? 0 : v && v[0] == '1' ? 1 : 2;
     }
-    return env_on != 0;
+    return env_mode;
 }
 
 di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                    const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                    int out_bf16, cudaStream_t stream, di_err *err) {
     cudaError_t e = cudaSuccess;
-    if (m <= 16 && fp4_dec_on() && cuda_fp4_dec_applies(qa, w, k))
+    if (m <= 16 && fp4_dec_mode() == 1 && cuda_fp4_dec_applies(qa, w, k))
         return cuda_launch_fp4_dec(qa, sa, m, k, w, ws, n, NULL, NULL, 0, NULL, (int32_t)m, out,
                                    out_bf16, stream, err);
     if (w4_try(qa, sa, m, k, w, ws, n, 1, out, out_bf16, stream, Groups{NULL, NULL, NULL}, 0, &e))
@@ -1362,7 +1367,8 @@ di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, i
         ngroups <= CUDA_GG_MAX_GROUPS && (uintptr_t)qa % 16 == 0)
         return cuda_launch_gemm_mxfp4_grouped_tiled(qa, sa, k, w, ws, n, ids, off, ngroups, rows,
                                                     out, out_bf16, stream, err);
-    if (fp4_dec_on() && cuda_fp4_dec_applies(qa, w, k))
+    const int dec = fp4_dec_mode();
+    if ((dec == 1 || (dec == 2 && max_rows > 16)) && cuda_fp4_dec_applies(qa, w, k))
         return cuda_launch_fp4_dec(qa, sa, 0, k, w, ws, n, ids, off, ngroups, rows, max_rows, out,
                                    out_bf16, stream, err);
     Groups grp = {ids, off, rows};
