@@ -859,6 +859,37 @@ static void test_memory(void) {
         dev_free(dd);
         free(h); free(got);
     }
+    /* what a prefill queues: runs of adjacent rows into two arrays in turn
+     * (the compressor's groups: merged in the queue, up to 256 KiB a copy,
+     * so these 600 KB runs take several), the embedding's spread of rows to
+     * four copies back to front in place (reading rows the runs still read:
+     * the queue runs first), then random row copies; rows of 512 floats
+     * in four regions A, GA, GG, B of 300 rows */
+    {
+        const int64_t rows = 300, wd = 512, A = 0, GA = rows, GG = 2 * rows, B = 3 * rows;
+        float *h = rnd(4 * rows * wd, 1.0f);
+        float *dd = dev_up(h, (size_t)(4 * rows * wd) * 4);
+#define ROWCOPY(to, from)                                                                          \
+    do {                                                                                           \
+        memmove(h + (to) * wd, h + (from) * wd, (size_t)wd * 4);                                   \
+        gpu->ops->copy(gpu, dd + (to) * wd, dd + (from) * wd, (size_t)wd * 4);                     \
+    } while (0)
+        for (int64_t i = 0; i < rows; i++) {
+            ROWCOPY(GA + i, A + i);
+            ROWCOPY(GG + i, B + i);
+        }
+        for (int64_t i = rows / 4 - 1; i >= 0; i--)
+            for (int k = 3; k >= 0; k--) ROWCOPY(A + 4 * i + k, A + i);
+        for (int c = 0; c < 200; c++) {
+            const int64_t to = rng_int((int)(4 * rows)), from = rng_int((int)(4 * rows));
+            ROWCOPY(to, from);
+        }
+#undef ROWCOPY
+        float *got = dev_down(dd, (size_t)(4 * rows * wd) * 4);
+        if (status_ok("queued runs")) cmp_exact("queued runs, spread and row copies", got, h, 4 * rows * wd);
+        dev_free(dd);
+        free(h); free(got);
+    }
 }
 
 /* Device selections at the indexer's real sizes, with many ties (scores on

@@ -851,6 +851,62 @@ static void test_fp8_cluster8(void) {
 #endif
 }
 
+#if defined(DI_HAVE_CUDA)
+/* Random weights [N, K] for the plain product: FP8 codes with E8M0 scales
+ * around 1 (2^-12 .. 2^7), or bf16 normals over 8 octaves. */
+static void plain_weights(int fmt, int64_t N, int64_t K, uint8_t **w, uint8_t **ws, size_t *wbytes,
+                          size_t *sbytes) {
+    *wbytes = (size_t)(N * K) * (fmt == DI_WFMT_BF16 ? 2 : 1);
+    *sbytes = fmt == DI_WFMT_FP8 ? (size_t)((N + 31) / 32 * (K / 32)) : 1;
+    *w = malloc(*wbytes);
+    *ws = malloc(*sbytes);
+    if (fmt == DI_WFMT_FP8) {
+        for (size_t i = 0; i < *wbytes; i++) (*w)[i] = rand_e4m3();
+        for (size_t i = 0; i < *sbytes; i++) (*ws)[i] = (uint8_t)(127 - 12 + rng_next() % 20);
+    } else {
+        uint16_t *wb = (uint16_t *)*w;
+        for (size_t i = 0; i < *wbytes / 2; i++) wb[i] = di_f32_to_bf16(ldexpf(rng_normal(), -(int)(rng_next() % 8)));
+        (*ws)[0] = 0;
+    }
+}
+
+/* The plain product's outputs y [m, N] (N = groups · nr, x rows of stride
+ * ldx) against the exact sum in double: how many lie outside the kernel's
+ * bound (18·n_mma + 3)·2^-23·Σ|w·x|, n_mma = 6·ceil(K/256) (the derivation
+ * is at k_mm_tc), plus half a bf16 ulp for bf16 outputs; *worst keeps the
+ * largest error / bound. */
+static int64_t plain_bound_check(int fmt, const uint8_t *w, const uint8_t *ws, const float *x, int64_t ldx,
+                                 const float *y, int64_t m, int64_t N, int64_t nr, int64_t K, int obf16,
+                                 double *worst) {
+    const float *e4m3 = di_cpu_e4m3_table(), *e8m0 = di_cpu_e8m0_table();
+    const int64_t kb = K / 32;
+    const double nm = 6.0 * (double)((K + 255) / 256), rb = ldexp(18.0 * nm + 3.0, -23);
+    int64_t nbad = 0;
+    double *wr = malloc((size_t)K * sizeof(double));
+    for (int64_t row = 0; row < N; row++) {
+        const int64_t g = row / nr;
+        for (int64_t k = 0; k < K; k++)
+            wr[k] = fmt == DI_WFMT_FP8 ? (double)e4m3[w[row * K + k]] * e8m0[ws[(row / 32) * kb + k / 32]]
+                                       : (double)di_bf16_to_f32(((const uint16_t *)w)[row * K + k]);
+        for (int64_t i = 0; i < m; i++) {
+            const float *xr = x + i * ldx + g * K;
+            double acc = 0, mag = 0;
+            for (int64_t k = 0; k < K; k++) {
+                double p = wr[k] * xr[k];
+                acc += p;
+                mag += fabs(p);
+            }
+            double tol = rb * mag + (obf16 ? ldexp(fabs(acc), -8) : 0.0);
+            double e = fabs((double)y[i * N + row] - acc);
+            if (!(e <= tol)) nbad++;
+            if (tol > 0 && e / tol > *worst) *worst = e / tol;
+        }
+    }
+    free(wr);
+    return nbad;
+}
+
+#endif
 /* The decode form of the plain tensor-core product (cuda_ops_linear.cu,
  * k_mm_dec, m <= 8): the same operations in the same order as k_mm_tc, so
  * every output must equal k_mm_tc's bit for bit — whatever the blocks a row
@@ -882,22 +938,13 @@ static void test_matmul_decode_form(void) {
         {DI_WFMT_BF16, 200, 1056, 1, 0, 1, (const int64_t[]){4, 0}},
         {DI_WFMT_BF16, 36000, 512, 1, 1, 1, (const int64_t[]){1, 2, 0}},    /* many waves (the head's form) */
     };
-    const float *e4m3 = di_cpu_e4m3_table(), *e8m0 = di_cpu_e8m0_table();
     double worst = 0;
     for (size_t c = 0; c < sizeof sh / sizeof *sh; c++) {
         const int fmt = sh[c].fmt, G = sh[c].groups;
-        const int64_t nr = sh[c].nr, K = sh[c].k, N = nr * G, kb = K / 32;
-        const size_t wbytes = (size_t)(N * K) * (fmt == DI_WFMT_BF16 ? 2 : 1);
-        const size_t sbytes = fmt == DI_WFMT_FP8 ? (size_t)((N + 31) / 32 * kb) : 1;
-        uint8_t *w = malloc(wbytes), *ws = malloc(sbytes);
-        if (fmt == DI_WFMT_FP8) {
-            for (size_t i = 0; i < wbytes; i++) w[i] = rand_e4m3();
-            for (size_t i = 0; i < sbytes; i++) ws[i] = (uint8_t)(127 - 12 + rng_next() % 20);
-        } else {
-            uint16_t *wb = (uint16_t *)w;
-            for (size_t i = 0; i < wbytes / 2; i++) wb[i] = di_f32_to_bf16(ldexpf(rng_normal(), -(int)(rng_next() % 8)));
-            ws[0] = 0;
-        }
+        const int64_t nr = sh[c].nr, K = sh[c].k, N = nr * G;
+        size_t wbytes, sbytes;
+        uint8_t *w, *ws;
+        plain_weights(fmt, N, K, &w, &ws, &wbytes, &sbytes);
         dbuf dw = dput(w, wbytes), dws = dput(ws, sbytes);
         for (const int64_t *mp = sh[c].ms; *mp; mp++) {
             const int64_t m = *mp, ldx = G * K;
@@ -929,29 +976,7 @@ static void test_matmul_decode_form(void) {
             }
             cuda_matmul_set_decode(1, 0);
             /* the exact sum and the bound, on the decode form's output */
-            const double nm = 6.0 * (double)((K + 255) / 256), rb = ldexp(18.0 * nm + 3.0, -23);
-            int64_t nbad = 0;
-            double *wr = malloc((size_t)K * sizeof(double));
-            for (int64_t row = 0; row < N && !bad; row++) {
-                const int64_t g = row / nr;
-                for (int64_t k = 0; k < K; k++)
-                    wr[k] = fmt == DI_WFMT_FP8 ? (double)e4m3[w[row * K + k]] * e8m0[ws[(row / 32) * kb + k / 32]]
-                                               : (double)di_bf16_to_f32(((uint16_t *)w)[row * K + k]);
-                for (int64_t i = 0; i < m; i++) {
-                    const float *xr = x + i * ldx + g * K;
-                    double acc = 0, mag = 0;
-                    for (int64_t k = 0; k < K; k++) {
-                        double p = wr[k] * xr[k];
-                        acc += p;
-                        mag += fabs(p);
-                    }
-                    double tol = rb * mag + (sh[c].obf16 ? ldexp(fabs(acc), -8) : 0.0);
-                    double e = fabs((double)yb[i * N + row] - acc);
-                    if (!(e <= tol)) nbad++;
-                    if (tol > 0 && e / tol > worst) worst = e / tol;
-                }
-            }
-            free(wr);
+            int64_t nbad = bad ? 0 : plain_bound_check(fmt, w, ws, x, ldx, yb, m, N, nr, K, sh[c].obf16, &worst);
             CHECKF(nbad == 0, "decode form case %zu m %lld: %lld outputs outside the bound", c, (long long)m,
                    (long long)nbad);
             di_cuda_free(dx.p);
@@ -963,6 +988,78 @@ static void test_matmul_decode_form(void) {
         free(w); free(ws);
     }
     printf("decode form: every spread equals k_mm_tc bit for bit; largest error / bound %.3g\n", worst);
+#endif
+}
+
+/* The prefill form of the plain tensor-core product (cuda_ops_linear.cu,
+ * k_mm_pf, from 512 rows): k_mm_tc's operations in k_mm_tc's order on 64 x
+ * 64 tiles, so every output must equal k_mm_tc's bit for bit: the grouped
+ * wo_a at 600 rows (a ragged row tile), and with the form forced at any m:
+ * K of fewer than eight chunks (idle chains), K of 33 chunks (chains of
+ * unequal length), ragged output tiles, groups with a half-empty last tile,
+ * bf16-valued x (the second and third terms skipped), bf16 outputs. Outputs
+ * are poisoned before each run. Where the CPU can afford it the exact sum in
+ * double is checked too, within the kernel's bound. */
+#if defined(DI_HAVE_CUDA)
+void cuda_matmul_set_prefill(int min_rows); /* cuda_ops_linear.cu: test aid, 0 = never */
+#endif
+static void test_matmul_prefill_form(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+#if defined(DI_HAVE_CUDA)
+    const struct { int fmt; int64_t nr, k; int groups, xbf16, obf16; int64_t m; int force; } sh[] = {
+        {DI_WFMT_FP8, 1024, 4096, 8, 0, 1, 600, 0}, /* wo_a at prefill */
+        {DI_WFMT_BF16, 384, 5120, 1, 0, 0, 520, 0}, /* router */
+        {DI_WFMT_FP8, 40, 96, 1, 0, 0, 70, 1},      /* 3 chunks, ragged */
+        {DI_WFMT_FP8, 96, 160, 3, 1, 0, 130, 1},    /* groups, a half tile */
+        {DI_WFMT_BF16, 200, 1056, 1, 0, 1, 130, 1}, /* 33 chunks */
+        {DI_WFMT_BF16, 512, 5120, 1, 1, 1, 64, 1},  /* compressor, bf16 x */
+    };
+    double worst = 0;
+    int64_t checked = 0;
+    for (size_t c = 0; c < sizeof sh / sizeof *sh; c++) {
+        const int fmt = sh[c].fmt, G = sh[c].groups;
+        const int64_t nr = sh[c].nr, K = sh[c].k, N = nr * G, m = sh[c].m, ldx = G * K;
+        size_t wbytes, sbytes;
+        uint8_t *w, *ws;
+        plain_weights(fmt, N, K, &w, &ws, &wbytes, &sbytes);
+        float *x = malloc((size_t)(m * ldx) * 4), *ya = malloc((size_t)(m * N) * 4), *yb = malloc((size_t)(m * N) * 4);
+        uint16_t *xb = sh[c].xbf16 ? malloc((size_t)(m * ldx) * 2) : NULL;
+        fill_act(x, xb, m, ldx);
+        dbuf dw = dput(w, wbytes), dws = dput(ws, sbytes), dx = dput(x, (size_t)(m * ldx) * 4),
+             dy = dput(NULL, (size_t)(m * N) * 4);
+        di_err err = {0};
+        int ok = 1;
+        for (int run = 0; run < 2 && ok; run++) { /* k_mm_tc, then the prefill form */
+            cuda_matmul_set_prefill(run == 0 ? 0 : sh[c].force ? 1 : 512);
+            di_status st = di_cuda_fill(dy.p, 0xff, dy.n, &err);
+            if (!st)
+                st = cuda_op_matmul_plain(fmt, dw.p, fmt == DI_WFMT_FP8 ? dws.p : NULL, N, K, dx.p, ldx, m, G, nr,
+                                          dy.p, N, sh[c].obf16, &err);
+            if (!st) st = di_cuda_synchronize(&err);
+            CHECKF(st == DI_OK, "prefill form case %zu: %s", c, err.msg);
+            ok = st == DI_OK;
+            if (ok) dget(run ? yb : ya, dy);
+        }
+        cuda_matmul_set_prefill(512);
+        if (ok && memcmp(ya, yb, (size_t)(m * N) * 4) != 0) {
+            int64_t i = 0;
+            while (memcmp(ya + i, yb + i, 4) == 0) i++;
+            CHECKF(0, "prefill form %s %lldx%lld (%d groups) m %lld: [%lld] %.9g != k_mm_tc %.9g",
+                   fmt == DI_WFMT_FP8 ? "fp8" : "bf16", (long long)N, (long long)K, G, (long long)m, (long long)i,
+                   yb[i], ya[i]);
+            ok = 0;
+        }
+        if (ok && (double)N * (double)m * (double)K <= 1.1e9) {
+            int64_t nbad = plain_bound_check(fmt, w, ws, x, ldx, yb, m, N, nr, K, sh[c].obf16, &worst);
+            CHECKF(nbad == 0, "prefill form case %zu: %lld outputs outside the bound", c, (long long)nbad);
+            checked++;
+        }
+        dbuf all[] = {dw, dws, dx, dy};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
+        free(w); free(ws); free(x); free(xb); free(ya); free(yb);
+    }
+    printf("prefill form: equals k_mm_tc bit for bit; %lld cases against the exact sum, largest error / bound %.3g\n",
+           (long long)checked, worst);
 #endif
 }
 
@@ -1051,21 +1148,23 @@ static void test_e4m3_forms(void) {
 
 #if defined(DI_HAVE_CUDA)
 void cuda_matvec_set_fp4_dec(int mode); /* cuda_matvec.cu: MXFP4 decode form 0 never, 1 everywhere,
-                                          * 2 grouped past 16 rows; -1 the environment's */
+                                          * 2 the default; -1 the environment's */
+void cuda_fp4_dec_set_mma(int on);      /* cuda_fp4_dec.cu: 0 the CUDA-core form only */
 #endif
 
-/* The MXFP4 decode form (cuda_fp4_dec.cu) on the model's expert shapes and
- * its lane splits: k = 5120 (160 blocks, 32 lanes a row), 2304 (72 blocks,
- * 8 lanes), 3200 (100 blocks: 32 lanes, some idle at the row's end); n not
- * a multiple of the block's rows. Groups of 1, 2, 3 and 5 rows (token tiles
- * of 2 with a short last one) and an empty group, max_rows 5 and 1 (the
- * one-token tile, which then loops over the rows). Every (token, expert)
- * row must be within the exact result's bound (the tensor-core adder's
- * 2^-8 max|p| a block covers this form's f32 chain of 32 products, at most
- * 31 * 32 * 2^-24 max|p|), equal the plain product of that row alone bit
- * for bit (nothing in the form depends on the other rows), and bf16
- * outputs must be that value rounded. The other form runs the same rows:
- * within the same bound. */
+/* The MXFP4 decode form (cuda_fp4_dec.cu), its tensor-core kernel and its
+ * CUDA-core one, on the model's expert shapes: k = 5120 (160 blocks: 8
+ * chunks of 20 a row, 32 lanes in the CUDA-core kernel), 2304 (72 blocks:
+ * chunks 20, 20, 20, 12; 8 lanes), 3200 (100 blocks: 5 chunks, three warps
+ * of a block idle; 32 lanes, some idle at the row's end); n not a multiple
+ * of a block's rows. Groups of 1, 2, 3 and 5 rows and an empty one,
+ * max_rows 5 and 1 (token tiles of 5, or of 1 looping over the rows). Every
+ * (token, expert) row must be within the exact result's bound (the
+ * tensor-core adder's 2^-8 max|p| a block; the CUDA-core kernel's f32 chain
+ * of 32 products is at most 31 * 32 * 2^-24 max|p|), equal the plain
+ * product of that row alone bit for bit (nothing in either kernel depends
+ * on the other rows), and bf16 outputs must be that value rounded. The
+ * wgmma kernel runs the same rows: within the same bound. */
 static void test_fp4_dec_form(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
 #if defined(DI_HAVE_CUDA)
@@ -1092,8 +1191,10 @@ static void test_fp4_dec_form(void) {
         uint16_t *ob = malloc((size_t)(np * n) * 2);
         double *ref = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8), *abs_sum = malloc((size_t)n * 8);
         di_err err = {0};
-        for (int form = 1; form >= 0; form--) {
-            cuda_matvec_set_fp4_dec(form);
+        static const char *const fname[] = {"wgmma", "CUDA-core decode", "tensor-core decode"};
+        for (int form = 2; form >= 0; form--) {
+            cuda_matvec_set_fp4_dec(form ? 1 : 0);
+            cuda_fp4_dec_set_mma(form == 2);
             for (int mr = 5; mr >= 1; mr -= 4) {
                 di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
                 if (!st) st = di_cuda_fill(dob.p, 0xff, dob.n, &err);
@@ -1130,15 +1231,16 @@ static void test_fp4_dec_form(void) {
                     }
                 }
                 CHECKF(bad == 0, "mxfp4 %s form n %lld k %lld max_rows %d: %lld of %lld outputs off the exact result",
-                       form ? "decode" : "wgmma", (long long)n, (long long)k, mr, (long long)bad, (long long)(np * n));
+                       fname[form], (long long)n, (long long)k, mr, (long long)bad, (long long)(np * n));
                 CHECKF(differ == 0, "mxfp4 %s form n %lld k %lld max_rows %d: %lld outputs differ from the plain product",
-                       form ? "decode" : "wgmma", (long long)n, (long long)k, mr, (long long)differ);
+                       fname[form], (long long)n, (long long)k, mr, (long long)differ);
                 CHECKF(bfbad == 0, "mxfp4 %s form n %lld k %lld: %lld bf16 outputs are not the f32 ones rounded",
-                       form ? "decode" : "wgmma", (long long)n, (long long)k, (long long)bfbad);
+                       fname[form], (long long)n, (long long)k, (long long)bfbad);
                 if (!form) break; /* the wgmma form needs the true max_rows */
             }
         }
         cuda_matvec_set_fp4_dec(-1);
+        cuda_fp4_dec_set_mma(1);
         dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout, dob, d1};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
         free(x); free(sa); free(qa); free(w); free(ws); free(out); free(o1); free(ob);
@@ -1164,6 +1266,7 @@ int main(void) {
     RUN(test_fp8_cluster8);
     RUN(test_e4m3_forms);
     RUN(test_matmul_decode_form);
+    RUN(test_matmul_prefill_form);
     RUN(test_fp4_dec_form);
 #if defined(DI_HAVE_CUDA)
     /* the MXFP4 tests again with the decode form everywhere and with it

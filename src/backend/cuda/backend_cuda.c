@@ -151,6 +151,8 @@ typedef struct cuda_impl {
     long n_malloc;               /* cudaMalloc calls made for buffers */
     /* queued copies */
     cuda_copy_batch *cq;         /* cq->n queued */
+    const char *qd_lo, *qd_hi;   /* while cq->n > 0: every queued destination lies in [qd_lo, qd_hi) */
+    const char *qs_lo, *qs_hi;   /* and every queued source in [qs_lo, qs_hi) */
     long n_copy_batches, n_copies;
     /* profile: 0 off, 1 drained per op, 2 events per op (DI_CUDA_PROFILE=events) */
     int prof;
@@ -523,6 +525,20 @@ static void pool_trim(cuda_impl *c) {
  * nothing. */
 enum { POOL_ZERO_SRC = 1 << 16 };
 
+/* Appends a copy to the queue and widens the queue's hulls (cu_copy's
+ * quick test: a copy that meets neither hull meets no queued copy). */
+static void queue_push(cuda_impl *c, char *dst, const char *src, size_t bytes) {
+    if (!c->cq->n) {
+        c->qd_lo = dst, c->qd_hi = dst + bytes, c->qs_lo = src, c->qs_hi = src + bytes;
+    } else {
+        if (dst < c->qd_lo) c->qd_lo = dst;
+        if (dst + bytes > c->qd_hi) c->qd_hi = dst + bytes;
+        if (src < c->qs_lo) c->qs_lo = src;
+        if (src + bytes > c->qs_hi) c->qs_hi = src + bytes;
+    }
+    c->cq->d[c->cq->n++] = (cuda_copy_desc){dst, src, bytes};
+}
+
 /* How the queue meets [p, p + bytes): 0 not at all, 1 only through queued
  * fills that already cover it (a block freed and handed out again before
  * any op ran: nothing can have written it since, or the queue would have
@@ -558,7 +574,7 @@ static di_status pool_zero(di_backend *be, void *p, size_t bytes, di_err *err) {
     if (meets == 1) return DI_OK;
     if (meets == 2 || (c->cq->n == CUDA_COPY_BATCH && bytes <= POOL_ZERO_SRC)) copies_flush(be);
     if (bytes > POOL_ZERO_SRC) return cuda_mem_fill_async(p, 0, bytes, err);
-    c->cq->d[c->cq->n++] = (cuda_copy_desc){(char *)p, (const char *)c->zero_src, bytes};
+    queue_push(c, (char *)p, (const char *)c->zero_src, bytes);
     return DI_OK;
 }
 
@@ -700,7 +716,18 @@ static void copies_flush(di_backend *be) {
 
 /* Queues a device-to-device copy. A copy whose own ranges overlap, or of a
  * MiB or more, runs at once (memmove); one that reads or writes what a queued copy writes, or
- * writes what a queued copy reads, first runs the queue. */
+ * writes what a queued copy reads, first runs the queue.
+ *
+ * A prefill calls this per row by the ten thousand (the embedding's mHC
+ * copies: 32,768 at 8,192 tokens; the compressor's groups when they come
+ * from the chunk itself): the entry-by-entry test runs only when the copy
+ * meets the queue's hulls, and a copy that continues one of the last two
+ * queued ones at both ends (the compressor's rows, two arrays in turn) is
+ * merged into it, up to COPY_MERGE bytes (the queue's kernel copies an
+ * entry with one block). Merging keeps the queue's rule: the new piece
+ * meets no queued copy, so the merged copy's ends do not overlap either,
+ * and queued copies never meet, so their order within a launch is free. */
+enum { COPY_MERGE = 256 << 10 };
 static void cu_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_impl *c = IM(be);
     di_err err = {0};
@@ -714,16 +741,29 @@ static void cu_copy(di_backend *be, void *dst, const void *src, size_t bytes) {
         note(be, cuda_mem_move(dst, src, bytes, &err), &err);
         return;
     }
-    for (int i = 0; i < c->cq->n; i++) {
-        const cuda_copy_desc *q = &c->cq->d[i];
-        if (ranges_meet(d, bytes, q->dst, q->bytes) || ranges_meet(d, bytes, q->src, q->bytes) ||
-            ranges_meet(s, bytes, q->dst, q->bytes)) {
-            copies_flush(be);
-            break;
+    if (c->cq->n && (ranges_meet(d, bytes, c->qd_lo, (size_t)(c->qd_hi - c->qd_lo)) ||
+                     ranges_meet(d, bytes, c->qs_lo, (size_t)(c->qs_hi - c->qs_lo)) ||
+                     ranges_meet(s, bytes, c->qd_lo, (size_t)(c->qd_hi - c->qd_lo))))
+        for (int i = 0; i < c->cq->n; i++) {
+            const cuda_copy_desc *q = &c->cq->d[i];
+            if (ranges_meet(d, bytes, q->dst, q->bytes) || ranges_meet(d, bytes, q->src, q->bytes) ||
+                ranges_meet(s, bytes, q->dst, q->bytes)) {
+                copies_flush(be);
+                break;
+            }
+        }
+    for (int i = c->cq->n - 1; i >= 0 && i >= c->cq->n - 2; i--) {
+        cuda_copy_desc *q = &c->cq->d[i];
+        if (q->dst + q->bytes == d && q->src + q->bytes == s && q->bytes + bytes <= COPY_MERGE &&
+            q->src != (const char *)c->zero_src) {
+            q->bytes += bytes;
+            if (d + bytes > c->qd_hi) c->qd_hi = d + bytes;
+            if (s + bytes > c->qs_hi) c->qs_hi = s + bytes;
+            return;
         }
     }
     if (c->cq->n == CUDA_COPY_BATCH) copies_flush(be);
-    c->cq->d[c->cq->n++] = (cuda_copy_desc){(char *)dst, src, bytes};
+    queue_push(c, (char *)dst, src, bytes);
 }
 
 /* ------------------------------------------------------------ matmul */

@@ -208,6 +208,26 @@ __device__ __forceinline__ void split_x8(uint32_t (&h)[4], uint32_t (&md)[4], ui
     }
 }
 
+/* One chunk's products for a 16-output tile (the weight rows g and g + 8
+ * of the lane as bf16 pairs r0 / r1) and an n8 tile of x's three terms:
+ * two k16 steps a term, the terms in order, the second / third left out
+ * where they are zero in the whole warp's tile (use_m / use_l). */
+__device__ __forceinline__ void mma_terms(float (&acc)[4], const uint32_t (&r0)[4], const uint32_t (&r1)[4],
+                                          const uint32_t (&xh)[4], const uint32_t (&xm)[4],
+                                          const uint32_t (&xl)[4], bool use_m, bool use_l) {
+    const uint32_t a0[4] = {r0[0], r1[0], r0[1], r1[1]}, a1[4] = {r0[2], r1[2], r0[3], r1[3]};
+    mma_bf16_16816(acc, a0, xh[0], xh[1]);
+    mma_bf16_16816(acc, a1, xh[2], xh[3]);
+    if (use_m) {
+        mma_bf16_16816(acc, a0, xm[0], xm[1]);
+        mma_bf16_16816(acc, a1, xm[2], xm[3]);
+    }
+    if (use_l) {
+        mma_bf16_16816(acc, a0, xl[0], xl[1]);
+        mma_bf16_16816(acc, a1, xl[2], xl[3]);
+    }
+}
+
 /* x[k0 .. k0+7] of one row (0 past K or for a row past m), split. */
 __device__ __forceinline__ void load_x_split(uint32_t (&h)[4], uint32_t (&md)[4], uint32_t (&l)[4],
                                              const float *xr, bool row_ok, int64_t K, int64_t k0,
@@ -317,20 +337,7 @@ __global__ void __launch_bounds__(TC_KW * 32) k_mm_tc(const void *w, const uint8
             bool use_m = __any_sync(0xffffffffu, (xm[0] | xm[1] | xm[2] | xm[3]) != 0u);
             bool use_l = __any_sync(0xffffffffu, (xl[0] | xl[1] | xl[2] | xl[3]) != 0u);
 #pragma unroll
-            for (int tt = 0; tt < T; tt++) {
-                const uint32_t(&r0)[4] = wa[b][tt][0], (&r1)[4] = wa[b][tt][1];
-                const uint32_t a0[4] = {r0[0], r1[0], r0[1], r1[1]}, a1[4] = {r0[2], r1[2], r0[3], r1[3]};
-                mma_bf16_16816(acc[tt][nt], a0, xh[0], xh[1]);
-                mma_bf16_16816(acc[tt][nt], a1, xh[2], xh[3]);
-                if (use_m) {
-                    mma_bf16_16816(acc[tt][nt], a0, xm[0], xm[1]);
-                    mma_bf16_16816(acc[tt][nt], a1, xm[2], xm[3]);
-                }
-                if (use_l) {
-                    mma_bf16_16816(acc[tt][nt], a0, xl[0], xl[1]);
-                    mma_bf16_16816(acc[tt][nt], a1, xl[2], xl[3]);
-                }
-            }
+            for (int tt = 0; tt < T; tt++) mma_terms(acc[tt][nt], wa[b][tt][0], wa[b][tt][1], xh, xm, xl, use_m, use_l);
         }
     };
     int64_t c = warp;
@@ -690,6 +697,16 @@ extern "C" di_status cuda_e4m3_forms(const void *codes, const void *sb, int n, v
     return cuda_check_launch(err, "e4m3 forms");
 }
 
+/* A measuring switch of this file: on unless the variable is "0", read once
+ * into *cache (-1 until then). */
+static int switch_on(const char *name, int *cache) {
+    if (*cache < 0) {
+        const char *v = getenv(name);
+        *cache = !(v && v[0] == '0');
+    }
+    return *cache;
+}
+
 static int dec_mode = 1;    /* measuring and test aid: 0 = k_mm_tc at every m */
 static int dec_forced_cl = 0; /* measuring and test aid: blocks a row tile's chains spread over */
 extern "C" void cuda_matmul_set_decode(int on, int cl) {
@@ -754,10 +771,7 @@ static di_status matmul_dec(int fmt, const void *w, const uint8_t *s, int64_t K,
                             di_err *err) {
     *done = 0;
     static int env_on = -1; /* DI_CUDA_MM_DEC=0: k_mm_tc at every m (measuring aid for the model bench) */
-    if (env_on < 0) {
-        const char *v = getenv("DI_CUDA_MM_DEC");
-        env_on = !(v && v[0] == '0');
-    }
+    switch_on("DI_CUDA_MM_DEC", &env_on);
     if (!dec_mode || !env_on || m > 8 || (fmt != DI_WFMT_BF16 && fmt != DI_WFMT_FP8) || K % TC_CH || K > (1 << 20) ||
         ldx % 4 || ((uintptr_t)x & 15) || ((uintptr_t)w & 15) || groups > 65535)
         return DI_OK;
@@ -773,10 +787,7 @@ static di_status matmul_dec(int fmt, const void *w, const uint8_t *s, int64_t K,
      * 334 / 344 µs against 407 at m = 1 / 2, b1 step -0.08 ms (products
      * run 4, docs/gpu-notes.md) */
     static int waves_on = -1;
-    if (waves_on < 0) {
-        const char *v = getenv("DI_CUDA_HEAD_DEC");
-        waves_on = !(v && v[0] == '0');
-    }
+    switch_on("DI_CUDA_HEAD_DEC", &waves_on);
     if (tiles * groups > 8 * sms && !(m <= 2 && waves_on)) return DI_OK;
     int cl = 1;
     while (cl < TC_KW && tiles * groups * cl < sms) cl *= 2;
@@ -803,6 +814,211 @@ static di_status matmul_dec(int fmt, const void *w, const uint8_t *s, int64_t K,
     return cuda_check(e, err, "matmul (decode form)");
 }
 
+/* ---- the prefill form (many rows): the same arithmetic on 64 x 64 tiles
+ *
+ * At prefill k_mm_tc runs its decode-sized tiles (32 outputs x 64 rows a
+ * block) over thousands of rows: every block loads its 64 rows of x from
+ * L2 and splits them again for every 32 outputs, with two chunks in flight
+ * a warp and one dependent round trip a chunk; the 8,192-row wo_a took
+ * 39 ms, 14 TFLOP/s (docs/gpu-notes.md, prefill run 1). This form keeps
+ * every operation of k_mm_tc and their order -- warp e adds chunks e, e+8,
+ * ... of K in increasing order, per chunk the same two k16 steps of the
+ * same three terms in the same fragments, the eight chains then added by
+ * the same tree -- and changes where the operands come from and how much
+ * a block covers:
+ * - a block owns 64 outputs x 64 rows (twice k_mm_tc's outputs: x is read
+ *   from L2 and split half as often; 128 accumulators a thread, one block
+ *   of 8 warps an SM);
+ * - each warp streams its chunks' operands (x as fp32, the weights in
+ *   their format) by cp.async into its own two-slot ring in shared memory
+ *   (no block barrier in the loop: a warp waits for its own copies), so
+ *   the next chunk's 11-13 KB are in flight while this one's mma run; the
+ *   weights' lanes copy the fragments they read (whole sectors already),
+ *   x's lanes whole 32-byte sectors (the first form copied each lane's own
+ *   fragment, half sectors: every sector of x crossed from L2 twice, and
+ *   wo_a took 9.5 ms at 8,192 rows, L2-bound);
+ * - the eight chains' sums meet in shared memory (the ring's bytes) at the
+ *   end, and every thread adds some of the tile's outputs by the tree.
+ * So every output has k_mm_tc's bits (test_cuda_ops checks it bit for bit,
+ * and the bound of the exact sum). Needs K % 32 == 0, x 16-byte aligned
+ * with ldx % 4 == 0, BF16 weights 16-byte / FP8 8-byte aligned, and FP8
+ * weights in groups with nr % 32 == 0 (each half tile of 32 outputs inside
+ * one scale block). */
+
+enum { PF_T = 4, PF_NT = 8, PF_RD = 2, PF_O = 16 * PF_T, PF_R = 8 * PF_NT };
+
+/* bytes of one warp's ring slot: x's 64 rows of a chunk (128 bytes, rows
+ * padded to 144 so that the fragment loads are free of bank conflicts),
+ * then the weights' fragments (8 codes or 8 bf16 per row and lane) */
+enum { PF_XROW = 144 };
+__host__ __device__ constexpr int pf_xbytes() { return PF_R * PF_XROW; }
+__host__ __device__ constexpr int pf_slot_bytes(int esz) { return pf_xbytes() + 2 * PF_T * 32 * 8 * esz; }
+
+template <int FMT>
+__global__ void __launch_bounds__(TC_KW * 32, 1) k_mm_pf(const void *w, const uint8_t *s, int64_t K,
+                                                      const float *x, int64_t ldx, int64_t m, int64_t nr,
+                                                      float *y, int64_t ldy, int out_bf16) {
+    extern __shared__ __align__(16) uint8_t psm[];
+    constexpr int ESZ = FMT == DI_WFMT_BF16 ? 2 : 1, PB = 8 * ESZ, NP = 2 * PF_T, XB = pf_xbytes(),
+                  SB = pf_slot_bytes(ESZ);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int64_t gz = blockIdx.z, j0 = (int64_t)blockIdx.x * PF_O, i0 = (int64_t)blockIdx.y * PF_R;
+    const int nch = (int)(K / TC_CH);
+    /* FP8: the scales of the tile's two 32-row blocks, per chunk */
+    float *scl = (float *)(psm + TC_KW * PF_RD * SB);
+    if (FMT == DI_WFMT_FP8) {
+        const int64_t sb0 = (gz * nr + j0) / 32;
+        for (int i = threadIdx.x; i < 2 * nch; i += TC_KW * 32) {
+            const int h = i / nch, c = i - h * nch;
+            scl[i] = j0 + 32 * h < nr ? e8m0_to_f32(s[(sb0 + h) * nch + c]) : 0.f;
+        }
+        __syncthreads();
+    }
+    const uint32_t ring = (uint32_t)__cvta_generic_to_shared(psm) + (uint32_t)(warp * PF_RD * SB);
+    const float *xb = x + (i0 + g) * ldx + gz * K + 4 * t;
+    const uint8_t *wb = (const uint8_t *)w + ((gz * nr + j0 + g) * K + 8 * t) * ESZ;
+    auto issue = [&](int q, int slot) {
+        const int c = q * TC_KW + warp;
+        const bool okc = c < nch;
+        const int64_t k0 = okc ? (int64_t)c * TC_CH : 0;
+        const uint32_t base = ring + (uint32_t)(slot * SB);
+#pragma unroll
+        for (int nt = 0; nt < PF_NT; nt++) {
+            /* whole 32-byte sectors: lane t copies bytes 16t.. of each half
+             * of its row (the fragment of lane t spans bytes 32t..32t+31,
+             * so lanes of one row read each other's copies) */
+            const bool ok = okc && i0 + nt * 8 + g < m;
+            const float *src = ok ? xb + nt * 8 * ldx + k0 : x;
+            const uint32_t d = base + (uint32_t)((nt * 8 + g) * PF_XROW + 16 * t);
+            cp_async_w(d, src, ok, 16);
+            cp_async_w(d + 64, ok ? src + 16 : x, ok, 16);
+        }
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            const int jr = (p >> 1) * 16 + 8 * (p & 1);
+            const bool ok = okc && j0 + jr + g < nr;
+            const uint8_t *src = ok ? wb + ((int64_t)jr * K + k0) * ESZ : (const uint8_t *)w;
+            cp_async_w(base + (uint32_t)(XB + (p * 32 + lane) * PB), src, ok, PB);
+        }
+        cp_async_commit();
+    };
+    issue(0, 0);
+    issue(1, 1);
+    float acc[PF_T][PF_NT][4];
+#pragma unroll
+    for (int tt = 0; tt < PF_T; tt++)
+#pragma unroll
+        for (int nt = 0; nt < PF_NT; nt++) acc[tt][nt][0] = acc[tt][nt][1] = acc[tt][nt][2] = acc[tt][nt][3] = 0.f;
+    const int nq = warp < nch ? (nch - warp + TC_KW - 1) / TC_KW : 0;
+#pragma unroll 1
+    for (int q = 0; q < nq; q++) {
+        const int slot = q & 1, c = q * TC_KW + warp;
+        cp_async_wait<1>(); /* this lane's copies of chunk q have landed */
+        __syncwarp();       /* and those of the other lanes of its rows */
+        const uint8_t *sp = psm + (warp * PF_RD + slot) * SB;
+        uint32_t wa[NP][4];
+        if (FMT == DI_WFMT_BF16) {
+#pragma unroll
+            for (int p = 0; p < NP; p++) {
+                const uint4 v = *(const uint4 *)(sp + XB + (p * 32 + lane) * 16);
+                wa[p][0] = v.x, wa[p][1] = v.y, wa[p][2] = v.z, wa[p][3] = v.w;
+            }
+        } else {
+            /* tiles 0-1 in the first scale block, 2-3 in the second */
+            uint2 v0[NP / 2], v1[NP / 2];
+            uint32_t a0[NP / 2][4], a1[NP / 2][4];
+#pragma unroll
+            for (int p = 0; p < NP / 2; p++) {
+                v0[p] = *(const uint2 *)(sp + XB + (p * 32 + lane) * 8);
+                v1[p] = *(const uint2 *)(sp + XB + ((p + NP / 2) * 32 + lane) * 8);
+            }
+            e4m3x8n_bf16x2<NP / 2>(v0, scl[c], a0);
+            e4m3x8n_bf16x2<NP / 2>(v1, scl[nch + c], a1);
+#pragma unroll
+            for (int p = 0; p < NP / 2; p++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) wa[p][k] = a0[p][k], wa[p + NP / 2][k] = a1[p][k];
+        }
+#pragma unroll
+        for (int nt = 0; nt < PF_NT; nt++) {
+            const uint4 p0 = *(const uint4 *)(sp + (nt * 8 + g) * PF_XROW + 32 * t);
+            const uint4 p1 = *(const uint4 *)(sp + (nt * 8 + g) * PF_XROW + 32 * t + 16);
+            const float v[8] = {__uint_as_float(p0.x), __uint_as_float(p0.y), __uint_as_float(p0.z),
+                                __uint_as_float(p0.w), __uint_as_float(p1.x), __uint_as_float(p1.y),
+                                __uint_as_float(p1.z), __uint_as_float(p1.w)};
+            uint32_t xh[4], xm[4], xl[4];
+            split_x8(xh, xm, xl, v);
+            const bool use_m = __any_sync(0xffffffffu, (xm[0] | xm[1] | xm[2] | xm[3]) != 0u);
+            const bool use_l = __any_sync(0xffffffffu, (xl[0] | xl[1] | xl[2] | xl[3]) != 0u);
+#pragma unroll
+            for (int tt = 0; tt < PF_T; tt++) mma_terms(acc[tt][nt], wa[2 * tt], wa[2 * tt + 1], xh, xm, xl, use_m, use_l);
+        }
+        __syncwarp();       /* every lane's values of the slot are in registers and used */
+        issue(q + 2, slot);
+    }
+    cp_async_wait<0>();
+    __syncthreads(); /* every warp's ring is idle: its bytes take the chains' sums */
+
+    constexpr int NI = PF_T * PF_NT * 4;
+    float *red = (float *)psm; /* [chain][NI][lane] */
+#pragma unroll
+    for (int tt = 0; tt < PF_T; tt++)
+#pragma unroll
+        for (int nt = 0; nt < PF_NT; nt++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) red[(warp * NI + (tt * PF_NT + nt) * 4 + k) * 32 + lane] = acc[tt][nt][k];
+    __syncthreads();
+    for (int p = threadIdx.x; p < NI * 32; p += TC_KW * 32) {
+        const int idx = p >> 5, ln = p & 31;
+        float a[TC_KW];
+#pragma unroll
+        for (int e = 0; e < TC_KW; e++) a[e] = red[(e * NI + idx) * 32 + ln];
+        const float v = ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+        const int tt = idx / (PF_NT * 4), nt = (idx >> 2) % PF_NT, k = idx & 3;
+        const int64_t j = j0 + tt * 16 + (ln >> 2) + 8 * (k >> 1), i = i0 + nt * 8 + 2 * (ln & 3) + (k & 1);
+        if (j < nr && i < m) y[i * ldy + gz * nr + j] = out_bf16 ? round_bf16(v) : v;
+    }
+}
+
+static int pf_min_rows = 512; /* measuring and test aid: rows from which the prefill form runs, 0 = never */
+extern "C" void cuda_matmul_set_prefill(int min_rows) { pf_min_rows = min_rows; }
+
+template <int FMT>
+static cudaError_t pf_launch(dim3 grid, int smem, const void *w, const uint8_t *s, int64_t K, const float *x,
+                             int64_t ldx, int64_t m, int64_t nr, float *y, int64_t ldy, int out_bf16) {
+    static int attr = 0;
+    if (smem > 48 * 1024 && smem > attr) {
+        cudaError_t e = cudaFuncSetAttribute(k_mm_pf<FMT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess) return e;
+        attr = smem;
+    }
+    k_mm_pf<FMT><<<grid, TC_KW * 32, (size_t)smem>>>(w, s, K, x, ldx, m, nr, y, ldy, out_bf16);
+    return cudaGetLastError();
+}
+
+/* The prefill form where it applies (*done = 0 otherwise, nothing launched). */
+static di_status matmul_pf(int fmt, const void *w, const uint8_t *s, int64_t K, const float *x, int64_t ldx,
+                           int64_t m, int groups, int64_t nr, float *y, int64_t ldy, int out_bf16, int *done,
+                           di_err *err) {
+    *done = 0;
+    static int env_on = -1; /* DI_CUDA_MM_PF=0: k_mm_tc at every m (measuring aid for the model bench) */
+    switch_on("DI_CUDA_MM_PF", &env_on);
+    const int esz = fmt == DI_WFMT_BF16 ? 2 : 1;
+    if (!pf_min_rows || !env_on || m < pf_min_rows || (fmt != DI_WFMT_BF16 && fmt != DI_WFMT_FP8) || K % TC_CH ||
+        K > (1 << 20) || ldx % 4 || ((uintptr_t)x & 15) || ((uintptr_t)w % (8 * esz)) || groups > 65535)
+        return DI_OK;
+    if (fmt == DI_WFMT_FP8 && groups > 1 && nr % 32) return DI_OK;
+    const int64_t smem = (int64_t)TC_KW * PF_RD * pf_slot_bytes(esz) + (fmt == DI_WFMT_FP8 ? 2 * (K / TC_CH) * 4 : 0);
+    const int64_t gx = (nr + PF_O - 1) / PF_O, gy = (m + PF_R - 1) / PF_R;
+    if (smem > 220 * 1024 || gx > 0x7fffffff || gy > 65535) return DI_OK;
+    dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)groups);
+    cudaError_t e = fmt == DI_WFMT_BF16
+                        ? pf_launch<DI_WFMT_BF16>(grid, (int)smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16)
+                        : pf_launch<DI_WFMT_FP8>(grid, (int)smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16);
+    *done = 1;
+    return cuda_check(e, err, "matmul (prefill form)");
+}
+
 static di_status matmul_tc(int fmt, const void *w, const uint8_t *s, int64_t K, const float *x,
                            int64_t ldx, int64_t m, int groups, int64_t nr, float *y, int64_t ldy,
                            int out_bf16, di_err *err) {
@@ -822,6 +1038,8 @@ static di_status matmul_tc(int fmt, const void *w, const uint8_t *s, int64_t K, 
                           (long long)m, (long long)nr, groups);
     int done = 0;
     di_status st = matmul_dec(fmt, w, s, K, x, ldx, m, groups, nr, y, ldy, out_bf16, &done, err);
+    if (st || done) return st;
+    st = matmul_pf(fmt, w, s, K, x, ldx, m, groups, nr, y, ldy, out_bf16, &done, err);
     if (st || done) return st;
     int align = fmt == DI_WFMT_BF16 ? 16 : 8;
     int vec = K % 8 == 0 && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w % align) == 0;
