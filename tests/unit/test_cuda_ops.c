@@ -646,10 +646,11 @@ static void test_grouped_spread(void) {
  * of expert order; outputs poisoned before each launch. */
 #if defined(DI_HAVE_CUDA)
 void cuda_matvec_set_grouped_tiled(int on); /* cuda_matvec.cu: 0 = mma.sync past 16 rows */
+void cuda_gemm_grouped_set_form(int form);  /* cuda_gemm_grouped.cu: 0 first form, 1 pipelined, -1 choose */
 #endif
 static void test_grouped_many_rows(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
-    const struct { int64_t E, T, n, k; } cs[] = {{3, 20, 100, 256}, {5, 150, 200, 288}};
+    const struct { int64_t E, T, n, k; } cs[] = {{3, 20, 100, 256}, {5, 150, 200, 288}, {5, 150, 200, 384}};
     for (size_t c = 0; c < sizeof cs / sizeof *cs; c++) {
         const int64_t E = cs[c].E, T = cs[c].T, n = cs[c].n, k = cs[c].k, kbn = k / 32;
         const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
@@ -660,7 +661,7 @@ static void test_grouped_many_rows(void) {
         int32_t np = 0;
         off[0] = 0;
         for (int g = 0; g < E; g++) {
-            ids[g] = (int32_t)((E - 1 - g + 2 * (c == 1)) % E);
+            ids[g] = (int32_t)((E - 1 - g + 2 * (c >= 1)) % E);
             for (int t = 0; t < T && g != 1; t++) {
                 int in = g == 0 || (g == 2 && t % 3) || (g == 3 && t % 2 == 0) || (g == 4 && t < 70);
                 if (in) { rows[np] = t; pair_exp[np] = ids[g]; np++; }
@@ -673,9 +674,14 @@ static void test_grouped_many_rows(void) {
              dout = dput(NULL, (size_t)(np * n) * 4);
         float *out = malloc((size_t)(np * n) * 4);
         double *ref = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8), *abs_sum = malloc((size_t)n * 8);
-        for (int tiled = 0; tiled < 2; tiled++) {
+        float *first = malloc((size_t)(np * n) * 4);
+        /* the mma.sync tiles of 8, the tiled GEMM's first form, its
+         * pipelined form (k a multiple of 128; else the first form again):
+         * the two tiled forms bit for bit */
+        for (int tiled = 0; tiled < 3; tiled++) {
 #if defined(DI_HAVE_CUDA)
-            cuda_matvec_set_grouped_tiled(tiled);
+            cuda_matvec_set_grouped_tiled(tiled > 0);
+            cuda_gemm_grouped_set_form(tiled - 1);
 #endif
             di_err err = {0};
             di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
@@ -695,12 +701,17 @@ static void test_grouped_many_rows(void) {
                     if (!(fabs(out[(size_t)p * n + j] - ref[j]) <= bound[j])) bad++;
             }
             CHECKF(bad == 0, "grouped mxfp4 (%s), %lld groups, %d pairs, n %lld, k %lld: %lld of %lld "
-                   "outputs off the exact result", tiled ? "tiled GEMM" : "mma.sync tiles of 8",
+                   "outputs off the exact result", tiled == 2 ? "tiled GEMM, pipelined" : tiled ? "tiled GEMM" : "mma.sync tiles of 8",
                    (long long)E, (int)np, (long long)n, (long long)k, (long long)bad, (long long)(np * n));
+            if (tiled == 1) memcpy(first, out, (size_t)(np * n) * 4);
+            CHECKF(tiled < 2 || memcmp(first, out, (size_t)(np * n) * 4) == 0,
+                   "grouped mxfp4, k %lld: the pipelined tiled form differs from the first form", (long long)k);
         }
 #if defined(DI_HAVE_CUDA)
         cuda_matvec_set_grouped_tiled(1);
+        cuda_gemm_grouped_set_form(-1);
 #endif
+        free(first);
         dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
         free(x); free(sa); free(qa); free(w); free(ws); free(out); free(ref); free(bound); free(abs_sum);
@@ -1148,23 +1159,21 @@ static void test_e4m3_forms(void) {
 
 #if defined(DI_HAVE_CUDA)
 void cuda_matvec_set_fp4_dec(int mode); /* cuda_matvec.cu: MXFP4 decode form 0 never, 1 everywhere,
-                                          * 2 the default; -1 the environment's */
-void cuda_fp4_dec_set_mma(int on);      /* cuda_fp4_dec.cu: 0 the CUDA-core form only */
+                                          * 2 grouped past 16 rows; -1 the environment's */
 #endif
 
-/* The MXFP4 decode form (cuda_fp4_dec.cu), its tensor-core kernel and its
- * CUDA-core one, on the model's expert shapes: k = 5120 (160 blocks: 8
- * chunks of 20 a row, 32 lanes in the CUDA-core kernel), 2304 (72 blocks:
- * chunks 20, 20, 20, 12; 8 lanes), 3200 (100 blocks: 5 chunks, three warps
- * of a block idle; 32 lanes, some idle at the row's end); n not a multiple
- * of a block's rows. Groups of 1, 2, 3 and 5 rows and an empty one,
- * max_rows 5 and 1 (token tiles of 5, or of 1 looping over the rows). Every
- * (token, expert) row must be within the exact result's bound (the
- * tensor-core adder's 2^-8 max|p| a block; the CUDA-core kernel's f32 chain
- * of 32 products is at most 31 * 32 * 2^-24 max|p|), equal the plain
- * product of that row alone bit for bit (nothing in either kernel depends
- * on the other rows), and bf16 outputs must be that value rounded. The
- * wgmma kernel runs the same rows: within the same bound. */
+/* The MXFP4 decode form (cuda_fp4_dec.cu) on the model's expert shapes and
+ * its lane splits: k = 5120 (160 blocks, 32 lanes a row), 2304 (72 blocks,
+ * 8 lanes), 3200 (100 blocks: 32 lanes, some idle at the row's end); n not
+ * a multiple of the block's rows. Groups of 1, 2, 3 and 5 rows (token tiles
+ * of 2 with a short last one) and an empty group, max_rows 5 and 1 (the
+ * one-token tile, which then loops over the rows). Every (token, expert)
+ * row must be within the exact result's bound (the tensor-core adder's
+ * 2^-8 max|p| a block covers this form's f32 chain of 32 products, at most
+ * 31 * 32 * 2^-24 max|p|), equal the plain product of that row alone bit
+ * for bit (nothing in the form depends on the other rows), and bf16
+ * outputs must be that value rounded. The other form runs the same rows:
+ * within the same bound. */
 static void test_fp4_dec_form(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
 #if defined(DI_HAVE_CUDA)
@@ -1191,10 +1200,8 @@ static void test_fp4_dec_form(void) {
         uint16_t *ob = malloc((size_t)(np * n) * 2);
         double *ref = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8), *abs_sum = malloc((size_t)n * 8);
         di_err err = {0};
-        static const char *const fname[] = {"wgmma", "CUDA-core decode", "tensor-core decode"};
-        for (int form = 2; form >= 0; form--) {
-            cuda_matvec_set_fp4_dec(form ? 1 : 0);
-            cuda_fp4_dec_set_mma(form == 2);
+        for (int form = 1; form >= 0; form--) {
+            cuda_matvec_set_fp4_dec(form);
             for (int mr = 5; mr >= 1; mr -= 4) {
                 di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
                 if (!st) st = di_cuda_fill(dob.p, 0xff, dob.n, &err);
@@ -1231,16 +1238,15 @@ static void test_fp4_dec_form(void) {
                     }
                 }
                 CHECKF(bad == 0, "mxfp4 %s form n %lld k %lld max_rows %d: %lld of %lld outputs off the exact result",
-                       fname[form], (long long)n, (long long)k, mr, (long long)bad, (long long)(np * n));
+                       form ? "decode" : "wgmma", (long long)n, (long long)k, mr, (long long)bad, (long long)(np * n));
                 CHECKF(differ == 0, "mxfp4 %s form n %lld k %lld max_rows %d: %lld outputs differ from the plain product",
-                       fname[form], (long long)n, (long long)k, mr, (long long)differ);
+                       form ? "decode" : "wgmma", (long long)n, (long long)k, mr, (long long)differ);
                 CHECKF(bfbad == 0, "mxfp4 %s form n %lld k %lld: %lld bf16 outputs are not the f32 ones rounded",
-                       fname[form], (long long)n, (long long)k, (long long)bfbad);
+                       form ? "decode" : "wgmma", (long long)n, (long long)k, (long long)bfbad);
                 if (!form) break; /* the wgmma form needs the true max_rows */
             }
         }
         cuda_matvec_set_fp4_dec(-1);
-        cuda_fp4_dec_set_mma(1);
         dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout, dob, d1};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
         free(x); free(sa); free(qa); free(w); free(ws); free(out); free(o1); free(ob);

@@ -30,6 +30,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_gemm_grouped.h"
+#include "backend/cuda/cuda_tma.cuh"
 
 enum {
     GG_BM = 64,               /* rows (token slots) per tile */
@@ -38,6 +39,18 @@ enum {
     GG_THREADS = 256,         /* 8 warps: 2 (rows) x 4 (outputs), 32 x 32 each */
     GG_LDW = GG_KC / 2 + 4,   /* 32-bit words per staged row (f16 pairs), padded */
 };
+
+/* One stage as the pipelined form copies it (cp.async), by thread: the
+ * activation codes of thread (ta, pa), its block's scale, the packed weights
+ * of thread (rb, hb), and the four scale bytes of weight row rb (its thread
+ * with hb = 0). A thread converts only what it copied itself. */
+struct GgRaw {
+    uint4 a[2][GG_THREADS];
+    uint4 w[2][GG_THREADS];
+    float sa[GG_THREADS];
+    uint32_t sw[GG_BN];
+};
+enum { GG_STAGES = 3 }; /* stages in flight: the one converted and two behind it */
 
 struct GgSmem {
     uint32_t a[GG_BM * GG_LDW];  /* [64 rows, 128 inputs] f16 activation codes */
@@ -54,6 +67,25 @@ __device__ __forceinline__ void gg_mma(float d[4], const uint32_t a[4], const ui
         "{%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* the same step from a zero accumulator (+0, as gg_zero leaves it): the
+ * zero comes from one register, not four moves per tile and 32-block */
+__device__ __forceinline__ void gg_mma0(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%10, %10, %10, %10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(0.f));
+}
+
+/* four 8 x 8 matrices of 16-bit values from shared memory (lane l gives
+ * the address of row l % 8 of matrix l / 8), as the mma fragments */
+__device__ __forceinline__ void gg_ldsm4(uint32_t (&r)[4], const uint32_t *p) {
+    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
 }
 
 /* two E4M3 codes (low byte first) -> f16 pair, exact */
@@ -91,6 +123,16 @@ __device__ __forceinline__ void gg_zero(float (&v)[2][4][4]) {
             for (int q = 0; q < 4; q++) v[i][j][q] = 0.f;
 }
 
+/* PIPE, the pipelined form (k a multiple of 128): each stage's raw bytes
+ * come by cp.async into a ring of GG_STAGES stages behind the shared f16
+ * tiles, so two stages are in flight while one is converted and multiplied
+ * (the first form holds one stage ahead in registers: 19 registers of a
+ * kernel capped at 128, 180 bytes of spills, and one stage of latency to
+ * hide); the fragments come by ldmatrix (4 instructions a k16 step instead
+ * of 16 scalar loads) and each 32-block's first mma starts from a zero
+ * register. The same values reach the same mma in the same order: the same
+ * bits as the first form (test_cuda_ops compares them). */
+template <bool PIPE>
 __global__ void __launch_bounds__(GG_THREADS, 2)
     k_gemm_mxfp4_grouped(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int64_t k,
                          const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws, int64_t n,
@@ -164,10 +206,42 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
             rsw[0] = vb && kbw < kbn ? e8m0_to_f32(__ldg(pSW + kbw)) : 0.f;
             rsw[1] = vb && kbw + 1 < kbn ? e8m0_to_f32(__ldg(pSW + kbw + 1)) : 0.f;
         };
+        GgRaw *ring = reinterpret_cast<GgRaw *>(gg_raw + (sizeof(GgSmem) + 15) / 16 * 16);
+        auto issue = [&](int64_t c) { /* stage c into its ring slot: one commit group, empty past the end */
+            if (c < nch) {
+                GgRaw &r = ring[c % GG_STAGES];
+                const int64_t k0 = c * GG_KC;
+#pragma unroll
+                for (int v = 0; v < 2; v++) {
+                    cp_async16(smem_u32(&r.a[v][tid]), va ? pA + k0 + pa * 32 + v * 16 : qa, va);
+                    cp_async16(smem_u32(&r.w[v][tid]), vb ? pB + k0 / 2 + hb * 32 + v * 16 : w, vb);
+                }
+                cp_async4(smem_u32(&r.sa[tid]), va ? pSA + k0 / 32 + pa : sa, va);
+                if (!hb) cp_async4(smem_u32(&r.sw[rb]), vb ? pSW + k0 / 32 : ws, vb);
+            }
+            asm volatile("cp.async.commit_group;\n" ::: "memory");
+        };
         float acc[2][4][4];
         gg_zero(acc);
-        load(0);
+        if (PIPE) {
+#pragma unroll
+            for (int q = 0; q < GG_STAGES - 1; q++) issue(q);
+        } else {
+            load(0);
+        }
         for (int64_t c = 0; c < nch; c++) {
+            if (PIPE) {
+                issue(c + GG_STAGES - 1); /* into the slot of stage c - 1, which this thread has converted */
+                asm volatile("cp.async.wait_group %0;\n" ::"n"(GG_STAGES - 1) : "memory");
+                const GgRaw &r = ring[c % GG_STAGES];
+                ra[0] = r.a[0][tid], ra[1] = r.a[1][tid], rw[0] = r.w[0][tid], rw[1] = r.w[1][tid];
+                rsa = r.sa[tid];
+                if (!hb) {
+                    const uint32_t b4 = r.sw[rb];
+#pragma unroll
+                    for (int q = 0; q < 4; q++) sm.sw[rb][q] = vb ? e8m0_to_f32((b4 >> (8 * q)) & 0xffu) : 0.f;
+                }
+            }
             {   /* stage c, converted to f16 */
                 uint32_t cv[16];
                 const uint32_t av[8] = {ra[0].x, ra[0].y, ra[0].z, ra[0].w,
@@ -187,37 +261,57 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
                     dB[j] = make_uint4(o[0], o[1], o[2], o[3]);
                 }
                 sm.sa[ta][pa] = rsa;
-                sm.sw[rb][hb * 2] = rsw[0];
-                sm.sw[rb][hb * 2 + 1] = rsw[1];
+                if (!PIPE) {
+                    sm.sw[rb][hb * 2] = rsw[0];
+                    sm.sw[rb][hb * 2 + 1] = rsw[1];
+                }
             }
             __syncthreads();
-            if (c + 1 < nch) load(c + 1); /* in flight while the tensor cores work */
+            if (!PIPE && c + 1 < nch) load(c + 1); /* in flight while the tensor cores work */
 #pragma unroll
             for (int kb = 0; kb < GG_KC / 32; kb++) {
                 float d[2][4][4];
-                gg_zero(d);
+                if (!PIPE) gg_zero(d);
 #pragma unroll
                 for (int s = 0; s < 2; s++) {
                     const int wo = kb * 16 + s * 8 + t;
                     uint32_t af[2][4], bfr[4][2];
+                    if (PIPE) {
+                        /* A: rows +0 / +8 at k +0 / +8; B: two n8 tiles at k +0 / +8 */
+                        const int lr = lane & 7, lj = lane >> 3, w0 = kb * 16 + s * 8;
 #pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
-                        const uint32_t *p = sm.a + (wm * 32 + mt * 16 + g) * GG_LDW + wo;
-                        af[mt][0] = p[0];
-                        af[mt][1] = p[8 * GG_LDW];
-                        af[mt][2] = p[4];
-                        af[mt][3] = p[8 * GG_LDW + 4];
-                    }
+                        for (int mt = 0; mt < 2; mt++)
+                            gg_ldsm4(af[mt], sm.a + (wm * 32 + mt * 16 + lr + 8 * (lj & 1)) * GG_LDW + w0 + 4 * (lj >> 1));
 #pragma unroll
-                    for (int nt = 0; nt < 4; nt++) {
-                        const uint32_t *p = sm.b + (wn * 32 + nt * 8 + g) * GG_LDW + wo;
-                        bfr[nt][0] = p[0];
-                        bfr[nt][1] = p[4];
+                        for (int np = 0; np < 2; np++) {
+                            uint32_t r[4];
+                            gg_ldsm4(r, sm.b + (wn * 32 + (2 * np + (lj >> 1)) * 8 + lr) * GG_LDW + w0 + 4 * (lj & 1));
+                            bfr[2 * np][0] = r[0], bfr[2 * np][1] = r[1];
+                            bfr[2 * np + 1][0] = r[2], bfr[2 * np + 1][1] = r[3];
+                        }
+                    } else {
+#pragma unroll
+                        for (int mt = 0; mt < 2; mt++) {
+                            const uint32_t *p = sm.a + (wm * 32 + mt * 16 + g) * GG_LDW + wo;
+                            af[mt][0] = p[0];
+                            af[mt][1] = p[8 * GG_LDW];
+                            af[mt][2] = p[4];
+                            af[mt][3] = p[8 * GG_LDW + 4];
+                        }
+#pragma unroll
+                        for (int nt = 0; nt < 4; nt++) {
+                            const uint32_t *p = sm.b + (wn * 32 + nt * 8 + g) * GG_LDW + wo;
+                            bfr[nt][0] = p[0];
+                            bfr[nt][1] = p[4];
+                        }
                     }
 #pragma unroll
                     for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-                        for (int nt = 0; nt < 4; nt++) gg_mma(d[mt][nt], af[mt], bfr[nt]);
+                        for (int nt = 0; nt < 4; nt++) {
+                            if (PIPE && s == 0) gg_mma0(d[mt][nt], af[mt], bfr[nt]);
+                            else gg_mma(d[mt][nt], af[mt], bfr[nt]);
+                        }
                 }
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
@@ -260,6 +354,9 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
     }
 }
 
+static int gg_form = -1; /* test aid: 0 the first form, 1 the pipelined one where it applies, -1 choose */
+extern "C" void cuda_gemm_grouped_set_form(int form) { gg_form = form; }
+
 di_status cuda_launch_gemm_mxfp4_grouped_tiled(const uint8_t *qa, const float *sa,
                                                          int64_t k, const uint8_t *w,
                                                          const uint8_t *ws, int64_t n,
@@ -273,21 +370,27 @@ di_status cuda_launch_gemm_mxfp4_grouped_tiled(const uint8_t *qa, const float *s
                           "gemm_mxfp4_grouped (tiled): %d groups (at most %d), k = %lld (a multiple "
                           "of 32), 16-byte aligned codes needed", (int)ngroups, CUDA_GG_MAX_GROUPS,
                           (long long)k);
-    static int blocks = 0; /* resident blocks on the whole device */
-    if (!blocks) {
-        cudaError_t e = cudaFuncSetAttribute(k_gemm_mxfp4_grouped,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)sizeof(GgSmem));
+    static int pipe_env = -1; /* DI_CUDA_GG_PIPE=0: the first form (a measuring aid) */
+    if (pipe_env < 0) {
+        const char *v = getenv("DI_CUDA_GG_PIPE");
+        pipe_env = !(v && v[0] == '0');
+    }
+    const int pipe = gg_form != 0 && (gg_form == 1 || pipe_env) && k % GG_KC == 0 && (uintptr_t)ws % 4 == 0;
+    static int blocks[2]; /* resident blocks on the whole device, per form */
+    void (*kern)(const uint8_t *, const float *, int64_t, const uint8_t *, const uint8_t *, int64_t,
+                 const int32_t *, const int32_t *, int, const int32_t *, void *, int) =
+        pipe ? k_gemm_mxfp4_grouped<true> : k_gemm_mxfp4_grouped<false>;
+    const int smem = pipe ? (int)((sizeof(GgSmem) + 15) / 16 * 16 + GG_STAGES * sizeof(GgRaw)) : (int)sizeof(GgSmem);
+    if (!blocks[pipe]) {
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         int per_sm = 0, dev = 0, sms = 0;
-        if (e == cudaSuccess)
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_gemm_mxfp4_grouped,
-                                                              GG_THREADS, sizeof(GgSmem));
+        if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GG_THREADS, smem);
         if (e == cudaSuccess) e = cudaGetDevice(&dev);
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
         if (e != cudaSuccess) return cuda_check(e, err, "gemm_mxfp4_grouped (tiled) setup");
-        blocks = per_sm * sms > 0 ? per_sm * sms : 1;
+        blocks[pipe] = per_sm * sms > 0 ? per_sm * sms : 1;
     }
-    k_gemm_mxfp4_grouped<<<blocks, GG_THREADS, sizeof(GgSmem), stream>>>(
-        qa, sa, k, w, ws, n, ids, off, ngroups, rows, out, out_bf16);
+    kern<<<blocks[pipe], GG_THREADS, (size_t)smem, stream>>>(qa, sa, k, w, ws, n, ids, off, ngroups, rows, out,
+                                                             out_bf16);
     return cuda_check(cudaGetLastError(), err, "gemm_mxfp4_grouped (tiled)");
 }
