@@ -245,107 +245,6 @@ __global__ void __cluster_dims__(HC_CL, 1, 1) __launch_bounds__(HC_CL_THREADS)
     hc_mix_finish_lanes(tot, HC, base, scale, eps, iters, pre + i * HC, post + i * HC, cm, comb + i * HC * HC);
 }
 
-/* hc = 4 at many rows (a prefill): the cluster kernel's work for HC_RR
- * rows a cluster. Per row the cluster kernel reads all of fn (24 x 4·d
- * floats, 2 MB at d 5120) through L2: at 8,192 rows 16 GB a call, 1.9 ms
- * against 0.17 ms for reading s once. Here each thread loads its columns of
- * fn once for HC_RR rows and keeps the rows' sums apart, each row's in
- * k_hc_mix_cluster's order (a thread's columns two at a time in the same
- * sequence, a warp by the same xor tree, the warps in order, the ranks in
- * order), so every row gets that kernel's bits; warp r of rank 0 finishes
- * row r. Rows past m read the last row (their sums are dropped). */
-enum { HC_RR = 4 };
-
-template <int HC>
-__global__ void __cluster_dims__(HC_CL, 1, 1) __launch_bounds__(HC_CL_THREADS, 1)
-    k_hc_mix_rows(const float *s, int64_t m, int64_t d, const float *fn, const float *base, const float *scale,
-                  float norm_eps, float eps, int iters, float *pre, float *post, float *comb) {
-    constexpr int NM = (2 + HC) * HC, NW = HC_CL_THREADS / 32;
-    __shared__ float part[HC_RR][NM + 1][NW];
-    __shared__ float blk[HC_RR][NM + 1];
-    __shared__ float tot[HC_RR][NM + 1];
-    __shared__ float cm[HC_RR][HC * HC];
-    cg::cluster_group cl = cg::this_cluster();
-    const int rank = (int)cl.block_rank();
-    const int64_t i0 = (int64_t)blockIdx.y * HC_RR, n = (int64_t)HC * d;
-    const int64_t per = (n + HC_CL - 1) / HC_CL, k0 = rank * per, k1 = k0 + per < n ? k0 + per : n;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const float *u[HC_RR];
-#pragma unroll
-    for (int r = 0; r < HC_RR; r++) u[r] = s + (i0 + r < m ? i0 + r : m - 1) * n;
-    float acc[HC_RR][NM + 1];
-#pragma unroll
-    for (int r = 0; r < HC_RR; r++)
-#pragma unroll
-        for (int o = 0; o <= NM; o++) acc[r][o] = 0.f;
-    int64_t k = k0 + threadIdx.x;
-    for (; k + HC_CL_THREADS < k1; k += 2 * HC_CL_THREADS) {
-        float fa[NM], fb[NM], ua[HC_RR], ub[HC_RR];
-#pragma unroll
-        for (int o = 0; o < NM; o++) {
-            fa[o] = __ldg(fn + (int64_t)o * n + k);
-            fb[o] = __ldg(fn + (int64_t)o * n + k + HC_CL_THREADS);
-        }
-#pragma unroll
-        for (int r = 0; r < HC_RR; r++) ua[r] = u[r][k], ub[r] = u[r][k + HC_CL_THREADS];
-#pragma unroll
-        for (int r = 0; r < HC_RR; r++) {
-            acc[r][NM] = ADD(acc[r][NM], MUL(ua[r], ua[r]));
-#pragma unroll
-            for (int o = 0; o < NM; o++) acc[r][o] = ADD(acc[r][o], MUL(ua[r], fa[o]));
-            acc[r][NM] = ADD(acc[r][NM], MUL(ub[r], ub[r]));
-#pragma unroll
-            for (int o = 0; o < NM; o++) acc[r][o] = ADD(acc[r][o], MUL(ub[r], fb[o]));
-        }
-    }
-    for (; k < k1; k += HC_CL_THREADS) {
-        float f[NM];
-#pragma unroll
-        for (int o = 0; o < NM; o++) f[o] = __ldg(fn + (int64_t)o * n + k);
-#pragma unroll
-        for (int r = 0; r < HC_RR; r++) {
-            const float uk = u[r][k];
-            acc[r][NM] = ADD(acc[r][NM], MUL(uk, uk));
-#pragma unroll
-            for (int o = 0; o < NM; o++) acc[r][o] = ADD(acc[r][o], MUL(uk, f[o]));
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < HC_RR; r++)
-#pragma unroll
-        for (int o = 0; o <= NM; o++) {
-            float v = acc[r][o];
-            for (int off = 16; off > 0; off >>= 1) v = ADD(v, __shfl_xor_sync(0xffffffffu, v, off));
-            if (lane == 0) part[r][o][warp] = v;
-        }
-    __syncthreads();
-    for (int x = threadIdx.x; x < HC_RR * (NM + 1); x += HC_CL_THREADS) {
-        const int r = x / (NM + 1), o = x - r * (NM + 1);
-        float t = 0.f;
-        for (int w = 0; w < NW; w++) t = ADD(t, part[r][o][w]);
-        blk[r][o] = t;
-    }
-    cl.sync();
-    if (rank == 0)
-        for (int x = threadIdx.x; x < HC_RR * (NM + 1); x += HC_CL_THREADS) {
-            const int r = x / (NM + 1), o = x - r * (NM + 1);
-            float t = 0.f;
-            for (int q = 0; q < HC_CL; q++) t = ADD(t, *cl.map_shared_rank(&blk[r][o], q));
-            tot[r][o] = t;
-        }
-    cl.sync(); /* the other blocks' shared memory stays until block 0 has read it */
-    if (rank != 0 || warp >= HC_RR || i0 + warp >= m) return;
-    const int64_t i = i0 + warp;
-    float *tr = tot[warp];
-    const float rs = 1.0f / sqrtf(ADD(tr[NM] / (float)n, norm_eps));
-    if (lane < NM) tr[lane] = MUL(tr[lane], rs);
-    __syncwarp();
-    hc_mix_finish_lanes(tr, HC, base, scale, eps, iters, pre + i * HC, post + i * HC, cm[warp], comb + i * HC * HC);
-}
-
-static int64_t hc_rows_min = 512; /* test aid: rows from which k_hc_mix_rows runs, 0 = never */
-extern "C" void cuda_hc_mix_set_rows(int64_t min_rows) { hc_rows_min = min_rows; }
-
 /* hc = 4 at few rows: the product split over many more blocks. A cluster
  * of 8 per row left the 2 MB of fn to 8 SMs at one row (~31 µs, the loads
  * of 24 partial sums per thread not all in flight). Here block b of row i
@@ -508,10 +407,7 @@ extern "C" di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d
         if (st) return st;
         cuda_launch_pdl(k_hc_mix_reduce<4>, (unsigned)m, HC_RD_THREADS, 0, 0, (int)nb, d, base, scale, norm_eps, hc_eps, iters, pre, post,
                                                  comb);
-    } else if (hc == 4 && hc_rows_min && m >= hc_rows_min && (m + HC_RR - 1) / HC_RR <= 65535)
-        k_hc_mix_rows<4><<<dim3(HC_CL, (unsigned)((m + HC_RR - 1) / HC_RR)), HC_CL_THREADS>>>(
-            s, m, d, fn, base, scale, norm_eps, hc_eps, iters, pre, post, comb);
-    else if (hc == 4 && m <= 65535)
+    } else if (hc == 4 && m <= 65535)
         k_hc_mix_cluster<4><<<dim3(HC_CL, (unsigned)m), HC_CL_THREADS>>>(s, d, fn, base, scale, norm_eps,
                                                                           hc_eps, iters, pre, post, comb);
     else
