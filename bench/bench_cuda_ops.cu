@@ -684,27 +684,56 @@ static void bench_plain_dec(void) {
 }
 
 extern "C" void cuda_matvec_set_fp4_dec(int mode); /* cuda_matvec.cu: 0 never, 1 everywhere, -1 env */
+extern "C" void cuda_fp4_dec_set_mma(int on);      /* cuda_fp4_dec.cu: 0 the CUDA-core kernel, -1 env */
+extern "C" void cuda_fp4_dec_set_tr(int tr);       /* cuda_fp4_dec.cu: token slots a tile, 0 chosen */
+extern "C" void cuda_fp4_dec_set_nt(int nt);       /* cuda_fp4_dec.cu: row tiles a block, 0 chosen */
 
-/* --fp4dec: the MXFP4 expert products with the decode form (cuda_fp4_dec.cu)
- * and with the wgmma / mma.sync kernels, in the same process: one expert at
- * 1 and 2 tokens, the grouped projections as the moe_experts op calls them
- * at batch 1, 8, 64 (rows *_dec and *_wg). */
+/* --fp4dec: the MXFP4 expert products in the decode form's two kernels
+ * (tensor-core *_mma, CUDA-core *_dec) and in the wgmma / mma.sync kernels
+ * (*_wg), in the same process: one expert at 1 and 2 tokens, the grouped
+ * projections as the moe_experts op calls them at batch 1, 8, 64, 256
+ * (max_rows = the batch; weights rotated over > 512 MB), then the
+ * tensor-core form with token tiles of 1, 2 and 4 slots forced at batch 64
+ * and 256, and with 1, 2 and 8 row tiles a block forced at batch 1, 8, 64. */
 static void bench_fp4_dec(void) {
-    for (int form = 1; form >= 0; form--) {
-        cuda_matvec_set_fp4_dec(form);
-        const char *sfx = form ? "_dec" : "_wg";
+    const struct { int dec, mma; const char *sfx; } forms[] = {{1, 1, "_mma"}, {1, 0, "_dec"}, {0, 1, "_wg"}};
+    for (auto &f : forms) {
+        cuda_matvec_set_fp4_dec(f.dec);
+        cuda_fp4_dec_set_mma(f.mma);
         char name[64];
         for (int64_t m : {1, 2}) {
-            snprintf(name, sizeof name, "expert_w1%s", sfx);
+            snprintf(name, sizeof name, "expert_w1%s", f.sfx);
             bench_matvec(1, name, 2304, 5120, m);
-            snprintf(name, sizeof name, "expert_w2%s", sfx);
+            snprintf(name, sizeof name, "expert_w2%s", f.sfx);
             bench_matvec(1, name, 5120, 2304, m);
         }
+        for (int b : {1, 8, 64, 256}) {
+            bench_moe_grouped(b, f.sfx, "w1", 2304, 5120, true);
+            bench_moe_grouped(b, f.sfx, "w2", 5120, 2304, true);
+        }
+    }
+    cuda_matvec_set_fp4_dec(1);
+    cuda_fp4_dec_set_mma(1);
+    char sfx[32];
+    for (int tr : {1, 2, 4}) {
+        snprintf(sfx, sizeof sfx, "_mma_tr%d", tr);
+        cuda_fp4_dec_set_tr(tr);
+        for (int b : {64, 256}) {
+            bench_moe_grouped(b, sfx, "w1", 2304, 5120, true);
+            bench_moe_grouped(b, sfx, "w2", 5120, 2304, true);
+        }
+    }
+    cuda_fp4_dec_set_tr(0);
+    for (int nt : {1, 2, 8}) {
+        snprintf(sfx, sizeof sfx, "_mma_nt%d", nt);
+        cuda_fp4_dec_set_nt(nt);
         for (int b : {1, 8, 64}) {
             bench_moe_grouped(b, sfx, "w1", 2304, 5120, true);
             bench_moe_grouped(b, sfx, "w2", 5120, 2304, true);
         }
     }
+    cuda_fp4_dec_set_nt(0);
+    cuda_fp4_dec_set_mma(-1);
     cuda_matvec_set_fp4_dec(-1);
 }
 

@@ -1159,21 +1159,25 @@ static void test_e4m3_forms(void) {
 
 #if defined(DI_HAVE_CUDA)
 void cuda_matvec_set_fp4_dec(int mode); /* cuda_matvec.cu: MXFP4 decode form 0 never, 1 everywhere,
-                                          * 2 grouped past 16 rows; -1 the environment's */
+                                          * 2 the default; -1 the environment's */
+void cuda_fp4_dec_set_mma(int on);      /* cuda_fp4_dec.cu: 0 the CUDA-core kernel only, -1 the
+                                          * environment's */
 #endif
 
-/* The MXFP4 decode form (cuda_fp4_dec.cu) on the model's expert shapes and
- * its lane splits: k = 5120 (160 blocks, 32 lanes a row), 2304 (72 blocks,
- * 8 lanes), 3200 (100 blocks: 32 lanes, some idle at the row's end); n not
- * a multiple of the block's rows. Groups of 1, 2, 3 and 5 rows (token tiles
- * of 2 with a short last one) and an empty group, max_rows 5 and 1 (the
- * one-token tile, which then loops over the rows). Every (token, expert)
- * row must be within the exact result's bound (the tensor-core adder's
- * 2^-8 max|p| a block covers this form's f32 chain of 32 products, at most
- * 31 * 32 * 2^-24 max|p|), equal the plain product of that row alone bit
- * for bit (nothing in the form depends on the other rows), and bf16
- * outputs must be that value rounded. The other form runs the same rows:
- * within the same bound. */
+/* The MXFP4 decode form (cuda_fp4_dec.cu), its tensor-core kernel and its
+ * CUDA-core one, on the model's expert shapes: k = 5120 (160 blocks:
+ * chunks of 24 (the last 16) over 7 warps, the 8th idle; 32 lanes in the
+ * CUDA-core kernel), 2304 (72 blocks: 3 chunks, row tiles of 32; 8 lanes),
+ * 3200 (100 blocks, not a multiple of 8: the CUDA-core kernel in both
+ * forms, 32 lanes, some idle at the row's end); n not a multiple of a
+ * block's rows. Groups of 1, 2, 3 and 5 rows and an empty one,
+ * max_rows 5 and 1 (token tiles of 5, or of 1 looping over the rows). Every
+ * (token, expert) row must be within the exact result's bound (the
+ * tensor-core adder's 2^-8 max|p| a block; the CUDA-core kernel's f32 chain
+ * of 32 products is at most 31 * 32 * 2^-24 max|p|), equal the plain
+ * product of that row alone bit for bit (nothing in either kernel depends
+ * on the other rows), and bf16 outputs must be that value rounded. The
+ * wgmma kernel runs the same rows: within the same bound. */
 static void test_fp4_dec_form(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
 #if defined(DI_HAVE_CUDA)
@@ -1200,8 +1204,10 @@ static void test_fp4_dec_form(void) {
         uint16_t *ob = malloc((size_t)(np * n) * 2);
         double *ref = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8), *abs_sum = malloc((size_t)n * 8);
         di_err err = {0};
-        for (int form = 1; form >= 0; form--) {
-            cuda_matvec_set_fp4_dec(form);
+        static const char *const fname[] = {"wgmma", "CUDA-core decode", "tensor-core decode"};
+        for (int form = 2; form >= 0; form--) {
+            cuda_matvec_set_fp4_dec(form ? 1 : 0);
+            cuda_fp4_dec_set_mma(form == 2);
             for (int mr = 5; mr >= 1; mr -= 4) {
                 di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
                 if (!st) st = di_cuda_fill(dob.p, 0xff, dob.n, &err);
@@ -1238,15 +1244,16 @@ static void test_fp4_dec_form(void) {
                     }
                 }
                 CHECKF(bad == 0, "mxfp4 %s form n %lld k %lld max_rows %d: %lld of %lld outputs off the exact result",
-                       form ? "decode" : "wgmma", (long long)n, (long long)k, mr, (long long)bad, (long long)(np * n));
+                       fname[form], (long long)n, (long long)k, mr, (long long)bad, (long long)(np * n));
                 CHECKF(differ == 0, "mxfp4 %s form n %lld k %lld max_rows %d: %lld outputs differ from the plain product",
-                       form ? "decode" : "wgmma", (long long)n, (long long)k, mr, (long long)differ);
+                       fname[form], (long long)n, (long long)k, mr, (long long)differ);
                 CHECKF(bfbad == 0, "mxfp4 %s form n %lld k %lld: %lld bf16 outputs are not the f32 ones rounded",
-                       form ? "decode" : "wgmma", (long long)n, (long long)k, (long long)bfbad);
+                       fname[form], (long long)n, (long long)k, (long long)bfbad);
                 if (!form) break; /* the wgmma form needs the true max_rows */
             }
         }
         cuda_matvec_set_fp4_dec(-1);
+        cuda_fp4_dec_set_mma(-1);
         dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout, dob, d1};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
         free(x); free(sa); free(qa); free(w); free(ws); free(out); free(o1); free(ob);

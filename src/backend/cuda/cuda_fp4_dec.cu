@@ -3,23 +3,25 @@
  * FP8 E4M3 activations with one f32 scale per 32 inputs): the routed
  * experts at decode, a few tokens per expert.
  *
- * Why CUDA cores: at one or two tokens per weight row the product is a
- * stream of weight bytes, and the wgmma kernel (cuda_matvec.cu) spends
- * each 4 KB stage on barriers, a conversion into shared memory and a
- * promotion: with the few blocks a decode step gives, its SMs issue
- * rather than wait on DRAM (docs/gpu-notes.md, runs 24, 27 and products
- * run 2: 33 % of copy). Here every lane loads whole 32-blocks (16 bytes of
- * codes and their scale byte) straight into registers, four blocks in
- * flight at a time, and decodes them itself; nothing is staged but the
- * activations, converted to f32 once per block of rows. Measured (MXFP4
- * run 1, docs/gpu-notes.md): ~40 % of copy, about the wgmma kernel's rate
- * at b1 and below it at b8, so by default it takes only the grouped
- * products past 16 rows a group, where the alternative was the mma.sync
- * kernel (b64 moe_experts 5.55 -> 3.61 ms a layer); cuda_matvec.cu picks.
+ * Two kernels. The tensor-core one (k_fp4_mma, below) takes k % 128 == 0
+ * (the model's expert shapes): each block of 16 weight rows x 32 inputs is
+ * two f16 mma.syncs, the weights streamed through shared memory by
+ * cp.async several batches ahead, across the row tiles of a thread block.
+ * The CUDA-core one (k_fp4_dec, first) takes any k % 32 == 0: every lane
+ * loads whole 32-blocks (16 bytes of codes and their scale byte) straight
+ * into registers, four blocks in flight, decodes them to f32 and runs FMA
+ * chains against the activations, converted to f32 once per block of rows;
+ * ~124 instructions a lane per block, issue-bound near 40 % of copy (MXFP4
+ * run 1, docs/gpu-notes.md). Measured (MXFP4 run 4, one H200): the
+ * tensor-core kernel ~50 % of copy at batch 64, 37 % at 256, where the
+ * wgmma kernel (cuda_matvec.cu) gets 26 / 19 %; at b1 / b8 the wgmma kernel
+ * was as fast / faster, so by default the form takes only the grouped
+ * products past 16 rows a group; cuda_matvec.cu picks.
  *
- * Arithmetic, per (token, weight row): block b's 32 products
- * (w · 2^-6) · a are exact in f32 (2 + 4 significant bits, at least
- * 2^-16), summed from zero by an FMA chain in a fixed element order; the
+ * The CUDA-core kernel's arithmetic (the tensor-core kernel's is below it):
+ * per (token, weight row), block b's 32 products (w · 2^-6) · a are exact
+ * in f32 (2 + 4 significant bits, at least 2^-16), summed from zero by an
+ * FMA chain in a fixed element order; the
  * sum times 64 (exact) is promoted by fmaf(d, s_a · s_w, acc). The row's
  * blocks are dealt to L lanes (b = lane, lane + L, ...; L from k alone),
  * each lane promoting its blocks in ascending order, and the L lanes' sums
@@ -30,6 +32,8 @@
  * promotions' kbn · 2^-24 Σ|p| for either order). Nothing depends on the
  * other rows, the token tile or the grouping, so a grouped row equals the
  * plain product of that row alone bit for bit. */
+#include <stdlib.h>
+
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -177,6 +181,374 @@ __global__ void __launch_bounds__(FD_THREADS, 3)
     }
 }
 
+/* ---- the tensor-core kernel (k_fp4_mma) ----
+ *
+ * A warp owns 16 weight rows x a chunk of their 32-blocks and multiplies
+ * each block on the tensor cores: thread (g, t) of the warp gets 4 code
+ * bytes of rows g and g + 8 (bytes 4t .. 4t+3 of the block, elements 8t ..
+ * 8t+7; ldmatrix hands them out of shared memory), turns them into e4m3
+ * bytes of value * 2^-6 (two shifts and masks, as above) and into f16 pairs
+ * (cvt, exact), and two m16n8k16 f16 mma.syncs with f32 accumulation take
+ * the block's 32 products for 16 rows x 8 token slots. The order of k
+ * inside a block is free as long as both operands use the same one: the A
+ * registers hold elements (8t + {0,2}), (8t + {4,6}) in the first mma and
+ * (8t + {1,3}), (8t + {5,7}) in the second, and the activations are stored
+ * in the same order, once per thread block, as f16 of value * 2^6 (exact:
+ * e4m3 times 64 is at most 28672 and at least 2^-3), so each product is
+ * w · a exactly. Up to 8 tokens of a group cost one pass over the weights.
+ *
+ * Bytes in flight: the weights go through a ring of FM_ST batch slots per
+ * warp by cp.async, FM_ST - 1 batches (3 KB a warp) ahead of the one being
+ * multiplied, and a thread block walks nt row tiles of its expert in one
+ * stream (the next tile's copies start while this one is multiplied). The
+ * first copies are issued before the activation fill and, for a plain
+ * product, before the wait on the kernel ahead (weights are constants).
+ * First versions (MXFP4 runs 2-4): four blocks a thread in registers, then
+ * a whole chunk by cp.async, each ~36-48 % of copy at b8 / b64 (latency:
+ * one batch in flight a warp; then a block's start and end not
+ * overlapped); the SASS of the loop counted ~77 instructions a block of 16
+ * rows with per-copy address arithmetic, which the running pointers cut.
+ *
+ * Arithmetic, per (token, weight row): the block's 32 products are added by
+ * the tensor cores (the bound's 2^-8 max|p| per block covers their adder,
+ * as for the wgmma kernel); the block sum is promoted by fmaf(d, s_a · s_w,
+ * acc) in ascending block order within a chunk of cb blocks, each chunk
+ * from zero; the kc chunk sums are then added in chunk order. cb and kc
+ * depend on k alone, and nothing depends on the other rows, the row or
+ * token tiles or the grouping: a grouped row equals the plain product of
+ * that row bit for bit. Roundings on any path: at most cb + kc - 1 <= kbn +
+ * 2 of at most sum|terms| each (the chunks before the last are full: kbn >=
+ * (kc - 1) cb + 4), inside the bound's (kbn + 2) 2^-24 sum|p|. */
+enum {
+    FM_THREADS = 256,
+    FM_WARPS = FM_THREADS / 32,
+    FM_NB = 8,      /* 32-blocks a batch (one cp.async group, one ring slot) */
+    FM_CB_MIN = 24, /* 32-blocks a chunk, at least (a multiple of FM_NB) */
+    FM_TR_MAX = 8,  /* token slots of an mma */
+    FM_NT_MAX = 8,  /* row tiles a block */
+};
+
+/* d = A x B (+ c): m16n8k16, f16 operands, f32 accumulation */
+__device__ __forceinline__ void fm_mma(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                       uint32_t b0, uint32_t b1, float c0, float c1, float c2, float c3) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%11,%12,%13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(c0), "f"(c1), "f"(c2), "f"(c3));
+}
+
+/* the two e4m3 codes in the low half of v -> an f16 pair (exact) */
+__device__ __forceinline__ uint32_t fm_h2(uint32_t v) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(v & 0xffffu), __NV_E4M3);
+    return (uint32_t)h.x | ((uint32_t)h.y << 16);
+}
+/* the two e4m3 codes in the high half of v -> an f16 pair (exact): the
+ * conversion reads the register's upper half itself (no shift) */
+__device__ __forceinline__ uint32_t fm_h2_hi(uint32_t v) {
+    uint32_t r;
+    asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %1;\ncvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(r) : "r"(v));
+    return r;
+}
+/* the same times 64 (exact: |e4m3| <= 448, 448 * 64 < 65504; the smallest
+ * code 2^-9 becomes 2^-3, normal) */
+__device__ __forceinline__ uint32_t fm_h2x64(uint32_t v) {
+    const uint32_t h = fm_h2(v);
+    uint32_t r;
+    asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(h), "r"(0x54005400u));
+    return r;
+}
+
+/* cp.async (16 bytes, through L2 only), its groups, and ldmatrix */
+__device__ __forceinline__ void fm_cp16(uint32_t dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void fm_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* wait until at most `pending` of this thread's groups are in flight (more
+ * than 7 allowed waits for 7: only ever too early, never too late) */
+__device__ __forceinline__ void fm_wait(int pending) {
+    switch (pending) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
+    }
+}
+/* shared loads of data written before the loop's barrier (no ordering
+ * against the ring's copies needed) */
+__device__ __forceinline__ uint4 fm_lds4(uint32_t a) {
+    uint4 v;
+    asm("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ float4 fm_lds4f(uint32_t a) {
+    float4 v;
+    asm("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];\n" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
+    return v;
+}
+/* four 8 x 16-byte matrices (row addresses from lanes 8i .. 8i + 7 for
+ * matrix i): thread (g, t) gets bytes 4t .. 4t + 3 of row g of each */
+__device__ __forceinline__ void fm_ldsm4(uint32_t r[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+
+/* Shared memory, in order: ring [FM_WARPS][FM_ST] slots of a batch (16
+ * rows x 8 blocks of codes, rows FM_ROWB bytes apart: the 16-byte pad puts
+ * the 8 rows an ldmatrix phase reads in distinct banks; then the 16 rows'
+ * 8 scale bytes); swb [FM_WARPS][16][8] f32, the current batch's weight
+ * scales; red [2][FM_WARPS][32] float4, the chunk sums of a row tile (two,
+ * so that one barrier a tile suffices); xs [tr][kbn * 4 + 4] uint4 (token
+ * slot q's block b, part t at q * xstride + 4b + t: the f16 pairs (0,2),
+ * (4,6), (1,3), (5,7) of elements 8t + ..; the 64-byte pad puts slots q and
+ * q + 1 in different banks), sas [tr][kbn] the slots' activation scales;
+ * a table of the 256 E8M0 scales as f32. */
+enum { FM_ST = 3, FM_ROWB = FM_NB * 16 + 16, FM_SLOT = 16 * FM_ROWB + 16 * FM_NB };
+static size_t fm_smem(int tr, int64_t kbn) {
+    return (size_t)FM_WARPS * FM_ST * FM_SLOT + (size_t)FM_WARPS * 16 * FM_NB * 4 + 2 * (size_t)FM_WARPS * 32 * 16 +
+           (size_t)tr * (size_t)(kbn * 64 + 64 + kbn * 4) + 256 * 4;
+}
+
+/* A block: the rows of nt row tiles (a tile: 16 rows x rtn = FM_WARPS / kc,
+ * each warp one chunk of a tile's rows) of one group's expert, for all of
+ * the group's tokens. A warp streams its chunk of tile 0, then of tile 1,
+ * .., one batch (16 rows x 4 blocks) at a time through a ring of FM_ST
+ * slots: FM_ST - 1 batches are in flight while it multiplies one, across
+ * the tiles, so the block's copies never stop at a tile's end (the block's
+ * start, its activation fill and the chunk sums' barrier are paid once per
+ * block or hidden behind copies in flight). */
+__global__ void __launch_bounds__(FM_THREADS, 2)
+    k_fp4_mma(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int64_t m, int64_t k,
+              const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws, int64_t n,
+              const int32_t *__restrict__ ids, const int32_t *__restrict__ off,
+              const int32_t *__restrict__ rows, int tr, int cb, int kc, int nt, void *__restrict__ out,
+              int out_mode) {
+    extern __shared__ uint4 fm_raw[];
+    const int kbn = (int)(k / 32), xstride = kbn * 4 + 4;
+    const int64_t rowb = k / 2;
+    uint8_t *ring_all = (uint8_t *)fm_raw;
+    float *swb_all = (float *)(ring_all + (size_t)FM_WARPS * FM_ST * FM_SLOT);
+    float4 *red = (float4 *)(swb_all + FM_WARPS * 16 * FM_NB);
+    uint4 *xs = (uint4 *)(red + 2 * FM_WARPS * 32);
+    float *sas = (float *)(xs + (size_t)tr * xstride);
+    float *e8m0_tab = sas + (size_t)tr * kbn; /* [256] the E8M0 scales as f32 */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int rtn = FM_WARPS / kc, rt = warp / kc, c = warp - rt * kc;
+    e8m0_tab[tid & 255] = e8m0_to_f32(tid & 255); /* read after the fill's barrier */
+    const bool live = rt < rtn; /* warps past rtn * kc only join the barriers */
+    const int64_t tiles = (n + 16 * rtn - 1) / (16 * rtn), tile0 = (int64_t)blockIdx.x * nt;
+    const int ntl = (int)(tiles - tile0 < nt ? tiles - tile0 : nt); /* this block's tiles */
+    const int b0 = c * cb, b1 = b0 + cb < kbn ? b0 + cb : kbn;
+    const int nbat = live ? (b1 - b0) / FM_NB : 0, items = nbat * ntl;
+    uint8_t *ring = ring_all + (size_t)warp * FM_ST * FM_SLOT;
+    const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
+    float *swb = swb_all + warp * 16 * FM_NB;
+
+    /* batch copies: 16 rows x 8 blocks = 128 16-byte copies, four a lane
+     * (rows lane / 8 + 4i, block lane % 8), and the 16 rows' 8 scale bytes,
+     * 4 a lane (row lane / 2, half lane % 2). Running pointers and slot
+     * (instructions, not DRAM, bound the loop: addresses are computed once
+     * a tile). */
+    const int cr = lane >> 3, cq = lane & 7;
+    const uint8_t *wexp = NULL, *sexp = NULL; /* the expert's chunk column */
+    const uint8_t *ip = NULL, *ips = NULL;
+    uint32_t iv = 0, ivs = 0;    /* row r of the copies valid: bit r / 4 (0 past row n - 1: nothing read) */
+    int it_tile = 0, it_bat = 0; /* the next item to issue */
+    const uint32_t ring_end = ring_s + FM_ST * FM_SLOT, d0 = cr * FM_ROWB + cq * 16;
+    const uint32_t ds = 16 * FM_ROWB + 4 * lane;
+    const uint32_t row4 = (uint32_t)(4 * rowb);
+    uint32_t islot = ring_s;
+    auto point = [&](int64_t e) {
+        wexp = w + e * n * rowb + (int64_t)(b0 + cq) * 16;
+        sexp = ws + e * n * kbn + b0 + 4 * (lane & 1);
+    };
+    auto tile_rows = [&]() { /* the issue pointers of tile it_tile */
+        const int64_t r = ((tile0 + it_tile) * rtn + rt) * 16;
+        ip = wexp + (r + cr) * rowb;
+        ips = sexp + (r + (lane >> 1)) * kbn;
+        iv = (r + cr < n) | (r + cr + 4 < n) << 1 | (r + cr + 8 < n) << 2 | (r + cr + 12 < n) << 3;
+        ivs = r + (lane >> 1) < n ? 4 : 0;
+    };
+    auto issue_next = [&]() {
+        if (it_tile < ntl) {
+#pragma unroll
+            for (int h = 0; h < 4; h++)
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(islot + d0 + 4 * h * FM_ROWB),
+                             "l"(ip + h * row4), "r"((iv >> h) & 1 ? 16 : 0)
+                             : "memory");
+            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(islot + ds), "l"(ips), "r"(ivs) : "memory");
+            ip += FM_NB * 16;
+            ips += FM_NB;
+            if (++it_bat == nbat) {
+                it_bat = 0;
+                if (++it_tile < ntl) tile_rows();
+            }
+        }
+        fm_commit(); /* one group an item, empty past the last: uniform counts */
+        islot = islot + FM_SLOT == ring_end ? ring_s : islot + FM_SLOT;
+    };
+    auto prologue = [&]() {
+        it_tile = 0;
+        it_bat = 0;
+        islot = ring_s;
+        if (nbat) {
+            tile_rows();
+            for (int s = 0; s < FM_ST - 1; s++) issue_next();
+        }
+    };
+    if (!ids) { /* a plain product's weights: constants, before the wait */
+        point(0);
+        prologue();
+    }
+    grid_dep_wait();
+    int64_t base = 0, count = m;
+    if (ids) {
+        const int z = blockIdx.y;
+        base = off[z];
+        count = off[z + 1] - base;
+        if (count > 0 && ntl > 0) {
+            point(ids[z]);
+            prologue();
+        }
+    }
+    grid_dep_launch();
+    if (count <= 0 || ntl <= 0) return; /* the whole block alike */
+
+    /* ldmatrix rows: lanes 8i .. 8i + 7 address matrix i = (rows 0-7 | 8-15)
+     * x (block 2j | 2j + 1) */
+    const uint32_t lsm = (((lane >> 3) & 1) * 8 + (lane & 7)) * FM_ROWB + (lane >> 4) * 16;
+
+    for (int64_t t0 = 0; t0 < count; t0 += tr) {
+        const int tn = count - t0 < tr ? (int)(count - t0) : tr;
+        if (t0 > 0) {
+            __syncthreads(); /* the last tile's activations are read */
+            if (nbat) prologue(); /* the weights again (a second token tile) */
+        }
+        for (int q = 0; q < tn; q++) {
+            const int64_t arow = rows ? rows[base + t0 + q] : t0 + q;
+            const uint2 *src = (const uint2 *)(qa + arow * k);
+            uint4 *dst = xs + (size_t)q * xstride;
+            for (int j = tid; j < kbn * 4; j += FM_THREADS) {
+                const uint2 v = __ldg(src + j); /* elements 8j .. 8j + 7 */
+                const uint32_t ev = __byte_perm(v.x, v.y, 0x6420), od = __byte_perm(v.x, v.y, 0x7531);
+                dst[j] = make_uint4(fm_h2x64(ev), fm_h2x64(ev >> 16), fm_h2x64(od), fm_h2x64(od >> 16));
+            }
+            const float *ss = sa + arow * kbn;
+            for (int j = tid; j < kbn; j += FM_THREADS) sas[q * kbn + j] = __ldg(ss + j);
+        }
+        __syncthreads();
+
+        /* shared addresses of this thread's activations and scales at the
+         * chunk's start, advanced a batch at a time (slots past tn read slot
+         * tn - 1: their sums are never stored) */
+        const uint32_t xa0 = (uint32_t)__cvta_generic_to_shared(xs + (size_t)(g < tn ? g : tn - 1) * xstride + t + 4 * b0);
+        const uint32_t sa00 = (uint32_t)__cvta_generic_to_shared(sas + (2 * t < tn ? 2 * t : tn - 1) * kbn + b0);
+        const uint32_t sa10 = (uint32_t)__cvta_generic_to_shared(sas + (2 * t + 1 < tn ? 2 * t + 1 : tn - 1) * kbn + b0);
+        uint32_t xa = xa0, sa0 = sa00, sa1 = sa10;
+        float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+        int tile = 0, bi = 0;
+        uint32_t cslot = 0; /* item j's slot, bytes past ring */
+        for (int j = 0; j < items; j++) {
+            __syncwarp(); /* every lane is done with the slot refilled next */
+            issue_next();
+            fm_wait(FM_ST - 1); /* this lane's copies of item j */
+            __syncwarp();       /* and the other lanes' */
+            { /* the batch's 128 scale bytes -> f32 by the table: lane l bytes 4l .. 4l + 3 */
+                const uint32_t sb = *(const uint32_t *)(ring + cslot + 16 * FM_ROWB + 4 * lane);
+                *(float4 *)(swb + 4 * lane) = make_float4(e8m0_tab[sb & 0xff], e8m0_tab[(sb >> 8) & 0xff],
+                                                          e8m0_tab[(sb >> 16) & 0xff], e8m0_tab[sb >> 24]);
+            }
+            __syncwarp();
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) { /* blocks 4hh .. 4hh + 3 of the batch */
+                uint32_t qv[8];
+                fm_ldsm4(qv, ring_s + cslot + lsm + 64 * hh);
+                fm_ldsm4(qv + 4, ring_s + cslot + lsm + 64 * hh + 32);
+                const float4 fa4 = fm_lds4f(sa0 + 16 * hh), fb4 = fm_lds4f(sa1 + 16 * hh);
+                const float4 wa4 = *(const float4 *)(swb + g * FM_NB + 4 * hh);
+                const float4 wb4 = *(const float4 *)(swb + (g + 8) * FM_NB + 4 * hh);
+                const float fa[4] = {fa4.x, fa4.y, fa4.z, fa4.w}, fb[4] = {fb4.x, fb4.y, fb4.z, fb4.w};
+                const float sw0[4] = {wa4.x, wa4.y, wa4.z, wa4.w}, sw1[4] = {wb4.x, wb4.y, wb4.z, wb4.w};
+#pragma unroll
+                for (int jj = 0; jj < 4; jj++) {
+                    const uint4 x = fm_lds4(xa + (4 * hh + jj) * 64);
+                    const uint32_t wa = qv[2 * jj], wb = qv[2 * jj + 1];
+                    const uint32_t la = fd_lo(wa), ha = fd_hi(wa), lb = fd_lo(wb), hb = fd_hi(wb);
+                    float d[4];
+                    fm_mma(d, fm_h2(la), fm_h2(lb), fm_h2_hi(la), fm_h2_hi(lb), x.x, x.y, 0.f, 0.f, 0.f, 0.f);
+                    fm_mma(d, fm_h2(ha), fm_h2(hb), fm_h2_hi(ha), fm_h2_hi(hb), x.z, x.w, d[0], d[1], d[2], d[3]);
+                    acc0 = fmaf(d[0], fa[jj] * sw0[jj], acc0);
+                    acc1 = fmaf(d[1], fb[jj] * sw0[jj], acc1);
+                    acc2 = fmaf(d[2], fa[jj] * sw1[jj], acc2);
+                    acc3 = fmaf(d[3], fb[jj] * sw1[jj], acc3);
+                }
+            }
+            cslot = cslot + FM_SLOT == FM_ST * FM_SLOT ? 0 : cslot + FM_SLOT;
+            xa += FM_NB * 64;
+            sa0 += FM_NB * 4;
+            sa1 += FM_NB * 4;
+            if (++bi == nbat) { /* the tile's chunk is done */
+                bi = 0;
+                xa = xa0;
+                sa0 = sa00;
+                sa1 = sa10;
+                if (c > 0) red[((tile & 1) * FM_WARPS + warp) * 32 + lane] = make_float4(acc0, acc1, acc2, acc3);
+                __syncthreads();
+                if (c == 0) {
+                    for (int h = 1; h < kc; h++) { /* chunk order */
+                        const float4 p = red[((tile & 1) * FM_WARPS + warp + h) * 32 + lane];
+                        acc0 += p.x;
+                        acc1 += p.y;
+                        acc2 += p.z;
+                        acc3 += p.w;
+                    }
+                    const int64_t r = ((tile0 + tile) * rtn + rt) * 16 + g, o0 = base + t0 + 2 * t;
+                    if (2 * t < tn) {
+                        if (r < n) store_out1(out, out_mode, o0 * n + r, acc0);
+                        if (r + 8 < n) store_out1(out, out_mode, o0 * n + r + 8, acc2);
+                    }
+                    if (2 * t + 1 < tn) {
+                        if (r < n) store_out1(out, out_mode, (o0 + 1) * n + r, acc1);
+                        if (r + 8 < n) store_out1(out, out_mode, (o0 + 1) * n + r + 8, acc3);
+                    }
+                }
+                acc0 = acc1 = acc2 = acc3 = 0.f;
+                tile++;
+            }
+        }
+        if (!nbat) /* idle warps: one barrier a tile, as the others */
+            for (int h = 0; h < ntl; h++) __syncthreads();
+    }
+}
+
+/* 32-blocks a chunk: at least FM_CB_MIN, a multiple of FM_NB, at most
+ * FM_WARPS chunks a row. Depends on k alone (the bits do). */
+static int fm_cb(int64_t kbn) {
+    int64_t cb = (kbn + FM_WARPS - 1) / FM_WARPS;
+    cb = (cb + FM_NB - 1) / FM_NB * FM_NB;
+    return (int)(cb < FM_CB_MIN ? FM_CB_MIN : cb);
+}
+
+/* measuring aid: 0 runs the CUDA-core kernel where the tensor-core one
+ * would (cuda_fp4_dec_set_mma; DI_CUDA_FP4_MMA=0 in the environment), -1
+ * back to the environment */
+static int fm_mma_forced = -1;
+extern "C" void cuda_fp4_dec_set_mma(int on) { fm_mma_forced = on; }
+static int fm_mma_on(void) {
+    if (fm_mma_forced >= 0) return fm_mma_forced;
+    static int env = -1;
+    if (env < 0) {
+        const char *v = getenv("DI_CUDA_FP4_MMA");
+        env = !(v && v[0] == '0');
+    }
+    return env;
+}
+
 /* Lanes per weight row: the most (up to 32) that divide the row's blocks,
  * so no lane idles at the row's end; 32 with a few idle where that would be
  * under 8 on a long row. Depends on k alone (the bits do). */
@@ -189,10 +561,6 @@ static int fd_lanes(int64_t kbn) {
 
 static size_t fd_smem(int tt, int64_t k) { return (size_t)tt * (size_t)(k / 32) * (8 * 16 + 4); }
 
-int cuda_fp4_dec_applies(const uint8_t *qa, const uint8_t *w, int64_t k) {
-    return k > 0 && k % 32 == 0 && (uintptr_t)qa % 16 == 0 && (uintptr_t)w % 16 == 0 &&
-           fd_smem(2, k) <= FD_SMEM_MAX;
-}
 
 template <int TT>
 static cudaError_t fd_go(dim3 grid, int64_t k, const uint8_t *qa, const float *sa, int64_t m,
@@ -212,12 +580,69 @@ static cudaError_t fd_go(dim3 grid, int64_t k, const uint8_t *qa, const float *s
     return cudaGetLastError();
 }
 
+/* Token slots a tile. A group with more tokens than slots streams its
+ * weights once per tile; more slots cost shared memory (w1: 64 KB a block
+ * at 1 slot, three blocks an SM; 75 KB at 2 and 97 KB at 4, two). A plain
+ * product takes up to 4 tokens a tile; a grouped one ceil(max_rows / 16),
+ * up to 4: the op passes the batch as max_rows, and groups average batch *
+ * 6 / 384 rows (MXFP4 run 4: at batch 64, 4 slots 759 us against 820 for 2
+ * and 1133 for 1 a w1 projection). */
+static int fm_nt_forced = 0; /* measuring aid: row tiles a block */
+extern "C" void cuda_fp4_dec_set_nt(int nt) { fm_nt_forced = nt >= 1 && nt <= FM_NT_MAX ? nt : 0; }
+static int fm_tr_forced = 0; /* measuring aid: 1 .. FM_TR_MAX forces it */
+extern "C" void cuda_fp4_dec_set_tr(int tr) { fm_tr_forced = tr >= 1 && tr <= FM_TR_MAX ? tr : 0; }
+static int fm_tr(int64_t m, int64_t max_rows, int grouped) {
+    if (fm_tr_forced) return fm_tr_forced;
+    const int64_t tr = grouped ? (max_rows + 15) / 16 : m;
+    return tr < 1 ? 1 : tr > 4 ? 4 : (int)tr;
+}
+
+/* Whether the tensor-core form takes k: whole batches of 4 blocks (the
+ * scale words and float4 reads), 4-byte aligned scales, at least one token
+ * slot within shared memory. */
+static bool fm_applies(int64_t k, const uint8_t *ws) {
+    return fm_mma_on() && k % 256 == 0 && (uintptr_t)ws % 4 == 0 &&
+           fm_smem(1, k / 32) <= FD_SMEM_MAX;
+}
+
+int cuda_fp4_dec_applies(const uint8_t *qa, const uint8_t *w, const uint8_t *ws, int64_t k) {
+    if (!(k > 0 && k % 32 == 0 && (uintptr_t)qa % 16 == 0 && (uintptr_t)w % 16 == 0)) return 0;
+    if (fm_applies(k, ws)) return 2;
+    return fd_smem(2, k) <= FD_SMEM_MAX;
+}
+
+static cudaError_t fm_go(int tr, const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                         const uint8_t *w, const uint8_t *ws, int64_t n, const int32_t *ids,
+                         const int32_t *off, int groups, const int32_t *rows, void *out, int out_mode,
+                         cudaStream_t stream) {
+    static size_t attr = 0; /* the shared memory the kernel is allowed so far */
+    const int64_t kbn = k / 32;
+    const int cb = fm_cb(kbn), kc = (int)((kbn + cb - 1) / cb), rtn = FM_WARPS / kc;
+    while (tr > 1 && fm_smem(tr, kbn) > FD_SMEM_MAX) tr--;
+    const size_t smem = fm_smem(tr, kbn);
+    if (smem > 48 * 1024 && smem > attr) {
+        cudaError_t e = cudaFuncSetAttribute(k_fp4_mma, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        attr = smem;
+    }
+    /* row tiles a block: about three blocks an SM over all groups, at most
+     * FM_NT_MAX (the empty groups of the op's form end at once) */
+    const int64_t tiles = (n + 16 * rtn - 1) / (16 * rtn), sms = cuda_sm_count();
+    int64_t nt = fm_nt_forced ? fm_nt_forced : (tiles * groups + 3 * sms - 1) / (3 * sms);
+    nt = nt < 1 ? 1 : nt > FM_NT_MAX ? FM_NT_MAX : nt;
+    const int64_t bx = (tiles + nt - 1) / nt;
+    if (bx > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    cuda_launch_pdl(k_fp4_mma, dim3((unsigned)bx, (unsigned)groups), dim3(FM_THREADS), smem, stream, qa, sa, m, k,
+                    w, ws, n, ids, off, rows, tr, cb, kc, (int)nt, out, out_mode);
+    return cudaGetLastError();
+}
+
 di_status cuda_launch_fp4_dec(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                               const uint8_t *w, const uint8_t *ws, int64_t n, const int32_t *ids,
                               const int32_t *off, int32_t ngroups, const int32_t *rows,
                               int32_t max_rows, void *out, int out_mode, cudaStream_t stream,
                               di_err *err) {
-    if (!cuda_fp4_dec_applies(qa, w, k))
+    if (!cuda_fp4_dec_applies(qa, w, ws, k))
         return di_err_set(err, DI_ERR_UNSUPPORTED,
                           "gemm_mxfp4 (decode form): k = %lld (a multiple of 32 up to %d) and "
                           "16-byte aligned codes and weights needed",
@@ -227,6 +652,10 @@ di_status cuda_launch_fp4_dec(const uint8_t *qa, const float *sa, int64_t m, int
     if (groups > 65535)
         return di_err_set(err, DI_ERR_LIMIT, "gemm_mxfp4 (decode form): %d groups (at most 65535)",
                           (int)groups);
+    if (fm_applies(k, ws))
+        return cuda_check(fm_go(fm_tr(m, max_rows, ids != NULL), qa, sa, m, k, w, ws, n, ids, off, groups, rows, out,
+                                out_mode, stream),
+                          err, "gemm_mxfp4 (decode form)");
     const int lanes = fd_lanes(k / 32);
     const int64_t per_block = (int64_t)FD_PASSES * FD_WARPS * (32 / lanes);
     const int64_t bx = (n + per_block - 1) / per_block;

@@ -9,10 +9,12 @@
 
 #include "core/error.h"
 
-/* Whether the form takes a product of k inputs with these operands (k % 32
- * == 0, 16-byte aligned codes and weights, the activations of a token tile
- * within shared memory). */
-int cuda_fp4_dec_applies(const uint8_t *qa, const uint8_t *w, int64_t k);
+/* Whether the form takes a product of k inputs with these operands: 2 the
+ * tensor-core form (k % 128 == 0, 16-byte aligned codes and weights, 4-byte
+ * aligned scales), 1 only the CUDA-core one (k % 32 == 0, the aligned codes
+ * and weights, a token tile's activations within shared memory), 0 none.
+ * Which one runs depends on k and the alignment alone, never on the tokens. */
+int cuda_fp4_dec_applies(const uint8_t *qa, const uint8_t *w, const uint8_t *ws, int64_t k);
 
 /* out[orow, r] = sum_b sa sw (q_a . q_w) for the weight rows r < n of
  * expert ids[z] and the token slots of group z: the rows of slots

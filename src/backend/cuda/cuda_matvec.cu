@@ -1306,13 +1306,17 @@ di_status cuda_launch_matvec_fp8_x(const float *x, int64_t m, int64_t k, const u
 
 /* Where the MXFP4 decode form (cuda_fp4_dec.cu) runs. Mode 2 (the default):
  * grouped products past 16 rows a group that are not a prefill, i.e. the
- * decode batches beyond 16 (MXFP4 run 1, docs/gpu-notes.md: b64
- * moe_experts 5.55 -> 3.61 ms a layer against the mma.sync kernel, while at
- * b1 / b8 the wgmma kernel was as fast / faster). Mode 1
- * (DI_CUDA_FP4_DEC=1): also plain products of up to 16 tokens and every
- * grouped one; mode 0 (DI_CUDA_FP4_DEC=0): never. The plain and grouped
- * products of up to 16 rows always take the same form, so a grouped row
- * still equals the plain product of that row.
+ * decode batches beyond 16, in its tensor-core kernel where that applies
+ * (k % 128 == 0, aligned operands: the model's expert shapes; b64 w1
+ * 1540 us in the wgmma kernel, 1293 in the CUDA-core form, 759 in the
+ * tensor-core form, MXFP4 run 4 in docs/gpu-notes.md), else its CUDA-core
+ * one (MXFP4 run 1: b64 moe_experts 5.55 -> 3.61 ms a layer against the
+ * mma.sync kernel). At b1 / b8 the wgmma kernel was as fast / faster.
+ * Mode 1 (DI_CUDA_FP4_DEC=1): also plain products of up to 16 tokens and
+ * every grouped one; mode 0 (DI_CUDA_FP4_DEC=0): never. Which form a
+ * product takes depends on k, the alignment and the group size, so the
+ * plain and grouped products of up to 16 rows always take the same form: a
+ * grouped row still equals the plain product of that row.
  * cuda_matvec_set_fp4_dec: 0 / 1 / 2 force a mode (tests, bench), -1 back to
  * the environment. */
 static int fp4_dec_forced = -1;
@@ -1331,7 +1335,7 @@ di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m
                                    const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                    int out_bf16, cudaStream_t stream, di_err *err) {
     cudaError_t e = cudaSuccess;
-    if (m <= 16 && fp4_dec_mode() == 1 && cuda_fp4_dec_applies(qa, w, k))
+    if (m <= 16 && fp4_dec_mode() == 1 && cuda_fp4_dec_applies(qa, w, ws, k))
         return cuda_launch_fp4_dec(qa, sa, m, k, w, ws, n, NULL, NULL, 0, NULL, (int32_t)m, out,
                                    out_bf16, stream, err);
     if (w4_try(qa, sa, m, k, w, ws, n, 1, out, out_bf16, stream, Groups{NULL, NULL, NULL}, 0, &e))
@@ -1368,7 +1372,7 @@ di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, i
         return cuda_launch_gemm_mxfp4_grouped_tiled(qa, sa, k, w, ws, n, ids, off, ngroups, rows,
                                                     out, out_bf16, stream, err);
     const int dec = fp4_dec_mode();
-    if ((dec == 1 || (dec == 2 && max_rows > 16)) && cuda_fp4_dec_applies(qa, w, k))
+    if ((dec == 1 || (dec == 2 && max_rows > 16)) && cuda_fp4_dec_applies(qa, w, ws, k))
         return cuda_launch_fp4_dec(qa, sa, 0, k, w, ws, n, ids, off, ngroups, rows, max_rows, out,
                                    out_bf16, stream, err);
     Groups grp = {ids, off, rows};
