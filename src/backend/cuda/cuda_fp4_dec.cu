@@ -3,7 +3,7 @@
  * FP8 E4M3 activations with one f32 scale per 32 inputs): the routed
  * experts at decode, a few tokens per expert.
  *
- * Two kernels. The tensor-core one (k_fp4_mma, below) takes k % 128 == 0
+ * Two kernels. The tensor-core one (k_fp4_mma, below) takes k % 256 == 0
  * (the model's expert shapes): each block of 16 weight rows x 32 inputs is
  * two f16 mma.syncs, the weights streamed through shared memory by
  * cp.async several batches ahead, across the row tiles of a thread block.
@@ -12,11 +12,11 @@
  * into registers, four blocks in flight, decodes them to f32 and runs FMA
  * chains against the activations, converted to f32 once per block of rows;
  * ~124 instructions a lane per block, issue-bound near 40 % of copy (MXFP4
- * run 1, docs/gpu-notes.md). Measured (MXFP4 run 4, one H200): the
- * tensor-core kernel ~50 % of copy at batch 64, 37 % at 256, where the
- * wgmma kernel (cuda_matvec.cu) gets 26 / 19 %; at b1 / b8 the wgmma kernel
- * was as fast / faster, so by default the form takes only the grouped
- * products past 16 rows a group; cuda_matvec.cu picks.
+ * run 1, docs/gpu-notes.md). Measured (MXFP4 run 5, one H200, grouped
+ * expert products from DRAM): the tensor-core kernel at 62-65 % of copy at
+ * batch 64, 44-46 % at 256, 52-57 % at 8 and 36-42 % at 1, where the wgmma
+ * kernel (cuda_matvec.cu) gets 16-26 %, 19 %, 54-57 % and ~35 %; which
+ * form runs at which batch, cuda_matvec.cu picks.
  *
  * The CUDA-core kernel's arithmetic (the tensor-core kernel's is below it):
  * per (token, weight row), block b's 32 products (w · 2^-6) · a are exact
