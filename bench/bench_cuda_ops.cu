@@ -290,9 +290,10 @@ static void bench_moe_grouped(int tokens, const char *suffix = "", const char *p
                                       (int32_t *)st.rows, st.max_rows, out, DI_DTYPE_F32, s, err));
     }, reps, 15);
     double bytes = bytes_total / reps + (double)tokens * k + npairs * n * 4.0;
-    printf("RESULT moe_%s_grouped_b%d%s %.2f us %.0f GB/s %.0f%% of copy (%.0f experts/step, floor %.2f us)\n",
+    printf("RESULT moe_%s_grouped_b%d%s %.2f us %.0f GB/s %.0f%% of copy (%.0f experts/step, floor %.2f us, "
+           "%.1f TFLOP/s)\n",
            proj, tokens, suffix, t * 1e6, bytes / t / 1e9, 100 * bytes / t / g_copy_bw,
-           bytes_total / reps / (wb + sb), bytes / g_copy_bw * 1e6);
+           bytes_total / reps / (wb + sb), bytes / g_copy_bw * 1e6, 2.0 * npairs * n * k / t / 1e12);
     for (auto &st : steps) { di_cuda_free(st.ids); di_cuda_free(st.off); di_cuda_free(st.rows); }
     di_cuda_free(w); di_cuda_free(ws); di_cuda_free(qa); di_cuda_free(sa); di_cuda_free(out);
 }
@@ -737,11 +738,39 @@ static void bench_fp4_dec(void) {
     cuda_matvec_set_fp4_dec(-1);
 }
 
+/* --gg [f,f,...]: the grouped MXFP4 GEMM of the prefill's routed experts
+ * (cuda_gemm_grouped.cu) at 8,192 tokens x top-6 over 384 experts, w1
+ * [2304 x 5120] and w2 [5120 x 2304], in each of the kernel's forms by
+ * flags (default: all built, the default form first). */
+extern "C" void cuda_gemm_grouped_set_form(int form);
+static void bench_gg(const char *list) {
+    int forms[16], nf = 0;
+    if (list) {
+        for (const char *p = list; *p && nf < 16;) {
+            forms[nf++] = atoi(p);
+            while (*p && *p != ',') p++;
+            if (*p) p++;
+        }
+    } else {
+        const int all[] = {7, 1, 0, 3, 5};
+        for (int f : all) forms[nf++] = f;
+    }
+    char sfx[32];
+    for (int i = 0; i < nf; i++) {
+        cuda_gemm_grouped_set_form(forms[i]);
+        snprintf(sfx, sizeof sfx, "_f%d", forms[i]);
+        bench_moe_grouped(8192, sfx, "w1", 2304, 5120, true);
+        bench_moe_grouped(8192, sfx, "w2", 5120, 2304, true);
+    }
+    cuda_gemm_grouped_set_form(-1);
+}
+
 int main(int argc, char **argv) {
     /* --quick: shorter; --gemm / --matvec: only that half (plus the copy
      * ceiling), so a run that changes one kernel family spends less time;
      * --decode: bench_decode only */
     int quick = 0, gemm = 1, matvec = 1, decode = 0, plain = 0;
+    const char *gg_list = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--gemm")) matvec = 0;
@@ -750,6 +779,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--plain")) gemm = matvec = 0, plain = 1; /* bench_plain only */
         else if (!strcmp(argv[i], "--plaindec")) gemm = matvec = 0, plain = 2; /* bench_plain_dec only */
         else if (!strcmp(argv[i], "--fp4dec")) gemm = matvec = 0, plain = 3; /* bench_fp4_dec only */
+        else if (!strcmp(argv[i], "--gg")) { /* bench_gg only, forms optional */
+            gemm = matvec = 0, plain = 4;
+            gg_list = i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : NULL;
+        }
         else if (!strcmp(argv[i], "--profile")) {
             DK(di_cuda_init(0, err));
             profile_once();
@@ -766,6 +799,7 @@ int main(int argc, char **argv) {
     if (plain == 1) bench_plain();
     if (plain == 2) bench_plain_dec();
     if (plain == 3) bench_fp4_dec();
+    if (plain == 4) bench_gg(gg_list);
     if (matvec) {
         bench_act_quant();
         /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */

@@ -651,17 +651,22 @@ static void test_grouped_spread(void) {
  * of expert order; outputs poisoned before each launch. */
 #if defined(DI_HAVE_CUDA)
 void cuda_matvec_set_grouped_tiled(int on); /* cuda_matvec.cu: 0 = mma.sync past 16 rows */
-void cuda_gemm_grouped_set_form(int form);  /* cuda_gemm_grouped.cu: 0 first form, 1 pipelined, -1 choose */
+void cuda_gemm_grouped_set_form(int form);  /* cuda_gemm_grouped.cu: a form's flags (0 first form, 1 pipelined), -1 choose */
 #endif
 static void test_grouped_many_rows(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
-    const struct { int64_t E, T, n, k; } cs[] = {{3, 20, 100, 256}, {5, 150, 200, 288}, {5, 150, 200, 384}};
+    /* wide: every fifth weight scale 2^-27 or 2^14, outside the window in
+     * which the folding forms multiply scales into the f16 codes (their
+     * stages promote with the product instead) */
+    const struct { int64_t E, T, n, k; int wide; } cs[] = {
+        {3, 20, 100, 256, 0}, {5, 150, 200, 288, 0}, {5, 150, 200, 384, 0}, {4, 90, 130, 512, 1}};
     for (size_t c = 0; c < sizeof cs / sizeof *cs; c++) {
         const int64_t E = cs[c].E, T = cs[c].T, n = cs[c].n, k = cs[c].k, kbn = k / 32;
         const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
         float *x, *sa;
         uint8_t *qa, *w, *ws;
         moe_inputs(T, k, n, E, &x, &sa, &qa, &w, &ws);
+        for (size_t i = 0; cs[c].wide && i < sb * (size_t)E; i += 5) ws[i] = (uint8_t)(i % 2 ? 100 : 141);
         int32_t ids[5], off[6], *rows = malloc((size_t)(T * E) * 4), *pair_exp = malloc((size_t)(T * E) * 4);
         int32_t np = 0;
         off[0] = 0;
@@ -680,13 +685,18 @@ static void test_grouped_many_rows(void) {
         float *out = malloc((size_t)(np * n) * 4);
         double *ref = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8), *abs_sum = malloc((size_t)n * 8);
         float *first = malloc((size_t)(np * n) * 4);
-        /* the mma.sync tiles of 8, the tiled GEMM's first form, its
-         * pipelined form (k a multiple of 128; else the first form again):
-         * the two tiled forms bit for bit */
-        for (int tiled = 0; tiled < 3; tiled++) {
+        /* the mma.sync tiles of 8 (-1), then the tiled GEMM's forms by
+         * flags (cuda_gemm_grouped.cu): the first form (0), the pipelined one
+         * (1), with the other staging roles (3), with the weight scales
+         * folded into the codes (5), both (7, the default); k not a multiple
+         * of 128 runs the first form each time. Every tiled form bit for bit
+         * against the first. */
+        const int forms[] = {-1, 0, 1, 3, 5, 7};
+        for (size_t fi = 0; fi < sizeof forms / sizeof *forms; fi++) {
+            const int form = forms[fi], tiled = form >= 0;
 #if defined(DI_HAVE_CUDA)
-            cuda_matvec_set_grouped_tiled(tiled > 0);
-            cuda_gemm_grouped_set_form(tiled - 1);
+            cuda_matvec_set_grouped_tiled(tiled);
+            cuda_gemm_grouped_set_form(form);
 #endif
             di_err err = {0};
             di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
@@ -705,12 +715,12 @@ static void test_grouped_many_rows(void) {
                 for (int64_t j = 0; j < n; j++)
                     if (!(fabs(out[(size_t)p * n + j] - ref[j]) <= bound[j])) bad++;
             }
-            CHECKF(bad == 0, "grouped mxfp4 (%s), %lld groups, %d pairs, n %lld, k %lld: %lld of %lld "
-                   "outputs off the exact result", tiled == 2 ? "tiled GEMM, pipelined" : tiled ? "tiled GEMM" : "mma.sync tiles of 8",
+            CHECKF(bad == 0, "grouped mxfp4 (%s %d), %lld groups, %d pairs, n %lld, k %lld: %lld of %lld "
+                   "outputs off the exact result", tiled ? "tiled GEMM form" : "mma.sync tiles of 8", form,
                    (long long)E, (int)np, (long long)n, (long long)k, (long long)bad, (long long)(np * n));
-            if (tiled == 1) memcpy(first, out, (size_t)(np * n) * 4);
-            CHECKF(tiled < 2 || memcmp(first, out, (size_t)(np * n) * 4) == 0,
-                   "grouped mxfp4, k %lld: the pipelined tiled form differs from the first form", (long long)k);
+            if (form == 0) memcpy(first, out, (size_t)(np * n) * 4);
+            CHECKF(form <= 0 || memcmp(first, out, (size_t)(np * n) * 4) == 0,
+                   "grouped mxfp4, k %lld: the tiled form %d differs from the first form", (long long)k, form);
         }
 #if defined(DI_HAVE_CUDA)
         cuda_matvec_set_grouped_tiled(1);

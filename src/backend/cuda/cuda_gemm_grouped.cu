@@ -24,7 +24,14 @@
  * fmaf(d, s_a · s_w, acc), blocks in ascending order. The bits differ from
  * the decode kernel's only through the tensor cores' internal additions
  * inside a 32-block; both stay within kernels.h's bound of the exact sum
- * (tests/unit/test_cuda_ops.c test_grouped_many_rows). */
+ * (tests/unit/test_cuda_ops.c test_grouped_many_rows).
+ *
+ * What limits it (docs/gpu-notes.md, grouped runs 1-2): issue, at a low rate
+ * of instructions per cycle, not one unit: twelve instructions per mma in
+ * the first pipelined form, a third of them the promotion's products, plus
+ * spills and conflicted shared stores. The default form (PIPE | REMAP |
+ * FOLD, below) runs the stage in 612 instructions a warp instead of 765,
+ * with no spills: 11.7 -> 10.0 ms for w1 at an 8K-token prefill on an H200. */
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -51,6 +58,34 @@ struct GgRaw {
     uint32_t sw[GG_BN];
 };
 enum { GG_STAGES = 3 }; /* stages in flight: the one converted and two behind it */
+
+/* The kernel's forms, by flag (measured side by side in bench_cuda_ops
+ * --gg): PIPE the pipelined form (below); REMAP, staging roles chosen so
+ * that the eight threads of each quarter warp store their converted 16
+ * bytes to eight different rows (bank-conflict free; the first roles paired
+ * two threads of one row on the same banks: half the shared store
+ * wavefronts were conflicts); FOLD, each weight block's scale multiplied
+ * into its f16 codes (below), so that the promotion needs no product of
+ * the two scales. */
+enum {
+    GG_F_PIPE = 1,
+    GG_F_REMAP = 2,
+    GG_F_FOLD = 4,
+    GG_F_DEFAULT = GG_F_PIPE | GG_F_REMAP | GG_F_FOLD,
+};
+
+/* FOLD: a weight code's f16 (value · 2^-6, a normal f16 from 2^-7 to 6 ·
+ * 2^-6) times 2^p, p = the block's scale exponent + GG_FOLD_C, is exact and
+ * normal for p in [-7, 15]; the tensor cores add products that all carry the
+ * same power of two, so the block's sum is d · 2^p exactly, and
+ * fmaf(d · 2^p, s_a, acc · 2^C) = fmaf(d, s_a · s_w, acc) · 2^C, bit for bit
+ * (s_a · s_w is exact: s_w is a power of two; no value here comes near the
+ * fp32 range's ends). A block whose exponent lies outside [-7 - C, 15 - C]
+ * (scales 2^-16 .. 2^6, E8M0 bytes 111..133) keeps 2^C alone and its scale
+ * in the table; a stage with such a block promotes with the product, as the
+ * unfolded forms do (the choice is the block's: one flag on the barrier
+ * that follows the conversion). */
+enum { GG_FOLD_C = 9 };
 
 struct GgSmem {
     uint32_t a[GG_BM * GG_LDW];  /* [64 rows, 128 inputs] f16 activation codes */
@@ -114,6 +149,13 @@ __device__ __forceinline__ void gg_fp4x8(uint32_t v, uint32_t *o) {
     o[3] = gg_e4m3x2(p1 >> 16);
 }
 
+/* an f16 pair times an f16 pair (FOLD: powers of two, exact) */
+__device__ __forceinline__ uint32_t gg_hmul2(uint32_t a, uint32_t b) {
+    uint32_t r;
+    asm("mul.rn.f16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
 __device__ __forceinline__ void gg_zero(float (&v)[2][4][4]) {
 #pragma unroll
     for (int i = 0; i < 2; i++)
@@ -132,7 +174,7 @@ __device__ __forceinline__ void gg_zero(float (&v)[2][4][4]) {
  * of 16 scalar loads) and each 32-block's first mma starts from a zero
  * register. The same values reach the same mma in the same order: the same
  * bits as the first form (test_cuda_ops compares them). */
-template <bool PIPE>
+template <int F>
 __global__ void __launch_bounds__(GG_THREADS, 2)
     k_gemm_mxfp4_grouped(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int64_t k,
                          const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws, int64_t n,
@@ -140,6 +182,9 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
                          const int32_t *__restrict__ rows, void *__restrict__ out, int out_bf16) {
     extern __shared__ __align__(16) uint8_t gg_raw[];
     GgSmem &sm = *reinterpret_cast<GgSmem *>(gg_raw);
+    constexpr bool PIPE = F & GG_F_PIPE, REMAP = F & GG_F_REMAP, FOLD = PIPE && (F & GG_F_FOLD);
+    /* the weight tiles carry 2^-6 (E2M1 through E4M3), folded ones 2^C more */
+    constexpr float OSCALE = FOLD ? 64.0f / (float)(1 << GG_FOLD_C) : 64.0f;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     {   /* cum[z] = row tiles of groups 0..z-1 (thread tid: groups 4 tid .. 4 tid + 3) */
         int loc[4], s = 0;
@@ -173,7 +218,8 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
     const int wm = warp >> 2, wn = warp & 3;
     /* staging roles: activation row ta, 32 bytes pa of the stage's 128;
      * weight row rb, 32 packed bytes hb of the stage's 64 */
-    const int ta = tid >> 2, pa = tid & 3, rb = tid >> 1, hb = tid & 1;
+    const int ta = REMAP ? (tid & 7) | (tid >> 5 << 3) : tid >> 2, pa = REMAP ? (tid >> 3) & 3 : tid & 3;
+    const int rb = REMAP ? (tid & 7) | (tid >> 4 << 3) : tid >> 1, hb = REMAP ? (tid >> 3) & 1 : tid & 1;
     const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
     for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
         int lo = 0, hi = G - 1; /* the last group whose first item is <= it */
@@ -207,36 +253,64 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
             rsw[1] = vb && kbw + 1 < kbn ? e8m0_to_f32(__ldg(pSW + kbw + 1)) : 0.f;
         };
         GgRaw *ring = reinterpret_cast<GgRaw *>(gg_raw + (sizeof(GgSmem) + 15) / 16 * 16);
-        auto issue = [&](int64_t c) { /* stage c into its ring slot: one commit group, empty past the end */
-            if (c < nch) {
-                GgRaw &r = ring[c % GG_STAGES];
-                const int64_t k0 = c * GG_KC;
+        /* the pipelined form's sources, advanced one stage per issue (invalid
+         * rows keep reading the first bytes, which cp.async does not fetch) */
+        const uint8_t *nA = va ? pA + pa * 32 : qa, *nB = vb ? pB + hb * 32 : w, *nSW = vb ? pSW : ws;
+        const float *nSA = va ? pSA + pa : sa;
+        const int stepA = va ? GG_KC : 0, stepB = vb ? GG_KC / 2 : 0, stepS = va ? GG_KC / 32 : 0,
+                  stepW = vb ? GG_KC / 32 : 0;
+        int wslot = 0, left = (int)nch; /* the next issue's ring slot, stages still to issue */
+        auto issue = [&]() { /* the next stage into its ring slot: one commit group, empty past the end */
+            if (left > 0) {
+                GgRaw &r = ring[wslot];
 #pragma unroll
                 for (int v = 0; v < 2; v++) {
-                    cp_async16(smem_u32(&r.a[v][tid]), va ? pA + k0 + pa * 32 + v * 16 : qa, va);
-                    cp_async16(smem_u32(&r.w[v][tid]), vb ? pB + k0 / 2 + hb * 32 + v * 16 : w, vb);
+                    cp_async16(smem_u32(&r.a[v][tid]), nA + v * 16, va);
+                    cp_async16(smem_u32(&r.w[v][tid]), nB + v * 16, vb);
                 }
-                cp_async4(smem_u32(&r.sa[tid]), va ? pSA + k0 / 32 + pa : sa, va);
-                if (!hb) cp_async4(smem_u32(&r.sw[rb]), vb ? pSW + k0 / 32 : ws, vb);
+                cp_async4(smem_u32(&r.sa[tid]), nSA, va);
+                if (!hb) cp_async4(smem_u32(&r.sw[rb]), nSW, vb);
+                nA += stepA, nB += stepB, nSA += stepS, nSW += stepW;
+                wslot = wslot == GG_STAGES - 1 ? 0 : wslot + 1;
+                left--;
             }
             asm volatile("cp.async.commit_group;\n" ::: "memory");
         };
+        int rslot = 0; /* the ring slot of the stage converted next */
         float acc[2][4][4];
         gg_zero(acc);
         if (PIPE) {
 #pragma unroll
-            for (int q = 0; q < GG_STAGES - 1; q++) issue(q);
+            for (int q = 0; q < GG_STAGES - 1; q++) issue();
         } else {
             load(0);
         }
         for (int64_t c = 0; c < nch; c++) {
+            bool slow = false;  /* FOLD: a block of this thread's kept its scale */
+            uint32_t wmul[2];   /* FOLD: its two blocks' multipliers, f16 pairs */
             if (PIPE) {
-                issue(c + GG_STAGES - 1); /* into the slot of stage c - 1, which this thread has converted */
+                issue(); /* stage c + 2 into the slot of stage c - 1, which this thread has converted */
                 asm volatile("cp.async.wait_group %0;\n" ::"n"(GG_STAGES - 1) : "memory");
-                const GgRaw &r = ring[c % GG_STAGES];
+                const GgRaw &r = ring[rslot];
+                rslot = rslot == GG_STAGES - 1 ? 0 : rslot + 1;
                 ra[0] = r.a[0][tid], ra[1] = r.a[1][tid], rw[0] = r.w[0][tid], rw[1] = r.w[1][tid];
                 rsa = r.sa[tid];
-                if (!hb) {
+                if (FOLD) {
+                    /* the row's four scale bytes, copied by its hb = 0 thread (the lane
+                     * with bit 3 (REMAP) or bit 0 clear) */
+                    const uint32_t b4 = __shfl_sync(0xffffffffu, hb ? 0u : r.sw[rb], REMAP ? lane & ~8 : lane & ~1);
+#pragma unroll
+                    for (int v = 0; v < 2; v++) {
+                        const int e8 = (int)((b4 >> (16 * hb + 8 * v)) & 0xffu);
+                        const int p = e8 - 127 + GG_FOLD_C;
+                        const bool inr = p >= -7 && p <= 15, fold = inr || !vb; /* past n: zero codes */
+                        slow |= !fold;
+                        /* 2^p (or 2^C) as an f16 pair */
+                        const uint32_t h = (uint32_t)((inr ? p : GG_FOLD_C) + 15) << 10;
+                        wmul[v] = h | h << 16;
+                        sm.sw[rb][2 * hb + v] = fold ? 1.f : e8m0_to_f32((uint32_t)e8);
+                    }
+                } else if (!hb) {
                     const uint32_t b4 = r.sw[rb];
 #pragma unroll
                     for (int q = 0; q < 4; q++) sm.sw[rb][q] = vb ? e8m0_to_f32((b4 >> (8 * q)) & 0xffu) : 0.f;
@@ -258,6 +332,9 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
                 for (int j = 0; j < 8; j++) {
                     uint32_t o[4];
                     gg_fp4x8(wv[j], o);
+                    if (FOLD) /* words 0..3 are the first block (rw[0]), 4..7 the second */
+#pragma unroll
+                        for (int q = 0; q < 4; q++) o[q] = gg_hmul2(o[q], wmul[j >> 2]);
                     dB[j] = make_uint4(o[0], o[1], o[2], o[3]);
                 }
                 sm.sa[ta][pa] = rsa;
@@ -266,7 +343,10 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
                     sm.sw[rb][hb * 2 + 1] = rsw[1];
                 }
             }
-            __syncthreads();
+            /* FOLD: whether any block of the stage kept its scale in the table */
+            bool slow_stage = true;
+            if (FOLD) slow_stage = __syncthreads_or(slow) != 0;
+            else __syncthreads();
             if (!PIPE && c + 1 < nch) load(c + 1); /* in flight while the tensor cores work */
 #pragma unroll
             for (int kb = 0; kb < GG_KC / 32; kb++) {
@@ -313,6 +393,20 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
                             else gg_mma(d[mt][nt], af[mt], bfr[nt]);
                         }
                 }
+                if (!slow_stage) { /* folded: s_w is in d */
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        const float f0 = sm.sa[wm * 32 + mt * 16 + g][kb], f1 = sm.sa[wm * 32 + mt * 16 + g + 8][kb];
+#pragma unroll
+                        for (int nt = 0; nt < 4; nt++) {
+                            acc[mt][nt][0] = fmaf(d[mt][nt][0], f0, acc[mt][nt][0]);
+                            acc[mt][nt][1] = fmaf(d[mt][nt][1], f0, acc[mt][nt][1]);
+                            acc[mt][nt][2] = fmaf(d[mt][nt][2], f1, acc[mt][nt][2]);
+                            acc[mt][nt][3] = fmaf(d[mt][nt][3], f1, acc[mt][nt][3]);
+                        }
+                    }
+                    continue;
+                }
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) {
                     const float f0 = sm.sa[wm * 32 + mt * 16 + g][kb], f1 = sm.sa[wm * 32 + mt * 16 + g + 8][kb];
@@ -339,7 +433,7 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
 #pragma unroll
                 for (int nt = 0; nt < 4; nt++) {
                     const int64_t col = n0 + wn * 32 + nt * 8 + 2 * t;
-                    const float v0 = acc[mt][nt][2 * h] * 64.0f, v1 = acc[mt][nt][2 * h + 1] * 64.0f;
+                    const float v0 = acc[mt][nt][2 * h] * OSCALE, v1 = acc[mt][nt][2 * h + 1] * OSCALE;
                     if (out_bf16) {
                         uint16_t *o = (uint16_t *)out + orow * n + col;
                         if (col < n) o[0] = f32_to_bf16_bits(v0);
@@ -354,8 +448,24 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
     }
 }
 
-static int gg_form = -1; /* test aid: 0 the first form, 1 the pipelined one where it applies, -1 choose */
+static int gg_form = -1; /* test and measuring aid: a form's flags (0 the first form), -1 choose */
 extern "C" void cuda_gemm_grouped_set_form(int form) { gg_form = form; }
+
+typedef void (*gg_kernel)(const uint8_t *, const float *, int64_t, const uint8_t *, const uint8_t *,
+                          int64_t, const int32_t *, const int32_t *, int, const int32_t *, void *, int);
+
+/* the forms built, by flags */
+static const struct {
+    int flags;
+    gg_kernel kern;
+} gg_forms[] = {
+    {0, k_gemm_mxfp4_grouped<0>},
+    {GG_F_PIPE, k_gemm_mxfp4_grouped<GG_F_PIPE>},
+    {GG_F_PIPE | GG_F_REMAP, k_gemm_mxfp4_grouped<GG_F_PIPE | GG_F_REMAP>},
+    {GG_F_PIPE | GG_F_FOLD, k_gemm_mxfp4_grouped<GG_F_PIPE | GG_F_FOLD>},
+    {GG_F_PIPE | GG_F_REMAP | GG_F_FOLD, k_gemm_mxfp4_grouped<GG_F_PIPE | GG_F_REMAP | GG_F_FOLD>},
+};
+enum { GG_NFORMS = sizeof gg_forms / sizeof *gg_forms };
 
 di_status cuda_launch_gemm_mxfp4_grouped_tiled(const uint8_t *qa, const float *sa,
                                                          int64_t k, const uint8_t *w,
@@ -375,22 +485,26 @@ di_status cuda_launch_gemm_mxfp4_grouped_tiled(const uint8_t *qa, const float *s
         const char *v = getenv("DI_CUDA_GG_PIPE");
         pipe_env = !(v && v[0] == '0');
     }
-    const int pipe = gg_form != 0 && (gg_form == 1 || pipe_env) && k % GG_KC == 0 && (uintptr_t)ws % 4 == 0;
-    static int blocks[2]; /* resident blocks on the whole device, per form */
-    void (*kern)(const uint8_t *, const float *, int64_t, const uint8_t *, const uint8_t *, int64_t,
-                 const int32_t *, const int32_t *, int, const int32_t *, void *, int) =
-        pipe ? k_gemm_mxfp4_grouped<true> : k_gemm_mxfp4_grouped<false>;
-    const int smem = pipe ? (int)((sizeof(GgSmem) + 15) / 16 * 16 + GG_STAGES * sizeof(GgRaw)) : (int)sizeof(GgSmem);
-    if (!blocks[pipe]) {
+    int flags = gg_form >= 0 ? gg_form : pipe_env ? GG_F_DEFAULT : 0;
+    if (!(k % GG_KC == 0 && (uintptr_t)ws % 4 == 0)) flags = 0; /* the pipelined forms' shapes */
+    int f = 0;
+    while (f < GG_NFORMS && gg_forms[f].flags != flags) f++;
+    if (f == GG_NFORMS)
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "gemm_mxfp4_grouped (tiled): no form with flags %d", flags);
+    const gg_kernel kern = gg_forms[f].kern;
+    const int smem = flags & GG_F_PIPE ? (int)((sizeof(GgSmem) + 15) / 16 * 16 + GG_STAGES * sizeof(GgRaw))
+                                       : (int)sizeof(GgSmem);
+    static int blocks[GG_NFORMS]; /* resident blocks on the whole device, per form */
+    if (!blocks[f]) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         int per_sm = 0, dev = 0, sms = 0;
         if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, GG_THREADS, smem);
         if (e == cudaSuccess) e = cudaGetDevice(&dev);
         if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
         if (e != cudaSuccess) return cuda_check(e, err, "gemm_mxfp4_grouped (tiled) setup");
-        blocks[pipe] = per_sm * sms > 0 ? per_sm * sms : 1;
+        blocks[f] = per_sm * sms > 0 ? per_sm * sms : 1;
     }
-    kern<<<blocks[pipe], GG_THREADS, (size_t)smem, stream>>>(qa, sa, k, w, ws, n, ids, off, ngroups, rows, out,
-                                                             out_bf16);
+    kern<<<blocks[f], GG_THREADS, (size_t)smem, stream>>>(qa, sa, k, w, ws, n, ids, off, ngroups, rows, out,
+                                                          out_bf16);
     return cuda_check(cudaGetLastError(), err, "gemm_mxfp4_grouped (tiled)");
 }
