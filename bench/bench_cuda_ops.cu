@@ -220,18 +220,26 @@ static void bench_matvec(int fmt, const char *name, int64_t n, int64_t k, int64_
  * [dim, moe_inter]); op_form: the call as the moe_experts op makes it (every
  * group's token capacity = the batch, min(E, 6 tokens) groups, the empty ones
  * last), else the tightest capacity and only the non-empty groups. */
+/* pair: a second weight set beside the first (the MoE's w1 and w3), both
+ * products by di_cuda_gemm_mxfp4_grouped_pair, bytes counted for both */
 static void bench_moe_grouped(int tokens, const char *suffix = "", const char *proj = "w1",
-                              int64_t n = 2304, int64_t k = 5120, bool op_form = false) {
+                              int64_t n = 2304, int64_t k = 5120, bool op_form = false, bool pair = false) {
     const int64_t E = 384, kbn = k / 32, topk = 6;
     const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
+    const int halves = pair ? 2 : 1;
     void *w = dalloc(wb * E), *ws = dalloc(sb * E);
+    void *w_b = pair ? dalloc(wb * E) : NULL, *ws_b = pair ? dalloc(sb * E) : NULL;
     rnd(w, wb * E, 300);
     rnd(ws, sb * E, 301, 2);
+    if (pair) {
+        rnd(w_b, wb * E, 304);
+        rnd(ws_b, sb * E, 305, 2);
+    }
     void *qa = dalloc((size_t)(tokens * k)), *sa = dalloc((size_t)(tokens * kbn) * 4);
     rnd(qa, (size_t)(tokens * k), 302, 1);
     fill_scales<<<256, 256>>>((float *)sa, (size_t)(tokens * kbn), 303);
     const int npairs = (int)(tokens * topk);
-    void *out = dalloc((size_t)npairs * n * 4);
+    void *out = dalloc((size_t)npairs * n * 4), *out_b = pair ? dalloc((size_t)npairs * n * 4) : NULL;
     int reps = 1;
     uint32_t seed = 12345;
     auto next = [&]() { seed = seed * 1664525u + 1013904223u; return seed >> 8; };
@@ -280,22 +288,30 @@ static void bench_moe_grouped(int tokens, const char *suffix = "", const char *p
         CK(cudaMemcpy(st.off, off.data(), off.size() * 4, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(st.rows, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
         steps.push_back(st);
-        bytes_total += (double)st.distinct * (wb + sb);
+        bytes_total += (double)st.distinct * (wb + sb) * halves;
     }
     reps = (int)steps.size();
     double t = time_ops([&](int i, cudaStream_t s) {
         const Step &st = steps[i];
-        DK(di_cuda_gemm_mxfp4_grouped((uint8_t *)qa, (float *)sa, k, (uint8_t *)w, (uint8_t *)ws,
-                                      n, (int32_t *)st.ids, (int32_t *)st.off, st.ng,
-                                      (int32_t *)st.rows, st.max_rows, out, DI_DTYPE_F32, s, err));
+        if (pair)
+            DK(di_cuda_gemm_mxfp4_grouped_pair((uint8_t *)qa, (float *)sa, k, (uint8_t *)w, (uint8_t *)ws,
+                                               (uint8_t *)w_b, (uint8_t *)ws_b, n, (int32_t *)st.ids,
+                                               (int32_t *)st.off, st.ng, (int32_t *)st.rows, st.max_rows, out,
+                                               out_b, DI_DTYPE_F32, s, err));
+        else
+            DK(di_cuda_gemm_mxfp4_grouped((uint8_t *)qa, (float *)sa, k, (uint8_t *)w, (uint8_t *)ws,
+                                          n, (int32_t *)st.ids, (int32_t *)st.off, st.ng,
+                                          (int32_t *)st.rows, st.max_rows, out, DI_DTYPE_F32, s, err));
     }, reps, 15);
-    double bytes = bytes_total / reps + (double)tokens * k + npairs * n * 4.0;
+    double bytes = bytes_total / reps + (double)tokens * k + npairs * n * 4.0 * halves;
     printf("RESULT moe_%s_grouped_b%d%s %.2f us %.0f GB/s %.0f%% of copy (%.0f experts/step, floor %.2f us, "
            "%.1f TFLOP/s)\n",
            proj, tokens, suffix, t * 1e6, bytes / t / 1e9, 100 * bytes / t / g_copy_bw,
-           bytes_total / reps / (wb + sb), bytes / g_copy_bw * 1e6, 2.0 * npairs * n * k / t / 1e12);
+           bytes_total / reps / (wb + sb) / halves, bytes / g_copy_bw * 1e6,
+           2.0 * halves * npairs * n * k / t / 1e12);
     for (auto &st : steps) { di_cuda_free(st.ids); di_cuda_free(st.off); di_cuda_free(st.rows); }
     di_cuda_free(w); di_cuda_free(ws); di_cuda_free(qa); di_cuda_free(sa); di_cuda_free(out);
+    if (pair) { di_cuda_free(w_b); di_cuda_free(ws_b); di_cuda_free(out_b); }
 }
 
 extern "C" void cuda_tiled_set_variant(int v); /* measuring aid in cuda_gemm_tiled.cu */
@@ -688,14 +704,18 @@ extern "C" void cuda_matvec_set_fp4_dec(int mode); /* cuda_matvec.cu: 0 never, 1
 extern "C" void cuda_fp4_dec_set_mma(int on);      /* cuda_fp4_dec.cu: 0 the CUDA-core kernel, -1 env */
 extern "C" void cuda_fp4_dec_set_tr(int tr);       /* cuda_fp4_dec.cu: token slots a tile, 0 chosen */
 extern "C" void cuda_fp4_dec_set_nt(int nt);       /* cuda_fp4_dec.cu: row tiles a block, 0 chosen */
+extern "C" void cuda_fp4_dec_set_a8(int on);       /* cuda_fp4_dec.cu: 1 e4m3 activations, 0 f16, -1 chosen */
 
 /* --fp4dec: the MXFP4 expert products in the decode form's two kernels
  * (tensor-core *_mma, CUDA-core *_dec) and in the wgmma / mma.sync kernels
  * (*_wg), in the same process: one expert at 1 and 2 tokens, the grouped
  * projections as the moe_experts op calls them at batch 1, 8, 64, 256
- * (max_rows = the batch; weights rotated over > 512 MB), then the
- * tensor-core form with token tiles of 1, 2 and 4 slots forced at batch 64
- * and 256, and with 1, 2 and 8 row tiles a block forced at batch 1, 8, 64. */
+ * (max_rows = the batch; weights rotated over > 512 MB), w1 and w3 as one
+ * pair call (moe_w13pair_*: the tensor-core form at every batch, then the
+ * default choice), then the tensor-core form with token tiles of 1, 2, 4
+ * and 8 slots forced at batch 8, 64 and 256 (8 slots of w1 leave one block
+ * an SM), and with 1, 2 and 8 row tiles a block forced at batch 1, 8, 64;
+ * before those, the f16 and A8 activation forms at batch 64 and 256. */
 static void bench_fp4_dec(void) {
     const struct { int dec, mma; const char *sfx; } forms[] = {{1, 1, "_mma"}, {1, 0, "_dec"}, {0, 1, "_wg"}};
     for (auto &f : forms) {
@@ -713,13 +733,30 @@ static void bench_fp4_dec(void) {
             bench_moe_grouped(b, f.sfx, "w2", 5120, 2304, true);
         }
     }
+    /* w1 and w3 as the op calls them: one pair launch where the tensor-core
+     * kernel runs (mode 1 at every batch; the default past 16 rows) */
+    for (int mode : {1, 2}) {
+        cuda_matvec_set_fp4_dec(mode);
+        for (int b : {1, 8, 64, 256})
+            bench_moe_grouped(b, mode == 1 ? "_mma" : "_default", "w13pair", 2304, 5120, true, true);
+    }
     cuda_matvec_set_fp4_dec(1);
     cuda_fp4_dec_set_mma(1);
+    /* the two activation forms at their chosen slots (f16: w1 4, w2 8; A8:
+     * w1 7, w2 8) past 16 rows */
+    for (int a8 : {0, 1}) {
+        cuda_fp4_dec_set_a8(a8);
+        for (int b : {64, 256}) {
+            bench_moe_grouped(b, a8 ? "_mma_a8" : "_mma_f16", "w1", 2304, 5120, true);
+            bench_moe_grouped(b, a8 ? "_mma_a8" : "_mma_f16", "w2", 5120, 2304, true);
+        }
+    }
+    cuda_fp4_dec_set_a8(0); /* the slot sweep in the f16 form */
     char sfx[32];
-    for (int tr : {1, 2, 4}) {
+    for (int tr : {1, 2, 4, 8}) {
         snprintf(sfx, sizeof sfx, "_mma_tr%d", tr);
         cuda_fp4_dec_set_tr(tr);
-        for (int b : {64, 256}) {
+        for (int b : {8, 64, 256}) {
             bench_moe_grouped(b, sfx, "w1", 2304, 5120, true);
             bench_moe_grouped(b, sfx, "w2", 5120, 2304, true);
         }
@@ -734,6 +771,7 @@ static void bench_fp4_dec(void) {
         }
     }
     cuda_fp4_dec_set_nt(0);
+    cuda_fp4_dec_set_a8(-1);
     cuda_fp4_dec_set_mma(-1);
     cuda_matvec_set_fp4_dec(-1);
 }

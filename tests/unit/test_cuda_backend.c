@@ -2081,6 +2081,10 @@ static void test_qkv_rope_pack(void) {
     }
 }
 
+#if defined(DI_HAVE_CUDA)
+void cuda_matvec_set_fp4_dec(int mode); /* cuda_matvec.cu: MXFP4 decode form 0 never, 1 everywhere, -1 the environment's */
+#endif
+
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
@@ -2119,6 +2123,14 @@ int main(void) {
     RUN(test_route_score_device);
     RUN(test_moe_route_device);
     RUN(test_moe_experts_device);
+#if defined(DI_HAVE_CUDA)
+    /* the MXFP4 decode form at every batch: w1 and w3 in one launch of its
+     * tensor-core kernel (the cases of k % 256 == 0), against the separate
+     * launches and the table's loop */
+    cuda_matvec_set_fp4_dec(1);
+    RUN(test_moe_experts_device);
+    cuda_matvec_set_fp4_dec(-1);
+#endif
     RUN(test_moe_op_table);
     RUN(test_attention_split);
     RUN(test_hc_split);

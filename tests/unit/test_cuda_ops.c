@@ -1179,6 +1179,49 @@ void cuda_fp4_dec_set_mma(int on);      /* cuda_fp4_dec.cu: 0 the CUDA-core kern
                                           * environment's */
 #endif
 
+/* The decode-form tests' inputs: E = 5 experts of n x k, T = 6 tokens, and
+ * the groups expert 3 rows {4}, expert 1 rows {0, 5}, expert 4 none,
+ * expert 0 rows {1, 2, 3}, expert 2 rows {5, 4, 3, 2, 0} (11 pairs), on the
+ * host and the device. */
+enum { FD_E = 5, FD_T = 6, FD_NP = 11 };
+typedef struct {
+    int64_t n, k, kbn;
+    size_t wb, sb; /* one expert's codes and scales, bytes */
+    float *x, *sa;
+    uint8_t *qa, *w, *ws;
+    int32_t ids[FD_E], off[FD_E + 1], rows[FD_NP], pexp[FD_NP];
+    dbuf dqa, dsa, dw, dws, dids, doff, drows;
+} fd_fixture;
+
+static void fd_fixture_make(fd_fixture *f, int64_t n, int64_t k) {
+    static const int32_t ids[FD_E] = {3, 1, 4, 0, 2}, off[FD_E + 1] = {0, 1, 3, 3, 6, 11},
+                         rows[FD_NP] = {4, 0, 5, 1, 2, 3, 5, 4, 3, 2, 0};
+    f->n = n;
+    f->k = k;
+    f->kbn = k / 32;
+    f->wb = (size_t)(n * k / 2);
+    f->sb = (size_t)(n * f->kbn);
+    moe_inputs(FD_T, k, n, FD_E, &f->x, &f->sa, &f->qa, &f->w, &f->ws);
+    memcpy(f->ids, ids, sizeof ids);
+    memcpy(f->off, off, sizeof off);
+    memcpy(f->rows, rows, sizeof rows);
+    for (int g = 0; g < FD_E; g++)
+        for (int p = off[g]; p < off[g + 1]; p++) f->pexp[p] = ids[g];
+    f->dqa = dput(f->qa, (size_t)(FD_T * k));
+    f->dsa = dput(f->sa, (size_t)(FD_T * f->kbn) * 4);
+    f->dw = dput(f->w, f->wb * FD_E);
+    f->dws = dput(f->ws, f->sb * FD_E);
+    f->dids = dput(f->ids, sizeof ids);
+    f->doff = dput(f->off, sizeof off);
+    f->drows = dput(f->rows, sizeof rows);
+}
+
+static void fd_fixture_free(fd_fixture *f) {
+    dbuf all[] = {f->dqa, f->dsa, f->dw, f->dws, f->dids, f->doff, f->drows};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
+    free(f->x); free(f->sa); free(f->qa); free(f->w); free(f->ws);
+}
+
 /* The MXFP4 decode form (cuda_fp4_dec.cu), its tensor-core kernel and its
  * CUDA-core one, on the model's expert shapes: k = 5120 (160 blocks:
  * chunks of 24 (the last 16) over 7 warps, the 8th idle; 32 lanes in the
@@ -1198,22 +1241,16 @@ static void test_fp4_dec_form(void) {
 #if defined(DI_HAVE_CUDA)
     const int64_t shapes[][2] = {{100, 5120}, {150, 2304}, {70, 3200}};
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
-        const int64_t E = 5, T = 6, n = shapes[c][0], k = shapes[c][1], kbn = k / 32;
-        const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
-        float *x, *sa;
-        uint8_t *qa, *w, *ws;
-        moe_inputs(T, k, n, E, &x, &sa, &qa, &w, &ws);
-        /* groups: expert 3 rows {4}, expert 1 rows {0, 5}, expert 4 none,
-         * expert 0 rows {1, 2, 3}, expert 2 rows {5, 4, 3, 2, 0} */
-        int32_t ids[5] = {3, 1, 4, 0, 2}, off[6] = {0, 1, 3, 3, 6, 11};
-        int32_t rows[11] = {4, 0, 5, 1, 2, 3, 5, 4, 3, 2, 0}, pexp[11];
-        for (int g = 0; g < 5; g++)
-            for (int p = off[g]; p < off[g + 1]; p++) pexp[p] = ids[g];
-        const int np = 11;
-        dbuf dqa = dput(qa, (size_t)(T * k)), dsa = dput(sa, (size_t)(T * kbn) * 4),
-             dw = dput(w, wb * E), dws = dput(ws, sb * E), dids = dput(ids, sizeof ids),
-             doff = dput(off, sizeof off), drows = dput(rows, sizeof rows),
-             dout = dput(NULL, (size_t)(np * n) * 4), dob = dput(NULL, (size_t)(np * n) * 2),
+        fd_fixture f;
+        fd_fixture_make(&f, shapes[c][0], shapes[c][1]);
+        const int64_t n = f.n, k = f.k, kbn = f.kbn;
+        const size_t wb = f.wb, sb = f.sb;
+        const float *sa = f.sa;
+        const uint8_t *qa = f.qa, *w = f.w, *ws = f.ws;
+        const int32_t *rows = f.rows, *pexp = f.pexp;
+        const int np = FD_NP;
+        dbuf dqa = f.dqa, dsa = f.dsa, dw = f.dw, dws = f.dws, dids = f.dids, doff = f.doff, drows = f.drows;
+        dbuf dout = dput(NULL, (size_t)(np * n) * 4), dob = dput(NULL, (size_t)(np * n) * 2),
              d1 = dput(NULL, (size_t)n * 4);
         float *out = malloc((size_t)(np * n) * 4), *o1 = malloc((size_t)n * 4);
         uint16_t *ob = malloc((size_t)(np * n) * 2);
@@ -1269,10 +1306,166 @@ static void test_fp4_dec_form(void) {
         }
         cuda_matvec_set_fp4_dec(-1);
         cuda_fp4_dec_set_mma(-1);
-        dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout, dob, d1};
+        dbuf all[] = {dout, dob, d1};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
-        free(x); free(sa); free(qa); free(w); free(ws); free(out); free(o1); free(ob);
-        free(ref); free(bound); free(abs_sum);
+        fd_fixture_free(&f);
+        free(out); free(o1); free(ob); free(ref); free(bound); free(abs_sum);
+    }
+#endif
+}
+
+/* Two grouped products over the same activations and routing in one call
+ * (the MoE's w1 and w3): each output bit for bit what the single grouped
+ * call gives for its weights, f32 and bf16, outputs poisoned. The decode
+ * form everywhere (mode 1: the tensor-core kernel's pair launch at k =
+ * 5120 and 2304, two launches of the CUDA-core one at k = 3200) and the
+ * default (the pair launch at 5120 and 2304, two wgmma launches at 3200);
+ * max_rows 5 (one token tile) and 1 (a tile a token). The second weights
+ * are the first's experts rotated by one, so the halves differ. */
+static void test_fp4_dec_pair(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+#if defined(DI_HAVE_CUDA)
+    const int64_t shapes[][2] = {{100, 5120}, {150, 2304}, {70, 3200}};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        fd_fixture f;
+        fd_fixture_make(&f, shapes[c][0], shapes[c][1]);
+        const int64_t n = f.n, k = f.k;
+        const size_t wb = f.wb, sb = f.sb;
+        const int np = FD_NP;
+        uint8_t *w2 = malloc(wb * FD_E), *ws2 = malloc(sb * FD_E);
+        for (int64_t e = 0; e < FD_E; e++) {
+            memcpy(w2 + (size_t)e * wb, f.w + (size_t)((e + 1) % FD_E) * wb, wb);
+            memcpy(ws2 + (size_t)e * sb, f.ws + (size_t)((e + 1) % FD_E) * sb, sb);
+        }
+        dbuf dqa = f.dqa, dsa = f.dsa, dw = f.dw, dws = f.dws, dids = f.dids, doff = f.doff, drows = f.drows;
+        dbuf dw2 = dput(w2, wb * FD_E), dws2 = dput(ws2, sb * FD_E),
+             da = dput(NULL, (size_t)(np * n) * 4), db = dput(NULL, (size_t)(np * n) * 4),
+             dpa = dput(NULL, (size_t)(np * n) * 4), dpb = dput(NULL, (size_t)(np * n) * 4);
+        float *a = malloc((size_t)(np * n) * 4), *b = malloc((size_t)(np * n) * 4),
+              *pa = malloc((size_t)(np * n) * 4), *pb = malloc((size_t)(np * n) * 4);
+        di_err err = {0};
+        for (int mode = 1; mode >= -1; mode -= 2) {
+            cuda_matvec_set_fp4_dec(mode);
+            for (int mr = 5; mr >= 1; mr -= 4)
+                for (int bf = 0; bf < 2; bf++) {
+                    const di_dtype dt = bf ? DI_DTYPE_BF16 : DI_DTYPE_F32;
+                    const size_t nb = (size_t)(np * n) * (bf ? 2 : 4);
+                    if (mode < 0 && mr == 1) continue; /* the wgmma form needs the true max_rows */
+                    di_status st = DI_OK;
+                    dbuf outs[] = {da, db, dpa, dpb};
+                    for (int i = 0; i < 4 && !st; i++) st = di_cuda_fill(outs[i].p, 0xff, outs[i].n, &err);
+                    if (!st)
+                        st = di_cuda_gemm_mxfp4_grouped(dqa.p, dsa.p, k, dw.p, dws.p, n, dids.p, doff.p, 5,
+                                                        drows.p, mr, da.p, dt, NULL, &err);
+                    if (!st)
+                        st = di_cuda_gemm_mxfp4_grouped(dqa.p, dsa.p, k, dw2.p, dws2.p, n, dids.p, doff.p, 5,
+                                                        drows.p, mr, db.p, dt, NULL, &err);
+                    if (!st)
+                        st = di_cuda_gemm_mxfp4_grouped_pair(dqa.p, dsa.p, k, dw.p, dws.p, dw2.p, dws2.p, n,
+                                                             dids.p, doff.p, 5, drows.p, mr, dpa.p, dpb.p, dt,
+                                                             NULL, &err);
+                    if (!st) st = di_cuda_synchronize(&err);
+                    CHECKF(st == DI_OK, "%s", err.msg);
+                    dget(a, da);
+                    dget(b, db);
+                    dget(pa, dpa);
+                    dget(pb, dpb);
+                    CHECKF(!memcmp(a, pa, nb) && !memcmp(b, pb, nb),
+                           "mxfp4 pair n %lld k %lld mode %d max_rows %d %s: differs from the single launches",
+                           (long long)n, (long long)k, mode, mr, bf ? "bf16" : "f32");
+                    CHECKF(memcmp(a, b, nb), "mxfp4 pair n %lld k %lld: both halves alike (test weights)",
+                           (long long)n, (long long)k);
+                }
+        }
+        cuda_matvec_set_fp4_dec(-1);
+        dbuf all[] = {dw2, dws2, da, db, dpa, dpb};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
+        fd_fixture_free(&f);
+        free(w2); free(ws2); free(a); free(b); free(pa); free(pb);
+    }
+#endif
+}
+
+#if defined(DI_HAVE_CUDA)
+void cuda_fp4_dec_set_tr(int tr); /* cuda_fp4_dec.cu: token slots a tile (0 chosen) */
+void cuda_fp4_dec_set_a8(int on); /* cuda_fp4_dec.cu: 1 the A8 form (e4m3 activations), 0 the f16 one, -1 chosen */
+#endif
+
+/* The tensor-core decode kernel's token slots and its two activation forms
+ * (cuda_fp4_dec.cu: f16 of a * 64, or the e4m3 codes turned into f16 in the
+ * loop with the scales times 64): a row's bits must not depend on either.
+ * Groups of 12, 7, 0 and 5 tokens; slots 1 (the reference: every token a
+ * pass of its own), 2, 4, 7 and 8 in each form (a group of 12 over two or
+ * more tiles, the last partly full), and the chosen ones at max_rows 12
+ * and 80 (past 16 times w1's f16 slots: the A8 form; the tiled GEMM kept
+ * off, which groups of this size would take); outputs poisoned; the
+ * reference within the exact result's bound. */
+static void test_fp4_dec_slots(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+#if defined(DI_HAVE_CUDA)
+    const int64_t shapes[][2] = {{100, 5120}, {150, 2304}};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        const int64_t E = 4, T = 12, n = shapes[c][0], k = shapes[c][1], kbn = k / 32;
+        const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
+        float *x, *sa;
+        uint8_t *qa, *w, *ws;
+        moe_inputs(T, k, n, E, &x, &sa, &qa, &w, &ws);
+        int32_t ids[4] = {2, 0, 3, 1}, off[5] = {0, 12, 19, 19, 24}, rows[24], pexp[24];
+        for (int i = 0; i < 12; i++) rows[i] = 11 - i;
+        for (int i = 0; i < 7; i++) rows[12 + i] = (3 * i + 1) % 12;
+        for (int i = 0; i < 5; i++) rows[19 + i] = 2 * i;
+        for (int g = 0; g < 4; g++)
+            for (int p = off[g]; p < off[g + 1]; p++) pexp[p] = ids[g];
+        const int np = 24;
+        dbuf dqa = dput(qa, (size_t)(T * k)), dsa = dput(sa, (size_t)(T * kbn) * 4),
+             dw = dput(w, wb * E), dws = dput(ws, sb * E), dids = dput(ids, sizeof ids),
+             doff = dput(off, sizeof off), drows = dput(rows, sizeof rows),
+             dout = dput(NULL, (size_t)(np * n) * 4);
+        float *ref = malloc((size_t)(np * n) * 4), *out = malloc((size_t)(np * n) * 4);
+        double *ex = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8), *abs_sum = malloc((size_t)n * 8);
+        di_err err = {0};
+        cuda_matvec_set_fp4_dec(1);
+        const struct { int tr, a8, max_rows; } vs[] = {{1, 0, 12}, {2, 0, 12}, {4, 0, 12}, {7, 0, 12}, {8, 0, 12},
+                                                       {1, 1, 12}, {2, 1, 12}, {4, 1, 12}, {7, 1, 12}, {8, 1, 12},
+                                                       {0, -1, 80}, {0, -1, 12}};
+        for (size_t v = 0; v < sizeof vs / sizeof *vs; v++) {
+            cuda_fp4_dec_set_tr(vs[v].tr);
+            cuda_fp4_dec_set_a8(vs[v].a8);
+            cuda_matvec_set_grouped_tiled(vs[v].max_rows <= 16);
+            di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
+            if (!st)
+                st = di_cuda_gemm_mxfp4_grouped(dqa.p, dsa.p, k, dw.p, dws.p, n, dids.p, doff.p, 4, drows.p,
+                                                vs[v].max_rows, dout.p, DI_DTYPE_F32, NULL, &err);
+            if (!st) st = di_cuda_synchronize(&err);
+            CHECKF(st == DI_OK, "%s", err.msg);
+            dget(v ? out : ref, dout);
+            if (!v) {
+                int64_t bad = 0;
+                for (int p = 0; p < np; p++) {
+                    const int t = rows[p];
+                    ref_gemm(1, qa + (size_t)t * k, sa + (size_t)t * kbn, 1, k, w + (size_t)pexp[p] * wb,
+                             ws + (size_t)pexp[p] * sb, n, ex, bound, abs_sum);
+                    for (int64_t j = 0; j < n; j++)
+                        if (!(fabs(ref[(size_t)p * n + j] - ex[j]) <= bound[j])) bad++;
+                }
+                CHECKF(bad == 0, "mxfp4 slots n %lld k %lld: %lld of %lld outputs off the exact result",
+                       (long long)n, (long long)k, (long long)bad, (long long)(np * n));
+                continue;
+            }
+            int64_t differ = 0;
+            for (int64_t i = 0; i < np * n; i++) differ += memcmp(&out[i], &ref[i], 4) != 0;
+            CHECKF(differ == 0, "mxfp4 n %lld k %lld, %d slots (0 chosen), %s form, max_rows %d: %lld of %lld "
+                   "outputs differ from one slot a tile",
+                   (long long)n, (long long)k, vs[v].tr, vs[v].a8 < 0 ? "chosen" : vs[v].a8 ? "A8" : "f16",
+                   vs[v].max_rows, (long long)differ, (long long)(np * n));
+        }
+        cuda_fp4_dec_set_tr(0);
+        cuda_fp4_dec_set_a8(-1);
+        cuda_matvec_set_grouped_tiled(1);
+        cuda_matvec_set_fp4_dec(-1);
+        dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
+        free(x); free(sa); free(qa); free(w); free(ws); free(ref); free(out); free(ex); free(bound); free(abs_sum);
     }
 #endif
 }
@@ -1296,10 +1489,13 @@ int main(void) {
     RUN(test_matmul_decode_form);
     RUN(test_matmul_prefill_form);
     RUN(test_fp4_dec_form);
+    RUN(test_fp4_dec_pair);
+    RUN(test_fp4_dec_slots);
 #if defined(DI_HAVE_CUDA)
     /* the MXFP4 tests again with the decode form everywhere and with it
-     * nowhere (the wgmma / mma.sync kernels); the default runs it on
-     * grouped products past 16 rows only (test_grouped_many_rows) */
+     * nowhere (the wgmma / mma.sync kernels); the default runs its
+     * tensor-core kernel wherever that applies and its CUDA-core one on
+     * grouped products past 16 rows only */
     for (int mode = 1; mode >= 0; mode--) {
         cuda_matvec_set_fp4_dec(mode);
         RUN(test_gemm_mxfp4);

@@ -108,6 +108,19 @@ di_status di_cuda_gemm_mxfp4_grouped(const uint8_t *qa, const float *sa, int64_t
                                      const int32_t *rows, int32_t max_rows, void *out,
                                      di_dtype out_dtype, void *stream, di_err *err);
 
+/* Two grouped MXFP4 products over the same activations and routing (the
+ * MoE's w1 and w3): out as di_cuda_gemm_mxfp4_grouped gives for (w,
+ * w_scale), out_b for (w_b, w_scale_b), bit for bit; one launch where the
+ * decode form's tensor-core kernel takes both, which saves a launch's
+ * start and tail at small batches. */
+di_status di_cuda_gemm_mxfp4_grouped_pair(const uint8_t *qa, const float *sa, int64_t k,
+                                          const uint8_t *w, const uint8_t *w_scale,
+                                          const uint8_t *w_b, const uint8_t *w_scale_b, int64_t n,
+                                          const int32_t *ids, const int32_t *off, int32_t ngroups,
+                                          const int32_t *rows, int32_t max_rows, void *out,
+                                          void *out_b, di_dtype out_dtype, void *stream,
+                                          di_err *err);
+
 /* ------------------------------------------------------- backend op table */
 
 /* The op table of backend/backend.h on CUDA device `device`

@@ -169,6 +169,16 @@ di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, i
                                            int32_t ngroups, const int32_t *rows,
                                            int32_t max_rows, void *out, int out_bf16,
                                            cudaStream_t stream, di_err *err);
+/* two grouped products over the same activations and routing (out for w,
+ * out_b for w_b), each bit for bit as cuda_launch_matvec_mxfp4_grouped
+ * gives it: one launch where both take the decode form's tensor-core
+ * kernel, else one after the other */
+di_status cuda_launch_matvec_mxfp4_grouped_pair(const uint8_t *qa, const float *sa, int64_t k,
+                                                const uint8_t *w, const uint8_t *ws, const uint8_t *w_b,
+                                                const uint8_t *ws_b, int64_t n, const int32_t *ids,
+                                                const int32_t *off, int32_t ngroups, const int32_t *rows,
+                                                int32_t max_rows, void *out, void *out_b, int out_bf16,
+                                                cudaStream_t stream, di_err *err);
 di_status cuda_launch_gemm_fp8_tiled(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                      const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                      int out_bf16, cudaStream_t stream, di_err *err);

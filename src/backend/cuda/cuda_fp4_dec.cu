@@ -307,11 +307,26 @@ __device__ __forceinline__ void fm_ldsm4(uint32_t r[4], uint32_t addr) {
  * slot q's block b, part t at q * xstride + 4b + t: the f16 pairs (0,2),
  * (4,6), (1,3), (5,7) of elements 8t + ..; the 64-byte pad puts slots q and
  * q + 1 in different banks), sas [tr][kbn] the slots' activation scales;
- * a table of the 256 E8M0 scales as f32. */
+ * a table of the 256 E8M0 scales as f32.
+ *
+ * The A8 form keeps the activations as their e4m3 codes instead, [tr][kbn
+ * * 2 + 2] uint4 (slot q's block b, part t: the 8 bytes of elements 8t +
+ * 0, 2, 4, 6 and 8t + 1, 3, 5, 7 at q * xstride * 16 + 32b + 8t; the
+ * 32-byte pad spreads a half warp's four slots over the banks), turned into
+ * f16 pairs in the loop (four cvt a block, the inputs the f16 form stores)
+ * without the factor 64: the mma then sums (w · 2^-6) · a, which the
+ * scales stored times 64 put back (powers of two: the same products, the
+ * same promotions). Half the bytes a slot: w1 (k = 5120) fits 7 slots for
+ * two blocks an SM where the f16 form fits 4. */
 enum { FM_ST = 3, FM_ROWB = FM_NB * 16 + 16, FM_SLOT = 16 * FM_ROWB + 16 * FM_NB };
-static size_t fm_smem(int tr, int64_t kbn) {
+static size_t fm_smem(int tr, int64_t kbn, bool a8 = false) {
     return (size_t)FM_WARPS * FM_ST * FM_SLOT + (size_t)FM_WARPS * 16 * FM_NB * 4 + 2 * (size_t)FM_WARPS * 32 * 16 +
-           (size_t)tr * (size_t)(kbn * 64 + 64 + kbn * 4) + 256 * 4;
+           (size_t)tr * (size_t)((a8 ? kbn * 32 + 32 : kbn * 64 + 64) + kbn * 4) + 256 * 4;
+}
+__device__ __forceinline__ uint2 fm_lds2(uint32_t a) {
+    uint2 v;
+    asm("ld.shared.v2.b32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a));
+    return v;
 }
 
 /* A block: the rows of nt row tiles (a tile: 16 rows x rtn = FM_WARPS / kc,
@@ -322,14 +337,25 @@ static size_t fm_smem(int tr, int64_t kbn) {
  * the tiles, so the block's copies never stop at a tile's end (the block's
  * start, its activation fill and the chunk sums' barrier are paid once per
  * block or hidden behind copies in flight). */
+template <bool A8>
 __global__ void __launch_bounds__(FM_THREADS, 2)
     k_fp4_mma(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int64_t m, int64_t k,
               const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws, int64_t n,
               const int32_t *__restrict__ ids, const int32_t *__restrict__ off,
               const int32_t *__restrict__ rows, int tr, int cb, int kc, int nt, void *__restrict__ out,
-              int out_mode) {
+              int out_mode, const uint8_t *__restrict__ w_b, const uint8_t *__restrict__ ws_b,
+              void *__restrict__ out_b, int bx_a) {
     extern __shared__ uint4 fm_raw[];
-    const int kbn = (int)(k / 32), xstride = kbn * 4 + 4;
+    /* a pair launch: blocks from bx_a on take the second product (same
+     * activations, routing and shape; nothing else differs) */
+    int bxi = (int)blockIdx.x;
+    if (bxi >= bx_a) {
+        w = w_b;
+        ws = ws_b;
+        out = out_b;
+        bxi -= bx_a;
+    }
+    const int kbn = (int)(k / 32), xstride = A8 ? kbn * 2 + 2 : kbn * 4 + 4; /* uint4 a slot */
     const int64_t rowb = k / 2;
     uint8_t *ring_all = (uint8_t *)fm_raw;
     float *swb_all = (float *)(ring_all + (size_t)FM_WARPS * FM_ST * FM_SLOT);
@@ -341,7 +367,7 @@ __global__ void __launch_bounds__(FM_THREADS, 2)
     const int rtn = FM_WARPS / kc, rt = warp / kc, c = warp - rt * kc;
     e8m0_tab[tid & 255] = e8m0_to_f32(tid & 255); /* read after the fill's barrier */
     const bool live = rt < rtn; /* warps past rtn * kc only join the barriers */
-    const int64_t tiles = (n + 16 * rtn - 1) / (16 * rtn), tile0 = (int64_t)blockIdx.x * nt;
+    const int64_t tiles = (n + 16 * rtn - 1) / (16 * rtn), tile0 = (int64_t)bxi * nt;
     const int ntl = (int)(tiles - tile0 < nt ? tiles - tile0 : nt); /* this block's tiles */
     const int b0 = c * cb, b1 = b0 + cb < kbn ? b0 + cb : kbn;
     const int nbat = live ? (b1 - b0) / FM_NB : 0, items = nbat * ntl;
@@ -436,17 +462,23 @@ __global__ void __launch_bounds__(FM_THREADS, 2)
             for (int j = tid; j < kbn * 4; j += FM_THREADS) {
                 const uint2 v = __ldg(src + j); /* elements 8j .. 8j + 7 */
                 const uint32_t ev = __byte_perm(v.x, v.y, 0x6420), od = __byte_perm(v.x, v.y, 0x7531);
-                dst[j] = make_uint4(fm_h2x64(ev), fm_h2x64(ev >> 16), fm_h2x64(od), fm_h2x64(od >> 16));
+                if (A8)
+                    ((uint2 *)dst)[j] = make_uint2(ev, od);
+                else
+                    dst[j] = make_uint4(fm_h2x64(ev), fm_h2x64(ev >> 16), fm_h2x64(od), fm_h2x64(od >> 16));
             }
+            /* A8: times 64 (exact; an activation scale is at most FLT_MAX / 448) */
             const float *ss = sa + arow * kbn;
-            for (int j = tid; j < kbn; j += FM_THREADS) sas[q * kbn + j] = __ldg(ss + j);
+            for (int j = tid; j < kbn; j += FM_THREADS) sas[q * kbn + j] = A8 ? __ldg(ss + j) * 64.f : __ldg(ss + j);
         }
         __syncthreads();
 
         /* shared addresses of this thread's activations and scales at the
          * chunk's start, advanced a batch at a time (slots past tn read slot
          * tn - 1: their sums are never stored) */
-        const uint32_t xa0 = (uint32_t)__cvta_generic_to_shared(xs + (size_t)(g < tn ? g : tn - 1) * xstride + t + 4 * b0);
+        const uint4 *xq = xs + (size_t)(g < tn ? g : tn - 1) * xstride;
+        const uint32_t xa0 = (uint32_t)__cvta_generic_to_shared(A8 ? (const void *)((const uint2 *)xq + t + 4 * b0)
+                                                                   : (const void *)(xq + t + 4 * b0));
         const uint32_t sa00 = (uint32_t)__cvta_generic_to_shared(sas + (2 * t < tn ? 2 * t : tn - 1) * kbn + b0);
         const uint32_t sa10 = (uint32_t)__cvta_generic_to_shared(sas + (2 * t + 1 < tn ? 2 * t + 1 : tn - 1) * kbn + b0);
         uint32_t xa = xa0, sa0 = sa00, sa1 = sa10;
@@ -476,7 +508,13 @@ __global__ void __launch_bounds__(FM_THREADS, 2)
                 const float sw0[4] = {wa4.x, wa4.y, wa4.z, wa4.w}, sw1[4] = {wb4.x, wb4.y, wb4.z, wb4.w};
 #pragma unroll
                 for (int jj = 0; jj < 4; jj++) {
-                    const uint4 x = fm_lds4(xa + (4 * hh + jj) * 64);
+                    uint4 x;
+                    if (A8) {
+                        const uint2 x8 = fm_lds2(xa + (4 * hh + jj) * 32);
+                        x = make_uint4(fm_h2(x8.x), fm_h2_hi(x8.x), fm_h2(x8.y), fm_h2_hi(x8.y));
+                    } else {
+                        x = fm_lds4(xa + (4 * hh + jj) * 64);
+                    }
                     const uint32_t wa = qv[2 * jj], wb = qv[2 * jj + 1];
                     const uint32_t la = fd_lo(wa), ha = fd_hi(wa), lb = fd_lo(wb), hb = fd_hi(wb);
                     float d[4];
@@ -489,7 +527,7 @@ __global__ void __launch_bounds__(FM_THREADS, 2)
                 }
             }
             cslot = cslot + FM_SLOT == FM_ST * FM_SLOT ? 0 : cslot + FM_SLOT;
-            xa += FM_NB * 64;
+            xa += FM_NB * (A8 ? 32 : 64);
             sa0 += FM_NB * 4;
             sa1 += FM_NB * 4;
             if (++bi == nbat) { /* the tile's chunk is done */
@@ -581,20 +619,63 @@ static cudaError_t fd_go(dim3 grid, int64_t k, const uint8_t *qa, const float *s
 }
 
 /* Token slots a tile. A group with more tokens than slots streams its
- * weights once per tile; more slots cost shared memory (w1: 64 KB a block
- * at 1 slot, three blocks an SM; 75 KB at 2 and 97 KB at 4, two). A plain
- * product takes up to 4 tokens a tile; a grouped one ceil(max_rows / 16),
- * up to 4: the op passes the batch as max_rows, and groups average batch *
- * 6 / 384 rows (MXFP4 run 4: at batch 64, 4 slots 759 us against 820 for 2
- * and 1133 for 1 a w1 projection). */
+ * weights once per tile, and the mma computes 8 token columns whatever the
+ * count, so slots cost nothing but shared memory: only the group's own
+ * tokens are filled, slots past them read the last one and are never
+ * stored. Two blocks an SM is what the registers allow
+ * (__launch_bounds__(FM_THREADS, 2)), so a tile takes as many slots as the
+ * batch could put in one group (max_rows for a grouped product, m for a
+ * plain one), up to FM_TR_MAX and as many as keep two blocks' shared memory
+ * within an SM's: w1 (k 5120) 4, w2 (k 2304) 8 in the f16 form. A grouped
+ * product whose batch is more than 16 times the slots its f16 form fits
+ * takes the A8 form where that fits more (w1: 7): the model's top-6 of 384
+ * puts batch / 64 tokens in a group on average, so at batch 256 many
+ * groups pass 4 tokens (pair run 2 in docs/gpu-notes.md: w1 b256 1351 ->
+ * 1045 us, the same bits), while at batch 64 (a token a group) the A8
+ * form's conversions only cost (617 -> 626 us). Up to 16 rows the f16 form
+ * always, as for the plain products the grouped ones must equal. (Before:
+ * ceil(max_rows / 16) slots up to 4, one at batch 8, where a group of two
+ * tokens streamed its weights twice; pair run 1: w2 b8 146 -> 126 us, b256
+ * 1429 -> 1060.) */
 static int fm_nt_forced = 0; /* measuring aid: row tiles a block */
 extern "C" void cuda_fp4_dec_set_nt(int nt) { fm_nt_forced = nt >= 1 && nt <= FM_NT_MAX ? nt : 0; }
 static int fm_tr_forced = 0; /* measuring aid: 1 .. FM_TR_MAX forces it */
 extern "C" void cuda_fp4_dec_set_tr(int tr) { fm_tr_forced = tr >= 1 && tr <= FM_TR_MAX ? tr : 0; }
-static int fm_tr(int64_t m, int64_t max_rows, int grouped) {
-    if (fm_tr_forced) return fm_tr_forced;
-    const int64_t tr = grouped ? (max_rows + 15) / 16 : m;
-    return tr < 1 ? 1 : tr > 4 ? 4 : (int)tr;
+static int fm_a8_forced = -1; /* measuring aid: 0 the f16 form, 1 the A8 form, -1 chosen */
+extern "C" void cuda_fp4_dec_set_a8(int on) { fm_a8_forced = on == 0 || on == 1 ? on : -1; }
+static size_t fm_sm_smem(void) { /* shared memory an SM, bytes */
+    static size_t v = 0;
+    if (!v) {
+        int dev = 0, x = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&x, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess && x > 0)
+            v = (size_t)x;
+        else
+            v = 228 * 1024;
+        (void)cudaGetLastError();
+    }
+    return v;
+}
+/* the most slots up to want that two blocks an SM fit (each block's
+ * dynamic memory plus the 1 KB the runtime reserves a block), at least 1 */
+static int fm_fit(int64_t kbn, int64_t want, bool a8) {
+    int64_t tr = want < 1 ? 1 : want > FM_TR_MAX ? FM_TR_MAX : want;
+    while (tr > 1 && 2 * (fm_smem((int)tr, kbn, a8) + 1024) > fm_sm_smem()) tr--;
+    return (int)tr;
+}
+struct fm_plan {
+    int tr;
+    bool a8;
+};
+static fm_plan fm_slots(int64_t kbn, int64_t m, int64_t max_rows, int grouped) {
+    const int64_t want = grouped ? max_rows : m;
+    fm_plan p = {fm_fit(kbn, want, false), false};
+    if (fm_a8_forced >= 0) p.a8 = fm_a8_forced == 1;
+    else if (grouped && max_rows > 16 && max_rows > 16 * p.tr && p.tr < FM_TR_MAX && fm_fit(kbn, want, true) > p.tr)
+        p.a8 = true;
+    if (p.a8) p.tr = fm_fit(kbn, want, true);
+    if (fm_tr_forced) p.tr = fm_tr_forced;
+    return p;
 }
 
 /* Whether the tensor-core form takes k: whole batches of 4 blocks (the
@@ -611,29 +692,36 @@ int cuda_fp4_dec_applies(const uint8_t *qa, const uint8_t *w, const uint8_t *ws,
     return fd_smem(2, k) <= FD_SMEM_MAX;
 }
 
-static cudaError_t fm_go(int tr, const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+/* One launch of the tensor-core kernel; w_b != NULL adds the pair's second
+ * product (blocks bx .. 2 bx - 1). */
+static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                          const uint8_t *w, const uint8_t *ws, int64_t n, const int32_t *ids,
                          const int32_t *off, int groups, const int32_t *rows, void *out, int out_mode,
-                         cudaStream_t stream) {
-    static size_t attr = 0; /* the shared memory the kernel is allowed so far */
+                         const uint8_t *w_b, const uint8_t *ws_b, void *out_b, cudaStream_t stream) {
+    static size_t attr[2] = {0, 0}; /* the shared memory each form is allowed so far */
     const int64_t kbn = k / 32;
     const int cb = fm_cb(kbn), kc = (int)((kbn + cb - 1) / cb), rtn = FM_WARPS / kc;
-    while (tr > 1 && fm_smem(tr, kbn) > FD_SMEM_MAX) tr--;
-    const size_t smem = fm_smem(tr, kbn);
-    if (smem > 48 * 1024 && smem > attr) {
-        cudaError_t e = cudaFuncSetAttribute(k_fp4_mma, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    int tr = pl.tr;
+    while (tr > 1 && fm_smem(tr, kbn, pl.a8) > FD_SMEM_MAX) tr--;
+    const size_t smem = fm_smem(tr, kbn, pl.a8);
+    auto kern = pl.a8 ? k_fp4_mma<true> : k_fp4_mma<false>;
+    if (smem > 48 * 1024 && smem > attr[pl.a8]) {
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
-        attr = smem;
+        attr[pl.a8] = smem;
     }
-    /* row tiles a block: about three blocks an SM over all groups, at most
-     * FM_NT_MAX (the empty groups of the op's form end at once) */
+    /* row tiles a block: about three blocks an SM over all groups (and both
+     * products of a pair), at most FM_NT_MAX (the empty groups of the op's
+     * form end at once) */
+    const int halves = w_b ? 2 : 1;
     const int64_t tiles = (n + 16 * rtn - 1) / (16 * rtn), sms = cuda_sm_count();
-    int64_t nt = fm_nt_forced ? fm_nt_forced : (tiles * groups + 3 * sms - 1) / (3 * sms);
+    int64_t nt = fm_nt_forced ? fm_nt_forced : (tiles * groups * halves + 3 * sms - 1) / (3 * sms);
     nt = nt < 1 ? 1 : nt > FM_NT_MAX ? FM_NT_MAX : nt;
     const int64_t bx = (tiles + nt - 1) / nt;
-    if (bx > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    cuda_launch_pdl(k_fp4_mma, dim3((unsigned)bx, (unsigned)groups), dim3(FM_THREADS), smem, stream, qa, sa, m, k,
-                    w, ws, n, ids, off, rows, tr, cb, kc, (int)nt, out, out_mode);
+    if (bx * halves > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    cuda_launch_pdl(kern, dim3((unsigned)(bx * halves), (unsigned)groups), dim3(FM_THREADS), smem, stream, qa,
+                    sa, m, k, w, ws, n, ids, off, rows, tr, cb, kc, (int)nt, out, out_mode, w_b, ws_b, out_b,
+                    (int)bx);
     return cudaGetLastError();
 }
 
@@ -653,8 +741,8 @@ di_status cuda_launch_fp4_dec(const uint8_t *qa, const float *sa, int64_t m, int
         return di_err_set(err, DI_ERR_LIMIT, "gemm_mxfp4 (decode form): %d groups (at most 65535)",
                           (int)groups);
     if (fm_applies(k, ws))
-        return cuda_check(fm_go(fm_tr(m, max_rows, ids != NULL), qa, sa, m, k, w, ws, n, ids, off, groups, rows, out,
-                                out_mode, stream),
+        return cuda_check(fm_go(fm_slots(k / 32, m, max_rows, ids != NULL), qa, sa, m, k, w, ws, n, ids, off, groups,
+                                rows, out, out_mode, NULL, NULL, NULL, stream),
                           err, "gemm_mxfp4 (decode form)");
     const int lanes = fd_lanes(k / 32);
     const int64_t per_block = (int64_t)FD_PASSES * FD_WARPS * (32 / lanes);
@@ -667,4 +755,23 @@ di_status cuda_launch_fp4_dec(const uint8_t *qa, const float *sa, int64_t m, int
                         ? fd_go<2>(grid, k, qa, sa, m, w, ws, n, ids, off, rows, lanes, out, out_mode, stream)
                         : fd_go<1>(grid, k, qa, sa, m, w, ws, n, ids, off, rows, lanes, out, out_mode, stream);
     return cuda_check(e, err, "gemm_mxfp4 (decode form)");
+}
+
+di_status cuda_launch_fp4_dec_pair(const uint8_t *qa, const float *sa, int64_t k, const uint8_t *w,
+                                   const uint8_t *ws, const uint8_t *w_b, const uint8_t *ws_b, int64_t n,
+                                   const int32_t *ids, const int32_t *off, int32_t ngroups,
+                                   const int32_t *rows, int32_t max_rows, void *out, void *out_b,
+                                   int out_mode, cudaStream_t stream, di_err *err) {
+    if (!(ids && cuda_fp4_dec_applies(qa, w, ws, k) == 2 && cuda_fp4_dec_applies(qa, w_b, ws_b, k) == 2))
+        return di_err_set(err, DI_ERR_UNSUPPORTED,
+                          "gemm_mxfp4 pair (decode form): needs the tensor-core kernel (k = %lld a multiple "
+                          "of 256, aligned operands) and routing arrays",
+                          (long long)k);
+    if (ngroups <= 0 || n <= 0) return DI_OK;
+    if (ngroups > 65535)
+        return di_err_set(err, DI_ERR_LIMIT, "gemm_mxfp4 pair (decode form): %d groups (at most 65535)",
+                          (int)ngroups);
+    return cuda_check(fm_go(fm_slots(k / 32, 0, max_rows, 1), qa, sa, 0, k, w, ws, n, ids, off, ngroups, rows, out,
+                            out_mode, w_b, ws_b, out_b, stream),
+                      err, "gemm_mxfp4 pair (decode form)");
 }

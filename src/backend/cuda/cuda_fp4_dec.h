@@ -10,7 +10,7 @@
 #include "core/error.h"
 
 /* Whether the form takes a product of k inputs with these operands: 2 the
- * tensor-core form (k % 128 == 0, 16-byte aligned codes and weights, 4-byte
+ * tensor-core form (k % 256 == 0, 16-byte aligned codes and weights, 4-byte
  * aligned scales), 1 only the CUDA-core one (k % 32 == 0, the aligned codes
  * and weights, a token tile's activations within shared memory), 0 none.
  * Which one runs depends on k and the alignment alone, never on the tokens. */
@@ -27,5 +27,16 @@ di_status cuda_launch_fp4_dec(const uint8_t *qa, const float *sa, int64_t m, int
                               const int32_t *off, int32_t ngroups, const int32_t *rows,
                               int32_t max_rows, void *out, int out_mode, cudaStream_t stream,
                               di_err *err);
+
+/* Two grouped products over the same activations, routing and shape (the
+ * MoE's w1 and w3) in one launch of the tensor-core kernel: out as
+ * cuda_launch_fp4_dec would give for (w, ws), out_b for (w_b, ws_b), bit
+ * for bit. DI_ERR_UNSUPPORTED where that kernel does not take both (the
+ * caller then launches them one by one). */
+di_status cuda_launch_fp4_dec_pair(const uint8_t *qa, const float *sa, int64_t k, const uint8_t *w,
+                                   const uint8_t *ws, const uint8_t *w_b, const uint8_t *ws_b, int64_t n,
+                                   const int32_t *ids, const int32_t *off, int32_t ngroups,
+                                   const int32_t *rows, int32_t max_rows, void *out, void *out_b,
+                                   int out_mode, cudaStream_t stream, di_err *err);
 
 #endif

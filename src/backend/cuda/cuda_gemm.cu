@@ -88,26 +88,52 @@ extern "C" di_status di_cuda_gemm_mxfp4(const uint8_t *qa, const float *sa, int6
     return cuda_launch_matvec_mxfp4(qa, sa, m, k, w, w_scale, n, out, bf16, s, err);
 }
 
+/* The grouped products' checks past check_args: *run = 0 where there is
+ * nothing to compute. */
+static di_status check_grouped(const char *op, int64_t k, int64_t n, const int32_t *ids, const int32_t *off,
+                               int32_t ngroups, const int32_t *rows, int32_t max_rows, int *run, di_err *err) {
+    *run = 0;
+    if (ngroups < 0 || max_rows < 0)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "%s: %d groups, %d rows", op, (int)ngroups, (int)max_rows);
+    if (ngroups == 0 || max_rows == 0 || n == 0) return DI_OK;
+    if (!ids || !off || !rows) return di_err_set(err, DI_ERR_INVALID_ARG, "%s: NULL routing array", op);
+    if (k == 0 || k % 32)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "%s: k = %lld is not a positive multiple of 32", op,
+                          (long long)k);
+    *run = 1;
+    return DI_OK;
+}
+
 extern "C" di_status di_cuda_gemm_mxfp4_grouped(const uint8_t *qa, const float *sa, int64_t k,
                                                 const uint8_t *w, const uint8_t *w_scale,
                                                 int64_t n, const int32_t *ids, const int32_t *off,
                                                 int32_t ngroups, const int32_t *rows,
                                                 int32_t max_rows, void *out, di_dtype out_dtype,
                                                 void *stream, di_err *err) {
-    di_status st = check_args("gemm_mxfp4_grouped", qa, sa, max_rows, k, w, w_scale, n, out,
-                              out_dtype, err);
-    if (st) return st;
-    if (ngroups < 0 || max_rows < 0)
-        return di_err_set(err, DI_ERR_INVALID_ARG, "gemm_mxfp4_grouped: %d groups, %d rows",
-                          (int)ngroups, (int)max_rows);
-    if (ngroups == 0 || max_rows == 0 || n == 0) return DI_OK;
-    if (!ids || !off || !rows)
-        return di_err_set(err, DI_ERR_INVALID_ARG, "gemm_mxfp4_grouped: NULL routing array");
-    if (k == 0 || k % 32)
-        return di_err_set(err, DI_ERR_INVALID_ARG,
-                          "gemm_mxfp4_grouped: k = %lld is not a positive multiple of 32",
-                          (long long)k);
+    const char *op = "gemm_mxfp4_grouped";
+    int run = 0;
+    di_status st = check_args(op, qa, sa, max_rows, k, w, w_scale, n, out, out_dtype, err);
+    if (!st) st = check_grouped(op, k, n, ids, off, ngroups, rows, max_rows, &run, err);
+    if (st || !run) return st;
     return cuda_launch_matvec_mxfp4_grouped(qa, sa, k, w, w_scale, n, ids, off, ngroups, rows,
                                             max_rows, out, out_dtype == DI_DTYPE_BF16,
                                             (cudaStream_t)stream, err);
+}
+
+extern "C" di_status di_cuda_gemm_mxfp4_grouped_pair(const uint8_t *qa, const float *sa, int64_t k,
+                                                     const uint8_t *w, const uint8_t *w_scale,
+                                                     const uint8_t *w_b, const uint8_t *w_scale_b,
+                                                     int64_t n, const int32_t *ids, const int32_t *off,
+                                                     int32_t ngroups, const int32_t *rows,
+                                                     int32_t max_rows, void *out, void *out_b,
+                                                     di_dtype out_dtype, void *stream, di_err *err) {
+    const char *op = "gemm_mxfp4_grouped_pair";
+    int run = 0;
+    di_status st = check_args(op, qa, sa, max_rows, k, w, w_scale, n, out, out_dtype, err);
+    if (!st) st = check_args(op, qa, sa, max_rows, k, w_b, w_scale_b, n, out_b, out_dtype, err);
+    if (!st) st = check_grouped(op, k, n, ids, off, ngroups, rows, max_rows, &run, err);
+    if (st || !run) return st;
+    return cuda_launch_matvec_mxfp4_grouped_pair(qa, sa, k, w, w_scale, w_b, w_scale_b, n, ids, off,
+                                                 ngroups, rows, max_rows, out, out_b,
+                                                 out_dtype == DI_DTYPE_BF16, (cudaStream_t)stream, err);
 }

@@ -1304,21 +1304,24 @@ di_status cuda_launch_matvec_fp8_x(const float *x, int64_t m, int64_t k, const u
     return *done ? cuda_check(e, err, "gemm_fp8 (matvec, wgmma, quantizing)") : DI_OK;
 }
 
-/* Where the MXFP4 decode form (cuda_fp4_dec.cu) runs. Mode 2 (the default):
- * grouped products past 16 rows a group that are not a prefill, i.e. the
- * decode batches beyond 16, in its tensor-core kernel where that applies
- * (k % 128 == 0, aligned operands: the model's expert shapes; b64 w1
- * 1540 us in the wgmma kernel, 1293 in the CUDA-core form, 759 in the
- * tensor-core form, MXFP4 run 4 in docs/gpu-notes.md), else its CUDA-core
- * one (MXFP4 run 1: b64 moe_experts 5.55 -> 3.61 ms a layer against the
- * mma.sync kernel). At b1 / b8 the wgmma kernel was as fast / faster.
- * Mode 1 (DI_CUDA_FP4_DEC=1): also plain products of up to 16 tokens and
- * every grouped one; mode 0 (DI_CUDA_FP4_DEC=0): never. Which form a
- * product takes depends on k, the alignment and the group size, so the
- * plain and grouped products of up to 16 rows always take the same form: a
- * grouped row still equals the plain product of that row.
- * cuda_matvec_set_fp4_dec: 0 / 1 / 2 force a mode (tests, bench), -1 back to
- * the environment. */
+/* Where the MXFP4 decode form (cuda_fp4_dec.cu) runs. Mode 3 (the
+ * default): its tensor-core kernel wherever that applies (k % 256 == 0,
+ * aligned operands: the model's expert shapes), plain products of up to 16
+ * tokens and grouped ones alike; its CUDA-core kernel only for grouped
+ * decode batches past 16 rows a group where the tensor-core one does not
+ * apply; the wgmma kernel for the rest of up to 16 rows. Measured (pair run
+ * 1 in docs/gpu-notes.md, one H200, with w1 and w3 as one launch): decode
+ * b8 5.32 -> 4.83 ms/step and b1 2.31 -> 2.22 against mode 2. Mode 2
+ * (DI_CUDA_FP4_DEC=2, the default before): the decode form past 16 rows a
+ * group only (b64 w1 1540 us in the wgmma kernel, 1293 in the CUDA-core
+ * form, 611 in the tensor-core form; MXFP4 runs 4-5). Mode 1
+ * (DI_CUDA_FP4_DEC=1): the decode form for plain products of up to 16
+ * tokens and every grouped one, CUDA-core kernel included; mode 0
+ * (DI_CUDA_FP4_DEC=0): never. Which form a product takes depends on k, the
+ * alignment and the group size, so the plain and grouped products of up to
+ * 16 rows always take the same form: a grouped row still equals the plain
+ * product of that row. cuda_matvec_set_fp4_dec: 0 / 1 / 2 / 3 force a mode
+ * (tests, bench), -1 back to the environment. */
 static int fp4_dec_forced = -1;
 extern "C" void cuda_matvec_set_fp4_dec(int mode) { fp4_dec_forced = mode; }
 static int fp4_dec_mode(void) {
@@ -1326,16 +1329,26 @@ static int fp4_dec_mode(void) {
     static int env_mode = -1;
     if (env_mode < 0) {
         const char *v = getenv("DI_CUDA_FP4_DEC");
-        env_mode = v && v[0] == '0' ? 0 : v && v[0] == '1' ? 1 : 2;
+        env_mode = v && v[0] >= '0' && v[0] <= '2' && !v[1] ? v[0] - '0' : 3;
     }
     return env_mode;
+}
+/* whether a product of up to 16 rows (plain: m, grouped: max_rows) or a
+ * grouped one past that takes the decode form, given what of it applies */
+static bool fp4_dec_takes(int64_t rows, int applies) {
+    const int mode = fp4_dec_mode();
+    if (!applies) return false;
+    if (mode == 1) return true;
+    if (mode == 2) return rows > 16;
+    if (mode == 3) return rows > 16 || applies == 2;
+    return false;
 }
 
 di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                    const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                    int out_bf16, cudaStream_t stream, di_err *err) {
     cudaError_t e = cudaSuccess;
-    if (m <= 16 && fp4_dec_mode() == 1 && cuda_fp4_dec_applies(qa, w, ws, k))
+    if (m <= 16 && fp4_dec_takes(m, cuda_fp4_dec_applies(qa, w, ws, k)))
         return cuda_launch_fp4_dec(qa, sa, m, k, w, ws, n, NULL, NULL, 0, NULL, (int32_t)m, out,
                                    out_bf16, stream, err);
     if (w4_try(qa, sa, m, k, w, ws, n, 1, out, out_bf16, stream, Groups{NULL, NULL, NULL}, 0, &e))
@@ -1348,6 +1361,15 @@ di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m
  * mma.sync kernel below */
 static int grouped_tiled_on = 1;
 extern "C" void cuda_matvec_set_grouped_tiled(int on) { grouped_tiled_on = on; }
+
+/* many rows per group (a prefill: max_rows is the batch, an upper bound of
+ * every group's rows, and at least four per group on average): the tiled
+ * GEMM, which reads a weight tile once per 64 rows instead of once per 8
+ * (cuda_gemm_grouped.cu) */
+static bool grouped_takes_tiled(const uint8_t *qa, int32_t max_rows, int32_t ngroups) {
+    return grouped_tiled_on && max_rows > 16 && max_rows >= 4 * (int64_t)ngroups &&
+           ngroups <= CUDA_GG_MAX_GROUPS && (uintptr_t)qa % 16 == 0;
+}
 
 di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, int64_t k,
                                            const uint8_t *w, const uint8_t *ws, int64_t n,
@@ -1363,16 +1385,10 @@ di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, i
         return di_err_set(err, DI_ERR_UNSUPPORTED,
                           "gemm_mxfp4_grouped: needs k %% 32 == 0 (k = %lld) and 16-byte aligned "
                           "weights", (long long)k);
-    /* many rows per group (a prefill: max_rows is the batch, an upper bound
-     * of every group's rows, and at least four per group on average): the
-     * tiled GEMM, which reads a weight tile once per 64 rows instead of once
-     * per 8 (cuda_gemm_grouped.cu) */
-    if (grouped_tiled_on && max_rows > 16 && max_rows >= 4 * (int64_t)ngroups &&
-        ngroups <= CUDA_GG_MAX_GROUPS && (uintptr_t)qa % 16 == 0)
+    if (grouped_takes_tiled(qa, max_rows, ngroups))
         return cuda_launch_gemm_mxfp4_grouped_tiled(qa, sa, k, w, ws, n, ids, off, ngroups, rows,
                                                     out, out_bf16, stream, err);
-    const int dec = fp4_dec_mode();
-    if ((dec == 1 || (dec == 2 && max_rows > 16)) && cuda_fp4_dec_applies(qa, w, ws, k))
+    if (fp4_dec_takes(max_rows, cuda_fp4_dec_applies(qa, w, ws, k)))
         return cuda_launch_fp4_dec(qa, sa, 0, k, w, ws, n, ids, off, ngroups, rows, max_rows, out,
                                    out_bf16, stream, err);
     Groups grp = {ids, off, rows};
@@ -1387,4 +1403,22 @@ di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, i
     default: e = launch_one<1, true, 4, true>(qa, sa, max_rows, k, w, ws, n, out, out_bf16, stream, grp, ngroups); break;
     }
     return cuda_check(e, err, "gemm_mxfp4_grouped launch");
+}
+
+di_status cuda_launch_matvec_mxfp4_grouped_pair(const uint8_t *qa, const float *sa, int64_t k,
+                                                const uint8_t *w, const uint8_t *ws, const uint8_t *w_b,
+                                                const uint8_t *ws_b, int64_t n, const int32_t *ids,
+                                                const int32_t *off, int32_t ngroups, const int32_t *rows,
+                                                int32_t max_rows, void *out, void *out_b, int out_bf16,
+                                                cudaStream_t stream, di_err *err) {
+    if (ngroups > 0 && ngroups <= 65535 && max_rows > 0 && n > 0 && fast_ok(qa, w, k) && fast_ok(qa, w_b, k) &&
+        !grouped_takes_tiled(qa, max_rows, ngroups) && cuda_fp4_dec_applies(qa, w, ws, k) == 2 &&
+        cuda_fp4_dec_applies(qa, w_b, ws_b, k) == 2 && fp4_dec_takes(max_rows, 2))
+        return cuda_launch_fp4_dec_pair(qa, sa, k, w, ws, w_b, ws_b, n, ids, off, ngroups, rows, max_rows, out,
+                                        out_b, out_bf16, stream, err);
+    di_status st = cuda_launch_matvec_mxfp4_grouped(qa, sa, k, w, ws, n, ids, off, ngroups, rows, max_rows, out,
+                                                    out_bf16, stream, err);
+    if (st) return st;
+    return cuda_launch_matvec_mxfp4_grouped(qa, sa, k, w_b, ws_b, n, ids, off, ngroups, rows, max_rows, out_b,
+                                            out_bf16, stream, err);
 }

@@ -534,12 +534,21 @@ extern "C" di_status cuda_op_moe_experts(const cuda_moe_weights *W, const float 
         if ((rc = cuda_check_launch(err, "moe_experts: plan"))) return rc;
         if ((rc = di_cuda_act_quant_fp8(x, F32, m, D, s.qa, s.sa, stream, err))) return rc;
     }
-    if ((rc = di_cuda_gemm_mxfp4_grouped(s.qa, s.sa, D, W->w1, W->s1, I, s.ids, s.off,
-                                         (int32_t)G, s.rows, (int32_t)m, s.g, F32, stream, err)))
-        return di_err_prefix(err, "moe_experts w1: ");
-    if ((rc = di_cuda_gemm_mxfp4_grouped(s.qa, s.sa, D, W->w3, W->s3, I, s.ids, s.off,
-                                         (int32_t)G, s.rows, (int32_t)m, s.u, F32, stream, err)))
-        return di_err_prefix(err, "moe_experts w3: ");
+    /* w1 and w3 read the same activations and routing: fused, one launch
+     * where the decode form takes both (the same bits as the two launches
+     * of the unfused form) */
+    if (fuse) {
+        if ((rc = di_cuda_gemm_mxfp4_grouped_pair(s.qa, s.sa, D, W->w1, W->s1, W->w3, W->s3, I, s.ids, s.off,
+                                                  (int32_t)G, s.rows, (int32_t)m, s.g, s.u, F32, stream, err)))
+            return di_err_prefix(err, "moe_experts w1 / w3: ");
+    } else {
+        if ((rc = di_cuda_gemm_mxfp4_grouped(s.qa, s.sa, D, W->w1, W->s1, I, s.ids, s.off, (int32_t)G, s.rows,
+                                             (int32_t)m, s.g, F32, stream, err)))
+            return di_err_prefix(err, "moe_experts w1: ");
+        if ((rc = di_cuda_gemm_mxfp4_grouped(s.qa, s.sa, D, W->w3, W->s3, I, s.ids, s.off, (int32_t)G, s.rows,
+                                             (int32_t)m, s.u, F32, stream, err)))
+            return di_err_prefix(err, "moe_experts w3: ");
+    }
     if (fuse) {
         const int64_t nqb = P * (I / 32), nb = (nqb * 4 + 255) / 256;
         if (nb > 0x7fffffffLL) return di_err_set(err, DI_ERR_LIMIT, "moe_experts: %lld routed rows", (long long)P);

@@ -57,6 +57,16 @@ di_status di_cuda_gemm_mxfp4_grouped(const uint8_t *qa, const float *sa, int64_t
     return no_cuda(err);
 }
 
+di_status di_cuda_gemm_mxfp4_grouped_pair(const uint8_t *qa, const float *sa, int64_t k,
+                                          const uint8_t *w, const uint8_t *w_scale,
+                                          const uint8_t *w_b, const uint8_t *w_scale_b, int64_t n,
+                                          const int32_t *ids, const int32_t *off, int32_t ngroups,
+                                          const int32_t *rows, int32_t max_rows, void *out,
+                                          void *out_b, di_dtype out_dtype, void *stream,
+                                          di_err *err) {
+    return no_cuda(err);
+}
+
 di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
     *out = NULL;
     return no_cuda(err);
