@@ -492,10 +492,17 @@ static void test_rope(void) {
     }
 }
 
+/* Cases 3 and 4 gather 2,100-2,700 Engram rows: the prefill form (a
+ * pinned buffer filled by host threads, an asynchronous copy), twice back
+ * to back with other ids before anything is read, the first copy queued
+ * behind a 2 GB device fill: the second gather must wait for that copy
+ * before it refills the buffer, or the first output gets its rows. */
 static void test_gathers(void) {
     NEED_GPU();
-    for (int t = 0; t < 3; t++) {
-        int64_t V = 50 + rng_int(50), n = 32 * (1 + rng_int(5)) , m = 1 + rng_int(9);
+    for (int t = 0; t < 5; t++) {
+        const int big = t >= 3;
+        int64_t V = big ? 3000 + rng_int(1000) : 50 + rng_int(50), n = 32 * (1 + rng_int(5)),
+                m = big ? 700 + rng_int(200) : 1 + rng_int(9);
         int32_t *ids = malloc((size_t)(m * 3) * 4);
         for (int64_t i = 0; i < m * 3; i++) ids[i] = rng_int((int)V);
         /* embed (BF16 and F32 tables) */
@@ -516,7 +523,31 @@ static void test_gathers(void) {
         oc = malloc(B3);
         d = dev_poison(B3);
         cpu->ops->engram_gather(cpu, &rows, &sc, ids, m, 3, oc);
+        /* the second gather's inputs and references first: nothing that
+         * waits for the device may run between the two gathers */
+        int32_t *ids2 = NULL;
+        float *oc2 = NULL, *d2 = NULL;
+        void *slow = NULL;
+        di_err ferr = {0};
+        if (big) {
+            ids2 = malloc((size_t)(m * 3) * 4);
+            for (int64_t i = 0; i < m * 3; i++) ids2[i] = (int32_t)((ids[i] + 1 + i) % V);
+            oc2 = malloc(B3);
+            d2 = dev_poison(B3);
+            cpu->ops->engram_gather(cpu, &rows, &sc, ids2, m, 3, oc2);
+            /* ~0.6 ms of device work ahead of the first copy */
+            CHECK(di_cuda_alloc(&slow, (size_t)2 << 30, &ferr) == DI_OK);
+            CHECK(di_cuda_fill(slow, 0, (size_t)2 << 30, &ferr) == DI_OK);
+        }
         gpu->ops->engram_gather(gpu, &rows, &sc, ids, m, 3, d);
+        if (big) { /* a second gather of other rows, queued behind the first */
+            gpu->ops->engram_gather(gpu, &rows, &sc, ids2, m, 3, d2);
+            float *og2 = dev_down(d2, B3);
+            if (status_ok("engram_gather (second, queued)"))
+                cmp_exact("engram_gather (second, queued)", og2, oc2, 3 * m * n);
+            dev_free(d2); free(oc2); free(og2); free(ids2);
+            di_cuda_free(slow);
+        }
         og = dev_down(d, B3);
         if (status_ok("engram_gather")) cmp_exact("engram_gather", og, oc, 3 * m * n);
         CHECK(di_backend_cuda_weights_bytes(gpu) > 0); /* the embed table, not the Engram rows */

@@ -51,6 +51,15 @@ typedef struct cuda_stage cuda_stage;
 di_status cuda_stage_init(cuda_stage **st, size_t bytes, di_err *err);
 void cuda_stage_free(cuda_stage *st);
 di_status cuda_stage_upload(cuda_stage *st, void *dst, const void *src, size_t bytes, di_err *err);
+/* A pinned buffer the host fills in place, then uploads from with an
+ * asynchronous copy on the default stream: take waits for the last upload
+ * from it (if still queued), grows it to `bytes` if needed (created at the
+ * first call: *pp NULL) and hands it out; upload queues the copy of its
+ * first `bytes`. For uploads too big to stage. */
+typedef struct cuda_pinned cuda_pinned;
+di_status cuda_pinned_take(cuda_pinned **pp, size_t bytes, void **host, di_err *err);
+di_status cuda_pinned_upload(cuda_pinned *p, void *dst, size_t bytes, di_err *err);
+void cuda_pinned_free(cuda_pinned *p); /* waits for its last upload; NULL accepted */
 
 /* ---- cuda_ops_elementwise.cu ---- */
 di_status cuda_op_rmsnorm(const float *x, const void *w, int w_bf16, int64_t m, int64_t n,

@@ -135,3 +135,63 @@ extern "C" di_status cuda_stage_upload(cuda_stage *st, void *dst, const void *sr
     st->used += need;
     return cuda_check(cudaMemcpyAsync(dst, h, bytes, cudaMemcpyHostToDevice, 0), err, "upload (staged)");
 }
+
+/* A growing pinned buffer filled in place and uploaded from asynchronously
+ * (the Engram rows of a prefill: tens of MB, more than a staging half, and
+ * before this a waiting copy from pageable memory that drained the stream).
+ * Taking it waits for the last upload from it only. */
+struct cuda_pinned {
+    void *buf;
+    size_t cap;
+    cudaEvent_t ev;
+    int ev_set;
+};
+
+extern "C" di_status cuda_pinned_take(cuda_pinned **pp, size_t bytes, void **host, di_err *err) {
+    *host = NULL;
+    cuda_pinned *p = *pp;
+    if (!p) {
+        p = (cuda_pinned *)calloc(1, sizeof *p);
+        if (!p) return di_err_set(err, DI_ERR_NOMEM, "pinned upload buffer: out of memory");
+        di_status rc = cuda_check(cudaEventCreateWithFlags(&p->ev, cudaEventDisableTiming), err, "event");
+        if (rc) {
+            free(p);
+            return rc;
+        }
+        *pp = p;
+    }
+    if (p->ev_set) {
+        di_status rc = cuda_check(cudaEventSynchronize(p->ev), err, "pinned upload wait");
+        if (rc) return rc;
+        p->ev_set = 0;
+    }
+    if (p->cap < bytes) {
+        if (p->buf) cudaFreeHost(p->buf);
+        p->buf = NULL;
+        p->cap = 0;
+        const size_t want = bytes + bytes / 4; /* room to grow a little */
+        di_status rc = cuda_check(cudaHostAlloc(&p->buf, want, cudaHostAllocDefault), err,
+                                  "cudaHostAlloc (pinned upload buffer)");
+        if (rc) return rc;
+        p->cap = want;
+    }
+    *host = p->buf;
+    return DI_OK;
+}
+
+extern "C" di_status cuda_pinned_upload(cuda_pinned *p, void *dst, size_t bytes, di_err *err) {
+    if (!bytes) return DI_OK;
+    di_status rc = cuda_check(cudaMemcpyAsync(dst, p->buf, bytes, cudaMemcpyHostToDevice, 0), err,
+                              "upload (pinned)");
+    if (!rc) rc = cuda_check(cudaEventRecord(p->ev, 0), err, "event record");
+    if (!rc) p->ev_set = 1;
+    return rc;
+}
+
+extern "C" void cuda_pinned_free(cuda_pinned *p) {
+    if (!p) return;
+    if (p->ev_set) cudaEventSynchronize(p->ev);
+    if (p->buf) cudaFreeHost(p->buf);
+    if (p->ev) cudaEventDestroy(p->ev);
+    free(p);
+}
