@@ -714,7 +714,8 @@ extern "C" void cuda_fp4_dec_set_a8(int on);       /* cuda_fp4_dec.cu: 1 e4m3 ac
  * pair call (moe_w13pair_*: the tensor-core form at every batch, then the
  * default choice), then the tensor-core form with token tiles of 1, 2, 4
  * and 8 slots forced at batch 8, 64 and 256 (8 slots of w1 leave one block
- * an SM), and with 1, 2 and 8 row tiles a block forced at batch 1, 8, 64;
+ * an SM), and with 1, 2 and 8 row tiles a block forced at batch 1, 8, 64
+ * (at batch 1 also 3-6, and the w1 + w3 pair);
  * before those, the f16 and A8 activation forms at batch 64 and 256. */
 static void bench_fp4_dec(void) {
     const struct { int dec, mma; const char *sfx; } forms[] = {{1, 1, "_mma"}, {1, 0, "_dec"}, {0, 1, "_wg"}};
@@ -762,12 +763,14 @@ static void bench_fp4_dec(void) {
         }
     }
     cuda_fp4_dec_set_tr(0);
-    for (int nt : {1, 2, 8}) {
+    for (int nt : {1, 2, 3, 4, 5, 6, 8}) {
         snprintf(sfx, sizeof sfx, "_mma_nt%d", nt);
         cuda_fp4_dec_set_nt(nt);
         for (int b : {1, 8, 64}) {
+            if (b > 1 && nt != 1 && nt != 2 && nt != 8) continue;
             bench_moe_grouped(b, sfx, "w1", 2304, 5120, true);
             bench_moe_grouped(b, sfx, "w2", 5120, 2304, true);
+            if (b == 1) bench_moe_grouped(b, sfx, "w13pair", 2304, 5120, true, true);
         }
     }
     cuda_fp4_dec_set_nt(0);

@@ -226,6 +226,7 @@ enum {
     FM_CB_MIN = 24, /* 32-blocks a chunk, at least (a multiple of FM_NB) */
     FM_TR_MAX = 8,  /* token slots of an mma */
     FM_NT_MAX = 8,  /* row tiles a block */
+    FM_BLOCKS_SM = 2, /* blocks an SM: what the registers allow (126 a thread) */
 };
 
 /* d = A x B (+ c): m16n8k16, f16 operands, f32 accumulation */
@@ -338,7 +339,7 @@ __device__ __forceinline__ uint2 fm_lds2(uint32_t a) {
  * start, its activation fill and the chunk sums' barrier are paid once per
  * block or hidden behind copies in flight). */
 template <bool A8>
-__global__ void __launch_bounds__(FM_THREADS, 2)
+__global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
     k_fp4_mma(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int64_t m, int64_t k,
               const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws, int64_t n,
               const int32_t *__restrict__ ids, const int32_t *__restrict__ off,
@@ -623,7 +624,7 @@ static cudaError_t fd_go(dim3 grid, int64_t k, const uint8_t *qa, const float *s
  * count, so slots cost nothing but shared memory: only the group's own
  * tokens are filled, slots past them read the last one and are never
  * stored. Two blocks an SM is what the registers allow
- * (__launch_bounds__(FM_THREADS, 2)), so a tile takes as many slots as the
+ * (__launch_bounds__(FM_THREADS, FM_BLOCKS_SM)), so a tile takes as many slots as the
  * batch could put in one group (max_rows for a grouped product, m for a
  * plain one), up to FM_TR_MAX and as many as keep two blocks' shared memory
  * within an SM's: w1 (k 5120) 4, w2 (k 2304) 8 in the f16 form. A grouped
@@ -660,7 +661,7 @@ static size_t fm_sm_smem(void) { /* shared memory an SM, bytes */
  * dynamic memory plus the 1 KB the runtime reserves a block), at least 1 */
 static int fm_fit(int64_t kbn, int64_t want, bool a8) {
     int64_t tr = want < 1 ? 1 : want > FM_TR_MAX ? FM_TR_MAX : want;
-    while (tr > 1 && 2 * (fm_smem((int)tr, kbn, a8) + 1024) > fm_sm_smem()) tr--;
+    while (tr > 1 && FM_BLOCKS_SM * (fm_smem((int)tr, kbn, a8) + 1024) > fm_sm_smem()) tr--;
     return (int)tr;
 }
 struct fm_plan {
@@ -710,12 +711,14 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
         if (e != cudaSuccess) return e;
         attr[pl.a8] = smem;
     }
-    /* row tiles a block: about three blocks an SM over all groups (and both
-     * products of a pair), at most FM_NT_MAX (the empty groups of the op's
-     * form end at once) */
+    /* row tiles a block: all blocks of all groups (and both products of a
+     * pair) resident at once where FM_NT_MAX allows, FM_BLOCKS_SM an SM (the
+     * empty groups of the op's form end at once). A second partial wave
+     * doubled a small product's time: at batch 1 the pair's 1,728 tiles
+     * in blocks of 5 were 348 blocks for 264 places. */
     const int halves = w_b ? 2 : 1;
-    const int64_t tiles = (n + 16 * rtn - 1) / (16 * rtn), sms = cuda_sm_count();
-    int64_t nt = fm_nt_forced ? fm_nt_forced : (tiles * groups * halves + 3 * sms - 1) / (3 * sms);
+    const int64_t tiles = (n + 16 * rtn - 1) / (16 * rtn), places = (int64_t)FM_BLOCKS_SM * cuda_sm_count();
+    int64_t nt = fm_nt_forced ? fm_nt_forced : (tiles * groups * halves + places - 1) / places;
     nt = nt < 1 ? 1 : nt > FM_NT_MAX ? FM_NT_MAX : nt;
     const int64_t bx = (tiles + nt - 1) / nt;
     if (bx * halves > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
