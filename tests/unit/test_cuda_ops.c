@@ -1174,7 +1174,7 @@ static void test_e4m3_forms(void) {
 
 #if defined(DI_HAVE_CUDA)
 void cuda_matvec_set_fp4_dec(int mode); /* cuda_matvec.cu: MXFP4 decode form 0 never, 1 everywhere,
-                                          * 2 the default; -1 the environment's */
+                                          * 2 past 16 rows only, 3 the default; -1 the environment's */
 void cuda_fp4_dec_set_mma(int on);      /* cuda_fp4_dec.cu: 0 the CUDA-core kernel only, -1 the
                                           * environment's */
 #endif

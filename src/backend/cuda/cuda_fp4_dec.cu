@@ -12,11 +12,12 @@
  * into registers, four blocks in flight, decodes them to f32 and runs FMA
  * chains against the activations, converted to f32 once per block of rows;
  * ~124 instructions a lane per block, issue-bound near 40 % of copy (MXFP4
- * run 1, docs/gpu-notes.md). Measured (MXFP4 run 5, one H200, grouped
- * expert products from DRAM): the tensor-core kernel at 62-65 % of copy at
- * batch 64, 44-46 % at 256, 52-57 % at 8 and 36-42 % at 1, where the wgmma
- * kernel (cuda_matvec.cu) gets 16-26 %, 19 %, 54-57 % and ~35 %; which
- * form runs at which batch, cuda_matvec.cu picks.
+ * run 1, docs/gpu-notes.md). Measured (pair and wave runs, one H200,
+ * grouped expert products from DRAM): the tensor-core kernel at 61-65 % of
+ * copy at batch 64, 58-59 % at 256, 57-59 % at 8 and 44-45 % at 1 (w1 and
+ * w3 as one pair launch: 67, 59, 64 and 54 %), where the wgmma kernel
+ * (cuda_matvec.cu) gets 16-26 %, 11-19 %, 54-57 % and ~35 %; which form
+ * runs at which batch, cuda_matvec.cu picks.
  *
  * The CUDA-core kernel's arithmetic (the tensor-core kernel's is below it):
  * per (token, weight row), block b's 32 products (w · 2^-6) · a are exact
