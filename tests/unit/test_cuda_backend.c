@@ -495,8 +495,8 @@ static void test_rope(void) {
 /* Cases 3 and 4 gather 2,100-2,700 Engram rows: the prefill form (a
  * pinned buffer filled by host threads, an asynchronous copy), twice back
  * to back with other ids before anything is read, the first copy queued
- * behind a 2 GB device fill: the second gather must wait for that copy
- * before it refills the buffer, or the first output gets its rows. */
+ * behind eight 2 GB device fills: the second gather must wait for that
+ * copy before it refills the buffer, or the first output gets its rows. */
 static void test_gathers(void) {
     NEED_GPU();
     for (int t = 0; t < 5; t++) {
@@ -535,9 +535,13 @@ static void test_gathers(void) {
             oc2 = malloc(B3);
             d2 = dev_poison(B3);
             cpu->ops->engram_gather(cpu, &rows, &sc, ids2, m, 3, oc2);
-            /* ~0.6 ms of device work ahead of the first copy */
+            /* a gather of this size first, so that neither gather below
+             * grows the pinned buffer or the device scratch (freeing the old
+             * one waits for the device, which would drain the queue) */
+            gpu->ops->engram_gather(gpu, &rows, &sc, ids2, m, 3, d);
+            /* ~5 ms of device work ahead of the first copy */
             CHECK(di_cuda_alloc(&slow, (size_t)2 << 30, &ferr) == DI_OK);
-            CHECK(di_cuda_fill(slow, 0, (size_t)2 << 30, &ferr) == DI_OK);
+            for (int r = 0; r < 8; r++) CHECK(di_cuda_fill(slow, r, (size_t)2 << 30, &ferr) == DI_OK);
         }
         gpu->ops->engram_gather(gpu, &rows, &sc, ids, m, 3, d);
         if (big) { /* a second gather of other rows, queued behind the first */

@@ -1179,6 +1179,7 @@ void cuda_fp4_dec_set_mma(int on);      /* cuda_fp4_dec.cu: 0 the CUDA-core kern
                                           * environment's */
 #endif
 
+#if defined(DI_HAVE_CUDA)
 /* The decode-form tests' inputs: E = 5 experts of n x k, T = 6 tokens, and
  * the groups expert 3 rows {4}, expert 1 rows {0, 5}, expert 4 none,
  * expert 0 rows {1, 2, 3}, expert 2 rows {5, 4, 3, 2, 0} (11 pairs), on the
@@ -1221,6 +1222,7 @@ static void fd_fixture_free(fd_fixture *f) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
     free(f->x); free(f->sa); free(f->qa); free(f->w); free(f->ws);
 }
+#endif
 
 /* The MXFP4 decode form (cuda_fp4_dec.cu), its tensor-core kernel and its
  * CUDA-core one, on the model's expert shapes: k = 5120 (160 blocks:

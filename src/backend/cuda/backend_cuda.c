@@ -987,7 +987,11 @@ static void cu_engram_gather(di_backend *be, const di_tensor *rows, const di_ten
     if (nr <= 0) return;
     size_t rb = (size_t)(nr * eh), sbytes = (size_t)(nr * nb);
     gather_ctx g = {NULL, rows->data, scales->data, ids, eh, nb, rb};
-    if (nr < GATHER_PAR_ROWS || c->rec) { /* a recording fails in scratch_up, as before */
+    void *h = NULL;
+    /* small gathers, recordings (which fail in scratch_up, as before) and a
+     * pinned buffer that cannot be had take the staged path */
+    if (nr < GATHER_PAR_ROWS || c->rec || cuda_pinned_take(&c->pinned, rb + sbytes, &h, &err)) {
+        err = (di_err){0};
         g.h = host_buf(be, rb + sbytes);
         if (!g.h) return;
         gather_rows(&g, 0, nr, 0);
@@ -1005,17 +1009,11 @@ static void cu_engram_gather(di_backend *be, const di_tensor *rows, const di_ten
             err = (di_err){0};
         }
     }
-    void *h = NULL;
-    di_status st = cuda_pinned_take(&c->pinned, rb + sbytes, &h, &err);
-    if (st) {
-        note(be, st, &err);
-        return;
-    }
     g.h = h;
     di_threadpool_for(c->gather_pool, nr, 256, gather_rows, &g);
     uint8_t *d = scratch(be, SCR_A, rb + sbytes);
     if (!d) return;
-    st = cuda_pinned_upload(c->pinned, d, rb + sbytes, &err);
+    di_status st = cuda_pinned_upload(c->pinned, d, rb + sbytes, &err);
     if (!st) st = cuda_op_fp8_rows(d, d + rb, nr, eh, nb, out, &err);
     note(be, st, &err);
 }
