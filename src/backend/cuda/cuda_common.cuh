@@ -5,6 +5,7 @@
 #define DI_BACKEND_CUDA_COMMON_CUH
 
 #include <cuda_runtime.h>
+#include <stdlib.h>
 #include <stdint.h>
 
 #include "backend/cuda/cuda_backend.h"
@@ -80,20 +81,39 @@ static inline void cuda_launch_pdl(void (*kern)(P...), dim3 grid, dim3 block, si
     kern<<<grid, block, smem, st>>>(args...);
 }
 
+/* An attribute of the current device, `fallback` if it cannot be read. */
+static inline int cuda_device_attr(cudaDeviceAttr attr, int fallback) {
+    int dev = 0, v = 0;
+    const bool ok = cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&v, attr, dev) == cudaSuccess &&
+                    v > 0;
+    (void)cudaGetLastError();
+    return ok ? v : fallback;
+}
+
 /* Multiprocessors of the current device (132 if it cannot be read), read
  * once per translation unit: launch shapes follow it. */
 static inline int cuda_sm_count(void) {
     static int sms = 0;
-    if (sms == 0) {
-        int dev = 0, v = 0;
-        if (cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
-            sms = v;
-        else
-            sms = 132;
-        (void)cudaGetLastError();
-    }
+    if (sms == 0) sms = cuda_device_attr(cudaDevAttrMultiProcessorCount, 132);
     return sms;
+}
+
+/* Shared memory an SM holds, bytes (228 KB, Hopper's, if it cannot be
+ * read), read once per translation unit. */
+static inline size_t cuda_sm_smem(void) {
+    static size_t v = 0;
+    if (v == 0) v = (size_t)cuda_device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 228 * 1024);
+    return v;
+}
+
+/* A measuring switch: on unless the environment variable is "0", read
+ * once into *cache (-1 until then). */
+static inline int cuda_env_switch(const char *name, int *cache) {
+    if (*cache < 0) {
+        const char *v = getenv(name);
+        *cache = !(v && v[0] == '0');
+    }
+    return *cache;
 }
 
 /* E8M0 byte -> fp32 power of two 2^(b-127); 0xFF is NaN. Built from bits

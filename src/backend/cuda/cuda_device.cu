@@ -106,13 +106,7 @@ extern "C" void di_cuda_profiler_range(int on) {
 }
 
 static int pdl_state = -1; /* -1: DI_CUDA_PDL not read yet */
-extern "C" int cuda_pdl_on(void) {
-    if (pdl_state < 0) {
-        const char *v = getenv("DI_CUDA_PDL");
-        pdl_state = !(v && v[0] == '0');
-    }
-    return pdl_state;
-}
+extern "C" int cuda_pdl_on(void) { return cuda_env_switch("DI_CUDA_PDL", &pdl_state); }
 extern "C" void cuda_pdl_refused(void) { pdl_state = 0; }
 
 /* An empty kernel whose grid size is the tag: in a per-kernel profile it

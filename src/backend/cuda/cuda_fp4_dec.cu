@@ -580,13 +580,8 @@ static int fm_cb(int64_t kbn) {
 static int fm_mma_forced = -1;
 extern "C" void cuda_fp4_dec_set_mma(int on) { fm_mma_forced = on; }
 static int fm_mma_on(void) {
-    if (fm_mma_forced >= 0) return fm_mma_forced;
     static int env = -1;
-    if (env < 0) {
-        const char *v = getenv("DI_CUDA_FP4_MMA");
-        env = !(v && v[0] == '0');
-    }
-    return env;
+    return fm_mma_forced >= 0 ? fm_mma_forced : cuda_env_switch("DI_CUDA_FP4_MMA", &env);
 }
 
 /* Lanes per weight row: the most (up to 32) that divide the row's blocks,
@@ -645,24 +640,11 @@ static int fm_tr_forced = 0; /* measuring aid: 1 .. FM_TR_MAX forces it */
 extern "C" void cuda_fp4_dec_set_tr(int tr) { fm_tr_forced = tr >= 1 && tr <= FM_TR_MAX ? tr : 0; }
 static int fm_a8_forced = -1; /* measuring aid: 0 the f16 form, 1 the A8 form, -1 chosen */
 extern "C" void cuda_fp4_dec_set_a8(int on) { fm_a8_forced = on == 0 || on == 1 ? on : -1; }
-static size_t fm_sm_smem(void) { /* shared memory an SM, bytes */
-    static size_t v = 0;
-    if (!v) {
-        int dev = 0, x = 0;
-        if (cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&x, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess && x > 0)
-            v = (size_t)x;
-        else
-            v = 228 * 1024;
-        (void)cudaGetLastError();
-    }
-    return v;
-}
 /* the most slots up to want that two blocks an SM fit (each block's
  * dynamic memory plus the 1 KB the runtime reserves a block), at least 1 */
 static int fm_fit(int64_t kbn, int64_t want, bool a8) {
     int64_t tr = want < 1 ? 1 : want > FM_TR_MAX ? FM_TR_MAX : want;
-    while (tr > 1 && FM_BLOCKS_SM * (fm_smem((int)tr, kbn, a8) + 1024) > fm_sm_smem()) tr--;
+    while (tr > 1 && FM_BLOCKS_SM * (fm_smem((int)tr, kbn, a8) + 1024) > cuda_sm_smem()) tr--;
     return (int)tr;
 }
 struct fm_plan {

@@ -481,11 +481,7 @@ di_status cuda_launch_gemm_mxfp4_grouped_tiled(const uint8_t *qa, const float *s
                           "of 32), 16-byte aligned codes needed", (int)ngroups, CUDA_GG_MAX_GROUPS,
                           (long long)k);
     static int pipe_env = -1; /* DI_CUDA_GG_PIPE=0: the first form (a measuring aid) */
-    if (pipe_env < 0) {
-        const char *v = getenv("DI_CUDA_GG_PIPE");
-        pipe_env = !(v && v[0] == '0');
-    }
-    int flags = gg_form >= 0 ? gg_form : pipe_env ? GG_F_DEFAULT : 0;
+    int flags = gg_form >= 0 ? gg_form : cuda_env_switch("DI_CUDA_GG_PIPE", &pipe_env) ? GG_F_DEFAULT : 0;
     if (!(k % GG_KC == 0 && (uintptr_t)ws % 4 == 0)) flags = 0; /* the pipelined forms' shapes */
     int f = 0;
     while (f < GG_NFORMS && gg_forms[f].flags != flags) f++;

@@ -697,16 +697,6 @@ extern "C" di_status cuda_e4m3_forms(const void *codes, const void *sb, int n, v
     return cuda_check_launch(err, "e4m3 forms");
 }
 
-/* A measuring switch of this file: on unless the variable is "0", read once
- * into *cache (-1 until then). */
-static int switch_on(const char *name, int *cache) {
-    if (*cache < 0) {
-        const char *v = getenv(name);
-        *cache = !(v && v[0] == '0');
-    }
-    return *cache;
-}
-
 static int dec_mode = 1;    /* measuring and test aid: 0 = k_mm_tc at every m */
 static int dec_forced_cl = 0; /* measuring and test aid: blocks a row tile's chains spread over */
 extern "C" void cuda_matmul_set_decode(int on, int cl) {
@@ -771,7 +761,7 @@ static di_status matmul_dec(int fmt, const void *w, const uint8_t *s, int64_t K,
                             di_err *err) {
     *done = 0;
     static int env_on = -1; /* DI_CUDA_MM_DEC=0: k_mm_tc at every m (measuring aid for the model bench) */
-    switch_on("DI_CUDA_MM_DEC", &env_on);
+    cuda_env_switch("DI_CUDA_MM_DEC", &env_on);
     if (!dec_mode || !env_on || m > 8 || (fmt != DI_WFMT_BF16 && fmt != DI_WFMT_FP8) || K % TC_CH || K > (1 << 20) ||
         ldx % 4 || ((uintptr_t)x & 15) || ((uintptr_t)w & 15) || groups > 65535)
         return DI_OK;
@@ -787,7 +777,7 @@ static di_status matmul_dec(int fmt, const void *w, const uint8_t *s, int64_t K,
      * 334 / 344 µs against 407 at m = 1 / 2, b1 step -0.08 ms (products
      * run 4, docs/gpu-notes.md) */
     static int waves_on = -1;
-    switch_on("DI_CUDA_HEAD_DEC", &waves_on);
+    cuda_env_switch("DI_CUDA_HEAD_DEC", &waves_on);
     if (tiles * groups > 8 * sms && !(m <= 2 && waves_on)) return DI_OK;
     int cl = 1;
     while (cl < TC_KW && tiles * groups * cl < sms) cl *= 2;
@@ -1002,7 +992,7 @@ static di_status matmul_pf(int fmt, const void *w, const uint8_t *s, int64_t K, 
                            di_err *err) {
     *done = 0;
     static int env_on = -1; /* DI_CUDA_MM_PF=0: k_mm_tc at every m (measuring aid for the model bench) */
-    switch_on("DI_CUDA_MM_PF", &env_on);
+    cuda_env_switch("DI_CUDA_MM_PF", &env_on);
     const int esz = fmt == DI_WFMT_BF16 ? 2 : 1;
     if (!pf_min_rows || !env_on || m < pf_min_rows || (fmt != DI_WFMT_BF16 && fmt != DI_WFMT_FP8) || K % TC_CH ||
         K > (1 << 20) || ldx % 4 || ((uintptr_t)x & 15) || ((uintptr_t)w % (8 * esz)) || groups > 65535)
