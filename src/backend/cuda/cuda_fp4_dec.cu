@@ -320,9 +320,9 @@ __device__ __forceinline__ void fm_ldsm4(uint32_t r[4], uint32_t addr) {
  * scales stored times 64 put back (powers of two: the same products, the
  * same promotions). Half the bytes a slot: w1 (k = 5120) fits 7 slots for
  * two blocks an SM where the f16 form fits 4. */
-enum { FM_ST = 3, FM_ROWB = FM_NB * 16 + 16, FM_SLOT = 16 * FM_ROWB + 16 * FM_NB };
-static size_t fm_smem(int tr, int64_t kbn, bool a8 = false) {
-    return (size_t)FM_WARPS * FM_ST * FM_SLOT + (size_t)FM_WARPS * 16 * FM_NB * 4 + 2 * (size_t)FM_WARPS * 32 * 16 +
+enum { FM_ST = 3, FM_ST_MAX = 6, FM_ROWB = FM_NB * 16 + 16, FM_SLOT = 16 * FM_ROWB + 16 * FM_NB };
+static size_t fm_smem(int tr, int64_t kbn, bool a8 = false, int st = FM_ST) {
+    return (size_t)FM_WARPS * st * FM_SLOT + (size_t)FM_WARPS * 16 * FM_NB * 4 + 2 * (size_t)FM_WARPS * 32 * 16 +
            (size_t)tr * (size_t)((a8 ? kbn * 32 + 32 : kbn * 64 + 64) + kbn * 4) + 256 * 4;
 }
 __device__ __forceinline__ uint2 fm_lds2(uint32_t a) {
@@ -344,7 +344,7 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
     k_fp4_mma(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int64_t m, int64_t k,
               const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws, int64_t n,
               const int32_t *__restrict__ ids, const int32_t *__restrict__ off,
-              const int32_t *__restrict__ rows, int tr, int cb, int kc, int nt, void *__restrict__ out,
+              const int32_t *__restrict__ rows, int tr, int cb, int kc, int nt, int st, void *__restrict__ out,
               int out_mode, const uint8_t *__restrict__ w_b, const uint8_t *__restrict__ ws_b,
               void *__restrict__ out_b, int bx_a) {
     extern __shared__ uint4 fm_raw[];
@@ -360,7 +360,7 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
     const int kbn = (int)(k / 32), xstride = A8 ? kbn * 2 + 2 : kbn * 4 + 4; /* uint4 a slot */
     const int64_t rowb = k / 2;
     uint8_t *ring_all = (uint8_t *)fm_raw;
-    float *swb_all = (float *)(ring_all + (size_t)FM_WARPS * FM_ST * FM_SLOT);
+    float *swb_all = (float *)(ring_all + (size_t)FM_WARPS * st * FM_SLOT);
     float4 *red = (float4 *)(swb_all + FM_WARPS * 16 * FM_NB);
     uint4 *xs = (uint4 *)(red + 2 * FM_WARPS * 32);
     float *sas = (float *)(xs + (size_t)tr * xstride);
@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
     const int ntl = (int)(tiles - tile0 < nt ? tiles - tile0 : nt); /* this block's tiles */
     const int b0 = c * cb, b1 = b0 + cb < kbn ? b0 + cb : kbn;
     const int nbat = live ? (b1 - b0) / FM_NB : 0, items = nbat * ntl;
-    uint8_t *ring = ring_all + (size_t)warp * FM_ST * FM_SLOT;
+    uint8_t *ring = ring_all + (size_t)warp * st * FM_SLOT;
     const uint32_t ring_s = (uint32_t)__cvta_generic_to_shared(ring);
     float *swb = swb_all + warp * 16 * FM_NB;
 
@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
     const uint8_t *ip = NULL, *ips = NULL;
     uint32_t iv = 0, ivs = 0;    /* row r of the copies valid: bit r / 4 (0 past row n - 1: nothing read) */
     int it_tile = 0, it_bat = 0; /* the next item to issue */
-    const uint32_t ring_end = ring_s + FM_ST * FM_SLOT, d0 = cr * FM_ROWB + cq * 16;
+    const uint32_t ring_end = ring_s + st * FM_SLOT, d0 = cr * FM_ROWB + cq * 16;
     const uint32_t ds = 16 * FM_ROWB + 4 * lane;
     const uint32_t row4 = (uint32_t)(4 * rowb);
     uint32_t islot = ring_s;
@@ -426,7 +426,7 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
         islot = ring_s;
         if (nbat) {
             tile_rows();
-            for (int s = 0; s < FM_ST - 1; s++) issue_next();
+            for (int s = 0; s < st - 1; s++) issue_next();
         }
     };
     if (!ids) { /* a plain product's weights: constants, before the wait */
@@ -490,7 +490,7 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
         for (int j = 0; j < items; j++) {
             __syncwarp(); /* every lane is done with the slot refilled next */
             issue_next();
-            fm_wait(FM_ST - 1); /* this lane's copies of item j */
+            fm_wait(st - 1); /* this lane's copies of item j */
             __syncwarp();       /* and the other lanes' */
             { /* the batch's 128 scale bytes -> f32 by the table: lane l bytes 4l .. 4l + 3 */
                 const uint32_t sb = *(const uint32_t *)(ring + cslot + 16 * FM_ROWB + 4 * lane);
@@ -528,7 +528,7 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                     acc3 = fmaf(d[3], fb[jj] * sw1[jj], acc3);
                 }
             }
-            cslot = cslot + FM_SLOT == FM_ST * FM_SLOT ? 0 : cslot + FM_SLOT;
+            cslot = cslot + FM_SLOT == st * FM_SLOT ? 0 : cslot + FM_SLOT;
             xa += FM_NB * (A8 ? 32 : 64);
             sa0 += FM_NB * 4;
             sa1 += FM_NB * 4;
@@ -647,18 +647,29 @@ static int fm_fit(int64_t kbn, int64_t want, bool a8) {
     while (tr > 1 && FM_BLOCKS_SM * (fm_smem((int)tr, kbn, a8) + 1024) > cuda_sm_smem()) tr--;
     return (int)tr;
 }
+static int fm_st_forced = 0; /* measuring aid: ring stages a warp */
+extern "C" void cuda_fp4_dec_set_st(int st) { fm_st_forced = st >= 2 && st <= FM_ST_MAX ? st : 0; }
 struct fm_plan {
     int tr;
     bool a8;
+    int st;
 };
+/* Ring stages a warp: FM_ST. Deeper rings (what two blocks an SM leave
+ * of the shared memory at few tokens) measured no faster: at batch 1 the
+ * w1 + w3 pair took 36.4 / 36.7 / 37.9 us with 2 / 3 / 4 stages, w2 21.5 /
+ * 22.1 / 22.8 (fp4st run 1, docs/gpu-notes.md): one batch in flight a warp
+ * already covers the memory's latency, the kernel is bound by its
+ * instructions (~77 a 16-row block). */
+static int fm_stages(void) { return fm_st_forced ? fm_st_forced : FM_ST; }
 static fm_plan fm_slots(int64_t kbn, int64_t m, int64_t max_rows, int grouped) {
     const int64_t want = grouped ? max_rows : m;
-    fm_plan p = {fm_fit(kbn, want, false), false};
+    fm_plan p = {fm_fit(kbn, want, false), false, FM_ST};
     if (fm_a8_forced >= 0) p.a8 = fm_a8_forced == 1;
     else if (grouped && max_rows > 16 && max_rows > 16 * p.tr && p.tr < FM_TR_MAX && fm_fit(kbn, want, true) > p.tr)
         p.a8 = true;
     if (p.a8) p.tr = fm_fit(kbn, want, true);
     if (fm_tr_forced) p.tr = fm_tr_forced;
+    p.st = fm_stages();
     return p;
 }
 
@@ -685,9 +696,10 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
     static size_t attr[2] = {0, 0}; /* the shared memory each form is allowed so far */
     const int64_t kbn = k / 32;
     const int cb = fm_cb(kbn), kc = (int)((kbn + cb - 1) / cb), rtn = FM_WARPS / kc;
-    int tr = pl.tr;
-    while (tr > 1 && fm_smem(tr, kbn, pl.a8) > FD_SMEM_MAX) tr--;
-    const size_t smem = fm_smem(tr, kbn, pl.a8);
+    int tr = pl.tr, st = pl.st;
+    while (st > 2 && fm_smem(tr, kbn, pl.a8, st) > FD_SMEM_MAX) st--;
+    while (tr > 1 && fm_smem(tr, kbn, pl.a8, st) > FD_SMEM_MAX) tr--;
+    const size_t smem = fm_smem(tr, kbn, pl.a8, st);
     auto kern = pl.a8 ? k_fp4_mma<true> : k_fp4_mma<false>;
     if (smem > 48 * 1024 && smem > attr[pl.a8]) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -706,7 +718,7 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
     const int64_t bx = (tiles + nt - 1) / nt;
     if (bx * halves > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
     cuda_launch_pdl(kern, dim3((unsigned)(bx * halves), (unsigned)groups), dim3(FM_THREADS), smem, stream, qa,
-                    sa, m, k, w, ws, n, ids, off, rows, tr, cb, kc, (int)nt, out, out_mode, w_b, ws_b, out_b,
+                    sa, m, k, w, ws, n, ids, off, rows, tr, cb, kc, (int)nt, st, out, out_mode, w_b, ws_b, out_b,
                     (int)bx);
     return cudaGetLastError();
 }
