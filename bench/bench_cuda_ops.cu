@@ -549,7 +549,7 @@ __global__ void fill_full(float *p, size_t n) {
  * inf / NaN); x powers of two (bf16-exact, as the model's activations), or
  * full fp32 values with full_x */
 static void bench_plain_one(int fmt, const char *name, int64_t n, int64_t k, int groups, int64_t m,
-                            int full_x = 0, const char *tag = "") {
+                            int full_x = 0, const char *tag = "", int x16 = 0) {
     size_t wb = fmt == DI_WFMT_BF16 ? (size_t)(n * k) * 2 : (size_t)(n * k);
     size_t sb = fmt == DI_WFMT_FP8 ? (size_t)(((n + 31) / 32) * (k / 32)) : 0;
     size_t per_copy = wb + sb;
@@ -565,12 +565,16 @@ static void bench_plain_one(int fmt, const char *name, int64_t n, int64_t k, int
     float *x = (float *)dalloc((size_t)(m * kx) * 4), *y = (float *)dalloc((size_t)(m * n) * 4);
     if (full_x) fill_full<<<256, 256>>>(x, (size_t)(m * kx));
     else fill_scales<<<256, 256>>>(x, (size_t)(m * kx), 5);
+    /* x16: the scratch of the prefill form's bf16 copy of x */
+    size_t xs = x16 ? cuda_op_matmul_scratch_bytes(fmt, k, m, groups) : 0;
+    void *scr = xs ? dalloc(xs) : NULL;
     int per = std::max(copies, 20 / copies * copies);
     double t = time_stream0([&](int i) {
         int c = i % copies;
-        DK(cuda_op_matmul_plain(fmt, w[c], (const uint8_t *)ws[c], n, k, x, kx, m, groups, nr, y, n,
-                                groups > 1, err));
+        DK(cuda_op_matmul_plain_s(fmt, w[c], (const uint8_t *)ws[c], n, k, x, kx, m, groups, nr, y, n,
+                                  groups > 1, scr, xs, err));
     }, per, 15);
+    if (scr) di_cuda_free(scr);
     double bytes = (double)per_copy + m * kx * 4.0 + m * n * 4.0;
     printf("RESULT plain_%s%s%s_%lldx%lld_m%lld %.2f us %.0f GB/s %.0f%% of copy (floor %.2f us)\n", name,
            full_x ? "_fp32x" : "", tag, (long long)n, (long long)k, (long long)m, t * 1e6, bytes / t / 1e9, 100 * bytes / t / g_copy_bw,
@@ -579,7 +583,7 @@ static void bench_plain_one(int fmt, const char *name, int64_t n, int64_t k, int
     di_cuda_free(x); di_cuda_free(y);
 }
 
-static void bench_hc_mix(int64_t m) {
+static void bench_hc_mix(int64_t m, int rows_form = 0) {
     const int hc = 4, nm = (2 + hc) * hc;
     const int64_t d = 5120, n = hc * d;
     float *s = (float *)dalloc((size_t)(m * n) * 4), *fn = (float *)dalloc((size_t)(nm * n) * 4);
@@ -590,12 +594,15 @@ static void bench_hc_mix(int64_t m) {
     fill_scales<<<256, 256>>>(fn, (size_t)(nm * n), 7);
     fill_scales<<<1, 32>>>(base, nm, 8);
     fill_scales<<<1, 32>>>(sc, 3, 9);
+    size_t xs = rows_form ? cuda_op_hc_mix_scratch_bytes(m, hc, d) : 0; /* the rows form's partial sums */
+    void *scr = xs ? dalloc(xs) : NULL;
     double t = time_stream0([&](int) {
-        DK(cuda_op_hc_mix(s, m, hc, d, fn, base, sc, 1e-6f, 1e-6f, 20, pre, post, comb, err));
+        DK(cuda_op_hc_mix_s(s, m, hc, d, fn, base, sc, 1e-6f, 1e-6f, 20, pre, post, comb, scr, xs, err));
     }, 20, 15);
+    if (scr) di_cuda_free(scr);
     double bytes = (double)(nm * n) * 4 + (double)(m * n) * 4;
-    printf("RESULT hc_mix_m%lld %.2f us (floor %.2f us: fn + rows once)\n", (long long)m, t * 1e6,
-           bytes / g_copy_bw * 1e6);
+    printf("RESULT hc_mix%s_m%lld %.2f us (floor %.2f us: fn + rows once)\n", xs ? "_rows" : "", (long long)m,
+           t * 1e6, bytes / g_copy_bw * 1e6);
     di_cuda_free(s); di_cuda_free(fn); di_cuda_free(base); di_cuda_free(sc);
     di_cuda_free(pre); di_cuda_free(post); di_cuda_free(comb);
 }
@@ -781,6 +788,43 @@ static void bench_fp4_dec(void) {
     cuda_matvec_set_fp4_dec(-1);
 }
 
+/* --x16: wo_a at an 8,192-token prefill (FP8 8 x 1024 x 4096, grouped) in
+ * the prefill form without the scratch (x split in every block) and with
+ * it (x16 written once, the bf16 form), x bf16-valued as the attention's o
+ * is; then x of full fp32 values with the scratch (the copy and the flag
+ * made, the fp32 form runs); then hc_mix at 8,192 rows, in the cluster
+ * form and the rows form, and the rows form at 512 */
+static void bench_x16(void) {
+    bench_plain_one(DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8, 8192, 0, "_split");
+    bench_plain_one(DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8, 8192, 0, "_x16", 1);
+    bench_plain_one(DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8, 8192, 1, "_split");
+    bench_plain_one(DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8, 8192, 1, "_x16", 1);
+    bench_hc_mix(8192);
+    bench_hc_mix(8192, 1);
+    bench_hc_mix(512, 1);
+}
+
+/* --fp4st: the tensor-core decode kernel's ring depth (stages a warp)
+ * forced to 2 .. 6, then as chosen (0), on the w1 + w3 pair and w2 at batch
+ * 1, 8, 64 and 256, the projections as moe_experts calls them */
+extern "C" void cuda_fp4_dec_set_st(int st); /* cuda_fp4_dec.cu: ring stages, 0 chosen */
+static void bench_fp4_st(void) {
+    cuda_matvec_set_fp4_dec(1);
+    cuda_fp4_dec_set_mma(1);
+    char sfx[32];
+    for (int st : {2, 3, 4, 5, 6, 0}) {
+        snprintf(sfx, sizeof sfx, st ? "_mma_st%d" : "_mma_st_chosen", st);
+        cuda_fp4_dec_set_st(st);
+        for (int b : {1, 8, 64, 256}) {
+            bench_moe_grouped(b, sfx, "w13pair", 2304, 5120, true, true);
+            bench_moe_grouped(b, sfx, "w2", 5120, 2304, true);
+        }
+    }
+    cuda_fp4_dec_set_st(0);
+    cuda_fp4_dec_set_mma(-1);
+    cuda_matvec_set_fp4_dec(-1);
+}
+
 /* --gg [f,f,...]: the grouped MXFP4 GEMM of the prefill's routed experts
  * (cuda_gemm_grouped.cu) at 8,192 tokens x top-6 over 384 experts, w1
  * [2304 x 5120] and w2 [5120 x 2304], in each of the kernel's forms by
@@ -822,6 +866,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--plain")) gemm = matvec = 0, plain = 1; /* bench_plain only */
         else if (!strcmp(argv[i], "--plaindec")) gemm = matvec = 0, plain = 2; /* bench_plain_dec only */
         else if (!strcmp(argv[i], "--fp4dec")) gemm = matvec = 0, plain = 3; /* bench_fp4_dec only */
+        else if (!strcmp(argv[i], "--fp4st")) gemm = matvec = 0, plain = 5; /* bench_fp4_st only */
+        else if (!strcmp(argv[i], "--x16")) gemm = matvec = 0, plain = 6; /* bench_x16 only */
         else if (!strcmp(argv[i], "--gg")) { /* bench_gg only, forms optional */
             gemm = matvec = 0, plain = 4;
             gg_list = i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : NULL;
@@ -843,6 +889,8 @@ int main(int argc, char **argv) {
     if (plain == 2) bench_plain_dec();
     if (plain == 3) bench_fp4_dec();
     if (plain == 4) bench_gg(gg_list);
+    if (plain == 5) bench_fp4_st();
+    if (plain == 6) bench_x16();
     if (matvec) {
         bench_act_quant();
         /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */

@@ -1939,8 +1939,10 @@ static void test_attention_split(void) {
 }
 
 /* hc_mix at the model's shape (hc 4, d 5120: n = 20,480, the product over
- * 80 blocks of 256 columns) at 1 and 8 rows, and past the split's 64 rows
- * (the cluster of 8 blocks per row), against the CPU within test_hc's
+ * 80 blocks of 256 columns) at 1 and 8 rows, past the split's 64 rows
+ * (the cluster of 8 blocks per row) and past 256 (the rows form, a ragged
+ * last row group, and n = 384, a last block of columns not whole: the
+ * backend lends it the scratch), against the CPU within test_hc's
  * tolerance: the split sums each block's 256 products by a fixed tree and
  * the 80 block sums in order, a tree no deeper than the cluster's (the
  * CPU's sequential sum over 20,480 terms dominates the difference), so the
@@ -1949,9 +1951,9 @@ static void test_attention_split(void) {
  * order follow from n alone). */
 static void test_hc_split(void) {
     NEED_GPU();
-    const struct { int64_t m; int64_t d; } cs[] = {{1, 5120}, {8, 5120}, {70, 512}};
+    const struct { int64_t m; int64_t d; } cs[] = {{1, 5120}, {8, 5120}, {70, 512}, {300, 5120}, {257, 96}};
     const int hc = 4, nmix = 24;
-    for (size_t t = 0; t < 3; t++) {
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
         int64_t m = cs[t].m, d = cs[t].d;
         float *s = rnd(m * hc * d, 1.0f), *fn = rnd(nmix * hc * d, 0.02f), *base = rnd(nmix, 0.5f);
         float scale[3] = {0.7f, 1.1f, 0.9f};

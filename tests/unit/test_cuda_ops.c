@@ -1023,17 +1023,28 @@ static void test_matmul_decode_form(void) {
  * wo_a at 600 rows (a ragged row tile), and with the form forced at any m:
  * K of fewer than eight chunks (idle chains), K of 33 chunks (chains of
  * unequal length), ragged output tiles, groups with a half-empty last tile,
- * bf16-valued x (the second and third terms skipped), bf16 outputs. Outputs
- * are poisoned before each run. Where the CPU can afford it the exact sum in
- * double is checked too, within the kernel's bound. */
+ * bf16-valued x (the second and third terms skipped), bf16 outputs. Each
+ * case also runs with the scratch of cuda_op_matmul_plain_s: where x is
+ * bf16-valued everywhere its bf16 form must run (the flag at the scratch's
+ * end 0) and where one value of x is not (the wo_a case with one value
+ * moved off the bf16 grid, "bf16 x but one") the fp32 form (flag 1), both
+ * again with k_mm_tc's bits. Outputs are poisoned before each run. Where
+ * the CPU can afford it the exact sum in double is checked too, within the
+ * kernel's bound. */
 #if defined(DI_HAVE_CUDA)
 void cuda_matmul_set_prefill(int min_rows); /* cuda_ops_linear.cu: test aid, 0 = never */
+di_status cuda_op_matmul_plain_s(int fmt, const void *w, const uint8_t *s, int64_t n_out, int64_t n_in,
+                                 const float *x, int64_t ldx, int64_t m, int groups, int64_t nr, float *y,
+                                 int64_t ldy, int out_bf16, void *scratch, size_t scratch_bytes, di_err *err);
+size_t cuda_op_matmul_scratch_bytes(int fmt, int64_t n_in, int64_t m, int groups);
 #endif
 static void test_matmul_prefill_form(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
 #if defined(DI_HAVE_CUDA)
     const struct { int fmt; int64_t nr, k; int groups, xbf16, obf16; int64_t m; int force; } sh[] = {
         {DI_WFMT_FP8, 1024, 4096, 8, 0, 1, 600, 0}, /* wo_a at prefill */
+        {DI_WFMT_FP8, 1024, 4096, 8, 1, 1, 600, 0}, /* the same, bf16 x (the attention's o) */
+        {DI_WFMT_FP8, 1024, 4096, 8, 2, 1, 600, 0}, /* bf16 x but one */
         {DI_WFMT_BF16, 384, 5120, 1, 0, 0, 520, 0}, /* router */
         {DI_WFMT_FP8, 40, 96, 1, 0, 0, 70, 1},      /* 3 chunks, ragged */
         {DI_WFMT_FP8, 96, 160, 3, 1, 0, 130, 1},    /* groups, a half tile */
@@ -1051,30 +1062,44 @@ static void test_matmul_prefill_form(void) {
         float *x = malloc((size_t)(m * ldx) * 4), *ya = malloc((size_t)(m * N) * 4), *yb = malloc((size_t)(m * N) * 4);
         uint16_t *xb = sh[c].xbf16 ? malloc((size_t)(m * ldx) * 2) : NULL;
         fill_act(x, xb, m, ldx);
+        if (sh[c].xbf16 == 2) /* one value off the bf16 grid: a second term in one tile */
+            x[(m / 2) * ldx + ldx / 3] = nextafterf(x[(m / 2) * ldx + ldx / 3], INFINITY);
         dbuf dw = dput(w, wbytes), dws = dput(ws, sbytes), dx = dput(x, (size_t)(m * ldx) * 4),
              dy = dput(NULL, (size_t)(m * N) * 4);
         di_err err = {0};
         int ok = 1;
-        for (int run = 0; run < 2 && ok; run++) { /* k_mm_tc, then the prefill form */
+        /* k_mm_tc, then the prefill form, then the prefill form with the scratch */
+        for (int run = 0; run < 3 && ok; run++) {
             cuda_matmul_set_prefill(run == 0 ? 0 : sh[c].force ? 1 : 512);
+            size_t xs = run == 2 ? cuda_op_matmul_scratch_bytes(fmt, K, m, G) : 0;
+            dbuf dscr = dput(NULL, xs ? xs : 16);
+            if (xs) di_cuda_fill(dscr.p, 0x5a, xs, &err); /* the flag must be written */
             di_status st = di_cuda_fill(dy.p, 0xff, dy.n, &err);
             if (!st)
-                st = cuda_op_matmul_plain(fmt, dw.p, fmt == DI_WFMT_FP8 ? dws.p : NULL, N, K, dx.p, ldx, m, G, nr,
-                                          dy.p, N, sh[c].obf16, &err);
+                st = cuda_op_matmul_plain_s(fmt, dw.p, fmt == DI_WFMT_FP8 ? dws.p : NULL, N, K, dx.p, ldx, m, G, nr,
+                                            dy.p, N, sh[c].obf16, xs ? dscr.p : NULL, xs, &err);
             if (!st) st = di_cuda_synchronize(&err);
-            CHECKF(st == DI_OK, "prefill form case %zu: %s", c, err.msg);
+            CHECKF(st == DI_OK, "prefill form case %zu run %d: %s", c, run, err.msg);
             ok = st == DI_OK;
+            if (ok && run == 2) {
+                int flag = -1;
+                CHECKF(xs > 0, "prefill form case %zu: no scratch asked for", c);
+                if (xs) di_cuda_download(&flag, (uint8_t *)dscr.p + xs - sizeof flag, sizeof flag, &err);
+                CHECKF(flag == (sh[c].xbf16 != 1), "prefill form case %zu: x16 flag %d, bf16 x %d", c, flag,
+                       sh[c].xbf16);
+            }
+            di_cuda_free(dscr.p);
             if (ok) dget(run ? yb : ya, dy);
+            if (ok && run && memcmp(ya, yb, (size_t)(m * N) * 4) != 0) {
+                int64_t i = 0;
+                while (memcmp(ya + i, yb + i, 4) == 0) i++;
+                CHECKF(0, "prefill form%s %s %lldx%lld (%d groups) m %lld: [%lld] %.9g != k_mm_tc %.9g",
+                       run == 2 ? " (scratch)" : "", fmt == DI_WFMT_FP8 ? "fp8" : "bf16", (long long)N,
+                       (long long)K, G, (long long)m, (long long)i, yb[i], ya[i]);
+                ok = 0;
+            }
         }
         cuda_matmul_set_prefill(512);
-        if (ok && memcmp(ya, yb, (size_t)(m * N) * 4) != 0) {
-            int64_t i = 0;
-            while (memcmp(ya + i, yb + i, 4) == 0) i++;
-            CHECKF(0, "prefill form %s %lldx%lld (%d groups) m %lld: [%lld] %.9g != k_mm_tc %.9g",
-                   fmt == DI_WFMT_FP8 ? "fp8" : "bf16", (long long)N, (long long)K, G, (long long)m, (long long)i,
-                   yb[i], ya[i]);
-            ok = 0;
-        }
         if (ok && (double)N * (double)m * (double)K <= 1.1e9) {
             int64_t nbad = plain_bound_check(fmt, w, ws, x, ldx, yb, m, N, nr, K, sh[c].obf16, &worst);
             CHECKF(nbad == 0, "prefill form case %zu: %lld outputs outside the bound", c, (long long)nbad);

@@ -835,20 +835,26 @@ static void cu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t 
     note(be, st, &err);
 }
 
+/* wo_a at prefill: the pool lends the product's bf16 copy of x (what
+ * cuda_op_matmul_plain_s asks for; a pool that cannot lend it leaves the
+ * product to its fp32 form, the same bits). Taken before the op starts, so
+ * that a profile counts the product's kernels to the op. */
 static void cu_matmul_grouped(di_backend *be, const di_wmat *w, int groups, const float *x,
                               int64_t m, float *y) {
+    int64_t K = w->n_in, N = w->n_out;
+    size_t xb = m > 0 && groups > 0 ? cuda_op_matmul_scratch_bytes((int)w->fmt, K, m, groups) : 0;
+    void *scr = xb ? cu_alloc_raw(be, xb) : NULL;
     op_enter(be, "matmul_grouped");
     di_err err = {0};
-    if (m <= 0 || groups <= 0) return;
     size_t sb = 0, wb = wmat_bytes(w, &sb);
-    const void *dw = wdev(be, w->w, wb);
-    const uint8_t *ds = sb ? wdev(be, w->s, sb) : NULL;
-    if (!dw || (sb && !ds)) return;
-    int64_t K = w->n_in, N = w->n_out;
-    note(be,
-         cuda_op_matmul_plain((int)w->fmt, dw, ds, N, K, x, (int64_t)groups * K, m, groups,
-                              N / groups, y, N, 1, &err),
-         &err);
+    const void *dw = m > 0 && groups > 0 ? wdev(be, w->w, wb) : NULL;
+    const uint8_t *ds = dw && sb ? wdev(be, w->s, sb) : NULL;
+    if (dw && (!sb || ds))
+        note(be,
+             cuda_op_matmul_plain_s((int)w->fmt, dw, ds, N, K, x, (int64_t)groups * K, m, groups,
+                                    N / groups, y, N, 1, scr, scr ? xb : 0, &err),
+             &err);
+    cu_free(be, scr);
 }
 
 /* ------------------------------------------------------------ elementwise */
@@ -1029,20 +1035,26 @@ static void cu_engram_rows(di_backend *be, const uint8_t *rows, const uint8_t *s
 
 /* ------------------------------------------------------------ mHC, Engram gate */
 
+/* At many rows the pool lends the rows form its partial sums (a pool that
+ * cannot leaves the op to the cluster form), taken before the op starts as
+ * in cu_matmul_grouped. */
 static void cu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_t d,
                       const float *fn, const float *base, const float *scale, double norm_eps,
                       double hc_eps, int iters, float *pre, float *post, float *comb) {
+    size_t pb = cuda_op_hc_mix_scratch_bytes(m, hc, d);
+    void *scr = pb ? cu_alloc_raw(be, pb) : NULL;
     op_enter(be, "hc_mix");
     di_err err = {0};
     size_t nmix = (size_t)(2 + hc) * (size_t)hc;
     const float *dfn = wdev(be, fn, nmix * (size_t)(hc * d) * sizeof(float));
     const float *dbase = wdev(be, base, nmix * sizeof(float));
     const float *dscale = wdev(be, scale, 3 * sizeof(float));
-    if (!dfn || !dbase || !dscale) return;
-    note(be,
-         cuda_op_hc_mix(s, m, hc, d, dfn, dbase, dscale, (float)norm_eps, (float)hc_eps, iters,
-                        pre, post, comb, &err),
-         &err);
+    if (dfn && dbase && dscale)
+        note(be,
+             cuda_op_hc_mix_s(s, m, hc, d, dfn, dbase, dscale, (float)norm_eps, (float)hc_eps, iters,
+                              pre, post, comb, scr, scr ? pb : 0, &err),
+             &err);
+    cu_free(be, scr);
 }
 
 static void cu_hc_collapse(di_backend *be, const float *s, const float *w, int64_t m, int hc,

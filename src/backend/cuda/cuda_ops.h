@@ -122,11 +122,31 @@ di_status cuda_op_add_bf16(float *y, const float *a, const float *b, int64_t n, 
 di_status cuda_op_matmul_plain(int fmt, const void *w, const uint8_t *s, int64_t n_out,
                                int64_t n_in, const float *x, int64_t ldx, int64_t m, int groups,
                                int64_t nr, float *y, int64_t ldy, int out_bf16, di_err *err);
+/* The same with a scratch buffer of cuda_op_matmul_scratch_bytes() bytes
+ * (NULL: none) for the prefill form's bf16 copy of x (many rows, BF16 / FP8
+ * weights): where x turns out to be bf16-valued everywhere, the product
+ * reads that copy instead of splitting x again in every block; the same
+ * bits either way. The size is 0 where that form would not run. */
+di_status cuda_op_matmul_plain_s(int fmt, const void *w, const uint8_t *s, int64_t n_out,
+                                 int64_t n_in, const float *x, int64_t ldx, int64_t m, int groups,
+                                 int64_t nr, float *y, int64_t ldy, int out_bf16, void *scratch,
+                                 size_t scratch_bytes, di_err *err);
+size_t cuda_op_matmul_scratch_bytes(int fmt, int64_t n_in, int64_t m, int groups);
 
 /* ---- cuda_ops_hc.cu ---- */
 di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d, const float *fn,
                          const float *base, const float *scale, float norm_eps, float hc_eps,
                          int iters, float *pre, float *post, float *comb, di_err *err);
+/* The same with a scratch buffer of cuda_op_hc_mix_scratch_bytes() bytes
+ * (NULL: none) for the rows form at many rows (the prefill's), which
+ * streams the rows through fn held in registers instead of reading fn
+ * once per row; within the same tolerance of the CPU, its own fixed order.
+ * The size is 0 where that form does not run. */
+di_status cuda_op_hc_mix_s(const float *s, int64_t m, int hc, int64_t d, const float *fn,
+                           const float *base, const float *scale, float norm_eps, float hc_eps,
+                           int iters, float *pre, float *post, float *comb, void *scratch,
+                           size_t scratch_bytes, di_err *err);
+size_t cuda_op_hc_mix_scratch_bytes(int64_t m, int hc, int64_t d);
 di_status cuda_op_hc_collapse(const float *s, const float *w, int64_t m, int hc, int64_t d,
                               float *y, di_err *err);
 /* y = rmsnorm(hc_collapse(s, w)): the bits of the two ops, one launch at hc 4. */

@@ -391,15 +391,159 @@ __global__ void __launch_bounds__(HC_RD_THREADS)
     hc_mix_finish_reg<HC>(tot, base, scale, eps, iters, pre + i * HC, post + i * HC, cm, comb + i * HC * HC);
 }
 
+/* hc = 4 at many rows (prefill): the rows form. The cluster kernel above
+ * reads all of fn (2 MB at d 5120) through the SMs once per row, 16 GB at
+ * 8,192 rows (1.9 ms a call, ~5 % of a prefill; docs/gpu-notes.md). Here
+ * block (b, g) takes the HCR_COLS columns b·HCR_COLS .. of rows 16g .. 16g
+ * + 15: each thread loads fn at its HCR_J columns into registers once and
+ * streams the rows through them (the next row's values loaded while this
+ * one is summed). A row's 25 sums over the block's columns: per thread its
+ * HCR_J columns in order (fmaf from +0), per warp a fixed halving tree
+ * (warp_sum32), the warps in order; each block writes them to part [m,
+ * blocks, 25], and k_hc_mix_finish_rows adds the blocks in order, one warp
+ * a row, and finishes as k_hc_mix_reduce does. The order depends on n
+ * alone (never on m or on the row's place): not the split's or the
+ * cluster's order, within the same tolerance of the CPU's sequential sums
+ * (test_hc_split). */
+enum { HCR_THREADS = 128, HCR_J = 4, HCR_COLS = HCR_THREADS * HCR_J, HCR_RB = 16, HCR_MIN_ROWS = 256 };
+
+/* v[0..31] of each lane summed over the warp by recursive halving: at
+ * offset h a lane with bit h set keeps its upper h values and sends the
+ * lower, the others the reverse; after five steps lane l holds value l's
+ * sum over the 32 lanes (31 shuffles for 32 sums instead of 160). */
+template <int H> __device__ __forceinline__ void warp_halve(float (&v)[32], int lane) {
+    const bool up = (lane & H) != 0;
+#pragma unroll
+    for (int i = 0; i < H; i++) {
+        const float keep = up ? v[i + H] : v[i], send = up ? v[i] : v[i + H];
+        v[i] = ADD(keep, __shfl_xor_sync(0xffffffffu, send, H));
+    }
+}
+__device__ __forceinline__ float warp_sum32(float (&v)[32]) {
+    const int lane = threadIdx.x & 31;
+    warp_halve<16>(v, lane);
+    warp_halve<8>(v, lane);
+    warp_halve<4>(v, lane);
+    warp_halve<2>(v, lane);
+    warp_halve<1>(v, lane);
+    return v[0];
+}
+
+template <int HC>
+__global__ void __launch_bounds__(HCR_THREADS)
+    k_hc_mix_rows(const float *__restrict__ s, int64_t m, int64_t d, const float *__restrict__ fn,
+                  float *__restrict__ part) {
+    constexpr int NM = (2 + HC) * HC, NV = NM + 1, NW = HCR_THREADS / 32;
+    static_assert(NV <= 32, "one lane per sum");
+    __shared__ float ws[2][NW][32]; /* two rows' warp sums: one barrier a row */
+    const int64_t n = (int64_t)HC * d;
+    const int rank = blockIdx.x, ranks = gridDim.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int64_t kc[HCR_J];
+    float f[HCR_J][NM];
+#pragma unroll
+    for (int j = 0; j < HCR_J; j++) {
+        kc[j] = (int64_t)rank * HCR_COLS + tid + j * HCR_THREADS;
+#pragma unroll
+        for (int o = 0; o < NM; o++) f[j][o] = kc[j] < n ? __ldg(fn + (int64_t)o * n + kc[j]) : 0.f;
+    }
+    const int64_t r0 = (int64_t)blockIdx.y * HCR_RB, r1 = r0 + HCR_RB < m ? r0 + HCR_RB : m;
+    float un[HCR_J];
+    auto load = [&](int64_t i) {
+#pragma unroll
+        for (int j = 0; j < HCR_J; j++) un[j] = kc[j] < n ? __ldg(s + i * n + kc[j]) : 0.f;
+    };
+    if (r0 < r1) load(r0);
+    for (int64_t i = r0; i < r1; i++) {
+        float uv[HCR_J];
+#pragma unroll
+        for (int j = 0; j < HCR_J; j++) uv[j] = un[j];
+        if (i + 1 < r1) load(i + 1);
+        float v[32];
+#pragma unroll
+        for (int o = 0; o < 32; o++) v[o] = 0.f;
+#pragma unroll
+        for (int j = 0; j < HCR_J; j++) {
+            v[NM] = fmaf(uv[j], uv[j], v[NM]);
+#pragma unroll
+            for (int o = 0; o < NM; o++) v[o] = fmaf(uv[j], f[j][o], v[o]);
+        }
+        const float t = warp_sum32(v);
+        const int b = (int)((i - r0) & 1);
+        ws[b][warp][lane] = t;
+        __syncthreads();
+        if (tid < NV) {
+            float a = 0.f;
+#pragma unroll
+            for (int w = 0; w < NW; w++) a = ADD(a, ws[b][w][tid]);
+            part[(i * ranks + rank) * NV + tid] = a;
+        }
+    }
+}
+
+enum { HCF_ROWS = 4 };
+
+template <int HC>
+__global__ void __launch_bounds__(HCF_ROWS * 32)
+    k_hc_mix_finish_rows(const float *__restrict__ part, int ranks, int64_t m, int64_t d, const float *base,
+                         const float *scale, float norm_eps, float eps, int iters, float *pre, float *post,
+                         float *comb) {
+    constexpr int NM = (2 + HC) * HC, NV = NM + 1;
+    __shared__ float tot[HCF_ROWS][32];
+    __shared__ float cm[HCF_ROWS][HC * HC];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t i = (int64_t)blockIdx.x * HCF_ROWS + warp, n = (int64_t)HC * d;
+    if (i >= m) return; /* the whole warp: nothing below waits for the block */
+    float t = 0.f;
+    if (lane < NV) {
+        const float *p = part + i * ranks * NV + lane;
+#pragma unroll 8
+        for (int r = 0; r < ranks; r++) t = ADD(t, __ldg(p + (int64_t)r * NV));
+    }
+    tot[warp][lane] = t;
+    __syncwarp();
+    const float r = 1.0f / sqrtf(ADD(tot[warp][NM] / (float)n, norm_eps));
+    __syncwarp();
+    if (lane < NM) tot[warp][lane] = MUL(tot[warp][lane], r);
+    __syncwarp();
+    hc_mix_finish_reg<HC>(tot[warp], base, scale, eps, iters, pre + i * HC, post + i * HC, cm[warp],
+                          comb + i * HC * HC);
+}
+
+static int hc_rows_ranks(int64_t n) { return (int)((n + HCR_COLS - 1) / HCR_COLS); }
+
+extern "C" size_t cuda_op_hc_mix_scratch_bytes(int64_t m, int hc, int64_t d) {
+    if (hc != 4 || m < HCR_MIN_ROWS || d <= 0 || (m + HCR_RB - 1) / HCR_RB > 65535 ||
+        (m + HCF_ROWS - 1) / HCF_ROWS > 0x7fffffffLL)
+        return 0;
+    return (size_t)m * (size_t)hc_rows_ranks(4 * d) * ((2 + 4) * 4 + 1) * sizeof(float);
+}
+
 extern "C" di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d, const float *fn,
                                     const float *base, const float *scale, float norm_eps,
                                     float hc_eps, int iters, float *pre, float *post, float *comb,
                                     di_err *err) {
+    return cuda_op_hc_mix_s(s, m, hc, d, fn, base, scale, norm_eps, hc_eps, iters, pre, post, comb, NULL, 0, err);
+}
+
+extern "C" di_status cuda_op_hc_mix_s(const float *s, int64_t m, int hc, int64_t d, const float *fn,
+                                      const float *base, const float *scale, float norm_eps,
+                                      float hc_eps, int iters, float *pre, float *post, float *comb,
+                                      void *scratch, size_t scratch_bytes, di_err *err) {
     if (hc < 1 || hc > HC_MAX)
         return di_err_set(err, DI_ERR_UNSUPPORTED, "hc_mix: hc_mult %d (supported 1..%d)", hc,
                           HC_MAX);
     if (m <= 0) return DI_OK;
-    if (hc == 4 && m <= HC_SP_MAX_ROWS) {
+    const size_t need = scratch ? cuda_op_hc_mix_scratch_bytes(m, hc, d) : 0;
+    if (need && scratch_bytes >= need) {
+        const int ranks = hc_rows_ranks(4 * d);
+        float *part = (float *)scratch;
+        k_hc_mix_rows<4><<<dim3((unsigned)ranks, (unsigned)((m + HCR_RB - 1) / HCR_RB)), HCR_THREADS>>>(s, m, d, fn,
+                                                                                                      part);
+        di_status st = cuda_check_launch(err, "hc_mix (rows form)");
+        if (st) return st;
+        k_hc_mix_finish_rows<4><<<(unsigned)((m + HCF_ROWS - 1) / HCF_ROWS), HCF_ROWS * 32>>>(
+            part, ranks, m, d, base, scale, norm_eps, hc_eps, iters, pre, post, comb);
+    } else if (hc == 4 && m <= HC_SP_MAX_ROWS) {
         int64_t n = 4 * d, chunk = hc_sp_chunk(n);
         unsigned nb = (unsigned)((n + chunk - 1) / chunk);
         cuda_launch_pdl(k_hc_mix_part<4>, dim3(nb, (unsigned)m), HC_SP_THREADS, 0, 0, s, d, fn, chunk);

@@ -838,19 +838,37 @@ static di_status matmul_dec(int fmt, const void *w, const uint8_t *s, int64_t K,
 enum { PF_T = 4, PF_NT = 8, PF_RD = 2, PF_O = 16 * PF_T, PF_R = 8 * PF_NT };
 
 /* bytes of one warp's ring slot: x's 64 rows of a chunk (128 bytes, rows
- * padded to 144 so that the fragment loads are free of bank conflicts),
- * then the weights' fragments (8 codes or 8 bf16 per row and lane) */
-enum { PF_XROW = 144 };
-__host__ __device__ constexpr int pf_xbytes() { return PF_R * PF_XROW; }
-__host__ __device__ constexpr int pf_slot_bytes(int esz) { return pf_xbytes() + 2 * PF_T * 32 * 8 * esz; }
+ * padded to 144 so that the fragment loads are free of bank conflicts; the
+ * bf16 form's 64 bytes a row, lane (g, t) reading bytes 16t.. of row g: a
+ * quarter warp reads 128 consecutive bytes), then the weights' fragments (8
+ * codes or 8 bf16 per row and lane) */
+enum { PF_XROW = 144, PF_XROW16 = 64 };
+__host__ __device__ constexpr int pf_xbytes(bool x16 = false) { return PF_R * (x16 ? PF_XROW16 : PF_XROW); }
+__host__ __device__ constexpr int pf_slot_bytes(int esz, bool x16 = false) {
+    return pf_xbytes(x16) + 2 * PF_T * 32 * 8 * esz;
+}
 
-template <int FMT>
+/* The bf16 form (X16): when every value of x is bf16 already (its split's
+ * second and third terms are zero everywhere, which x_split16 below finds
+ * and records in *xflag), the fp32 form runs each chunk's mma on the first
+ * term alone, the terms' fragments split in every block again: ~600
+ * instructions a chunk and warp, ~a tenth of them mma, and 4 bytes a value
+ * of x from L2 once per 64 outputs (wo_a at 8,192 rows: 6.5 ms, issue- and
+ * L2-bound; docs/gpu-notes.md, prefill runs 2-4). The X16 form reads x16,
+ * that first term written once per product as bf16, and runs the very same
+ * mma on the very same fragments in the same order: the same bits. Both
+ * forms are launched; each reads *xflag first and one of them leaves at
+ * once (the choice needs no wait for the device). xflag NULL: the fp32 form
+ * alone, as before. */
+template <int FMT, bool X16>
 __global__ void __launch_bounds__(TC_KW * 32, 1) k_mm_pf(const void *w, const uint8_t *s, int64_t K,
                                                       const float *x, int64_t ldx, int64_t m, int64_t nr,
-                                                      float *y, int64_t ldy, int out_bf16) {
+                                                      float *y, int64_t ldy, int out_bf16,
+                                                      const uint16_t *__restrict__ x16, const int *xflag) {
     extern __shared__ __align__(16) uint8_t psm[];
-    constexpr int ESZ = FMT == DI_WFMT_BF16 ? 2 : 1, PB = 8 * ESZ, NP = 2 * PF_T, XB = pf_xbytes(),
-                  SB = pf_slot_bytes(ESZ);
+    if (xflag && (*xflag == 0) != X16) return; /* the other form's case: the whole grid alike */
+    constexpr int ESZ = FMT == DI_WFMT_BF16 ? 2 : 1, PB = 8 * ESZ, NP = 2 * PF_T, XB = pf_xbytes(X16),
+                  SB = pf_slot_bytes(ESZ, X16);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int64_t gz = blockIdx.z, j0 = (int64_t)blockIdx.x * PF_O, i0 = (int64_t)blockIdx.y * PF_R;
     const int nch = (int)(K / TC_CH);
@@ -866,6 +884,8 @@ __global__ void __launch_bounds__(TC_KW * 32, 1) k_mm_pf(const void *w, const ui
     }
     const uint32_t ring = (uint32_t)__cvta_generic_to_shared(psm) + (uint32_t)(warp * PF_RD * SB);
     const float *xb = x + (i0 + g) * ldx + gz * K + 4 * t;
+    const int64_t ld16 = (int64_t)gridDim.z * K; /* x16's rows: the groups' K values */
+    const uint16_t *xb16 = X16 ? x16 + (i0 + g) * ld16 + gz * K + 8 * t : NULL;
     const uint8_t *wb = (const uint8_t *)w + ((gz * nr + j0 + g) * K + 8 * t) * ESZ;
     auto issue = [&](int q, int slot) {
         const int c = q * TC_KW + warp;
@@ -874,10 +894,15 @@ __global__ void __launch_bounds__(TC_KW * 32, 1) k_mm_pf(const void *w, const ui
         const uint32_t base = ring + (uint32_t)(slot * SB);
 #pragma unroll
         for (int nt = 0; nt < PF_NT; nt++) {
+            const bool ok = okc && i0 + nt * 8 + g < m;
+            if (X16) { /* lane (g, t): bytes 16t.. of row g, its own fragment */
+                const uint16_t *src = ok ? xb16 + nt * 8 * ld16 + k0 : x16;
+                cp_async_w(base + (uint32_t)((nt * 8 + g) * PF_XROW16 + 16 * t), src, ok, 16);
+                continue;
+            }
             /* whole 32-byte sectors: lane t copies bytes 16t.. of each half
              * of its row (the fragment of lane t spans bytes 32t..32t+31,
              * so lanes of one row read each other's copies) */
-            const bool ok = okc && i0 + nt * 8 + g < m;
             const float *src = ok ? xb + nt * 8 * ldx + k0 : x;
             const uint32_t d = base + (uint32_t)((nt * 8 + g) * PF_XROW + 16 * t);
             cp_async_w(d, src, ok, 16);
@@ -931,6 +956,13 @@ __global__ void __launch_bounds__(TC_KW * 32, 1) k_mm_pf(const void *w, const ui
         }
 #pragma unroll
         for (int nt = 0; nt < PF_NT; nt++) {
+            if (X16) { /* the first term as the fp32 form splits it; the others are zero */
+                const uint4 p = *(const uint4 *)(sp + (nt * 8 + g) * PF_XROW16 + 16 * t);
+                const uint32_t xh[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+                for (int tt = 0; tt < PF_T; tt++) mma_terms(acc[tt][nt], wa[2 * tt], wa[2 * tt + 1], xh, xh, xh, false, false);
+                continue;
+            }
             const uint4 p0 = *(const uint4 *)(sp + (nt * 8 + g) * PF_XROW + 32 * t);
             const uint4 p1 = *(const uint4 *)(sp + (nt * 8 + g) * PF_XROW + 32 * t + 16);
             const float v[8] = {__uint_as_float(p0.x), __uint_as_float(p0.y), __uint_as_float(p0.z),
@@ -972,24 +1004,83 @@ __global__ void __launch_bounds__(TC_KW * 32, 1) k_mm_pf(const void *w, const ui
 
 static int pf_min_rows = 512; /* measuring and test aid: rows from which the prefill form runs, 0 = never */
 extern "C" void cuda_matmul_set_prefill(int min_rows) { pf_min_rows = min_rows; }
+static int pf_x16_on = 1; /* measuring and test aid: 0 leaves the bf16 form out (the fp32 form alone) */
+extern "C" void cuda_matmul_set_x16(int on) { pf_x16_on = on; }
 
-template <int FMT>
+template <int FMT, bool X16>
 static cudaError_t pf_launch(dim3 grid, int smem, const void *w, const uint8_t *s, int64_t K, const float *x,
-                             int64_t ldx, int64_t m, int64_t nr, float *y, int64_t ldy, int out_bf16) {
+                             int64_t ldx, int64_t m, int64_t nr, float *y, int64_t ldy, int out_bf16,
+                             const uint16_t *x16, const int *xflag) {
     static int attr = 0;
     if (smem > 48 * 1024 && smem > attr) {
-        cudaError_t e = cudaFuncSetAttribute(k_mm_pf<FMT>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        cudaError_t e = cudaFuncSetAttribute(k_mm_pf<FMT, X16>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
         attr = smem;
     }
-    k_mm_pf<FMT><<<grid, TC_KW * 32, (size_t)smem>>>(w, s, K, x, ldx, m, nr, y, ldy, out_bf16);
+    k_mm_pf<FMT, X16><<<grid, TC_KW * 32, (size_t)smem>>>(w, s, K, x, ldx, m, nr, y, ldy, out_bf16, x16, xflag);
     return cudaGetLastError();
+}
+
+/* ---- x16: x's first bf16 term, once per product, for the bf16 form ----
+ *
+ * x16 [m, groups·K] = bf16_rn(x) (what split_x8 takes as the first term,
+ * non-finite values included), and per block whether some x left a
+ * residue (x - x16 nonzero, x finite: a second or third term); then one
+ * block folds the blocks' answers into *xflag (plain stores: no zeroing
+ * ahead). A residue the split would round to zero in bf16 still counts:
+ * the fp32 form then runs, exact as ever. */
+enum { XS_THREADS = 256, XS_BLOCKS = 1024 };
+
+__global__ void __launch_bounds__(XS_THREADS) k_x_split16(const float *__restrict__ x, int64_t ldx, int64_t m,
+                                                          int64_t cols, uint16_t *__restrict__ x16, int *blk) {
+    const int64_t per = cols / 4, n = m * per; /* 4 values an item (cols % 32 == 0) */
+    int any = 0;
+    for (int64_t i = (int64_t)blockIdx.x * XS_THREADS + threadIdx.x; i < n; i += (int64_t)gridDim.x * XS_THREADS) {
+        const int64_t r = i / per, c = (i - r * per) * 4;
+        const float4 v = *(const float4 *)(x + r * ldx + c);
+        const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+        const float2 fa = __bfloat1622float2(a), fb = __bfloat1622float2(b);
+        any |= (isfinite(v.x) && v.x != fa.x) | (isfinite(v.y) && v.y != fa.y) | (isfinite(v.z) && v.z != fb.x) |
+               (isfinite(v.w) && v.w != fb.y);
+        uint2 o;
+        o.x = *reinterpret_cast<const uint32_t *>(&a);
+        o.y = *reinterpret_cast<const uint32_t *>(&b);
+        *(uint2 *)(x16 + r * cols + c) = o;
+    }
+    any = __syncthreads_or(any);
+    if (threadIdx.x == 0) blk[blockIdx.x] = any;
+}
+
+__global__ void __launch_bounds__(XS_THREADS) k_x_split16_flag(const int *blk, int nb, int *xflag) {
+    int any = 0;
+    for (int i = threadIdx.x; i < nb; i += XS_THREADS) any |= blk[i];
+    any = __syncthreads_or(any);
+    if (threadIdx.x == 0) *xflag = any;
+}
+
+/* A block's shared memory: the warps' rings and the FP8 scales, and at
+ * least the chains' sums that reuse them at the end ([8][128][32] f32,
+ * more than the bf16 form's rings of FP8 weights) */
+static int64_t pf_smem(int esz, bool x16, bool fp8, int64_t K) {
+    const int64_t ring = (int64_t)TC_KW * PF_RD * pf_slot_bytes(esz, x16) + (fp8 ? 2 * (K / TC_CH) * 4 : 0);
+    const int64_t red = (int64_t)TC_KW * PF_T * PF_NT * 4 * 32 * 4;
+    return ring > red ? ring : red;
+}
+
+/* x16's bytes, then the blocks' answers and the flag */
+static size_t x16_bytes(int64_t m, int64_t cols) { return ((size_t)(m * cols) * 2 + 15) / 16 * 16; }
+
+extern "C" size_t cuda_op_matmul_scratch_bytes(int fmt, int64_t n_in, int64_t m, int groups) {
+    if (!pf_min_rows || !pf_x16_on || m < pf_min_rows || groups <= 0 || n_in <= 0 || n_in % TC_CH ||
+        (fmt != DI_WFMT_BF16 && fmt != DI_WFMT_FP8))
+        return 0;
+    return x16_bytes(m, (int64_t)groups * n_in) + (XS_BLOCKS + 1) * sizeof(int);
 }
 
 /* The prefill form where it applies (*done = 0 otherwise, nothing launched). */
 static di_status matmul_pf(int fmt, const void *w, const uint8_t *s, int64_t K, const float *x, int64_t ldx,
-                           int64_t m, int groups, int64_t nr, float *y, int64_t ldy, int out_bf16, int *done,
-                           di_err *err) {
+                           int64_t m, int groups, int64_t nr, float *y, int64_t ldy, int out_bf16, void *scratch,
+                           size_t scratch_bytes, int *done, di_err *err) {
     *done = 0;
     static int env_on = -1; /* DI_CUDA_MM_PF=0: k_mm_tc at every m (measuring aid for the model bench) */
     cuda_env_switch("DI_CUDA_MM_PF", &env_on);
@@ -998,20 +1089,38 @@ static di_status matmul_pf(int fmt, const void *w, const uint8_t *s, int64_t K, 
         K > (1 << 20) || ldx % 4 || ((uintptr_t)x & 15) || ((uintptr_t)w % (8 * esz)) || groups > 65535)
         return DI_OK;
     if (fmt == DI_WFMT_FP8 && groups > 1 && nr % 32) return DI_OK;
-    const int64_t smem = (int64_t)TC_KW * PF_RD * pf_slot_bytes(esz) + (fmt == DI_WFMT_FP8 ? 2 * (K / TC_CH) * 4 : 0);
+    const int64_t smem = pf_smem(esz, false, fmt == DI_WFMT_FP8, K);
     const int64_t gx = (nr + PF_O - 1) / PF_O, gy = (m + PF_R - 1) / PF_R;
     if (smem > 220 * 1024 || gx > 0x7fffffff || gy > 65535) return DI_OK;
     dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)groups);
-    cudaError_t e = fmt == DI_WFMT_BF16
-                        ? pf_launch<DI_WFMT_BF16>(grid, (int)smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16)
-                        : pf_launch<DI_WFMT_FP8>(grid, (int)smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16);
+    /* the bf16 form beside it where the scratch holds x16 */
+    const int64_t cols = (int64_t)groups * K;
+    const size_t need = cuda_op_matmul_scratch_bytes(fmt, K, m, groups);
+    const bool x16 = scratch && need && scratch_bytes >= need;
+    uint16_t *xs = x16 ? (uint16_t *)scratch : NULL;
+    int *blk = x16 ? (int *)((uint8_t *)scratch + x16_bytes(m, cols)) : NULL, *flag = x16 ? blk + XS_BLOCKS : NULL;
+    cudaError_t e = cudaSuccess;
+    if (x16) {
+        k_x_split16<<<XS_BLOCKS, XS_THREADS>>>(x, ldx, m, cols, xs, blk);
+        k_x_split16_flag<<<1, XS_THREADS>>>(blk, XS_BLOCKS, flag);
+        e = cudaGetLastError();
+        const int64_t smem16 = pf_smem(esz, true, fmt == DI_WFMT_FP8, K);
+        if (e == cudaSuccess)
+            e = fmt == DI_WFMT_BF16
+                    ? pf_launch<DI_WFMT_BF16, true>(grid, (int)smem16, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, xs, flag)
+                    : pf_launch<DI_WFMT_FP8, true>(grid, (int)smem16, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, xs, flag);
+    }
+    if (e == cudaSuccess)
+        e = fmt == DI_WFMT_BF16
+                ? pf_launch<DI_WFMT_BF16, false>(grid, (int)smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, NULL, flag)
+                : pf_launch<DI_WFMT_FP8, false>(grid, (int)smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, NULL, flag);
     *done = 1;
     return cuda_check(e, err, "matmul (prefill form)");
 }
 
 static di_status matmul_tc(int fmt, const void *w, const uint8_t *s, int64_t K, const float *x,
                            int64_t ldx, int64_t m, int groups, int64_t nr, float *y, int64_t ldy,
-                           int out_bf16, di_err *err) {
+                           int out_bf16, void *scratch, size_t scratch_bytes, di_err *err) {
     /* n8 tiles of x rows per block: one block row covers all of m up to 64 */
     int nt = m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8;
     /* 32 outputs per block (two tiles a warp: x split once for both) when
@@ -1029,7 +1138,7 @@ static di_status matmul_tc(int fmt, const void *w, const uint8_t *s, int64_t K, 
     int done = 0;
     di_status st = matmul_dec(fmt, w, s, K, x, ldx, m, groups, nr, y, ldy, out_bf16, &done, err);
     if (st || done) return st;
-    st = matmul_pf(fmt, w, s, K, x, ldx, m, groups, nr, y, ldy, out_bf16, &done, err);
+    st = matmul_pf(fmt, w, s, K, x, ldx, m, groups, nr, y, ldy, out_bf16, scratch, scratch_bytes, &done, err);
     if (st || done) return st;
     int align = fmt == DI_WFMT_BF16 ? 16 : 8;
     int vec = K % 8 == 0 && ldx % 4 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)w % align) == 0;
@@ -1042,13 +1151,14 @@ static di_status matmul_tc(int fmt, const void *w, const uint8_t *s, int64_t K, 
     return cuda_check_launch(err, "matmul");
 }
 
-extern "C" di_status cuda_op_matmul_plain(int fmt, const void *w, const uint8_t *s, int64_t n_out,
-                                          int64_t n_in, const float *x, int64_t ldx, int64_t m,
-                                          int groups, int64_t nr, float *y, int64_t ldy,
-                                          int out_bf16, di_err *err) {
+extern "C" di_status cuda_op_matmul_plain_s(int fmt, const void *w, const uint8_t *s, int64_t n_out,
+                                            int64_t n_in, const float *x, int64_t ldx, int64_t m,
+                                            int groups, int64_t nr, float *y, int64_t ldy, int out_bf16,
+                                            void *scratch, size_t scratch_bytes, di_err *err) {
     (void)n_out;
     if (m * nr <= 0 || groups <= 0) return DI_OK;
-    if (fmt != DI_WFMT_F32) return matmul_tc(fmt, w, s, n_in, x, ldx, m, groups, nr, y, ldy, out_bf16, err);
+    if (fmt != DI_WFMT_F32)
+        return matmul_tc(fmt, w, s, n_in, x, ldx, m, groups, nr, y, ldy, out_bf16, scratch, scratch_bytes, err);
     if (m <= 2) {
         if (groups > 65535) return di_err_set(err, DI_ERR_UNSUPPORTED, "matmul: %d groups", groups);
         dim3 g2(grid_for(m * nr), (unsigned)groups);
@@ -1072,4 +1182,11 @@ extern "C" di_status cuda_op_matmul_plain(int fmt, const void *w, const uint8_t 
     default: launch_plain<8>(fmt, grid, w, s, n_in, x, ldx, m, nr, y, ldy, out_bf16); break;
     }
     return cuda_check_launch(err, "matmul");
+}
+
+extern "C" di_status cuda_op_matmul_plain(int fmt, const void *w, const uint8_t *s, int64_t n_out,
+                                          int64_t n_in, const float *x, int64_t ldx, int64_t m,
+                                          int groups, int64_t nr, float *y, int64_t ldy,
+                                          int out_bf16, di_err *err) {
+    return cuda_op_matmul_plain_s(fmt, w, s, n_out, n_in, x, ldx, m, groups, nr, y, ldy, out_bf16, NULL, 0, err);
 }
