@@ -788,12 +788,31 @@ static void bench_fp4_dec(void) {
     cuda_matvec_set_fp4_dec(-1);
 }
 
+/* hc_expand at m rows (hc 4, d 5120), in place as the model calls it;
+ * bytes: s read and written, y read */
+static void bench_hc_expand(int64_t m) {
+    const int hc = 4;
+    const int64_t d = 5120;
+    float *s = (float *)dalloc((size_t)(m * hc * d) * 4), *y = (float *)dalloc((size_t)(m * d) * 4);
+    float *post = (float *)dalloc((size_t)(m * hc) * 4), *comb = (float *)dalloc((size_t)(m * hc * hc) * 4);
+    fill_scales<<<256, 256>>>(s, (size_t)(m * hc * d), 10);
+    fill_scales<<<256, 256>>>(y, (size_t)(m * d), 11);
+    fill_scales<<<64, 256>>>(post, (size_t)(m * hc), 12);
+    fill_scales<<<64, 256>>>(comb, (size_t)(m * hc * hc), 13);
+    double t = time_stream0([&](int) { DK(cuda_op_hc_expand(y, s, post, comb, m, hc, d, s, err)); }, 20, 15);
+    double bytes = (double)(m * d) * 4 * (2 * hc + 1);
+    printf("RESULT hc_expand_m%lld %.2f us %.0f GB/s %.0f%% of copy\n", (long long)m, t * 1e6, bytes / t / 1e9,
+           100 * bytes / t / g_copy_bw);
+    di_cuda_free(s); di_cuda_free(y); di_cuda_free(post); di_cuda_free(comb);
+}
+
 /* --x16: wo_a at an 8,192-token prefill (FP8 8 x 1024 x 4096, grouped) in
  * the prefill form without the scratch (x split in every block) and with
  * it (x16 written once, the bf16 form), x bf16-valued as the attention's o
  * is; then x of full fp32 values with the scratch (the copy and the flag
  * made, the fp32 form runs); then hc_mix at 8,192 rows, in the cluster
- * form and the rows form, and the rows form at 512 */
+ * form and the rows form, and the rows form at 512; hc_expand at 8,192
+ * rows and at 1 */
 static void bench_x16(void) {
     bench_plain_one(DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8, 8192, 0, "_split");
     bench_plain_one(DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8, 8192, 0, "_x16", 1);
@@ -802,6 +821,8 @@ static void bench_x16(void) {
     bench_hc_mix(8192);
     bench_hc_mix(8192, 1);
     bench_hc_mix(512, 1);
+    bench_hc_expand(8192);
+    bench_hc_expand(1);
 }
 
 /* --fp4st: the tensor-core decode kernel's ring depth (stages a warp)

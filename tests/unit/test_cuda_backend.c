@@ -563,8 +563,10 @@ static void test_gathers(void) {
 
 static void test_hc(void) {
     NEED_GPU();
-    const struct { int64_t m; int hc; int64_t d; } cs[] = {{1, 4, 64}, {3, 4, 257}, {6, 2, 100}, {2, 3, 33}};
-    for (size_t t = 0; t < 4; t++) {
+    /* {1, 4, 64} and {70, 4, 516} take hc_expand's four-column form (a
+     * ragged last block), the others its element form */
+    const struct { int64_t m; int hc; int64_t d; } cs[] = {{1, 4, 64}, {3, 4, 257}, {6, 2, 100}, {2, 3, 33}, {70, 4, 516}};
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
         int64_t m = cs[t].m, d = cs[t].d;
         int hc = cs[t].hc, nmix = (2 + hc) * hc;
         float *s = rnd(m * hc * d, 1.0f), *fn = rnd(nmix * hc * d, 0.05f), *base = rnd(nmix, 0.5f);

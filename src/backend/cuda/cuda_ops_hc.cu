@@ -609,6 +609,42 @@ __global__ void k_hc_expand(const float *y, const float *s, const float *post, c
     }
 }
 
+/* The same for hc = 4 and d % 4 == 0, four columns a thread by 16-byte
+ * loads and stores, one row a grid row (no 64-bit division an element):
+ * each output the same operations in the same order. At 8,192 rows the
+ * element form ran at ~55 % of the copy bandwidth (0.72 ms a call). */
+template <int HC>
+__global__ void k_hc_expand4(const float *y, const float *s, const float *post, const float *comb, int64_t d,
+                             float *out) {
+    pdl_enter();
+    const int64_t i = blockIdx.y, q = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (4 * q >= d) return;
+    float c[HC * HC], po[HC];
+#pragma unroll
+    for (int e = 0; e < HC * HC; e++) c[e] = comb[i * HC * HC + e];
+#pragma unroll
+    for (int b = 0; b < HC; b++) po[b] = post[i * HC + b];
+    float4 sv[HC];
+#pragma unroll
+    for (int a = 0; a < HC; a++) sv[a] = ((const float4 *)(s + (i * HC + a) * d))[q];
+    const float4 yv = ((const float4 *)(y + i * d))[q];
+#pragma unroll
+    for (int b = 0; b < HC; b++) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int a = 0; a < HC; a++) {
+            const float w = c[a * HC + b];
+            acc.x = ADD(acc.x, MUL(w, sv[a].x));
+            acc.y = ADD(acc.y, MUL(w, sv[a].y));
+            acc.z = ADD(acc.z, MUL(w, sv[a].z));
+            acc.w = ADD(acc.w, MUL(w, sv[a].w));
+        }
+        const float4 o = make_float4(round_bf16(ADD(MUL(po[b], yv.x), acc.x)), round_bf16(ADD(MUL(po[b], yv.y), acc.y)),
+                                     round_bf16(ADD(MUL(po[b], yv.z), acc.z)), round_bf16(ADD(MUL(po[b], yv.w), acc.w)));
+        ((float4 *)(out + (i * HC + b) * d))[q] = o;
+    }
+}
+
 extern "C" di_status cuda_op_hc_expand(const float *y, const float *s, const float *post,
                                        const float *comb, int64_t m, int hc, int64_t d,
                                        float *out, di_err *err) {
@@ -616,7 +652,13 @@ extern "C" di_status cuda_op_hc_expand(const float *y, const float *s, const flo
         return di_err_set(err, DI_ERR_UNSUPPORTED, "hc_expand: hc_mult %d (supported 1..%d)", hc,
                           HC_MAX);
     if (m * d <= 0) return DI_OK;
-    cuda_launch_pdl(k_hc_expand, grid_for(m * d), 256, 0, 0, y, s, post, comb, m, hc, d, out);
+    if (hc == 4 && d % 4 == 0 && m <= 65535 && ((uintptr_t)y | (uintptr_t)s | (uintptr_t)out) % 16 == 0) {
+        const int64_t cols = d / 4;
+        cuda_launch_pdl(k_hc_expand4<4>, dim3((unsigned)((cols + 127) / 128), (unsigned)m), 128, 0, 0, y, s, post,
+                        comb, d, out);
+    } else {
+        cuda_launch_pdl(k_hc_expand, grid_for(m * d), 256, 0, 0, y, s, post, comb, m, hc, d, out);
+    }
     return cuda_check_launch(err, "hc_expand");
 }
 
