@@ -709,6 +709,48 @@ static void test_indexer(void) {
     }
 }
 
+/* restrict_blocks on lists of every kind against the CPU's walk, bit for
+ * bit: the model's shape (2,048 blocks of 8 over 8,200 scores: the GPU's
+ * row form, a binary search over the list's running maximum), lists
+ * ascending with -1 padding, full, empty, with a negative entry in the
+ * middle, unsorted, with entries past the row's blocks and repeated ones;
+ * small shapes (blocks of 3, a last block cut short) too. Scores are
+ * poisoned nowhere: what the op leaves must be the input. */
+static void test_restrict_lists(void) {
+    NEED_GPU();
+    const struct { int64_t m, W; int tb, bs; } cs[] = {{6, 8200, 2048, 8}, {6, 100, 5, 3}, {6, 61, 40, 2}};
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        const int64_t m = cs[t].m, W = cs[t].W, nblk = (W + cs[t].bs - 1) / cs[t].bs;
+        const int tb = cs[t].tb, bs = cs[t].bs;
+        float *sc = rnd(m * W, 1.0f), *scc = malloc((size_t)(m * W) * 4);
+        memcpy(scc, sc, (size_t)(m * W) * 4);
+        int32_t *b = malloc((size_t)(m * tb) * 4);
+        for (int64_t i = 0; i < m; i++) {
+            int32_t *r = b + i * tb;
+            int kind = (int)i; /* 0 ascending + padding, 1 full, 2 empty, 3 negative inside, 4 unsorted, 5 repeats / past */
+            int64_t v = rng_int(3);
+            for (int c = 0; c < tb; c++) {
+                v += 1 + rng_int(2);
+                r[c] = kind == 0 ? (c < tb / 2 && v < nblk ? (int32_t)v : -1)
+                     : kind == 1 ? (int32_t)((c * nblk) / tb)
+                     : kind == 2 ? -1
+                     : kind == 3 ? (c == tb / 3 ? -1 : (int32_t)(v % nblk))
+                     : kind == 4 ? (int32_t)rng_int((int)nblk)
+                                 : (int32_t)(rng_int(4) == 0 ? nblk + rng_int(5) : (c / 2) % nblk);
+            }
+        }
+        float *d = dev_up(sc, (size_t)(m * W) * 4);
+        cpu->ops->restrict_blocks(cpu, scc, b, m, W, tb, bs);
+        gpu->ops->restrict_blocks(gpu, d, b, m, W, tb, bs);
+        float *g = dev_down(d, (size_t)(m * W) * 4);
+        char what[64];
+        snprintf(what, sizeof what, "restrict_blocks %lld x %lld, %d blocks of %d", (long long)m, (long long)W, tb, bs);
+        if (status_ok(what)) cmp_exact(what, g, scc, m * W);
+        dev_free(d);
+        free(sc); free(scc); free(b); free(g);
+    }
+}
+
 static void test_moe_and_pool(void) {
     NEED_GPU();
     for (int t = 0; t < 3; t++) {
@@ -2173,6 +2215,7 @@ int main(void) {
     RUN(test_moe_op_table);
     RUN(test_attention_split);
     RUN(test_hc_split);
+    RUN(test_restrict_lists);
     RUN(test_fused_ops);
     RUN(test_qkv_rope_pack);
     di_backend_destroy(gpu);
