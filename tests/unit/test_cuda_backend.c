@@ -407,11 +407,19 @@ static void test_rows_ops(void) {
             dev_free(dx); dev_free(dy);
             free(x); free(yc); free(yg); free(w.data);
         }
-        /* in-place elementwise: qdq (n rounded to the block), round, scale, add */
+        /* in-place elementwise: qdq (n rounded to the block; the FP4 ones in
+         * their lane form, blocks spread over lanes, with a tail of a warp),
+         * round, scale, add */
         int64_t nq = (m * n + 31) / 32 * 32;
         for (int op = 0; op < 6; op++) {
             float *x = rnd(nq, op == 3 ? 1.0f : ldexpf(1.0f, rng_int(30) - 15));
             for (int64_t i = 0; i < nq; i++) x[i] = x[i] * (1.0f + 0x1p-12f * (float)rng_int(7));
+            if (op <= 2 && nq >= 96) /* the qdq: a zero block, one under the scale floors, one with a zero */
+                for (int i = 0; i < 32; i++) {
+                    x[i] = 0.0f;
+                    x[32 + i] = 0x1p-140f * (float)(i - 16);
+                    if (i == 5) x[64 + i] = 0.0f;
+                }
             float *y = rnd(nq, 1.0f), *xc = malloc((size_t)nq * 4);
             memcpy(xc, x, (size_t)nq * 4);
             float *dx = dev_up(x, (size_t)nq * 4), *dy = dev_up(y, (size_t)nq * 4);
