@@ -9,9 +9,9 @@
  * order and expf is CUDA's, so results agree to about one bf16 ulp. Over
  * packed rows the tensor-core form of cuda_attn_tc.cu takes every head
  * size it can (multiples of 32 up to 512). */
-#include "backend/cuda/cuda_attn_tc.h"
 #include <limits.h>
 
+#include "backend/cuda/cuda_attn_tc.h"
 #include "backend/cuda/cuda_ops_common.cuh"
 
 enum { ATTN_THREADS = 256, ATTN_BLOCK = 64 };
