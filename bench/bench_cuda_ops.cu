@@ -356,7 +356,8 @@ static void bench_gemm(int64_t m, int64_t n, int64_t k, di_cuda_gemm_path path,
         cuda_tiled_set_variant(-1);
     } else {
         printf("RESULT gemm_fp8_%s_%lldx%lldx%lld %.1f TFLOP/s (%.3f ms)\n",
-               path == DI_CUDA_GEMM_TILED ? "tiled" : "matvec", (long long)m, (long long)n,
+               path == DI_CUDA_GEMM_TILED ? "tiled" : path == DI_CUDA_GEMM_AUTO ? "auto" : "matvec",
+               (long long)m, (long long)n,
                (long long)k, tflops, t * 1e3);
     }
     di_cuda_free(qa); di_cuda_free(sa); di_cuda_free(w); di_cuda_free(ws); di_cuda_free(out);
@@ -825,6 +826,16 @@ static void bench_x16(void) {
     bench_hc_expand(1);
 }
 
+/* --pfshapes: the FP8 products of an 8K-token prefill at the model's
+ * shapes [n x k], as the model calls them (the automatic path): wq_a,
+ * wq_b, wkv, wo_b, the shared expert's w1 / w3 and w2, the indexer's
+ * wq_b */
+static void bench_pf_shapes(void) {
+    const int64_t sh[][2] = {{1280, 5120}, {32768, 1280}, {512, 5120}, {5120, 8192},
+                             {2304, 5120}, {5120, 2304}, {4096, 1280}};
+    for (auto &s : sh) bench_gemm(8192, s[0], s[1], DI_CUDA_GEMM_AUTO);
+}
+
 /* --fp4st: the tensor-core decode kernel's ring depth (stages a warp)
  * forced to 2 .. 6, then as chosen (0), on the w1 + w3 pair and w2 at batch
  * 1, 8, 64 and 256, the projections as moe_experts calls them */
@@ -889,6 +900,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--fp4dec")) gemm = matvec = 0, plain = 3; /* bench_fp4_dec only */
         else if (!strcmp(argv[i], "--fp4st")) gemm = matvec = 0, plain = 5; /* bench_fp4_st only */
         else if (!strcmp(argv[i], "--x16")) gemm = matvec = 0, plain = 6; /* bench_x16 only */
+        else if (!strcmp(argv[i], "--pfshapes")) gemm = matvec = 0, plain = 7; /* bench_pf_shapes only */
         else if (!strcmp(argv[i], "--gg")) { /* bench_gg only, forms optional */
             gemm = matvec = 0, plain = 4;
             gg_list = i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : NULL;
@@ -912,6 +924,7 @@ int main(int argc, char **argv) {
     if (plain == 4) bench_gg(gg_list);
     if (plain == 5) bench_fp4_st();
     if (plain == 6) bench_x16();
+    if (plain == 7) bench_pf_shapes();
     if (matvec) {
         bench_act_quant();
         /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */
