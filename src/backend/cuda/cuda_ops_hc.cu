@@ -153,6 +153,24 @@ __device__ void hc_mix_finish_reg(const float *mix, const float *base, const flo
     if (a < HC * HC) comb[a] = v;
 }
 
+/* One warp: the row's sums tot[0 .. NM] (tot[NM] the sum of squares over
+ * the row's n values) times the RMS factor, then the coefficients by
+ * hc_mix_finish_reg. What the split's reduce and the rows form's finish
+ * both end with. */
+template <int HC>
+__device__ __forceinline__ void hc_mix_norm_finish(float *tot, int64_t n, float norm_eps, const float *base,
+                                                   const float *scale, float eps, int iters, float *pre,
+                                                   float *post, float *cm, float *comb) {
+    constexpr int NM = (2 + HC) * HC;
+    const int lane = threadIdx.x & 31;
+    __syncwarp();
+    const float r = 1.0f / sqrtf(ADD(tot[NM] / (float)n, norm_eps));
+    __syncwarp();
+    if (lane < NM) tot[lane] = MUL(tot[lane], r);
+    __syncwarp();
+    hc_mix_finish_reg<HC>(tot, base, scale, eps, iters, pre, post, cm, comb);
+}
+
 /* The (2 + HC)·HC projections u·fn_o and the sum of squares u·u over
  * columns k0 .. k1 - 1 by one block of NT threads: each thread all of them
  * for its columns (its loads in flight together), a warp by a fixed xor
@@ -383,12 +401,8 @@ __global__ void __launch_bounds__(HC_RD_THREADS)
         for (int b = 0; b < nb; b++) t = ADD(t, p[b * (NM + 1)]);
         tot[o] = t;
     }
-    __syncwarp();
-    float r = 1.0f / sqrtf(ADD(tot[NM] / (float)n, norm_eps));
-    __syncwarp();
-    if (lane < NM) tot[lane] = MUL(tot[lane], r);
-    __syncwarp();
-    hc_mix_finish_reg<HC>(tot, base, scale, eps, iters, pre + i * HC, post + i * HC, cm, comb + i * HC * HC);
+    hc_mix_norm_finish<HC>(tot, n, norm_eps, base, scale, eps, iters, pre + i * HC, post + i * HC, cm,
+                           comb + i * HC * HC);
 }
 
 /* hc = 4 at many rows (prefill): the rows form. The cluster kernel above
@@ -500,13 +514,8 @@ __global__ void __launch_bounds__(HCF_ROWS * 32)
         for (int r = 0; r < ranks; r++) t = ADD(t, __ldg(p + (int64_t)r * NV));
     }
     tot[warp][lane] = t;
-    __syncwarp();
-    const float r = 1.0f / sqrtf(ADD(tot[warp][NM] / (float)n, norm_eps));
-    __syncwarp();
-    if (lane < NM) tot[warp][lane] = MUL(tot[warp][lane], r);
-    __syncwarp();
-    hc_mix_finish_reg<HC>(tot[warp], base, scale, eps, iters, pre + i * HC, post + i * HC, cm[warp],
-                          comb + i * HC * HC);
+    hc_mix_norm_finish<HC>(tot[warp], n, norm_eps, base, scale, eps, iters, pre + i * HC, post + i * HC, cm[warp],
+                           comb + i * HC * HC);
 }
 
 static int hc_rows_ranks(int64_t n) { return (int)((n + HCR_COLS - 1) / HCR_COLS); }

@@ -1021,6 +1021,15 @@ static cudaError_t pf_launch(dim3 grid, int smem, const void *w, const uint8_t *
     return cudaGetLastError();
 }
 
+template <bool X16>
+static cudaError_t pf_launch_fmt(int fmt, dim3 grid, int smem, const void *w, const uint8_t *s, int64_t K,
+                                 const float *x, int64_t ldx, int64_t m, int64_t nr, float *y, int64_t ldy,
+                                 int out_bf16, const uint16_t *x16, const int *xflag) {
+    return fmt == DI_WFMT_BF16
+               ? pf_launch<DI_WFMT_BF16, X16>(grid, smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, x16, xflag)
+               : pf_launch<DI_WFMT_FP8, X16>(grid, smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, x16, xflag);
+}
+
 /* ---- x16: x's first bf16 term, once per product, for the bf16 form ----
  *
  * x16 [m, groups·K] = bf16_rn(x) (what split_x8 takes as the first term,
@@ -1106,14 +1115,10 @@ static di_status matmul_pf(int fmt, const void *w, const uint8_t *s, int64_t K, 
         e = cudaGetLastError();
         const int64_t smem16 = pf_smem(esz, true, fmt == DI_WFMT_FP8, K);
         if (e == cudaSuccess)
-            e = fmt == DI_WFMT_BF16
-                    ? pf_launch<DI_WFMT_BF16, true>(grid, (int)smem16, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, xs, flag)
-                    : pf_launch<DI_WFMT_FP8, true>(grid, (int)smem16, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, xs, flag);
+            e = pf_launch_fmt<true>(fmt, grid, (int)smem16, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, xs, flag);
     }
     if (e == cudaSuccess)
-        e = fmt == DI_WFMT_BF16
-                ? pf_launch<DI_WFMT_BF16, false>(grid, (int)smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, NULL, flag)
-                : pf_launch<DI_WFMT_FP8, false>(grid, (int)smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, NULL, flag);
+        e = pf_launch_fmt<false>(fmt, grid, (int)smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, NULL, flag);
     *done = 1;
     return cuda_check(e, err, "matmul (prefill form)");
 }
