@@ -37,6 +37,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_gemm_grouped.h"
+#include "backend/cuda/cuda_group_tiles.cuh"
 #include "backend/cuda/cuda_tma.cuh"
 
 enum {
@@ -72,6 +73,7 @@ enum {
     GG_F_REMAP = 2,
     GG_F_FOLD = 4,
     GG_F_DEFAULT = GG_F_PIPE | GG_F_REMAP | GG_F_FOLD,
+    GG_F_WG = 8, /* cuda_gemm_grouped_wg.cu's form (the default where it applies) */
 };
 
 /* FOLD: a weight code's f16 (value · 2^-6, a normal f16 from 2^-7 to 6 ·
@@ -186,33 +188,7 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
     /* the weight tiles carry 2^-6 (E2M1 through E4M3), folded ones 2^C more */
     constexpr float OSCALE = FOLD ? 64.0f / (float)(1 << GG_FOLD_C) : 64.0f;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    {   /* cum[z] = row tiles of groups 0..z-1 (thread tid: groups 4 tid .. 4 tid + 3) */
-        int loc[4], s = 0;
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int z = tid * 4 + u;
-            const int c = z < G ? off[z + 1] - off[z] : 0;
-            loc[u] = c > 0 ? (c + GG_BM - 1) / GG_BM : 0;
-            s += loc[u];
-        }
-        int x = s;
-        for (int o = 1; o < 32; o <<= 1) {
-            const int y = __shfl_up_sync(0xffffffffu, x, o);
-            if (lane >= o) x += y;
-        }
-        if (lane == 31) sm.wtot[warp] = x;
-        __syncthreads();
-        int e = x - s;
-        for (int i = 0; i < warp; i++) e += sm.wtot[i];
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int z = tid * 4 + u;
-            if (z <= G) sm.cum[z] = e;
-            e += loc[u];
-        }
-        if (tid == GG_THREADS - 1) sm.cum[CUDA_GG_MAX_GROUPS] = e; /* G = the maximum */
-        __syncthreads();
-    }
+    group_tiles_scan<4>(off, G, GG_BM, sm.cum, sm.wtot); /* thread tid: groups 4 tid .. 4 tid + 3 */
     const int64_t nx = (n + GG_BN - 1) / GG_BN, items = (int64_t)sm.cum[G] * nx;
     const int64_t kbn = k / 32, nch = (k + GG_KC - 1) / GG_KC, rowb = k / 2;
     const int wm = warp >> 2, wn = warp & 3;
@@ -222,13 +198,7 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
     const int rb = REMAP ? (tid & 7) | (tid >> 4 << 3) : tid >> 1, hb = REMAP ? (tid >> 3) & 1 : tid & 1;
     const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
     for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
-        int lo = 0, hi = G - 1; /* the last group whose first item is <= it */
-        while (lo < hi) {
-            const int mid = (lo + hi + 1) >> 1;
-            if ((int64_t)sm.cum[mid] * nx <= it) lo = mid;
-            else hi = mid - 1;
-        }
-        const int z = lo, tz = sm.cum[z + 1] - sm.cum[z];
+        const int z = group_of_item(sm.cum, G, nx, it), tz = sm.cum[z + 1] - sm.cum[z];
         const int64_t local = it - (int64_t)sm.cum[z] * nx;
         const int64_t n0 = local / tz * GG_BN, s0 = local % tz * GG_BM;
         const int64_t base = off[z], cnt = off[z + 1] - base, e = ids[z];
@@ -481,7 +451,13 @@ di_status cuda_launch_gemm_mxfp4_grouped_tiled(const uint8_t *qa, const float *s
                           "of 32), 16-byte aligned codes needed", (int)ngroups, CUDA_GG_MAX_GROUPS,
                           (long long)k);
     static int pipe_env = -1; /* DI_CUDA_GG_PIPE=0: the first form (a measuring aid) */
-    int flags = gg_form >= 0 ? gg_form : cuda_env_switch("DI_CUDA_GG_PIPE", &pipe_env) ? GG_F_DEFAULT : 0;
+    int flags = gg_form >= 0 ? gg_form : cuda_env_switch("DI_CUDA_GG_PIPE", &pipe_env) ? GG_F_WG + 1 : 0;
+    if (flags >= GG_F_WG) { /* forms 8 + v: the wgmma kernel's variant v (9 the default) */
+        if (cuda_gemm_grouped_wg_applies(qa, sa, k, w, ws, n))
+            return cuda_launch_gemm_mxfp4_grouped_wg(qa, sa, k, w, ws, n, ids, off, ngroups, rows, out,
+                                                     out_bf16, flags - GG_F_WG, stream, err);
+        flags = GG_F_DEFAULT;
+    }
     if (!(k % GG_KC == 0 && (uintptr_t)ws % 4 == 0)) flags = 0; /* the pipelined forms' shapes */
     int f = 0;
     while (f < GG_NFORMS && gg_forms[f].flags != flags) f++;

@@ -23,4 +23,17 @@ di_status cuda_launch_gemm_mxfp4_grouped_tiled(const uint8_t *qa, const float *s
                                               int32_t ngroups, const int32_t *rows, void *out,
                                               int out_bf16, cudaStream_t stream, di_err *err);
 
+/* The wgmma form (cuda_gemm_grouped_wg.cu): the same product in 128-row x
+ * 128-output tiles on the warpgroup tensor cores; needs k % 128 == 0, 16-byte
+ * aligned codes and activation scales, 4-byte aligned weight scales
+ * (cuda_gemm_grouped_wg_applies). variant: the kernel's form flags
+ * (GW_F_* in the .cu; 1 the default, 2 and 4 measuring aids). */
+bool cuda_gemm_grouped_wg_applies(const uint8_t *qa, const float *sa, int64_t k, const uint8_t *w,
+                                  const uint8_t *ws, int64_t n);
+di_status cuda_launch_gemm_mxfp4_grouped_wg(const uint8_t *qa, const float *sa, int64_t k,
+                                            const uint8_t *w, const uint8_t *ws, int64_t n,
+                                            const int32_t *ids, const int32_t *off, int32_t ngroups,
+                                            const int32_t *rows, void *out, int out_bf16,
+                                            int variant, cudaStream_t stream, di_err *err);
+
 #endif

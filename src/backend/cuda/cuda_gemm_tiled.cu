@@ -25,6 +25,7 @@
  * rows); m and n may be anything (rows past the end are zero-filled). */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_tma.cuh"
+#include "backend/cuda/cuda_wgmma.cuh"
 
 /* NWG math warpgroups of 64 rows each: block tile (64 NWG) x 128 x 128 */
 #define TG_BN 128
@@ -38,36 +39,6 @@
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-/* Tells the compiler the registers change here (the tensor core writes them
- * asynchronously between issue and wait). */
-__device__ __forceinline__ void fence_regs(float d[64]) {
-#pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-__device__ __forceinline__ void wgmma_m64n128k32(float d[64], uint64_t da, uint64_t db,
-                                                 int accumulate = 0) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(accumulate));
 }
 
 __device__ __forceinline__ void fence_regs32(float d[32]) {
@@ -111,19 +82,6 @@ __device__ __forceinline__ void promote_half(float acc[64], const float p[32], c
         acc[a + 1] = fmaf(p[4 * i + 1], f0[i / 4], acc[a + 1]);
         acc[a + 2] = fmaf(p[4 * i + 2], f1[i / 4], acc[a + 2]);
         acc[a + 3] = fmaf(p[4 * i + 3], f1[i / 4], acc[a + 3]);
-    }
-}
-
-/* acc += p * f: rows r0 (p[4i], p[4i+1], factor f0) and r0+8 (p[4i+2],
- * p[4i+3], f1) of a 64 x 128 result; column block 32 changes every 4 i. */
-__device__ __forceinline__ void fma_rows(float acc[64], const float p[64], const float f0[4],
-                                         const float f1[4]) {
-#pragma unroll
-    for (int i = 0; i < 16; i++) {
-        acc[4 * i + 0] = fmaf(p[4 * i + 0], f0[i / 4], acc[4 * i + 0]);
-        acc[4 * i + 1] = fmaf(p[4 * i + 1], f0[i / 4], acc[4 * i + 1]);
-        acc[4 * i + 2] = fmaf(p[4 * i + 2], f1[i / 4], acc[4 * i + 2]);
-        acc[4 * i + 3] = fmaf(p[4 * i + 3], f1[i / 4], acc[4 * i + 3]);
     }
 }
 
@@ -359,6 +317,13 @@ __device__ __forceinline__ void promote_ws(float acc[64], const float p[64], flo
     fma_rows(acc, p, f0, f1);
 }
 
+/* what a step's promotion reads: its rows' activation scales (from the
+ * stage) and its 32-block (the weight scales' table is the block's own) */
+struct WsScales {
+    float a0, a1;
+    int j;
+};
+
 /* Pair (col, col+1) of row `row`: one 4-byte (bf16) or 8-byte (f32) store
  * when both are inside and aligned. */
 __device__ __forceinline__ void store_pair(void *out, int out_bf16, int n, int row, int col,
@@ -505,39 +470,20 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
             }
         }
     } else {
-        /* two result sets: step j of a stage goes to set j % 2, so one set's
-         * wgmma runs while the other is promoted (the pipeline drains at the
-         * end of each stage: keeping a wgmma in flight across the loop's back
-         * edge made the compiler spill and serialize the wgmmas) */
+        /* two result sets (wg_stage_two_sets) */
         for (int kt = 0; kt < kt_n; kt++) {
             const int s = kt % ST;
             mbar_wait(s_full + 8 * s, (kt / ST) & 1);
             const float4 *wt = (const float4 *)(sw_tab + kt * 16);
-            /* issue step ji into set pi, then promote step jp from set pp
-             * once all but the newest wgmma are done */
-            auto issue_promote = [&](float *pi, int ji, float *pp, int jp) {
-                fence_regs(pi);
-                wg_fence();
-                wgmma_m64n128k32(pi, WS_DESC_A(s, ji), WS_DESC_B(s, ji));
-                wg_commit();
-                wg_wait<1>();
-                fence_regs(pp);
-                promote_ws(acc, pp, sa_of(s, jp, r0), sa_of(s, jp, r0 + 8), wt[jp]);
-            };
-            fence_regs(p0);
-            wg_fence();
-            wgmma_m64n128k32(p0, WS_DESC_A(s, 0), WS_DESC_B(s, 0));
-            wg_commit();
-            issue_promote(p1, 1, p0, 0);
-            issue_promote(p0, 2, p1, 1);
-            issue_promote(p1, 3, p0, 2);
-            const float s0 = sa_of(s, 3, r0), s1 = sa_of(s, 3, r0 + 8);
-            wg_wait<0>();
-            /* every wgmma reading stage s is complete: hand it back */
-            __syncwarp();
-            if (lane == 0) mbar_arrive(s_empty + 8 * s);
-            fence_regs(p1);
-            promote_ws(acc, p1, s0, s1, wt[3]);
+            wg_stage_two_sets(
+                p0, p1, [&](int j) { return WS_DESC_A(s, j); }, [&](int j) { return WS_DESC_B(s, j); },
+                [&](int j) { return WsScales{sa_of(s, j, r0), sa_of(s, j, r0 + 8), j}; },
+                [&](const float *p, WsScales sc) { promote_ws(acc, p, sc.a0, sc.a1, wt[sc.j]); },
+                [&]() {
+                    /* every wgmma reading stage s is complete: hand it back */
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(s_empty + 8 * s);
+                });
         }
     }
 #undef WS_DESC_A
