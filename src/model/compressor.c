@@ -10,6 +10,32 @@
 
 #include "model/forward.h"
 
+/* Consecutive row copies that continue each other on both sides, merged
+ * into one backend call: a prefill's groups lie in the chunk back to back,
+ * so their gather is a few copies instead of two a token. */
+typedef struct {
+    di_backend *be;
+    char *dst;
+    const char *src;
+    size_t bytes;
+} copy_run;
+
+static void run_flush(copy_run *r) {
+    if (r->bytes) r->be->ops->copy(r->be, r->dst, r->src, r->bytes);
+    r->bytes = 0;
+}
+
+static void run_add(copy_run *r, void *dst, const void *src, size_t bytes) {
+    if (r->bytes && (char *)dst == r->dst + r->bytes && (const char *)src == r->src + r->bytes) {
+        r->bytes += bytes;
+        return;
+    }
+    run_flush(r);
+    r->dst = dst;
+    r->src = src;
+    r->bytes = bytes;
+}
+
 /* Groups of sequence s completed by this chunk: j in [*j0, *j1). */
 static void new_groups(const di_fwd *f, int s, int ratio, int64_t *j0, int64_t *j1) {
     int64_t start = f->seqs[s].st->n_tokens, end = start + f->seqs[s].n;
@@ -87,6 +113,7 @@ di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
                                       f->m_grp_slot[block], rb, 2 * rb, rb);
         }
         int64_t e = 0;
+        copy_run run_a = {be, NULL, NULL, 0}, run_g = {be, NULL, NULL, 0};
         for (int s = 0; s < f->n_seqs; s++) {
             di_seqstate *sq = f->seqs[s].st;
             int64_t j0, j1, start = sq->n_tokens, r0 = f->row0[s];
@@ -102,11 +129,14 @@ di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
                         sa = sq->ctok[block] + ((p % sq->tok_cap) * 2) * dh;
                         sg = sa + dh;
                     }
-                    be->ops->copy(be, ga + (e * ratio + t) * dh, sa, (size_t)dh * 4);
-                    be->ops->copy(be, gg + (e * ratio + t) * dh, sg, (size_t)dh * 4);
+                    run_add(&run_a, ga + (e * ratio + t) * dh, sa, (size_t)dh * 4);
+                    run_add(&run_g, gg + (e * ratio + t) * dh, sg, (size_t)dh * 4);
                 }
                 epos[e] = (int32_t)(j * ratio);
             }
+            /* the groups' reads of the ring happen before it is written below */
+            run_flush(&run_a);
+            run_flush(&run_g);
             /* keep this chunk's last projections for groups that finish later */
             int64_t n = f->seqs[s].n, first = n > sq->tok_cap ? n - sq->tok_cap : 0;
             if (scatter) continue; /* below, for every sequence at once */
@@ -151,10 +181,13 @@ di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
         di_seqstate *sq = f->seqs[s].st;
         int64_t j0, j1;
         new_groups(f, s, ratio, &j0, &j1);
+        copy_run run_c = {be, NULL, NULL, 0}, run_k = {be, NULL, NULL, 0};
         for (int64_t j = j0; j < j1; j++, e++) {
-            be->ops->copy(be, sq->ckv[block] + (size_t)j * cb, latp + (size_t)e * cb, cb);
-            if (keys) be->ops->copy(be, sq->ikey[block] + (size_t)j * kb, keyp + (size_t)e * kb, kb);
+            run_add(&run_c, sq->ckv[block] + (size_t)j * cb, latp + (size_t)e * cb, cb);
+            if (keys) run_add(&run_k, sq->ikey[block] + (size_t)j * kb, keyp + (size_t)e * kb, kb);
         }
+        run_flush(&run_c);
+        run_flush(&run_k);
     }
     goto out;
 nomem:

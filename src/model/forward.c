@@ -143,7 +143,7 @@ static int fwd_meta(di_fwd *f) {
     size_t n_cs = nt ? tabs[nt - 1].off + (size_t)(tabs[nt - 1].n * half * 2) : 0;
     size_t n_ptr = (size_t)(4 * nb * m + nmtp * m + 2 * e_tot + g_tot),
            n_i32 = (size_t)(m * W + nb * m + m + f->n_seqs + m + 2 * m + e_tot + g_tot) +
-                   (size_t)(m * hc) + n_cs;
+                   (size_t)(2 * m * hc) + n_cs;
     size_t bytes = n_ptr * sizeof(void *) + n_i32 * sizeof(int32_t) + eng_bytes;
     /* the step's shape: rows per sequence, the metadata's layout, the
      * compressors' new entries and group paths, the score widths */
@@ -181,7 +181,9 @@ static int fwd_meta(di_fwd *f) {
     int32_t *win = (int32_t *)(void *)(gbase + g_tot), *nvis = win + m * W;
     int32_t *ids = nvis + nb * m, *last = ids + m, *all = last + f->n_seqs;
     int32_t *wslot = all + m, *tslot = wslot + m, *eslot = tslot + m, *gslot = eslot + e_tot;
-    float *onehot = (float *)(void *)(gslot + g_tot), *cs = onehot + m * hc;
+    float *onehot = (float *)(void *)(gslot + g_tot);
+    int32_t *spread = (int32_t *)(void *)(onehot + m * hc);
+    float *cs = (float *)(void *)(spread + m * hc);
     /* ratio > 1: whether every group token is in the per-token ring once
      * this chunk's rows are written (always at decode; not when a long
      * chunk completes groups older than the ring holds) */
@@ -225,6 +227,7 @@ static int fwd_meta(di_fwd *f) {
         ids[i] = f->ids[i];
         all[i] = (int32_t)i;
         onehot[i * hc] = 1.f;
+        for (int k = 0; k < hc; k++) spread[i * hc + k] = (int32_t)i;
     }
     /* each compressor's new entries: the sequence's caches and the entry
      * index; ratio > 1: each group token's ring slot */
@@ -306,7 +309,8 @@ static int fwd_meta(di_fwd *f) {
     f->m_tslot = f->m_wslot + m;
     const int32_t *me_slot = f->m_tslot + m, *mg_slot = me_slot + e_tot;
     f->m_onehot = (const float *)(const void *)(mg_slot + g_tot);
-    const float *mcs = f->m_onehot + m * hc;
+    f->m_spread = (const int32_t *)(const void *)(f->m_onehot + m * hc);
+    const float *mcs = (const float *)(const void *)(f->m_spread + m * hc);
     const uint8_t *meng = (const uint8_t *)(mcs + n_cs);
     for (int64_t b = 0, o = 0; eng_bytes && b < c->n_layers; b++)
         if (c->roles[b].engram >= 0) {
@@ -353,6 +357,7 @@ static void meta_move(di_fwd *f, void *to) {
     MV(f->m_rows_last);
     MV(f->m_rows_all);
     MV(f->m_onehot);
+    MV(f->m_spread);
     MV(f->m_ctok);
     MV(f->m_dsring);
     MV(f->m_wslot);
@@ -542,20 +547,41 @@ out:
     return st;
 }
 
-/* s [m, HC, D] = HC copies of the embedding, pre = one-hot(copy 0). */
+/* s [m, HC, D] = HC copies of the embedding, pre = one-hot(copy 0). The
+ * copies are one row gather from the [m, D] embedding (the row table in the
+ * step metadata where there is one, so a step has no per-row host array):
+ * row by row they were m · HC backend calls (32,768 at an 8K-token prefill,
+ * each a queued copy on a device). Without the gather, or without room for
+ * the embedding apart, the rows are spread in place, row by row (the same
+ * bytes). */
 di_status di_fwd_embed(di_fwd *f, const int32_t *ids, float *s, float *pre) {
     const di_config *c = f->lm->cfg;
     di_backend *be = f->lm->be;
     int64_t m = f->m, d = c->dim;
     int hc = c->hc_mult;
+    const int buf = f->meta && be->ops->gather_rows_buf;
+    float *emb = hc > 1 && (buf || (!f->meta && be->ops->gather_rows))
+                     ? be->ops->alloc(be, (size_t)(m * d) * sizeof(float))
+                     : NULL;
+    int32_t *rows = emb && !buf ? malloc((size_t)(m * hc) * sizeof(int32_t)) : NULL;
+    float *dst = emb && (buf || rows) ? emb : s;
     if (f->meta && ids == f->ids && be->ops->embed_buf)
-        be->ops->embed_buf(be, &f->lm->w->embed, f->m_ids, m, s);
+        be->ops->embed_buf(be, &f->lm->w->embed, f->m_ids, m, dst);
     else
-        be->ops->embed(be, &f->lm->w->embed, ids, m, s);
-    /* spread row i to copies, back to front so the source row survives */
-    for (int64_t i = m - 1; i >= 0; i--)
-        for (int k = hc - 1; k >= 0; k--)
-            be->ops->copy(be, s + (i * hc + k) * d, s + i * d, (size_t)d * sizeof(float));
+        be->ops->embed(be, &f->lm->w->embed, ids, m, dst);
+    if (dst == emb && buf) {
+        be->ops->gather_rows_buf(be, emb, f->m_spread, m * hc, d, s);
+    } else if (dst == emb) {
+        for (int64_t r = 0; r < m * hc; r++) rows[r] = (int32_t)(r / hc);
+        be->ops->gather_rows(be, emb, rows, m * hc, d, s);
+    } else {
+        /* spread row i to copies, back to front so the source row survives */
+        for (int64_t i = m - 1; i >= 0; i--)
+            for (int k = hc - 1; k >= 0; k--)
+                be->ops->copy(be, s + (i * hc + k) * d, s + i * d, (size_t)d * sizeof(float));
+    }
+    free(rows);
+    if (emb) be->ops->free(be, emb);
     if (f->meta) { /* the one-hot rows are in the step metadata */
         be->ops->copy(be, pre, f->m_onehot, (size_t)(m * hc) * sizeof(float));
         return DI_OK;

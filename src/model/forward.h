@@ -64,6 +64,7 @@ typedef struct di_fwd {
     const int32_t *m_rows_last;   /* [n_seqs] last row of each sequence (the head's rows) */
     const int32_t *m_rows_all;    /* [m] 0 .. m-1 */
     const float *m_onehot;        /* [m, hc] the embedding's pre: one-hot copy 0 */
+    const int32_t *m_spread;      /* [m · hc] row i / hc: the embedding spread to the copies */
     const float **m_cs;           /* [n_blocks] (host array) -> [m, rope_dim/2, 2] cos, sin of
                                      each row's position with block b's frequencies, or NULL */
     const float **m_cs_ent;       /* [n_blocks] (host array) -> [n_new, rope_dim/2, 2] the same

@@ -1,5 +1,6 @@
 /* Sequence handling of the forward pass: prefilling a prompt in one chunk or
- * in chunks of 1, 7 and 64 tokens gives bit-identical logits; a sequence
+ * in chunks of 1, 7 and 64 tokens (and 13 and 7 through the forms without
+ * step metadata) gives bit-identical logits; a sequence
  * gives the same logits alone or batched with other sequences at other
  * positions (and the same DSpark draft after a chunked prefill); rolling back and replaying restores the exact state. Uses the
  * golden tiny model and the long prompt (523 tokens, 160 in sanitizer builds:
@@ -76,11 +77,29 @@ static void check_chunks(int chunk) {
     di_seqstate_free(&st);
 }
 
+/* The same through the forms without the step metadata (a backend with no
+ * buffer forms): the compressor gathers its groups row by row from the
+ * chunk and the per-token ring, then writes the ring. Chunks of 13 tokens
+ * (longer than that ring, odd, so ratio-2 groups straddle chunk borders)
+ * make a chunk overwrite ring slots its first group still reads. */
+static void check_chunks_host_forms(int chunk) {
+    di_backend *saved = G.lm.be;
+    di_backend_ops o = *saved->ops;
+    o.index_scores_kv_buf = NULL; /* forward.c's has_buf_forms: no metadata */
+    di_backend be = *saved;
+    be.ops = &o;
+    G.lm.be = &be;
+    check_chunks(chunk);
+    G.lm.be = saved;
+}
+
 static void test_chunks(void) {
     if (!REF) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
     check_chunks(64);
     check_chunks(7);
     check_chunks(1);
+    check_chunks_host_forms(13);
+    check_chunks_host_forms(7);
 }
 
 /* Sequence A (short prompt then decode) batched with B (the long prompt, in
