@@ -368,7 +368,16 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
 
 bool cuda_gemm_grouped_wg_applies(const uint8_t *qa, const float *sa, int64_t k, const uint8_t *w,
                                   const uint8_t *ws, int64_t n) {
-    return k > 0 && k % GW_BK == 0 && k <= 0x7fffffffLL / 2 && n > 0 && n <= 0x7fffffffLL - GW_BN &&
+    /* a device whose blocks cannot have the ring's shared memory keeps the
+     * mma.sync forms (asked once: one device per process here) */
+    static int smem_ok = -1;
+    if (smem_ok < 0) {
+        int dev = 0, optin = 0;
+        smem_ok = cudaGetDevice(&dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
+                  optin >= GW_SMEM;
+    }
+    return smem_ok && k > 0 && k % GW_BK == 0 && k <= 0x7fffffffLL / 2 && n > 0 && n <= 0x7fffffffLL - GW_BN &&
            (uintptr_t)qa % 16 == 0 && (uintptr_t)sa % 16 == 0 && (uintptr_t)w % 16 == 0 && (uintptr_t)ws % 4 == 0;
 }
 
