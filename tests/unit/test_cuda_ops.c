@@ -691,13 +691,15 @@ static void test_grouped_many_rows(void) {
          * (1), with the other staging roles (3), with the weight scales
          * folded into the codes (5), both (7), the wgmma form of
          * cuda_gemm_grouped_wg.cu with its first staging roles (8) and its
-         * row-per-thread conversion (9, the default); k not a multiple of 128
+         * row-per-thread conversion (9, the default), that with the weights
+         * by the bulk copy engine (137: whole output tiles only, so here the
+         * last shape; the others run form 9); k not a multiple of 128
          * runs the first form each time. Every mma.sync tiled form bit for
          * bit against the first (the wgmma form adds inside a 32-block in
          * another order: the bound alone). The last shape has more tiles
          * than the GPU has multiprocessors, so the wgmma form's blocks take
          * several tiles each (its ring runs on across them). */
-        const int forms[] = {-1, 0, 1, 3, 5, 7, 8, 9};
+        const int forms[] = {-1, 0, 1, 3, 5, 7, 8, 9, 137};
         for (size_t fi = 0; fi < sizeof forms / sizeof *forms; fi++) {
             const int form = forms[fi], tiled = form >= 0;
 #if defined(DI_HAVE_CUDA)

@@ -46,6 +46,7 @@
  * prefill; the producer alone takes half of the kernel's time and the math
  * warpgroups alone a bit more, and the two barely overlap. */
 #include <cuda_fp8.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_gemm_grouped.h"
@@ -73,8 +74,9 @@ enum {
     GW_PRODUCER_REGS = 56, /* 2 x 224 + 56 = 3 x 168 */
     GW_TAB = 128,     /* [15][8] E4M3 bytes: magnitude code c times 2^d, d = -8 .. 6 */
 };
-/* alignment slack, the ring, its barriers, the tables, the group scan */
-#define GW_SMEM (1024 + GW_ST * GW_STAGE + 16 * GW_ST + GW_TAB + 4 * (CUDA_GG_MAX_GROUPS + 1) + 4 * 12)
+/* alignment slack, the ring, its barriers (full, empty, weights landed), the
+ * tables, the group scan */
+#define GW_SMEM (1024 + GW_ST * GW_STAGE + 24 * GW_ST + GW_TAB + 4 * (CUDA_GG_MAX_GROUPS + 1) + 4 * 12)
 static_assert(GW_SMEM <= 232448, "shared memory: 227 KB a block");
 static_assert(2 * GW_MATH_REGS + GW_PRODUCER_REGS <= 3 * 168, "setmaxnreg: the block's registers");
 
@@ -144,22 +146,27 @@ struct GwItem {
  * the producer leaves the activation / weight copies out; GW_F_NOMMA, the
  * math warpgroups only hand the stages back. GW_F_WARPARR: a producer warp
  * signals a converted stage with one arrival (after __syncwarp) instead of
- * one a thread. */
+ * one a thread. GW_F_TMAW (with GW_F_ROWS, n % 128 == 0): one producer
+ * thread copies the stage's packed weight codes with the bulk tensor copy
+ * engine (a 64-byte box row with the 64B swizzle, which is GW_F_ROWS's
+ * staging layout), completing on a barrier of its own, so the producer
+ * threads issue only the activation rows and the scales. */
 enum { GW_F_ROWS = 1, GW_F_NOCONV = 2, GW_F_NOPROMO = 4, GW_F_NOA = 8, GW_F_NORAW = 16, GW_F_NOMMA = 32,
-       GW_F_WARPARR = 64 };
+       GW_F_WARPARR = 64, GW_F_TMAW = 128 };
 
 template <int F>
 __global__ void __launch_bounds__(GW_THREADS, 1)
     k_gemm_mxfp4_grouped_wg(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int k,
                             const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws, int n,
                             const int32_t *__restrict__ ids, const int32_t *__restrict__ off, int G,
-                            const int32_t *__restrict__ rows, void *__restrict__ out, int out_bf16) {
+                            const int32_t *__restrict__ rows, void *__restrict__ out, int out_bf16,
+                            const __grid_constant__ CUtensorMap map_w) {
     extern __shared__ uint8_t gw_raw[];
     /* the 128B swizzle repeats every 1024 bytes: stages start on that boundary */
     const uint32_t raw0 = smem_u32(gw_raw), base = (raw0 + 1023u) & ~1023u;
     uint8_t *sm = gw_raw + (base - raw0);
-    const uint32_t s_full = base + GW_ST * GW_STAGE, s_empty = s_full + 8 * GW_ST;
-    uint8_t *tab = sm + GW_ST * GW_STAGE + 16 * GW_ST;
+    const uint32_t s_full = base + GW_ST * GW_STAGE, s_empty = s_full + 8 * GW_ST, s_wfull = s_empty + 8 * GW_ST;
+    uint8_t *tab = sm + GW_ST * GW_STAGE + 24 * GW_ST;
     int *cum = (int *)(tab + GW_TAB), *wtot = cum + CUDA_GG_MAX_GROUPS + 1;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
@@ -172,6 +179,7 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
         for (int i = 0; i < GW_ST; i++) {
             mbar_init(s_full + 8 * i, F & GW_F_WARPARR ? 4 : 128);
             mbar_init(s_empty + 8 * i, 8); /* one arrival per math warp */
+            mbar_init(s_wfull + 8 * i, 1); /* GW_F_TMAW: the weight tile's bytes */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -227,8 +235,12 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
                 }
                 if (!(F & GW_F_NOA))
                     cp_async16(sb + GW_SA + p * 16, sa + (int64_t)(arow >= 0 ? arow : 0) * kbn + kt_i * 4, arow >= 0);
+                if ((F & GW_F_TMAW) && !(F & GW_F_NORAW) && p == 0) {
+                    mbar_arrive_expect_tx(s_wfull + 8 * st, GW_BN * GW_BK / 2);
+                    tma_load_2d(sb + GW_RAW, &map_w, kt_i * (GW_BK / 2), I.e * n + I.n0, s_wfull + 8 * st);
+                }
 #pragma unroll
-                for (int q = 0; q < 4 && !(F & GW_F_NORAW); q++) {
+                for (int q = 0; q < 4 && !(F & (GW_F_NORAW | GW_F_TMAW)); q++) {
                     const int u = p + 128 * q, r = u >> 2, ch = u & 3, nr = I.n0 + r;
                     const bool vb = nr < n;
                     const uint8_t *src = w + ((int64_t)I.e * n + (vb ? nr : 0)) * (k / 2) + kt_i * 64 + ch * 16;
@@ -251,6 +263,7 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
             asm volatile("bar.sync 1, 128;\n" ::: "memory"); /* every producer thread's copies of stage g */
             const int st = (int)(g % GW_ST);
             uint8_t *sg = sm + st * GW_STAGE;
+            if ((F & GW_F_TMAW) && !(F & GW_F_NORAW)) mbar_wait(s_wfull + 8 * st, (uint32_t)((g / GW_ST) & 1));
             bool slow = false;
             const uint32_t e4 = *(const uint32_t *)(sg + GW_RSW + p * 4); /* GW_F_ROWS: row p's four */
 #pragma unroll
@@ -392,7 +405,7 @@ di_status cuda_launch_gemm_mxfp4_grouped_wg(const uint8_t *qa, const float *sa, 
                           "16-byte aligned codes and activation scales needed",
                           (int)ngroups, CUDA_GG_MAX_GROUPS, (long long)k, GW_BK);
     typedef void (*kern_t)(const uint8_t *, const float *, int, const uint8_t *, const uint8_t *, int,
-                           const int32_t *, const int32_t *, int, const int32_t *, void *, int);
+                           const int32_t *, const int32_t *, int, const int32_t *, void *, int, CUtensorMap);
     /* the variants built: the forms, then the measuring aids */
     static const struct {
         int v;
@@ -402,8 +415,19 @@ di_status cuda_launch_gemm_mxfp4_grouped_wg(const uint8_t *qa, const float *sa, 
                  {7, k_gemm_mxfp4_grouped_wg<7>},   {15, k_gemm_mxfp4_grouped_wg<15>},
                  {23, k_gemm_mxfp4_grouped_wg<23>}, {39, k_gemm_mxfp4_grouped_wg<39>},
                  {33, k_gemm_mxfp4_grouped_wg<33>}, {65, k_gemm_mxfp4_grouped_wg<65>},
-                 {27, k_gemm_mxfp4_grouped_wg<27>}};
+                 {27, k_gemm_mxfp4_grouped_wg<27>}, {129, k_gemm_mxfp4_grouped_wg<129>}};
     const int NK = (int)(sizeof kerns / sizeof kerns[0]);
+    /* GW_F_TMAW: whole output tiles (no expert's tile runs into the next
+     * one's rows or past the last), and a tensor map over the weights: as
+     * many rows as 65,536 experts could have (ids are below that), k / 2
+     * bytes each; else the variant without it */
+    CUtensorMap map_w;
+    memset(&map_w, 0, sizeof map_w);
+    if ((variant & GW_F_TMAW) &&
+        !(n % GW_BN == 0 && (uint64_t)n * 65536u < 0xffffffffull &&
+          make_map_swz(&map_w, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, (uint64_t)n * 65536u, (uint64_t)(k / 2),
+                       GW_BK / 2, GW_BN, CU_TENSOR_MAP_SWIZZLE_64B)))
+        variant &= ~GW_F_TMAW;
     int f = 0;
     while (f < NK && kerns[f].v != variant) f++;
     if (f == NK) f = 0;
@@ -418,6 +442,6 @@ di_status cuda_launch_gemm_mxfp4_grouped_wg(const uint8_t *qa, const float *sa, 
         attr[f] = 1;
     }
     kerns[f].k<<<blocks, GW_THREADS, GW_SMEM, stream>>>(qa, sa, (int)k, w, ws, (int)n, ids, off, ngroups, rows, out,
-                                                      out_bf16);
+                                                      out_bf16, map_w);
     return cuda_check(cudaGetLastError(), err, "gemm_mxfp4_grouped (wgmma)");
 }

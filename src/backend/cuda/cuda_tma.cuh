@@ -95,16 +95,24 @@ static inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(void) {
     return fn;
 }
 
-/* rows x cols row-major matrix of `esize`-byte elements; box box_c x box_r. */
-static inline bool make_map(CUtensorMap *map, const void *p, CUtensorMapDataType type, int esize,
-                            uint64_t rows, uint64_t cols, uint32_t box_c, uint32_t box_r, bool swz) {
+/* rows x cols row-major matrix of `esize`-byte elements; box box_c x box_r,
+ * written to shared memory with the swizzle `swz`. */
+static inline bool make_map_swz(CUtensorMap *map, const void *p, CUtensorMapDataType type, int esize,
+                                uint64_t rows, uint64_t cols, uint32_t box_c, uint32_t box_r,
+                                CUtensorMapSwizzle swz) {
     PFN_cuTensorMapEncodeTiled_v12000 enc = tensor_map_encoder();
     if (!enc) return false;
     const cuuint64_t dims[2] = {cols, rows}, strides[1] = {cols * (uint64_t)esize};
     const cuuint32_t box[2] = {box_c, box_r}, estr[2] = {1, 1};
-    return enc(map, type, 2, (void *)p, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-               swz ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+    return enc(map, type, 2, (void *)p, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, swz,
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+/* the same, with the 128B swizzle (swz) or none */
+static inline bool make_map(CUtensorMap *map, const void *p, CUtensorMapDataType type, int esize,
+                            uint64_t rows, uint64_t cols, uint32_t box_c, uint32_t box_r, bool swz) {
+    return make_map_swz(map, p, type, esize, rows, cols, box_c, box_r,
+                        swz ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 #endif
