@@ -424,7 +424,7 @@ di_status cuda_launch_gemm_mxfp4_grouped_wg(const uint8_t *qa, const float *sa, 
     CUtensorMap map_w;
     memset(&map_w, 0, sizeof map_w);
     if ((variant & GW_F_TMAW) &&
-        !(n % GW_BN == 0 && (uint64_t)n * 65536u < 0xffffffffull &&
+        !(n % GW_BN == 0 && (uint64_t)n * 65536u <= 0x7fffffffull && /* row coordinates are int32 */
           make_map_swz(&map_w, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, (uint64_t)n * 65536u, (uint64_t)(k / 2),
                        GW_BK / 2, GW_BN, CU_TENSOR_MAP_SWIZZLE_64B)))
         variant &= ~GW_F_TMAW;
