@@ -559,19 +559,18 @@ di_status di_fwd_embed(di_fwd *f, const int32_t *ids, float *s, float *pre) {
     di_backend *be = f->lm->be;
     int64_t m = f->m, d = c->dim;
     int hc = c->hc_mult;
-    const int buf = f->meta && be->ops->gather_rows_buf;
-    float *emb = hc > 1 && (buf || (!f->meta && be->ops->gather_rows))
-                     ? be->ops->alloc(be, (size_t)(m * d) * sizeof(float))
-                     : NULL;
-    int32_t *rows = emb && !buf ? malloc((size_t)(m * hc) * sizeof(int32_t)) : NULL;
-    float *dst = emb && (buf || rows) ? emb : s;
+    /* with metadata only the table form (no per-row host array in a step) */
+    const int gather = hc > 1 && (f->meta ? be->ops->gather_rows_buf != NULL : be->ops->gather_rows != NULL);
+    float *emb = gather ? be->ops->alloc(be, (size_t)(m * d) * sizeof(float)) : NULL;
+    int32_t *rows = emb && !f->meta ? malloc((size_t)(m * hc) * sizeof(int32_t)) : NULL;
+    float *dst = emb && (f->meta || rows) ? emb : s;
     if (f->meta && ids == f->ids && be->ops->embed_buf)
         be->ops->embed_buf(be, &f->lm->w->embed, f->m_ids, m, dst);
     else
         be->ops->embed(be, &f->lm->w->embed, ids, m, dst);
-    if (dst == emb && buf) {
+    if (dst != s && f->meta) {
         be->ops->gather_rows_buf(be, emb, f->m_spread, m * hc, d, s);
-    } else if (dst == emb) {
+    } else if (dst != s) {
         for (int64_t r = 0; r < m * hc; r++) rows[r] = (int32_t)(r / hc);
         be->ops->gather_rows(be, emb, rows, m * hc, d, s);
     } else {

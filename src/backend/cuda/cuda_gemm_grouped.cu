@@ -198,9 +198,9 @@ __global__ void __launch_bounds__(GG_THREADS, 2)
     const int rb = REMAP ? (tid & 7) | (tid >> 4 << 3) : tid >> 1, hb = REMAP ? (tid >> 3) & 1 : tid & 1;
     const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
     for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
-        const int z = group_of_item(sm.cum, G, nx, it), tz = sm.cum[z + 1] - sm.cum[z];
-        const int64_t local = it - (int64_t)sm.cum[z] * nx;
-        const int64_t n0 = local / tz * GG_BN, s0 = local % tz * GG_BM;
+        const group_tile gt = group_tile_of(sm.cum, G, nx, it);
+        const int z = gt.z;
+        const int64_t n0 = gt.nt * GG_BN, s0 = gt.rt * GG_BM;
         const int64_t base = off[z], cnt = off[z + 1] - base, e = ids[z];
         const bool va = s0 + ta < cnt, vb = n0 + rb < n;
         const int64_t arow = va ? rows[base + s0 + ta] : 0;

@@ -187,15 +187,13 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
     const int nx = (n + GW_BN - 1) / GW_BN, kt_n = k / GW_BK, kbn = k / 32;
     const int64_t items = (int64_t)cum[G] * nx;
     auto item_of = [&](int64_t it) {
-        const int lo = group_of_item(cum, G, nx, it);
-        const int tz = cum[lo + 1] - cum[lo];
-        const int64_t local = it - (int64_t)cum[lo] * nx;
+        const group_tile gt = group_tile_of(cum, G, nx, it);
         GwItem I;
-        I.base = off[lo];
-        I.cnt = off[lo + 1] - off[lo];
-        I.e = ids[lo];
-        I.n0 = (int)(local / tz) * GW_BN;
-        I.s0 = (int)(local % tz) * GW_BM;
+        I.base = off[gt.z];
+        I.cnt = off[gt.z + 1] - off[gt.z];
+        I.e = ids[gt.z];
+        I.n0 = (int)gt.nt * GW_BN;
+        I.s0 = (int)gt.rt * GW_BM;
         return I;
     };
 
@@ -350,12 +348,7 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
                 /* a block kept its scale: one step at a time, a factor per column */
 #pragma unroll 1
                 for (int j = 0; j < 4; j++) {
-                    fence_regs(p0);
-                    wg_fence();
-                    wgmma_m64n128k32(p0, GW_DESC_A(s, j), GW_DESC_B(s, j));
-                    wg_commit();
-                    wg_wait<0>();
-                    fence_regs(p0);
+                    wg_step_waited(p0, GW_DESC_A(s, j), GW_DESC_B(s, j));
                     gw_promote_cols(acc, p0, sat[r0 * 4 + j], sat[(r0 + 8) * 4 + j], sg + GW_RSW, j, t);
                 }
                 __syncwarp();

@@ -455,12 +455,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
             const float4 *wt = (const float4 *)(sw_tab + kt * 16);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                fence_regs(p0);
-                wg_fence();
-                wgmma_m64n128k32(p0, WS_DESC_A(s, j), WS_DESC_B(s, j));
-                wg_commit();
-                wg_wait<0>();
-                fence_regs(p0);
+                wg_step_waited(p0, WS_DESC_A(s, j), WS_DESC_B(s, j));
                 const float s0 = sa_of(s, j, r0), s1 = sa_of(s, j, r0 + 8);
                 if (j == 3) {
                     __syncwarp();

@@ -56,4 +56,16 @@ __device__ __forceinline__ int group_of_item(const int *cum, int G, int64_t nx, 
     return lo;
 }
 
+/* Item `it` (nx output tiles a row tile) as its group z, its output tile
+ * nt (0 .. nx-1) and its row tile rt within the group. */
+struct group_tile {
+    int z;
+    int64_t nt, rt;
+};
+__device__ __forceinline__ group_tile group_tile_of(const int *cum, int G, int64_t nx, int64_t it) {
+    const int z = group_of_item(cum, G, nx, it), tz = cum[z + 1] - cum[z];
+    const int64_t local = it - (int64_t)cum[z] * nx;
+    return group_tile{z, local / tz, local % tz};
+}
+
 #endif

@@ -53,6 +53,18 @@ __device__ __forceinline__ void fma_rows(float acc[64], const float p[64], const
     }
 }
 
+/* One step into p from a zero start, issued and waited for: the form with a
+ * single result set, where the other math warpgroup keeps the tensor cores
+ * busy meanwhile. */
+__device__ __forceinline__ void wg_step_waited(float p[64], uint64_t da, uint64_t db) {
+    fence_regs(p);
+    wg_fence();
+    wgmma_m64n128k32(p, da, db);
+    wg_commit();
+    wg_wait<0>();
+    fence_regs(p);
+}
+
 /* The four k32 steps of a stage with two result sets: step j goes to set
  * j % 2, so one set's wgmma runs while the other is promoted (the pipeline
  * drains at the end of each stage: keeping a wgmma in flight across a
