@@ -685,14 +685,14 @@ static void test_grouped_many_rows(void) {
              dout = dput(NULL, (size_t)(np * n) * 4);
         float *out = malloc((size_t)(np * n) * 4);
         double *ref = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8), *abs_sum = malloc((size_t)n * 8);
-        float *first = malloc((size_t)(np * n) * 4);
+        float *first = malloc((size_t)(np * n) * 4), *wg_rows = malloc((size_t)(np * n) * 4);
         /* the mma.sync tiles of 8 (-1), then the tiled GEMM's forms by
          * flags (cuda_gemm_grouped.cu): the first form (0), the pipelined one
          * (1), with the other staging roles (3), with the weight scales
          * folded into the codes (5), both (7), the wgmma form of
          * cuda_gemm_grouped_wg.cu with its first staging roles (8) and its
-         * row-per-thread conversion (9, the default), that with the weights
-         * by the bulk copy engine (137: whole output tiles only, so here the
+         * row-per-thread conversion (9), that with the weights by the bulk
+         * copy engine (137, the default: whole output tiles only, so here the
          * last shape; the others run form 9); k not a multiple of 128
          * runs the first form each time. Every mma.sync tiled form bit for
          * bit against the first (the wgmma form adds inside a 32-block in
@@ -729,12 +729,19 @@ static void test_grouped_many_rows(void) {
             if (form == 0) memcpy(first, out, (size_t)(np * n) * 4);
             CHECKF(form <= 0 || form >= 8 || memcmp(first, out, (size_t)(np * n) * 4) == 0,
                    "grouped mxfp4, k %lld: the tiled form %d differs from the first form", (long long)k, form);
+            /* 137 changes only how the weight bytes reach the staging
+             * area: the same bits as 9 */
+            if (form == 9) memcpy(wg_rows, out, (size_t)(np * n) * 4);
+            CHECKF(form != 137 || memcmp(wg_rows, out, (size_t)(np * n) * 4) == 0,
+                   "grouped mxfp4, n %lld, k %lld: the wgmma form with bulk weight copies (137) differs "
+                   "from form 9", (long long)n, (long long)k);
         }
 #if defined(DI_HAVE_CUDA)
         cuda_matvec_set_grouped_tiled(1);
         cuda_gemm_grouped_set_form(-1);
 #endif
         free(first);
+        free(wg_rows);
         dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
         free(x); free(sa); free(qa); free(w); free(ws); free(out); free(ref); free(bound); free(abs_sum);
