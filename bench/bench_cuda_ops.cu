@@ -857,6 +857,34 @@ static void bench_fp4_st(void) {
     cuda_matvec_set_fp4_dec(-1);
 }
 
+/* --fp4aid [B]: the tensor-core decode kernel (f16 form) with its
+ * measuring aids (cuda_fp4_dec.cu FM_F_*: 1 no conversion, 2 no scales, 3
+ * neither, 4 copies only; 8 the chunk rule before), then as built, on the
+ * w1 + w3 pair and w2 as moe_experts calls them, at batch 1, 8 and 64 (B
+ * alone when given: the profiler's run, as built) */
+extern "C" void cuda_fp4_dec_set_aid(int flags); /* cuda_fp4_dec.cu: FM_F_* (0 none) */
+static void bench_fp4_aid(int only) {
+    cuda_matvec_set_fp4_dec(1);
+    cuda_fp4_dec_set_mma(1);
+    cuda_fp4_dec_set_a8(0);
+    char sfx[32];
+    for (int aid : {0, 8, 1, 2, 3, 4, 0, 8}) {
+        if (only && aid) continue;
+        snprintf(sfx, sizeof sfx, "_mma_aid%d", aid);
+        cuda_fp4_dec_set_aid(aid);
+        for (int b : {1, 8, 64}) {
+            if (only && b != only) continue;
+            bench_moe_grouped(b, sfx, "w13pair", 2304, 5120, true, true);
+            bench_moe_grouped(b, sfx, "w2", 5120, 2304, true);
+        }
+        if (only) break;
+    }
+    cuda_fp4_dec_set_aid(0);
+    cuda_fp4_dec_set_a8(-1);
+    cuda_fp4_dec_set_mma(-1);
+    cuda_matvec_set_fp4_dec(-1);
+}
+
 /* --gg [f,f,...]: the grouped MXFP4 GEMM of the prefill's routed experts
  * (cuda_gemm_grouped.cu) at 8,192 tokens x top-6 over 384 experts, w1
  * [2304 x 5120] and w2 [5120 x 2304], in each of the kernel's forms by
@@ -893,6 +921,7 @@ int main(int argc, char **argv) {
      * --decode: bench_decode only */
     int quick = 0, gemm = 1, matvec = 1, decode = 0, plain = 0;
     const char *gg_list = NULL;
+    int aid_batch = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--gemm")) matvec = 0;
@@ -904,6 +933,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--fp4st")) gemm = matvec = 0, plain = 5; /* bench_fp4_st only */
         else if (!strcmp(argv[i], "--x16")) gemm = matvec = 0, plain = 6; /* bench_x16 only */
         else if (!strcmp(argv[i], "--pfshapes")) gemm = matvec = 0, plain = 7; /* bench_pf_shapes only */
+        else if (!strcmp(argv[i], "--fp4aid")) { /* bench_fp4_aid only, a batch optional */
+            gemm = matvec = 0, plain = 8;
+            aid_batch = i + 1 < argc && argv[i + 1][0] != '-' ? atoi(argv[++i]) : 0;
+        }
         else if (!strcmp(argv[i], "--gg")) { /* bench_gg only, forms optional */
             gemm = matvec = 0, plain = 4;
             gg_list = i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : NULL;
@@ -928,6 +961,7 @@ int main(int argc, char **argv) {
     if (plain == 5) bench_fp4_st();
     if (plain == 6) bench_x16();
     if (plain == 7) bench_pf_shapes();
+    if (plain == 8) bench_fp4_aid(aid_batch);
     if (matvec) {
         bench_act_quant();
         /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */

@@ -1265,12 +1265,13 @@ static void fd_fixture_free(fd_fixture *f) {
 #endif
 
 /* The MXFP4 decode form (cuda_fp4_dec.cu), its tensor-core kernel and its
- * CUDA-core one, on the model's expert shapes: k = 5120 (160 blocks:
- * chunks of 24 (the last 16) over 7 warps, the 8th idle; 32 lanes in the
- * CUDA-core kernel), 2304 (72 blocks: 3 chunks, row tiles of 32; 8 lanes),
- * 3200 (100 blocks, not a multiple of 8: the CUDA-core kernel in both
- * forms, 32 lanes, some idle at the row's end); n not a multiple of a
- * block's rows. Groups of 1, 2, 3 and 5 rows and an empty one,
+ * CUDA-core one, on the model's expert shapes: k = 5120 (160 blocks: 4
+ * chunks of 40, row tiles of 32; 32 lanes in the CUDA-core kernel), 2304
+ * (72 blocks: one chunk, no barrier, row tiles of 128; 8 lanes), 3200 (100
+ * blocks, not a multiple of 8: the CUDA-core kernel in both forms, 32
+ * lanes, some idle at the row's end), and the tensor-core kernel's other
+ * splits: 1536 (2 chunks of 24, row tiles of 64), 8192 (8 chunks of 32,
+ * row tiles of 16); n not a multiple of a block's rows. Groups of 1, 2, 3 and 5 rows and an empty one,
  * max_rows 5 and 1 (token tiles of 5, or of 1 looping over the rows). Every
  * (token, expert) row must be within the exact result's bound (the
  * tensor-core adder's 2^-8 max|p| a block; the CUDA-core kernel's f32 chain
@@ -1281,7 +1282,7 @@ static void fd_fixture_free(fd_fixture *f) {
 static void test_fp4_dec_form(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
 #if defined(DI_HAVE_CUDA)
-    const int64_t shapes[][2] = {{100, 5120}, {150, 2304}, {70, 3200}};
+    const int64_t shapes[][2] = {{100, 5120}, {150, 2304}, {70, 3200}, {90, 1536}, {40, 8192}};
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
         fd_fixture f;
         fd_fixture_make(&f, shapes[c][0], shapes[c][1]);
@@ -1367,7 +1368,7 @@ static void test_fp4_dec_form(void) {
 static void test_fp4_dec_pair(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
 #if defined(DI_HAVE_CUDA)
-    const int64_t shapes[][2] = {{100, 5120}, {150, 2304}, {70, 3200}};
+    const int64_t shapes[][2] = {{100, 5120}, {150, 2304}, {70, 3200}, {90, 1536}, {40, 8192}};
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
         fd_fixture f;
         fd_fixture_make(&f, shapes[c][0], shapes[c][1]);

@@ -12,12 +12,13 @@
  * into registers, four blocks in flight, decodes them to f32 and runs FMA
  * chains against the activations, converted to f32 once per block of rows;
  * ~124 instructions a lane per block, issue-bound near 40 % of copy (MXFP4
- * run 1, docs/gpu-notes.md). Measured (pair and wave runs, one H200,
- * grouped expert products from DRAM): the tensor-core kernel at 61-65 % of
- * copy at batch 64, 58-59 % at 256, 57-59 % at 8 and 44-45 % at 1 (w1 and
- * w3 as one pair launch: 67, 59, 64 and 54 %), where the wgmma kernel
- * (cuda_matvec.cu) gets 16-26 %, 11-19 %, 54-57 % and ~35 %; which form
- * runs at which batch, cuda_matvec.cu picks.
+ * run 1, docs/gpu-notes.md). Measured (chunk run 1, one H200, grouped
+ * expert products from DRAM as moe_experts calls them): the tensor-core
+ * kernel, w1 and w3 as one pair launch / w2, at 78 / 80 % of copy at batch
+ * 64, 70 / 69 % at 8 and 56 / 53 % at 1 (one wave of blocks: copying
+ * alone reaches 79 / 70 % there), where the wgmma kernel (cuda_matvec.cu)
+ * got 16-26 % at 64, 54-57 % at 8, ~35 % at 1; which form runs at which
+ * batch, cuda_matvec.cu picks.
  *
  * The CUDA-core kernel's arithmetic (the tensor-core kernel's is below it):
  * per (token, weight row), block b's 32 products (w · 2^-6) · a are exact
@@ -217,14 +218,14 @@ __global__ void __launch_bounds__(FD_THREADS, 3)
  * from zero; the kc chunk sums are then added in chunk order. cb and kc
  * depend on k alone, and nothing depends on the other rows, the row or
  * token tiles or the grouping: a grouped row equals the plain product of
- * that row bit for bit. Roundings on any path: at most cb + kc - 1 <= kbn +
- * 2 of at most sum|terms| each (the chunks before the last are full: kbn >=
- * (kc - 1) cb + 4), inside the bound's (kbn + 2) 2^-24 sum|p|. */
+ * that row bit for bit. Roundings on any path: at most cb + kc - 1 <= kbn
+ * of at most sum|terms| each (kc chunks of cb blocks, cb kc = kbn), inside
+ * the bound's (kbn + 2) 2^-24 sum|p|. */
 enum {
     FM_THREADS = 256,
     FM_WARPS = FM_THREADS / 32,
     FM_NB = 8,      /* 32-blocks a batch (one cp.async group, one ring slot) */
-    FM_CB_MIN = 24, /* 32-blocks a chunk, at least (a multiple of FM_NB) */
+    FM_CB_MIN = 24, /* 32-blocks a chunk, at least, where the row is split (fm_cb) */
     FM_TR_MAX = 8,  /* token slots of an mma */
     FM_NT_MAX = 8,  /* row tiles a block */
     FM_BLOCKS_SM = 2, /* blocks an SM: what the registers allow (126 a thread) */
@@ -339,7 +340,14 @@ __device__ __forceinline__ uint2 fm_lds2(uint32_t a) {
  * the tiles, so the block's copies never stop at a tile's end (the block's
  * start, its activation fill and the chunk sums' barrier are paid once per
  * block or hidden behind copies in flight). */
-template <bool A8>
+/* Measuring aids (wrong results; bench_cuda_ops --fp4aid): NOCONV, the
+ * code words go to the mma as they are, no conversion; NOPROMO, the block
+ * sums are added without the scales (no products of scales, no table
+ * lookups); NOMATH, the warps only copy and wait (no ldmatrix, mma or
+ * promotion). */
+enum { FM_F_NOCONV = 1, FM_F_NOPROMO = 2, FM_F_NOMATH = 4 };
+
+template <bool A8, int F>
 __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
     k_fp4_mma(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int64_t m, int64_t k,
               const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws, int64_t n,
@@ -492,14 +500,14 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
             issue_next();
             fm_wait(st - 1); /* this lane's copies of item j */
             __syncwarp();       /* and the other lanes' */
-            { /* the batch's 128 scale bytes -> f32 by the table: lane l bytes 4l .. 4l + 3 */
+            if (!(F & (FM_F_NOPROMO | FM_F_NOMATH))) { /* the batch's 128 scale bytes -> f32 by the table: lane l bytes 4l .. 4l + 3 */
                 const uint32_t sb = *(const uint32_t *)(ring + cslot + 16 * FM_ROWB + 4 * lane);
                 *(float4 *)(swb + 4 * lane) = make_float4(e8m0_tab[sb & 0xff], e8m0_tab[(sb >> 8) & 0xff],
                                                           e8m0_tab[(sb >> 16) & 0xff], e8m0_tab[sb >> 24]);
             }
             __syncwarp();
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++) { /* blocks 4hh .. 4hh + 3 of the batch */
+            for (int hh = 0; hh < 2 && !(F & FM_F_NOMATH); hh++) { /* blocks 4hh .. 4hh + 3 of the batch */
                 uint32_t qv[8];
                 fm_ldsm4(qv, ring_s + cslot + lsm + 64 * hh);
                 fm_ldsm4(qv + 4, ring_s + cslot + lsm + 64 * hh + 32);
@@ -518,14 +526,27 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                         x = fm_lds4(xa + (4 * hh + jj) * 64);
                     }
                     const uint32_t wa = qv[2 * jj], wb = qv[2 * jj + 1];
-                    const uint32_t la = fd_lo(wa), ha = fd_hi(wa), lb = fd_lo(wb), hb = fd_hi(wb);
                     float d[4];
-                    fm_mma(d, fm_h2(la), fm_h2(lb), fm_h2_hi(la), fm_h2_hi(lb), x.x, x.y, 0.f, 0.f, 0.f, 0.f);
-                    fm_mma(d, fm_h2(ha), fm_h2(hb), fm_h2_hi(ha), fm_h2_hi(hb), x.z, x.w, d[0], d[1], d[2], d[3]);
-                    acc0 = fmaf(d[0], fa[jj] * sw0[jj], acc0);
-                    acc1 = fmaf(d[1], fb[jj] * sw0[jj], acc1);
-                    acc2 = fmaf(d[2], fa[jj] * sw1[jj], acc2);
-                    acc3 = fmaf(d[3], fb[jj] * sw1[jj], acc3);
+                    if (F & FM_F_NOCONV) {
+                        fm_mma(d, wa, wb, wa ^ 1u, wb ^ 1u, x.x, x.y, 0.f, 0.f, 0.f, 0.f);
+                        fm_mma(d, wa ^ 2u, wb ^ 2u, wa ^ 3u, wb ^ 3u, x.z, x.w, d[0], d[1], d[2], d[3]);
+                    } else {
+                        const uint32_t la = fd_lo(wa), ha = fd_hi(wa), lb = fd_lo(wb), hb = fd_hi(wb);
+                        fm_mma(d, fm_h2(la), fm_h2(lb), fm_h2_hi(la), fm_h2_hi(lb), x.x, x.y, 0.f, 0.f, 0.f, 0.f);
+                        fm_mma(d, fm_h2(ha), fm_h2(hb), fm_h2_hi(ha), fm_h2_hi(hb), x.z, x.w, d[0], d[1], d[2],
+                               d[3]);
+                    }
+                    if (F & FM_F_NOPROMO) {
+                        acc0 += d[0];
+                        acc1 += d[1];
+                        acc2 += d[2];
+                        acc3 += d[3];
+                    } else {
+                        acc0 = fmaf(d[0], fa[jj] * sw0[jj], acc0);
+                        acc1 = fmaf(d[1], fb[jj] * sw0[jj], acc1);
+                        acc2 = fmaf(d[2], fa[jj] * sw1[jj], acc2);
+                        acc3 = fmaf(d[3], fb[jj] * sw1[jj], acc3);
+                    }
                 }
             }
             cslot = cslot + FM_SLOT == st * FM_SLOT ? 0 : cslot + FM_SLOT;
@@ -537,8 +558,10 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                 xa = xa0;
                 sa0 = sa00;
                 sa1 = sa10;
-                if (c > 0) red[((tile & 1) * FM_WARPS + warp) * 32 + lane] = make_float4(acc0, acc1, acc2, acc3);
-                __syncthreads();
+                if (kc > 1) { /* the chunk sums to warp c = 0 (kc alike in the whole block) */
+                    if (c > 0) red[((tile & 1) * FM_WARPS + warp) * 32 + lane] = make_float4(acc0, acc1, acc2, acc3);
+                    __syncthreads();
+                }
                 if (c == 0) {
                     for (int h = 1; h < kc; h++) { /* chunk order */
                         const float4 p = red[((tile & 1) * FM_WARPS + warp + h) * 32 + lane];
@@ -561,17 +584,33 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                 tile++;
             }
         }
-        if (!nbat) /* idle warps: one barrier a tile, as the others */
+        if (!nbat && kc > 1) /* idle warps: one barrier a tile, as the others */
             for (int h = 0; h < ntl; h++) __syncthreads();
     }
 }
 
-/* 32-blocks a chunk: at least FM_CB_MIN, a multiple of FM_NB, at most
- * FM_WARPS chunks a row. Depends on k alone (the bits do). */
+/* 32-blocks a chunk: the row's batches of FM_NB blocks dealt into kc equal
+ * chunks, kc the largest of 8, 4, 2 that divides them leaving at least
+ * FM_CB_MIN blocks a chunk, else 1 (the whole row). Every warp of a block
+ * then has a chunk (rtn = FM_WARPS / kc row tiles side by side) and all
+ * chunks are equally long, so no warp idles or waits at a tile's barrier
+ * for a longer one, and kc = 1 needs no barrier at all: w1 (k 5120) 4
+ * chunks of 40 blocks, w2 (k 2304) one of 72. Before, chunks of 24 (w1: 7,
+ * the last 16 long, the 8th warp idle; w2: 3, two warps idle) left the
+ * warps ~38 % of their cycles at that barrier (ncu, aid run 1 in
+ * docs/gpu-notes.md). Depends on k alone (the bits do); k % 256 == 0
+ * where this kernel runs. */
+static int fm_cb_24 = 0; /* measuring aid (cuda_fp4_dec_set_aid 8): the rule before, chunks of 24 blocks */
 static int fm_cb(int64_t kbn) {
-    int64_t cb = (kbn + FM_WARPS - 1) / FM_WARPS;
-    cb = (cb + FM_NB - 1) / FM_NB * FM_NB;
-    return (int)(cb < FM_CB_MIN ? FM_CB_MIN : cb);
+    if (fm_cb_24) {
+        int64_t cb = (kbn + FM_WARPS - 1) / FM_WARPS;
+        cb = (cb + FM_NB - 1) / FM_NB * FM_NB;
+        return (int)(cb < FM_CB_MIN ? FM_CB_MIN : cb);
+    }
+    const int64_t nb = kbn / FM_NB;
+    for (int kc = FM_WARPS; kc > 1; kc /= 2)
+        if (nb % kc == 0 && nb / kc * FM_NB >= FM_CB_MIN) return (int)(kbn / kc);
+    return (int)kbn;
 }
 
 /* measuring aid: 0 runs the CUDA-core kernel where the tensor-core one
@@ -640,6 +679,12 @@ static int fm_tr_forced = 0; /* measuring aid: 1 .. FM_TR_MAX forces it */
 extern "C" void cuda_fp4_dec_set_tr(int tr) { fm_tr_forced = tr >= 1 && tr <= FM_TR_MAX ? tr : 0; }
 static int fm_a8_forced = -1; /* measuring aid: 0 the f16 form, 1 the A8 form, -1 chosen */
 extern "C" void cuda_fp4_dec_set_a8(int on) { fm_a8_forced = on == 0 || on == 1 ? on : -1; }
+static int fm_aid = 0; /* measuring aid: FM_F_* flags (the f16 form; wrong results) */
+/* flags 1, 2, 4: FM_F_*; 8: the chunk rule before (right results, other bits) */
+extern "C" void cuda_fp4_dec_set_aid(int flags) {
+    fm_aid = flags >= 0 && flags < 16 ? flags & 7 : 0;
+    fm_cb_24 = flags >= 0 && flags < 16 && (flags & 8);
+}
 /* the most slots up to want that two blocks an SM fit (each block's
  * dynamic memory plus the 1 KB the runtime reserves a block), at least 1 */
 static int fm_fit(int64_t kbn, int64_t want, bool a8) {
@@ -693,18 +738,23 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
                          const uint8_t *w, const uint8_t *ws, int64_t n, const int32_t *ids,
                          const int32_t *off, int groups, const int32_t *rows, void *out, int out_mode,
                          const uint8_t *w_b, const uint8_t *ws_b, void *out_b, cudaStream_t stream) {
-    static size_t attr[2] = {0, 0}; /* the shared memory each form is allowed so far */
+    static size_t attr[10]; /* the shared memory each instance is allowed so far */
     const int64_t kbn = k / 32;
     const int cb = fm_cb(kbn), kc = (int)((kbn + cb - 1) / cb), rtn = FM_WARPS / kc;
     int tr = pl.tr, st = pl.st;
     while (st > 2 && fm_smem(tr, kbn, pl.a8, st) > FD_SMEM_MAX) st--;
     while (tr > 1 && fm_smem(tr, kbn, pl.a8, st) > FD_SMEM_MAX) tr--;
     const size_t smem = fm_smem(tr, kbn, pl.a8, st);
-    auto kern = pl.a8 ? k_fp4_mma<true> : k_fp4_mma<false>;
-    if (smem > 48 * 1024 && smem > attr[pl.a8]) {
+    /* the two forms, then the f16 form's measuring aids */
+    decltype(&k_fp4_mma<false, 0>) const kerns[] = {
+        k_fp4_mma<false, 0>, k_fp4_mma<true, 0>, k_fp4_mma<false, 1>, k_fp4_mma<false, 2>, k_fp4_mma<false, 3>,
+        k_fp4_mma<false, 4>};
+    const int ki = fm_aid ? (fm_aid & FM_F_NOMATH ? 5 : fm_aid + 1) : (int)pl.a8;
+    auto kern = kerns[ki];
+    if (smem > 48 * 1024 && smem > attr[ki]) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
-        attr[pl.a8] = smem;
+        attr[ki] = smem;
     }
     /* row tiles a block: all blocks of all groups (and both products of a
      * pair) resident at once where FM_NT_MAX allows, FM_BLOCKS_SM an SM (the
