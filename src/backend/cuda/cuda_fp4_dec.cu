@@ -738,7 +738,6 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
                          const uint8_t *w, const uint8_t *ws, int64_t n, const int32_t *ids,
                          const int32_t *off, int groups, const int32_t *rows, void *out, int out_mode,
                          const uint8_t *w_b, const uint8_t *ws_b, void *out_b, cudaStream_t stream) {
-    static size_t attr[10]; /* the shared memory each instance is allowed so far */
     const int64_t kbn = k / 32;
     const int cb = fm_cb(kbn), kc = (int)((kbn + cb - 1) / cb), rtn = FM_WARPS / kc;
     int tr = pl.tr, st = pl.st;
@@ -749,6 +748,7 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
     decltype(&k_fp4_mma<false, 0>) const kerns[] = {
         k_fp4_mma<false, 0>, k_fp4_mma<true, 0>, k_fp4_mma<false, 1>, k_fp4_mma<false, 2>, k_fp4_mma<false, 3>,
         k_fp4_mma<false, 4>};
+    static size_t attr[sizeof kerns / sizeof *kerns]; /* the shared memory each is allowed so far */
     const int ki = fm_aid ? (fm_aid & FM_F_NOMATH ? 5 : fm_aid + 1) : (int)pl.a8;
     auto kern = kerns[ki];
     if (smem > 48 * 1024 && smem > attr[ki]) {
