@@ -888,11 +888,10 @@ static void bench_fp4_aid(int only) {
 /* --gg [f,f,...]: the grouped MXFP4 GEMM of the prefill's routed experts
  * (cuda_gemm_grouped.cu) at 8,192 tokens x top-6 over 384 experts, w1
  * [2304 x 5120] and w2 [5120 x 2304], in each of the kernel's forms by
- * flags (default: all built, the default form first: 393, the wgmma form
- * of cuda_gemm_grouped_wg.cu with the weights by the bulk copy engine and
- * the producer's source pointers kept an item; 8 + v its variant v: 137
- * without the kept pointers, 265 / 9 those with the weights by the
- * producer's copies, 10 and 12 measuring aids). */
+ * flags (default: all built, the default form first: 137, the wgmma form
+ * of cuda_gemm_grouped_wg.cu with the weights by the bulk copy engine; 8 +
+ * v its variant v: 9 the weights by the producer's copies, 10 and 12
+ * measuring aids). */
 extern "C" void cuda_gemm_grouped_set_form(int form);
 static void bench_gg(const char *list) {
     int forms[16], nf = 0;
@@ -903,7 +902,7 @@ static void bench_gg(const char *list) {
             if (*p) p++;
         }
     } else {
-        const int all[] = {393, 137, 265, 9, 8, 7, 1, 0, 3, 5};
+        const int all[] = {137, 9, 8, 7, 1, 0, 3, 5};
         for (int f : all) forms[nf++] = f;
     }
     char sfx[32];

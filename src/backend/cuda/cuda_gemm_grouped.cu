@@ -454,7 +454,7 @@ di_status cuda_launch_gemm_mxfp4_grouped_tiled(const uint8_t *qa, const float *s
     int flags = gg_form >= 0 ? gg_form : cuda_env_switch("DI_CUDA_GG_PIPE", &pipe_env)
                                      ? GG_F_WG + CUDA_GW_VARIANT_DEFAULT
                                      : 0;
-    if (flags >= GG_F_WG) { /* forms 8 + v: the wgmma kernel's variant v (393 the default) */
+    if (flags >= GG_F_WG) { /* forms 8 + v: the wgmma kernel's variant v (137 the default) */
         if (cuda_gemm_grouped_wg_applies(qa, sa, k, w, ws, n))
             return cuda_launch_gemm_mxfp4_grouped_wg(qa, sa, k, w, ws, n, ids, off, ngroups, rows, out,
                                                      out_bf16, flags - GG_F_WG, stream, err);

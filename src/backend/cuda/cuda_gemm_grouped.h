@@ -29,9 +29,8 @@ di_status cuda_launch_gemm_mxfp4_grouped_tiled(const uint8_t *qa, const float *s
  * (cuda_gemm_grouped_wg_applies). variant: the kernel's form flags
  * (GW_F_* in the .cu; CUDA_GW_VARIANT_DEFAULT the default, which takes the
  * weights by the bulk copy engine where whole output tiles allow it and is
- * variant 257 elsewhere, both with the producer's source pointers kept an
- * item; 2, 4, ... measuring aids). */
-enum { CUDA_GW_VARIANT_DEFAULT = 385 }; /* GW_F_ROWS | GW_F_TMAW | GW_F_ROWPTR */
+ * variant 1 elsewhere; 2, 4, ... measuring aids). */
+enum { CUDA_GW_VARIANT_DEFAULT = 129 }; /* GW_F_ROWS | GW_F_TMAW */
 bool cuda_gemm_grouped_wg_applies(const uint8_t *qa, const float *sa, int64_t k, const uint8_t *w,
                                   const uint8_t *ws, int64_t n);
 di_status cuda_launch_gemm_mxfp4_grouped_wg(const uint8_t *qa, const float *sa, int64_t k,

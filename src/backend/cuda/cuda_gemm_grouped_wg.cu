@@ -152,16 +152,16 @@ struct GwItem {
  * staging layout), completing on a barrier of its own, so the producer
  * threads issue only the activation rows and the scales: w1 at an 8K
  * prefill 5.23 -> 4.95 ms, w2 5.48 -> 5.17 (tma run 1, docs/gpu-notes.md).
- * GW_F_ROWPTR: the producer computes its rows' source pointers (eight
- * activation rows a thread, its row's activation scales and weight scales)
- * once an item and adds the stage's offset, instead of the 64-bit address
- * arithmetic and row shuffles every stage, which were most of its
- * instruction stream while the math warpgroups waited for it ~40 % of
- * their time (ncu run 3): w1 4.95 -> 4.17 ms, w2 5.22 -> 4.54 (rowptr run
- * 1). The default (CUDA_GW_VARIANT_DEFAULT) is GW_F_ROWS | GW_F_TMAW |
- * GW_F_ROWPTR, without GW_F_TMAW where whole output tiles do not allow it. */
+ * The default (CUDA_GW_VARIANT_DEFAULT) is GW_F_ROWS | GW_F_TMAW, without
+ * GW_F_TMAW where whole output tiles do not allow it. In every variant the
+ * producer computes its rows' source pointers (eight activation rows a
+ * thread, its row's activation scales and weight scales) once an item and
+ * adds the stage's offset: the 64-bit address arithmetic and row shuffles
+ * it did every stage before were most of its instruction stream while the
+ * math warpgroups waited for it ~40 % of their time (ncu run 3); w1 4.95 ->
+ * 4.17 ms, w2 5.22 -> 4.54 (rowptr run 1, docs/gpu-notes.md). */
 enum { GW_F_ROWS = 1, GW_F_NOCONV = 2, GW_F_NOPROMO = 4, GW_F_NOA = 8, GW_F_NORAW = 16, GW_F_NOMMA = 32,
-       GW_F_WARPARR = 64, GW_F_TMAW = 128, GW_F_ROWPTR = 256 };
+       GW_F_WARPARR = 64, GW_F_TMAW = 128 };
 
 template <int F>
 __global__ void __launch_bounds__(GW_THREADS, 1)
@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
         int kt_i = 0;
         GwItem I = {0, 0, 0, 0, 0};
         int arow = -1; /* tile row p's activation row, -1 past the group */
-        /* GW_F_ROWPTR: an item's source pointers (at kt 0) and their validity */
+        /* an item's source pointers (at kt 0) and their validity */
         const uint8_t *rp[8], *wsp = ws;
         const float *sap = sa;
         uint32_t rvalid = 0;
@@ -230,18 +230,16 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
                 if (kt_i == 0) {
                     I = item_of(it_i);
                     arow = I.s0 + p < I.cnt ? rows[I.base + I.s0 + p] : -1;
-                    if (F & GW_F_ROWPTR) {
-                        rvalid = 0;
+                    rvalid = 0;
 #pragma unroll
-                        for (int q = 0; q < 8; q++) {
-                            const int ar = __shfl_sync(0xffffffffu, arow, 4 * q + (lane >> 3));
-                            rp[q] = qa + (int64_t)(ar >= 0 ? ar : 0) * k + (lane & 7) * 16;
-                            rvalid |= (uint32_t)(ar >= 0) << q;
-                        }
-                        sap = sa + (int64_t)(arow >= 0 ? arow : 0) * kbn;
-                        const int nr = I.n0 + p;
-                        wsp = ws + ((int64_t)I.e * n + (nr < n ? nr : 0)) * kbn;
+                    for (int q = 0; q < 8; q++) {
+                        const int ar = __shfl_sync(0xffffffffu, arow, 4 * q + (lane >> 3));
+                        rp[q] = qa + (int64_t)(ar >= 0 ? ar : 0) * k + (lane & 7) * 16;
+                        rvalid |= (uint32_t)(ar >= 0) << q;
                     }
+                    sap = sa + (int64_t)(arow >= 0 ? arow : 0) * kbn;
+                    const int nr = I.n0 + p;
+                    wsp = ws + ((int64_t)I.e * n + (nr < n ? nr : 0)) * kbn;
                 }
                 const int st = (int)(g % GW_ST);
                 if (g >= GW_ST) mbar_wait(s_empty + 8 * st, (uint32_t)((g / GW_ST) & 1) ^ 1u);
@@ -251,20 +249,11 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
                  * made every instruction touch 32 lines, half a sector each) */
 #pragma unroll
                 for (int q = 0; q < 8 && !(F & GW_F_NOA); q++) {
-                    const int rl = 4 * q + (lane >> 3), c = lane & 7, row = (warp - 8) * 32 + rl;
-                    if (F & GW_F_ROWPTR) {
-                        cp_async16(sb + GW_A + row * 128 + ((c ^ (row & 7)) << 4), rp[q] + kt_i * GW_BK,
-                                   (rvalid >> q) & 1u);
-                    } else {
-                        const int ar = __shfl_sync(0xffffffffu, arow, rl);
-                        const uint8_t *ga = qa + (int64_t)(ar >= 0 ? ar : 0) * k + (int64_t)kt_i * GW_BK + c * 16;
-                        cp_async16(sb + GW_A + row * 128 + ((c ^ (row & 7)) << 4), ga, ar >= 0);
-                    }
+                    const int c = lane & 7, row = (warp - 8) * 32 + 4 * q + (lane >> 3);
+                    cp_async16(sb + GW_A + row * 128 + ((c ^ (row & 7)) << 4), rp[q] + kt_i * GW_BK,
+                               (rvalid >> q) & 1u);
                 }
-                if (!(F & GW_F_NOA))
-                    cp_async16(sb + GW_SA + p * 16,
-                               F & GW_F_ROWPTR ? sap + kt_i * 4 : sa + (int64_t)(arow >= 0 ? arow : 0) * kbn + kt_i * 4,
-                               arow >= 0);
+                if (!(F & GW_F_NOA)) cp_async16(sb + GW_SA + p * 16, sap + kt_i * 4, arow >= 0);
                 if ((F & GW_F_TMAW) && !(F & GW_F_NORAW) && p == 0) {
                     mbar_arrive_expect_tx(s_wfull + 8 * st, GW_BN * GW_BK / 2);
                     tma_load_2d(sb + GW_RAW, &map_w, kt_i * (GW_BK / 2), I.e * n + I.n0, s_wfull + 8 * st);
@@ -277,13 +266,7 @@ __global__ void __launch_bounds__(GW_THREADS, 1)
                     const int sc = F & GW_F_ROWS ? ch ^ ((r >> 1) & 3) : ch;
                     cp_async16(sb + GW_RAW + r * 64 + sc * 16, src, vb);
                 }
-                {
-                    const int nr = I.n0 + p;
-                    const bool vb = nr < n;
-                    cp_async4(sb + GW_RSW + p * 4,
-                              F & GW_F_ROWPTR ? wsp + kt_i * 4 : ws + ((int64_t)I.e * n + (vb ? nr : 0)) * kbn + kt_i * 4,
-                              vb);
-                }
+                cp_async4(sb + GW_RSW + p * 4, wsp + kt_i * 4, I.n0 + p < n);
                 if (++kt_i == kt_n) kt_i = 0, it_i += gridDim.x;
             }
             asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -442,8 +425,7 @@ di_status cuda_launch_gemm_mxfp4_grouped_wg(const uint8_t *qa, const float *sa, 
                  {7, k_gemm_mxfp4_grouped_wg<7>},   {15, k_gemm_mxfp4_grouped_wg<15>},
                  {23, k_gemm_mxfp4_grouped_wg<23>}, {39, k_gemm_mxfp4_grouped_wg<39>},
                  {33, k_gemm_mxfp4_grouped_wg<33>}, {65, k_gemm_mxfp4_grouped_wg<65>},
-                 {27, k_gemm_mxfp4_grouped_wg<27>}, {129, k_gemm_mxfp4_grouped_wg<129>},
-                 {257, k_gemm_mxfp4_grouped_wg<257>}, {385, k_gemm_mxfp4_grouped_wg<385>}};
+                 {27, k_gemm_mxfp4_grouped_wg<27>}, {129, k_gemm_mxfp4_grouped_wg<129>}};
     const int NK = (int)(sizeof kerns / sizeof kerns[0]);
     /* GW_F_TMAW: whole output tiles (no expert's tile runs into the next
      * one's rows or past the last), and a tensor map over the weights: as
