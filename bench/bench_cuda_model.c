@@ -80,11 +80,23 @@ static void fill_ids(int32_t *ids, int64_t n, int64_t vocab, uint64_t seed) {
     }
 }
 
+/* The logits buffer: page-locked as the engine's (BENCH_PAGEABLE=1: malloc,
+ * to time the download into pageable memory against it). */
+static float *logits_alloc(di_backend *be, size_t floats) {
+    const char *e = getenv("BENCH_PAGEABLE");
+    return e && *e == '1' ? malloc(floats * sizeof(float)) : di_host_alloc(be, floats * sizeof(float));
+}
+static void logits_free(di_backend *be, float *p) {
+    const char *e = getenv("BENCH_PAGEABLE");
+    if (e && *e == '1') free(p);
+    else di_host_free(be, p);
+}
+
 static void bench_prefill(di_lm *lm, di_backend *be, int64_t P) {
     di_err err = {0};
     int64_t V = lm->cfg->vocab_size;
     int32_t *ids = malloc((size_t)P * sizeof *ids);
-    float *logits = malloc((size_t)V * sizeof(float));
+    float *logits = logits_alloc(be, (size_t)V);
     if (!ids || !logits) die("out of memory", NULL);
     fill_ids(ids, P, V, 7);
     for (int rep = 0; rep < 3; rep++) {
@@ -106,7 +118,7 @@ static void bench_prefill(di_lm *lm, di_backend *be, int64_t P) {
         di_seqstate_free(&st);
     }
     free(ids);
-    free(logits);
+    logits_free(be, logits);
 }
 
 static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int steps) {
@@ -116,7 +128,7 @@ static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int step
     di_fwd_seq *q = calloc((size_t)B, sizeof *q);
     int32_t *ids = malloc((size_t)(B * ctx) * sizeof *ids);
     int32_t *next = malloc((size_t)B * sizeof *next);
-    float *logits = malloc((size_t)(B * V) * sizeof(float));
+    float *logits = logits_alloc(be, (size_t)(B * V));
     if (!st || !q || !ids || !next || !logits) die("out of memory", NULL);
     fill_ids(ids, B * ctx, V, 11);
     for (int b = 0; b < B; b++) {
@@ -170,7 +182,7 @@ static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int step
     free(q);
     free(ids);
     free(next);
-    free(logits);
+    logits_free(be, logits);
 }
 
 /* Device-to-device copy bandwidth (bytes read + written per second) of a

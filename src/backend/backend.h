@@ -29,6 +29,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "backend/kvstore.h"
 #include "core/error.h"
@@ -111,6 +112,12 @@ typedef struct di_backend_ops {
     void (*upload)(di_backend *be, void *dst, const void *src, size_t bytes);
     void (*download)(di_backend *be, void *dst, const void *src, size_t bytes);
     void (*copy)(di_backend *be, void *dst, const void *src, size_t bytes);
+    /* Host memory for what a download fills often (the logits): page-locked
+     * on a device backend, so the download is one transfer at the bus's
+     * speed instead of the driver's pageable staging. Optional (NULL: use
+     * malloc / free, as di_host_alloc does); NULL on failure. */
+    void *(*host_alloc)(di_backend *be, size_t bytes);
+    void (*host_free)(di_backend *be, void *p);
 
     /* ---- linear algebra ---- */
     /* y[m, n_out] = x[m, n_in] · Wᵀ, fp32 accumulation per 32-input block
@@ -370,6 +377,15 @@ struct di_backend {
 /* alloc_raw where the backend has it, else alloc. */
 static inline void *di_alloc_raw(di_backend *be, size_t bytes) {
     return be->ops->alloc_raw ? be->ops->alloc_raw(be, bytes) : be->ops->alloc(be, bytes);
+}
+
+/* host_alloc / host_free where the backend has them, else malloc / free. */
+static inline void *di_host_alloc(di_backend *be, size_t bytes) {
+    return be && be->ops->host_alloc ? be->ops->host_alloc(be, bytes) : malloc(bytes ? bytes : 1);
+}
+static inline void di_host_free(di_backend *be, void *p) {
+    if (be && be->ops->host_free) be->ops->host_free(be, p);
+    else free(p);
 }
 
 /* CPU backend: the linears on the kernels of backend/cpu/kernels.h (AVX2 or

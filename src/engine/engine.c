@@ -71,6 +71,15 @@ di_status di_engine_init(di_engine *e, const di_runner *r, const di_tokenizer *t
     return DI_OK;
 }
 
+static void logits_release(di_engine *e) {
+    if (e->logits) {
+        if (e->runner.ops && e->runner.ops->logits_free) e->runner.ops->logits_free(e->runner.ctx, e->logits);
+        else free(e->logits);
+    }
+    e->logits = NULL;
+    e->logits_cap = 0;
+}
+
 void di_engine_fini(di_engine *e) {
     di_scheduler_free(&e->sched);
     for (size_t i = 0; i < e->n_reqs; i++) di_request_free(e->reqs[i]);
@@ -78,7 +87,7 @@ void di_engine_fini(di_engine *e) {
     free(e->done_ids);
     free(e->items);
     free(e->failed);
-    free(e->logits);
+    logits_release(e);
     di_sampler_free(&e->sampler);
     if (e->vocab) di_vocab_free(e->vocab);
     e->reqs = NULL;
@@ -542,7 +551,10 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
     }
     size_t need = (size_t)(all_rows ? rows : (int64_t)n) * (size_t)e->runner.vocab;
     if (need > e->logits_cap) {
-        float *l = realloc(e->logits, need * sizeof *l);
+        /* the old rows are not kept: every step writes the rows it reads */
+        logits_release(e);
+        const di_runner_ops *ro = e->runner.ops;
+        float *l = ro->logits_alloc ? ro->logits_alloc(e->runner.ctx, need * sizeof *l) : malloc(need * sizeof *l);
         if (!l) return di_err_set(err, DI_ERR_NOMEM, "logits of %zu floats: out of memory", need);
         e->logits = l;
         e->logits_cap = need;

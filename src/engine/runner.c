@@ -46,7 +46,18 @@ static di_status lm_forward(void *ctx, const di_runner_seq *seqs, int n_seqs, fl
     return st;
 }
 
-static const di_runner_ops lm_ops = {lm_state_bytes, lm_state_new, lm_state_free, lm_forward};
+static void *lm_logits_alloc(void *ctx, size_t bytes) {
+    const di_lm *lm = ctx;
+    return di_host_alloc(lm->be, bytes);
+}
+
+static void lm_logits_free(void *ctx, void *p) {
+    const di_lm *lm = ctx;
+    di_host_free(lm->be, p);
+}
+
+static const di_runner_ops lm_ops = {lm_state_bytes, lm_state_new, lm_state_free, lm_forward,
+                                     lm_logits_alloc, lm_logits_free};
 
 void di_runner_lm_init(di_runner *r, const di_lm *lm) {
     r->ops = &lm_ops;

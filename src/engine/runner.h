@@ -28,6 +28,11 @@ typedef struct di_runner_ops {
      * all_rows = 1: [sum n, V] of every row. Advances every state. */
     di_status (*forward)(void *ctx, const di_runner_seq *seqs, int n_seqs, float *logits,
                          int all_rows, di_err *err);
+    /* Host memory for the logits buffer: a device runner's is page-locked,
+     * so the logits come back in one transfer at the bus's speed. Optional
+     * (NULL: malloc / free); NULL on failure. */
+    void *(*logits_alloc)(void *ctx, size_t bytes);
+    void (*logits_free)(void *ctx, void *p);
 } di_runner_ops;
 
 typedef struct di_runner {

@@ -47,7 +47,8 @@ static di_status f_forward(void *ctx, const di_runner_seq *seqs, int n, float *l
     }
     return DI_OK;
 }
-static const di_runner_ops ops = {f_bytes, f_new, f_free, f_forward};
+static const di_runner_ops ops = {.state_bytes = f_bytes, .state_new = f_new, .state_free = f_free,
+                                  .forward = f_forward};
 
 typedef struct reader {
     const uint8_t *p;

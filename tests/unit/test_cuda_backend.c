@@ -929,6 +929,24 @@ static void test_memory(void) {
     if (status_ok("copy")) cmp_exact("overlapping copy", y, x, n);
     dev_free(d);
     free(x); free(y); free(z);
+    /* the logits' host buffer: page-locked, and a download reaches it whole
+     * (an odd size; the bytes past it untouched) */
+    {
+        int64_t nl = 100003;
+        float *hl = di_host_alloc(gpu, (size_t)(nl + 16) * 4), *xl = rnd(nl, 1.0f);
+        CHECK(hl != NULL && di_cuda_host_pinned(hl));
+        memset(hl, 0xff, (size_t)(nl + 16) * 4);
+        float *dl = dev_up(xl, (size_t)nl * 4);
+        gpu->ops->download(gpu, hl, dl, (size_t)nl * 4);
+        if (status_ok("download to page-locked memory")) cmp_exact("download to page-locked memory", hl, xl, nl);
+        uint32_t tail = 0xffffffffu;
+        for (int i = 0; i < 16; i++) tail &= ((uint32_t *)hl)[nl + i];
+        CHECK(tail == 0xffffffffu);
+        CHECK(!di_cuda_host_pinned(xl));
+        dev_free(dl);
+        di_host_free(gpu, hl);
+        free(xl);
+    }
     /* queued row copies in random order, some reading rows an earlier copy
      * of the same queue wrote: the result must be that of doing them one by
      * one; rows of 37 floats (byte path) and 64 (16-byte path) */

@@ -20,6 +20,11 @@ typedef struct fake_state {
 
 typedef struct fake {
     int64_t max_rows, max_seqs, calls, overflow;
+    /* the logits buffer the engine got from logits_alloc: each forward must
+     * write into the live one, large enough, and fini must give it back */
+    int64_t allocs, frees, foreign;
+    void *live;
+    size_t live_bytes;
 } fake;
 
 static uint64_t fmix(uint64_t h, uint64_t x) { return di_rng_bits(h, x, 17, 23); }
@@ -37,6 +42,8 @@ static di_status f_forward(void *ctx, const di_runner_seq *seqs, int n, float *l
     fake *f = ctx;
     int64_t rows = 0, row = 0;
     for (int i = 0; i < n; i++) rows += seqs[i].n;
+    if ((void *)logits != f->live || (size_t)(all_rows ? rows : n) * FV * sizeof(float) > f->live_bytes)
+        f->foreign++;
     if (rows > f->max_rows) f->max_rows = rows;
     if (n > f->max_seqs) f->max_seqs = n;
     f->calls++;
@@ -54,7 +61,24 @@ static di_status f_forward(void *ctx, const di_runner_seq *seqs, int n, float *l
     }
     return DI_OK;
 }
-static const di_runner_ops fake_ops = {f_bytes, f_new, f_free, f_forward};
+static void *f_logits_alloc(void *ctx, size_t bytes) {
+    fake *f = ctx;
+    if (f->live) f->foreign++; /* the old buffer must be given back first */
+    f->allocs++;
+    f->live = malloc(bytes);
+    f->live_bytes = bytes;
+    return f->live;
+}
+static void f_logits_free(void *ctx, void *p) {
+    fake *f = ctx;
+    if (p != f->live) f->foreign++;
+    f->frees++;
+    f->live = NULL;
+    free(p);
+}
+static const di_runner_ops fake_ops = {.state_bytes = f_bytes, .state_new = f_new, .state_free = f_free,
+                                       .forward = f_forward, .logits_alloc = f_logits_alloc,
+                                       .logits_free = f_logits_free};
 
 #define NREQ 40
 
@@ -149,6 +173,10 @@ static void test_invariance(void) {
         CHECKF(f.max_rows <= cases[c].budget, "case %zu: %lld rows", c, (long long)f.max_rows);
         CHECKF(f.max_seqs <= cases[c].mb, "case %zu: %lld seqs", c, (long long)f.max_seqs);
         CHECK_EQ_INT(f.overflow, 0);
+        /* the logits live in the runner's memory, and all of it comes back */
+        CHECKF(f.allocs >= 1 && f.allocs == f.frees && f.foreign == 0 && !f.live,
+               "case %zu: logits buffers %lld allocated, %lld freed, %lld foreign", c, (long long)f.allocs,
+               (long long)f.frees, (long long)f.foreign);
         if (cases[c].mem < 100000) CHECKF(pre > 0, "case %zu: no preemption", c);
         int same = 1;
         for (int q = 0; q < NREQ; q++)

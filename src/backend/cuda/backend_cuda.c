@@ -702,6 +702,16 @@ static void cu_download(di_backend *be, void *dst, const void *src, size_t bytes
     if (bytes) note(be, di_cuda_download(dst, src, bytes, &err), &err);
 }
 
+static void *cu_host_alloc(di_backend *be, size_t bytes) {
+    (void)be;
+    return di_cuda_host_alloc(bytes);
+}
+
+static void cu_host_free(di_backend *be, void *p) {
+    (void)be;
+    di_cuda_host_free(p);
+}
+
 static int ranges_meet(const char *a, size_t na, const char *b, size_t nb) {
     return a < b + nb && b < a + na;
 }
@@ -842,7 +852,7 @@ static void cu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t 
 static void cu_matmul_grouped(di_backend *be, const di_wmat *w, int groups, const float *x,
                               int64_t m, float *y) {
     int64_t K = w->n_in, N = w->n_out;
-    size_t xb = m > 0 && groups > 0 ? cuda_op_matmul_scratch_bytes((int)w->fmt, K, m, groups) : 0;
+    size_t xb = m > 0 && groups > 0 ? cuda_op_matmul_scratch_bytes((int)w->fmt, K, m, groups, N / groups) : 0;
     void *scr = xb ? cu_alloc_raw(be, xb) : NULL;
     op_enter(be, "matmul_grouped");
     di_err err = {0};

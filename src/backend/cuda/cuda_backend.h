@@ -59,6 +59,13 @@ di_status di_cuda_alloc(void **dev_ptr, size_t bytes, di_err *err);
 void di_cuda_free(void *dev_ptr); /* NULL is a no-op; errors are ignored */
 di_status di_cuda_upload(void *dev_dst, const void *host_src, size_t bytes, di_err *err);
 di_status di_cuda_download(void *host_dst, const void *dev_src, size_t bytes, di_err *err);
+/* Page-locked host memory (what downloads reach at the bus's speed), or
+ * ordinary memory when none can be locked; NULL only when neither can be
+ * had. di_cuda_host_free tells the two apart (NULL is a no-op). */
+void *di_cuda_host_alloc(size_t bytes);
+void di_cuda_host_free(void *host_ptr);
+/* Whether host_ptr is page-locked memory of this process's CUDA context. */
+int di_cuda_host_pinned(const void *host_ptr);
 /* Fills bytes with `byte` (used to poison outputs before a checked run). */
 di_status di_cuda_fill(void *dev_ptr, int byte, size_t bytes, di_err *err);
 

@@ -93,6 +93,30 @@ extern "C" di_status di_cuda_download(void *host_dst, const void *dev_src, size_
                       "download (device to host copy)");
 }
 
+/* A download into pageable memory goes through the driver's own staging
+ * buffers, one piece at a time (on an H200 host ~6.6 GB/s: a batch of 64
+ * rows of logits, 33 MB, took 5 ms of a 22 ms decode step); into page-locked
+ * memory it is one transfer at the bus's speed. */
+extern "C" void *di_cuda_host_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) == cudaSuccess) return p;
+    (void)cudaGetLastError(); /* locking failed (limits, no device): ordinary memory still works */
+    return malloc(bytes ? bytes : 1);
+}
+
+extern "C" int di_cuda_host_pinned(const void *host_ptr) {
+    cudaPointerAttributes a;
+    if (host_ptr && cudaPointerGetAttributes(&a, host_ptr) == cudaSuccess) return a.type == cudaMemoryTypeHost;
+    (void)cudaGetLastError();
+    return 0;
+}
+
+extern "C" void di_cuda_host_free(void *host_ptr) {
+    if (!host_ptr) return;
+    if (di_cuda_host_pinned(host_ptr)) cudaFreeHost(host_ptr);
+    else free(host_ptr);
+}
+
 extern "C" di_status di_cuda_fill(void *dev_ptr, int byte, size_t bytes, di_err *err) {
     return cuda_check(cudaMemset(dev_ptr, byte, bytes), err, "cudaMemset");
 }

@@ -5,6 +5,8 @@
 
 #include "backend/cuda/cuda_backend.h"
 
+#include <stdlib.h>
+
 static di_status no_cuda(di_err *err) {
     return di_err_set(err, DI_ERR_UNSUPPORTED,
                       "this build has no CUDA backend (nvcc was not found or DI_NO_CUDA=1)");
@@ -32,6 +34,12 @@ di_status di_cuda_download(void *host_dst, const void *dev_src, size_t bytes, di
     return no_cuda(err);
 }
 di_status di_cuda_fill(void *dev_ptr, int byte, size_t bytes, di_err *err) { return no_cuda(err); }
+void *di_cuda_host_alloc(size_t bytes) { return malloc(bytes ? bytes : 1); }
+void di_cuda_host_free(void *host_ptr) { free(host_ptr); }
+int di_cuda_host_pinned(const void *host_ptr) {
+    (void)host_ptr;
+    return 0;
+}
 di_status di_cuda_act_quant_fp8(const void *x, di_dtype x_dtype, int64_t m, int64_t k,
                                 uint8_t *q, float *scale, void *stream, di_err *err) {
     return no_cuda(err);
