@@ -567,7 +567,7 @@ static void bench_plain_one(int fmt, const char *name, int64_t n, int64_t k, int
     if (full_x) fill_full<<<256, 256>>>(x, (size_t)(m * kx));
     else fill_scales<<<256, 256>>>(x, (size_t)(m * kx), 5);
     /* x16: the scratch of the prefill form's bf16 copy of x */
-    size_t xs = x16 ? cuda_op_matmul_scratch_bytes(fmt, k, m, groups) : 0;
+    size_t xs = x16 ? cuda_op_matmul_scratch_bytes(fmt, k, m, groups, nr) : 0;
     void *scr = xs ? dalloc(xs) : NULL;
     int per = std::max(copies, 20 / copies * copies);
     double t = time_stream0([&](int i) {
@@ -826,6 +826,41 @@ static void bench_x16(void) {
     bench_hc_expand(1);
 }
 
+/* --midm: the plain products at decode batches past the decode form (9 to
+ * 256 rows, x bf16-valued as the model's), k_mm_tc against the prefill
+ * form with its bf16 copy of x (the same bits; cuda_ops_linear.cu's
+ * pf_applies chooses between them), then as the automatic path chooses */
+extern "C" void cuda_matmul_set_prefill(int min_rows); /* cuda_ops_linear.cu: 0 = never, 1 = always */
+static void bench_mid_m(void) {
+    struct { int fmt; const char *name; int64_t n, k; int groups; } cs[] = {
+        {DI_WFMT_BF16, "head", 129280, 5120, 1}, {DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8},
+        {DI_WFMT_BF16, "gate", 384, 5120, 1},    {DI_WFMT_BF16, "cmp_wkv", 512, 5120, 1},
+        {DI_WFMT_BF16, "idx_wp", 32, 5120, 1}};
+    for (auto &c : cs)
+        for (int64_t m : {9, 16, 32, 64, 128, 256}) {
+            cuda_matmul_set_prefill(0);
+            bench_plain_one(c.fmt, c.name, c.n, c.k, c.groups, m, 0, "_mmtc");
+            cuda_matmul_set_prefill(1);
+            bench_plain_one(c.fmt, c.name, c.n, c.k, c.groups, m, 0, "_pf", 1);
+            cuda_matmul_set_prefill(512);
+            bench_plain_one(c.fmt, c.name, c.n, c.k, c.groups, m, 0, "_auto", 1);
+        }
+    cuda_matmul_set_prefill(512);
+}
+
+/* --fp8mid: the FP8 products of a decode step at batches past the decode
+ * kernels (m > 16: the wgmma tiles), the model's shapes [n x k], by the
+ * automatic path and by the matrix-vector kernels, same call */
+static void bench_fp8_mid(void) {
+    const int64_t sh[][2] = {{1280, 5120}, {32768, 1280}, {512, 5120}, {5120, 8192},
+                             {2304, 5120}, {5120, 2304}, {4096, 1280}};
+    for (int64_t m : {32, 64, 256})
+        for (auto &s : sh) {
+            bench_gemm(m, s[0], s[1], DI_CUDA_GEMM_AUTO);
+            bench_gemm(m, s[0], s[1], DI_CUDA_GEMM_MATVEC);
+        }
+}
+
 /* --pfshapes: the FP8 products of an 8K-token prefill at the model's
  * shapes [n x k], as the model calls them (the automatic path): wq_a,
  * wq_b, wkv, wo_b, the shared expert's w1 / w3 and w2, the indexer's
@@ -933,6 +968,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--fp4st")) gemm = matvec = 0, plain = 5; /* bench_fp4_st only */
         else if (!strcmp(argv[i], "--x16")) gemm = matvec = 0, plain = 6; /* bench_x16 only */
         else if (!strcmp(argv[i], "--pfshapes")) gemm = matvec = 0, plain = 7; /* bench_pf_shapes only */
+        else if (!strcmp(argv[i], "--midm")) gemm = matvec = 0, plain = 9; /* bench_mid_m only */
+        else if (!strcmp(argv[i], "--fp8mid")) gemm = matvec = 0, plain = 10; /* bench_fp8_mid only */
         else if (!strcmp(argv[i], "--fp4aid")) { /* bench_fp4_aid only, a batch optional */
             gemm = matvec = 0, plain = 8;
             aid_batch = i + 1 < argc && argv[i + 1][0] != '-' ? atoi(argv[++i]) : 0;
@@ -962,6 +999,8 @@ int main(int argc, char **argv) {
     if (plain == 6) bench_x16();
     if (plain == 7) bench_pf_shapes();
     if (plain == 8) bench_fp4_aid(aid_batch);
+    if (plain == 9) bench_mid_m();
+    if (plain == 10) bench_fp8_mid();
     if (matvec) {
         bench_act_quant();
         /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */

@@ -1048,10 +1048,11 @@ static void test_matmul_decode_form(void) {
  * kernel's bound. */
 #if defined(DI_HAVE_CUDA)
 void cuda_matmul_set_prefill(int min_rows); /* cuda_ops_linear.cu: test aid, 0 = never */
+void cuda_matmul_set_mid(int min_rows);     /* cuda_ops_linear.cu: test aid, 0 = off */
 di_status cuda_op_matmul_plain_s(int fmt, const void *w, const uint8_t *s, int64_t n_out, int64_t n_in,
                                  const float *x, int64_t ldx, int64_t m, int groups, int64_t nr, float *y,
                                  int64_t ldy, int out_bf16, void *scratch, size_t scratch_bytes, di_err *err);
-size_t cuda_op_matmul_scratch_bytes(int fmt, int64_t n_in, int64_t m, int groups);
+size_t cuda_op_matmul_scratch_bytes(int fmt, int64_t n_in, int64_t m, int groups, int64_t nr);
 #endif
 static void test_matmul_prefill_form(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
@@ -1065,6 +1066,11 @@ static void test_matmul_prefill_form(void) {
         {DI_WFMT_FP8, 96, 160, 3, 1, 0, 130, 1},    /* groups, a half tile */
         {DI_WFMT_BF16, 200, 1056, 1, 0, 1, 130, 1}, /* 33 chunks */
         {DI_WFMT_BF16, 512, 5120, 1, 1, 1, 64, 1},  /* compressor, bf16 x */
+        /* decode batches past the decode form, chosen by the rule itself
+         * (no force): wo_a at 64 rows, a wide product at 9, the router at 32 */
+        {DI_WFMT_FP8, 1024, 4096, 8, 1, 1, 64, 0},
+        {DI_WFMT_BF16, 129280 / 16, 5120, 1, 1, 0, 9, 0},
+        {DI_WFMT_BF16, 384, 5120, 1, 1, 0, 32, 0},
     };
     double worst = 0;
     int64_t checked = 0;
@@ -1086,7 +1092,7 @@ static void test_matmul_prefill_form(void) {
         /* k_mm_tc, then the prefill form, then the prefill form with the scratch */
         for (int run = 0; run < 3 && ok; run++) {
             cuda_matmul_set_prefill(run == 0 ? 0 : sh[c].force ? 1 : 512);
-            size_t xs = run == 2 ? cuda_op_matmul_scratch_bytes(fmt, K, m, G) : 0;
+            size_t xs = run == 2 ? cuda_op_matmul_scratch_bytes(fmt, K, m, G, nr) : 0;
             dbuf dscr = dput(NULL, xs ? xs : 16);
             if (xs) di_cuda_fill(dscr.p, 0x5a, xs, &err); /* the flag must be written */
             di_status st = di_cuda_fill(dy.p, 0xff, dy.n, &err);
@@ -1124,6 +1130,19 @@ static void test_matmul_prefill_form(void) {
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
         free(w); free(ws); free(x); free(xb); free(ya); free(yb);
     }
+    /* the rule itself (cuda_ops_linear.cu pf_applies; the scratch is asked
+     * for exactly where the prefill form runs): wide products from 9 rows,
+     * narrow ones from 32, never at the decode form's 8 or with the mid rows
+     * off */
+    CHECK(cuda_op_matmul_scratch_bytes(DI_WFMT_BF16, 5120, 9, 1, 129280) > 0);
+    CHECK(cuda_op_matmul_scratch_bytes(DI_WFMT_BF16, 5120, 8, 1, 129280) == 0);
+    CHECK(cuda_op_matmul_scratch_bytes(DI_WFMT_BF16, 5120, 16, 1, 384) == 0);
+    CHECK(cuda_op_matmul_scratch_bytes(DI_WFMT_BF16, 5120, 32, 1, 384) > 0);
+    CHECK(cuda_op_matmul_scratch_bytes(DI_WFMT_FP8, 4096, 16, 8, 1024) > 0);
+    cuda_matmul_set_mid(0);
+    CHECK(cuda_op_matmul_scratch_bytes(DI_WFMT_BF16, 5120, 64, 1, 129280) == 0);
+    CHECK(cuda_op_matmul_scratch_bytes(DI_WFMT_BF16, 5120, 512, 1, 129280) > 0);
+    cuda_matmul_set_mid(9);
     printf("prefill form: equals k_mm_tc bit for bit; %lld cases against the exact sum, largest error / bound %.3g\n",
            (long long)checked, worst);
 #endif

@@ -802,15 +802,21 @@ static size_t wmat_bytes(const di_wmat *w, size_t *sbytes) {
 static void cu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
                       unsigned flags) {
     int quant = (flags & DI_MM_ACT_FP8) && (w->fmt == DI_WFMT_FP8 || w->fmt == DI_WFMT_FP4);
-    op_enter(be, !quant ? "matmul (plain)" : w->fmt == DI_WFMT_FP8 ? "matmul (fp8)" : "matmul (mxfp4)");
     int64_t K = w->n_in, N = w->n_out;
+    /* a plain product's bf16 copy of x, as for wo_a (cu_matmul_grouped) */
+    size_t xb = !quant && m > 0 && N > 0 ? cuda_op_matmul_scratch_bytes((int)w->fmt, K, m, 1, N) : 0;
+    void *scr = xb ? cu_alloc_raw(be, xb) : NULL;
+    op_enter(be, !quant ? "matmul (plain)" : w->fmt == DI_WFMT_FP8 ? "matmul (fp8)" : "matmul (mxfp4)");
     di_err err = {0};
     di_status st = DI_OK;
     if (m <= 0 || N <= 0) return;
     size_t sb = 0, wb = wmat_bytes(w, &sb);
     const void *dw = wdev(be, w->w, wb);
     const uint8_t *ds = sb ? wdev(be, w->s, sb) : NULL;
-    if (!dw || (sb && !ds)) return;
+    if (!dw || (sb && !ds)) {
+        cu_free(be, scr);
+        return;
+    }
     if (quant && w->fmt == DI_WFMT_FP8) { /* decode rows: quantized inside the product */
         int done = 0;
         st = cuda_op_gemm_fp8_x(x, m, K, dw, ds, N, y, (flags & DI_MM_OUT_BF16) != 0, &done, &err);
@@ -839,9 +845,10 @@ static void cu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t 
                                     NULL, &err);
         if (!st && (flags & DI_MM_OUT_BF16)) st = cuda_op_scale_bf16(y, m * N, 1.0f, &err);
     } else {
-        st = cuda_op_matmul_plain((int)w->fmt, dw, ds, N, K, x, K, m, 1, N, y, N,
-                                  (flags & DI_MM_OUT_BF16) != 0, &err);
+        st = cuda_op_matmul_plain_s((int)w->fmt, dw, ds, N, K, x, K, m, 1, N, y, N,
+                                    (flags & DI_MM_OUT_BF16) != 0, scr, scr ? xb : 0, &err);
     }
+    cu_free(be, scr);
     note(be, st, &err);
 }
 
@@ -1908,6 +1915,8 @@ static const di_backend_ops cuda_ops = {
     .free = cu_free,
     .upload = cu_upload,
     .download = cu_download,
+    .host_alloc = cu_host_alloc,
+    .host_free = cu_host_free,
     .copy = cu_copy,
     .matmul = cu_matmul,
     .matmul_grouped = cu_matmul_grouped,

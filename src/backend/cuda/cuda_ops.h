@@ -126,12 +126,13 @@ di_status cuda_op_matmul_plain(int fmt, const void *w, const uint8_t *s, int64_t
  * (NULL: none) for the prefill form's bf16 copy of x (many rows, BF16 / FP8
  * weights): where x turns out to be bf16-valued everywhere, the product
  * reads that copy instead of splitting x again in every block; the same
- * bits either way. The size is 0 where that form would not run. */
+ * bits either way. The size is 0 where that form would not run (nr: the
+ * outputs of a group). */
 di_status cuda_op_matmul_plain_s(int fmt, const void *w, const uint8_t *s, int64_t n_out,
                                  int64_t n_in, const float *x, int64_t ldx, int64_t m, int groups,
                                  int64_t nr, float *y, int64_t ldy, int out_bf16, void *scratch,
                                  size_t scratch_bytes, di_err *err);
-size_t cuda_op_matmul_scratch_bytes(int fmt, int64_t n_in, int64_t m, int groups);
+size_t cuda_op_matmul_scratch_bytes(int fmt, int64_t n_in, int64_t m, int groups, int64_t nr);
 
 /* ---- cuda_ops_hc.cu ---- */
 di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d, const float *fn,

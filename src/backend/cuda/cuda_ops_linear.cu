@@ -1004,6 +1004,32 @@ __global__ void __launch_bounds__(TC_KW * 32, 1) k_mm_pf(const void *w, const ui
 
 static int pf_min_rows = 512; /* measuring and test aid: rows from which the prefill form runs, 0 = never */
 extern "C" void cuda_matmul_set_prefill(int min_rows) { pf_min_rows = min_rows; }
+
+/* Decode batches past the decode form (m > 8) ran k_mm_tc, whose blocks of
+ * 32 outputs each read and split all m rows of x: the head at m = 64 took
+ * 2.7 ms for 1.3 GB of weights (torch's bf16 product 0.36), wo_a 0.19 ms.
+ * The prefill form has the same bits and reads x once per 64 outputs (as
+ * bf16 where x is bf16-valued). Measured (docs/gpu-notes.md, mid run 1,
+ * `bench_cuda_ops --midm`), it wins from 9 rows on where its blocks cover
+ * half the SMs (head m = 64 2,705 -> 557 µs, wo_a 195 -> 38) and from 32
+ * rows on for the narrow products too (the router at m = 64 81 -> 39;
+ * below 32 rows k_mm_tc's more, smaller blocks win there: 25 against 39).
+ * DI_CUDA_MM_MID=0 turns this off, DI_CUDA_MM_MID=r starts it at r rows
+ * (the narrow ones at r or 32, whichever is more): measuring aids. */
+static int pf_mid_rows = -1; /* -1: DI_CUDA_MM_MID not read yet */
+extern "C" void cuda_matmul_set_mid(int min_rows) { pf_mid_rows = min_rows; }
+
+static bool pf_applies(int64_t m, int64_t nr, int groups) {
+    if (!pf_min_rows) return false;
+    if (m >= pf_min_rows) return true;
+    if (pf_mid_rows < 0) {
+        const char *v = getenv("DI_CUDA_MM_MID");
+        pf_mid_rows = v && *v ? atoi(v) : 9;
+        if (pf_mid_rows < 0) pf_mid_rows = 0;
+    }
+    if (pf_mid_rows <= 0 || m < pf_mid_rows) return false;
+    return m >= 32 || ((nr + PF_O - 1) / PF_O) * groups >= cuda_sm_count() / 2;
+}
 static int pf_x16_on = 1; /* measuring and test aid: 0 leaves the bf16 form out (the fp32 form alone) */
 extern "C" void cuda_matmul_set_x16(int on) { pf_x16_on = on; }
 
@@ -1079,8 +1105,8 @@ static int64_t pf_smem(int esz, bool x16, bool fp8, int64_t K) {
 /* x16's bytes, then the blocks' answers and the flag */
 static size_t x16_bytes(int64_t m, int64_t cols) { return ((size_t)(m * cols) * 2 + 15) / 16 * 16; }
 
-extern "C" size_t cuda_op_matmul_scratch_bytes(int fmt, int64_t n_in, int64_t m, int groups) {
-    if (!pf_min_rows || !pf_x16_on || m < pf_min_rows || groups <= 0 || n_in <= 0 || n_in % TC_CH ||
+extern "C" size_t cuda_op_matmul_scratch_bytes(int fmt, int64_t n_in, int64_t m, int groups, int64_t nr) {
+    if (!pf_x16_on || groups <= 0 || n_in <= 0 || nr <= 0 || !pf_applies(m, nr, groups) || n_in % TC_CH ||
         (fmt != DI_WFMT_BF16 && fmt != DI_WFMT_FP8))
         return 0;
     return x16_bytes(m, (int64_t)groups * n_in) + (XS_BLOCKS + 1) * sizeof(int);
@@ -1094,7 +1120,7 @@ static di_status matmul_pf(int fmt, const void *w, const uint8_t *s, int64_t K, 
     static int env_on = -1; /* DI_CUDA_MM_PF=0: k_mm_tc at every m (measuring aid for the model bench) */
     cuda_env_switch("DI_CUDA_MM_PF", &env_on);
     const int esz = fmt == DI_WFMT_BF16 ? 2 : 1;
-    if (!pf_min_rows || !env_on || m < pf_min_rows || (fmt != DI_WFMT_BF16 && fmt != DI_WFMT_FP8) || K % TC_CH ||
+    if (!env_on || !pf_applies(m, nr, groups) || (fmt != DI_WFMT_BF16 && fmt != DI_WFMT_FP8) || K % TC_CH ||
         K > (1 << 20) || ldx % 4 || ((uintptr_t)x & 15) || ((uintptr_t)w % (8 * esz)) || groups > 65535)
         return DI_OK;
     if (fmt == DI_WFMT_FP8 && groups > 1 && nr % 32) return DI_OK;
@@ -1104,7 +1130,7 @@ static di_status matmul_pf(int fmt, const void *w, const uint8_t *s, int64_t K, 
     dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)groups);
     /* the bf16 form beside it where the scratch holds x16 */
     const int64_t cols = (int64_t)groups * K;
-    const size_t need = cuda_op_matmul_scratch_bytes(fmt, K, m, groups);
+    const size_t need = cuda_op_matmul_scratch_bytes(fmt, K, m, groups, nr);
     const bool x16 = scratch && need && scratch_bytes >= need;
     uint16_t *xs = x16 ? (uint16_t *)scratch : NULL;
     int *blk = x16 ? (int *)((uint8_t *)scratch + x16_bytes(m, cols)) : NULL, *flag = x16 ? blk + XS_BLOCKS : NULL;
