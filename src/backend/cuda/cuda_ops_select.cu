@@ -195,12 +195,12 @@ template <int KS> /* di = 16 KS */
 __global__ void __launch_bounds__(IX_THREADS)
     k_index_scores_tc(const float *__restrict__ q, const float *__restrict__ w, int64_t m, int hi,
                       int64_t width, const uint8_t *const *keys, const int32_t *n_vis,
-                      float *out) {
+                      float *out, int rows) {
     constexpr int DI = KS * 16, KB = DI / 2 + DI / 32; /* bytes of a packed key */
     __shared__ __align__(16) float part[2][IX_MAXH * IX_LD];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int64_t j0 = (int64_t)blockIdx.x * IX_KEYS, r0 = (int64_t)blockIdx.y * IX_ROWS;
-    const int64_t r1 = r0 + IX_ROWS < m ? r0 + IX_ROWS : m;
+    const int64_t j0 = (int64_t)blockIdx.x * IX_KEYS, r0 = (int64_t)blockIdx.y * rows;
+    const int64_t r1 = r0 + rows < m ? r0 + rows : m;
     const int nk = width - j0 < IX_KEYS ? (int)(width - j0) : IX_KEYS;
     const int mt_n = (hi + 15) / 16;
     uint32_t bf[2][KS][2];
@@ -311,14 +311,23 @@ extern "C" di_status cuda_op_index_scores_kv_fast(const float *q, const float *w
                                                   const int32_t *n_vis, int64_t width, float *out,
                                                   di_err *err) {
     if (m <= 0 || width <= 0) return DI_OK;
-    const int64_t gy = (m + IX_ROWS - 1) / IX_ROWS, gx = (width + IX_KEYS - 1) / IX_KEYS;
+    const int64_t gx = (width + IX_KEYS - 1) / IX_KEYS;
+    /* Rows a block: IX_ROWS share their key fragments in a prefill (the
+     * same sequence's keys); a decode batch's rows each have keys of their
+     * own, so there the rows go to more blocks, fewer a block, until the
+     * grid covers the GPU twice (a batch of 64 at a short context was one
+     * block walking 64 rows: 0.43 ms, docs/gpu-notes.md). A row's scores
+     * are the same computation in any block. */
+    int rows = IX_ROWS;
+    while (rows > 1 && gx * ((m + rows - 1) / rows) < 2 * cuda_sm_count()) rows /= 2;
+    const int64_t gy = (m + rows - 1) / rows;
     if (!cuda_index_tc_fits(hi, di, q) || gy > 65535 || gx > 0x7fffffffLL)
         return cuda_op_index_scores_kv(q, w, m, hi, di, keys, n_vis, width, out, err);
     const dim3 grid((unsigned)gx, (unsigned)gy);
     switch (di) {
-    case 32: k_index_scores_tc<2><<<grid, IX_THREADS>>>(q, w, m, hi, width, keys, n_vis, out); break;
-    case 64: k_index_scores_tc<4><<<grid, IX_THREADS>>>(q, w, m, hi, width, keys, n_vis, out); break;
-    default: k_index_scores_tc<8><<<grid, IX_THREADS>>>(q, w, m, hi, width, keys, n_vis, out); break;
+    case 32: k_index_scores_tc<2><<<grid, IX_THREADS>>>(q, w, m, hi, width, keys, n_vis, out, rows); break;
+    case 64: k_index_scores_tc<4><<<grid, IX_THREADS>>>(q, w, m, hi, width, keys, n_vis, out, rows); break;
+    default: k_index_scores_tc<8><<<grid, IX_THREADS>>>(q, w, m, hi, width, keys, n_vis, out, rows); break;
     }
     return cuda_check_launch(err, "index_scores_kv (tensor cores)");
 }
