@@ -352,6 +352,48 @@ static void test_gemm_fp8_tiled(void) {
     printf("fp8 tiled: largest error / bound %.3g\n", worst);
 }
 
+/* Which kernel AUTO takes for FP8 past 16 rows (cuda_gemm.cu
+ * fp8_tiles_pay): a few rows (<= 64) of a matrix of fewer than 20 tiles of
+ * 128 outputs go to the matrix-vector kernels, the rest to the tiles. The
+ * two give different bits (the tensor cores' FP8 adder against mma.sync), so
+ * AUTO must equal the path the rule names, bit for bit; the bound of the
+ * exact sum is checked through AUTO too. */
+static void test_gemm_fp8_narrow(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+    const struct { int64_t m, n, k; di_cuda_gemm_path same; } cs[] = {
+        {40, 512, 1280, DI_CUDA_GEMM_MATVEC}, {64, 2432, 256, DI_CUDA_GEMM_MATVEC},
+        {40, 2560, 256, DI_CUDA_GEMM_TILED},  {65, 512, 1280, DI_CUDA_GEMM_TILED}};
+    for (size_t c = 0; c < sizeof cs / sizeof *cs; c++) {
+        const int64_t m = cs[c].m, n = cs[c].n, k = cs[c].k, kbn = k / 32;
+        float *x = malloc((size_t)(m * k) * 4), *sa = malloc((size_t)(m * kbn) * 4);
+        uint8_t *qa = malloc((size_t)(m * k)), *w = malloc((size_t)(n * k)), *ws = malloc((size_t)((n + 31) / 32 * kbn));
+        float *oa = malloc((size_t)(m * n) * 4), *ob = malloc((size_t)(m * n) * 4);
+        fill_act(x, NULL, m, k);
+        ref_act_quant(x, m, k, qa, sa);
+        for (int64_t i = 0; i < n * k; i++) w[i] = rand_e4m3();
+        for (int64_t i = 0; i < (n + 31) / 32 * kbn; i++) ws[i] = (uint8_t)(120 + rng_next() % 10);
+        dbuf dqa = dput(qa, (size_t)(m * k)), dsa = dput(sa, (size_t)(m * kbn) * 4), dw = dput(w, (size_t)(n * k)),
+             dws = dput(ws, (size_t)((n + 31) / 32 * kbn)), dout = dput(NULL, (size_t)(m * n) * 4);
+        di_err err = {0};
+        int ok = 1;
+        for (int run = 0; run < 2 && ok; run++) {
+            ok = di_cuda_fill(dout.p, 0xff, dout.n, &err) == DI_OK &&
+                 di_cuda_gemm_fp8(dqa.p, dsa.p, m, k, dw.p, dws.p, n, dout.p, DI_DTYPE_F32,
+                                  run ? cs[c].same : DI_CUDA_GEMM_AUTO, NULL, &err) == DI_OK &&
+                 di_cuda_synchronize(&err) == DI_OK;
+            if (ok) dget(run ? ob : oa, dout);
+        }
+        CHECKF(ok, "fp8 narrow case %zu: %s", c, err.msg);
+        CHECKF(!ok || memcmp(oa, ob, (size_t)(m * n) * 4) == 0, "fp8 %lldx%lldx%lld: AUTO is not the %s path", (long long)m,
+               (long long)n, (long long)k, cs[c].same == DI_CUDA_GEMM_TILED ? "tiled" : "matrix-vector");
+        dbuf all[] = {dqa, dsa, dw, dws, dout};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
+        free(x); free(sa); free(qa); free(w); free(ws); free(oa); free(ob);
+    }
+    double e = check_gemm(0, 40, 512, 1280, DI_CUDA_GEMM_AUTO, DI_DTYPE_BF16);
+    printf("fp8 narrow rows: AUTO takes the named path; largest error / bound %.3g\n", e);
+}
+
 static void test_gemm_mxfp4(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
     const int64_t ms[] = {1, 3, 8, 16, 20};
@@ -1540,6 +1582,7 @@ int main(void) {
     RUN(test_act_quant);
     RUN(test_gemm_fp8_matvec);
     RUN(test_gemm_fp8_tiled);
+    RUN(test_gemm_fp8_narrow);
     RUN(test_gemm_mxfp4);
     RUN(test_gemm_mxfp4_grouped);
     RUN(test_batch_invariance);

@@ -22,6 +22,21 @@ static di_status check_args(const char *op, const uint8_t *qa, const float *sa, 
     return DI_OK;
 }
 
+/* Whether the wgmma tiles (128 x 128, each walking all of k) beat the
+ * matrix-vector kernels at m rows. Past 16 rows they do, except for a few
+ * rows of a narrow matrix: at m <= 64 the tiles number n / 128 and a block's
+ * k stages run one after another (k = 5,120: ~35 µs whatever n), where the
+ * matrix-vector kernels spread k over the SMs (wkv 512 x 5,120 at m = 64:
+ * 10 µs; wq_a 22 against 35; docs/gpu-notes.md, mid run 2). Both paths are
+ * deterministic; the matrix-vector one also keeps a row's bits those of m = 1.
+ * DI_CUDA_FP8_NARROW=0: the tiles past 16 rows always (measuring aid). */
+static int fp8_narrow = -1;
+static bool fp8_tiles_pay(int64_t m, int64_t n) {
+    if (m <= 16) return false;
+    if (m > 64 || !cuda_env_switch("DI_CUDA_FP8_NARROW", &fp8_narrow)) return true;
+    return (n + 127) / 128 >= 20;
+}
+
 extern "C" di_status di_cuda_gemm_fp8(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                       const uint8_t *w, const uint8_t *w_scale, int64_t n,
                                       void *out, di_dtype out_dtype, di_cuda_gemm_path path,
@@ -35,7 +50,7 @@ extern "C" di_status di_cuda_gemm_fp8(const uint8_t *qa, const float *sa, int64_
                           "gemm_fp8: clearing the output");
     bool tiled_ok = k % 128 == 0 && (uintptr_t)qa % 16 == 0 && (uintptr_t)w % 16 == 0 &&
                     (uintptr_t)sa % 16 == 0 && (uintptr_t)w_scale % 4 == 0;
-    if (path == DI_CUDA_GEMM_TILED || (path == DI_CUDA_GEMM_AUTO && m > 16 && tiled_ok))
+    if (path == DI_CUDA_GEMM_TILED || (path == DI_CUDA_GEMM_AUTO && fp8_tiles_pay(m, n) && tiled_ok))
         return cuda_launch_gemm_fp8_tiled(qa, sa, m, k, w, w_scale, n, out, bf16, s, err);
     return cuda_launch_matvec_fp8(qa, sa, m, k, w, w_scale, n, out, bf16, s, err);
 }
@@ -53,7 +68,7 @@ extern "C" di_status cuda_op_gemm_q_rounded(int fmt, const uint8_t *qa, const fl
     }
     bool tiled_ok = k % 128 == 0 && (uintptr_t)qa % 16 == 0 && (uintptr_t)w % 16 == 0 &&
                     (uintptr_t)sa % 16 == 0 && (uintptr_t)ws % 4 == 0;
-    if (fp8 && m > 16 && tiled_ok) return DI_OK;
+    if (fp8 && fp8_tiles_pay(m, n) && tiled_ok) return DI_OK;
     *done = 1;
     return fp8 ? cuda_launch_matvec_fp8(qa, sa, m, k, w, ws, n, y, OUT_F32_BF16, 0, err)
                : cuda_launch_matvec_mxfp4(qa, sa, m, k, w, ws, n, y, OUT_F32_BF16, 0, err);
