@@ -68,14 +68,18 @@ DI_HD float di_rs_bits_f32(uint32_t u) {
  * |r| <= ~0.347 (two-part ln2, the first part 16 bits so n·ln2_hi is
  * exact); e^r by its Taylor polynomial to r^8 (truncation below 2^-32
  * relative) in Horner form; then 2^n from the exponent bits, in two steps
- * below 2^-125 so that a subnormal result is rounded once. */
+ * below 2^-125 so that a subnormal result is rounded once. (The sampler's
+ * 8-lane form, engine/sampler_exp.c, repeats these operations.) */
+#define DI_RS_EXP_MIN (-104.0f) /* below: e^a < 2^-150 rounds to +0 */
+#define DI_RS_LOG2E 1.44269502f
+#define DI_RS_LN2_HI 0.693145751953125f
+#define DI_RS_LN2_LO 1.42860677e-6f
 DI_HD float di_rs_exp_nonpos(float a) {
     DI_RS_NO_CONTRACT
-    if (a < -104.0f) return 0.0f; /* e^a < 2^-150: rounds to +0 */
-    const float log2e = 1.44269502f, ln2_hi = 0.693145751953125f, ln2_lo = 1.42860677e-6f;
-    float n = rintf(DI_RS_MUL(a, log2e));
-    float r = DI_RS_FMA(-n, ln2_hi, a);
-    r = DI_RS_FMA(-n, ln2_lo, r);
+    if (a < DI_RS_EXP_MIN) return 0.0f;
+    float n = rintf(DI_RS_MUL(a, DI_RS_LOG2E));
+    float r = DI_RS_FMA(-n, DI_RS_LN2_HI, a);
+    r = DI_RS_FMA(-n, DI_RS_LN2_LO, r);
     float p = 1.0f / 40320.0f;
     p = DI_RS_FMA(p, r, 1.0f / 5040.0f);
     p = DI_RS_FMA(p, r, 1.0f / 720.0f);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/sampler_exp.h"
+
 static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -66,14 +68,47 @@ static void top_sorted(const float *vals, int32_t *ids, int64_t n) {
     qsort_r(ids, (size_t)n, sizeof *ids, cmp_desc, (void *)vals);
 }
 
+/* a before b in cmp_desc's order */
+static int before(const float *vals, int32_t a, int32_t b) {
+    return vals[a] > vals[b] || (vals[a] == vals[b] && a < b);
+}
+
+/* Moves ids[j] down the heap ids[0..k) whose every parent comes after its
+ * children in cmp_desc's order (the root: the last of them). */
+static void sift_down(const float *vals, int32_t *ids, int64_t k, int64_t j) {
+    for (;;) {
+        int64_t c = 2 * j + 1;
+        if (c >= k) return;
+        if (c + 1 < k && before(vals, ids[c], ids[c + 1])) c++;
+        if (!before(vals, ids[j], ids[c])) return;
+        int32_t t = ids[j];
+        ids[j] = ids[c];
+        ids[c] = t;
+        j = c;
+    }
+}
+
+/* The k first of ids[0..n) in cmp_desc's order, sorted, in ids[0..k): what
+ * sorting all n and keeping k gives (the order is total), by a heap of k
+ * whose root is the last of them, so a wide tail costs a comparison each. */
+static void top_k_sorted(const float *vals, int32_t *ids, int64_t n, int64_t k) {
+    if (k >= n) {
+        top_sorted(vals, ids, n);
+        return;
+    }
+    for (int64_t i = k / 2 - 1; i >= 0; i--) sift_down(vals, ids, k, i);
+    for (int64_t i = k; i < n; i++)
+        if (before(vals, ids[i], ids[0])) {
+            ids[0] = ids[i];
+            sift_down(vals, ids, k, 0);
+        }
+    top_sorted(vals, ids, k);
+}
+
 float di_logprob_top(const float *logits, int64_t V, int32_t token, int32_t k, int32_t *top_ids,
                      float *top_lp, int32_t *rank) {
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < V; i++)
-        if (logits[i] > mx) mx = logits[i];
-    double sum = 0;
-    for (int64_t i = 0; i < V; i++) sum += expf(logits[i] - mx);
-    double lse = mx + log(sum);
+    float mx = di_row_max(logits, V);
+    double lse = mx + log(di_row_sum_exp(logits, V, mx));
     if (k > V) k = (int32_t)V;
     if (k > 0) {
         /* insertion into a sorted list of k: one pass, O(V) when most
@@ -147,16 +182,36 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
             }
         }
     }
-    /* Candidates: allowed by the mask and not -inf. */
+    /* Greedy without a mask: the first of the largest finite values (a NaN
+     * is never a candidate, -inf never wins), found without the candidate
+     * list below. */
+    if (p->temperature == 0.0 && !in->mask) {
+        float m = di_row_max(w, V);
+        if (m == -INFINITY) return;
+        int64_t i = 0;
+        while (w[i] != m) i++;
+        out->token = (int32_t)i;
+        out->logprob = di_logprob_top(logits, V, out->token, 0, NULL, NULL, NULL);
+        return;
+    }
+    /* Candidates: allowed by the mask and not -inf. Without a mask they are
+     * the row's finite values, which the pass below over e (0 for -inf, NaN
+     * for NaN: neither kept) finds by itself, in the same order. */
     int64_t n = 0;
     float wmax = -INFINITY;
-    for (int64_t i = 0; i < V; i++)
-        if (allowed(in->mask, i) && w[i] > -INFINITY && !isnan(w[i])) {
-            s->idx[n++] = (int32_t)i;
-            if (w[i] > wmax) wmax = w[i];
-        }
-    if (n == 0) return;
-    int32_t tok = s->idx[0];
+    const int whole_row = !in->mask && p->temperature != 0.0;
+    if (whole_row) {
+        wmax = di_row_max(w, V);
+        if (wmax == -INFINITY) return;
+    } else {
+        for (int64_t i = 0; i < V; i++)
+            if (allowed(in->mask, i) && w[i] > -INFINITY && !isnan(w[i])) {
+                s->idx[n++] = (int32_t)i;
+                if (w[i] > wmax) wmax = w[i];
+            }
+        if (n == 0) return;
+    }
+    int32_t tok = whole_row ? -1 : s->idx[0];
     if (p->temperature == 0.0) {
         for (int64_t j = 1; j < n; j++)
             if (w[s->idx[j]] > w[tok]) tok = s->idx[j];
@@ -167,14 +222,23 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
         int64_t keep = 0;
         /* min-p: p_t >= min_p * p_max  <=>  e[t] >= min_p */
         float cut = p->min_p > 0.0 ? (float)p->min_p : 0.0f;
-        for (int64_t j = 0; j < n; j++) {
-            int32_t t = s->idx[j];
-            e[t] = expf((w[t] - wmax) * inv_t);
-            if (e[t] >= cut && e[t] > 0.0f) {
-                s->idx[keep++] = t;
-                sum += e[t];
+        di_row_exp(w, V, wmax, inv_t, e); /* the whole row: 8 lanes at a time beat a gather */
+        if (whole_row) {
+            for (int64_t t = 0; t < V; t++)
+                if (e[t] >= cut && e[t] > 0.0f) {
+                    s->idx[keep++] = (int32_t)t;
+                    sum += e[t];
+                }
+        } else {
+            for (int64_t j = 0; j < n; j++) {
+                int32_t t = s->idx[j];
+                if (e[t] >= cut && e[t] > 0.0f) {
+                    s->idx[keep++] = t;
+                    sum += e[t];
+                }
             }
         }
+        int filtered = 0; /* top-k / top-p changed the kept list */
         /* keep >= 1: the best candidate has e = 1 >= min_p */
         int topk_on = p->top_k > 0 && p->top_k < keep;
         if (topk_on || p->top_p < 1.0) {
@@ -199,8 +263,13 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
                     break;
                 }
             }
-            top_sorted(w, s->idx, keep);
-            if (topk_on) keep = p->top_k;
+            filtered = 1;
+            if (topk_on) {
+                top_k_sorted(w, s->idx, keep, p->top_k);
+                keep = p->top_k;
+            } else {
+                top_sorted(w, s->idx, keep);
+            }
             if (p->top_p < 1.0) {
                 double tot = 0;
                 for (int64_t j = 0; j < keep; j++) tot += e[s->idx[j]];
@@ -219,8 +288,11 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
          * u * total. Both sums run over the same order, so the last one
          * equals the total exactly. */
         double u = (double)(di_rng_bits(p->seed, in->stream, (uint64_t)in->n_output, 0x5a3d) >> 11) * 0x1.0p-53;
-        double tot = 0;
-        for (int64_t j = 0; j < keep; j++) tot += e[s->idx[j]];
+        double tot = 0; /* unfiltered: sum, the very same additions */
+        if (filtered)
+            for (int64_t j = 0; j < keep; j++) tot += e[s->idx[j]];
+        else
+            tot = sum;
         double lim = u * tot, acc = 0;
         tok = s->idx[keep - 1];
         for (int64_t j = 0; j < keep; j++) {

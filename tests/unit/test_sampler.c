@@ -3,8 +3,11 @@
  * penalties, bias, min_tokens, masks, forced tokens, logprobs. */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "engine/sampler.h"
+#include "engine/sampler_exp.h"
 #include "test.h"
 
 static void test_rng(void) {
@@ -236,10 +239,151 @@ static void test_wide_vocab(void) {
         outside += t != ord[0] && t != ord[1] && t != ord[2];
     }
     CHECK_EQ_INT(outside, 0);
+    /* top-k of 50 over a tie-heavy row: the support is the first 50 by
+     * (value descending, id ascending), and most of it gets drawn */
+    for (int i = 0; i < V; i++) lg[i] = (float)((i * 7919) % 40) / 4.0f;
+    static int32_t ord2[V];
+    int n2 = 0;
+    for (int v = 39; v >= 0 && n2 < V; v--) /* by value, then id: a counting sort */
+        for (int i = 0; i < V; i++)
+            if ((i * 7919) % 40 == v) ord2[n2++] = i;
+    static unsigned char in50[V], hit[V];
+    memset(in50, 0, sizeof in50);
+    memset(hit, 0, sizeof hit);
+    for (int i = 0; i < 50; i++) in50[ord2[i]] = 1;
+    p = plain(5.0);
+    p.top_k = 50;
+    outside = 0;
+    int distinct = 0;
+    for (int i = 0; i < 4000; i++) {
+        int32_t t = draw(&s, &p, lg, (uint64_t)i, NULL, 0, NULL);
+        outside += t < 0 || !in50[t];
+        if (t >= 0 && !hit[t]) hit[t] = 1, distinct++;
+    }
+    CHECKF(outside == 0 && distinct == 50, "top-50 of ties: %d draws outside, %d distinct", outside, distinct);
+    for (int i = 0; i < V; i++) lg[i] = (float)(di_rng_bits(3, (uint64_t)i, 0, 0) % 100000) / 2500.0f - 30.0f;
     int32_t ids[5];
     float lp[5];
     di_logprob_top(lg, V, 0, 5, ids, lp, NULL);
     for (int i = 0; i < 5; i++) CHECK_EQ_INT(ids[i], ord[i]);
+    di_sampler_free(&s);
+}
+
+/* The row exponentials (sampler_exp.h): the AVX2 loops and the scalar
+ * mirror give the same bits; e^min(a, 0) within 2 ulp of the exact value
+ * where the result is normal, 0 below -104 and for -inf, NaN for NaN; the
+ * sum in double against an exact sum; the max ignores NaN. Lengths that are
+ * not multiples of 8 take the tails. */
+static double exp_ref(float a) { return a > 0 ? 1.0 : a < -104.0f ? 0.0 : exp((double)a); }
+
+static void test_row_exp(void) {
+    enum { N = 4099 };
+    static float x[N], ea[N], es[N];
+    for (int i = 0; i < N; i++)
+        x[i] = (float)(di_rng_bits(7, (uint64_t)i, 0, 0) % 1120000) / 10000.0f - 110.0f; /* [-110, 2) */
+    x[5] = -INFINITY, x[17] = 0.0f, x[18] = -0.0f, x[33] = -104.0f, x[34] = -104.001f, x[35] = -87.34f;
+    x[40] = 88.5f, x[41] = -1e-30f, x[42] = -0.34657f, x[43] = -0.34658f, x[44] = -100.0f;
+    di_row_exp(x, N, 0.0f, 1.0f, ea);
+    di_row_exp_force_scalar(1);
+    di_row_exp(x, N, 0.0f, 1.0f, es);
+    double ss = di_row_sum_exp(x, N, 1.5f);
+    float ms = di_row_max(x, N);
+    di_row_exp_force_scalar(0);
+    double sa = di_row_sum_exp(x, N, 1.5f);
+    float ma = di_row_max(x, N);
+    int differ = 0, off = 0;
+    for (int i = 0; i < N; i++) {
+        differ += memcmp(&ea[i], &es[i], 4) != 0;
+        double ref = exp_ref(x[i]);
+        if (ref == 0) off += ea[i] != 0.0f;
+        else if (ref >= 0x1p-126 && fabs(ea[i] - ref) > 2 * ref * 0x1p-24) off++;
+    }
+    CHECKF(differ == 0, "%d of %d exponentials differ between AVX2 and scalar", differ, N);
+    CHECKF(off == 0, "%d exponentials off by more than 2 ulp", off);
+    CHECK(ea[5] == 0.0f && ea[17] == 1.0f && ea[18] == 1.0f && ea[34] == 0.0f && ea[44] > 0.0f && ea[40] == 1.0f);
+    CHECK(memcmp(&sa, &ss, sizeof sa) == 0 && ma == ms);
+    double exact = 0;
+    float mx = -INFINITY;
+    for (int i = 0; i < N; i++) {
+        exact += exp_ref(x[i] - 1.5f); /* the difference as the function forms it */
+        if (x[i] > mx) mx = x[i];
+    }
+    CHECKF(fabs(sa - exact) <= 4e-7 * exact, "sum %.17g, exact %.17g", sa, exact);
+    CHECK(ma == mx);
+    /* NaN: ignored by the max, poisons the sum (the scalar form too) */
+    x[100] = NAN;
+    CHECK(di_row_max(x, N) == mx);
+    CHECK(isnan(di_row_sum_exp(x, N, 0.0f)));
+    di_row_exp(x, N, 0.0f, 1.0f, ea);
+    CHECK(isnan(ea[100]));
+    di_row_exp_force_scalar(1);
+    CHECK(isnan(di_row_sum_exp(x, N, 0.0f)) && di_row_max(x, N) == mx);
+    di_row_exp_force_scalar(0);
+    CHECK(di_row_max(x, 0) == -INFINITY);
+    /* a dense sweep of [-104, 0]: every lane form equal to the scalar one */
+    enum { M = 1 << 20 };
+    float *xs = malloc(M * sizeof *xs), *va = malloc(M * sizeof *va), *vs = malloc(M * sizeof *vs);
+    for (int i = 0; i < M; i++) xs[i] = -104.0f * (float)i / (float)M;
+    di_row_exp(xs, M, 0.0f, 1.0f, va);
+    di_row_exp_force_scalar(1);
+    di_row_exp(xs, M, 0.0f, 1.0f, vs);
+    di_row_exp_force_scalar(0);
+    CHECKF(memcmp(va, vs, M * sizeof *va) == 0, "the sweep: AVX2 and scalar exponentials differ");
+    free(xs);
+    free(va);
+    free(vs);
+}
+
+/* Greedy without a mask (its own pass) against greedy with a mask that
+ * allows everything (the candidate list): the same token and logprob on
+ * rows with ties, NaNs, -inf and signed zeros; all -inf or NaN: no token.
+ * The same for temperature draws (with top-p, top-k, min-p). */
+static void test_greedy_fast_path(void) {
+    enum { V = 1000 };
+    di_sampler s;
+    CHECK(di_sampler_init(&s, V) == 0);
+    static float lg[V];
+    static uint32_t all[(V + 31) / 32];
+    for (int i = 0; i < (V + 31) / 32; i++) all[i] = 0xffffffffu;
+    di_sampler_params p = plain(0);
+    for (int r = 0; r < 40; r++) {
+        for (int i = 0; i < V; i++) lg[i] = (float)(di_rng_bits(11, (uint64_t)r, (uint64_t)i, 0) % 64) / 8.0f - 4.0f;
+        if (r % 3 == 0) lg[(r * 37) % V] = NAN;
+        if (r % 4 == 0) lg[(r * 53) % V] = -INFINITY;
+        if (r == 5) for (int i = 0; i < V; i++) lg[i] = i % 2 ? 0.0f : -0.0f;
+        if (r == 6) for (int i = 0; i < V; i++) lg[i] = i == 700 ? 1.0f : NAN;
+        di_sample_in a = {.forced = -1}, b = {.mask = all, .forced = -1};
+        di_sample_out oa, ob;
+        di_sampler_sample(&s, &p, &a, lg, &oa);
+        di_sampler_sample(&s, &p, &b, lg, &ob);
+        CHECKF(oa.token == ob.token && (memcmp(&oa.logprob, &ob.logprob, 4) == 0),
+               "row %d: %d (%g) != %d (%g)", r, oa.token, oa.logprob, ob.token, ob.logprob);
+        if (r == 5) CHECK_EQ_INT(oa.token, 0);
+        if (r == 6) CHECK_EQ_INT(oa.token, 700);
+    }
+    /* temperature draws too: the whole-row pass against the candidate list */
+    for (int r = 0; r < 30; r++) {
+        for (int i = 0; i < V; i++) lg[i] = (float)(di_rng_bits(13, (uint64_t)r, (uint64_t)i, 0) % 4096) / 512.0f - 4.0f;
+        if (r % 3 == 0) lg[(r * 37) % V] = NAN;
+        if (r % 4 == 0) lg[(r * 53) % V] = -INFINITY;
+        di_sampler_params q = plain(0.8);
+        if (r % 3 == 1) q.top_p = 0.9;
+        if (r % 3 == 2) q.top_k = 5;
+        if (r % 5 == 0) q.min_p = 0.05;
+        for (uint64_t st = 0; st < 8; st++) {
+            di_sample_in a = {.forced = -1, .stream = st}, b = {.mask = all, .forced = -1, .stream = st};
+            di_sample_out oa, ob;
+            di_sampler_sample(&s, &q, &a, lg, &oa);
+            di_sampler_sample(&s, &q, &b, lg, &ob);
+            CHECKF(oa.token == ob.token && oa.token >= 0, "row %d stream %d: %d != %d", r, (int)st, oa.token,
+                   ob.token);
+        }
+    }
+    for (int i = 0; i < V; i++) lg[i] = i % 2 ? -INFINITY : NAN;
+    di_sample_in a = {.forced = -1};
+    di_sample_out oa;
+    di_sampler_sample(&s, &p, &a, lg, &oa);
+    CHECK_EQ_INT(oa.token, -1);
     di_sampler_free(&s);
 }
 
@@ -249,5 +393,7 @@ int main(void) {
     RUN(test_greedy_and_processing);
     RUN(test_logprob_top);
     RUN(test_wide_vocab);
+    RUN(test_row_exp);
+    RUN(test_greedy_fast_path);
     return test_summary();
 }

@@ -1,0 +1,152 @@
+/* Row exponentials for the sampler (sampler_exp.h). The AVX2 loops and the
+ * scalar mirror spell out the same operations in the same order, every
+ * multiply-add as one fused operation (fmaf / _mm256_fmadd_ps), so the two
+ * give the same bits; nothing here depends on how many threads or rows
+ * there are. */
+#include "engine/sampler_exp.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "core/cpu_features.h"
+#include "core/route_score.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define DI_SAMPLER_AVX2 1
+#include <immintrin.h>
+#endif
+
+/* e^min(a, 0), NaN kept: the router's exponential (core/route_score.h),
+ * whose operations the 8-lane form below repeats one for one. */
+static float exp1(float a) {
+    if (a != a) return a;
+    return di_rs_exp_nonpos(a < 0.0f ? a : 0.0f);
+}
+
+static double lanes_total(const double l[8]) {
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+static float max_scalar(const float *x, int64_t i, int64_t n, float m) {
+    for (; i < n; i++)
+        if (x[i] > m) m = x[i];
+    return m;
+}
+
+#if defined(DI_SAMPLER_AVX2)
+#define AVX2 __attribute__((target("avx2,fma")))
+
+AVX2 static inline __attribute__((always_inline)) __m256 exp8(__m256 x) {
+    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    const __m256 a = _mm256_min_ps(x, _mm256_setzero_ps()); /* +0 for ±0, as exp1 */
+    const __m256 low = _mm256_cmp_ps(a, _mm256_set1_ps(DI_RS_EXP_MIN), _CMP_LT_OQ);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(a, _mm256_set1_ps(DI_RS_LOG2E)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 mn = _mm256_xor_ps(n, _mm256_set1_ps(-0.0f));
+    __m256 r = _mm256_fmadd_ps(mn, _mm256_set1_ps(DI_RS_LN2_HI), a);
+    r = _mm256_fmadd_ps(mn, _mm256_set1_ps(DI_RS_LN2_LO), r);
+    __m256 p = _mm256_set1_ps(1.0f / 40320.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 5040.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* 2^n, in two steps below 2^-125 (one rounding of a subnormal result) */
+    const __m256i ni = _mm256_cvtps_epi32(n);
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(64 + 127)), 23));
+    const __m256 hi = _mm256_mul_ps(p, s1);
+    const __m256 lo = _mm256_mul_ps(_mm256_mul_ps(p, s2), _mm256_castsi256_ps(_mm256_set1_epi32((127 - 64) << 23)));
+    const __m256 sub = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(-125), ni));
+    __m256 v = _mm256_blendv_ps(hi, lo, sub);
+    v = _mm256_andnot_ps(low, v);
+    return _mm256_blendv_ps(v, x, nan);
+}
+
+AVX2 static float max_avx2(const float *x, int64_t n) {
+    __m256 m = _mm256_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m); /* a NaN lane keeps m */
+    float l[8];
+    _mm256_storeu_ps(l, m);
+    float r = max_scalar(l, 0, 8, -INFINITY);
+    return max_scalar(x, i, n, r);
+}
+
+AVX2 static void exp_avx2(const float *x, int64_t n, float shift, float scale, float *out) {
+    const __m256 sh = _mm256_set1_ps(shift), sc = _mm256_set1_ps(scale);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh), sc)));
+    for (; i < n; i++) out[i] = exp1((x[i] - shift) * scale);
+}
+
+AVX2 static double sum_avx2(const float *x, int64_t n, float shift) {
+    const __m256 sh = _mm256_set1_ps(shift);
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    __m256 bad = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        const __m256 e = exp8(_mm256_sub_ps(v, sh));
+        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double l[8];
+    _mm256_storeu_pd(l, a0);
+    _mm256_storeu_pd(l + 4, a1);
+    int any_nan = _mm256_movemask_ps(bad) != 0;
+    for (int64_t j = i; j < n; j++) {
+        any_nan |= x[j] != x[j];
+        l[j - i] += (double)exp1(x[j] - shift);
+    }
+    return any_nan ? NAN : lanes_total(l);
+}
+#endif
+
+static int scalar_forced = 0;
+void di_row_exp_force_scalar(int on) { scalar_forced = on; }
+
+static int use_avx2(void) {
+#if defined(DI_SAMPLER_AVX2)
+    static int have = -1;
+    if (have < 0) have = di_cpu_has_avx2();
+    return have && !scalar_forced;
+#else
+    return 0;
+#endif
+}
+
+float di_row_max(const float *x, int64_t n) {
+#if defined(DI_SAMPLER_AVX2)
+    if (use_avx2()) return max_avx2(x, n);
+#endif
+    return max_scalar(x, 0, n, -INFINITY);
+}
+
+void di_row_exp(const float *x, int64_t n, float shift, float scale, float *out) {
+#if defined(DI_SAMPLER_AVX2)
+    if (use_avx2()) {
+        exp_avx2(x, n, shift, scale, out);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++) out[i] = exp1((x[i] - shift) * scale);
+}
+
+double di_row_sum_exp(const float *x, int64_t n, float shift) {
+#if defined(DI_SAMPLER_AVX2)
+    if (use_avx2()) return sum_avx2(x, n, shift);
+#endif
+    double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int any_nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        any_nan |= x[i] != x[i];
+        l[i & 7] += (double)exp1(x[i] - shift);
+    }
+    return any_nan ? NAN : lanes_total(l);
+}
