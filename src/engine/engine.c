@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/cpu_features.h"
+
 double di_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -65,8 +67,27 @@ di_status di_engine_init(di_engine *e, const di_runner *r, const di_tokenizer *t
     di_scheduler_init(&e->sched, &e->mem, cfg->max_batch, cfg->budget, cfg->max_chunk, cfg->max_model_len);
     e->items = calloc((size_t)cfg->max_batch, sizeof *e->items);
     e->failed = calloc((size_t)cfg->max_batch, sizeof *e->failed);
-    if (!e->items || !e->failed || di_sampler_init(&e->sampler, r->vocab))
-        return di_err_set(err, DI_ERR_NOMEM, "out of memory");
+    e->jobs = calloc((size_t)cfg->max_batch, sizeof *e->jobs);
+    if (!e->items || !e->failed || !e->jobs) return di_err_set(err, DI_ERR_NOMEM, "out of memory");
+    /* Sampling threads: a row costs ~0.1-1 ms of host time (a pass or
+     * three over the vocabulary), so a batch of 64 on one thread would
+     * outlast a GPU's decode step. */
+    int nt = cfg->sample_threads > 0 ? cfg->sample_threads : di_cpu_count();
+    if (nt > 16 && cfg->sample_threads <= 0) nt = 16;
+    if (nt > cfg->max_batch) nt = cfg->max_batch;
+    if (nt < 1) nt = 1;
+    if (nt > 1) {
+        di_status st = di_threadpool_create(nt, &e->sample_pool, err);
+        if (st) return di_err_prefix(err, "sampling threads: ");
+        nt = di_threadpool_size(e->sample_pool);
+    }
+    e->samplers = calloc((size_t)nt, sizeof *e->samplers);
+    if (!e->samplers) return di_err_set(err, DI_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nt; i++) {
+        if (di_sampler_init(&e->samplers[i], r->vocab))
+            return di_err_set(err, DI_ERR_NOMEM, "sampler scratch (%lld floats): out of memory", (long long)r->vocab);
+        e->n_samplers = i + 1;
+    }
     e->stats.memory_limit = cfg->memory_limit;
     return DI_OK;
 }
@@ -88,7 +109,14 @@ void di_engine_fini(di_engine *e) {
     free(e->items);
     free(e->failed);
     logits_release(e);
-    di_sampler_free(&e->sampler);
+    di_threadpool_destroy(e->sample_pool);
+    e->sample_pool = NULL;
+    for (int i = 0; i < e->n_samplers; i++) di_sampler_free(&e->samplers[i]);
+    free(e->samplers);
+    e->samplers = NULL;
+    e->n_samplers = 0;
+    free(e->jobs);
+    e->jobs = NULL;
     if (e->vocab) di_vocab_free(e->vocab);
     e->reqs = NULL;
     e->n_reqs = 0;
@@ -460,19 +488,45 @@ static void *fwd_run(void *arg) {
     return NULL;
 }
 
-static void sample_one(di_engine *e, di_seq *s, const float *logits) {
+/* A step's sampling in three parts: the rows' inputs (serial), the draws
+ * (in parallel: each reads its sequence and logits and writes only its job
+ * and its thread's scratch), then their effects on the sequences, in row
+ * order (serial). */
+static void sample_prepare(di_engine *e, di_sample_job *j, di_seq *s, const float *logits) {
     di_request *r = s->req;
-    int64_t nout = di_seq_n_output(s);
-    di_sample_in in = {.prompt = r->prompt, .n_prompt = r->n_prompt, .output = s->tokens + r->n_prompt,
-                       .n_output = nout, .mask = (s->matcher && !s->thinking) ? s->mask : NULL, .forced = -1,
-                       .stream = (uint64_t)s->index};
-    if (s->thinking && r->thinking_budget >= 0 && s->n_think >= r->thinking_budget &&
-        e->think_end_id >= 0)
-        in.forced = e->think_end_id;
-    di_sample_out out;
-    di_sampler_sample(&e->sampler, &r->sp, &in, logits, &out);
+    j->seq = s;
+    j->logits = logits;
+    j->in = (di_sample_in){.prompt = r->prompt, .n_prompt = r->n_prompt, .output = s->tokens + r->n_prompt,
+                           .n_output = di_seq_n_output(s), .mask = (s->matcher && !s->thinking) ? s->mask : NULL,
+                           .forced = -1, .stream = (uint64_t)s->index};
+    if (s->thinking && r->thinking_budget >= 0 && s->n_think >= r->thinking_budget && e->think_end_id >= 0)
+        j->in.forced = e->think_end_id;
+}
+
+typedef struct sample_ctx {
+    di_engine *e;
+    di_sample_job *jobs;
+} sample_ctx;
+
+static void sample_rows(void *ctx, int64_t begin, int64_t end, int thread) {
+    sample_ctx *c = ctx;
+    di_engine *e = c->e;
+    for (int64_t i = begin; i < end; i++) {
+        di_sample_job *j = &c->jobs[i];
+        const di_request *r = j->seq->req;
+        di_sampler_sample(&e->samplers[thread], &r->sp, &j->in, j->logits, &j->out);
+        int32_t k = r->logprobs > 0 ? r->logprobs : 0;
+        if (k && j->out.token >= 0) di_logprob_top(j->logits, e->runner.vocab, -1, k, j->top_ids, j->top_lp, NULL);
+    }
+}
+
+static void sample_apply(di_engine *e, const di_sample_job *j) {
+    di_seq *s = j->seq;
+    di_request *r = s->req;
+    int64_t nout = j->in.n_output;
+    const di_sample_out out = j->out;
     if (out.token < 0) {
-        if (in.mask) { /* the constraint allowed nothing that the model rates finite */
+        if (j->in.mask) { /* the constraint allowed nothing that the model rates finite */
             s->finish = DI_FINISH_CONSTRAINT;
             s->phase = DI_SEQ_DONE;
         } else {
@@ -488,7 +542,10 @@ static void sample_one(di_engine *e, di_seq *s, const float *logits) {
         seq_fail(s, DI_FINISH_ERROR, "out of memory");
         return;
     }
-    if (k) di_logprob_top(logits, e->runner.vocab, -1, k, s->top_ids + nout * k, s->top_lp + nout * k, NULL);
+    if (k) {
+        memcpy(s->top_ids + nout * k, j->top_ids, (size_t)k * sizeof *j->top_ids);
+        memcpy(s->top_lp + nout * k, j->top_lp, (size_t)k * sizeof *j->top_lp);
+    }
     e->stats.output_tokens++;
     int32_t t = out.token;
     if ((t == e->cfg.eos_id && !r->sp.ignore_eos) || is_stop_id(r, t)) {
@@ -587,6 +644,7 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
     }
     double t_samp = di_now_s();
     int64_t row = 0;
+    size_t n_jobs = 0;
     for (size_t i = 0; i < n; i++) {
         di_sched_item *it = &e->items[i];
         di_seq *s = it->seq;
@@ -611,7 +669,12 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
             s->phase = DI_SEQ_DONE;
             continue;
         }
-        sample_one(e, s, last);
+        sample_prepare(e, &e->jobs[n_jobs++], s, last);
+    }
+    if (n_jobs) {
+        sample_ctx sc = {e, e->jobs};
+        di_threadpool_for(e->sample_pool, (int64_t)n_jobs, 1, sample_rows, &sc);
+        for (size_t j = 0; j < n_jobs; j++) sample_apply(e, &e->jobs[j]);
     }
     if (n == 0) post_all(e); /* nothing ran: finish the text of the last tokens now */
     retire_and_complete(e);

@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "core/threadpool.h"
 #include "deepinfer.h"
 #include "engine/env.h"
 #include "engine/memory.h"
@@ -31,7 +32,20 @@ typedef struct di_engine_cfg {
     int async;
     uint64_t seed;
     int32_t eos_id, bos_id;
+    /* threads that sample a step's rows (0: one per online core, at most
+     * 16 and max_batch); a row's draw never depends on the thread */
+    int sample_threads;
 } di_engine_cfg;
+
+/* One row of a step to sample: what the draw reads, and what it gives. */
+typedef struct di_sample_job {
+    di_seq *seq;
+    const float *logits;
+    di_sample_in in;
+    di_sample_out out;
+    int32_t top_ids[20]; /* logprobs' top k (k <= 20) */
+    float top_lp[20];
+} di_sample_job;
 
 struct di_engine {
     /* what di_engine_open made (NULL / 0 when the engine runs a given runner) */
@@ -52,7 +66,10 @@ struct di_engine {
     int32_t think_id, think_end_id;
     di_memory mem;
     di_scheduler sched;
-    di_sampler sampler;
+    di_sampler *samplers;      /* [n_samplers]: one per sampling thread */
+    int n_samplers;
+    di_threadpool *sample_pool; /* NULL: the calling thread alone */
+    di_sample_job *jobs;       /* [max_batch] */
     di_request **reqs;         /* live requests by submit order */
     size_t n_reqs, cap_reqs;
     uint64_t next_id;

@@ -82,6 +82,8 @@ static const di_runner_ops fake_ops = {.state_bytes = f_bytes, .state_new = f_ne
 
 #define NREQ 40
 
+static int g_sample_threads; /* the engine's sampling threads (0: its default) */
+
 typedef struct outcome {
     int32_t toks[NREQ][2][256];
     int n[NREQ][2];
@@ -97,7 +99,8 @@ static int run_all(outcome *out, int max_batch, int64_t budget, int64_t chunk, u
                    fake *f, uint64_t *preempt) {
     di_runner r = {&fake_ops, f, FV};
     di_engine_cfg cfg = {.max_model_len = 400, .max_batch = max_batch, .budget = budget, .max_chunk = chunk,
-                         .memory_limit = mem, .async = async, .seed = 5, .eos_id = 1, .bos_id = 0};
+                         .memory_limit = mem, .async = async, .seed = 5, .eos_id = 1, .bos_id = 0,
+                         .sample_threads = g_sample_threads};
     di_engine *e = calloc(1, sizeof *e);
     di_err err = {0};
     if (di_engine_init(e, &r, NULL, &cfg, &err)) return -1;
@@ -189,6 +192,21 @@ static void test_invariance(void) {
                     same = 0;
                 }
         CHECKF(same, "case %zu: outputs differ from the reference", c);
+    }
+    /* the rows of a step drawn on 1, 3 or 7 threads: the same outputs */
+    for (int nt = 1; nt <= 7; nt += 2) {
+        fake f = {0};
+        memset(&o, 0, sizeof o);
+        g_sample_threads = nt;
+        int rc = run_all(&o, 64, 512, 0, 1ull << 30, 0, &f, &pre);
+        g_sample_threads = 0;
+        CHECKF(rc == 0, "%d sampling threads: rc %d", nt, rc);
+        int same = 1;
+        for (int q = 0; q < NREQ; q++)
+            for (int j = 0; j < (q % 5 == 0 ? 2 : 1); j++)
+                same &= o.n[q][j] == ref.n[q][j] && o.finish[q][j] == ref.finish[q][j] &&
+                        !memcmp(o.toks[q][j], ref.toks[q][j], (size_t)ref.n[q][j] * sizeof(int32_t));
+        CHECKF(same, "%d sampling threads: outputs differ from the reference", nt);
     }
 }
 
