@@ -5,7 +5,8 @@
  * greedy row cost before. Rows: V = 129,280 logits like a language model's
  * (a normal tail of sigma 2 and a few tokens 8-14 above it), 64 of them, as
  * one decode step of a batch of 64; medians of 7 passes, one thread. Also
- * the same draws with the scalar mirror forced (CPUs without AVX2).
+ * the same draws with the scalar mirror forced (CPUs without AVX2), and
+ * top-p over flat rows (a nucleus of most of the vocabulary).
  *
  *   build/bench/bench_sampler */
 #include <math.h>
@@ -19,7 +20,9 @@
 
 enum { V = 129280, ROWS = 64, PASSES = 7 };
 
-static float *rows_make(void) {
+/* flat: the logits of a model with little preference (sigma 0.1, no
+ * peak), where a top-p nucleus is most of the vocabulary and is sorted */
+static float *rows_make(int flat) {
     float *lg = malloc((size_t)ROWS * V * sizeof *lg);
     if (!lg) return NULL;
     for (int r = 0; r < ROWS; r++) {
@@ -27,11 +30,11 @@ static float *rows_make(void) {
         for (int i = 0; i < V; i += 2) { /* Box-Muller from the counter-based generator */
             double u = ((double)(di_rng_bits(1, (uint64_t)r, (uint64_t)i, 0) >> 11) + 0.5) * 0x1.0p-53;
             double v = ((double)(di_rng_bits(1, (uint64_t)r, (uint64_t)i, 1) >> 11) + 0.5) * 0x1.0p-53;
-            double m = 2.0 * sqrt(-2.0 * log(u));
+            double m = (flat ? 0.1 : 2.0) * sqrt(-2.0 * log(u));
             x[i] = (float)(m * cos(6.283185307179586 * v));
             if (i + 1 < V) x[i + 1] = (float)(m * sin(6.283185307179586 * v));
         }
-        for (int j = 0; j < 12; j++) x[di_rng_bits(2, (uint64_t)r, (uint64_t)j, 0) % V] += 8.0f + (float)(j % 7);
+        for (int j = 0; j < 12 && !flat; j++) x[di_rng_bits(2, (uint64_t)r, (uint64_t)j, 0) % V] += 8.0f + (float)(j % 7);
     }
     return lg;
 }
@@ -69,9 +72,9 @@ static double time_rows(di_sampler *s, const di_sampler_params *p, const float *
 }
 
 int main(void) {
-    float *lg = rows_make();
+    float *lg = rows_make(0), *flat = rows_make(1);
     di_sampler s;
-    if (!lg || di_sampler_init(&s, V)) {
+    if (!lg || !flat || di_sampler_init(&s, V)) {
         fprintf(stderr, "bench_sampler: out of memory\n");
         return 1;
     }
@@ -101,8 +104,12 @@ int main(void) {
         }
     }
     di_row_exp_force_scalar(0);
+    di_sampler_params pf = {.temperature = 1.0, .top_p = 0.95, .repetition_penalty = 1, .eos_id = -1, .seed = 7};
+    printf("RESULT sampler_flat_temp1_top_p0.95 %.1f us per row (the nucleus sorted by radix)\n",
+           time_rows(&s, &pf, flat, &check) * 1e6);
     printf("(checksum %lld)\n", (long long)check);
     di_sampler_free(&s);
     free(lg);
+    free(flat);
     return 0;
 }

@@ -64,10 +64,16 @@ typedef struct di_sampler {
     int32_t *count;              /* [V] output counts */
     int32_t *idx;                /* [V] candidate ids */
     float *prob;                 /* [V] unnormalised probabilities */
+    int32_t *idx2;               /* [V] sorting scratch */
+    uint32_t *key, *key2;        /* [V] sorting keys */
 } di_sampler;
 
 int di_sampler_init(di_sampler *s, int64_t V); /* -1 when out of memory */
 void di_sampler_free(di_sampler *s);
+
+/* ids[0..n) (distinct, below V) ordered by value descending, then id
+ * ascending (exposed for its test; the top-p path's sort). */
+void di_sampler_sort_desc(di_sampler *s, const float *vals, int32_t *ids, int64_t n);
 
 /* Samples from logits [V] (not modified). */
 void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sample_in *in,

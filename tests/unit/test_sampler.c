@@ -387,6 +387,53 @@ static void test_greedy_fast_path(void) {
     di_sampler_free(&s);
 }
 
+/* The top-p path's sort (di_sampler_sort_desc): by value descending, then
+ * id ascending, for lists past the radix threshold and below it, ids in any
+ * order and a subset of the vocabulary, many ties, both zeros, -inf; the
+ * reference: an insertion into a sorted list by the same rule. */
+static int ref_before(const float *v, int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); }
+
+static void test_sort_desc(void) {
+    enum { V = 20000 };
+    di_sampler s;
+    CHECK(di_sampler_init(&s, V) == 0);
+    static float v[V];
+    static int32_t ids[V], ref[V];
+    for (int c = 0; c < 4; c++) {
+        int n = c == 3 ? 1000 : c == 2 ? V : 6000 + 1000 * c;
+        for (int i = 0; i < V; i++) {
+            uint64_t r = di_rng_bits(21, (uint64_t)c, (uint64_t)i, 0);
+            v[i] = (float)(int)(r % 300) / 8.0f - 20.0f; /* many ties */
+            if (r % 97 == 0) v[i] = (r >> 20) % 2 ? 0.0f : -0.0f;
+            if (r % 101 == 0) v[i] = -INFINITY;
+            if (r % 89 == 0) v[i] = (float)(r % 1000003) * 1e-3f;
+        }
+        /* n distinct ids of [0, V), in a scrambled order */
+        for (int i = 0; i < V; i++) ids[i] = i;
+        for (int i = V - 1; i > 0; i--) {
+            int j = (int)(di_rng_bits(22, (uint64_t)c, (uint64_t)i, 0) % (uint64_t)(i + 1));
+            int32_t t = ids[i];
+            ids[i] = ids[j];
+            ids[j] = t;
+        }
+        int m = 0; /* the reference by insertion, O(n^2) but small enough */
+        for (int i = 0; i < n; i++) {
+            int j = m++;
+            while (j > 0 && ref_before(v, ids[i], ref[j - 1])) {
+                ref[j] = ref[j - 1];
+                j--;
+            }
+            ref[j] = ids[i];
+        }
+        di_sampler_sort_desc(&s, v, ids, n);
+        CHECKF(memcmp(ids, ref, (size_t)n * sizeof *ids) == 0, "case %d (n %d): order differs", c, n);
+        int clean = 1;
+        for (int i = 0; i < V; i++) clean &= s.seen[i] == 0;
+        CHECK(clean);
+    }
+    di_sampler_free(&s);
+}
+
 int main(void) {
     RUN(test_rng);
     RUN(test_distribution);
@@ -395,5 +442,6 @@ int main(void) {
     RUN(test_wide_vocab);
     RUN(test_row_exp);
     RUN(test_greedy_fast_path);
+    RUN(test_sort_desc);
     return test_summary();
 }
