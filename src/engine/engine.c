@@ -499,6 +499,9 @@ static void sample_prepare(di_engine *e, di_sample_job *j, di_seq *s, const floa
     j->in = (di_sample_in){.prompt = r->prompt, .n_prompt = r->n_prompt, .output = s->tokens + r->n_prompt,
                            .n_output = di_seq_n_output(s), .mask = (s->matcher && !s->thinking) ? s->mask : NULL,
                            .forced = -1, .stream = (uint64_t)s->index};
+    /* a vocabulary padded past the tokenizer's ids: those ids have no text */
+    if (e->tok && (int64_t)di_tokenizer_vocab_size(e->tok) < e->runner.vocab)
+        j->in.vocab_limit = (int64_t)di_tokenizer_vocab_size(e->tok);
     if (s->thinking && r->thinking_budget >= 0 && s->n_think >= r->thinking_budget && e->think_end_id >= 0)
         j->in.forced = e->think_end_id;
 }

@@ -235,6 +235,7 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
             }
         }
     }
+    for (int64_t i = in->vocab_limit > 0 ? in->vocab_limit : V; i < V; i++) w[i] = -INFINITY;
     /* Greedy without a mask: the first of the largest finite values (a NaN
      * is never a candidate, -inf never wins), found without the candidate
      * list below. */

@@ -48,6 +48,8 @@ typedef struct di_sample_in {
     const uint32_t *mask;        /* allowed-token bitset [(V+31)/32], NULL = all */
     int32_t forced;              /* >= 0: this token, no draw (thinking budget) */
     uint64_t stream;             /* completion index */
+    int64_t vocab_limit;         /* > 0: ids from here on are never drawn (ids the
+                                    tokenizer has no text for, in a padded vocabulary) */
 } di_sample_in;
 
 typedef struct di_sample_out {

@@ -247,3 +247,26 @@ def test_interrupt_in_progress_stops_the_run_and_leaves_the_engine_usable(llm):
         llm.generate(PROMPTS, greedy(50), use_tqdm=Bar)
     ref = llm.generate(PROMPTS[0], greedy(4), use_tqdm=False)
     assert len(ref) == 1 and len(ref[0].outputs[0].token_ids) == 4
+
+
+def test_padded_vocabulary_draws_only_ids_with_text(llm, tmp_path):
+    """A model whose vocabulary is padded past its tokenizer's ids (here the
+    default model's config with vocab_size 1536 against its 1,024-id
+    tokenizer, dummy weights): the padding ids have no text, so they are never
+    drawn, greedy or sampled; before, such a draw ended the sequence with an
+    error after its first token."""
+    import os
+    cfg = json.load(open(os.path.join(llm.model_path, "config.json")))
+    text = cfg.get("text_config", cfg)
+    n_tok = 1024
+    assert text["vocab_size"] == n_tok
+    text["vocab_size"] = 1536
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with LLM(model=str(path), load_format="dummy", tokenizer=os.path.join(llm.model_path, "tokenizer.json")) as m:
+        for sp in (greedy(20), SamplingParams(temperature=1.5, max_tokens=20, ignore_eos=True, seed=3)):
+            outs = m.generate([p + " padded" for p in PROMPTS], sp, use_tqdm=False)
+            for o in outs:
+                c = o.outputs[0]
+                assert c.finish_reason == "length", c.error
+                assert len(c.token_ids) == 20 and max(c.token_ids) < n_tok

@@ -434,6 +434,36 @@ static void test_sort_desc(void) {
     di_sampler_free(&s);
 }
 
+/* vocab_limit: ids from the limit on are never drawn, greedy or sampled,
+ * masked or not; the logprob stays the model's (over every id). */
+static void test_vocab_limit(void) {
+    enum { V = 300, LIM = 200 };
+    di_sampler s;
+    CHECK(di_sampler_init(&s, V) == 0);
+    float lg[V];
+    for (int i = 0; i < V; i++) lg[i] = (float)(di_rng_bits(5, (uint64_t)i, 0, 0) % 100) / 25.0f;
+    lg[250] = 9.0f; /* the best id lies past the limit */
+    lg[123] = 8.0f;
+    uint32_t all[(V + 31) / 32];
+    for (int i = 0; i < (V + 31) / 32; i++) all[i] = 0xffffffffu;
+    di_sampler_params g = plain(0), t = plain(1.0);
+    int past = 0;
+    for (int m = 0; m < 2; m++) {
+        di_sample_in in = {.forced = -1, .vocab_limit = LIM, .mask = m ? all : NULL};
+        di_sample_out o;
+        di_sampler_sample(&s, &g, &in, lg, &o);
+        CHECK_EQ_INT(o.token, 123);
+        CHECKF(fabsf(o.logprob - di_logprob_top(lg, V, 123, 0, NULL, NULL, NULL)) == 0.0f, "%g", o.logprob);
+        for (uint64_t st = 0; st < 2000; st++) {
+            in.stream = st;
+            di_sampler_sample(&s, &t, &in, lg, &o);
+            past += o.token < 0 || o.token >= LIM;
+        }
+    }
+    CHECK_EQ_INT(past, 0);
+    di_sampler_free(&s);
+}
+
 int main(void) {
     RUN(test_rng);
     RUN(test_distribution);
@@ -443,5 +473,6 @@ int main(void) {
     RUN(test_row_exp);
     RUN(test_greedy_fast_path);
     RUN(test_sort_desc);
+    RUN(test_vocab_limit);
     return test_summary();
 }
