@@ -143,8 +143,20 @@ static double run_once(di_engine *e, const di_engine_info *info, const bench_row
         }
     }
     double t2 = cli_now_s();
+    /* the tokens made, counted (a failed sequence, or one cut at
+     * max_model_len, ends early) */
+    uint64_t made = 0;
+    for (int64_t k = 0; k < r->batch; k++) {
+        di_completion c;
+        di_engine_get_completion(e, req[k], 0, &c);
+        if (c.finish_reason == DI_FINISH_ERROR) {
+            fprintf(stderr, "deepinfer " CMD ": a sequence failed: %s\n", c.error ? c.error : "(no message)");
+            goto out;
+        }
+        made += c.n_tokens;
+    }
     if (is_pp) tps = (double)(r->batch * r->n_prompt) / (t2 - t0);
-    else tps = t2 > t1 && t1 > 0 ? (double)((uint64_t)(r->batch * r->n_gen) - g1) / (t2 - t1) : 0;
+    else tps = t2 > t1 && t1 > 0 && made > g1 ? (double)(made - g1) / (t2 - t1) : 0;
 out:
     for (int64_t k = 0; k < r->batch; k++)
         if (req[k]) di_engine_release(e, req[k]);
