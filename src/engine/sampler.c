@@ -292,8 +292,10 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
                 }
             }
         }
+        /* keep >= 1: the best candidate has e = 1 >= min_p, unless it is
+         * +inf (inf - inf: NaN): no draw then, as for no finite logit */
+        if (keep == 0) return;
         int filtered = 0; /* top-k / top-p changed the kept list */
-        /* keep >= 1: the best candidate has e = 1 >= min_p */
         int topk_on = p->top_k > 0 && p->top_k < keep;
         if (topk_on || p->top_p < 1.0) {
             /* Sorting all V candidates is the cost of top-p / top-k; first

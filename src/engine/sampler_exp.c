@@ -6,6 +6,7 @@
 #include "engine/sampler_exp.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "core/cpu_features.h"
@@ -108,14 +109,20 @@ AVX2 static double sum_avx2(const float *x, int64_t n, float shift) {
 }
 #endif
 
-static int scalar_forced = 0;
-void di_row_exp_force_scalar(int on) { scalar_forced = on; }
+/* read by every sampling thread: atomics, relaxed (any thread may be the
+ * first to ask the CPU; they all get the same answer) */
+static atomic_int scalar_forced = 0;
+void di_row_exp_force_scalar(int on) { atomic_store_explicit(&scalar_forced, on, memory_order_relaxed); }
 
 static int use_avx2(void) {
 #if defined(DI_SAMPLER_AVX2)
-    static int have = -1;
-    if (have < 0) have = di_cpu_has_avx2();
-    return have && !scalar_forced;
+    static atomic_int have = -1;
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (h < 0) {
+        h = di_cpu_has_avx2();
+        atomic_store_explicit(&have, h, memory_order_relaxed);
+    }
+    return h && !atomic_load_explicit(&scalar_forced, memory_order_relaxed);
 #else
     return 0;
 #endif

@@ -461,6 +461,15 @@ static void test_vocab_limit(void) {
         }
     }
     CHECK_EQ_INT(past, 0);
+    /* a +inf logit: no draw at temperature > 0 (nothing else to scale
+     * against), never an index outside the kept list */
+    lg[7] = INFINITY;
+    di_sample_in in = {.forced = -1};
+    di_sample_out o;
+    di_sampler_sample(&s, &t, &in, lg, &o);
+    CHECK_EQ_INT(o.token, -1);
+    di_sampler_sample(&s, &g, &in, lg, &o);
+    CHECK_EQ_INT(o.token, 7);
     di_sampler_free(&s);
 }
 
