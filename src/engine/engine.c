@@ -523,6 +523,27 @@ static void sample_rows(void *ctx, int64_t begin, int64_t end, int thread) {
     }
 }
 
+/* Prompt logprobs of rows [begin, end) of a chunk: row q of the step's
+ * logits (from row0) predicts prompt position start + q + 1. */
+typedef struct prompt_lp_ctx {
+    di_engine *e;
+    di_request *r;
+    int64_t row0, start;
+} prompt_lp_ctx;
+
+static void prompt_lp_rows(void *ctx, int64_t begin, int64_t end, int thread) {
+    prompt_lp_ctx *c = ctx;
+    di_request *r = c->r;
+    int32_t k = r->prompt_logprobs;
+    const int64_t V = c->e->runner.vocab;
+    for (int64_t q = begin; q < end; q++) {
+        int64_t p = c->start + q + 1;
+        const float *lg = c->e->logits + (size_t)(c->row0 + q) * (size_t)V;
+        r->prompt_lp[p] = di_logprob_top(lg, V, r->prompt[p], k, r->prompt_top_ids + p * k, r->prompt_top_lp + p * k,
+                                         NULL);
+    }
+}
+
 static void sample_apply(di_engine *e, const di_sample_job *j) {
     di_seq *s = j->seq;
     di_request *r = s->req;
@@ -656,14 +677,10 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
         if (it->start < r->n_prompt) e->stats.prompt_tokens += (uint64_t)it->n;
         const float *last = e->logits + (size_t)(all_rows ? row + it->n - 1 : (int64_t)i) * (size_t)e->runner.vocab;
         if (all_rows && s->index == 0 && r->prompt_logprobs >= 0) {
-            int32_t k = r->prompt_logprobs;
-            for (int64_t q = 0; q < it->n; q++) {
-                int64_t p = it->start + q + 1;
-                if (p >= r->n_prompt) break;
-                const float *lg = e->logits + (size_t)(row + q) * (size_t)e->runner.vocab;
-                r->prompt_lp[p] = di_logprob_top(lg, e->runner.vocab, r->prompt[p], k, r->prompt_top_ids + p * k,
-                                                 r->prompt_top_lp + p * k, NULL);
-            }
+            /* each row's log-softmax is a pass over the vocabulary: on the pool */
+            int64_t q1 = r->n_prompt - 1 - it->start < it->n ? r->n_prompt - 1 - it->start : it->n;
+            prompt_lp_ctx pc = {e, r, row, it->start};
+            if (q1 > 0) di_threadpool_for(e->sample_pool, q1, 4, prompt_lp_rows, &pc);
         }
         row += it->n;
         if (!it->sample || s->phase != DI_SEQ_RUNNING || s->finish) continue;
