@@ -28,8 +28,10 @@ static di_status check_args(const char *op, const uint8_t *qa, const float *sa, 
  * k stages run one after another (k = 5,120: ~35 µs whatever n), where the
  * matrix-vector kernels spread k over the SMs (wkv 512 x 5,120 at m = 64:
  * 10 µs; wq_a 22 against 35; docs/gpu-notes.md, mid run 2). Both paths are
- * deterministic; the matrix-vector one also keeps a row's bits those of m = 1.
- * DI_CUDA_FP8_NARROW=0: the tiles past 16 rows always (measuring aid). */
+ * deterministic, and a row's bits depend on m only through which one runs
+ * (past 16 rows the matrix-vector path is the mma.sync kernel, not the
+ * wgmma one of m <= 16). DI_CUDA_FP8_NARROW=0: the tiles past 16 rows
+ * always (measuring aid). */
 static int fp8_narrow = -1;
 static bool fp8_tiles_pay(int64_t m, int64_t n) {
     if (m <= 16) return false;
