@@ -57,11 +57,14 @@ di_status di_engine_init(di_engine *e, const di_runner *r, const di_tokenizer *t
     e->tok = tok;
     e->think_id = e->think_end_id = -1;
     e->next_id = 1;
+    e->text_vocab = 0;
     if (tok) {
         if (di_tokenizer_token_id(tok, "<think>", &e->think_id)) e->think_id = -1;
         if (di_tokenizer_token_id(tok, "</think>", &e->think_end_id)) e->think_end_id = -1;
         di_status st = build_vocab(e, err);
         if (st) return st;
+        /* a vocabulary padded past the tokenizer's ids: those ids have no text */
+        if ((int64_t)di_tokenizer_vocab_size(tok) < r->vocab) e->text_vocab = (int64_t)di_tokenizer_vocab_size(tok);
     }
     di_memory_init(&e->mem, &e->runner, cfg->memory_limit);
     di_scheduler_init(&e->sched, &e->mem, cfg->max_batch, cfg->budget, cfg->max_chunk, cfg->max_model_len);
@@ -156,9 +159,11 @@ static di_status check_params(const di_engine *e, const di_sampling_params *p, d
     if (p->min_tokens < 0 || p->min_tokens > p->max_tokens)
         return BAD("min_tokens must be in [0, max_tokens=%lld], got %lld", (long long)p->max_tokens,
                    (long long)p->min_tokens);
-    if (p->logprobs < -1 || p->logprobs > 20) return BAD("logprobs must be in 0..20 (or -1: none), got %d", p->logprobs);
-    if (p->prompt_logprobs < -1 || p->prompt_logprobs > 20)
-        return BAD("prompt_logprobs must be in 0..20 (or -1: none), got %d", p->prompt_logprobs);
+    if (p->logprobs < -1 || p->logprobs > DI_ENGINE_MAX_LOGPROBS)
+        return BAD("logprobs must be in 0..%d (or -1: none), got %d", DI_ENGINE_MAX_LOGPROBS, p->logprobs);
+    if (p->prompt_logprobs < -1 || p->prompt_logprobs > DI_ENGINE_MAX_LOGPROBS)
+        return BAD("prompt_logprobs must be in 0..%d (or -1: none), got %d", DI_ENGINE_MAX_LOGPROBS,
+                   p->prompt_logprobs);
     if (p->thinking_token_budget < -1)
         return BAD("thinking_budget must be >= 0 (or -1: none), got %lld", (long long)p->thinking_token_budget);
     if (p->n_stop && !p->stop) return BAD("stop: %zu strings announced but no array", p->n_stop);
@@ -498,24 +503,15 @@ static void sample_prepare(di_engine *e, di_sample_job *j, di_seq *s, const floa
     j->logits = logits;
     j->in = (di_sample_in){.prompt = r->prompt, .n_prompt = r->n_prompt, .output = s->tokens + r->n_prompt,
                            .n_output = di_seq_n_output(s), .mask = (s->matcher && !s->thinking) ? s->mask : NULL,
-                           .forced = -1, .stream = (uint64_t)s->index};
-    /* a vocabulary padded past the tokenizer's ids: those ids have no text */
-    if (e->tok && (int64_t)di_tokenizer_vocab_size(e->tok) < e->runner.vocab)
-        j->in.vocab_limit = (int64_t)di_tokenizer_vocab_size(e->tok);
+                           .forced = -1, .stream = (uint64_t)s->index, .vocab_limit = e->text_vocab};
     if (s->thinking && r->thinking_budget >= 0 && s->n_think >= r->thinking_budget && e->think_end_id >= 0)
         j->in.forced = e->think_end_id;
 }
 
-typedef struct sample_ctx {
-    di_engine *e;
-    di_sample_job *jobs;
-} sample_ctx;
-
 static void sample_rows(void *ctx, int64_t begin, int64_t end, int thread) {
-    sample_ctx *c = ctx;
-    di_engine *e = c->e;
+    di_engine *e = ctx;
     for (int64_t i = begin; i < end; i++) {
-        di_sample_job *j = &c->jobs[i];
+        di_sample_job *j = &e->jobs[i];
         const di_request *r = j->seq->req;
         di_sampler_sample(&e->samplers[thread], &r->sp, &j->in, j->logits, &j->out);
         int32_t k = r->logprobs > 0 ? r->logprobs : 0;
@@ -692,8 +688,7 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
         sample_prepare(e, &e->jobs[n_jobs++], s, last);
     }
     if (n_jobs) {
-        sample_ctx sc = {e, e->jobs};
-        di_threadpool_for(e->sample_pool, (int64_t)n_jobs, 1, sample_rows, &sc);
+        di_threadpool_for(e->sample_pool, (int64_t)n_jobs, 1, sample_rows, e);
         for (size_t j = 0; j < n_jobs; j++) sample_apply(e, &e->jobs[j]);
     }
     if (n == 0) post_all(e); /* nothing ran: finish the text of the last tokens now */

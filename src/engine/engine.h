@@ -37,14 +37,17 @@ typedef struct di_engine_cfg {
     int sample_threads;
 } di_engine_cfg;
 
+/* The most top logprobs a request may ask for (logprobs, prompt_logprobs). */
+#define DI_ENGINE_MAX_LOGPROBS 20
+
 /* One row of a step to sample: what the draw reads, and what it gives. */
 typedef struct di_sample_job {
     di_seq *seq;
     const float *logits;
     di_sample_in in;
     di_sample_out out;
-    int32_t top_ids[20]; /* logprobs' top k (k <= 20) */
-    float top_lp[20];
+    int32_t top_ids[DI_ENGINE_MAX_LOGPROBS]; /* logprobs' top k */
+    float top_lp[DI_ENGINE_MAX_LOGPROBS];
 } di_sample_job;
 
 struct di_engine {
@@ -64,6 +67,7 @@ struct di_engine {
     const di_tokenizer *tok;   /* may be NULL */
     di_vocab *vocab;           /* constraint vocabulary (NULL without tokenizer) */
     int32_t think_id, think_end_id;
+    int64_t text_vocab;        /* ids the tokenizer has text for, when fewer than the model's (else 0) */
     di_memory mem;
     di_scheduler sched;
     di_sampler *samplers;      /* [n_samplers]: one per sampling thread */
