@@ -61,25 +61,6 @@ static float *rnd(int64_t n, float sc) {
     return x;
 }
 
-static uint8_t *rnd_bytes(size_t n) {
-    uint8_t *b = malloc(n ? n : 1);
-    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)rng_next();
-    return b;
-}
-
-/* E4M3 codes without the NaN codes; E8M0 scales near 2^0 */
-static uint8_t *rnd_e4m3(size_t n) {
-    uint8_t *b = rnd_bytes(n);
-    for (size_t i = 0; i < n; i++)
-        if ((b[i] & 0x7f) == 0x7f) b[i] ^= 1;
-    return b;
-}
-static uint8_t *rnd_e8m0(size_t n) {
-    uint8_t *b = malloc(n ? n : 1);
-    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)(120 + rng_int(12));
-    return b;
-}
-
 static di_tensor vec_tensor(int64_t n0, int64_t n1, di_dtype dt) {
     di_tensor t = {0};
     t.dtype = dt;
@@ -279,14 +260,14 @@ static void test_matmul(void) {
         case DI_WFMT_FP8:
             wb = (size_t)(N * K);
             sb = (size_t)(((N + 31) / 32) * (K / 32));
-            wbuf = rnd_e4m3(wb);
-            sbuf = rnd_e8m0(sb);
+            wbuf = rng_e4m3(wb);
+            sbuf = rng_e8m0(sb);
             break;
         default:
             wb = (size_t)(N * K / 2);
             sb = (size_t)(N * (K / 32));
-            wbuf = rnd_bytes(wb);
-            sbuf = rnd_e8m0(sb);
+            wbuf = rng_bytes(wb);
+            sbuf = rng_e8m0(sb);
         }
         w.w = wbuf;
         w.s = sbuf;
@@ -367,8 +348,8 @@ static void test_matmul_grouped(void) {
             for (int64_t i = 0; i < N * K; i++) b[i] = di_f32_to_bf16(0.2f * rng_normal());
             wbuf = (uint8_t *)b;
         } else {
-            wbuf = rnd_e4m3((size_t)(N * K));
-            sbuf = rnd_e8m0((size_t)(((N + 31) / 32) * (K / 32)));
+            wbuf = rng_e4m3((size_t)(N * K));
+            sbuf = rng_e8m0((size_t)(((N + 31) / 32) * (K / 32)));
         }
         w.w = wbuf;
         w.s = sbuf;
@@ -525,8 +506,8 @@ static void test_gathers(void) {
         /* Engram gather from a host FP8 table, 3 columns */
         di_tensor rows = {.dtype = DI_DTYPE_F8_E4M3, .ndim = 2, .shape = {V, n}};
         di_tensor sc = {.dtype = DI_DTYPE_F8_E8M0, .ndim = 2, .shape = {V, n / 32}};
-        rows.data = rnd_e4m3((size_t)(V * n));
-        sc.data = rnd_e8m0((size_t)(V * n / 32));
+        rows.data = rng_e4m3((size_t)(V * n));
+        sc.data = rng_e8m0((size_t)(V * n / 32));
         size_t B3 = 3 * B;
         oc = malloc(B3);
         d = dev_poison(B3);
@@ -1150,7 +1131,7 @@ static void test_moe_experts_device(void) {
                 size_t wb = q == 2 ? wb2 : wb1, sb = q == 2 ? sb2 : sb1;
                 uint8_t *s8 = malloc(sb);
                 for (size_t i = 0; i < sb; i++) s8[i] = (uint8_t)(121 + rng_int(6));
-                hw[q][e] = rnd_bytes(wb);
+                hw[q][e] = rng_bytes(wb);
                 hs[q][e] = s8;
             }
             ex[e].w1 = (di_wmat){DI_WFMT_FP4, I, D, hw[0][e], hs[0][e]};
@@ -1270,7 +1251,7 @@ static void test_moe_op_table(void) {
                 size_t wb = q == 2 ? wb2 : wb1, sb = q == 2 ? sb2 : sb1;
                 uint8_t *s8 = malloc(sb);
                 for (size_t i = 0; i < sb; i++) s8[i] = (uint8_t)(121 + rng_int(6));
-                mem[6 * e + 2 * q] = rnd_bytes(wb);
+                mem[6 * e + 2 * q] = rng_bytes(wb);
                 mem[6 * e + 2 * q + 1] = s8;
             }
             ex[e].w1 = (di_wmat){DI_WFMT_FP4, I, D, mem[6 * e], mem[6 * e + 1]};
@@ -1527,11 +1508,11 @@ static di_wmat rnd_wmat(di_wfmt fmt, int64_t N, int64_t K, uint8_t **wbuf, uint8
         for (int64_t i = 0; i < N * K; i++) b[i] = di_f32_to_bf16(0.05f * rng_normal());
         *wbuf = (uint8_t *)b;
     } else if (fmt == DI_WFMT_FP8) {
-        *wbuf = rnd_e4m3((size_t)(N * K));
-        *sbuf = rnd_e8m0((size_t)(((N + 31) / 32) * ((K + 31) / 32)));
+        *wbuf = rng_e4m3((size_t)(N * K));
+        *sbuf = rng_e8m0((size_t)(((N + 31) / 32) * ((K + 31) / 32)));
     } else {
-        *wbuf = rnd_bytes((size_t)(N * K / 2));
-        *sbuf = rnd_e8m0((size_t)(N * (K / 32)));
+        *wbuf = rng_bytes((size_t)(N * K / 2));
+        *sbuf = rng_e8m0((size_t)(N * (K / 32)));
     }
     w.w = *wbuf;
     w.s = *sbuf;

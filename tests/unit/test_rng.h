@@ -1,10 +1,12 @@
 /* Random test inputs: splitmix64 with a seed the test sets (and prints, so a
- * failing run can be replayed), uniform and normal draws. */
+ * failing run can be replayed), uniform and normal draws, weight bytes. */
 #ifndef DI_TEST_RNG_H
 #define DI_TEST_RNG_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 static uint64_t rng_state;
 
@@ -23,5 +25,25 @@ static inline float rng_normal(void) {
 }
 /* Uniform in [0, n). */
 static inline int rng_int(int n) { return (int)(rng_next() % (uint64_t)n); }
+
+/* Weight bytes for the checkpoint's formats (malloc'd; the caller frees):
+ * any bytes (MXFP4 codes), E4M3 codes without the NaN codes, E8M0 scales
+ * near 2^0. */
+static inline uint8_t *rng_bytes(size_t n) {
+    uint8_t *b = (uint8_t *)malloc(n ? n : 1);
+    for (size_t i = 0; b && i < n; i++) b[i] = (uint8_t)rng_next();
+    return b;
+}
+static inline uint8_t *rng_e4m3(size_t n) {
+    uint8_t *b = rng_bytes(n);
+    for (size_t i = 0; b && i < n; i++)
+        if ((b[i] & 0x7f) == 0x7f) b[i] ^= 1;
+    return b;
+}
+static inline uint8_t *rng_e8m0(size_t n) {
+    uint8_t *b = (uint8_t *)malloc(n ? n : 1);
+    for (size_t i = 0; b && i < n; i++) b[i] = (uint8_t)(120 + rng_int(12));
+    return b;
+}
 
 #endif
