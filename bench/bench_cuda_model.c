@@ -28,6 +28,8 @@
  *   bench_cuda_model CONFIG [-p PROMPT] [-b LIST] [-c CONTEXT] [-s STEPS] [-l LIST] [-lc CONTEXT] [-lp PROMPT]
  *                    [-n LIST]
  *
+ * DEEPINFER_BATCH_INVARIANT=1 times the backend in batch-invariant mode.
+ *
  * Lines starting with RESULT are the machine-readable numbers. */
 #include <math.h>
 #include <stdio.h>
@@ -457,6 +459,12 @@ int main(int argc, char **argv) {
     printf("dummy weights: %.1f GB in %.1f s\n", (double)model->weight_bytes / 1e9, bench_now_s() - t0);
     di_backend *be = NULL;
     if (di_backend_cuda_create(0, &be, &err)) die("cuda backend", &err);
+    /* DEEPINFER_BATCH_INVARIANT=1: the engine's batch-invariant mode, timed */
+    const char *bi = getenv("DEEPINFER_BATCH_INVARIANT");
+    if (bi && !strcmp(bi, "1")) {
+        be->ops->set_batch_invariant(be, 1);
+        printf("batch-invariant mode (DEEPINFER_BATCH_INVARIANT=1)\n");
+    }
     const di_config *c = &model->cfg;
     /* a synthetic Engram token map (the real one comes from tokenizer.json) */
     int32_t *cmap = malloc((size_t)c->vocab_size * sizeof *cmap);

@@ -122,15 +122,17 @@ static di_status open_engine(di_engine *e, const di_engine_options *o, di_err *e
      * refuses with a message saying which. */
     st = accel == DI_ACCEL_NVIDIA ? di_backend_cuda_create(0, &e->be, err)
                                   : di_backend_cpu_create(o->n_threads, &e->be, err);
+    /* The CPU kernels use a fixed reduction order per row whatever the
+     * batch, so the CPU backend always is batch-invariant; a device backend
+     * is told, and then chooses no kernel by the number of rows. */
+    e->batch_invariant = o->batch_invariant >= 0 ? o->batch_invariant : e->env.batch_invariant > 0;
+    if (!st && e->be->ops->set_batch_invariant) e->be->ops->set_batch_invariant(e->be, e->batch_invariant);
     if (!st) st = di_lm_init(&e->lm, c, &e->model->weights, e->be, o->bf16_numerics ? DI_NUMERICS_BF16 : DI_NUMERICS_FP8,
                              map, err);
     free(map);
     if (st) return st;
     e->has_lm = 1;
     e->n_threads = e->be->n_threads;
-    /* The CPU kernels use a fixed reduction order per row whatever the
-     * batch, so the mode is always satisfied here; it is recorded. */
-    e->batch_invariant = o->batch_invariant >= 0 ? o->batch_invariant : e->env.batch_invariant > 0;
     di_runner r;
     di_runner_lm_init(&r, &e->lm);
     int64_t max_len = o->max_model_len ? o->max_model_len : (c->max_position < 65536 ? c->max_position : 65536);

@@ -366,6 +366,14 @@ typedef struct di_backend_ops {
      * here; the forward pass asks after each pass so the error reaches the
      * caller as a di_status. NULL when no op can fail (the CPU backend). */
     di_status (*status)(di_backend *be, di_err *err);
+
+    /* Batch invariance (DEEPINFER_BATCH_INVARIANT). on: every op gives a
+     * row the same bits whatever the other rows of the call and their
+     * number, so a sequence's logits do not depend on its batch or its
+     * prefill chunks; the backend then chooses no kernel by the number of
+     * rows, at some cost in speed (docs/engine.md). NULL: the backend
+     * always is (the CPU's fixed per-row reduction orders). */
+    void (*set_batch_invariant)(di_backend *be, int on);
 } di_backend_ops;
 
 struct di_backend {

@@ -3,7 +3,9 @@ Python API generate with the CUDA backend on the v41-tiny fixture, and
 their greedy tokens equal the CPU backend's up to the first step where the
 CPU's own top two candidates are within 0.5 in logprob (a near-tie may break
 either way under the GPU's different summation order); the Python API on
-the GPU gives the CLI's GPU tokens. Skips where the build has no CUDA or no GPU is visible."""
+the GPU gives the CLI's GPU tokens; in batch-invariant mode a prompt's
+tokens and logprobs on the GPU are the same alone and in a batch. Skips
+where the build has no CUDA or no GPU is visible."""
 import json
 import os
 import subprocess
@@ -74,3 +76,32 @@ def test_python_api_on_gpu_equals_cli(tiny, monkeypatch):
         out = llm.generate(prompt, SamplingParams(temperature=0, max_tokens=N, ignore_eos=True), use_tqdm=False)
     # the same backend and kernels: the same tokens, bit for bit
     assert out[0].outputs[0].token_ids == cli["token_ids"]
+
+
+def test_batch_invariant_gpu(tiny, monkeypatch):
+    """DEEPINFER_BATCH_INVARIANT=1 on the GPU: a prompt's greedy tokens and
+    logprobs are the same alone and inside a batch of other prompts (the
+    float values compared exactly), and its tokens are the CPU's up to the
+    CPU's first near-tie."""
+    model, golden = tiny
+    prompt = short_prompt(golden)
+    others = ["A long time ago", "1 2 3 4 5", "def f(x):", "The capital of France", "Hello, world",
+              "zzz", "In 1905, Einstein"]
+    sp = SamplingParams(temperature=0, max_tokens=N, ignore_eos=True, logprobs=2)
+    monkeypatch.setenv("DEEPINFER_ACCELERATOR", "nvidia")
+    monkeypatch.setenv("DEEPINFER_BATCH_INVARIANT", "1")
+    with LLM(model=str(model)) as llm:
+        assert llm.batch_invariant
+        alone = llm.generate(prompt, sp, use_tqdm=False)[0].outputs[0]
+        batch = llm.generate(others[:3] + [prompt] + others[3:], sp, use_tqdm=False)[3].outputs[0]
+        two = llm.generate([prompt, others[0]], sp, use_tqdm=False)[0].outputs[0]
+    assert len(alone.token_ids) == N
+    for got in (batch, two):
+        assert got.token_ids == alone.token_ids
+        assert [{t: lp.logprob for t, lp in r.items()} for r in got.logprobs] == \
+            [{t: lp.logprob for t, lp in r.items()} for r in alone.logprobs]
+    cpu = gen(model, prompt, "cpu")
+    assert cpu.returncode == 0, cpu.stderr
+    c = json.loads(cpu.stdout)
+    k = cpu_margin_steps(c)
+    assert alone.token_ids[:k] == c["token_ids"][:k], "gpu parts from cpu before the cpu's first near-tie"

@@ -146,6 +146,7 @@ typedef struct cuda_impl {
     const char *op;  /* the op running now (error messages, profile) */
     /* pool: live blocks (open addressing by pointer) and free blocks */
     int use_pool;
+    int batch_invariant; /* set_batch_invariant: no kernel chosen by the number of rows */
     int alloc_raw;               /* cu_alloc hands the block out without its zero fill */
     pblock *live;
     size_t live_cap, live_count;
@@ -267,6 +268,7 @@ static void op_enter(di_backend *be, const char *op) {
         if (c->prof == 2) prof_event(be, op);
     }
     c->op = op;
+    di_cuda_set_batch_invariant(c->batch_invariant);
     if (c->prof != 1) return;
     di_err err = {0};
     note(be, di_cuda_synchronize(&err), &err);
@@ -1054,10 +1056,12 @@ static void cu_engram_rows(di_backend *be, const uint8_t *rows, const uint8_t *s
 
 /* At many rows the pool lends the rows form its partial sums (a pool that
  * cannot leaves the op to the cluster form), taken before the op starts as
- * in cu_matmul_grouped. */
+ * in cu_matmul_grouped; in batch-invariant mode at every m (the rows form
+ * always runs there: without them the op fails). */
 static void cu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_t d,
                       const float *fn, const float *base, const float *scale, double norm_eps,
                       double hc_eps, int iters, float *pre, float *post, float *comb) {
+    di_cuda_set_batch_invariant(IM(be)->batch_invariant); /* the scratch depends on it */
     size_t pb = cuda_op_hc_mix_scratch_bytes(m, hc, d);
     void *scr = pb ? cu_alloc_raw(be, pb) : NULL;
     op_enter(be, "hc_mix");
@@ -1908,6 +1912,13 @@ static void cu_destroy(di_backend *be) {
 
 static di_status cu_status(di_backend *be, di_err *err) { return di_backend_cuda_status(be, err); }
 
+/* The setting is the backend's; the kernel launchers read it from the
+ * thread that runs the op (op_enter hands it over). */
+static void cu_set_batch_invariant(di_backend *be, int on) {
+    IM(be)->batch_invariant = on != 0;
+    di_cuda_set_batch_invariant(on);
+}
+
 static const di_backend_ops cuda_ops = {
     .name = "cuda",
     .alloc = cu_alloc,
@@ -1966,6 +1977,7 @@ static const di_backend_ops cuda_ops = {
     .add_bf16 = cu_add_bf16,
     .destroy = cu_destroy,
     .status = cu_status,
+    .set_batch_invariant = cu_set_batch_invariant,
 };
 
 /* Whether the environment variable name is set to exactly val (the

@@ -166,6 +166,14 @@ void di_backend_cuda_profile_start(di_backend *be, int on);
  * device time between one op's event and the next is charged to the first
  * (launch gaps included), read back by di_backend_cuda_profile. */
 
+/* ------------------------------------------------------------ batch invariance */
+
+/* Kernel choice on the calling thread: on, no kernel is chosen by the
+ * number of rows (m, a group's rows, the groups), so a row's result is the
+ * same bits in any batch (the backend's set_batch_invariant op sets it as
+ * each of its ops begins). */
+void di_cuda_set_batch_invariant(int on);
+
 /* ------------------------------------------------------------ measuring aids */
 
 /* cudaProfilerStart / Stop: the range a profiler started with its capture

@@ -50,6 +50,12 @@ __device__ __forceinline__ void pdl_enter() {
 extern "C" int cuda_pdl_on(void);
 extern "C" void cuda_pdl_refused(void);
 
+/* Batch-invariant mode of the calling thread (cuda_device.cu; the backend
+ * sets it from its own setting as each op begins). On, every kernel choice
+ * that the number of rows would otherwise make is made by the other
+ * shapes alone (docs/engine.md, "Batch invariance"). */
+extern "C" int cuda_batch_invariant(void);
+
 /* Launches kern with programmatic stream serialization: its blocks may be
  * scheduled while the kernel ahead of it finishes (that kernel's own
  * blocks all running or done), so they wait resident instead of being
@@ -175,6 +181,12 @@ __device__ __forceinline__ void store_out2(void *out, int out_bf16, int64_t n, i
 di_status cuda_launch_matvec_fp8(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                  const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                  int out_bf16, cudaStream_t stream, di_err *err);
+/* Batch-invariant mode's product of up to 16 rows where the tiles would
+ * run: the wgmma matrix-vector kernel in one cluster rank, which gives the
+ * tiles' bits (*done = 0 and nothing launched where it does not apply) */
+di_status cuda_launch_matvec_fp8_tiles_bits(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                                            const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
+                                            int out_bf16, cudaStream_t stream, int *done, di_err *err);
 /* the same from f32 activations x [m, k] quantized inside the kernel
  * (*done = 0 and nothing launched where that form does not apply) */
 di_status cuda_launch_matvec_fp8_x(const float *x, int64_t m, int64_t k, const uint8_t *w,

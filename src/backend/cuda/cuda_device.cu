@@ -133,6 +133,12 @@ static int pdl_state = -1; /* -1: DI_CUDA_PDL not read yet */
 extern "C" int cuda_pdl_on(void) { return cuda_env_switch("DI_CUDA_PDL", &pdl_state); }
 extern "C" void cuda_pdl_refused(void) { pdl_state = 0; }
 
+/* Per host thread: a process may hold backends in both modes, each op
+ * entered on its caller's thread. */
+static thread_local int batch_invariant_mode = 0;
+extern "C" void di_cuda_set_batch_invariant(int on) { batch_invariant_mode = on != 0; }
+extern "C" int cuda_batch_invariant(void) { return batch_invariant_mode; }
+
 /* An empty kernel whose grid size is the tag: in a per-kernel profile it
  * marks where a part of a pass begins (the grid size column gives the tag). */
 __global__ void k_mark(int tag) {

@@ -31,9 +31,14 @@ static di_status check_args(const char *op, const uint8_t *qa, const float *sa, 
  * deterministic, and a row's bits depend on m only through which one runs
  * (past 16 rows the matrix-vector path is the mma.sync kernel, not the
  * wgmma one of m <= 16). DI_CUDA_FP8_NARROW=0: the tiles past 16 rows
- * always (measuring aid). */
+ * always (measuring aid). Batch-invariant mode: where k and the alignment
+ * let the tiles run, the tiles past 16 rows and the wgmma matrix-vector
+ * kernel in one cluster rank up to 16 (the tiles' bits: a row's 32-blocks
+ * promoted in one chain in k order, whatever the other rows); the mma.sync
+ * kernel at every m otherwise. */
 static int fp8_narrow = -1;
 static bool fp8_tiles_pay(int64_t m, int64_t n) {
+    if (cuda_batch_invariant()) return true; /* di_cuda_gemm_fp8 then takes its few rows */
     if (m <= 16) return false;
     if (m > 64 || !cuda_env_switch("DI_CUDA_FP8_NARROW", &fp8_narrow)) return true;
     return (n + 127) / 128 >= 20;
@@ -52,6 +57,11 @@ extern "C" di_status di_cuda_gemm_fp8(const uint8_t *qa, const float *sa, int64_
                           "gemm_fp8: clearing the output");
     bool tiled_ok = k % 128 == 0 && (uintptr_t)qa % 16 == 0 && (uintptr_t)w % 16 == 0 &&
                     (uintptr_t)sa % 16 == 0 && (uintptr_t)w_scale % 4 == 0;
+    if (path == DI_CUDA_GEMM_AUTO && tiled_ok && m <= 16 && cuda_batch_invariant()) {
+        int done = 0;
+        st = cuda_launch_matvec_fp8_tiles_bits(qa, sa, m, k, w, w_scale, n, out, bf16, s, &done, err);
+        if (st || done) return st;
+    }
     if (path == DI_CUDA_GEMM_TILED || (path == DI_CUDA_GEMM_AUTO && fp8_tiles_pay(m, n) && tiled_ok))
         return cuda_launch_gemm_fp8_tiled(qa, sa, m, k, w, w_scale, n, out, bf16, s, err);
     return cuda_launch_matvec_fp8(qa, sa, m, k, w, w_scale, n, out, bf16, s, err);
@@ -81,6 +91,9 @@ extern "C" di_status cuda_op_gemm_fp8_x(const float *x, int64_t m, int64_t k, co
                                       int *done, di_err *err) {
     *done = 0;
     if (m <= 0 || n <= 0 || k <= 0 || !x || !w || !ws || !y) return DI_OK; /* the caller's path */
+    /* batch-invariant mode: only where the tiles would run (its one cluster
+     * rank gives their bits; the codes are act_quant's) */
+    if (cuda_batch_invariant() && ((uintptr_t)w % 16 || (uintptr_t)ws % 4)) return DI_OK;
     return cuda_launch_matvec_fp8_x(x, m, k, w, ws, n, y, out_bf16 ? OUT_F32_BF16 : 0, 0, done,
                                     err);
 }

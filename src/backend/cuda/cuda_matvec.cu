@@ -797,8 +797,12 @@ extern "C" void cuda_matvec_set_ks(int ks) { wv_forced_ks = ks; }
  * 16): `wq_a` (20 tiles) 5.11 / 4.28, 5.17 / 4.38, 5.58 / 5.05; the shared
  * expert's w1 (36 tiles) 6.44 / 5.87, 6.53 / 5.82, 7.16 / 6.92: both up to 8.
  * Depends on n and k only (batch invariance; grouped rows equal
- * the plain product). */
+ * the plain product). Batch-invariant mode: 1, where a row's 32-blocks are
+ * promoted in one chain in k order, as the tiles promote them: the same
+ * bits (invariant run 4 in docs/gpu-notes.md: every output of 5 shapes at
+ * 1 and 16 rows; 2, 4 or 8 ranks add their chains' sums after and differ). */
 static int wv_pick_ks(int64_t n, int64_t k) {
+    if (cuda_batch_invariant()) return 1;
     if (wv_forced_ks == 1 || wv_forced_ks == 2 || wv_forced_ks == 4 || wv_forced_ks == 8)
         return wv_forced_ks;
     const int64_t tiles = (n + 63) / 64, nst = k / 128, slots = 3 * (int64_t)sm_count();
@@ -1290,10 +1294,23 @@ di_status cuda_launch_matvec_fp8(const uint8_t *qa, const float *sa, int64_t m, 
                                  const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                  int out_bf16, cudaStream_t stream, di_err *err) {
     cudaError_t e = cudaSuccess;
-    if (wv_try(qa, sa, m, k, w, ws, n, out, out_bf16, stream, &e))
+    /* batch-invariant mode (where the tiles cannot run): the mma.sync kernel
+     * below at every m (its split depends on n alone), not the wgmma one of
+     * up to 16 rows */
+    if (!cuda_batch_invariant() && wv_try(qa, sa, m, k, w, ws, n, out, out_bf16, stream, &e))
         return cuda_check(e, err, "gemm_fp8 (matvec, wgmma)");
     return launch_matvec<0>("gemm_fp8 (matvec)", qa, sa, m, k, w, ws, n, out, out_bf16, stream,
                             err);
+}
+
+di_status cuda_launch_matvec_fp8_tiles_bits(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
+                                            const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
+                                            int out_bf16, cudaStream_t stream, int *done, di_err *err) {
+    cudaError_t e = cudaSuccess;
+    *done = 0;
+    if (!cuda_batch_invariant()) return DI_OK; /* one rank: the mode's */
+    *done = wv_try(qa, sa, m, k, w, ws, n, out, out_bf16, stream, &e);
+    return *done ? cuda_check(e, err, "gemm_fp8 (matvec, wgmma, one rank)") : DI_OK;
 }
 
 di_status cuda_launch_matvec_fp8_x(const float *x, int64_t m, int64_t k, const uint8_t *w,
@@ -1334,10 +1351,20 @@ static int fp4_dec_mode(void) {
     return env_mode;
 }
 /* whether a product of up to 16 rows (plain: m, grouped: max_rows) or a
- * grouped one past that takes the decode form, given what of it applies */
+ * grouped one past that takes the decode form, given what of it applies.
+ * Batch-invariant mode: wherever it applies, at any number of rows (a row's
+ * bits depend on nothing but its own inputs there); where it does not, the
+ * mma.sync kernel at any number of rows, never the wgmma one of up to 16
+ * rows or the grouped tiles. The grouped tiles at every m instead
+ * (DI_CUDA_BI_MOE=tiled, a measuring aid) measured (docs/gpu-notes.md,
+ * invariant run 3; the model's 6 MoE layers) 86 against 293 ms for a
+ * prefill of 8K tokens, but 4.5 against 1.5 ms a layer at batch 64 and
+ * 0.89 against 0.34 at batch 8: decode, where offline batches spend their
+ * time, keeps the decode form. */
 static bool fp4_dec_takes(int64_t rows, int applies) {
     const int mode = fp4_dec_mode();
     if (!applies) return false;
+    if (cuda_batch_invariant()) return mode != 0;
     if (mode == 1) return true;
     if (mode == 2) return rows > 16;
     if (mode == 3) return rows > 16 || applies == 2;
@@ -1348,10 +1375,11 @@ di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m
                                    const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                    int out_bf16, cudaStream_t stream, di_err *err) {
     cudaError_t e = cudaSuccess;
-    if (m <= 16 && fp4_dec_takes(m, cuda_fp4_dec_applies(qa, w, ws, k)))
+    const bool bi = cuda_batch_invariant();
+    if ((m <= 16 || bi) && fp4_dec_takes(m, cuda_fp4_dec_applies(qa, w, ws, k)))
         return cuda_launch_fp4_dec(qa, sa, m, k, w, ws, n, NULL, NULL, 0, NULL, (int32_t)m, out,
                                    out_bf16, stream, err);
-    if (w4_try(qa, sa, m, k, w, ws, n, 1, out, out_bf16, stream, Groups{NULL, NULL, NULL}, 0, &e))
+    if (!bi && w4_try(qa, sa, m, k, w, ws, n, 1, out, out_bf16, stream, Groups{NULL, NULL, NULL}, 0, &e))
         return cuda_check(e, err, "gemm_mxfp4 (matvec, wgmma)");
     return launch_matvec<1>("gemm_mxfp4 (matvec)", qa, sa, m, k, w, ws, n, out, out_bf16,
                             stream, err);
@@ -1367,6 +1395,14 @@ extern "C" void cuda_matvec_set_grouped_tiled(int on) { grouped_tiled_on = on; }
  * GEMM, which reads a weight tile once per 64 rows instead of once per 8
  * (cuda_gemm_grouped.cu) */
 static bool grouped_takes_tiled(const uint8_t *qa, int32_t max_rows, int32_t ngroups) {
+    if (cuda_batch_invariant()) { /* DI_CUDA_BI_MOE=tiled: the tiles at every m (measuring aid) */
+        static int bi_tiled = -1;
+        if (bi_tiled < 0) {
+            const char *v = getenv("DI_CUDA_BI_MOE");
+            bi_tiled = v && !strcmp(v, "tiled");
+        }
+        return bi_tiled && grouped_tiled_on && ngroups <= CUDA_GG_MAX_GROUPS && (uintptr_t)qa % 16 == 0;
+    }
     return grouped_tiled_on && max_rows > 16 && max_rows >= 4 * (int64_t)ngroups &&
            ngroups <= CUDA_GG_MAX_GROUPS && (uintptr_t)qa % 16 == 0;
 }
@@ -1394,7 +1430,7 @@ di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, i
     Groups grp = {ids, off, rows};
     cudaError_t e = cudaSuccess;
     /* the experts' count only bounds the tensor map: ids < 65536 */
-    if (max_rows <= 16 && w4_try(qa, sa, max_rows, k, w, ws, n, 65535, out, out_bf16, stream, grp,
+    if (max_rows <= 16 && !cuda_batch_invariant() && w4_try(qa, sa, max_rows, k, w, ws, n, 65535, out, out_bf16, stream, grp,
                                  ngroups, &e))
         return cuda_check(e, err, "gemm_mxfp4_grouped (wgmma)");
     switch (pick_ksplit(n, MV_ROWS)) {

@@ -138,7 +138,13 @@ enum { ATTN_SPLIT_MAX_BLOCKS = 128 };
 
 /* The tensor-core form (cuda_attn_tc.cu) wherever it takes the head size:
  * faster at every m, one query row included, split over slots when few
- * rows leave the SMs idle; the block per (row, head) otherwise. */
+ * rows leave the SMs idle; the block per (row, head) otherwise.
+ * Batch-invariant mode: never split (the split's combine adds a row's
+ * partial sums in another order, and whether it runs follows from m).
+ * Split at every m instead measured (docs/gpu-notes.md, invariant run 3)
+ * 24 against 49 µs a layer at batch 1 but 67 against 29 ms for a prefill
+ * of 8K tokens and 87 against 62 µs at batch 64: the unsplit form is the
+ * better one for large batches. */
 extern "C" di_status cuda_op_sparse_attn_kv(const float *q, int64_t m, int h, int64_t d,
                                             const uint8_t *const *rows, int n_slots, int n_win,
                                             const float *sink, float scale, float *out,
@@ -146,7 +152,7 @@ extern "C" di_status cuda_op_sparse_attn_kv(const float *q, int64_t m, int h, in
     if (cuda_attn_tc_fits(d)) {
         int s = cuda_attn_tc_splits(n_slots);
         int64_t tiles = m * ((h + 63) / 64);
-        if (s > 1 && tiles * s <= ATTN_SPLIT_MAX_BLOCKS)
+        if (s > 1 && tiles * s <= ATTN_SPLIT_MAX_BLOCKS && !cuda_batch_invariant())
             return cuda_op_sparse_attn_kv_tc_split(q, m, h, d, rows, n_slots, n_win, sink, scale, s, out, err);
         return cuda_op_sparse_attn_kv_tc(q, m, h, d, rows, n_slots, n_win, sink, scale, out, err);
     }

@@ -520,9 +520,16 @@ __global__ void __launch_bounds__(HCF_ROWS * 32)
 
 static int hc_rows_ranks(int64_t n) { return (int)((n + HCR_COLS - 1) / HCR_COLS); }
 
+/* Rows of one launch of the rows form in batch-invariant mode (its grid's
+ * y extent); larger m runs in several, over the same partial sums. */
+enum { HCR_BI_ROWS = HCR_RB * 65535 };
+
 extern "C" size_t cuda_op_hc_mix_scratch_bytes(int64_t m, int hc, int64_t d) {
-    if (hc != 4 || m < HCR_MIN_ROWS || d <= 0 || (m + HCR_RB - 1) / HCR_RB > 65535 ||
-        (m + HCF_ROWS - 1) / HCF_ROWS > 0x7fffffffLL)
+    if (hc != 4 || d <= 0) return 0;
+    if (cuda_batch_invariant()) /* the rows form at every m */
+        return (size_t)(m < HCR_BI_ROWS ? m : HCR_BI_ROWS) * (size_t)hc_rows_ranks(4 * d) * ((2 + 4) * 4 + 1) *
+               sizeof(float);
+    if (m < HCR_MIN_ROWS || (m + HCR_RB - 1) / HCR_RB > 65535 || (m + HCF_ROWS - 1) / HCF_ROWS > 0x7fffffffLL)
         return 0;
     return (size_t)m * (size_t)hc_rows_ranks(4 * d) * ((2 + 4) * 4 + 1) * sizeof(float);
 }
@@ -542,6 +549,34 @@ extern "C" di_status cuda_op_hc_mix_s(const float *s, int64_t m, int hc, int64_t
         return di_err_set(err, DI_ERR_UNSUPPORTED, "hc_mix: hc_mult %d (supported 1..%d)", hc,
                           HC_MAX);
     if (m <= 0) return DI_OK;
+    /* The forms reduce a row in different orders. Batch-invariant mode:
+     * the rows form at every m (hc = 4; its order depends on n alone),
+     * whose partial sums the caller's scratch holds (without it, an error:
+     * another form would give other bits); the block per row for other hc,
+     * as always. Measured (docs/gpu-notes.md, invariant runs 2 and 3): at
+     * batch 1 14 µs a call, as the split product; the split product at
+     * every m instead (launches of 64 rows) cost a prefill of 8K tokens 45
+     * ms against 8, its blocks reading the 2 MB of fn once per row. */
+    if (cuda_batch_invariant() && hc == 4) {
+        const size_t need = cuda_op_hc_mix_scratch_bytes(m, hc, d);
+        if (!scratch || scratch_bytes < need)
+            return di_err_set(err, DI_ERR_NOMEM, "hc_mix: no scratch for the batch-invariant form (%zu bytes)",
+                              need);
+        const int ranks = hc_rows_ranks(4 * d);
+        const int64_t n = 4 * d;
+        for (int64_t i0 = 0; i0 < m; i0 += HCR_BI_ROWS) {
+            const int64_t r = m - i0 < HCR_BI_ROWS ? m - i0 : HCR_BI_ROWS;
+            k_hc_mix_rows<4><<<dim3((unsigned)ranks, (unsigned)((r + HCR_RB - 1) / HCR_RB)), HCR_THREADS>>>(
+                s + i0 * n, r, d, fn, (float *)scratch);
+            di_status st = cuda_check_launch(err, "hc_mix (rows form)");
+            if (st) return st;
+            k_hc_mix_finish_rows<4><<<(unsigned)((r + HCF_ROWS - 1) / HCF_ROWS), HCF_ROWS * 32>>>(
+                (const float *)scratch, ranks, r, d, base, scale, norm_eps, hc_eps, iters, pre + i0 * 4,
+                post + i0 * 4, comb + i0 * 16);
+            if ((st = cuda_check_launch(err, "hc_mix (rows form)"))) return st;
+        }
+        return DI_OK;
+    }
     const size_t need = scratch ? cuda_op_hc_mix_scratch_bytes(m, hc, d) : 0;
     if (need && scratch_bytes >= need) {
         const int ranks = hc_rows_ranks(4 * d);

@@ -96,6 +96,7 @@ void di_backend_cuda_profile_start(di_backend *be, int on) {
 }
 void di_cuda_profiler_range(int on) { (void)on; }
 void di_cuda_mark(int tag) { (void)tag; }
+void di_cuda_set_batch_invariant(int on) { (void)on; }
 di_status di_cuda_timeline_create(di_cuda_timeline **out, int cap, di_err *err) {
     *out = NULL;
     (void)cap;
