@@ -64,8 +64,8 @@ typedef struct {
     unsigned flags;
 } product_case;
 
-/* Rows of an m-row call that differ from the row alone, over the m list;
- * the weights stay in the backend's cache between the calls. */
+/* Rows of an m-row call that differ from the row alone, over the m list
+ * (the weights stay in the backend's cache between the calls). */
 static int64_t product_rows_differ(const product_case *pc, const di_wmat *w, const float *dx, const float *ref,
                                    int64_t rows, const int *ms, int nm) {
     const int64_t N = pc->n;
@@ -138,6 +138,7 @@ static void product_case_run(const product_case *pc) {
     free(ref[0]);
     free(ref[1]);
     free(x);
+    di_backend_cuda_weights_drop(gpu); /* cached by host address: a later case may reuse it */
     free(wbuf);
     free(sbuf);
 }
