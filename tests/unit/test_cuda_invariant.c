@@ -27,6 +27,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/dtype.h"
 #include "engine/engine.h"
+#include "engine/sampler.h"
 #include "golden_util.h"
 #include "test.h"
 #include "test_rng.h"
@@ -168,13 +169,6 @@ static void test_products_invariant(void) {
 
 /* ---- whole model */
 
-static uint64_t mix(uint64_t a, uint64_t b) {
-    uint64_t z = a * 0x9e3779b97f4a7c15ull + b + 0x632be59bd9b4e019ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* The needle's rows that differ from its run alone: `trials` batches of 1
  * to 12 mates at other positions (each mate's chunks up to `mate_max`
  * tokens), the needle at a random slot in random chunks of 1 to 20. */
@@ -198,25 +192,26 @@ static int64_t needle_rows_differ(di_engine *e, const int32_t *ids, int64_t n_id
     CHECKF(r->ops->forward(r->ctx, &q, 1, alone, 1, &err) == DI_OK, "needle alone: %s", err.msg);
     r->ops->state_free(r->ctx, st);
     for (int t = 0; t < trials; t++) {
-        const int mates = 1 + (int)(mix(seed, (uint64_t)t * 8 + 1) % 12);
+        const int mates = 1 + (int)(di_rng_bits(seed, (uint64_t)t, 1, 0) % 12);
         void *states[13];
         int ok = 1;
         for (int m = 0; m <= mates; m++) ok &= r->ops->state_new(r->ctx, cap, &states[m], &err) == DI_OK;
         CHECKF(ok, "states: %s", err.msg);
         if (!ok) break;
-        const int slot = (int)(mix(seed, (uint64_t)t * 8 + 2) % (uint64_t)(mates + 1));
+        const int slot = (int)(di_rng_bits(seed, (uint64_t)t, 2, 0) % (uint64_t)(mates + 1));
         int64_t fed[13] = {0};
         for (int done = 0; done < need;) {
             di_runner_seq b[13];
             int64_t row = 0, needle_row = 0;
-            int chunk = 1 + (int)(mix(seed, (uint64_t)t * 100000 + 3 + (uint64_t)done) % 20);
+            int chunk = 1 + (int)(di_rng_bits(seed, (uint64_t)t, 3, (uint64_t)done) % 20);
             if (chunk > need - done) chunk = need - done;
             for (int m = 0; m <= mates; m++) {
                 if (m == slot) {
                     b[m] = (di_runner_seq){states[m], ids + done, chunk};
                     needle_row = row;
                 } else {
-                    int len = 1 + (int)(mix(seed, (uint64_t)(t * 1000 + m) * 100000 + (uint64_t)done) % (uint64_t)mate_max);
+                    uint64_t draw = di_rng_bits(seed, (uint64_t)t, 4, (uint64_t)(m * 100000 + done));
+                    int len = 1 + (int)(draw % (uint64_t)mate_max);
                     const int64_t at = (m * 131 + fed[m]) % (n_ids - len);
                     b[m] = (di_runner_seq){states[m], ids + at, len};
                     fed[m] += len;
@@ -280,7 +275,7 @@ static void fixture_options(di_engine_options *o, const char *model) {
 
 static int32_t *synthetic_ids(int64_t n, int64_t vocab, uint64_t seed) {
     int32_t *ids = malloc((size_t)n * sizeof *ids);
-    for (int64_t i = 0; ids && i < n; i++) ids[i] = (int32_t)(16 + mix(seed, (uint64_t)i) % (uint64_t)(vocab - 32));
+    for (int64_t i = 0; ids && i < n; i++) ids[i] = (int32_t)(16 + di_rng_bits(seed, (uint64_t)i, 5, 0) % (uint64_t)(vocab - 32));
     return ids;
 }
 
