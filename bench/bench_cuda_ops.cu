@@ -872,14 +872,15 @@ static void bench_pf_shapes(void) {
 }
 
 /* --fp4st: the tensor-core decode kernel's ring depth (stages a warp)
- * forced to 2 .. 6, then as chosen (0), on the w1 + w3 pair and w2 at batch
+ * forced to 2 and 3 alternately three times, then 4, then as chosen (0;
+ * the token slots follow the stages: what two blocks an SM leave), on the w1 + w3 pair and w2 at batch
  * 1, 8, 64 and 256, the projections as moe_experts calls them */
 extern "C" void cuda_fp4_dec_set_st(int st); /* cuda_fp4_dec.cu: ring stages, 0 chosen */
 static void bench_fp4_st(void) {
     cuda_matvec_set_fp4_dec(1);
     cuda_fp4_dec_set_mma(1);
     char sfx[32];
-    for (int st : {2, 3, 4, 5, 6, 0}) {
+    for (int st : {2, 3, 2, 3, 2, 3, 4, 0}) {
         snprintf(sfx, sizeof sfx, st ? "_mma_st%d" : "_mma_st_chosen", st);
         cuda_fp4_dec_set_st(st);
         for (int b : {1, 8, 64, 256}) {
@@ -918,6 +919,75 @@ static void bench_fp4_aid(int only) {
     cuda_fp4_dec_set_a8(-1);
     cuda_fp4_dec_set_mma(-1);
     cuda_matvec_set_fp4_dec(-1);
+}
+
+/* --fp4bal [B]: the tensor-core decode kernel's blocks, the tiles dealt
+ * evenly (the default) against blocks of ceil(tiles / places) tiles as
+ * before, alternating twice, on the w1 + w3 pair, w1 and w2 as moe_experts
+ * calls them at batch 1, 8, 64 and 256; then where the block scheduler puts
+ * a launch's blocks (the probe below). B given: that batch alone, as built
+ * (the profiler's run). */
+extern "C" void cuda_fp4_dec_set_bal(int on); /* cuda_fp4_dec.cu: 0 the blocks before */
+__global__ void __launch_bounds__(256, 2) k_smid_probe(int *smid, long long spin) {
+    extern __shared__ int probe_raw[];
+    int id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    if (threadIdx.x == 0) {
+        probe_raw[0] = id;
+        smid[blockIdx.x] = id;
+    }
+    const long long t0 = clock64();
+    while (clock64() - t0 < spin) { /* stay resident: the whole grid is one wave */
+    }
+}
+/* 264 blocks (two an SM) of the kernel's size (256 threads, 100 KB of
+ * shared memory: two fit an SM, not three): how many SMs got two of the
+ * first `first` blocks in launch order (0 if the scheduler spreads a wave's
+ * first blocks over distinct SMs), and the most blocks an SM got */
+static void probe_smid(int first) {
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int nb = 2 * sms;
+    int *d = (int *)dalloc((size_t)nb * 4);
+    const int smem = 100 * 1024;
+    CK(cudaFuncSetAttribute(k_smid_probe, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    std::vector<int> h(nb);
+    for (int rep = 0; rep < 3; rep++) {
+        k_smid_probe<<<nb, 256, smem>>>(d, 200000);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(h.data(), d, (size_t)nb * 4, cudaMemcpyDeviceToHost));
+        std::vector<int> all(1024, 0), head(1024, 0);
+        int twice = 0, most = 0;
+        for (int i = 0; i < nb; i++) {
+            most = std::max(most, ++all[h[i] & 1023]);
+            if (i < first && ++head[h[i] & 1023] == 2) twice++;
+        }
+        printf("RESULT smid_probe rep %d: %d blocks, %d SMs got two of the first %d, at most %d an SM; first 8 "
+               "blocks on SMs %d %d %d %d %d %d %d %d\n",
+               rep, nb, twice, first, most, h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7]);
+    }
+    di_cuda_free(d);
+}
+static void bench_fp4_bal(int only) {
+    cuda_matvec_set_fp4_dec(1);
+    cuda_fp4_dec_set_mma(1);
+    char sfx[32];
+    for (int bal : {0, 1, 0, 1}) {
+        if (only && !bal) continue;
+        snprintf(sfx, sizeof sfx, "_mma_bal%d", bal);
+        cuda_fp4_dec_set_bal(bal);
+        for (int b : {1, 8, 64, 256}) {
+            if (only && b != only) continue;
+            bench_moe_grouped(b, sfx, "w13pair", 2304, 5120, true, true);
+            bench_moe_grouped(b, sfx, "w2", 5120, 2304, true);
+            if (b <= 8) bench_moe_grouped(b, sfx, "w1", 2304, 5120, true);
+        }
+        if (only) break;
+    }
+    cuda_fp4_dec_set_bal(1);
+    cuda_fp4_dec_set_mma(-1);
+    cuda_matvec_set_fp4_dec(-1);
+    if (!only) probe_smid(72);
 }
 
 /* --gg [f,f,...]: the grouped MXFP4 GEMM of the prefill's routed experts
@@ -970,6 +1040,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--pfshapes")) gemm = matvec = 0, plain = 7; /* bench_pf_shapes only */
         else if (!strcmp(argv[i], "--midm")) gemm = matvec = 0, plain = 9; /* bench_mid_m only */
         else if (!strcmp(argv[i], "--fp8mid")) gemm = matvec = 0, plain = 10; /* bench_fp8_mid only */
+        else if (!strcmp(argv[i], "--fp4bal")) { /* bench_fp4_bal only, a batch optional */
+            gemm = matvec = 0, plain = 11;
+            aid_batch = i + 1 < argc && argv[i + 1][0] != '-' ? atoi(argv[++i]) : 0;
+        }
         else if (!strcmp(argv[i], "--fp4aid")) { /* bench_fp4_aid only, a batch optional */
             gemm = matvec = 0, plain = 8;
             aid_batch = i + 1 < argc && argv[i + 1][0] != '-' ? atoi(argv[++i]) : 0;
@@ -1001,6 +1075,7 @@ int main(int argc, char **argv) {
     if (plain == 8) bench_fp4_aid(aid_batch);
     if (plain == 9) bench_mid_m();
     if (plain == 10) bench_fp8_mid();
+    if (plain == 11) bench_fp4_bal(aid_batch);
     if (matvec) {
         bench_act_quant();
         /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */

@@ -51,8 +51,11 @@ static const char *t_current = "";
         return;                                                                      \
     } while (0)
 
+/* DI_TEST_ONLY=text in the environment: only the tests whose names hold it */
 #define RUN(fn)                                                                      \
     do {                                                                             \
+        const char *t_only_ = getenv("DI_TEST_ONLY");                                \
+        if (t_only_ && *t_only_ && !strstr(#fn, t_only_)) break;                     \
         t_current = #fn;                                                             \
         fn();                                                                        \
     } while (0)

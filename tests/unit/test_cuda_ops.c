@@ -1278,6 +1278,7 @@ void cuda_matvec_set_fp4_dec(int mode); /* cuda_matvec.cu: MXFP4 decode form 0 n
                                           * 2 past 16 rows only, 3 the default; -1 the environment's */
 void cuda_fp4_dec_set_mma(int on);      /* cuda_fp4_dec.cu: 0 the CUDA-core kernel only, -1 the
                                           * environment's */
+void cuda_fp4_dec_set_places(int sms);  /* cuda_fp4_dec.cu: SMs the tensor-core kernel's blocks plan for, 0 the device's */
 #endif
 
 #if defined(DI_HAVE_CUDA)
@@ -1332,7 +1333,10 @@ static void fd_fixture_free(fd_fixture *f) {
  * blocks, not a multiple of 8: the CUDA-core kernel in both forms, 32
  * lanes, some idle at the row's end), and the tensor-core kernel's other
  * splits: 1536 (2 chunks of 24, row tiles of 64), 8192 (8 chunks of 32,
- * row tiles of 16); n not a multiple of a block's rows. Groups of 1, 2, 3 and 5 rows and an empty one,
+ * row tiles of 16); n not a multiple of a block's rows, and w1's 2304 rows
+ * at k = 5120 (72 row tiles a group), also with the tensor-core kernel's
+ * blocks planned for 9 SMs (more than one wave: each group's tiles dealt
+ * into blocks of 8 and 7), which must give the same bits. Groups of 1, 2, 3 and 5 rows and an empty one,
  * max_rows 5 and 1 (token tiles of 5, or of 1 looping over the rows). Every
  * (token, expert) row must be within the exact result's bound (the
  * tensor-core adder's 2^-8 max|p| a block; the CUDA-core kernel's f32 chain
@@ -1343,7 +1347,7 @@ static void fd_fixture_free(fd_fixture *f) {
 static void test_fp4_dec_form(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
 #if defined(DI_HAVE_CUDA)
-    const int64_t shapes[][2] = {{100, 5120}, {150, 2304}, {70, 3200}, {90, 1536}, {40, 8192}};
+    const int64_t shapes[][2] = {{100, 5120}, {150, 2304}, {70, 3200}, {90, 1536}, {40, 8192}, {2304, 5120}};
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
         fd_fixture f;
         fd_fixture_make(&f, shapes[c][0], shapes[c][1]);
@@ -1405,6 +1409,22 @@ static void test_fp4_dec_form(void) {
                        fname[form], (long long)n, (long long)k, mr, (long long)differ);
                 CHECKF(bfbad == 0, "mxfp4 %s form n %lld k %lld: %lld bf16 outputs are not the f32 ones rounded",
                        fname[form], (long long)n, (long long)k, (long long)bfbad);
+                if (form == 2 && n >= 2304) { /* blocks dealt for 9 SMs: the same bits */
+                    cuda_fp4_dec_set_places(9);
+                    st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
+                    if (!st)
+                        st = di_cuda_gemm_mxfp4_grouped(dqa.p, dsa.p, k, dw.p, dws.p, n, dids.p, doff.p, 5,
+                                                        drows.p, mr, dout.p, DI_DTYPE_F32, NULL, &err);
+                    if (!st) st = di_cuda_synchronize(&err);
+                    cuda_fp4_dec_set_places(0);
+                    CHECKF(st == DI_OK, "%s", err.msg);
+                    float *o2 = malloc((size_t)(np * n) * 4);
+                    dget(o2, dout);
+                    CHECKF(!memcmp(o2, out, (size_t)(np * n) * 4),
+                           "mxfp4 tensor-core form n %lld k %lld max_rows %d: blocks dealt for 9 SMs give "
+                           "other bits", (long long)n, (long long)k, mr);
+                    free(o2);
+                }
                 if (!form) break; /* the wgmma form needs the true max_rows */
             }
         }
@@ -1429,7 +1449,7 @@ static void test_fp4_dec_form(void) {
 static void test_fp4_dec_pair(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
 #if defined(DI_HAVE_CUDA)
-    const int64_t shapes[][2] = {{100, 5120}, {150, 2304}, {70, 3200}, {90, 1536}, {40, 8192}};
+    const int64_t shapes[][2] = {{100, 5120}, {150, 2304}, {70, 3200}, {90, 1536}, {40, 8192}, {2304, 5120}};
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
         fd_fixture f;
         fd_fixture_make(&f, shapes[c][0], shapes[c][1]);

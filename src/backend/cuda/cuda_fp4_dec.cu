@@ -12,13 +12,13 @@
  * into registers, four blocks in flight, decodes them to f32 and runs FMA
  * chains against the activations, converted to f32 once per block of rows;
  * ~124 instructions a lane per block, issue-bound near 40 % of copy (MXFP4
- * run 1, docs/gpu-notes.md). Measured (chunk run 1, one H200, grouped
+ * run 1, docs/gpu-notes.md). Measured (st run 1, one H200, grouped
  * expert products from DRAM as moe_experts calls them): the tensor-core
- * kernel, w1 and w3 as one pair launch / w2, at 78 / 80 % of copy at batch
- * 64, 70 / 69 % at 8 and 56 / 53 % at 1 (one wave of blocks: copying
- * alone reaches 79 / 70 % there), where the wgmma kernel (cuda_matvec.cu)
- * got 16-26 % at 64, 54-57 % at 8, ~35 % at 1; which form runs at which
- * batch, cuda_matvec.cu picks.
+ * kernel, w1 and w3 as one pair launch / w2, at 79 / 75-79 % of copy at
+ * batch 64, 68-70 / 73-75 % at 256, 73-74 / 69 % at 8 and 59 / 56 % at 1
+ * (one wave of blocks: copying alone reached 79 / 70 % there in aid run
+ * 1), where the wgmma kernel (cuda_matvec.cu) got 16-26 % at 64, 54-57 %
+ * at 8, ~35 % at 1; which form runs at which batch, cuda_matvec.cu picks.
  *
  * The CUDA-core kernel's arithmetic (the tensor-core kernel's is below it):
  * per (token, weight row), block b's 32 products (w · 2^-6) · a are exact
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(FD_THREADS, 3)
  * w · a exactly. Up to 8 tokens of a group cost one pass over the weights.
  *
  * Bytes in flight: the weights go through a ring of FM_ST batch slots per
- * warp by cp.async, FM_ST - 1 batches (3 KB a warp) ahead of the one being
+ * warp by cp.async, FM_ST - 1 batches (2.4 KB each) ahead of the one being
  * multiplied, and a thread block walks nt row tiles of its expert in one
  * stream (the next tile's copies start while this one is multiplied). The
  * first copies are issued before the activation fill and, for a plain
@@ -319,9 +319,10 @@ __device__ __forceinline__ void fm_ldsm4(uint32_t r[4], uint32_t addr) {
  * f16 pairs in the loop (four cvt a block, the inputs the f16 form stores)
  * without the factor 64: the mma then sums (w · 2^-6) · a, which the
  * scales stored times 64 put back (powers of two: the same products, the
- * same promotions). Half the bytes a slot: w1 (k = 5120) fits 7 slots for
- * two blocks an SM where the f16 form fits 4. */
-enum { FM_ST = 3, FM_ST_MAX = 6, FM_ROWB = FM_NB * 16 + 16, FM_SLOT = 16 * FM_ROWB + 16 * FM_NB };
+ * same promotions). Half the bytes a slot: w1 (k = 5120) fits 8 slots for
+ * two blocks an SM where the f16 form fits 5 (7 and 4 with a ring of
+ * three stages). */
+enum { FM_ST = 2, FM_ST_MAX = 6, FM_ROWB = FM_NB * 16 + 16, FM_SLOT = 16 * FM_ROWB + 16 * FM_NB };
 static size_t fm_smem(int tr, int64_t kbn, bool a8 = false, int st = FM_ST) {
     return (size_t)FM_WARPS * st * FM_SLOT + (size_t)FM_WARPS * 16 * FM_NB * 4 + 2 * (size_t)FM_WARPS * 32 * 16 +
            (size_t)tr * (size_t)((a8 ? kbn * 32 + 32 : kbn * 64 + 64) + kbn * 4) + 256 * 4;
@@ -347,23 +348,60 @@ __device__ __forceinline__ uint2 fm_lds2(uint32_t a) {
  * promotion). */
 enum { FM_F_NOCONV = 1, FM_F_NOPROMO = 2, FM_F_NOMATH = 4 };
 
+/* Which rows a block takes. A launch's work is pieces = groups x halves
+ * (the two products of a pair) of tiles row tiles each. bp == 0: a grid of
+ * (bx * halves, groups) blocks of nt tiles (the last of a piece fewer),
+ * block x = half * bx + i. bp > 0: a 1-D grid of pieces x bp blocks, every
+ * piece's tiles dealt into bp runs of base + 1 (the first ex) or base
+ * tiles, the longer runs of every piece first in launch order (piece p =
+ * group * halves + half): see fm_go for why. */
+struct fm_grid {
+    int bx, nt;                                /* bp == 0 */
+    int bp, base, ex, pieces, halves;          /* bp > 0 */
+};
+
 template <bool A8, int F>
 __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
     k_fp4_mma(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int64_t m, int64_t k,
               const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws, int64_t n,
               const int32_t *__restrict__ ids, const int32_t *__restrict__ off,
-              const int32_t *__restrict__ rows, int tr, int cb, int kc, int nt, int st, void *__restrict__ out,
+              const int32_t *__restrict__ rows, int tr, int cb, int kc, fm_grid gr, int st, void *__restrict__ out,
               int out_mode, const uint8_t *__restrict__ w_b, const uint8_t *__restrict__ ws_b,
-              void *__restrict__ out_b, int bx_a) {
+              void *__restrict__ out_b) {
     extern __shared__ uint4 fm_raw[];
-    /* a pair launch: blocks from bx_a on take the second product (same
-     * activations, routing and shape; nothing else differs) */
-    int bxi = (int)blockIdx.x;
-    if (bxi >= bx_a) {
+    /* this block's piece (product of a pair, group) and row tiles; a pair
+     * launch's second product has the same activations, routing and shape */
+    int half, z, ntb;
+    int64_t tile0;
+    if (gr.bp == 0) {
+        int bxi = (int)blockIdx.x;
+        half = bxi >= gr.bx;
+        bxi -= half * gr.bx;
+        z = (int)blockIdx.y;
+        tile0 = (int64_t)bxi * gr.nt;
+        ntb = gr.nt;
+    } else {
+        int L = (int)blockIdx.x, p, j;
+        const int big = gr.pieces * gr.ex, small = gr.bp - gr.ex;
+        if (L < big) {
+            p = L / gr.ex;
+            j = L - p * gr.ex;
+            tile0 = (int64_t)j * (gr.base + 1);
+            ntb = gr.base + 1;
+        } else {
+            L -= big;
+            p = L / small;
+            j = L - p * small;
+            tile0 = (int64_t)gr.ex * (gr.base + 1) + (int64_t)j * gr.base;
+            ntb = gr.base;
+        }
+        z = p / gr.halves;
+        half = p - z * gr.halves;
+    }
+    if (half) {
         w = w_b;
         ws = ws_b;
         out = out_b;
-        bxi -= bx_a;
     }
     const int kbn = (int)(k / 32), xstride = A8 ? kbn * 2 + 2 : kbn * 4 + 4; /* uint4 a slot */
     const int64_t rowb = k / 2;
@@ -377,8 +415,8 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
     const int rtn = FM_WARPS / kc, rt = warp / kc, c = warp - rt * kc;
     e8m0_tab[tid & 255] = e8m0_to_f32(tid & 255); /* read after the fill's barrier */
     const bool live = rt < rtn; /* warps past rtn * kc only join the barriers */
-    const int64_t tiles = (n + 16 * rtn - 1) / (16 * rtn), tile0 = (int64_t)bxi * nt;
-    const int ntl = (int)(tiles - tile0 < nt ? tiles - tile0 : nt); /* this block's tiles */
+    const int64_t tiles = (n + 16 * rtn - 1) / (16 * rtn);
+    const int ntl = (int)(tiles - tile0 < ntb ? tiles - tile0 : ntb); /* this block's tiles */
     const int b0 = c * cb, b1 = b0 + cb < kbn ? b0 + cb : kbn;
     const int nbat = live ? (b1 - b0) / FM_NB : 0, items = nbat * ntl;
     uint8_t *ring = ring_all + (size_t)warp * st * FM_SLOT;
@@ -444,7 +482,6 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
     grid_dep_wait();
     int64_t base = 0, count = m;
     if (ids) {
-        const int z = blockIdx.y;
         base = off[z];
         count = off[z + 1] - base;
         if (count > 0 && ntl > 0) {
@@ -662,9 +699,10 @@ static cudaError_t fd_go(dim3 grid, int64_t k, const uint8_t *qa, const float *s
  * (__launch_bounds__(FM_THREADS, FM_BLOCKS_SM)), so a tile takes as many slots as the
  * batch could put in one group (max_rows for a grouped product, m for a
  * plain one), up to FM_TR_MAX and as many as keep two blocks' shared memory
- * within an SM's: w1 (k 5120) 4, w2 (k 2304) 8 in the f16 form. A grouped
- * product whose batch is more than 16 times the slots its f16 form fits
- * takes the A8 form where that fits more (w1: 7): the model's top-6 of 384
+ * within an SM's: w1 (k 5120) 5, w2 (k 2304) 8 in the f16 form (with the
+ * ring of FM_ST = 2 stages; 4 and 8 with 3). A grouped product whose batch
+ * is more than 16 times the slots its f16 form fits takes the A8 form
+ * where that fits more (w1: 8; 7 with 3 stages): the model's top-6 of 384
  * puts batch / 64 tokens in a group on average, so at batch 256 many
  * groups pass 4 tokens (pair run 2 in docs/gpu-notes.md: w1 b256 1351 ->
  * 1045 us, the same bits), while at batch 64 (a token a group) the A8
@@ -673,8 +711,12 @@ static cudaError_t fd_go(dim3 grid, int64_t k, const uint8_t *qa, const float *s
  * ceil(max_rows / 16) slots up to 4, one at batch 8, where a group of two
  * tokens streamed its weights twice; pair run 1: w2 b8 146 -> 126 us, b256
  * 1429 -> 1060.) */
-static int fm_nt_forced = 0; /* measuring aid: row tiles a block */
+static int fm_nt_forced = 0; /* measuring aid: row tiles a block (the blocks of nt before balancing) */
 extern "C" void cuda_fp4_dec_set_nt(int nt) { fm_nt_forced = nt >= 1 && nt <= FM_NT_MAX ? nt : 0; }
+static int fm_bal = 1; /* measuring aid: 0 blocks of ceil(tiles / places) tiles at every size (fm_go) */
+extern "C" void cuda_fp4_dec_set_bal(int on) { fm_bal = on != 0; }
+static int fm_places_forced = 0; /* for tests: SMs the block count plans for (0: the device's) */
+extern "C" void cuda_fp4_dec_set_places(int sms) { fm_places_forced = sms > 0 ? sms : 0; }
 static int fm_tr_forced = 0; /* measuring aid: 1 .. FM_TR_MAX forces it */
 extern "C" void cuda_fp4_dec_set_tr(int tr) { fm_tr_forced = tr >= 1 && tr <= FM_TR_MAX ? tr : 0; }
 static int fm_a8_forced = -1; /* measuring aid: 0 the f16 form, 1 the A8 form, -1 chosen */
@@ -687,9 +729,9 @@ extern "C" void cuda_fp4_dec_set_aid(int flags) {
 }
 /* the most slots up to want that two blocks an SM fit (each block's
  * dynamic memory plus the 1 KB the runtime reserves a block), at least 1 */
-static int fm_fit(int64_t kbn, int64_t want, bool a8) {
+static int fm_fit(int64_t kbn, int64_t want, bool a8, int st) {
     int64_t tr = want < 1 ? 1 : want > FM_TR_MAX ? FM_TR_MAX : want;
-    while (tr > 1 && FM_BLOCKS_SM * (fm_smem((int)tr, kbn, a8) + 1024) > cuda_sm_smem()) tr--;
+    while (tr > 1 && FM_BLOCKS_SM * (fm_smem((int)tr, kbn, a8, st) + 1024) > cuda_sm_smem()) tr--;
     return (int)tr;
 }
 static int fm_st_forced = 0; /* measuring aid: ring stages a warp */
@@ -699,22 +741,26 @@ struct fm_plan {
     bool a8;
     int st;
 };
-/* Ring stages a warp: FM_ST. Deeper rings (what two blocks an SM leave
- * of the shared memory at few tokens) measured no faster: at batch 1 the
+/* Ring stages a warp: FM_ST = 2, one batch in flight while the warp
+ * multiplies the other. Deeper rings measured no faster: at batch 1 the
  * w1 + w3 pair took 36.4 / 36.7 / 37.9 us with 2 / 3 / 4 stages, w2 21.5 /
  * 22.1 / 22.8 (fp4st run 1, docs/gpu-notes.md): one batch in flight a warp
  * already covers the memory's latency, the kernel is bound by its
- * instructions (~77 a 16-row block). */
+ * instructions. The shared memory a third stage took holds token slots
+ * instead (fm_fit counts the stages): w1's f16 form 5 instead of 4, its A8
+ * form 8 instead of 7, so fewer groups of a large batch stream their
+ * weights twice (bal run 1 and st run 1 in docs/gpu-notes.md). */
 static int fm_stages(void) { return fm_st_forced ? fm_st_forced : FM_ST; }
 static fm_plan fm_slots(int64_t kbn, int64_t m, int64_t max_rows, int grouped) {
     const int64_t want = grouped ? max_rows : m;
-    fm_plan p = {fm_fit(kbn, want, false), false, FM_ST};
+    const int st = fm_stages();
+    fm_plan p = {fm_fit(kbn, want, false, st), false, st};
     if (fm_a8_forced >= 0) p.a8 = fm_a8_forced == 1;
-    else if (grouped && max_rows > 16 && max_rows > 16 * p.tr && p.tr < FM_TR_MAX && fm_fit(kbn, want, true) > p.tr)
+    else if (grouped && max_rows > 16 && max_rows > 16 * p.tr && p.tr < FM_TR_MAX &&
+             fm_fit(kbn, want, true, st) > p.tr)
         p.a8 = true;
-    if (p.a8) p.tr = fm_fit(kbn, want, true);
+    if (p.a8) p.tr = fm_fit(kbn, want, true, st);
     if (fm_tr_forced) p.tr = fm_tr_forced;
-    p.st = fm_stages();
     return p;
 }
 
@@ -756,20 +802,48 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
         if (e != cudaSuccess) return e;
         attr[ki] = smem;
     }
-    /* row tiles a block: all blocks of all groups (and both products of a
-     * pair) resident at once where FM_NT_MAX allows, FM_BLOCKS_SM an SM (the
-     * empty groups of the op's form end at once). A second partial wave
-     * doubled a small product's time: at batch 1 the pair's 1,728 tiles
-     * in blocks of 5 were 348 blocks for 264 places. */
+    /* Row tiles a block: every block of every piece (group, and product of
+     * a pair) resident at once where FM_NT_MAX tiles a block allow,
+     * FM_BLOCKS_SM an SM (the empty groups of the op's form end at once). A
+     * second partial wave doubled a small product's time: at batch 1 the
+     * pair's 1,728 tiles in blocks of 5 were 348 blocks for 264 places.
+     * Where one wave cannot hold them all (the pair past batch 1), the
+     * launch takes as many whole waves as it needs and deals each piece's
+     * tiles evenly over the blocks they hold, the longer blocks first (the
+     * block scheduler starts blocks in launch order, so the longest
+     * start earliest): at batch 8 the pair's 6,912 tiles go in 1,056
+     * blocks of 7 and 6 instead of 864 of 8 (3.3 waves, the last a third
+     * full), 213-215 -> 200-207 us, w1 alone 125 -> 106 us (bal runs 1-2
+     * in docs/gpu-notes.md). Within one wave the even deal measured slower
+     * (batch 1, pair 33.8-34.3 -> 34.4-35.1 us): more blocks share an SM
+     * (264 against 216), and a block's time is its chain of tiles. Which
+     * block computes a tile does not change its bits. */
     const int halves = w_b ? 2 : 1;
-    const int64_t tiles = (n + 16 * rtn - 1) / (16 * rtn), places = (int64_t)FM_BLOCKS_SM * cuda_sm_count();
-    int64_t nt = fm_nt_forced ? fm_nt_forced : (tiles * groups * halves + places - 1) / places;
+    const int64_t tiles = (n + 16 * rtn - 1) / (16 * rtn);
+    const int64_t places = (int64_t)FM_BLOCKS_SM * (fm_places_forced ? fm_places_forced : cuda_sm_count());
+    const int64_t pieces = (int64_t)groups * halves;
+    const int64_t waves = (tiles * pieces + places * FM_NT_MAX - 1) / (places * FM_NT_MAX);
+    fm_grid gr = {0, 0, 0, 0, 0, (int)pieces, halves};
+    if (fm_bal && !fm_nt_forced && waves > 1) {
+        int64_t bp = waves * places / pieces;
+        const int64_t lo = (tiles + FM_NT_MAX - 1) / FM_NT_MAX;
+        bp = bp < lo ? lo : bp > tiles ? tiles : bp;
+        if (pieces * bp > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+        gr.bp = (int)bp;
+        gr.base = (int)(tiles / bp);
+        gr.ex = (int)(tiles % bp);
+        cuda_launch_pdl(kern, dim3((unsigned)(pieces * bp), 1u), dim3(FM_THREADS), smem, stream, qa, sa, m, k, w,
+                        ws, n, ids, off, rows, tr, cb, kc, gr, st, out, out_mode, w_b, ws_b, out_b);
+        return cudaGetLastError();
+    }
+    int64_t nt = fm_nt_forced ? fm_nt_forced : (tiles * pieces + places - 1) / places;
     nt = nt < 1 ? 1 : nt > FM_NT_MAX ? FM_NT_MAX : nt;
     const int64_t bx = (tiles + nt - 1) / nt;
     if (bx * halves > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+    gr.bx = (int)bx;
+    gr.nt = (int)nt;
     cuda_launch_pdl(kern, dim3((unsigned)(bx * halves), (unsigned)groups), dim3(FM_THREADS), smem, stream, qa,
-                    sa, m, k, w, ws, n, ids, off, rows, tr, cb, kc, (int)nt, st, out, out_mode, w_b, ws_b, out_b,
-                    (int)bx);
+                    sa, m, k, w, ws, n, ids, off, rows, tr, cb, kc, gr, st, out, out_mode, w_b, ws_b, out_b);
     return cudaGetLastError();
 }
 
