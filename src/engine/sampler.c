@@ -202,6 +202,31 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
         out->logprob = di_logprob_top(logits, V, in->forced, 0, NULL, NULL, &out->rank);
         return;
     }
+    /* Greedy on the row as it came (no bias, penalty, ban or mask; a
+     * vocabulary limit only bounds the search): its maximum is also the one
+     * of the logprob's log-sum-exp, so a row costs a pass for the maximum,
+     * a search for its first place and a pass of exponentials (before: a
+     * copy, the maximum of the copy and of the row, and a scalar search; the
+     * same results bit for bit: a maximum does not depend on the order it is
+     * taken in but for the sign of a zero, which neither the differences
+     * below nor the sum sees). */
+    const int64_t lim = in->vocab_limit > 0 && in->vocab_limit < V ? in->vocab_limit : V;
+    const int banned = (in->n_output < p->min_tokens && (p->n_stop_ids || p->eos_id >= 0)) ||
+                       (p->ignore_eos && p->eos_id >= 0);
+    if (p->temperature == 0.0 && !in->mask && !p->n_bias && !banned && p->repetition_penalty == 1.0 &&
+        p->frequency_penalty == 0.0 && p->presence_penalty == 0.0) {
+        const float m = di_row_max(logits, lim);
+        if (m == -INFINITY) return;
+        out->token = (int32_t)di_row_find(logits, lim, m);
+        float mall = m;
+        if (lim < V) {
+            const float tail = di_row_max(logits + lim, V - lim);
+            if (tail > mall) mall = tail;
+        }
+        const double lse = mall + log(di_row_sum_exp(logits, V, mall));
+        out->logprob = (float)((double)logits[out->token] - lse);
+        return;
+    }
     memcpy(w, logits, (size_t)V * sizeof *w);
     for (size_t i = 0; i < p->n_bias; i++) w[p->bias_ids[i]] += p->bias_values[i];
     if (in->n_output < p->min_tokens) {
@@ -242,9 +267,7 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
     if (p->temperature == 0.0 && !in->mask) {
         float m = di_row_max(w, V);
         if (m == -INFINITY) return;
-        int64_t i = 0;
-        while (w[i] != m) i++;
-        out->token = (int32_t)i;
+        out->token = (int32_t)di_row_find(w, V, m);
         out->logprob = di_logprob_top(logits, V, out->token, 0, NULL, NULL, NULL);
         return;
     }

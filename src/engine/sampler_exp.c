@@ -77,6 +77,18 @@ AVX2 static float max_avx2(const float *x, int64_t n) {
     return max_scalar(x, i, n, r);
 }
 
+AVX2 static int64_t find_avx2(const float *x, int64_t n, float v) {
+    const __m256 vv = _mm256_set1_ps(v);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vv, _CMP_EQ_OQ));
+        if (hit) return i + __builtin_ctz((unsigned)hit);
+    }
+    for (; i < n && x[i] != v; i++) {
+    }
+    return i;
+}
+
 AVX2 static void exp_avx2(const float *x, int64_t n, float shift, float scale, float *out) {
     const __m256 sh = _mm256_set1_ps(shift), sc = _mm256_set1_ps(scale);
     int64_t i = 0;
@@ -133,6 +145,15 @@ float di_row_max(const float *x, int64_t n) {
     if (use_avx2()) return max_avx2(x, n);
 #endif
     return max_scalar(x, 0, n, -INFINITY);
+}
+
+int64_t di_row_find(const float *x, int64_t n, float v) {
+#if defined(DI_SAMPLER_AVX2)
+    if (use_avx2()) return find_avx2(x, n, v);
+#endif
+    int64_t i = 0;
+    while (i < n && x[i] != v) i++;
+    return i;
 }
 
 void di_row_exp(const float *x, int64_t n, float shift, float scale, float *out) {

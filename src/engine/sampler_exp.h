@@ -18,6 +18,10 @@
 /* The largest value of x[0..n), NaN ignored; -inf when none (or n == 0). */
 float di_row_max(const float *x, int64_t n);
 
+/* The first i in [0, n) with x[i] == v (v not NaN), n when there is none:
+ * where the row's maximum sits, 8 comparisons at a time. */
+int64_t di_row_find(const float *x, int64_t n, float v);
+
 /* out[i] = exp((x[i] - shift) · scale) for i in [0, n). */
 void di_row_exp(const float *x, int64_t n, float shift, float scale, float *out);
 

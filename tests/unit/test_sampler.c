@@ -276,6 +276,8 @@ static void test_wide_vocab(void) {
  * not multiples of 8 take the tails. */
 static double exp_ref(float a) { return a > 0 ? 1.0 : a < -104.0f ? 0.0 : exp((double)a); }
 
+static float xs_find[40];
+
 static void test_row_exp(void) {
     enum { N = 4099 };
     static float x[N], ea[N], es[N];
@@ -320,6 +322,23 @@ static void test_row_exp(void) {
     CHECK(isnan(di_row_sum_exp(x, N, 0.0f)) && di_row_max(x, N) == mx);
     di_row_exp_force_scalar(0);
     CHECK(di_row_max(x, 0) == -INFINITY);
+    /* di_row_find: the first place of a value, AVX2 and scalar alike; at
+     * every place of a short row (the 8-wide loop and its tail), a value
+     * seen twice, a value absent, -0 found as 0 */
+    for (int len = 1; len <= 40; len++)
+        for (int at = 0; at < len; at++) {
+            for (int i = 0; i < len; i++) xs_find[i] = (float)i;
+            xs_find[at] = 1000.0f;
+            if (at + 3 < len) xs_find[at + 3] = 1000.0f;
+            int64_t fa = di_row_find(xs_find, len, 1000.0f), fb = di_row_find(xs_find, len, 2000.0f);
+            di_row_exp_force_scalar(1);
+            int64_t fs = di_row_find(xs_find, len, 1000.0f);
+            di_row_exp_force_scalar(0);
+            CHECKF(fa == at && fs == at && fb == len, "find len %d at %d: %lld / %lld / %lld", len, at,
+                   (long long)fa, (long long)fs, (long long)fb);
+        }
+    xs_find[0] = 1.0f, xs_find[1] = -0.0f, xs_find[2] = 0.0f;
+    CHECK(di_row_find(xs_find, 3, 0.0f) == 1);
     /* a dense sweep of [-104, 0]: every lane form equal to the scalar one */
     enum { M = 1 << 20 };
     float *xs = malloc(M * sizeof *xs), *va = malloc(M * sizeof *va), *vs = malloc(M * sizeof *vs);
@@ -353,11 +372,19 @@ static void test_greedy_fast_path(void) {
         if (r == 5) for (int i = 0; i < V; i++) lg[i] = i % 2 ? 0.0f : -0.0f;
         if (r == 6) for (int i = 0; i < V; i++) lg[i] = i == 700 ? 1.0f : NAN;
         di_sample_in a = {.forced = -1}, b = {.mask = all, .forced = -1};
-        di_sample_out oa, ob;
+        di_sample_out oa, ob, oc;
         di_sampler_sample(&s, &p, &a, lg, &oa);
         di_sampler_sample(&s, &p, &b, lg, &ob);
         CHECKF(oa.token == ob.token && (memcmp(&oa.logprob, &ob.logprob, 4) == 0),
                "row %d: %d (%g) != %d (%g)", r, oa.token, oa.logprob, ob.token, ob.logprob);
+        /* a bias of +0 takes the greedy pass over the processed copy: the same */
+        const int32_t bid = 3;
+        const float bval = 0.0f;
+        di_sampler_params pb = p;
+        pb.bias_ids = &bid, pb.bias_values = &bval, pb.n_bias = 1;
+        di_sampler_sample(&s, &pb, &a, lg, &oc);
+        CHECKF(oa.token == oc.token && (memcmp(&oa.logprob, &oc.logprob, 4) == 0),
+               "row %d, +0 bias: %d (%g) != %d (%g)", r, oa.token, oa.logprob, oc.token, oc.logprob);
         if (r == 5) CHECK_EQ_INT(oa.token, 0);
         if (r == 6) CHECK_EQ_INT(oa.token, 700);
     }
