@@ -5,8 +5,10 @@
  * greedy row cost before. Rows: V = 129,280 logits like a language model's
  * (a normal tail of sigma 2 and a few tokens 8-14 above it), 64 of them, as
  * one decode step of a batch of 64; medians of 7 passes, one thread. Also
- * the same draws with the scalar mirror forced (CPUs without AVX2), and
- * top-p over flat rows (a nucleus of most of the vocabulary).
+ * the same draws with the scalar mirror forced (CPUs without AVX2), greedy
+ * with the top 5 logprobs (the list from the sampler's log-sum-exp against
+ * a second pass over the row) and top-p over flat rows (a nucleus of most
+ * of the vocabulary).
  *
  *   build/bench/bench_sampler */
 #include <math.h>
@@ -104,6 +106,29 @@ int main(void) {
         }
     }
     di_row_exp_force_scalar(0);
+    /* greedy with the top 5 logprobs, as the engine asks for them: the list
+     * from the sampler's lse (di_logprob_topk) against a second
+     * di_logprob_top over the row (what the engine did before) */
+    for (int second = 1; second >= 0; second--) {
+        di_sampler_params pg = {.temperature = 0, .top_p = 1, .repetition_penalty = 1, .eos_id = -1, .seed = 7};
+        double tk[PASSES];
+        for (int k = 0; k < PASSES; k++) {
+            double t0 = bench_now_s();
+            for (int r = 0; r < ROWS; r++) {
+                di_sample_in in = {.forced = -1, .stream = (uint64_t)r};
+                di_sample_out o;
+                int32_t ids[5];
+                float lp[5];
+                di_sampler_sample(&s, &pg, &in, lg + (size_t)r * V, &o);
+                if (second) di_logprob_top(lg + (size_t)r * V, V, -1, 5, ids, lp, NULL);
+                else di_logprob_topk(lg + (size_t)r * V, V, o.lse, 5, ids, lp);
+                check += ids[0];
+            }
+            tk[k] = (bench_now_s() - t0) / ROWS;
+        }
+        printf("RESULT sampler_greedy_top5_%s %.1f us per row\n", second ? "second_pass" : "from_lse",
+               median(tk, PASSES) * 1e6);
+    }
     di_sampler_params pf = {.temperature = 1.0, .top_p = 0.95, .repetition_penalty = 1, .eos_id = -1, .seed = 7};
     printf("RESULT sampler_flat_temp1_top_p0.95 %.1f us per row (the nucleus sorted by radix)\n",
            time_rows(&s, &pf, flat, &check) * 1e6);

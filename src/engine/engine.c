@@ -515,7 +515,8 @@ static void sample_rows(void *ctx, int64_t begin, int64_t end, int thread) {
         const di_request *r = j->seq->req;
         di_sampler_sample(&e->samplers[thread], &r->sp, &j->in, j->logits, &j->out);
         int32_t k = r->logprobs > 0 ? r->logprobs : 0;
-        if (k && j->out.token >= 0) di_logprob_top(j->logits, e->runner.vocab, -1, k, j->top_ids, j->top_lp, NULL);
+        /* the sampler's lse: one pass of exponentials a row, not two */
+        if (k && j->out.token >= 0) di_logprob_topk(j->logits, e->runner.vocab, j->out.lse, k, j->top_ids, j->top_lp);
     }
 }
 

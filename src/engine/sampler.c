@@ -158,18 +158,37 @@ static void top_k_sorted(const float *vals, int32_t *ids, int64_t n, int64_t k) 
     top_sorted(vals, ids, k);
 }
 
+/* 1 + the ids ranked above token: larger logits, or equal ones with lower ids */
+static int32_t row_rank(const float *logits, int64_t V, int32_t token) {
+    int32_t r = 1;
+    for (int64_t i = 0; i < V; i++)
+        if (logits[i] > logits[token] || (logits[i] == logits[token] && i < token)) r++;
+    return r;
+}
+
+double di_logprob_lse(const float *logits, int64_t V) {
+    const float mx = di_row_max(logits, V);
+    return mx + log(di_row_sum_exp(logits, V, mx));
+}
+
 float di_logprob_top(const float *logits, int64_t V, int32_t token, int32_t k, int32_t *top_ids,
                      float *top_lp, int32_t *rank) {
-    float mx = di_row_max(logits, V);
-    double lse = mx + log(di_row_sum_exp(logits, V, mx));
+    const double lse = di_logprob_lse(logits, V);
+    di_logprob_topk(logits, V, lse, k, top_ids, top_lp);
+    if (rank && token >= 0) *rank = row_rank(logits, V, token);
+    return token >= 0 ? (float)((double)logits[token] - lse) : NAN;
+}
+
+void di_logprob_topk(const float *logits, int64_t V, double lse, int32_t k, int32_t *top_ids, float *top_lp) {
     if (k > V) k = (int32_t)V;
     if (k > 0) {
         /* insertion into a sorted list of k: one pass, O(V) when most
-         * logits fall below the k-th */
+         * logits fall below the k-th; once the list is full the next logit
+         * above its last is searched 8 at a time (the same insertions) */
         int32_t n = 0;
         for (int64_t i = 0; i < V; i++) {
+            if (n == k && (i = di_row_next_above(logits, i, V, logits[top_ids[k - 1]])) == V) break;
             float x = logits[i];
-            if (n == k && !(x > logits[top_ids[k - 1]])) continue;
             int32_t j = n < k ? n++ : k - 1;
             while (j > 0 && x > logits[top_ids[j - 1]]) {
                 top_ids[j] = top_ids[j - 1];
@@ -179,13 +198,12 @@ float di_logprob_top(const float *logits, int64_t V, int32_t token, int32_t k, i
         }
         for (int32_t j = 0; j < k; j++) top_lp[j] = (float)((double)logits[top_ids[j]] - lse);
     }
-    if (rank && token >= 0) {
-        int32_t r = 1;
-        for (int64_t i = 0; i < V; i++)
-            if (logits[i] > logits[token] || (logits[i] == logits[token] && i < token)) r++;
-        *rank = r;
-    }
-    return token >= 0 ? (float)((double)logits[token] - lse) : NAN;
+}
+
+/* out->token's logprob and the lse behind it */
+static void token_logprob(const float *logits, int64_t V, di_sample_out *out) {
+    out->lse = di_logprob_lse(logits, V);
+    out->logprob = (float)((double)logits[out->token] - out->lse);
 }
 
 static int allowed(const uint32_t *mask, int64_t i) { return !mask || ((mask[i >> 5] >> (i & 31)) & 1u); }
@@ -196,10 +214,12 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
     float *w = s->work;
     out->token = -1;
     out->logprob = NAN;
+    out->lse = NAN;
     out->rank = 0;
     if (in->forced >= 0) {
         out->token = in->forced;
-        out->logprob = di_logprob_top(logits, V, in->forced, 0, NULL, NULL, &out->rank);
+        token_logprob(logits, V, out);
+        out->rank = row_rank(logits, V, in->forced);
         return;
     }
     /* Greedy on the row as it came (no bias, penalty, ban or mask; a
@@ -223,8 +243,8 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
             const float tail = di_row_max(logits + lim, V - lim);
             if (tail > mall) mall = tail;
         }
-        const double lse = mall + log(di_row_sum_exp(logits, V, mall));
-        out->logprob = (float)((double)logits[out->token] - lse);
+        out->lse = mall + log(di_row_sum_exp(logits, V, mall));
+        out->logprob = (float)((double)logits[out->token] - out->lse);
         return;
     }
     memcpy(w, logits, (size_t)V * sizeof *w);
@@ -268,7 +288,7 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
         float m = di_row_max(w, V);
         if (m == -INFINITY) return;
         out->token = (int32_t)di_row_find(w, V, m);
-        out->logprob = di_logprob_top(logits, V, out->token, 0, NULL, NULL, NULL);
+        token_logprob(logits, V, out);
         return;
     }
     /* Candidates: allowed by the mask and not -inf. Without a mask they are
@@ -383,5 +403,5 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
         }
     }
     out->token = tok;
-    out->logprob = di_logprob_top(logits, V, tok, 0, NULL, NULL, NULL);
+    token_logprob(logits, V, out);
 }

@@ -55,6 +55,7 @@ typedef struct di_sample_in {
 typedef struct di_sample_out {
     int32_t token;               /* -1: no token allowed (dead end) */
     float logprob;               /* of token under the model's distribution */
+    double lse;                  /* the row's log-sum-exp behind it (NaN without a token) */
     int32_t rank;                /* 1-based rank of token in that distribution */
 } di_sample_out;
 
@@ -85,5 +86,12 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
  * their logprobs (descending, ties by lower id) when k > 0. */
 float di_logprob_top(const float *logits, int64_t V, int32_t token, int32_t k, int32_t *top_ids,
                      float *top_lp, int32_t *rank);
+/* The row's log-sum-exp as di_logprob_top forms it: max + log Σ exp(x - max),
+ * in double. */
+double di_logprob_lse(const float *logits, int64_t V);
+/* di_logprob_top's k most likely ids and logprobs, given the row's lse (a
+ * sampled row's di_sample_out.lse: the same bits without a second pass of
+ * exponentials). */
+void di_logprob_topk(const float *logits, int64_t V, double lse, int32_t k, int32_t *top_ids, float *top_lp);
 
 #endif

@@ -89,6 +89,17 @@ AVX2 static int64_t find_avx2(const float *x, int64_t n, float v) {
     return i;
 }
 
+AVX2 static int64_t above_avx2(const float *x, int64_t i, int64_t n, float t) {
+    const __m256 tt = _mm256_set1_ps(t);
+    for (; i + 8 <= n; i += 8) {
+        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), tt, _CMP_GT_OQ));
+        if (hit) return i + __builtin_ctz((unsigned)hit);
+    }
+    for (; i < n && !(x[i] > t); i++) {
+    }
+    return i;
+}
+
 AVX2 static void exp_avx2(const float *x, int64_t n, float shift, float scale, float *out) {
     const __m256 sh = _mm256_set1_ps(shift), sc = _mm256_set1_ps(scale);
     int64_t i = 0;
@@ -153,6 +164,14 @@ int64_t di_row_find(const float *x, int64_t n, float v) {
 #endif
     int64_t i = 0;
     while (i < n && x[i] != v) i++;
+    return i;
+}
+
+int64_t di_row_next_above(const float *x, int64_t i, int64_t n, float t) {
+#if defined(DI_SAMPLER_AVX2)
+    if (use_avx2()) return above_avx2(x, i, n, t);
+#endif
+    while (i < n && !(x[i] > t)) i++;
     return i;
 }
 

@@ -22,6 +22,11 @@ float di_row_max(const float *x, int64_t n);
  * where the row's maximum sits, 8 comparisons at a time. */
 int64_t di_row_find(const float *x, int64_t n, float v);
 
+/* The first j in [i, n) with x[j] > t (never for a NaN x[j] or t), n when
+ * there is none: the next candidate of a top-k list, 8 comparisons at a
+ * time. */
+int64_t di_row_next_above(const float *x, int64_t i, int64_t n, float t);
+
 /* out[i] = exp((x[i] - shift) · scale) for i in [0, n). */
 void di_row_exp(const float *x, int64_t n, float shift, float scale, float *out);
 

@@ -339,6 +339,25 @@ static void test_row_exp(void) {
         }
     xs_find[0] = 1.0f, xs_find[1] = -0.0f, xs_find[2] = 0.0f;
     CHECK(di_row_find(xs_find, 3, 0.0f) == 1);
+    /* di_row_next_above: from every start, against every threshold of a
+     * short row with ties and a NaN, AVX2 and scalar alike and equal to a
+     * plain scan; a NaN threshold: nothing is above it */
+    for (int len = 1; len <= 37; len += 3) {
+        for (int i = 0; i < len; i++) xs_find[i] = (float)(di_rng_bits(19, (uint64_t)len, (uint64_t)i, 0) % 7);
+        if (len > 10) xs_find[len / 2] = NAN;
+        for (int st = 0; st <= len; st++)
+            for (int th = -1; th <= 7; th++) {
+                int64_t ref = st;
+                while (ref < len && !(xs_find[ref] > (float)th)) ref++;
+                int64_t a = di_row_next_above(xs_find, st, len, (float)th);
+                di_row_exp_force_scalar(1);
+                int64_t b = di_row_next_above(xs_find, st, len, (float)th);
+                di_row_exp_force_scalar(0);
+                CHECKF(a == ref && b == ref, "next_above len %d from %d over %d: %lld / %lld, want %lld", len, st,
+                       th, (long long)a, (long long)b, (long long)ref);
+            }
+        CHECK(di_row_next_above(xs_find, 0, len, NAN) == len);
+    }
     /* a dense sweep of [-104, 0]: every lane form equal to the scalar one */
     enum { M = 1 << 20 };
     float *xs = malloc(M * sizeof *xs), *va = malloc(M * sizeof *va), *vs = malloc(M * sizeof *vs);
@@ -500,6 +519,76 @@ static void test_vocab_limit(void) {
     di_sampler_free(&s);
 }
 
+/* di_logprob_topk against a full sort (value descending, then id), on
+ * rows of many ties, for k = 1, 5, 40 and k past the row. */
+static const float *cmp_desc_vals;
+static int cmp_desc(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    const float vx = cmp_desc_vals[x], vy = cmp_desc_vals[y];
+    if (vx != vy) return vx > vy ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+static void test_topk_sorted(void) {
+    enum { V = 3001 };
+    static float lg[V];
+    static int32_t all[V], ids[V];
+    static float lp[V];
+    for (int r = 0; r < 6; r++) {
+        for (int i = 0; i < V; i++) lg[i] = (float)(di_rng_bits(23, (uint64_t)r, (uint64_t)i, 0) % (r < 3 ? 50 : 5000)) / 10.0f;
+        for (int i = 0; i < V; i++) all[i] = i;
+        cmp_desc_vals = lg;
+        qsort(all, V, sizeof *all, cmp_desc);
+        const double lse = di_logprob_lse(lg, V);
+        const int32_t ks[] = {1, 5, 40, V + 3};
+        for (size_t q = 0; q < sizeof ks / sizeof *ks; q++) {
+            const int32_t k = ks[q] > V ? V : ks[q];
+            di_logprob_topk(lg, V, lse, ks[q], ids, lp);
+            CHECKF(!memcmp(ids, all, (size_t)k * sizeof *ids), "row %d k %d: the top list is not the sorted head", r,
+                   (int)ks[q]);
+            CHECK(lp[0] == (float)((double)lg[all[0]] - lse));
+        }
+    }
+}
+
+/* A sampled row's lse (di_sample_out.lse) gives di_logprob_topk the top
+ * list di_logprob_top forms itself, bit for bit, and the token's logprob
+ * is di_logprob_top's: greedy on the row as it came, greedy on the
+ * processed copy (a +0 bias), a temperature draw, a forced token (with its
+ * rank); no token: lse NaN. */
+static void test_topk_from_lse(void) {
+    enum { V = 1000, K = 5 };
+    di_sampler s;
+    CHECK(di_sampler_init(&s, V) == 0);
+    static float lg[V];
+    for (int r = 0; r < 12; r++) {
+        for (int i = 0; i < V; i++) lg[i] = (float)(di_rng_bits(17, (uint64_t)r, (uint64_t)i, 0) % 4096) / 256.0f - 8.0f;
+        const int32_t bid = 9;
+        const float bval = 0.0f;
+        for (int mode = 0; mode < 4; mode++) {
+            di_sampler_params p = plain(mode == 2 ? 0.9 : 0.0);
+            if (mode == 1) p.bias_ids = &bid, p.bias_values = &bval, p.n_bias = 1;
+            di_sample_in in = {.forced = mode == 3 ? (int32_t)(r * 31 % V) : -1, .stream = (uint64_t)r};
+            di_sample_out o;
+            di_sampler_sample(&s, &p, &in, lg, &o);
+            int32_t ia[K], ib[K], rank = 0;
+            float la[K], lb[K];
+            di_logprob_topk(lg, V, o.lse, K, ia, la);
+            const float lt = di_logprob_top(lg, V, o.token, K, ib, lb, &rank);
+            CHECKF(o.token >= 0 && !memcmp(ia, ib, sizeof ia) && !memcmp(la, lb, sizeof la) &&
+                       !memcmp(&lt, &o.logprob, 4),
+                   "row %d mode %d: the top list or logprob from the sampler's lse differs", r, mode);
+            if (mode == 3) CHECK_EQ_INT(o.rank, rank);
+        }
+    }
+    for (int i = 0; i < V; i++) lg[i] = -INFINITY;
+    di_sampler_params p = plain(0);
+    di_sample_in in = {.forced = -1};
+    di_sample_out o;
+    di_sampler_sample(&s, &p, &in, lg, &o);
+    CHECK(o.token == -1 && isnan(o.lse));
+    di_sampler_free(&s);
+}
+
 int main(void) {
     RUN(test_rng);
     RUN(test_distribution);
@@ -510,5 +599,7 @@ int main(void) {
     RUN(test_greedy_fast_path);
     RUN(test_sort_desc);
     RUN(test_vocab_limit);
+    RUN(test_topk_from_lse);
+    RUN(test_topk_sorted);
     return test_summary();
 }
