@@ -815,9 +815,10 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
      * blocks of 7 and 6 instead of 864 of 8 (3.3 waves, the last a third
      * full), 213-215 -> 200-207 us, w1 alone 125 -> 106 us (bal runs 1-2
      * in docs/gpu-notes.md). Within one wave the even deal measured slower
-     * (batch 1, pair 33.8-34.3 -> 34.4-35.1 us): more blocks share an SM
-     * (264 against 216), and a block's time is its chain of tiles. Which
-     * block computes a tile does not change its bits. */
+     * (batch 1, pair 33.8-35.0 -> 32.9-35.7 us, w1 alone 19.1-20.2 ->
+     * 20.4-21.4): more blocks share an SM (264 against 216), and a block's
+     * time is its chain of tiles. Which block computes a tile does not
+     * change its bits. */
     const int halves = w_b ? 2 : 1;
     const int64_t tiles = (n + 16 * rtn - 1) / (16 * rtn);
     const int64_t places = (int64_t)FM_BLOCKS_SM * (fm_places_forced ? fm_places_forced : cuda_sm_count());
