@@ -370,8 +370,14 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
                 di_sampler_sort_desc(s, w, s->idx, keep);
             }
             if (p->top_p < 1.0) {
+                /* the nucleus is a share of the mass of every kept candidate
+                 * (of the top k where top-k applies first), not of the near
+                 * ones alone: those only bound where it ends */
                 double tot = 0;
-                for (int64_t j = 0; j < keep; j++) tot += e[s->idx[j]];
+                if (topk_on)
+                    for (int64_t j = 0; j < keep; j++) tot += e[s->idx[j]];
+                else
+                    tot = sum;
                 double acc = 0, lim = p->top_p * tot;
                 int64_t j = 0;
                 while (j < keep) {

@@ -519,6 +519,34 @@ static void test_vocab_limit(void) {
     di_sampler_free(&s);
 }
 
+/* The top-p nucleus is a share of the whole kept mass even where the
+ * search for it stops at the candidates near the best: logits 0 and
+ * ln 0.9 and 999 more at -7 (each e^-7 of the best, below the first cut
+ * of e^-6, together 0.91 of it): at top_p 0.5 the nucleus must hold both
+ * leaders (1 < 0.5 * 2.81), so the second is drawn about 0.9 / 1.9 of the
+ * time; measured against a half share of the near candidates' mass alone,
+ * the nucleus held the first alone. */
+static void test_top_p_share(void) {
+    enum { V = 1001, N = 4000 };
+    di_sampler s;
+    CHECK(di_sampler_init(&s, V) == 0);
+    static float lg[V];
+    for (int i = 0; i < V; i++) lg[i] = -7.0f;
+    lg[10] = 0.0f;
+    lg[500] = logf(0.9f);
+    di_sampler_params p = plain(1.0);
+    p.top_p = 0.5;
+    int first = 0, second = 0, other = 0;
+    for (int i = 0; i < N; i++) {
+        const int32_t t = draw(&s, &p, lg, (uint64_t)i, NULL, 0, NULL);
+        first += t == 10, second += t == 500, other += t != 10 && t != 500;
+    }
+    CHECKF(other == 0 && fabs((double)second / N - 0.9 / 1.9) < 0.03,
+           "top_p 0.5: first %d, second %d, others %d of %d draws (second expected %.3f)", first, second, other, N,
+           0.9 / 1.9);
+    di_sampler_free(&s);
+}
+
 /* di_logprob_topk against a full sort (value descending, then id), on
  * rows of many ties, for k = 1, 5, 40 and k past the row. */
 static const float *cmp_desc_vals;
@@ -601,5 +629,6 @@ int main(void) {
     RUN(test_vocab_limit);
     RUN(test_topk_from_lse);
     RUN(test_topk_sorted);
+    RUN(test_top_p_share);
     return test_summary();
 }
