@@ -519,7 +519,8 @@ static void test_vocab_limit(void) {
     di_sampler_free(&s);
 }
 
-/* The top-p nucleus is a share of the whole kept mass even where the
+/* The head search of top-p / top-k (the candidates within a cut of the
+ * best). The top-p nucleus is a share of the whole kept mass even where the
  * search for it stops at the candidates near the best: logits 0 and
  * ln 0.9 and 999 more at -7 (each e^-7 of the best, below the first cut
  * of e^-6, together 0.91 of it): at top_p 0.5 the nucleus must hold both
@@ -544,6 +545,26 @@ static void test_top_p_share(void) {
     CHECKF(other == 0 && fabs((double)second / N - 0.9 / 1.9) < 0.03,
            "top_p 0.5: first %d, second %d, others %d of %d draws (second expected %.3f)", first, second, other, N,
            0.9 / 1.9);
+    /* top_k 50 where the first cut holds one candidate and the middle one
+     * (e^-10) a hundred: one leader at 0 and 99 ids at -8 (the rest at
+     * -20): the top 50 are the leader and the 49 lowest of those ids (ties
+     * by id), each of them drawn ~e^-8 / (1 + 49 e^-8) of the time */
+    for (int i = 0; i < V; i++) lg[i] = -20.0f;
+    lg[700] = 0.0f;
+    int tail_ids[99];
+    for (int i = 0; i < 99; i++) tail_ids[i] = 3 + 7 * i, lg[3 + 7 * i] = -8.0f;
+    p = plain(1.0);
+    p.top_k = 50;
+    int outside = 0, tail = 0;
+    for (int i = 0; i < N; i++) {
+        const int32_t t = draw(&s, &p, lg, (uint64_t)i, NULL, 0, NULL);
+        int ok = t == 700;
+        for (int j = 0; j < 49 && !ok; j++) ok = t == tail_ids[j];
+        outside += !ok;
+        tail += ok && t != 700;
+    }
+    CHECKF(outside == 0 && tail > 20, "top_k 50: %d draws outside the top 50, %d in its tail", outside,
+           tail);
     di_sampler_free(&s);
 }
 
