@@ -166,10 +166,10 @@ static int32_t row_rank(const float *logits, int64_t V, int32_t token) {
     return r;
 }
 
-double di_logprob_lse(const float *logits, int64_t V) {
-    const float mx = di_row_max(logits, V);
-    return mx + log(di_row_sum_exp(logits, V, mx));
-}
+/* max + log Σ exp(x - max) in double, max the row's maximum */
+static double lse_at(const float *logits, int64_t V, float mx) { return mx + log(di_row_sum_exp(logits, V, mx)); }
+
+double di_logprob_lse(const float *logits, int64_t V) { return lse_at(logits, V, di_row_max(logits, V)); }
 
 float di_logprob_top(const float *logits, int64_t V, int32_t token, int32_t k, int32_t *top_ids,
                      float *top_lp, int32_t *rank) {
@@ -200,10 +200,14 @@ void di_logprob_topk(const float *logits, int64_t V, double lse, int32_t k, int3
     }
 }
 
-/* out->token's logprob and the lse behind it */
+/* out->token's logprob under the row's lse */
+static void token_logprob_at(const float *logits, double lse, di_sample_out *out) {
+    out->lse = lse;
+    out->logprob = (float)((double)logits[out->token] - lse);
+}
+
 static void token_logprob(const float *logits, int64_t V, di_sample_out *out) {
-    out->lse = di_logprob_lse(logits, V);
-    out->logprob = (float)((double)logits[out->token] - out->lse);
+    token_logprob_at(logits, di_logprob_lse(logits, V), out);
 }
 
 static int allowed(const uint32_t *mask, int64_t i) { return !mask || ((mask[i >> 5] >> (i & 31)) & 1u); }
@@ -243,8 +247,7 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
             const float tail = di_row_max(logits + lim, V - lim);
             if (tail > mall) mall = tail;
         }
-        out->lse = mall + log(di_row_sum_exp(logits, V, mall));
-        out->logprob = (float)((double)logits[out->token] - out->lse);
+        token_logprob_at(logits, lse_at(logits, V, mall), out);
         return;
     }
     memcpy(w, logits, (size_t)V * sizeof *w);

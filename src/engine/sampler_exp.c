@@ -34,6 +34,13 @@ static float max_scalar(const float *x, int64_t i, int64_t n, float m) {
     return m;
 }
 
+/* The first j in [i, n) with x[j] == v (above = 0) or x[j] > v (above =
+ * 1), n when none: di_row_find and di_row_next_above. */
+static int64_t first_scalar(const float *x, int64_t i, int64_t n, float v, int above) {
+    while (i < n && !(above ? x[i] > v : x[i] == v)) i++;
+    return i;
+}
+
 #if defined(DI_SAMPLER_AVX2)
 #define AVX2 __attribute__((target("avx2,fma")))
 
@@ -77,27 +84,15 @@ AVX2 static float max_avx2(const float *x, int64_t n) {
     return max_scalar(x, i, n, r);
 }
 
-AVX2 static int64_t find_avx2(const float *x, int64_t n, float v) {
+AVX2 static int64_t first_avx2(const float *x, int64_t i, int64_t n, float v, int above) {
     const __m256 vv = _mm256_set1_ps(v);
-    int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vv, _CMP_EQ_OQ));
+        const __m256 xv = _mm256_loadu_ps(x + i);
+        const __m256 hitv = above ? _mm256_cmp_ps(xv, vv, _CMP_GT_OQ) : _mm256_cmp_ps(xv, vv, _CMP_EQ_OQ);
+        const int hit = _mm256_movemask_ps(hitv);
         if (hit) return i + __builtin_ctz((unsigned)hit);
     }
-    for (; i < n && x[i] != v; i++) {
-    }
-    return i;
-}
-
-AVX2 static int64_t above_avx2(const float *x, int64_t i, int64_t n, float t) {
-    const __m256 tt = _mm256_set1_ps(t);
-    for (; i + 8 <= n; i += 8) {
-        const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), tt, _CMP_GT_OQ));
-        if (hit) return i + __builtin_ctz((unsigned)hit);
-    }
-    for (; i < n && !(x[i] > t); i++) {
-    }
-    return i;
+    return first_scalar(x, i, n, v, above);
 }
 
 AVX2 static void exp_avx2(const float *x, int64_t n, float shift, float scale, float *out) {
@@ -158,22 +153,16 @@ float di_row_max(const float *x, int64_t n) {
     return max_scalar(x, 0, n, -INFINITY);
 }
 
-int64_t di_row_find(const float *x, int64_t n, float v) {
+static int64_t row_first(const float *x, int64_t i, int64_t n, float v, int above) {
 #if defined(DI_SAMPLER_AVX2)
-    if (use_avx2()) return find_avx2(x, n, v);
+    if (use_avx2()) return first_avx2(x, i, n, v, above);
 #endif
-    int64_t i = 0;
-    while (i < n && x[i] != v) i++;
-    return i;
+    return first_scalar(x, i, n, v, above);
 }
 
-int64_t di_row_next_above(const float *x, int64_t i, int64_t n, float t) {
-#if defined(DI_SAMPLER_AVX2)
-    if (use_avx2()) return above_avx2(x, i, n, t);
-#endif
-    while (i < n && !(x[i] > t)) i++;
-    return i;
-}
+int64_t di_row_find(const float *x, int64_t n, float v) { return row_first(x, 0, n, v, 0); }
+
+int64_t di_row_next_above(const float *x, int64_t i, int64_t n, float t) { return row_first(x, i, n, t, 1); }
 
 void di_row_exp(const float *x, int64_t n, float shift, float scale, float *out) {
 #if defined(DI_SAMPLER_AVX2)

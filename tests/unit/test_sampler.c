@@ -568,15 +568,9 @@ static void test_top_p_share(void) {
     di_sampler_free(&s);
 }
 
-/* di_logprob_topk against a full sort (value descending, then id), on
- * rows of many ties, for k = 1, 5, 40 and k past the row. */
-static const float *cmp_desc_vals;
-static int cmp_desc(const void *a, const void *b) {
-    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    const float vx = cmp_desc_vals[x], vy = cmp_desc_vals[y];
-    if (vx != vy) return vx > vy ? -1 : 1;
-    return x < y ? -1 : x > y;
-}
+/* di_logprob_topk against the order by value descending, then id (the
+ * sort test's reference rule, ref_before), on rows of many ties, for k =
+ * 1, 5, 40 and k past the row. */
 static void test_topk_sorted(void) {
     enum { V = 3001 };
     static float lg[V];
@@ -584,9 +578,14 @@ static void test_topk_sorted(void) {
     static float lp[V];
     for (int r = 0; r < 6; r++) {
         for (int i = 0; i < V; i++) lg[i] = (float)(di_rng_bits(23, (uint64_t)r, (uint64_t)i, 0) % (r < 3 ? 50 : 5000)) / 10.0f;
-        for (int i = 0; i < V; i++) all[i] = i;
-        cmp_desc_vals = lg;
-        qsort(all, V, sizeof *all, cmp_desc);
+        for (int i = 0; i < V; i++) { /* insertion by the rule */
+            int j = i;
+            while (j > 0 && ref_before(lg, i, all[j - 1])) {
+                all[j] = all[j - 1];
+                j--;
+            }
+            all[j] = i;
+        }
         const double lse = di_logprob_lse(lg, V);
         const int32_t ks[] = {1, 5, 40, V + 3};
         for (size_t q = 0; q < sizeof ks / sizeof *ks; q++) {

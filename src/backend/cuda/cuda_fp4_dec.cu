@@ -825,6 +825,7 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
     const int64_t pieces = (int64_t)groups * halves;
     const int64_t waves = (tiles * pieces + places * FM_NT_MAX - 1) / (places * FM_NT_MAX);
     fm_grid gr = {0, 0, 0, 0, 0, (int)pieces, halves};
+    dim3 grid;
     if (fm_bal && !fm_nt_forced && waves > 1) {
         int64_t bp = waves * places / pieces;
         const int64_t lo = (tiles + FM_NT_MAX - 1) / FM_NT_MAX;
@@ -833,18 +834,18 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
         gr.bp = (int)bp;
         gr.base = (int)(tiles / bp);
         gr.ex = (int)(tiles % bp);
-        cuda_launch_pdl(kern, dim3((unsigned)(pieces * bp), 1u), dim3(FM_THREADS), smem, stream, qa, sa, m, k, w,
-                        ws, n, ids, off, rows, tr, cb, kc, gr, st, out, out_mode, w_b, ws_b, out_b);
-        return cudaGetLastError();
+        grid = dim3((unsigned)(pieces * bp), 1u);
+    } else {
+        int64_t nt = fm_nt_forced ? fm_nt_forced : (tiles * pieces + places - 1) / places;
+        nt = nt < 1 ? 1 : nt > FM_NT_MAX ? FM_NT_MAX : nt;
+        const int64_t bx = (tiles + nt - 1) / nt;
+        if (bx * halves > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+        gr.bx = (int)bx;
+        gr.nt = (int)nt;
+        grid = dim3((unsigned)(bx * halves), (unsigned)groups);
     }
-    int64_t nt = fm_nt_forced ? fm_nt_forced : (tiles * pieces + places - 1) / places;
-    nt = nt < 1 ? 1 : nt > FM_NT_MAX ? FM_NT_MAX : nt;
-    const int64_t bx = (tiles + nt - 1) / nt;
-    if (bx * halves > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-    gr.bx = (int)bx;
-    gr.nt = (int)nt;
-    cuda_launch_pdl(kern, dim3((unsigned)(bx * halves), (unsigned)groups), dim3(FM_THREADS), smem, stream, qa,
-                    sa, m, k, w, ws, n, ids, off, rows, tr, cb, kc, gr, st, out, out_mode, w_b, ws_b, out_b);
+    cuda_launch_pdl(kern, grid, dim3(FM_THREADS), smem, stream, qa, sa, m, k, w, ws, n, ids, off, rows, tr, cb, kc,
+                    gr, st, out, out_mode, w_b, ws_b, out_b);
     return cudaGetLastError();
 }
 

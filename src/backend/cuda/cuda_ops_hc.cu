@@ -541,6 +541,21 @@ extern "C" di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d
     return cuda_op_hc_mix_s(s, m, hc, d, fn, base, scale, norm_eps, hc_eps, iters, pre, post, comb, NULL, 0, err);
 }
 
+/* The rows form (hc = 4) over m rows: the partial sums into part, then
+ * each row's finish (m within one launch's grid, HCR_RB * 65535 rows) */
+static di_status hc_mix_rows(const float *s, int64_t m, int64_t d, const float *fn, float *part, const float *base,
+                             const float *scale, float norm_eps, float hc_eps, int iters, float *pre, float *post,
+                             float *comb, di_err *err) {
+    const int ranks = hc_rows_ranks(4 * d);
+    k_hc_mix_rows<4><<<dim3((unsigned)ranks, (unsigned)((m + HCR_RB - 1) / HCR_RB)), HCR_THREADS>>>(s, m, d, fn,
+                                                                                                  part);
+    di_status st = cuda_check_launch(err, "hc_mix (rows form)");
+    if (st) return st;
+    k_hc_mix_finish_rows<4><<<(unsigned)((m + HCF_ROWS - 1) / HCF_ROWS), HCF_ROWS * 32>>>(
+        part, ranks, m, d, base, scale, norm_eps, hc_eps, iters, pre, post, comb);
+    return cuda_check_launch(err, "hc_mix (rows form)");
+}
+
 extern "C" di_status cuda_op_hc_mix_s(const float *s, int64_t m, int hc, int64_t d, const float *fn,
                                       const float *base, const float *scale, float norm_eps,
                                       float hc_eps, int iters, float *pre, float *post, float *comb,
@@ -562,32 +577,19 @@ extern "C" di_status cuda_op_hc_mix_s(const float *s, int64_t m, int hc, int64_t
         if (!scratch || scratch_bytes < need)
             return di_err_set(err, DI_ERR_NOMEM, "hc_mix: no scratch for the batch-invariant form (%zu bytes)",
                               need);
-        const int ranks = hc_rows_ranks(4 * d);
         const int64_t n = 4 * d;
         for (int64_t i0 = 0; i0 < m; i0 += HCR_BI_ROWS) {
             const int64_t r = m - i0 < HCR_BI_ROWS ? m - i0 : HCR_BI_ROWS;
-            k_hc_mix_rows<4><<<dim3((unsigned)ranks, (unsigned)((r + HCR_RB - 1) / HCR_RB)), HCR_THREADS>>>(
-                s + i0 * n, r, d, fn, (float *)scratch);
-            di_status st = cuda_check_launch(err, "hc_mix (rows form)");
+            di_status st = hc_mix_rows(s + i0 * n, r, d, fn, (float *)scratch, base, scale, norm_eps, hc_eps, iters,
+                                       pre + i0 * 4, post + i0 * 4, comb + i0 * 16, err);
             if (st) return st;
-            k_hc_mix_finish_rows<4><<<(unsigned)((r + HCF_ROWS - 1) / HCF_ROWS), HCF_ROWS * 32>>>(
-                (const float *)scratch, ranks, r, d, base, scale, norm_eps, hc_eps, iters, pre + i0 * 4,
-                post + i0 * 4, comb + i0 * 16);
-            if ((st = cuda_check_launch(err, "hc_mix (rows form)"))) return st;
         }
         return DI_OK;
     }
     const size_t need = scratch ? cuda_op_hc_mix_scratch_bytes(m, hc, d) : 0;
-    if (need && scratch_bytes >= need) {
-        const int ranks = hc_rows_ranks(4 * d);
-        float *part = (float *)scratch;
-        k_hc_mix_rows<4><<<dim3((unsigned)ranks, (unsigned)((m + HCR_RB - 1) / HCR_RB)), HCR_THREADS>>>(s, m, d, fn,
-                                                                                                      part);
-        di_status st = cuda_check_launch(err, "hc_mix (rows form)");
-        if (st) return st;
-        k_hc_mix_finish_rows<4><<<(unsigned)((m + HCF_ROWS - 1) / HCF_ROWS), HCF_ROWS * 32>>>(
-            part, ranks, m, d, base, scale, norm_eps, hc_eps, iters, pre, post, comb);
-    } else if (hc == 4 && m <= HC_SP_MAX_ROWS) {
+    if (need && scratch_bytes >= need)
+        return hc_mix_rows(s, m, d, fn, (float *)scratch, base, scale, norm_eps, hc_eps, iters, pre, post, comb, err);
+    if (hc == 4 && m <= HC_SP_MAX_ROWS) {
         int64_t n = 4 * d, chunk = hc_sp_chunk(n);
         unsigned nb = (unsigned)((n + chunk - 1) / chunk);
         cuda_launch_pdl(k_hc_mix_part<4>, dim3(nb, (unsigned)m), HC_SP_THREADS, 0, 0, s, d, fn, chunk);
