@@ -18,11 +18,10 @@
  * the per-round ratio GB/s / bandwidth (the machine is shared: a round's
  * ratio uses that round's bandwidth). Each round also times a loop of
  * independent 8-lane FMAs on one thread and on all: kernels.h gives every
- * weight code one FMA lane per activation row, so fma/s · 8 / M codes per
- * second is as fast as any kernel can read weights; the `ceil` columns
- * state it as a ratio to the same round's bandwidth. Where the CPU has
- * AVX-512, MXFP4 rows of M = 1 are timed twice in every round, on the AVX2
- * inner loops and on the AVX-512 ones (column `loops`).
+ * FP8 weight code one FMA lane per activation row, so fma/s · 8 / M codes
+ * per second is as fast as any FP8 kernel can read weights; the `ceil`
+ * columns state it as a ratio to the same round's bandwidth (MXFP4 decode
+ * rows sum by integers: no such ceiling).
  *
  * Times are medians of several runs. Decode (M <= 8) streams rotating copies
  * of the weights, more than the last-level cache holds, so every call reads
@@ -32,6 +31,7 @@
  * so they stay in the L2 cache): the rate the kernel's arithmetic allows,
  * which the DRAM figure can at best reach. */
 #include <cblas.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,7 +233,6 @@ enum { MAX_ROUNDS = 15 };
 typedef struct dec_row {
     const wmat *m;
     int64_t M;
-    int loops; /* MXFP4 M <= 2 through the AVX2 (0), AVX-512 fp32 (1) or AVX-512 BF16 (2) loops */
     double gbs[2][MAX_ROUNDS], ratio[2][MAX_ROUNDS]; /* [one thread, all threads][round] */
     double ceil_ratio[2][MAX_ROUNDS]; /* FMA-rate ceiling / read bw */
     double hot;
@@ -249,14 +248,10 @@ static void quant_random_act(int64_t M, int64_t K, uint8_t *qa, float *sa) {
 
 /* Median GB/s of the product over rotating weight copies. */
 static double time_decode(const wmat *m, wcopy *cp, int ncopy, const uint8_t *qa, const float *sa,
-                          int64_t M, int loops, float *out, di_threadpool *tp, clockid_t clk,
+                          int64_t M, float *out, di_threadpool *tp, clockid_t clk,
                           double budget) {
     clockid_t saved = bench_clock;
     bench_clock = clk;
-#ifdef DI_HAVE_AVX2_KERNELS
-    di_cpu_kernels_force_avx512(loops >= 1);
-    di_cpu_kernels_force_bf16(loops == 2);
-#endif
     int rot = 0;
     double t;
     TIME_MEDIAN(t, budget, {
@@ -265,10 +260,6 @@ static double time_decode(const wmat *m, wcopy *cp, int ncopy, const uint8_t *qa
         else di_gemm_fp8(qa, sa, M, m->K, c->w, c->ws, m->N, out, tp);
     });
     bench_clock = saved;
-#ifdef DI_HAVE_AVX2_KERNELS
-    di_cpu_kernels_force_avx512(-1);
-    di_cpu_kernels_force_bf16(-1);
-#endif
     return (double)(w_bytes(m) + ws_bytes(m)) / t / 1e9;
 }
 
@@ -278,13 +269,6 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
     enum { NM = 3 };
     const int64_t Ms[NM] = {1, 2, 4};
     dec_row rows[32];
-    /* MXFP4 rows of M <= 2 on every loop the CPU has: AVX2, AVX-512 fp32, AVX-512 BF16 */
-    int paths512 = di_cpu_has_avx512() ? 2 : 1;
-#ifdef DI_HAVE_AVX2_KERNELS
-    di_cpu_kernels_force_bf16(1);
-    if (paths512 == 2 && di_cpu_kernels_bf16()) paths512 = 3;
-    di_cpu_kernels_force_bf16(-1);
-#endif
     int nrows = 0;
     double bw[2][MAX_ROUNDS], fma[2][MAX_ROUNDS];
     /* weights and activations made once, reused by every round */
@@ -304,9 +288,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
         for (int c = 0; c < ncopy; c++) wcopy_fill(m, &copies[mi][c]);
         if (m->K > kmax) kmax = m->K;
         if (m->N > nmax) nmax = m->N;
-        for (size_t xi = 0; xi < NM; xi++)
-            for (int v = 0; v < (m->fp4 && Ms[xi] <= 2 ? paths512 : 1); v++)
-                rows[nrows++] = (dec_row){m, Ms[xi], v, {{0}}, {{0}}, {{0}}, 0};
+        for (size_t xi = 0; xi < NM; xi++) rows[nrows++] = (dec_row){m, Ms[xi], {{0}}, {{0}}, {{0}}, 0};
     }
     if (!nrows) return 1;
     for (int xi = 0; xi < NM; xi++) {
@@ -323,8 +305,8 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
         if (nh > m->N) nh = m->N;
         wmat mh = *m;
         mh.N = nh;
-        rows[r].hot = time_decode(&mh, &copies[m - mats][0], 1, qa[xi], sa[xi], rows[r].M, rows[r].loops,
-                                  out, NULL, CLOCK_THREAD_CPUTIME_ID, budget / 2);
+        rows[r].hot = time_decode(&mh, &copies[m - mats][0], 1, qa[xi], sa[xi], rows[r].M, out, NULL,
+                                  CLOCK_THREAD_CPUTIME_ID, budget / 2);
     }
     for (int round = 0; round < rounds; round++) {
         for (int all = 0; all < 2; all++) {
@@ -343,12 +325,13 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
                 /* activations of this K (the buffers hold the largest) */
                 quant_random_act(rows[r].M, m->K, qa[xi], sa[xi]);
                 double g = time_decode(m, copies[m - mats], ncopies[m - mats], qa[xi], sa[xi], rows[r].M,
-                                       rows[r].loops, out, p, clk, budget);
+                                       out, p, clk, budget);
                 rows[r].gbs[all][round] = g;
                 rows[r].ratio[all][round] = g / bw[all][round];
-                /* codes + scales per code: 1 + 1/1024 (FP8), 1/2 + 1/32 (MXFP4) */
-                const double bpc = m->fp4 ? 0.5 + 1.0 / 32 : 1.0 + 1.0 / 1024;
-                rows[r].ceil_ratio[all][round] = fma[all][round] * 8 / (double)rows[r].M * bpc / 1e9 / bw[all][round];
+                /* FP8 codes + scales per code: 1 + 1/1024; MXFP4 rows sum by integers (no FMA lane
+                 * per code, kernels.h), so no such ceiling */
+                rows[r].ceil_ratio[all][round] =
+                    m->fp4 ? NAN : fma[all][round] * 8 / (double)rows[r].M * (1.0 + 1.0 / 1024) / 1e9 / bw[all][round];
             }
         }
         fprintf(stderr, "round %d: read %.1f GB/s (1 thread), %.1f GB/s (%d threads); FMA %.2f G/s, %.2f G/s\n",
@@ -370,11 +353,9 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
     printf("# 8-lane FMAs, median of the rounds: %.2f G/s (1 thread), %.2f G/s (%d threads)\n",
            fma_med[0] / 1e9, fma_med[1] / 1e9, di_threadpool_size(tp));
     printf("# GB/s = weight bytes (codes + scales) per call / t, from DRAM; vs_bw = median of per-round GB/s / read bw;\n"
-           "# ceil = FMA rate x 8 codes / M as weight GB/s over the read bw (kernels.h: one FMA lane per code\n"
-           "# and activation row), the most vs_bw can reach; hot = 1 thread with the weights in L2\n");
-    printf("# loops: the decode rows' inner loops (MXFP4 M <= 2 runs each the CPU has: avx2, avx512 (fp32 FMAs),\n"
-           "# bf16 (AVX-512 vdpbf16ps); the library's default there: %s)\n", di_cpu_kernels_decode_path());
-    printf("%-14s %-5s %2s %-6s %8s %6s %6s %8s %6s %6s %8s\n", "weight", "fmt", "M", "loops", "1t_GB/s", "vs_bw",
+           "# ceil = FMA rate x 8 codes / M as weight GB/s over the read bw (kernels.h: one FMA lane per FP8\n"
+           "# code and activation row), the most vs_bw can reach (MXFP4: none); hot = 1 thread, weights in L2\n");
+    printf("%-14s %-5s %2s %8s %6s %6s %8s %6s %6s %8s\n", "weight", "fmt", "M", "1t_GB/s", "vs_bw",
            "ceil", "nt_GB/s", "vs_bw", "ceil", "hot");
     for (int r = 0; r < nrows; r++) {
         double med[2][3];
@@ -387,8 +368,8 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
             memcpy(t, rows[r].ceil_ratio[all], sizeof t);
             med[all][2] = median_of(t, rounds);
         }
-        printf("%-14s %-5s %2lld %-6s %8.1f %6.2f %6.2f %8.1f %6.2f %6.2f %8.1f\n", rows[r].m->name,
-               rows[r].m->fp4 ? "mxfp4" : "fp8", (long long)rows[r].M, rows[r].loops == 2 ? "bf16" : rows[r].loops ? "avx512" : "avx2",
+        printf("%-14s %-5s %2lld %8.1f %6.2f %6.2f %8.1f %6.2f %6.2f %8.1f\n", rows[r].m->name,
+               rows[r].m->fp4 ? "mxfp4" : "fp8", (long long)rows[r].M,
                med[0][0], med[0][1], med[0][2],
                med[1][0], med[1][1], med[1][2], rows[r].hot);
     }

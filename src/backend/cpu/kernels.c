@@ -70,14 +70,6 @@ void di_cpu_kernels_force_scalar(int on) { atomic_store(&forced_scalar, on != 0)
 
 const char *di_cpu_kernels_path(void) { return pick_avx2() ? "avx2" : "scalar"; }
 
-const char *di_cpu_kernels_decode_path(void) {
-#ifdef DI_HAVE_AVX2_KERNELS
-    if (pick_avx2() && di_cpu_kernels_bf16()) return "avx512-bf16";
-    if (pick_avx2() && di_cpu_kernels_avx512()) return "avx512";
-#endif
-    return di_cpu_kernels_path();
-}
-
 #ifdef DI_HAVE_AVX2_KERNELS
 #define DISPATCH(name, ...)                     \
     do {                                        \

@@ -2,11 +2,9 @@
  * (architecture.md §2 numerics contract, §8.3 formats): FP8 activation
  * quantization per 32, FP8 linear with 32x32 UE8M0 weight scales, MXFP4
  * expert linear, BF16 and FP32 linears. One AVX2+FMA implementation
- * (kernels_avx2.c, chosen at run time; MXFP4 decode rows with AVX-512 inner
- * loops where the CPU has them, through vdpbf16ps where it has AVX512_BF16)
- * and a portable scalar one
- * (kernels_scalar.c) that also serves as the executable statement of the
- * summation order below.
+ * (kernels_avx2.c, kernels_avx2_block.c, kernels_avx2_mxfp4.c; chosen at run
+ * time) and a portable scalar one (kernels_scalar.c) that also serves as the
+ * executable statement of the summation order below.
  *
  * Activations are fp32 arrays holding values (usually bf16-rounded by the
  * caller). Weights are in checkpoint formats, never dequantized into copies.
@@ -17,24 +15,50 @@
  * there is no split-K, every output element is computed by one thread from
  * fixed chains):
  *
- *   FP8 / MXFP4, per output (m, n), with g = 4 (FP8) or 8 (MXFP4) codes per
- *   4-byte word of the weight row and lane(k) = (k mod 8g) / g, i.e. the word
+ *   FP8, per output (m, n), lane(k) = (k mod 32) / 4, i.e. the 4-byte word
  *   of its 32-byte chunk that holds code k:
  *     a(k) = qa[m,k]·sa[m,k/32]                   fp32 product
- *     w(k) = qw[n,k]·sw(n,k/32)                   fp32 product
+ *     w(k) = qw[n,k]·sw[n/32][k/32]               fp32 product
  *     L_j = +0 for j = 0..7
  *     for k = 0 .. K-1:                           increasing k
  *         L_lane(k) = fma(a(k), w(k), L_lane(k))  one rounding
  *     out[m,n] = ((L_0+L_1)+(L_2+L_3)) + ((L_4+L_5)+(L_6+L_7))
- *   with qa, qw the E4M3 / E2M1 code values and sw(n,kb) the E8M0 scale
- *   (FP8: ws[n/32][kb]; MXFP4: ws[n][kb]). The scale products are by powers
- *   of two and exact unless a result leaves the normal fp32 range. Eight
+ *   with qa, qw the E4M3 code values and sw the E8M0 scale. Eight
  *   independent chains, each over the codes of one word position, are what a
  *   SIMD register holds when it loads a weight row as it is stored: a decode
- *   step (M <= 4) then turns 32 bytes into fp32 lanes with a few shifts and
+ *   step (M <= 16) then turns 32 bytes into fp32 lanes with a few shifts and
  *   no transpose, and prefill runs the same chains as dot products of rows.
- *   The reference scales 32-block partials instead; the two differ only by
- *   fp32 rounding.
+ *
+ *   MXFP4, per output (m, n), block by block (32 codes, one scale each),
+ *   in two chains, one for the even blocks and one for the odd:
+ *     E = +0, O = +0
+ *     for kb = 0 .. K/32-1:                       increasing kb
+ *         B = Σ qa[m,k]·qw[n,k] over the block's k with |qa[m,k]| >= 2^-3
+ *         S = Σ qa[m,k]·qw[n,k] over the rest     (both exact, see below)
+ *         s = sa[m,kb]·sw[n,kb]                   fp32 product
+ *         C = E if kb is even, else O
+ *         C = fma(B, s, C); C = fma(S, s, C)
+ *     out[m,n] = E + O
+ *   with qw the E2M1 code values and sw = ws[n][kb]. Both block sums are
+ *   exact in fp32 whatever the order of their terms: a product of an E4M3
+ *   value of at least 2^-3 (a multiple of 2^-6) and an E2M1 value (of 1/2)
+ *   is a multiple of 2^-7 below 2^11.4, so 32 of them sum to a multiple of
+ *   2^-7 below 2^16.4 (24 significant bits at most); the smaller E4M3
+ *   values are multiples of 2^-9 below 2^-3, their 32 products a multiple
+ *   of 2^-10 below 24. That freedom is what the kernels use: decode rows sum
+ *   a block with 16-bit integer multiply-adds (qa·2^6 and qa·2^9 fit in 16
+ *   bits, 2·qw in 8), prefill with fp32 FMAs on decoded weights, with one
+ *   fused step per block and output either way instead of one per code. S
+ *   is zero unless the activations hold values below 2^-3 of their block's
+ *   scale (1/3584 of its largest), and an FMA adding +0 leaves a chain
+ *   unchanged (a chain is never -0), so the kernels skip it there. Two
+ *   chains rather than one: consecutive blocks' steps do not wait on each
+ *   other.
+ *
+ *   The scale products are by powers of two and exact unless a result
+ *   leaves the normal fp32 range; the vector kernels take the scalar code
+ *   for row groups whose scales come near that. The reference scales
+ *   32-block partials instead; the orders differ only by fp32 rounding.
  *
  *   BF16 / FP32, per output (m, n):
  *     acc = +0; for k = 0 .. K-1: acc = fmaf(x[m,k], w[n,k], acc)
@@ -42,9 +66,11 @@
  *
  * Accuracy against the exact value (u = 2^-24, terms t = the scaled products,
  * exact in fp32 when the scale products are):
- * |out - Σt| <= (K/8 + 6)·u·Σ|t| for FP8 / MXFP4 (a product goes through at
- * most K/8 + 3 additions of its lane, MXFP4 rows with K % 64 = 32 included,
- * and 3 of the final tree), <= K·u·Σ|t| for BF16 / FP32.
+ * |out - Σt| <= (K/8 + 6)·u·Σ|t| for FP8 (a product goes through at most
+ * K/8 + 3 additions of its lane and 3 of the final tree),
+ * <= (K/32 + 4)·u·Σ|t| for MXFP4 (a block's sums through at most K/32 + 1
+ * roundings of its chain and the final addition), <= K·u·Σ|t| for BF16 /
+ * FP32.
  * tests/unit/test_cpu_kernels.c checks the scalar path against a double
  * reference with these bounds and the AVX2 path against the scalar bits.
  *
@@ -122,62 +148,11 @@ void di_gemm_bf16_avx2(const float *x, int64_t M, int64_t K, const uint16_t *w, 
                        float *out, di_threadpool *tp);
 void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int64_t N,
                       float *out, di_threadpool *tp);
-/* Forces (1) the FP8 / MXFP4 AVX2 route that CPUs with slow subnormal
+/* Forces (1) the FP8 AVX2 route that CPUs with slow subnormal
  * arithmetic take (every batch through the prefill kernels, codes decoded
  * from tables), or restores the choice by CPU vendor (0). Same bits either
  * way; for tests. Set it before running kernels, not while they run. */
 void di_cpu_kernels_force_tables(int on);
-/* AVX-512 inner loops of the MXFP4 decode rows (kernels_avx512_block.c),
- * taken where di_cpu_has_avx512() says so. Forces them off (0), on where the
- * CPU has them (1) or restores the choice by CPU (-1); same bits either way.
- * For tests and benchmarks; set it before running kernels. */
-void di_cpu_kernels_force_avx512(int mode);
-/* 1 when MXFP4 decode rows take the AVX-512 loops right now. */
-int di_cpu_kernels_avx512(void);
-/* The decode-row kernel both files share: R weight rows (rows[r]) × mr
- * activation rows (a, stride lda) over all chunks, with the MXFP4 chain
- * factors sv (AVX2 loops: [chunks + 1][R][8], one per lane; AVX-512 loops:
- * [R/2][chunks + 1][4], one per block of a row pair); res[m·8 + r] gets the
- * outputs, ahead (or NULL) is the row group to prefetch. */
-typedef void (*di_dec_kernel_fn)(int64_t chunks, int half_last, const uint8_t *const *rows,
-                                 const uint8_t *ahead, const float *a, int64_t lda, const float *sv,
-                                 float *res);
-/* The AVX-512 MXFP4 kernel for a block of mr rows of a batch of M (M <= 2,
- * the whole batch: mr = M), over R = di_dec_rows_avx512(M) weight rows
- * (8); NULL for other shapes. It reads the activation lanes doubled:
- * di_dec_lanes_dup() of [M][Kp] into [M][2·Kp] (64-byte aligned). */
-di_dec_kernel_fn di_dec_kernel_mxfp4_avx512(int64_t M, int mr);
-int di_dec_rows_avx512(int64_t M);
-/* The AVX-512 loops' chain factors of R weight rows (scale rows srow[r], KB
- * E8M0 bytes each) into sv, as kernels_avx2_block.c's dec_scales() defines
- * them; 0 (the rows then run the scalar code) when an exponent is outside
- * [lo, hi] or the group's exponents span more than spread. */
-int di_dec_factors_avx512(const uint8_t *const *srow, int R, int64_t KB, int lo, int hi, int spread,
-                          float *sv);
-void di_dec_lanes_dup(const float *ap, int64_t M, int64_t Kp, float *dup);
-/* AVX-512 BF16 inner loops of the MXFP4 decode rows for M <= 2
- * (kernels_avx512_bf16.c): the same chains through vdpbf16ps, same bits.
- * Taken where di_cpu_has_avx512_bf16(), a probe of vdpbf16ps's rounding and
- * di_cpu_kernels_avx512() agree; force them off (0), on where possible (1)
- * or back to that choice (-1). For tests and benchmarks; set it before
- * running kernels. */
-void di_cpu_kernels_force_bf16(int mode);
-/* 1 when MXFP4 decode rows of M <= 2 take the BF16 loops right now. */
-int di_cpu_kernels_bf16(void);
-/* Their kernel for a block of mr rows of a batch of M (mr = M <= 2) over R =
- * di_dec_rows_bf16(M) weight rows (16 for M = 1, 8 for M = 2), with the
- * factors of di_dec_factors_avx512() and the activations of
- * di_dec_lanes_bf16() ([M][Kp] 32-bit words, 64-byte aligned, lda = Kp);
- * NULL for other shapes. */
-di_dec_kernel_fn di_dec_kernel_mxfp4_bf16(int64_t M, int mr);
-int di_dec_rows_bf16(int64_t M);
-/* Activation lanes a·2^63 ([M][Kp], any 4-byte alignment) -> those words
- * (out 64-byte aligned). */
-void di_dec_lanes_bf16(const float *ap, int64_t M, int64_t Kp, float *out);
-/* The largest exponent spread of a row group the BF16 loops take for
- * activations whose quantum is 2^q (beyond it a chain value could be
- * subnormal, which vdpbf16ps flushes). */
-int di_dec_bf16_spread(int q);
 #endif
 
 /* Decoding tables shared by both paths: E4M3 and E8M0 byte -> fp32 value
@@ -195,9 +170,5 @@ float di_act_scale_fp8_amax(float amax);
 void di_cpu_kernels_force_scalar(int on);
 /* "avx2" or "scalar": the path the calls above take right now. */
 const char *di_cpu_kernels_path(void);
-/* The same for the FP8 / MXFP4 decode rows (M <= 16): "avx512-bf16" or
- * "avx512" where MXFP4 rows take the AVX-512 loops, else as
- * di_cpu_kernels_path(). */
-const char *di_cpu_kernels_decode_path(void);
 
 #endif

@@ -46,28 +46,54 @@ typedef struct gemm_job {
     float *out;         /* [M, N] */
 } gemm_job;
 
+/* FP8: the lane chains of kernels.h, one fused step per code. */
+static float fp8_output(const uint8_t *qa, const float *sa, int64_t K, const uint8_t *w,
+                        const uint8_t *ws, int64_t n) {
+    const float *e4m3 = di_cpu_e4m3_table(), *e8m0 = di_cpu_e8m0_table();
+    const int64_t KB = K / 32;
+    float lane[8] = {0};
+    for (int64_t k = 0; k < K; k++) {
+        float a = e4m3[qa[k]] * sa[k / 32];
+        float v = e4m3[w[n * K + k]] * e8m0[ws[(n / 32) * KB + k / 32]];
+        int j = (int)((k % 32) / 4);
+        lane[j] = fmaf(a, v, lane[j]);
+    }
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+/* MXFP4: per 32-code block, the two exact partial sums of kernels.h (codes
+ * of activations at or above 2^-3 and below it), each joined to the chain
+ * of the block's parity with one fused step. */
+static float mxfp4_output(const uint8_t *qa, const float *sa, int64_t K, const uint8_t *w,
+                          const uint8_t *ws, int64_t n) {
+    const float *e4m3 = di_cpu_e4m3_table(), *e8m0 = di_cpu_e8m0_table();
+    const int64_t KB = K / 32;
+    float chain[2] = {0.0f, 0.0f};
+    for (int64_t kb = 0; kb < KB; kb++) {
+        float big = 0.0f, small = 0.0f; /* exact: see kernels.h */
+        for (int64_t k = kb * 32; k < kb * 32 + 32; k++) {
+            const float a = e4m3[qa[k]];
+            const float v = a * di_e2m1_to_f32((uint8_t)(w[n * (K / 2) + k / 2] >> (4 * (k & 1))));
+            if (fabsf(a) >= 0.125f) big += v;
+            else small += v;
+        }
+        const float s = sa[kb] * e8m0[ws[n * KB + kb]];
+        float *c = &chain[kb % 2];
+        *c = fmaf(big, s, *c);
+        *c = fmaf(small, s, *c);
+    }
+    return chain[0] + chain[1];
+}
+
 /* The order of kernels.h for outputs [n0, n1) of every row. */
 void di_gemm_block_rows_scalar(int fp4, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
                                const uint8_t *w, const uint8_t *ws, int64_t N, int64_t n0,
                                int64_t n1, float *out) {
-    const float *e4m3 = di_cpu_e4m3_table(), *e8m0 = di_cpu_e8m0_table();
     const int64_t KB = K / 32;
-    const int g = fp4 ? 8 : 4; /* codes per 4-byte word of a weight row */
-    for (int64_t m = 0; m < M; m++) {
-        for (int64_t n = n0; n < n1; n++) {
-            float lane[8] = {0};
-            for (int64_t k = 0; k < K; k++) {
-                float a = e4m3[qa[m * K + k]] * sa[m * KB + k / 32];
-                float v = fp4 ? di_e2m1_to_f32((uint8_t)(w[n * (K / 2) + k / 2] >> (4 * (k & 1)))) *
-                                    e8m0[ws[n * KB + k / 32]]
-                              : e4m3[w[n * K + k]] * e8m0[ws[(n / 32) * KB + k / 32]];
-                int j = (int)((k % (8 * g)) / g);
-                lane[j] = fmaf(a, v, lane[j]);
-            }
-            out[m * N + n] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) +
-                             ((lane[4] + lane[5]) + (lane[6] + lane[7]));
-        }
-    }
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = n0; n < n1; n++)
+            out[m * N + n] = fp4 ? mxfp4_output(qa + m * K, sa + m * KB, K, w, ws, n)
+                                 : fp8_output(qa + m * K, sa + m * KB, K, w, ws, n);
 }
 
 static void fp8_cols(void *ctx, int64_t n0, int64_t n1, int thread) {

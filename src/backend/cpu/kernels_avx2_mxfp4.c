@@ -1,0 +1,816 @@
+/* MXFP4 linears on AVX2 (kernels.h, "MXFP4"), compiled with per-function
+ * target attributes like kernels_avx2.c and called only after
+ * di_cpu_has_avx2(). kernels.h sums each 32-code block exactly (two sums:
+ * the codes of activations at or above 2^-3 and the rest) and joins it to
+ * one of two chains (even and odd blocks) with one FMA; exact sums may be
+ * taken in any order and any arithmetic, which both halves of this file use.
+ *
+ * Decode rows (M <= 16) read every weight once for a handful of activation
+ * rows, so their speed is the number of vector operations per weight byte:
+ * - weights: 32 bytes (64 codes, two blocks) -> two byte vectors of 2·qw by
+ *   `vpshufb` (low and high nibbles), then four 16-bit vectors holding
+ *   256·2·qw, each byte moved to the top of its word (shift or mask): the
+ *   sign comes with it;
+ * - activations: laid out once per call as 16-bit qa·2^6 (codes of at least
+ *   2^-3: at most 448·64 = 28,672) and qa·2^9 (the smaller ones, below 64),
+ *   in the order the weight vectors hold their codes;
+ * - `vpmaddwd` of each pair: 32-bit lane j of the four results holds 8
+ *   products times 2^15 (2^18 for the small codes), lanes 0-3 block 2c and
+ *   4-7 block 2c+1; shifted right by 8 (exact: multiples of 2^8) they are
+ *   below 2^22, so a block's four lanes sum below 2^24 in int32 and
+ *   convert to fp32 exactly;
+ * - four weight rows at a time: their lanes are summed by a transpose-add
+ *   into one vector [rows 0-3 of block 2c | rows 0-3 of block 2c+1], and one
+ *   FMA with the scales sa·sw·2^-7 joins all eight to their chains: lanes
+ *   0-3 hold the rows' even chains, 4-7 their odd ones. The product inside
+ *   an FMA is exact, so B·2^7 times s·2^-7 is the step fma(B, s, C).
+ * About 21 operations per 64 codes, against ~36 for decoding the codes to
+ * fp32 and an FMA per code. The scale vectors come from the E8M0 bytes by
+ * integer adds on exponents (4 rows × 8 blocks at a time, transposed), which
+ * gives normal numbers only: row groups whose exponents come near either end
+ * of the range, NaN scales, NaN activation codes or activation scales that
+ * are not powers of two take the scalar code instead.
+ *
+ * Prefill (M > 16) decodes panels of 16 weight rows to fp32 w·sw (exact)
+ * in tiles [k][16] and runs a 6-row × 16-column FMA kernel over each block
+ * of 32 codes from zero (12 independent chains), adding the block's sums to
+ * the output's even or odd chain in memory: one load-add-store per 32 FMAs
+ * of a chain. Activations (qa·sa, exact) are laid out row by row; the
+ * small codes of a row's block, where there are any, apart, and a block
+ * where some row of the six has them runs a second pass on them. */
+#include "backend/cpu/kernels.h"
+
+#ifdef DI_HAVE_AVX2_KERNELS
+
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+/* Decode rows: batches up to DEC_M; weight rows per kernel call (R, the
+ * transpose-add's four), activation rows per call at most (MB), per sweep
+ * of a unit's weights (MBLK); weight rows per work unit (UNIT). */
+enum { DEC_M = 16, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
+/* Combined exponent e = E8M0 byte + exponent of sa (s = 2^(e-127)) the
+ * decode rows take: s·2^-7 normal at the bottom, s normal at the top (as
+ * the scalar code's fp32 product sa·sw must be). */
+enum { E_LO = 8, E_HI = 254 };
+
+/* Activation scales: their exponents' range; 0 when one is not a finite
+ * positive power of two (normal). */
+static int scale_exps(const float *sa, int64_t n, int *lo, int *hi) {
+    *lo = 1000, *hi = -1000;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &sa[i], 4);
+        const int be = (int)(bits >> 23);
+        if ((bits & 0x7fffff) || be == 0 || be >= 255) return 0;
+        *lo = be - 127 < *lo ? be - 127 : *lo, *hi = be - 127 > *hi ? be - 127 : *hi;
+    }
+    return 1;
+}
+
+/* ---- decode rows ---- */
+
+/* The activations of a call, in the weight vectors' order. */
+typedef struct act16 {
+    int64_t chunks;       /* of 64 codes */
+    int16_t *big, *small; /* [M][chunks][4][16] */
+    uint8_t *has_small;   /* [M][chunks] */
+    int32_t *eaw;         /* [M][chunks][8]: exponent of sa - 7, block 2c in lanes 0-3,
+                             2c+1 in 4-7 (0 past K) */
+    int ea_min, ea_max;   /* exponents of sa */
+} act16;
+
+/* E4M3 code -> its value times 2^6 where that is at least 2^-3 (low 16
+ * bits), times 2^9 where it is smaller (high 16 bits); NaN codes -> 0
+ * (act16_chunk() finds them on the codes). */
+static uint32_t code16[256];
+static pthread_once_t code16_once = PTHREAD_ONCE_INIT;
+
+static void code16_init(void) {
+    const float *e4m3 = di_cpu_e4m3_table();
+    for (int b = 0; b < 256; b++) {
+        const float v = e4m3[b];
+        int16_t big = 0, small = 0;
+        if (!isnan(v)) {
+            if (fabsf(v) >= 0.125f) big = (int16_t)(v * 64.0f);
+            else small = (int16_t)(v * 512.0f);
+        }
+        code16[b] = (uint16_t)big | (uint32_t)(uint16_t)small << 16;
+    }
+}
+
+/* Chunk c of a row's codes q (64, or n < 64 with zeros after) into its four
+ * 16-bit vectors of each part; returns bit 0: any small code, bit 1: a NaN
+ * code. The codes are first sorted by k % 4 (vector 0: k % 4 = 0, 1: 2, 2:
+ * 1, 3: 3), then looked up 8 at a time. */
+static AVX2 unsigned act16_chunk(const uint8_t *q, int64_t n, int16_t *big, int16_t *small) {
+    uint8_t pad[64];
+    if (n < 64) {
+        memset(pad, 0, sizeof pad);
+        memcpy(pad, q, (size_t)n);
+        q = pad;
+    }
+    const __m256i q0 = _mm256_loadu_si256((const __m256i *)q), q1 = _mm256_loadu_si256((const __m256i *)(q + 32));
+    const __m256i low7 = _mm256_set1_epi8(0x7f);
+    const __m256i nan = _mm256_or_si256(_mm256_cmpeq_epi8(_mm256_and_si256(q0, low7), low7),
+                                        _mm256_cmpeq_epi8(_mm256_and_si256(q1, low7), low7));
+    /* per 16 codes: k % 4 = 0, 2, 1, 3, four of each */
+    const __m256i by4 = _mm256_setr_epi8(0, 4, 8, 12, 2, 6, 10, 14, 1, 5, 9, 13, 3, 7, 11, 15,
+                                         0, 4, 8, 12, 2, 6, 10, 14, 1, 5, 9, 13, 3, 7, 11, 15);
+    const __m256i pairs = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i s0 = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(q0, by4), pairs);
+    const __m256i s1 = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(q1, by4), pairs);
+    /* bytes of vectors 0 | 2 and 1 | 3, 16 codes each */
+    const __m256i v02 = _mm256_unpacklo_epi64(s0, s1), v13 = _mm256_unpackhi_epi64(s0, s1);
+    const __m128i vb[4] = {_mm256_castsi256_si128(v02), _mm256_castsi256_si128(v13),
+                           _mm256_extracti128_si256(v02, 1), _mm256_extracti128_si256(v13, 1)};
+    const __m256i lo16 = _mm256_set1_epi32(0xffff);
+    __m256i any = _mm256_setzero_si256();
+    for (int t = 0; t < 4; t++) {
+        const __m256i a = _mm256_i32gather_epi32((const int *)code16, _mm256_cvtepu8_epi32(vb[t]), 4);
+        const __m256i b = _mm256_i32gather_epi32((const int *)code16, _mm256_cvtepu8_epi32(_mm_srli_si128(vb[t], 8)), 4);
+        /* packus keeps 0..65535; lanes [a0-3 b0-3 | a4-7 b4-7] back in order */
+        const __m256i bg = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_and_si256(a, lo16), _mm256_and_si256(b, lo16)), 0xd8);
+        const __m256i sm = _mm256_permute4x64_epi64(_mm256_packus_epi32(_mm256_srli_epi32(a, 16), _mm256_srli_epi32(b, 16)), 0xd8);
+        _mm256_store_si256((__m256i *)(big + 16 * t), bg);
+        _mm256_store_si256((__m256i *)(small + 16 * t), sm);
+        any = _mm256_or_si256(any, sm);
+    }
+    return (unsigned)!_mm256_testz_si256(any, any) | (unsigned)!_mm256_testz_si256(nan, nan) << 1;
+}
+
+/* 0 when the activations have a NaN code or a scale that is not a power of
+ * two (the scalar code then runs). */
+static int act16_build(const uint8_t *qa, const float *sa, int64_t M, int64_t K, act16 *a) {
+    pthread_once(&code16_once, code16_init);
+    const int64_t KB = K / 32, chunks = a->chunks;
+    if (!scale_exps(sa, M * KB, &a->ea_min, &a->ea_max)) return 0;
+    for (int64_t m = 0; m < M; m++) {
+        for (int64_t c = 0; c < chunks; c++) {
+            int32_t *ew = a->eaw + (m * chunks + c) * 8;
+            for (int h = 0; h < 2; h++) {
+                int e = 0;
+                if (2 * c + h < KB) {
+                    uint32_t bits;
+                    memcpy(&bits, &sa[m * KB + 2 * c + h], 4);
+                    e = (int)(bits >> 23) - 127 - 7;
+                }
+                for (int l = 0; l < 4; l++) ew[4 * h + l] = e;
+            }
+            const int64_t n = K - c * 64 < 64 ? K - c * 64 : 64;
+            const unsigned f = act16_chunk(qa + m * K + c * 64, n, a->big + (m * chunks + c) * 64,
+                                           a->small + (m * chunks + c) * 64);
+            if (f & 2) return 0;
+            a->has_small[m * chunks + c] = (uint8_t)(f & 1);
+        }
+    }
+    return 1;
+}
+
+/* The arguments of one kernel call: R weight rows, mr activation rows. */
+typedef struct dec4_args {
+    int64_t chunks, KB;
+    int half_last;              /* K % 64 == 32: the last chunk holds one block */
+    const uint8_t *rows[R];     /* code rows */
+    const uint8_t *srow[R];     /* E8M0 rows */
+    const uint8_t *ahead;       /* the row group to prefetch (or NULL) */
+    const int16_t *big, *small; /* activation row m0; rows chunks·64 apart */
+    const uint8_t *has_small;   /* rows chunks apart */
+    const int32_t *eaw;         /* rows chunks·8 apart */
+} dec4_args;
+
+/* 32 bytes of a row (16 for the half chunk, the rest zero codes). */
+AVX2_INLINE __m256i load_codes(const uint8_t *row, int64_t c, int half) {
+    if (half) return _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)(row + c * 32)), 0);
+    return _mm256_loadu_si256((const __m256i *)(row + c * 32));
+}
+
+/* Group g's 8 E8M0 bytes of a row, even blocks to lanes 0-3, odd to 4-7. */
+AVX2_INLINE __m256i load_exps(const uint8_t *srow, int64_t g, int64_t KB) {
+    __m128i b;
+    if (8 * g + 8 <= KB) {
+        b = _mm_loadl_epi64((const __m128i *)(srow + 8 * g));
+    } else { /* past the row's end: zero bytes, whose lanes meet zero sums */
+        uint8_t tmp[8] = {0};
+        memcpy(tmp, srow + 8 * g, (size_t)(KB - 8 * g));
+        b = _mm_loadl_epi64((const __m128i *)tmp);
+    }
+    b = _mm_shuffle_epi8(b, _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, -1, -1, -1, -1, -1, -1, -1, -1));
+    return _mm256_cvtepu8_epi32(b);
+}
+
+/* min and max of n bytes. */
+static AVX2 void byte_range(const uint8_t *p, int64_t n, int *lo, int *hi) {
+    __m256i vmin = _mm256_set1_epi8(-1), vmax = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
+        vmin = _mm256_min_epu8(vmin, v), vmax = _mm256_max_epu8(vmax, v);
+    }
+    uint8_t a[32], b[32];
+    _mm256_storeu_si256((__m256i *)a, vmin), _mm256_storeu_si256((__m256i *)b, vmax);
+    int mn = 255, mx = 0;
+    for (int j = 0; j < 32; j++) mn = a[j] < mn ? a[j] : mn, mx = b[j] > mx ? b[j] : mx;
+    for (; i < n; i++) mn = p[i] < mn ? p[i] : mn, mx = p[i] > mx ? p[i] : mx;
+    *lo = mn, *hi = mx;
+}
+
+/* The four weight vectors times the activation vectors at a: lane j the sum
+ * of group j's 8 products. */
+AVX2_INLINE __m256i madd4(__m256i v0, __m256i v1, __m256i v2, __m256i v3, const int16_t *a) {
+    const __m256i *p = (const __m256i *)a;
+    const __m256i s0 = _mm256_madd_epi16(v0, _mm256_load_si256(p + 0));
+    const __m256i s1 = _mm256_madd_epi16(v1, _mm256_load_si256(p + 1));
+    const __m256i s2 = _mm256_madd_epi16(v2, _mm256_load_si256(p + 2));
+    const __m256i s3 = _mm256_madd_epi16(v3, _mm256_load_si256(p + 3));
+    return _mm256_add_epi32(_mm256_add_epi32(s0, s1), _mm256_add_epi32(s2, s3));
+}
+
+/* Chunk c of a row: the four 16-bit vectors of 256·2·qw. */
+#define DEC4_WEIGHTS(row, half)                                                                  \
+    const __m256i x_ = load_codes(row, c, half);                                                 \
+    const __m256i wl_ = _mm256_shuffle_epi8(tab, _mm256_and_si256(x_, nib));                      \
+    const __m256i wh_ = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(x_, 4), nib)); \
+    const __m256i v0 = _mm256_slli_epi16(wl_, 8), v1 = _mm256_and_si256(wl_, top);               \
+    const __m256i v2 = _mm256_slli_epi16(wh_, 8), v3 = _mm256_and_si256(wh_, top);
+
+/* [a0+a2, b0+b2, a1+a3, b1+b3 | the same for lanes 4-7]: half of the
+ * transpose-add of two rows' lane sums a, b. */
+AVX2_INLINE __m256i pair_add(__m256i a, __m256i b) {
+    return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+}
+/* Rows 0-1 (u) and 2-3 (v) -> [block 2c of rows 0-3 | block 2c+1 of rows 0-3]. */
+AVX2_INLINE __m256i quad_add(__m256i u, __m256i v) {
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(u, v), _mm256_unpackhi_epi64(u, v));
+}
+
+/* The small codes' block sums of chunk c for the R rows and activation row
+ * at a (int32, exact: below 2^23), the codes decoded again here rather
+ * than kept in registers for this rare case. */
+static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256
+small_sums(const dec4_args *g, int64_t c, int half, const int16_t *a) {
+    const __m256i tab = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i nib = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi16((short)0xff00);
+    __m256i s[R];
+    for (int r = 0; r < R; r++) {
+        DEC4_WEIGHTS(g->rows[r], half)
+        s[r] = madd4(v0, v1, v2, v3, a);
+    }
+    return _mm256_cvtepi32_ps(quad_add(pair_add(s[0], s[1]), pair_add(s[2], s[3])));
+}
+
+/* At the start of group grp (4 chunks): the prefetch of the group two
+ * ahead, and the R = 4 rows' E8M0 bytes of the group's 8 blocks, transposed
+ * per chunk: ewb[i] = [rows 0-3 of block 2i | rows 0-3 of block 2i+1]. */
+AVX2_INLINE void group_start(const dec4_args *g, int64_t grp, int32_t ewb[4][8]) {
+    if (g->ahead)
+        for (int r = 0; r < R; r++) {
+            const char *p = (const char *)g->ahead + (4 * grp * R + 4 * r) * 32;
+            _mm_prefetch(p, _MM_HINT_T1);
+            _mm_prefetch(p + 64, _MM_HINT_T1);
+        }
+    const __m256i e0 = load_exps(g->srow[0], grp, g->KB), e1 = load_exps(g->srow[1], grp, g->KB);
+    const __m256i e2 = load_exps(g->srow[2], grp, g->KB), e3 = load_exps(g->srow[3], grp, g->KB);
+    const __m256i x0 = _mm256_unpacklo_epi32(e0, e1), x1 = _mm256_unpackhi_epi32(e0, e1);
+    const __m256i x2 = _mm256_unpacklo_epi32(e2, e3), x3 = _mm256_unpackhi_epi32(e2, e3);
+    _mm256_store_si256((__m256i *)ewb[0], _mm256_unpacklo_epi64(x0, x2));
+    _mm256_store_si256((__m256i *)ewb[1], _mm256_unpackhi_epi64(x0, x2));
+    _mm256_store_si256((__m256i *)ewb[2], _mm256_unpacklo_epi64(x1, x3));
+    _mm256_store_si256((__m256i *)ewb[3], _mm256_unpackhi_epi64(x1, x3));
+}
+
+/* Weight row r's lane sums for activation rows 0 and 1 (the second only if
+ * mr == 2), shifted to multiples of 1. */
+#define DEC4_ROW(r, s0, s1)                                                                      \
+    __m256i s0, s1 = _mm256_setzero_si256();                                                     \
+    {                                                                                            \
+        DEC4_WEIGHTS(rows[r], half)                                                              \
+        s0 = _mm256_srai_epi32(madd4(v0, v1, v2, v3, big + c * 64), 8);                          \
+        if (mr == 2) s1 = _mm256_srai_epi32(madd4(v0, v1, v2, v3, big + (chunks + c) * 64), 8);  \
+    }
+
+/* R = 4 weight rows × mr (1 or 2) activation rows over all chunks;
+ * res[m·R + r]. */
+AVX2_INLINE void dec4_kernel(const int mr, const dec4_args *g, float *res) {
+    /* E2M1 code -> 2·value as a signed byte, in both 128-bit halves */
+    const __m256i tab = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    __m256i nib = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi16((short)0xff00);
+    /* opaque from here on: kept in registers, not rebuilt for every row */
+    __asm__("" : "+x"(nib), "+x"(top));
+    const int64_t chunks = g->chunks, groups = (chunks + 3) / 4;
+    const uint8_t *rows[R];
+    for (int r = 0; r < R; r++) rows[r] = g->rows[r];
+    const int16_t *const big = g->big;
+    __attribute__((aligned(32))) int32_t ewb[4][8];
+    __m256 L0 = _mm256_setzero_ps(), L1 = _mm256_setzero_ps();
+    for (int64_t grp = 0; grp < groups; grp++) {
+        group_start(g, grp, ewb);
+        for (int i = 0; i < 4; i++) {
+            const int64_t c = 4 * grp + i;
+            if (c >= chunks) break;
+            const int half = g->half_last && c == chunks - 1;
+            DEC4_ROW(0, a0, b0)
+            DEC4_ROW(1, a1, b1)
+            const __m256i ua = pair_add(a0, a1), ub = pair_add(b0, b1);
+            DEC4_ROW(2, a2, b2)
+            DEC4_ROW(3, a3, b3)
+            const __m256i ew = _mm256_load_si256((const __m256i *)ewb[i]);
+            {
+                const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(
+                    _mm256_add_epi32(ew, _mm256_loadu_si256((const __m256i *)(g->eaw + c * 8))), 23));
+                L0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(quad_add(ua, pair_add(a2, a3))), f, L0);
+                if (__builtin_expect(g->has_small[c], 0))
+                    L0 = _mm256_fmadd_ps(small_sums(g, c, half, g->small + c * 64),
+                                         _mm256_mul_ps(f, _mm256_set1_ps(0x1p-11f)), L0);
+            }
+            if (mr == 2) {
+                const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(
+                    _mm256_add_epi32(ew, _mm256_loadu_si256((const __m256i *)(g->eaw + (chunks + c) * 8))), 23));
+                L1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(quad_add(ub, pair_add(b2, b3))), f, L1);
+                if (__builtin_expect(g->has_small[chunks + c], 0))
+                    L1 = _mm256_fmadd_ps(small_sums(g, c, half, g->small + (chunks + c) * 64),
+                                         _mm256_mul_ps(f, _mm256_set1_ps(0x1p-11f)), L1);
+            }
+            __asm__ volatile("" ::: "memory"); /* activations as memory operands, not held */
+        }
+    }
+    /* out = E + O: lanes r and r + 4 */
+    float l[8];
+    _mm256_storeu_ps(l, L0);
+    for (int r = 0; r < R; r++) res[r] = l[r] + l[r + 4];
+    if (mr == 2) {
+        _mm256_storeu_ps(l, L1);
+        for (int r = 0; r < R; r++) res[R + r] = l[r] + l[r + 4];
+    }
+}
+
+/* R = 4 weight rows × mr (up to MBLK) activation rows over all chunks, for
+ * batches of 3 and more: a chunk's weights are decoded once into wv and
+ * every activation row takes them from there (its four activation vectors
+ * in registers, the weights as memory operands); the chains wait in lb.
+ * res[m·R + r]. */
+static AVX2 void dec4_wide(const dec4_args *g, int mr, float *res) {
+    const __m256i tab = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i nib = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi16((short)0xff00);
+    const int64_t chunks = g->chunks, groups = (chunks + 3) / 4;
+    __attribute__((aligned(32))) int32_t ewb[4][8];
+    __attribute__((aligned(32))) int16_t wv[R][4][16];
+    __attribute__((aligned(32))) float lb[MBLK][8];
+    memset(lb, 0, sizeof lb);
+    for (int64_t grp = 0; grp < groups; grp++) {
+        group_start(g, grp, ewb);
+        for (int i = 0; i < 4; i++) {
+            const int64_t c = 4 * grp + i;
+            if (c >= chunks) break;
+            const int half = g->half_last && c == chunks - 1;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                DEC4_WEIGHTS(g->rows[r], half)
+                _mm256_store_si256((__m256i *)wv[r][0], v0);
+                _mm256_store_si256((__m256i *)wv[r][1], v1);
+                _mm256_store_si256((__m256i *)wv[r][2], v2);
+                _mm256_store_si256((__m256i *)wv[r][3], v3);
+            }
+            const __m256i ew = _mm256_load_si256((const __m256i *)ewb[i]);
+            for (int m = 0; m < mr; m++) {
+                const __m256i *a = (const __m256i *)(g->big + (m * chunks + c) * 64);
+                const __m256i a0 = _mm256_load_si256(a), a1 = _mm256_load_si256(a + 1);
+                const __m256i a2 = _mm256_load_si256(a + 2), a3 = _mm256_load_si256(a + 3);
+                __m256i s[R];
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    const __m256i *w = (const __m256i *)wv[r];
+                    s[r] = _mm256_srai_epi32(
+                        _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(a0, _mm256_load_si256(w)),
+                                                          _mm256_madd_epi16(a1, _mm256_load_si256(w + 1))),
+                                         _mm256_add_epi32(_mm256_madd_epi16(a2, _mm256_load_si256(w + 2)),
+                                                          _mm256_madd_epi16(a3, _mm256_load_si256(w + 3)))),
+                        8);
+                }
+                const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(
+                    _mm256_add_epi32(ew, _mm256_loadu_si256((const __m256i *)(g->eaw + (m * chunks + c) * 8))), 23));
+                __m256 l = _mm256_fmadd_ps(_mm256_cvtepi32_ps(quad_add(pair_add(s[0], s[1]), pair_add(s[2], s[3]))), f,
+                                           _mm256_load_ps(lb[m]));
+                if (__builtin_expect(g->has_small[m * chunks + c], 0))
+                    l = _mm256_fmadd_ps(small_sums(g, c, half, g->small + (m * chunks + c) * 64),
+                                        _mm256_mul_ps(f, _mm256_set1_ps(0x1p-11f)), l);
+                _mm256_store_ps(lb[m], l);
+            }
+        }
+    }
+    for (int m = 0; m < mr; m++)
+        for (int r = 0; r < R; r++) res[m * R + r] = lb[m][r] + lb[m][r + 4];
+}
+
+static AVX2 void dec4_1(const dec4_args *g, float *res) { dec4_kernel(1, g, res); }
+static AVX2 void dec4_2(const dec4_args *g, float *res) { dec4_kernel(2, g, res); }
+
+typedef struct dec4_job {
+    const uint8_t *qa;
+    const float *sa;
+    const act16 *act;
+    const uint8_t *w, *ws;
+    int64_t M, K, N;
+    float *out;
+} dec4_job;
+
+/* Weight rows g0 .. g1-1 (at most R) for activation rows mlo .. mhi-1. */
+static AVX2 void dec4_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t mlo, int64_t mhi) {
+    const act16 *a = j->act;
+    const int64_t K = j->K, N = j->N, KB = K / 32, rb = K / 2, nn = g1 - g0;
+    int lo, hi;
+    /* the group's scale rows are contiguous */
+    byte_range(j->ws + g0 * KB, nn * KB, &lo, &hi);
+    if (hi == 255 || lo + a->ea_min < E_LO || hi + a->ea_max > E_HI) {
+        di_gemm_block_rows_scalar(1, j->qa + mlo * K, j->sa + mlo * KB, mhi - mlo, K, j->w, j->ws, N, g0,
+                                  g1, j->out + mlo * N);
+        return;
+    }
+    dec4_args g = {.chunks = a->chunks, .KB = KB, .half_last = K % 64 != 0};
+    /* the missing rows of the last group repeat its last row (results dropped) */
+    for (int r = 0; r < R; r++) {
+        const int64_t n = g0 + (r < nn ? r : nn - 1);
+        g.rows[r] = j->w + n * rb;
+        g.srow[r] = j->ws + n * KB;
+    }
+    /* the group two ahead, while it lies inside the weights */
+    const uint8_t *ahead = g0 + 3 * R > N ? NULL : j->w + (g0 + 2 * R) * rb;
+    if (mhi - mlo > MB) { /* every row of the sweep at once */
+        float res[MBLK * R];
+        g.ahead = mlo ? NULL : ahead;
+        g.big = a->big + mlo * a->chunks * 64;
+        g.small = a->small + mlo * a->chunks * 64;
+        g.has_small = a->has_small + mlo * a->chunks;
+        g.eaw = a->eaw + mlo * a->chunks * 8;
+        dec4_wide(&g, (int)(mhi - mlo), res);
+        for (int64_t m = 0; m < mhi - mlo; m++)
+            for (int64_t r = 0; r < nn; r++) j->out[(mlo + m) * N + g0 + r] = res[m * R + r];
+        return;
+    }
+    for (int64_t m0 = mlo; m0 < mhi; m0 += MB) {
+        const int mr = mhi - m0 < MB ? (int)(mhi - m0) : MB;
+        float res[MB * R];
+        g.ahead = m0 ? NULL : ahead;
+        g.big = a->big + m0 * a->chunks * 64;
+        g.small = a->small + m0 * a->chunks * 64;
+        g.has_small = a->has_small + m0 * a->chunks;
+        g.eaw = a->eaw + m0 * a->chunks * 8;
+        (mr == 2 ? dec4_2 : dec4_1)(&g, res);
+        for (int64_t m = 0; m < mr; m++)
+            for (int64_t r = 0; r < nn; r++) j->out[(m0 + m) * N + g0 + r] = res[m * R + r];
+    }
+}
+
+/* Units [u0, u1) of UNIT weight rows: activation rows MBLK at a time (their
+ * 16-bit lanes stay in L2 while the unit's weights stream past them). */
+static void dec4_units(void *ctx, int64_t u0, int64_t u1, int thread) {
+    const dec4_job *j = ctx;
+    const int64_t M = j->M, N = j->N;
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
+        for (int64_t m0 = 0; m0 < M; m0 += MBLK) {
+            const int64_t m1 = m0 + MBLK < M ? m0 + MBLK : M;
+            for (int64_t g0 = n0; g0 < n1; g0 += R) dec4_group(j, g0, g0 + R < n1 ? g0 + R : n1, m0, m1);
+        }
+    }
+}
+
+/* Decode rows; 0 when out of memory. */
+static int dec4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
+                    const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
+    act16 a;
+    a.chunks = (K + 63) / 64;
+    const size_t nact = (size_t)(M * a.chunks * 64);
+    a.big = aligned_alloc(32, nact * sizeof(int16_t));
+    a.small = aligned_alloc(32, nact * sizeof(int16_t));
+    a.has_small = malloc((size_t)(M * a.chunks));
+    a.eaw = aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a.chunks * 8));
+    if (!a.big || !a.small || !a.has_small || !a.eaw) {
+        free(a.big), free(a.small), free(a.has_small), free(a.eaw);
+        return 0;
+    }
+    if (!act16_build(qa, sa, M, K, &a)) {
+        di_gemm_block_rows_scalar(1, qa, sa, M, K, w, ws, N, 0, N, out);
+    } else {
+        dec4_job j = {qa, sa, &a, w, ws, M, K, N, out};
+        const int64_t units = (N + UNIT - 1) / UNIT;
+        /* several chunks per thread so a core slowed by other work takes fewer */
+        const int64_t grain = units / (8 * di_threadpool_size(tp));
+        di_threadpool_for(tp, units, grain < 1 ? 1 : grain, dec4_units, &j);
+    }
+    free(a.big), free(a.small), free(a.has_small), free(a.eaw);
+    return 1;
+}
+
+/* ---- prefill ---- */
+
+/* Activation rows per micro-kernel (PM), weight rows per panel (PN), codes
+ * per k-chunk (PK: 8 blocks; the panels' tiles of a chunk stay in L2),
+ * panels per thread's chunk at most (PP). */
+enum { PM = 6, PN = 16, PK = 256, PP = 16 };
+
+typedef struct pf4_job {
+    const uint8_t *qa;
+    const float *sa;
+    const uint8_t *w, *ws;
+    int64_t M, K, Kp, N;
+    const float *ap;     /* [M][Kp]: qa·sa, the small codes zeroed */
+    const int32_t *sidx; /* [M][Kp/32]: slot of a row's block's small codes, or -1 */
+    const float *sp;     /* [slots][32]: the small codes (the others zero) */
+    int ea_min, ea_max;
+    float *out;          /* [M, N] */
+    float *scratch;      /* [threads][scratch_floats]: tiles [PP][PK][PN], chains [2][PP][M][PN] */
+    int64_t scratch_floats;
+} pf4_job;
+
+/* Activation row m into ap[m][Kp] (qa·sa, exact: sa is a normal power of
+ * two) with its small codes moved to slots of sp (sidx[m][kb]), the codes
+ * decoded 8 at a time: shifted to the top byte and arithmetically back by 4,
+ * an E4M3 code's sign lands at bit 31 and its 7 magnitude bits at 26..20,
+ * i.e. the fp32 of value·2^-120; times sa·2^120 (exact when sa <= 2^7,
+ * else two steps). */
+static AVX2 void pf4_pack_row(const uint8_t *qa, const float *sa, int64_t K, int64_t Kp, int64_t m,
+                              float *ap, int32_t *sidx, float *sp, int32_t *slots) {
+    const int64_t KB = K / 32, KBp = Kp / 32;
+    const __m256i mask = _mm256_set1_epi32((int)0x87f00000u);
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    float *dst = ap + m * Kp;
+    for (int64_t kb = 0; kb < KBp; kb++) {
+        sidx[m * KBp + kb] = -1;
+        if (kb >= KB) {
+            memset(dst + kb * 32, 0, 32 * sizeof(float));
+            continue;
+        }
+        const float s = sa[m * KB + kb];
+        const int big = s > 0x1p7f;
+        const __m256 f = _mm256_set1_ps(big ? s : s * 0x1p120f), thr = _mm256_set1_ps(0.125f * s);
+        __m256 v[4], sm[4], any = _mm256_setzero_ps();
+        for (int i = 0; i < 4; i++) {
+            const __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qa + m * K + kb * 32 + 8 * i)));
+            __m256 x = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(c, 24), 4), mask));
+            if (big) x = _mm256_mul_ps(x, _mm256_set1_ps(0x1p120f));
+            v[i] = _mm256_mul_ps(x, f);
+            sm[i] = _mm256_and_ps(_mm256_cmp_ps(_mm256_and_ps(v[i], absm), thr, _CMP_LT_OQ),
+                                  _mm256_cmp_ps(v[i], _mm256_setzero_ps(), _CMP_NEQ_UQ));
+            any = _mm256_or_ps(any, sm[i]);
+        }
+        if (_mm256_testz_ps(any, any)) {
+            for (int i = 0; i < 4; i++) _mm256_store_ps(dst + kb * 32 + 8 * i, v[i]);
+            continue;
+        }
+        const int32_t slot = __atomic_fetch_add(slots, 1, __ATOMIC_RELAXED);
+        sidx[m * KBp + kb] = slot;
+        for (int i = 0; i < 4; i++) {
+            _mm256_store_ps(dst + kb * 32 + 8 * i, _mm256_andnot_ps(sm[i], v[i]));
+            _mm256_store_ps(sp + (int64_t)slot * 32 + 8 * i, _mm256_and_ps(sm[i], v[i]));
+        }
+    }
+}
+
+/* Weight rows n0 .. n0+15 (zeros past N), codes [k0, k0+kc) -> bp[kc][16],
+ * each value w·sw exact (E2M1 magnitudes by a lane permute, the sign bit
+ * moved up, times the block's scale: a power of two). A row's 64 codes
+ * decode to 8 vectors of its word positions (lane l: code 8l + p), kept in
+ * lane order in tmp; 8 rows of those are then transposed into bp. */
+static AVX2 void pf4_decode(const pf4_job *j, int64_t n0, int64_t k0, int64_t kc, float *bp) {
+    const int64_t K = j->K, KB = K / 32, rb = K / 2;
+    const float *e8m0 = di_cpu_e8m0_table();
+    const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    const __m256i sign = _mm256_set1_epi32((int)0x80000000u);
+    __attribute__((aligned(32))) float tmp[8][8][8]; /* [row][position][lane] */
+    for (int half = 0; half < 2; half++)
+        for (int64_t c = k0 / 64; c < (k0 + kc) / 64; c++) {
+            for (int i = 0; i < 8; i++) {
+                const int64_t n = n0 + half * 8 + i;
+                if (n >= j->N) {
+                    memset(tmp[i], 0, sizeof tmp[i]);
+                    continue;
+                }
+                const uint8_t *row = j->w + n * rb, *st = j->ws + n * KB;
+                const int h = 2 * c + 1 >= KB; /* the half chunk: 16 bytes */
+                const __m256i x = h ? _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)(row + c * 32)), 0)
+                                    : _mm256_loadu_si256((const __m256i *)(row + c * 32));
+                const float s0 = e8m0[st[2 * c]], s1 = h ? s0 : e8m0[st[2 * c + 1]];
+                const __m256 f = _mm256_set_m128(_mm_set1_ps(s1), _mm_set1_ps(s0));
+#pragma GCC unroll 8
+                for (int p = 0; p < 8; p++) {
+                    const __m256 v = _mm256_or_ps(_mm256_permutevar8x32_ps(mag, _mm256_srli_epi32(x, 4 * p)),
+                                                  _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(x, 28 - 4 * p), sign)));
+                    _mm256_store_ps(tmp[i][p], _mm256_mul_ps(v, f));
+                }
+            }
+#pragma GCC unroll 1
+            for (int p = 0; p < 8; p++) {
+                /* transpose: row l of the result is code 64c + 8l + p of the 8 rows */
+                const __m256 t0 = _mm256_unpacklo_ps(_mm256_load_ps(tmp[0][p]), _mm256_load_ps(tmp[1][p]));
+                const __m256 t1 = _mm256_unpackhi_ps(_mm256_load_ps(tmp[0][p]), _mm256_load_ps(tmp[1][p]));
+                const __m256 t2 = _mm256_unpacklo_ps(_mm256_load_ps(tmp[2][p]), _mm256_load_ps(tmp[3][p]));
+                const __m256 t3 = _mm256_unpackhi_ps(_mm256_load_ps(tmp[2][p]), _mm256_load_ps(tmp[3][p]));
+                const __m256 t4 = _mm256_unpacklo_ps(_mm256_load_ps(tmp[4][p]), _mm256_load_ps(tmp[5][p]));
+                const __m256 t5 = _mm256_unpackhi_ps(_mm256_load_ps(tmp[4][p]), _mm256_load_ps(tmp[5][p]));
+                const __m256 t6 = _mm256_unpacklo_ps(_mm256_load_ps(tmp[6][p]), _mm256_load_ps(tmp[7][p]));
+                const __m256 t7 = _mm256_unpackhi_ps(_mm256_load_ps(tmp[6][p]), _mm256_load_ps(tmp[7][p]));
+                const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+                const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+                const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+                const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+                float *d = bp + (c * 64 - k0 + p) * PN + half * 8;
+                _mm256_store_ps(d + 0 * 8 * PN, _mm256_permute2f128_ps(u0, u4, 0x20));
+                _mm256_store_ps(d + 1 * 8 * PN, _mm256_permute2f128_ps(u1, u5, 0x20));
+                _mm256_store_ps(d + 2 * 8 * PN, _mm256_permute2f128_ps(u2, u6, 0x20));
+                _mm256_store_ps(d + 3 * 8 * PN, _mm256_permute2f128_ps(u3, u7, 0x20));
+                _mm256_store_ps(d + 4 * 8 * PN, _mm256_permute2f128_ps(u0, u4, 0x31));
+                _mm256_store_ps(d + 5 * 8 * PN, _mm256_permute2f128_ps(u1, u5, 0x31));
+                _mm256_store_ps(d + 6 * 8 * PN, _mm256_permute2f128_ps(u2, u6, 0x31));
+                _mm256_store_ps(d + 7 * 8 * PN, _mm256_permute2f128_ps(u3, u7, 0x31));
+            }
+        }
+}
+
+/* mr (<= PM) activation rows (a, Kp apart) × 16 columns over the nb blocks
+ * of a k-chunk (first block kb0): each block's sums from zero in 12 chains,
+ * then added to the output's chain of the block's parity (ch[kb % 2], rows
+ * PN apart); a block where a row has small codes runs again on them (sp,
+ * slots per row in sidx, rows KBp apart; zeros for the others). */
+AVX2_INLINE void pf4_ukr(const int mr, int64_t nb, int64_t kb0, const float *a, int64_t Kp,
+                         const int32_t *sidx, const float *sp, const float *bp, float *const ch[2]) {
+    static const float zero32[32] __attribute__((aligned(32)));
+    const int64_t KBp = Kp / 32;
+    for (int64_t b = 0; b < nb; b++) {
+        int small = 0;
+#pragma GCC unroll 6
+        for (int m = 0; m < PM; m++)
+            if (m < mr && sidx[m * KBp + b] >= 0) small = 1;
+        for (int part = 0; part <= small; part++) {
+            const float *src[PM];
+#pragma GCC unroll 6
+            for (int m = 0; m < PM; m++)
+                if (m < mr) {
+                    const int32_t slot = sidx[m * KBp + b];
+                    src[m] = part == 0 ? a + m * Kp + b * 32 : slot >= 0 ? sp + (int64_t)slot * 32 : zero32;
+                }
+            const float *bb = bp + b * 32 * PN;
+            __m256 acc[PM][2];
+#pragma GCC unroll 6
+            for (int m = 0; m < PM; m++)
+                if (m < mr) acc[m][0] = _mm256_setzero_ps(), acc[m][1] = _mm256_setzero_ps();
+#pragma GCC unroll 2
+            for (int k = 0; k < 32; k++) {
+                const __m256 b0 = _mm256_load_ps(bb + k * PN), b1 = _mm256_load_ps(bb + k * PN + 8);
+#pragma GCC unroll 6
+                for (int m = 0; m < PM; m++)
+                    if (m < mr) {
+                        const __m256 av = _mm256_broadcast_ss(src[m] + k);
+                        acc[m][0] = _mm256_fmadd_ps(av, b0, acc[m][0]);
+                        acc[m][1] = _mm256_fmadd_ps(av, b1, acc[m][1]);
+                    }
+            }
+            float *c = ch[(kb0 + b) % 2];
+#pragma GCC unroll 6
+            for (int m = 0; m < PM; m++)
+                if (m < mr) {
+                    _mm256_store_ps(c + m * PN, _mm256_add_ps(_mm256_load_ps(c + m * PN), acc[m][0]));
+                    _mm256_store_ps(c + m * PN + 8, _mm256_add_ps(_mm256_load_ps(c + m * PN + 8), acc[m][1]));
+                }
+        }
+    }
+}
+
+typedef void (*pf4_ukr_fn)(int64_t, int64_t, const float *, int64_t, const int32_t *, const float *,
+                           const float *, float *const[2]);
+#define PF4_UKR_FN(mr)                                                                             \
+    static AVX2 void pf4_ukr_##mr(int64_t nb, int64_t kb0, const float *a, int64_t Kp,             \
+                                  const int32_t *sidx, const float *sp, const float *bp,            \
+                                  float *const ch[2]) {                                             \
+        pf4_ukr(mr, nb, kb0, a, Kp, sidx, sp, bp, ch);                                              \
+    }
+PF4_UKR_FN(1)
+PF4_UKR_FN(2)
+PF4_UKR_FN(3)
+PF4_UKR_FN(4)
+PF4_UKR_FN(5)
+PF4_UKR_FN(6)
+static const pf4_ukr_fn pf4_ukrs[PM + 1] = {0, pf4_ukr_1, pf4_ukr_2, pf4_ukr_3, pf4_ukr_4, pf4_ukr_5, pf4_ukr_6};
+
+/* Weight rows [n0, n1) take the fast route when every scale product sa·sw
+ * is at least 2^-139 (a block sum of the small codes, a multiple of
+ * 2^-10·s, then stays exact in fp32) and at most 2^100, and no E8M0 scale
+ * is NaN. */
+static int pf4_scales_ok(const pf4_job *j, int64_t n0, int64_t n1) {
+    int lo, hi;
+    byte_range(j->ws + n0 * (j->K / 32), (n1 - n0) * (j->K / 32), &lo, &hi);
+    return hi != 255 && lo + j->ea_min - 127 >= -139 && hi + j->ea_max - 127 <= 100;
+}
+
+/* Panels [p0, p1) of PN weight rows (at most PP): every activation row, all
+ * of K, k-chunk by k-chunk (the chunk's tiles of all the panels, then every
+ * row block across them). */
+static AVX2 void pf4_panels(void *ctx, int64_t p0, int64_t p1, int thread) {
+    const pf4_job *j = ctx;
+    const int64_t M = j->M, N = j->N, Kp = j->Kp, KBp = Kp / 32, np = p1 - p0, mb = (M + PM - 1) / PM;
+    float *tiles = j->scratch + thread * j->scratch_floats;
+    float *chains = tiles + PP * PK * PN; /* [2][np][mb·PM][PN] */
+    const int64_t cs = mb * PM * PN;      /* one panel's chain */
+    int ok[PP];
+    for (int64_t p = 0; p < np; p++) {
+        const int64_t n0 = (p0 + p) * PN, n1 = n0 + PN < N ? n0 + PN : N;
+        ok[p] = pf4_scales_ok(j, n0, n1);
+        if (!ok[p]) di_gemm_block_rows_scalar(1, j->qa, j->sa, M, j->K, j->w, j->ws, N, n0, n1, j->out);
+    }
+    memset(chains, 0, sizeof(float) * (size_t)(2 * np * cs));
+    for (int64_t k0 = 0; k0 < Kp; k0 += PK) {
+        const int64_t kc = Kp - k0 < PK ? Kp - k0 : PK;
+        for (int64_t p = 0; p < np; p++)
+            if (ok[p]) pf4_decode(j, (p0 + p) * PN, k0, kc, tiles + p * PK * PN);
+        for (int64_t b = 0; b < mb; b++) {
+            const int mr = M - b * PM < PM ? (int)(M - b * PM) : PM;
+            for (int64_t p = 0; p < np; p++) {
+                if (!ok[p]) continue;
+                float *const ch[2] = {chains + p * cs + b * PM * PN, chains + (np + p) * cs + b * PM * PN};
+                pf4_ukrs[mr](kc / 32, k0 / 32, j->ap + b * PM * Kp + k0, Kp, j->sidx + b * PM * KBp + k0 / 32,
+                             j->sp, tiles + p * PK * PN, ch);
+            }
+        }
+    }
+    for (int64_t p = 0; p < np; p++) {
+        if (!ok[p]) continue;
+        const int64_t n0 = (p0 + p) * PN;
+        const float *e = chains + p * cs, *o = chains + (np + p) * cs;
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t n = 0; n < PN && n0 + n < N; n++) j->out[m * N + n0 + n] = e[m * PN + n] + o[m * PN + n];
+    }
+}
+
+/* Panels [p0, p1) PP at a time. */
+static void pf4_chunks(void *ctx, int64_t p0, int64_t p1, int thread) {
+    for (int64_t p = p0; p < p1; p += PP) pf4_panels(ctx, p, p1 - p < PP ? p1 : p + PP, thread);
+}
+
+typedef struct pf4_pack_job {
+    const uint8_t *qa;
+    const float *sa;
+    int64_t M, K, Kp;
+    float *ap;
+    int32_t *sidx;
+    float *sp;
+    int32_t *slots;
+} pf4_pack_job;
+
+static void pf4_pack_rows(void *ctx, int64_t m0, int64_t m1, int thread) {
+    const pf4_pack_job *p = ctx;
+    for (int64_t m = m0; m < m1; m++) pf4_pack_row(p->qa, p->sa, p->K, p->Kp, m, p->ap, p->sidx, p->sp, p->slots);
+}
+
+/* Prefill; 0 when out of memory. */
+static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
+                   const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
+    int ea_min, ea_max;
+    if (!scale_exps(sa, M * (K / 32), &ea_min, &ea_max)) {
+        di_gemm_block_rows_scalar(1, qa, sa, M, K, w, ws, N, 0, N, out);
+        return 1;
+    }
+    const int threads = di_threadpool_size(tp);
+    const int64_t Kp = (K + 63) / 64 * 64, KBp = Kp / 32, mb = (M + PM - 1) / PM;
+    const int64_t sf = PP * PK * PN + 2 * PP * mb * PM * PN;
+    (void)mb;
+    float *ap = aligned_alloc(32, sizeof(float) * (size_t)(M * Kp));
+    int32_t *sidx = malloc(sizeof(int32_t) * (size_t)(M * KBp));
+    /* at most every block of every row holds small codes */
+    float *sp = aligned_alloc(32, sizeof(float) * (size_t)(M * KBp) * 32);
+    float *scratch = aligned_alloc(32, sizeof(float) * (size_t)(threads * sf));
+    if (!ap || !sidx || !sp || !scratch) {
+        free(ap), free(sidx), free(sp), free(scratch);
+        return 0;
+    }
+    int32_t slots = 0;
+    pf4_pack_job pk = {qa, sa, M, K, Kp, ap, sidx, sp, &slots};
+    di_threadpool_for(M * K >= (1 << 18) ? tp : NULL, M, 4, pf4_pack_rows, &pk);
+    pf4_job j = {.qa = qa, .sa = sa, .w = w, .ws = ws, .M = M, .K = K, .Kp = Kp, .N = N, .ap = ap,
+                 .sidx = sidx, .sp = sp, .ea_min = ea_min, .ea_max = ea_max, .out = out,
+                 .scratch = scratch, .scratch_floats = sf};
+    const int64_t panels = (N + PN - 1) / PN;
+    /* several chunks per thread so a core slowed by other work takes fewer */
+    int64_t grain = panels / (4 * threads);
+    grain = grain < 1 ? 1 : grain > PP ? PP : grain;
+    di_threadpool_for(tp, panels, grain, pf4_chunks, &j);
+    free(ap), free(sidx), free(sp), free(scratch);
+    return 1;
+}
+
+void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
+                        const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
+    if (M <= 0 || N <= 0) return;
+    const int done = M <= DEC_M ? dec4_run(qa, sa, M, K, w, ws, N, out, tp) : pf4_run(qa, sa, M, K, w, ws, N, out, tp);
+    if (!done) di_gemm_mxfp4_scalar(qa, sa, M, K, w, ws, N, out, tp); /* out of memory: it needs none */
+}
+
+#endif
