@@ -45,19 +45,6 @@ int di_cpu_has_avx512(void) {
 #endif
 }
 
-int di_cpu_has_avx512_bf16(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (!di_cpu_has_avx512()) return 0; /* also checks leaf 7 and the zmm state */
-    unsigned a, b, c, d;
-    __cpuid_count(7, 0, a, b, c, d);
-    if (!((c >> 1) & 1u) || a < 1) return 0; /* AVX512_VBMI (ecx 1); subleaf 1 exists */
-    __cpuid_count(7, 1, a, b, c, d);
-    return (a >> 5) & 1u; /* AVX512_BF16 (eax 5) */
-#else
-    return 0;
-#endif
-}
-
 int di_cpu_count(void) {
     cpu_set_t set;
     CPU_ZERO(&set);

@@ -318,8 +318,10 @@ static void test_gemm_f32(void) { check_format(FMT_F32); }
  * fall back from their shortcuts), NaN where the scalar path has NaN. */
 static void test_gemm_extreme_scales(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+    static const int Mv[] = {1, 40, 130}; /* MXFP4 above 128 rows: the prefill tiles */
     for (int fmt = FMT_FP8; fmt <= FMT_FP4; fmt++) {
-        for (int M = 1; M <= 40; M += 39) {
+        for (size_t mi = 0; mi < sizeof Mv / sizeof *Mv; mi++) {
+            const int M = Mv[mi];
             problem p;
             problem_init(&p, fmt, M, 96, 40);
             for (int64_t i = 0; i < M * 96; i++)
@@ -455,7 +457,7 @@ static void test_mxfp4_group_sums_exact(void) {
  * prefill (its own fp32 pass). Scalar within the bound, every path the scalar bits,
  * and the small codes visibly count (dropping them changes most outputs). */
 static void test_gemm_mxfp4_small_codes(void) {
-    static const int64_t Mv[] = {1, 2, 3, 5, 16, 17, 40};
+    static const int64_t Mv[] = {1, 2, 3, 5, 16, 17, 40, 130};
     for (size_t mi = 0; mi < sizeof Mv / sizeof *Mv; mi++) {
         const int64_t M = Mv[mi], K = 544, N = 37, KB = K / 32;
         problem p;
@@ -474,6 +476,13 @@ static void test_gemm_mxfp4_small_codes(void) {
             run_gemm(&p, 1, 0, M, b, NULL);
             CHECKF(count_diff_bits(a, b, M * N) == 0, "M=%lld: %d outputs differ from scalar",
                    (long long)M, count_diff_bits(a, b, M * N));
+            /* every row alone (the decode rows) against the batch (above 128 rows: prefill tiles) */
+            int rows = 0;
+            for (int64_t m = 0; m < M; m += M > 40 ? 7 : 1) {
+                run_gemm(&p, 1, m, 1, b, NULL);
+                rows += count_diff_bits(a + m * N, b, N) != 0;
+            }
+            CHECKF(rows == 0, "M=%lld: %d rows alone differ from the batch", (long long)M, rows);
         }
         /* the same without the small codes */
         for (int64_t i = 0; i < M * K; i++)
@@ -499,8 +508,10 @@ static void test_gemm_mxfp4_small_codes(void) {
 static void test_gemm_mxfp4_scale_edges(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
     static const int ew[] = {9, 10, 29, 30, 31, 100, 187, 188, 214, 215, 254};
-    for (int64_t M = 1; M <= 17; M += 16)
+    static const int64_t Mv[] = {1, 17, 129};
+    for (size_t mi = 0; mi < sizeof Mv / sizeof *Mv; mi++)
         for (size_t e = 0; e < sizeof ew / sizeof *ew; e++) {
+            const int64_t M = Mv[mi];
             const int64_t K = 256, N = 24, KB = K / 32;
             problem p;
             problem_init(&p, FMT_FP4, M, K, N);

@@ -5,8 +5,9 @@
  * one of two chains (even and odd blocks) with one FMA; exact sums may be
  * taken in any order and any arithmetic, which both halves of this file use.
  *
- * Decode rows (M <= 16) read every weight once for a handful of activation
- * rows, so their speed is the number of vector operations per weight byte:
+ * Decode rows (M <= 16; the same kernels up to DEC_M) read every weight once
+ * for a handful of activation rows, so their speed is the number of vector
+ * operations per weight byte:
  * - weights: 32 bytes (64 codes, two blocks) -> two byte vectors of 2·qw by
  *   `vpshufb` (low and high nibbles), then four 16-bit vectors holding
  *   256·2·qw, each byte moved to the top of its word (shift or mask): the
@@ -31,7 +32,7 @@
  * of the range, NaN scales, NaN activation codes or activation scales that
  * are not powers of two take the scalar code instead.
  *
- * Prefill (M > 16) decodes panels of 16 weight rows to fp32 w·sw (exact)
+ * Prefill (M > DEC_M) decodes panels of 16 weight rows to fp32 w·sw (exact)
  * in tiles [k][16] and runs a 6-row × 16-column FMA kernel over each block
  * of 32 codes from zero (12 independent chains), adding the block's sums to
  * the output's even or odd chain in memory: one load-add-store per 32 FMAs
@@ -51,10 +52,13 @@
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 
-/* Decode rows: batches up to DEC_M; weight rows per kernel call (R, the
- * transpose-add's four), activation rows per call at most (MB), per sweep
- * of a unit's weights (MBLK); weight rows per work unit (UNIT). */
-enum { DEC_M = 16, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
+/* The integer kernels take batches up to DEC_M rows: against the prefill
+ * tiles they measured 1.2-1.6x faster at 17-128 rows of expert w1 (one
+ * thread; the tiles' panel decoding is then a large share), slower at 512.
+ * Weight rows per kernel call (R, the transpose-add's four), activation
+ * rows per call at most (MB), per sweep of a unit's weights (MBLK); weight
+ * rows per work unit (UNIT). */
+enum { DEC_M = 128, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
 /* Combined exponent e = E8M0 byte + exponent of sa (s = 2^(e-127)) the
  * decode rows take: s·2^-7 normal at the bottom, s normal at the top (as
  * the scalar code's fp32 product sa·sw must be). */
