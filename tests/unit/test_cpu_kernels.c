@@ -344,9 +344,10 @@ static void test_gemm_extreme_scales(void) {
     }
 }
 
-/* Decode-sized batches (M <= 16 take their own AVX2 path, in blocks of
- * activation rows times groups of 8, 4 or 2 weight rows; M = 17 the prefill
- * tiles): K with MXFP4 rows ending on half a 32-byte chunk (K % 64 = 32),
+/* Decode-sized batches (FP8: M <= 16 take their own AVX2 path, in blocks of
+ * activation rows times groups of 8, 4 or 2 weight rows, M = 17 the prefill
+ * tiles; MXFP4: groups of 4 weight rows for 1, 2 or a sweep of up to 16
+ * activation rows): K with MXFP4 rows ending on half a 32-byte chunk (K % 64 = 32),
  * output counts around the weight-row groups and the 32-row FP8 scale tiles,
  * E4M3 weights that are all subnormal or zero (the lanes hold them as fp32
  * subnormals) and both signs of zero, on one thread and on two. Bits against
