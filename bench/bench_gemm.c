@@ -368,10 +368,12 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
             memcpy(t, rows[r].ceil_ratio[all], sizeof t);
             med[all][2] = median_of(t, rounds);
         }
-        printf("%-14s %-5s %2lld %8.1f %6.2f %6.2f %8.1f %6.2f %6.2f %8.1f\n", rows[r].m->name,
-               rows[r].m->fp4 ? "mxfp4" : "fp8", (long long)rows[r].M,
-               med[0][0], med[0][1], med[0][2],
-               med[1][0], med[1][1], med[1][2], rows[r].hot);
+        char ceil1[16] = "     -", ceiln[16] = "     -"; /* MXFP4: no FMA ceiling */
+        if (!isnan(med[0][2])) snprintf(ceil1, sizeof ceil1, "%6.2f", med[0][2]);
+        if (!isnan(med[1][2])) snprintf(ceiln, sizeof ceiln, "%6.2f", med[1][2]);
+        printf("%-14s %-5s %2lld %8.1f %6.2f %s %8.1f %6.2f %s %8.1f\n", rows[r].m->name,
+               rows[r].m->fp4 ? "mxfp4" : "fp8", (long long)rows[r].M, med[0][0], med[0][1], ceil1,
+               med[1][0], med[1][1], ceiln, rows[r].hot);
     }
     for (size_t mi = 0; mi < nmats; mi++) {
         for (int c = 0; c < ncopies[mi]; c++) free(copies[mi][c].w), free(copies[mi][c].ws);

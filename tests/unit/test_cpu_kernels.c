@@ -537,18 +537,49 @@ static void test_gemm_mxfp4_scale_edges(void) {
             problem_free(&p);
         }
 }
-/* MXFP4 decode rows scan the activations for what their integers cannot hold
- * (a NaN code) and then run the scalar code, and take a block of large
- * activations (scale ~2^62) as any other: one such value alone, at the
- * start, the middle or the last block of the last row, must still give the
- * scalar bits. */
+/* Weight scales near the top of E8M0 (2^123 .. 2^127) with activation scales
+ * far below what the quantizer gives (2^-40, still powers of two): sa·sw
+ * is ordinary, but w·sw alone (|w| up to 6) overflows at 2^127 in the
+ * prefill tiles' decoded weights, which must therefore not take such rows. */
+static void test_gemm_mxfp4_large_weight_scales(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+    static const int ew[] = {227, 228, 250, 254};
+    for (size_t e = 0; e < sizeof ew / sizeof *ew; e++) {
+        const int64_t M = 130, K = 128, N = 20, KB = K / 32;
+        problem p;
+        problem_init(&p, FMT_FP4, M, K, N);
+        for (int64_t i = 0; i < M * KB; i++) p.sa[i] = 0x1p-40f;
+        for (int64_t i = 0; i < N * KB; i++) p.ws[i] = (uint8_t)ew[e];
+        float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
+        run_gemm(&p, 0, 0, M, a, NULL);
+        run_gemm(&p, 1, 0, M, b, NULL);
+        int d = 0, inf = 0;
+        for (int64_t i = 0; i < M * N; i++) {
+            d += !(isnan(a[i]) && isnan(b[i])) && di_f32_bits(a[i]) != di_f32_bits(b[i]);
+            inf += isinf(a[i]) || isnan(a[i]);
+        }
+        CHECKF(d == 0, "E8M0 %d: %d outputs differ from scalar", ew[e], d);
+        CHECKF(inf == 0, "E8M0 %d: %d scalar outputs not finite", ew[e], inf);
+        free(a), free(b);
+        problem_free(&p);
+    }
+}
+
+/* The MXFP4 kernels scan the activations for what they cannot hold (a NaN
+ * code: no 16-bit integer in the decode rows, read as 480 by the prefill
+ * tiles' shift decoding) and then run the scalar code, and take a block of
+ * large activations (scale ~2^62) as any other: one such value alone, at
+ * the start, the middle or the last block of the last row, must still give
+ * the scalar bits, in decode rows and in prefill tiles. */
 static void test_gemm_mxfp4_decode_act_limits(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
     enum { K = 256, N = 24 };
     static const int64_t at[] = {0, 131, K - 1};
-    for (int64_t M = 1; M <= 2; M++)
+    static const int64_t Mv[] = {1, 2, 130}; /* 130: the prefill tiles */
+    for (size_t mi = 0; mi < sizeof Mv / sizeof *Mv; mi++)
         for (int big = 0; big <= 1; big++)
             for (int i = 0; i < 3; i++) {
+                const int64_t M = Mv[mi];
                 problem p;
                 problem_init(&p, FMT_FP4, M, K, N);
                 const int64_t k = (M - 1) * K + at[i];
@@ -718,6 +749,7 @@ int main(void) {
     RUN(test_mxfp4_group_sums_exact);
     RUN(test_gemm_mxfp4_small_codes);
     RUN(test_gemm_mxfp4_scale_edges);
+    RUN(test_gemm_mxfp4_large_weight_scales);
     RUN(test_gemm_mxfp4_decode_act_limits);
     RUN(test_batch_and_thread_invariance);
     RUN(test_table_route);

@@ -541,11 +541,12 @@ typedef struct pf4_job {
  * decoded 8 at a time: shifted to the top byte and arithmetically back by 4,
  * an E4M3 code's sign lands at bit 31 and its 7 magnitude bits at 26..20,
  * i.e. the fp32 of value·2^-120; times sa·2^120 (exact when sa <= 2^7,
- * else two steps). */
+ * else two steps). A NaN code (which reads as 480 this way) sets *nan: the
+ * call then runs the scalar code. */
 static AVX2 void pf4_pack_row(const uint8_t *qa, const float *sa, int64_t K, int64_t Kp, int64_t m,
-                              float *ap, int32_t *sidx, float *sp, int32_t *slots) {
+                              float *ap, int32_t *sidx, float *sp, int32_t *slots, int *nan) {
     const int64_t KB = K / 32, KBp = Kp / 32;
-    const __m256i mask = _mm256_set1_epi32((int)0x87f00000u);
+    const __m256i mask = _mm256_set1_epi32((int)0x87f00000u), low7 = _mm256_set1_epi8(0x7f);
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     float *dst = ap + m * Kp;
     for (int64_t kb = 0; kb < KBp; kb++) {
@@ -556,6 +557,9 @@ static AVX2 void pf4_pack_row(const uint8_t *qa, const float *sa, int64_t K, int
         }
         const float s = sa[m * KB + kb];
         const int big = s > 0x1p7f;
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(qa + m * K + kb * 32));
+        const __m256i qn = _mm256_cmpeq_epi8(_mm256_and_si256(q, low7), low7);
+        if (!_mm256_testz_si256(qn, qn)) __atomic_store_n(nan, 1, __ATOMIC_RELAXED); /* read as 480 here */
         const __m256 f = _mm256_set1_ps(big ? s : s * 0x1p120f), thr = _mm256_set1_ps(0.125f * s);
         __m256 v[4], sm[4], any = _mm256_setzero_ps();
         for (int i = 0; i < 4; i++) {
@@ -707,12 +711,12 @@ static const pf4_ukr_fn pf4_ukrs[PM + 1] = {0, pf4_ukr_1, pf4_ukr_2, pf4_ukr_3, 
 
 /* Weight rows [n0, n1) take the fast route when every scale product sa·sw
  * is at least 2^-139 (a block sum of the small codes, a multiple of
- * 2^-10·s, then stays exact in fp32) and at most 2^100, and no E8M0 scale
- * is NaN. */
+ * 2^-10·s, then stays exact in fp32) and at most 2^100, and every sw at
+ * most 2^100 (w·sw finite: |w| <= 6). */
 static int pf4_scales_ok(const pf4_job *j, int64_t n0, int64_t n1) {
     int lo, hi;
     byte_range(j->ws + n0 * (j->K / 32), (n1 - n0) * (j->K / 32), &lo, &hi);
-    return hi != 255 && lo + j->ea_min - 127 >= -139 && hi + j->ea_max - 127 <= 100;
+    return hi <= 227 && lo + j->ea_min - 127 >= -139 && hi + j->ea_max - 127 <= 100;
 }
 
 /* Panels [p0, p1) of PN weight rows (at most PP): every activation row, all
@@ -767,18 +771,21 @@ typedef struct pf4_pack_job {
     int32_t *sidx;
     float *sp;
     int32_t *slots;
+    int *nan;
 } pf4_pack_job;
 
 static void pf4_pack_rows(void *ctx, int64_t m0, int64_t m1, int thread) {
     const pf4_pack_job *p = ctx;
-    for (int64_t m = m0; m < m1; m++) pf4_pack_row(p->qa, p->sa, p->K, p->Kp, m, p->ap, p->sidx, p->sp, p->slots);
+    for (int64_t m = m0; m < m1; m++)
+        pf4_pack_row(p->qa, p->sa, p->K, p->Kp, m, p->ap, p->sidx, p->sp, p->slots, p->nan);
 }
 
 /* Prefill; 0 when out of memory. */
 static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                    const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     int ea_min, ea_max;
-    if (!scale_exps(sa, M * (K / 32), &ea_min, &ea_max)) {
+    /* qa·sa must stay finite (|qa| <= 448): sa <= 2^100 */
+    if (!scale_exps(sa, M * (K / 32), &ea_min, &ea_max) || ea_max > 100) {
         di_gemm_block_rows_scalar(1, qa, sa, M, K, w, ws, N, 0, N, out);
         return 1;
     }
@@ -796,8 +803,14 @@ static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
         return 0;
     }
     int32_t slots = 0;
-    pf4_pack_job pk = {qa, sa, M, K, Kp, ap, sidx, sp, &slots};
+    int nan = 0;
+    pf4_pack_job pk = {qa, sa, M, K, Kp, ap, sidx, sp, &slots, &nan};
     di_threadpool_for(M * K >= (1 << 18) ? tp : NULL, M, 4, pf4_pack_rows, &pk);
+    if (nan) {
+        free(ap), free(sidx), free(sp), free(scratch);
+        di_gemm_block_rows_scalar(1, qa, sa, M, K, w, ws, N, 0, N, out);
+        return 1;
+    }
     pf4_job j = {.qa = qa, .sa = sa, .w = w, .ws = ws, .M = M, .K = K, .Kp = Kp, .N = N, .ap = ap,
                  .sidx = sidx, .sp = sp, .ea_min = ea_min, .ea_max = ea_max, .out = out,
                  .scratch = scratch, .scratch_floats = sf};
