@@ -565,6 +565,34 @@ static void test_gemm_mxfp4_large_weight_scales(void) {
     }
 }
 
+/* The largest block sums the integer kernels can meet: every activation
+ * code ±448, every weight code 6 of one sign, so a block's 32 products sum
+ * to 86,016 (lanes of 2^15·8·2688 before the shift, two of them just below
+ * 2^31): decode rows, batches of 3+ and prefill tiles must give the scalar
+ * bits. */
+static void test_gemm_mxfp4_largest_sums(void) {
+    static const int64_t Mv[] = {1, 2, 5, 130};
+    for (size_t mi = 0; mi < sizeof Mv / sizeof *Mv; mi++)
+        for (int sign = 0; sign < 2; sign++) {
+            const int64_t M = Mv[mi], K = 160, N = 12, KB = K / 32;
+            problem p;
+            problem_init(&p, FMT_FP4, M, K, N);
+            for (int64_t i = 0; i < M * K; i++) p.qa[i] = sign ? 0xfe : 0x7e; /* ∓448 */
+            for (int64_t i = 0; i < M * KB; i++) p.sa[i] = 0x1p-8f;
+            for (int64_t i = 0; i < N * K / 2; i++) ((uint8_t *)p.w)[i] = 0x77; /* 6, 6 */
+            float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
+            run_gemm(&p, 0, 0, M, a, NULL);
+            CHECKF(a[0] != 0.0f && !isinf(a[0]), "M=%lld: scalar %g", (long long)M, a[0]);
+            if (di_cpu_has_avx2()) {
+                run_gemm(&p, 1, 0, M, b, NULL);
+                CHECKF(count_diff_bits(a, b, M * N) == 0, "M=%lld sign %d: %d outputs differ from scalar",
+                       (long long)M, sign, count_diff_bits(a, b, M * N));
+            }
+            free(a), free(b);
+            problem_free(&p);
+        }
+}
+
 /* The MXFP4 kernels scan the activations for what they cannot hold (a NaN
  * code: no 16-bit integer in the decode rows, read as 480 by the prefill
  * tiles' shift decoding) and then run the scalar code, and take a block of
@@ -750,6 +778,7 @@ int main(void) {
     RUN(test_gemm_mxfp4_small_codes);
     RUN(test_gemm_mxfp4_scale_edges);
     RUN(test_gemm_mxfp4_large_weight_scales);
+    RUN(test_gemm_mxfp4_largest_sums);
     RUN(test_gemm_mxfp4_decode_act_limits);
     RUN(test_batch_and_thread_invariance);
     RUN(test_table_route);

@@ -215,8 +215,9 @@ static void test_act_quant(void) {
 /* Runs one GEMM on the GPU (fmt 0 FP8, 1 MXFP4) over random inputs and
  * compares every element with the exact result: |gpu - ref| <= bound (+ half
  * a bf16 ulp of |ref| for bf16 output); when k % 32 == 0 also with the CPU's
- * scalar op, whose eight fp32 lane chains and their tree may be off by
- * (k/8 + 6) * 2^-24 * sum|terms| (the bound of backend/cpu/kernels.h).
+ * scalar op, which may be off by (k/8 + 6) * 2^-24 * sum|terms| (FP8's bound
+ * in backend/cpu/kernels.h; MXFP4's there, (k/32 + 4), is tighter, so the
+ * FP8 one holds for both).
  * Returns the largest error / bound seen. */
 static double check_gemm(int fmt, int64_t m, int64_t n, int64_t k, di_cuda_gemm_path path,
                          di_dtype out_dtype) {

@@ -17,9 +17,9 @@
  *   in the order the weight vectors hold their codes;
  * - `vpmaddwd` of each pair: 32-bit lane j of the four results holds 8
  *   products times 2^15 (2^18 for the small codes), lanes 0-3 block 2c and
- *   4-7 block 2c+1; shifted right by 8 (exact: multiples of 2^8) they are
- *   below 2^22, so a block's four lanes sum below 2^24 in int32 and
- *   convert to fp32 exactly;
+ *   4-7 block 2c+1, each below 2^30; two lanes added and shifted right by 8
+ *   (exact: multiples of 2^8) are below 2^23, so a block's four lanes sum
+ *   below 2^24 in int32 and convert to fp32 exactly;
  * - four weight rows at a time: their lanes are summed by a transpose-add
  *   into one vector [rows 0-3 of block 2c | rows 0-3 of block 2c+1], and one
  *   FMA with the scales sa·sw·2^-7 joins all eight to their chains: lanes
@@ -209,7 +209,16 @@ AVX2_INLINE __m256i load_exps(const uint8_t *srow, int64_t g, int64_t KB) {
     return _mm256_cvtepu8_epi32(b);
 }
 
-/* min and max of n bytes. */
+/* Smallest byte of the 16 in x (unsigned). */
+AVX2_INLINE int hmin_epu8(__m128i x) {
+    x = _mm_min_epu8(x, _mm_srli_si128(x, 8));
+    x = _mm_min_epu8(x, _mm_srli_si128(x, 4));
+    x = _mm_min_epu8(x, _mm_srli_si128(x, 2));
+    x = _mm_min_epu8(x, _mm_srli_si128(x, 1));
+    return _mm_cvtsi128_si32(x) & 0xff;
+}
+
+/* min and max of n bytes (the max as 255 - the min of the complements). */
 static AVX2 void byte_range(const uint8_t *p, int64_t n, int *lo, int *hi) {
     __m256i vmin = _mm256_set1_epi8(-1), vmax = _mm256_setzero_si256();
     int64_t i = 0;
@@ -217,10 +226,10 @@ static AVX2 void byte_range(const uint8_t *p, int64_t n, int *lo, int *hi) {
         const __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
         vmin = _mm256_min_epu8(vmin, v), vmax = _mm256_max_epu8(vmax, v);
     }
-    uint8_t a[32], b[32];
-    _mm256_storeu_si256((__m256i *)a, vmin), _mm256_storeu_si256((__m256i *)b, vmax);
-    int mn = 255, mx = 0;
-    for (int j = 0; j < 32; j++) mn = a[j] < mn ? a[j] : mn, mx = b[j] > mx ? b[j] : mx;
+    const __m256i ones = _mm256_set1_epi8(-1);
+    int mn = hmin_epu8(_mm_min_epu8(_mm256_castsi256_si128(vmin), _mm256_extracti128_si256(vmin, 1)));
+    const __m256i cmax = _mm256_xor_si256(vmax, ones);
+    int mx = 255 - hmin_epu8(_mm_min_epu8(_mm256_castsi256_si128(cmax), _mm256_extracti128_si256(cmax, 1)));
     for (; i < n; i++) mn = p[i] < mn ? p[i] : mn, mx = p[i] > mx ? p[i] : mx;
     *lo = mn, *hi = mx;
 }
@@ -249,6 +258,9 @@ AVX2_INLINE __m256i madd4(__m256i v0, __m256i v1, __m256i v2, __m256i v3, const 
 AVX2_INLINE __m256i pair_add(__m256i a, __m256i b) {
     return _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
 }
+/* pair_add() of the big codes' lane sums (each a multiple of 2^8 below
+ * 2^30, so two fit in int32), shifted right by 8 (exact). */
+AVX2_INLINE __m256i pair_sh(__m256i a, __m256i b) { return _mm256_srai_epi32(pair_add(a, b), 8); }
 /* Rows 0-1 (u) and 2-3 (v) -> [block 2c of rows 0-3 | block 2c+1 of rows 0-3]. */
 AVX2_INLINE __m256i quad_add(__m256i u, __m256i v) {
     return _mm256_add_epi32(_mm256_unpacklo_epi64(u, v), _mm256_unpackhi_epi64(u, v));
@@ -291,13 +303,13 @@ AVX2_INLINE void group_start(const dec4_args *g, int64_t grp, int32_t ewb[4][8])
 }
 
 /* Weight row r's lane sums for activation rows 0 and 1 (the second only if
- * mr == 2), shifted to multiples of 1. */
+ * mr == 2). */
 #define DEC4_ROW(r, s0, s1)                                                                      \
     __m256i s0, s1 = _mm256_setzero_si256();                                                     \
     {                                                                                            \
         DEC4_WEIGHTS(rows[r], half)                                                              \
-        s0 = _mm256_srai_epi32(madd4(v0, v1, v2, v3, big + c * 64), 8);                          \
-        if (mr == 2) s1 = _mm256_srai_epi32(madd4(v0, v1, v2, v3, big + (chunks + c) * 64), 8);  \
+        s0 = madd4(v0, v1, v2, v3, big + c * 64);                                                \
+        if (mr == 2) s1 = madd4(v0, v1, v2, v3, big + (chunks + c) * 64);                        \
     }
 
 /* R = 4 weight rows × mr (1 or 2) activation rows over all chunks;
@@ -323,14 +335,14 @@ AVX2_INLINE void dec4_kernel(const int mr, const dec4_args *g, float *res) {
             const int half = g->half_last && c == chunks - 1;
             DEC4_ROW(0, a0, b0)
             DEC4_ROW(1, a1, b1)
-            const __m256i ua = pair_add(a0, a1), ub = pair_add(b0, b1);
+            const __m256i ua = pair_sh(a0, a1), ub = pair_sh(b0, b1);
             DEC4_ROW(2, a2, b2)
             DEC4_ROW(3, a3, b3)
             const __m256i ew = _mm256_load_si256((const __m256i *)ewb[i]);
             {
                 const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(
                     _mm256_add_epi32(ew, _mm256_loadu_si256((const __m256i *)(g->eaw + c * 8))), 23));
-                L0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(quad_add(ua, pair_add(a2, a3))), f, L0);
+                L0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(quad_add(ua, pair_sh(a2, a3))), f, L0);
                 if (__builtin_expect(g->has_small[c], 0))
                     L0 = _mm256_fmadd_ps(small_sums(g, c, half, g->small + c * 64),
                                          _mm256_mul_ps(f, _mm256_set1_ps(0x1p-11f)), L0);
@@ -338,7 +350,7 @@ AVX2_INLINE void dec4_kernel(const int mr, const dec4_args *g, float *res) {
             if (mr == 2) {
                 const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(
                     _mm256_add_epi32(ew, _mm256_loadu_si256((const __m256i *)(g->eaw + (chunks + c) * 8))), 23));
-                L1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(quad_add(ub, pair_add(b2, b3))), f, L1);
+                L1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(quad_add(ub, pair_sh(b2, b3))), f, L1);
                 if (__builtin_expect(g->has_small[chunks + c], 0))
                     L1 = _mm256_fmadd_ps(small_sums(g, c, half, g->small + (chunks + c) * 64),
                                          _mm256_mul_ps(f, _mm256_set1_ps(0x1p-11f)), L1);
@@ -393,16 +405,14 @@ static AVX2 void dec4_wide(const dec4_args *g, int mr, float *res) {
 #pragma GCC unroll 4
                 for (int r = 0; r < R; r++) {
                     const __m256i *w = (const __m256i *)wv[r];
-                    s[r] = _mm256_srai_epi32(
-                        _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(a0, _mm256_load_si256(w)),
-                                                          _mm256_madd_epi16(a1, _mm256_load_si256(w + 1))),
-                                         _mm256_add_epi32(_mm256_madd_epi16(a2, _mm256_load_si256(w + 2)),
-                                                          _mm256_madd_epi16(a3, _mm256_load_si256(w + 3)))),
-                        8);
+                    s[r] = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(a0, _mm256_load_si256(w)),
+                                                             _mm256_madd_epi16(a1, _mm256_load_si256(w + 1))),
+                                            _mm256_add_epi32(_mm256_madd_epi16(a2, _mm256_load_si256(w + 2)),
+                                                             _mm256_madd_epi16(a3, _mm256_load_si256(w + 3))));
                 }
                 const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(
                     _mm256_add_epi32(ew, _mm256_loadu_si256((const __m256i *)(g->eaw + (m * chunks + c) * 8))), 23));
-                __m256 l = _mm256_fmadd_ps(_mm256_cvtepi32_ps(quad_add(pair_add(s[0], s[1]), pair_add(s[2], s[3]))), f,
+                __m256 l = _mm256_fmadd_ps(_mm256_cvtepi32_ps(quad_add(pair_sh(s[0], s[1]), pair_sh(s[2], s[3]))), f,
                                            _mm256_load_ps(lb[m]));
                 if (__builtin_expect(g->has_small[m * chunks + c], 0))
                     l = _mm256_fmadd_ps(small_sums(g, c, half, g->small + (m * chunks + c) * 64),
