@@ -279,6 +279,14 @@ static int count_diff_bits(const float *a, const float *b, int64_t n) {
     return d;
 }
 
+/* The same, a NaN on both sides counting as equal (its payload is not part of
+ * the contract). */
+static int count_diff_bits_nan(const float *a, const float *b, int64_t n) {
+    int d = 0;
+    for (int64_t i = 0; i < n; i++) d += !(isnan(a[i]) && isnan(b[i])) && di_f32_bits(a[i]) != di_f32_bits(b[i]);
+    return d;
+}
+
 static const int64_t Ms[] = {1, 3, 7, 33};
 static const int64_t Ks[][2] = {{32, 45}, {96, 100}, {256, 17}, {4096, 33}}; /* {K, N} */
 
@@ -334,9 +342,7 @@ static void test_gemm_extreme_scales(void) {
             float *a = malloc(sizeof(float) * M * 40), *b = malloc(sizeof(float) * M * 40);
             run_gemm(&p, 0, 0, M, a, NULL);
             run_gemm(&p, 1, 0, M, b, NULL);
-            int d = 0;
-            for (int64_t i = 0; i < M * 40; i++)
-                d += !(isnan(a[i]) && isnan(b[i])) && di_f32_bits(a[i]) != di_f32_bits(b[i]);
+            const int d = count_diff_bits_nan(a, b, M * 40);
             CHECKF(d == 0, "%s M=%d: %d outputs differ from scalar", fmt_name[fmt], M, d);
             free(a), free(b);
             problem_free(&p);
@@ -403,11 +409,9 @@ static void test_gemm_decode_all_scales(void) {
             float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
             run_gemm(&p, 0, 0, M, a, NULL);
             run_gemm(&p, 1, 0, M, b, NULL);
-            int d = 0, nans = 0;
-            for (int64_t i = 0; i < M * N; i++) {
-                nans += isnan(a[i]) != 0;
-                d += !(isnan(a[i]) && isnan(b[i])) && di_f32_bits(a[i]) != di_f32_bits(b[i]);
-            }
+            const int d = count_diff_bits_nan(a, b, M * N);
+            int nans = 0;
+            for (int64_t i = 0; i < M * N; i++) nans += isnan(a[i]) != 0;
             CHECKF(d == 0, "%s M=%lld: %d outputs differ from scalar", fmt_name[fmt], (long long)M, d);
             CHECKF(a[192] != 0.0f, "%s M=%lld: the 2^-127 row is zero", fmt_name[fmt], (long long)M);
             /* the rows with a 255 scale are NaN, the others not: both exercised */
@@ -529,9 +533,7 @@ static void test_gemm_mxfp4_scale_edges(void) {
             float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
             run_gemm(&p, 0, 0, M, a, NULL);
             run_gemm(&p, 1, 0, M, b, NULL);
-            int d = 0;
-            for (int64_t i = 0; i < M * N; i++)
-                d += !(isnan(a[i]) && isnan(b[i])) && di_f32_bits(a[i]) != di_f32_bits(b[i]);
+            const int d = count_diff_bits_nan(a, b, M * N);
             CHECKF(d == 0, "M=%lld E8M0 %d: %d outputs differ from scalar", (long long)M, ew[e], d);
             free(a), free(b);
             problem_free(&p);
@@ -553,11 +555,9 @@ static void test_gemm_mxfp4_large_weight_scales(void) {
         float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
         run_gemm(&p, 0, 0, M, a, NULL);
         run_gemm(&p, 1, 0, M, b, NULL);
-        int d = 0, inf = 0;
-        for (int64_t i = 0; i < M * N; i++) {
-            d += !(isnan(a[i]) && isnan(b[i])) && di_f32_bits(a[i]) != di_f32_bits(b[i]);
-            inf += isinf(a[i]) || isnan(a[i]);
-        }
+        const int d = count_diff_bits_nan(a, b, M * N);
+        int inf = 0;
+        for (int64_t i = 0; i < M * N; i++) inf += isinf(a[i]) || isnan(a[i]);
         CHECKF(d == 0, "E8M0 %d: %d outputs differ from scalar", ew[e], d);
         CHECKF(inf == 0, "E8M0 %d: %d scalar outputs not finite", ew[e], inf);
         free(a), free(b);
@@ -620,11 +620,9 @@ static void test_gemm_mxfp4_decode_act_limits(void) {
                 float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
                 run_gemm(&p, 0, 0, M, a, NULL);
                 run_gemm(&p, 1, 0, M, b, NULL);
-                int d = 0, inf = 0;
-                for (int64_t j = 0; j < M * N; j++) {
-                    d += !(isnan(a[j]) && isnan(b[j])) && di_f32_bits(a[j]) != di_f32_bits(b[j]);
-                    inf += isinf(a[j]);
-                }
+                const int d = count_diff_bits_nan(a, b, M * N);
+                int inf = 0;
+                for (int64_t j = 0; j < M * N; j++) inf += isinf(a[j]);
                 CHECKF(d == 0, "M=%lld %s at %lld: %d outputs differ from scalar", (long long)M,
                        big ? "large block" : "NaN code", (long long)at[i], d);
                 CHECKF(big ? inf == 0 : 1, "M=%lld large block: %d scalar outputs infinite", (long long)M, inf);

@@ -245,6 +245,13 @@ AVX2_INLINE __m256i madd4(__m256i v0, __m256i v1, __m256i v2, __m256i v3, const 
     return _mm256_add_epi32(_mm256_add_epi32(s0, s1), _mm256_add_epi32(s2, s3));
 }
 
+/* E2M1 code -> 2·value as a signed byte, in both 128-bit halves (a
+ * `vpshufb` table). */
+AVX2_INLINE __m256i e2m1_bytes(void) {
+    return _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                            0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+}
+
 /* Chunk c of a row: the four 16-bit vectors of 256·2·qw. */
 #define DEC4_WEIGHTS(row, half)                                                                  \
     const __m256i x_ = load_codes(row, c, half);                                                 \
@@ -271,8 +278,7 @@ AVX2_INLINE __m256i quad_add(__m256i u, __m256i v) {
  * than kept in registers for this rare case. */
 static inline __attribute__((always_inline, target("avx2,fma,f16c"))) __m256
 small_sums(const dec4_args *g, int64_t c, int half, const int16_t *a) {
-    const __m256i tab = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
-                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i tab = e2m1_bytes();
     const __m256i nib = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi16((short)0xff00);
     __m256i s[R];
     for (int r = 0; r < R; r++) {
@@ -302,6 +308,22 @@ AVX2_INLINE void group_start(const dec4_args *g, int64_t grp, int32_t ewb[4][8])
     _mm256_store_si256((__m256i *)ewb[3], _mm256_unpackhi_epi64(x1, x3));
 }
 
+/* One step of the chains of activation row m (relative to the call's
+ * first) at chunk c: the big codes' block sums z (int32, [rows 0-3 of
+ * block 2c | of block 2c+1]) times sa·sw·2^-7 (from the rows' E8M0 bytes
+ * ew and the row's activation exponents), then the small codes' where the
+ * row has them (times sa·sw·2^-18). */
+AVX2_INLINE __m256 chain_step(const dec4_args *g, int64_t m, int64_t c, int half, __m256i ew, __m256i z,
+                              __m256 L) {
+    const int64_t at = m * g->chunks + c;
+    const __m256 f = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(ew, _mm256_loadu_si256((const __m256i *)(g->eaw + at * 8))), 23));
+    L = _mm256_fmadd_ps(_mm256_cvtepi32_ps(z), f, L);
+    if (__builtin_expect(g->has_small[at], 0))
+        L = _mm256_fmadd_ps(small_sums(g, c, half, g->small + at * 64), _mm256_mul_ps(f, _mm256_set1_ps(0x1p-11f)), L);
+    return L;
+}
+
 /* Weight row r's lane sums for activation rows 0 and 1 (the second only if
  * mr == 2). */
 #define DEC4_ROW(r, s0, s1)                                                                      \
@@ -315,48 +337,28 @@ AVX2_INLINE void group_start(const dec4_args *g, int64_t grp, int32_t ewb[4][8])
 /* R = 4 weight rows × mr (1 or 2) activation rows over all chunks;
  * res[m·R + r]. */
 AVX2_INLINE void dec4_kernel(const int mr, const dec4_args *g, float *res) {
-    /* E2M1 code -> 2·value as a signed byte, in both 128-bit halves */
-    const __m256i tab = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
-                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i tab = e2m1_bytes();
     __m256i nib = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi16((short)0xff00);
     /* opaque from here on: kept in registers, not rebuilt for every row */
     __asm__("" : "+x"(nib), "+x"(top));
-    const int64_t chunks = g->chunks, groups = (chunks + 3) / 4;
+    const int64_t chunks = g->chunks;
     const uint8_t *rows[R];
     for (int r = 0; r < R; r++) rows[r] = g->rows[r];
     const int16_t *const big = g->big;
     __attribute__((aligned(32))) int32_t ewb[4][8];
     __m256 L0 = _mm256_setzero_ps(), L1 = _mm256_setzero_ps();
-    for (int64_t grp = 0; grp < groups; grp++) {
-        group_start(g, grp, ewb);
-        for (int i = 0; i < 4; i++) {
-            const int64_t c = 4 * grp + i;
-            if (c >= chunks) break;
-            const int half = g->half_last && c == chunks - 1;
-            DEC4_ROW(0, a0, b0)
-            DEC4_ROW(1, a1, b1)
-            const __m256i ua = pair_sh(a0, a1), ub = pair_sh(b0, b1);
-            DEC4_ROW(2, a2, b2)
-            DEC4_ROW(3, a3, b3)
-            const __m256i ew = _mm256_load_si256((const __m256i *)ewb[i]);
-            {
-                const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(
-                    _mm256_add_epi32(ew, _mm256_loadu_si256((const __m256i *)(g->eaw + c * 8))), 23));
-                L0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(quad_add(ua, pair_sh(a2, a3))), f, L0);
-                if (__builtin_expect(g->has_small[c], 0))
-                    L0 = _mm256_fmadd_ps(small_sums(g, c, half, g->small + c * 64),
-                                         _mm256_mul_ps(f, _mm256_set1_ps(0x1p-11f)), L0);
-            }
-            if (mr == 2) {
-                const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(
-                    _mm256_add_epi32(ew, _mm256_loadu_si256((const __m256i *)(g->eaw + (chunks + c) * 8))), 23));
-                L1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(quad_add(ub, pair_sh(b2, b3))), f, L1);
-                if (__builtin_expect(g->has_small[chunks + c], 0))
-                    L1 = _mm256_fmadd_ps(small_sums(g, c, half, g->small + (chunks + c) * 64),
-                                         _mm256_mul_ps(f, _mm256_set1_ps(0x1p-11f)), L1);
-            }
-            __asm__ volatile("" ::: "memory"); /* activations as memory operands, not held */
-        }
+    for (int64_t c = 0; c < chunks; c++) {
+        if (c % 4 == 0) group_start(g, c / 4, ewb);
+        const int half = g->half_last && c == chunks - 1;
+        DEC4_ROW(0, a0, b0)
+        DEC4_ROW(1, a1, b1)
+        const __m256i ua = pair_sh(a0, a1), ub = pair_sh(b0, b1);
+        DEC4_ROW(2, a2, b2)
+        DEC4_ROW(3, a3, b3)
+        const __m256i ew = _mm256_load_si256((const __m256i *)ewb[c % 4]);
+        L0 = chain_step(g, 0, c, half, ew, quad_add(ua, pair_sh(a2, a3)), L0);
+        if (mr == 2) L1 = chain_step(g, 1, c, half, ew, quad_add(ub, pair_sh(b2, b3)), L1);
+        __asm__ volatile("" ::: "memory"); /* activations as memory operands, not held */
     }
     /* out = E + O: lanes r and r + 4 */
     float l[8];
@@ -374,51 +376,40 @@ AVX2_INLINE void dec4_kernel(const int mr, const dec4_args *g, float *res) {
  * in registers, the weights as memory operands); the chains wait in lb.
  * res[m·R + r]. */
 static AVX2 void dec4_wide(const dec4_args *g, int mr, float *res) {
-    const __m256i tab = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
-                                         0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m256i tab = e2m1_bytes();
     const __m256i nib = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi16((short)0xff00);
-    const int64_t chunks = g->chunks, groups = (chunks + 3) / 4;
+    const int64_t chunks = g->chunks;
     __attribute__((aligned(32))) int32_t ewb[4][8];
     __attribute__((aligned(32))) int16_t wv[R][4][16];
     __attribute__((aligned(32))) float lb[MBLK][8];
     memset(lb, 0, sizeof lb);
-    for (int64_t grp = 0; grp < groups; grp++) {
-        group_start(g, grp, ewb);
-        for (int i = 0; i < 4; i++) {
-            const int64_t c = 4 * grp + i;
-            if (c >= chunks) break;
-            const int half = g->half_last && c == chunks - 1;
+    for (int64_t c = 0; c < chunks; c++) {
+        if (c % 4 == 0) group_start(g, c / 4, ewb);
+        const int half = g->half_last && c == chunks - 1;
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            DEC4_WEIGHTS(g->rows[r], half)
+            _mm256_store_si256((__m256i *)wv[r][0], v0);
+            _mm256_store_si256((__m256i *)wv[r][1], v1);
+            _mm256_store_si256((__m256i *)wv[r][2], v2);
+            _mm256_store_si256((__m256i *)wv[r][3], v3);
+        }
+        const __m256i ew = _mm256_load_si256((const __m256i *)ewb[c % 4]);
+        for (int m = 0; m < mr; m++) {
+            const __m256i *a = (const __m256i *)(g->big + (m * chunks + c) * 64);
+            const __m256i a0 = _mm256_load_si256(a), a1 = _mm256_load_si256(a + 1);
+            const __m256i a2 = _mm256_load_si256(a + 2), a3 = _mm256_load_si256(a + 3);
+            __m256i s[R];
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                DEC4_WEIGHTS(g->rows[r], half)
-                _mm256_store_si256((__m256i *)wv[r][0], v0);
-                _mm256_store_si256((__m256i *)wv[r][1], v1);
-                _mm256_store_si256((__m256i *)wv[r][2], v2);
-                _mm256_store_si256((__m256i *)wv[r][3], v3);
+                const __m256i *w = (const __m256i *)wv[r];
+                s[r] = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(a0, _mm256_load_si256(w)),
+                                                         _mm256_madd_epi16(a1, _mm256_load_si256(w + 1))),
+                                        _mm256_add_epi32(_mm256_madd_epi16(a2, _mm256_load_si256(w + 2)),
+                                                         _mm256_madd_epi16(a3, _mm256_load_si256(w + 3))));
             }
-            const __m256i ew = _mm256_load_si256((const __m256i *)ewb[i]);
-            for (int m = 0; m < mr; m++) {
-                const __m256i *a = (const __m256i *)(g->big + (m * chunks + c) * 64);
-                const __m256i a0 = _mm256_load_si256(a), a1 = _mm256_load_si256(a + 1);
-                const __m256i a2 = _mm256_load_si256(a + 2), a3 = _mm256_load_si256(a + 3);
-                __m256i s[R];
-#pragma GCC unroll 4
-                for (int r = 0; r < R; r++) {
-                    const __m256i *w = (const __m256i *)wv[r];
-                    s[r] = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(a0, _mm256_load_si256(w)),
-                                                             _mm256_madd_epi16(a1, _mm256_load_si256(w + 1))),
-                                            _mm256_add_epi32(_mm256_madd_epi16(a2, _mm256_load_si256(w + 2)),
-                                                             _mm256_madd_epi16(a3, _mm256_load_si256(w + 3))));
-                }
-                const __m256 f = _mm256_castsi256_ps(_mm256_slli_epi32(
-                    _mm256_add_epi32(ew, _mm256_loadu_si256((const __m256i *)(g->eaw + (m * chunks + c) * 8))), 23));
-                __m256 l = _mm256_fmadd_ps(_mm256_cvtepi32_ps(quad_add(pair_sh(s[0], s[1]), pair_sh(s[2], s[3]))), f,
-                                           _mm256_load_ps(lb[m]));
-                if (__builtin_expect(g->has_small[m * chunks + c], 0))
-                    l = _mm256_fmadd_ps(small_sums(g, c, half, g->small + (m * chunks + c) * 64),
-                                        _mm256_mul_ps(f, _mm256_set1_ps(0x1p-11f)), l);
-                _mm256_store_ps(lb[m], l);
-            }
+            _mm256_store_ps(lb[m], chain_step(g, m, c, half, ew, quad_add(pair_sh(s[0], s[1]), pair_sh(s[2], s[3])),
+                                              _mm256_load_ps(lb[m])));
         }
     }
     for (int m = 0; m < mr; m++)
