@@ -5,8 +5,8 @@
  *
  *   build/bench/bench_gemm [--quick] [--threads N] [--only WEIGHT] [--cputime]
  *   build/bench/bench_gemm --decode [--rounds R] [--quick] [--only WEIGHT]
- *   (either form: --tables forces the FP8 / MXFP4 route of CPUs with slow
- *   subnormals, which non-AMD CPUs take anyway)
+ *   (either form: --half forces the FP8 route of CPUs with slow subnormals,
+ *   E4M3 codes through F16C, which non-AMD CPUs take anyway)
  *   (--quick: shorter timing, skips the largest prefill)
  *
  * --decode compares decode rows (M = 1, 2 and 4) with the read bandwidth side
@@ -140,14 +140,28 @@ enum { FMA_ITERS = 20000000 };
 static void fma_spin(void *ctx, int64_t b, int64_t e, int thread) {
     for (int64_t part = b; part < e; part++) {
 #if defined(__x86_64__) && defined(__FMA__)
-        /* 10 independent chains: enough to cover the FMA latency on both pipes */
-        for (long i = 0; i < FMA_ITERS; i++)
-            __asm__ volatile("vfmadd231ps %%ymm15,%%ymm14,%%ymm0\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm1\n\t"
-                             "vfmadd231ps %%ymm15,%%ymm14,%%ymm2\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm3\n\t"
-                             "vfmadd231ps %%ymm15,%%ymm14,%%ymm4\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm5\n\t"
-                             "vfmadd231ps %%ymm15,%%ymm14,%%ymm6\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm7\n\t"
-                             "vfmadd231ps %%ymm15,%%ymm14,%%ymm8\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm9"
-                             ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9");
+        /* 10 independent chains: enough to cover the FMA latency on both
+         * pipes. The registers start at zero inside the same statement: left
+         * as they were, they could hold subnormals, which Intel cores take
+         * through microcode assists (a rate 50x too low there). */
+        long iters = FMA_ITERS;
+        __asm__ volatile("vxorps %%ymm0,%%ymm0,%%ymm0\n\tvxorps %%ymm1,%%ymm1,%%ymm1\n\t"
+                         "vxorps %%ymm2,%%ymm2,%%ymm2\n\tvxorps %%ymm3,%%ymm3,%%ymm3\n\t"
+                         "vxorps %%ymm4,%%ymm4,%%ymm4\n\tvxorps %%ymm5,%%ymm5,%%ymm5\n\t"
+                         "vxorps %%ymm6,%%ymm6,%%ymm6\n\tvxorps %%ymm7,%%ymm7,%%ymm7\n\t"
+                         "vxorps %%ymm8,%%ymm8,%%ymm8\n\tvxorps %%ymm9,%%ymm9,%%ymm9\n\t"
+                         "vxorps %%ymm14,%%ymm14,%%ymm14\n\tvxorps %%ymm15,%%ymm15,%%ymm15\n"
+                         "1:\n\t"
+                         "vfmadd231ps %%ymm15,%%ymm14,%%ymm0\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm1\n\t"
+                         "vfmadd231ps %%ymm15,%%ymm14,%%ymm2\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm3\n\t"
+                         "vfmadd231ps %%ymm15,%%ymm14,%%ymm4\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm5\n\t"
+                         "vfmadd231ps %%ymm15,%%ymm14,%%ymm6\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm7\n\t"
+                         "vfmadd231ps %%ymm15,%%ymm14,%%ymm8\n\tvfmadd231ps %%ymm15,%%ymm14,%%ymm9\n\t"
+                         "dec %0\n\tjnz 1b"
+                         : "+r"(iters)
+                         :
+                         : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+                           "xmm14", "xmm15", "cc");
 #endif
     }
 }
@@ -394,7 +408,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--tables")) di_cpu_kernels_force_tables(1);
+        else if (!strcmp(argv[i], "--half")) di_cpu_kernels_force_fp8_half(1);
     }
     if (threads <= 0) threads = di_cpu_count();
     if (bench_clock != CLOCK_MONOTONIC && threads != 1) {

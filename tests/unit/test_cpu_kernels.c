@@ -422,6 +422,40 @@ static void test_gemm_decode_all_scales(void) {
         }
 }
 
+/* FP8 decode rows with the activation and weight scales' product near the
+ * bottom of the fp32 range: the F16C route folds sw·2^8 into the
+ * activations, which must stay normal numbers (a·sw·2^8 >= 2^-126, guarded
+ * by sa·sw >= 2^-124), or the folded activations lose bits the scalar
+ * products keep. Every block of a row at one product of scales 2^-x (sw =
+ * 2^-40), x from 100 to 153: past x = 149 the folded smallest codes would
+ * round on the subnormal grid while the outputs (~2^(17-x)) still show it. Both
+ * routes run it (test_half_route). */
+static void test_gemm_fp8_tiny_scales(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+    enum { K = 32 * 8, N = 64, KB = K / 32 };
+    static const int xs[] = {100, 124, 125, 140, 148, 150, 151, 152, 153};
+    for (size_t xi = 0; xi < sizeof xs / sizeof *xs; xi++)
+        for (int64_t M = 1; M <= 5; M += 2) {
+            problem p;
+            problem_init(&p, FMT_FP8, M, K, N);
+            for (int64_t i = 0; i < M * KB; i++) p.sa[i] = ldexpf(1.0f, 40 - xs[xi]);
+            /* every other code one of the smallest (+-2^-9 .. 2^-6 + 7·2^-9): their
+             * folded values are the first to leave the grid */
+            for (int64_t i = 1; i < M * K; i += 2) p.qa[i] = (uint8_t)(1 + (i / 2) % 15) | (i & 4 ? 0x80 : 0);
+            for (int64_t i = 0; i < (N / 32) * KB; i++) p.ws[i] = 127 - 40;
+            float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
+            run_gemm(&p, 0, 0, M, a, NULL);
+            run_gemm(&p, 1, 0, M, b, NULL);
+            int d = count_diff_bits(a, b, M * N), zeros = 0;
+            for (int64_t i = 0; i < M * N; i++) zeros += a[i] == 0.0f;
+            CHECKF(d == 0, "2^-%d M=%lld: %d outputs differ from scalar", xs[xi], (long long)M, d);
+            CHECKF(zeros < M * N / 4, "2^-%d M=%lld: %d of %lld outputs zero", xs[xi], (long long)M,
+                   zeros, (long long)(M * N));
+            free(a), free(b);
+            problem_free(&p);
+        }
+}
+
 /* kernels.h's MXFP4 order rests on one fact: the 32 products of a block,
  * split at |qa| = 2^-3, sum exactly in fp32 in any order (which is what
  * lets the decode rows sum them as integers and prefill in any order).
@@ -667,21 +701,23 @@ static void test_batch_and_thread_invariance(void) {
     for (int t = 0; t < 3; t++) di_threadpool_destroy(pools[t]);
 }
 
-/* The route CPUs with slow subnormals take (tables, prefill kernels for every
- * batch) gives the scalar bits too: the checks above, forced onto it. */
-static void test_table_route(void) {
+/* The route CPUs with slow subnormals take (E4M3 codes through F16C, in the
+ * decode rows and the prefill tiles) gives the scalar bits too: the checks
+ * above, forced onto it. */
+static void test_half_route(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
 #ifdef DI_HAVE_AVX2_KERNELS
-    di_cpu_kernels_force_tables(1);
+    di_cpu_kernels_force_fp8_half(1);
     check_format(FMT_FP8);
     check_format(FMT_FP4);
     test_gemm_extreme_scales();
     test_gemm_decode_rows();
     test_gemm_decode_all_scales();
+    test_gemm_fp8_tiny_scales();
     test_gemm_mxfp4_small_codes();
     test_gemm_mxfp4_scale_edges();
     test_batch_and_thread_invariance();
-    di_cpu_kernels_force_tables(0);
+    di_cpu_kernels_force_fp8_half(0);
 #endif
 }
 
@@ -772,6 +808,7 @@ int main(void) {
     RUN(test_gemm_extreme_scales);
     RUN(test_gemm_decode_rows);
     RUN(test_gemm_decode_all_scales);
+    RUN(test_gemm_fp8_tiny_scales);
     RUN(test_mxfp4_group_sums_exact);
     RUN(test_gemm_mxfp4_small_codes);
     RUN(test_gemm_mxfp4_scale_edges);
@@ -779,7 +816,7 @@ int main(void) {
     RUN(test_gemm_mxfp4_largest_sums);
     RUN(test_gemm_mxfp4_decode_act_limits);
     RUN(test_batch_and_thread_invariance);
-    RUN(test_table_route);
+    RUN(test_half_route);
     RUN(test_dispatch);
     return test_summary();
 }

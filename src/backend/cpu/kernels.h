@@ -75,8 +75,8 @@
  * reference with these bounds and the AVX2 path against the scalar bits.
  *
  * NaN codes in weights (E4M3 0x7F/0xFF, E8M0 0xFF) are not expected in
- * checkpoints; the AVX2 path on AMD CPUs reads E4M3 0x7F as 480 rather than
- * NaN. */
+ * checkpoints; the AVX2 path's decode rows and prefill tiles read E4M3 0x7F
+ * as 480 rather than NaN. */
 #ifndef DI_BACKEND_CPU_KERNELS_H
 #define DI_BACKEND_CPU_KERNELS_H
 
@@ -149,10 +149,11 @@ void di_gemm_bf16_avx2(const float *x, int64_t M, int64_t K, const uint16_t *w, 
 void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int64_t N,
                       float *out, di_threadpool *tp);
 /* Forces (1) the FP8 AVX2 route that CPUs with slow subnormal
- * arithmetic take (every batch through the prefill kernels, codes decoded
- * from tables), or restores the choice by CPU vendor (0). Same bits either
- * way; for tests. Set it before running kernels, not while they run. */
-void di_cpu_kernels_force_tables(int on);
+ * arithmetic take (E4M3 codes decoded through the F16C conversion, no fp32
+ * subnormal on the way), or restores the choice by CPU vendor (0). Same
+ * bits either way; for tests and benchmarks. Set it before running
+ * kernels, not while they run. */
+void di_cpu_kernels_force_fp8_half(int on);
 #endif
 
 /* Decoding tables shared by both paths: E4M3 and E8M0 byte -> fp32 value

@@ -35,7 +35,8 @@
  * multiple of 4 KB (wo_b at M = 1) measured no faster with it, so they go
  * without.
  * The shift decoding hands fp32 subnormals to the FMAs, which only AMD cores
- * take at full speed (see "CPUs with slow subnormals").
+ * take at full speed; other CPUs decode through the F16C conversion (see
+ * "CPUs with slow subnormals").
  * Prefill (M > 16) decodes chunks of 128 weight rows × 512 codes once into
  * fp32 tiles w·sw (the very products of the scalar code) and runs a
  * register-blocked dot-product kernel over them: 3 activation rows × 4
@@ -70,6 +71,35 @@ enum { BM = 3, BN = 4, ROWS = 128, KC = 512, DEC_M = 16, DEC_MB = 4, UNIT = 32 }
 AVX2_INLINE __m256 dec_pos(__m256i x, const int p) {
     __m256i v = p == 3 ? x : _mm256_slli_epi32(x, 24 - 8 * p);
     return _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(v, 4), _mm256_set1_epi32((int)0x87f00000u)));
+}
+
+/* The route of CPUs with slow subnormals: the 32 codes of chunk x as fp32
+ * w·2^-8, word position p in out[p] (lane j = word j, as dec_pos). A code's
+ * byte at the top of a 16-bit half, shifted right by one with its sign and
+ * the copy of the sign masked off, is the fp16 with sign s, exponent 0eeee
+ * and mantissa mmm0000000: (1 + m/8)·2^(e-15) = w·2^-8 for e >= 1, and for
+ * the subnormal codes the fp16 subnormal (m/8)·2^-14 = w·2^-8. vcvtph2ps
+ * converts it exactly into a normal fp32 (the smallest code gives 2^-17),
+ * so no subnormal reaches the arithmetic. The even bytes of each word (p =
+ * 0, 2) come from one shift pair after a shift by 8, the odd ones (1, 3)
+ * from another; a byte shuffle and a quadword permute gather each
+ * position's eight halves for the conversion. The NaN codes read as 480, as
+ * in dec_pos. */
+AVX2_INLINE void dec_half(__m256i x, __m256 out[4]) {
+    const __m256i mask = _mm256_set1_epi16((short)0xbf80);
+    const __m256i gather = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4,
+                                            5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+    /* per word: position 0 in the low half, 2 in the high one; then 1 and 3 */
+    __m256i ev = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(x, 8), 1), mask);
+    __m256i od = _mm256_and_si256(_mm256_srai_epi16(x, 1), mask);
+    /* [low halves of words 0-3 | high halves of 0-3] per 128-bit lane, then
+     * quadwords 0, 2, 1, 3: [position p of words 0-7 | position p + 2] */
+    ev = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(ev, gather), 0xd8);
+    od = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(od, gather), 0xd8);
+    out[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(ev));
+    out[1] = _mm256_cvtph_ps(_mm256_castsi256_si128(od));
+    out[2] = _mm256_cvtph_ps(_mm256_extracti128_si256(ev, 1));
+    out[3] = _mm256_cvtph_ps(_mm256_extracti128_si256(od, 1));
 }
 
 /* Word positions p and p + 2 at once, with 16-bit shifts: the code of
@@ -109,7 +139,7 @@ typedef struct pack_job {
     float factor; /* a power of two the lanes are multiplied by (exact) */
     float *ap;    /* [M][Kp] */
     float *bmax;  /* [M][K/32]: max |a| per block, +inf for NaN (or NULL) */
-    int tables;   /* decode through the tables only (see use_tables()) */
+    int half;     /* decode through F16C (see use_half()) */
 } pack_job;
 
 /* Chunk c0 of row m, code by code from the tables (the plain statement of
@@ -149,9 +179,10 @@ AVX2_INLINE float hmax8(__m256 v) {
     return _mm_cvtss_f32(_mm_max_ss(x, _mm_shuffle_ps(x, x, 1)));
 }
 
-/* The E4M3 activation codes decode with the weights' shift pair (dec_pos):
- * a code's bits give e4m3·2^-120 exactly, and times sa·2^120 (exact when
- * sa <= 2^7) that is e4m3·sa rounded once, as the table route gives. */
+/* The E4M3 activation codes decode as the weights do: by the shift pair
+ * (dec_pos) a code's bits give e4m3·2^-120 exactly, and times sa·2^120
+ * (exact when sa <= 2^7) that is e4m3·sa rounded once, as the scalar code
+ * gives; through F16C (dec_half) e4m3·2^-8 times sa·2^8. */
 static AVX2 void pack_rows(void *ctx, int64_t m0, int64_t m1, int thread) {
     const pack_job *p = ctx;
     const int64_t K = p->K, Kp = p->Kp, KB = K / 32;
@@ -166,15 +197,19 @@ static AVX2 void pack_rows(void *ctx, int64_t m0, int64_t m1, int thread) {
             const float s0 = sa[kb];
             const __m256i x0 = _mm256_loadu_si256((const __m256i *)(q + c0));
             const __m256i nan = _mm256_cmpeq_epi8(_mm256_and_si256(x0, low7), low7);
-            if (p->tables || !(s0 >= 0.0f && s0 <= 0x1p7f) || !_mm256_testz_si256(nan, nan)) {
+            if (!(s0 >= 0.0f && s0 <= 0x1p7f) || !_mm256_testz_si256(nan, nan)) {
                 pack_chunk_scalar(p, m, c0);
                 continue;
             }
-            const __m256 sv = _mm256_set1_ps(s0 * 0x1p120f);
-            __m256 mx = _mm256_setzero_ps();
+            const __m256 sv = _mm256_set1_ps(s0 * (p->half ? 0x1p8f : 0x1p120f));
+            __m256 d[4], mx = _mm256_setzero_ps();
+            if (p->half) dec_half(x0, d);
+            else
+#pragma GCC unroll 4
+                for (int pos = 0; pos < 4; pos++) d[pos] = dec_pos(x0, pos);
 #pragma GCC unroll 4
             for (int pos = 0; pos < 4; pos++) {
-                __m256 a = _mm256_mul_ps(dec_pos(x0, pos), sv);
+                __m256 a = _mm256_mul_ps(d[pos], sv);
                 mx = _mm256_max_ps(mx, _mm256_and_ps(a, _mm256_castsi256_ps(absm)));
                 _mm256_store_ps(dst + c0 + 8 * pos, _mm256_mul_ps(a, f));
             }
@@ -185,10 +220,10 @@ static AVX2 void pack_rows(void *ctx, int64_t m0, int64_t m1, int thread) {
 
 /* Returns NULL when out of memory. */
 static float *pack_lanes(const uint8_t *qa, const float *sa, int64_t M, int64_t K, int64_t Kp,
-                         float factor, float *bmax, int tables, di_threadpool *tp) {
+                         float factor, float *bmax, int half, di_threadpool *tp) {
     float *ap = aligned_alloc(32, (size_t)((M * Kp * sizeof(float) + 31) & ~(size_t)31));
     if (!ap) return NULL;
-    pack_job p = {qa, sa, K, Kp, factor, ap, bmax, tables};
+    pack_job p = {qa, sa, K, Kp, factor, ap, bmax, half};
     /* worth spreading only for prefill-sized inputs */
     di_threadpool_for(M * K >= (1 << 18) ? tp : NULL, M, 4, pack_rows, &p);
     return ap;
@@ -196,33 +231,33 @@ static float *pack_lanes(const uint8_t *qa, const float *sa, int64_t M, int64_t 
 
 /* ---- CPUs with slow subnormals ----
  * The shift decoding above hands fp32 subnormals to the multiplies and FMAs
- * (E4M3 subnormal codes). AMD Zen cores take them at full
- * speed; Intel cores go through microcode assists (measured 0.1-0.5 GB/s for
- * decode rows, bench/RESULTS.md). Elsewhere than on AMD, every batch
- * therefore runs the prefill kernels with the activations laid out from the
- * E4M3 table and the weight tiles decoded to exact values (gathered from
- * the table), then times the scale: the products of the scalar code, no
- * subnormal on the way. */
+ * (E4M3 subnormal codes, 7 in 128). AMD Zen cores take them at full speed;
+ * Intel cores go through microcode assists (0.4-0.5 GB/s for decode rows of
+ * uniformly random codes, bench/RESULTS.md). Elsewhere than on AMD every
+ * code therefore goes through dec_half(): weights decode to w·2^-8 and the
+ * activations carry sw·2^8 instead of sw·2^120, the same products. (The
+ * route before it, E4M3 values gathered from the table into the prefill
+ * kernels, read 1.1 GB/s at M = 1 on a Xeon.) */
 
-static atomic_int tables_mode = -1; /* -1: not decided; 0: shifts; 1: tables */
-static atomic_int tables_forced;
+static atomic_int half_mode = -1; /* -1: not decided; 0: shifts; 1: F16C */
+static atomic_int half_forced;
 
-static int use_tables(void) {
-    int v = atomic_load_explicit(&tables_mode, memory_order_relaxed);
+static int use_half(void) {
+    int v = atomic_load_explicit(&half_mode, memory_order_relaxed);
     if (v < 0) {
         __builtin_cpu_init();
         v = !__builtin_cpu_is("amd");
-        atomic_store(&tables_mode, v);
+        atomic_store(&half_mode, v);
     }
-    return v || atomic_load_explicit(&tables_forced, memory_order_relaxed);
+    return v || atomic_load_explicit(&half_forced, memory_order_relaxed);
 }
 
-void di_cpu_kernels_force_tables(int on) { atomic_store(&tables_forced, on != 0); }
+void di_cpu_kernels_force_fp8_half(int on) { atomic_store(&half_forced, on != 0); }
 
 /* ---- prefill ---- */
 
 typedef struct pf_job {
-    int tables;             /* decode through the tables only (see use_tables()) */
+    int half;               /* decode through F16C (see use_half()) */
     const float *ap;        /* [M][Kp] */
     const uint8_t *w, *ws;
     int64_t M, K, Kp, N;
@@ -234,12 +269,13 @@ typedef struct pf_job {
 /* Rows n0 .. n0+ROWS-1 (zeros past N), codes [k0, k0+kc) -> t[r][kc] in lane
  * order, each value w·sw rounded once as in the scalar code: the decoded
  * w·2^-120 times sw·2^120 when that factor is exact, else times 2^120
- * first, which gives w exactly. */
+ * first, which gives w exactly. Through F16C: w·2^-8 times sw·2^8 (exact
+ * for every E8M0 scale up to 2^119), else times 2^8 first. */
 static AVX2 void pf_decode(const pf_job *j, int64_t n0, int64_t k0, int64_t kc, float *t) {
     const int64_t K = j->K, KB = K / 32;
     const int64_t c0 = k0 / 32, c1 = (k0 + kc) / 32;
     const float *e8m0 = di_cpu_e8m0_table();
-    const __m256 u = _mm256_set1_ps(0x1p120f);
+    const __m256 u = _mm256_set1_ps(0x1p120f), u8 = _mm256_set1_ps(0x1p8f);
     for (int64_t r = 0; r < ROWS; r++) {
         float *tr = t + r * KC - c0 * 32;
         const int64_t n = n0 + r;
@@ -248,15 +284,16 @@ static AVX2 void pf_decode(const pf_job *j, int64_t n0, int64_t k0, int64_t kc, 
             continue;
         }
         const uint8_t *row = j->w + n * K, *st = j->ws + (n / 32) * KB; /* chunk c is block c */
-        if (j->tables) { /* exact code values from the table, times the scale */
-            const __m256i byte = _mm256_set1_epi32(0xff);
-            const float *e4m3 = di_cpu_e4m3_table();
+        if (j->half) {
             for (int64_t c = c0; c < c1; c++) {
-                const __m256 f = _mm256_set1_ps(e8m0[st[c]]);
-                const __m256i x = load_chunk(row, c);
+                const float s = e8m0[st[c]];
+                __m256 d[4];
+                dec_half(load_chunk(row, c), d);
+                const int big = !(s <= 0x1p100f); /* NaN too: the product is NaN either way */
+                const __m256 f = _mm256_set1_ps(big ? s : s * 0x1p8f);
+#pragma GCC unroll 4
                 for (int p = 0; p < 4; p++)
-                    _mm256_store_ps(tr + c * 32 + 8 * p,
-                                    _mm256_mul_ps(_mm256_i32gather_ps(e4m3, _mm256_and_si256(_mm256_srli_epi32(x, 8 * p), byte), 4), f));
+                    _mm256_store_ps(tr + c * 32 + 8 * p, _mm256_mul_ps(big ? _mm256_mul_ps(d[p], u8) : d[p], f));
             }
             continue;
         }
@@ -351,18 +388,18 @@ static AVX2 void pf_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     }
 }
 
-static int pf_run(int tables, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
+static int pf_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
                   const uint8_t *w, const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     const int threads = di_threadpool_size(tp);
     const int64_t Kp = K;
     const int64_t sf = ROWS * KC + M * ROWS * 8;
-    float *ap = pack_lanes(qa, sa, M, K, Kp, 1.0f, NULL, tables, tp);
+    float *ap = pack_lanes(qa, sa, M, K, Kp, 1.0f, NULL, half, tp);
     float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
     if (!ap || !scratch) {
         free(ap), free(scratch);
         return 0;
     }
-    pf_job j = {tables, ap, w, ws, M, K, Kp, N, out, scratch, sf};
+    pf_job j = {half, ap, w, ws, M, K, Kp, N, out, scratch, sf};
     const int64_t units = (N + ROWS - 1) / ROWS;
     /* several chunks per thread so a core slowed by other work takes fewer */
     const int64_t grain = units / (4 * threads);
@@ -378,6 +415,8 @@ typedef struct dec_job {
     const float *sa;
     const float *ap;        /* [M][Kp]: a(k) */
     const float *bmax;      /* [K/32] max |a| over the rows per block */
+    const float *smin;      /* [K/32] min sa over the rows per block */
+    int half;               /* decode through F16C (see use_half()) */
     const uint8_t *w, *ws;
     int64_t M, K, Kp, N;
     float *out;             /* [M, N] */
@@ -393,8 +432,24 @@ static int dec_rows_for(int64_t M) { return M == 1 ? 8 : M == 2 ? 4 : 2; }
 static int dec_block_rows(int64_t M) { return M <= 2 ? (int)M : 4; }
 
 /* One chunk of dec_kernel(). */
-AVX2_INLINE void dec_chunk(const int mr, const int R, int64_t c, const uint8_t *const *rows,
-                           const float *a, int64_t lda, __m256 acc[DEC_MB][8]) {
+AVX2_INLINE void dec_chunk(const int mr, const int R, const int half, int64_t c,
+                           const uint8_t *const *rows, const float *a, int64_t lda,
+                           __m256 acc[DEC_MB][8]) {
+    if (half) { /* a row's four positions at once (dec_half) */
+#pragma GCC unroll 8
+        for (int r = 0; r < 8; r++)
+            if (r < R) {
+                __m256 d[4];
+                dec_half(load_chunk(rows[r], c), d);
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++)
+#pragma GCC unroll 8
+                    for (int m = 0; m < DEC_MB; m++)
+                        if (m < mr)
+                            acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(a + m * lda + c * 32 + 8 * p), d[p], acc[m][r]);
+            }
+        return;
+    }
     __m256i xr[2];
 #pragma GCC unroll 2
     for (int r = 0; r < 2; r++)
@@ -447,8 +502,9 @@ AVX2_INLINE void dec_chunk(const int mr, const int R, int64_t c, const uint8_t *
  * (copying the chunks to an aligned buffer first, against loads that split
  * cache lines on misaligned rows, measured slower); R <= 2 keeps them in
  * registers. */
-AVX2_INLINE void dec_kernel(const int mr, const int R, int64_t chunks, const uint8_t *const *rowp,
-                            const uint8_t *ahead, const float *a, int64_t lda, float *res) {
+AVX2_INLINE void dec_kernel(const int mr, const int R, const int half, int64_t chunks,
+                            const uint8_t *const *rowp, const uint8_t *ahead, const float *a,
+                            int64_t lda, float *res) {
     __m256 acc[DEC_MB][8];
     const uint8_t *rows[8]; /* in registers: not reloaded after each barrier */
 #pragma GCC unroll 8
@@ -462,10 +518,10 @@ AVX2_INLINE void dec_kernel(const int mr, const int R, int64_t chunks, const uin
         for (int64_t c = 0; c < chunks; c++) {
 #pragma GCC unroll 4
             for (int r = 0; r < R; r += 2) _mm_prefetch((const char *)ahead + (c * R + r) * 32, _MM_HINT_T1);
-            dec_chunk(mr, R, c, rows, a, lda, acc);
+            dec_chunk(mr, R, half, c, rows, a, lda, acc);
         }
     else
-        for (int64_t c = 0; c < chunks; c++) dec_chunk(mr, R, c, rows, a, lda, acc);
+        for (int64_t c = 0; c < chunks; c++) dec_chunk(mr, R, half, c, rows, a, lda, acc);
 #pragma GCC unroll 8
     for (int m = 0; m < DEC_MB; m++)
 #pragma GCC unroll 8
@@ -479,24 +535,29 @@ AVX2_INLINE void dec_kernel(const int mr, const int R, int64_t chunks, const uin
 
 typedef void (*dec_kernel_fn)(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead,
                               const float *a, int64_t lda, float *res);
-#define DEC_KERNEL_FN(mr, R)                                                                   \
-    static AVX2 void dec_kernel_##mr##_##R(int64_t chunks, const uint8_t *const *rows,         \
-                                           const uint8_t *ahead, const float *a, int64_t lda,  \
-                                           float *res) {                                       \
-        dec_kernel(mr, R, chunks, rows, ahead, a, lda, res);                                   \
+#define DEC_KERNEL_FN(mr, R, half, name)                                                       \
+    static AVX2 void name(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead,    \
+                          const float *a, int64_t lda, float *res) {                          \
+        dec_kernel(mr, R, half, chunks, rows, ahead, a, lda, res);                             \
     }
-DEC_KERNEL_FN(1, 8)
-DEC_KERNEL_FN(2, 4)
-DEC_KERNEL_FN(1, 2)
-DEC_KERNEL_FN(2, 2)
-DEC_KERNEL_FN(3, 2)
-DEC_KERNEL_FN(4, 2)
+/* both decodings: dec_kernel_<mr>_<R> (shifts) and dec_kernel_<mr>_<R>h (F16C) */
+#define DEC_KERNEL_FNS(mr, R)                                                                  \
+    DEC_KERNEL_FN(mr, R, 0, dec_kernel_##mr##_##R)                                             \
+    DEC_KERNEL_FN(mr, R, 1, dec_kernel_##mr##_##R##h)
+DEC_KERNEL_FNS(1, 8)
+DEC_KERNEL_FNS(2, 4)
+DEC_KERNEL_FNS(1, 2)
+DEC_KERNEL_FNS(2, 2)
+DEC_KERNEL_FNS(3, 2)
+DEC_KERNEL_FNS(4, 2)
 /* The kernel for a block of mr rows of a batch of M (R = dec_rows_for(M)). */
-static dec_kernel_fn dec_kernel_for(int64_t M, int mr) {
-    static const dec_kernel_fn r2[5] = {0, dec_kernel_1_2, dec_kernel_2_2, dec_kernel_3_2, dec_kernel_4_2};
-    if (M == 1) return dec_kernel_1_8;
-    if (M == 2) return dec_kernel_2_4;
-    return r2[mr];
+static dec_kernel_fn dec_kernel_for(int64_t M, int mr, int half) {
+    static const dec_kernel_fn r2[2][5] = {
+        {0, dec_kernel_1_2, dec_kernel_2_2, dec_kernel_3_2, dec_kernel_4_2},
+        {0, dec_kernel_1_2h, dec_kernel_2_2h, dec_kernel_3_2h, dec_kernel_4_2h}};
+    if (M == 1) return half ? dec_kernel_1_8h : dec_kernel_1_8;
+    if (M == 2) return half ? dec_kernel_2_4h : dec_kernel_2_4;
+    return r2[half][mr];
 }
 
 /* Weight rows g0 .. g1-1 (at most one group of R) for every activation row,
@@ -516,7 +577,7 @@ static AVX2 void dec_group(const dec_job *j, int64_t g0, int64_t g1, const float
     for (int64_t m0 = 0; m0 < M; m0 += mb) {
         const int mr = M - m0 < mb ? (int)(M - m0) : mb;
         float res[DEC_MB * 8];
-        dec_kernel_for(M, mr)(chunks, rows, m0 ? NULL : ahead, a + m0 * Kp, Kp, res);
+        dec_kernel_for(M, mr, j->half)(chunks, rows, m0 ? NULL : ahead, a + m0 * Kp, Kp, res);
         for (int64_t m = 0; m < mr; m++)
             for (int64_t r = 0; r < nn; r++) j->out[(m0 + m) * N + g0 + r] = res[m * 8 + r];
     }
@@ -532,12 +593,16 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     float *sc = j->scratch + thread * j->scratch_floats;
     for (int64_t u = u0; u < u1; u++) {
         const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
-        /* fold the tile's scales into the activations, if exact */
+        /* fold the tile's scales into the activations, if exact: sw·2^120
+         * (shifts) or sw·2^8 (F16C, where a nonzero a·sw·2^8 must also stay
+         * a normal number: a >= 2^-9·sa, so sa·sw >= 2^-124 suffices) */
         const uint8_t *st = j->ws + (n0 / 32) * KB;
+        const float fold = j->half ? 0x1p8f : 0x1p120f;
         int ok = 1;
         for (int64_t kb = 0; kb < KB && ok; kb++) {
             const float s = e8m0[st[kb]];
-            ok = s >= 0x1p-117f && s <= 0x1p7f && j->bmax[kb] * s < 0x1p7f;
+            ok = s >= 0x1p-117f && s <= 0x1p7f && j->bmax[kb] * s < 0x1p7f &&
+                 (!j->half || j->smin[kb] * s >= 0x1p-124f);
         }
         if (!ok) {
             di_gemm_block_rows_scalar(0, j->qa, j->sa, M, K, j->w, j->ws, N, n0, n1, j->out);
@@ -545,7 +610,7 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
         }
         for (int64_t m = 0; m < M; m++)
             for (int64_t c = 0; c < chunks; c++) {
-                const __m256 f = _mm256_set1_ps(e8m0[st[c]] * 0x1p120f);
+                const __m256 f = _mm256_set1_ps(e8m0[st[c]] * fold);
 #pragma GCC unroll 4
                 for (int p = 0; p < 4; p++) {
                     const int64_t i = m * Kp + c * 32 + 8 * p;
@@ -557,22 +622,27 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
 }
 
 /* FP8 decode rows. */
-static int dec_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
-                   const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
+static int dec_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
+                   const uint8_t *w, const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     const int threads = di_threadpool_size(tp);
     const int64_t Kp = K, KB = K / 32, sf = M * Kp;
-    float *bmax = malloc(sizeof(float) * (size_t)(M * KB));
-    float *ap = pack_lanes(qa, sa, M, K, Kp, 1.0f, bmax, 0, NULL);
+    float *bmax = malloc(sizeof(float) * (size_t)(M * KB + KB));
+    float *ap = bmax ? pack_lanes(qa, sa, M, K, Kp, 1.0f, bmax, half, NULL) : NULL;
     float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
     if (!ap || !scratch || !bmax) {
         free(ap), free(scratch), free(bmax);
         return 0;
     }
-    for (int64_t m = 1; m < M; m++) /* max over the rows, per block */
-        for (int64_t kb = 0; kb < KB; kb++)
+    float *smin = bmax + M * KB; /* (a NaN scale makes its block's bmax infinite) */
+    for (int64_t kb = 0; kb < KB; kb++) smin[kb] = sa[kb];
+    for (int64_t m = 1; m < M; m++) /* max |a| and min sa over the rows, per block */
+        for (int64_t kb = 0; kb < KB; kb++) {
             if (bmax[m * KB + kb] > bmax[kb]) bmax[kb] = bmax[m * KB + kb];
-    dec_job j = {.qa = qa, .sa = sa, .ap = ap, .bmax = bmax, .w = w, .ws = ws, .M = M, .K = K,
-                 .Kp = Kp, .N = N, .out = out, .scratch = scratch, .scratch_floats = sf};
+            if (!(sa[m * KB + kb] >= smin[kb])) smin[kb] = sa[m * KB + kb];
+        }
+    dec_job j = {.qa = qa, .sa = sa, .ap = ap, .bmax = bmax, .smin = smin, .half = half, .w = w,
+                 .ws = ws, .M = M, .K = K, .Kp = Kp, .N = N, .out = out, .scratch = scratch,
+                 .scratch_floats = sf};
     const int64_t units = (N + UNIT - 1) / UNIT;
     /* several chunks per thread so a core slowed by other work takes fewer */
     const int64_t grain = units / (8 * threads);
@@ -585,9 +655,9 @@ static int dec_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
 static void fp8_linear(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                        const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     if (M <= 0 || N <= 0) return;
-    const int tables = use_tables();
-    const int done = M <= DEC_M && !tables ? dec_run(qa, sa, M, K, w, ws, N, out, tp)
-                                           : pf_run(tables, qa, sa, M, K, w, ws, N, out, tp);
+    const int half = use_half();
+    const int done = M <= DEC_M ? dec_run(half, qa, sa, M, K, w, ws, N, out, tp)
+                                : pf_run(half, qa, sa, M, K, w, ws, N, out, tp);
     if (!done) di_gemm_fp8_scalar(qa, sa, M, K, w, ws, N, out, tp); /* out of memory: it needs none */
 }
 
