@@ -38,13 +38,6 @@ di_dtype di_dtype_from_name(const char *s, size_t n) {
     return DI_DTYPE_INVALID;
 }
 
-uint16_t di_f32_to_bf16(float f) {
-    uint32_t u = di_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 float di_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;

@@ -47,7 +47,14 @@ static inline float di_bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return
 
 /* BF16 */
 static inline float di_bf16_to_f32(uint16_t h) { return di_bits_f32((uint32_t)h << 16); }
-uint16_t di_f32_to_bf16(float f); /* RNE; NaN stays NaN (quiet) */
+/* RNE; NaN stays NaN (quiet). Inline: the CPU backend rounds whole rows
+ * through it, which a call per value kept from vectorizing. */
+static inline uint16_t di_f32_to_bf16(float f) {
+    uint32_t u = di_f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
 /* Rounds an fp32 value to the nearest bf16 value, returned as fp32. */
 static inline float di_round_bf16(float f) { return di_bf16_to_f32(di_f32_to_bf16(f)); }
 
