@@ -212,6 +212,16 @@ static void token_logprob(const float *logits, int64_t V, di_sample_out *out) {
 
 static int allowed(const uint32_t *mask, int64_t i) { return !mask || ((mask[i >> 5] >> (i & 31)) & 1u); }
 
+/* Whether the processing below sets token t to -inf: EOS under ignore_eos,
+ * EOS and the stop ids while min_tokens is not reached. */
+static int is_banned(const di_sampler_params *p, const di_sample_in *in, int64_t t) {
+    if (p->eos_id >= 0 && t == p->eos_id && (p->ignore_eos || in->n_output < p->min_tokens)) return 1;
+    if (in->n_output < p->min_tokens)
+        for (size_t i = 0; i < p->n_stop_ids; i++)
+            if (p->stop_ids[i] == t) return 1;
+    return 0;
+}
+
 void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sample_in *in,
                        const float *logits, di_sample_out *out) {
     const int64_t V = s->V;
@@ -226,22 +236,26 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
         out->rank = row_rank(logits, V, in->forced);
         return;
     }
-    /* Greedy on the row as it came (no bias, penalty, ban or mask; a
-     * vocabulary limit only bounds the search): its maximum is also the one
-     * of the logprob's log-sum-exp, so a row costs a pass for the maximum,
-     * a search for its first place and a pass of exponentials (before: a
-     * copy, the maximum of the copy and of the row, and a scalar search; the
-     * same results bit for bit: a maximum does not depend on the order it is
+    /* Greedy on the row as it came (no bias, penalty or mask; a vocabulary
+     * limit only bounds the search): its maximum is also the one of the
+     * logprob's log-sum-exp, so a row costs a pass for the maximum, a search
+     * for its first place and a pass of exponentials (before: a copy, the
+     * maximum of the copy and of the row, and a scalar search; the same
+     * results bit for bit: a maximum does not depend on the order it is
      * taken in but for the sign of a zero, which neither the differences
-     * below nor the sum sees). */
+     * below nor the sum sees). Banned tokens (EOS under ignore_eos, EOS and
+     * stop ids before min_tokens) change nothing unless the first maximum is
+     * one of them, when the copy below takes the row. */
     const int64_t lim = in->vocab_limit > 0 && in->vocab_limit < V ? in->vocab_limit : V;
     const int banned = (in->n_output < p->min_tokens && (p->n_stop_ids || p->eos_id >= 0)) ||
                        (p->ignore_eos && p->eos_id >= 0);
-    if (p->temperature == 0.0 && !in->mask && !p->n_bias && !banned && p->repetition_penalty == 1.0 &&
+    if (p->temperature == 0.0 && !in->mask && !p->n_bias && p->repetition_penalty == 1.0 &&
         p->frequency_penalty == 0.0 && p->presence_penalty == 0.0) {
         const float m = di_row_max(logits, lim);
         if (m == -INFINITY) return;
-        out->token = (int32_t)di_row_find(logits, lim, m);
+        const int64_t at = di_row_find(logits, lim, m);
+        if (banned && is_banned(p, in, at)) goto processed;
+        out->token = (int32_t)at;
         float mall = m;
         if (lim < V) {
             const float tail = di_row_max(logits + lim, V - lim);
@@ -250,6 +264,7 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
         token_logprob_at(logits, lse_at(logits, V, mall), out);
         return;
     }
+processed:
     memcpy(w, logits, (size_t)V * sizeof *w);
     for (size_t i = 0; i < p->n_bias; i++) w[p->bias_ids[i]] += p->bias_values[i];
     if (in->n_output < p->min_tokens) {

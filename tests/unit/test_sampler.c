@@ -406,6 +406,25 @@ static void test_greedy_fast_path(void) {
                "row %d, +0 bias: %d (%g) != %d (%g)", r, oa.token, oa.logprob, oc.token, oc.logprob);
         if (r == 5) CHECK_EQ_INT(oa.token, 0);
         if (r == 6) CHECK_EQ_INT(oa.token, 700);
+        /* banned tokens (EOS under ignore_eos; EOS and a stop id before
+         * min_tokens), the first maximum among them or not: the pass over
+         * the row against the processed copy (+0 bias) */
+        for (int ban = 0; ban < 4; ban++) {
+            di_sampler_params q = p;
+            const int32_t stop = oa.token >= 0 ? oa.token : 9;
+            q.eos_id = ban % 2 ? (oa.token >= 0 ? oa.token : 1) : (r * 7) % V;
+            if (ban < 2) q.ignore_eos = 1;
+            else q.stop_ids = &stop, q.n_stop_ids = 1, q.min_tokens = 3, q.eos_id = (r * 11) % V;
+            di_sampler_params qb = q;
+            qb.bias_ids = &bid, qb.bias_values = &bval, qb.n_bias = 1;
+            di_sample_in in = {.forced = -1, .n_output = 1};
+            di_sample_out od, oe;
+            di_sampler_sample(&s, &q, &in, lg, &od);
+            di_sampler_sample(&s, &qb, &in, lg, &oe);
+            CHECKF(od.token == oe.token && (memcmp(&od.logprob, &oe.logprob, 4) == 0),
+                   "row %d, ban %d: %d (%g) != %d (%g)", r, ban, od.token, od.logprob, oe.token, oe.logprob);
+            if (ban % 2 && oa.token >= 0) CHECKF(od.token != oa.token, "row %d, ban %d: the banned maximum drawn", r, ban);
+        }
     }
     /* temperature draws too: the whole-row pass against the candidate list */
     for (int r = 0; r < 30; r++) {
