@@ -44,15 +44,18 @@ static int64_t first_scalar(const float *x, int64_t i, int64_t n, float v, int a
 #if defined(DI_SAMPLER_AVX2)
 #define AVX2 __attribute__((target("avx2,fma")))
 
-AVX2 static inline __attribute__((always_inline)) __m256 exp8(__m256 x) {
-    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+/* keep_nan: NaN lanes give NaN (e^x per value); 0 where the caller turns
+ * any NaN of the row into NaN itself (the sum), which spares the blend.
+ * fnmadd(n, c, a) = -(n·c) + a is fma(-n, c, a) bit for bit. Lanes below
+ * 2^-125 are rare (a row's values more than ~87 below its maximum), so the
+ * second scaling runs only where a vector holds one. */
+AVX2 static inline __attribute__((always_inline)) __m256 exp8(__m256 x, const int keep_nan) {
     const __m256 a = _mm256_min_ps(x, _mm256_setzero_ps()); /* +0 for ±0, as exp1 */
     const __m256 low = _mm256_cmp_ps(a, _mm256_set1_ps(DI_RS_EXP_MIN), _CMP_LT_OQ);
     const __m256 n = _mm256_round_ps(_mm256_mul_ps(a, _mm256_set1_ps(DI_RS_LOG2E)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m256 mn = _mm256_xor_ps(n, _mm256_set1_ps(-0.0f));
-    __m256 r = _mm256_fmadd_ps(mn, _mm256_set1_ps(DI_RS_LN2_HI), a);
-    r = _mm256_fmadd_ps(mn, _mm256_set1_ps(DI_RS_LN2_LO), r);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(DI_RS_LN2_HI), a);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(DI_RS_LN2_LO), r);
     __m256 p = _mm256_set1_ps(1.0f / 40320.0f);
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 5040.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
@@ -65,13 +68,15 @@ AVX2 static inline __attribute__((always_inline)) __m256 exp8(__m256 x) {
     /* 2^n, in two steps below 2^-125 (one rounding of a subnormal result) */
     const __m256i ni = _mm256_cvtps_epi32(n);
     const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23));
-    const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(64 + 127)), 23));
-    const __m256 hi = _mm256_mul_ps(p, s1);
-    const __m256 lo = _mm256_mul_ps(_mm256_mul_ps(p, s2), _mm256_castsi256_ps(_mm256_set1_epi32((127 - 64) << 23)));
+    __m256 v = _mm256_mul_ps(p, s1);
     const __m256 sub = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(-125), ni));
-    __m256 v = _mm256_blendv_ps(hi, lo, sub);
+    if (!_mm256_testz_ps(sub, sub)) {
+        const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(64 + 127)), 23));
+        const __m256 lo = _mm256_mul_ps(_mm256_mul_ps(p, s2), _mm256_castsi256_ps(_mm256_set1_epi32((127 - 64) << 23)));
+        v = _mm256_blendv_ps(v, lo, sub);
+    }
     v = _mm256_andnot_ps(low, v);
-    return _mm256_blendv_ps(v, x, nan);
+    return keep_nan ? _mm256_blendv_ps(v, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)) : v;
 }
 
 AVX2 static float max_avx2(const float *x, int64_t n) {
@@ -99,7 +104,7 @@ AVX2 static void exp_avx2(const float *x, int64_t n, float shift, float scale, f
     const __m256 sh = _mm256_set1_ps(shift), sc = _mm256_set1_ps(scale);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(out + i, exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh), sc)));
+        _mm256_storeu_ps(out + i, exp8(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh), sc), 1));
     for (; i < n; i++) out[i] = exp1((x[i] - shift) * scale);
 }
 
@@ -111,7 +116,7 @@ AVX2 static double sum_avx2(const float *x, int64_t n, float shift) {
     for (; i + 8 <= n; i += 8) {
         const __m256 v = _mm256_loadu_ps(x + i);
         bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        const __m256 e = exp8(_mm256_sub_ps(v, sh));
+        const __m256 e = exp8(_mm256_sub_ps(v, sh), 0); /* NaN: the row's sum is NaN */
         a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
         a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
     }
