@@ -247,14 +247,12 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
      * stop ids before min_tokens) change nothing unless the first maximum is
      * one of them, when the copy below takes the row. */
     const int64_t lim = in->vocab_limit > 0 && in->vocab_limit < V ? in->vocab_limit : V;
-    const int banned = (in->n_output < p->min_tokens && (p->n_stop_ids || p->eos_id >= 0)) ||
-                       (p->ignore_eos && p->eos_id >= 0);
     if (p->temperature == 0.0 && !in->mask && !p->n_bias && p->repetition_penalty == 1.0 &&
         p->frequency_penalty == 0.0 && p->presence_penalty == 0.0) {
         const float m = di_row_max(logits, lim);
         if (m == -INFINITY) return;
         const int64_t at = di_row_find(logits, lim, m);
-        if (banned && is_banned(p, in, at)) goto processed;
+        if (is_banned(p, in, at)) goto processed;
         out->token = (int32_t)at;
         float mall = m;
         if (lim < V) {
