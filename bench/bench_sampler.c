@@ -1,6 +1,6 @@
 /* The sampler's cost per vocabulary row (engine/sampler.c), against a peer
  * measured in the same run: the plain scalar pass a logprob needs without
- * the row exponentials of engine/sampler_exp.c — libm's expf over the row
+ * the row exponentials of core/row_exp.c — libm's expf over the row
  * (max, then the sum of expf(x - max) in double) plus an argmax, what a
  * greedy row cost before. Rows: V = 129,280 logits like a language model's
  * (a normal tail of sigma 2 and a few tokens 8-14 above it), 64 of them, as
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 
 #include "engine/sampler.h"
-#include "engine/sampler_exp.h"
+#include "core/row_exp.h"
 
 #include "bench_util.h"
 

@@ -69,7 +69,7 @@ DI_HD float di_rs_bits_f32(uint32_t u) {
  * exact); e^r by its Taylor polynomial to r^8 (truncation below 2^-32
  * relative) in Horner form; then 2^n from the exponent bits, in two steps
  * below 2^-125 so that a subnormal result is rounded once. (The sampler's
- * 8-lane form, engine/sampler_exp.c, repeats these operations.) */
+ * 8-lane form, core/row_exp.c, repeats these operations.) */
 #define DI_RS_EXP_MIN (-104.0f) /* below: e^a < 2^-150 rounds to +0 */
 #define DI_RS_LOG2E 1.44269502f
 #define DI_RS_LN2_HI 0.693145751953125f

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/sampler_exp.h"
+#include "core/row_exp.h"
 
 static uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -222,6 +222,27 @@ static int is_banned(const di_sampler_params *p, const di_sample_in *in, int64_t
     return 0;
 }
 
+int di_sampler_plain_greedy(const di_sampler_params *p) {
+    return p->temperature == 0.0 && !p->n_bias && p->repetition_penalty == 1.0 && p->frequency_penalty == 0.0 &&
+           p->presence_penalty == 0.0;
+}
+
+int32_t di_sampler_greedy_ban(const di_sampler_params *p, int64_t n_output) {
+    if (!di_sampler_plain_greedy(p) || (n_output < p->min_tokens && p->n_stop_ids)) return -2;
+    return p->eos_id >= 0 && (p->ignore_eos || n_output < p->min_tokens) ? p->eos_id : -1;
+}
+
+void di_sampler_from_greedy(const di_row_greedy *g, di_sample_out *out) {
+    out->token = -1;
+    out->logprob = NAN;
+    out->lse = NAN;
+    out->rank = 0;
+    if (g->token < 0) return;
+    out->token = g->token;
+    out->lse = di_row_greedy_lse(g);
+    out->logprob = (float)((double)g->max - out->lse); /* g->max is x[token] */
+}
+
 void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sample_in *in,
                        const float *logits, di_sample_out *out) {
     const int64_t V = s->V;
@@ -247,19 +268,11 @@ void di_sampler_sample(di_sampler *s, const di_sampler_params *p, const di_sampl
      * stop ids before min_tokens) change nothing unless the first maximum is
      * one of them, when the copy below takes the row. */
     const int64_t lim = in->vocab_limit > 0 && in->vocab_limit < V ? in->vocab_limit : V;
-    if (p->temperature == 0.0 && !in->mask && !p->n_bias && p->repetition_penalty == 1.0 &&
-        p->frequency_penalty == 0.0 && p->presence_penalty == 0.0) {
-        const float m = di_row_max(logits, lim);
-        if (m == -INFINITY) return;
-        const int64_t at = di_row_find(logits, lim, m);
-        if (is_banned(p, in, at)) goto processed;
-        out->token = (int32_t)at;
-        float mall = m;
-        if (lim < V) {
-            const float tail = di_row_max(logits + lim, V - lim);
-            if (tail > mall) mall = tail;
-        }
-        token_logprob_at(logits, lse_at(logits, V, mall), out);
+    if (di_sampler_plain_greedy(p) && !in->mask) {
+        di_row_greedy g;
+        di_row_greedy_of(logits, V, lim, -1, &g);
+        if (g.token >= 0 && is_banned(p, in, g.token)) goto processed;
+        di_sampler_from_greedy(&g, out);
         return;
     }
 processed:

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/row_exp.h"
+
 /* A 64-bit counter-based hash of (key, a, b, c) (SplitMix64 finaliser over
  * a Weyl-sequence mix); uniformly distributed bits. */
 uint64_t di_rng_bits(uint64_t key, uint64_t a, uint64_t b, uint64_t c);
@@ -70,6 +72,21 @@ typedef struct di_sampler {
     int32_t *idx2;               /* [V] sorting scratch */
     uint32_t *key, *key2;        /* [V] sorting keys */
 } di_sampler;
+
+/* Greedy without any processing of the row (temperature 0, no bias, no
+ * penalties): what a constraint mask aside decides the token by the row's
+ * first maximum alone. */
+int di_sampler_plain_greedy(const di_sampler_params *p);
+/* For a plain-greedy request at output position n_output without a mask:
+ * the one id the processing would set to -inf (EOS under ignore_eos or
+ * before min_tokens), -1 none; -2 when the token needs more than the row's
+ * greedy summary (not plain greedy, or stop ids banned before min_tokens).
+ * With ban >= -1, di_sampler_from_greedy of di_row_greedy_of(row, V,
+ * vocab_limit, ban) is what di_sampler_sample returns for the row. */
+int32_t di_sampler_greedy_ban(const di_sampler_params *p, int64_t n_output);
+/* The greedy token and its logprob from a row's summary (token -1 when
+ * the summary has none). */
+void di_sampler_from_greedy(const di_row_greedy *g, di_sample_out *out);
 
 int di_sampler_init(di_sampler *s, int64_t V); /* -1 when out of memory */
 void di_sampler_free(di_sampler *s);

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "engine/sampler.h"
-#include "engine/sampler_exp.h"
+#include "core/row_exp.h"
 #include "test.h"
 
 static void test_rng(void) {
@@ -269,7 +269,7 @@ static void test_wide_vocab(void) {
     di_sampler_free(&s);
 }
 
-/* The row exponentials (sampler_exp.h): the AVX2 loops and the scalar
+/* The row exponentials (core/row_exp.h): the AVX2 loops and the scalar
  * mirror give the same bits; e^min(a, 0) within 2 ulp of the exact value
  * where the result is normal, 0 below -104 and for -inf, NaN for NaN; the
  * sum in double against an exact sum; the max ignores NaN. Lengths that are
@@ -322,6 +322,14 @@ static void test_row_exp(void) {
     CHECK(isnan(di_row_sum_exp(x, N, 0.0f)) && di_row_max(x, N) == mx);
     di_row_exp_force_scalar(0);
     CHECK(di_row_max(x, 0) == -INFINITY);
+    /* +inf logits at a +inf maximum: each a term of 1 (not NaN), in the
+     * vector loop and its tail, AVX2 and scalar alike */
+    x[100] = 1.0f, x[7] = INFINITY, x[N - 2] = INFINITY;
+    const double si = di_row_sum_exp(x, N, INFINITY);
+    di_row_exp_force_scalar(1);
+    const double ss2 = di_row_sum_exp(x, N, INFINITY);
+    di_row_exp_force_scalar(0);
+    CHECKF(si == 2.0 && ss2 == 2.0, "+inf terms: %g / %g", si, ss2);
     /* di_row_find: the first place of a value, AVX2 and scalar alike; at
      * every place of a short row (the 8-wide loop and its tail), a value
      * seen twice, a value absent, -0 found as 0 */
@@ -449,6 +457,102 @@ static void test_greedy_fast_path(void) {
     di_sample_out oa;
     di_sampler_sample(&s, &p, &a, lg, &oa);
     CHECK_EQ_INT(oa.token, -1);
+    di_sampler_free(&s);
+}
+
+/* A row's greedy summary (core/row_exp.h di_row_greedy_of), what a device
+ * forms instead of sending the row: every field against plain loops, and
+ * the token, logprob and log-sum-exp di_sampler_from_greedy gives against
+ * di_sampler_sample on the row itself (bit for bit), for searches bounded
+ * by a vocabulary limit, with the ban di_sampler_greedy_ban names (EOS under
+ * ignore_eos or before min_tokens) on the first maximum, elsewhere, past
+ * the limit or absent; rows with NaN, -inf, both zeros, ties, nothing
+ * finite. */
+static void test_greedy_summary(void) {
+    enum { V = 1003 };
+    di_sampler s;
+    CHECK(di_sampler_init(&s, V) == 0);
+    static float lg[V];
+    int checked = 0, banned_first = 0;
+    for (int r = 0; r < 48; r++) {
+        for (int i = 0; i < V; i++) lg[i] = (float)(di_rng_bits(17, (uint64_t)r, (uint64_t)i, 0) % 64) / 8.0f - 4.0f;
+        if (r % 3 == 0) lg[(r * 37) % V] = NAN;
+        if (r % 4 == 0) lg[(r * 53) % V] = -INFINITY;
+        if (r % 5 == 0) lg[V - 5] = 9.0f; /* the maximum past a limit */
+        if (r == 7) for (int i = 0; i < V; i++) lg[i] = i % 2 ? 0.0f : -0.0f;
+        if (r == 8) for (int i = 0; i < V; i++) lg[i] = i == 700 ? 1.0f : NAN;
+        if (r == 9) for (int i = 0; i < V; i++) lg[i] = i % 2 ? -INFINITY : NAN;
+        if (r == 10) for (int i = 0; i < V; i++) lg[i] = i == 3 ? 2.0f : -INFINITY; /* banned: nothing left */
+        for (int l = 0; l < 2; l++) {
+            const int64_t lim = l ? V - 37 : V;
+            /* the first maximum below the limit: where one ban goes */
+            int32_t first = -1;
+            for (int64_t i = 0; i < lim; i++)
+                if (!isnan(lg[i]) && lg[i] > -INFINITY && (first < 0 || lg[i] > lg[first])) first = (int32_t)i;
+            const int32_t bans[5] = {-1, first >= 0 ? first : 3, (r * 7) % (int32_t)lim, (int32_t)V - 2, 3};
+            for (int b = 0; b < 5; b++) {
+                const int32_t ban = bans[b];
+                di_row_greedy g;
+                di_row_greedy_of(lg, V, lim, ban, &g);
+                /* the fields, by plain loops */
+                float m = -INFINITY, all = -INFINITY;
+                int32_t tok = -1;
+                for (int64_t i = 0; i < V; i++) {
+                    if (lg[i] > all) all = lg[i];
+                    if (i < lim && i != ban && lg[i] > m) m = lg[i], tok = (int32_t)i;
+                }
+                if (m == -INFINITY) tok = -1;
+                const double sum = di_row_sum_exp(lg, V, all);
+                CHECKF(g.max == m && g.token == tok && g.max_all == all && g.pad == 0 &&
+                           memcmp(&g.sum, &sum, sizeof sum) == 0,
+                       "row %d lim %lld ban %d: max %g/%g token %d/%d max_all %g/%g", r, (long long)lim, ban, g.max,
+                       m, g.token, tok, g.max_all, all);
+                /* the draw: the sampler's on the row, under the ban */
+                for (int how = 0; how < 2; how++) {
+                    di_sampler_params p = plain(0);
+                    p.eos_id = ban;
+                    if (how == 0) p.ignore_eos = 1;
+                    else p.min_tokens = 5;
+                    di_sample_in in = {.forced = -1, .n_output = 2, .vocab_limit = lim == V ? 0 : lim};
+                    CHECK_EQ_INT(di_sampler_greedy_ban(&p, in.n_output), ban >= 0 ? ban : -1);
+                    di_sample_out oa, ob;
+                    di_sampler_sample(&s, &p, &in, lg, &oa);
+                    di_sampler_from_greedy(&g, &ob);
+                    CHECKF(oa.token == ob.token && memcmp(&oa.logprob, &ob.logprob, 4) == 0 &&
+                               (oa.token < 0 || memcmp(&oa.lse, &ob.lse, sizeof oa.lse) == 0),
+                           "row %d lim %lld ban %d how %d: %d (%.9g) vs summary %d (%.9g)", r, (long long)lim, ban,
+                           how, oa.token, oa.logprob, ob.token, ob.logprob);
+                    checked++;
+                    banned_first += ban >= 0 && ban == first;
+                }
+            }
+        }
+    }
+    CHECK(checked == 48 * 2 * 5 * 2 && banned_first > 100);
+    /* which draws a summary can stand for */
+    di_sampler_params p = plain(0);
+    CHECK_EQ_INT(di_sampler_greedy_ban(&p, 0), -1);
+    p.eos_id = 4;
+    CHECK_EQ_INT(di_sampler_greedy_ban(&p, 0), -1);
+    p.min_tokens = 3;
+    CHECK_EQ_INT(di_sampler_greedy_ban(&p, 2), 4);
+    CHECK_EQ_INT(di_sampler_greedy_ban(&p, 3), -1);
+    const int32_t stop = 9;
+    p.stop_ids = &stop, p.n_stop_ids = 1;
+    CHECK_EQ_INT(di_sampler_greedy_ban(&p, 2), -2); /* two bans: the row */
+    CHECK_EQ_INT(di_sampler_greedy_ban(&p, 3), -1);
+    p.ignore_eos = 1;
+    CHECK_EQ_INT(di_sampler_greedy_ban(&p, 3), 4);
+    di_sampler_params q = plain(0.7);
+    CHECK_EQ_INT(di_sampler_greedy_ban(&q, 0), -2);
+    q = plain(0), q.presence_penalty = 0.5;
+    CHECK_EQ_INT(di_sampler_greedy_ban(&q, 0), -2);
+    q = plain(0), q.repetition_penalty = 1.1;
+    CHECK_EQ_INT(di_sampler_greedy_ban(&q, 0), -2);
+    const int32_t bid = 2;
+    const float bv = 1.0f;
+    q = plain(0), q.bias_ids = &bid, q.bias_values = &bv, q.n_bias = 1;
+    CHECK_EQ_INT(di_sampler_greedy_ban(&q, 0), -2);
     di_sampler_free(&s);
 }
 
@@ -664,6 +768,7 @@ int main(void) {
     RUN(test_wide_vocab);
     RUN(test_row_exp);
     RUN(test_greedy_fast_path);
+    RUN(test_greedy_summary);
     RUN(test_sort_desc);
     RUN(test_vocab_limit);
     RUN(test_topk_from_lse);

@@ -1,9 +1,9 @@
-/* Row exponentials for the sampler (sampler_exp.h). The AVX2 loops and the
+/* Row statistics and exponentials over a vocabulary row (row_exp.h). The AVX2 loops and the
  * scalar mirror spell out the same operations in the same order, every
  * multiply-add as one fused operation (fmaf / _mm256_fmadd_ps), so the two
  * give the same bits; nothing here depends on how many threads or rows
  * there are. */
-#include "engine/sampler_exp.h"
+#include "core/row_exp.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -18,14 +18,24 @@
 #endif
 
 /* e^min(a, 0), NaN kept: the router's exponential (core/route_score.h),
- * whose operations the 8-lane form below repeats one for one. */
+ * whose operations the 8-wide form below repeats one for one. */
 static float exp1(float a) {
     if (a != a) return a;
     return di_rs_exp_nonpos(a < 0.0f ? a : 0.0f);
 }
 
-static double lanes_total(const double l[8]) {
-    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+/* A term of the sum: e^min(a, 0) with NaN taken as 0 (e^0), as the vector
+ * form's min against 0 takes it. A NaN input makes the sum NaN by itself
+ * (the callers' flag); a NaN difference from finite inputs is +inf - +inf,
+ * a +inf logit against a +inf maximum: one, as its share of the row. */
+static float exp_sum1(float a) { return di_rs_exp_nonpos(a < 0.0f ? a : 0.0f); }
+
+/* The lanes' tree: neighbours first, (0+1), (2+3), .., then the pairs of
+ * those, and so on (a warp's xor shuffles 1, 2, 4, 8, 16 give it too). */
+static double lanes_total(double l[DI_ROW_SUM_LANES]) {
+    for (int w = 1; w < DI_ROW_SUM_LANES; w *= 2)
+        for (int j = 0; j < DI_ROW_SUM_LANES; j += 2 * w) l[j] += l[j + w];
+    return l[0];
 }
 
 static float max_scalar(const float *x, int64_t i, int64_t n, float m) {
@@ -110,23 +120,25 @@ AVX2 static void exp_avx2(const float *x, int64_t n, float shift, float scale, f
 
 AVX2 static double sum_avx2(const float *x, int64_t n, float shift) {
     const __m256 sh = _mm256_set1_ps(shift);
-    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    __m256d a[DI_ROW_SUM_LANES / 4];
+    for (int j = 0; j < DI_ROW_SUM_LANES / 4; j++) a[j] = _mm256_setzero_pd();
     __m256 bad = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        const __m256 e = exp8(_mm256_sub_ps(v, sh), 0); /* NaN: the row's sum is NaN */
-        a0 = _mm256_add_pd(a0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-        a1 = _mm256_add_pd(a1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
-    }
-    double l[8];
-    _mm256_storeu_pd(l, a0);
-    _mm256_storeu_pd(l + 4, a1);
+    for (; i + DI_ROW_SUM_LANES <= n; i += DI_ROW_SUM_LANES)
+#pragma GCC unroll 4
+        for (int q = 0; q < DI_ROW_SUM_LANES / 8; q++) {
+            const __m256 v = _mm256_loadu_ps(x + i + 8 * q);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+            const __m256 e = exp8(_mm256_sub_ps(v, sh), 0); /* NaN: the row's sum is NaN */
+            a[2 * q] = _mm256_add_pd(a[2 * q], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+            a[2 * q + 1] = _mm256_add_pd(a[2 * q + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+        }
+    double l[DI_ROW_SUM_LANES];
+    for (int j = 0; j < DI_ROW_SUM_LANES / 4; j++) _mm256_storeu_pd(l + 4 * j, a[j]);
     int any_nan = _mm256_movemask_ps(bad) != 0;
     for (int64_t j = i; j < n; j++) {
         any_nan |= x[j] != x[j];
-        l[j - i] += (double)exp1(x[j] - shift);
+        l[j - i] += (double)exp_sum1(x[j] - shift);
     }
     return any_nan ? NAN : lanes_total(l);
 }
@@ -183,11 +195,39 @@ double di_row_sum_exp(const float *x, int64_t n, float shift) {
 #if defined(DI_SAMPLER_AVX2)
     if (use_avx2()) return sum_avx2(x, n, shift);
 #endif
-    double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    double l[DI_ROW_SUM_LANES] = {0};
     int any_nan = 0;
     for (int64_t i = 0; i < n; i++) {
         any_nan |= x[i] != x[i];
-        l[i & 7] += (double)exp1(x[i] - shift);
+        l[i % DI_ROW_SUM_LANES] += (double)exp_sum1(x[i] - shift);
     }
     return any_nan ? NAN : lanes_total(l);
 }
+
+void di_row_greedy_of(const float *x, int64_t V, int64_t lim, int32_t ban, di_row_greedy *g) {
+    if (lim > V) lim = V;
+    if (lim < 0) lim = 0;
+    /* the search on the ranges either side of ban; a maximum does not
+     * depend on the order it is taken in (but for the sign of a zero, which
+     * neither the search nor the differences below see) */
+    const int64_t b = ban >= 0 && ban < lim ? ban : lim;
+    const float m1 = di_row_max(x, b), m2 = b < lim ? di_row_max(x + b + 1, lim - b - 1) : -INFINITY;
+    const float m = m2 > m1 ? m2 : m1;
+    g->max = m + 0.0f; /* a zero maximum as +0, whichever zero was found first */
+    g->token = -1;
+    if (m != -INFINITY) {
+        const int64_t i = di_row_find(x, b, m);
+        g->token = (int32_t)(i < b ? i : b + 1 + di_row_find(x + b + 1, lim - b - 1, m));
+    }
+    float all = m;
+    if (b < lim && x[b] > all) all = x[b];
+    if (lim < V) {
+        const float t = di_row_max(x + lim, V - lim);
+        if (t > all) all = t;
+    }
+    g->max_all = all + 0.0f;
+    g->pad = 0;
+    g->sum = di_row_sum_exp(x, V, g->max_all);
+}
+
+double di_row_greedy_lse(const di_row_greedy *g) { return (double)g->max_all + log(g->sum); }
