@@ -33,6 +33,7 @@
 
 #include "backend/kvstore.h"
 #include "core/error.h"
+#include "core/row_exp.h"
 #include "core/tensor.h"
 
 /* A weight matrix [n_out, n_in] in one of the checkpoint formats. */
@@ -354,6 +355,15 @@ typedef struct di_backend_ops {
     /* y = bf16(a + b) over n values (y may alias a or b): add then
      * round_bf16, the same bits. Optional (NULL: add, round_bf16, copy). */
     void (*add_bf16)(di_backend *be, float *y, const float *a, const float *b, int64_t n);
+
+    /* Greedy summaries of the rows x [m, V] (core/row_exp.h): out[i] =
+     * di_row_greedy_of(row i, V, lim, ban ? ban[i] : -1), bit for bit; ban a
+     * host array, out in backend memory (download it). What a greedy draw
+     * needs of a row in 24 bytes, so a device backend's rows need not cross
+     * the bus. Optional (NULL: di_forward_rows is unsupported and the
+     * engine reads every row itself). */
+    void (*logits_greedy)(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim,
+                          const int32_t *ban, di_row_greedy *out);
 
     /* Releases a backend with resources of its own (device memory, a
      * weight cache); NULL for the CPU backend. Called by di_backend_destroy. */

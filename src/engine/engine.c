@@ -71,7 +71,15 @@ di_status di_engine_init(di_engine *e, const di_runner *r, const di_tokenizer *t
     e->items = calloc((size_t)cfg->max_batch, sizeof *e->items);
     e->failed = calloc((size_t)cfg->max_batch, sizeof *e->failed);
     e->jobs = calloc((size_t)cfg->max_batch, sizeof *e->jobs);
-    if (!e->items || !e->failed || !e->jobs) return di_err_set(err, DI_ERR_NOMEM, "out of memory");
+    e->want = calloc((size_t)cfg->max_batch, sizeof *e->want);
+    e->greedy = calloc((size_t)cfg->max_batch, sizeof *e->greedy);
+    if (!e->items || !e->failed || !e->jobs || !e->want || !e->greedy)
+        return di_err_set(err, DI_ERR_NOMEM, "out of memory");
+    /* Rows by need where the runner can (a device's greedy rows then never
+     * cross the bus); DI_ENGINE_ROWS=0 takes every row's logits (the same
+     * tokens and logprobs, bit for bit: an A/B switch for measurements). */
+    const char *rv = getenv("DI_ENGINE_ROWS");
+    e->rows_on = r->ops->forward_rows != NULL && !(rv && strcmp(rv, "0") == 0);
     /* Sampling threads: a row costs ~0.1-1 ms of host time (a pass or
      * three over the vocabulary), so a batch of 64 on one thread would
      * outlast a GPU's decode step. */
@@ -111,6 +119,10 @@ void di_engine_fini(di_engine *e) {
     free(e->done_ids);
     free(e->items);
     free(e->failed);
+    free(e->want);
+    free(e->greedy);
+    e->want = NULL;
+    e->greedy = NULL;
     logits_release(e);
     di_threadpool_destroy(e->sample_pool);
     e->sample_pool = NULL;
@@ -480,6 +492,8 @@ typedef struct fwd_job {
     int n;
     float *logits;
     int all_rows;
+    int by_rows;    /* forward_rows with out */
+    di_fwd_out out;
     di_status st;
     di_err err;
     double secs;
@@ -488,7 +502,8 @@ typedef struct fwd_job {
 static void *fwd_run(void *arg) {
     fwd_job *j = arg;
     double t0 = di_now_s();
-    j->st = j->runner->ops->forward(j->runner->ctx, j->seqs, j->n, j->logits, j->all_rows, &j->err);
+    j->st = j->by_rows ? j->runner->ops->forward_rows(j->runner->ctx, j->seqs, j->n, j->logits, &j->out, &j->err)
+                       : j->runner->ops->forward(j->runner->ctx, j->seqs, j->n, j->logits, j->all_rows, &j->err);
     j->secs = di_now_s() - t0;
     return NULL;
 }
@@ -513,6 +528,10 @@ static void sample_rows(void *ctx, int64_t begin, int64_t end, int thread) {
     for (int64_t i = begin; i < end; i++) {
         di_sample_job *j = &e->jobs[i];
         const di_request *r = j->seq->req;
+        if (j->greedy) { /* no logits: the summary decides (row_want) */
+            di_sampler_from_greedy(j->greedy, &j->out);
+            continue;
+        }
         di_sampler_sample(&e->samplers[thread], &r->sp, &j->in, j->logits, &j->out);
         int32_t k = r->logprobs > 0 ? r->logprobs : 0;
         /* the sampler's lse: one pass of exponentials a row, not two */
@@ -614,6 +633,24 @@ static void retire_and_complete(di_engine *e) {
 
 static size_t active(const di_engine *e) { return (size_t)(e->n_total - e->n_finished); }
 
+/* What the step's sampling will need of the item's last row, decided before
+ * the forward from what the post-processing running beside it cannot change
+ * (it only ends sequences, moves the thinking state and the constraint,
+ * which are excluded here): nothing when no token is drawn, the greedy
+ * summary for an unconstrained plain-greedy draw with no top logprobs and
+ * no forced token (di_sampler_greedy_ban says which id its processing
+ * would ban), the logits otherwise. */
+static di_row_want row_want(const di_engine *e, const di_sched_item *it) {
+    const di_seq *s = it->seq;
+    const di_request *r = s->req;
+    if (!it->sample || s->phase != DI_SEQ_RUNNING || s->finish || r->max_tokens == 0)
+        return (di_row_want){DI_ROW_NONE, -1};
+    if (r->grammar || r->logprobs > 0 || (r->thinking_budget >= 0 && e->think_end_id >= 0))
+        return (di_row_want){DI_ROW_LOGITS, -1};
+    const int32_t ban = di_sampler_greedy_ban(&r->sp, di_seq_n_output(s));
+    return ban < -1 ? (di_row_want){DI_ROW_LOGITS, -1} : (di_row_want){DI_ROW_GREEDY, ban};
+}
+
 di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
     double t_step = di_now_s();
     size_t nf = 0;
@@ -643,8 +680,13 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
         rs[i].ids = e->items[i].seq->tokens + e->items[i].start;
         rs[i].n = e->items[i].n;
     }
+    const int by_rows = e->rows_on && !all_rows;
+    if (by_rows)
+        for (size_t i = 0; i < n; i++) e->want[i] = row_want(e, &e->items[i]);
     double t_plan = di_now_s() - t_step;
     fwd_job job = {.runner = &e->runner, .seqs = rs, .n = (int)n, .logits = e->logits, .all_rows = all_rows};
+    if (by_rows) job.out = (di_fwd_out){e->want, e->text_vocab > 0 ? e->text_vocab : e->runner.vocab, e->greedy};
+    job.by_rows = by_rows;
     pthread_t th;
     int threaded = 0;
     if (n) {
@@ -686,7 +728,8 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
             s->phase = DI_SEQ_DONE;
             continue;
         }
-        sample_prepare(e, &e->jobs[n_jobs++], s, last);
+        sample_prepare(e, &e->jobs[n_jobs], s, last);
+        e->jobs[n_jobs++].greedy = by_rows && e->want[i].mode == DI_ROW_GREEDY ? &e->greedy[i] : NULL;
     }
     if (n_jobs) {
         di_threadpool_for(e->sample_pool, (int64_t)n_jobs, 1, sample_rows, e);

@@ -45,6 +45,7 @@ typedef struct di_sample_job {
     di_seq *seq;
     const float *logits;
     di_sample_in in;
+    const di_row_greedy *greedy; /* the row's greedy summary instead of logits, or NULL */
     di_sample_out out;
     int32_t top_ids[DI_ENGINE_MAX_LOGPROBS]; /* logprobs' top k */
     float top_lp[DI_ENGINE_MAX_LOGPROBS];
@@ -81,6 +82,9 @@ struct di_engine {
     size_t n_done, cap_done;
     uint64_t n_total, n_finished;
     di_sched_item *items;      /* [max_batch] */
+    int rows_on;               /* the runner delivers rows by want (forward_rows) */
+    di_row_want *want;         /* [max_batch] a step's rows: what each needs */
+    di_row_greedy *greedy;     /* [max_batch] their summaries */
     di_seq **failed;           /* [max_batch] */
     float *logits;
     size_t logits_cap;         /* floats */

@@ -32,8 +32,9 @@ static void lm_state_free(void *ctx, void *state) {
     free(state);
 }
 
-static di_status lm_forward(void *ctx, const di_runner_seq *seqs, int n_seqs, float *logits, int all_rows,
-                            di_err *err) {
+/* di_forward or, with out, di_forward_rows */
+static di_status lm_pass(void *ctx, const di_runner_seq *seqs, int n_seqs, float *logits, int all_rows,
+                         const di_fwd_out *out, di_err *err) {
     di_fwd_seq *fs = malloc((size_t)(n_seqs > 0 ? n_seqs : 1) * sizeof *fs);
     if (!fs) return di_err_set(err, DI_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n_seqs; i++) {
@@ -41,9 +42,20 @@ static di_status lm_forward(void *ctx, const di_runner_seq *seqs, int n_seqs, fl
         fs[i].ids = seqs[i].ids;
         fs[i].n = seqs[i].n;
     }
-    di_status st = di_forward(ctx, fs, n_seqs, logits, all_rows, err);
+    di_status st = out ? di_forward_rows(ctx, fs, n_seqs, logits, out, err)
+                       : di_forward(ctx, fs, n_seqs, logits, all_rows, err);
     free(fs);
     return st;
+}
+
+static di_status lm_forward(void *ctx, const di_runner_seq *seqs, int n_seqs, float *logits, int all_rows,
+                            di_err *err) {
+    return lm_pass(ctx, seqs, n_seqs, logits, all_rows, NULL, err);
+}
+
+static di_status lm_forward_rows(void *ctx, const di_runner_seq *seqs, int n_seqs, float *logits,
+                                 const di_fwd_out *out, di_err *err) {
+    return lm_pass(ctx, seqs, n_seqs, logits, 0, out, err);
 }
 
 static void *lm_logits_alloc(void *ctx, size_t bytes) {
@@ -56,11 +68,22 @@ static void lm_logits_free(void *ctx, void *p) {
     di_host_free(lm->be, p);
 }
 
-static const di_runner_ops lm_ops = {lm_state_bytes, lm_state_new, lm_state_free, lm_forward,
-                                     lm_logits_alloc, lm_logits_free};
+static const di_runner_ops lm_ops = {.state_bytes = lm_state_bytes,
+                                     .state_new = lm_state_new,
+                                     .state_free = lm_state_free,
+                                     .forward = lm_forward,
+                                     .logits_alloc = lm_logits_alloc,
+                                     .logits_free = lm_logits_free};
+static const di_runner_ops lm_ops_rows = {.state_bytes = lm_state_bytes,
+                                          .state_new = lm_state_new,
+                                          .state_free = lm_state_free,
+                                          .forward = lm_forward,
+                                          .forward_rows = lm_forward_rows,
+                                          .logits_alloc = lm_logits_alloc,
+                                          .logits_free = lm_logits_free};
 
 void di_runner_lm_init(di_runner *r, const di_lm *lm) {
-    r->ops = &lm_ops;
+    r->ops = lm->be->ops->logits_greedy ? &lm_ops_rows : &lm_ops;
     r->ctx = (void *)lm;
     r->vocab = lm->cfg->vocab_size;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "model/forward.h"
 #include "model/model.h"
 
 typedef struct di_runner_seq {
@@ -28,6 +29,12 @@ typedef struct di_runner_ops {
      * all_rows = 1: [sum n, V] of every row. Advances every state. */
     di_status (*forward)(void *ctx, const di_runner_seq *seqs, int n_seqs, float *logits,
                          int all_rows, di_err *err);
+    /* Optional: forward with all_rows = 0, sequence i's last row delivered
+     * as out->want[i] says (model/forward.h, di_forward_rows): its logits
+     * at logits + i·V, only its greedy summary, or nothing. NULL: forward
+     * alone (every row's logits). */
+    di_status (*forward_rows)(void *ctx, const di_runner_seq *seqs, int n_seqs, float *logits,
+                              const di_fwd_out *out, di_err *err);
     /* Host memory for the logits buffer: a device runner's is page-locked,
      * so the logits come back in one transfer at the bus's speed. Optional
      * (NULL: malloc / free); NULL on failure. */

@@ -593,6 +593,31 @@ di_status di_fwd_embed(di_fwd *f, const int32_t *ids, float *s, float *pre) {
     return DI_OK;
 }
 
+/* The head's rows lg [n, V] (backend memory) to the caller: all of them to
+ * logits, or (f->out) each as its want says: runs of logits rows in one
+ * download each, runs of greedy rows summarised by the backend and only
+ * the summaries downloaded, the rest left where they are. */
+static void logits_to_host(const di_fwd *f, float *logits, const float *lg, int64_t n) {
+    di_backend *be = f->lm->be;
+    const int64_t V = f->lm->cfg->vocab_size;
+    const di_fwd_out *o = f->out;
+    if (!o) {
+        be->ops->download(be, logits, lg, (size_t)(n * V) * sizeof(float));
+        return;
+    }
+    for (int64_t i = 0, j; i < n; i = j) {
+        const int32_t mode = o->want[i].mode;
+        for (j = i + 1; j < n && o->want[j].mode == mode; j++) {
+        }
+        if (mode == DI_ROW_LOGITS) {
+            be->ops->download(be, logits + i * V, lg + i * V, (size_t)((j - i) * V) * sizeof(float));
+        } else if (mode == DI_ROW_GREEDY) {
+            be->ops->logits_greedy(be, lg + i * V, j - i, V, o->lim, f->out_ban + i, f->out_dev + i);
+            be->ops->download(be, o->greedy + i, f->out_dev + i, (size_t)(j - i) * sizeof *f->out_dev);
+        }
+    }
+}
+
 /* logits [n, V] of rows `rows` from the final streams: collapse with the
  * last pre, RMSNorm, fp32 head (§3.6–7). */
 di_status di_fwd_head(di_fwd *f, const float *s, const float *pre, const int32_t *rows,
@@ -632,7 +657,7 @@ di_status di_fwd_head(di_fwd *f, const float *s, const float *pre, const int32_t
             goto out;
         }
     }
-    be->ops->download(be, logits, lg, (size_t)(n * c->vocab_size) * sizeof(float));
+    logits_to_host(f, logits, lg, n);
 out:
     be->ops->free(be, ss);
     be->ops->free(be, pp);
@@ -655,12 +680,29 @@ static int graph_step(const di_fwd *f, const float *logits) {
 /* One pass; graphs = 0 runs every op itself. A recording that failed
  * returns DI_ERR_UNSUPPORTED with nothing run and nothing advanced. */
 static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float *logits,
-                              int all_rows, int graphs, di_err *err) {
+                              int all_rows, const di_fwd_out *fo, int graphs, di_err *err) {
     const di_config *c = lm->cfg;
     di_backend *be = lm->be;
     di_fwd f;
     di_status st = di_fwd_begin(&f, lm, seqs, n_seqs, err);
     if (st) return st;
+    /* the summaries' buffers before anything runs: once the pass has run,
+     * delivering its rows cannot fail */
+    if (fo)
+        for (int q = 0; q < n_seqs; q++)
+            if (fo->want[q].mode == DI_ROW_GREEDY) {
+                f.out_ban = malloc((size_t)n_seqs * sizeof *f.out_ban);
+                f.out_dev = di_alloc_raw(be, (size_t)n_seqs * sizeof *f.out_dev);
+                if (!f.out_ban || !f.out_dev) {
+                    free(f.out_ban);
+                    be->ops->free(be, f.out_dev);
+                    fwd_release(&f);
+                    return di_err_set(err, DI_ERR_NOMEM, "greedy summaries of %d rows: out of memory", n_seqs);
+                }
+                for (int j = 0; j < n_seqs; j++) f.out_ban[j] = fo->want[j].ban;
+                break;
+            }
+    f.out = fo;
     int64_t m = f.m, d = c->dim;
     int hc = c->hc_mult;
     float *s = NULL, *pre = NULL;
@@ -669,8 +711,7 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
         uint64_t key = f.step_key ^ (all_rows ? 0x9e3779b97f4a7c15ull : 0);
         const float *lg = be->ops->graph_replay(be, key, f.meta_host, f.meta_bytes);
         if (lg) { /* the recorded step: only the logits come back */
-            int64_t n = all_rows ? m : n_seqs;
-            be->ops->download(be, logits, lg, (size_t)(n * c->vocab_size) * sizeof(float));
+            logits_to_host(&f, logits, lg, all_rows ? m : n_seqs);
             goto done;
         }
         void *dmeta = be->ops->graph_record_begin(be, key, f.meta_host, f.meta_bytes);
@@ -727,15 +768,32 @@ out:
     be->ops->free(be, s);
     be->ops->free(be, pre);
     free(rows);
+    free(f.out_ban);
+    be->ops->free(be, f.out_dev);
     if (st) fwd_release(&f);
     else di_fwd_end(&f);
     return st;
 }
 
+static di_status forward_run(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float *logits, int all_rows,
+                             const di_fwd_out *fo, di_err *err) {
+    di_status st = forward_pass(lm, seqs, n_seqs, logits, all_rows, fo, 1, err);
+    if (st == DI_ERR_UNSUPPORTED && lm->be->ops->graph_replay) /* a recording failed: run it */
+        st = forward_pass(lm, seqs, n_seqs, logits, all_rows, fo, 0, err);
+    return st;
+}
+
 di_status di_forward(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float *logits,
                      int all_rows, di_err *err) {
-    di_status st = forward_pass(lm, seqs, n_seqs, logits, all_rows, 1, err);
-    if (st == DI_ERR_UNSUPPORTED && lm->be->ops->graph_replay) /* a recording failed: run it */
-        st = forward_pass(lm, seqs, n_seqs, logits, all_rows, 0, err);
-    return st;
+    return forward_run(lm, seqs, n_seqs, logits, all_rows, NULL, err);
+}
+
+di_status di_forward_rows(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float *logits,
+                          const di_fwd_out *out, di_err *err) {
+    if (!lm->be->ops->logits_greedy)
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "forward: backend %s has no greedy summaries (logits_greedy)",
+                          lm->be->ops->name);
+    if (!logits || !out || !out->want || !out->greedy)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "forward: rows wanted without their buffers");
+    return forward_run(lm, seqs, n_seqs, logits, 0, out, err);
 }

@@ -30,6 +30,20 @@ typedef struct di_fwd_trace {
     float *ffn_out;      /* [m, D] MoE output of the traced block */
 } di_fwd_trace;
 
+/* What a pass hands back for one sequence's last row (di_forward_rows). */
+enum { DI_ROW_NONE = 0, DI_ROW_LOGITS = 1, DI_ROW_GREEDY = 2 };
+typedef struct di_row_want {
+    int32_t mode;        /* DI_ROW_*: nothing, the logits, or the greedy summary */
+    int32_t ban;         /* DI_ROW_GREEDY: the id its search skips, -1 none */
+} di_row_want;
+
+/* Where di_forward_rows delivers the rows. */
+typedef struct di_fwd_out {
+    const di_row_want *want; /* [n_seqs] */
+    int64_t lim;             /* the greedy search covers ids [0, lim) */
+    di_row_greedy *greedy;   /* [n_seqs] host: the DI_ROW_GREEDY rows' summaries */
+} di_fwd_out;
+
 /* One forward in progress. */
 typedef struct di_fwd {
     const di_lm *lm;
@@ -92,6 +106,9 @@ typedef struct di_fwd {
                             score widths); passes of one key issue the same op stream,
                             only the metadata's contents differ (test_forward_strict.c) */
     int dspark_p;        /* DSpark draft: main position p, else -1 */
+    const di_fwd_out *out; /* NULL: every logits row to the host */
+    int32_t *out_ban;      /* [n_seqs] with out: want[i].ban (host) */
+    di_row_greedy *out_dev; /* [n_seqs] with out: the summaries (backend memory) */
     di_fwd_trace *trace; /* NULL or where the next block writes its sublayer outputs */
 } di_fwd;
 
@@ -150,6 +167,16 @@ void di_engram_record(const di_lm *lm, di_seqstate *st, const int32_t *ids, int6
  * sequence by its chunk. */
 di_status di_forward(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float *logits,
                      int all_rows, di_err *err);
+
+/* di_forward with all_rows = 0, each sequence's last row delivered as
+ * out->want[i] says: its logits at logits + i·V, its greedy summary
+ * (di_row_greedy_of over ids [0, out->lim) without want[i].ban) at
+ * out->greedy[i], or nothing (a prefill chunk that samples no token). On a
+ * device the summaries are formed next to the logits (backend.h
+ * logits_greedy) and only they cross the bus. DI_ERR_UNSUPPORTED when the
+ * backend has no logits_greedy (nothing run). */
+di_status di_forward_rows(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float *logits,
+                          const di_fwd_out *out, di_err *err);
 
 /* One DSpark round (§10.3) for a sequence whose last processed position is
  * p = st->n_tokens - 1, with x_{p+1} = input_id. Greedy drafting. Outputs:

@@ -238,6 +238,69 @@ static void test_batch_equivalence(void) {
     }
 }
 
+/* Rows by need (the runner's forward_rows: greedy rows as summaries,
+ * rows that draw nothing left on the backend) against every row's logits
+ * (DI_ENGINE_ROWS=0) on the real model: the same tokens, per-token
+ * logprobs and cumulative logprobs, bit for bit, for greedy under
+ * ignore_eos (EOS banned in the summary), greedy with min_tokens, greedy
+ * with top logprobs (the row) and seeded sampling, in chunked prefill
+ * (rows that draw nothing) and async steps. */
+static void test_rows_by_need(void) {
+    if (!g_have) SKIP("../shared (golden fixtures) not found");
+    static int32_t pr[NP][96];
+    int len[NP];
+    if (!make_prompts(pr, len, NP)) { CHECK(0); return; }
+    enum { NR = 8, NTOK = 5 };
+    int32_t tok[2][NR][NTOK];
+    float lp[2][NR][NTOK], tlp[2][NR][2 * NTOK];
+    int32_t tid[2][NR][2 * NTOK];
+    double cum[2][NR];
+    int nt[2][NR], rows_on[2];
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) setenv("DI_ENGINE_ROWS", "0", 1);
+        di_engine *e = open_engine(8, 40, 9, 1, 0);
+        if (pass) unsetenv("DI_ENGINE_ROWS");
+        if (!e) return;
+        rows_on[pass] = e->rows_on;
+        uint64_t id[NR];
+        for (int i = 0; i < NR; i++) {
+            di_sampling_params p = greedy(NTOK);
+            p.logprobs = 0;
+            if (i % 4 == 1) p.ignore_eos = 0, p.min_tokens = 3;
+            if (i % 4 == 2) p.logprobs = 2;
+            if (i % 4 == 3) p.temperature = 0.7, p.has_seq_seed = 1, p.seq_seed = 11 + (uint64_t)i;
+            CHECKF(di_engine_submit_tokens(e, pr[i], (size_t)len[i], &p, &id[i]) == DI_OK, "%s", di_last_error());
+        }
+        CHECK(di_engine_run(e, NULL, NULL) == DI_OK);
+        for (int i = 0; i < NR; i++) {
+            di_completion c;
+            CHECK(di_engine_get_completion(e, id[i], 0, &c) == DI_OK);
+            nt[pass][i] = (int)c.n_tokens;
+            cum[pass][i] = c.cumulative_logprob;
+            for (size_t t = 0; t < c.n_tokens && t < NTOK; t++) {
+                tok[pass][i][t] = c.token_ids[t];
+                lp[pass][i][t] = c.logprobs ? c.logprobs[t] : NAN;
+                for (int k = 0; k < 2; k++) { /* the top two where asked (i % 4 == 2) */
+                    tid[pass][i][2 * t + k] = c.n_top == 2 ? c.top_ids[2 * t + k] : -1;
+                    tlp[pass][i][2 * t + k] = c.n_top == 2 ? c.top_logprobs[2 * t + k] : 0.0f;
+                }
+            }
+            CHECKF(c.n_top == (i % 4 == 2 ? 2 : 0), "request %d: %d top logprobs", i, (int)c.n_top);
+        }
+        di_engine_close(e);
+    }
+    CHECKF(rows_on[0] == 1 && rows_on[1] == 0, "rows by need: on %d / off %d", rows_on[0], rows_on[1]);
+    for (int i = 0; i < NR; i++) {
+        CHECKF(nt[0][i] == nt[1][i] && nt[0][i] >= 1, "request %d: %d / %d tokens", i, nt[0][i], nt[1][i]);
+        CHECKF(!memcmp(tok[0][i], tok[1][i], (size_t)nt[0][i] * sizeof(int32_t)) &&
+                   !memcmp(lp[0][i], lp[1][i], (size_t)nt[0][i] * sizeof(float)) &&
+                   !memcmp(&cum[0][i], &cum[1][i], sizeof(double)) &&
+                   !memcmp(tid[0][i], tid[1][i], (size_t)nt[0][i] * 2 * sizeof(int32_t)) &&
+                   !memcmp(tlp[0][i], tlp[1][i], (size_t)nt[0][i] * 2 * sizeof(float)),
+               "request %d: tokens or logprobs differ (cumulative %.17g / %.17g)", i, cum[0][i], cum[1][i]);
+    }
+}
+
 static void test_seeded_sampling(void) {
     if (!g_have) SKIP("../shared (golden fixtures) not found");
     static int32_t pr[NP][96], a[NP][NT], b[NP][NT], c2[NP][NT];
@@ -458,6 +521,7 @@ int main(void) {
     }
     RUN(test_golden_greedy);
     RUN(test_batch_equivalence);
+    RUN(test_rows_by_need);
     RUN(test_seeded_sampling);
     RUN(test_batch_invariant_logits);
     RUN(test_prompt_logprobs);

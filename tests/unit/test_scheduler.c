@@ -4,6 +4,7 @@
  * async scheduling or a memory budget so small that sequences are
  * preempted and recomputed; nothing is lost, and the plan respects its
  * limits. */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,12 +81,51 @@ static const di_runner_ops fake_ops = {.state_bytes = f_bytes, .state_new = f_ne
                                        .forward = f_forward, .logits_alloc = f_logits_alloc,
                                        .logits_free = f_logits_free};
 
+/* forward_rows over the same logits: the wanted rows' logits or their
+ * greedy summaries (core/row_exp.h), every other row NaN, so that an
+ * engine reading a row it did not ask for goes wrong visibly. */
+static int64_t g_rows_greedy, g_rows_logits, g_rows_none, g_rows_banned;
+static di_status f_forward_rows(void *ctx, const di_runner_seq *seqs, int n, float *logits, const di_fwd_out *out,
+                                di_err *err) {
+    float *all = malloc((size_t)n * FV * sizeof *all);
+    if (!all) return di_err_set(err, DI_ERR_NOMEM, "oom");
+    fake *f = ctx;
+    void *live = f->live;
+    size_t live_bytes = f->live_bytes;
+    f->live = all, f->live_bytes = (size_t)n * FV * sizeof *all; /* f_forward checks its buffer */
+    di_status st = f_forward(ctx, seqs, n, all, 0, err);
+    f->live = live, f->live_bytes = live_bytes;
+    if ((void *)logits != f->live || (size_t)n * FV * sizeof(float) > f->live_bytes) f->foreign++;
+    for (int i = 0; i < n && !st; i++) {
+        const di_row_want w = out->want[i];
+        float *o = logits + (size_t)i * FV;
+        for (int v = 0; v < FV; v++) o[v] = NAN;
+        if (w.mode == DI_ROW_LOGITS) {
+            memcpy(o, all + (size_t)i * FV, FV * sizeof *o);
+            g_rows_logits++;
+        } else if (w.mode == DI_ROW_GREEDY) {
+            di_row_greedy_of(all + (size_t)i * FV, FV, out->lim, w.ban, &out->greedy[i]);
+            g_rows_greedy++;
+            g_rows_banned += w.ban >= 0;
+        } else {
+            g_rows_none++;
+        }
+    }
+    free(all);
+    return st;
+}
+static const di_runner_ops fake_rows_ops = {.state_bytes = f_bytes, .state_new = f_new, .state_free = f_free,
+                                            .forward = f_forward, .forward_rows = f_forward_rows,
+                                            .logits_alloc = f_logits_alloc, .logits_free = f_logits_free};
+static int g_rows; /* run_all's runner offers forward_rows */
+
 #define NREQ 40
 
 static int g_sample_threads; /* the engine's sampling threads (0: its default) */
 
 typedef struct outcome {
     int32_t toks[NREQ][2][256];
+    double cum[NREQ][2]; /* cumulative logprob */
     int n[NREQ][2];
     int finish[NREQ][2];
 } outcome;
@@ -97,7 +137,7 @@ static void make_prompt(int r, int32_t *ids, int *n) {
 
 static int run_all(outcome *out, int max_batch, int64_t budget, int64_t chunk, uint64_t mem, int async,
                    fake *f, uint64_t *preempt) {
-    di_runner r = {&fake_ops, f, FV};
+    di_runner r = {g_rows ? &fake_rows_ops : &fake_ops, f, FV};
     di_engine_cfg cfg = {.max_model_len = 400, .max_batch = max_batch, .budget = budget, .max_chunk = chunk,
                          .memory_limit = mem, .async = async, .seed = 5, .eos_id = 1, .bos_id = 0,
                          .sample_threads = g_sample_threads};
@@ -117,7 +157,9 @@ static int run_all(outcome *out, int max_batch, int64_t budget, int64_t chunk, u
         sp.n = q % 5 == 0 ? 2 : 1;
         sp.has_seq_seed = q % 2;
         sp.seq_seed = 1000 + (uint64_t)q;
-        sp.ignore_eos = q % 7 == 0;
+        sp.ignore_eos = q % 7 == 0 || q % 6 == 3;
+        sp.min_tokens = q % 11 == 0 && sp.max_tokens >= 4 ? 4 : 0; /* EOS banned for the first tokens */
+        sp.logprobs = q % 13 == 0 ? 3 : -1;  /* top logprobs: the logits row */
         if (di_engine_add(e, p, (size_t)n, &sp, 0, 0, &ids[q], &err)) return -2;
     }
     size_t active = 1;
@@ -132,6 +174,7 @@ static int run_all(outcome *out, int max_batch, int64_t budget, int64_t chunk, u
             di_engine_get_completion(e, ids[q], j, &c);
             out->n[q][j] = (int)c.n_tokens;
             out->finish[q][j] = c.finish_reason;
+            out->cum[q][j] = c.cumulative_logprob;
             memcpy(out->toks[q][j], c.token_ids, c.n_tokens * sizeof(int32_t));
         }
     }
@@ -208,6 +251,31 @@ static void test_invariance(void) {
                         !memcmp(o.toks[q][j], ref.toks[q][j], (size_t)ref.n[q][j] * sizeof(int32_t));
         CHECKF(same, "%d sampling threads: outputs differ from the reference", nt);
     }
+    /* rows by need (forward_rows): the same tokens and logprobs bit for bit,
+     * in every case above; the greedy rows came as summaries (EOS banned
+     * in some), the other rows' logits as NaN */
+    g_rows = 1;
+    g_rows_greedy = g_rows_logits = g_rows_none = g_rows_banned = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases + 1; c++) {
+        fake f = {0};
+        memset(&o, 0, sizeof o);
+        int rc = c == 0 ? run_all(&o, 64, 512, 0, 1ull << 30, 0, &f, &pre)
+                        : run_all(&o, cases[c - 1].mb, cases[c - 1].budget, cases[c - 1].chunk, cases[c - 1].mem,
+                                  cases[c - 1].async, &f, &pre);
+        CHECKF(rc == 0, "rows, case %zu: rc %d", c, rc);
+        CHECKF(f.foreign == 0 && f.allocs == f.frees, "rows, case %zu: logits buffer misused", c);
+        int same = 1;
+        for (int q = 0; q < NREQ; q++)
+            for (int j = 0; j < (q % 5 == 0 ? 2 : 1); j++)
+                same &= o.n[q][j] == ref.n[q][j] && o.finish[q][j] == ref.finish[q][j] &&
+                        !memcmp(o.toks[q][j], ref.toks[q][j], (size_t)ref.n[q][j] * sizeof(int32_t)) &&
+                        !memcmp(&o.cum[q][j], &ref.cum[q][j], sizeof(double));
+        CHECKF(same, "rows, case %zu: outputs differ from the reference", c);
+    }
+    g_rows = 0;
+    CHECKF(g_rows_greedy > 100 && g_rows_logits > 100 && g_rows_none > 10 && g_rows_banned > 10,
+           "rows: %lld greedy (%lld with a ban), %lld logits, %lld none", (long long)g_rows_greedy,
+           (long long)g_rows_banned, (long long)g_rows_logits, (long long)g_rows_none);
 }
 
 /* A request whose state can never fit fails alone; the others finish. */

@@ -1258,6 +1258,25 @@ static void cpu_add_bf16(di_backend *be, float *y, const float *a, const float *
     cpu_round_bf16(be, y, n);
 }
 
+typedef struct greedy_ctx {
+    const float *x;
+    int64_t V, lim;
+    const int32_t *ban;
+    di_row_greedy *out;
+} greedy_ctx;
+
+static void greedy_range(void *p, int64_t b, int64_t e) {
+    const greedy_ctx *c = p;
+    for (int64_t i = b; i < e; i++)
+        di_row_greedy_of(c->x + i * c->V, c->V, c->lim, c->ban ? c->ban[i] : -1, c->out + i);
+}
+
+static void cpu_logits_greedy(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim,
+                              const int32_t *ban, di_row_greedy *out) {
+    greedy_ctx c = {x, V, lim, ban, out};
+    par_for(be, m, (double)m * (double)V * 8, greedy_range, &c);
+}
+
 static const di_backend_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
@@ -1312,6 +1331,7 @@ static const di_backend_ops cpu_ops = {
     .scatter_add_rows = cpu_scatter_add_rows,
     .add = cpu_add,
     .add_bf16 = cpu_add_bf16,
+    .logits_greedy = cpu_logits_greedy,
 };
 
 di_status di_backend_cpu_create(int n_threads, di_backend **out, di_err *err) {
