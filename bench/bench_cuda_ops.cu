@@ -848,6 +848,28 @@ static void bench_mid_m(void) {
     cuda_matmul_set_prefill(512);
 }
 
+/* --greedy: the rows' greedy summaries (cuda_ops_logits.cu) at the model's
+ * vocabulary, 1 to 256 rows, against downloading the rows to page-locked
+ * memory (what a greedy draw needed before, plus the host's passes) */
+static void bench_greedy(void) {
+    const int64_t V = 129280;
+    for (int64_t m : {1, 8, 64, 256}) {
+        float *x = (float *)dalloc((size_t)(m * V) * 4);
+        di_row_greedy *g = (di_row_greedy *)dalloc((size_t)m * sizeof *g);
+        fill_scales<<<1024, 256>>>(x, (size_t)(m * V), 7);
+        void *h = NULL;
+        CK(cudaMallocHost(&h, (size_t)(m * V) * 4));
+        const double ts = time_events([&] { DK(cuda_op_logits_greedy(x, m, V, V, NULL, g, err)); }, 1, 9);
+        const double td = time_events([&] { CK(cudaMemcpyAsync(h, x, (size_t)(m * V) * 4, cudaMemcpyDeviceToHost, 0)); },
+                                      1, 9);
+        printf("greedy rows m=%lld V=%lld: summaries %.1f us, rows' download %.1f us (%.1f GB/s)\n", (long long)m,
+               (long long)V, ts * 1e6, td * 1e6, (double)(m * V) * 4 / td * 1e-9);
+        CK(cudaFreeHost(h));
+        di_cuda_free(x);
+        di_cuda_free(g);
+    }
+}
+
 /* --fp8mid: the FP8 products of a decode step at batches past the decode
  * kernels (m > 16: the wgmma tiles), the model's shapes [n x k], by the
  * automatic path and by the matrix-vector kernels, same call */
@@ -1040,6 +1062,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--pfshapes")) gemm = matvec = 0, plain = 7; /* bench_pf_shapes only */
         else if (!strcmp(argv[i], "--midm")) gemm = matvec = 0, plain = 9; /* bench_mid_m only */
         else if (!strcmp(argv[i], "--fp8mid")) gemm = matvec = 0, plain = 10; /* bench_fp8_mid only */
+        else if (!strcmp(argv[i], "--greedy")) gemm = matvec = 0, plain = 12; /* bench_greedy only */
         else if (!strcmp(argv[i], "--fp4bal")) { /* bench_fp4_bal only, a batch optional */
             gemm = matvec = 0, plain = 11;
             aid_batch = i + 1 < argc && argv[i + 1][0] != '-' ? atoi(argv[++i]) : 0;
@@ -1076,6 +1099,7 @@ int main(int argc, char **argv) {
     if (plain == 9) bench_mid_m();
     if (plain == 10) bench_fp8_mid();
     if (plain == 11) bench_fp4_bal(aid_batch);
+    if (plain == 12) bench_greedy();
     if (matvec) {
         bench_act_quant();
         /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */

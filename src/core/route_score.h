@@ -76,9 +76,15 @@ DI_HD float di_rs_bits_f32(uint32_t u) {
 #define DI_RS_LN2_LO 1.42860677e-6f
 DI_HD float di_rs_exp_nonpos(float a) {
     DI_RS_NO_CONTRACT
-    if (a < DI_RS_EXP_MIN) return 0.0f;
-    float n = rintf(DI_RS_MUL(a, DI_RS_LOG2E));
-    float r = DI_RS_FMA(-n, DI_RS_LN2_HI, a);
+    /* Both ends are computed and one chosen, no branch: a GPU then runs a
+     * thread's several exponentials as independent chains side by side
+     * (cuda_ops_logits.cu) instead of one branch region after another.
+     * Below the range the result is 0 and x only keeps the conversion to
+     * int defined. */
+    const int zero = a < DI_RS_EXP_MIN;
+    const float x = zero ? 0.0f : a;
+    float n = rintf(DI_RS_MUL(x, DI_RS_LOG2E));
+    float r = DI_RS_FMA(-n, DI_RS_LN2_HI, x);
     r = DI_RS_FMA(-n, DI_RS_LN2_LO, r);
     float p = 1.0f / 40320.0f;
     p = DI_RS_FMA(p, r, 1.0f / 5040.0f);
@@ -90,9 +96,10 @@ DI_HD float di_rs_exp_nonpos(float a) {
     p = DI_RS_FMA(p, r, 1.0f);
     p = DI_RS_FMA(p, r, 1.0f);
     int ni = (int)n; /* in [-150, 0] */
-    if (ni >= -125) return DI_RS_MUL(p, di_rs_bits_f32((uint32_t)(ni + 127) << 23));
-    return DI_RS_MUL(DI_RS_MUL(p, di_rs_bits_f32((uint32_t)(ni + 64 + 127) << 23)),
-                     di_rs_bits_f32((uint32_t)(127 - 64) << 23));
+    const float hi = DI_RS_MUL(p, di_rs_bits_f32((uint32_t)(ni + 127) << 23));
+    const float lo = DI_RS_MUL(DI_RS_MUL(p, di_rs_bits_f32((uint32_t)(ni + 64 + 127) << 23)),
+                               di_rs_bits_f32((uint32_t)(127 - 64) << 23));
+    return zero ? 0.0f : ni >= -125 ? hi : lo;
 }
 
 /* log(1 + t) for 0 <= t <= 1: 1 + t = 2^k·(1 + f) with f exact (f = t for

@@ -1059,6 +1059,74 @@ static void test_route_score_device(void) {
     free(x); free(yc); free(yg);
 }
 
+/* The rows' greedy summaries (logits_greedy, core/row_exp.h) against the
+ * CPU op, bit for bit, whole structs: the first maximum under a search
+ * bound and a ban (on the first maximum, elsewhere, past the bound, none),
+ * the row's maximum and its sum of exponentials in the host's chains;
+ * vocabularies of the model's size and odd ones (partial chunks, rows
+ * shorter than the 8 chains); rows with ties, both zeros, NaN (the sum's
+ * NaN), +inf (terms of 1), nothing finite, the ban on the only finite
+ * value. The summaries go to poisoned device memory. */
+static void test_logits_greedy(void) {
+    NEED_GPU();
+    const int64_t Vs[] = {129280, 1003, 2049, 7, 8};
+    const int64_t Ms[] = {5, 64, 3, 4, 4};
+    int rows = 0;
+    for (int c = 0; c < 5; c++) {
+        const int64_t V = Vs[c], m = Ms[c];
+        float *x = malloc((size_t)(m * V) * sizeof *x);
+        int32_t *ban = malloc((size_t)m * sizeof *ban);
+        for (int64_t i = 0; i < m * V; i++) x[i] = (float)rng_int(48) / 8.0f - 3.0f; /* many ties */
+        for (int64_t r = 0; r < m; r++) {
+            float *row = x + r * V;
+            switch (r % 8) {
+            case 1: row[rng_int((int)V)] = NAN; break;
+            case 2: row[rng_int((int)V)] = INFINITY; row[V - 1] = INFINITY; break;
+            case 3: for (int64_t i = 0; i < V; i++) row[i] = i % 3 ? -INFINITY : NAN; break;
+            case 4: for (int64_t i = 0; i < V; i++) row[i] = i % 2 ? 0.0f : -0.0f; break;
+            case 5: for (int64_t i = 0; i < V; i++) row[i] = -INFINITY; row[V / 2] = 1.5f; break;
+            case 6: row[V - 1] = 7.0f; break; /* the maximum past a bound */
+            default: break;
+            }
+        }
+        for (int l = 0; l < 3; l++) {
+            const int64_t lim = l == 0 ? V : l == 1 ? V - V / 5 : V + 3; /* past V: V */
+            const int64_t lb = lim < V ? lim : V;
+            for (int64_t r = 0; r < m; r++) {
+                const float *row = x + r * V;
+                int32_t first = -1;
+                for (int64_t i = 0; i < lb; i++)
+                    if (row[i] > -INFINITY && (first < 0 || row[i] > row[first])) first = (int32_t)i;
+                const int k = (int)((r + l) % 4);
+                ban[r] = k == 0 ? -1 : k == 1 ? (first >= 0 ? first : (int32_t)(V / 2)) : k == 2 ? (int32_t)(V - 1)
+                                                                                          : rng_int((int)V);
+            }
+            di_row_greedy *hc = malloc((size_t)m * sizeof *hc), *hg = malloc((size_t)m * sizeof *hg);
+            cpu->ops->logits_greedy(cpu, x, m, V, lim, l == 2 ? NULL : ban, hc);
+            float *dx = dev_up(x, (size_t)(m * V) * sizeof *x);
+            di_row_greedy *dg = (di_row_greedy *)dev_poison((size_t)m * sizeof *dg);
+            gpu->ops->logits_greedy(gpu, dx, m, V, lim, l == 2 ? NULL : ban, dg);
+            gpu->ops->download(gpu, hg, dg, (size_t)m * sizeof *hg);
+            if (status_ok("logits_greedy"))
+                for (int64_t r = 0; r < m; r++) {
+                    CHECKF(!memcmp(&hg[r], &hc[r], sizeof hg[r]),
+                           "V %lld lim %lld row %lld ban %d: device max %g token %d all %g sum %.17g, "
+                           "host %g %d %g %.17g",
+                           (long long)V, (long long)lim, (long long)r, l == 2 ? -1 : ban[r], hg[r].max, hg[r].token,
+                           hg[r].max_all, hg[r].sum, hc[r].max, hc[r].token, hc[r].max_all, hc[r].sum);
+                    rows++;
+                }
+            dev_free(dx);
+            dev_free(dg);
+            free(hc);
+            free(hg);
+        }
+        free(x);
+        free(ban);
+    }
+    CHECK_EQ_INT(rows, 3 * (5 + 64 + 3 + 4 + 4));
+}
+
 /* Device routing against the CPU op: the same experts and weights, bit for
  * bit (a NaN weight counts as equal to a NaN weight: the device's NaN
  * arithmetic gives another NaN payload), on logits with ties, ±0, ±inf and
@@ -2225,6 +2293,7 @@ int main(void) {
     RUN(test_restrict_lists);
     RUN(test_fused_ops);
     RUN(test_qkv_rope_pack);
+    RUN(test_logits_greedy);
     di_backend_destroy(gpu);
     di_backend_destroy(cpu);
     return test_summary();

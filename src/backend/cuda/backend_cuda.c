@@ -1413,6 +1413,18 @@ static void cu_add_bf16(di_backend *be, float *y, const float *a, const float *b
     note(be, cuda_op_add_bf16(y, a, b, n, &err), &err);
 }
 
+/* The rows' greedy summaries on the device (cuda_ops_logits.cu): the bans
+ * go up with the call (a step's rows: a few hundred bytes). */
+static void cu_logits_greedy(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim,
+                             const int32_t *ban, di_row_greedy *out) {
+    op_enter(be, "logits_greedy");
+    di_err err = {0};
+    if (m <= 0) return;
+    const int32_t *db = ban ? scratch_up(be, SCR_A, ban, (size_t)m * sizeof(int32_t)) : NULL;
+    if (ban && !db) return;
+    note(be, cuda_op_logits_greedy(x, m, V, lim, db, out, &err), &err);
+}
+
 /* moe_route with its results left in device memory: the route kernel
  * (cuda_ops_moe.cu, the CPU op's arithmetic bit for bit); with more
  * active experts than experts (ranks past e pick -1) the host form's
@@ -1975,6 +1987,7 @@ static const di_backend_ops cuda_ops = {
     .scatter_add_rows = cu_scatter_add_rows,
     .add = cu_add,
     .add_bf16 = cu_add_bf16,
+    .logits_greedy = cu_logits_greedy,
     .destroy = cu_destroy,
     .status = cu_status,
     .set_batch_invariant = cu_set_batch_invariant,
