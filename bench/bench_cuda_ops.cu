@@ -848,6 +848,8 @@ static void bench_mid_m(void) {
     cuda_matmul_set_prefill(512);
 }
 
+extern "C" void cuda_logits_greedy_set_aid(int flags); /* cuda_ops_logits.cu: LG_A_* (0 none) */
+
 /* --greedy: the rows' greedy summaries (cuda_ops_logits.cu) at the model's
  * vocabulary, 1 to 256 rows, against downloading the rows to page-locked
  * memory (what a greedy draw needed before, plus the host's passes) */
@@ -860,6 +862,17 @@ static void bench_greedy(void) {
         void *h = NULL;
         CK(cudaMallocHost(&h, (size_t)(m * V) * 4));
         const double ts = time_events([&] { DK(cuda_op_logits_greedy(x, m, V, V, NULL, g, err)); }, 1, 9);
+        /* the measuring aids (cuda_ops_logits.cu LG_A_*: wrong results): without the chains'
+         * adds, without the exponentials, both, without the second phase */
+        double ta[4];
+        const int aids[4] = {1, 2, 3, 4};
+        for (int a = 0; a < 4; a++) {
+            cuda_logits_greedy_set_aid(aids[a]);
+            ta[a] = time_events([&] { DK(cuda_op_logits_greedy(x, m, V, V, NULL, g, err)); }, 1, 9);
+        }
+        cuda_logits_greedy_set_aid(0);
+        printf("greedy aids m=%lld: no chains %.1f us, no exponentials %.1f, neither %.1f, first pass only %.1f\n",
+               (long long)m, ta[0] * 1e6, ta[1] * 1e6, ta[2] * 1e6, ta[3] * 1e6);
         const double td = time_events([&] { CK(cudaMemcpyAsync(h, x, (size_t)(m * V) * 4, cudaMemcpyDeviceToHost, 0)); },
                                       1, 9);
         printf("greedy rows m=%lld V=%lld: summaries %.1f us, rows' download %.1f us (%.1f GB/s)\n", (long long)m,

@@ -58,6 +58,14 @@ __device__ __forceinline__ void lg_fetch(const float *row, int64_t V, int64_t c,
     }
 }
 
+/* Measuring aids (wrong results; bench_cuda_ops --greedy): LG_A_NOCHAIN,
+ * each lane's terms go to 8 independent accumulators (the same loads and
+ * adds without one long dependent chain); LG_A_NOTERM,
+ * the producers store the logits as they are (no exponential);
+ * LG_A_NOSUM, no second phase at all (the first pass alone). */
+enum { LG_A_NOCHAIN = 1, LG_A_NOTERM = 2, LG_A_NOSUM = 4 };
+
+template <int AID>
 __global__ void __launch_bounds__(LG_THREADS) k_logits_greedy(const float *__restrict__ x, int64_t V, int64_t lim,
                                                               const int32_t *__restrict__ ban,
                                                               di_row_greedy *__restrict__ out) {
@@ -120,7 +128,7 @@ __global__ void __launch_bounds__(LG_THREADS) k_logits_greedy(const float *__res
     /* The sum: warps 1.. turn chunk c into terms (its values loaded while
      * chunk c - 1 was turned) while warp 0 adds chunk c - 1 into its 32
      * chains. */
-    const int64_t nch = (V + LG_CHUNK - 1) / LG_CHUNK;
+    const int64_t nch = (AID & LG_A_NOSUM) ? 0 : (V + LG_CHUNK - 1) / LG_CHUNK;
     float v[LG_PER];
     if (warp > 0) lg_fetch(row, V, 0, tid - 32, v);
     __syncthreads(); /* red_nan, red_i complete; e free */
@@ -132,7 +140,7 @@ __global__ void __launch_bounds__(LG_THREADS) k_logits_greedy(const float *__res
             double *d = e[c & 1];
             double t[LG_PER]; /* every term computed (past the row on v = 0, unused): no branch */
 #pragma unroll
-            for (int u = 0; u < LG_PER; u++) t[u] = (double)lg_term(SUB(v[u], all));
+            for (int u = 0; u < LG_PER; u++) t[u] = (AID & LG_A_NOTERM) ? (double)v[u] : (double)lg_term(SUB(v[u], all));
 #pragma unroll
             for (int u = 0; u < LG_PER; u++) { /* e's rows have room past the chunk: no branch */
                 const int j = tid - 32 + LG_PROD * u;
@@ -140,6 +148,13 @@ __global__ void __launch_bounds__(LG_THREADS) k_logits_greedy(const float *__res
             }
 #pragma unroll
             for (int u = 0; u < LG_PER; u++) v[u] = w[u];
+        } else if (warp == 0 && c > 0 && (AID & LG_A_NOCHAIN)) {
+            const double *sh = e[(c - 1) & 1];
+            double a8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll 16
+            for (int u = 0; u < LG_CHUNK / 32; u++) a8[u & 7] = __dadd_rn(a8[u & 7], sh[lane + 32 * u]);
+#pragma unroll
+            for (int u = 0; u < 8; u++) acc = __dadd_rn(acc, a8[u]);
         } else if (warp == 0 && c > 0) {
             const double *sh = e[(c - 1) & 1];
             const int64_t base = (c - 1) * LG_CHUNK;
@@ -185,11 +200,24 @@ __global__ void __launch_bounds__(LG_THREADS) k_logits_greedy(const float *__res
     }
 }
 
+static int lg_aid = 0;
+
 extern "C" di_status cuda_op_logits_greedy(const float *x, int64_t m, int64_t V, int64_t lim, const int32_t *ban,
                                            di_row_greedy *out, di_err *err) {
     if (m <= 0) return DI_OK;
     if (lim > V) lim = V;
     if (lim < 0) lim = 0;
-    k_logits_greedy<<<(unsigned)m, LG_THREADS>>>(x, V, lim, ban, out);
+    switch (lg_aid) {
+    case 0: k_logits_greedy<0><<<(unsigned)m, LG_THREADS>>>(x, V, lim, ban, out); break;
+    case LG_A_NOCHAIN: k_logits_greedy<LG_A_NOCHAIN><<<(unsigned)m, LG_THREADS>>>(x, V, lim, ban, out); break;
+    case LG_A_NOTERM: k_logits_greedy<LG_A_NOTERM><<<(unsigned)m, LG_THREADS>>>(x, V, lim, ban, out); break;
+    case LG_A_NOCHAIN | LG_A_NOTERM:
+        k_logits_greedy<LG_A_NOCHAIN | LG_A_NOTERM><<<(unsigned)m, LG_THREADS>>>(x, V, lim, ban, out);
+        break;
+    default: k_logits_greedy<LG_A_NOSUM><<<(unsigned)m, LG_THREADS>>>(x, V, lim, ban, out); break;
+    }
     return cuda_check_launch(err, "logits_greedy");
 }
+
+/* measuring aid: LG_A_* flags for the next launches (0: the real kernel) */
+extern "C" void cuda_logits_greedy_set_aid(int flags) { lg_aid = flags; }
