@@ -596,7 +596,9 @@ di_status di_fwd_embed(di_fwd *f, const int32_t *ids, float *s, float *pre) {
 /* The head's rows lg [n, V] (backend memory) to the caller: all of them to
  * logits, or (f->out) each as its want says: runs of logits rows in one
  * download each, runs of greedy rows summarised by the backend and only
- * the summaries downloaded, the rest left where they are. */
+ * the summaries downloaded, the rest left where they are. Row k of lg is
+ * sequence f->out_map[k]'s where the head left rows out (out_compact),
+ * else sequence k's. */
 static void logits_to_host(const di_fwd *f, float *logits, const float *lg, int64_t n) {
     di_backend *be = f->lm->be;
     const int64_t V = f->lm->cfg->vocab_size;
@@ -605,17 +607,20 @@ static void logits_to_host(const di_fwd *f, float *logits, const float *lg, int6
         be->ops->download(be, logits, lg, (size_t)(n * V) * sizeof(float));
         return;
     }
-    for (int64_t i = 0, j; i < n; i = j) {
+#define SEQ_OF(k) (f->out_compact ? (int64_t)f->out_map[k] : (k))
+    for (int64_t k = 0, j; k < n; k = j) {
+        const int64_t i = SEQ_OF(k); /* a run: consecutive sequences of one mode */
         const int32_t mode = o->want[i].mode;
-        for (j = i + 1; j < n && o->want[j].mode == mode; j++) {
+        for (j = k + 1; j < n && SEQ_OF(j) == i + (j - k) && o->want[SEQ_OF(j)].mode == mode; j++) {
         }
         if (mode == DI_ROW_LOGITS) {
-            be->ops->download(be, logits + i * V, lg + i * V, (size_t)((j - i) * V) * sizeof(float));
+            be->ops->download(be, logits + i * V, lg + k * V, (size_t)((j - k) * V) * sizeof(float));
         } else if (mode == DI_ROW_GREEDY) {
-            be->ops->logits_greedy(be, lg + i * V, j - i, V, o->lim, f->out_ban + i, f->out_dev + i);
-            be->ops->download(be, o->greedy + i, f->out_dev + i, (size_t)(j - i) * sizeof *f->out_dev);
+            be->ops->logits_greedy(be, lg + k * V, j - k, V, o->lim, f->out_ban + i, f->out_dev + i);
+            be->ops->download(be, o->greedy + i, f->out_dev + i, (size_t)(j - k) * sizeof *f->out_dev);
         }
     }
+#undef SEQ_OF
 }
 
 /* logits [n, V] of rows `rows` from the final streams: collapse with the
@@ -686,28 +691,38 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
     di_fwd f;
     di_status st = di_fwd_begin(&f, lm, seqs, n_seqs, err);
     if (st) return st;
-    /* the summaries' buffers before anything runs: once the pass has run,
+    /* the delivery's buffers before anything runs: once the pass has run,
      * delivering its rows cannot fail */
-    if (fo)
-        for (int q = 0; q < n_seqs; q++)
-            if (fo->want[q].mode == DI_ROW_GREEDY) {
-                f.out_ban = malloc((size_t)n_seqs * sizeof *f.out_ban);
-                f.out_dev = di_alloc_raw(be, (size_t)n_seqs * sizeof *f.out_dev);
-                if (!f.out_ban || !f.out_dev) {
-                    free(f.out_ban);
-                    be->ops->free(be, f.out_dev);
-                    fwd_release(&f);
-                    return di_err_set(err, DI_ERR_NOMEM, "greedy summaries of %d rows: out of memory", n_seqs);
-                }
-                for (int j = 0; j < n_seqs; j++) f.out_ban[j] = fo->want[j].ban;
-                break;
-            }
+    if (fo) {
+        int greedy = 0;
+        for (int q = 0; q < n_seqs; q++) greedy |= fo->want[q].mode == DI_ROW_GREEDY;
+        f.out_map = malloc((size_t)n_seqs * sizeof *f.out_map);
+        if (greedy) {
+            f.out_ban = malloc((size_t)n_seqs * sizeof *f.out_ban);
+            f.out_dev = di_alloc_raw(be, (size_t)n_seqs * sizeof *f.out_dev);
+        }
+        if (!f.out_map || (greedy && (!f.out_ban || !f.out_dev))) {
+            free(f.out_map);
+            free(f.out_ban);
+            be->ops->free(be, f.out_dev);
+            fwd_release(&f);
+            return di_err_set(err, DI_ERR_NOMEM, "rows of %d sequences: out of memory", n_seqs);
+        }
+        for (int j = 0; greedy && j < n_seqs; j++) f.out_ban[j] = fo->want[j].ban;
+    }
     f.out = fo;
+    /* a pass whose rows nobody reads (prefill chunks that draw no token)
+     * skips the head (the real model's head weights are over a gigabyte) */
+    int head = logits != NULL;
+    if (head && fo) {
+        head = 0;
+        for (int q = 0; q < n_seqs; q++) head |= fo->want[q].mode != DI_ROW_NONE;
+    }
     int64_t m = f.m, d = c->dim;
     int hc = c->hc_mult;
     float *s = NULL, *pre = NULL;
     int32_t *rows = NULL;
-    if (graphs && graph_step(&f, logits)) {
+    if (graphs && graph_step(&f, head ? logits : NULL)) {
         uint64_t key = f.step_key ^ (all_rows ? 0x9e3779b97f4a7c15ull : 0);
         const float *lg = be->ops->graph_replay(be, key, f.meta_host, f.meta_bytes);
         if (lg) { /* the recorded step: only the logits come back */
@@ -744,15 +759,22 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
     }
     /* the DSpark rings before the head: a recorded step ends with the logits */
     if (lm->has_dspark && (st = di_dspark_seed(&f, err))) goto out;
-    if (logits) {
+    if (head) {
+        /* rows nobody reads are left out of the head (out_map: the head's
+         * row k is sequence out_map[k]'s), except in a recorded step, whose
+         * head reads the metadata's rows (a decode step: every row read) */
+        f.out_compact = 0;
+        for (int q = 0; fo && !f.recording && q < n_seqs; q++) f.out_compact |= fo->want[q].mode == DI_ROW_NONE;
         int64_t n = 0;
         for (int q = 0; q < n_seqs; q++) {
-            if (all_rows)
+            if (all_rows) {
                 for (int64_t i = 0; i < seqs[q].n; i++) rows[n++] = (int32_t)(f.row0[q] + i);
-            else
+            } else if (!f.out_compact || fo->want[q].mode != DI_ROW_NONE) {
+                if (f.out_compact) f.out_map[n] = q;
                 rows[n++] = (int32_t)(f.row0[q] + seqs[q].n - 1);
+            }
         }
-        const int32_t *drows = f.meta ? (all_rows ? f.m_rows_all : f.m_rows_last) : NULL;
+        const int32_t *drows = f.meta && !f.out_compact ? (all_rows ? f.m_rows_all : f.m_rows_last) : NULL;
         if ((st = di_fwd_head(&f, s, pre, rows, drows, n, logits, err))) goto out;
     }
 done:
@@ -769,6 +791,7 @@ out:
     be->ops->free(be, pre);
     free(rows);
     free(f.out_ban);
+    free(f.out_map);
     be->ops->free(be, f.out_dev);
     if (st) fwd_release(&f);
     else di_fwd_end(&f);

@@ -109,6 +109,8 @@ typedef struct di_fwd {
     const di_fwd_out *out; /* NULL: every logits row to the host */
     int32_t *out_ban;      /* [n_seqs] with out: want[i].ban (host) */
     di_row_greedy *out_dev; /* [n_seqs] with out: the summaries (backend memory) */
+    int32_t *out_map;      /* [n_seqs] with out: the sequence of each row the head computed */
+    int out_compact;       /* the head left out rows nobody reads (out_map in use) */
     di_fwd_trace *trace; /* NULL or where the next block writes its sublayer outputs */
 } di_fwd;
 

@@ -102,6 +102,113 @@ static void test_chunks(void) {
     check_chunks_host_forms(7);
 }
 
+/* di_forward_rows through a chunked prefill: chunks that draw nothing
+ * (DI_ROW_NONE) skip the head and leave the buffers alone, the state
+ * advances as with di_forward; the last chunk's row as logits equals the
+ * one-chunk prefill's last row, its greedy summary di_row_greedy_of of
+ * it; two sequences, one wanting nothing, one a summary with a ban. */
+static void test_rows(void) {
+    if (!REF) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
+    if (!G.lm.be->ops->logits_greedy) SKIP("backend without logits_greedy");
+    di_err err = {0};
+    const int64_t chunk = 37;
+    float *lg = malloc((size_t)(2 * V) * sizeof(float));
+    for (int form = 0; form < 2; form++) { /* the last row as logits, then as a summary */
+        di_seqstate st;
+        CHECK(di_seqstate_init(&st, &G.lm, S + 16, 8, &err) == DI_OK);
+        int untouched = 1;
+        di_row_greedy g = {0};
+        for (int64_t t = 0; t < LEN; t += chunk) {
+            const int64_t n = LEN - t < chunk ? LEN - t : chunk;
+            const int last = t + n == LEN;
+            di_fwd_seq q = {&st, IDS + t, n};
+            di_row_want w = {last ? (form ? DI_ROW_GREEDY : DI_ROW_LOGITS) : DI_ROW_NONE, -1};
+            memset(&g, 0xff, sizeof g);
+            for (int64_t i = 0; i < V; i++) lg[i] = -12345.0f;
+            di_fwd_out o = {&w, V, &g};
+            CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_OK);
+            if (!last || form) /* nothing written but what was asked */
+                for (int64_t i = 0; i < V; i++) untouched &= lg[i] == -12345.0f;
+            if (!last) {
+                uint8_t ff[sizeof g];
+                memset(ff, 0xff, sizeof ff);
+                untouched &= !memcmp(&g, ff, sizeof g);
+            }
+        }
+        CHECKF(untouched, "form %d: a row not asked for was written", form);
+        const float *ref = REF + (LEN - 1) * V;
+        if (form == 0) {
+            int64_t diff = 0;
+            for (int64_t i = 0; i < V; i++) diff += lg[i] != ref[i];
+            CHECKF(diff == 0, "the last row's logits: %lld differ from the one-chunk prefill", (long long)diff);
+        } else {
+            di_row_greedy h;
+            di_row_greedy_of(ref, V, V, -1, &h);
+            CHECK(!memcmp(&g, &h, sizeof g));
+        }
+        di_seqstate_free(&st);
+    }
+    /* two sequences: one draws nothing, the other a summary banning its
+     * first maximum (the search's next best) */
+    di_seqstate a, b;
+    CHECK(di_seqstate_init(&a, &G.lm, S + 16, 0, &err) == DI_OK);
+    CHECK(di_seqstate_init(&b, &G.lm, S + 16, 0, &err) == DI_OK);
+    di_row_greedy h0;
+    di_row_greedy_of(REF + 99 * V, V, V, -1, &h0);
+    di_fwd_seq two[2] = {{&a, IDS, 64}, {&b, IDS, 100}};
+    di_row_want w2[2] = {{DI_ROW_NONE, -1}, {DI_ROW_GREEDY, h0.token}};
+    di_row_greedy g2[2];
+    memset(g2, 0xff, sizeof g2);
+    di_fwd_out o2 = {w2, V, g2};
+    CHECK(di_forward_rows(&G.lm, two, 2, lg, &o2, &err) == DI_OK);
+    di_row_greedy h;
+    di_row_greedy_of(REF + 99 * V, V, V, h0.token, &h);
+    CHECK(!memcmp(&g2[1], &h, sizeof h) && h.token != h0.token);
+    di_seqstate_free(&a);
+    di_seqstate_free(&b);
+    /* five sequences, the head's rows left out where nothing is read: every
+     * mix of modes delivers each row as the plain forward's */
+    enum { NS = 5 };
+    const int64_t lens[NS] = {64, 100, 37, 80, 1};
+    const int32_t modes[3][NS] = {{DI_ROW_GREEDY, DI_ROW_NONE, DI_ROW_LOGITS, DI_ROW_GREEDY, DI_ROW_NONE},
+                                  {DI_ROW_LOGITS, DI_ROW_LOGITS, DI_ROW_NONE, DI_ROW_GREEDY, DI_ROW_GREEDY},
+                                  {DI_ROW_NONE, DI_ROW_GREEDY, DI_ROW_GREEDY, DI_ROW_NONE, DI_ROW_LOGITS}};
+    float *ref = malloc((size_t)(NS * V) * sizeof(float)), *got = malloc((size_t)(NS * V) * sizeof(float));
+    for (int c = -1; c < 3; c++) {
+        di_seqstate sts[NS];
+        di_fwd_seq qs[NS];
+        for (int q = 0; q < NS; q++) {
+            CHECK(di_seqstate_init(&sts[q], &G.lm, S + 16, 0, &err) == DI_OK);
+            qs[q] = (di_fwd_seq){&sts[q], IDS + 3 * q, lens[q]};
+        }
+        if (c < 0) {
+            CHECK(di_forward(&G.lm, qs, NS, ref, 0, &err) == DI_OK);
+        } else {
+            di_row_want w[NS];
+            di_row_greedy gs[NS];
+            for (int q = 0; q < NS; q++) w[q] = (di_row_want){modes[c][q], q == 3 ? 2 : -1};
+            for (int64_t i = 0; i < NS * V; i++) got[i] = -12345.0f;
+            di_fwd_out o = {w, V, gs};
+            CHECK(di_forward_rows(&G.lm, qs, NS, got, &o, &err) == DI_OK);
+            for (int q = 0; q < NS; q++) {
+                int64_t bad = 0;
+                for (int64_t i = 0; i < V; i++)
+                    bad += w[q].mode == DI_ROW_LOGITS ? got[q * V + i] != ref[q * V + i] : got[q * V + i] != -12345.0f;
+                if (w[q].mode == DI_ROW_GREEDY) {
+                    di_row_greedy h;
+                    di_row_greedy_of(ref + q * V, V, V, w[q].ban, &h);
+                    bad += memcmp(&gs[q], &h, sizeof h) != 0;
+                }
+                CHECKF(bad == 0, "mix %d, sequence %d (mode %d): %lld values wrong", c, q, w[q].mode, (long long)bad);
+            }
+        }
+        for (int q = 0; q < NS; q++) di_seqstate_free(&sts[q]);
+    }
+    free(ref);
+    free(got);
+    free(lg);
+}
+
 /* Sequence A (short prompt then decode) batched with B (the long prompt, in
  * chunks, at other positions): A's logits equal A alone; B's equal REF. */
 static void test_batch(void) {
@@ -200,6 +307,7 @@ int main(void) {
         return test_summary();
     }
     RUN(test_chunks);
+    RUN(test_rows);
     RUN(test_batch);
     RUN(test_rollback);
     RUN(test_errors);
