@@ -6,6 +6,7 @@ times; each case also checks that both settings give the same tokens and
 cumulative logprobs (docs/engine.md, "Rows by need").
 
     python3 bench/bench_engine_rows.py MODEL TOKENIZER [--dummy] [--reps 2]
+        [--prompt-words N --step-tokens T]   (long prompts, chunked prefill)
 
 MODEL: a checkpoint directory or config.json (--dummy: random weights at
 its shapes, e.g. bench/v41_flash_trunc.py's cut model on a GPU with
@@ -37,6 +38,9 @@ def main():
     ap.add_argument("--reps", type=int, default=2, help="alternations of the two settings")
     ap.add_argument("--tokens", type=int, default=32, help="tokens a sequence")
     ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--prompt-words", type=int, default=0,
+                    help="prompts this many words long (0: a few words); with --step-tokens, chunked prefill")
+    ap.add_argument("--step-tokens", type=int, default=None, help="token budget of a step (max_num_batched_tokens)")
     a = ap.parse_args()
     lib = _ffi.lib()
     lib.di_engine_get_stats.argtypes = [ctypes.c_void_p, ctypes.POINTER(Stats)]
@@ -54,6 +58,9 @@ def main():
               [big])]
     rates, first, same = {}, {}, True
     kw = {"load_format": "dummy"} if a.dummy else {}
+    if a.step_tokens:
+        kw["max_num_batched_tokens"] = a.step_tokens
+    filler = " ".join(f"word{j}" for j in range(a.prompt_words))
     for _ in range(a.reps):
         for rows in ("1", "0"):
             os.environ["DI_ENGINE_ROWS"] = rows  # read when the engine opens
@@ -62,7 +69,7 @@ def main():
                 for name, sp, bs in cases:
                     for b in bs:
                         s0, t0 = stats(llm), time.time()
-                        outs = llm.generate([f"The quick brown fox {i}" for i in range(b)], sp, use_tqdm=False)
+                        outs = llm.generate([f"The quick brown fox {i} {filler}" for i in range(b)], sp, use_tqdm=False)
                         t1, s1 = time.time(), stats(llm)
                         n = sum(len(o.outputs[0].token_ids) for o in outs)
                         st = max(s1.steps - s0.steps, 1)
