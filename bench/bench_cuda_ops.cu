@@ -862,17 +862,24 @@ static void bench_greedy(void) {
         void *h = NULL;
         CK(cudaMallocHost(&h, (size_t)(m * V) * 4));
         const double ts = time_events([&] { DK(cuda_op_logits_greedy(x, m, V, V, NULL, g, err)); }, 1, 9);
-        /* the measuring aids (cuda_ops_logits.cu LG_A_*: wrong results): without the chains'
-         * adds, without the exponentials, both, without the second phase */
-        double ta[4];
-        const int aids[4] = {1, 2, 3, 4};
-        for (int a = 0; a < 4; a++) {
+        /* the measuring aids (cuda_ops_logits.cu LG_A_*): blocks of 512 threads (the same
+         * bits: compared), and, with wrong results, the chains' adds in independent
+         * accumulators, no exponentials, both, the first pass alone */
+        std::vector<di_row_greedy> h0((size_t)m), h1((size_t)m);
+        CK(cudaMemcpy(h0.data(), g, (size_t)m * sizeof *g, cudaMemcpyDeviceToHost));
+        double ta[5];
+        const int aids[5] = {8, 1, 2, 3, 4};
+        for (int a = 0; a < 5; a++) {
             cuda_logits_greedy_set_aid(aids[a]);
             ta[a] = time_events([&] { DK(cuda_op_logits_greedy(x, m, V, V, NULL, g, err)); }, 1, 9);
+            if (a == 0) CK(cudaMemcpy(h1.data(), g, (size_t)m * sizeof *g, cudaMemcpyDeviceToHost));
         }
         cuda_logits_greedy_set_aid(0);
-        printf("greedy aids m=%lld: no chains %.1f us, no exponentials %.1f, neither %.1f, first pass only %.1f\n",
-               (long long)m, ta[0] * 1e6, ta[1] * 1e6, ta[2] * 1e6, ta[3] * 1e6);
+        const bool same = !memcmp(h0.data(), h1.data(), (size_t)m * sizeof *g);
+        printf("greedy aids m=%lld: 512 threads %.1f us (%s bits), no chains %.1f, no exponentials %.1f, "
+               "neither %.1f, first pass only %.1f\n",
+               (long long)m, ta[0] * 1e6, same ? "same" : "OTHER", ta[1] * 1e6, ta[2] * 1e6, ta[3] * 1e6,
+               ta[4] * 1e6);
         const double td = time_events([&] { CK(cudaMemcpyAsync(h, x, (size_t)(m * V) * 4, cudaMemcpyDeviceToHost, 0)); },
                                       1, 9);
         printf("greedy rows m=%lld V=%lld: summaries %.1f us, rows' download %.1f us (%.1f GB/s)\n", (long long)m,

@@ -24,11 +24,14 @@
 #include "core/route_score.h"
 
 enum {
-    LG_THREADS = 256,
-    LG_CHUNK = 2048,                                    /* a chunk: 64 elements a chain */
-    LG_PROD = LG_THREADS - 32,                          /* producer threads (warps 1..) */
-    LG_PER = (LG_CHUNK + LG_PROD - 1) / LG_PROD,        /* a producer's elements of a chunk */
-    LG_UNROLL = 8                                       /* loads in flight a thread, first pass */
+    LG_THREADS = 256, /* a block (LG_A_WIDE: 512) */
+    LG_CHUNK = 2048,  /* a chunk: 64 elements a chain */
+    LG_UNROLL = 8     /* loads in flight a thread, first pass */
+};
+/* producer threads (warps 1..) and a producer's elements of a chunk, for
+ * blocks of NT threads */
+template <int NT> struct lg_dims {
+    static constexpr int PROD = NT - 32, PER = (LG_CHUNK + PROD - 1) / PROD;
 };
 
 /* a term of the sum as the host forms it (row_exp.c exp_sum1): a NaN
@@ -49,30 +52,34 @@ __device__ __forceinline__ double lg_lds(uint32_t a) {
 
 /* A producer's elements of chunk c (0 past the row), loaded ahead of use:
  * one block reads a whole row, so its loads must be many in flight. */
-__device__ __forceinline__ void lg_fetch(const float *row, int64_t V, int64_t c, int j0, float v[LG_PER]) {
+template <int NT>
+__device__ __forceinline__ void lg_fetch(const float *row, int64_t V, int64_t c, int j0, float v[lg_dims<NT>::PER]) {
 #pragma unroll
-    for (int u = 0; u < LG_PER; u++) {
-        const int j = j0 + LG_PROD * u;
+    for (int u = 0; u < lg_dims<NT>::PER; u++) {
+        const int j = j0 + lg_dims<NT>::PROD * u;
         const int64_t i = c * LG_CHUNK + j;
         v[u] = j < LG_CHUNK && i < V ? __ldg(row + i) : 0.0f; /* 0: a term computed, never added */
     }
 }
 
-/* Measuring aids (wrong results; bench_cuda_ops --greedy): LG_A_NOCHAIN,
+/* Measuring aids (bench_cuda_ops --greedy): LG_A_WIDE, blocks of 512
+ * threads (15 producer warps instead of 7; the same bits); the others give
+ * wrong results: LG_A_NOCHAIN,
  * each lane's terms go to 8 independent accumulators (the same loads and
  * adds without one long dependent chain); LG_A_NOTERM,
  * the producers store the logits as they are (no exponential);
  * LG_A_NOSUM, no second phase at all (the first pass alone). */
-enum { LG_A_NOCHAIN = 1, LG_A_NOTERM = 2, LG_A_NOSUM = 4 };
+enum { LG_A_NOCHAIN = 1, LG_A_NOTERM = 2, LG_A_NOSUM = 4, LG_A_WIDE = 8 };
 
-template <int AID>
-__global__ void __launch_bounds__(LG_THREADS) k_logits_greedy(const float *__restrict__ x, int64_t V, int64_t lim,
+template <int AID, int NT>
+__global__ void __launch_bounds__(NT) k_logits_greedy(const float *__restrict__ x, int64_t V, int64_t lim,
                                                               const int32_t *__restrict__ ban,
                                                               di_row_greedy *__restrict__ out) {
     static_assert(DI_ROW_SUM_LANES == 32, "one warp of chains");
-    __shared__ double e[2][LG_PER * LG_PROD]; /* a chunk, and room for the producers' last stores */
-    __shared__ float red_m[LG_THREADS / 32], red_a[LG_THREADS / 32];
-    __shared__ long long red_i[LG_THREADS / 32];
+    constexpr int PROD = lg_dims<NT>::PROD, PER = lg_dims<NT>::PER;
+    __shared__ double e[2][PER * PROD]; /* a chunk, and room for the producers' last stores */
+    __shared__ float red_m[NT / 32], red_a[NT / 32];
+    __shared__ long long red_i[NT / 32];
     __shared__ int red_nan;
     const float *row = x + (int64_t)blockIdx.x * V;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -86,16 +93,16 @@ __global__ void __launch_bounds__(LG_THREADS) k_logits_greedy(const float *__res
     float mt = -INFINITY, at = -INFINITY;
     long long it = V;
     int nan = 0;
-    for (int64_t i0 = tid; i0 < V; i0 += (int64_t)LG_UNROLL * LG_THREADS) {
+    for (int64_t i0 = tid; i0 < V; i0 += (int64_t)LG_UNROLL * NT) {
         float v[LG_UNROLL];
 #pragma unroll
         for (int u = 0; u < LG_UNROLL; u++) {
-            const int64_t i = i0 + (int64_t)u * LG_THREADS;
+            const int64_t i = i0 + (int64_t)u * NT;
             v[u] = i < V ? __ldg(row + i) : -INFINITY;
         }
 #pragma unroll
         for (int u = 0; u < LG_UNROLL; u++) {
-            const int64_t i = i0 + (int64_t)u * LG_THREADS;
+            const int64_t i = i0 + (int64_t)u * NT;
             nan |= v[u] != v[u];
             at = lg_max(at, v[u]);
             if (i < lim && i != b && v[u] > mt) mt = v[u], it = i;
@@ -115,7 +122,7 @@ __global__ void __launch_bounds__(LG_THREADS) k_logits_greedy(const float *__res
     __syncthreads();
     if (nan && lane == 0) red_nan = 1;
     m = red_m[0], all = red_a[0];
-    for (int w = 1; w < LG_THREADS / 32; w++) m = lg_max(m, red_m[w]), all = lg_max(all, red_a[w]);
+    for (int w = 1; w < NT / 32; w++) m = lg_max(m, red_m[w]), all = lg_max(all, red_a[w]);
     long long first = m != -INFINITY && mt == m ? it : V;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -129,25 +136,25 @@ __global__ void __launch_bounds__(LG_THREADS) k_logits_greedy(const float *__res
      * chunk c - 1 was turned) while warp 0 adds chunk c - 1 into its 32
      * chains. */
     const int64_t nch = (AID & LG_A_NOSUM) ? 0 : (V + LG_CHUNK - 1) / LG_CHUNK;
-    float v[LG_PER];
-    if (warp > 0) lg_fetch(row, V, 0, tid - 32, v);
+    float v[PER];
+    if (warp > 0) lg_fetch<NT>(row, V, 0, tid - 32, v);
     __syncthreads(); /* red_nan, red_i complete; e free */
     double acc = 0.0;
     for (int64_t c = 0; c <= nch; c++) {
         if (warp > 0 && c < nch) {
-            float w[LG_PER];
-            lg_fetch(row, V, c + 1, tid - 32, w); /* the next chunk's, in flight meanwhile */
+            float w[PER];
+            lg_fetch<NT>(row, V, c + 1, tid - 32, w); /* the next chunk's, in flight meanwhile */
             double *d = e[c & 1];
-            double t[LG_PER]; /* every term computed (past the row on v = 0, unused): no branch */
+            double t[PER]; /* every term computed (past the row on v = 0, unused): no branch */
 #pragma unroll
-            for (int u = 0; u < LG_PER; u++) t[u] = (AID & LG_A_NOTERM) ? (double)v[u] : (double)lg_term(SUB(v[u], all));
+            for (int u = 0; u < PER; u++) t[u] = (AID & LG_A_NOTERM) ? (double)v[u] : (double)lg_term(SUB(v[u], all));
 #pragma unroll
-            for (int u = 0; u < LG_PER; u++) { /* e's rows have room past the chunk: no branch */
-                const int j = tid - 32 + LG_PROD * u;
+            for (int u = 0; u < PER; u++) { /* e's rows have room past the chunk: no branch */
+                const int j = tid - 32 + PROD * u;
                 d[j] = c * LG_CHUNK + j < V ? t[u] : 0.0;
             }
 #pragma unroll
-            for (int u = 0; u < LG_PER; u++) v[u] = w[u];
+            for (int u = 0; u < PER; u++) v[u] = w[u];
         } else if (warp == 0 && c > 0 && (AID & LG_A_NOCHAIN)) {
             const double *sh = e[(c - 1) & 1];
             double a8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -188,7 +195,7 @@ __global__ void __launch_bounds__(LG_THREADS) k_logits_greedy(const float *__res
         for (int o = 1; o < 32; o <<= 1) acc = __dadd_rn(acc, __shfl_xor_sync(0xffffffffu, acc, o));
         if (lane == 0) {
             long long f = red_i[0];
-            for (int w = 1; w < LG_THREADS / 32; w++) f = red_i[w] < f ? red_i[w] : f;
+            for (int w = 1; w < NT / 32; w++) f = red_i[w] < f ? red_i[w] : f;
             di_row_greedy g;
             g.max = m;
             g.token = m != -INFINITY && f < lim ? (int32_t)f : -1;
@@ -207,14 +214,16 @@ extern "C" di_status cuda_op_logits_greedy(const float *x, int64_t m, int64_t V,
     if (m <= 0) return DI_OK;
     if (lim > V) lim = V;
     if (lim < 0) lim = 0;
+    const unsigned g = (unsigned)m;
     switch (lg_aid) {
-    case 0: k_logits_greedy<0><<<(unsigned)m, LG_THREADS>>>(x, V, lim, ban, out); break;
-    case LG_A_NOCHAIN: k_logits_greedy<LG_A_NOCHAIN><<<(unsigned)m, LG_THREADS>>>(x, V, lim, ban, out); break;
-    case LG_A_NOTERM: k_logits_greedy<LG_A_NOTERM><<<(unsigned)m, LG_THREADS>>>(x, V, lim, ban, out); break;
+    case 0: k_logits_greedy<0, LG_THREADS><<<g, LG_THREADS>>>(x, V, lim, ban, out); break;
+    case LG_A_WIDE: k_logits_greedy<0, 512><<<g, 512>>>(x, V, lim, ban, out); break;
+    case LG_A_NOCHAIN: k_logits_greedy<LG_A_NOCHAIN, LG_THREADS><<<g, LG_THREADS>>>(x, V, lim, ban, out); break;
+    case LG_A_NOTERM: k_logits_greedy<LG_A_NOTERM, LG_THREADS><<<g, LG_THREADS>>>(x, V, lim, ban, out); break;
     case LG_A_NOCHAIN | LG_A_NOTERM:
-        k_logits_greedy<LG_A_NOCHAIN | LG_A_NOTERM><<<(unsigned)m, LG_THREADS>>>(x, V, lim, ban, out);
+        k_logits_greedy<LG_A_NOCHAIN | LG_A_NOTERM, LG_THREADS><<<g, LG_THREADS>>>(x, V, lim, ban, out);
         break;
-    default: k_logits_greedy<LG_A_NOSUM><<<(unsigned)m, LG_THREADS>>>(x, V, lim, ban, out); break;
+    default: k_logits_greedy<LG_A_NOSUM, LG_THREADS><<<g, LG_THREADS>>>(x, V, lim, ban, out); break;
     }
     return cuda_check_launch(err, "logits_greedy");
 }
