@@ -693,9 +693,10 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
     if (st) return st;
     /* the delivery's buffers before anything runs: once the pass has run,
      * delivering its rows cannot fail */
+    int n_mode[3] = {0, 0, 0}; /* sequences by want: DI_ROW_NONE, _LOGITS, _GREEDY */
+    for (int q = 0; fo && q < n_seqs; q++) n_mode[fo->want[q].mode]++;
     if (fo) {
-        int greedy = 0;
-        for (int q = 0; q < n_seqs; q++) greedy |= fo->want[q].mode == DI_ROW_GREEDY;
+        const int greedy = n_mode[DI_ROW_GREEDY] > 0;
         f.out_map = malloc((size_t)n_seqs * sizeof *f.out_map);
         if (greedy) {
             f.out_ban = malloc((size_t)n_seqs * sizeof *f.out_ban);
@@ -713,11 +714,7 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
     f.out = fo;
     /* a pass whose rows nobody reads (prefill chunks that draw no token)
      * skips the head (the real model's head weights are over a gigabyte) */
-    int head = logits != NULL;
-    if (head && fo) {
-        head = 0;
-        for (int q = 0; q < n_seqs; q++) head |= fo->want[q].mode != DI_ROW_NONE;
-    }
+    const int head = logits != NULL && (!fo || n_mode[DI_ROW_NONE] < n_seqs);
     int64_t m = f.m, d = c->dim;
     int hc = c->hc_mult;
     float *s = NULL, *pre = NULL;
@@ -763,8 +760,7 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
         /* rows nobody reads are left out of the head (out_map: the head's
          * row k is sequence out_map[k]'s), except in a recorded step, whose
          * head reads the metadata's rows (a decode step: every row read) */
-        f.out_compact = 0;
-        for (int q = 0; fo && !f.recording && q < n_seqs; q++) f.out_compact |= fo->want[q].mode == DI_ROW_NONE;
+        f.out_compact = n_mode[DI_ROW_NONE] > 0 && !f.recording;
         int64_t n = 0;
         for (int q = 0; q < n_seqs; q++) {
             if (all_rows) {
@@ -818,5 +814,8 @@ di_status di_forward_rows(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, f
                           lm->be->ops->name);
     if (!logits || !out || !out->want || !out->greedy)
         return di_err_set(err, DI_ERR_INVALID_ARG, "forward: rows wanted without their buffers");
+    for (int q = 0; q < n_seqs; q++)
+        if (out->want[q].mode < DI_ROW_NONE || out->want[q].mode > DI_ROW_GREEDY)
+            return di_err_set(err, DI_ERR_INVALID_ARG, "forward: sequence %d: row mode %d", q, (int)out->want[q].mode);
     return forward_run(lm, seqs, n_seqs, logits, 0, out, err);
 }
