@@ -848,45 +848,37 @@ static void bench_mid_m(void) {
     cuda_matmul_set_prefill(512);
 }
 
-extern "C" void cuda_logits_greedy_set_aid(int flags); /* cuda_ops_logits.cu: LG_A_* (0 none) */
-
 /* --greedy: the rows' greedy summaries (cuda_ops_logits.cu) at the model's
  * vocabulary, 1 to 256 rows, against downloading the rows to page-locked
- * memory (what a greedy draw needed before, plus the host's passes) */
+ * memory (what a greedy draw needed before, plus the host's passes), and
+ * the summaries against the host's (core/row_exp.c) */
 static void bench_greedy(void) {
     const int64_t V = 129280;
     for (int64_t m : {1, 8, 64, 256}) {
         float *x = (float *)dalloc((size_t)(m * V) * 4);
         di_row_greedy *g = (di_row_greedy *)dalloc((size_t)m * sizeof *g);
+        void *scr = dalloc(cuda_op_logits_greedy_scratch_bytes(m, V));
         fill_scales<<<1024, 256>>>(x, (size_t)(m * V), 7);
         void *h = NULL;
         CK(cudaMallocHost(&h, (size_t)(m * V) * 4));
-        const double ts = time_events([&] { DK(cuda_op_logits_greedy(x, m, V, V, NULL, g, err)); }, 1, 9);
-        /* the measuring aids (cuda_ops_logits.cu LG_A_*): blocks of 512 threads (the same
-         * bits: compared), and, with wrong results, the chains' adds in independent
-         * accumulators, no exponentials, both, the first pass alone */
-        std::vector<di_row_greedy> h0((size_t)m), h1((size_t)m);
-        CK(cudaMemcpy(h0.data(), g, (size_t)m * sizeof *g, cudaMemcpyDeviceToHost));
-        double ta[5];
-        const int aids[5] = {8, 1, 2, 3, 4};
-        for (int a = 0; a < 5; a++) {
-            cuda_logits_greedy_set_aid(aids[a]);
-            ta[a] = time_events([&] { DK(cuda_op_logits_greedy(x, m, V, V, NULL, g, err)); }, 1, 9);
-            if (a == 0) CK(cudaMemcpy(h1.data(), g, (size_t)m * sizeof *g, cudaMemcpyDeviceToHost));
-        }
-        cuda_logits_greedy_set_aid(0);
-        const bool same = !memcmp(h0.data(), h1.data(), (size_t)m * sizeof *g);
-        printf("greedy aids m=%lld: 512 threads %.1f us (%s bits), no chains %.1f, no exponentials %.1f, "
-               "neither %.1f, first pass only %.1f\n",
-               (long long)m, ta[0] * 1e6, same ? "same" : "OTHER", ta[1] * 1e6, ta[2] * 1e6, ta[3] * 1e6,
-               ta[4] * 1e6);
+        const double ts = time_events([&] { DK(cuda_op_logits_greedy(x, m, V, V, NULL, g, scr, err)); }, 1, 9);
         const double td = time_events([&] { CK(cudaMemcpyAsync(h, x, (size_t)(m * V) * 4, cudaMemcpyDeviceToHost, 0)); },
                                       1, 9);
-        printf("greedy rows m=%lld V=%lld: summaries %.1f us, rows' download %.1f us (%.1f GB/s)\n", (long long)m,
-               (long long)V, ts * 1e6, td * 1e6, (double)(m * V) * 4 / td * 1e-9);
+        std::vector<di_row_greedy> hd((size_t)m);
+        CK(cudaMemcpy(hd.data(), g, (size_t)m * sizeof *g, cudaMemcpyDeviceToHost));
+        int same = 0;
+        for (int64_t r = 0; r < m; r++) {
+            di_row_greedy hc;
+            di_row_greedy_of((const float *)h + r * V, V, V, -1, &hc);
+            same += !memcmp(&hc, &hd[(size_t)r], sizeof hc);
+        }
+        printf("greedy rows m=%lld V=%lld: summaries %.1f us, rows' download %.1f us (%.1f GB/s); "
+               "%d of %lld summaries the host's bits\n",
+               (long long)m, (long long)V, ts * 1e6, td * 1e6, (double)(m * V) * 4 / td * 1e-9, same, (long long)m);
         CK(cudaFreeHost(h));
         di_cuda_free(x);
         di_cuda_free(g);
+        di_cuda_free(scr);
     }
 }
 

@@ -30,13 +30,16 @@ static float exp1(float a) {
  * a +inf logit against a +inf maximum: one, as its share of the row. */
 static float exp_sum1(float a) { return di_rs_exp_nonpos(a < 0.0f ? a : 0.0f); }
 
-/* The lanes' tree: neighbours first, (0+1), (2+3), .., then the pairs of
- * those, and so on (a warp's xor shuffles 1, 2, 4, 8, 16 give it too). */
-static double lanes_total(double l[DI_ROW_SUM_LANES]) {
-    for (int w = 1; w < DI_ROW_SUM_LANES; w *= 2)
-        for (int j = 0; j < DI_ROW_SUM_LANES; j += 2 * w) l[j] += l[j + w];
-    return l[0];
+/* A term as the sum's integer: rint(t · 2^F) with t · 2^F exact (t <= 1, a
+ * power-of-two scale) and below 2^51, rounded to an integer, ties to even,
+ * by adding 1.5 · 2^52 in double (the vector path's very operation). */
+#define DI_ROW_MAGIC 0x1.8p52
+static int64_t term_q(float t, float scale) {
+    union { double d; int64_t i; } a = {.d = (double)t * (double)scale + DI_ROW_MAGIC}, b = {.d = DI_ROW_MAGIC};
+    return a.i - b.i;
 }
+
+static double sum_of_q(int64_t q, int f) { return ldexp((double)q, -f); }
 
 static float max_scalar(const float *x, int64_t i, int64_t n, float m) {
     for (; i < n; i++)
@@ -118,29 +121,37 @@ AVX2 static void exp_avx2(const float *x, int64_t n, float shift, float scale, f
     for (; i < n; i++) out[i] = exp1((x[i] - shift) * scale);
 }
 
+/* The terms' raw bits (t · 2^F + 1.5 · 2^52 as doubles, one FMA: the
+ * product is exact) are added as they are and the offsets taken off once
+ * at the end, in unsigned 64-bit arithmetic, whose wrap-around gives the
+ * same total. */
 AVX2 static double sum_avx2(const float *x, int64_t n, float shift) {
+    const int f = di_row_sum_frac_bits(n);
+    const float scale = ldexpf(1.0f, f);
     const __m256 sh = _mm256_set1_ps(shift);
-    __m256d a[DI_ROW_SUM_LANES / 4];
-    for (int j = 0; j < DI_ROW_SUM_LANES / 4; j++) a[j] = _mm256_setzero_pd();
+    const __m256d magic = _mm256_set1_pd(DI_ROW_MAGIC), sc = _mm256_set1_pd((double)scale);
+    __m256i q0 = _mm256_setzero_si256(), q1 = _mm256_setzero_si256();
     __m256 bad = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + DI_ROW_SUM_LANES <= n; i += DI_ROW_SUM_LANES)
-#pragma GCC unroll 4
-        for (int q = 0; q < DI_ROW_SUM_LANES / 8; q++) {
-            const __m256 v = _mm256_loadu_ps(x + i + 8 * q);
-            bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-            const __m256 e = exp8(_mm256_sub_ps(v, sh), 0); /* NaN: the row's sum is NaN */
-            a[2 * q] = _mm256_add_pd(a[2 * q], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
-            a[2 * q + 1] = _mm256_add_pd(a[2 * q + 1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
-        }
-    double l[DI_ROW_SUM_LANES];
-    for (int j = 0; j < DI_ROW_SUM_LANES / 4; j++) _mm256_storeu_pd(l + 4 * j, a[j]);
-    int any_nan = _mm256_movemask_ps(bad) != 0;
-    for (int64_t j = i; j < n; j++) {
-        any_nan |= x[j] != x[j];
-        l[j - i] += (double)exp_sum1(x[j] - shift);
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        const __m256 e = exp8(_mm256_sub_ps(v, sh), 0); /* NaN: the row's sum is NaN */
+        const __m256d lo = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e)), sc, magic);
+        const __m256d hi = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)), sc, magic);
+        q0 = _mm256_add_epi64(q0, _mm256_castpd_si256(lo));
+        q1 = _mm256_add_epi64(q1, _mm256_castpd_si256(hi));
     }
-    return any_nan ? NAN : lanes_total(l);
+    uint64_t l[4];
+    _mm256_storeu_si256((__m256i *)l, _mm256_add_epi64(q0, q1));
+    const union { double d; uint64_t u; } mb = {.d = DI_ROW_MAGIC};
+    int64_t q = (int64_t)(l[0] + l[1] + l[2] + l[3] - (uint64_t)i * mb.u);
+    int any_nan = _mm256_movemask_ps(bad) != 0;
+    for (; i < n; i++) {
+        any_nan |= x[i] != x[i];
+        q += term_q(exp_sum1(x[i] - shift), scale);
+    }
+    return any_nan ? NAN : sum_of_q(q, f);
 }
 #endif
 
@@ -195,13 +206,15 @@ double di_row_sum_exp(const float *x, int64_t n, float shift) {
 #if defined(DI_SAMPLER_AVX2)
     if (use_avx2()) return sum_avx2(x, n, shift);
 #endif
-    double l[DI_ROW_SUM_LANES] = {0};
+    const int f = di_row_sum_frac_bits(n);
+    const float scale = ldexpf(1.0f, f);
+    int64_t q = 0;
     int any_nan = 0;
     for (int64_t i = 0; i < n; i++) {
         any_nan |= x[i] != x[i];
-        l[i % DI_ROW_SUM_LANES] += (double)exp_sum1(x[i] - shift);
+        q += term_q(exp_sum1(x[i] - shift), scale);
     }
-    return any_nan ? NAN : lanes_total(l);
+    return any_nan ? NAN : sum_of_q(q, f);
 }
 
 void di_row_greedy_of(const float *x, int64_t V, int64_t lim, int32_t ban, di_row_greedy *g) {

@@ -1062,9 +1062,9 @@ static void test_route_score_device(void) {
 /* The rows' greedy summaries (logits_greedy, core/row_exp.h) against the
  * CPU op, bit for bit, whole structs: the first maximum under a search
  * bound and a ban (on the first maximum, elsewhere, past the bound, none),
- * the row's maximum and its sum of exponentials in the host's chains;
+ * the row's maximum and its sum of exponentials (fixed-point terms);
  * vocabularies of the model's size and odd ones (partial chunks, rows
- * shorter than the 8 chains); rows with ties, both zeros, NaN (the sum's
+ * shorter than a vector of 8); rows with ties, both zeros, NaN (the sum's
  * NaN), +inf (terms of 1), nothing finite, the ban on the only finite
  * value. The summaries go to poisoned device memory. */
 static void test_logits_greedy(void) {

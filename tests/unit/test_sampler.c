@@ -330,6 +330,28 @@ static void test_row_exp(void) {
     const double ss2 = di_row_sum_exp(x, N, INFINITY);
     di_row_exp_force_scalar(0);
     CHECKF(si == 2.0 && ss2 == 2.0, "+inf terms: %g / %g", si, ss2);
+    /* the sum's definition: each term rint(t · 2^F) (ties to even), their
+     * integer total times 2^-F; the same bits in any order of the row
+     * (reversed, and rotated by 3: every vector sees other neighbours) */
+    x[100] = -3.0f, x[7] = -0.5f, x[N - 2] = -7.25f;
+    di_row_exp(x, N, 1.5f, 1.0f, ea);
+    const int fb = di_row_sum_frac_bits(N);
+    CHECK_EQ_INT(fb, 49); /* 4,099 terms: 13 bits */
+    CHECK_EQ_INT(di_row_sum_frac_bits(7), 50); /* capped */
+    CHECK_EQ_INT(di_row_sum_frac_bits(129280), 45);
+    long long qs = 0;
+    for (int i = 0; i < N; i++) qs += llrint(ldexp((double)ea[i], fb));
+    const double sdef = ldexp((double)qs, -fb);
+    for (int scalar = 0; scalar < 2; scalar++) {
+        di_row_exp_force_scalar(scalar);
+        for (int i = 0; i < N; i++) es[i] = x[N - 1 - i];
+        const double s0 = di_row_sum_exp(x, N, 1.5f), s1 = di_row_sum_exp(es, N, 1.5f);
+        for (int i = 0; i < N; i++) es[i] = x[(i + 3) % N];
+        const double s2 = di_row_sum_exp(es, N, 1.5f);
+        CHECKF(s0 == sdef && s1 == sdef && s2 == sdef, "%s sum %.17g, reversed %.17g, rotated %.17g, defined %.17g",
+               scalar ? "scalar" : "AVX2", s0, s1, s2, sdef);
+    }
+    di_row_exp_force_scalar(0);
     /* di_row_find: the first place of a value, AVX2 and scalar alike; at
      * every place of a short row (the 8-wide loop and its tail), a value
      * seen twice, a value absent, -0 found as 0 */

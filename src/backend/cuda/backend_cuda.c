@@ -1422,7 +1422,9 @@ static void cu_logits_greedy(di_backend *be, const float *x, int64_t m, int64_t 
     if (m <= 0) return;
     const int32_t *db = ban ? scratch_up(be, SCR_A, ban, (size_t)m * sizeof(int32_t)) : NULL;
     if (ban && !db) return;
-    note(be, cuda_op_logits_greedy(x, m, V, lim, db, out, &err), &err);
+    void *scr = scratch(be, SCR_B, cuda_op_logits_greedy_scratch_bytes(m, V));
+    if (!scr) return;
+    note(be, cuda_op_logits_greedy(x, m, V, lim, db, out, scr, &err), &err);
 }
 
 /* moe_route with its results left in device memory: the route kernel

@@ -104,9 +104,11 @@ di_status cuda_op_scatter_add_rows(float *dst, const int32_t *rows, const float 
                                    int64_t n, di_err *err);
 di_status cuda_op_add(float *y, const float *x, int64_t n, di_err *err);
 /* out[i] = di_row_greedy_of(x + i·V, V, lim, ban ? ban[i] : -1) bit for bit
- * (core/row_exp.h) for the m rows; ban and out in device memory. */
+ * (core/row_exp.h) for the m rows; ban, out and scratch (of
+ * cuda_op_logits_greedy_scratch_bytes(m, V)) in device memory. */
+size_t cuda_op_logits_greedy_scratch_bytes(int64_t m, int64_t V);
 di_status cuda_op_logits_greedy(const float *x, int64_t m, int64_t V, int64_t lim, const int32_t *ban,
-                                di_row_greedy *out, di_err *err);
+                                di_row_greedy *out, void *scratch, di_err *err);
 /* rope_cs of q [m, heads·hd] (stride heads·hd) and of kv [m, hd] after
  * rmsnorm (weight nw), then kv_pack FP8 of kv into out: the bits of those
  * four launches in one (hd <= 2048); cs [m, rd/2, 2] device. */
