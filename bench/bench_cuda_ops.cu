@@ -882,6 +882,54 @@ static void bench_greedy(void) {
     }
 }
 
+/* --pair: an expert's w1 and w3 (FP8, the shared expert's 2304 x 5120) on
+ * one x at decode, two launches of the quantizing decode kernel against one
+ * launch of depth 2 (cuda_op_gemm_fp8_x_pair), weights rotated so that every
+ * call reads them from HBM; the outputs compared bit for bit */
+static void bench_pair(void) {
+    const int64_t n = 2304, k = 5120, kbn = k / 32;
+    const size_t wb = (size_t)(n * k), sb = (size_t)(((n + 31) / 32) * kbn);
+    const int copies = weight_copies(2 * (wb + sb));
+    std::vector<void *> w(2 * copies), ws(2 * copies);
+    for (int c = 0; c < 2 * copies; c++) {
+        w[c] = dalloc(wb);
+        ws[c] = dalloc(sb);
+        rnd(w[c], wb, 300 + c, 1);
+        rnd(ws[c], sb, 400 + c, 2);
+    }
+    for (int64_t m : {1, 4, 8}) {
+        float *x = (float *)dalloc((size_t)(m * k) * 4);
+        fill_scales<<<256, 256>>>(x, (size_t)(m * k), 5);
+        float *y[4];
+        for (int j = 0; j < 4; j++) y[j] = (float *)dalloc((size_t)(m * n) * 4);
+        int done = 0;
+        const double t2 = time_events([&] {
+            for (int c = 0; c < copies; c++) {
+                DK(cuda_op_gemm_fp8_x(x, m, k, (uint8_t *)w[2 * c], (uint8_t *)ws[2 * c], n, y[0], 1, &done, err));
+                DK(cuda_op_gemm_fp8_x(x, m, k, (uint8_t *)w[2 * c + 1], (uint8_t *)ws[2 * c + 1], n, y[1], 1, &done, err));
+            }
+        }, copies, 9);
+        const double t1 = time_events([&] {
+            for (int c = 0; c < copies; c++)
+                DK(cuda_op_gemm_fp8_x_pair(x, m, k, (uint8_t *)w[2 * c], (uint8_t *)ws[2 * c], (uint8_t *)w[2 * c + 1],
+                                           (uint8_t *)ws[2 * c + 1], n, y[2], y[3], 1, &done, err));
+        }, copies, 9);
+        std::vector<float> h[4];
+        for (int j = 0; j < 4; j++) {
+            h[j].resize((size_t)(m * n));
+            CK(cudaMemcpy(h[j].data(), y[j], (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
+        }
+        const bool same = done && h[0] == h[2] && h[1] == h[3];
+        const double bytes = 2.0 * (double)(wb + sb);
+        printf("RESULT fp8_pair_%lldx%lld_m%lld: two launches %.2f us (%.0f%% of copy), one launch %.2f us (%.0f%%), "
+               "%s\n", (long long)n, (long long)k, (long long)m, t2 * 1e6, 100 * bytes / t2 / g_copy_bw, t1 * 1e6,
+               100 * bytes / t1 / g_copy_bw, same ? "same bits" : "OTHER BITS");
+        for (int j = 0; j < 4; j++) di_cuda_free(y[j]);
+        di_cuda_free(x);
+    }
+    for (int c = 0; c < 2 * copies; c++) { di_cuda_free(w[c]); di_cuda_free(ws[c]); }
+}
+
 /* --fp8mid: the FP8 products of a decode step at batches past the decode
  * kernels (m > 16: the wgmma tiles), the model's shapes [n x k], by the
  * automatic path and by the matrix-vector kernels, same call */
@@ -1075,6 +1123,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--midm")) gemm = matvec = 0, plain = 9; /* bench_mid_m only */
         else if (!strcmp(argv[i], "--fp8mid")) gemm = matvec = 0, plain = 10; /* bench_fp8_mid only */
         else if (!strcmp(argv[i], "--greedy")) gemm = matvec = 0, plain = 12; /* bench_greedy only */
+        else if (!strcmp(argv[i], "--pair")) gemm = matvec = 0, plain = 13; /* bench_pair only */
         else if (!strcmp(argv[i], "--fp4bal")) { /* bench_fp4_bal only, a batch optional */
             gemm = matvec = 0, plain = 11;
             aid_batch = i + 1 < argc && argv[i + 1][0] != '-' ? atoi(argv[++i]) : 0;
@@ -1112,6 +1161,7 @@ int main(int argc, char **argv) {
     if (plain == 10) bench_fp8_mid();
     if (plain == 11) bench_fp4_bal(aid_batch);
     if (plain == 12) bench_greedy();
+    if (plain == 13) bench_pair();
     if (matvec) {
         bench_act_quant();
         /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */

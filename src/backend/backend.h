@@ -125,6 +125,12 @@ typedef struct di_backend_ops {
      * (quantized formats: block partials scaled and summed in K order). */
     void (*matmul)(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
                    unsigned flags);
+    /* ya = x · waᵀ and yb = x · wbᵀ, two matrices of one shape and format
+     * on one x (an expert's w1 and w3): each the bits of matmul alone.
+     * Optional (NULL: the model calls matmul twice); a backend runs both
+     * in one pass where that saves the second's start. */
+    void (*matmul_pair)(di_backend *be, const di_wmat *wa, const di_wmat *wb, const float *x, int64_t m,
+                        float *ya, float *yb, unsigned flags);
     /* Grouped bf16 projection: x [m, g, k] with weight [g*r, k] → y [m, g*r], bf16 out. */
     void (*matmul_grouped)(di_backend *be, const di_wmat *w, int groups, const float *x,
                            int64_t m, float *y);

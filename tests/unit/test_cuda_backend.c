@@ -1800,6 +1800,45 @@ static void test_matmul_fused_quant(void) {
 #endif
 }
 
+/* matmul_pair (an expert's w1 and w3 in one launch) against two matmul
+ * calls on the GPU, bit for bit, into poisoned outputs: decode rows that
+ * quantize inside (m <= 8: one launch of depth 2), one and several cluster
+ * ranks, ragged outputs; 12 rows (two matmul calls inside the op); both
+ * output forms. */
+static void test_matmul_pair(void) {
+    NEED_GPU();
+    const struct { int64_t m, n, k; } cs[] = {{1, 2304, 5120}, {8, 2304, 5120}, {3, 200, 1024},
+                                              {5, 130, 4096}, {1, 96, 512}, {12, 64, 2048}};
+    const unsigned fl[] = {DI_MM_ACT_FP8, DI_MM_ACT_FP8 | DI_MM_OUT_BF16};
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        const int64_t m = cs[t].m, N = cs[t].n, K = cs[t].k;
+        uint8_t *wb1, *sb1, *wb3, *sb3;
+        di_wmat w1 = rnd_wmat(DI_WFMT_FP8, N, K, &wb1, &sb1), w3 = rnd_wmat(DI_WFMT_FP8, N, K, &wb3, &sb3);
+        float *x = rnd(m * K, 1.0f);
+        float *dx = dev_up(x, (size_t)(m * K) * 4);
+        for (size_t f = 0; f < sizeof fl / sizeof *fl; f++) {
+            const size_t yb = (size_t)(m * N) * 4;
+            float *d1 = dev_poison(yb), *d3 = dev_poison(yb), *e1 = dev_poison(yb), *e3 = dev_poison(yb);
+            gpu->ops->matmul(gpu, &w1, dx, m, d1, fl[f]);
+            gpu->ops->matmul(gpu, &w3, dx, m, d3, fl[f]);
+            gpu->ops->matmul_pair(gpu, &w1, &w3, dx, m, e1, e3, fl[f]);
+            float *y1 = dev_down(d1, yb), *y3 = dev_down(d3, yb), *z1 = dev_down(e1, yb), *z3 = dev_down(e3, yb);
+            char what[96];
+            snprintf(what, sizeof what, "matmul_pair fp8 m %lld n %lld k %lld flags %u", (long long)m, (long long)N,
+                     (long long)K, fl[f]);
+            if (status_ok(what)) {
+                CHECKF(!memcmp(y1, z1, yb), "%s: the first product differs from matmul alone", what);
+                CHECKF(!memcmp(y3, z3, yb), "%s: the second product differs from matmul alone", what);
+            }
+            free(y1); free(y3); free(z1); free(z3);
+            dev_free(d1); dev_free(d3); dev_free(e1); dev_free(e3);
+        }
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(dx);
+        free(x); free(wb1); free(sb1); free(wb3); free(sb3);
+    }
+}
+
 static void test_pool_fills(void) {
     NEED_GPU();
     int64_t n = 4096 + rng_int(512);
@@ -2263,6 +2302,7 @@ int main(void) {
     RUN(test_pool_fills);
     RUN(test_matmul);
     RUN(test_matmul_fused_quant);
+    RUN(test_matmul_pair);
     RUN(test_matmul_grouped);
     RUN(test_matmul_decode);
     RUN(test_rows_ops);

@@ -854,6 +854,33 @@ static void cu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t 
     note(be, st, &err);
 }
 
+/* An expert's w1 and w3 on one x: one launch of the decode kernel that
+ * quantizes x inside (cuda_op_gemm_fp8_x_pair, the bits of two) where it
+ * applies, else the two products as matmul runs them. */
+static void cu_matmul_pair(di_backend *be, const di_wmat *wa, const di_wmat *wb, const float *x, int64_t m,
+                           float *ya, float *yb, unsigned flags) {
+    const int64_t K = wa->n_in, N = wa->n_out;
+    if ((flags & DI_MM_ACT_FP8) && wa->fmt == DI_WFMT_FP8 && wb->fmt == DI_WFMT_FP8 && wb->n_in == K &&
+        wb->n_out == N && m > 0 && N > 0) {
+        op_enter(be, "matmul (fp8 pair)");
+        size_t sb = 0, wbytes = wmat_bytes(wa, &sb), sb2 = 0, wbytes2 = wmat_bytes(wb, &sb2);
+        const void *da = wdev(be, wa->w, wbytes), *db = wdev(be, wb->w, wbytes2);
+        const uint8_t *sa = sb ? wdev(be, wa->s, sb) : NULL, *sbp = sb2 ? wdev(be, wb->s, sb2) : NULL;
+        if (!da || !db || (sb && !sa) || (sb2 && !sbp)) return; /* noted by wdev */
+        di_err err = {0};
+        int done = 0;
+        di_status st = sa && sbp ? cuda_op_gemm_fp8_x_pair(x, m, K, da, sa, db, sbp, N, ya, yb,
+                                                           (flags & DI_MM_OUT_BF16) != 0, &done, &err)
+                                 : DI_OK;
+        if (st || done) {
+            note(be, st, &err);
+            return;
+        }
+    }
+    cu_matmul(be, wa, x, m, ya, flags);
+    cu_matmul(be, wb, x, m, yb, flags);
+}
+
 /* wo_a at prefill: the pool lends the product's bf16 copy of x (what
  * cuda_op_matmul_plain_s asks for; a pool that cannot lend it leaves the
  * product to its fp32 form, the same bits). Taken before the op starts, so
@@ -1944,6 +1971,7 @@ static const di_backend_ops cuda_ops = {
     .host_free = cu_host_free,
     .copy = cu_copy,
     .matmul = cu_matmul,
+    .matmul_pair = cu_matmul_pair,
     .matmul_grouped = cu_matmul_grouped,
     .rmsnorm = cu_rmsnorm,
     .rope = cu_rope,
@@ -2057,11 +2085,15 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         c->ops.moe_route_buf = NULL;
         c->ops.moe_experts = NULL;
     }
+    /* DI_CUDA_PAIR=0: an expert's w1 and w3 as two products (timing; the
+     * same bits) */
+    if (env_is("DI_CUDA_PAIR", "0")) c->ops.matmul_pair = NULL;
     /* DI_CUDA_FUSE=0: the model's unfused op sequences in place of the
-     * fused ops (hc_collapse_norm, qkv_rope_pack, add_bf16), the MoE's separate
+     * fused ops (matmul_pair, hc_collapse_norm, qkv_rope_pack, add_bf16), the MoE's separate
      * launches (cuda_moe_set_fused) and zero-filled buffers in place of
      * alloc_raw: the same bits, for timing */
     if (env_is("DI_CUDA_FUSE", "0")) {
+        c->ops.matmul_pair = NULL;
         c->ops.hc_collapse_norm = NULL;
         c->ops.add_bf16 = NULL;
         c->ops.qkv_rope_pack = NULL;

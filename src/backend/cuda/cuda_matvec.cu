@@ -621,15 +621,24 @@ __device__ __forceinline__ bool cluster_reduce(float acc[4 * NB], float4 *red, i
  * block quantizes its own k range of its token rows into shared memory, with
  * the very steps of act_quant_fp8_vec (cuda_act_quant.cuh), in place of the
  * copies of a quantized buffer: one kernel launch less per product, and the
- * same codes, scales and sums, so the same bits (map_a, map_sa unused). */
+ * same codes, scales and sums, so the same bits (map_a, map_sa unused).
+ * A grid of depth 2 runs a second matrix of the same shape on the same x
+ * (map_w2, ws2, out2: a SwiGLU's w1 and w3 in one launch), each block the
+ * single product's work for its matrix, so the same bits as two launches. */
 template <int KS, int NB, bool QX>
 __global__ void __launch_bounds__(128)
     matvec_fp8_wg_kernel(const __grid_constant__ CUtensorMap map_w,
                          const __grid_constant__ CUtensorMap map_a,
                          const __grid_constant__ CUtensorMap map_sa,
-                         const uint8_t *__restrict__ ws, int64_t m, int64_t k, int64_t n,
-                         void *__restrict__ out, int out_bf16, int kst,
-                         const float *__restrict__ x) {
+                         const uint8_t *__restrict__ ws_1, int64_t m, int64_t k, int64_t n,
+                         void *__restrict__ out_1, int out_bf16, int kst,
+                         const float *__restrict__ x,
+                         const __grid_constant__ CUtensorMap map_w2,
+                         const uint8_t *__restrict__ ws2, void *__restrict__ out2) {
+    const bool second = blockIdx.z == 1;
+    const CUtensorMap *mwp = second ? &map_w2 : &map_w;
+    const uint8_t *__restrict__ ws = second ? ws2 : ws_1;
+    void *__restrict__ out = second ? out2 : out_1;
     extern __shared__ uint8_t wv_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wv_raw), base = (raw + 1023u) & ~1023u;
     uint8_t *smem = wv_raw + (base - raw);
@@ -658,7 +667,7 @@ __global__ void __launch_bounds__(128)
         const int slot = st % WV_ST;
         const uint32_t full = s_full + 8 * slot;
         mbar_arrive_expect_tx(full, QX ? WV_W_BYTES : WV_STAGE_TX(NT));
-        tma_load_2d(s_w + slot * WV_W_BYTES, &map_w, (int)((st0 + st) * 128), (int)n0, full);
+        tma_load_2d(s_w + slot * WV_W_BYTES, mwp, (int)((st0 + st) * 128), (int)n0, full);
     };
     auto issue_a = [&](int st) {
         if (QX) return;
@@ -862,7 +871,8 @@ struct WvLaunch {
 template <int KS, int NB, bool QX = false>
 static cudaError_t wv_launch(const CUtensorMap &mw, const CUtensorMap &ma, const CUtensorMap &ms,
                              const uint8_t *ws, int64_t m, int64_t k, int64_t n, void *out,
-                             int out_bf16, cudaStream_t stream, const float *x = NULL) {
+                             int out_bf16, cudaStream_t stream, const float *x = NULL,
+                             const CUtensorMap *mw2 = NULL, const uint8_t *ws2 = NULL, void *out2 = NULL) {
     const int kst = (int)((k / 128 + KS - 1) / KS);
     const int smem = QX ? WV_SMEM_QX(8 * NB, kst) : WV_SMEM(8 * NB, kst);
     static int attr = 0;
@@ -872,9 +882,9 @@ static cudaError_t wv_launch(const CUtensorMap &mw, const CUtensorMap &ma, const
         if (e != cudaSuccess) return e;
         attr = smem;
     }
-    WvLaunch l(n, m, 8 * NB, 1, KS, smem, stream);
+    WvLaunch l(n, m, 8 * NB, mw2 ? 2 : 1, KS, smem, stream);
     return l.launch(matvec_fp8_wg_kernel<KS, NB, QX>, mw, ma, ms, ws, m, k, n, out, out_bf16, kst,
-                    x);
+                    x, mw2 ? *mw2 : mw, ws2, out2);
 }
 
 /* The wgmma path: whole 128-byte stages, the alignment the tensor maps need,
@@ -927,6 +937,31 @@ static bool wv_try_x(const float *x, int64_t m, int64_t k, const uint8_t *w, con
     case 2: *e = wv_launch<2, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x); break;
     case 4: *e = wv_launch<4, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x); break;
     default: *e = wv_launch<8, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x); break;
+    }
+    return true;
+}
+
+/* Two products of one x (same n, k; w1 and w3 of an expert) in one launch
+ * of wv_try_x's kernel, its split and so its bits. Returns false (nothing
+ * launched) when it does not apply. */
+static bool wv_try_x_pair(const float *x, int64_t m, int64_t k, const uint8_t *w, const uint8_t *ws,
+                          const uint8_t *w2, const uint8_t *ws2, int64_t n, void *out, void *out2,
+                          int out_bf16, cudaStream_t stream, cudaError_t *e) {
+    if (!wv_qx_on || k % 128 || m < 1 || m > 8 || (n + 63) / 64 * 8 > 0x7fffffffLL ||
+        (uintptr_t)x % 16 || (uintptr_t)w % 16 || (uintptr_t)w2 % 16)
+        return false;
+    const int ks = wv_pick_ks(n, k);
+    const int64_t kst = (k / 128 + ks - 1) / ks;
+    if (WV_PANEL(8, kst) > WV_QX_MAX_PANEL) return false;
+    CUtensorMap mw, mw2;
+    if (!make_map(&mw, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, 128, 64, true) ||
+        !make_map(&mw2, w2, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, 128, 64, true))
+        return false;
+    switch (ks) {
+    case 1: *e = wv_launch<1, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x, &mw2, ws2, out2); break;
+    case 2: *e = wv_launch<2, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x, &mw2, ws2, out2); break;
+    case 4: *e = wv_launch<4, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x, &mw2, ws2, out2); break;
+    default: *e = wv_launch<8, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x, &mw2, ws2, out2); break;
     }
     return true;
 }
@@ -1319,6 +1354,15 @@ di_status cuda_launch_matvec_fp8_x(const float *x, int64_t m, int64_t k, const u
     cudaError_t e = cudaSuccess;
     *done = wv_try_x(x, m, k, w, ws, n, out, out_bf16, stream, &e);
     return *done ? cuda_check(e, err, "gemm_fp8 (matvec, wgmma, quantizing)") : DI_OK;
+}
+
+di_status cuda_launch_matvec_fp8_x_pair(const float *x, int64_t m, int64_t k, const uint8_t *w,
+                                        const uint8_t *ws, const uint8_t *w2, const uint8_t *ws2, int64_t n,
+                                        void *out, void *out2, int out_bf16, cudaStream_t stream, int *done,
+                                        di_err *err) {
+    cudaError_t e = cudaSuccess;
+    *done = wv_try_x_pair(x, m, k, w, ws, w2, ws2, n, out, out2, out_bf16, stream, &e);
+    return *done ? cuda_check(e, err, "gemm_fp8 pair (matvec, wgmma, quantizing)") : DI_OK;
 }
 
 /* Where the MXFP4 decode form (cuda_fp4_dec.cu) runs. Mode 3 (the

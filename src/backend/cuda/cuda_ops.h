@@ -87,6 +87,12 @@ di_status cuda_op_gemm_q_rounded(int fmt, const uint8_t *qa, const float *sa, in
 di_status cuda_op_gemm_fp8_x(const float *x, int64_t m, int64_t k, const uint8_t *w,
                              const uint8_t *ws, int64_t n, float *y, int out_bf16, int *done,
                              di_err *err);
+/* y = ... for W and y2 = ... for W2 (the same n x k) from the same x in one
+ * launch, each the bits of cuda_op_gemm_fp8_x alone; *done = 0 and nothing
+ * launched where that does not apply. */
+di_status cuda_op_gemm_fp8_x_pair(const float *x, int64_t m, int64_t k, const uint8_t *w, const uint8_t *ws,
+                                  const uint8_t *w2, const uint8_t *ws2, int64_t n, float *y, float *y2,
+                                  int out_bf16, int *done, di_err *err);
 /* out [m, n] = table row ids[i] ([V, n], F32 or BF16) */
 di_status cuda_op_embed(const void *table, int t_bf16, int64_t n, const int32_t *ids, int64_t m,
                         float *out, di_err *err);
