@@ -727,8 +727,10 @@ extern "C" di_status cuda_op_hc_mean(const float *s, int64_t m, int hc, int64_t 
 
 /* One block per (row, copy): the three sums as block reductions, then the
  * gated update of the copy. A thread's terms in increasing k, EG_B of them
- * loaded before any is added: with the loads inside the sums each was a
- * round trip, ~17 us a call at d 5120 and one row (run 54's b1 profile). */
+ * loaded before any is added, and in the update EG_B loads before their
+ * stores: ~17 us a call at d 5120 and one row (run 54's b1 profile), with
+ * the first loop's loads batched alone still 17 (run 57): the update's
+ * loads, each behind the store before it, were the round trips. */
 enum { EG_B = 8 };
 
 __global__ void k_engram_gate(float *s, const float *kv, const void *qw, const void *kw,
@@ -766,7 +768,20 @@ __global__ void k_engram_gate(float *s, const float *kv, const void *qw, const v
     float a = sqrtf(fmaxf(fabsf(dot), 1e-6f));
     float gate = sigmoid_f(copysignf(a, dot));
     __syncthreads(); /* every thread has read h before any writes it */
-    for (int64_t k = threadIdx.x; k < d; k += blockDim.x) h[k] = round_bf16(ADD(h[k], MUL(gate, value[k])));
+    /* a thread's own k: its EG_B loads of h and value go out before its
+     * stores (one load after another store was a round trip each: h may
+     * alias value as far as the compiler knows) */
+    for (int64_t k0 = threadIdx.x; k0 < d; k0 += EG_B * step) {
+        float hv[EG_B], vv[EG_B];
+#pragma unroll
+        for (int u = 0; u < EG_B; u++) {
+            const int64_t k = k0 + u * step, kk = k < d ? k : k0;
+            hv[u] = h[kk], vv[u] = value[kk];
+        }
+#pragma unroll
+        for (int u = 0; u < EG_B; u++)
+            if (k0 + u * step < d) h[k0 + u * step] = round_bf16(ADD(hv[u], MUL(gate, vv[u])));
+    }
 }
 
 extern "C" di_status cuda_op_engram_gate(float *s, const float *kv, const void *qw,
