@@ -728,9 +728,9 @@ extern "C" di_status cuda_op_hc_mean(const float *s, int64_t m, int hc, int64_t 
 /* One block per (row, copy): the three sums as block reductions, then the
  * gated update of the copy. A thread's terms in increasing k, EG_B of them
  * loaded before any is added, and in the update EG_B loads before their
- * stores: ~17 us a call at d 5120 and one row (run 54's b1 profile), with
- * the first loop's loads batched alone still 17 (run 57): the update's
- * loads, each behind the store before it, were the round trips. */
+ * stores (the same operations in the same order): 17.0 -> 15.1 us a call
+ * at d 5120 and one row (docs/gpu-notes.md, runs 57-58); what holds the
+ * other 15 us of four blocks is not known yet. */
 enum { EG_B = 8 };
 
 __global__ void k_engram_gate(float *s, const float *kv, const void *qw, const void *kw,
@@ -769,8 +769,8 @@ __global__ void k_engram_gate(float *s, const float *kv, const void *qw, const v
     float gate = sigmoid_f(copysignf(a, dot));
     __syncthreads(); /* every thread has read h before any writes it */
     /* a thread's own k: its EG_B loads of h and value go out before its
-     * stores (one load after another store was a round trip each: h may
-     * alias value as far as the compiler knows) */
+     * stores (the compiler cannot move a load above a store that may alias
+     * it) */
     for (int64_t k0 = threadIdx.x; k0 < d; k0 += EG_B * step) {
         float hv[EG_B], vv[EG_B];
 #pragma unroll
