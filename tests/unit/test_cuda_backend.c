@@ -1801,10 +1801,17 @@ static void test_matmul_fused_quant(void) {
 }
 
 /* matmul_pair (an expert's w1 and w3 in one launch) against two matmul
- * calls on the GPU, bit for bit, into poisoned outputs: decode rows that
- * quantize inside (m <= 8: one launch of depth 2), one and several cluster
- * ranks, ragged outputs; 12 rows (two matmul calls inside the op); both
- * output forms. */
+ * calls on the GPU with the pair's k split forced (cuda_matvec_pair_ks:
+ * the pair counts both matrices' blocks, so the shared expert's shape
+ * takes 4 ranks where one matrix takes 8), bit for bit, into poisoned
+ * outputs: decode rows that quantize inside (m <= 8: one launch of depth
+ * 2), one and several cluster ranks, ragged outputs; 12 rows (two matmul
+ * calls inside the op, their own split); both output forms. The split at
+ * the shared expert's shape is checked too, so a rule that drifts back to
+ * 1.45 waves fails here. */
+int cuda_matvec_pair_ks(int64_t m, int64_t n, int64_t k); /* cuda_matvec.cu, test aid */
+void cuda_matvec_set_ks(int ks);                          /* cuda_matvec.cu: the FP8 k split forced */
+int cuda_batch_invariant(void);                           /* cuda_device.cu */
 static void test_matmul_pair(void) {
     NEED_GPU();
     const struct { int64_t m, n, k; } cs[] = {{1, 2304, 5120}, {8, 2304, 5120}, {3, 200, 1024},
@@ -1819,8 +1826,13 @@ static void test_matmul_pair(void) {
         for (size_t f = 0; f < sizeof fl / sizeof *fl; f++) {
             const size_t yb = (size_t)(m * N) * 4;
             float *d1 = dev_poison(yb), *d3 = dev_poison(yb), *e1 = dev_poison(yb), *e3 = dev_poison(yb);
+            const int ks = cuda_matvec_pair_ks(m, N, K);
+            if (N == 2304 && K == 5120 && m <= 8 && !cuda_batch_invariant())
+                CHECKF(ks == 4, "matmul_pair m %lld n 2304 k 5120: k split %d, expected 4 (one wave)", (long long)m, ks);
+            cuda_matvec_set_ks(ks);
             gpu->ops->matmul(gpu, &w1, dx, m, d1, fl[f]);
             gpu->ops->matmul(gpu, &w3, dx, m, d3, fl[f]);
+            cuda_matvec_set_ks(0);
             gpu->ops->matmul_pair(gpu, &w1, &w3, dx, m, e1, e3, fl[f]);
             float *y1 = dev_down(d1, yb), *y3 = dev_down(d3, yb), *z1 = dev_down(e1, yb), *z3 = dev_down(e3, yb);
             char what[96];

@@ -810,11 +810,11 @@ extern "C" void cuda_matvec_set_ks(int ks) { wv_forced_ks = ks; }
  * promoted in one chain in k order, as the tiles promote them: the same
  * bits (invariant run 4 in docs/gpu-notes.md: every output of 5 shapes at
  * 1 and 16 rows; 2, 4 or 8 ranks add their chains' sums after and differ). */
-static int wv_pick_ks(int64_t n, int64_t k) {
+static int wv_pick_ks(int64_t n, int64_t k, int groups = 1) {
     if (cuda_batch_invariant()) return 1;
     if (wv_forced_ks == 1 || wv_forced_ks == 2 || wv_forced_ks == 4 || wv_forced_ks == 8)
         return wv_forced_ks;
-    const int64_t tiles = (n + 63) / 64, nst = k / 128, slots = 3 * (int64_t)sm_count();
+    const int64_t tiles = (n + 63) / 64 * groups, nst = k / 128, slots = 3 * (int64_t)sm_count();
     int ks = 1;
     while (2 * ks <= 8 && tiles * 2 * ks <= slots && 2 * ks <= nst) ks *= 2;
     return ks;
@@ -942,17 +942,29 @@ static bool wv_try_x(const float *x, int64_t m, int64_t k, const uint8_t *w, con
 }
 
 /* Two products of one x (same n, k; w1 and w3 of an expert) in one launch
- * of wv_try_x's kernel, its split and so its bits. Returns false (nothing
+ * of wv_try_x's kernel. The k split counts the blocks of both matrices
+ * (wv_pick_ks with two groups): the shared expert's 2,304 x 5,120 pair
+ * takes 4 ranks (288 blocks, one wave) where each matrix alone takes 8
+ * (576 blocks for the two, 1.45 waves): 13.9 -> 10.8 us at m = 1 (run 57,
+ * docs/gpu-notes.md). So a pair has the bits of two single products with
+ * that split, which are not always a lone product's (backend.h); batch-
+ * invariant mode splits nothing either way. Returns false (nothing
  * launched) when it does not apply. */
+static int wv_pair_ks(int64_t m, int64_t n, int64_t k) {
+    if (!wv_qx_on || k % 128 || m < 1 || m > 8 || (n + 63) / 64 * 8 > 0x7fffffffLL) return 0;
+    const int ks = wv_pick_ks(n, k, 2);
+    return WV_PANEL(8, (k / 128 + ks - 1) / ks) > WV_QX_MAX_PANEL ? 0 : ks;
+}
+
+/* Test aid: the k split a pair of (m, n, k) runs with in one launch; 0
+ * where it runs as two single products (their own split). */
+extern "C" int cuda_matvec_pair_ks(int64_t m, int64_t n, int64_t k) { return wv_pair_ks(m, n, k); }
+
 static bool wv_try_x_pair(const float *x, int64_t m, int64_t k, const uint8_t *w, const uint8_t *ws,
                           const uint8_t *w2, const uint8_t *ws2, int64_t n, void *out, void *out2,
                           int out_bf16, cudaStream_t stream, cudaError_t *e) {
-    if (!wv_qx_on || k % 128 || m < 1 || m > 8 || (n + 63) / 64 * 8 > 0x7fffffffLL ||
-        (uintptr_t)x % 16 || (uintptr_t)w % 16 || (uintptr_t)w2 % 16)
-        return false;
-    const int ks = wv_pick_ks(n, k);
-    const int64_t kst = (k / 128 + ks - 1) / ks;
-    if (WV_PANEL(8, kst) > WV_QX_MAX_PANEL) return false;
+    const int ks = wv_pair_ks(m, n, k);
+    if (!ks || (uintptr_t)x % 16 || (uintptr_t)w % 16 || (uintptr_t)w2 % 16) return false;
     CUtensorMap mw, mw2;
     if (!make_map(&mw, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, 128, 64, true) ||
         !make_map(&mw2, w2, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, 128, 64, true))
