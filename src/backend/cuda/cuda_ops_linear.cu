@@ -477,10 +477,15 @@ __global__ void __launch_bounds__(TC_KW * 32, 2) k_mm_dec(const void *w, const u
                                                        float *y, int64_t ldy, int out_bf16, int cl, int ps) {
     extern __shared__ __align__(16) uint8_t dsm[];
     constexpr int ESZ = FMT == DI_WFMT_BF16 ? 2 : 1, PB = 8 * ESZ, NP = 2 * T, XB = T == 2 ? 2 : 4;
-    const int cw = TC_KW / cl, nthr = 32 * cw;
+    /* No division by a run-time value (~20 instructions each, and a
+     * one-warp block runs every one in series): cl and cw are powers of two
+     * (shifts), and m <= 8 divides a phase's item numbers (below
+     * DEC_XBUDGET / 48) exactly as a product with ceil(2^32 / m), shifted. */
+    const int lcl = __ffs(cl) - 1, lcw = 3 - lcl, cw = TC_KW >> lcl, nthr = 32 * cw;
+    const uint64_t inv_m = (uint64_t)(0xffffffffu / (uint32_t)m) + 1u; /* ceil(2^32 / m); 2^32 at m = 1 */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int rank = (int)(blockIdx.x % (unsigned)cl), e = rank * cw + warp;
-    const int64_t tile = blockIdx.x / (unsigned)cl, gz = blockIdx.y, j0 = tile * 16 * T;
+    const int rank = (int)(blockIdx.x & (unsigned)(cl - 1)), e = rank * cw + warp;
+    const int64_t tile = blockIdx.x >> lcl, gz = blockIdx.y, j0 = tile * 16 * T;
     const int nch = (int)(K / 32), R = (nch + TC_KW - 1) / TC_KW;
     const DecSmem L(FMT, T, RD, cw, m, ps, K);
     float *scl = (float *)(dsm + L.scl);
@@ -497,12 +502,17 @@ __global__ void __launch_bounds__(TC_KW * 32, 2) k_mm_dec(const void *w, const u
         wok[p] = j < nr;
         wp[p] = (const uint8_t *)w + ((gz * nr + (wok[p] ? j : 0)) * K + 8 * t + e * TC_CH) * ESZ;
     }
+    /* one copy group a round, empty past this chain's last chunk (that
+     * round's products are skipped, so its slot is never read as an
+     * operand): the waits count groups, and most rounds of a short K are
+     * past the end (RD 32 against 20 rounds at K 5,120) */
     auto issue = [&](int q, int slot) {
-        const bool ok = q * TC_KW + e < nch;
-        const int64_t off = ok ? (int64_t)q * (TC_KW * TC_CH * ESZ) : 0;
+        if (q * TC_KW + e < nch) { /* warp-uniform */
+            const int64_t off = (int64_t)q * (TC_KW * TC_CH * ESZ);
 #pragma unroll
-        for (int p = 0; p < NP; p++)
-            cp_async_w(ring + (uint32_t)(((slot * NP + p) * 32 + lane) * PB), wp[p] + off, ok && wok[p], PB);
+            for (int p = 0; p < NP; p++)
+                cp_async_w(ring + (uint32_t)(((slot * NP + p) * 32 + lane) * PB), wp[p] + off, wok[p], PB);
+        }
         cp_async_commit();
     };
 #pragma unroll 1
@@ -563,8 +573,9 @@ __global__ void __launch_bounds__(TC_KW * 32, 2) k_mm_dec(const void *w, const u
 #pragma unroll
             for (int u = 0; u < XB; u++) {
                 const int it = base + u * nthr;
-                const int tq = it & 3, rest = it >> 2, i = rest % m, ww = (rest / m) % cw;
-                const int c = (q0 + rest / m / cw) * TC_KW + rank * cw + ww;
+                const int tq = it & 3, rest = it >> 2, rm = (int)(((uint64_t)rest * inv_m) >> 32);
+                const int i = rest - rm * m, ww = rm & (cw - 1);
+                const int c = (q0 + (rm >> lcw)) * TC_KW + rank * cw + ww;
                 if (it < items && c < nch) {
                     const float *xr = xg + (int64_t)i * ldx + c * TC_CH + 8 * tq;
                     float4 a = __ldg((const float4 *)xr), b = __ldg((const float4 *)(xr + 4));
