@@ -919,7 +919,7 @@ static void bench_pair(void) {
         const double t1 = time_events([&] {
             for (int c = 0; c < copies; c++)
                 DK(cuda_op_gemm_fp8_x_pair(x, m, k, (uint8_t *)w[2 * c], (uint8_t *)ws[2 * c], (uint8_t *)w[2 * c + 1],
-                                           (uint8_t *)ws[2 * c + 1], n, y[2], y[3], 1, &done, err));
+                                           (uint8_t *)ws[2 * c + 1], n, n, y[2], y[3], 1, &done, err));
         }, copies, 9);
         std::vector<float> h[4];
         for (int j = 0; j < 4; j++) {

@@ -125,14 +125,15 @@ typedef struct di_backend_ops {
      * (quantized formats: block partials scaled and summed in K order). */
     void (*matmul)(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
                    unsigned flags);
-    /* ya = x · waᵀ and yb = x · wbᵀ, two matrices of one shape and format
-     * on one x (an expert's w1 and w3), each with matmul's arithmetic and
-     * bound; a backend may order the 32-block partials of a pair as it
-     * would for a larger product (the CUDA decode kernel splits k by the
-     * blocks of both matrices), so the bits can differ from matmul alone
-     * except in batch-invariant mode. Optional (NULL: the model calls
-     * matmul twice); a backend runs both in one pass where that saves the
-     * second's start. */
+    /* ya = x · waᵀ and yb = x · wbᵀ, two matrices of one format and input
+     * size on one x (an expert's w1 and w3, attention's wq_a and wkv, the
+     * gated compressor's wkv and wgate; their outputs may differ in size),
+     * each with matmul's arithmetic and bound; a backend may order
+     * the 32-block partials of a pair as it would for a larger product
+     * (the CUDA decode kernel that quantizes x splits k by the blocks of
+     * both matrices), so the bits can differ from matmul alone except in
+     * batch-invariant mode. Optional (NULL: the model calls matmul twice);
+     * a backend runs both in one pass where that saves the second's start. */
     void (*matmul_pair)(di_backend *be, const di_wmat *wa, const di_wmat *wb, const float *x, int64_t m,
                         float *ya, float *yb, unsigned flags);
     /* Grouped bf16 projection: x [m, g, k] with weight [g*r, k] → y [m, g*r], bf16 out. */

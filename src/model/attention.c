@@ -97,12 +97,18 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
         st = di_err_set(err, DI_ERR_FORMAT, "attention: wq_b / wo_a shapes do not match heads x head_dim");
         goto out;
     }
+    /* the query path's first product and the window KV's, both of x: one
+     * pass where the backend pairs them (at decode one launch less a layer) */
+    if (be->ops->matmul_pair && lb->wq_a.fmt == lb->wkv.fmt && lb->wq_a.n_in == lb->wkv.n_in)
+        be->ops->matmul_pair(be, &lb->wq_a, &lb->wkv, x, m, qr, kv, lm->mm_q);
+    else {
+        be->ops->matmul(be, &lb->wq_a, x, m, qr, lm->mm_q);
+        be->ops->matmul(be, &lb->wkv, x, m, kv, lm->mm_q);
+    }
     /* query path (§5.2) */
-    be->ops->matmul(be, &lb->wq_a, x, m, qr, lm->mm_q);
     be->ops->rmsnorm(be, qr, &lm->w->blocks[block].attn.q_norm, m, c->q_lora_rank, c->eps, qr);
     be->ops->matmul(be, &lb->wq_b, qr, m, q, lm->mm_q);
     /* window KV: RMSNorm, RoPE, FP8 over all dims (packed: codes + scales) */
-    be->ops->matmul(be, &lb->wkv, x, m, kv, lm->mm_q);
     const float *cs = dspark ? NULL : di_fwd_rope_cs(f, block, pos);
     if (cs && be->ops->qkv_rope_pack) { /* the rmsnorm, ropes and packing below in one op */
         be->ops->qkv_rope_pack(be, q, H, kv, m, dh, c->rope_dim, &lm->w->blocks[block].attn.kv_norm,

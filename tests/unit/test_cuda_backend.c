@@ -1800,55 +1800,75 @@ static void test_matmul_fused_quant(void) {
 #endif
 }
 
-/* matmul_pair (an expert's w1 and w3 in one launch) against two matmul
- * calls on the GPU with the pair's k split forced (cuda_matvec_pair_ks:
- * the pair counts both matrices' blocks, so the shared expert's shape
- * takes 4 ranks where one matrix takes 8), bit for bit, into poisoned
- * outputs: decode rows that quantize inside (m <= 8: one launch of depth
- * 2), one and several cluster ranks, ragged outputs; 12 rows (two matmul
- * calls inside the op, their own split); both output forms. The split at
- * the shared expert's shape is checked too, so a rule that drifts back to
- * 1.45 waves fails here. */
-int cuda_matvec_pair_ks(int64_t m, int64_t n, int64_t k); /* cuda_matvec.cu, test aid */
-void cuda_matvec_set_ks(int ks);                          /* cuda_matvec.cu: the FP8 k split forced */
-int cuda_batch_invariant(void);                           /* cuda_device.cu */
+/* matmul_pair (an expert's w1 and w3, attention's wq_a and wkv, in one
+ * launch) against two matmul calls on the GPU with the pair's k split
+ * forced (cuda_matvec_pair_ks: the pair counts both matrices' blocks, so
+ * the shared expert's shape takes 4 ranks where one matrix takes 8), bit
+ * for bit, into poisoned outputs: decode rows that quantize inside (m <= 8:
+ * one launch of depth 2), one and several cluster ranks, ragged outputs,
+ * matrices of different heights; 12 rows (two matmul calls inside the op,
+ * their own split); both output forms. The split at the shared expert's
+ * shape is checked too, so a rule that drifts back to 1.45 waves fails
+ * here. */
+int cuda_matvec_pair_ks(int64_t m, int64_t n, int64_t n2, int64_t k); /* cuda_matvec.cu, test aid */
+void cuda_matvec_set_ks(int ks);                                      /* cuda_matvec.cu: the FP8 k split forced */
+int cuda_batch_invariant(void);                                       /* cuda_device.cu */
+
+/* One case: fresh weights of fmt ([n, k] and [n2, k]) and x; two matmul
+ * calls (the FP8 k split forced to ks where ks > 0) against matmul_pair,
+ * bit for bit, for each of the flags. ks < 0 marks a plain pair, whose x
+ * has rnd_act's two kinds of rows; the quantizing pairs take random fp32. */
+static void pair_case(di_wfmt fmt, int64_t m, int64_t N, int64_t N2, int64_t K, int ks, const unsigned *fl,
+                      size_t nfl) {
+    uint8_t *wb1, *sb1, *wb3, *sb3;
+    di_wmat w1 = rnd_wmat(fmt, N, K, &wb1, &sb1), w3 = rnd_wmat(fmt, N2, K, &wb3, &sb3);
+    float *x = fmt == DI_WFMT_FP8 && ks >= 0 ? rnd(m * K, 1.0f) : rnd_act(m, K);
+    float *dx = dev_up(x, (size_t)(m * K) * 4);
+    for (size_t f = 0; f < nfl; f++) {
+        const size_t yb = (size_t)(m * N) * 4, yb2 = (size_t)(m * N2) * 4;
+        float *d1 = dev_poison(yb), *d3 = dev_poison(yb2), *e1 = dev_poison(yb), *e3 = dev_poison(yb2);
+        cuda_matvec_set_ks(ks > 0 ? ks : 0);
+        gpu->ops->matmul(gpu, &w1, dx, m, d1, fl[f]);
+        gpu->ops->matmul(gpu, &w3, dx, m, d3, fl[f]);
+        cuda_matvec_set_ks(0);
+        gpu->ops->matmul_pair(gpu, &w1, &w3, dx, m, e1, e3, fl[f]);
+        float *y1 = dev_down(d1, yb), *y3 = dev_down(d3, yb2), *z1 = dev_down(e1, yb), *z3 = dev_down(e3, yb2);
+        char what[112];
+        snprintf(what, sizeof what, "matmul_pair %s m %lld n %lld / %lld k %lld flags %u",
+                 fmt == DI_WFMT_BF16 ? "bf16" : "fp8", (long long)m, (long long)N, (long long)N2, (long long)K, fl[f]);
+        if (status_ok(what)) {
+            CHECKF(!memcmp(y1, z1, yb), "%s: the first product differs from matmul alone", what);
+            CHECKF(!memcmp(y3, z3, yb2), "%s: the second product differs from matmul alone", what);
+        }
+        free(y1); free(y3); free(z1); free(z3);
+        dev_free(d1); dev_free(d3); dev_free(e1); dev_free(e3);
+    }
+    di_backend_cuda_weights_drop(gpu);
+    dev_free(dx);
+    free(x); free(wb1); free(sb1); free(wb3); free(sb3);
+}
+
 static void test_matmul_pair(void) {
     NEED_GPU();
-    const struct { int64_t m, n, k; } cs[] = {{1, 2304, 5120}, {8, 2304, 5120}, {3, 200, 1024},
-                                              {5, 130, 4096}, {1, 96, 512}, {12, 64, 2048}};
+    const struct { int64_t m, n, n2, k; } cs[] = {{1, 2304, 2304, 5120}, {8, 2304, 2304, 5120}, {3, 200, 200, 1024},
+                                                  {5, 130, 130, 4096},   {1, 96, 96, 512},       {12, 64, 64, 2048},
+                                                  {1, 1280, 512, 5120},  {6, 1280, 512, 5120},   {2, 130, 320, 1024}};
     const unsigned fl[] = {DI_MM_ACT_FP8, DI_MM_ACT_FP8 | DI_MM_OUT_BF16};
     for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
-        const int64_t m = cs[t].m, N = cs[t].n, K = cs[t].k;
-        uint8_t *wb1, *sb1, *wb3, *sb3;
-        di_wmat w1 = rnd_wmat(DI_WFMT_FP8, N, K, &wb1, &sb1), w3 = rnd_wmat(DI_WFMT_FP8, N, K, &wb3, &sb3);
-        float *x = rnd(m * K, 1.0f);
-        float *dx = dev_up(x, (size_t)(m * K) * 4);
-        for (size_t f = 0; f < sizeof fl / sizeof *fl; f++) {
-            const size_t yb = (size_t)(m * N) * 4;
-            float *d1 = dev_poison(yb), *d3 = dev_poison(yb), *e1 = dev_poison(yb), *e3 = dev_poison(yb);
-            const int ks = cuda_matvec_pair_ks(m, N, K);
-            if (N == 2304 && K == 5120 && m <= 8 && !cuda_batch_invariant())
-                CHECKF(ks == 4, "matmul_pair m %lld n 2304 k 5120: k split %d, expected 4 (one wave)", (long long)m, ks);
-            cuda_matvec_set_ks(ks);
-            gpu->ops->matmul(gpu, &w1, dx, m, d1, fl[f]);
-            gpu->ops->matmul(gpu, &w3, dx, m, d3, fl[f]);
-            cuda_matvec_set_ks(0);
-            gpu->ops->matmul_pair(gpu, &w1, &w3, dx, m, e1, e3, fl[f]);
-            float *y1 = dev_down(d1, yb), *y3 = dev_down(d3, yb), *z1 = dev_down(e1, yb), *z3 = dev_down(e3, yb);
-            char what[96];
-            snprintf(what, sizeof what, "matmul_pair fp8 m %lld n %lld k %lld flags %u", (long long)m, (long long)N,
-                     (long long)K, fl[f]);
-            if (status_ok(what)) {
-                CHECKF(!memcmp(y1, z1, yb), "%s: the first product differs from matmul alone", what);
-                CHECKF(!memcmp(y3, z3, yb), "%s: the second product differs from matmul alone", what);
-            }
-            free(y1); free(y3); free(z1); free(z3);
-            dev_free(d1); dev_free(d3); dev_free(e1); dev_free(e3);
-        }
-        di_backend_cuda_weights_drop(gpu);
-        dev_free(dx);
-        free(x); free(wb1); free(sb1); free(wb3); free(sb3);
+        const int ks = cuda_matvec_pair_ks(cs[t].m, cs[t].n, cs[t].n2, cs[t].k);
+        if (cs[t].n == 2304 && cs[t].n2 == 2304 && cs[t].k == 5120 && cs[t].m <= 8 && !cuda_batch_invariant())
+            CHECKF(ks == 4, "matmul_pair m %lld n 2304 k 5120: k split %d, expected 4 (one wave)", (long long)cs[t].m,
+                   ks);
+        pair_case(DI_WFMT_FP8, cs[t].m, cs[t].n, cs[t].n2, cs[t].k, ks, fl, 2);
     }
+    /* plain pairs (x not quantized, x of both kinds: the compressor's wkv
+     * and wgate): one launch of the decode form at m <= 8, the bits of each
+     * product alone whatever the spread; 12 rows run the two products */
+    const struct { di_wfmt fmt; int64_t m, n, k; } ps[] = {{DI_WFMT_BF16, 1, 512, 5120}, {DI_WFMT_BF16, 3, 512, 5120},
+                                                          {DI_WFMT_BF16, 8, 200, 1056}, {DI_WFMT_BF16, 12, 64, 512},
+                                                          {DI_WFMT_FP8, 2, 1024, 4096}, {DI_WFMT_BF16, 1, 32, 5120}};
+    const unsigned pfl[] = {0, DI_MM_OUT_BF16};
+    for (size_t t = 0; t < sizeof ps / sizeof *ps; t++) pair_case(ps[t].fmt, ps[t].m, ps[t].n, ps[t].n, ps[t].k, -1, pfl, 2);
 }
 
 static void test_pool_fills(void) {

@@ -854,24 +854,45 @@ static void cu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t 
     note(be, st, &err);
 }
 
-/* An expert's w1 and w3 on one x: one launch of the decode kernel that
- * quantizes x inside (cuda_op_gemm_fp8_x_pair, the bits of two) where it
- * applies, else the two products as matmul runs them. */
+/* Both matrices' device copies (codes and scales); 0 where one is missing
+ * (noted by wdev). */
+static int pair_weights(di_backend *be, const di_wmat *wa, const di_wmat *wb, const void **da,
+                        const uint8_t **sa, const void **db, const uint8_t **sbp) {
+    size_t sb = 0, wbytes = wmat_bytes(wa, &sb), sb2 = 0, wbytes2 = wmat_bytes(wb, &sb2);
+    *da = wdev(be, wa->w, wbytes);
+    *db = wdev(be, wb->w, wbytes2);
+    *sa = sb ? wdev(be, wa->s, sb) : NULL;
+    *sbp = sb2 ? wdev(be, wb->s, sb2) : NULL;
+    return *da && *db && (!sb || *sa) && (!sb2 || *sbp);
+}
+
+/* Two products of one x in one launch where a decode kernel takes both:
+ * FP8 matrices with x quantized inside (cuda_op_gemm_fp8_x_pair: an
+ * expert's w1 and w3, attention's wq_a and wkv; the pair's own k split),
+ * or two plain products of one shape such as the compressor's wkv and
+ * wgate (cuda_op_matmul_plain_pair, the bits of each alone); else the two
+ * products as matmul runs them. */
 static void cu_matmul_pair(di_backend *be, const di_wmat *wa, const di_wmat *wb, const float *x, int64_t m,
                            float *ya, float *yb, unsigned flags) {
-    const int64_t K = wa->n_in, N = wa->n_out;
-    if ((flags & DI_MM_ACT_FP8) && wa->fmt == DI_WFMT_FP8 && wb->fmt == DI_WFMT_FP8 && wb->n_in == K &&
-        wb->n_out == N && m > 0 && N > 0) {
-        op_enter(be, "matmul (fp8 pair)");
-        size_t sb = 0, wbytes = wmat_bytes(wa, &sb), sb2 = 0, wbytes2 = wmat_bytes(wb, &sb2);
-        const void *da = wdev(be, wa->w, wbytes), *db = wdev(be, wb->w, wbytes2);
-        const uint8_t *sa = sb ? wdev(be, wa->s, sb) : NULL, *sbp = sb2 ? wdev(be, wb->s, sb2) : NULL;
-        if (!da || !db || (sb && !sa) || (sb2 && !sbp)) return; /* noted by wdev */
+    const int64_t K = wa->n_in, N = wa->n_out, N2 = wb->n_out;
+    const int quant = (flags & DI_MM_ACT_FP8) && (wa->fmt == DI_WFMT_FP8 || wa->fmt == DI_WFMT_FP4);
+    const int out_bf16 = (flags & DI_MM_OUT_BF16) != 0;
+    if (wa->fmt == wb->fmt && wb->n_in == K && m > 0 && N > 0 && N2 > 0) {
+        const void *da, *db;
+        const uint8_t *sa, *sbp;
         di_err err = {0};
         int done = 0;
-        di_status st = sa && sbp ? cuda_op_gemm_fp8_x_pair(x, m, K, da, sa, db, sbp, N, ya, yb,
-                                                           (flags & DI_MM_OUT_BF16) != 0, &done, &err)
-                                 : DI_OK;
+        di_status st = DI_OK;
+        if (!quant && N2 == N && (wa->fmt == DI_WFMT_BF16 || wa->fmt == DI_WFMT_FP8)) {
+            op_enter(be, "matmul (plain pair)");
+            if (!pair_weights(be, wa, wb, &da, &sa, &db, &sbp)) return;
+            st = cuda_op_matmul_plain_pair((int)wa->fmt, da, sa, db, sbp, K, x, m, N, ya, yb, out_bf16, &done, &err);
+        } else if (quant && wa->fmt == DI_WFMT_FP8) {
+            op_enter(be, "matmul (fp8 pair)");
+            if (!pair_weights(be, wa, wb, &da, &sa, &db, &sbp)) return;
+            if (sa && sbp)
+                st = cuda_op_gemm_fp8_x_pair(x, m, K, da, sa, db, sbp, N, N2, ya, yb, out_bf16, &done, &err);
+        }
         if (st || done) {
             note(be, st, &err);
             return;

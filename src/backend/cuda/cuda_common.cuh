@@ -192,12 +192,12 @@ di_status cuda_launch_matvec_fp8_tiles_bits(const uint8_t *qa, const float *sa, 
 di_status cuda_launch_matvec_fp8_x(const float *x, int64_t m, int64_t k, const uint8_t *w,
                                    const uint8_t *ws, int64_t n, void *out, int out_bf16,
                                    cudaStream_t stream, int *done, di_err *err);
-/* two of them on the same x (w, w2 of the same n x k) in one launch, the
- * same bits as two */
+/* two of them on the same x (w [n x k], w2 [n2 x k]) in one launch, the
+ * bits of two with the pair's k split (cuda_matvec_pair_ks) */
 di_status cuda_launch_matvec_fp8_x_pair(const float *x, int64_t m, int64_t k, const uint8_t *w,
                                         const uint8_t *ws, const uint8_t *w2, const uint8_t *ws2, int64_t n,
-                                        void *out, void *out2, int out_bf16, cudaStream_t stream, int *done,
-                                        di_err *err);
+                                        int64_t n2, void *out, void *out2, int out_bf16, cudaStream_t stream,
+                                        int *done, di_err *err);
 di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                    const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                    int out_bf16, cudaStream_t stream, di_err *err);

@@ -100,14 +100,14 @@ extern "C" di_status cuda_op_gemm_fp8_x(const float *x, int64_t m, int64_t k, co
 
 extern "C" di_status cuda_op_gemm_fp8_x_pair(const float *x, int64_t m, int64_t k, const uint8_t *w,
                                            const uint8_t *ws, const uint8_t *w2, const uint8_t *ws2, int64_t n,
-                                           float *y, float *y2, int out_bf16, int *done, di_err *err) {
+                                           int64_t n2, float *y, float *y2, int out_bf16, int *done, di_err *err) {
     *done = 0;
-    if (m <= 0 || n <= 0 || k <= 0 || !x || !w || !ws || !w2 || !ws2 || !y || !y2) return DI_OK;
+    if (m <= 0 || n <= 0 || n2 <= 0 || k <= 0 || !x || !w || !ws || !w2 || !ws2 || !y || !y2) return DI_OK;
     if (cuda_batch_invariant() && ((uintptr_t)w % 16 || (uintptr_t)ws % 4 || (uintptr_t)w2 % 16 ||
                                    (uintptr_t)ws2 % 4))
         return DI_OK;
-    return cuda_launch_matvec_fp8_x_pair(x, m, k, w, ws, w2, ws2, n, y, y2, out_bf16 ? OUT_F32_BF16 : 0, 0, done,
-                                         err);
+    return cuda_launch_matvec_fp8_x_pair(x, m, k, w, ws, w2, ws2, n, n2, y, y2, out_bf16 ? OUT_F32_BF16 : 0, 0,
+                                         done, err);
 }
 
 extern "C" di_status di_cuda_gemm_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,

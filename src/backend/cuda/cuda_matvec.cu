@@ -622,23 +622,27 @@ __device__ __forceinline__ bool cluster_reduce(float acc[4 * NB], float4 *red, i
  * the very steps of act_quant_fp8_vec (cuda_act_quant.cuh), in place of the
  * copies of a quantized buffer: one kernel launch less per product, and the
  * same codes, scales and sums, so the same bits (map_a, map_sa unused).
- * A grid of depth 2 runs a second matrix of the same shape on the same x
- * (map_w2, ws2, out2: a SwiGLU's w1 and w3 in one launch), each block the
- * single product's work for its matrix, so the same bits as two launches. */
+ * A grid of depth 2 runs a second matrix of the same k on the same x
+ * (map_w2, ws2, out2, n2 rows: a SwiGLU's w1 and w3, or attention's wq_a
+ * and wkv, in one launch), each block the single product's work for its
+ * matrix at the launch's k split; the grid covers the larger matrix's row
+ * tiles, and a cluster past the other's last tile leaves at once. */
 template <int KS, int NB, bool QX>
 __global__ void __launch_bounds__(128)
     matvec_fp8_wg_kernel(const __grid_constant__ CUtensorMap map_w,
                          const __grid_constant__ CUtensorMap map_a,
                          const __grid_constant__ CUtensorMap map_sa,
-                         const uint8_t *__restrict__ ws_1, int64_t m, int64_t k, int64_t n,
+                         const uint8_t *__restrict__ ws_1, int64_t m, int64_t k, int64_t n_1,
                          void *__restrict__ out_1, int out_bf16, int kst,
                          const float *__restrict__ x,
                          const __grid_constant__ CUtensorMap map_w2,
-                         const uint8_t *__restrict__ ws2, void *__restrict__ out2) {
+                         const uint8_t *__restrict__ ws2, void *__restrict__ out2, int64_t n2) {
     const bool second = blockIdx.z == 1;
     const CUtensorMap *mwp = second ? &map_w2 : &map_w;
     const uint8_t *__restrict__ ws = second ? ws2 : ws_1;
     void *__restrict__ out = second ? out2 : out_1;
+    const int64_t n = second ? n2 : n_1;
+    if ((int64_t)(blockIdx.x / KS) * 64 >= n) return; /* the whole cluster: one row tile */
     extern __shared__ uint8_t wv_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(wv_raw), base = (raw + 1023u) & ~1023u;
     uint8_t *smem = wv_raw + (base - raw);
@@ -810,11 +814,11 @@ extern "C" void cuda_matvec_set_ks(int ks) { wv_forced_ks = ks; }
  * promoted in one chain in k order, as the tiles promote them: the same
  * bits (invariant run 4 in docs/gpu-notes.md: every output of 5 shapes at
  * 1 and 16 rows; 2, 4 or 8 ranks add their chains' sums after and differ). */
-static int wv_pick_ks(int64_t n, int64_t k, int groups = 1) {
+static int wv_pick_ks(int64_t n, int64_t k, int64_t n2 = 0) {
     if (cuda_batch_invariant()) return 1;
     if (wv_forced_ks == 1 || wv_forced_ks == 2 || wv_forced_ks == 4 || wv_forced_ks == 8)
         return wv_forced_ks;
-    const int64_t tiles = (n + 63) / 64 * groups, nst = k / 128, slots = 3 * (int64_t)sm_count();
+    const int64_t tiles = (n + 63) / 64 + (n2 + 63) / 64, nst = k / 128, slots = 3 * (int64_t)sm_count();
     int ks = 1;
     while (2 * ks <= 8 && tiles * 2 * ks <= slots && 2 * ks <= nst) ks *= 2;
     return ks;
@@ -872,7 +876,8 @@ template <int KS, int NB, bool QX = false>
 static cudaError_t wv_launch(const CUtensorMap &mw, const CUtensorMap &ma, const CUtensorMap &ms,
                              const uint8_t *ws, int64_t m, int64_t k, int64_t n, void *out,
                              int out_bf16, cudaStream_t stream, const float *x = NULL,
-                             const CUtensorMap *mw2 = NULL, const uint8_t *ws2 = NULL, void *out2 = NULL) {
+                             const CUtensorMap *mw2 = NULL, const uint8_t *ws2 = NULL, void *out2 = NULL,
+                             int64_t n2 = 0) {
     const int kst = (int)((k / 128 + KS - 1) / KS);
     const int smem = QX ? WV_SMEM_QX(8 * NB, kst) : WV_SMEM(8 * NB, kst);
     static int attr = 0;
@@ -882,9 +887,9 @@ static cudaError_t wv_launch(const CUtensorMap &mw, const CUtensorMap &ma, const
         if (e != cudaSuccess) return e;
         attr = smem;
     }
-    WvLaunch l(n, m, 8 * NB, mw2 ? 2 : 1, KS, smem, stream);
+    WvLaunch l(mw2 && n2 > n ? n2 : n, m, 8 * NB, mw2 ? 2 : 1, KS, smem, stream);
     return l.launch(matvec_fp8_wg_kernel<KS, NB, QX>, mw, ma, ms, ws, m, k, n, out, out_bf16, kst,
-                    x, mw2 ? *mw2 : mw, ws2, out2);
+                    x, mw2 ? *mw2 : mw, ws2, out2, mw2 ? n2 : n);
 }
 
 /* The wgmma path: whole 128-byte stages, the alignment the tensor maps need,
@@ -941,39 +946,41 @@ static bool wv_try_x(const float *x, int64_t m, int64_t k, const uint8_t *w, con
     return true;
 }
 
-/* Two products of one x (same n, k; w1 and w3 of an expert) in one launch
- * of wv_try_x's kernel. The k split counts the blocks of both matrices
- * (wv_pick_ks with two groups): the shared expert's 2,304 x 5,120 pair
- * takes 4 ranks (288 blocks, one wave) where each matrix alone takes 8
- * (576 blocks for the two, 1.45 waves): 13.9 -> 10.8 us at m = 1 (run 57,
- * docs/gpu-notes.md). So a pair has the bits of two single products with
- * that split, which are not always a lone product's (backend.h); batch-
- * invariant mode splits nothing either way. Returns false (nothing
- * launched) when it does not apply. */
-static int wv_pair_ks(int64_t m, int64_t n, int64_t k) {
-    if (!wv_qx_on || k % 128 || m < 1 || m > 8 || (n + 63) / 64 * 8 > 0x7fffffffLL) return 0;
-    const int ks = wv_pick_ks(n, k, 2);
+/* Two products of one x (the same k: w1 and w3 of an expert, n2 = n, or
+ * attention's wq_a and wkv) in one launch of wv_try_x's kernel. The k
+ * split counts the blocks of both matrices: the shared expert's 2,304 x
+ * 5,120 pair takes 4 ranks (288 blocks, one wave) where each matrix alone
+ * takes 8 (576 blocks for the two, 1.45 waves): 13.9 -> 10.8 us at m = 1
+ * (run 57, docs/gpu-notes.md). So a pair has the bits of two single
+ * products with that split, which are not always a lone product's
+ * (backend.h); batch-invariant mode splits nothing either way. Returns
+ * false (nothing launched) when it does not apply. */
+static int wv_pair_ks(int64_t m, int64_t n, int64_t n2, int64_t k) {
+    if (!wv_qx_on || k % 128 || m < 1 || m > 8 || n < 1 || n2 < 1 ||
+        ((n > n2 ? n : n2) + 63) / 64 * 8 > 0x7fffffffLL)
+        return 0;
+    const int ks = wv_pick_ks(n, k, n2);
     return WV_PANEL(8, (k / 128 + ks - 1) / ks) > WV_QX_MAX_PANEL ? 0 : ks;
 }
 
-/* Test aid: the k split a pair of (m, n, k) runs with in one launch; 0
+/* Test aid: the k split a pair of (m, n, n2, k) runs with in one launch; 0
  * where it runs as two single products (their own split). */
-extern "C" int cuda_matvec_pair_ks(int64_t m, int64_t n, int64_t k) { return wv_pair_ks(m, n, k); }
+extern "C" int cuda_matvec_pair_ks(int64_t m, int64_t n, int64_t n2, int64_t k) { return wv_pair_ks(m, n, n2, k); }
 
 static bool wv_try_x_pair(const float *x, int64_t m, int64_t k, const uint8_t *w, const uint8_t *ws,
-                          const uint8_t *w2, const uint8_t *ws2, int64_t n, void *out, void *out2,
+                          const uint8_t *w2, const uint8_t *ws2, int64_t n, int64_t n2, void *out, void *out2,
                           int out_bf16, cudaStream_t stream, cudaError_t *e) {
-    const int ks = wv_pair_ks(m, n, k);
+    const int ks = wv_pair_ks(m, n, n2, k);
     if (!ks || (uintptr_t)x % 16 || (uintptr_t)w % 16 || (uintptr_t)w2 % 16) return false;
     CUtensorMap mw, mw2;
     if (!make_map(&mw, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, 128, 64, true) ||
-        !make_map(&mw2, w2, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, 128, 64, true))
+        !make_map(&mw2, w2, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n2, k, 128, 64, true))
         return false;
     switch (ks) {
-    case 1: *e = wv_launch<1, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x, &mw2, ws2, out2); break;
-    case 2: *e = wv_launch<2, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x, &mw2, ws2, out2); break;
-    case 4: *e = wv_launch<4, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x, &mw2, ws2, out2); break;
-    default: *e = wv_launch<8, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x, &mw2, ws2, out2); break;
+    case 1: *e = wv_launch<1, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x, &mw2, ws2, out2, n2); break;
+    case 2: *e = wv_launch<2, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x, &mw2, ws2, out2, n2); break;
+    case 4: *e = wv_launch<4, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x, &mw2, ws2, out2, n2); break;
+    default: *e = wv_launch<8, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x, &mw2, ws2, out2, n2); break;
     }
     return true;
 }
@@ -1370,10 +1377,10 @@ di_status cuda_launch_matvec_fp8_x(const float *x, int64_t m, int64_t k, const u
 
 di_status cuda_launch_matvec_fp8_x_pair(const float *x, int64_t m, int64_t k, const uint8_t *w,
                                         const uint8_t *ws, const uint8_t *w2, const uint8_t *ws2, int64_t n,
-                                        void *out, void *out2, int out_bf16, cudaStream_t stream, int *done,
-                                        di_err *err) {
+                                        int64_t n2, void *out, void *out2, int out_bf16, cudaStream_t stream,
+                                        int *done, di_err *err) {
     cudaError_t e = cudaSuccess;
-    *done = wv_try_x_pair(x, m, k, w, ws, w2, ws2, n, out, out2, out_bf16, stream, &e);
+    *done = wv_try_x_pair(x, m, k, w, ws, w2, ws2, n, n2, out, out2, out_bf16, stream, &e);
     return *done ? cuda_check(e, err, "gemm_fp8 pair (matvec, wgmma, quantizing)") : DI_OK;
 }
 

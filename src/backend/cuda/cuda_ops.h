@@ -87,12 +87,13 @@ di_status cuda_op_gemm_q_rounded(int fmt, const uint8_t *qa, const float *sa, in
 di_status cuda_op_gemm_fp8_x(const float *x, int64_t m, int64_t k, const uint8_t *w,
                              const uint8_t *ws, int64_t n, float *y, int out_bf16, int *done,
                              di_err *err);
-/* y = ... for W and y2 = ... for W2 (the same n x k) from the same x in one
- * launch, each the bits of cuda_op_gemm_fp8_x alone; *done = 0 and nothing
- * launched where that does not apply. */
+/* y = ... for W [n x k] and y2 = ... for W2 [n2 x k] from the same x in one
+ * launch, each the bits of cuda_op_gemm_fp8_x with the pair's k split
+ * (which counts both matrices' blocks); *done = 0 and nothing launched
+ * where that does not apply. */
 di_status cuda_op_gemm_fp8_x_pair(const float *x, int64_t m, int64_t k, const uint8_t *w, const uint8_t *ws,
-                                  const uint8_t *w2, const uint8_t *ws2, int64_t n, float *y, float *y2,
-                                  int out_bf16, int *done, di_err *err);
+                                  const uint8_t *w2, const uint8_t *ws2, int64_t n, int64_t n2, float *y,
+                                  float *y2, int out_bf16, int *done, di_err *err);
 /* out [m, n] = table row ids[i] ([V, n], F32 or BF16) */
 di_status cuda_op_embed(const void *table, int t_bf16, int64_t n, const int32_t *ids, int64_t m,
                         float *out, di_err *err);
@@ -146,6 +147,15 @@ di_status cuda_op_matmul_plain_s(int fmt, const void *w, const uint8_t *s, int64
                                  int64_t nr, float *y, int64_t ldy, int out_bf16, void *scratch,
                                  size_t scratch_bytes, di_err *err);
 size_t cuda_op_matmul_scratch_bytes(int fmt, int64_t n_in, int64_t m, int groups, int64_t nr);
+/* y = x·Wᵀ and y2 = x·W2ᵀ (W, W2 [nr, n_in] of one format; x [m, n_in]) in
+ * one launch of the decode form, each with the bits of
+ * cuda_op_matmul_plain alone; *done = 0 and nothing launched where that
+ * form does not apply (more than 8 rows, F32 weights, alignment): the
+ * caller runs the two products. */
+di_status cuda_op_matmul_plain_pair(int fmt, const void *w, const uint8_t *s, const void *w2,
+                                    const uint8_t *s2, int64_t n_in, const float *x, int64_t m,
+                                    int64_t nr, float *y, float *y2, int out_bf16, int *done,
+                                    di_err *err);
 
 /* ---- cuda_ops_hc.cu ---- */
 di_status cuda_op_hc_mix(const float *s, int64_t m, int hc, int64_t d, const float *fn,

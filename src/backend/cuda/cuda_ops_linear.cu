@@ -474,9 +474,15 @@ struct DecSmem {
 template <int FMT, int T, int RD>
 __global__ void __launch_bounds__(TC_KW * 32, 2) k_mm_dec(const void *w, const uint8_t *s, int64_t K,
                                                        const float *x, int64_t ldx, int m, int64_t nr,
-                                                       float *y, int64_t ldy, int out_bf16, int cl, int ps) {
+                                                       float *y, int64_t ldy, int out_bf16, int cl, int ps,
+                                                       const void *w2, const uint8_t *s2, float *y2) {
     extern __shared__ __align__(16) uint8_t dsm[];
     constexpr int ESZ = FMT == DI_WFMT_BF16 ? 2 : 1, PB = 8 * ESZ, NP = 2 * T, XB = T == 2 ? 2 : 4;
+    if (blockIdx.z) { /* a pair's second matrix: same shape, same x, its own output */
+        w = w2;
+        s = s2;
+        y = y2;
+    }
     /* No division by a run-time value (~20 instructions each, and a
      * one-warp block runs every one in series): cl and cw are powers of two
      * (shifts), and m <= 8 divides a phase's item numbers (below
@@ -718,7 +724,7 @@ extern "C" void cuda_matmul_set_decode(int on, int cl) {
 template <int FMT, int T, int RD>
 static cudaError_t dec_launch(dim3 grid, int cl, int smem, const void *w, const uint8_t *s, int64_t K,
                               const float *x, int64_t ldx, int m, int64_t nr, float *y, int64_t ldy,
-                              int out_bf16, int ps) {
+                              int out_bf16, int ps, const void *w2, const uint8_t *s2, float *y2) {
     static int attr = 0;
     if (smem > 48 * 1024 && smem > attr) {
         cudaError_t e = cudaFuncSetAttribute(k_mm_dec<FMT, T, RD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -744,11 +750,13 @@ static cudaError_t dec_launch(dim3 grid, int cl, int smem, const void *w, const 
         at[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
         cfg.numAttrs++;
     }
-    cudaError_t e = cudaLaunchKernelEx(&cfg, k_mm_dec<FMT, T, RD>, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, cl, ps);
+    cudaError_t e = cudaLaunchKernelEx(&cfg, k_mm_dec<FMT, T, RD>, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, cl, ps,
+                                       w2, s2, y2);
     if (e != cudaSuccess && pdl) { /* a runtime that refuses the attribute: the plain launch */
         (void)cudaGetLastError();
         cfg.numAttrs--;
-        e = cudaLaunchKernelEx(&cfg, k_mm_dec<FMT, T, RD>, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, cl, ps);
+        e = cudaLaunchKernelEx(&cfg, k_mm_dec<FMT, T, RD>, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, cl, ps, w2,
+                               s2, y2);
         if (e == cudaSuccess) cuda_pdl_refused();
     }
     return e;
@@ -757,27 +765,34 @@ static cudaError_t dec_launch(dim3 grid, int cl, int smem, const void *w, const 
 template <int FMT, int T>
 static cudaError_t dec_launch_rd(int rd, dim3 grid, int cl, int smem, const void *w, const uint8_t *s, int64_t K,
                                  const float *x, int64_t ldx, int m, int64_t nr, float *y, int64_t ldy,
-                                 int out_bf16, int ps) {
+                                 int out_bf16, int ps, const void *w2, const uint8_t *s2, float *y2) {
     switch (rd) {
-    case 4: return dec_launch<FMT, T, 4>(grid, cl, smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, ps);
-    case 8: return dec_launch<FMT, T, 8>(grid, cl, smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, ps);
-    case 16: return dec_launch<FMT, T, 16>(grid, cl, smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, ps);
-    default: return dec_launch<FMT, T, 32>(grid, cl, smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, ps);
+    case 4: return dec_launch<FMT, T, 4>(grid, cl, smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, ps, w2, s2, y2);
+    case 8: return dec_launch<FMT, T, 8>(grid, cl, smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, ps, w2, s2, y2);
+    case 16: return dec_launch<FMT, T, 16>(grid, cl, smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, ps, w2, s2, y2);
+    default: return dec_launch<FMT, T, 32>(grid, cl, smem, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, ps, w2, s2, y2);
     }
 }
 
-/* The decode form where it applies (*done = 0 otherwise, nothing launched). */
+/* The decode form where it applies (*done = 0 otherwise, nothing launched).
+ * With w2 (a second matrix of the same format and shape on the same x, its
+ * output y2; groups 1) both in one launch, blockIdx.z picking the matrix:
+ * every block does what it would for its matrix alone, so each output has
+ * the bits of the single product (the spread cl and the tiles a warp T
+ * never change them), and the pair pays one launch's latency, which is
+ * most of these products' time at decode. */
 static di_status matmul_dec(int fmt, const void *w, const uint8_t *s, int64_t K, const float *x, int64_t ldx,
                             int64_t m, int groups, int64_t nr, float *y, int64_t ldy, int out_bf16, int *done,
-                            di_err *err) {
+                            di_err *err, const void *w2 = NULL, const uint8_t *s2 = NULL, float *y2 = NULL) {
     *done = 0;
     static int env_on = -1; /* DI_CUDA_MM_DEC=0: k_mm_tc at every m (measuring aid for the model bench) */
     cuda_env_switch("DI_CUDA_MM_DEC", &env_on);
     if (!dec_mode || !env_on || m > 8 || (fmt != DI_WFMT_BF16 && fmt != DI_WFMT_FP8) || K % TC_CH || K > (1 << 20) ||
-        ldx % 4 || ((uintptr_t)x & 15) || ((uintptr_t)w & 15) || groups > 65535)
+        ldx % 4 || ((uintptr_t)x & 15) || ((uintptr_t)w & 15) || groups > 65535 ||
+        (w2 && (groups != 1 || ((uintptr_t)w2 & 15))))
         return DI_OK;
-    const int sms = cuda_sm_count();
-    int T = (nr + 31) / 32 * groups >= sms ? 2 : 1;
+    const int sms = cuda_sm_count(), mats = w2 ? 2 : 1; /* matrices in the launch: placement only */
+    int T = (nr + 31) / 32 * groups * mats >= sms ? 2 : 1;
     if (tc_forced_tiles == 1 || tc_forced_tiles == 2) T = tc_forced_tiles;
     if (fmt == DI_WFMT_FP8 && T == 2 && nr % 32) T = 1; /* a 32-row tile inside one scale block */
     if (fmt == DI_WFMT_FP8 && groups > 1 && nr % 16) return DI_OK; /* a 16-row one too */
@@ -791,7 +806,7 @@ static di_status matmul_dec(int fmt, const void *w, const uint8_t *s, int64_t K,
     cuda_env_switch("DI_CUDA_HEAD_DEC", &waves_on);
     if (tiles * groups > 8 * sms && !(m <= 2 && waves_on)) return DI_OK;
     int cl = 1;
-    while (cl < TC_KW && tiles * groups * cl < sms) cl *= 2;
+    while (cl < TC_KW && tiles * groups * mats * cl < sms) cl *= 2;
     if (dec_forced_cl == 1 || dec_forced_cl == 2 || dec_forced_cl == 4 || dec_forced_cl == 8) cl = dec_forced_cl;
     if (tiles * cl > 0x7fffffff) return DI_OK;
     const int cw = TC_KW / cl, pb = fmt == DI_WFMT_BF16 ? 16 : 8;
@@ -803,14 +818,14 @@ static di_status matmul_dec(int fmt, const void *w, const uint8_t *s, int64_t K,
     if (ps > R) ps = R;
     const DecSmem L(fmt, T, rd, cw, (int)m, (int)ps, K);
     if (L.total > 200 * 1024) return DI_OK;
-    dim3 grid((unsigned)(tiles * cl), (unsigned)groups);
+    dim3 grid((unsigned)(tiles * cl), (unsigned)groups, (unsigned)mats);
     cudaError_t e;
     if (fmt == DI_WFMT_BF16)
-        e = T == 2 ? dec_launch_rd<DI_WFMT_BF16, 2>(rd, grid, cl, L.total, w, s, K, x, ldx, (int)m, nr, y, ldy, out_bf16, (int)ps)
-                   : dec_launch_rd<DI_WFMT_BF16, 1>(rd, grid, cl, L.total, w, s, K, x, ldx, (int)m, nr, y, ldy, out_bf16, (int)ps);
+        e = T == 2 ? dec_launch_rd<DI_WFMT_BF16, 2>(rd, grid, cl, L.total, w, s, K, x, ldx, (int)m, nr, y, ldy, out_bf16, (int)ps, w2, s2, y2)
+                   : dec_launch_rd<DI_WFMT_BF16, 1>(rd, grid, cl, L.total, w, s, K, x, ldx, (int)m, nr, y, ldy, out_bf16, (int)ps, w2, s2, y2);
     else
-        e = T == 2 ? dec_launch_rd<DI_WFMT_FP8, 2>(rd, grid, cl, L.total, w, s, K, x, ldx, (int)m, nr, y, ldy, out_bf16, (int)ps)
-                   : dec_launch_rd<DI_WFMT_FP8, 1>(rd, grid, cl, L.total, w, s, K, x, ldx, (int)m, nr, y, ldy, out_bf16, (int)ps);
+        e = T == 2 ? dec_launch_rd<DI_WFMT_FP8, 2>(rd, grid, cl, L.total, w, s, K, x, ldx, (int)m, nr, y, ldy, out_bf16, (int)ps, w2, s2, y2)
+                   : dec_launch_rd<DI_WFMT_FP8, 1>(rd, grid, cl, L.total, w, s, K, x, ldx, (int)m, nr, y, ldy, out_bf16, (int)ps, w2, s2, y2);
     *done = 1;
     return cuda_check(e, err, "matmul (decode form)");
 }
@@ -1224,6 +1239,15 @@ extern "C" di_status cuda_op_matmul_plain_s(int fmt, const void *w, const uint8_
     default: launch_plain<8>(fmt, grid, w, s, n_in, x, ldx, m, nr, y, ldy, out_bf16); break;
     }
     return cuda_check_launch(err, "matmul");
+}
+
+extern "C" di_status cuda_op_matmul_plain_pair(int fmt, const void *w, const uint8_t *s, const void *w2,
+                                               const uint8_t *s2, int64_t n_in, const float *x, int64_t m,
+                                               int64_t nr, float *y, float *y2, int out_bf16, int *done,
+                                               di_err *err) {
+    *done = 0;
+    if (m * nr <= 0 || fmt == DI_WFMT_F32) return DI_OK;
+    return matmul_dec(fmt, w, s, n_in, x, n_in, m, 1, nr, y, nr, out_bf16, done, err, w2, s2, y2);
 }
 
 extern "C" di_status cuda_op_matmul_plain(int fmt, const void *w, const uint8_t *s, int64_t n_out,
