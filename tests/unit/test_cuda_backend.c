@@ -1810,6 +1810,7 @@ static void test_matmul_fused_quant(void) {
  * their own split); both output forms. The split at the shared expert's
  * shape is checked too, so a rule that drifts back to 1.45 waves fails
  * here. */
+#if defined(DI_HAVE_CUDA)
 int cuda_matvec_pair_ks(int64_t m, int64_t n, int64_t n2, int64_t k); /* cuda_matvec.cu, test aid */
 void cuda_matvec_set_ks(int ks);                                      /* cuda_matvec.cu: the FP8 k split forced */
 int cuda_batch_invariant(void);                                       /* cuda_device.cu */
@@ -1870,6 +1871,9 @@ static void test_matmul_pair(void) {
     const unsigned pfl[] = {0, DI_MM_OUT_BF16};
     for (size_t t = 0; t < sizeof ps / sizeof *ps; t++) pair_case(ps[t].fmt, ps[t].m, ps[t].n, ps[t].n, ps[t].k, -1, pfl, 2);
 }
+#else
+static void test_matmul_pair(void) { NEED_GPU(); }
+#endif
 
 static void test_pool_fills(void) {
     NEED_GPU();
