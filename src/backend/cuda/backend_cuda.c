@@ -2106,8 +2106,10 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         c->ops.moe_route_buf = NULL;
         c->ops.moe_experts = NULL;
     }
-    /* DI_CUDA_PAIR=0: an expert's w1 and w3 as two products (timing; the
-     * same bits) */
+    /* DI_CUDA_PAIR=0: every pair (an expert's w1 and w3, attention's wq_a
+     * and wkv, the compressor's wkv and wgate) as two products (timing; a
+     * quantizing FP8 pair's outputs may then differ in their last bits:
+     * its k split counts both matrices) */
     if (env_is("DI_CUDA_PAIR", "0")) c->ops.matmul_pair = NULL;
     /* DI_CUDA_FUSE=0: the model's unfused op sequences in place of the
      * fused ops (matmul_pair, hc_collapse_norm, qkv_rope_pack, add_bf16), the MoE's separate
