@@ -550,6 +550,25 @@ static void test_gathers(void) {
     }
 }
 
+/* Engram gate: s [m, hc, d] += gate·value, kv [m, hc+1, d], f32 and bf16
+ * weights, against the CPU's. */
+static void engram_gate_check(int64_t m, int hc, int64_t d) {
+    const size_t SB = (size_t)(m * hc * d) * 4;
+    for (int dt = 0; dt < 2; dt++) {
+        di_tensor qw = vec_tensor(hc * d, 0, dt ? DI_DTYPE_BF16 : DI_DTYPE_F32);
+        di_tensor kw = vec_tensor(hc * d, 0, dt ? DI_DTYPE_BF16 : DI_DTYPE_F32);
+        float *kv = rnd(m * (hc + 1) * d, 1.0f), *s3 = rnd(m * hc * d, 1.0f);
+        float *dkv = dev_up(kv, (size_t)(m * (hc + 1) * d) * 4), *ds3 = dev_up(s3, SB);
+        cpu->ops->engram_gate(cpu, s3, kv, &qw, &kw, m, hc, d, 1e-6);
+        gpu->ops->engram_gate(gpu, ds3, dkv, &qw, &kw, m, hc, d, 1e-6);
+        float *g3 = dev_down(ds3, SB);
+        if (status_ok("engram_gate")) cmp_tol("engram_gate", g3, s3, m * hc * d, BF16_ULP, 1e-4);
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(dkv); dev_free(ds3);
+        free(qw.data); free(kw.data); free(kv); free(s3); free(g3);
+    }
+}
+
 static void test_hc(void) {
     NEED_GPU();
     /* {1, 4, 64} and {70, 4, 516} take hc_expand's four-column form (a
@@ -599,26 +618,15 @@ static void test_hc(void) {
         gpu->ops->hc_expand(gpu, dy, ds, dpost, dcomb, m, hc, d, ds);
         float *eg = dev_down(ds, SB);
         if (status_ok("hc_expand")) cmp_exact("hc_expand in place", eg, sc2, m * hc * d);
-        /* Engram gate: s [m, hc, d] += gate·value, kv [m, hc+1, d] */
-        for (int dt = 0; dt < 2; dt++) {
-            di_tensor qw = vec_tensor(hc * d, 0, dt ? DI_DTYPE_BF16 : DI_DTYPE_F32);
-            di_tensor kw = vec_tensor(hc * d, 0, dt ? DI_DTYPE_BF16 : DI_DTYPE_F32);
-            float *kv = rnd(m * (hc + 1) * d, 1.0f), *s3 = rnd(m * hc * d, 1.0f);
-            float *dkv = dev_up(kv, (size_t)(m * (hc + 1) * d) * 4), *ds3 = dev_up(s3, SB);
-            cpu->ops->engram_gate(cpu, s3, kv, &qw, &kw, m, hc, d, 1e-6);
-            gpu->ops->engram_gate(gpu, ds3, dkv, &qw, &kw, m, hc, d, 1e-6);
-            float *g3 = dev_down(ds3, SB);
-            if (status_ok("engram_gate")) cmp_tol("engram_gate", g3, s3, m * hc * d, BF16_ULP, 1e-4);
-            di_backend_cuda_weights_drop(gpu);
-            dev_free(dkv); dev_free(ds3);
-            free(qw.data); free(kw.data); free(kv); free(s3); free(g3);
-        }
+        engram_gate_check(m, hc, d);
         di_backend_cuda_weights_drop(gpu);
         dev_free(ds); dev_free(dp); dev_free(dpo); dev_free(dc); dev_free(dy); dev_free(dpre);
         dev_free(dpost); dev_free(dcomb); dev_free(dm);
         free(s); free(fn); free(base); free(pc); free(poc); free(cc); free(pg); free(pog);
         free(cg); free(yc); free(yg); free(mc); free(mg); free(sc2); free(eg);
     }
+    engram_gate_check(1, 4, 5120); /* the model's rows: the four-value form */
+    engram_gate_check(3, 4, 5120);
 }
 
 static void test_attention(void) {

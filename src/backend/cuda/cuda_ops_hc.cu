@@ -728,9 +728,9 @@ extern "C" di_status cuda_op_hc_mean(const float *s, int64_t m, int hc, int64_t 
 /* One block per (row, copy): the three sums as block reductions, then the
  * gated update of the copy. A thread's terms in increasing k, EG_B of them
  * loaded before any is added, and in the update EG_B loads before their
- * stores (the same operations in the same order): 17.0 -> 15.1 us a call
- * at d 5120 and one row (docs/gpu-notes.md, runs 57-58); what holds the
- * other 15 us of four blocks is not known yet. */
+ * stores: 17.0 -> 15.1 us a call at d 5120 and one row (docs/gpu-notes.md,
+ * runs 57-58), the rest its instructions (run 62). The general form (any d
+ * and alignment); k_engram_gate4 below takes the model's rows. */
 enum { EG_B = 8 };
 
 __global__ void k_engram_gate(float *s, const float *kv, const void *qw, const void *kw,
@@ -784,11 +784,94 @@ __global__ void k_engram_gate(float *s, const float *kv, const void *qw, const v
     }
 }
 
+/* Four values a load (d % 4 == 0, 16-byte rows, 8- or 16-byte weights):
+ * the form above spends ~2,000 instructions a warp at d 5120 on 64-bit
+ * indices, the weights' dtype branch and the bounds selects, issued by
+ * the 4 blocks of one row on 4 SMs (docs/gpu-notes.md, run 62); here each
+ * thread takes whole float4 chunks j, j + 256, ... (its terms in
+ * increasing k), the dtype is a template parameter and the indices 32-bit
+ * within a row. The same three sums and the same update; the terms are
+ * grouped differently over the threads, so the bits are not the other
+ * form's (both within the CPU's tolerance). */
+enum { EG4_B = 8 };
+
+template <bool BF16W>
+__device__ __forceinline__ float4 eg_w4(const void *w, int64_t base, int j) {
+    if (BF16W) {
+        const uint2 u = ((const uint2 *)((const uint16_t *)w + base))[j];
+        return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u),
+                           __uint_as_float(u.y << 16), __uint_as_float(u.y & 0xffff0000u));
+    }
+    return ((const float4 *)((const float *)w + base))[j];
+}
+
+template <bool BF16W>
+__global__ void k_engram_gate4(float *s, const float *kv, const void *qw, const void *kw, int hc, int64_t d,
+                               float eps, float inv_sqrt_d) {
+    __shared__ float red[32];
+    const int64_t i = blockIdx.x / hc;
+    const int c = (int)(blockIdx.x % hc), n4 = (int)(d / 4);
+    const float4 *value = (const float4 *)(kv + (i * (hc + 1) + hc) * d);
+    const float4 *key = (const float4 *)(kv + (i * (hc + 1) + c) * d);
+    float4 *h = (float4 *)(s + (i * hc + c) * d);
+    const int64_t wb = (int64_t)c * d;
+    float sh = 0.f, sk = 0.f, dot = 0.f;
+    for (int j0 = threadIdx.x; j0 < n4; j0 += EG4_B * (int)blockDim.x) {
+        float4 hv[EG4_B], kv4[EG4_B], qv[EG4_B], wv[EG4_B];
+#pragma unroll
+        for (int u = 0; u < EG4_B; u++) {
+            const int j = j0 + u * (int)blockDim.x, jj = j < n4 ? j : j0; /* past the row: j0 again, unused */
+            hv[u] = h[jj], kv4[u] = key[jj], qv[u] = eg_w4<BF16W>(qw, wb, jj), wv[u] = eg_w4<BF16W>(kw, wb, jj);
+        }
+#pragma unroll
+        for (int u = 0; u < EG4_B; u++) {
+            if (j0 + u * (int)blockDim.x >= n4) break;
+            const float hh[4] = {hv[u].x, hv[u].y, hv[u].z, hv[u].w}, kk[4] = {kv4[u].x, kv4[u].y, kv4[u].z, kv4[u].w};
+            const float qq[4] = {qv[u].x, qv[u].y, qv[u].z, qv[u].w}, ww[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                sh = ADD(sh, MUL(hh[e], hh[e]));
+                sk = ADD(sk, MUL(kk[e], kk[e]));
+                dot = ADD(dot, MUL(MUL(hh[e], MUL(qq[e], ww[e])), kk[e]));
+            }
+        }
+    }
+    sh = block_sum(sh, red);
+    sk = block_sum(sk, red);
+    dot = block_sum(dot, red);
+    float rstd = MUL(1.0f / sqrtf(ADD(sh / (float)d, eps)), 1.0f / sqrtf(ADD(sk / (float)d, eps)));
+    dot = MUL(MUL(dot, rstd), inv_sqrt_d);
+    const float a = sqrtf(fmaxf(fabsf(dot), 1e-6f)), gate = sigmoid_f(copysignf(a, dot));
+    __syncthreads(); /* every thread has read h before any writes it */
+    for (int j0 = threadIdx.x; j0 < n4; j0 += EG4_B * (int)blockDim.x) {
+        float4 hv[EG4_B], vv[EG4_B];
+#pragma unroll
+        for (int u = 0; u < EG4_B; u++) {
+            const int j = j0 + u * (int)blockDim.x, jj = j < n4 ? j : j0;
+            hv[u] = h[jj], vv[u] = value[jj];
+        }
+#pragma unroll
+        for (int u = 0; u < EG4_B; u++) {
+            const int j = j0 + u * (int)blockDim.x;
+            if (j < n4)
+                h[j] = make_float4(round_bf16(ADD(hv[u].x, MUL(gate, vv[u].x))), round_bf16(ADD(hv[u].y, MUL(gate, vv[u].y))),
+                                   round_bf16(ADD(hv[u].z, MUL(gate, vv[u].z))), round_bf16(ADD(hv[u].w, MUL(gate, vv[u].w))));
+        }
+    }
+}
+
 extern "C" di_status cuda_op_engram_gate(float *s, const float *kv, const void *qw,
                                          const void *kw, int w_bf16, int64_t m, int hc,
                                          int64_t d, float eps, di_err *err) {
     if (m * hc <= 0) return DI_OK;
     float inv_sqrt_d = (float)(1.0 / sqrt((double)d));
-    k_engram_gate<<<(unsigned)(m * hc), 256>>>(s, kv, qw, kw, w_bf16, hc, d, eps, inv_sqrt_d);
+    const uintptr_t wal = w_bf16 ? 7 : 15;
+    if (d % 4 == 0 && d / 4 <= 0x7fffffff && ((uintptr_t)s | (uintptr_t)kv) % 16 == 0 &&
+        ((uintptr_t)qw & wal) == 0 && ((uintptr_t)kw & wal) == 0) {
+        if (w_bf16) k_engram_gate4<true><<<(unsigned)(m * hc), 256>>>(s, kv, qw, kw, hc, d, eps, inv_sqrt_d);
+        else k_engram_gate4<false><<<(unsigned)(m * hc), 256>>>(s, kv, qw, kw, hc, d, eps, inv_sqrt_d);
+    } else {
+        k_engram_gate<<<(unsigned)(m * hc), 256>>>(s, kv, qw, kw, w_bf16, hc, d, eps, inv_sqrt_d);
+    }
     return cuda_check_launch(err, "engram_gate");
 }
