@@ -99,12 +99,7 @@ di_status di_attention(di_fwd *f, int block, const float *x, float *y, di_err *e
     }
     /* the query path's first product and the window KV's, both of x: one
      * pass where the backend pairs them (at decode one launch less a layer) */
-    if (be->ops->matmul_pair && lb->wq_a.fmt == lb->wkv.fmt && lb->wq_a.n_in == lb->wkv.n_in)
-        be->ops->matmul_pair(be, &lb->wq_a, &lb->wkv, x, m, qr, kv, lm->mm_q);
-    else {
-        be->ops->matmul(be, &lb->wq_a, x, m, qr, lm->mm_q);
-        be->ops->matmul(be, &lb->wkv, x, m, kv, lm->mm_q);
-    }
+    di_fwd_matmul_pair(be, &lb->wq_a, &lb->wkv, x, m, qr, kv, lm->mm_q);
     /* query path (§5.2) */
     be->ops->rmsnorm(be, qr, &lm->w->blocks[block].attn.q_norm, m, c->q_lora_rank, c->eps, qr);
     be->ops->matmul(be, &lb->wq_b, qr, m, q, lm->mm_q);

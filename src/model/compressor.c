@@ -96,12 +96,7 @@ di_status di_compressor(di_fwd *f, int block, const float *x, di_err *err) {
         ga = be->ops->alloc(be, (size_t)((n_new + 1) * ratio * dh) * sizeof(float));
         gg = be->ops->alloc(be, (size_t)((n_new + 1) * ratio * dh) * sizeof(float));
         if (!a || !g || !ga || !gg) goto nomem;
-        if (be->ops->matmul_pair && lb->cmp_wgate.fmt == lb->cmp_wkv.fmt && lb->cmp_wgate.n_in == lb->cmp_wkv.n_in)
-            be->ops->matmul_pair(be, &lb->cmp_wkv, &lb->cmp_wgate, x, m, a, g, 0); /* fp32 projections */
-        else {
-            be->ops->matmul(be, &lb->cmp_wkv, x, m, a, 0);
-            be->ops->matmul(be, &lb->cmp_wgate, x, m, g, 0);
-        }
+        di_fwd_matmul_pair(be, &lb->cmp_wkv, &lb->cmp_wgate, x, m, a, g, 0); /* fp32 projections */
         size_t rb = (size_t)dh * sizeof(float);
         const uint8_t *const *tok = scatter ? f->m_ctok + (int64_t)block * m : NULL;
         /* with the step metadata's ring slots of every group token (decode):

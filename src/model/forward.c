@@ -398,6 +398,16 @@ void di_fwd_rope(di_fwd *f, int block, float *x, int64_t m, int64_t stride, int 
         be->ops->rope(be, x, m, stride, heads, hd, rd, pos, f->lm->blocks[block].freq, inverse);
 }
 
+void di_fwd_matmul_pair(di_backend *be, const di_wmat *wa, const di_wmat *wb, const float *x, int64_t m,
+                        float *ya, float *yb, unsigned flags) {
+    if (be->ops->matmul_pair && wa->fmt == wb->fmt && wa->n_in == wb->n_in) {
+        be->ops->matmul_pair(be, wa, wb, x, m, ya, yb, flags);
+        return;
+    }
+    be->ops->matmul(be, wa, x, m, ya, flags);
+    be->ops->matmul(be, wb, x, m, yb, flags);
+}
+
 di_status di_fwd_begin(di_fwd *f, const di_lm *lm, const di_fwd_seq *seqs, int n_seqs,
                        di_err *err) {
     memset(f, 0, sizeof *f);

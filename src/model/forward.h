@@ -137,6 +137,11 @@ int64_t di_fwd_width_bucket(int64_t w);
  * backend has rope_cs, from the step metadata's table instead. */
 void di_fwd_rope(di_fwd *f, int block, float *x, int64_t m, int64_t stride, int heads,
                  int64_t hd, const int32_t *pos, int inverse);
+/* ya = x · waᵀ and yb = x · wbᵀ for two matrices of one format and input
+ * size on one x: the backend's matmul_pair where it has one (one pass),
+ * else two matmul calls. */
+void di_fwd_matmul_pair(di_backend *be, const di_wmat *wa, const di_wmat *wb, const float *x, int64_t m,
+                        float *ya, float *yb, unsigned flags);
 /* The step metadata's angle table of block b that di_fwd_rope would use
  * for positions pos (backend memory), or NULL when it would not. */
 const float *di_fwd_rope_cs(const di_fwd *f, int block, const int32_t *pos);

@@ -25,12 +25,7 @@ static di_status expert_run(const di_lm *lm, const di_lm_expert *ex, const float
         be->ops->free(be, u);
         return di_err_set(err, DI_ERR_NOMEM, "expert: out of memory");
     }
-    if (be->ops->matmul_pair) {
-        be->ops->matmul_pair(be, &ex->w1, &ex->w3, x, n, g, u, lm->mm_q);
-    } else {
-        be->ops->matmul(be, &ex->w1, x, n, g, lm->mm_q);
-        be->ops->matmul(be, &ex->w3, x, n, u, lm->mm_q);
-    }
+    di_fwd_matmul_pair(be, &ex->w1, &ex->w3, x, n, g, u, lm->mm_q);
     be->ops->swiglu(be, g, u, w, n, I, (float)lm->cfg->swiglu_limit, g);
     be->ops->matmul(be, &ex->w2, g, n, y, lm->mm_q);
     be->ops->free(be, g);

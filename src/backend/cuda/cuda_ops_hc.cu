@@ -726,13 +726,8 @@ extern "C" di_status cuda_op_hc_mean(const float *s, int64_t m, int hc, int64_t 
 }
 
 /* One block per (row, copy): the three sums as block reductions, then the
- * gated update of the copy. A thread's terms in increasing k, EG_B of them
- * loaded before any is added, and in the update EG_B loads before their
- * stores: 17.0 -> 15.1 us a call at d 5120 and one row (docs/gpu-notes.md,
- * runs 57-58), the rest its instructions (run 62). The general form (any d
- * and alignment); k_engram_gate4 below takes the model's rows. */
-enum { EG_B = 8 };
-
+ * gated update of the copy, a thread's terms in increasing k. The general
+ * form (any d and alignment); k_engram_gate4 below takes the model's rows. */
 __global__ void k_engram_gate(float *s, const float *kv, const void *qw, const void *kw,
                               int w_bf16, int hc, int64_t d, float eps, float inv_sqrt_d) {
     __shared__ float red[32];
@@ -742,23 +737,11 @@ __global__ void k_engram_gate(float *s, const float *kv, const void *qw, const v
     float *h = s + (i * hc + c) * d;
     const float *key = kv + (i * (hc + 1) + c) * d;
     float sh = 0.f, sk = 0.f, dot = 0.f;
-    const int64_t step = blockDim.x;
-    for (int64_t k0 = threadIdx.x; k0 < d; k0 += EG_B * step) {
-        float hv[EG_B], kv_[EG_B], qv[EG_B], wv[EG_B];
-#pragma unroll
-        for (int u = 0; u < EG_B; u++) {
-            const int64_t k = k0 + u * step, kk = k < d ? k : k0; /* past d: k0 again, unused */
-            hv[u] = h[kk], kv_[u] = key[kk];
-            qv[u] = vec_at(qw, w_bf16, c * d + kk), wv[u] = vec_at(kw, w_bf16, c * d + kk);
-        }
-#pragma unroll
-        for (int u = 0; u < EG_B; u++) {
-            if (k0 + u * step >= d) break;
-            sh = ADD(sh, MUL(hv[u], hv[u]));
-            sk = ADD(sk, MUL(kv_[u], kv_[u]));
-            float wgt = MUL(qv[u], wv[u]);
-            dot = ADD(dot, MUL(MUL(hv[u], wgt), kv_[u]));
-        }
+    for (int64_t k = threadIdx.x; k < d; k += blockDim.x) {
+        sh = ADD(sh, MUL(h[k], h[k]));
+        sk = ADD(sk, MUL(key[k], key[k]));
+        float wgt = MUL(vec_at(qw, w_bf16, c * d + k), vec_at(kw, w_bf16, c * d + k));
+        dot = ADD(dot, MUL(MUL(h[k], wgt), key[k]));
     }
     sh = block_sum(sh, red);
     sk = block_sum(sk, red);
@@ -768,26 +751,13 @@ __global__ void k_engram_gate(float *s, const float *kv, const void *qw, const v
     float a = sqrtf(fmaxf(fabsf(dot), 1e-6f));
     float gate = sigmoid_f(copysignf(a, dot));
     __syncthreads(); /* every thread has read h before any writes it */
-    /* a thread's own k: its EG_B loads of h and value go out before its
-     * stores (the compiler cannot move a load above a store that may alias
-     * it) */
-    for (int64_t k0 = threadIdx.x; k0 < d; k0 += EG_B * step) {
-        float hv[EG_B], vv[EG_B];
-#pragma unroll
-        for (int u = 0; u < EG_B; u++) {
-            const int64_t k = k0 + u * step, kk = k < d ? k : k0;
-            hv[u] = h[kk], vv[u] = value[kk];
-        }
-#pragma unroll
-        for (int u = 0; u < EG_B; u++)
-            if (k0 + u * step < d) h[k0 + u * step] = round_bf16(ADD(hv[u], MUL(gate, vv[u])));
-    }
+    for (int64_t k = threadIdx.x; k < d; k += blockDim.x) h[k] = round_bf16(ADD(h[k], MUL(gate, value[k])));
 }
 
 /* Four values a load (d % 4 == 0, 16-byte rows, 8- or 16-byte weights):
- * the form above spends ~2,000 instructions a warp at d 5120 on 64-bit
- * indices, the weights' dtype branch and the bounds selects, issued by
- * the 4 blocks of one row on 4 SMs (docs/gpu-notes.md, run 62); here each
+ * at one row and d 5120 the form above is ~17 us a call, its 4 blocks on
+ * 4 SMs issuing ~2,000 instructions a warp of 64-bit indices, the weights'
+ * dtype branch and one value a load (docs/gpu-notes.md, runs 57-62); here each
  * thread takes whole float4 chunks j, j + 256, ... (its terms in
  * increasing k), the dtype is a template parameter and the indices 32-bit
  * within a row. The same three sums and the same update; the terms are
