@@ -290,35 +290,56 @@ static int count_diff_bits_nan(const float *a, const float *b, int64_t n) {
 static const int64_t Ms[] = {1, 3, 7, 33};
 static const int64_t Ks[][2] = {{32, 45}, {96, 100}, {256, 17}, {4096, 33}}; /* {K, N} */
 
+/* One shape of one format: the scalar path within the rounding bound, the
+ * AVX2 path (where the CPU has it) within it too and on the scalar bits. */
+static void check_shape(int fmt, int64_t M, int64_t K, int64_t N) {
+    problem p;
+    problem_init(&p, fmt, M, K, N);
+    float *o_s = malloc(sizeof(float) * M * N), *o_v = malloc(sizeof(float) * M * N);
+    run_gemm(&p, 0, 0, M, o_s, NULL);
+    check_against_reference(&p, o_s);
+    if (di_cpu_has_avx2()) {
+        run_gemm(&p, 1, 0, M, o_v, NULL);
+        check_against_reference(&p, o_v);
+        int d = count_diff_bits(o_s, o_v, M * N);
+        CHECKF(d == 0, "%s M=%lld K=%lld N=%lld: %d outputs differ from scalar", fmt_name[fmt], (long long)M,
+               (long long)K, (long long)N, d);
+    }
+    free(o_s), free(o_v);
+    problem_free(&p);
+}
+
 static void check_format(int fmt) {
-    int have_avx2 = di_cpu_has_avx2();
     for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++) {
         for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++) {
             int64_t M = Ms[mi], K = Ks[ki][0], N = Ks[ki][1];
             if (K >= 4096 && M > 7) continue; /* keeps the ASan run short */
-            problem p;
-            problem_init(&p, fmt, M, K, N);
-            float *o_s = malloc(sizeof(float) * M * N), *o_v = malloc(sizeof(float) * M * N);
-            run_gemm(&p, 0, 0, M, o_s, NULL);
-            check_against_reference(&p, o_s);
-            if (have_avx2) {
-                run_gemm(&p, 1, 0, M, o_v, NULL);
-                check_against_reference(&p, o_v);
-                int d = count_diff_bits(o_s, o_v, M * N);
-                CHECKF(d == 0, "%s M=%lld K=%lld N=%lld: %d outputs differ from scalar",
-                       fmt_name[fmt], (long long)M, (long long)K, (long long)N, d);
-            }
-            free(o_s), free(o_v);
-            problem_free(&p);
+            check_shape(fmt, M, K, N);
         }
     }
-    if (!have_avx2) SKIP("no AVX2/FMA/F16C: only the scalar %s path checked", fmt_name[fmt]);
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C: only the scalar %s path checked", fmt_name[fmt]);
 }
 
 static void test_gemm_fp8(void) { check_format(FMT_FP8); }
 static void test_gemm_mxfp4(void) { check_format(FMT_FP4); }
 static void test_gemm_bf16(void) { check_format(FMT_BF16); }
 static void test_gemm_f32(void) { check_format(FMT_F32); }
+
+/* FP8 prefill shapes that the general table does not reach, on both prefill
+ * forms (dot products below 32 rows, lane by lane from 32): lanes of several
+ * runs of the lane-by-lane kernel (K = 4160: 3 runs of 176 and 168 steps;
+ * K = 8192: 4 of 256), rows past a pass of activation rows (M = 1040, with
+ * a last panel of 2 rows) and weight rows past a column block (N = 300), a
+ * single output column, an M just past the decode rows. The AVX2 path must
+ * give the scalar bits, and the scalar path stay within the rounding
+ * bound. */
+static void test_gemm_fp8_prefill_shapes(void) {
+    static const int64_t shapes[][3] = {{23, 4160, 37}, {40, 4160, 37}, {1040, 64, 19}, {17, 32, 1},
+                                        {30, 8192, 16}, {33, 8192, 16}, {35, 96, 300}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        check_shape(FMT_FP8, shapes[i][0], shapes[i][1], shapes[i][2]);
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C: only the scalar path checked");
+}
 
 /* Scales far outside what checkpoints hold (weight scales over the whole E8M0
  * range, activations from 1e-30 to 1e30) and NaN activation codes: decode
@@ -709,6 +730,7 @@ static void test_half_route(void) {
 #ifdef DI_HAVE_AVX2_KERNELS
     di_cpu_kernels_force_fp8_half(1);
     check_format(FMT_FP8);
+    test_gemm_fp8_prefill_shapes();
     check_format(FMT_FP4);
     test_gemm_extreme_scales();
     test_gemm_decode_rows();
@@ -802,6 +824,7 @@ int main(void) {
     RUN(test_act_quant_scalar);
     RUN(test_act_quant_avx2);
     RUN(test_gemm_fp8);
+    RUN(test_gemm_fp8_prefill_shapes);
     RUN(test_gemm_mxfp4);
     RUN(test_gemm_bf16);
     RUN(test_gemm_f32);

@@ -37,11 +37,14 @@
  * The shift decoding hands fp32 subnormals to the FMAs, which only AMD cores
  * take at full speed; other CPUs decode through the F16C conversion (see
  * "CPUs with slow subnormals").
- * Prefill (M > 16) decodes chunks of 128 weight rows × 512 codes once into
- * fp32 tiles w·sw (the very products of the scalar code) and runs a
- * register-blocked dot-product kernel over them: 3 activation rows × 4
- * weight rows, 12 accumulators of 8 lanes, the lanes carried across chunks
- * in a per-thread buffer and reduced by the tree of kernels.h at the end. */
+ * Prefill (M > 16) decodes the weights once into fp32 values w·sw (the very
+ * products of the scalar code). From LG_MIN_M rows on it takes each of the
+ * eight lanes as a product of its own and runs an outer-product kernel
+ * over it ("prefill, lane by lane"); below, where decoding weighs more
+ * than the products, chunks of 128 weight rows × 512 codes go through a
+ * register-blocked dot-product kernel: 3 activation rows × 4 weight rows,
+ * 12 accumulators of 8 lanes, the lanes carried across chunks in a
+ * per-thread buffer and reduced by the tree of kernels.h at the end. */
 #include "backend/cpu/kernels.h"
 
 #ifdef DI_HAVE_AVX2_KERNELS
@@ -145,28 +148,59 @@ typedef struct pack_job {
     float *ap;    /* [M][Kp] */
     float *bmax;  /* [M][K/32]: max |a| per block, +inf for NaN (or NULL) */
     int half;     /* decode through F16C (see use_half()) */
+    int64_t seg;  /* 0: lane order; else S = K/8: lane by lane for lg_run */
+    int64_t Mp;   /* seg: rows in whole panels of LG_MR */
+    int64_t run;  /* seg: lg_run_steps(S) */
 } pack_job;
+
+enum { LG_MR = 6, LG_STEPS_MAX = 256 };
+
+/* Steps of a lane in one run: S split into equal runs of at most
+ * LG_STEPS_MAX, a multiple of 4 (whole 32-code chunks). A run's weight
+ * panel (16 rows × its steps, 16 KB at most) is what a micro-kernel reads
+ * at every step, from L1: runs of 512 (32 KB, all of a Zen 3 core's L1)
+ * measured 15 % slower at K = 8192. */
+static inline int64_t lg_run_steps(int64_t S) {
+    const int64_t n = S > 0 ? (S + LG_STEPS_MAX - 1) / LG_STEPS_MAX : 1;
+    return S > 0 ? (S + 4 * n - 1) / (4 * n) * 4 : 4;
+}
+
+/* Where step s of lane j of row m goes in lg_run's layout: lane by lane,
+ * each lane in runs of lg_run_steps(S) steps, and a run [Mp/6][steps][6]: panels
+ * of 6 rows with their steps interleaved, the panels in order, so that a
+ * micro-kernel's rows are one contiguous stream and the panels of one run
+ * follow each other. */
+static inline int64_t seg_at(const pack_job *p, int64_t m, int64_t j, int64_t s) {
+    const int64_t S = p->seg, L = p->run, h0 = s / L * L, ns = S - h0 < L ? S - h0 : L;
+    return (j * S + h0) * p->Mp + (m / LG_MR * ns + (s - h0)) * LG_MR + m % LG_MR;
+}
+
+/* Where code 4j + pos of chunk c0/32 of row m goes: lane order keeps a
+ * chunk's 32 values as 4 vectors of the 8 lanes (position by position, at
+ * dst), seg lg_run's layout (dst unused). */
+static inline float *pack_at(const pack_job *p, float *dst, int64_t m, int64_t c0, int64_t pos, int64_t j) {
+    return p->seg ? p->ap + seg_at(p, m, j, c0 / 8 + pos) : dst + c0 + 8 * pos + j;
+}
 
 /* Chunk c0 of row m, code by code from the tables (the plain statement of
  * the vector version below, which falls back to it for NaN codes or scales
  * its shortcut does not cover). */
-static void pack_chunk_scalar(const pack_job *p, int64_t m, int64_t c0) {
+static void pack_chunk_scalar(const pack_job *p, int64_t m, int64_t c0, float *dst) {
     const float *e4m3 = di_cpu_e4m3_table();
     const int64_t K = p->K, KB = K / 32, g = 4;
     const uint8_t *q = p->qa + m * K;
-    float *dst = p->ap + m * p->Kp;
     /* lane j holds codes c0 + j·g .. c0 + j·g + g-1, position by position */
     for (int64_t j = 0; j < 8; j++) {
         const int64_t k0 = c0 + j * g;
         if (k0 >= K) {
-            for (int64_t pos = 0; pos < g; pos++) dst[c0 + 8 * pos + j] = 0.0f;
+            for (int64_t pos = 0; pos < g; pos++) *pack_at(p, dst, m, c0, pos, j) = 0.0f;
             continue;
         }
         const float s = p->sa[m * KB + k0 / 32];
         float mx = 0.0f;
         for (int64_t pos = 0; pos < g; pos++) {
             const float a = e4m3[q[k0 + pos]] * s;
-            dst[c0 + 8 * pos + j] = a * p->factor;
+            *pack_at(p, dst, m, c0, pos, j) = a * p->factor;
             const float v = isnan(a) ? INFINITY : fabsf(a);
             mx = v > mx ? v : mx;
         }
@@ -188,47 +222,76 @@ AVX2_INLINE float hmax8(__m256 v) {
  * (dec_pos) a code's bits give e4m3·2^-120 exactly, and times sa·2^120
  * (exact when sa <= 2^7) that is e4m3·sa rounded once, as the scalar code
  * gives; through F16C (dec_half) e4m3·2^-8 times sa·2^8. */
-static AVX2 void pack_rows(void *ctx, int64_t m0, int64_t m1, int thread) {
-    const pack_job *p = ctx;
+static AVX2 void pack_row(const pack_job *p, int64_t m, float *dst) {
     const int64_t K = p->K, Kp = p->Kp, KB = K / 32;
     const __m256i low7 = _mm256_set1_epi8(0x7f), absm = _mm256_set1_epi32(0x7fffffff);
     const __m256 f = _mm256_set1_ps(p->factor);
-    for (int64_t m = m0; m < m1; m++) {
-        const uint8_t *q = p->qa + m * K;
-        const float *sa = p->sa + m * KB;
-        float *dst = p->ap + m * Kp;
-        for (int64_t c0 = 0; c0 < Kp; c0 += 32) {
-            const int64_t kb = c0 / 32;
-            const float s0 = sa[kb];
-            const __m256i x0 = _mm256_loadu_si256((const __m256i *)(q + c0));
-            const __m256i nan = _mm256_cmpeq_epi8(_mm256_and_si256(x0, low7), low7);
-            if (!(s0 >= 0.0f && s0 <= 0x1p7f) || !_mm256_testz_si256(nan, nan)) {
-                pack_chunk_scalar(p, m, c0);
-                continue;
-            }
-            const __m256 sv = _mm256_set1_ps(s0 * (p->half ? 0x1p8f : 0x1p120f));
-            __m256 d[4], mx = _mm256_setzero_ps();
-            if (p->half) dec_half(x0, d);
-            else
-#pragma GCC unroll 4
-                for (int pos = 0; pos < 4; pos++) d[pos] = dec_pos(x0, pos);
-#pragma GCC unroll 4
-            for (int pos = 0; pos < 4; pos++) {
-                __m256 a = _mm256_mul_ps(d[pos], sv);
-                mx = _mm256_max_ps(mx, _mm256_and_ps(a, _mm256_castsi256_ps(absm)));
-                _mm256_store_ps(dst + c0 + 8 * pos, _mm256_mul_ps(a, f));
-            }
-            if (p->bmax) p->bmax[m * KB + kb] = hmax8(mx);
+    const uint8_t *q = p->qa + m * K;
+    const float *sa = p->sa + m * KB;
+    int64_t h0 = 0, hn = 0; /* seg: the current run of steps [h0, h0 + hn) */
+    float *ob = NULL;       /* seg: seg_at(p, m, 0, h0) */
+    for (int64_t c0 = 0; c0 < Kp; c0 += 32) {
+        const int64_t kb = c0 / 32;
+        if (p->seg && c0 / 8 >= h0 + hn) { /* the next run (no division a chunk) */
+            h0 += hn;
+            hn = p->seg - h0 < p->run ? p->seg - h0 : p->run;
+            ob = p->ap + seg_at(p, m, 0, h0);
         }
+        const float s0 = sa[kb];
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(q + c0));
+        const __m256i nan = _mm256_cmpeq_epi8(_mm256_and_si256(x0, low7), low7);
+        if (!(s0 >= 0.0f && s0 <= 0x1p7f) || !_mm256_testz_si256(nan, nan)) {
+            pack_chunk_scalar(p, m, c0, dst);
+            continue;
+        }
+        const __m256 sv = _mm256_set1_ps(s0 * (p->half ? 0x1p8f : 0x1p120f));
+        __m256 d[4], mx = _mm256_setzero_ps();
+        if (p->half) dec_half(x0, d);
+        else
+#pragma GCC unroll 4
+            for (int pos = 0; pos < 4; pos++) d[pos] = dec_pos(x0, pos);
+#pragma GCC unroll 4
+        for (int pos = 0; pos < 4; pos++) {
+            __m256 a = _mm256_mul_ps(d[pos], sv);
+            mx = _mm256_max_ps(mx, _mm256_and_ps(a, _mm256_castsi256_ps(absm)));
+            d[pos] = _mm256_mul_ps(a, f);
+            if (!p->seg) _mm256_store_ps(dst + c0 + 8 * pos, d[pos]);
+        }
+        if (p->seg) { /* 4 x 8 -> lane j's four steps, in the low / high halves */
+            const __m256 t0 = _mm256_unpacklo_ps(d[0], d[1]), t1 = _mm256_unpackhi_ps(d[0], d[1]);
+            const __m256 t2 = _mm256_unpacklo_ps(d[2], d[3]), t3 = _mm256_unpackhi_ps(d[2], d[3]);
+            const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xee),
+                                 _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xee)};
+            _Alignas(32) float v[8][4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                _mm_store_ps(v[j], _mm256_castps256_ps128(u[j]));
+                _mm_store_ps(v[j + 4], _mm256_extractf128_ps(u[j], 1));
+            }
+            float *o = ob + (c0 / 8 - h0) * LG_MR; /* seg_at(p, m, 0, c0 / 8) */
+            const int64_t lane = p->seg * p->Mp; /* seg_at(m, j + 1, s) - seg_at(m, j, s) */
+            for (int j = 0; j < 8; j++, o += lane)
+                o[0] = v[j][0], o[LG_MR] = v[j][1], o[2 * LG_MR] = v[j][2], o[3 * LG_MR] = v[j][3];
+        }
+        if (p->bmax) p->bmax[m * KB + kb] = hmax8(mx);
     }
+}
+
+static void pack_rows(void *ctx, int64_t m0, int64_t m1, int thread) {
+    const pack_job *p = ctx;
+    for (int64_t m = m0; m < m1; m++) pack_row(p, m, p->ap + m * p->Kp);
 }
 
 /* Returns NULL when out of memory. */
 static float *pack_lanes(const uint8_t *qa, const float *sa, int64_t M, int64_t K, int64_t Kp,
-                         float factor, float *bmax, int half, di_threadpool *tp) {
-    float *ap = aligned_alloc(32, (size_t)((M * Kp * sizeof(float) + 31) & ~(size_t)31));
+                         float factor, float *bmax, int half, int seg, di_threadpool *tp) {
+    const int64_t Mp = seg ? (M + LG_MR - 1) / LG_MR * LG_MR : M; /* seg: whole panels */
+    float *ap = aligned_alloc(32, (size_t)((Mp * Kp * sizeof(float) + 31) & ~(size_t)31));
     if (!ap) return NULL;
-    pack_job p = {qa, sa, K, Kp, factor, ap, bmax, half};
+    pack_job p = {qa, sa, K, Kp, factor, ap, bmax, half, seg ? K / 8 : 0, Mp, lg_run_steps(K / 8)};
+    for (int64_t m = M; m < Mp; m++) /* the last panel's rows past M: zeros */
+        for (int64_t j = 0; j < 8; j++)
+            for (int64_t s = 0; s < K / 8; s++) ap[seg_at(&p, m, j, s)] = 0.0f;
     /* worth spreading only for prefill-sized inputs */
     di_threadpool_for(M * K >= (1 << 18) ? tp : NULL, M, 4, pack_rows, &p);
     return ap;
@@ -259,7 +322,7 @@ static int use_half(void) {
 
 void di_cpu_kernels_force_fp8_half(int on) { atomic_store(&half_forced, on != 0); }
 
-/* ---- prefill ---- */
+/* ---- prefill, dot products (M < LG_MIN_M) ---- */
 
 typedef struct pf_job {
     int half;               /* decode through F16C (see use_half()) */
@@ -271,16 +334,39 @@ typedef struct pf_job {
     int64_t scratch_floats;
 } pf_job;
 
+/* The 32 values w·sw of chunk c of a weight row (s = sw), word position p
+ * in d[p] (lane j = word j), each rounded once as in the scalar code: the
+ * decoded w·2^-120 times sw·2^120 when that factor is exact, else times
+ * 2^120 first, which gives w exactly. Through F16C: w·2^-8 times sw·2^8
+ * (exact for every E8M0 scale up to 2^119), else times 2^8 first (NaN
+ * scales too: the product is NaN either way). */
+AVX2_INLINE void dec_chunk_ws(const uint8_t *row, int64_t c, float s, int half, __m256 d[4]) {
+    if (half) {
+        dec_half(load_chunk(row, c), d);
+        const int big = !(s <= 0x1p100f);
+        const __m256 f = _mm256_set1_ps(big ? s : s * 0x1p8f), u8 = _mm256_set1_ps(0x1p8f);
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) d[p] = _mm256_mul_ps(big ? _mm256_mul_ps(d[p], u8) : d[p], f);
+        return;
+    }
+    const __m256i x = load_chunk(row, c);
+    if (s <= 0x1p7f) {
+        const __m256 f = _mm256_set1_ps(s * 0x1p120f);
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) d[p] = _mm256_mul_ps(dec_pos(x, p), f);
+    } else {
+        const __m256 f = _mm256_set1_ps(s), u = _mm256_set1_ps(0x1p120f);
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) d[p] = _mm256_mul_ps(_mm256_mul_ps(dec_pos(x, p), u), f);
+    }
+}
+
 /* Rows n0 .. n0+ROWS-1 (zeros past N), codes [k0, k0+kc) -> t[r][kc] in lane
- * order, each value w·sw rounded once as in the scalar code: the decoded
- * w·2^-120 times sw·2^120 when that factor is exact, else times 2^120
- * first, which gives w exactly. Through F16C: w·2^-8 times sw·2^8 (exact
- * for every E8M0 scale up to 2^119), else times 2^8 first. */
+ * order (dec_chunk_ws). */
 static AVX2 void pf_decode(const pf_job *j, int64_t n0, int64_t k0, int64_t kc, float *t) {
     const int64_t K = j->K, KB = K / 32;
     const int64_t c0 = k0 / 32, c1 = (k0 + kc) / 32;
     const float *e8m0 = di_cpu_e8m0_table();
-    const __m256 u = _mm256_set1_ps(0x1p120f), u8 = _mm256_set1_ps(0x1p8f);
     for (int64_t r = 0; r < ROWS; r++) {
         float *tr = t + r * KC - c0 * 32;
         const int64_t n = n0 + r;
@@ -289,32 +375,11 @@ static AVX2 void pf_decode(const pf_job *j, int64_t n0, int64_t k0, int64_t kc, 
             continue;
         }
         const uint8_t *row = j->w + n * K, *st = j->ws + (n / 32) * KB; /* chunk c is block c */
-        if (j->half) {
-            for (int64_t c = c0; c < c1; c++) {
-                const float s = e8m0[st[c]];
-                __m256 d[4];
-                dec_half(load_chunk(row, c), d);
-                const int big = !(s <= 0x1p100f); /* NaN too: the product is NaN either way */
-                const __m256 f = _mm256_set1_ps(big ? s : s * 0x1p8f);
-#pragma GCC unroll 4
-                for (int p = 0; p < 4; p++)
-                    _mm256_store_ps(tr + c * 32 + 8 * p, _mm256_mul_ps(big ? _mm256_mul_ps(d[p], u8) : d[p], f));
-            }
-            continue;
-        }
         for (int64_t c = c0; c < c1; c++) {
-            const float s = e8m0[st[c]];
-            const __m256i x = load_chunk(row, c);
-            if (s <= 0x1p7f) {
-                const __m256 f = _mm256_set1_ps(s * 0x1p120f);
+            __m256 d[4];
+            dec_chunk_ws(row, c, e8m0[st[c]], j->half, d);
 #pragma GCC unroll 4
-                for (int p = 0; p < 4; p++) _mm256_store_ps(tr + c * 32 + 8 * p, _mm256_mul_ps(dec_pos(x, p), f));
-            } else {
-                const __m256 f = _mm256_set1_ps(s);
-#pragma GCC unroll 4
-                for (int p = 0; p < 4; p++)
-                    _mm256_store_ps(tr + c * 32 + 8 * p, _mm256_mul_ps(_mm256_mul_ps(dec_pos(x, p), u), f));
-            }
+            for (int p = 0; p < 4; p++) _mm256_store_ps(tr + c * 32 + 8 * p, d[p]);
         }
     }
 }
@@ -398,7 +463,7 @@ static int pf_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
     const int threads = di_threadpool_size(tp);
     const int64_t Kp = K;
     const int64_t sf = ROWS * KC + M * ROWS * 8;
-    float *ap = pack_lanes(qa, sa, M, K, Kp, 1.0f, NULL, half, tp);
+    float *ap = pack_lanes(qa, sa, M, K, Kp, 1.0f, NULL, half, 0, tp);
     float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
     if (!ap || !scratch) {
         free(ap), free(scratch);
@@ -410,6 +475,214 @@ static int pf_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
     const int64_t grain = units / (4 * threads);
     di_threadpool_for(tp, units, grain < 1 ? 1 : grain, pf_units, &j);
     free(ap), free(scratch);
+    return 1;
+}
+
+/* ---- prefill, lane by lane (M >= LG_MIN_M) ----
+ * kernels.h gives an output eight chains: lane j runs through the codes k =
+ * 32c + 4j + p (p = 0..3) in increasing k, that is through its steps s = 4c
+ * + p in order. Each lane is therefore a product of its own, over S = K/8
+ * steps, and an output's lane is the sequential chain that an
+ * outer-product kernel computes for every output of its tile at once, as
+ * BLAS kernels do: the activations laid out lane by lane in panels of 6
+ * rows (seg_at, pack_lanes with seg), the weights decoded into panels
+ * P_j[s][n] of 16 rows (w(k)·sw, the products of the scalar code), and a
+ * step is one broadcast activation times two weight vectors for each of 6
+ * rows: 12 FMAs for 8 loads, the two weight vectors from L1. A lane's
+ * steps go in runs (lg_run_steps); its chains continue from run to run in
+ * a buffer of lanes and meet in the tree of kernels.h at the end, so the
+ * bits are the scalar code's. The dot-product form (8 lanes of one output
+ * in a register, 3 × 4 outputs a step) needs 7 loads of 32 bytes per 12
+ * FMAs, half of them from L2: 0.6-0.8 of OpenBLAS sgemm's rate on a Zen 3
+ * core at M = 512, this form 0.8-0.95 (bench/RESULTS.md). */
+enum { LG_MIN_M = 32 }; /* below, the dot products: the decoding here costs more */
+/* Blocking: LG_NR weight rows a panel (two vectors), LG_MC activation rows
+ * a block (its run of one lane, LG_MC × run steps, <= 96 KB, stays in L2
+ * while the block meets one panel after another), LG_NC weight rows a
+ * column block (its decoded runs, 8 lanes × run × LG_NC floats, <= 2 MB,
+ * and the lanes of its outputs live in L3), LG_MO activation rows a pass
+ * (its lanes, 8 × LG_MO × LG_NC floats, <= 8.5 MB). */
+enum { LG_NR = 16, LG_MC = 96, LG_NC = 256, LG_MO = 1032 };
+
+typedef struct lg_job {
+    int half;           /* decode through F16C (see use_half()) */
+    const float *ap;    /* the activations in seg_at's layout (pack_lanes with seg) */
+    const uint8_t *w, *ws;
+    int64_t M, K, N, Mp;
+    float *out;         /* [M, N] */
+    int64_t run;        /* lg_run_steps(K / 8) */
+    float *bp;          /* decoded runs of the column block: [panel][lane][run][LG_NR] */
+    float *lb;          /* lanes of the pass × column block: [lane][lbr][LG_NC] */
+    int64_t lbr;        /* rows of a lane in lb: min(Mp, LG_MO) */
+    /* the current step: column block n0 .. n0 + nc, pass rows m0 .. m0 + mo, run s0 .. s0 + ns */
+    int64_t n0, nc, m0, mo, s0, ns, pg;
+} lg_job;
+
+/* v[r] (row r, lane j in element j) -> v[j] (lane j, row r in element r) */
+AVX2_INLINE void transpose8(__m256 v[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    v[0] = _mm256_permute2f128_ps(u0, u4, 0x20), v[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    v[1] = _mm256_permute2f128_ps(u1, u5, 0x20), v[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    v[2] = _mm256_permute2f128_ps(u2, u6, 0x20), v[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    v[3] = _mm256_permute2f128_ps(u3, u7, 0x20), v[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* Rows n0 .. n0 + 15 (one scale row: n0 % 16 == 0; zeros past N), steps
+ * s0 .. s0 + ns of every lane (ns % 4 == 0) -> pt[j][s - s0][16], lane j
+ * at j·run·16. */
+static AVX2 void lg_decode(const lg_job *jb, int64_t n0, int64_t s0, int64_t ns, float *pt) {
+    const int64_t K = jb->K, KB = K / 32, c0 = s0 / 4, c1 = (s0 + ns) / 4;
+    const float *e8m0 = di_cpu_e8m0_table();
+    const uint8_t *st = jb->ws + (n0 / 32) * KB;
+    _Alignas(32) float tmp[8][4][8]; /* row r's position p, lanes */
+    for (int g = 0; g < 2; g++)
+        for (int64_t c = c0; c < c1; c++) {
+            const float s = e8m0[st[c]];
+            for (int r = 0; r < 8; r++) {
+                const int64_t n = n0 + 8 * g + r;
+                __m256 d[4];
+                if (n < jb->N) dec_chunk_ws(jb->w + n * K, c, s, jb->half, d);
+                else d[0] = d[1] = d[2] = d[3] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++) _mm256_store_ps(tmp[r][p], d[p]);
+            }
+            float *o = pt + (4 * (c - c0)) * LG_NR + 8 * g;
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                __m256 v[8];
+#pragma GCC unroll 8
+                for (int r = 0; r < 8; r++) v[r] = _mm256_load_ps(tmp[r][p]);
+                transpose8(v);
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) _mm256_store_ps(o + (j * jb->run + p) * LG_NR, v[j]);
+            }
+        }
+}
+
+/* 6 activation rows (a: a panel's [steps][6], one lane) × 16 weight rows
+ * (b: [steps][16]): the lanes l [6][16] (rows ldl apart) start at zero
+ * (first) or from l, and end in l. Rows past M are zeros in the panel (never
+ * stored). The next panel's lanes (6 rows further) are prefetched: they sit
+ * in L3 between runs. */
+static AVX2 void lg_ukr(int64_t steps, const float *a, const float *b, float *l, int64_t ldl, int first) {
+    __m256 c0[LG_MR], c1[LG_MR];
+#pragma GCC unroll 6
+    for (int m = 0; m < LG_MR; m++) _mm_prefetch((const char *)(l + (LG_MR + m) * ldl), _MM_HINT_T0);
+#pragma GCC unroll 6
+    for (int m = 0; m < LG_MR; m++) {
+        c0[m] = first ? _mm256_setzero_ps() : _mm256_load_ps(l + m * ldl);
+        c1[m] = first ? _mm256_setzero_ps() : _mm256_load_ps(l + m * ldl + 8);
+    }
+    for (int64_t s = 0; s < steps; s++) {
+        const __m256 b0 = _mm256_load_ps(b + s * LG_NR), b1 = _mm256_load_ps(b + s * LG_NR + 8);
+#pragma GCC unroll 6
+        for (int m = 0; m < LG_MR; m++) {
+            const __m256 av = _mm256_broadcast_ss(a + s * LG_MR + m);
+            c0[m] = _mm256_fmadd_ps(av, b0, c0[m]);
+            c1[m] = _mm256_fmadd_ps(av, b1, c1[m]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int m = 0; m < LG_MR; m++) {
+        _mm256_store_ps(l + m * ldl, c0[m]);
+        _mm256_store_ps(l + m * ldl + 8, c1[m]);
+    }
+}
+
+/* The current run of panels [p0, p1) of the column block, decoded. */
+static void lg_decode_panels(void *ctx, int64_t p0, int64_t p1, int thread) {
+    const lg_job *jb = ctx;
+    for (int64_t q = p0; q < p1; q++)
+        lg_decode(jb, jb->n0 + q * LG_NR, jb->s0, jb->ns, jb->bp + q * 8 * jb->run * LG_NR);
+}
+
+/* Units [u0, u1) of the current run: unit u = (row block, group of pg
+ * panels). Lane by lane, the row block's run of that lane (from L2) meets
+ * each panel of the group (from L1) in micro-kernels of 6 rows. */
+static void lg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
+    const lg_job *jb = ctx;
+    const int64_t panels = (jb->nc + LG_NR - 1) / LG_NR, groups = (panels + jb->pg - 1) / jb->pg;
+    const int64_t S = jb->K / 8, ns = jb->ns, L = jb->run;
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t rb = u / groups, g = u - rb * groups;
+        const int64_t r0 = jb->m0 + rb * LG_MC, r1 = r0 + LG_MC < jb->m0 + jb->mo ? r0 + LG_MC : jb->m0 + jb->mo;
+        const int64_t q0 = g * jb->pg, q1 = q0 + jb->pg < panels ? q0 + jb->pg : panels;
+        for (int j = 0; j < 8; j++) {
+            const float *a = jb->ap + (j * S + jb->s0) * jb->Mp;
+            float *lj = jb->lb + j * jb->lbr * LG_NC;
+            for (int64_t q = q0; q < q1; q++) {
+                const float *b = jb->bp + (q * 8 + j) * L * LG_NR;
+                for (int64_t m = r0; m < r1; m += LG_MR)
+                    lg_ukr(ns, a + m * ns, b, lj + (m - jb->m0) * LG_NC + q * LG_NR, LG_NC, jb->s0 == 0);
+            }
+        }
+    }
+}
+
+/* Rows [r0, r1) of the pass: the tree of kernels.h over the 8 lanes, 8
+ * outputs at a time, into out. */
+static AVX2 void lg_tree(void *ctx, int64_t r0, int64_t r1, int thread) {
+    const lg_job *jb = ctx;
+    const int64_t N = jb->N, n1 = jb->n0 + jb->nc;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = 0; c < jb->nc; c += 8) {
+            __m256 v[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) v[j] = _mm256_load_ps(jb->lb + (j * jb->lbr + r) * LG_NC + c);
+            const __m256 t = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])),
+                                           _mm256_add_ps(_mm256_add_ps(v[4], v[5]), _mm256_add_ps(v[6], v[7])));
+            float *o = jb->out + (jb->m0 + r) * N + jb->n0 + c;
+            if (jb->n0 + c + 8 <= n1) {
+                _mm256_storeu_ps(o, t);
+            } else {
+                _Alignas(32) float tv[8];
+                _mm256_store_ps(tv, t);
+                for (int64_t i = 0; i < n1 - jb->n0 - c; i++) o[i] = tv[i];
+            }
+        }
+}
+
+static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
+                  const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
+    const int threads = di_threadpool_size(tp);
+    const int64_t S = K / 8, L = lg_run_steps(S), Mp = (M + LG_MR - 1) / LG_MR * LG_MR;
+    const int64_t lbr = Mp < LG_MO ? Mp : LG_MO, bpf = (int64_t)LG_NC * 8 * L, lbf = 8 * lbr * LG_NC;
+    float *ap = pack_lanes(qa, sa, M, K, K, 1.0f, NULL, half, 1, tp);
+    float *bp = aligned_alloc(32, (size_t)(bpf + lbf) * sizeof(float));
+    if (!ap || !bp) {
+        free(ap), free(bp);
+        return 0;
+    }
+    lg_job jb = {.half = half, .ap = ap, .w = w, .ws = ws, .M = M, .K = K, .N = N, .Mp = Mp, .out = out,
+                 .run = L, .bp = bp, .lb = bp + bpf, .lbr = lbr};
+    for (jb.m0 = 0; jb.m0 < Mp; jb.m0 += LG_MO) {
+        jb.mo = Mp - jb.m0 < LG_MO ? Mp - jb.m0 : LG_MO;
+        const int64_t rblocks = (jb.mo + LG_MC - 1) / LG_MC;
+        for (jb.n0 = 0; jb.n0 < N; jb.n0 += LG_NC) {
+            jb.nc = N - jb.n0 < LG_NC ? N - jb.n0 : LG_NC;
+            const int64_t panels = (jb.nc + LG_NR - 1) / LG_NR;
+            /* panels a unit: as many as keep ~4 units a thread, so the A
+             * block is reused across several panels yet no thread idles */
+            int64_t pg = rblocks * panels / (4 * threads);
+            jb.pg = pg < 1 ? 1 : pg > panels ? panels : pg;
+            const int64_t units = rblocks * ((panels + jb.pg - 1) / jb.pg);
+            for (jb.s0 = 0; jb.s0 < S; jb.s0 += L) {
+                jb.ns = S - jb.s0 < L ? S - jb.s0 : L;
+                di_threadpool_for(tp, panels, 1, lg_decode_panels, &jb);
+                di_threadpool_for(tp, units, 1, lg_units, &jb);
+            }
+            const int64_t rows = M - jb.m0 < jb.mo ? M - jb.m0 : jb.mo; /* no tree for the zero rows */
+            di_threadpool_for(tp, rows, 16, lg_tree, &jb);
+        }
+    }
+    free(ap), free(bp);
     return 1;
 }
 
@@ -632,7 +905,7 @@ static int dec_run(int half, const uint8_t *qa, const float *sa, int64_t M, int6
     const int threads = di_threadpool_size(tp);
     const int64_t Kp = K, KB = K / 32, sf = M * Kp;
     float *bmax = malloc(sizeof(float) * (size_t)(M * KB + KB));
-    float *ap = bmax ? pack_lanes(qa, sa, M, K, Kp, 1.0f, bmax, half, NULL) : NULL;
+    float *ap = bmax ? pack_lanes(qa, sa, M, K, Kp, 1.0f, bmax, half, 0, NULL) : NULL;
     float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
     if (!ap || !scratch || !bmax) {
         free(ap), free(scratch), free(bmax);
@@ -662,7 +935,8 @@ static void fp8_linear(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
     if (M <= 0 || N <= 0) return;
     const int half = use_half();
     const int done = M <= DEC_M ? dec_run(half, qa, sa, M, K, w, ws, N, out, tp)
-                                : pf_run(half, qa, sa, M, K, w, ws, N, out, tp);
+                   : M < LG_MIN_M ? pf_run(half, qa, sa, M, K, w, ws, N, out, tp)
+                                  : lg_run(half, qa, sa, M, K, w, ws, N, out, tp);
     if (!done) di_gemm_fp8_scalar(qa, sa, M, K, w, ws, N, out, tp); /* out of memory: it needs none */
 }
 
