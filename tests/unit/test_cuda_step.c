@@ -89,18 +89,20 @@ static int64_t run(gold_model *g, di_backend *be, int64_t P, int64_t Q, int step
     return rows;
 }
 
-/* A CUDA backend with DI_CUDA_DEVICE_SELECT, DI_CUDA_MOE_GROUPED and
- * DI_CUDA_GRAPH set to sw[0..2] (NULL: unset) when it is created. */
-static const char *const SWITCHES[3] = {"DI_CUDA_DEVICE_SELECT", "DI_CUDA_MOE_GROUPED",
-                                        "DI_CUDA_GRAPH"};
+/* A CUDA backend with DI_CUDA_DEVICE_SELECT, DI_CUDA_MOE_GROUPED,
+ * DI_CUDA_GRAPH and DI_CUDA_HC_SIDE set to sw[0..3] (NULL: unset) when it
+ * is created. */
+enum { NSW = 4 };
+static const char *const SWITCHES[NSW] = {"DI_CUDA_DEVICE_SELECT", "DI_CUDA_MOE_GROUPED", "DI_CUDA_GRAPH",
+                                          "DI_CUDA_HC_SIDE"};
 
-static di_status cuda_with(const char *const sw[3], di_backend **be, di_err *err) {
-    for (int i = 0; i < 3; i++) {
+static di_status cuda_with(const char *const sw[NSW], di_backend **be, di_err *err) {
+    for (int i = 0; i < NSW; i++) {
         if (sw[i]) setenv(SWITCHES[i], sw[i], 1);
         else unsetenv(SWITCHES[i]);
     }
     di_status st = di_backend_cuda_create(0, be, err);
-    for (int i = 0; i < 3; i++) unsetenv(SWITCHES[i]);
+    for (int i = 0; i < NSW; i++) unsetenv(SWITCHES[i]);
     return st;
 }
 
@@ -115,7 +117,7 @@ typedef struct pair {
 } pair;
 
 /* 1: ran; 0: skipped (no device); -1: failed to set up. */
-static int pair_run(pair *p, const char *const sw[2][3], int64_t P, int64_t Q, int steps,
+static int pair_run(pair *p, const char *const sw[2][NSW], int64_t P, int64_t Q, int steps,
                     int64_t chunk) {
     const char *shared = test_shared_dir();
     di_err err = {0};
@@ -150,7 +152,7 @@ static void pair_close(pair *p) {
 
 static void test_device_select_same_bits(void) {
     static pair p;
-    static const char *const sw[2][3] = {{"0", NULL, NULL}, {"1", NULL, NULL}};
+    static const char *const sw[2][NSW] = {{"0", NULL, NULL}, {"1", NULL, NULL}};
     int rc = pair_run(&p, sw, 120, 40, 8, 0);
     if (rc == 0) SKIP("no CUDA device or ../shared not found (set DEEPINFER_SHARED_DIR)");
     if (rc < 0) return;
@@ -193,7 +195,7 @@ static void test_device_select_same_bits(void) {
 static void test_attn_rows_op(void) {
     di_err err = {0};
     di_backend *gpu = NULL, *cpu = NULL;
-    static const char *const sw[3] = {NULL, NULL, NULL};
+    static const char *const sw[NSW] = {NULL, NULL, NULL, NULL};
     if (cuda_with(sw, &gpu, &err)) SKIP("%s", err.msg);
     CHECK(di_backend_cpu_create(1, &cpu, &err) == DI_OK);
     enum { M = 5, H = 3, D = 64, NW = 7, NS = 9, RING = 11, ENT = 13 };
@@ -305,7 +307,7 @@ static void test_attn_rows_op(void) {
  * expert is FP8) and download once per pass (the logits). */
 static void test_moe_grouped_same_bits(void) {
     static pair p;
-    static const char *const sw[2][3] = {{NULL, "0", NULL}, {NULL, NULL, NULL}};
+    static const char *const sw[2][NSW] = {{NULL, "0", NULL}, {NULL, NULL, NULL}};
     const int steps = 6;
     int rc = pair_run(&p, sw, 120, 40, steps, 16);
     if (rc == 0) SKIP("no CUDA device or ../shared not found (set DEEPINFER_SHARED_DIR)");
@@ -331,7 +333,7 @@ static void test_moe_grouped_same_bits(void) {
  * built for the legacy default stream: see cuda_graph.h). */
 static void test_graph_replay_same_bits(void) {
     static pair p;
-    static const char *const sw[2][3] = {{NULL, NULL, NULL}, {NULL, NULL, "1"}};
+    static const char *const sw[2][NSW] = {{NULL, NULL, NULL}, {NULL, NULL, "1"}};
     PROFILE = 0;
     int rc = pair_run(&p, sw, 120, 40, 8, 0);
     PROFILE = 1;
@@ -349,7 +351,35 @@ static void test_graph_replay_same_bits(void) {
         fprintf(stderr, "graphs: %ld recorded, %ld replayed\n", recorded, replayed);
 }
 
+/* hc_mix on the backend's second stream (the default) against the main
+ * stream (DI_CUDA_HC_SIDE=0), op by op and with graphs (recorded steps keep
+ * it on the main stream, the eager first step of each key does not): the
+ * same logits bits (the same kernels; a missing join would let the
+ * sublayer or hc_expand read pre, post or comb before they are written,
+ * or the next site's hc_mix overwrite them), and the side stream used at
+ * every site of the decode passes (two per block a pass, 1 or 2 rows). */
+static void test_hc_side_same_bits(void) {
+    for (int graph = 0; graph < 2; graph++) {
+        static pair p;
+        const char *g = graph ? "1" : NULL;
+        const char *const sw[2][NSW] = {{NULL, NULL, g, "0"}, {NULL, NULL, g, NULL}};
+        PROFILE = 0;
+        int rc = pair_run(&p, sw, 120, 40, 8, 0);
+        PROFILE = 1;
+        if (rc == 0) SKIP("no CUDA device or ../shared not found (set DEEPINFER_SHARED_DIR)");
+        if (rc < 0) return;
+        const long n0 = di_backend_cuda_side_count(p.be[0]), n1 = di_backend_cuda_side_count(p.be[1]);
+        CHECKF(p.diff == 0, "graphs %d: %lld logits differ with hc_mix on the second stream", graph,
+               (long long)p.diff);
+        const int64_t sites = 2 * p.g.cfg.n_layers * (8 + 8); /* decode passes; replays count once */
+        CHECKF(n0 == 0 && (graph ? n1 > 0 : n1 >= sites), "graphs %d: %ld / %ld hc_mix calls on the side stream",
+               graph, n0, n1);
+        pair_close(&p);
+    }
+}
+
 int main(void) {
+    RUN(test_hc_side_same_bits);
     RUN(test_attn_rows_op);
     RUN(test_moe_grouped_same_bits);
     RUN(test_device_select_same_bits);

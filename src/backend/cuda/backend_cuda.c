@@ -5,7 +5,8 @@
  * Memory. Every kernel and copy runs on the default stream, so the copy
  * that uploads the next call's metadata or downloads a result is ordered
  * after the kernels before it, and scratch buffers can be reused from call
- * to call without events. Uploads (the model's and each op's metadata:
+ * to call without events (one exception, joined back by an event before
+ * its buffers are touched: hc_mix at decode, "hc_mix on a second stream"). Uploads (the model's and each op's metadata:
  * positions, ids, row-pointer tables) go through a pinned staging buffer
  * as asynchronous copies, so the host does not wait for the device until
  * it downloads a result. alloc / free go through a pool: a freed buffer is
@@ -160,6 +161,14 @@ typedef struct cuda_impl {
     const char *qd_lo, *qd_hi;   /* while cq->n > 0: every queued destination lies in [qd_lo, qd_hi) */
     const char *qs_lo, *qs_hi;   /* and every queued source in [qs_lo, qs_hi) */
     long n_copy_batches, n_copies;
+    /* hc_mix on a second stream (see "hc_mix on a second stream"): the
+     * stream, its fork and join events, whether its work is not yet joined,
+     * the calls so far, and the buffers that work reads or writes ([lo, hi)
+     * each: s, pre, post, comb) */
+    void *side, *side_fork, *side_join;
+    int side_pending;
+    long n_side;
+    const char *side_lo[4], *side_hi[4];
     /* profile: 0 off, 1 drained per op, 2 events per op (DI_CUDA_PROFILE=events) */
     int prof;
     int prof_events;                /* profile_start picks the event form */
@@ -259,8 +268,56 @@ static void prof_event(di_backend *be, const char *op) {
 
 static const char OP_QUEUE[] = "(copy queue)";
 
+/* ---- hc_mix on a second stream ----
+ * In a single-pass mHC site (model/mhc.c) hc_mix's outputs (the next
+ * site's pre, this site's post and comb) are first read by hc_expand at
+ * the end of the sublayer, and the collapse beside it takes the previous
+ * site's pre: at a decode step hc_mix (a product over 2 MB of fn, one
+ * block's reduction and the Sinkhorn iterations, ~13 µs at one row) need
+ * not hold up the sublayer. The backend runs its split form on a second
+ * stream, forked from the main one, and joins it (the main stream waits
+ * for its event) before any op other than the first ones of a sublayer
+ * (side_may_run), before any of those that touches the buffers hc_mix
+ * reads or writes (side_touch), and before such a buffer is freed, a
+ * recording ends or the backend is destroyed. The kernels are the main
+ * stream's (the same bits).
+ * Rows up to which hc_mix takes the second stream: measured (run 69,
+ * docs/gpu-notes.md, eager steps of the dummy 6-layer model): batch 1
+ * −29 / −62 µs a step, batch 8 within the spread, batch 64 +0.1 ms (its
+ * product's 8,192 blocks then compete with the sublayer's); in recorded
+ * steps (graphs) +0.1–0.15 ms at batches 1 and 8, so a recording keeps
+ * hc_mix on the main stream. */
+enum { SIDE_ROWS = 8 };
+
+static void side_join(di_backend *be) {
+    cuda_impl *c = IM(be);
+    if (!c->side_pending) return;
+    c->side_pending = 0;
+    di_err err = {0};
+    note(be, cuda_side_join(c->side_join, &err), &err);
+}
+
+/* Ops that may run while hc_mix's work is pending, their buffers checked
+ * by side_touch: the sublayer's first ones (the collapse and norm, the
+ * first products and norms). Any other op joins first. */
+static int side_may_run(const char *op) {
+    return !strncmp(op, "matmul (", 8) || !strcmp(op, "rmsnorm") || !strcmp(op, "hc_collapse_norm");
+}
+
+/* Joins when p lies in a buffer the pending hc_mix reads or writes. */
+static void side_touch(di_backend *be, const void *p) {
+    cuda_impl *c = IM(be);
+    if (!c->side_pending || !p) return;
+    for (int i = 0; i < 4; i++)
+        if ((const char *)p >= c->side_lo[i] && (const char *)p < c->side_hi[i]) {
+            side_join(be);
+            return;
+        }
+}
+
 static void op_enter(di_backend *be, const char *op) {
     cuda_impl *c = IM(be);
+    if (c->side_pending && !side_may_run(op)) side_join(be);
     int flush = c->cq->n && op != OP_COPY;
     if (c->prof == 2) prof_event(be, flush ? OP_QUEUE : op);
     if (flush) {
@@ -663,6 +720,7 @@ static void *cu_alloc_raw(di_backend *be, size_t bytes) {
 static void cu_free(di_backend *be, void *p) {
     cuda_impl *c = IM(be);
     if (!p) return;
+    side_touch(be, p);
     pool_enter(be, "free");
     if (!c->use_pool) {
         copies_flush(be);
@@ -809,6 +867,8 @@ static void cu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t 
     size_t xb = !quant && m > 0 && N > 0 ? cuda_op_matmul_scratch_bytes((int)w->fmt, K, m, 1, N) : 0;
     void *scr = xb ? cu_alloc_raw(be, xb) : NULL;
     op_enter(be, !quant ? "matmul (plain)" : w->fmt == DI_WFMT_FP8 ? "matmul (fp8)" : "matmul (mxfp4)");
+    side_touch(be, x);
+    side_touch(be, y);
     di_err err = {0};
     di_status st = DI_OK;
     if (m <= 0 || N <= 0) return;
@@ -877,6 +937,9 @@ static void cu_matmul_pair(di_backend *be, const di_wmat *wa, const di_wmat *wb,
     const int64_t K = wa->n_in, N = wa->n_out, N2 = wb->n_out;
     const int quant = (flags & DI_MM_ACT_FP8) && (wa->fmt == DI_WFMT_FP8 || wa->fmt == DI_WFMT_FP4);
     const int out_bf16 = (flags & DI_MM_OUT_BF16) != 0;
+    side_touch(be, x);
+    side_touch(be, ya);
+    side_touch(be, yb);
     if (wa->fmt == wb->fmt && wb->n_in == K && m > 0 && N > 0 && N2 > 0) {
         const void *da, *db;
         const uint8_t *sa, *sbp;
@@ -931,6 +994,8 @@ static int is_bf16(const di_tensor *t) { return t->dtype == DI_DTYPE_BF16; }
 static void cu_rmsnorm(di_backend *be, const float *x, const di_tensor *w, int64_t m, int64_t n,
                        double eps, float *y) {
     op_enter(be, "rmsnorm");
+    side_touch(be, x);
+    side_touch(be, y);
     di_err err = {0};
     const void *dw = tdev(be, w);
     if (!dw) return;
@@ -1109,7 +1174,8 @@ static void cu_engram_rows(di_backend *be, const uint8_t *rows, const uint8_t *s
 static void cu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_t d,
                       const float *fn, const float *base, const float *scale, double norm_eps,
                       double hc_eps, int iters, float *pre, float *post, float *comb) {
-    di_cuda_set_batch_invariant(IM(be)->batch_invariant); /* the scratch depends on it */
+    cuda_impl *c = IM(be);
+    di_cuda_set_batch_invariant(c->batch_invariant); /* the scratch depends on it */
     size_t pb = cuda_op_hc_mix_scratch_bytes(m, hc, d);
     void *scr = pb ? cu_alloc_raw(be, pb) : NULL;
     op_enter(be, "hc_mix");
@@ -1118,6 +1184,23 @@ static void cu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_t
     const float *dfn = wdev(be, fn, nmix * (size_t)(hc * d) * sizeof(float));
     const float *dbase = wdev(be, base, nmix * sizeof(float));
     const float *dscale = wdev(be, scale, 3 * sizeof(float));
+    if (dfn && dbase && dscale && c->side && !scr && !c->batch_invariant && !c->prof && !c->prof_events && !c->rec &&
+        hc == 4 && m <= SIDE_ROWS && m <= cuda_op_hc_mix_side_rows()) {
+        di_status st = cuda_op_hc_mix_side(s, m, d, dfn, dbase, dscale, (float)norm_eps, (float)hc_eps, iters, pre,
+                                           post, comb, c->side, c->side_fork, c->side_join, &err);
+        note(be, st, &err);
+        if (!st) {
+            const void *p[4] = {s, pre, post, comb};
+            const size_t n[4] = {(size_t)(m * hc * d), (size_t)(m * hc), (size_t)(m * hc), (size_t)(m * hc * hc)};
+            for (int i = 0; i < 4; i++) {
+                c->side_lo[i] = p[i];
+                c->side_hi[i] = (const char *)p[i] + n[i] * sizeof(float);
+            }
+            c->side_pending = 1;
+            c->n_side++;
+        }
+        return;
+    }
     if (dfn && dbase && dscale)
         note(be,
              cuda_op_hc_mix_s(s, m, hc, d, dfn, dbase, dscale, (float)norm_eps, (float)hc_eps, iters,
@@ -1136,6 +1219,8 @@ static void cu_hc_collapse(di_backend *be, const float *s, const float *w, int64
 static void cu_hc_collapse_norm(di_backend *be, const float *s, const float *w, int64_t m, int hc,
                                 int64_t d, const di_tensor *nw, double eps, float *y) {
     op_enter(be, "hc_collapse_norm");
+    side_touch(be, w); /* s is only read, here and by hc_mix */
+    side_touch(be, y);
     di_err err = {0};
     const void *dnw = tdev(be, nw);
     if (!dnw) return;
@@ -1909,6 +1994,7 @@ static int cu_graph_record_end(di_backend *be, const float *logits) {
     cuda_impl *c = IM(be);
     gentry *e = c->rec;
     if (!e) return 1;
+    side_join(be);    /* a capture ends with every fork joined */
     copies_flush(be); /* the queued copies belong to the step */
     c->ops.alloc = cu_alloc;
     di_err err = {0};
@@ -1936,6 +2022,8 @@ static int cu_graph_record_end(di_backend *be, const float *logits) {
     return 0;
 }
 
+long di_backend_cuda_side_count(const di_backend *be) { return ((const cuda_impl *)be->impl)->n_side; }
+
 void di_backend_cuda_graph_stats(const di_backend *be, long *recorded, long *replayed,
                                  long *failed) {
     const cuda_impl *c = be->impl;
@@ -1949,7 +2037,12 @@ void di_backend_cuda_graph_stats(const di_backend *be, long *recorded, long *rep
 static void cu_destroy(di_backend *be) {
     cuda_impl *c = IM(be);
     if (c) {
+        side_join(be);
         copies_flush(be);
+        di_err err = {0};
+        if (c->side) di_cuda_synchronize(&err); /* its work done before the stream goes */
+        cuda_side_destroy(c->side, c->side_fork, c->side_join);
+        c->side = NULL;
         di_backend_cuda_weights_drop(be);
         graphs_free(c);
         for (int i = 0; i < N_SCRATCH; i++) di_cuda_free(c->scr[i]);
@@ -2122,6 +2215,12 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
         c->ops.qkv_rope_pack = NULL;
         c->ops.alloc_raw = NULL;
         cuda_moe_set_fused(0);
+    }
+    /* DI_CUDA_HC_SIDE=0: hc_mix on the main stream (timing); a side stream
+     * that cannot be made leaves it there too */
+    if (!env_is("DI_CUDA_HC_SIDE", "0")) {
+        di_err serr = {0};
+        if (cuda_side_create(&c->side, &c->side_fork, &c->side_join, &serr)) c->side = NULL;
     }
     be->ops = &c->ops;
     be->n_threads = 1;

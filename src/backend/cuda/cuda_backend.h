@@ -152,6 +152,10 @@ di_status di_backend_cuda_status(di_backend *be, di_err *err);
 void di_backend_cuda_weights_drop(di_backend *be);
 /* Bytes of weights held on the device. */
 size_t di_backend_cuda_weights_bytes(const di_backend *be);
+/* hc_mix calls run on the backend's second stream since creation (none
+ * with DI_CUDA_HC_SIDE=0, in profile and batch-invariant modes, while a
+ * step is recorded, past a few rows). */
+long di_backend_cuda_side_count(const di_backend *be);
 /* Profile mode (on from creation with DI_CUDA_PROFILE=1 in the environment,
  * or from di_backend_cuda_profile_start(be, 1), which also clears the
  * table): every op waits for the device on entry and the time until the

@@ -171,6 +171,20 @@ di_status cuda_op_hc_mix_s(const float *s, int64_t m, int hc, int64_t d, const f
                            int iters, float *pre, float *post, float *comb, void *scratch,
                            size_t scratch_bytes, di_err *err);
 size_t cuda_op_hc_mix_scratch_bytes(int64_t m, int hc, int64_t d);
+/* A second stream for hc_mix (cuda_op_hc_mix_side): the stream and the
+ * two events of its fork and join. */
+di_status cuda_side_create(void **stream, void **ev_fork, void **ev_join, di_err *err);
+void cuda_side_destroy(void *stream, void *ev_fork, void *ev_join);
+/* hc_mix's split form (hc 4, m <= cuda_op_hc_mix_side_rows(), not in
+ * batch-invariant mode: the kernels and bits of cuda_op_hc_mix_s there)
+ * on the side stream, after everything queued so far on the calling
+ * thread's stream; cuda_side_join makes that stream wait for it. */
+int64_t cuda_op_hc_mix_side_rows(void);
+di_status cuda_op_hc_mix_side(const float *s, int64_t m, int64_t d, const float *fn, const float *base,
+                              const float *scale, float norm_eps, float hc_eps, int iters, float *pre,
+                              float *post, float *comb, void *stream, void *ev_fork, void *ev_join,
+                              di_err *err);
+di_status cuda_side_join(void *ev_join, di_err *err);
 di_status cuda_op_hc_collapse(const float *s, const float *w, int64_t m, int hc, int64_t d,
                               float *y, di_err *err);
 /* y = rmsnorm(hc_collapse(s, w)): the bits of the two ops, one launch at hc 4. */

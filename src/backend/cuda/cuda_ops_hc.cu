@@ -606,6 +606,57 @@ extern "C" di_status cuda_op_hc_mix_s(const float *s, int64_t m, int hc, int64_t
     return cuda_check_launch(err, "hc_mix");
 }
 
+extern "C" di_status cuda_side_create(void **stream, void **ev_fork, void **ev_join, di_err *err) {
+    cudaStream_t st = NULL;
+    cudaEvent_t a = NULL, b = NULL;
+    di_status r = cuda_check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), err, "side stream");
+    if (!r) r = cuda_check(cudaEventCreateWithFlags(&a, cudaEventDisableTiming), err, "side stream fork event");
+    if (!r) r = cuda_check(cudaEventCreateWithFlags(&b, cudaEventDisableTiming), err, "side stream join event");
+    if (r) {
+        cuda_side_destroy(st, a, b);
+        st = NULL, a = b = NULL;
+    }
+    *stream = st, *ev_fork = a, *ev_join = b;
+    return r;
+}
+
+extern "C" void cuda_side_destroy(void *stream, void *ev_fork, void *ev_join) {
+    if (ev_fork) cudaEventDestroy((cudaEvent_t)ev_fork);
+    if (ev_join) cudaEventDestroy((cudaEvent_t)ev_join);
+    if (stream) cudaStreamDestroy((cudaStream_t)stream);
+}
+
+extern "C" int64_t cuda_op_hc_mix_side_rows(void) { return HC_SP_MAX_ROWS; }
+
+/* The split product and its reduction, as cuda_op_hc_mix_s launches them,
+ * on the side stream. The product waits for the fork event (the stream s
+ * was written on), so it is launched plainly; the reduction follows it
+ * programmatically as on the main stream. hc_sp_part is only this op's, and
+ * two hc_mix never overlap (the backend joins before the next). */
+extern "C" di_status cuda_op_hc_mix_side(const float *s, int64_t m, int64_t d, const float *fn, const float *base,
+                                         const float *scale, float norm_eps, float hc_eps, int iters, float *pre,
+                                         float *post, float *comb, void *stream, void *ev_fork, void *ev_join,
+                                         di_err *err) {
+    if (m <= 0 || m > HC_SP_MAX_ROWS || cuda_batch_invariant())
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "hc_mix on the side stream: %lld rows", (long long)m);
+    cudaStream_t st = (cudaStream_t)stream;
+    di_status r = cuda_check(cudaEventRecord((cudaEvent_t)ev_fork, 0), err, "hc_mix: fork");
+    if (!r) r = cuda_check(cudaStreamWaitEvent(st, (cudaEvent_t)ev_fork, 0), err, "hc_mix: fork");
+    if (r) return r;
+    const int64_t n = 4 * d, chunk = hc_sp_chunk(n);
+    const unsigned nb = (unsigned)((n + chunk - 1) / chunk);
+    k_hc_mix_part<4><<<dim3(nb, (unsigned)m), HC_SP_THREADS, 0, st>>>(s, d, fn, chunk);
+    if ((r = cuda_check_launch(err, "hc_mix (split product, side stream)"))) return r;
+    cuda_launch_pdl(k_hc_mix_reduce<4>, (unsigned)m, HC_RD_THREADS, 0, st, (int)nb, d, base, scale, norm_eps, hc_eps,
+                    iters, pre, post, comb);
+    if ((r = cuda_check_launch(err, "hc_mix (reduction, side stream)"))) return r;
+    return cuda_check(cudaEventRecord((cudaEvent_t)ev_join, st), err, "hc_mix: join event");
+}
+
+extern "C" di_status cuda_side_join(void *ev_join, di_err *err) {
+    return cuda_check(cudaStreamWaitEvent(0, (cudaEvent_t)ev_join, 0), err, "side stream join");
+}
+
 extern "C" di_status cuda_op_hc_collapse_norm(const float *s, const float *w, int64_t m, int hc, int64_t d,
                                               const void *nw, int nw_bf16, float eps, float *y, di_err *err) {
     if (m <= 0) return DI_OK;

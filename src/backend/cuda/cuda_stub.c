@@ -85,6 +85,10 @@ size_t di_backend_cuda_weights_bytes(const di_backend *be) {
     (void)be;
     return 0;
 }
+long di_backend_cuda_side_count(const di_backend *be) {
+    (void)be;
+    return 0;
+}
 size_t di_backend_cuda_profile(di_backend *be, char *buf, size_t cap) {
     (void)be;
     if (buf && cap) buf[0] = 0;
