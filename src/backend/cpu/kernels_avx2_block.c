@@ -490,8 +490,8 @@ static int pf_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
  * step is one broadcast activation times two weight vectors for each of 6
  * rows: 12 FMAs for 8 loads, the two weight vectors from L1. A lane's
  * steps go in runs (lg_run_steps); its chains continue from run to run in
- * a buffer of lanes and meet in the tree of kernels.h at the end, so the
- * bits are the scalar code's. The dot-product form (8 lanes of one output
+ * a buffer of lanes and meet in the tree of kernels.h as the last lane of
+ * a tile ends, so the bits are the scalar code's. The dot-product form (8 lanes of one output
  * in a register, 3 × 4 outputs a step) needs 7 loads of 32 bytes per 12
  * FMAs, half of them from L2: 0.6-0.8 of OpenBLAS sgemm's rate on a Zen 3
  * core at M = 512, this form 0.8-0.95 (bench/RESULTS.md). */
@@ -603,36 +603,14 @@ static void lg_decode_panels(void *ctx, int64_t p0, int64_t p1, int thread) {
         lg_decode(jb, jb->n0 + q * LG_NR, jb->s0, jb->ns, jb->bp + q * 8 * jb->run * LG_NR);
 }
 
-/* Units [u0, u1) of the current run: unit u = (row block, group of pg
- * panels). Lane by lane, the row block's run of that lane (from L2) meets
- * each panel of the group (from L1) in micro-kernels of 6 rows. */
-static void lg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
-    const lg_job *jb = ctx;
-    const int64_t panels = (jb->nc + LG_NR - 1) / LG_NR, groups = (panels + jb->pg - 1) / jb->pg;
-    const int64_t S = jb->K / 8, ns = jb->ns, L = jb->run;
-    for (int64_t u = u0; u < u1; u++) {
-        const int64_t rb = u / groups, g = u - rb * groups;
-        const int64_t r0 = jb->m0 + rb * LG_MC, r1 = r0 + LG_MC < jb->m0 + jb->mo ? r0 + LG_MC : jb->m0 + jb->mo;
-        const int64_t q0 = g * jb->pg, q1 = q0 + jb->pg < panels ? q0 + jb->pg : panels;
-        for (int j = 0; j < 8; j++) {
-            const float *a = jb->ap + (j * S + jb->s0) * jb->Mp;
-            float *lj = jb->lb + j * jb->lbr * LG_NC;
-            for (int64_t q = q0; q < q1; q++) {
-                const float *b = jb->bp + (q * 8 + j) * L * LG_NR;
-                for (int64_t m = r0; m < r1; m += LG_MR)
-                    lg_ukr(ns, a + m * ns, b, lj + (m - jb->m0) * LG_NC + q * LG_NR, LG_NC, jb->s0 == 0);
-            }
-        }
-    }
-}
-
-/* Rows [r0, r1) of the pass: the tree of kernels.h over the 8 lanes, 8
- * outputs at a time, into out. */
-static AVX2 void lg_tree(void *ctx, int64_t r0, int64_t r1, int thread) {
-    const lg_job *jb = ctx;
+/* Rows m .. m + 5 of the pass (those below M) × panel q: the tree of
+ * kernels.h over the 8 lanes, 8 outputs at a time, into out. Called right
+ * after a tile's last lane is final: the others were finished by the same
+ * unit just before, and all sit in its cache. */
+static AVX2 void lg_tree(const lg_job *jb, int64_t m, int64_t q) {
     const int64_t N = jb->N, n1 = jb->n0 + jb->nc;
-    for (int64_t r = r0; r < r1; r++)
-        for (int64_t c = 0; c < jb->nc; c += 8) {
+    for (int64_t r = m; r < m + LG_MR && jb->m0 + r < jb->M; r++)
+        for (int64_t c = q * LG_NR; c < q * LG_NR + LG_NR && jb->n0 + c < n1; c += 8) {
             __m256 v[8];
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) v[j] = _mm256_load_ps(jb->lb + (j * jb->lbr + r) * LG_NC + c);
@@ -647,6 +625,32 @@ static AVX2 void lg_tree(void *ctx, int64_t r0, int64_t r1, int thread) {
                 for (int64_t i = 0; i < n1 - jb->n0 - c; i++) o[i] = tv[i];
             }
         }
+}
+
+/* Units [u0, u1) of the current run: unit u = (row block, group of pg
+ * panels). Lane by lane, the row block's run of that lane (from L2) meets
+ * each panel of the group (from L1) in micro-kernels of 6 rows. */
+static void lg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
+    const lg_job *jb = ctx;
+    const int64_t panels = (jb->nc + LG_NR - 1) / LG_NR, groups = (panels + jb->pg - 1) / jb->pg;
+    const int64_t S = jb->K / 8, ns = jb->ns, L = jb->run;
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t rb = u / groups, g = u - rb * groups;
+        const int64_t r0 = jb->m0 + rb * LG_MC, r1 = r0 + LG_MC < jb->m0 + jb->mo ? r0 + LG_MC : jb->m0 + jb->mo;
+        const int64_t q0 = g * jb->pg, q1 = q0 + jb->pg < panels ? q0 + jb->pg : panels;
+        const int last = jb->s0 + ns == S; /* the lanes' last run: lane 7 ends each tile */
+        for (int j = 0; j < 8; j++) {
+            const float *a = jb->ap + (j * S + jb->s0) * jb->Mp;
+            float *lj = jb->lb + j * jb->lbr * LG_NC;
+            for (int64_t q = q0; q < q1; q++) {
+                const float *b = jb->bp + (q * 8 + j) * L * LG_NR;
+                for (int64_t m = r0; m < r1; m += LG_MR) {
+                    lg_ukr(ns, a + m * ns, b, lj + (m - jb->m0) * LG_NC + q * LG_NR, LG_NC, jb->s0 == 0);
+                    if (last && j == 7) lg_tree(jb, m - jb->m0, q);
+                }
+            }
+        }
+    }
 }
 
 static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
@@ -678,8 +682,6 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
                 di_threadpool_for(tp, panels, 1, lg_decode_panels, &jb);
                 di_threadpool_for(tp, units, 1, lg_units, &jb);
             }
-            const int64_t rows = M - jb.m0 < jb.mo ? M - jb.m0 : jb.mo; /* no tree for the zero rows */
-            di_threadpool_for(tp, rows, 16, lg_tree, &jb);
         }
     }
     free(ap), free(bp);
