@@ -39,6 +39,7 @@
 
 #include "api/api_model.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_graph.h"
 #include "model/forward.h"
 
 #include "bench_util.h"
@@ -179,6 +180,11 @@ static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int step
     if (timed)
         printf("RESULT decode_b%d_ctx%lld %.3f ms/step (best %.3f)  %.0f tokens/s\n", B, (long long)ctx,
                1e3 * sum / timed, 1e3 * best, B / (sum / timed));
+    if (be->ops->graph_replay) { /* DI_CUDA_GRAPH=1: how the steps ran, all batches so far */
+        long rec = 0, rep = 0, fail = 0;
+        di_backend_cuda_graph_stats(be, &rec, &rep, &fail);
+        printf("graphs: %ld steps recorded, %ld replayed, %ld keys given up\n", rec, rep, fail);
+    }
     for (int b = 0; b < B; b++) di_seqstate_free(&st[b]);
     free(st);
     free(q);
