@@ -151,6 +151,8 @@ typedef struct pack_job {
     int64_t seg;  /* 0: lane order; else S = K/8: lane by lane for lg_run */
     int64_t Mp;   /* seg: rows in whole panels of LG_MR */
     int64_t run;  /* seg: lg_run_steps(S) */
+    float *rows;  /* seg: [threads][6][K], a panel's rows in lane order */
+    int64_t M;
 } pack_job;
 
 enum { LG_MR = 6, LG_STEPS_MAX = 256 };
@@ -175,13 +177,6 @@ static inline int64_t seg_at(const pack_job *p, int64_t m, int64_t j, int64_t s)
     return (j * S + h0) * p->Mp + (m / LG_MR * ns + (s - h0)) * LG_MR + m % LG_MR;
 }
 
-/* Where code 4j + pos of chunk c0/32 of row m goes: lane order keeps a
- * chunk's 32 values as 4 vectors of the 8 lanes (position by position, at
- * dst), seg lg_run's layout (dst unused). */
-static inline float *pack_at(const pack_job *p, float *dst, int64_t m, int64_t c0, int64_t pos, int64_t j) {
-    return p->seg ? p->ap + seg_at(p, m, j, c0 / 8 + pos) : dst + c0 + 8 * pos + j;
-}
-
 /* Chunk c0 of row m, code by code from the tables (the plain statement of
  * the vector version below, which falls back to it for NaN codes or scales
  * its shortcut does not cover). */
@@ -193,14 +188,14 @@ static void pack_chunk_scalar(const pack_job *p, int64_t m, int64_t c0, float *d
     for (int64_t j = 0; j < 8; j++) {
         const int64_t k0 = c0 + j * g;
         if (k0 >= K) {
-            for (int64_t pos = 0; pos < g; pos++) *pack_at(p, dst, m, c0, pos, j) = 0.0f;
+            for (int64_t pos = 0; pos < g; pos++) dst[c0 + 8 * pos + j] = 0.0f;
             continue;
         }
         const float s = p->sa[m * KB + k0 / 32];
         float mx = 0.0f;
         for (int64_t pos = 0; pos < g; pos++) {
             const float a = e4m3[q[k0 + pos]] * s;
-            *pack_at(p, dst, m, c0, pos, j) = a * p->factor;
+            dst[c0 + 8 * pos + j] = a * p->factor;
             const float v = isnan(a) ? INFINITY : fabsf(a);
             mx = v > mx ? v : mx;
         }
@@ -228,15 +223,8 @@ static AVX2 void pack_row(const pack_job *p, int64_t m, float *dst) {
     const __m256 f = _mm256_set1_ps(p->factor);
     const uint8_t *q = p->qa + m * K;
     const float *sa = p->sa + m * KB;
-    int64_t h0 = 0, hn = 0; /* seg: the current run of steps [h0, h0 + hn) */
-    float *ob = NULL;       /* seg: seg_at(p, m, 0, h0) */
     for (int64_t c0 = 0; c0 < Kp; c0 += 32) {
         const int64_t kb = c0 / 32;
-        if (p->seg && c0 / 8 >= h0 + hn) { /* the next run (no division a chunk) */
-            h0 += hn;
-            hn = p->seg - h0 < p->run ? p->seg - h0 : p->run;
-            ob = p->ap + seg_at(p, m, 0, h0);
-        }
         const float s0 = sa[kb];
         const __m256i x0 = _mm256_loadu_si256((const __m256i *)(q + c0));
         const __m256i nan = _mm256_cmpeq_epi8(_mm256_and_si256(x0, low7), low7);
@@ -254,24 +242,7 @@ static AVX2 void pack_row(const pack_job *p, int64_t m, float *dst) {
         for (int pos = 0; pos < 4; pos++) {
             __m256 a = _mm256_mul_ps(d[pos], sv);
             mx = _mm256_max_ps(mx, _mm256_and_ps(a, _mm256_castsi256_ps(absm)));
-            d[pos] = _mm256_mul_ps(a, f);
-            if (!p->seg) _mm256_store_ps(dst + c0 + 8 * pos, d[pos]);
-        }
-        if (p->seg) { /* 4 x 8 -> lane j's four steps, in the low / high halves */
-            const __m256 t0 = _mm256_unpacklo_ps(d[0], d[1]), t1 = _mm256_unpackhi_ps(d[0], d[1]);
-            const __m256 t2 = _mm256_unpacklo_ps(d[2], d[3]), t3 = _mm256_unpackhi_ps(d[2], d[3]);
-            const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xee),
-                                 _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xee)};
-            _Alignas(32) float v[8][4];
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                _mm_store_ps(v[j], _mm256_castps256_ps128(u[j]));
-                _mm_store_ps(v[j + 4], _mm256_extractf128_ps(u[j], 1));
-            }
-            float *o = ob + (c0 / 8 - h0) * LG_MR; /* seg_at(p, m, 0, c0 / 8) */
-            const int64_t lane = p->seg * p->Mp; /* seg_at(m, j + 1, s) - seg_at(m, j, s) */
-            for (int j = 0; j < 8; j++, o += lane)
-                o[0] = v[j][0], o[LG_MR] = v[j][1], o[2 * LG_MR] = v[j][2], o[3 * LG_MR] = v[j][3];
+            _mm256_store_ps(dst + c0 + 8 * pos, _mm256_mul_ps(a, f));
         }
         if (p->bmax) p->bmax[m * KB + kb] = hmax8(mx);
     }
@@ -282,18 +253,78 @@ static void pack_rows(void *ctx, int64_t m0, int64_t m1, int thread) {
     for (int64_t m = m0; m < m1; m++) pack_row(p, m, p->ap + m * p->Kp);
 }
 
+/* v[r] (row r, lane j in element j) -> v[j] (lane j, row r in element r) */
+AVX2_INLINE void transpose8(__m256 v[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    v[0] = _mm256_permute2f128_ps(u0, u4, 0x20), v[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    v[1] = _mm256_permute2f128_ps(u1, u5, 0x20), v[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    v[2] = _mm256_permute2f128_ps(u2, u6, 0x20), v[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    v[3] = _mm256_permute2f128_ps(u3, u7, 0x20), v[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* seg: panels [q0, q1) of 6 rows. The rows go to a per-thread buffer in
+ * lane order (pack_row: position pos of a chunk's 32 codes is a vector of
+ * the 8 lanes), rows past M as zeros; then each position's 6 row vectors
+ * (and two spare) are transposed into one vector a lane, whose first 6
+ * values, the panel's rows at that step, are the 6 floats seg_at puts
+ * together: two stores a lane and step instead of six scattered ones. */
+static AVX2 void pack_panels(void *ctx, int64_t q0, int64_t q1, int thread) {
+    const pack_job *p = ctx;
+    const int64_t K = p->K, S = p->seg, lane = S * p->Mp; /* seg_at(m, j + 1, s) - seg_at(m, j, s) */
+    float *rows = p->rows + (int64_t)thread * LG_MR * K;
+    for (int64_t q = q0; q < q1; q++) {
+        for (int r = 0; r < LG_MR; r++) {
+            if (q * LG_MR + r < p->M) pack_row(p, q * LG_MR + r, rows + r * K);
+            else memset(rows + r * K, 0, (size_t)K * sizeof(float));
+        }
+        int64_t h0 = 0, hn = 0; /* the current run of steps [h0, h0 + hn) */
+        float *ob = NULL;       /* seg_at(p, 6q, 0, h0) */
+        for (int64_t c0 = 0; c0 < K; c0 += 32) {
+            if (c0 / 8 >= h0 + hn) { /* the next run (no division a chunk) */
+                h0 += hn;
+                hn = S - h0 < p->run ? S - h0 : p->run;
+                ob = p->ap + seg_at(p, q * LG_MR, 0, h0);
+            }
+            float *o = ob + (c0 / 8 - h0) * LG_MR; /* seg_at(p, 6q, 0, c0 / 8) */
+#pragma GCC unroll 4
+            for (int pos = 0; pos < 4; pos++, o += LG_MR) {
+                __m256 v[8];
+#pragma GCC unroll 6
+                for (int r = 0; r < LG_MR; r++) v[r] = _mm256_load_ps(rows + r * K + c0 + 8 * pos);
+                v[6] = v[7] = _mm256_setzero_ps();
+                transpose8(v);
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    _mm_storeu_ps(o + j * lane, _mm256_castps256_ps128(v[j]));
+                    _mm_storel_pi((__m64 *)(o + j * lane + 4), _mm256_extractf128_ps(v[j], 1));
+                }
+            }
+        }
+    }
+}
+
 /* Returns NULL when out of memory. */
 static float *pack_lanes(const uint8_t *qa, const float *sa, int64_t M, int64_t K, int64_t Kp,
                          float factor, float *bmax, int half, int seg, di_threadpool *tp) {
     const int64_t Mp = seg ? (M + LG_MR - 1) / LG_MR * LG_MR : M; /* seg: whole panels */
+    di_threadpool *pool = M * K >= (1 << 18) ? tp : NULL; /* worth spreading only for prefill sizes */
     float *ap = aligned_alloc(32, (size_t)((Mp * Kp * sizeof(float) + 31) & ~(size_t)31));
-    if (!ap) return NULL;
-    pack_job p = {qa, sa, K, Kp, factor, ap, bmax, half, seg ? K / 8 : 0, Mp, lg_run_steps(K / 8)};
-    for (int64_t m = M; m < Mp; m++) /* the last panel's rows past M: zeros */
-        for (int64_t j = 0; j < 8; j++)
-            for (int64_t s = 0; s < K / 8; s++) ap[seg_at(&p, m, j, s)] = 0.0f;
-    /* worth spreading only for prefill-sized inputs */
-    di_threadpool_for(M * K >= (1 << 18) ? tp : NULL, M, 4, pack_rows, &p);
+    float *rows = seg ? aligned_alloc(32, (size_t)di_threadpool_size(pool) * LG_MR * (size_t)K * sizeof(float)) : NULL;
+    if (!ap || (seg && !rows)) {
+        free(ap), free(rows);
+        return NULL;
+    }
+    pack_job p = {qa, sa, K, Kp, factor, ap, bmax, half, seg ? K / 8 : 0, Mp, lg_run_steps(K / 8), rows, M};
+    if (seg) di_threadpool_for(pool, Mp / LG_MR, 1, pack_panels, &p);
+    else di_threadpool_for(pool, M, 4, pack_rows, &p);
+    free(rows);
     return ap;
 }
 
@@ -517,22 +548,6 @@ typedef struct lg_job {
     /* the current step: column block n0 .. n0 + nc, pass rows m0 .. m0 + mo, run s0 .. s0 + ns */
     int64_t n0, nc, m0, mo, s0, ns, pg;
 } lg_job;
-
-/* v[r] (row r, lane j in element j) -> v[j] (lane j, row r in element r) */
-AVX2_INLINE void transpose8(__m256 v[8]) {
-    const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
-    const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
-    const __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
-    const __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
-    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
-    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
-    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
-    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-    v[0] = _mm256_permute2f128_ps(u0, u4, 0x20), v[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-    v[1] = _mm256_permute2f128_ps(u1, u5, 0x20), v[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    v[2] = _mm256_permute2f128_ps(u2, u6, 0x20), v[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-    v[3] = _mm256_permute2f128_ps(u3, u7, 0x20), v[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
 
 /* Rows n0 .. n0 + 15 (one scale row: n0 % 16 == 0; zeros past N), steps
  * s0 .. s0 + ns of every lane (ns % 4 == 0) -> pt[j][s - s0][16], lane j
