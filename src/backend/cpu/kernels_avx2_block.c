@@ -51,6 +51,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -311,14 +312,16 @@ static AVX2 void pack_panels(void *ctx, int64_t q0, int64_t q1, int thread) {
 }
 
 /* Returns NULL when out of memory. */
+/* (Into into, when not NULL: Mp·Kp floats the caller owns.) */
 static float *pack_lanes(const uint8_t *qa, const float *sa, int64_t M, int64_t K, int64_t Kp,
-                         float factor, float *bmax, int half, int seg, di_threadpool *tp) {
+                         float factor, float *bmax, int half, int seg, float *into, di_threadpool *tp) {
     const int64_t Mp = seg ? (M + LG_MR - 1) / LG_MR * LG_MR : M; /* seg: whole panels */
     di_threadpool *pool = M * K >= (1 << 18) ? tp : NULL; /* worth spreading only for prefill sizes */
-    float *ap = aligned_alloc(32, (size_t)((Mp * Kp * sizeof(float) + 31) & ~(size_t)31));
+    float *ap = into ? into : aligned_alloc(32, (size_t)((Mp * Kp * sizeof(float) + 31) & ~(size_t)31));
     float *rows = seg ? aligned_alloc(32, (size_t)di_threadpool_size(pool) * LG_MR * (size_t)K * sizeof(float)) : NULL;
     if (!ap || (seg && !rows)) {
-        free(ap), free(rows);
+        if (ap != into) free(ap);
+        free(rows);
         return NULL;
     }
     pack_job p = {qa, sa, K, Kp, factor, ap, bmax, half, seg ? K / 8 : 0, Mp, lg_run_steps(K / 8), rows, M};
@@ -494,7 +497,7 @@ static int pf_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
     const int threads = di_threadpool_size(tp);
     const int64_t Kp = K;
     const int64_t sf = ROWS * KC + M * ROWS * 8;
-    float *ap = pack_lanes(qa, sa, M, K, Kp, 1.0f, NULL, half, 0, tp);
+    float *ap = pack_lanes(qa, sa, M, K, Kp, 1.0f, NULL, half, 0, NULL, tp);
     float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
     if (!ap || !scratch) {
         free(ap), free(scratch);
@@ -668,17 +671,69 @@ static void lg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     }
 }
 
+/* ---- the lane-by-lane prefill's buffers, kept by the calling thread ----
+ * A call needs about twice its activations' size in fp32 (their layout,
+ * the decoded weights, the lanes): 21 MB at 512 × 5120. Allocations that
+ * large come from fresh mappings whose every page faults on first touch
+ * (~3.5 µs a page on the VMs measured: 5-40 ms of a 90 ms product in
+ * bench_gemm, against none with the buffers reused), so the calling
+ * thread keeps its buffer, up to LG_KEEP bytes, for its next call, and a
+ * thread-specific destructor frees it when the thread ends. A thread whose
+ * key cannot be had, or a larger call, allocates and frees per call. */
+enum { LG_KEEP = 64 << 20 };
+
+typedef struct lg_keep {
+    float *p;
+    size_t bytes;
+} lg_keep;
+
+static pthread_key_t lg_key;
+static pthread_once_t lg_key_once = PTHREAD_ONCE_INIT;
+static int lg_key_made;
+
+static void lg_keep_free(void *v) {
+    lg_keep *k = v;
+    free(k->p);
+    free(k);
+}
+static void lg_key_make(void) { lg_key_made = pthread_key_create(&lg_key, lg_keep_free) == 0; }
+
+/* A 32-byte aligned buffer of at least `bytes`; *own: the caller frees it. */
+static float *lg_buffer(size_t bytes, int *own) {
+    bytes = (bytes + 31) & ~(size_t)31;
+    *own = 1;
+    pthread_once(&lg_key_once, lg_key_make);
+    if (!lg_key_made || bytes > LG_KEEP) return aligned_alloc(32, bytes);
+    lg_keep *k = pthread_getspecific(lg_key);
+    if (!k) {
+        if (!(k = calloc(1, sizeof *k)) || pthread_setspecific(lg_key, k)) {
+            free(k);
+            return aligned_alloc(32, bytes);
+        }
+    }
+    if (k->bytes < bytes) {
+        free(k->p);
+        k->p = aligned_alloc(32, bytes);
+        k->bytes = k->p ? bytes : 0;
+    }
+    if (k->p) *own = 0;
+    return k->p;
+}
+
 static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                   const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     const int threads = di_threadpool_size(tp);
     const int64_t S = K / 8, L = lg_run_steps(S), Mp = (M + LG_MR - 1) / LG_MR * LG_MR;
     const int64_t lbr = Mp < LG_MO ? Mp : LG_MO, bpf = (int64_t)LG_NC * 8 * L, lbf = 8 * lbr * LG_NC;
-    float *ap = pack_lanes(qa, sa, M, K, K, 1.0f, NULL, half, 1, tp);
-    float *bp = aligned_alloc(32, (size_t)(bpf + lbf) * sizeof(float));
-    if (!ap || !bp) {
-        free(ap), free(bp);
+    const int64_t apf = (Mp * K + 7) / 8 * 8; /* whole vectors: bp stays aligned */
+    int own = 0;
+    float *buf = lg_buffer((size_t)(apf + bpf + lbf) * sizeof(float), &own);
+    float *ap = buf ? pack_lanes(qa, sa, M, K, K, 1.0f, NULL, half, 1, buf, tp) : NULL;
+    if (!ap) {
+        if (own) free(buf);
         return 0;
     }
+    float *bp = buf + apf;
     lg_job jb = {.half = half, .ap = ap, .w = w, .ws = ws, .M = M, .K = K, .N = N, .Mp = Mp, .out = out,
                  .run = L, .bp = bp, .lb = bp + bpf, .lbr = lbr};
     for (jb.m0 = 0; jb.m0 < Mp; jb.m0 += LG_MO) {
@@ -699,7 +754,7 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
             }
         }
     }
-    free(ap), free(bp);
+    if (own) free(buf);
     return 1;
 }
 
@@ -922,7 +977,7 @@ static int dec_run(int half, const uint8_t *qa, const float *sa, int64_t M, int6
     const int threads = di_threadpool_size(tp);
     const int64_t Kp = K, KB = K / 32, sf = M * Kp;
     float *bmax = malloc(sizeof(float) * (size_t)(M * KB + KB));
-    float *ap = bmax ? pack_lanes(qa, sa, M, K, Kp, 1.0f, bmax, half, 0, NULL) : NULL;
+    float *ap = bmax ? pack_lanes(qa, sa, M, K, Kp, 1.0f, bmax, half, 0, NULL, NULL) : NULL;
     float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
     if (!ap || !scratch || !bmax) {
         free(ap), free(scratch), free(bmax);
