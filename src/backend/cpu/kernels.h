@@ -80,6 +80,7 @@
 #ifndef DI_BACKEND_CPU_KERNELS_H
 #define DI_BACKEND_CPU_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/threadpool.h" /* di_threadpool; NULL = run on the caller's thread */
@@ -164,6 +165,13 @@ const float *di_cpu_e8m0_table(void); /* [256] */
  * from their max |x| (before the 1e-4 floor). */
 float di_act_scale_fp8(const float *x32);
 float di_act_scale_fp8_amax(float amax);
+
+/* The prefill kernels' buffers, kept by the calling thread from call to
+ * call: a 32-byte aligned buffer of at least `bytes`, the thread's own
+ * (*own = 0: do not free it; valid until the thread's next call) or, for
+ * calls past its limit or without thread-specific storage, a fresh one
+ * (*own = 1: the caller frees it). NULL when out of memory. */
+float *di_cpu_kept_buffer(size_t bytes, int *own);
 
 /* Forces the scalar path (1) or restores run-time selection (0). Tests
  * compare the AVX2 path against it. Process-wide; set it before running

@@ -51,7 +51,6 @@
 
 #include <immintrin.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -671,55 +670,6 @@ static void lg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     }
 }
 
-/* ---- the lane-by-lane prefill's buffers, kept by the calling thread ----
- * A call needs about twice its activations' size in fp32 (their layout,
- * the decoded weights, the lanes): 21 MB at 512 × 5120. Allocations that
- * large come from fresh mappings whose every page faults on first touch
- * (~3.5 µs a page on the VMs measured: 5-40 ms of a 90 ms product in
- * bench_gemm, against none with the buffers reused), so the calling
- * thread keeps its buffer, up to LG_KEEP bytes, for its next call, and a
- * thread-specific destructor frees it when the thread ends. A thread whose
- * key cannot be had, or a larger call, allocates and frees per call. */
-enum { LG_KEEP = 64 << 20 };
-
-typedef struct lg_keep {
-    float *p;
-    size_t bytes;
-} lg_keep;
-
-static pthread_key_t lg_key;
-static pthread_once_t lg_key_once = PTHREAD_ONCE_INIT;
-static int lg_key_made;
-
-static void lg_keep_free(void *v) {
-    lg_keep *k = v;
-    free(k->p);
-    free(k);
-}
-static void lg_key_make(void) { lg_key_made = pthread_key_create(&lg_key, lg_keep_free) == 0; }
-
-/* A 32-byte aligned buffer of at least `bytes`; *own: the caller frees it. */
-static float *lg_buffer(size_t bytes, int *own) {
-    bytes = (bytes + 31) & ~(size_t)31;
-    *own = 1;
-    pthread_once(&lg_key_once, lg_key_make);
-    if (!lg_key_made || bytes > LG_KEEP) return aligned_alloc(32, bytes);
-    lg_keep *k = pthread_getspecific(lg_key);
-    if (!k) {
-        if (!(k = calloc(1, sizeof *k)) || pthread_setspecific(lg_key, k)) {
-            free(k);
-            return aligned_alloc(32, bytes);
-        }
-    }
-    if (k->bytes < bytes) {
-        free(k->p);
-        k->p = aligned_alloc(32, bytes);
-        k->bytes = k->p ? bytes : 0;
-    }
-    if (k->p) *own = 0;
-    return k->p;
-}
-
 static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                   const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     const int threads = di_threadpool_size(tp);
@@ -727,7 +677,7 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
     const int64_t lbr = Mp < LG_MO ? Mp : LG_MO, bpf = (int64_t)LG_NC * 8 * L, lbf = 8 * lbr * LG_NC;
     const int64_t apf = (Mp * K + 7) / 8 * 8; /* whole vectors: bp stays aligned */
     int own = 0;
-    float *buf = lg_buffer((size_t)(apf + bpf + lbf) * sizeof(float), &own);
+    float *buf = di_cpu_kept_buffer((size_t)(apf + bpf + lbf) * sizeof(float), &own);
     float *ap = buf ? pack_lanes(qa, sa, M, K, K, 1.0f, NULL, half, 1, buf, tp) : NULL;
     if (!ap) {
         if (own) free(buf);

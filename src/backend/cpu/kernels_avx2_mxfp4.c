@@ -794,21 +794,21 @@ static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
     const int64_t Kp = (K + 63) / 64 * 64, KBp = Kp / 32, mb = (M + PM - 1) / PM;
     const int64_t sf = PP * PK * PN + 2 * PP * mb * PM * PN;
     (void)mb;
-    float *ap = aligned_alloc(32, sizeof(float) * (size_t)(M * Kp));
-    int32_t *sidx = malloc(sizeof(int32_t) * (size_t)(M * KBp));
-    /* at most every block of every row holds small codes */
-    float *sp = aligned_alloc(32, sizeof(float) * (size_t)(M * KBp) * 32);
-    float *scratch = aligned_alloc(32, sizeof(float) * (size_t)(threads * sf));
-    if (!ap || !sidx || !sp || !scratch) {
-        free(ap), free(sidx), free(sp), free(scratch);
-        return 0;
-    }
+    /* one buffer the calling thread keeps (kernels.h): ap, sp (at most every
+     * block of every row holds small codes), the threads' scratch, sidx;
+     * each part a whole number of vectors */
+    const int64_t nap = (M * Kp + 7) / 8 * 8, nsp = M * KBp * 32, nsc = (int64_t)threads * sf;
+    int own = 0;
+    float *buf = di_cpu_kept_buffer(sizeof(float) * (size_t)(nap + nsp + nsc + M * KBp), &own);
+    if (!buf) return 0;
+    float *ap = buf, *sp = buf + nap, *scratch = sp + nsp;
+    int32_t *sidx = (int32_t *)(scratch + nsc);
     int32_t slots = 0;
     int nan = 0;
     pf4_pack_job pk = {qa, sa, M, K, Kp, ap, sidx, sp, &slots, &nan};
     di_threadpool_for(M * K >= (1 << 18) ? tp : NULL, M, 4, pf4_pack_rows, &pk);
     if (nan) {
-        free(ap), free(sidx), free(sp), free(scratch);
+        if (own) free(buf);
         di_gemm_block_rows_scalar(1, qa, sa, M, K, w, ws, N, 0, N, out);
         return 1;
     }
@@ -820,7 +820,7 @@ static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
     int64_t grain = panels / (4 * threads);
     grain = grain < 1 ? 1 : grain > PP ? PP : grain;
     di_threadpool_for(tp, panels, grain, pf4_chunks, &j);
-    free(ap), free(sidx), free(sp), free(scratch);
+    if (own) free(buf);
     return 1;
 }
 
