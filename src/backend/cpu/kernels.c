@@ -56,20 +56,20 @@ static void kept_free(void *v) {
 static void kept_key_make(void) { kept_key_made = pthread_key_create(&kept_key, kept_free) == 0; }
 
 float *di_cpu_kept_buffer(size_t bytes, int *own) {
-    bytes = (bytes + 31) & ~(size_t)31;
+    bytes = bytes ? (bytes + 31) & ~(size_t)31 : 32; /* aligned_alloc: a multiple of the alignment */
     *own = 1;
     pthread_once(&kept_once, kept_key_make);
-    if (!kept_key_made || bytes > KEEP_MAX) return aligned_alloc(32, bytes ? bytes : 32);
+    if (!kept_key_made || bytes > KEEP_MAX) return aligned_alloc(32, bytes);
     kept *k = pthread_getspecific(kept_key);
     if (!k) {
         if (!(k = calloc(1, sizeof *k)) || pthread_setspecific(kept_key, k)) {
             free(k);
-            return aligned_alloc(32, bytes ? bytes : 32);
+            return aligned_alloc(32, bytes);
         }
     }
     if (k->bytes < bytes || !k->p) {
         free(k->p);
-        k->p = aligned_alloc(32, bytes ? bytes : 32);
+        k->p = aligned_alloc(32, bytes);
         k->bytes = k->p ? bytes : 0;
     }
     if (k->p) *own = 0;

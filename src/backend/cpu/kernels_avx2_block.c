@@ -168,10 +168,10 @@ static inline int64_t lg_run_steps(int64_t S) {
 }
 
 /* Where step s of lane j of row m goes in lg_run's layout: lane by lane,
- * each lane in runs of lg_run_steps(S) steps, and a run [Mp/6][steps][6]: panels
- * of 6 rows with their steps interleaved, the panels in order, so that a
- * micro-kernel's rows are one contiguous stream and the panels of one run
- * follow each other. */
+ * each lane in runs of lg_run_steps(S) steps, and a run [Mp/6][steps][6]:
+ * panels of 6 rows with their steps interleaved, the panels in order, so
+ * that a micro-kernel's rows are one contiguous stream and the panels of
+ * one run follow each other. */
 static inline int64_t seg_at(const pack_job *p, int64_t m, int64_t j, int64_t s) {
     const int64_t S = p->seg, L = p->run, h0 = s / L * L, ns = S - h0 < L ? S - h0 : L;
     return (j * S + h0) * p->Mp + (m / LG_MR * ns + (s - h0)) * LG_MR + m % LG_MR;
@@ -310,8 +310,8 @@ static AVX2 void pack_panels(void *ctx, int64_t q0, int64_t q1, int thread) {
     }
 }
 
-/* Returns NULL when out of memory. */
-/* (Into into, when not NULL: Mp·Kp floats the caller owns.) */
+/* The activations' layout into `into` (Mp·Kp floats the caller owns) or,
+ * when NULL, a buffer it allocates. Returns NULL when out of memory. */
 static float *pack_lanes(const uint8_t *qa, const float *sa, int64_t M, int64_t K, int64_t Kp,
                          float factor, float *bmax, int half, int seg, float *into, di_threadpool *tp) {
     const int64_t Mp = seg ? (M + LG_MR - 1) / LG_MR * LG_MR : M; /* seg: whole panels */
@@ -524,10 +524,11 @@ static int pf_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
  * rows: 12 FMAs for 8 loads, the two weight vectors from L1. A lane's
  * steps go in runs (lg_run_steps); its chains continue from run to run in
  * a buffer of lanes and meet in the tree of kernels.h as the last lane of
- * a tile ends, so the bits are the scalar code's. The dot-product form (8 lanes of one output
- * in a register, 3 × 4 outputs a step) needs 7 loads of 32 bytes per 12
- * FMAs, half of them from L2: 0.6-0.8 of OpenBLAS sgemm's rate on a Zen 3
- * core at M = 512, this form 0.8-0.95 (bench/RESULTS.md). */
+ * a tile ends, so the bits are the scalar code's. The dot-product form (8
+ * lanes of one output in a register, 3 × 4 outputs a step) needs 7 loads
+ * of 32 bytes per 12 FMAs, half of them from L2: 0.6-0.8 of OpenBLAS
+ * sgemm's rate on a Zen 3 core at M = 512, this form 0.8-1.0
+ * (bench/RESULTS.md). */
 enum { LG_MIN_M = 32 }; /* below, the dot products: the decoding here costs more */
 /* Blocking: LG_NR weight rows a panel (two vectors), LG_MC activation rows
  * a block (its run of one lane, LG_MC × run steps, <= 96 KB, stays in L2

@@ -556,6 +556,24 @@ static di_status hc_mix_rows(const float *s, int64_t m, int64_t d, const float *
     return cuda_check_launch(err, "hc_mix (rows form)");
 }
 
+/* The split form (hc = 4, m <= HC_SP_MAX_ROWS) on stream st: the product
+ * launched programmatically after the kernel ahead of it on st, or plainly
+ * (pdl_part 0) where an event, not a kernel, is what it waits for; the
+ * reduction programmatically after the product. */
+static di_status hc_mix_split(const float *s, int64_t m, int64_t d, const float *fn, const float *base,
+                              const float *scale, float norm_eps, float hc_eps, int iters, float *pre, float *post,
+                              float *comb, cudaStream_t st, int pdl_part, di_err *err) {
+    const int64_t n = 4 * d, chunk = hc_sp_chunk(n);
+    const unsigned nb = (unsigned)((n + chunk - 1) / chunk);
+    if (pdl_part) cuda_launch_pdl(k_hc_mix_part<4>, dim3(nb, (unsigned)m), HC_SP_THREADS, 0, st, s, d, fn, chunk);
+    else k_hc_mix_part<4><<<dim3(nb, (unsigned)m), HC_SP_THREADS, 0, st>>>(s, d, fn, chunk);
+    di_status r = cuda_check_launch(err, "hc_mix (split product)");
+    if (r) return r;
+    cuda_launch_pdl(k_hc_mix_reduce<4>, (unsigned)m, HC_RD_THREADS, 0, st, (int)nb, d, base, scale, norm_eps, hc_eps,
+                    iters, pre, post, comb);
+    return cuda_check_launch(err, "hc_mix");
+}
+
 extern "C" di_status cuda_op_hc_mix_s(const float *s, int64_t m, int hc, int64_t d, const float *fn,
                                       const float *base, const float *scale, float norm_eps,
                                       float hc_eps, int iters, float *pre, float *post, float *comb,
@@ -589,15 +607,9 @@ extern "C" di_status cuda_op_hc_mix_s(const float *s, int64_t m, int hc, int64_t
     const size_t need = scratch ? cuda_op_hc_mix_scratch_bytes(m, hc, d) : 0;
     if (need && scratch_bytes >= need)
         return hc_mix_rows(s, m, d, fn, (float *)scratch, base, scale, norm_eps, hc_eps, iters, pre, post, comb, err);
-    if (hc == 4 && m <= HC_SP_MAX_ROWS) {
-        int64_t n = 4 * d, chunk = hc_sp_chunk(n);
-        unsigned nb = (unsigned)((n + chunk - 1) / chunk);
-        cuda_launch_pdl(k_hc_mix_part<4>, dim3(nb, (unsigned)m), HC_SP_THREADS, 0, 0, s, d, fn, chunk);
-        di_status st = cuda_check_launch(err, "hc_mix (split product)");
-        if (st) return st;
-        cuda_launch_pdl(k_hc_mix_reduce<4>, (unsigned)m, HC_RD_THREADS, 0, 0, (int)nb, d, base, scale, norm_eps, hc_eps, iters, pre, post,
-                                                 comb);
-    } else if (hc == 4 && m <= 65535)
+    if (hc == 4 && m <= HC_SP_MAX_ROWS)
+        return hc_mix_split(s, m, d, fn, base, scale, norm_eps, hc_eps, iters, pre, post, comb, 0, 1, err);
+    if (hc == 4 && m <= 65535)
         k_hc_mix_cluster<4><<<dim3(HC_CL, (unsigned)m), HC_CL_THREADS>>>(s, d, fn, base, scale, norm_eps,
                                                                           hc_eps, iters, pre, post, comb);
     else
@@ -628,11 +640,10 @@ extern "C" void cuda_side_destroy(void *stream, void *ev_fork, void *ev_join) {
 
 extern "C" int64_t cuda_op_hc_mix_side_rows(void) { return HC_SP_MAX_ROWS; }
 
-/* The split product and its reduction, as cuda_op_hc_mix_s launches them,
- * on the side stream. The product waits for the fork event (the stream s
- * was written on), so it is launched plainly; the reduction follows it
- * programmatically as on the main stream. hc_sp_part is only this op's, and
- * two hc_mix never overlap (the backend joins before the next). */
+/* The split form on the side stream (hc_mix_split): its product waits for
+ * the fork event (the stream s was written on), so it is launched plainly.
+ * hc_sp_part is only this op's, and two hc_mix never overlap (the backend
+ * joins before the next). */
 extern "C" di_status cuda_op_hc_mix_side(const float *s, int64_t m, int64_t d, const float *fn, const float *base,
                                          const float *scale, float norm_eps, float hc_eps, int iters, float *pre,
                                          float *post, float *comb, void *stream, void *ev_fork, void *ev_join,
@@ -643,13 +654,7 @@ extern "C" di_status cuda_op_hc_mix_side(const float *s, int64_t m, int64_t d, c
     di_status r = cuda_check(cudaEventRecord((cudaEvent_t)ev_fork, 0), err, "hc_mix: fork");
     if (!r) r = cuda_check(cudaStreamWaitEvent(st, (cudaEvent_t)ev_fork, 0), err, "hc_mix: fork");
     if (r) return r;
-    const int64_t n = 4 * d, chunk = hc_sp_chunk(n);
-    const unsigned nb = (unsigned)((n + chunk - 1) / chunk);
-    k_hc_mix_part<4><<<dim3(nb, (unsigned)m), HC_SP_THREADS, 0, st>>>(s, d, fn, chunk);
-    if ((r = cuda_check_launch(err, "hc_mix (split product, side stream)"))) return r;
-    cuda_launch_pdl(k_hc_mix_reduce<4>, (unsigned)m, HC_RD_THREADS, 0, st, (int)nb, d, base, scale, norm_eps, hc_eps,
-                    iters, pre, post, comb);
-    if ((r = cuda_check_launch(err, "hc_mix (reduction, side stream)"))) return r;
+    if ((r = hc_mix_split(s, m, d, fn, base, scale, norm_eps, hc_eps, iters, pre, post, comb, st, 0, err))) return r;
     return cuda_check(cudaEventRecord((cudaEvent_t)ev_join, st), err, "hc_mix: join event");
 }
 
