@@ -6,7 +6,15 @@
  *   build/bench/bench_gemm [--quick] [--threads N] [--only WEIGHT] [--cputime]
  *   build/bench/bench_gemm --decode [--rounds R] [--quick] [--only WEIGHT]
  *   (either form: --half forces the FP8 route of CPUs with slow subnormals,
- *   E4M3 codes through F16C, which non-AMD CPUs take anyway)
+ *   E4M3 codes through F16C, which non-AMD CPUs take anyway; --narrow keeps
+ *   a CPU with AVX-512 on the 256-bit prefill kernels)
+ *
+ * The peer is OpenBLAS at its best on this CPU: a build that does not know
+ * the CPU model (Debian's 0.3.21 on recent Xeons, common in VMs) falls back
+ * to its generic SSE3 kernels ("Prescott", several times slower), so when
+ * OPENBLAS_CORETYPE is unset and OpenBLAS reports such a core, the program
+ * runs itself again with the core type the CPU's vector units call for
+ * (SkylakeX with AVX-512, Haswell with AVX2) and prints which one it used.
  *   (--quick: shorter timing, skips the largest prefill)
  *
  * --decode compares decode rows (M = 1, 2 and 4) with the read bandwidth side
@@ -36,7 +44,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/cpu/kernels.h"
 #include "core/cpu_features.h"
@@ -44,6 +54,22 @@
 #include "core/threadpool.h"
 
 void openblas_set_num_threads(int);
+char *openblas_get_corename(void);
+
+/* The generic cores OpenBLAS falls back to for a CPU model it does not
+ * know; see the header. Returns only if no better core applies. */
+static void openblas_best_core(char **argv) {
+    const char *core = openblas_get_corename();
+    if (getenv("OPENBLAS_CORETYPE") || !core) return;
+    if (strcasecmp(core, "prescott") && strcasecmp(core, "core2") && strcasecmp(core, "nehalem") &&
+        strcasecmp(core, "sandybridge"))
+        return;
+    const char *want = di_cpu_has_avx512() ? "SkylakeX" : di_cpu_has_avx2() ? "Haswell" : NULL;
+    if (!want) return;
+    setenv("OPENBLAS_CORETYPE", want, 1);
+    execv("/proc/self/exe", argv); /* returns only on failure: keep the generic core */
+    unsetenv("OPENBLAS_CORETYPE");
+}
 
 /* CLOCK_THREAD_CPUTIME_ID with --cputime (one thread only): time this thread
  * actually ran, a proxy that other processes on a shared machine do not
@@ -409,7 +435,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--half")) di_cpu_kernels_force_fp8_half(1);
+        else if (!strcmp(argv[i], "--narrow")) di_cpu_kernels_force_no_avx512(1);
     }
+    openblas_best_core(argv);
     if (threads <= 0) threads = di_cpu_count();
     if (bench_clock != CLOCK_MONOTONIC && threads != 1) {
         fprintf(stderr, "bench_gemm: --cputime needs --threads 1\n");
@@ -435,9 +463,10 @@ int main(int argc, char **argv) {
     }
 
     double bw = measure_read_bw(tp), bw_cpy = measure_memcpy_bw();
-    printf("# CPU kernels: path %s (%s), %d thread(s), %s\n", di_cpu_kernels_path(),
-           di_cpu_describe(), threads,
-           bench_clock == CLOCK_MONOTONIC ? "wall-clock medians" : "thread CPU-time medians");
+    printf("# CPU kernels: path %s%s (%s), %d thread(s), %s; OpenBLAS core %s\n", di_cpu_kernels_path(),
+           di_cpu_kernels_wide() ? " with 512-bit vectors" : "", di_cpu_describe(), threads,
+           bench_clock == CLOCK_MONOTONIC ? "wall-clock medians" : "thread CPU-time medians",
+           openblas_get_corename());
     printf("# memory: read %.1f GB/s (%d threads), memcpy %.1f GB/s (1 thread, read+write)\n", bw,
            threads, bw_cpy);
     printf("# GFLOP/s = 2MNK/t; vs-sgemm = ours/OpenBLAS sgemm on fp32-dequantized weights;\n"

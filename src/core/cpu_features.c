@@ -37,8 +37,8 @@ int di_cpu_has_avx512(void) {
     if ((xlo & 0xe6u) != 0xe6u) return 0;
     unsigned a, b, c, d;
     __cpuid_count(7, 0, a, b, c, d);
-    /* AVX512F (ebx 16), AVX512BW (30), AVX512VL (31) */
-    const unsigned need7 = (1u << 16) | (1u << 30) | (1u << 31);
+    /* AVX512F (ebx 16), AVX512DQ (17), AVX512BW (30), AVX512VL (31) */
+    const unsigned need7 = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31);
     return (b & need7) == need7;
 #else
     return 0;

@@ -341,6 +341,18 @@ static void test_gemm_fp8_prefill_shapes(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C: only the scalar path checked");
 }
 
+/* MXFP4 prefill shapes (batches past the integer kernels' 128 rows): weight
+ * rows past the last whole panel (N = 37, 45, 300: neither 16 nor 32
+ * divides them), K with a last half 64-code chunk (96, 4160) and of several
+ * k-chunks, a last row block of 1-5 rows. The AVX2 path must give the scalar
+ * bits. */
+static void test_gemm_mxfp4_prefill_shapes(void) {
+    static const int64_t shapes[][3] = {{129, 96, 45}, {131, 4160, 37}, {200, 64, 300}, {134, 2112, 33}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        check_shape(FMT_FP4, shapes[i][0], shapes[i][1], shapes[i][2]);
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C: only the scalar path checked");
+}
+
 /* Scales far outside what checkpoints hold (weight scales over the whole E8M0
  * range, activations from 1e-30 to 1e30) and NaN activation codes: decode
  * rows and prefill-sized batches must still give the scalar bits (the kernels
@@ -725,13 +737,40 @@ static void test_batch_and_thread_invariance(void) {
 /* The route CPUs with slow subnormals take (E4M3 codes through F16C, in the
  * decode rows and the prefill tiles) gives the scalar bits too: the checks
  * above, forced onto it. */
+static void check_all_paths(void);
+
 static void test_half_route(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
 #ifdef DI_HAVE_AVX2_KERNELS
     di_cpu_kernels_force_fp8_half(1);
+    check_all_paths();
+    di_cpu_kernels_force_fp8_half(0);
+#endif
+}
+
+/* On a CPU with AVX-512 the prefill micro-kernels and the F16C route's
+ * decode rows of one or two activation rows run on 512-bit vectors (every
+ * check above took them); the 256-bit ones, which other CPUs take, must
+ * give the same scalar bits there too: the checks again with the wide
+ * kernels switched off. */
+static void test_narrow_route(void) {
+    if (!di_cpu_kernels_wide()) SKIP("no AVX-512 F/DQ/BW/VL: the 256-bit kernels are the ones checked above");
+#ifdef DI_HAVE_AVX2_KERNELS
+    di_cpu_kernels_force_no_avx512(1);
+    CHECK(!di_cpu_kernels_wide());
+    check_all_paths();
+    di_cpu_kernels_force_no_avx512(0);
+    CHECK(di_cpu_kernels_wide());
+#endif
+}
+
+/* The checks above that reach the AVX2 kernels' forms, for the routes that
+ * tests force. */
+static void check_all_paths(void) {
     check_format(FMT_FP8);
     test_gemm_fp8_prefill_shapes();
     check_format(FMT_FP4);
+    test_gemm_mxfp4_prefill_shapes();
     test_gemm_extreme_scales();
     test_gemm_decode_rows();
     test_gemm_decode_all_scales();
@@ -739,8 +778,6 @@ static void test_half_route(void) {
     test_gemm_mxfp4_small_codes();
     test_gemm_mxfp4_scale_edges();
     test_batch_and_thread_invariance();
-    di_cpu_kernels_force_fp8_half(0);
-#endif
 }
 
 /* The public entry points follow di_cpu_kernels_force_scalar. */
@@ -826,6 +863,7 @@ int main(void) {
     RUN(test_gemm_fp8);
     RUN(test_gemm_fp8_prefill_shapes);
     RUN(test_gemm_mxfp4);
+    RUN(test_gemm_mxfp4_prefill_shapes);
     RUN(test_gemm_bf16);
     RUN(test_gemm_f32);
     RUN(test_gemm_extreme_scales);
@@ -840,6 +878,7 @@ int main(void) {
     RUN(test_gemm_mxfp4_decode_act_limits);
     RUN(test_batch_and_thread_invariance);
     RUN(test_half_route);
+    RUN(test_narrow_route);
     RUN(test_dispatch);
     return test_summary();
 }

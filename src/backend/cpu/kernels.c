@@ -56,20 +56,20 @@ static void kept_free(void *v) {
 static void kept_key_make(void) { kept_key_made = pthread_key_create(&kept_key, kept_free) == 0; }
 
 float *di_cpu_kept_buffer(size_t bytes, int *own) {
-    bytes = bytes ? (bytes + 31) & ~(size_t)31 : 32; /* aligned_alloc: a multiple of the alignment */
+    bytes = bytes ? (bytes + 63) & ~(size_t)63 : 64; /* aligned_alloc: a multiple of the alignment */
     *own = 1;
     pthread_once(&kept_once, kept_key_make);
-    if (!kept_key_made || bytes > KEEP_MAX) return aligned_alloc(32, bytes);
+    if (!kept_key_made || bytes > KEEP_MAX) return aligned_alloc(64, bytes);
     kept *k = pthread_getspecific(kept_key);
     if (!k) {
         if (!(k = calloc(1, sizeof *k)) || pthread_setspecific(kept_key, k)) {
             free(k);
-            return aligned_alloc(32, bytes);
+            return aligned_alloc(64, bytes);
         }
     }
     if (k->bytes < bytes || !k->p) {
         free(k->p);
-        k->p = aligned_alloc(32, bytes);
+        k->p = aligned_alloc(64, bytes);
         k->bytes = k->p ? bytes : 0;
     }
     if (k->p) *own = 0;
@@ -117,6 +117,25 @@ static int pick_avx2(void) {
 void di_cpu_kernels_force_scalar(int on) { atomic_store(&forced_scalar, on != 0); }
 
 const char *di_cpu_kernels_path(void) { return pick_avx2() ? "avx2" : "scalar"; }
+
+/* -1: not yet decided; else whether the CPU has AVX-512 F/BW/VL */
+static atomic_int has_avx512 = -1;
+static atomic_int forced_no_avx512;
+
+int di_cpu_kernels_wide(void) {
+    int v = atomic_load_explicit(&has_avx512, memory_order_relaxed);
+    if (v < 0) {
+#ifdef DI_HAVE_AVX2_KERNELS
+        v = di_cpu_has_avx512();
+#else
+        v = 0;
+#endif
+        atomic_store(&has_avx512, v);
+    }
+    return v && pick_avx2() && !atomic_load_explicit(&forced_no_avx512, memory_order_relaxed);
+}
+
+void di_cpu_kernels_force_no_avx512(int on) { atomic_store(&forced_no_avx512, on != 0); }
 
 #ifdef DI_HAVE_AVX2_KERNELS
 #define DISPATCH(name, ...)                     \

@@ -167,7 +167,7 @@ float di_act_scale_fp8(const float *x32);
 float di_act_scale_fp8_amax(float amax);
 
 /* The prefill kernels' buffers, kept by the calling thread from call to
- * call: a 32-byte aligned buffer of at least `bytes`, the thread's own
+ * call: a 64-byte aligned buffer of at least `bytes`, the thread's own
  * (*own = 0: do not free it; valid until the thread's next call) or, for
  * calls past its limit or without thread-specific storage, a fresh one
  * (*own = 1: the caller frees it). NULL when out of memory. */
@@ -179,5 +179,11 @@ float *di_cpu_kept_buffer(size_t bytes, int *own);
 void di_cpu_kernels_force_scalar(int on);
 /* "avx2" or "scalar": the path the calls above take right now. */
 const char *di_cpu_kernels_path(void);
+/* Whether the AVX2 path runs its prefill micro-kernels on 512-bit vectors
+ * right now (CPUs with AVX-512 F, DQ, BW and VL); same bits either way. Forcing
+ * it off (1) keeps those CPUs on the 256-bit kernels, for tests and
+ * benchmarks; 0 restores the choice. Set it before running kernels. */
+int di_cpu_kernels_wide(void);
+void di_cpu_kernels_force_no_avx512(int on);
 
 #endif

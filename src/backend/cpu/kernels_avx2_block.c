@@ -40,11 +40,15 @@
  * Prefill (M > 16) decodes the weights once into fp32 values w·sw (the very
  * products of the scalar code). From LG_MIN_M rows on it takes each of the
  * eight lanes as a product of its own and runs an outer-product kernel
- * over it ("prefill, lane by lane"); below, where decoding weighs more
- * than the products, chunks of 128 weight rows × 512 codes go through a
- * register-blocked dot-product kernel: 3 activation rows × 4 weight rows,
- * 12 accumulators of 8 lanes, the lanes carried across chunks in a
- * per-thread buffer and reduced by the tree of kernels.h at the end. */
+ * over it ("prefill, lane by lane"; on CPUs with AVX-512 that kernel runs
+ * on 512-bit vectors, twice the outputs a step, the rest unchanged);
+ * below, where decoding weighs more than the products, chunks of 128
+ * weight rows × 512 codes go through a register-blocked dot-product
+ * kernel: 3 activation rows × 4 weight rows, 12 accumulators of 8 lanes,
+ * the lanes carried across chunks in a per-thread buffer and reduced by the
+ * tree of kernels.h at the end. Decode rows of one or two activation rows
+ * on the F16C route also run on 512-bit vectors there (two weight rows a
+ * register, "decode rows on 512-bit vectors"). */
 #include "backend/cpu/kernels.h"
 
 #ifdef DI_HAVE_AVX2_KERNELS
@@ -63,6 +67,11 @@
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+/* The 512-bit kernels (prefill lane by lane, decode rows of one or two
+ * activation rows on the F16C route), run only where di_cpu_kernels_wide()
+ * says so. */
+#define AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
+#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
 
 /* Prefill blocking: BM activation rows × BN weight rows per micro-kernel,
  * chunks of ROWS weight rows × KC codes. Decode rows: up to DEC_M rows, in
@@ -537,30 +546,37 @@ enum { LG_MIN_M = 32 }; /* below, the dot products: the decoding here costs more
  * and the lanes of its outputs live in L3), LG_MO activation rows a pass
  * (its lanes, 8 × LG_MO × LG_NC floats, <= 8.5 MB). */
 enum { LG_NR = 16, LG_MC = 96, LG_NC = 256, LG_MO = 1032 };
+/* With 512-bit vectors a panel is LG_NR_WIDE rows (two zmm: 6 × 32 outputs,
+ * 12 FMAs of 16 lanes a step, the same 8 loads; a run's panel, 32 KB at
+ * most, still fits the 48 KB L1 of the cores that have them). Each output's
+ * chain is the same sequence of FMAs whatever the vector width: same bits. */
+enum { LG_NR_WIDE = 32 };
 
 typedef struct lg_job {
     int half;           /* decode through F16C (see use_half()) */
+    int nr;             /* weight rows a panel: LG_NR, or LG_NR_WIDE on 512-bit vectors */
     const float *ap;    /* the activations in seg_at's layout (pack_lanes with seg) */
     const uint8_t *w, *ws;
     int64_t M, K, N, Mp;
     float *out;         /* [M, N] */
     int64_t run;        /* lg_run_steps(K / 8) */
-    float *bp;          /* decoded runs of the column block: [panel][lane][run][LG_NR] */
+    float *bp;          /* decoded runs of the column block: [panel][lane][run][nr] */
     float *lb;          /* lanes of the pass × column block: [lane][lbr][LG_NC] */
     int64_t lbr;        /* rows of a lane in lb: min(Mp, LG_MO) */
     /* the current step: column block n0 .. n0 + nc, pass rows m0 .. m0 + mo, run s0 .. s0 + ns */
     int64_t n0, nc, m0, mo, s0, ns, pg;
 } lg_job;
 
-/* Rows n0 .. n0 + 15 (one scale row: n0 % 16 == 0; zeros past N), steps
- * s0 .. s0 + ns of every lane (ns % 4 == 0) -> pt[j][s - s0][16], lane j
- * at j·run·16. */
+/* Rows n0 .. n0 + nr - 1 (one scale row: n0 % nr == 0; zeros past N),
+ * steps s0 .. s0 + ns of every lane (ns % 4 == 0) -> pt[j][s - s0][nr], lane
+ * j at j·run·nr. */
 static AVX2 void lg_decode(const lg_job *jb, int64_t n0, int64_t s0, int64_t ns, float *pt) {
+    const int nr = jb->nr;
     const int64_t K = jb->K, KB = K / 32, c0 = s0 / 4, c1 = (s0 + ns) / 4;
     const float *e8m0 = di_cpu_e8m0_table();
     const uint8_t *st = jb->ws + (n0 / 32) * KB;
     _Alignas(32) float tmp[8][4][8]; /* row r's position p, lanes */
-    for (int g = 0; g < 2; g++)
+    for (int g = 0; g < nr / 8; g++)
         for (int64_t c = c0; c < c1; c++) {
             const float s = e8m0[st[c]];
             for (int r = 0; r < 8; r++) {
@@ -571,7 +587,7 @@ static AVX2 void lg_decode(const lg_job *jb, int64_t n0, int64_t s0, int64_t ns,
 #pragma GCC unroll 4
                 for (int p = 0; p < 4; p++) _mm256_store_ps(tmp[r][p], d[p]);
             }
-            float *o = pt + (4 * (c - c0)) * LG_NR + 8 * g;
+            float *o = pt + (4 * (c - c0)) * nr + 8 * g;
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++) {
                 __m256 v[8];
@@ -579,7 +595,7 @@ static AVX2 void lg_decode(const lg_job *jb, int64_t n0, int64_t s0, int64_t ns,
                 for (int r = 0; r < 8; r++) v[r] = _mm256_load_ps(tmp[r][p]);
                 transpose8(v);
 #pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) _mm256_store_ps(o + (j * jb->run + p) * LG_NR, v[j]);
+                for (int j = 0; j < 8; j++) _mm256_store_ps(o + (j * jb->run + p) * nr, v[j]);
             }
         }
 }
@@ -614,11 +630,41 @@ static AVX2 void lg_ukr(int64_t steps, const float *a, const float *b, float *l,
     }
 }
 
+/* lg_ukr on 512-bit vectors: 6 rows × 32 weight rows (b: [steps][32]). */
+static AVX512 void lg_ukr_wide(int64_t steps, const float *a, const float *b, float *l, int64_t ldl, int first) {
+    __m512 c0[LG_MR], c1[LG_MR];
+#pragma GCC unroll 6
+    for (int m = 0; m < LG_MR; m++) {
+        _mm_prefetch((const char *)(l + (LG_MR + m) * ldl), _MM_HINT_T0);
+        _mm_prefetch((const char *)(l + (LG_MR + m) * ldl + 16), _MM_HINT_T0);
+    }
+#pragma GCC unroll 6
+    for (int m = 0; m < LG_MR; m++) {
+        c0[m] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(l + m * ldl);
+        c1[m] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(l + m * ldl + 16);
+    }
+#pragma GCC unroll 4
+    for (int64_t s = 0; s < steps; s++) {
+        const __m512 b0 = _mm512_loadu_ps(b + s * LG_NR_WIDE), b1 = _mm512_loadu_ps(b + s * LG_NR_WIDE + 16);
+#pragma GCC unroll 6
+        for (int m = 0; m < LG_MR; m++) {
+            const __m512 av = _mm512_set1_ps(a[s * LG_MR + m]);
+            c0[m] = _mm512_fmadd_ps(av, b0, c0[m]);
+            c1[m] = _mm512_fmadd_ps(av, b1, c1[m]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int m = 0; m < LG_MR; m++) {
+        _mm512_storeu_ps(l + m * ldl, c0[m]);
+        _mm512_storeu_ps(l + m * ldl + 16, c1[m]);
+    }
+}
+
 /* The current run of panels [p0, p1) of the column block, decoded. */
 static void lg_decode_panels(void *ctx, int64_t p0, int64_t p1, int thread) {
     const lg_job *jb = ctx;
     for (int64_t q = p0; q < p1; q++)
-        lg_decode(jb, jb->n0 + q * LG_NR, jb->s0, jb->ns, jb->bp + q * 8 * jb->run * LG_NR);
+        lg_decode(jb, jb->n0 + q * jb->nr, jb->s0, jb->ns, jb->bp + q * 8 * jb->run * jb->nr);
 }
 
 /* Rows m .. m + 5 of the pass (those below M) × panel q: the tree of
@@ -628,7 +674,7 @@ static void lg_decode_panels(void *ctx, int64_t p0, int64_t p1, int thread) {
 static AVX2 void lg_tree(const lg_job *jb, int64_t m, int64_t q) {
     const int64_t N = jb->N, n1 = jb->n0 + jb->nc;
     for (int64_t r = m; r < m + LG_MR && jb->m0 + r < jb->M; r++)
-        for (int64_t c = q * LG_NR; c < q * LG_NR + LG_NR && jb->n0 + c < n1; c += 8) {
+        for (int64_t c = q * jb->nr; c < (q + 1) * jb->nr && jb->n0 + c < n1; c += 8) {
             __m256 v[8];
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) v[j] = _mm256_load_ps(jb->lb + (j * jb->lbr + r) * LG_NC + c);
@@ -650,7 +696,8 @@ static AVX2 void lg_tree(const lg_job *jb, int64_t m, int64_t q) {
  * each panel of the group (from L1) in micro-kernels of 6 rows. */
 static void lg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const lg_job *jb = ctx;
-    const int64_t panels = (jb->nc + LG_NR - 1) / LG_NR, groups = (panels + jb->pg - 1) / jb->pg;
+    const int nr = jb->nr;
+    const int64_t panels = (jb->nc + nr - 1) / nr, groups = (panels + jb->pg - 1) / jb->pg;
     const int64_t S = jb->K / 8, ns = jb->ns, L = jb->run;
     for (int64_t u = u0; u < u1; u++) {
         const int64_t rb = u / groups, g = u - rb * groups;
@@ -661,9 +708,11 @@ static void lg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
             const float *a = jb->ap + (j * S + jb->s0) * jb->Mp;
             float *lj = jb->lb + j * jb->lbr * LG_NC;
             for (int64_t q = q0; q < q1; q++) {
-                const float *b = jb->bp + (q * 8 + j) * L * LG_NR;
+                const float *b = jb->bp + (q * 8 + j) * L * nr;
                 for (int64_t m = r0; m < r1; m += LG_MR) {
-                    lg_ukr(ns, a + m * ns, b, lj + (m - jb->m0) * LG_NC + q * LG_NR, LG_NC, jb->s0 == 0);
+                    float *l = lj + (m - jb->m0) * LG_NC + q * nr;
+                    if (nr == LG_NR_WIDE) lg_ukr_wide(ns, a + m * ns, b, l, LG_NC, jb->s0 == 0);
+                    else lg_ukr(ns, a + m * ns, b, l, LG_NC, jb->s0 == 0);
                     if (last && j == 7) lg_tree(jb, m - jb->m0, q);
                 }
             }
@@ -676,7 +725,7 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
     const int threads = di_threadpool_size(tp);
     const int64_t S = K / 8, L = lg_run_steps(S), Mp = (M + LG_MR - 1) / LG_MR * LG_MR;
     const int64_t lbr = Mp < LG_MO ? Mp : LG_MO, bpf = (int64_t)LG_NC * 8 * L, lbf = 8 * lbr * LG_NC;
-    const int64_t apf = (Mp * K + 7) / 8 * 8; /* whole vectors: bp stays aligned */
+    const int64_t apf = (Mp * K + 15) / 16 * 16; /* whole 64-byte lines: bp stays aligned */
     int own = 0;
     float *buf = di_cpu_kept_buffer((size_t)(apf + bpf + lbf) * sizeof(float), &own);
     float *ap = buf ? pack_lanes(qa, sa, M, K, K, 1.0f, NULL, half, 1, buf, tp) : NULL;
@@ -685,14 +734,14 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
         return 0;
     }
     float *bp = buf + apf;
-    lg_job jb = {.half = half, .ap = ap, .w = w, .ws = ws, .M = M, .K = K, .N = N, .Mp = Mp, .out = out,
-                 .run = L, .bp = bp, .lb = bp + bpf, .lbr = lbr};
+    lg_job jb = {.half = half, .nr = di_cpu_kernels_wide() ? LG_NR_WIDE : LG_NR, .ap = ap, .w = w, .ws = ws,
+                 .M = M, .K = K, .N = N, .Mp = Mp, .out = out, .run = L, .bp = bp, .lb = bp + bpf, .lbr = lbr};
     for (jb.m0 = 0; jb.m0 < Mp; jb.m0 += LG_MO) {
         jb.mo = Mp - jb.m0 < LG_MO ? Mp - jb.m0 : LG_MO;
         const int64_t rblocks = (jb.mo + LG_MC - 1) / LG_MC;
         for (jb.n0 = 0; jb.n0 < N; jb.n0 += LG_NC) {
             jb.nc = N - jb.n0 < LG_NC ? N - jb.n0 : LG_NC;
-            const int64_t panels = (jb.nc + LG_NR - 1) / LG_NR;
+            const int64_t panels = (jb.nc + jb.nr - 1) / jb.nr;
             /* panels a unit: as many as keep ~4 units a thread, so the A
              * block is reused across several panels yet no thread idles */
             int64_t pg = rblocks * panels / (4 * threads);
@@ -851,8 +900,93 @@ DEC_KERNEL_FNS(1, 2)
 DEC_KERNEL_FNS(2, 2)
 DEC_KERNEL_FNS(3, 2)
 DEC_KERNEL_FNS(4, 2)
+/* ---- decode rows on 512-bit vectors (the F16C route) ----
+ * Two weight rows a register: row 2i's chunk in the low 256 bits, row
+ * 2i+1's in the high ones, so lanes 0-7 carry row 2i's eight chains and
+ * 8-15 row 2i+1's, each through the same FMAs in the same order as
+ * dec_kernel (same bits), at half the instructions per code. The bytes are
+ * sorted as dec_half sorts them, but the dword permute crosses the whole
+ * register so that each 256-bit half of the unpacked words holds one word
+ * position of both rows: [row 2i | row 2i+1] of positions 0 and 2 (low
+ * unpack), 1 and 3 (high), one conversion each from memory. */
+AVX512_INLINE void dec_half_wide(__m512i x, __m512 out[4]) {
+    const __m512i bypos = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+    const __m512i perm = _mm512_setr_epi32(0, 4, 1, 5, 8, 12, 9, 13, 2, 6, 3, 7, 10, 14, 11, 15);
+    const __m512i mask = _mm512_set1_epi16((short)0xbf80), zero = _mm512_setzero_si512();
+    const __m512i v = _mm512_permutexvar_epi32(perm, _mm512_shuffle_epi8(x, bypos));
+    const __m512i lo = _mm512_and_si512(_mm512_srai_epi16(_mm512_unpacklo_epi8(zero, v), 1), mask);
+    const __m512i hi = _mm512_and_si512(_mm512_srai_epi16(_mm512_unpackhi_epi8(zero, v), 1), mask);
+    __m512i buf[2];
+    _mm512_storeu_si512(buf, lo), _mm512_storeu_si512(buf + 1, hi);
+    const __m256i *h = (const __m256i *)buf; /* positions 0, 2, 1, 3 */
+    __asm__("vcvtph2ps %1, %0" : "=v"(out[0]) : "m"(h[0]));
+    __asm__("vcvtph2ps %1, %0" : "=v"(out[2]) : "m"(h[1]));
+    __asm__("vcvtph2ps %1, %0" : "=v"(out[1]) : "m"(h[2]));
+    __asm__("vcvtph2ps %1, %0" : "=v"(out[3]) : "m"(h[3]));
+}
+
+/* dec_kernel's F16C route for R = 8 or 4 weight rows (R / 2 registers) and
+ * mr <= 2 activation rows; the activations of a chunk are loaded once for
+ * all the row pairs, each 8-lane vector into both halves. */
+AVX512_INLINE void dec_kernel_wide(const int mr, const int R, int64_t chunks, const uint8_t *const *rowp,
+                                   const uint8_t *ahead, const float *a, int64_t lda, float *res) {
+    __m512 acc[2][4];
+    const uint8_t *rows[8];
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++) rows[r] = r < R ? rowp[r] : NULL;
+#pragma GCC unroll 2
+    for (int m = 0; m < 2; m++)
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            if (m < mr && 2 * i < R) acc[m][i] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; c++) {
+        if (ahead)
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r += 2) _mm_prefetch((const char *)ahead + (c * R + r) * 32, _MM_HINT_T1);
+        __m512 av[2][4];
+#pragma GCC unroll 2
+        for (int m = 0; m < 2; m++)
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++)
+                if (m < mr) av[m][p] = _mm512_broadcast_f32x8(_mm256_load_ps(a + m * lda + c * 32 + 8 * p));
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            if (2 * i < R) {
+                const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_chunk(rows[2 * i], c)),
+                                                     load_chunk(rows[2 * i + 1], c), 1);
+                __m512 d[4];
+                dec_half_wide(x, d);
+#pragma GCC unroll 4
+                for (int p = 0; p < 4; p++)
+#pragma GCC unroll 2
+                    for (int m = 0; m < 2; m++)
+                        if (m < mr) acc[m][i] = _mm512_fmadd_ps(av[m][p], d[p], acc[m][i]);
+            }
+    }
+#pragma GCC unroll 2
+    for (int m = 0; m < 2; m++)
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            if (m < mr && 2 * i < R) {
+                float l[16];
+                _mm512_storeu_ps(l, acc[m][i]);
+                res[m * 8 + 2 * i] = tree1(l);
+                res[m * 8 + 2 * i + 1] = tree1(l + 8);
+            }
+}
+
+static AVX512 void dec_kernel_1_8w(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead,
+                                   const float *a, int64_t lda, float *res) {
+    dec_kernel_wide(1, 8, chunks, rows, ahead, a, lda, res);
+}
+static AVX512 void dec_kernel_2_4w(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead,
+                                   const float *a, int64_t lda, float *res) {
+    dec_kernel_wide(2, 4, chunks, rows, ahead, a, lda, res);
+}
+
 /* The kernel for a block of mr rows of a batch of M (R = dec_rows_for(M)). */
 static dec_kernel_fn dec_kernel_for(int64_t M, int mr, int half) {
+    if (half && M <= 2 && di_cpu_kernels_wide()) return M == 1 ? dec_kernel_1_8w : dec_kernel_2_4w;
     static const dec_kernel_fn r2[2][5] = {
         {0, dec_kernel_1_2, dec_kernel_2_2, dec_kernel_3_2, dec_kernel_4_2},
         {0, dec_kernel_1_2h, dec_kernel_2_2h, dec_kernel_3_2h, dec_kernel_4_2h}};

@@ -51,6 +51,10 @@
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+/* The prefill micro-kernels on 512-bit vectors, run only where
+ * di_cpu_kernels_wide() says so. */
+#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
+#define AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
 
 /* The integer kernels take batches up to DEC_M rows: against the prefill
  * tiles they measured 1.2-1.6x faster at 17-128 rows of expert w1 (one
@@ -520,8 +524,11 @@ static int dec4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, co
 
 /* Activation rows per micro-kernel (PM), weight rows per panel (PN), codes
  * per k-chunk (PK: 8 blocks; the panels' tiles of a chunk stay in L2),
- * panels per thread's chunk at most (PP). */
-enum { PM = 6, PN = 16, PK = 256, PP = 16 };
+ * panels per thread's chunk at most (PP). On 512-bit vectors a panel is
+ * PN_WIDE rows (6 × 32 outputs a micro-kernel, two zmm a row) and a chunk
+ * PP·PN / PN_WIDE panels, the same rows; a block's sum is exact in any
+ * order, so the width changes no bit. */
+enum { PM = 6, PN = 16, PK = 256, PP = 16, PN_WIDE = 32 };
 
 typedef struct pf4_job {
     const uint8_t *qa;
@@ -533,7 +540,8 @@ typedef struct pf4_job {
     const float *sp;     /* [slots][32]: the small codes (the others zero) */
     int ea_min, ea_max;
     float *out;          /* [M, N] */
-    float *scratch;      /* [threads][scratch_floats]: tiles [PP][PK][PN], chains [2][PP][M][PN] */
+    int pn, pp;          /* weight rows a panel (PN or PN_WIDE), panels a chunk at most */
+    float *scratch;      /* [threads][scratch_floats]: tiles [pp][PK][pn], chains [2][pp][M][pn] */
     int64_t scratch_floats;
 } pf4_job;
 
@@ -585,7 +593,7 @@ static AVX2 void pf4_pack_row(const uint8_t *qa, const float *sa, int64_t K, int
     }
 }
 
-/* Weight rows n0 .. n0+15 (zeros past N), codes [k0, k0+kc) -> bp[kc][16],
+/* Weight rows n0 .. n0+pn-1 (zeros past N), codes [k0, k0+kc) -> bp[kc][pn],
  * each value w·sw exact (E2M1 magnitudes by a lane permute, the sign bit
  * moved up, times the block's scale: a power of two). A row's 64 codes
  * decode to 8 vectors of its word positions (lane l: code 8l + p), kept in
@@ -596,7 +604,8 @@ static AVX2 void pf4_decode(const pf4_job *j, int64_t n0, int64_t k0, int64_t kc
     const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
     const __m256i sign = _mm256_set1_epi32((int)0x80000000u);
     __attribute__((aligned(32))) float tmp[8][8][8]; /* [row][position][lane] */
-    for (int half = 0; half < 2; half++)
+    const int pn = j->pn;
+    for (int half = 0; half < pn / 8; half++)
         for (int64_t c = k0 / 64; c < (k0 + kc) / 64; c++) {
             for (int i = 0; i < 8; i++) {
                 const int64_t n = n0 + half * 8 + i;
@@ -632,16 +641,40 @@ static AVX2 void pf4_decode(const pf4_job *j, int64_t n0, int64_t k0, int64_t kc
                 const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
                 const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
                 const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
-                float *d = bp + (c * 64 - k0 + p) * PN + half * 8;
-                _mm256_store_ps(d + 0 * 8 * PN, _mm256_permute2f128_ps(u0, u4, 0x20));
-                _mm256_store_ps(d + 1 * 8 * PN, _mm256_permute2f128_ps(u1, u5, 0x20));
-                _mm256_store_ps(d + 2 * 8 * PN, _mm256_permute2f128_ps(u2, u6, 0x20));
-                _mm256_store_ps(d + 3 * 8 * PN, _mm256_permute2f128_ps(u3, u7, 0x20));
-                _mm256_store_ps(d + 4 * 8 * PN, _mm256_permute2f128_ps(u0, u4, 0x31));
-                _mm256_store_ps(d + 5 * 8 * PN, _mm256_permute2f128_ps(u1, u5, 0x31));
-                _mm256_store_ps(d + 6 * 8 * PN, _mm256_permute2f128_ps(u2, u6, 0x31));
-                _mm256_store_ps(d + 7 * 8 * PN, _mm256_permute2f128_ps(u3, u7, 0x31));
+                float *d = bp + (c * 64 - k0 + p) * pn + half * 8;
+                _mm256_store_ps(d + 0 * 8 * pn, _mm256_permute2f128_ps(u0, u4, 0x20));
+                _mm256_store_ps(d + 1 * 8 * pn, _mm256_permute2f128_ps(u1, u5, 0x20));
+                _mm256_store_ps(d + 2 * 8 * pn, _mm256_permute2f128_ps(u2, u6, 0x20));
+                _mm256_store_ps(d + 3 * 8 * pn, _mm256_permute2f128_ps(u3, u7, 0x20));
+                _mm256_store_ps(d + 4 * 8 * pn, _mm256_permute2f128_ps(u0, u4, 0x31));
+                _mm256_store_ps(d + 5 * 8 * pn, _mm256_permute2f128_ps(u1, u5, 0x31));
+                _mm256_store_ps(d + 6 * 8 * pn, _mm256_permute2f128_ps(u2, u6, 0x31));
+                _mm256_store_ps(d + 7 * 8 * pn, _mm256_permute2f128_ps(u3, u7, 0x31));
             }
+        }
+}
+
+/* Block b of a k-chunk: whether one of the mr rows has small codes there
+ * (sidx, rows KBp apart). */
+static inline int pf4_small(const int mr, const int32_t *sidx, int64_t KBp, int64_t b) {
+    int small = 0;
+#pragma GCC unroll 6
+    for (int m = 0; m < PM; m++)
+        if (m < mr && sidx[m * KBp + b] >= 0) small = 1;
+    return small;
+}
+
+/* The rows' 32 codes of block b for pass `part`: the codes (0) or the
+ * small ones (1: their slot, or zeros). */
+static inline void pf4_sources(const int mr, int part, int64_t b, const float *a, int64_t Kp, const int32_t *sidx,
+                               const float *sp, const float *src[PM]) {
+    static const float zero32[32] __attribute__((aligned(64)));
+    const int64_t KBp = Kp / 32;
+#pragma GCC unroll 6
+    for (int m = 0; m < PM; m++)
+        if (m < mr) {
+            const int32_t slot = sidx[m * KBp + b];
+            src[m] = part == 0 ? a + m * Kp + b * 32 : slot >= 0 ? sp + (int64_t)slot * 32 : zero32;
         }
 }
 
@@ -652,21 +685,11 @@ static AVX2 void pf4_decode(const pf4_job *j, int64_t n0, int64_t k0, int64_t kc
  * slots per row in sidx, rows KBp apart; zeros for the others). */
 AVX2_INLINE void pf4_ukr(const int mr, int64_t nb, int64_t kb0, const float *a, int64_t Kp,
                          const int32_t *sidx, const float *sp, const float *bp, float *const ch[2]) {
-    static const float zero32[32] __attribute__((aligned(32)));
-    const int64_t KBp = Kp / 32;
     for (int64_t b = 0; b < nb; b++) {
-        int small = 0;
-#pragma GCC unroll 6
-        for (int m = 0; m < PM; m++)
-            if (m < mr && sidx[m * KBp + b] >= 0) small = 1;
+        const int small = pf4_small(mr, sidx, Kp / 32, b);
         for (int part = 0; part <= small; part++) {
             const float *src[PM];
-#pragma GCC unroll 6
-            for (int m = 0; m < PM; m++)
-                if (m < mr) {
-                    const int32_t slot = sidx[m * KBp + b];
-                    src[m] = part == 0 ? a + m * Kp + b * 32 : slot >= 0 ? sp + (int64_t)slot * 32 : zero32;
-                }
+            pf4_sources(mr, part, b, a, Kp, sidx, sp, src);
             const float *bb = bp + b * 32 * PN;
             __m256 acc[PM][2];
 #pragma GCC unroll 6
@@ -710,6 +733,58 @@ PF4_UKR_FN(5)
 PF4_UKR_FN(6)
 static const pf4_ukr_fn pf4_ukrs[PM + 1] = {0, pf4_ukr_1, pf4_ukr_2, pf4_ukr_3, pf4_ukr_4, pf4_ukr_5, pf4_ukr_6};
 
+/* pf4_ukr on 512-bit vectors: 32 columns (bp [k][32], chains PN_WIDE
+ * apart). */
+AVX512_INLINE void pf4_ukr_w(const int mr, int64_t nb, int64_t kb0, const float *a, int64_t Kp,
+                             const int32_t *sidx, const float *sp, const float *bp, float *const ch[2]) {
+    for (int64_t b = 0; b < nb; b++) {
+        const int small = pf4_small(mr, sidx, Kp / 32, b);
+        for (int part = 0; part <= small; part++) {
+            const float *src[PM];
+            pf4_sources(mr, part, b, a, Kp, sidx, sp, src);
+            const float *bb = bp + b * 32 * PN_WIDE;
+            __m512 acc[PM][2];
+#pragma GCC unroll 6
+            for (int m = 0; m < PM; m++)
+                if (m < mr) acc[m][0] = _mm512_setzero_ps(), acc[m][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+            for (int k = 0; k < 32; k++) {
+                const __m512 b0 = _mm512_loadu_ps(bb + k * PN_WIDE), b1 = _mm512_loadu_ps(bb + k * PN_WIDE + 16);
+#pragma GCC unroll 6
+                for (int m = 0; m < PM; m++)
+                    if (m < mr) {
+                        const __m512 av = _mm512_set1_ps(src[m][k]);
+                        acc[m][0] = _mm512_fmadd_ps(av, b0, acc[m][0]);
+                        acc[m][1] = _mm512_fmadd_ps(av, b1, acc[m][1]);
+                    }
+            }
+            float *c = ch[(kb0 + b) % 2];
+#pragma GCC unroll 6
+            for (int m = 0; m < PM; m++)
+                if (m < mr) {
+                    _mm512_storeu_ps(c + m * PN_WIDE, _mm512_add_ps(_mm512_loadu_ps(c + m * PN_WIDE), acc[m][0]));
+                    _mm512_storeu_ps(c + m * PN_WIDE + 16,
+                                     _mm512_add_ps(_mm512_loadu_ps(c + m * PN_WIDE + 16), acc[m][1]));
+                }
+        }
+    }
+}
+
+#define PF4_UKR_W_FN(mr)                                                                           \
+    static AVX512 void pf4_ukr_w_##mr(int64_t nb, int64_t kb0, const float *a, int64_t Kp,         \
+                                      const int32_t *sidx, const float *sp, const float *bp,        \
+                                      float *const ch[2]) {                                         \
+        pf4_ukr_w(mr, nb, kb0, a, Kp, sidx, sp, bp, ch);                                            \
+    }
+PF4_UKR_W_FN(1)
+PF4_UKR_W_FN(2)
+PF4_UKR_W_FN(3)
+PF4_UKR_W_FN(4)
+PF4_UKR_W_FN(5)
+PF4_UKR_W_FN(6)
+static const pf4_ukr_fn pf4_ukrs_w[PM + 1] = {0,           pf4_ukr_w_1, pf4_ukr_w_2, pf4_ukr_w_3,
+                                              pf4_ukr_w_4, pf4_ukr_w_5, pf4_ukr_w_6};
+
 /* Weight rows [n0, n1) take the fast route when every scale product sa·sw
  * is at least 2^-139 (a block sum of the small codes, a multiple of
  * 2^-10·s, then stays exact in fp32) and at most 2^100, and every sw at
@@ -720,18 +795,20 @@ static int pf4_scales_ok(const pf4_job *j, int64_t n0, int64_t n1) {
     return hi <= 227 && lo + j->ea_min - 127 >= -139 && hi + j->ea_max - 127 <= 100;
 }
 
-/* Panels [p0, p1) of PN weight rows (at most PP): every activation row, all
+/* Panels [p0, p1) of pn weight rows (at most pp): every activation row, all
  * of K, k-chunk by k-chunk (the chunk's tiles of all the panels, then every
  * row block across them). */
 static AVX2 void pf4_panels(void *ctx, int64_t p0, int64_t p1, int thread) {
     const pf4_job *j = ctx;
     const int64_t M = j->M, N = j->N, Kp = j->Kp, KBp = Kp / 32, np = p1 - p0, mb = (M + PM - 1) / PM;
+    const int pn = j->pn;
+    const pf4_ukr_fn *ukrs = pn == PN_WIDE ? pf4_ukrs_w : pf4_ukrs;
     float *tiles = j->scratch + thread * j->scratch_floats;
-    float *chains = tiles + PP * PK * PN; /* [2][np][mb·PM][PN] */
-    const int64_t cs = mb * PM * PN;      /* one panel's chain */
+    float *chains = tiles + j->pp * PK * pn; /* [2][np][mb·PM][pn] */
+    const int64_t cs = mb * PM * pn;         /* one panel's chain */
     int ok[PP];
     for (int64_t p = 0; p < np; p++) {
-        const int64_t n0 = (p0 + p) * PN, n1 = n0 + PN < N ? n0 + PN : N;
+        const int64_t n0 = (p0 + p) * pn, n1 = n0 + pn < N ? n0 + pn : N;
         ok[p] = pf4_scales_ok(j, n0, n1);
         if (!ok[p]) di_gemm_block_rows_scalar(1, j->qa, j->sa, M, j->K, j->w, j->ws, N, n0, n1, j->out);
     }
@@ -739,29 +816,30 @@ static AVX2 void pf4_panels(void *ctx, int64_t p0, int64_t p1, int thread) {
     for (int64_t k0 = 0; k0 < Kp; k0 += PK) {
         const int64_t kc = Kp - k0 < PK ? Kp - k0 : PK;
         for (int64_t p = 0; p < np; p++)
-            if (ok[p]) pf4_decode(j, (p0 + p) * PN, k0, kc, tiles + p * PK * PN);
+            if (ok[p]) pf4_decode(j, (p0 + p) * pn, k0, kc, tiles + p * PK * pn);
         for (int64_t b = 0; b < mb; b++) {
             const int mr = M - b * PM < PM ? (int)(M - b * PM) : PM;
             for (int64_t p = 0; p < np; p++) {
                 if (!ok[p]) continue;
-                float *const ch[2] = {chains + p * cs + b * PM * PN, chains + (np + p) * cs + b * PM * PN};
-                pf4_ukrs[mr](kc / 32, k0 / 32, j->ap + b * PM * Kp + k0, Kp, j->sidx + b * PM * KBp + k0 / 32,
-                             j->sp, tiles + p * PK * PN, ch);
+                float *const ch[2] = {chains + p * cs + b * PM * pn, chains + (np + p) * cs + b * PM * pn};
+                ukrs[mr](kc / 32, k0 / 32, j->ap + b * PM * Kp + k0, Kp, j->sidx + b * PM * KBp + k0 / 32, j->sp,
+                         tiles + p * PK * pn, ch);
             }
         }
     }
     for (int64_t p = 0; p < np; p++) {
         if (!ok[p]) continue;
-        const int64_t n0 = (p0 + p) * PN;
+        const int64_t n0 = (p0 + p) * pn;
         const float *e = chains + p * cs, *o = chains + (np + p) * cs;
         for (int64_t m = 0; m < M; m++)
-            for (int64_t n = 0; n < PN && n0 + n < N; n++) j->out[m * N + n0 + n] = e[m * PN + n] + o[m * PN + n];
+            for (int64_t n = 0; n < pn && n0 + n < N; n++) j->out[m * N + n0 + n] = e[m * pn + n] + o[m * pn + n];
     }
 }
 
-/* Panels [p0, p1) PP at a time. */
+/* Panels [p0, p1) pp at a time. */
 static void pf4_chunks(void *ctx, int64_t p0, int64_t p1, int thread) {
-    for (int64_t p = p0; p < p1; p += PP) pf4_panels(ctx, p, p1 - p < PP ? p1 : p + PP, thread);
+    const int64_t pp = ((const pf4_job *)ctx)->pp;
+    for (int64_t p = p0; p < p1; p += pp) pf4_panels(ctx, p, p1 - p < pp ? p1 : p + pp, thread);
 }
 
 typedef struct pf4_pack_job {
@@ -792,12 +870,13 @@ static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
     }
     const int threads = di_threadpool_size(tp);
     const int64_t Kp = (K + 63) / 64 * 64, KBp = Kp / 32, mb = (M + PM - 1) / PM;
-    const int64_t sf = PP * PK * PN + 2 * PP * mb * PM * PN;
+    const int pn = di_cpu_kernels_wide() ? PN_WIDE : PN, pp = PP * PN / pn;
+    const int64_t sf = (int64_t)pp * PK * pn + 2 * (int64_t)pp * mb * PM * pn;
     (void)mb;
     /* one buffer the calling thread keeps (kernels.h): ap, sp (at most every
      * block of every row holds small codes), the threads' scratch, sidx;
      * each part a whole number of vectors */
-    const int64_t nap = (M * Kp + 7) / 8 * 8, nsp = M * KBp * 32, nsc = (int64_t)threads * sf;
+    const int64_t nap = (M * Kp + 15) / 16 * 16, nsp = M * KBp * 32, nsc = (int64_t)threads * sf;
     int own = 0;
     float *buf = di_cpu_kept_buffer(sizeof(float) * (size_t)(nap + nsp + nsc + M * KBp), &own);
     if (!buf) return 0;
@@ -813,12 +892,12 @@ static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
         return 1;
     }
     pf4_job j = {.qa = qa, .sa = sa, .w = w, .ws = ws, .M = M, .K = K, .Kp = Kp, .N = N, .ap = ap,
-                 .sidx = sidx, .sp = sp, .ea_min = ea_min, .ea_max = ea_max, .out = out,
+                 .sidx = sidx, .sp = sp, .ea_min = ea_min, .ea_max = ea_max, .out = out, .pn = pn, .pp = pp,
                  .scratch = scratch, .scratch_floats = sf};
-    const int64_t panels = (N + PN - 1) / PN;
+    const int64_t panels = (N + pn - 1) / pn;
     /* several chunks per thread so a core slowed by other work takes fewer */
     int64_t grain = panels / (4 * threads);
-    grain = grain < 1 ? 1 : grain > PP ? PP : grain;
+    grain = grain < 1 ? 1 : grain > pp ? pp : grain;
     di_threadpool_for(tp, panels, grain, pf4_chunks, &j);
     if (own) free(buf);
     return 1;
