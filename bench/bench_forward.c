@@ -1,7 +1,8 @@
 /* Whole-forward timings of the CPU backend, split by op class
  * (backend/backend.h; architecture.md §3–§10).
  *
- *   build/bench/bench_forward [SHARED_DIR] [REPS] [THREADS]
+ *   build/bench/bench_forward [SHARED_DIR] [REPS] [THREADS] [--narrow]
+ *   (--narrow: a CPU with AVX-512 runs the 256-bit kernels, for comparison)
  *
  * Models: the golden tiny V4.1 checkpoint and bench/configs/dummy-100m.json
  * (the tiny config widened to ~100M parameters, DI_LOAD_DUMMY weights).
@@ -282,8 +283,8 @@ static int bench_model(const char *name, const char *path, int dummy, int reps, 
         fprintf(stderr, "bench_forward: %s: %s\n", name, err.msg);
         goto done;
     }
-    printf("%s (%.1f MB of weights), %d threads, %s kernels:\n", name, (double)m->weight_bytes / 1e6,
-           be->n_threads, di_cpu_kernels_path());
+    printf("%s (%.1f MB of weights), %d threads, %s kernels%s:\n", name, (double)m->weight_bytes / 1e6,
+           be->n_threads, di_cpu_kernels_path(), di_cpu_kernels_wide() ? " on 512-bit vectors" : "");
     phase *p = calloc(4, sizeof *p); /* prefill, decode; scalar prefill, decode */
     if (!p) goto done;
     rc = 0;
@@ -310,6 +311,10 @@ done:
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[argc - 1], "--narrow")) {
+        di_cpu_kernels_force_no_avx512(1);
+        argc--;
+    }
     const char *shared = argc > 1 ? argv[1] : "../shared";
     int reps = argc > 2 ? atoi(argv[2]) : 5;
     int threads = argc > 3 ? atoi(argv[3]) : 0;

@@ -34,7 +34,9 @@
  *
  * Prefill (M > DEC_M) decodes panels of 16 weight rows to fp32 w·sw (exact)
  * in tiles [k][16] and runs a 6-row × 16-column FMA kernel over each block
- * of 32 codes from zero (12 independent chains), adding the block's sums to
+ * of 32 codes from zero (12 independent chains; on CPUs with AVX-512,
+ * panels of 32 rows, 6 × 32 outputs on 512-bit vectors, and from
+ * DEC_M_WIDE rows on), adding the block's sums to
  * the output's even or odd chain in memory: one load-add-store per 32 FMAs
  * of a chain. Activations (qa·sa, exact) are laid out row by row; the
  * small codes of a row's block, where there are any, apart, and a block
@@ -59,10 +61,13 @@
 /* The integer kernels take batches up to DEC_M rows: against the prefill
  * tiles they measured 1.2-1.6x faster at 17-128 rows of expert w1 (one
  * thread; the tiles' panel decoding is then a large share), slower at 512.
+ * The tiles on 512-bit vectors catch up sooner: equal at 24 rows, 1.05x
+ * at 32, 1.3x at 64, 1.5x at 128 (one thread, a Xeon VM with AVX-512,
+ * bench/RESULTS.md), so there the integer kernels stop at DEC_M_WIDE.
  * Weight rows per kernel call (R, the transpose-add's four), activation
  * rows per call at most (MB), per sweep of a unit's weights (MBLK); weight
  * rows per work unit (UNIT). */
-enum { DEC_M = 128, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
+enum { DEC_M = 128, DEC_M_WIDE = 24, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
 /* Combined exponent e = E8M0 byte + exponent of sa (s = 2^(e-127)) the
  * decode rows take: s·2^-7 normal at the bottom, s normal at the top (as
  * the scalar code's fp32 product sa·sw must be). */
@@ -906,7 +911,8 @@ static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
 void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                         const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     if (M <= 0 || N <= 0) return;
-    const int done = M <= DEC_M ? dec4_run(qa, sa, M, K, w, ws, N, out, tp) : pf4_run(qa, sa, M, K, w, ws, N, out, tp);
+    const int64_t dec_m = di_cpu_kernels_wide() ? DEC_M_WIDE : DEC_M;
+    const int done = M <= dec_m ? dec4_run(qa, sa, M, K, w, ws, N, out, tp) : pf4_run(qa, sa, M, K, w, ws, N, out, tp);
     if (!done) di_gemm_mxfp4_scalar(qa, sa, M, K, w, ws, N, out, tp); /* out of memory: it needs none */
 }
 
