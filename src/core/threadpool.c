@@ -3,17 +3,34 @@
  * Workers sleep on a condition variable between jobs; each job bumps a
  * generation counter. Work is handed out in chunks from an atomic cursor, so
  * a core slowed by other processes simply takes fewer chunks. Workers spin
- * briefly before sleeping because decode issues many short jobs back to
- * back and a futex wake-up costs more than one of them. */
+ * before sleeping because decode issues many short jobs back to back and a
+ * futex wake-up costs more than one of them; and since a job returns only
+ * when every worker has checked in, one worker that fell asleep makes the
+ * whole job wait for its wake-up (tens of microseconds in a VM, paid by
+ * every job of a many-core pool). The spin is therefore measured in time,
+ * not in iterations: `pause` takes ~10 cycles on some cores and ~140 on
+ * others, so a count of them spun anywhere from 20 us to 0.3 ms. */
 #include "core/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "core/cpu_features.h"
 
-#define SPIN_ITERS 4000
+/* How long a worker waits for the next job, and the caller for the last
+ * workers, spinning before they sleep. A forward's jobs follow each other
+ * within microseconds; between decode steps the host's own work takes
+ * tenths of a millisecond. */
+#define SPIN_NS 2000000
+#define SPIN_CHECK 32 /* pauses between two reads of the clock */
+/* After this long a spinning thread yields its core at every check: where
+ * the pool has more threads than free cores, the thread holding the work
+ * then gets the core at once instead of after the spinner's time slice. */
+#define SPIN_YIELD_NS 50000
 
 typedef struct worker {
     di_threadpool *tp;
@@ -50,6 +67,20 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Every SPIN_CHECK pauses of a spin that started at t0: whether to give up
+ * (past SPIN_NS), yielding the core on the way once past SPIN_YIELD_NS. */
+static int spin_expired(uint64_t t0) {
+    const uint64_t dt = now_ns() - t0;
+    if (dt > SPIN_YIELD_NS) sched_yield();
+    return dt > SPIN_NS;
+}
+
 static void run_chunks(di_threadpool *tp, int index) {
     di_threadpool *outer = tl_pool;
     int outer_index = tl_index;
@@ -65,16 +96,26 @@ static void run_chunks(di_threadpool *tp, int index) {
     tl_index = outer_index;
 }
 
+/* Spins while the generation is `until` (and the pool is not stopping),
+ * for at most SPIN_NS; returns the last generation read. */
+static unsigned long spin_while_gen(di_threadpool *tp, unsigned long until) {
+    unsigned long g = atomic_load_explicit(&tp->gen, memory_order_acquire);
+    if (g != until) return g;
+    const uint64_t t0 = now_ns();
+    for (int i = 1; g == until && !atomic_load_explicit(&tp->stop, memory_order_relaxed); i++) {
+        cpu_relax();
+        g = atomic_load_explicit(&tp->gen, memory_order_acquire);
+        if (i % SPIN_CHECK == 0 && spin_expired(t0)) break;
+    }
+    return g;
+}
+
 static void *worker_main(void *arg) {
     worker *w = arg;
     di_threadpool *tp = w->tp;
     unsigned long seen = 0;
     for (;;) {
-        unsigned long g = atomic_load_explicit(&tp->gen, memory_order_acquire);
-        for (int i = 0; g == seen && i < SPIN_ITERS && !atomic_load(&tp->stop); i++) {
-            cpu_relax();
-            g = atomic_load_explicit(&tp->gen, memory_order_acquire);
-        }
+        unsigned long g = spin_while_gen(tp, seen);
         if (g == seen) {
             pthread_mutex_lock(&tp->mu);
             while ((g = atomic_load(&tp->gen)) == seen && !atomic_load(&tp->stop))
@@ -178,9 +219,13 @@ void di_threadpool_for(di_threadpool *tp, int64_t n, int64_t grain, di_parallel_
 
     run_chunks(tp, 0);
 
-    for (int i = 0; i < SPIN_ITERS && atomic_load_explicit(&tp->pending, memory_order_acquire) > 0;
-         i++)
-        cpu_relax();
+    if (atomic_load_explicit(&tp->pending, memory_order_acquire) > 0) {
+        const uint64_t t0 = now_ns();
+        for (int i = 1; atomic_load_explicit(&tp->pending, memory_order_acquire) > 0; i++) {
+            cpu_relax();
+            if (i % SPIN_CHECK == 0 && spin_expired(t0)) break;
+        }
+    }
     if (atomic_load_explicit(&tp->pending, memory_order_acquire) > 0) {
         pthread_mutex_lock(&tp->mu);
         while (atomic_load(&tp->pending) > 0) pthread_cond_wait(&tp->done, &tp->mu);
