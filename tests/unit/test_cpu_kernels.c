@@ -703,9 +703,13 @@ static void test_gemm_mxfp4_decode_act_limits(void) {
 /* Row m's bits do not depend on M, on the row's position in the batch, or on
  * the number of threads; checked on both paths for every format. */
 static void test_batch_and_thread_invariance(void) {
-    di_threadpool *pools[3] = {NULL, NULL, NULL};
+    /* 12 threads: more than a column block's panels, so the prefill splits
+     * its decoding and its row blocks further */
+    enum { NP = 4 };
+    static const int sizes[NP] = {1, 2, 3, 12};
+    di_threadpool *pools[NP] = {NULL};
     di_err err;
-    for (int t = 0; t < 3; t++) CHECK(di_threadpool_create(t + 1, &pools[t], &err) == DI_OK);
+    for (int t = 0; t < NP; t++) CHECK(di_threadpool_create(sizes[t], &pools[t], &err) == DI_OK);
     /* 19 panels and 3 prefill chunks of N; K: 3 prefill chunks, the last half a
      * 32-byte MXFP4 chunk */
     enum { M = 33, K = 1056, N = 300 };
@@ -715,10 +719,10 @@ static void test_batch_and_thread_invariance(void) {
         for (int avx2 = 0; avx2 <= di_cpu_has_avx2(); avx2++) {
             float *full = malloc(sizeof(float) * M * N), *o = malloc(sizeof(float) * M * N);
             run_gemm(&p, avx2, 0, M, full, pools[0]);
-            for (int t = 1; t < 3; t++) {
+            for (int t = 1; t < NP; t++) {
                 run_gemm(&p, avx2, 0, M, o, pools[t]);
                 CHECKF(count_diff_bits(full, o, M * N) == 0, "%s avx2=%d: %d threads differ",
-                       fmt_name[fmt], avx2, t + 1);
+                       fmt_name[fmt], avx2, sizes[t]);
             }
             int bad = 0;
             for (int64_t m = 0; m < M; m++) {
@@ -733,7 +737,7 @@ static void test_batch_and_thread_invariance(void) {
         }
         problem_free(&p);
     }
-    for (int t = 0; t < 3; t++) di_threadpool_destroy(pools[t]);
+    for (int t = 0; t < NP; t++) di_threadpool_destroy(pools[t]);
 }
 
 /* The route CPUs with slow subnormals take (E4M3 codes through F16C, in the

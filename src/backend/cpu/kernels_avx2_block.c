@@ -563,20 +563,21 @@ typedef struct lg_job {
     float *bp;          /* decoded runs of the column block: [panel][lane][run][nr] */
     float *lb;          /* lanes of the pass × column block: [lane][lbr][LG_NC] */
     int64_t lbr;        /* rows of a lane in lb: min(Mp, LG_MO) */
-    /* the current step: column block n0 .. n0 + nc, pass rows m0 .. m0 + mo, run s0 .. s0 + ns */
-    int64_t n0, nc, m0, mo, s0, ns, pg;
+    /* the current step: column block n0 .. n0 + nc, pass rows m0 .. m0 + mo, run s0 .. s0 + ns;
+     * rows a row block (mc <= LG_MC, a multiple of LG_MR), panels a unit (pg) */
+    int64_t n0, nc, m0, mo, s0, ns, mc, pg;
 } lg_job;
 
-/* Rows n0 .. n0 + nr - 1 (one scale row: n0 % nr == 0; zeros past N),
- * steps s0 .. s0 + ns of every lane (ns % 4 == 0) -> pt[j][s - s0][nr], lane
- * j at j·run·nr. */
-static AVX2 void lg_decode(const lg_job *jb, int64_t n0, int64_t s0, int64_t ns, float *pt) {
+/* Rows n0 + 8g .. n0 + 8g + 7 for g in [g0, g1) of the panel at n0 (one
+ * scale row: n0 % nr == 0; zeros past N), steps s0 .. s0 + ns of every lane
+ * (ns % 4 == 0) -> pt[j][s - s0][nr], lane j at j·run·nr. */
+static AVX2 void lg_decode(const lg_job *jb, int64_t n0, int g0, int g1, int64_t s0, int64_t ns, float *pt) {
     const int nr = jb->nr;
     const int64_t K = jb->K, KB = K / 32, c0 = s0 / 4, c1 = (s0 + ns) / 4;
     const float *e8m0 = di_cpu_e8m0_table();
     const uint8_t *st = jb->ws + (n0 / 32) * KB;
     _Alignas(32) float tmp[8][4][8]; /* row r's position p, lanes */
-    for (int g = 0; g < nr / 8; g++)
+    for (int g = g0; g < g1; g++)
         for (int64_t c = c0; c < c1; c++) {
             const float s = e8m0[st[c]];
             for (int r = 0; r < 8; r++) {
@@ -660,11 +661,17 @@ static AVX512 void lg_ukr_wide(int64_t steps, const float *a, const float *b, fl
     }
 }
 
-/* The current run of panels [p0, p1) of the column block, decoded. */
-static void lg_decode_panels(void *ctx, int64_t p0, int64_t p1, int thread) {
+/* The current run of the column block's panels, decoded: items [i0, i1)
+ * of 8 weight rows each (panel i / (nr / 8)), so that many threads share a
+ * column block's few panels. */
+static void lg_decode_panels(void *ctx, int64_t i0, int64_t i1, int thread) {
     const lg_job *jb = ctx;
-    for (int64_t q = p0; q < p1; q++)
-        lg_decode(jb, jb->n0 + q * jb->nr, jb->s0, jb->ns, jb->bp + q * 8 * jb->run * jb->nr);
+    const int per = jb->nr / 8;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t q = i / per;
+        const int g = (int)(i - q * per);
+        lg_decode(jb, jb->n0 + q * jb->nr, g, g + 1, jb->s0, jb->ns, jb->bp + q * 8 * jb->run * jb->nr);
+    }
 }
 
 /* Rows m .. m + 5 of the pass (those below M) × panel q: the tree of
@@ -701,7 +708,7 @@ static void lg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const int64_t S = jb->K / 8, ns = jb->ns, L = jb->run;
     for (int64_t u = u0; u < u1; u++) {
         const int64_t rb = u / groups, g = u - rb * groups;
-        const int64_t r0 = jb->m0 + rb * LG_MC, r1 = r0 + LG_MC < jb->m0 + jb->mo ? r0 + LG_MC : jb->m0 + jb->mo;
+        const int64_t r0 = jb->m0 + rb * jb->mc, r1 = r0 + jb->mc < jb->m0 + jb->mo ? r0 + jb->mc : jb->m0 + jb->mo;
         const int64_t q0 = g * jb->pg, q1 = q0 + jb->pg < panels ? q0 + jb->pg : panels;
         const int last = jb->s0 + ns == S; /* the lanes' last run: lane 7 ends each tile */
         for (int j = 0; j < 8; j++) {
@@ -738,7 +745,15 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
                  .M = M, .K = K, .N = N, .Mp = Mp, .out = out, .run = L, .bp = bp, .lb = bp + bpf, .lbr = lbr};
     for (jb.m0 = 0; jb.m0 < Mp; jb.m0 += LG_MO) {
         jb.mo = Mp - jb.m0 < LG_MO ? Mp - jb.m0 : LG_MO;
-        const int64_t rblocks = (jb.mo + LG_MC - 1) / LG_MC;
+        /* row blocks of LG_MC rows, or fewer where many threads would
+         * otherwise share a few (row block, panel) units */
+        const int64_t full = LG_NC / jb.nr, want = 2 * threads;
+        jb.mc = LG_MC;
+        if ((jb.mo + LG_MC - 1) / LG_MC * full < want) {
+            const int64_t blocks = (want + full - 1) / full, mc = (jb.mo / LG_MR + blocks - 1) / blocks * LG_MR;
+            jb.mc = mc < LG_MR ? LG_MR : mc;
+        }
+        const int64_t rblocks = (jb.mo + jb.mc - 1) / jb.mc;
         for (jb.n0 = 0; jb.n0 < N; jb.n0 += LG_NC) {
             jb.nc = N - jb.n0 < LG_NC ? N - jb.n0 : LG_NC;
             const int64_t panels = (jb.nc + jb.nr - 1) / jb.nr;
@@ -747,9 +762,11 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
             int64_t pg = rblocks * panels / (4 * threads);
             jb.pg = pg < 1 ? 1 : pg > panels ? panels : pg;
             const int64_t units = rblocks * ((panels + jb.pg - 1) / jb.pg);
+            /* decoding items: whole panels unless threads outnumber them */
+            const int64_t dgrain = panels >= threads ? jb.nr / 8 : 1;
             for (jb.s0 = 0; jb.s0 < S; jb.s0 += L) {
                 jb.ns = S - jb.s0 < L ? S - jb.s0 : L;
-                di_threadpool_for(tp, panels, 1, lg_decode_panels, &jb);
+                di_threadpool_for(tp, panels * (jb.nr / 8), dgrain, lg_decode_panels, &jb);
                 di_threadpool_for(tp, units, 1, lg_units, &jb);
             }
         }
