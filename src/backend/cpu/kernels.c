@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <stdatomic.h>
 
 #include "core/cpu_features.h"
@@ -122,11 +123,15 @@ const char *di_cpu_kernels_path(void) { return pick_avx2() ? "avx2" : "scalar"; 
 static atomic_int has_avx512 = -1;
 static atomic_int forced_no_avx512;
 
+/* DI_CPU_AVX512=0 keeps a CPU with AVX-512 on the 256-bit kernels (the
+ * same bits; for comparisons, and for older cores that lower their clock
+ * under 512-bit work). */
 int di_cpu_kernels_wide(void) {
     int v = atomic_load_explicit(&has_avx512, memory_order_relaxed);
     if (v < 0) {
 #ifdef DI_HAVE_AVX2_KERNELS
-        v = di_cpu_has_avx512();
+        const char *e = getenv("DI_CPU_AVX512");
+        v = di_cpu_has_avx512() && !(e && !strcmp(e, "0"));
 #else
         v = 0;
 #endif

@@ -1,0 +1,40 @@
+"""`deepinfer info`: the backends compiled in, the CPU's vector units and the
+kernels the CPU backend runs on them; DI_CPU_AVX512=0 keeps a CPU with
+AVX-512 on the 256-bit kernels."""
+import os
+import re
+
+import pytest
+
+from cli_lib import run
+
+
+def _cpu_line(env=None):
+    p = run("info", env=env)
+    assert "backends compiled: cpu" in p.stdout
+    lines = [l for l in p.stdout.splitlines() if l.startswith("cpu:")]
+    assert len(lines) == 1, p.stdout
+    m = re.match(r"cpu: avx2 (yes|no), fma (yes|no), avx512 (yes|no) \(kernels: (avx2|scalar)(, 512-bit vectors)?\)$",
+                 lines[0])
+    assert m, lines[0]
+    return m
+
+
+def _default_env():
+    return {k: v for k, v in os.environ.items() if k != "DI_CPU_AVX512"}
+
+
+def test_info_names_the_kernels():
+    m = _cpu_line(env=_default_env())
+    avx2, avx512, kernels, wide = m.group(1), m.group(3), m.group(4), m.group(5)
+    assert kernels == ("avx2" if avx2 == "yes" else "scalar")
+    # 512-bit kernels exactly where the CPU has AVX-512 (F/DQ/BW/VL)
+    assert (wide is not None) == (avx2 == "yes" and avx512 == "yes")
+
+
+def test_avx512_switch_off():
+    m = _cpu_line(env=_default_env())
+    if not m.group(5):
+        pytest.skip("this CPU runs no 512-bit kernels: nothing to switch off")
+    off = _cpu_line(env=dict(_default_env(), DI_CPU_AVX512="0"))
+    assert off.group(4) == "avx2" and off.group(5) is None
