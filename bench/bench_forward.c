@@ -37,11 +37,12 @@ static double median(const double *v, int n) {
 /* ---- op classes and the timing op table ---- */
 
 enum { C_MATMUL, C_GROUPED, C_HC_MIX, C_HC_RW, C_NORM, C_ATTN, C_INDEX, C_ENGRAM, C_MOE_EW,
-       C_OTHER, N_CLASS };
+       C_MISC, C_OTHER, N_CLASS };
 static const char *class_name[N_CLASS] = {
-    "matmul", "matmul_grouped", "hc_mix", "hc_collapse/expand/mean", "rmsnorm/rope/qdq",
-    "sparse_attn(_kv)+pool+pack", "index_scores(_kv)+topk", "engram gather/gate",
-    "moe route/swiglu/rows", "other"};
+    "matmul(_pair)", "matmul_grouped", "hc_mix", "hc_collapse(_norm)/expand/mean",
+    "rmsnorm/rope/qdq", "sparse_attn(_kv/rows)+pool+pack", "index_scores(_kv)+topk",
+    "engram gather/gate/rows", "moe route/swiglu/rows", "embed/add/round/greedy",
+    "other (outside ops)"};
 static double t_class[N_CLASS];
 static const di_backend_ops *inner;
 
@@ -55,6 +56,68 @@ static const di_backend_ops *inner;
 static void w_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
                      unsigned f) {
     TIMED(C_MATMUL, inner->matmul(be, w, x, m, y, f));
+}
+static void w_matmul_pair(di_backend *be, const di_wmat *wa, const di_wmat *wb, const float *x, int64_t m,
+                          float *ya, float *yb, unsigned f) {
+    TIMED(C_MATMUL, inner->matmul_pair(be, wa, wb, x, m, ya, yb, f));
+}
+static void w_collapse_norm(di_backend *be, const float *s, const float *w, int64_t m, int hc, int64_t d,
+                            const di_tensor *nw, double eps, float *y) {
+    TIMED(C_HC_RW, inner->hc_collapse_norm(be, s, w, m, hc, d, nw, eps, y));
+}
+static void w_attn_rows(di_backend *be, const float *q, int64_t m, int h, int64_t d, const di_attn_rows *rows,
+                        const float *sink, float sc, float *out) {
+    TIMED(C_ATTN, inner->sparse_attn_rows(be, q, m, h, d, rows, sink, sc, out));
+}
+static void w_rope_cs(di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd, int64_t rd,
+                      const float *cs, int inv) {
+    TIMED(C_NORM, inner->rope_cs(be, x, m, stride, heads, hd, rd, cs, inv));
+}
+static void w_qkv(di_backend *be, float *q, int heads, float *kv, int64_t m, int64_t hd, int64_t rd,
+                  const di_tensor *nw, double eps, const float *cs, uint8_t *out) {
+    TIMED(C_NORM, inner->qkv_rope_pack(be, q, heads, kv, m, hd, rd, nw, eps, cs, out));
+}
+static void w_engram_rows(di_backend *be, const uint8_t *rows, const uint8_t *sc, int64_t n, int64_t eh,
+                          int64_t nb, float *out) {
+    TIMED(C_ENGRAM, inner->engram_rows(be, rows, sc, n, eh, nb, out));
+}
+static void w_embed(di_backend *be, const di_tensor *t, const int32_t *ids, int64_t m, float *out) {
+    TIMED(C_MISC, inner->embed(be, t, ids, m, out));
+}
+static void w_add(di_backend *be, float *y, const float *x, int64_t n) { TIMED(C_MISC, inner->add(be, y, x, n)); }
+static void w_add_bf16(di_backend *be, float *y, const float *a, const float *b, int64_t n) {
+    TIMED(C_MISC, inner->add_bf16(be, y, a, b, n));
+}
+static void w_round(di_backend *be, float *x, int64_t n) { TIMED(C_MISC, inner->round_bf16(be, x, n)); }
+static void w_scale(di_backend *be, float *x, int64_t n, float c) {
+    TIMED(C_MISC, inner->scale_bf16(be, x, n, c));
+}
+static void w_index_kv_buf(di_backend *be, const float *q, const float *w, int64_t m, int hi, int64_t di,
+                           const uint8_t *const *keys, const int32_t *nv, int64_t width, float *out) {
+    TIMED(C_INDEX, inner->index_scores_kv_buf(be, q, w, m, hi, di, keys, nv, width, out));
+}
+static void w_cand_buf(di_backend *be, const float *s, const int32_t *nv, int64_t m, int64_t width, int tb,
+                       int bs, int32_t *blocks) {
+    TIMED(C_INDEX, inner->candidate_blocks_buf(be, s, nv, m, width, tb, bs, blocks));
+}
+static void w_restrict_buf(di_backend *be, float *s, const int32_t *b, int64_t m, int64_t width, int tb,
+                           int bs) {
+    TIMED(C_INDEX, inner->restrict_blocks_buf(be, s, b, m, width, tb, bs));
+}
+static void w_topk_buf(di_backend *be, const float *s, const int32_t *nv, int64_t m, int64_t width, int k,
+                       int32_t *idx) {
+    TIMED(C_INDEX, inner->topk_select_buf(be, s, nv, m, width, k, idx));
+}
+static void w_embed_buf(di_backend *be, const di_tensor *t, const int32_t *ids, int64_t m, float *out) {
+    TIMED(C_MISC, inner->embed_buf(be, t, ids, m, out));
+}
+static void w_gather_buf(di_backend *be, const float *src, const int32_t *rows, int64_t m, int64_t n,
+                         float *dst) {
+    TIMED(C_MOE_EW, inner->gather_rows_buf(be, src, rows, m, n, dst));
+}
+static void w_greedy(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim, const int32_t *ban,
+                     di_row_greedy *out) {
+    TIMED(C_MISC, inner->logits_greedy(be, x, m, V, lim, ban, out));
 }
 static void w_grouped(di_backend *be, const di_wmat *w, int g, const float *x, int64_t m, float *y) {
     TIMED(C_GROUPED, inner->matmul_grouped(be, w, g, x, m, y));
@@ -157,8 +220,30 @@ static di_backend_ops timed_ops;
 
 static void timed_ops_init(const di_backend_ops *in) {
     inner = in;
-    timed_ops = *in; /* memory ops, embed, add, rounding stay as they are ("other") */
+    timed_ops = *in; /* memory ops and the step metadata's copies stay as they are ("other") */
     timed_ops.matmul = w_matmul;
+    /* the optional ops only where the backend has them (NULL selects the
+     * model's other path) */
+#define WRAP(op, fn) timed_ops.op = in->op ? fn : NULL
+    WRAP(matmul_pair, w_matmul_pair);
+    WRAP(hc_collapse_norm, w_collapse_norm);
+    WRAP(sparse_attn_rows, w_attn_rows);
+    WRAP(rope_cs, w_rope_cs);
+    WRAP(qkv_rope_pack, w_qkv);
+    WRAP(engram_rows, w_engram_rows);
+    WRAP(embed, w_embed);
+    WRAP(add, w_add);
+    WRAP(add_bf16, w_add_bf16);
+    WRAP(round_bf16, w_round);
+    WRAP(scale_bf16, w_scale);
+    WRAP(logits_greedy, w_greedy);
+    WRAP(index_scores_kv_buf, w_index_kv_buf);
+    WRAP(candidate_blocks_buf, w_cand_buf);
+    WRAP(restrict_blocks_buf, w_restrict_buf);
+    WRAP(topk_select_buf, w_topk_buf);
+    WRAP(embed_buf, w_embed_buf);
+    WRAP(gather_rows_buf, w_gather_buf);
+#undef WRAP
     timed_ops.matmul_grouped = w_grouped;
     timed_ops.rmsnorm = w_rmsnorm;
     timed_ops.rope = w_rope;
