@@ -5,7 +5,7 @@
 
 /* 1 when AVX2, FMA and F16C are all usable (x86-64 only; 0 elsewhere). */
 int di_cpu_has_avx2(void);
-/* 1 when, on top of di_cpu_has_avx2(), AVX-512 F, BW and VL are usable:
+/* 1 when, on top of di_cpu_has_avx2(), AVX-512 F, DQ, BW and VL are usable:
  * the CPU has them and the OS saves the opmask and 512-bit register state. */
 int di_cpu_has_avx512(void);
 /* Online logical CPUs available to this process (at least 1). */

@@ -119,7 +119,8 @@ void di_cpu_kernels_force_scalar(int on) { atomic_store(&forced_scalar, on != 0)
 
 const char *di_cpu_kernels_path(void) { return pick_avx2() ? "avx2" : "scalar"; }
 
-/* -1: not yet decided; else whether the CPU has AVX-512 F/BW/VL */
+/* -1: not yet decided; else whether the CPU has AVX-512 F/DQ/BW/VL and
+ * DI_CPU_AVX512 is not 0 */
 static atomic_int has_avx512 = -1;
 static atomic_int forced_no_avx512;
 

@@ -179,10 +179,12 @@ float *di_cpu_kept_buffer(size_t bytes, int *own);
 void di_cpu_kernels_force_scalar(int on);
 /* "avx2" or "scalar": the path the calls above take right now. */
 const char *di_cpu_kernels_path(void);
-/* Whether the AVX2 path runs its prefill micro-kernels on 512-bit vectors
- * right now (CPUs with AVX-512 F, DQ, BW and VL); same bits either way. Forcing
- * it off (1) keeps those CPUs on the 256-bit kernels, for tests and
- * benchmarks; 0 restores the choice. Set it before running kernels. */
+/* Whether the AVX2 path runs its 512-bit forms right now (the FP8 and
+ * MXFP4 prefill micro-kernels, the FP8 decode rows of one or two
+ * activation rows; CPUs with AVX-512 F, DQ, BW and VL, unless the
+ * environment has DI_CPU_AVX512=0); same bits either way. Forcing it off
+ * (1) keeps those CPUs on the 256-bit kernels, for tests and benchmarks; 0
+ * restores the choice. Set it before running kernels. */
 int di_cpu_kernels_wide(void);
 void di_cpu_kernels_force_no_avx512(int on);
 
