@@ -15,6 +15,7 @@
 #include "backend/cpu/kernels.h"
 #include "core/cpu_features.h"
 #include "core/route_score.h"
+#include "core/row_exp.h"
 #include "core/threadpool.h"
 
 /* ------------------------------------------------------------ threads */
@@ -1110,21 +1111,45 @@ typedef struct swiglu_ctx {
     float *out;
 } swiglu_ctx;
 
+/* silu(g)·u with the sigmoid from the router's exponential (core/row_exp.h:
+ * the same operations 8 lanes at a time or one by one, so any CPU gives
+ * the same bits): t = e^-|g|, sigmoid(g) = 1/(1 + t) for g >= 0 and
+ * t/(1 + t) below; within an ulp or two of libm's 1/(1 + expf(-g))
+ * (docs/numerics.md). The clamps are spelled as comparisons with fminf /
+ * fmaxf's NaN rule (a NaN input gives the bound), which the compiler
+ * vectorizes where the libm calls it would not. Chunks of SW_CHUNK values
+ * keep the buffers on the stack. */
+enum { SW_CHUNK = 512 };
+
 static void swiglu_range(void *p, int64_t lo, int64_t hi) {
     const swiglu_ctx *c = p;
     const float *g = c->g, *u = c->u, *w = c->w;
     int64_t n = c->n;
     float limit = c->limit, *out = c->out;
+    float gb[SW_CHUNK], t[SW_CHUNK];
     for (int64_t i = lo; i < hi; i++)
-        for (int64_t k = 0; k < n; k++) {
-            float gv = g[i * n + k], uv = u[i * n + k];
-            if (limit > 0.f) {
-                uv = fminf(fmaxf(uv, -limit), limit);
-                gv = fminf(gv, limit);
+        for (int64_t k0 = 0; k0 < n; k0 += SW_CHUNK) {
+            const int64_t kn = n - k0 < SW_CHUNK ? n - k0 : SW_CHUNK;
+            const float *gr = g + i * n + k0, *ur = u + i * n + k0;
+            float *o = out + i * n + k0;
+            const int clamp = limit > 0.f;
+            for (int64_t k = 0; k < kn; k++) {
+                const float x = gr[k];
+                gb[k] = clamp ? (x < limit ? x : limit) : x; /* fminf(x, limit) */
+                t[k] = -fabsf(gb[k]);
             }
-            float v = gv * sigmoidf_(gv) * uv;
-            if (w) v = w[i] * v;
-            out[i * n + k] = di_round_bf16(v);
+            di_row_exp(t, kn, 0.0f, 1.0f, t);
+            const float wi = w ? w[i] : 1.0f;
+            for (int64_t k = 0; k < kn; k++) {
+                float uv = ur[k];
+                if (clamp) {
+                    uv = uv > -limit ? uv : -limit; /* fmaxf(uv, -limit) */
+                    uv = uv < limit ? uv : limit;   /* fminf(., limit) */
+                }
+                const float gv = gb[k], s = (gv >= 0.0f ? 1.0f : t[k]) / (1.0f + t[k]);
+                const float v = gv * s * uv;
+                o[k] = di_round_bf16(w ? wi * v : v);
+            }
         }
 }
 
