@@ -7,7 +7,8 @@
  *   build/bench/bench_gemm --decode [--rounds R] [--quick] [--only WEIGHT]
  *   (either form: --half forces the FP8 route of CPUs with slow subnormals,
  *   E4M3 codes through F16C, which non-AMD CPUs take anyway; --narrow keeps
- *   a CPU with AVX-512 on the 256-bit prefill kernels)
+ *   a CPU with AVX-512 on the 256-bit kernels)
+ *   (--quick: shorter timing, skips the largest prefill)
  *
  * The peer is OpenBLAS at its best on this CPU: a build that does not know
  * the CPU model (Debian's 0.3.21 on recent Xeons, common in VMs) falls back
@@ -15,7 +16,6 @@
  * OPENBLAS_CORETYPE is unset and OpenBLAS reports such a core, the program
  * runs itself again with the core type the CPU's vector units call for
  * (SkylakeX with AVX-512, Haswell with AVX2) and prints which one it used.
- *   (--quick: shorter timing, skips the largest prefill)
  *
  * --decode compares decode rows (M = 1, 2 and 4) with the read bandwidth side
  * by side: each of R rounds (default 3) measures, in this order, the read

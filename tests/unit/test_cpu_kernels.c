@@ -342,11 +342,11 @@ static void test_gemm_fp8_prefill_shapes(void) {
 }
 
 /* MXFP4 prefill shapes (batches past the integer kernels' 128 rows, or 24
- * on 512-bit vectors: 40 and 97 rows take the integer kernels elsewhere): weight
- * rows past the last whole panel (N = 37, 45, 300: neither 16 nor 32
+ * on 512-bit vectors: 40 and 97 rows take the integer kernels elsewhere):
+ * weight rows past the last whole panel (N = 37, 45, 300: neither 16 nor 32
  * divides them), K with a last half 64-code chunk (96, 4160) and of several
- * k-chunks, a last row block of 1-5 rows. The AVX2 path must give the scalar
- * bits. */
+ * k-chunks, a last row block of 1-5 rows. The AVX2 path must give the
+ * scalar bits. */
 static void test_gemm_mxfp4_prefill_shapes(void) {
     static const int64_t shapes[][3] = {{129, 96, 45}, {131, 4160, 37}, {200, 64, 300},
                                         {134, 2112, 33}, {40, 96, 45},   {97, 4160, 37}};
@@ -740,11 +740,11 @@ static void test_batch_and_thread_invariance(void) {
     for (int t = 0; t < NP; t++) di_threadpool_destroy(pools[t]);
 }
 
+static void check_all_paths(void);
+
 /* The route CPUs with slow subnormals take (E4M3 codes through F16C, in the
  * decode rows and the prefill tiles) gives the scalar bits too: the checks
  * above, forced onto it. */
-static void check_all_paths(void);
-
 static void test_half_route(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
 #ifdef DI_HAVE_AVX2_KERNELS
