@@ -105,8 +105,12 @@ static void test_hc_mix(void) {
     check_mix(8, 16, 7);   /* 80 outputs: several passes */
 }
 
-/* Grouped projection of x [m, g, K] with an FP8 or BF16 weight [g·R, K]. */
-static void check_grouped(di_wfmt fmt, int groups, int64_t R, int64_t K, int64_t m) {
+/* Grouped projection of x [m, g, K] with an FP8 or BF16 weight [g·R, K].
+ * cancel: each weight row one code (one value) along k and x alternating
+ * ±4096 on top of its random part, so the fp32 partial sums stand far above
+ * the result and their order shows through the bf16 output (with plain
+ * random inputs it would only at a bf16 rounding boundary). */
+static void check_grouped_x(di_wfmt fmt, int groups, int64_t R, int64_t K, int64_t m, int cancel) {
     int64_t N = groups * R, kb = K / 32;
     uint8_t *w8 = malloc((size_t)(N * K)), *s8 = malloc((size_t)(((N + 31) / 32) * kb));
     uint16_t *w16 = malloc((size_t)(N * K) * sizeof(uint16_t));
@@ -118,16 +122,18 @@ static void check_grouped(di_wfmt fmt, int groups, int64_t R, int64_t K, int64_t
         rng = rng * 1664525u + 1013904223u;
         uint8_t c = (uint8_t)(rng >> 24);
         if ((c & 0x7F) == 0x7F) c ^= 1; /* no NaN codes */
-        w8[i] = c;
-        w16[i] = di_f32_to_bf16(frand());
+        w8[i] = cancel && i % K ? w8[i - 1] : c;
+        w16[i] = cancel && i % K ? w16[i - 1] : di_f32_to_bf16(frand());
     }
+    if (cancel) /* one scale per row: the row's value constant along k */
+        for (int64_t i = 0; i < ((N + 31) / 32) * kb; i++) s8[i] = s8[i - i % kb];
     for (int64_t n = 0; n < N; n++)
         for (int64_t k = 0; k < K; k++)
             wd[n * K + k] = fmt == DI_WFMT_FP8
                                 ? (double)di_e4m3_to_f32(w8[n * K + k]) * di_e8m0_to_f32(s8[(n / 32) * kb + k / 32])
                                 : (double)di_bf16_to_f32(w16[n * K + k]);
     /* full fp32 inputs: inexact products, so a fused and an unfused step differ */
-    for (int64_t i = 0; i < m * groups * K; i++) x[i] = frand();
+    for (int64_t i = 0; i < m * groups * K; i++) x[i] = frand() + (cancel ? (i % 2 ? 4096.0f : -4096.0f) : 0.0f);
     di_wmat wm = {fmt, N, K, fmt == DI_WFMT_FP8 ? (const void *)w8 : (const void *)w16,
                   fmt == DI_WFMT_FP8 ? s8 : NULL};
     di_backend *b1 = backend(1), *b2 = backend(2);
@@ -168,7 +174,17 @@ static void check_grouped(di_wfmt fmt, int groups, int64_t R, int64_t K, int64_t
     free(wd);
 }
 
+static void check_grouped(di_wfmt fmt, int groups, int64_t R, int64_t K, int64_t m) {
+    check_grouped_x(fmt, groups, R, K, m, 0);
+    check_grouped_x(fmt, groups, R, K, m, 1);
+}
+
 static void test_matmul_grouped(void) {
+    /* below 4 rows the panels go 4 at a time: 10 panels (4, 4, 2), 9 (4, 4, 1), 12 */
+    check_grouped(DI_WFMT_FP8, 2, 36, 128, 1);
+    check_grouped(DI_WFMT_FP8, 3, 20, 96, 2);
+    check_grouped(DI_WFMT_FP8, 2, 44, 256, 3);
+    check_grouped(DI_WFMT_BF16, 2, 36, 64, 2);
     check_grouped(DI_WFMT_FP8, 2, 64, 128, 1);
     check_grouped(DI_WFMT_FP8, 2, 44, 256, 9);
     check_grouped(DI_WFMT_FP8, 2, 60, 512, 62); /* partial panel, large enough for 2 threads */

@@ -183,27 +183,41 @@ typedef struct panel_ctx {
     float *y;
 } panel_ctx;
 
+/* Below 4 activation rows a panel's product is one chain of FMAs per
+ * output, each waiting on the last, so PB panels go through together
+ * (di_cpu_panels8_f32_avx2: the same chains side by side). */
+enum { PB = 4 };
+
 static void panel_range(void *p, int64_t lo, int64_t hi) {
     const panel_ctx *c = p;
     int64_t K = c->w->n_in, N = c->w->n_out, tpg = (c->rpg + 7) / 8;
+    const int batch = c->m < 4 ? PB : 1;
     float *rows = malloc((size_t)(8 * K) * sizeof(float));
     float *pt = NULL;
-    if (rows && posix_memalign((void **)&pt, 32, (size_t)(8 * K) * sizeof(float))) pt = NULL;
-    for (int64_t t = lo; t < hi && pt; t++) {
-        int64_t g = t / tpg, j0 = (t % tpg) * 8, r0 = g * c->rpg + j0;
-        int nb = c->rpg - j0 < 8 ? (int)(c->rpg - j0) : 8;
-        if (c->w->fmt == DI_WFMT_FP8) {
-            di_cpu_fp8_panel8_avx2(c->w->w, c->w->s, K, r0, nb, pt);
-            di_cpu_panel8_f32_avx2(pt, K, c->x + g * K, c->groups * K, c->m, c->y + r0, N, nb);
-            continue;
+    if (rows && posix_memalign((void **)&pt, 32, (size_t)(batch * 8 * K) * sizeof(float))) pt = NULL;
+    for (int64_t t0 = lo; t0 < hi && pt; t0 += batch) {
+        const int np = hi - t0 < batch ? (int)(hi - t0) : batch;
+        const float *pts[PB], *xs[PB];
+        float *ys[PB];
+        int nbs[PB];
+        for (int q = 0; q < np; q++) {
+            const int64_t t = t0 + q, g = t / tpg, j0 = (t % tpg) * 8, r0 = g * c->rpg + j0;
+            const int nb = c->rpg - j0 < 8 ? (int)(c->rpg - j0) : 8;
+            float *ptq = pt + (int64_t)q * 8 * K;
+            if (c->w->fmt == DI_WFMT_FP8) {
+                di_cpu_fp8_panel8_avx2(c->w->w, c->w->s, K, r0, nb, ptq);
+            } else {
+                for (int j = 0; j < 8; j++) {
+                    if (j < nb) w_row(c->w, r0 + j, rows + j * K);
+                    else memset(rows + j * K, 0, (size_t)K * sizeof(float));
+                }
+                for (int64_t k = 0; k < K; k++)
+                    for (int j = 0; j < 8; j++) ptq[k * 8 + j] = rows[j * K + k];
+            }
+            pts[q] = ptq, xs[q] = c->x + g * K, ys[q] = c->y + r0, nbs[q] = nb;
         }
-        for (int j = 0; j < 8; j++) {
-            if (j < nb) w_row(c->w, r0 + j, rows + j * K);
-            else memset(rows + j * K, 0, (size_t)K * sizeof(float));
-        }
-        for (int64_t k = 0; k < K; k++)
-            for (int j = 0; j < 8; j++) pt[k * 8 + j] = rows[j * K + k];
-        di_cpu_panel8_f32_avx2(pt, K, c->x + g * K, c->groups * K, c->m, c->y + r0, N, nb);
+        if (np == 1) di_cpu_panel8_f32_avx2(pts[0], K, xs[0], c->groups * K, c->m, ys[0], N, nbs[0]);
+        else di_cpu_panels8_f32_avx2(np, pts, K, xs, c->groups * K, c->m, ys, N, nbs);
     }
     if (!pt) /* out of memory: zeros, as the panel path gives */
         for (int64_t t = lo; t < hi; t++) {

@@ -327,4 +327,35 @@ AVX2 void di_cpu_panel8_f32_avx2(const float *pt, int64_t K, const float *x, int
         memcpy(y + i * ldy, out, (size_t)nb * sizeof(float));
     }
 }
+
+AVX2 static inline __attribute__((always_inline)) void panels8_rows(const int np, const float *const *pt, int64_t K,
+                                                                  const float *const *x, int64_t ldx, int64_t m,
+                                                                  float *const *y, int64_t ldy, const int *nb) {
+    _Alignas(32) float out[8];
+    for (int64_t i = 0; i < m; i++) {
+        __m256 a[4];
+        const float *xi[4];
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            if (q < np) a[q] = _mm256_setzero_ps(), xi[q] = x[q] + i * ldx;
+        for (int64_t k = 0; k < K; k++)
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++)
+                if (q < np) a[q] = _mm256_fmadd_ps(_mm256_broadcast_ss(xi[q] + k), _mm256_load_ps(pt[q] + 8 * k), a[q]);
+#pragma GCC unroll 4
+        for (int q = 0; q < 4; q++)
+            if (q < np) {
+                _mm256_store_ps(out, a[q]);
+                memcpy(y[q] + i * ldy, out, (size_t)nb[q] * sizeof(float));
+            }
+    }
+}
+
+AVX2 void di_cpu_panels8_f32_avx2(int np, const float *const *pt, int64_t K, const float *const *x, int64_t ldx,
+                                  int64_t m, float *const *y, int64_t ldy, const int *nb) {
+    if (np >= 4) panels8_rows(4, pt, K, x, ldx, m, y, ldy, nb);
+    else if (np == 3) panels8_rows(3, pt, K, x, ldx, m, y, ldy, nb);
+    else if (np == 2) panels8_rows(2, pt, K, x, ldx, m, y, ldy, nb);
+    else if (np == 1) di_cpu_panel8_f32_avx2(pt[0], K, x[0], ldx, m, y[0], ldy, nb[0]);
+}
 #endif

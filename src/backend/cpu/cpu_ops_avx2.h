@@ -54,6 +54,13 @@ void di_cpu_div_bf16_avx2(const float *acc, float sum, int64_t n, float *out);
  * from +0 — the order of di_gemm_f32. pt is a transposed panel [K, 8]. */
 void di_cpu_panel8_f32_avx2(const float *pt, int64_t K, const float *x, int64_t ldx, int64_t m,
                             float *y, int64_t ldy, int nb);
+/* The same for np (2..4) panels at once, panel q with its own x[q] and
+ * y[q] (strides ldx, ldy) and nb[q] columns: for fewer than 4 rows, where
+ * one panel's single chain waits on each FMA's latency, the np chains run
+ * side by side; each keeps its order, so the bits are those of np calls
+ * above. */
+void di_cpu_panels8_f32_avx2(int np, const float *const *pt, int64_t K, const float *const *x, int64_t ldx,
+                             int64_t m, float *const *y, int64_t ldy, const int *nb);
 /* The transposed panel of FP8 weight rows r0 .. r0+nb-1 (nb <= 8):
  * pt[k, j] = e4m3(w[r0+j, k])·e8m0(s[(r0+j)/32, k/32]), the exact values
  * (0 for j >= nb). w [*, K] E4M3 codes, s [*, K/32] E8M0; K % 32 == 0. */
