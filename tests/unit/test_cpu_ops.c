@@ -499,6 +499,38 @@ static void test_panel_kernel(void) {
 #endif
 }
 
+/* The panel decoding against e4m3 · e8m0 in fp32 (one rounding) for every
+ * code under scale bytes across the E8M0 range (a subnormal 2^-127, the
+ * largest scales past 2^119 that take the two-step scaling, the NaN byte),
+ * through F16C (forced, so AMD machines check it too) and the CPU's own
+ * route. */
+static void test_panel_decode_scales(void) {
+#if defined(DI_HAVE_AVX2_OPS)
+    if (strcmp(di_cpu_kernels_path(), "avx2")) SKIP("no AVX2 on this machine");
+    enum { K = 256 };
+    static const uint8_t sb[K / 32] = {0, 1, 60, 127, 200, 247, 254, 255};
+    static uint8_t w[8 * K];
+    static float pt[K * 8] __attribute__((aligned(32)));
+    for (int i = 0; i < 8 * K; i++) w[i] = (uint8_t)(i * 37 + i / K); /* every code in each row */
+    for (int forced = 1; forced >= 0; forced--) {
+        di_cpu_kernels_force_fp8_half(forced);
+        di_cpu_fp8_panel8_avx2(w, sb, K, 0, 8, pt);
+        int bad = 0;
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < 8; j++) {
+                const float v = di_e4m3_to_f32(w[j * K + k]) * di_e8m0_to_f32(sb[k / 32]), got = pt[k * 8 + j];
+                /* a NaN code's sign is kept; a NaN code times a NaN scale may give either NaN */
+                if (v != v) bad += got == got || (sb[k / 32] != 255 && signbit(v) != signbit(got));
+                else bad += memcmp(&v, &got, sizeof v) != 0;
+            }
+        CHECKF(bad == 0, "F16C forced=%d: %d decoded weights differ", forced, bad);
+    }
+    di_cpu_kernels_force_fp8_half(0);
+#else
+    SKIP("no AVX2 forms on this architecture");
+#endif
+}
+
 /* The lane kernels of the attention before any rounding: every lane the
  * scalar step. */
 static void test_dots_kernel(void) {
@@ -545,6 +577,7 @@ int main(void) {
     RUN(test_norm_rope);
     RUN(test_index);
     RUN(test_panel_kernel);
+    RUN(test_panel_decode_scales);
     RUN(test_dots_kernel);
     return test_summary();
 }

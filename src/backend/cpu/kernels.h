@@ -155,6 +155,9 @@ void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int6
  * bits either way; for tests and benchmarks. Set it before running
  * kernels, not while they run. */
 void di_cpu_kernels_force_fp8_half(int on);
+/* Whether FP8 codes go through F16C right now (every CPU but AMD's, or
+ * forced above); the CPU ops that decode FP8 weights follow it too. */
+int di_cpu_kernels_fp8_half(void);
 #endif
 
 /* Decoding tables shared by both paths: E4M3 and E8M0 byte -> fp32 value

@@ -363,6 +363,7 @@ static int use_half(void) {
 }
 
 void di_cpu_kernels_force_fp8_half(int on) { atomic_store(&half_forced, on != 0); }
+int di_cpu_kernels_fp8_half(void) { return use_half(); }
 
 /* ---- prefill, dot products (M < LG_MIN_M) ---- */
 
