@@ -118,21 +118,9 @@ AVX2 void di_cpu_hc_project_avx2(const float *u, int64_t ldu, int R, int64_t n, 
     }
 }
 
-/* Codes of 8 rows x 8 k decoded through F16C: a code's byte at the top of
- * a 16-bit half, shifted right by one with its sign and masked (0xbf80),
- * is the fp16 of its value times 2^-8 (E4M3 subnormals become fp16
- * subnormals), which vcvtph2ps turns into a normal fp32 exactly. Then one
- * rounding multiply by the scale (times 2^8 folded into it where that is
- * exact, else applied first), the same single rounding as the scalar
- * decoding's e4m3·e8m0; the NaN codes give NaN with their sign, as before;
- * a transpose in registers. The earlier arithmetic decoding placed the
- * code's bits into an fp32 and scaled it by 2^120, which hands fp32
- * subnormals (7 codes in 128) to a multiply: on Intel cores that is a
- * microcode assist, and the panel ran 7x slower on random codes than on
- * codes without subnormals (2.4 against 0.33 ns a value). */
-/* The arithmetic decoding, kept for AMD cores, which take fp32 subnormals
- * at full speed (0.33 against 0.42 ns a value through F16C; the choice is
- * the FP8 kernels' own, di_cpu_kernels_fp8_half): the 7
+/* The panel's arithmetic decoding, kept for AMD cores, which take fp32
+ * subnormals at full speed (0.33 against 0.42 ns a value through F16C; the
+ * choice is the FP8 kernels' own, di_cpu_kernels_fp8_half): the 7
  * magnitude bits placed at fp32 bit 20 make exponent and mantissa fields
  * whose value times 2^120 is the E4M3 value exactly. */
 AVX2 static void fp8_panel8_shift(const uint8_t *w, const uint8_t *s, int64_t K, int64_t r0, int nb, float *pt) {
@@ -162,9 +150,20 @@ AVX2 static void fp8_panel8_shift(const uint8_t *w, const uint8_t *s, int64_t K,
     }
 }
 
-AVX2 __attribute__((target("avx2,fma,f16c"))) void di_cpu_fp8_panel8_avx2(const uint8_t *w, const uint8_t *s,
-                                                                          int64_t K, int64_t r0, int nb,
-                                                                          float *pt) {
+/* Codes of 8 rows x 8 k decoded through F16C: a code's byte at the top of
+ * a 16-bit half, shifted right by one with its sign and masked (0xbf80),
+ * is the fp16 of its value times 2^-8 (E4M3 subnormals become fp16
+ * subnormals), which vcvtph2ps turns into a normal fp32 exactly. Then one
+ * rounding multiply by the scale (times 2^8 folded into it where that is
+ * exact, else applied first), the same single rounding as the scalar
+ * decoding's e4m3·e8m0; the NaN codes give NaN with their sign, as before;
+ * a transpose in registers. The earlier arithmetic decoding placed the
+ * code's bits into an fp32 and scaled it by 2^120, which hands fp32
+ * subnormals (7 codes in 128) to a multiply: on Intel cores that is a
+ * microcode assist, and the panel ran 7x slower on random codes than on
+ * codes without subnormals (2.4 against 0.33 ns a value). */
+__attribute__((target("avx2,fma,f16c"))) void di_cpu_fp8_panel8_avx2(const uint8_t *w, const uint8_t *s, int64_t K,
+                                                                     int64_t r0, int nb, float *pt) {
     if (!di_cpu_kernels_fp8_half()) { /* AMD, unless forced (kernels.h) */
         fp8_panel8_shift(w, s, K, r0, nb, pt);
         return;
