@@ -118,60 +118,51 @@ AVX2 void di_cpu_hc_project_avx2(const float *u, int64_t ldu, int R, int64_t n, 
     }
 }
 
-/* The panel's arithmetic decoding, kept for AMD cores, which take fp32
- * subnormals at full speed (0.33 against 0.42 ns a value through F16C; the
- * choice is the FP8 kernels' own, di_cpu_kernels_fp8_half): the 7
- * magnitude bits placed at fp32 bit 20 make exponent and mantissa fields
- * whose value times 2^120 is the E4M3 value exactly. */
-AVX2 static void fp8_panel8_shift(const uint8_t *w, const uint8_t *s, int64_t K, int64_t r0, int nb, float *pt) {
-    const float *e8m0 = di_cpu_e8m0_table();
-    const __m256i m7f = _mm256_set1_epi32(0x7f), nanv = _mm256_set1_epi32(0x7fc00000);
-    const __m256 two120 = _mm256_castsi256_ps(_mm256_set1_epi32((127 + 120) << 23));
-    int64_t kb = K / 32;
-    for (int64_t k = 0; k < K; k += 8) {
-        __m256 rr[8];
-        for (int j = 0; j < 8; j++) {
-            if (j >= nb) {
-                rr[j] = _mm256_setzero_ps();
-                continue;
-            }
-            int64_t n = r0 + j;
-            uint64_t b8;
-            memcpy(&b8, w + n * K + k, 8);
-            __m256i b = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)b8));
-            __m256i mag = _mm256_and_si256(b, m7f);
-            __m256 v = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 20)), two120);
-            __m256i bits = _mm256_blendv_epi8(_mm256_castps_si256(v), nanv, _mm256_cmpeq_epi32(mag, m7f));
-            bits = _mm256_or_si256(bits, _mm256_slli_epi32(_mm256_srli_epi32(b, 7), 31));
-            rr[j] = _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(e8m0[s[(n / 32) * kb + k / 32]]));
-        }
-        transpose8(rr);
-        for (int t = 0; t < 8; t++) _mm256_store_ps(pt + (k + t) * 8, rr[t]);
-    }
+#define F16C_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+
+/* 8 codes (b8, one row) times their scale sc as fp32, through F16C: a
+ * code's byte at the top of a 16-bit half, shifted right by one with its
+ * sign and masked (0xbf80), is the fp16 of its value times 2^-8 (E4M3
+ * subnormals become fp16 subnormals), which vcvtph2ps turns into a normal
+ * fp32 exactly; then one rounding multiply by the scale (times 2^8 folded
+ * into it where that is exact, else applied first), the single rounding of
+ * the scalar decoding's e4m3·e8m0. The NaN codes give NaN with their sign. */
+F16C_INLINE __m256 fp8x8_half(uint64_t b8, float sc) {
+    const __m128i b = _mm_cvtsi64_si128((long long)b8);
+    const __m256 v = _mm256_cvtph_ps(
+        _mm_and_si128(_mm_srai_epi16(_mm_unpacklo_epi8(_mm_setzero_si128(), b), 1), _mm_set1_epi16((short)0xbf80)));
+    const __m256 y = sc <= 0x1p119f ? _mm256_mul_ps(v, _mm256_set1_ps(sc * 0x1p8f))
+                                    : _mm256_mul_ps(_mm256_mul_ps(v, _mm256_set1_ps(0x1p8f)), _mm256_set1_ps(sc));
+    const __m256i c = _mm256_cvtepu8_epi32(b), m7f = _mm256_set1_epi32(0x7f);
+    const __m256i nan = _mm256_or_si256(_mm256_set1_epi32(0x7fc00000), _mm256_slli_epi32(_mm256_srli_epi32(c, 7), 31));
+    return _mm256_castsi256_ps(
+        _mm256_blendv_epi8(_mm256_castps_si256(y), nan, _mm256_cmpeq_epi32(_mm256_and_si256(c, m7f), m7f)));
 }
 
-/* Codes of 8 rows x 8 k decoded through F16C: a code's byte at the top of
- * a 16-bit half, shifted right by one with its sign and masked (0xbf80),
- * is the fp16 of its value times 2^-8 (E4M3 subnormals become fp16
- * subnormals), which vcvtph2ps turns into a normal fp32 exactly. Then one
- * rounding multiply by the scale (times 2^8 folded into it where that is
- * exact, else applied first), the same single rounding as the scalar
- * decoding's e4m3·e8m0; the NaN codes give NaN with their sign, as before;
- * a transpose in registers. The earlier arithmetic decoding placed the
- * code's bits into an fp32 and scaled it by 2^120, which hands fp32
- * subnormals (7 codes in 128) to a multiply: on Intel cores that is a
- * microcode assist, and the panel ran 7x slower on random codes than on
- * codes without subnormals (2.4 against 0.33 ns a value). */
+/* The same arithmetically, for AMD cores, which take fp32 subnormals at
+ * full speed (0.33 against 0.42 ns a value through F16C): the 7 magnitude
+ * bits placed at fp32 bit 20 make exponent and mantissa fields whose value
+ * times 2^120 is the E4M3 value exactly, the sign goes to bit 31, the NaN
+ * codes give NaN; then the scale. On Intel cores this hands fp32
+ * subnormals (7 codes in 128) to a multiply, a microcode assist: the panel
+ * ran 7x slower on random codes than on codes without subnormals (2.4
+ * against 0.33 ns a value), hence the F16C form there. */
+F16C_INLINE __m256 fp8x8_shift(uint64_t b8, float sc) {
+    const __m256i b = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)b8)), m7f = _mm256_set1_epi32(0x7f);
+    const __m256i mag = _mm256_and_si256(b, m7f);
+    const __m256 v = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(mag, 20)),
+                                   _mm256_castsi256_ps(_mm256_set1_epi32((127 + 120) << 23)));
+    __m256i bits = _mm256_blendv_epi8(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fc00000), _mm256_cmpeq_epi32(mag, m7f));
+    bits = _mm256_or_si256(bits, _mm256_slli_epi32(_mm256_srli_epi32(b, 7), 31));
+    return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(sc));
+}
+
+/* Codes of 8 rows x 8 k decoded (the FP8 kernels' choice of form,
+ * di_cpu_kernels_fp8_half) and transposed in registers. */
 __attribute__((target("avx2,fma,f16c"))) void di_cpu_fp8_panel8_avx2(const uint8_t *w, const uint8_t *s, int64_t K,
                                                                      int64_t r0, int nb, float *pt) {
-    if (!di_cpu_kernels_fp8_half()) { /* AMD, unless forced (kernels.h) */
-        fp8_panel8_shift(w, s, K, r0, nb, pt);
-        return;
-    }
     const float *e8m0 = di_cpu_e8m0_table();
-    const __m128i mask = _mm_set1_epi16((short)0xbf80), zero = _mm_setzero_si128();
-    const __m256i m7f = _mm256_set1_epi32(0x7f), nanv = _mm256_set1_epi32(0x7fc00000);
-    const __m256 two8 = _mm256_set1_ps(0x1p8f);
+    const int half = di_cpu_kernels_fp8_half();
     int64_t kb = K / 32;
     for (int64_t k = 0; k < K; k += 8) {
         __m256 rr[8];
@@ -183,15 +174,8 @@ __attribute__((target("avx2,fma,f16c"))) void di_cpu_fp8_panel8_avx2(const uint8
             int64_t n = r0 + j;
             uint64_t b8;
             memcpy(&b8, w + n * K + k, 8);
-            const __m128i b = _mm_cvtsi64_si128((long long)b8);
-            const __m256 v = _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(_mm_unpacklo_epi8(zero, b), 1), mask));
             const float sc = e8m0[s[(n / 32) * kb + k / 32]];
-            const __m256 y = sc <= 0x1p119f ? _mm256_mul_ps(v, _mm256_set1_ps(sc * 0x1p8f))
-                                            : _mm256_mul_ps(_mm256_mul_ps(v, two8), _mm256_set1_ps(sc));
-            const __m256i c = _mm256_cvtepu8_epi32(b);
-            const __m256i nan = _mm256_or_si256(nanv, _mm256_slli_epi32(_mm256_srli_epi32(c, 7), 31));
-            rr[j] = _mm256_castsi256_ps(
-                _mm256_blendv_epi8(_mm256_castps_si256(y), nan, _mm256_cmpeq_epi32(_mm256_and_si256(c, m7f), m7f)));
+            rr[j] = half ? fp8x8_half(b8, sc) : fp8x8_shift(b8, sc);
         }
         transpose8(rr);
         for (int t = 0; t < 8; t++) _mm256_store_ps(pt + (k + t) * 8, rr[t]);
