@@ -7,7 +7,9 @@
  *   build/bench/bench_gemm --decode [--rounds R] [--quick] [--only WEIGHT]
  *   (either form: --half forces the FP8 route of CPUs with slow subnormals,
  *   E4M3 codes through F16C, which non-AMD CPUs take anyway; --narrow keeps
- *   a CPU with AVX-512 on the 256-bit kernels)
+ *   a CPU with AVX-512 on the 256-bit kernels; --no-bf16 keeps the FP8
+ *   decode rows off the BF16 dot products; --weights normal draws the FP8
+ *   codes as a checkpoint's, see normal_codes, instead of random bytes)
  *   (--quick: shorter timing, skips the largest prefill)
  *
  * The peer is OpenBLAS at its best on this CPU: a build that does not know
@@ -223,11 +225,36 @@ static size_t ws_bytes(const wmat *m) {
     return (size_t)(m->fp4 ? m->N * (m->K / 32) : ((m->N + 31) / 32) * (m->K / 32));
 }
 
+/* --weights normal: FP8 codes of normally distributed weights quantized as a
+ * checkpoint's 32x32 blocks are (the block's largest, ~3.3 sigma of 1,024
+ * values, at 448), through a table of 65,536 quantiles: codes of exponent 0
+ * (below 2^-6 of 448) come up a few times in 10^4, where uniformly random
+ * bytes (the default) give 7 in 128. What the FP8 decode rows' BF16 route
+ * depends on (kernels_avx2_block.c); MXFP4 codes stay random. */
+static uint8_t *normal_codes;
+static void normal_codes_init(void) {
+    normal_codes = malloc(65536);
+    for (int u = 0; u < 65536; u++) {
+        const double p = (u + 0.5) / 65536.0;
+        double lo = -8, hi = 8; /* the quantile by bisection on the normal CDF */
+        for (int it = 0; it < 60; it++) {
+            const double mid = 0.5 * (lo + hi);
+            if (0.5 * erfc(-mid / sqrt(2.0)) < p) lo = mid;
+            else hi = mid;
+        }
+        double v = 0.5 * (lo + hi) / 3.3 * 448.0;
+        if (v > 448) v = 448;
+        if (v < -448) v = -448;
+        normal_codes[u] = di_f32_to_e4m3((float)v);
+    }
+}
+
 static void wcopy_fill(const wmat *m, wcopy *c) {
     c->w = malloc(w_bytes(m));
     c->ws = malloc(ws_bytes(m));
     for (size_t i = 0; i < w_bytes(m); i++) {
         uint8_t b = (uint8_t)rnd();
+        if (!m->fp4 && normal_codes) b = normal_codes[rnd() & 0xffff];
         if (!m->fp4 && (b & 0x7f) == 0x7f) b = 0x30;
         c->w[i] = b;
     }
@@ -386,8 +413,11 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
         memcpy(t, fma[all], sizeof t);
         fma_med[all] = median_of(t, rounds);
     }
-    printf("# CPU kernels, decode rows: path %s (%s), %d rounds; 1 thread = thread CPU time, %d threads = wall clock\n",
-           di_cpu_kernels_path(), di_cpu_describe(), rounds, di_threadpool_size(tp));
+    printf("# CPU kernels, decode rows: path %s%s (%s), %d rounds; 1 thread = thread CPU time, %d threads = wall clock\n",
+           di_cpu_kernels_path(), di_cpu_kernels_bf16() ? ", FP8 rows of M <= 2 on BF16 dot products" : "",
+           di_cpu_describe(), rounds, di_threadpool_size(tp));
+    printf("# FP8 weight codes: %s\n", normal_codes ? "normally distributed values, quantized (--weights normal)"
+                                                    : "uniformly random bytes");
     printf("# read bandwidth, median of the rounds: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n",
            bw_med[0], bw_med[1], di_threadpool_size(tp));
     printf("# 8-lane FMAs, median of the rounds: %.2f G/s (1 thread), %.2f G/s (%d threads)\n",
@@ -436,6 +466,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--half")) di_cpu_kernels_force_fp8_half(1);
         else if (!strcmp(argv[i], "--narrow")) di_cpu_kernels_force_no_avx512(1);
+        else if (!strcmp(argv[i], "--no-bf16")) di_cpu_kernels_force_no_bf16(1);
+        else if (!strcmp(argv[i], "--weights") && i + 1 < argc && !strcmp(argv[i + 1], "normal")) {
+            normal_codes_init();
+            i++;
+        } else if (!strcmp(argv[i], "--weights") && i + 1 < argc && !strcmp(argv[i + 1], "random")) {
+            i++;
+        } else {
+            fprintf(stderr, "bench_gemm: unknown argument %s (see the comment at the top of bench/bench_gemm.c)\n", argv[i]);
+            return 1;
+        }
     }
     openblas_best_core(argv);
     if (threads <= 0) threads = di_cpu_count();

@@ -468,7 +468,7 @@ static void test_gemm_decode_all_scales(void) {
 static void test_gemm_fp8_tiny_scales(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
     enum { K = 32 * 8, N = 64, KB = K / 32 };
-    static const int xs[] = {100, 124, 125, 140, 148, 150, 151, 152, 153};
+    static const int xs[] = {100, 108, 109, 110, 124, 125, 140, 148, 150, 151, 152, 153};
     for (size_t xi = 0; xi < sizeof xs / sizeof *xs; xi++)
         for (int64_t M = 1; M <= 5; M += 2) {
             problem p;
@@ -770,6 +770,90 @@ static void test_narrow_route(void) {
 #endif
 }
 
+/* On a CPU with AVX512-BF16 the FP8 decode rows of one or two activation
+ * rows run on its dot products (kernels_avx2_block.c). The route must be
+ * taken by the checks above (every E4M3 code, the exponent-0 ones through
+ * the table, and the tiny-scale bound at 2^-108 included), give the scalar
+ * bits, and step aside where it cannot: activation scales that are not
+ * powers of two (folded values not exact in bf16). Then every check again
+ * on the F16C route it replaces there. */
+static void test_bf16_route(void) {
+#ifdef DI_HAVE_AVX2_KERNELS
+    if (!di_cpu_kernels_bf16()) SKIP("no AVX512-BF16 (or DI_CPU_BF16=0): the F16C decode rows are the ones checked above");
+    CHECK(di_cpu_bf16_dot_check());
+    long n0 = di_cpu_kernels_bf16_units();
+    test_gemm_decode_rows();
+    test_gemm_fp8_tiny_scales();
+    CHECKF(di_cpu_kernels_bf16_units() > n0, "the route ran %ld units", di_cpu_kernels_bf16_units() - n0);
+    /* every finite code in every position class of a chunk, both rows of a
+     * pair, M = 1 and 2: two units of 32 rows, the second on the F16C route
+     * (a quarter of the first's vectors and more took the table); then
+     * codes of exponent 1 and up only, both units on the route */
+    for (int64_t v = 0; v < 4; v++) {
+        const int64_t M = 1 + v % 2, light = v / 2;
+        enum { K = 32 * 9, N = 37 };
+        problem p;
+        problem_init(&p, FMT_FP8, M, K, N);
+        /* activations of one magnitude (fill_act's span of 2^29 sends some units to the scalar rows) */
+        for (int64_t i = 0; i < M * K; i++) p.x[i] = di_round_bf16(rnd_unit());
+        di_act_quant_fp8_scalar(p.x, M, K, p.qa, p.sa);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < K; k++) {
+                uint8_t b = (uint8_t)((n * 7 + k * 13) & 0xff);
+                if (light && !(b & 0x78)) b |= 0x08;
+                ((uint8_t *)p.w)[n * K + k] = (b & 0x7f) != 0x7f ? b : light ? 0x08 : 0x00;
+            }
+        float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
+        n0 = di_cpu_kernels_bf16_units();
+        run_gemm(&p, 0, 0, M, a, NULL);
+        run_gemm(&p, 1, 0, M, b, NULL);
+        CHECKF(count_diff_bits(a, b, M * N) == 0, "codes %lld, M=%lld: outputs differ from scalar", (long long)v,
+               (long long)M);
+        CHECKF(di_cpu_kernels_bf16_units() == n0 + 1 + light, "codes %lld, M=%lld: %ld units on the route",
+               (long long)v, (long long)M, di_cpu_kernels_bf16_units() - n0);
+        /* scales off the powers of two: a(k) no longer exact in bf16, the route declines */
+        for (int64_t i = 0; i < M * (K / 32); i++) p.sa[i] *= 1.0f + 0x1p-20f;
+        n0 = di_cpu_kernels_bf16_units();
+        run_gemm(&p, 0, 0, M, a, NULL);
+        run_gemm(&p, 1, 0, M, b, NULL);
+        CHECKF(count_diff_bits(a, b, M * N) == 0, "odd scales, M=%lld: outputs differ from scalar", (long long)M);
+        CHECKF(di_cpu_kernels_bf16_units() == n0, "odd scales, M=%lld: the route ran", (long long)M);
+        free(a), free(b);
+        problem_free(&p);
+    }
+    /* the bound sa·sw >= 2^-108: a lane whose one term is the smallest
+     * product, 2^-9·2^-9·sa·sw, is 2^-126 there (a normal number, on the
+     * route) and a subnormal below it, which the route's flush would zero */
+    static const int xs[] = {100, 108, 109, 112, 120};
+    for (size_t xi = 0; xi < sizeof xs / sizeof *xs; xi++) {
+        enum { K = 32 * 4, N = 32 };
+        problem p;
+        problem_init(&p, FMT_FP8, 1, K, N);
+        memset(p.qa, 0, K);
+        p.qa[37] = 0x01; /* 2^-9: lane 1 of chunk 1 */
+        for (int64_t kb = 0; kb < K / 32; kb++) p.sa[kb] = ldexpf(1.0f, 40 - xs[xi]);
+        memset(p.w, 0x01, (size_t)N * K);
+        memset(p.ws, 127 - 40, K / 32);
+        float a[N], b[N];
+        n0 = di_cpu_kernels_bf16_units();
+        run_gemm(&p, 0, 0, 1, a, NULL);
+        run_gemm(&p, 1, 0, 1, b, NULL);
+        CHECKF(a[5] == ldexpf(1.0f, -18 - xs[xi]), "2^-%d: scalar %a", xs[xi], (double)a[5]);
+        CHECKF(count_diff_bits(a, b, N) == 0, "2^-%d: %a against the scalar %a", xs[xi], (double)b[5], (double)a[5]);
+        CHECKF((di_cpu_kernels_bf16_units() > n0) == (xs[xi] <= 108), "2^-%d: route %s", xs[xi],
+               di_cpu_kernels_bf16_units() > n0 ? "taken" : "not taken");
+        problem_free(&p);
+    }
+    di_cpu_kernels_force_no_bf16(1);
+    CHECK(!di_cpu_kernels_bf16());
+    n0 = di_cpu_kernels_bf16_units();
+    check_all_paths();
+    CHECK(di_cpu_kernels_bf16_units() == n0);
+    di_cpu_kernels_force_no_bf16(0);
+    CHECK(di_cpu_kernels_bf16());
+#endif
+}
+
 /* The checks above that reach the AVX2 kernels' forms, for the routes that
  * tests force. */
 static void check_all_paths(void) {
@@ -885,6 +969,7 @@ int main(void) {
     RUN(test_batch_and_thread_invariance);
     RUN(test_half_route);
     RUN(test_narrow_route);
+    RUN(test_bf16_route);
     RUN(test_dispatch);
     return test_summary();
 }
