@@ -7,9 +7,10 @@
  *   build/bench/bench_gemm --decode [--rounds R] [--quick] [--only WEIGHT]
  *   (either form: --half forces the FP8 route of CPUs with slow subnormals,
  *   E4M3 codes through F16C, which non-AMD CPUs take anyway; --narrow keeps
- *   a CPU with AVX-512 on the 256-bit kernels; --no-bf16 keeps the FP8
- *   decode rows off the BF16 dot products; --weights normal draws the FP8
- *   codes as a checkpoint's, see normal_codes, instead of random bytes)
+ *   a CPU with AVX-512 on the 256-bit kernels; --no-bias keeps their FP8
+ *   decode rows on F16C rather than the exponent bias; --weights normal
+ *   draws the FP8 codes as a checkpoint's, see normal_codes, instead of
+ *   random bytes)
  *   (--quick: shorter timing, skips the largest prefill)
  *
  * The peer is OpenBLAS at its best on this CPU: a build that does not know
@@ -229,8 +230,8 @@ static size_t ws_bytes(const wmat *m) {
  * checkpoint's 32x32 blocks are (the block's largest, ~3.3 sigma of 1,024
  * values, at 448), through a table of 65,536 quantiles: codes of exponent 0
  * (below 2^-6 of 448) come up a few times in 10^4, where uniformly random
- * bytes (the default) give 7 in 128. What the FP8 decode rows' BF16 route
- * depends on (kernels_avx2_block.c); MXFP4 codes stay random. */
+ * bytes (the default) give 7 in 128. What the FP8 decode rows' exponent-bias
+ * decoding depends on (kernels_avx2_block.c); MXFP4 codes stay random. */
 static uint8_t *normal_codes;
 static void normal_codes_init(void) {
     normal_codes = malloc(65536);
@@ -414,8 +415,8 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
         fma_med[all] = median_of(t, rounds);
     }
     printf("# CPU kernels, decode rows: path %s%s (%s), %d rounds; 1 thread = thread CPU time, %d threads = wall clock\n",
-           di_cpu_kernels_path(), di_cpu_kernels_bf16() ? ", FP8 rows of M <= 2 on BF16 dot products" : "",
-           di_cpu_describe(), rounds, di_threadpool_size(tp));
+           di_cpu_kernels_path(), di_cpu_kernels_wide() ? " with 512-bit vectors" : "", di_cpu_describe(), rounds,
+           di_threadpool_size(tp));
     printf("# FP8 weight codes: %s\n", normal_codes ? "normally distributed values, quantized (--weights normal)"
                                                     : "uniformly random bytes");
     printf("# read bandwidth, median of the rounds: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n",
@@ -466,7 +467,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--half")) di_cpu_kernels_force_fp8_half(1);
         else if (!strcmp(argv[i], "--narrow")) di_cpu_kernels_force_no_avx512(1);
-        else if (!strcmp(argv[i], "--no-bf16")) di_cpu_kernels_force_no_bf16(1);
+        else if (!strcmp(argv[i], "--no-bias")) di_cpu_kernels_force_no_bias(1);
         else if (!strcmp(argv[i], "--weights") && i + 1 < argc && !strcmp(argv[i + 1], "normal")) {
             normal_codes_init();
             i++;

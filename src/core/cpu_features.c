@@ -45,19 +45,6 @@ int di_cpu_has_avx512(void) {
 #endif
 }
 
-int di_cpu_has_avx512bf16(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (!di_cpu_has_avx512()) return 0;
-    unsigned a, b, c, d;
-    __cpuid_count(7, 0, a, b, c, d);
-    if (a < 1) return 0; /* no subleaf 1 */
-    __cpuid_count(7, 1, a, b, c, d);
-    return (a >> 5) & 1u; /* AVX512_BF16 (eax 5) */
-#else
-    return 0;
-#endif
-}
-
 int di_cpu_count(void) {
     cpu_set_t set;
     CPU_ZERO(&set);

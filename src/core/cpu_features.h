@@ -8,8 +8,6 @@ int di_cpu_has_avx2(void);
 /* 1 when, on top of di_cpu_has_avx2(), AVX-512 F, DQ, BW and VL are usable:
  * the CPU has them and the OS saves the opmask and 512-bit register state. */
 int di_cpu_has_avx512(void);
-/* 1 when, on top of di_cpu_has_avx512(), AVX512-BF16 is usable (VDPBF16PS). */
-int di_cpu_has_avx512bf16(void);
 /* Online logical CPUs available to this process (at least 1). */
 int di_cpu_count(void);
 /* "avx2+fma+f16c+avx512", "avx2+fma+f16c" or "scalar": for `deepinfer info` and benchmark headers. */

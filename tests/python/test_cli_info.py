@@ -1,7 +1,6 @@
 """`deepinfer info`: the backends compiled in, the CPU's vector units and the
 kernels the CPU backend runs on them; DI_CPU_AVX512=0 keeps a CPU with
-AVX-512 on the 256-bit kernels, DI_CPU_BF16=0 keeps the FP8 decode rows off
-the BF16 dot products."""
+AVX-512 on the 256-bit kernels."""
 import os
 import re
 
@@ -15,38 +14,27 @@ def _cpu_line(env=None):
     assert "backends compiled: cpu" in p.stdout
     lines = [l for l in p.stdout.splitlines() if l.startswith("cpu:")]
     assert len(lines) == 1, p.stdout
-    m = re.match(r"cpu: avx2 (yes|no), fma (yes|no), avx512 (yes|no), avx512-bf16 (yes|no) "
-                 r"\(kernels: (avx2|scalar)(, 512-bit vectors)?(, bf16 decode rows)?\)$", lines[0])
+    m = re.match(r"cpu: avx2 (yes|no), fma (yes|no), avx512 (yes|no) \(kernels: (avx2|scalar)(, 512-bit vectors)?\)$",
+                 lines[0])
     assert m, lines[0]
     return m
 
 
 def _default_env():
-    return {k: v for k, v in os.environ.items() if k not in ("DI_CPU_AVX512", "DI_CPU_BF16")}
+    return {k: v for k, v in os.environ.items() if k != "DI_CPU_AVX512"}
 
 
 def test_info_names_the_kernels():
     m = _cpu_line(env=_default_env())
-    avx2, avx512, bf16, kernels, wide, rows = m.group(1), m.group(3), m.group(4), m.group(5), m.group(6), m.group(7)
+    avx2, avx512, kernels, wide = m.group(1), m.group(3), m.group(4), m.group(5)
     assert kernels == ("avx2" if avx2 == "yes" else "scalar")
     # 512-bit kernels exactly where the CPU has AVX-512 (F/DQ/BW/VL)
     assert (wide is not None) == (avx2 == "yes" and avx512 == "yes")
-    # BF16 decode rows only on top of them, only where the CPU has AVX512-BF16
-    # (and its dot products round as the route needs: checked at run time)
-    assert rows is None or (wide is not None and bf16 == "yes")
 
 
 def test_avx512_switch_off():
     m = _cpu_line(env=_default_env())
-    if not m.group(6):
+    if not m.group(5):
         pytest.skip("this CPU runs no 512-bit kernels: nothing to switch off")
     off = _cpu_line(env=dict(_default_env(), DI_CPU_AVX512="0"))
-    assert off.group(5) == "avx2" and off.group(6) is None and off.group(7) is None
-
-
-def test_bf16_switch_off():
-    m = _cpu_line(env=_default_env())
-    if not m.group(7):
-        pytest.skip("this CPU runs no BF16 decode rows: nothing to switch off")
-    off = _cpu_line(env=dict(_default_env(), DI_CPU_BF16="0"))
-    assert off.group(6) is not None and off.group(7) is None
+    assert off.group(4) == "avx2" and off.group(5) is None

@@ -468,7 +468,7 @@ static void test_gemm_decode_all_scales(void) {
 static void test_gemm_fp8_tiny_scales(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
     enum { K = 32 * 8, N = 64, KB = K / 32 };
-    static const int xs[] = {100, 108, 109, 110, 124, 125, 140, 148, 150, 151, 152, 153};
+    static const int xs[] = {100, 124, 125, 140, 148, 150, 151, 152, 153};
     for (size_t xi = 0; xi < sizeof xs / sizeof *xs; xi++)
         for (int64_t M = 1; M <= 5; M += 2) {
             problem p;
@@ -770,27 +770,29 @@ static void test_narrow_route(void) {
 #endif
 }
 
-/* On a CPU with AVX512-BF16 the FP8 decode rows of one or two activation
- * rows run on its dot products (kernels_avx2_block.c). The route must be
- * taken by the checks above (every E4M3 code, the exponent-0 ones through
- * the table, and the tiny-scale bound at 2^-108 included), give the scalar
- * bits, and step aside where it cannot: activation scales that are not
- * powers of two (folded values not exact in bf16). Then every check again
- * on the F16C route it replaces there. */
-static void test_bf16_route(void) {
+/* On a CPU with AVX-512 the FP8 decode rows of one or two activation rows
+ * decode their codes by the exponent bias (kernels_avx2_block.c,
+ * dec_bias_wide), the codes of exponent 0 through a table where a chunk
+ * pair holds one, and products whose codes take that table often go on
+ * through F16C. The decoding must be taken by the checks above (every
+ * E4M3 code, the exponent-0 ones, both zeros, the tiny scales), give the
+ * scalar bits, step over to F16C where the codes call for it, and the
+ * checks must pass again with it forced off (F16C throughout). */
+static void test_bias_route(void) {
 #ifdef DI_HAVE_AVX2_KERNELS
-    if (!di_cpu_kernels_bf16()) SKIP("no AVX512-BF16 (or DI_CPU_BF16=0): the F16C decode rows are the ones checked above");
-    CHECK(di_cpu_bf16_dot_check());
-    long n0 = di_cpu_kernels_bf16_units();
+    if (!di_cpu_kernels_wide()) SKIP("no AVX-512 F/DQ/BW/VL: no decode rows on 512-bit vectors");
+    if (!di_cpu_kernels_fp8_half()) SKIP("the shift route's CPU: its decode rows are the 256-bit ones");
+    long n0 = di_cpu_kernels_bias_units();
     test_gemm_decode_rows();
     test_gemm_fp8_tiny_scales();
-    CHECKF(di_cpu_kernels_bf16_units() > n0, "the route ran %ld units", di_cpu_kernels_bf16_units() - n0);
+    CHECKF(di_cpu_kernels_bias_units() > n0, "the decoding ran %ld units", di_cpu_kernels_bias_units() - n0);
     /* every finite code in every position class of a chunk, both rows of a
-     * pair, M = 1 and 2: two units of 32 rows, the second on the F16C route
-     * (a quarter of the first's vectors and more took the table); then
-     * codes of exponent 1 and up only, both units on the route */
-    for (int64_t v = 0; v < 4; v++) {
-        const int64_t M = 1 + v % 2, light = v / 2;
+     * pair, M = 1 and 2: two units of 32 rows, the second through F16C (an
+     * eighth of the first's chunk pairs and more took the table); then
+     * codes of exponent 1 and up, and codes of exponent 0 in one chunk pair
+     * of 36: both units by the bias */
+    for (int64_t v = 0; v < 6; v++) {
+        const int64_t M = 1 + v % 2, kind = v / 2;
         enum { K = 32 * 9, N = 37 };
         problem p;
         problem_init(&p, FMT_FP8, M, K, N);
@@ -800,57 +802,26 @@ static void test_bf16_route(void) {
         for (int64_t n = 0; n < N; n++)
             for (int64_t k = 0; k < K; k++) {
                 uint8_t b = (uint8_t)((n * 7 + k * 13) & 0xff);
-                if (light && !(b & 0x78)) b |= 0x08;
-                ((uint8_t *)p.w)[n * K + k] = (b & 0x7f) != 0x7f ? b : light ? 0x08 : 0x00;
+                if (kind && !(b & 0x78)) b |= 0x08;
+                if (kind == 2 && n % 4 == 1 && k / 32 == 3 && (k % 32) % 5 == 0) b &= 0x87; /* rows 1, 5, ..: one chunk */
+                ((uint8_t *)p.w)[n * K + k] = (b & 0x7f) != 0x7f ? b : kind ? 0x08 : 0x00;
             }
         float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
-        n0 = di_cpu_kernels_bf16_units();
+        n0 = di_cpu_kernels_bias_units();
         run_gemm(&p, 0, 0, M, a, NULL);
         run_gemm(&p, 1, 0, M, b, NULL);
-        CHECKF(count_diff_bits(a, b, M * N) == 0, "codes %lld, M=%lld: outputs differ from scalar", (long long)v,
+        CHECKF(count_diff_bits(a, b, M * N) == 0, "codes %lld, M=%lld: outputs differ from scalar", (long long)kind,
                (long long)M);
-        CHECKF(di_cpu_kernels_bf16_units() == n0 + 1 + light, "codes %lld, M=%lld: %ld units on the route",
-               (long long)v, (long long)M, di_cpu_kernels_bf16_units() - n0);
-        /* scales off the powers of two: a(k) no longer exact in bf16, the route declines */
-        for (int64_t i = 0; i < M * (K / 32); i++) p.sa[i] *= 1.0f + 0x1p-20f;
-        n0 = di_cpu_kernels_bf16_units();
-        run_gemm(&p, 0, 0, M, a, NULL);
-        run_gemm(&p, 1, 0, M, b, NULL);
-        CHECKF(count_diff_bits(a, b, M * N) == 0, "odd scales, M=%lld: outputs differ from scalar", (long long)M);
-        CHECKF(di_cpu_kernels_bf16_units() == n0, "odd scales, M=%lld: the route ran", (long long)M);
+        CHECKF(di_cpu_kernels_bias_units() == n0 + 1 + (kind > 0), "codes %lld, M=%lld: %ld units by the bias",
+               (long long)kind, (long long)M, di_cpu_kernels_bias_units() - n0);
         free(a), free(b);
         problem_free(&p);
     }
-    /* the bound sa·sw >= 2^-108: a lane whose one term is the smallest
-     * product, 2^-9·2^-9·sa·sw, is 2^-126 there (a normal number, on the
-     * route) and a subnormal below it, which the route's flush would zero */
-    static const int xs[] = {100, 108, 109, 112, 120};
-    for (size_t xi = 0; xi < sizeof xs / sizeof *xs; xi++) {
-        enum { K = 32 * 4, N = 32 };
-        problem p;
-        problem_init(&p, FMT_FP8, 1, K, N);
-        memset(p.qa, 0, K);
-        p.qa[37] = 0x01; /* 2^-9: lane 1 of chunk 1 */
-        for (int64_t kb = 0; kb < K / 32; kb++) p.sa[kb] = ldexpf(1.0f, 40 - xs[xi]);
-        memset(p.w, 0x01, (size_t)N * K);
-        memset(p.ws, 127 - 40, K / 32);
-        float a[N], b[N];
-        n0 = di_cpu_kernels_bf16_units();
-        run_gemm(&p, 0, 0, 1, a, NULL);
-        run_gemm(&p, 1, 0, 1, b, NULL);
-        CHECKF(a[5] == ldexpf(1.0f, -18 - xs[xi]), "2^-%d: scalar %a", xs[xi], (double)a[5]);
-        CHECKF(count_diff_bits(a, b, N) == 0, "2^-%d: %a against the scalar %a", xs[xi], (double)b[5], (double)a[5]);
-        CHECKF((di_cpu_kernels_bf16_units() > n0) == (xs[xi] <= 108), "2^-%d: route %s", xs[xi],
-               di_cpu_kernels_bf16_units() > n0 ? "taken" : "not taken");
-        problem_free(&p);
-    }
-    di_cpu_kernels_force_no_bf16(1);
-    CHECK(!di_cpu_kernels_bf16());
-    n0 = di_cpu_kernels_bf16_units();
+    di_cpu_kernels_force_no_bias(1);
+    n0 = di_cpu_kernels_bias_units();
     check_all_paths();
-    CHECK(di_cpu_kernels_bf16_units() == n0);
-    di_cpu_kernels_force_no_bf16(0);
-    CHECK(di_cpu_kernels_bf16());
+    CHECK(di_cpu_kernels_bias_units() == n0);
+    di_cpu_kernels_force_no_bias(0);
 #endif
 }
 
@@ -969,7 +940,7 @@ int main(void) {
     RUN(test_batch_and_thread_invariance);
     RUN(test_half_route);
     RUN(test_narrow_route);
-    RUN(test_bf16_route);
+    RUN(test_bias_route);
     RUN(test_dispatch);
     return test_summary();
 }

@@ -143,27 +143,6 @@ int di_cpu_kernels_wide(void) {
 
 void di_cpu_kernels_force_no_avx512(int on) { atomic_store(&forced_no_avx512, on != 0); }
 
-/* -1: not yet decided; else whether the CPU has AVX512-BF16, its dot
- * products round as the decode rows need and DI_CPU_BF16 is not 0 */
-static atomic_int has_bf16 = -1;
-static atomic_int forced_no_bf16;
-
-int di_cpu_kernels_bf16(void) {
-    int v = atomic_load_explicit(&has_bf16, memory_order_relaxed);
-    if (v < 0) {
-#ifdef DI_HAVE_AVX2_KERNELS
-        const char *e = getenv("DI_CPU_BF16");
-        v = di_cpu_has_avx512bf16() && !(e && !strcmp(e, "0")) && di_cpu_bf16_dot_check();
-#else
-        v = 0;
-#endif
-        atomic_store(&has_bf16, v);
-    }
-    return v && di_cpu_kernels_wide() && !atomic_load_explicit(&forced_no_bf16, memory_order_relaxed);
-}
-
-void di_cpu_kernels_force_no_bf16(int on) { atomic_store(&forced_no_bf16, on != 0); }
-
 #ifdef DI_HAVE_AVX2_KERNELS
 #define DISPATCH(name, ...)                     \
     do {                                        \

@@ -190,18 +190,13 @@ const char *di_cpu_kernels_path(void);
  * restores the choice. Set it before running kernels. */
 int di_cpu_kernels_wide(void);
 void di_cpu_kernels_force_no_avx512(int on);
-/* Whether the FP8 decode rows of one or two activation rows run on BF16
- * dot products right now (same bits; kernels_avx2_block.c says when):
- * 512-bit kernels on, a CPU with AVX512-BF16 whose VDPBF16PS rounds as
- * the route needs (checked once, di_cpu_bf16_dot_check), and neither
- * DI_CPU_BF16=0 in the environment nor forced off (1; 0 restores). Set it
- * before running kernels. The count of weight-row units the route has run
- * is for tests. */
-int di_cpu_kernels_bf16(void);
-void di_cpu_kernels_force_no_bf16(int on);
-long di_cpu_kernels_bf16_units(void);
-#if defined(__x86_64__)
-int di_cpu_bf16_dot_check(void); /* only where di_cpu_has_avx512bf16() */
-#endif
+/* The FP8 decode rows of one or two activation rows on 512-bit vectors
+ * decode E4M3 codes by their exponent bias (kernels_avx2_block.c,
+ * dec_bias_wide), or through F16C where a product's codes often have
+ * exponent 0; forcing it off (1) keeps them on F16C, 0 restores. Same bits
+ * either way; for tests and benchmarks, set before running kernels. The
+ * count of weight-row units decoded by the bias is for tests. */
+void di_cpu_kernels_force_no_bias(int on);
+long di_cpu_kernels_bias_units(void);
 
 #endif

@@ -48,9 +48,8 @@
  * the lanes carried across chunks in a per-thread buffer and reduced by the
  * tree of kernels.h at the end. Decode rows of one or two activation rows
  * on the F16C route also run on 512-bit vectors there (two weight rows a
- * register, "decode rows on 512-bit vectors"), and on CPUs with AVX512-BF16
- * on its dot products, which take two chain steps an instruction with the
- * scalar roundings ("decode rows on BF16 dot products"). */
+ * register, "decode rows on 512-bit vectors"), their codes decoded by the
+ * exponent bias rather than F16C. */
 #include "backend/cpu/kernels.h"
 
 #ifdef DI_HAVE_AVX2_KERNELS
@@ -74,11 +73,6 @@
  * says so. */
 #define AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
 #define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
-/* The decode rows on AVX512-BF16 dot products (di_cpu_kernels_bf16()). */
-#define AVX512BF16 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,avx2,fma,f16c")))
-#define AVX512BF16_INLINE                                                                         \
-    static inline __attribute__((always_inline,                                                  \
-                                 target("avx512f,avx512vl,avx512bw,avx512dq,avx512bf16,avx2,fma,f16c")))
 
 /* Prefill blocking: BM activation rows × BN weight rows per micro-kernel,
  * chunks of ROWS weight rows × KC codes. Decode rows: up to DEC_M rows, in
@@ -792,8 +786,8 @@ typedef struct dec_job {
     const float *bmax;      /* [K/32] max |a| over the rows per block */
     const float *smin;      /* [K/32] min sa over the rows per block */
     int half;               /* decode through F16C (see use_half()) */
-    int bf16;               /* M <= 2 on the BF16 dot products where a unit allows (dec_units) */
-    atomic_int *bf16_heavy; /* set once a unit's codes took the table often: the F16C route for the rest */
+    int bias;               /* M <= 2 on 512-bit vectors, codes by the exponent bias (dec_bias_wide) */
+    atomic_int *bias_heavy; /* set once a unit's codes took its table often: F16C for the rest */
     const uint8_t *w, *ws;
     int64_t M, K, Kp, N;
     float *out;             /* [M, N] */
@@ -954,7 +948,7 @@ AVX512_INLINE void dec_half_wide(__m512i x, __m512 out[4]) {
     __asm__("vcvtph2ps %1, %0" : "=v"(out[3]) : "m"(h[3]));
 }
 
-/* The decode rows on 512-bit vectors (dec_kernel_wide, dec_kernel_bf16):
+/* The decode rows on 512-bit vectors (dec_kernel_wide):
  * the row pointers in registers and the accumulators [m][row pair] at zero;
  * at the end each row's eight chains (a register's half) through the tree. */
 AVX512_INLINE void dec_wide_begin(const int mr, const int R, const uint8_t *const *rowp, const uint8_t *rows[8],
@@ -980,11 +974,49 @@ AVX512_INLINE void dec_wide_end(const int mr, const int R, __m512 acc[2][4], flo
             }
 }
 
+/* The same four vectors by the exponent bias, without F16C: each code to
+ * the top byte of its lane by one in-lane byte shuffle a position (lane l of
+ * position p: row 2i's code 4l + p for l < 8, row 2i + 1's for the rest),
+ * arithmetically back by 4 (sign at bit 31, the exponent's 4 bits at
+ * 23-26, the mantissa's 3 at 20-22), masked, and the exponent field raised
+ * by 112 (bits 27-29 set: e + 112 <= 127 carries into nothing): the fp32 of
+ * w·2^-8 for every code of exponent e >= 1, a normal number, as F16C gives
+ * it. A code of exponent 0 (its value m·2^-9) would read 2^-15·(1 + m/8):
+ * where the 64 codes hold one (6 in 1,000 chunk pairs of weights
+ * quantized as a checkpoint's, bench_gemm --weights normal), those lanes
+ * take m·2^-17 from a table, sign restored. 3 instructions a vector of 16 codes instead of dec_half_wide's
+ * ~5 (its conversions take two each); returns whether the table was used. */
+static const float bias_sub_tab[16] = {0.0f, 0x1p-17f, 0x1p-16f, 0x1.8p-16f, 0x1p-15f, 0x1.4p-15f, 0x1.8p-15f, 0x1.cp-15f};
+AVX512_INLINE int dec_bias_wide(__m512i x, __m512 out[4]) {
+    const __m512i keep = _mm512_set1_epi32((int)0x87f00000), bias = _mm512_set1_epi32(0x38000000);
+    const int sub = _mm512_testn_epi8_mask(x, _mm512_set1_epi8(0x78)) != 0;
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        /* dword t of each 16-byte lane <- its byte 4t + p, in the top byte */
+        const __m512i pick = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, (char)p, -1, -1, -1, (char)(4 + p), -1,
+                                                                  -1, -1, (char)(8 + p), -1, -1, -1, (char)(12 + p)));
+        const __m512i s = _mm512_shuffle_epi8(x, pick);
+        __m512i w = _mm512_ternarylogic_epi32(_mm512_srai_epi32(s, 4), keep, bias, 0xea); /* (a & b) | c */
+        if (__builtin_expect(sub, 0)) {
+            const __mmask16 z = _mm512_testn_epi32_mask(s, _mm512_set1_epi32(0x78000000));
+            const __m512 tab = _mm512_loadu_ps(bias_sub_tab); /* index: the code's bits 0-3, its mantissa here */
+            w = _mm512_castps_si512(_mm512_mask_permutexvar_ps(_mm512_castsi512_ps(w), z, _mm512_srli_epi32(s, 24), tab));
+            w = _mm512_ternarylogic_epi32(w, s, _mm512_set1_epi32((int)0x80000000), 0xf8); /* a | (b & c): the sign */
+        }
+        out[p] = _mm512_castsi512_ps(w);
+    }
+    return sub;
+}
+
 /* dec_kernel's F16C route for R = 8 or 4 weight rows (R / 2 registers) and
  * mr <= 2 activation rows; the activations of a chunk are loaded once for
- * all the row pairs, each 8-lane vector into both halves. */
-AVX512_INLINE void dec_kernel_wide(const int mr, const int R, int64_t chunks, const uint8_t *const *rowp,
-                                   const uint8_t *ahead, const float *a, int64_t lda, float *res) {
+ * all the row pairs, each 8-lane vector into both halves. The codes decode
+ * by the exponent bias (bias, dec_bias_wide) or through F16C
+ * (dec_half_wide): the same values. Returns the row pairs' chunks that
+ * took dec_bias_wide's table. */
+AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int bias, int64_t chunks, const uint8_t *const *rowp,
+                                  const uint8_t *ahead, const float *a, int64_t lda, float *res) {
+    int nsub = 0;
     __m512 acc[2][4];
     const uint8_t *rows[8];
     dec_wide_begin(mr, R, rowp, rows, acc);
@@ -1004,7 +1036,8 @@ AVX512_INLINE void dec_kernel_wide(const int mr, const int R, int64_t chunks, co
                 const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_chunk(rows[2 * i], c)),
                                                      load_chunk(rows[2 * i + 1], c), 1);
                 __m512 d[4];
-                dec_half_wide(x, d);
+                if (bias) nsub += dec_bias_wide(x, d);
+                else dec_half_wide(x, d);
 #pragma GCC unroll 4
                 for (int p = 0; p < 4; p++)
 #pragma GCC unroll 2
@@ -1013,182 +1046,33 @@ AVX512_INLINE void dec_kernel_wide(const int mr, const int R, int64_t chunks, co
             }
     }
     dec_wide_end(mr, R, acc, res);
+    return nsub;
 }
 
 static AVX512 void dec_kernel_1_8w(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead,
                                    const float *a, int64_t lda, float *res) {
-    dec_kernel_wide(1, 8, chunks, rows, ahead, a, lda, res);
+    dec_kernel_wide(1, 8, 0, chunks, rows, ahead, a, lda, res);
 }
 static AVX512 void dec_kernel_2_4w(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead,
                                    const float *a, int64_t lda, float *res) {
-    dec_kernel_wide(2, 4, chunks, rows, ahead, a, lda, res);
+    dec_kernel_wide(2, 4, 0, chunks, rows, ahead, a, lda, res);
+}
+/* the exponent-bias forms: the count of chunks that took the table */
+static AVX512 int dec_kernel_1_8x(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead, const float *a,
+                                  int64_t lda, float *res) {
+    return dec_kernel_wide(1, 8, 1, chunks, rows, ahead, a, lda, res);
+}
+static AVX512 int dec_kernel_2_4x(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead, const float *a,
+                                  int64_t lda, float *res) {
+    return dec_kernel_wide(2, 4, 1, chunks, rows, ahead, a, lda, res);
 }
 
-/* Units the BF16 route ran (di_cpu_kernels_bf16_units). */
-static atomic_long bf16_units;
-long di_cpu_kernels_bf16_units(void) { return atomic_load(&bf16_units); }
-
-/* ---- decode rows on BF16 dot products ----
- * VDPBF16PS adds to each fp32 lane two products of bf16 pairs, as two
- * fused steps, the odd element's first, inputs read as if DAZ and results
- * flushed as if FTZ (Intel SDM; di_cpu_bf16_dot_check() confirms it on the
- * running CPU before the route is used). With dword lane i of a row holding
- * codes 4i and 4i + 1 (the first in the high half) in one call and 4i + 2,
- * 4i + 3 in the next, lane i runs chain L_i of kernels.h in its order, so
- * the bits are the scalar path's whenever the two flushes never act and
- * every operand is exact in bf16:
- *  - weights: E4M3 codes as bf16 of w·2^-8 (the F16C route's scale), all
- *    normal numbers (the subnormal codes too: m·2^-17), from a byte shuffle,
- *    a shift and a mask; codes of exponent 0 (7 in 128 of random bytes, a
- *    few in 10^4 of a real checkpoint's) take a 32-entry word table, only in
- *    the 32-code vectors that hold one;
- *  - activations: a·sw·2^8 with a = qa·sa, exact in bf16 when sa is a power
- *    of two (di_act_quant_fp8's scales; dec_units checks the low halves);
- *  - no subnormal: every product and partial sum is a multiple of
- *    sa·sw·2^-18 (the finest activation grid sa·sw·2^-1 times the finest
- *    weight grid 2^-17), nonzero ones at least that, so sa·sw >= 2^-108
- *    keeps them all at or above 2^-126 (dec_units checks it per block).
- * Against the F16C route, a third of the vector instructions per code:
- * 12-13 for 64 codes of two rows (shuffle, shift, mask and test per 32, two
- * dot products) instead of ~23 (the conversions take two each). */
-static const uint16_t bf16_sub_tab[32] = {
-    /* E4M3 codes of exponent 0, mantissa m -> bf16 of m·2^-9·2^-8 (by m) */
-    0x0000, 0x3700, 0x3780, 0x37c0, 0x3800, 0x3820, 0x3840, 0x3860,
-};
-
-/* 32 codes in the high bytes of s's words (low bytes zero) -> bf16 of
- * code·2^-8: sign at 15, exponent e + 112 (bits 3-6 of the code move to
- * 7-10, 0x3800 sets 11-13: e + 112 <= 127 never carries), mantissa on top.
- * Exponent-0 codes would read 2^-15·(1 + m/8): the table replaces them. */
-AVX512BF16_INLINE __m512i bf16_codes(__m512i s) {
-    const __m512i keep = _mm512_set1_epi16((short)0x87f0), bias = _mm512_set1_epi16(0x3800);
-    return _mm512_ternarylogic_epi32(_mm512_srai_epi16(s, 4), keep, bias, 0xea); /* (a & b) | c */
-}
-/* w from bf16_codes(s) with its exponent-0 codes from the table */
-AVX512BF16_INLINE __m512i bf16_codes_sub(__m512i s, __m512i w) {
-    const __mmask32 sub = _mm512_testn_epi16_mask(s, _mm512_set1_epi16(0x7800));
-    const __m512i tab = _mm512_loadu_si512(bf16_sub_tab);
-    w = _mm512_mask_permutexvar_epi16(w, sub, _mm512_srli_epi16(s, 8), tab); /* index: code bits 0-4 */
-    return _mm512_ternarylogic_epi32(w, s, _mm512_set1_epi16((short)0x8000), 0xf8); /* a | (b & c): the sign */
-}
-
-/* R = 8 or 4 weight rows (R / 2 registers, two rows each) × mr <= 2
- * activation rows. a: per activation row (lda dwords apart), per chunk, 16
- * dwords: [first call's lanes 0-7][second call's], lane i of the first
- * (a(4i+1), a(4i)) low half first, of the second (a(4i+3), a(4i+2)), as bf16. */
-AVX512BF16_INLINE int dec_kernel_bf16(const int mr, const int R, int64_t chunks, const uint8_t *const *rowp,
-                                      const uint8_t *ahead, const uint32_t *a, int64_t lda, float *res) {
-    int nsub = 0; /* 64-code pairs of chunks that took the table */
-    /* dword i of a row's chunk -> words (code 4i + 1, code 4i) and (4i + 3, 4i + 2), codes in the high bytes */
-    const __m512i pick0 = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, 1, -1, 0, -1, 5, -1, 4, -1, 9, -1, 8, -1, 13, -1, 12));
-    const __m512i pick1 = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, 3, -1, 2, -1, 7, -1, 6, -1, 11, -1, 10, -1, 15, -1, 14));
-    __m512 acc[2][4];
-    const uint8_t *rows[8];
-    dec_wide_begin(mr, R, rowp, rows, acc);
-    for (int64_t c = 0; c < chunks; c++) {
-        if (ahead)
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r += 2) _mm_prefetch((const char *)ahead + (c * R + r) * 32, _MM_HINT_T1);
-        __m512bh av[2][2];
-#pragma GCC unroll 2
-        for (int m = 0; m < 2; m++)
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; h++)
-                if (m < mr)
-                    av[m][h] = (__m512bh)_mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(a + m * lda + c * 16 + 8 * h)));
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++)
-            if (2 * i < R) {
-                const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_chunk(rows[2 * i], c)),
-                                                     load_chunk(rows[2 * i + 1], c), 1);
-                const __m512i s0 = _mm512_shuffle_epi8(x, pick0), s1 = _mm512_shuffle_epi8(x, pick1);
-                __m512i w0 = bf16_codes(s0), w1 = bf16_codes(s1);
-                if (__builtin_expect(_mm512_testn_epi8_mask(x, _mm512_set1_epi8(0x78)) != 0, 0)) {
-                    nsub++; /* the two rows' chunks hold a code of exponent 0 */
-                    w0 = bf16_codes_sub(s0, w0);
-                    w1 = bf16_codes_sub(s1, w1);
-                }
-#pragma GCC unroll 2
-                for (int m = 0; m < 2; m++)
-                    if (m < mr) {
-                        acc[m][i] = _mm512_dpbf16_ps(acc[m][i], (__m512bh)w0, av[m][0]);
-                        acc[m][i] = _mm512_dpbf16_ps(acc[m][i], (__m512bh)w1, av[m][1]);
-                    }
-            }
-    }
-    dec_wide_end(mr, R, acc, res);
-    return nsub;
-}
-
-static AVX512BF16 int dec_kernel_1_8b(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead,
-                                      const uint32_t *a, int64_t lda, float *res) {
-    return dec_kernel_bf16(1, 8, chunks, rows, ahead, a, lda, res);
-}
-static AVX512BF16 int dec_kernel_2_4b(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead,
-                                      const uint32_t *a, int64_t lda, float *res) {
-    return dec_kernel_bf16(2, 4, chunks, rows, ahead, a, lda, res);
-}
-
-/* Folds one activation row's a(k) (Kp floats in pack_row's order: a chunk's
- * code 4i + q at 8q + i) by the tile's scales f[c] into dec_kernel_bf16's
- * pairs (Kp / 2 dwords); returns the OR of the low halves dropped (0: every
- * folded value exact in bf16). */
-static AVX512BF16 uint32_t bf16_fold_row(const float *ap, const float *f, int64_t chunks, uint32_t *out) {
-    /* dword d = 8h + i of a chunk: the high words (2x + 1 of float x) of
-     * a(4i + 2h + 1), float 8(2h + 1) + i (low half), and of a(4i + 2h),
-     * float 16h + i (high half) */
-    _Alignas(64) uint16_t idx[32];
-    for (int h = 0; h < 2; h++)
-        for (int i = 0; i < 8; i++) {
-            idx[2 * (8 * h + i)] = (uint16_t)(2 * (8 * (2 * h + 1) + i) + 1);
-            idx[2 * (8 * h + i) + 1] = (uint16_t)(2 * (16 * h + i) + 1);
-        }
-    const __m512i pi = _mm512_load_si512(idx), lo = _mm512_set1_epi32(0xffff);
-    __m512i dropped = _mm512_setzero_si512();
-    for (int64_t c = 0; c < chunks; c++) {
-        const __m512 s = _mm512_set1_ps(f[c]);
-        const __m512i v0 = _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(ap + 32 * c), s));
-        const __m512i v1 = _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(ap + 32 * c + 16), s));
-        dropped = _mm512_ternarylogic_epi32(dropped, _mm512_or_si512(v0, v1), lo, 0xf8);
-        _mm512_storeu_si512(out + 16 * c, _mm512_permutex2var_epi16(v0, pi, v1));
-    }
-    return (uint32_t)_mm512_reduce_or_epi32(dropped);
-}
-
-/* Whether VDPBF16PS, on this CPU, adds as dec_kernel_bf16 assumes: lane by
- * lane fmaf(odd pair, acc) then fmaf(even pair, acc), no other rounding.
- * Chains of E4M3-like values whose sums round often, against that scalar
- * order; a CPU that fused the two products or took them in the other order
- * differs on them. */
-static AVX512BF16 int bf16_dot_matches(void) {
-    uint32_t st = 12345u;
-    float acc[16] = {0}, ref[16] = {0};
-    __m512 va = _mm512_setzero_ps();
-    for (int it = 0; it < 64; it++) {
-        _Alignas(64) uint16_t x[32], y[32];
-        for (int e = 0; e < 32; e++) {
-            st = st * 1664525u + 1013904223u;
-            /* bf16 with 4 significant bits, exponents 2^-6 .. 2^9: products of 8 bits, sums that round */
-            x[e] = (uint16_t)(((st >> 31) << 15) | ((121u + ((st >> 8) & 15u)) << 7) | ((st >> 4) & 0x70u));
-            y[e] = (uint16_t)(((st >> 30 & 1u) << 15) | ((121u + ((st >> 12) & 15u)) << 7) | ((st >> 16) & 0x70u));
-        }
-        va = _mm512_dpbf16_ps(va, (__m512bh)_mm512_load_si512(x), (__m512bh)_mm512_load_si512(y));
-        for (int i = 0; i < 16; i++) {
-            float p[2], q[2];
-            for (int h = 0; h < 2; h++) {
-                uint32_t u = (uint32_t)x[2 * i + h] << 16, v = (uint32_t)y[2 * i + h] << 16;
-                memcpy(&p[h], &u, 4);
-                memcpy(&q[h], &v, 4);
-            }
-            ref[i] = fmaf(p[1], q[1], ref[i]);
-            ref[i] = fmaf(p[0], q[0], ref[i]);
-        }
-    }
-    _mm512_storeu_ps(acc, va);
-    return memcmp(acc, ref, sizeof acc) == 0;
-}
-
-int di_cpu_bf16_dot_check(void) { return bf16_dot_matches(); }
+/* Units the exponent-bias decoding ran (di_cpu_kernels_bias_units). */
+static atomic_long bias_units;
+long di_cpu_kernels_bias_units(void) { return atomic_load(&bias_units); }
+/* 1: the decode rows on 512-bit vectors keep to F16C (tests, benchmarks) */
+static atomic_int bias_forced_off;
+void di_cpu_kernels_force_no_bias(int on) { atomic_store(&bias_forced_off, on != 0); }
 
 /* The kernel for a block of mr rows of a batch of M (R = dec_rows_for(M)). */
 static dec_kernel_fn dec_kernel_for(int64_t M, int mr, int half) {
@@ -1202,9 +1086,9 @@ static dec_kernel_fn dec_kernel_for(int64_t M, int mr, int half) {
 }
 
 /* Weight rows g0 .. g1-1 (at most one group of R) for every activation row,
- * a: the unit's folded activations, or ab (M <= 2): the same as
- * dec_kernel_bf16's pairs. */
-static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float *a, const uint32_t *ab) {
+ * a: the unit's folded activations; bias: M <= 2 by the exponent bias
+ * (returns the chunks that took its table). */
+static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float *a, int bias) {
     const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N;
     const int64_t chunks = Kp / 32;
     const int R = dec_rows_for(M);
@@ -1220,7 +1104,7 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float 
     for (int64_t m0 = 0; m0 < M; m0 += mb) {
         const int mr = M - m0 < mb ? (int)(M - m0) : mb;
         float res[DEC_MB * 8];
-        if (ab) nsub += (M == 1 ? dec_kernel_1_8b : dec_kernel_2_4b)(chunks, rows, ahead, ab, Kp / 2, res);
+        if (bias) nsub += (M == 1 ? dec_kernel_1_8x : dec_kernel_2_4x)(chunks, rows, ahead, a, Kp, res);
         else dec_kernel_for(M, mr, j->half)(chunks, rows, m0 ? NULL : ahead, a + m0 * Kp, Kp, res);
         for (int64_t m = 0; m < mr; m++)
             for (int64_t r = 0; r < nn; r++) j->out[(m0 + m) * N + g0 + r] = res[m * 8 + r];
@@ -1243,37 +1127,15 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
          * a normal number: a >= 2^-9·sa, so sa·sw >= 2^-124 suffices) */
         const uint8_t *st = j->ws + (n0 / 32) * KB;
         const float fold = j->half ? 0x1p8f : 0x1p120f;
-        /* bf: the BF16 route's bound too (see dec_kernel_bf16) */
-        int ok = 1, bf = j->bf16 && !atomic_load_explicit(j->bf16_heavy, memory_order_relaxed);
+        int ok = 1;
         for (int64_t kb = 0; kb < KB && ok; kb++) {
             const float s = e8m0[st[kb]];
             ok = s >= 0x1p-117f && s <= 0x1p7f && j->bmax[kb] * s < 0x1p7f &&
                  (!j->half || j->smin[kb] * s >= 0x1p-124f);
-            bf = bf && j->smin[kb] * s >= 0x1p-108f;
         }
         if (!ok) {
             di_gemm_block_rows_scalar(0, j->qa, j->sa, M, K, j->w, j->ws, N, n0, n1, j->out);
             continue;
-        }
-        if (bf) { /* the pairs, if every folded value is exact in bf16 (weights as w·2^-8 on any CPU) */
-            float *f = sc + M * Kp;
-            for (int64_t c = 0; c < chunks; c++) f[c] = e8m0[st[c]] * 0x1p8f;
-            uint32_t dropped = 0;
-            for (int64_t m = 0; m < M; m++) dropped |= bf16_fold_row(j->ap + m * Kp, f, chunks, (uint32_t *)sc + m * (Kp / 2));
-            if (!dropped) {
-                atomic_fetch_add_explicit(&bf16_units, 1, memory_order_relaxed);
-                int64_t nsub = 0;
-                for (int64_t g0 = n0; g0 < n1; g0 += R)
-                    nsub += dec_group(j, g0, n1 - g0 < R ? n1 : g0 + R, NULL, (const uint32_t *)sc);
-                /* weights with codes of exponent 0 in an eighth of the
-                 * chunk pairs or more (uniformly random bytes: 19 in 20; a
-                 * checkpoint's: 6 in 1,000) run faster on the F16C
-                 * route: the rest of the product takes it (the same bits
-                 * either way) */
-                if (8 * nsub > (n1 - n0 + R - 1) / R * R * chunks)
-                    atomic_store_explicit(j->bf16_heavy, 1, memory_order_relaxed);
-                continue;
-            }
         }
         for (int64_t m = 0; m < M; m++)
             for (int64_t c = 0; c < chunks; c++) {
@@ -1284,7 +1146,18 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
                     _mm256_store_ps(sc + i, _mm256_mul_ps(_mm256_load_ps(j->ap + i), f));
                 }
             }
-        for (int64_t g0 = n0; g0 < n1; g0 += R) dec_group(j, g0, n1 - g0 < R ? n1 : g0 + R, sc, NULL);
+        const int bias = j->bias && !atomic_load_explicit(j->bias_heavy, memory_order_relaxed);
+        int64_t nsub = 0;
+        for (int64_t g0 = n0; g0 < n1; g0 += R) nsub += dec_group(j, g0, n1 - g0 < R ? n1 : g0 + R, sc, bias);
+        if (bias) {
+            atomic_fetch_add_explicit(&bias_units, 1, memory_order_relaxed);
+            /* weights with codes of exponent 0 in an eighth of the chunk
+             * pairs or more (uniformly random bytes: 19 in 20; a
+             * checkpoint's: 6 in 1,000) decode faster through F16C: the
+             * rest of the product takes it (the same bits either way) */
+            if (8 * nsub > (n1 - n0 + R - 1) / R * R * chunks)
+                atomic_store_explicit(j->bias_heavy, 1, memory_order_relaxed);
+        }
     }
 }
 
@@ -1292,8 +1165,7 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
 static int dec_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
                    const uint8_t *w, const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     const int threads = di_threadpool_size(tp);
-    /* scratch a thread: the folded activations, then (BF16 route) the tile's folds, 64-byte lines */
-    const int64_t Kp = K, KB = K / 32, sf = (M * Kp + KB + 15) / 16 * 16;
+    const int64_t Kp = K, KB = K / 32, sf = M * Kp;
     float *bmax = malloc(sizeof(float) * (size_t)(M * KB + KB));
     float *ap = bmax ? pack_lanes(qa, sa, M, K, Kp, 1.0f, bmax, half, 0, NULL, NULL) : NULL;
     float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
@@ -1310,7 +1182,8 @@ static int dec_run(int half, const uint8_t *qa, const float *sa, int64_t M, int6
         }
     atomic_int heavy = 0;
     dec_job j = {.qa = qa, .sa = sa, .ap = ap, .bmax = bmax, .smin = smin, .half = half,
-                 .bf16 = M <= 2 && di_cpu_kernels_bf16(), .bf16_heavy = &heavy, .w = w,
+                 .bias = half && M <= 2 && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
+                 .bias_heavy = &heavy, .w = w,
                  .ws = ws, .M = M, .K = K, .Kp = Kp, .N = N, .out = out, .scratch = scratch,
                  .scratch_floats = sf};
     const int64_t units = (N + UNIT - 1) / UNIT;
