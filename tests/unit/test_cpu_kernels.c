@@ -755,7 +755,7 @@ static void test_half_route(void) {
 }
 
 /* On a CPU with AVX-512 the prefill micro-kernels and the F16C route's
- * decode rows of one or two activation rows run on 512-bit vectors (every
+ * decode rows run on 512-bit vectors (every
  * check above took them); the 256-bit ones, which other CPUs take, must
  * give the same scalar bits there too: the checks again with the wide
  * kernels switched off. */
@@ -770,9 +770,8 @@ static void test_narrow_route(void) {
 #endif
 }
 
-/* On a CPU with AVX-512 the FP8 decode rows of one or two activation rows
- * decode their codes by the exponent bias (kernels_avx2_block.c,
- * dec_bias_wide), the codes of exponent 0 through a table where a chunk
+/* On a CPU with AVX-512 the FP8 decode rows decode their codes by the
+ * exponent bias (kernels_avx2_block.c, dec_bias_wide), the codes of exponent 0 through a table where a chunk
  * pair holds one, and products whose codes take that table often go on
  * through F16C. The decoding must be taken by the checks above (every
  * E4M3 code, the exponent-0 ones, both zeros, the tiny scales), give the
@@ -787,12 +786,13 @@ static void test_bias_route(void) {
     test_gemm_fp8_tiny_scales();
     CHECKF(di_cpu_kernels_bias_units() > n0, "the decoding ran %ld units", di_cpu_kernels_bias_units() - n0);
     /* every finite code in every position class of a chunk, both rows of a
-     * pair, M = 1 and 2: two units of 32 rows, the second through F16C (an
+     * pair, M = 1, 2 and 5: two units of 32 rows, the second through F16C (an
      * eighth of the first's chunk pairs and more took the table); then
      * codes of exponent 1 and up, and codes of exponent 0 in one chunk pair
      * of 36: both units by the bias */
-    for (int64_t v = 0; v < 6; v++) {
-        const int64_t M = 1 + v % 2, kind = v / 2;
+    for (int64_t v = 0; v < 9; v++) {
+        static const int64_t ms[3] = {1, 2, 5}; /* 8 rows a group; 4; 4 in blocks of 4 and 1 */
+        const int64_t M = ms[v % 3], kind = v / 3;
         enum { K = 32 * 9, N = 37 };
         problem p;
         problem_init(&p, FMT_FP8, M, K, N);

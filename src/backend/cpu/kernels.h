@@ -183,15 +183,15 @@ void di_cpu_kernels_force_scalar(int on);
 /* "avx2" or "scalar": the path the calls above take right now. */
 const char *di_cpu_kernels_path(void);
 /* Whether the AVX2 path runs its 512-bit forms right now (the FP8 and
- * MXFP4 prefill micro-kernels, the FP8 decode rows of one or two
- * activation rows; CPUs with AVX-512 F, DQ, BW and VL, unless the
+ * MXFP4 prefill micro-kernels, the FP8 decode rows on the F16C route's
+ * CPUs; CPUs with AVX-512 F, DQ, BW and VL, unless the
  * environment has DI_CPU_AVX512=0); same bits either way. Forcing it off
  * (1) keeps those CPUs on the 256-bit kernels, for tests and benchmarks; 0
  * restores the choice. Set it before running kernels. */
 int di_cpu_kernels_wide(void);
 void di_cpu_kernels_force_no_avx512(int on);
-/* The FP8 decode rows of one or two activation rows on 512-bit vectors
- * decode E4M3 codes by their exponent bias (kernels_avx2_block.c,
+/* The FP8 decode rows on 512-bit vectors decode E4M3 codes by their
+ * exponent bias (kernels_avx2_block.c,
  * dec_bias_wide), or through F16C where a product's codes often have
  * exponent 0; forcing it off (1) keeps them on F16C, 0 restores. Same bits
  * either way; for tests and benchmarks, set before running kernels. The

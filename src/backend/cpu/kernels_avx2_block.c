@@ -46,10 +46,10 @@
  * weight rows × 512 codes go through a register-blocked dot-product
  * kernel: 3 activation rows × 4 weight rows, 12 accumulators of 8 lanes,
  * the lanes carried across chunks in a per-thread buffer and reduced by the
- * tree of kernels.h at the end. Decode rows of one or two activation rows
- * on the F16C route also run on 512-bit vectors there (two weight rows a
- * register, "decode rows on 512-bit vectors"), their codes decoded by the
- * exponent bias rather than F16C. */
+ * tree of kernels.h at the end. Decode rows on the F16C route also run on
+ * 512-bit vectors there (two weight rows a register, 8 rows for one
+ * activation row and 4 for blocks of up to 4, "decode rows on 512-bit
+ * vectors"), their codes decoded by the exponent bias rather than F16C. */
 #include "backend/cpu/kernels.h"
 
 #ifdef DI_HAVE_AVX2_KERNELS
@@ -68,9 +68,8 @@
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
-/* The 512-bit kernels (prefill lane by lane, decode rows of one or two
- * activation rows on the F16C route), run only where di_cpu_kernels_wide()
- * says so. */
+/* The 512-bit kernels (prefill lane by lane, decode rows on the F16C
+ * route), run only where di_cpu_kernels_wide() says so. */
 #define AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
 #define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
 
@@ -786,7 +785,7 @@ typedef struct dec_job {
     const float *bmax;      /* [K/32] max |a| over the rows per block */
     const float *smin;      /* [K/32] min sa over the rows per block */
     int half;               /* decode through F16C (see use_half()) */
-    int bias;               /* M <= 2 on 512-bit vectors, codes by the exponent bias (dec_bias_wide) */
+    int bias;               /* on 512-bit vectors, codes by the exponent bias (dec_bias_wide) */
     atomic_int *bias_heavy; /* set once a unit's codes took its table often: F16C for the rest */
     const uint8_t *w, *ws;
     int64_t M, K, Kp, N;
@@ -800,6 +799,9 @@ typedef struct dec_job {
  * activations of a few rows already exceed L1), every decoded weight vector
  * mr FMAs; R·mr <= 8 leaves registers for the decoding (12 spilled). */
 static int dec_rows_for(int64_t M) { return M == 1 ? 8 : M == 2 ? 4 : 2; }
+/* On 512-bit vectors (the F16C route's CPUs) two rows share a register:
+ * 8 rows for one activation row, 4 for blocks of up to 4. */
+static int dec_rows(int64_t M, int half) { return half && di_cpu_kernels_wide() ? (M == 1 ? 8 : 4) : dec_rows_for(M); }
 static int dec_block_rows(int64_t M) { return M <= 2 ? (int)M : 4; }
 
 /* One chunk of dec_kernel(). */
@@ -952,18 +954,18 @@ AVX512_INLINE void dec_half_wide(__m512i x, __m512 out[4]) {
  * the row pointers in registers and the accumulators [m][row pair] at zero;
  * at the end each row's eight chains (a register's half) through the tree. */
 AVX512_INLINE void dec_wide_begin(const int mr, const int R, const uint8_t *const *rowp, const uint8_t *rows[8],
-                                  __m512 acc[2][4]) {
+                                  __m512 acc[DEC_MB][4]) {
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++) rows[r] = r < R ? rowp[r] : NULL;
-#pragma GCC unroll 2
-    for (int m = 0; m < 2; m++)
+#pragma GCC unroll 4
+    for (int m = 0; m < DEC_MB; m++)
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
             if (m < mr && 2 * i < R) acc[m][i] = _mm512_setzero_ps();
 }
-AVX512_INLINE void dec_wide_end(const int mr, const int R, __m512 acc[2][4], float *res) {
-#pragma GCC unroll 2
-    for (int m = 0; m < 2; m++)
+AVX512_INLINE void dec_wide_end(const int mr, const int R, __m512 acc[DEC_MB][4], float *res) {
+#pragma GCC unroll 4
+    for (int m = 0; m < DEC_MB; m++)
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
             if (m < mr && 2 * i < R) {
@@ -1008,25 +1010,26 @@ AVX512_INLINE int dec_bias_wide(__m512i x, __m512 out[4]) {
     return sub;
 }
 
-/* dec_kernel's F16C route for R = 8 or 4 weight rows (R / 2 registers) and
- * mr <= 2 activation rows; the activations of a chunk are loaded once for
- * all the row pairs, each 8-lane vector into both halves. The codes decode
+/* dec_kernel's F16C route for R = 8 weight rows and one activation row or
+ * R = 4 (two registers) and mr <= 4 activation rows; the activations of a
+ * chunk are loaded once for all the row pairs, each 8-lane vector into
+ * both halves. The codes decode
  * by the exponent bias (bias, dec_bias_wide) or through F16C
  * (dec_half_wide): the same values. Returns the row pairs' chunks that
  * took dec_bias_wide's table. */
 AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int bias, int64_t chunks, const uint8_t *const *rowp,
                                   const uint8_t *ahead, const float *a, int64_t lda, float *res) {
     int nsub = 0;
-    __m512 acc[2][4];
+    __m512 acc[DEC_MB][4];
     const uint8_t *rows[8];
     dec_wide_begin(mr, R, rowp, rows, acc);
     for (int64_t c = 0; c < chunks; c++) {
         if (ahead)
 #pragma GCC unroll 4
             for (int r = 0; r < R; r += 2) _mm_prefetch((const char *)ahead + (c * R + r) * 32, _MM_HINT_T1);
-        __m512 av[2][4];
-#pragma GCC unroll 2
-        for (int m = 0; m < 2; m++)
+        __m512 av[DEC_MB][4];
+#pragma GCC unroll 4
+        for (int m = 0; m < DEC_MB; m++)
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++)
                 if (m < mr) av[m][p] = _mm512_broadcast_f32x8(_mm256_load_ps(a + m * lda + c * 32 + 8 * p));
@@ -1040,8 +1043,8 @@ AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int bias, int
                 else dec_half_wide(x, d);
 #pragma GCC unroll 4
                 for (int p = 0; p < 4; p++)
-#pragma GCC unroll 2
-                    for (int m = 0; m < 2; m++)
+#pragma GCC unroll 4
+                    for (int m = 0; m < DEC_MB; m++)
                         if (m < mr) acc[m][i] = _mm512_fmadd_ps(av[m][p], d[p], acc[m][i]);
             }
     }
@@ -1049,22 +1052,30 @@ AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int bias, int
     return nsub;
 }
 
-static AVX512 void dec_kernel_1_8w(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead,
-                                   const float *a, int64_t lda, float *res) {
-    dec_kernel_wide(1, 8, 0, chunks, rows, ahead, a, lda, res);
-}
-static AVX512 void dec_kernel_2_4w(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead,
-                                   const float *a, int64_t lda, float *res) {
-    dec_kernel_wide(2, 4, 0, chunks, rows, ahead, a, lda, res);
-}
-/* the exponent-bias forms: the count of chunks that took the table */
-static AVX512 int dec_kernel_1_8x(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead, const float *a,
-                                  int64_t lda, float *res) {
-    return dec_kernel_wide(1, 8, 1, chunks, rows, ahead, a, lda, res);
-}
-static AVX512 int dec_kernel_2_4x(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead, const float *a,
-                                  int64_t lda, float *res) {
-    return dec_kernel_wide(2, 4, 1, chunks, rows, ahead, a, lda, res);
+/* the F16C forms (w) and the exponent-bias forms (x, the count of chunks
+ * that took the table): R = 8 rows for one activation row, 4 rows for
+ * blocks of 1 to 4 of a larger batch */
+#define DEC_WIDE_FNS(mr, R)                                                                              \
+    static AVX512 void dec_kernel_##mr##_##R##w(int64_t chunks, const uint8_t *const *rows,             \
+                                                const uint8_t *ahead, const float *a, int64_t lda,       \
+                                                float *res) {                                            \
+        dec_kernel_wide(mr, R, 0, chunks, rows, ahead, a, lda, res);                                    \
+    }                                                                                                    \
+    static AVX512 int dec_kernel_##mr##_##R##x(int64_t chunks, const uint8_t *const *rows,              \
+                                               const uint8_t *ahead, const float *a, int64_t lda,        \
+                                               float *res) {                                             \
+        return dec_kernel_wide(mr, R, 1, chunks, rows, ahead, a, lda, res);                             \
+    }
+DEC_WIDE_FNS(1, 8)
+DEC_WIDE_FNS(1, 4)
+DEC_WIDE_FNS(2, 4)
+DEC_WIDE_FNS(3, 4)
+DEC_WIDE_FNS(4, 4)
+typedef int (*dec_bias_fn)(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead, const float *a,
+                           int64_t lda, float *res);
+static dec_bias_fn dec_bias_for(int64_t M, int mr) {
+    static const dec_bias_fn r4[5] = {0, dec_kernel_1_4x, dec_kernel_2_4x, dec_kernel_3_4x, dec_kernel_4_4x};
+    return M == 1 ? dec_kernel_1_8x : r4[mr];
 }
 
 /* Units the exponent-bias decoding ran (di_cpu_kernels_bias_units). */
@@ -1074,9 +1085,10 @@ long di_cpu_kernels_bias_units(void) { return atomic_load(&bias_units); }
 static atomic_int bias_forced_off;
 void di_cpu_kernels_force_no_bias(int on) { atomic_store(&bias_forced_off, on != 0); }
 
-/* The kernel for a block of mr rows of a batch of M (R = dec_rows_for(M)). */
+/* The kernel for a block of mr rows of a batch of M (R = dec_rows(M, half)). */
 static dec_kernel_fn dec_kernel_for(int64_t M, int mr, int half) {
-    if (half && M <= 2 && di_cpu_kernels_wide()) return M == 1 ? dec_kernel_1_8w : dec_kernel_2_4w;
+    static const dec_kernel_fn w4[5] = {0, dec_kernel_1_4w, dec_kernel_2_4w, dec_kernel_3_4w, dec_kernel_4_4w};
+    if (half && di_cpu_kernels_wide()) return M == 1 ? dec_kernel_1_8w : w4[mr];
     static const dec_kernel_fn r2[2][5] = {
         {0, dec_kernel_1_2, dec_kernel_2_2, dec_kernel_3_2, dec_kernel_4_2},
         {0, dec_kernel_1_2h, dec_kernel_2_2h, dec_kernel_3_2h, dec_kernel_4_2h}};
@@ -1091,7 +1103,7 @@ static dec_kernel_fn dec_kernel_for(int64_t M, int mr, int half) {
 static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float *a, int bias) {
     const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N;
     const int64_t chunks = Kp / 32;
-    const int R = dec_rows_for(M);
+    const int R = dec_rows(M, j->half);
     const int64_t nn = g1 - g0;
     /* the missing rows of the last group repeat its last row (results dropped) */
     const uint8_t *rows[8];
@@ -1104,7 +1116,10 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float 
     for (int64_t m0 = 0; m0 < M; m0 += mb) {
         const int mr = M - m0 < mb ? (int)(M - m0) : mb;
         float res[DEC_MB * 8];
-        if (bias) nsub += (M == 1 ? dec_kernel_1_8x : dec_kernel_2_4x)(chunks, rows, ahead, a, Kp, res);
+        if (bias) { /* the table's count of the first block (each block decodes the same codes) */
+            const int n = dec_bias_for(M, mr)(chunks, rows, m0 ? NULL : ahead, a + m0 * Kp, Kp, res);
+            nsub += m0 ? 0 : n;
+        }
         else dec_kernel_for(M, mr, j->half)(chunks, rows, m0 ? NULL : ahead, a + m0 * Kp, Kp, res);
         for (int64_t m = 0; m < mr; m++)
             for (int64_t r = 0; r < nn; r++) j->out[(m0 + m) * N + g0 + r] = res[m * 8 + r];
@@ -1117,7 +1132,7 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float 
 static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const dec_job *j = ctx;
     const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N, KB = K / 32, chunks = Kp / 32;
-    const int R = dec_rows_for(M);
+    const int R = dec_rows(M, j->half);
     const float *e8m0 = di_cpu_e8m0_table();
     float *sc = j->scratch + thread * j->scratch_floats;
     for (int64_t u = u0; u < u1; u++) {
@@ -1182,7 +1197,7 @@ static int dec_run(int half, const uint8_t *qa, const float *sa, int64_t M, int6
         }
     atomic_int heavy = 0;
     dec_job j = {.qa = qa, .sa = sa, .ap = ap, .bmax = bmax, .smin = smin, .half = half,
-                 .bias = half && M <= 2 && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
+                 .bias = half && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
                  .bias_heavy = &heavy, .w = w,
                  .ws = ws, .M = M, .K = K, .Kp = Kp, .N = N, .out = out, .scratch = scratch,
                  .scratch_floats = sf};
