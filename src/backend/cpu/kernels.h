@@ -184,9 +184,8 @@ void di_cpu_kernels_force_scalar(int on);
 const char *di_cpu_kernels_path(void);
 /* Whether the AVX2 path runs its 512-bit forms right now (the FP8 and
  * MXFP4 prefill micro-kernels, the FP8 decode rows on the F16C route's
- * CPUs, the MXFP4 decode rows of one or two activation rows; CPUs with
- * AVX-512 F, DQ, BW and VL, unless the
- * environment has DI_CPU_AVX512=0); same bits either way. Forcing it off
+ * CPUs, the MXFP4 decode rows; CPUs with AVX-512 F, DQ, BW and VL, unless
+ * the environment has DI_CPU_AVX512=0); same bits either way. Forcing it off
  * (1) keeps those CPUs on the 256-bit kernels, for tests and benchmarks; 0
  * restores the choice. Set it before running kernels. */
 int di_cpu_kernels_wide(void);

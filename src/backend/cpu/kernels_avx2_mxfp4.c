@@ -26,9 +26,8 @@
  *   0-3 hold the rows' even chains, 4-7 their odd ones. The product inside
  *   an FMA is exact, so B·2^7 times s·2^-7 is the step fma(B, s, C).
  * About 21 operations per 64 codes, against ~36 for decoding the codes to
- * fp32 and an FMA per code. On CPUs with AVX-512, one or two activation
- * rows take 8 weight rows a call, two groups of 4 in the halves of 512-bit
- * vectors ("decode rows on 512-bit vectors": the same lanes, half the
+ * fp32 and an FMA per code. On CPUs with AVX-512 the calls take 8 weight
+ * rows, two groups of 4 in the halves of 512-bit vectors ("decode rows on 512-bit vectors": the same lanes, half the
  * instructions, which run on two ports rather than three: +10-18 % here). The scale vectors come from the E8M0 bytes by
  * integer adds on exponents (4 rows × 8 blocks at a time, transposed), which
  * gives normal numbers only: row groups whose exponents come near either end
@@ -56,8 +55,8 @@
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
-/* The prefill micro-kernels and the decode rows of one or two activation
- * rows on 512-bit vectors, run only where di_cpu_kernels_wide() says so. */
+/* The prefill micro-kernels and the decode rows on 512-bit vectors, run
+ * only where di_cpu_kernels_wide() says so. */
 #define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
 #define AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
 
@@ -526,6 +525,56 @@ AVX512_INLINE void dec8_kernel(const int mr, const dec4_args *lo, const dec4_arg
 static AVX512 void dec8_1(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_kernel(1, lo, hi, res); }
 static AVX512 void dec8_2(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_kernel(2, lo, hi, res); }
 
+/* dec4_wide for groups lo and hi at once (mr up to MBLK activation rows):
+ * a chunk's weights of both groups decoded once into wv, every activation
+ * row's chains stepped from there; res[m·2R + r] (rows of lo, then hi). */
+static AVX512 void dec8_wide(const dec4_args *lo, const dec4_args *hi, int mr, float *res) {
+    const __m512i tab = _mm512_broadcast_i32x4(_mm256_castsi256_si128(e2m1_bytes()));
+    const __m512i nib = _mm512_set1_epi8(0x0f), top = _mm512_set1_epi16((short)0xff00);
+    const int64_t chunks = lo->chunks;
+    __attribute__((aligned(64))) int32_t ewb[2][4][8];
+    __attribute__((aligned(64))) int16_t wv[R][4][32];
+    __attribute__((aligned(64))) float lb[MBLK][16];
+    memset(lb, 0, sizeof lb);
+    for (int64_t c = 0; c < chunks; c++) {
+        if (c % 4 == 0) {
+            group_start(lo, c / 4, ewb[0]);
+            group_start(hi, c / 4, ewb[1]);
+        }
+        const int half = lo->half_last && c == chunks - 1;
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            DEC8_WEIGHTS(r)
+            _mm512_store_si512(wv[r][0], v0);
+            _mm512_store_si512(wv[r][1], v1);
+            _mm512_store_si512(wv[r][2], v2);
+            _mm512_store_si512(wv[r][3], v3);
+        }
+        const __m512i ew = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_load_si256((const __m256i *)ewb[0][c % 4])),
+            _mm256_load_si256((const __m256i *)ewb[1][c % 4]), 1);
+        for (int m = 0; m < mr; m++) {
+            __m512i av[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++)
+                av[t] = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(lo->big + (m * chunks + c) * 64 + 16 * t)));
+            __m512i sr[R];
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                sr[r] = madd4_w(_mm512_load_si512(wv[r][0]), _mm512_load_si512(wv[r][1]), _mm512_load_si512(wv[r][2]),
+                                _mm512_load_si512(wv[r][3]), av);
+            _mm512_store_ps(lb[m], chain_step_w(lo, hi, m, c, half, ew,
+                                                quad_add_w(pair_sh_w(sr[0], sr[1]), pair_sh_w(sr[2], sr[3])),
+                                                _mm512_load_ps(lb[m])));
+        }
+    }
+    for (int m = 0; m < mr; m++)
+        for (int r = 0; r < R; r++) {
+            res[m * 2 * R + r] = lb[m][r] + lb[m][r + 4];
+            res[m * 2 * R + R + r] = lb[m][8 + r] + lb[m][8 + r + 4];
+        }
+}
+
 typedef struct dec4_job {
     const uint8_t *qa;
     const float *sa;
@@ -599,8 +648,8 @@ static AVX2 void dec4_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t m
 }
 
 /* Weight rows g0 .. g1-1 (at most 2R) for activation rows mlo .. mhi-1
- * (at most MB) on 512-bit vectors: the first R rows as group lo, the rest
- * as group hi (each prefetching its rows two such pairs ahead). */
+ * (at most MBLK) on 512-bit vectors: the first R rows as group lo, the
+ * rest as group hi (each prefetching its rows two such pairs ahead). */
 static void dec8_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t mlo, int64_t mhi) {
     const int64_t N = j->N, rb = j->K / 2;
     if (g1 - g0 <= R || !dec4_scales_ok(j, g0, g1)) {
@@ -612,8 +661,9 @@ static void dec8_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t mlo, i
     dec4_args hi = dec4_rows(j, g0 + R, g1, ah + 2 * R > N ? NULL : j->w + (ah + R) * rb);
     dec4_act(j->act, mlo, &lo);
     dec4_act(j->act, mlo, &hi);
-    float res[MB * 2 * R];
-    (mhi - mlo == 2 ? dec8_2 : dec8_1)(&lo, &hi, res);
+    float res[MBLK * 2 * R];
+    if (mhi - mlo > MB) dec8_wide(&lo, &hi, (int)(mhi - mlo), res);
+    else (mhi - mlo == 2 ? dec8_2 : dec8_1)(&lo, &hi, res);
     for (int64_t m = 0; m < mhi - mlo; m++)
         for (int64_t r = 0; r < g1 - g0; r++) j->out[(mlo + m) * N + g0 + r] = res[m * 2 * R + r];
 }
@@ -627,7 +677,7 @@ static void dec4_units(void *ctx, int64_t u0, int64_t u1, int thread) {
         const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
         for (int64_t m0 = 0; m0 < M; m0 += MBLK) {
             const int64_t m1 = m0 + MBLK < M ? m0 + MBLK : M;
-            if (m1 - m0 <= MB && di_cpu_kernels_wide()) /* one or two rows: 8 weight rows a call */
+            if (di_cpu_kernels_wide()) /* 8 weight rows a call */
                 for (int64_t g0 = n0; g0 < n1; g0 += 2 * R) dec8_group(j, g0, g0 + 2 * R < n1 ? g0 + 2 * R : n1, m0, m1);
             else
                 for (int64_t g0 = n0; g0 < n1; g0 += R) dec4_group(j, g0, g0 + R < n1 ? g0 + R : n1, m0, m1);
