@@ -27,12 +27,15 @@
  *   an FMA is exact, so B·2^7 times s·2^-7 is the step fma(B, s, C).
  * About 21 operations per 64 codes, against ~36 for decoding the codes to
  * fp32 and an FMA per code. On CPUs with AVX-512 the calls take 8 weight
- * rows, two groups of 4 in the halves of 512-bit vectors ("decode rows on 512-bit vectors": the same lanes, half the
- * instructions, which run on two ports rather than three: +10-18 % here). The scale vectors come from the E8M0 bytes by
- * integer adds on exponents (4 rows × 8 blocks at a time, transposed), which
- * gives normal numbers only: row groups whose exponents come near either end
- * of the range, NaN scales, NaN activation codes or activation scales that
- * are not powers of two take the scalar code instead.
+ * rows, two groups of 4 in the halves of 512-bit vectors ("decode rows on
+ * 512-bit vectors": the same lanes, half the instructions, which issue on
+ * two ports there rather than three: +10-18 % for one or two activation
+ * rows, +40-49 % for 4 to 16 on a Xeon). The scale vectors come from the
+ * E8M0 bytes by integer adds on exponents (4 rows × 8 blocks at a time,
+ * transposed), which gives normal numbers only: row groups whose exponents
+ * come near either end of the range, NaN scales, NaN activation codes or
+ * activation scales that are not powers of two take the scalar code
+ * instead.
  *
  * Prefill (M > DEC_M) decodes panels of 16 weight rows to fp32 w·sw (exact)
  * in tiles [k][16] and runs a 6-row × 16-column FMA kernel over each block
@@ -656,9 +659,11 @@ static void dec8_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t mlo, i
         for (int64_t g = g0; g < g1; g += R) dec4_group(j, g, g + R < g1 ? g + R : g1, mlo, mhi);
         return;
     }
-    const int64_t ah = g0 + 2 * 2 * R; /* the pair of groups two ahead, while inside the weights */
-    dec4_args lo = dec4_rows(j, g0, g0 + R, ah + 2 * R > N ? NULL : j->w + ah * rb);
-    dec4_args hi = dec4_rows(j, g0 + R, g1, ah + 2 * R > N ? NULL : j->w + (ah + R) * rb);
+    /* the pair of groups two ahead, while inside the weights, on the first sweep */
+    const int64_t ah = g0 + 2 * 2 * R;
+    const int pf = mlo == 0 && ah + 2 * R <= N;
+    dec4_args lo = dec4_rows(j, g0, g0 + R, pf ? j->w + ah * rb : NULL);
+    dec4_args hi = dec4_rows(j, g0 + R, g1, pf ? j->w + (ah + R) * rb : NULL);
     dec4_act(j->act, mlo, &lo);
     dec4_act(j->act, mlo, &hi);
     float res[MBLK * 2 * R];
