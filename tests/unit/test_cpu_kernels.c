@@ -754,11 +754,11 @@ static void test_half_route(void) {
 #endif
 }
 
-/* On a CPU with AVX-512 the prefill micro-kernels and the F16C route's
- * decode rows run on 512-bit vectors (every
- * check above took them); the 256-bit ones, which other CPUs take, must
- * give the same scalar bits there too: the checks again with the wide
- * kernels switched off. */
+/* On a CPU with AVX-512 the prefill micro-kernels and the decode rows (FP8
+ * on the F16C route, MXFP4) run on 512-bit vectors (every check above took
+ * them); the 256-bit ones, which other CPUs take, must give the same
+ * scalar bits there too: the checks again with the wide kernels switched
+ * off. */
 static void test_narrow_route(void) {
     if (!di_cpu_kernels_wide()) SKIP("no AVX-512 F/DQ/BW/VL: the 256-bit kernels are the ones checked above");
 #ifdef DI_HAVE_AVX2_KERNELS
@@ -771,9 +771,9 @@ static void test_narrow_route(void) {
 }
 
 /* On a CPU with AVX-512 the FP8 decode rows decode their codes by the
- * exponent bias (kernels_avx2_block.c, dec_bias_wide), the codes of exponent 0 through a table where a chunk
- * pair holds one, and products whose codes take that table often go on
- * through F16C. The decoding must be taken by the checks above (every
+ * exponent bias (kernels_avx2_block.c, dec_bias_wide), the codes of
+ * exponent 0 through a table where a chunk pair holds one, and products
+ * whose codes take that table often go on through F16C. The decoding must be taken by the checks above (every
  * E4M3 code, the exponent-0 ones, both zeros, the tiny scales), give the
  * scalar bits, step over to F16C where the codes call for it, and the
  * checks must pass again with it forced off (F16C throughout). */
