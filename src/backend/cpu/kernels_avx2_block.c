@@ -785,6 +785,7 @@ typedef struct dec_job {
     const float *bmax;      /* [K/32] max |a| over the rows per block */
     const float *smin;      /* [K/32] min sa over the rows per block */
     int half;               /* decode through F16C (see use_half()) */
+    int R;                  /* weight rows a group: dec_rows(M, half) */
     int bias;               /* on 512-bit vectors, codes by the exponent bias (dec_bias_wide) */
     atomic_int *bias_heavy; /* set once a unit's codes took its table often: F16C for the rest */
     const uint8_t *w, *ws;
@@ -1085,7 +1086,7 @@ long di_cpu_kernels_bias_units(void) { return atomic_load(&bias_units); }
 static atomic_int bias_forced_off;
 void di_cpu_kernels_force_no_bias(int on) { atomic_store(&bias_forced_off, on != 0); }
 
-/* The kernel for a block of mr rows of a batch of M (R = dec_rows(M, half)). */
+/* The kernel for a block of mr rows of a batch of M (R = dec_job.R). */
 static dec_kernel_fn dec_kernel_for(int64_t M, int mr, int half) {
     static const dec_kernel_fn w4[5] = {0, dec_kernel_1_4w, dec_kernel_2_4w, dec_kernel_3_4w, dec_kernel_4_4w};
     if (half && di_cpu_kernels_wide()) return M == 1 ? dec_kernel_1_8w : w4[mr];
@@ -1103,7 +1104,7 @@ static dec_kernel_fn dec_kernel_for(int64_t M, int mr, int half) {
 static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float *a, int bias) {
     const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N;
     const int64_t chunks = Kp / 32;
-    const int R = dec_rows(M, j->half);
+    const int R = j->R;
     const int64_t nn = g1 - g0;
     /* the missing rows of the last group repeat its last row (results dropped) */
     const uint8_t *rows[8];
@@ -1132,7 +1133,7 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float 
 static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const dec_job *j = ctx;
     const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N, KB = K / 32, chunks = Kp / 32;
-    const int R = dec_rows(M, j->half);
+    const int R = j->R;
     const float *e8m0 = di_cpu_e8m0_table();
     float *sc = j->scratch + thread * j->scratch_floats;
     for (int64_t u = u0; u < u1; u++) {
@@ -1197,7 +1198,7 @@ static int dec_run(int half, const uint8_t *qa, const float *sa, int64_t M, int6
         }
     atomic_int heavy = 0;
     dec_job j = {.qa = qa, .sa = sa, .ap = ap, .bmax = bmax, .smin = smin, .half = half,
-                 .bias = half && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
+                 .R = dec_rows(M, half), .bias = half && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
                  .bias_heavy = &heavy, .w = w,
                  .ws = ws, .M = M, .K = K, .Kp = Kp, .N = N, .out = out, .scratch = scratch,
                  .scratch_floats = sf};

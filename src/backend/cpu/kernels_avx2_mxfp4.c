@@ -476,6 +476,25 @@ AVX512_INLINE __m512 chain_step_w(const dec4_args *lo, const dec4_args *hi, int6
     return L;
 }
 
+/* Both groups' E8M0 lanes for chunk c ([lo's | hi's], as group_start
+ * transposes them), their bytes read at the start of each group of 4 chunks. */
+AVX512_INLINE __m512i dec8_exps(const dec4_args *lo, const dec4_args *hi, int64_t c, int32_t ewb[2][4][8]) {
+    if (c % 4 == 0) {
+        group_start(lo, c / 4, ewb[0]);
+        group_start(hi, c / 4, ewb[1]);
+    }
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_load_si256((const __m256i *)ewb[0][c % 4])),
+                              _mm256_load_si256((const __m256i *)ewb[1][c % 4]), 1);
+}
+/* An activation row's outputs from its chains l (lanes r, r + 4 of each
+ * half: E and O of row r of lo, then of hi): out = E + O, res[r] (lo), res[R + r] (hi). */
+static inline void dec8_out(const float l[16], float *res) {
+    for (int r = 0; r < R; r++) {
+        res[r] = l[r] + l[r + 4];
+        res[R + r] = l[8 + r] + l[8 + r + 4];
+    }
+}
+
 /* Groups lo and hi (the same activation rows) × mr (1 or 2) activation
  * rows; res[m·2R + r] (rows of lo, then of hi). */
 AVX512_INLINE void dec8_kernel(const int mr, const dec4_args *lo, const dec4_args *hi, float *res) {
@@ -485,10 +504,7 @@ AVX512_INLINE void dec8_kernel(const int mr, const dec4_args *lo, const dec4_arg
     __attribute__((aligned(64))) int32_t ewb[2][4][8];
     __m512 L[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int64_t c = 0; c < chunks; c++) {
-        if (c % 4 == 0) {
-            group_start(lo, c / 4, ewb[0]);
-            group_start(hi, c / 4, ewb[1]);
-        }
+        const __m512i ew = dec8_exps(lo, hi, c, ewb);
         const int half = lo->half_last && c == chunks - 1;
         __m512i av[2][4];
 #pragma GCC unroll 2
@@ -506,22 +522,16 @@ AVX512_INLINE void dec8_kernel(const int mr, const dec4_args *lo, const dec4_arg
             for (int m = 0; m < 2; m++)
                 if (m < mr) sr[m][r] = madd4_w(v0, v1, v2, v3, av[m]);
         }
-        const __m512i ew = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_load_si256((const __m256i *)ewb[0][c % 4])),
-            _mm256_load_si256((const __m256i *)ewb[1][c % 4]), 1);
 #pragma GCC unroll 2
         for (int m = 0; m < 2; m++)
             if (m < mr)
                 L[m] = chain_step_w(lo, hi, m, c, half, ew,
                                     quad_add_w(pair_sh_w(sr[m][0], sr[m][1]), pair_sh_w(sr[m][2], sr[m][3])), L[m]);
     }
-    for (int m = 0; m < mr; m++) { /* out = E + O: lanes r and r + 4 of each half */
+    for (int m = 0; m < mr; m++) {
         float l[16];
         _mm512_storeu_ps(l, L[m]);
-        for (int r = 0; r < R; r++) {
-            res[m * 2 * R + r] = l[r] + l[r + 4];
-            res[m * 2 * R + R + r] = l[8 + r] + l[8 + r + 4];
-        }
+        dec8_out(l, res + m * 2 * R);
     }
 }
 
@@ -540,10 +550,7 @@ static AVX512 void dec8_wide(const dec4_args *lo, const dec4_args *hi, int mr, f
     __attribute__((aligned(64))) float lb[MBLK][16];
     memset(lb, 0, sizeof lb);
     for (int64_t c = 0; c < chunks; c++) {
-        if (c % 4 == 0) {
-            group_start(lo, c / 4, ewb[0]);
-            group_start(hi, c / 4, ewb[1]);
-        }
+        const __m512i ew = dec8_exps(lo, hi, c, ewb);
         const int half = lo->half_last && c == chunks - 1;
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
@@ -553,9 +560,6 @@ static AVX512 void dec8_wide(const dec4_args *lo, const dec4_args *hi, int mr, f
             _mm512_store_si512(wv[r][2], v2);
             _mm512_store_si512(wv[r][3], v3);
         }
-        const __m512i ew = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_load_si256((const __m256i *)ewb[0][c % 4])),
-            _mm256_load_si256((const __m256i *)ewb[1][c % 4]), 1);
         for (int m = 0; m < mr; m++) {
             __m512i av[4];
 #pragma GCC unroll 4
@@ -571,11 +575,7 @@ static AVX512 void dec8_wide(const dec4_args *lo, const dec4_args *hi, int mr, f
                                                 _mm512_load_ps(lb[m])));
         }
     }
-    for (int m = 0; m < mr; m++)
-        for (int r = 0; r < R; r++) {
-            res[m * 2 * R + r] = lb[m][r] + lb[m][r + 4];
-            res[m * 2 * R + R + r] = lb[m][8 + r] + lb[m][8 + r + 4];
-        }
+    for (int m = 0; m < mr; m++) dec8_out(lb[m], res + m * 2 * R);
 }
 
 typedef struct dec4_job {
