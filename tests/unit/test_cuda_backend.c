@@ -2033,8 +2033,8 @@ static void attn_slot_set(const attn_pool *ap, int win, int empty, const uint8_t
 
 /* The split-slot form of the tensor-core attention through its launcher
  * against the CPU op within attn_bound.h's bound (which counts the
- * combine's rescales): S = 1 .. 8 blocks per row, spans of one and of
- * several 64-slot blocks, a partial last block; a row with no slot, a row
+ * combine's rescales): S = 1 .. 16 blocks per row (past 8 a non-portable
+ * cluster), spans of one and of several 64-slot blocks, a partial last block; a row with no slot, a row
  * whose only slots lie in the last block (every other block of the cluster
  * empty: max -1e30, denominator 0), a row with one slot in the first
  * block; sinks far above and below the scores; peaked softmaxes (large q)
@@ -2048,7 +2048,8 @@ static void test_attention_split(void) {
     const struct { int64_t m; int h; int64_t d; int slots, win; float qs; int splits; } cs[] = {
         {1, 64, 512, 640, 128, 1.0f, 5}, {4, 64, 512, 640, 128, 2.0f, 8}, {5, 70, 128, 300, 64, 1.0f, 3},
         {4, 16, 96, 130, 20, 4.0f, 2},   {5, 24, 160, 581, 0, 1.0f, 8},   {4, 64, 512, 640, 128, 1.0f, 1},
-        {5, 32, 64, 1000, 100, 3.0f, 7}};
+        {5, 32, 64, 1000, 100, 3.0f, 7}, {1, 64, 512, 640, 128, 1.0f, 10}, {2, 64, 512, 1024, 128, 2.0f, 16},
+        {4, 64, 512, 1000, 128, 1.0f, 12}};
     for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
         int64_t m = cs[t].m, d = cs[t].d;
         int h = cs[t].h, ns = cs[t].slots, nw = cs[t].win, P = 48;
@@ -2115,8 +2116,10 @@ static void test_attention_split(void) {
         attn_pool_free(&ap);
         free(rc); free(rg); free(rd); free(q); free(sink); free(oc); free(o0); free(o1); free(o2);
     }
-    CHECK(cuda_attn_tc_splits(640) == 5 && cuda_attn_tc_splits(64) == 1 && cuda_attn_tc_splits(65) == 2 &&
-          cuda_attn_tc_splits(512) == 8 && cuda_attn_tc_splits(513) == 5);
+    CHECK(cuda_attn_tc_splits(640, 8) == 5 && cuda_attn_tc_splits(64, 8) == 1 && cuda_attn_tc_splits(65, 8) == 2 &&
+          cuda_attn_tc_splits(512, 8) == 8 && cuda_attn_tc_splits(513, 8) == 5);
+    CHECK(cuda_attn_tc_splits(640, 16) == 10 && cuda_attn_tc_splits(1024, 16) == 16 &&
+          cuda_attn_tc_splits(1025, 16) == 9 && cuda_attn_tc_splits(640, 1) == 1 && cuda_attn_tc_splits(640, 99) == 10);
     /* the op table at the decode shape (the dispatcher takes the split form) */
     int64_t m = 1, d = 512;
     int h = 64, nw = 128, ns = 640, P = 64;

@@ -34,8 +34,10 @@
  * all heads, is written for few instructions per value and all of a warp's
  * loads in flight at once (1.5x the first version's speed, same bits).
  * With few query rows the split-slot form spreads a row's slot blocks over
- * a cluster of up to 8 blocks and combines them (sparse_attn_tc_combine):
- * one row of 640 slots 110 → 51 µs (docs/gpu-notes.md, run 26). */
+ * a cluster of up to 16 blocks and combines them (sparse_attn_tc_combine):
+ * one row of 640 slots 110 → 51 µs (docs/gpu-notes.md, run 26) with 5
+ * blocks of two slot blocks each, 23.4 → 16.1 µs with 10 blocks of one
+ * each (attention runs 1-2). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -54,7 +56,7 @@ enum {
     TC_MAX_D = 512,
     TC_PAD = 8,      /* bf16 of padding per shared row: ldmatrix rows hit distinct banks */
     TC_SLD = TC_SLOTS + 8, /* floats per score row: the fragment stores hit distinct banks */
-    TC_MAX_SPLIT = 8       /* blocks per row in the split form: a portable cluster */
+    TC_MAX_SPLIT = 16      /* blocks per row in the split form: past 8 a non-portable cluster */
 };
 
 /* shared bytes: q [hb, d + 8] and kv [64, d + 8] bf16, scores [hb, TC_SLD]
@@ -503,9 +505,14 @@ static int tc_pick_hg(int64_t blocks64, int64_t d) {
 
 template <bool SPLIT, int HG> static di_status tc_smem_attr(int64_t d, size_t *smem, di_err *err) {
     *smem = tc_smem_bytes(d, 16 * HG);
-    return cuda_check(cudaFuncSetAttribute(k_sparse_attn_tc<SPLIT, HG>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem),
-                      err, "sparse_attn_kv (tensor cores): shared memory");
+    di_status st = cuda_check(cudaFuncSetAttribute(k_sparse_attn_tc<SPLIT, HG>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)*smem),
+                              err, "sparse_attn_kv (tensor cores): shared memory");
+    if (!st && SPLIT) /* clusters of 9 to 16 blocks (Hopper takes up to 16) */
+        st = cuda_check(cudaFuncSetAttribute(k_sparse_attn_tc<SPLIT, HG>,
+                                             cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+                        err, "sparse_attn_kv (tensor cores): cluster size");
+    return st;
 }
 
 extern "C" di_status cuda_op_sparse_attn_kv_tc(const float *q, int64_t m, int h, int64_t d,
@@ -534,7 +541,8 @@ extern "C" di_status cuda_op_sparse_attn_kv_tc(const float *q, int64_t m, int h,
     return cuda_check_launch(err, "sparse_attn_kv (tensor cores)");
 }
 
-/* Blocks of 64 slots per split block: the fewest that keep S <= 8. */
+/* Blocks of 64 slots per split block: the fewest that keep S <= splits
+ * (at most TC_MAX_SPLIT). */
 static int tc_split_span_blocks(int n_slots, int splits) {
     int nblk = (n_slots + TC_SLOTS - 1) / TC_SLOTS;
     if (splits > TC_MAX_SPLIT) splits = TC_MAX_SPLIT;
@@ -542,10 +550,10 @@ static int tc_split_span_blocks(int n_slots, int splits) {
     return (nblk + splits - 1) / splits;
 }
 
-extern "C" int cuda_attn_tc_splits(int n_slots) {
+extern "C" int cuda_attn_tc_splits(int n_slots, int max_splits) {
     int nblk = (n_slots + TC_SLOTS - 1) / TC_SLOTS;
-    if (nblk <= 1) return 1;
-    int bps = tc_split_span_blocks(n_slots, TC_MAX_SPLIT);
+    if (nblk <= 1 || max_splits <= 1) return 1;
+    int bps = tc_split_span_blocks(n_slots, max_splits);
     return (nblk + bps - 1) / bps;
 }
 
@@ -560,7 +568,7 @@ extern "C" di_status cuda_op_sparse_attn_kv_tc_split(const float *q, int64_t m, 
                           (long long)d, TC_MAX_D);
     int bps = tc_split_span_blocks(n_slots, splits);
     int nblk = (n_slots + TC_SLOTS - 1) / TC_SLOTS;
-    int ns = nblk > 0 ? (nblk + bps - 1) / bps : 1; /* the blocks actually used, at most 8 */
+    int ns = nblk > 0 ? (nblk + bps - 1) / bps : 1; /* the blocks actually used, at most 16 */
     if (m * ns > 0x7fffffff)
         return di_err_set(err, DI_ERR_UNSUPPORTED, "sparse_attn_kv (tensor cores, split): %lld rows",
                           (long long)m);

@@ -38,7 +38,7 @@ di_status cuda_op_sparse_attn_kv_tc(const float *q, int64_t m, int h, int64_t d,
  * (max, denominator, unnormalized output) per head; the cluster then
  * combines them in rank order with the sink folded in once. S and span
  * follow from n_slots and `splits` only (S = ceil(blocks / span), span =
- * ceil(blocks / min(splits, 8)) blocks), never from timing, so a shape's
+ * ceil(blocks / min(splits, 16)) blocks), never from timing, so a shape's
  * bits repeat. S = 1 gives the unsplit form's bits. Arguments as
  * cuda_op_sparse_attn_kv_tc. */
 di_status cuda_op_sparse_attn_kv_tc_split(const float *q, int64_t m, int h, int64_t d,
@@ -46,9 +46,10 @@ di_status cuda_op_sparse_attn_kv_tc_split(const float *q, int64_t m, int h, int6
                                           const float *sink, float scale, int splits, float *out,
                                           di_err *err);
 
-/* The split count cuda_op_sparse_attn_kv takes for rows of n_slots slots
- * (1: no split): as many blocks as 64-slot blocks, at most 8. */
-int cuda_attn_tc_splits(int n_slots);
+/* The split count for rows of n_slots slots with at most max_splits
+ * (<= 16) blocks a row (1: no split): as many blocks as 64-slot blocks, or
+ * the fewest spans of equal whole 64-slot blocks within max_splits. */
+int cuda_attn_tc_splits(int n_slots, int max_splits);
 
 /* Test and measuring aid: blocks of 16 heads (hg = 1, where d % 128 == 0)
  * or of 64 (hg = 4) for every launch; 0 = the launchers choose (16 heads

@@ -24,7 +24,7 @@ di_status cuda_op_sparse_attn_kv_tc_split(const float *q, int64_t m, int h, int6
     return no_cuda(err);
 }
 
-int cuda_attn_tc_splits(int n_slots) { return 1; }
+int cuda_attn_tc_splits(int n_slots, int max_splits) { return 1; }
 
 void cuda_attn_tc_set_head_groups(int hg) { (void)hg; }
 

@@ -135,6 +135,14 @@ extern "C" di_status cuda_op_sparse_attn_kv_rowwise(const float *q, int64_t m, i
  * per SM the split only adds its combine. A constant, not the device's SM
  * count, so a shape's dispatch (and bits) is the same on every GPU. */
 enum { ATTN_SPLIT_MAX_BLOCKS = 128 };
+/* Up to this many split blocks (rows × head tiles × S) a row may spread
+ * over 16 blocks instead of 8 (a non-portable cluster): at the model's 640
+ * slots one 64-slot block each instead of two, so a decode step of up to 6
+ * rows waits for one block's latency, not two; their blocks of 16 heads
+ * still fit the GPU in one wave. Measured at one row, 640 full slots: 23.4
+ * -> 16.1 µs a call (docs/gpu-notes.md, attention runs 1-2). A constant, as
+ * above. DI_CUDA_ATTN_WIDE=0 keeps 8 (a measuring aid). */
+enum { ATTN_WIDE_SPLIT_MAX_BLOCKS = 64 };
 
 /* The tensor-core form (cuda_attn_tc.cu) wherever it takes the head size:
  * faster at every m, one query row included, split over slots when few
@@ -150,8 +158,11 @@ extern "C" di_status cuda_op_sparse_attn_kv(const float *q, int64_t m, int h, in
                                             const float *sink, float scale, float *out,
                                             di_err *err) {
     if (cuda_attn_tc_fits(d)) {
-        int s = cuda_attn_tc_splits(n_slots);
+        static int wide_on = -1;
+        cuda_env_switch("DI_CUDA_ATTN_WIDE", &wide_on);
         int64_t tiles = m * ((h + 63) / 64);
+        int s = cuda_attn_tc_splits(n_slots, 16);
+        if (!wide_on || tiles * s > ATTN_WIDE_SPLIT_MAX_BLOCKS) s = cuda_attn_tc_splits(n_slots, 8);
         if (s > 1 && tiles * s <= ATTN_SPLIT_MAX_BLOCKS && !cuda_batch_invariant())
             return cuda_op_sparse_attn_kv_tc_split(q, m, h, d, rows, n_slots, n_win, sink, scale, s, out, err);
         return cuda_op_sparse_attn_kv_tc(q, m, h, d, rows, n_slots, n_win, sink, scale, out, err);
