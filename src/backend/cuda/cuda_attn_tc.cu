@@ -329,9 +329,14 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
     const int ntn = d / 16;    /* S k-steps of 16 */
     const int nto = dp / 8;    /* O n-tiles of 8 per warp */
 
-    /* q rows of this block's heads as bf16 (exact: q holds bf16 values) */
+    /* the first block's row pointers, then q, so that their loads are in
+     * flight together: the keys' loads wait for the pointers, not for q */
+    const uint8_t *const *ri = rows + i * n_slots;
+    const uint8_t *nxt = s0 + tid < s1 && tid < TC_SLOTS ? ri[s0 + tid] : nullptr;
+    /* q rows of this block's heads as bf16 (exact: q holds bf16 values);
+     * a thread's 8 loads (16 heads of 512) in one round trip */
     const int q4 = d / 4;
-#pragma unroll 4
+#pragma unroll 8
     for (int c = tid; c < HB * q4; c += TC_THREADS) {
         int r = c / q4, k = (c % q4) * 4;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -344,14 +349,11 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
     for (int nt = 0; nt < TC_MAX_D / (8 * NPART); nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
     /* rows g and g + 8 of the warp's 16 heads (the quad's four lanes agree) */
     float mx[2] = {-1e30f, -1e30f}, sum[2] = {0.f, 0.f};
-    const uint8_t *const *ri = rows + i * n_slots;
     const uint32_t qs_a = smem_addr(qs), ks_a = smem_addr(ks);
-    /* the next block's row pointers load during this block */
-    const uint8_t *nxt = s0 + tid < s1 && tid < TC_SLOTS ? ri[s0 + tid] : nullptr;
 
     for (int b0 = s0; b0 < s1; b0 += TC_SLOTS) {
         __syncthreads(); /* the last block's readers of ks, ss and rp are done */
-        if (tid < TC_SLOTS) {
+        if (tid < TC_SLOTS) { /* the next block's row pointers load during this block */
             rp[tid] = nxt; /* NULL past the last slot */
             nxt = b0 + TC_SLOTS + tid < s1 ? ri[b0 + TC_SLOTS + tid] : nullptr;
         }
