@@ -2034,12 +2034,12 @@ static void attn_slot_set(const attn_pool *ap, int win, int empty, const uint8_t
 /* The split-slot form of the tensor-core attention through its launcher
  * against the CPU op within attn_bound.h's bound (which counts the
  * combine's rescales): S = 1 .. 16 blocks per row (past 8 a non-portable
- * cluster), spans of one and of several 64-slot blocks, a partial last block; a row with no slot, a row
- * whose only slots lie in the last block (every other block of the cluster
- * empty: max -1e30, denominator 0), a row with one slot in the first
- * block; sinks far above and below the scores; peaked softmaxes (large q)
- * whose maximum lies in any block (the combine rescales the others down).
- * Then: two runs give the same bits (the combine's order is fixed), S = 1
+ * cluster), spans of one and of several 64-slot blocks, a partial last
+ * block; a row with no slot, a row whose only slots lie in the last block
+ * (every other block of the cluster empty: max -1e30, denominator 0), a
+ * row with one slot in the first block; sinks far above and below the
+ * scores; peaked softmaxes (large q) whose maximum lies in any block (the
+ * combine rescales the others down). Then: two runs give the same bits (the combine's order is fixed), S = 1
  * gives the unsplit kernel's bits, and the op table's dispatch at the
  * decode shape (one row, 128 window + 512 compressed slots, 64 heads) is
  * within the same bound. */
