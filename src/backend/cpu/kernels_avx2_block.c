@@ -987,8 +987,9 @@ AVX512_INLINE void dec_wide_end(const int mr, const int R, __m512 acc[DEC_MB][4]
  * it. A code of exponent 0 (its value m·2^-9) would read 2^-15·(1 + m/8):
  * where the 64 codes hold one (6 in 1,000 chunk pairs of weights
  * quantized as a checkpoint's, bench_gemm --weights normal), those lanes
- * take m·2^-17 from a table, sign restored. 3 instructions a vector of 16 codes instead of dec_half_wide's
- * ~5 (its conversions take two each); returns whether the table was used. */
+ * take m·2^-17 from a table, sign restored. 3 instructions a vector of 16
+ * codes instead of dec_half_wide's ~5 (its conversions take two each);
+ * returns whether the table was used. */
 static const float bias_sub_tab[16] = {0.0f, 0x1p-17f, 0x1p-16f, 0x1.8p-16f, 0x1p-15f, 0x1.4p-15f, 0x1.8p-15f, 0x1.cp-15f};
 AVX512_INLINE int dec_bias_wide(__m512i x, __m512 out[4]) {
     const __m512i keep = _mm512_set1_epi32((int)0x87f00000), bias = _mm512_set1_epi32(0x38000000);
@@ -1099,7 +1100,7 @@ static dec_kernel_fn dec_kernel_for(int64_t M, int mr, int half) {
 }
 
 /* Weight rows g0 .. g1-1 (at most one group of R) for every activation row,
- * a: the unit's folded activations; bias: M <= 2 by the exponent bias
+ * a: the unit's folded activations; bias: by the exponent bias
  * (returns the chunks that took its table). */
 static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float *a, int bias) {
     const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N;

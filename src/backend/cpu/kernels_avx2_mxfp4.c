@@ -678,11 +678,12 @@ static void dec8_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t mlo, i
 static void dec4_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const dec4_job *j = ctx;
     const int64_t M = j->M, N = j->N;
+    const int wide = di_cpu_kernels_wide(); /* 8 weight rows a call */
     for (int64_t u = u0; u < u1; u++) {
         const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
         for (int64_t m0 = 0; m0 < M; m0 += MBLK) {
             const int64_t m1 = m0 + MBLK < M ? m0 + MBLK : M;
-            if (di_cpu_kernels_wide()) /* 8 weight rows a call */
+            if (wide)
                 for (int64_t g0 = n0; g0 < n1; g0 += 2 * R) dec8_group(j, g0, g0 + 2 * R < n1 ? g0 + 2 * R : n1, m0, m1);
             else
                 for (int64_t g0 = n0; g0 < n1; g0 += R) dec4_group(j, g0, g0 + R < n1 ? g0 + R : n1, m0, m1);
