@@ -335,13 +335,16 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
     const uint8_t *nxt = s0 + tid < s1 && tid < TC_SLOTS ? ri[s0 + tid] : nullptr;
     /* q rows of this block's heads as bf16 (exact: q holds bf16 values);
      * a thread's 8 loads (16 heads of 512) in one round trip */
-    const int q4 = d / 4;
+    const int q4 = d / 4; /* float4 a row; (r, k4) of element c = tid + n·TC_THREADS stepped, not divided */
+    const int dr = TC_THREADS / q4, dk = TC_THREADS - dr * q4;
+    int r = tid / q4, k4 = tid - r * q4;
 #pragma unroll 8
     for (int c = tid; c < HB * q4; c += TC_THREADS) {
-        int r = c / q4, k = (c % q4) * 4;
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (h0 + r < h) v = *reinterpret_cast<const float4 *>(q + (i * h + h0 + r) * d + k);
-        *reinterpret_cast<uint2 *>(qs + r * ld + k) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+        if (h0 + r < h) v = *reinterpret_cast<const float4 *>(q + (i * h + h0 + r) * d + 4 * k4);
+        *reinterpret_cast<uint2 *>(qs + r * ld + 4 * k4) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+        r += dr, k4 += dk;
+        if (k4 >= q4) k4 -= q4, r++;
     }
 
     float o[TC_MAX_D / (8 * NPART)][4];
