@@ -939,6 +939,159 @@ static void bench_pair(void) {
     for (int c = 0; c < 2 * copies; c++) { di_cuda_free(w[c]); di_cuda_free(ws[c]); }
 }
 
+/* --l2pf: what a decode product at one row gains when its weights are
+ * already in L2. Each model shape three ways, per-op events around the
+ * product alone: cold (copies rotated over > 512 MB, as the model reads
+ * them), prefetched (the copy's bytes sent to L2 by bulk prefetches, a
+ * pause standing for the latency-bound work that would hide them, then
+ * the product), hot (one copy, read again and again). Also the prefetch
+ * launch's own time and the time for the bytes to arrive (a prefetch
+ * straight before the product, no pause). */
+__global__ void k_l2_prefetch(const uint8_t *p, size_t n) {
+    const size_t chunk = 65536;
+    for (size_t off = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * chunk; off < n;
+         off += (size_t)gridDim.x * blockDim.x * chunk) {
+        uint32_t sz = (uint32_t)(n - off < chunk ? n - off : chunk) & ~15u;
+        if (sz) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p + off), "r"(sz) : "memory");
+    }
+}
+__global__ void k_pause(long long ns) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        __nanosleep(1000);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while ((long long)(t - t0) < ns);
+}
+struct l2_buf { void *p; size_t n; };
+static long long g_l2_pause_ns = 60000;
+/* mode 0 cold, 1 prefetch + pause, 2 prefetch then at once, 3 hot; returns
+ * the mean µs of the product between its own events */
+template <typename F>
+static double l2_time(int mode, int copies, const std::vector<std::vector<l2_buf>> &bufs, F op, int iters) {
+    std::vector<cudaEvent_t> ev(2 * iters);
+    for (auto &e : ev) CK(cudaEventCreate(&e));
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        for (int it = 0; it < iters; it++) {
+            int c = mode == 3 ? 0 : it % copies;
+            if (mode == 1 || mode == 2)
+                for (auto &b : bufs[c]) /* one 64 KB prefetch a thread */
+                    k_l2_prefetch<<<(unsigned)((b.n + (32u << 16) - 1) / (32u << 16)), 32>>>((const uint8_t *)b.p, b.n);
+            if (mode == 1) k_pause<<<1, 32>>>(g_l2_pause_ns);
+            if (mode == 3 && it == 0) op(c); /* warm */
+            CK(cudaEventRecord(ev[2 * it], 0));
+            op(c);
+            CK(cudaEventRecord(ev[2 * it + 1], 0));
+        }
+        CK(cudaDeviceSynchronize());
+        double tot = 0;
+        for (int it = 0; it < iters; it++) {
+            float t = 0;
+            CK(cudaEventElapsedTime(&t, ev[2 * it], ev[2 * it + 1]));
+            tot += t;
+        }
+        best = std::min(best, tot * 1e3 / iters);
+    }
+    for (auto &e : ev) CK(cudaEventDestroy(e));
+    return best;
+}
+static void bench_l2pf(void) {
+    const char *mname[] = {"cold", "prefetched", "prefetch-at-once", "hot"};
+    /* FP8 products through the quantizing decode kernel, one or two matrices */
+    struct { const char *name; int64_t n, k; int pair; } fp8[] = {
+        {"wq_a+wkv", 1280, 5120, 512}, {"wq_b", 32768, 1280, 0}, {"wo_b", 5120, 8192, 0},
+        {"shared_w13", 2304, 5120, 2304}, {"shared_w2", 5120, 2304, 0}};
+    for (auto &s : fp8) {
+        const int64_t kbn = s.k / 32;
+        const size_t wb = (size_t)(s.n * s.k), sb = (size_t)(((s.n + 31) / 32) * kbn);
+        const size_t wb2 = (size_t)(s.pair * s.k), sb2 = (size_t)(((s.pair + 31) / 32) * kbn);
+        const int copies = weight_copies(wb + sb + wb2 + sb2);
+        std::vector<std::vector<l2_buf>> bufs(copies);
+        for (int c = 0; c < copies; c++) {
+            bufs[c].push_back({dalloc(wb), wb});
+            bufs[c].push_back({dalloc(sb), sb});
+            rnd(bufs[c][0].p, wb, 300 + c, 1);
+            rnd(bufs[c][1].p, sb, 400 + c, 2);
+            if (s.pair) {
+                bufs[c].push_back({dalloc(wb2), wb2});
+                bufs[c].push_back({dalloc(sb2), sb2});
+                rnd(bufs[c][2].p, wb2, 500 + c, 1);
+                rnd(bufs[c][3].p, sb2, 600 + c, 2);
+            }
+        }
+        float *x = (float *)dalloc((size_t)s.k * 4), *y = (float *)dalloc((size_t)s.n * 4),
+              *y2 = (float *)dalloc((size_t)std::max<int64_t>(s.pair, 1) * 4);
+        fill_scales<<<256, 256>>>(x, (size_t)s.k, 5);
+        int done = 0;
+        auto op = [&](int c) {
+            auto &b = bufs[c];
+            if (s.pair)
+                DK(cuda_op_gemm_fp8_x_pair(x, 1, s.k, (uint8_t *)b[0].p, (uint8_t *)b[1].p, (uint8_t *)b[2].p,
+                                           (uint8_t *)b[3].p, s.n, s.pair, y, y2, 1, &done, err));
+            else
+                DK(cuda_op_gemm_fp8_x(x, 1, s.k, (uint8_t *)b[0].p, (uint8_t *)b[1].p, s.n, y, 1, &done, err));
+        };
+        const double mb = (double)(wb + sb + wb2 + sb2) / 1048576.0;
+        printf("RESULT l2pf %s (%.1f MiB):", s.name, mb);
+        for (int mode = 0; mode < 4; mode++)
+            printf(" %s %.2f us%s", mname[mode], l2_time(mode, copies, bufs, op, 2 * copies),
+                   mode < 3 ? "," : "");
+        for (long long ns : {10000LL, 20000LL}) { /* shorter pauses */
+            g_l2_pause_ns = ns;
+            printf(", pause %lld us %.2f us", ns / 1000, l2_time(1, copies, bufs, op, 2 * copies));
+        }
+        g_l2_pause_ns = 60000;
+        printf("\n");
+        fflush(stdout);
+        for (auto &v : bufs)
+            for (auto &b : v) di_cuda_free(b.p);
+        di_cuda_free(x); di_cuda_free(y); di_cuda_free(y2);
+    }
+    /* plain products: wo_a (FP8, 8 groups) and the bf16 router / compressor */
+    struct { int fmt; const char *name; int64_t n, k; int groups; } pl[] = {
+        {DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8}, {DI_WFMT_BF16, "gate", 384, 5120, 1},
+        {DI_WFMT_BF16, "cmp_wkv", 512, 5120, 1}};
+    for (auto &s : pl) {
+        const size_t wb = s.fmt == DI_WFMT_BF16 ? (size_t)(s.n * s.k) * 2 : (size_t)(s.n * s.k);
+        const size_t sb = s.fmt == DI_WFMT_FP8 ? (size_t)(((s.n + 31) / 32) * (s.k / 32)) : 0;
+        const int copies = weight_copies(wb + sb);
+        std::vector<std::vector<l2_buf>> bufs(copies);
+        for (int c = 0; c < copies; c++) {
+            bufs[c].push_back({dalloc(wb), wb});
+            rnd(bufs[c][0].p, wb, 300 + c, 1);
+            if (sb) {
+                bufs[c].push_back({dalloc(sb), sb});
+                rnd(bufs[c][1].p, sb, 400 + c, 2);
+            }
+        }
+        const int64_t kx = s.k * s.groups, nr = s.n / s.groups;
+        float *x = (float *)dalloc((size_t)kx * 4), *y = (float *)dalloc((size_t)s.n * 4);
+        fill_full<<<256, 256>>>(x, (size_t)kx);
+        auto op = [&](int c) {
+            auto &b = bufs[c];
+            DK(cuda_op_matmul_plain_s(s.fmt, b[0].p, sb ? (const uint8_t *)b[1].p : NULL, s.n, s.k, x, kx, 1,
+                                      s.groups, nr, y, s.n, s.groups > 1, NULL, 0, err));
+        };
+        printf("RESULT l2pf %s (%.1f MiB):", s.name, (double)(wb + sb) / 1048576.0);
+        for (int mode = 0; mode < 4; mode++)
+            printf(" %s %.2f us%s", mname[mode], l2_time(mode, copies, bufs, op, 2 * copies),
+                   mode < 3 ? "," : "\n");
+        fflush(stdout);
+        for (auto &v : bufs)
+            for (auto &b : v) di_cuda_free(b.p);
+        di_cuda_free(x); di_cuda_free(y);
+    }
+    /* the prefetch launch alone, and a copy right after a prefetch of 32 MB */
+    void *big = dalloc((size_t)32 << 20);
+    std::vector<std::vector<l2_buf>> one(1, std::vector<l2_buf>{{big, (size_t)32 << 20}});
+    double tl = time_events([&] { k_l2_prefetch<<<1, 64>>>((const uint8_t *)big, (size_t)32 << 20); }, 1, 21);
+    double tw = time_events([&] { k_l2_prefetch<<<16, 32>>>((const uint8_t *)big, (size_t)32 << 20); }, 1, 21);
+    printf("RESULT l2pf prefetch launch of 32 MiB: one block of 64 threads %.2f us, 16 blocks of 32 %.2f us\n",
+           tl * 1e6, tw * 1e6);
+    di_cuda_free(big);
+}
+
 /* --fp8mid: the FP8 products of a decode step at batches past the decode
  * kernels (m > 16: the wgmma tiles), the model's shapes [n x k], by the
  * automatic path and by the matrix-vector kernels, same call */
@@ -1133,6 +1286,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--fp8mid")) gemm = matvec = 0, plain = 10; /* bench_fp8_mid only */
         else if (!strcmp(argv[i], "--greedy")) gemm = matvec = 0, plain = 12; /* bench_greedy only */
         else if (!strcmp(argv[i], "--pair")) gemm = matvec = 0, plain = 13; /* bench_pair only */
+        else if (!strcmp(argv[i], "--l2pf")) gemm = matvec = 0, plain = 14; /* bench_l2pf only */
         else if (!strcmp(argv[i], "--fp4bal")) { /* bench_fp4_bal only, a batch optional */
             gemm = matvec = 0, plain = 11;
             aid_batch = i + 1 < argc && argv[i + 1][0] != '-' ? atoi(argv[++i]) : 0;
@@ -1171,6 +1325,7 @@ int main(int argc, char **argv) {
     if (plain == 11) bench_fp4_bal(aid_batch);
     if (plain == 12) bench_greedy();
     if (plain == 13) bench_pair();
+    if (plain == 14) bench_l2pf();
     if (matvec) {
         bench_act_quant();
         /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */
