@@ -966,7 +966,8 @@ __global__ void k_pause(long long ns) {
 struct l2_buf { void *p; size_t n; };
 static long long g_l2_pause_ns = 60000;
 /* mode 0 cold, 1 prefetch + pause, 2 prefetch then at once, 3 hot; returns
- * the mean µs of the product between its own events */
+ * the µs of the product between its own events, the mean of a pass over
+ * `iters` calls, the best of three passes */
 template <typename F>
 static double l2_time(int mode, int copies, const std::vector<std::vector<l2_buf>> &bufs, F op, int iters) {
     std::vector<cudaEvent_t> ev(2 * iters);
