@@ -964,12 +964,12 @@ __global__ void k_pause(long long ns) {
     } while ((long long)(t - t0) < ns);
 }
 struct l2_buf { void *p; size_t n; };
-static long long g_l2_pause_ns = 60000;
-/* mode 0 cold, 1 prefetch + pause, 2 prefetch then at once, 3 hot; returns
- * the µs of the product between its own events, the mean of a pass over
- * `iters` calls, the best of three passes */
+typedef std::vector<std::vector<l2_buf>> l2_copies; /* [copy][buffer] */
+/* mode 0 cold, 1 prefetch + a pause of pause_ns, 2 prefetch then at once,
+ * 3 hot; returns the µs of the product between its own events, the mean of
+ * a pass over `iters` calls, the best of three passes */
 template <typename F>
-static double l2_time(int mode, int copies, const std::vector<std::vector<l2_buf>> &bufs, F op, int iters) {
+static double l2_time(int mode, long long pause_ns, int copies, const l2_copies &bufs, F op, int iters) {
     std::vector<cudaEvent_t> ev(2 * iters);
     for (auto &e : ev) CK(cudaEventCreate(&e));
     double best = 1e30;
@@ -979,7 +979,7 @@ static double l2_time(int mode, int copies, const std::vector<std::vector<l2_buf
             if (mode == 1 || mode == 2)
                 for (auto &b : bufs[c]) /* one 64 KB prefetch a thread */
                     k_l2_prefetch<<<(unsigned)((b.n + (32u << 16) - 1) / (32u << 16)), 32>>>((const uint8_t *)b.p, b.n);
-            if (mode == 1) k_pause<<<1, 32>>>(g_l2_pause_ns);
+            if (mode == 1) k_pause<<<1, 32>>>(pause_ns);
             if (mode == 3 && it == 0) op(c); /* warm */
             CK(cudaEventRecord(ev[2 * it], 0));
             op(c);
@@ -997,8 +997,26 @@ static double l2_time(int mode, int copies, const std::vector<std::vector<l2_buf
     for (auto &e : ev) CK(cudaEventDestroy(e));
     return best;
 }
-static void bench_l2pf(void) {
+/* One product's RESULT line (the four modes, 60 µs pauses; with pauses
+ * also 10 and 20 µs), then its weight copies freed. */
+template <typename F>
+static void l2_report(const char *name, l2_copies &bufs, F op, bool pauses) {
     const char *mname[] = {"cold", "prefetched", "prefetch-at-once", "hot"};
+    const int copies = (int)bufs.size();
+    size_t bytes = 0;
+    for (auto &b : bufs[0]) bytes += b.n;
+    printf("RESULT l2pf %s (%.1f MiB):", name, (double)bytes / 1048576.0);
+    for (int mode = 0; mode < 4; mode++)
+        printf(" %s %.2f us%s", mname[mode], l2_time(mode, 60000, copies, bufs, op, 2 * copies), mode < 3 ? "," : "");
+    if (pauses)
+        for (long long ns : {10000LL, 20000LL})
+            printf(", pause %lld us %.2f us", ns / 1000, l2_time(1, ns, copies, bufs, op, 2 * copies));
+    printf("\n");
+    fflush(stdout);
+    for (auto &v : bufs)
+        for (auto &b : v) di_cuda_free(b.p);
+}
+static void bench_l2pf(void) {
     /* FP8 products through the quantizing decode kernel, one or two matrices */
     struct { const char *name; int64_t n, k; int pair; } fp8[] = {
         {"wq_a+wkv", 1280, 5120, 512}, {"wq_b", 32768, 1280, 0}, {"wo_b", 5120, 8192, 0},
@@ -1008,7 +1026,7 @@ static void bench_l2pf(void) {
         const size_t wb = (size_t)(s.n * s.k), sb = (size_t)(((s.n + 31) / 32) * kbn);
         const size_t wb2 = (size_t)(s.pair * s.k), sb2 = (size_t)(((s.pair + 31) / 32) * kbn);
         const int copies = weight_copies(wb + sb + wb2 + sb2);
-        std::vector<std::vector<l2_buf>> bufs(copies);
+        l2_copies bufs(copies);
         for (int c = 0; c < copies; c++) {
             bufs[c].push_back({dalloc(wb), wb});
             bufs[c].push_back({dalloc(sb), sb});
@@ -1033,20 +1051,7 @@ static void bench_l2pf(void) {
             else
                 DK(cuda_op_gemm_fp8_x(x, 1, s.k, (uint8_t *)b[0].p, (uint8_t *)b[1].p, s.n, y, 1, &done, err));
         };
-        const double mb = (double)(wb + sb + wb2 + sb2) / 1048576.0;
-        printf("RESULT l2pf %s (%.1f MiB):", s.name, mb);
-        for (int mode = 0; mode < 4; mode++)
-            printf(" %s %.2f us%s", mname[mode], l2_time(mode, copies, bufs, op, 2 * copies),
-                   mode < 3 ? "," : "");
-        for (long long ns : {10000LL, 20000LL}) { /* shorter pauses */
-            g_l2_pause_ns = ns;
-            printf(", pause %lld us %.2f us", ns / 1000, l2_time(1, copies, bufs, op, 2 * copies));
-        }
-        g_l2_pause_ns = 60000;
-        printf("\n");
-        fflush(stdout);
-        for (auto &v : bufs)
-            for (auto &b : v) di_cuda_free(b.p);
+        l2_report(s.name, bufs, op, true);
         di_cuda_free(x); di_cuda_free(y); di_cuda_free(y2);
     }
     /* plain products: wo_a (FP8, 8 groups) and the bf16 router / compressor */
@@ -1057,7 +1062,7 @@ static void bench_l2pf(void) {
         const size_t wb = s.fmt == DI_WFMT_BF16 ? (size_t)(s.n * s.k) * 2 : (size_t)(s.n * s.k);
         const size_t sb = s.fmt == DI_WFMT_FP8 ? (size_t)(((s.n + 31) / 32) * (s.k / 32)) : 0;
         const int copies = weight_copies(wb + sb);
-        std::vector<std::vector<l2_buf>> bufs(copies);
+        l2_copies bufs(copies);
         for (int c = 0; c < copies; c++) {
             bufs[c].push_back({dalloc(wb), wb});
             rnd(bufs[c][0].p, wb, 300 + c, 1);
@@ -1074,18 +1079,11 @@ static void bench_l2pf(void) {
             DK(cuda_op_matmul_plain_s(s.fmt, b[0].p, sb ? (const uint8_t *)b[1].p : NULL, s.n, s.k, x, kx, 1,
                                       s.groups, nr, y, s.n, s.groups > 1, NULL, 0, err));
         };
-        printf("RESULT l2pf %s (%.1f MiB):", s.name, (double)(wb + sb) / 1048576.0);
-        for (int mode = 0; mode < 4; mode++)
-            printf(" %s %.2f us%s", mname[mode], l2_time(mode, copies, bufs, op, 2 * copies),
-                   mode < 3 ? "," : "\n");
-        fflush(stdout);
-        for (auto &v : bufs)
-            for (auto &b : v) di_cuda_free(b.p);
+        l2_report(s.name, bufs, op, false);
         di_cuda_free(x); di_cuda_free(y);
     }
-    /* the prefetch launch alone, and a copy right after a prefetch of 32 MB */
+    /* the prefetch launch alone: 32 MB from one block and from 16 */
     void *big = dalloc((size_t)32 << 20);
-    std::vector<std::vector<l2_buf>> one(1, std::vector<l2_buf>{{big, (size_t)32 << 20}});
     double tl = time_events([&] { k_l2_prefetch<<<1, 64>>>((const uint8_t *)big, (size_t)32 << 20); }, 1, 21);
     double tw = time_events([&] { k_l2_prefetch<<<16, 32>>>((const uint8_t *)big, (size_t)32 << 20); }, 1, 21);
     printf("RESULT l2pf prefetch launch of 32 MiB: one block of 64 threads %.2f us, 16 blocks of 32 %.2f us\n",
