@@ -1091,6 +1091,35 @@ static void bench_l2pf(void) {
     di_cuda_free(big);
 }
 
+/* --topk: the indexer's top-512 of one row (cuda_op_topk_select, as
+ * topk_select runs it at decode) over widths from a ratio-1 layer at a
+ * short context to the candidate pool's 16,384 and past it; scores of a
+ * narrow range (1 + N(0, 1)·2^-8: every key shares its top bits) and of a
+ * coarse grid with ties. Stream launches, back to back. */
+__global__ void fill_topk_scores(float *p, size_t n, int narrow) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u;
+        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+        /* a sum of four uniforms: roughly normal */
+        float u = ((h & 255u) + ((h >> 8) & 255u) + ((h >> 16) & 255u) + (h >> 24)) / 256.0f - 2.0f;
+        p[i] = narrow ? 1.0f + u * 0x1p-8f : (float)((int)(h % 300u) - 150) * 0.25f;
+    }
+}
+static void bench_topk(void) {
+    for (int narrow : {1, 0})
+        for (int64_t w : {1000, 4096, 16384, 65536}) {
+            float *sc = (float *)dalloc((size_t)w * 4);
+            int32_t *idx = (int32_t *)dalloc(512 * 4);
+            fill_topk_scores<<<256, 256>>>(sc, (size_t)w, narrow);
+            const double t = time_stream0([&](int) { DK(cuda_op_topk_select(sc, NULL, 1, w, 512, 512, idx, err)); },
+                                          50, 9);
+            printf("RESULT topk_%s_w%lld_k512 %.2f us\n", narrow ? "narrow" : "grid", (long long)w, t * 1e6);
+            di_cuda_free(sc);
+            di_cuda_free(idx);
+        }
+}
+
 /* --fp8mid: the FP8 products of a decode step at batches past the decode
  * kernels (m > 16: the wgmma tiles), the model's shapes [n x k], by the
  * automatic path and by the matrix-vector kernels, same call */
@@ -1286,6 +1315,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--greedy")) gemm = matvec = 0, plain = 12; /* bench_greedy only */
         else if (!strcmp(argv[i], "--pair")) gemm = matvec = 0, plain = 13; /* bench_pair only */
         else if (!strcmp(argv[i], "--l2pf")) gemm = matvec = 0, plain = 14; /* bench_l2pf only */
+        else if (!strcmp(argv[i], "--topk")) gemm = matvec = 0, plain = 15; /* bench_topk only */
         else if (!strcmp(argv[i], "--fp4bal")) { /* bench_fp4_bal only, a batch optional */
             gemm = matvec = 0, plain = 11;
             aid_batch = i + 1 < argc && argv[i + 1][0] != '-' ? atoi(argv[++i]) : 0;
@@ -1325,6 +1355,7 @@ int main(int argc, char **argv) {
     if (plain == 12) bench_greedy();
     if (plain == 13) bench_pair();
     if (plain == 14) bench_l2pf();
+    if (plain == 15) bench_topk();
     if (matvec) {
         bench_act_quant();
         /* V4.1-Flash linear shapes [out, in] (architecture.md §1.1, §8.2) */

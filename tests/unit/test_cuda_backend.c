@@ -991,19 +991,29 @@ static void test_memory(void) {
  * fewer valid scores than k and empty rows: the CPU's choice, bit for bit. */
 static void test_selection_large(void) {
     NEED_GPU();
-    const struct { int64_t m, width; int k, bs, tb; } cs[] = {{6, 5000, 512, 8, 64}, {3, 70000, 512, 8, 2048},
-                                                             {4, 1000, 2048, 8, 200}};
-    for (size_t t = 0; t < 3; t++) {
+    /* narrow: scores 1 + N(0, 1)·2^-8, so that every key shares its top
+     * bits (the first radix passes' histograms hold one or two bins) and
+     * the decisive digits lie in the mantissa; the real b1 shape (one row,
+     * ~1,000 ratio-1 entries, top-512) among them */
+    const struct { int64_t m, width; int k, bs, tb, narrow; } cs[] = {
+        {6, 5000, 512, 8, 64, 0}, {3, 70000, 512, 8, 2048, 0}, {4, 1000, 2048, 8, 200, 0},
+        {1, 1000, 512, 8, 64, 1}, {5, 16384, 512, 8, 2048, 1}};
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
         int64_t m = cs[t].m, W = cs[t].width;
         int k = cs[t].k, bs = cs[t].bs, tb = cs[t].tb;
         float *sc = malloc((size_t)(m * W) * 4);
         int32_t *nv = malloc((size_t)m * 4);
         for (int64_t i = 0; i < m * W; i++) {
             int r = rng_int(1000);
+            if (cs[t].narrow) {
+                sc[i] = r < 5 ? -INFINITY : 1.0f + rng_normal() * 0x1p-8f;
+                continue;
+            }
             sc[i] = r < 20 ? -INFINITY : r < 25 ? NAN : r < 30 ? -0.0f : r < 35 ? 0.0f : r < 37 ? INFINITY
                                                                                           : (float)(rng_int(300) - 150) * 0.25f;
         }
-        for (int64_t i = 0; i < m; i++) nv[i] = i == 0 ? 0 : i == 1 ? (int32_t)(W + 5) : (int32_t)rng_int((int)W);
+        for (int64_t i = 0; i < m; i++) /* one row: all visible; else row 0 empty, row 1 past the width */
+            nv[i] = m == 1 ? (int32_t)W : i == 0 ? 0 : i == 1 ? (int32_t)(W + 5) : (int32_t)rng_int((int)W);
         float *dsc = dev_up(sc, (size_t)(m * W) * 4);
         int32_t *ic = malloc((size_t)(m * k) * 4), *ig = malloc((size_t)(m * k) * 4);
         cpu->ops->topk_select(cpu, sc, nv, m, W, k, ic);

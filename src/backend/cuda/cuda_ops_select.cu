@@ -51,56 +51,91 @@ __device__ int block_scan(int v, int *total, int *warp_tot) {
     return before + x - v;
 }
 
+/* The digit of the rem-th largest key among the histogram's 256 bins (the
+ * highest d whose suffix sum hist[d] + ... + hist[255] reaches rem; 0 if
+ * none above it does) and how many keys of that digit are still needed:
+ * rem less the keys in the bins above d. The block's threads 0..255 take
+ * bin 255 - t each, so an inclusive prefix sum in thread order is the
+ * suffix sum of that bin; the first thread whose sum reaches rem holds the
+ * digit. The same answer as walking the bins down from 255 in one thread
+ * (~255 dependent shared-memory reads and adds a pass: most of a 1,000-
+ * score row's 23 µs at b1, docs/gpu-notes.md run 93). Every thread of the
+ * block calls it; *pick holds (digit, need) when it returns. */
+__device__ void topk_digit_pick(const unsigned *hist, int rem, int *warp_tot, int *first, int *pick) {
+    const int t = threadIdx.x, lane = t & 31, w = t >> 5;
+    int x = 0, incl = 0;
+    if (t == 0) *first = 255;
+    if (t < 256) {
+        x = (int)hist[255 - t];
+        incl = x;
+        for (int off = 1; off < 32; off <<= 1) {
+            int y = __shfl_up_sync(0xffffffffu, incl, off);
+            if (lane >= off) incl += y;
+        }
+        if (lane == 31) warp_tot[w] = incl;
+    }
+    __syncthreads();
+    if (t < 256) {
+        for (int v = 0; v < w; v++) incl += warp_tot[v];
+        /* bin 0 is the walk's last stop whatever its sum */
+        const unsigned hit = __ballot_sync(0xffffffffu, t == 255 || incl >= rem);
+        if (hit && lane == __ffs(hit) - 1) atomicMin(first, t);
+    }
+    __syncthreads();
+    if (t == *first) {
+        pick[0] = 255 - t;
+        pick[1] = rem - (incl - x);
+    }
+    __syncthreads();
+}
+
 /* sc [m, width]; n_vis [m] (device) or NULL = width; picks up to ksel per
- * row into idx [m, kout], -1 padding. */
+ * row into idx [m, kout], -1 padding. The histogram's increments are
+ * aggregated per warp (lanes with the same digit add once): a row's scores
+ * mostly share their top bits, so without it the first passes' atomics
+ * queue on a few bins. */
 __global__ void k_topk(const float *sc, const int32_t *n_vis, int64_t width, int ksel, int kout,
                        int32_t *idx) {
     __shared__ unsigned hist[256];
     __shared__ int warp_tot[SEL_THREADS / 32];
-    __shared__ uint32_t s_prefix;
-    __shared__ int s_need;
+    __shared__ int s_first, s_pick[2];
     int64_t i = blockIdx.x;
     const float *s = sc + i * width;
     int64_t n = n_vis ? n_vis[i] : width;
     n = n < 0 ? 0 : n > width ? width : n;
     int32_t *o = idx + i * (int64_t)kout;
-    int cnt = 0, tot = 0;
-    for (int64_t c0 = 0; c0 < n; c0 += blockDim.x) {
-        int64_t j = c0 + threadIdx.x;
-        block_scan(j < n && sel_valid(s[j]), &tot, warp_tot);
-        cnt += tot;
-    }
+    int cnt = 0, mine = 0;
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) mine += sel_valid(s[j]);
+    block_scan(mine, &cnt, warp_tot);
     int all = cnt <= ksel;
     uint32_t T = 0;
     int need = 0;
     if (!all) {
         uint32_t prefix = 0, mask = 0;
-        if (threadIdx.x == 0) s_need = ksel;
+        int rem = ksel;
+        const int lane = threadIdx.x & 31;
         for (int shift = 24; shift >= 0; shift -= 8) {
             for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
             __syncthreads();
-            for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-                float v = s[j];
-                if (!sel_valid(v)) continue;
-                uint32_t key = sel_key(v);
-                if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1u);
-            }
-            __syncthreads();
-            if (threadIdx.x == 0) { /* the digit of the need-th largest key */
-                int rem = s_need, acc = 0, d = 255;
-                for (; d > 0; d--) {
-                    if (acc + (int)hist[d] >= rem) break;
-                    acc += (int)hist[d];
+            for (int64_t j0 = 0; j0 < n; j0 += blockDim.x) { /* whole warps each round */
+                const int64_t j = j0 + threadIdx.x;
+                int dg = 256; /* no count */
+                if (j < n) {
+                    float v = s[j];
+                    uint32_t key = sel_key(v);
+                    if (sel_valid(v) && (key & mask) == prefix) dg = (int)((key >> shift) & 255u);
                 }
-                s_need = rem - acc;
-                s_prefix = prefix | ((uint32_t)d << shift);
+                const unsigned peers = __match_any_sync(0xffffffffu, dg);
+                if (dg < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[dg], (unsigned)__popc(peers));
             }
             __syncthreads();
-            prefix = s_prefix;
+            topk_digit_pick(hist, rem, warp_tot, &s_first, s_pick);
+            prefix |= (uint32_t)s_pick[0] << shift;
+            rem = s_pick[1];
             mask |= 255u << shift;
         }
         T = prefix;
-        need = s_need;
+        need = rem;
     }
     int out = 0, ties = 0;
     for (int64_t c0 = 0; c0 < n; c0 += blockDim.x) {
