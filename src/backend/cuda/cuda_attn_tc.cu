@@ -174,6 +174,113 @@ __device__ __forceinline__ void chunk16_decode(raw16 w, bool win, uint4 &o0, uin
                     e4m3x2_bf16x2(e[3] & 0xffffu, s), e4m3x2_bf16x2(e[3] >> 16, s));
 }
 
+/* A lane's 16 values of the eight rows w, w + 8, ... of a slot block where
+ * every row is of one kind (WIN: window rows, else compressed) and 16-byte
+ * (window) or 8-byte (compressed) aligned: the loads of all eight rows
+ * first, then each row through e4m3x2_bf16x2_mul (cuda_mma.cuh) with the
+ * multiplier taken from the scale byte directly, no branch between the
+ * rows, so their loads and conversions overlap (the general path above
+ * takes a branch per row for its kind and alignment: ~110 instructions a
+ * row against ~35 here; attention run 5).
+ *
+ * The multiplier is scale·2^120 as a bf16 pair; the code's bits moved into
+ * a bf16 are code·2^-120 exactly, so the product is the exact code·scale
+ * rounded once to bf16, which is what chunk16_decode gives (the same exact
+ * product in fp32, then rounded): the same bits wherever the multiplier is
+ * exact and the product a bf16 normal. That holds for window scales 2^(E -
+ * 127) with E in [10, 134] (E8M0) and for compressed scales e4m3·64 with
+ * the e4m3 a normal of exponent field 1..8 and sign 0 (e4m3·64 in [2^0, 2^8),
+ * four significant bits); E4M3 codes 0x7f / 0xff (NaN) are not. Empty
+ * slots (NULL rows) decode as zeros with a neutral scale. Returns false
+ * where any of the lane's rows falls outside: the caller then decodes all
+ * eight again by the general path (the stores here are overwritten). */
+template <bool WIN>
+__device__ __forceinline__ bool chunk16_rows_fast(const uint8_t *const (&r)[TC_SLOTS / 8], int d, int u,
+                                                  uint16_t *dst, int stride) {
+    constexpr int R = TC_SLOTS / 8;
+    uint4 v[R];
+    uint32_t sb[R];
+#pragma unroll
+    for (int t = 0; t < R; t++) {
+        v[t] = make_uint4(0u, 0u, 0u, 0u);
+        sb[t] = WIN ? 127u : 0x38u; /* 2^0, e4m3 1.0 */
+        if (r[t]) {
+            if (WIN) {
+                v[t] = *reinterpret_cast<const uint4 *>(r[t] + 16 * u);
+                sb[t] = r[t][d + u / 2];
+            } else {
+                uint2 x = *reinterpret_cast<const uint2 *>(r[t] + 8 * u);
+                v[t].x = x.x;
+                v[t].y = x.y;
+                sb[t] = r[t][d / 2 + u];
+            }
+        }
+    }
+    uint32_t bad = 0;
+#pragma unroll
+    for (int t = 0; t < R; t++) {
+        uint32_t mul, e[4], a[2][4];
+        if (WIN) {
+            bad |= (sb[t] - 10u) > 124u ? 0x80u : 0u;
+            mul = ((sb[t] + 120u) << 7) * 0x10001u;
+            e[0] = v[t].x, e[1] = v[t].y, e[2] = v[t].z, e[3] = v[t].w;
+        } else {
+            const uint32_t ex = sb[t] >> 3; /* 16 and up where the sign is set */
+            bad |= ex - 1u > 7u ? 0x80u : 0u;
+            mul = (((ex + 246u) << 7) | ((sb[t] & 7u) << 4)) * 0x10001u;
+            e2m1x8_as_e4m3(v[t].x, e[0], e[1]);
+            e2m1x8_as_e4m3(v[t].y, e[2], e[3]);
+        }
+        const uint32_t nan = e4m3x8_bf16x2_mul(make_uint2(e[0], e[1]), mul, a[0]) |
+                             e4m3x8_bf16x2_mul(make_uint2(e[2], e[3]), mul, a[1]);
+        if (WIN) bad |= nan; /* E2M1 codes never map to 0x7f / 0xff */
+        uint4 *o = reinterpret_cast<uint4 *>(dst + t * stride);
+        o[0] = make_uint4(a[0][0], a[0][1], a[0][2], a[0][3]);
+        o[1] = make_uint4(a[1][0], a[1][1], a[1][2], a[1][3]);
+    }
+    return !(bad & 0x80808080u);
+}
+
+/* The general key decode of a lane's eight rows (any mix of window and
+ * compressed rows, any alignment): the form before chunk16_rows_fast,
+ * which now runs only for slot blocks that straddle n_win, rows of odd
+ * alignment or scales outside the fast form's range. Out of line
+ * (ATTN_GENERAL_INLINE=0, the default) so that the kernel's own code stays
+ * small: at batch 1 every call fetches the kernel's instructions cold, and
+ * with both forms inline the general path's blocks paid 3-5 µs of
+ * instruction-fetch stalls (docs/gpu-notes.md run 95). */
+#ifndef ATTN_GENERAL_INLINE
+#define ATTN_GENERAL_INLINE 0
+#endif
+#if ATTN_GENERAL_INLINE
+__device__ __forceinline__
+#else
+__device__ __noinline__
+#endif
+void chunk16_rows_general(const uint8_t *const *rp, int d, int lane, int warp, int b0, int n_win, uint16_t *ks,
+                          int ld) {
+    raw16 w[TC_SLOTS / 8];
+#pragma unroll
+    for (int t = 0; t < TC_SLOTS / 8; t++) {
+        int j = warp + 8 * t;
+        const uint8_t *r = rp[j];
+        w[t] = r ? chunk16_load(r, d, lane, b0 + j < n_win) : raw16{0u, 0u, 0u, 0u, 0u};
+    }
+#if ATTN_GENERAL_INLINE
+#pragma unroll 1
+#else
+#pragma unroll
+#endif
+    for (int t = 0; t < TC_SLOTS / 8; t++) {
+        int j = warp + 8 * t;
+        uint4 v0 = make_uint4(0u, 0u, 0u, 0u), v1 = v0;
+        if (rp[j]) chunk16_decode(w[t], b0 + j < n_win, v0, v1);
+        uint4 *dst = reinterpret_cast<uint4 *>(ks + j * ld + 16 * lane);
+        dst[0] = v0;
+        dst[1] = v1;
+    }
+}
+
 /* The combine of a split row, in every block of the cluster: each block
  * leaves its (running max M_c, denominator l_c, unnormalized O_c) per head
  * in its own shared memory (O_c over the q and kv tiles, free by now), and
@@ -304,9 +411,9 @@ __device__ __forceinline__ void sparse_attn_tc_store(const float (*o)[4], const 
  * of its 16 heads over all 64 slots from the shared scores, an O element
  * the same chain over the slot blocks), so neither do the bits. */
 template <bool SPLIT, int HG>
-__global__ void __launch_bounds__(TC_THREADS, 1)
+__global__ void __launch_bounds__(TC_THREADS, HG == 1 ? 2 : 1)
 k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n_slots, int n_win,
-                 const float *sink, float scale, int span, float *out) {
+                 const float *sink, float scale, int span, int fast_ok, float *out) {
     constexpr int HB = 16 * HG, NPART = 8 / HG, SPW = TC_SLOTS / NPART; /* slots of S per warp */
     extern __shared__ __align__(16) uint8_t smraw[];
     const int ld = d + TC_PAD;
@@ -364,24 +471,26 @@ k_sparse_attn_tc(const float *q, int h, int d, const uint8_t *const *rows, int n
         /* decode: warp w takes rows w, w + 8, ..., lane u the values 16u ..
          * 16u + 15 of each; empty slots become zeros, so their p = 0 meets
          * finite values in P·V */
-        if (lane < d / 16) {
-            raw16 w[TC_SLOTS / 8];
+        /* a block wholly in the window or wholly past it (so at decode
+         * with a full window: 128 is two slot blocks), with aligned rows,
+         * takes the fast form; a block that straddles n_win, rows of odd
+         * alignment or scales outside the fast form's range the general one */
+        bool fast = false;
+        if (fast_ok && lane < d / 16) {
+            const uint8_t *r8[TC_SLOTS / 8];
+            uintptr_t mis = 0;
 #pragma unroll
             for (int t = 0; t < TC_SLOTS / 8; t++) {
-                int j = warp + 8 * t;
-                const uint8_t *r = rp[j];
-                w[t] = r ? chunk16_load(r, d, lane, b0 + j < n_win) : raw16{0u, 0u, 0u, 0u, 0u};
+                r8[t] = rp[warp + 8 * t];
+                mis |= (uintptr_t)r8[t];
             }
-#pragma unroll
-            for (int t = 0; t < TC_SLOTS / 8; t++) {
-                int j = warp + 8 * t;
-                uint4 v0 = make_uint4(0u, 0u, 0u, 0u), v1 = v0;
-                if (rp[j]) chunk16_decode(w[t], b0 + j < n_win, v0, v1);
-                uint4 *dst = reinterpret_cast<uint4 *>(ks + j * ld + 16 * lane);
-                dst[0] = v0;
-                dst[1] = v1;
-            }
+            uint16_t *dst = ks + warp * ld + 16 * lane;
+            if ((fast_ok & 1) && b0 + TC_SLOTS <= n_win && !(mis & 15u))
+                fast = chunk16_rows_fast<true>(r8, d, lane, dst, 8 * ld);
+            else if ((fast_ok & 2) && b0 >= n_win && !(mis & 7u))
+                fast = chunk16_rows_fast<false>(r8, d, lane, dst, 8 * ld);
         }
+        if (lane < d / 16 && !fast) chunk16_rows_general(rp, d, lane, warp, b0, n_win, ks, ld);
         __syncthreads();
 
         /* S [16 heads × SPW slots] of this warp over all d */
@@ -498,6 +607,18 @@ extern "C" int cuda_attn_tc_fits(int64_t d) { return d >= 32 && d <= TC_MAX_D &&
 
 static int tc_forced_hg = 0; /* measuring / test aid: 1 or 4 head groups a block, 0 = choose */
 extern "C" void cuda_attn_tc_set_head_groups(int hg) { tc_forced_hg = hg; }
+/* which slot blocks may take the fast key decode: bit 0 window blocks, bit
+ * 1 compressed ones; -1 until the first launch reads DI_CUDA_ATTN_FAST (a
+ * measuring aid: 0..3, default 3) */
+static int tc_fast_decode = -1;
+extern "C" void cuda_attn_tc_set_fast_decode(int mask) { tc_fast_decode = mask & 3; }
+static int tc_fast_mask(void) {
+    if (tc_fast_decode < 0) {
+        const char *e = getenv("DI_CUDA_ATTN_FAST");
+        tc_fast_decode = e && *e >= '0' && *e <= '3' && !e[1] ? *e - '0' : 3;
+    }
+    return tc_fast_decode;
+}
 
 /* Head groups of 16 per block: 1 (16 heads) while four times the blocks of
  * the 64-head form still fit on the GPU at two blocks per SM (decode steps:
@@ -539,10 +660,10 @@ extern "C" di_status cuda_op_sparse_attn_kv_tc(const float *q, int64_t m, int h,
     dim3 grid((unsigned)m, (unsigned)((h + hb - 1) / hb));
     if (hg == 1)
         k_sparse_attn_tc<false, 1><<<grid, TC_THREADS, smem>>>(q, h, (int)d, rows, n_slots, n_win, sink, scale,
-                                                                n_slots, out);
+                                                                n_slots, tc_fast_mask(), out);
     else
         k_sparse_attn_tc<false, 4><<<grid, TC_THREADS, smem>>>(q, h, (int)d, rows, n_slots, n_win, sink, scale,
-                                                                n_slots, out);
+                                                                n_slots, tc_fast_mask(), out);
     return cuda_check_launch(err, "sparse_attn_kv (tensor cores)");
 }
 
@@ -594,9 +715,9 @@ extern "C" di_status cuda_op_sparse_attn_kv_tc_split(const float *q, int64_t m, 
     cfg.attrs = at;
     cfg.numAttrs = 1;
     st = cuda_check(hg == 1 ? cudaLaunchKernelEx(&cfg, k_sparse_attn_tc<true, 1>, q, h, (int)d, rows, n_slots,
-                                                 n_win, sink, scale, bps * (int)TC_SLOTS, out)
+                                                 n_win, sink, scale, bps * (int)TC_SLOTS, tc_fast_mask(), out)
                             : cudaLaunchKernelEx(&cfg, k_sparse_attn_tc<true, 4>, q, h, (int)d, rows, n_slots,
-                                                 n_win, sink, scale, bps * (int)TC_SLOTS, out),
+                                                 n_win, sink, scale, bps * (int)TC_SLOTS, tc_fast_mask(), out),
                     err, "sparse_attn_kv (tensor cores, split)");
     if (st) return st;
     return cuda_check_launch(err, "sparse_attn_kv (tensor cores, split)");

@@ -57,6 +57,12 @@ int cuda_attn_tc_splits(int n_slots, int max_splits);
  * bits are the same either way. */
 void cuda_attn_tc_set_head_groups(int hg);
 
+/* Test and measuring aid: which aligned slot blocks of one kind take the
+ * fast key decode (bit 0 window blocks, bit 1 compressed ones; 3 both, the
+ * default; 0 none: the general path throughout). The bits are the same
+ * either way. */
+void cuda_attn_tc_set_fast_decode(int mask);
+
 /* The one-block-per-(row, head) form (head sizes the tensor-core form does
  * not take). */
 di_status cuda_op_sparse_attn_kv_rowwise(const float *q, int64_t m, int h, int64_t d,

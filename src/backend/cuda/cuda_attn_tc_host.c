@@ -28,6 +28,8 @@ int cuda_attn_tc_splits(int n_slots, int max_splits) { return 1; }
 
 void cuda_attn_tc_set_head_groups(int hg) { (void)hg; }
 
+void cuda_attn_tc_set_fast_decode(int mask) { (void)mask; }
+
 di_status cuda_op_sparse_attn_kv_rowwise(const float *q, int64_t m, int h, int64_t d,
                                          const uint8_t *const *rows, int n_slots, int n_win,
                                          const float *sink, float scale, float *out,
