@@ -374,6 +374,75 @@ __global__ void __launch_bounds__(HCN_THREADS)
     hc_collapse_norm_row<HC, HCN_THREADS>(s + i * HC * d, w + i * HC, d, nw, nw_bf16, eps, y + i * d);
 }
 
+/* hc_collapse then rmsnorm at few rows: a cluster of HCC_CL blocks a row,
+ * with the one-block kernel's bits. The norm's sum of squares is 256
+ * chains (chain t: k = t, t + 256, ... in that order, as k_rmsnorm_reg's
+ * threads add them), a warp's 32 chains by block_sum's xor tree, then the
+ * 8 warps' sums from +0 in warp order. Block b of the cluster takes warp
+ * b's chains whole: it collapses its values k = 32b + l + 256u (l < 32) as
+ * k_hc_collapse forms them, lane l of its first warp adds chain 32b + l,
+ * and the blocks read the 8 warp sums in rank order through distributed
+ * shared memory; so every chain, the tree and the order are the one-block
+ * kernel's. Each SM then reads 1/8 of the row (10 KB at d 5120) instead
+ * of all of it (one block: ~5 µs a call at b1, docs/gpu-notes.md run 93). */
+enum { HCC_CL = 8, HCC_THREADS = 256, HCC_MAX_ROWS = 16 };
+
+template <int HC>
+__global__ void __cluster_dims__(HCC_CL, 1, 1) __launch_bounds__(HCC_THREADS)
+    k_hc_collapse_norm_cl(const float *s, const float *w, int64_t d, const void *nw, int nw_bf16, float eps,
+                          float *y) {
+    pdl_enter();
+    constexpr int Q = HCN_R * 32 / HCC_THREADS; /* values a thread */
+    static_assert(Q * HCC_THREADS == HCN_R * 32, "whole chains");
+    __shared__ float yv[HCN_R][32]; /* [u][l]: value k = 32b + l + 256u */
+    __shared__ float wsum;
+    cg::cluster_group cl = cg::this_cluster();
+    const int b = (int)cl.block_rank(), tid = threadIdx.x;
+    const int64_t i = blockIdx.x / HCC_CL;
+    const float *si = s + i * HC * d;
+    float wr[HC], sv[Q][HC], nv[Q];
+#pragma unroll
+    for (int c = 0; c < HC; c++) wr[c] = w[i * HC + c];
+#pragma unroll
+    for (int q = 0; q < Q; q++) { /* every load issued before the sums */
+        const int e = tid + HCC_THREADS * q;
+        int64_t k = 32 * b + (e & 31) + (int64_t)HCN_VT * (e >> 5);
+        k = k < d ? k : d - 1; /* past d: column d - 1 again, unused */
+#pragma unroll
+        for (int c = 0; c < HC; c++) sv[q][c] = si[c * d + k];
+        nv[q] = vec_at(nw, nw_bf16, k);
+    }
+#pragma unroll
+    for (int q = 0; q < Q; q++) {
+        const int e = tid + HCC_THREADS * q;
+        float acc = 0.f;
+#pragma unroll
+        for (int c = 0; c < HC; c++) acc = ADD(acc, MUL(wr[c], sv[q][c]));
+        yv[e >> 5][e & 31] = round_bf16(acc);
+    }
+    __syncthreads();
+    if (tid < 32) {
+        float ss = 0.f;
+        for (int u = 0; u < HCN_R; u++) {
+            const int64_t k = 32 * b + tid + (int64_t)HCN_VT * u;
+            if (k < d) ss = ADD(ss, MUL(yv[u][tid], yv[u][tid]));
+        }
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (tid == 0) wsum = ss;
+    }
+    cl.sync();
+    float tot = 0.f;
+    for (int r = 0; r < HCC_CL; r++) tot += *cl.map_shared_rank(&wsum, r);
+    const float rr = 1.0f / sqrtf(ADD(tot / (float)d, eps));
+#pragma unroll
+    for (int q = 0; q < Q; q++) {
+        const int e = tid + HCC_THREADS * q;
+        const int64_t k = 32 * b + (e & 31) + (int64_t)HCN_VT * (e >> 5);
+        if (k < d) y[i * d + k] = round_bf16(MUL(nv[q], MUL(yv[e >> 5][e & 31], rr)));
+    }
+    cl.sync(); /* every block's wsum stays until the others have read it */
+}
+
 /* The row's nb·(NM + 1) partial sums are staged into shared memory by
  * the whole block at once (one warp reading them 8 at a time waited ~10
  * round trips, most of the kernel's 12 µs; b1 run 1), then one warp adds
@@ -662,9 +731,20 @@ extern "C" di_status cuda_side_join(void *ev_join, di_err *err) {
     return cuda_check(cudaStreamWaitEvent(0, (cudaEvent_t)ev_join, 0), err, "side stream join");
 }
 
+/* The cluster form at up to HCC_MAX_ROWS rows (16 rows: 128 blocks, one
+ * wave); DI_CUDA_HC_CLUSTER=0 keeps the one-block form everywhere (a
+ * measuring aid, read at the first call). */
+static int hcc_state = -1;
+
 extern "C" di_status cuda_op_hc_collapse_norm(const float *s, const float *w, int64_t m, int hc, int64_t d,
                                               const void *nw, int nw_bf16, float eps, float *y, di_err *err) {
     if (m <= 0) return DI_OK;
+    if (hc == 4 && m <= HCC_MAX_ROWS && d <= (int64_t)HCN_R * HCN_VT &&
+        cuda_env_switch("DI_CUDA_HC_CLUSTER", &hcc_state)) {
+        cuda_launch_pdl(k_hc_collapse_norm_cl<4>, (unsigned)(m * HCC_CL), HCC_THREADS, 0, 0, s, w, d, nw, nw_bf16,
+                        eps, y);
+        return cuda_check_launch(err, "hc_collapse_norm");
+    }
     if (hc == 4 && m <= 0x7fffffffLL && d <= (int64_t)HCN_R * HCN_VT) {
         cuda_launch_pdl(k_hc_collapse_norm<4>, (unsigned)m, HCN_THREADS, 0, 0, s, w, d, nw, nw_bf16, eps, y);
         return cuda_check_launch(err, "hc_collapse_norm");
