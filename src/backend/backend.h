@@ -366,6 +366,12 @@ typedef struct di_backend_ops {
     /* y = bf16(a + b) over n values (y may alias a or b): add then
      * round_bf16, the same bits. Optional (NULL: add, round_bf16, copy). */
     void (*add_bf16)(di_backend *be, float *y, const float *a, const float *b, int64_t n);
+    /* y = bf16(a + z) with z = x·Wᵀ as matmul(flags) gives it and x =
+     * swiglu(g, u; w NULL, limit) [m, W.n_in]: the shared expert's down
+     * product and the MoE's final sum (swiglu, matmul, add_bf16) in one,
+     * their bits; y may alias a. Optional (NULL: the three ops). */
+    void (*swiglu_matmul_add)(di_backend *be, const di_wmat *w, const float *g, const float *u, int64_t m,
+                              float limit, const float *a, float *y, unsigned flags);
 
     /* Greedy summaries of the rows x [m, V] (core/row_exp.h): out[i] =
      * di_row_greedy_of(row i, V, lim, ban ? ban[i] : -1), bit for bit; ban a

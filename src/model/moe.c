@@ -33,6 +33,27 @@ static di_status expert_run(const di_lm *lm, const di_lm_expert *ex, const float
     return DI_OK;
 }
 
+/* y = bf16(acc + the shared expert's output): expert_run's pair, then
+ * its SwiGLU, down product and the MoE's final add_bf16 as one backend op
+ * (swiglu_matmul_add), the same values in the same order. */
+static di_status shared_tail(const di_lm *lm, const di_lm_expert *ex, const float *x, int64_t n,
+                             const float *acc, float *y, di_err *err) {
+    di_backend *be = lm->be;
+    int64_t I = ex->w1.n_out;
+    float *g = di_alloc_raw(be, (size_t)(n * I) * sizeof(float));
+    float *u = di_alloc_raw(be, (size_t)(n * I) * sizeof(float));
+    if (!g || !u) {
+        be->ops->free(be, g);
+        be->ops->free(be, u);
+        return di_err_set(err, DI_ERR_NOMEM, "shared expert: out of memory");
+    }
+    di_fwd_matmul_pair(be, &ex->w1, &ex->w3, x, n, g, u, lm->mm_q);
+    be->ops->swiglu_matmul_add(be, &ex->w2, g, u, n, (float)lm->cfg->swiglu_limit, acc, y, lm->mm_q);
+    be->ops->free(be, g);
+    be->ops->free(be, u);
+    return DI_OK;
+}
+
 /* acc [m, D] = the routed experts' sum through the backend's grouped op,
  * the routing kept in backend memory. */
 static di_status routed_grouped(const di_lm *lm, int block, const float *logits, int64_t m,
@@ -153,7 +174,12 @@ di_status di_moe(di_fwd *f, int block, const float *x, float *y, di_err *err) {
     }
     st = be->ops->moe_experts ? routed_grouped(lm, block, logits, m, x, acc, err)
                               : routed_loop(lm, block, logits, m, x, acc, err);
-    if (st || (st = expert_run(lm, &lb->shared, x, m, NULL, ye, err))) goto out;
+    if (st) goto out;
+    if (be->ops->swiglu_matmul_add) { /* the shared expert's down product, the sum and its rounding in one */
+        st = shared_tail(lm, &lb->shared, x, m, acc, y, err);
+        goto out;
+    }
+    if ((st = expert_run(lm, &lb->shared, x, m, NULL, ye, err))) goto out;
     if (be->ops->add_bf16) { /* the three below in one op */
         be->ops->add_bf16(be, y, acc, ye, m * d);
     } else {

@@ -1894,8 +1894,59 @@ static void test_matmul_pair(void) {
     const unsigned pfl[] = {0, DI_MM_OUT_BF16};
     for (size_t t = 0; t < sizeof ps / sizeof *ps; t++) pair_case(ps[t].fmt, ps[t].m, ps[t].n, ps[t].n, ps[t].k, -1, pfl, 2);
 }
+
+/* swiglu_matmul_add (the shared expert's tail in one op) against the three
+ * ops it replaces on the GPU (swiglu, matmul, add_bf16), bit for bit: the
+ * model's shape (5120 × 2304) at 1, 2 and 8 rows (one launch of the
+ * quantizing decode kernel) and 9 rows (the three ops inside), a narrow
+ * matrix, K not a multiple of 128 (the three ops), with and without the
+ * clamp and the bf16 output flag, into a third buffer and in place over a;
+ * g and u as the pair leaves them (bf16 values), some beyond the clamp. */
+static void test_swiglu_matmul_add(void) {
+    NEED_GPU();
+    CHECK(gpu->ops->swiglu_matmul_add != NULL);
+    if (!gpu->ops->swiglu_matmul_add) return;
+    const struct { int64_t m, n, k; float limit; } cs[] = {{1, 5120, 2304, 10.0f}, {2, 5120, 2304, 10.0f},
+                                                           {8, 5120, 2304, 10.0f}, {9, 5120, 2304, 10.0f},
+                                                           {3, 200, 1024, 0.0f},   {2, 96, 160, 10.0f}};
+    const unsigned fl[] = {DI_MM_ACT_FP8 | DI_MM_OUT_BF16, DI_MM_ACT_FP8};
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        const int64_t m = cs[t].m, N = cs[t].n, K = cs[t].k;
+        uint8_t *wb, *sb;
+        di_wmat w2 = rnd_wmat(DI_WFMT_FP8, N, K, &wb, &sb);
+        float *g = malloc((size_t)(m * K) * 4), *u = malloc((size_t)(m * K) * 4), *a = malloc((size_t)(m * N) * 4);
+        for (int64_t i = 0; i < m * K; i++) {
+            g[i] = di_round_bf16(4.0f * rng_normal());
+            u[i] = di_round_bf16((rng_int(10) ? 3.0f : 12.0f) * rng_normal());
+        }
+        for (int64_t i = 0; i < m * N; i++) a[i] = di_round_bf16(rng_normal());
+        const size_t GB = (size_t)(m * K) * 4, YB = (size_t)(m * N) * 4;
+        float *dg = dev_up(g, GB), *du = dev_up(u, GB);
+        for (size_t f = 0; f < sizeof fl / sizeof *fl; f++)
+            for (int inplace = 0; inplace < 2; inplace++) {
+                float *da = dev_up(a, YB), *dx = dev_poison(GB), *dz = dev_poison(YB), *dr = dev_poison(YB);
+                gpu->ops->swiglu(gpu, dg, du, NULL, m, K, cs[t].limit, dx);
+                gpu->ops->matmul(gpu, &w2, dx, m, dz, fl[f]);
+                gpu->ops->add_bf16(gpu, dr, da, dz, m * N);
+                float *dy = inplace ? da : dev_poison(YB);
+                gpu->ops->swiglu_matmul_add(gpu, &w2, dg, du, m, cs[t].limit, da, dy, fl[f]);
+                float *ref = dev_down(dr, YB), *got = dev_down(dy, YB);
+                char what[112];
+                snprintf(what, sizeof what, "swiglu_matmul_add m %lld n %lld k %lld limit %g flags %u%s", (long long)m,
+                         (long long)N, (long long)K, cs[t].limit, fl[f], inplace ? " in place" : "");
+                if (status_ok(what)) CHECKF(same_bits(got, ref, m * N), "%s: differs from swiglu, matmul, add_bf16", what);
+                free(ref); free(got);
+                if (!inplace) dev_free(dy);
+                dev_free(da); dev_free(dx); dev_free(dz); dev_free(dr);
+            }
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(dg); dev_free(du);
+        free(g); free(u); free(a); free(wb); free(sb);
+    }
+}
 #else
 static void test_matmul_pair(void) { NEED_GPU(); }
+static void test_swiglu_matmul_add(void) { NEED_GPU(); }
 #endif
 
 static void test_pool_fills(void) {
@@ -2382,6 +2433,7 @@ int main(void) {
     RUN(test_matmul);
     RUN(test_matmul_fused_quant);
     RUN(test_matmul_pair);
+    RUN(test_swiglu_matmul_add);
     RUN(test_matmul_grouped);
     RUN(test_matmul_decode);
     RUN(test_rows_ops);

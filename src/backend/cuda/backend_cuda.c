@@ -1546,6 +1546,42 @@ static void cu_add_bf16(di_backend *be, float *y, const float *a, const float *b
     note(be, cuda_op_add_bf16(y, a, b, n, &err), &err);
 }
 
+/* The shared expert's tail: one launch of the quantizing decode kernel
+ * where it applies (FP8 weights, activations quantized, up to 8 rows),
+ * else the three ops as the model would run them. */
+static void cu_swiglu_matmul_add(di_backend *be, const di_wmat *w, const float *g, const float *u, int64_t m,
+                                 float limit, const float *a, float *y, unsigned flags) {
+    const int64_t K = w->n_in, N = w->n_out;
+    if (m <= 0 || N <= 0) return;
+    if ((flags & DI_MM_ACT_FP8) && w->fmt == DI_WFMT_FP8) {
+        op_enter(be, "matmul (fp8, swiglu + add)");
+        side_touch(be, g);
+        side_touch(be, u);
+        side_touch(be, a);
+        side_touch(be, y);
+        size_t sb = 0, wb = wmat_bytes(w, &sb);
+        const uint8_t *dw = wdev(be, w->w, wb), *ds = wdev(be, w->s, sb);
+        if (!dw || !ds) return;
+        di_err err = {0};
+        int done = 0;
+        di_status st = cuda_op_gemm_fp8_x_swiglu_add(g, u, limit, a, m, K, dw, ds, N, y,
+                                                     (flags & DI_MM_OUT_BF16) != 0, &done, &err);
+        if (st || done) {
+            note(be, st, &err);
+            return;
+        }
+    }
+    float *x = cu_alloc_raw(be, (size_t)(m * K) * sizeof(float));
+    float *z = cu_alloc_raw(be, (size_t)(m * N) * sizeof(float));
+    if (x && z) {
+        cu_swiglu(be, g, u, NULL, m, K, limit, x);
+        cu_matmul(be, w, x, m, z, flags);
+        cu_add_bf16(be, y, a, z, m * N);
+    }
+    cu_free(be, x);
+    cu_free(be, z);
+}
+
 /* The rows' greedy summaries on the device (cuda_ops_logits.cu): the bans
  * go up with the call (a step's rows: a few hundred bytes). */
 static void cu_logits_greedy(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim,
@@ -2086,6 +2122,7 @@ static const di_backend_ops cuda_ops = {
     .copy = cu_copy,
     .matmul = cu_matmul,
     .matmul_pair = cu_matmul_pair,
+    .swiglu_matmul_add = cu_swiglu_matmul_add,
     .matmul_grouped = cu_matmul_grouped,
     .rmsnorm = cu_rmsnorm,
     .rope = cu_rope,
@@ -2205,11 +2242,12 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
      * its k split counts both matrices) */
     if (env_is("DI_CUDA_PAIR", "0")) c->ops.matmul_pair = NULL;
     /* DI_CUDA_FUSE=0: the model's unfused op sequences in place of the
-     * fused ops (matmul_pair, hc_collapse_norm, qkv_rope_pack, add_bf16), the MoE's separate
+     * fused ops (matmul_pair, hc_collapse_norm, qkv_rope_pack, add_bf16, swiglu_matmul_add), the MoE's separate
      * launches (cuda_moe_set_fused) and zero-filled buffers in place of
      * alloc_raw: the same bits, for timing */
     if (env_is("DI_CUDA_FUSE", "0")) {
         c->ops.matmul_pair = NULL;
+        c->ops.swiglu_matmul_add = NULL;
         c->ops.hc_collapse_norm = NULL;
         c->ops.add_bf16 = NULL;
         c->ops.qkv_rope_pack = NULL;

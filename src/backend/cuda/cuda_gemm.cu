@@ -98,6 +98,16 @@ extern "C" di_status cuda_op_gemm_fp8_x(const float *x, int64_t m, int64_t k, co
                                     err);
 }
 
+extern "C" di_status cuda_op_gemm_fp8_x_swiglu_add(const float *g, const float *u, float limit, const float *add,
+                                                  int64_t m, int64_t k, const uint8_t *w, const uint8_t *ws,
+                                                  int64_t n, float *y, int out_bf16, int *done, di_err *err) {
+    *done = 0;
+    if (m <= 0 || n <= 0 || k <= 0 || !g || !u || !add || !w || !ws || !y) return DI_OK;
+    if (cuda_batch_invariant() && ((uintptr_t)w % 16 || (uintptr_t)ws % 4)) return DI_OK;
+    return cuda_launch_matvec_fp8_x_swiglu_add(g, u, limit, add, m, k, w, ws, n, y, out_bf16 ? OUT_F32_BF16 : 0, 0,
+                                              done, err);
+}
+
 extern "C" di_status cuda_op_gemm_fp8_x_pair(const float *x, int64_t m, int64_t k, const uint8_t *w,
                                            const uint8_t *ws, const uint8_t *w2, const uint8_t *ws2, int64_t n,
                                            int64_t n2, float *y, float *y2, int out_bf16, int *done, di_err *err) {

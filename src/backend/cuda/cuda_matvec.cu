@@ -29,6 +29,7 @@
 
 #include "backend/cuda/cuda_act_quant.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_ops_common.cuh"
 #include "backend/cuda/cuda_tma.cuh"
 #include "backend/cuda/cuda_gemm_grouped.h"
 #include "backend/cuda/cuda_fp4_dec.h"
@@ -627,7 +628,20 @@ __device__ __forceinline__ bool cluster_reduce(float acc[4 * NB], float4 *red, i
  * and wkv, in one launch), each block the single product's work for its
  * matrix at the launch's k split; the grid covers the larger matrix's row
  * tiles, and a cluster past the other's last tile leaves at once. */
-template <int KS, int NB, bool QX>
+/* XF (with QX): the shared expert's tail in the product
+ * (cuda_launch_matvec_fp8_x_swiglu_add): each activation is swiglu(x, u;
+ * limit) as k_swiglu forms it (clamps, g·sigmoid(g)·u, bf16) before its
+ * quantization, and the store is bf16(add + the output) as k_add_bf16
+ * forms it: those two kernels' values in this one. Instances of their own,
+ * so that the other products' code is unchanged (at decode a kernel's
+ * code is fetched cold each call; docs/gpu-notes.md run 95). */
+struct WvXf {
+    const float *u;
+    const float *add;
+    float limit;
+};
+
+template <int KS, int NB, bool QX, bool XF = false>
 __global__ void __launch_bounds__(128)
     matvec_fp8_wg_kernel(const __grid_constant__ CUtensorMap map_w,
                          const __grid_constant__ CUtensorMap map_a,
@@ -636,7 +650,7 @@ __global__ void __launch_bounds__(128)
                          void *__restrict__ out_1, int out_bf16, int kst,
                          const float *__restrict__ x,
                          const __grid_constant__ CUtensorMap map_w2,
-                         const uint8_t *__restrict__ ws2, void *__restrict__ out2, int64_t n2) {
+                         const uint8_t *__restrict__ ws2, void *__restrict__ out2, int64_t n2, WvXf xf) {
     const bool second = blockIdx.z == 1;
     const CUtensorMap *mwp = second ? &map_w2 : &map_w;
     const uint8_t *__restrict__ ws = second ? ws2 : ws_1;
@@ -716,10 +730,24 @@ __global__ void __launch_bounds__(128)
             for (int u = 0; u < QX_U; u++) {
                 const int gi = g0 + 128 * u + tid, r = gi / per_row, c8 = gi - r * per_row;
                 if (gi < total) {
-                    const float *p = x + (m0 + r) * k + (st0 * 128 + 8 * (int64_t)c8);
+                    const int64_t off = (m0 + r) * k + (st0 * 128 + 8 * (int64_t)c8);
+                    const float *p = x + off;
                     float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)p + 1);
                     v[u][0] = a.x; v[u][1] = a.y; v[u][2] = a.z; v[u][3] = a.w;
                     v[u][4] = b.x; v[u][5] = b.y; v[u][6] = b.z; v[u][7] = b.w;
+                    if constexpr (XF) { /* k_swiglu's steps, w = NULL */
+                        const float4 c = __ldg((const float4 *)(xf.u + off)), d = __ldg((const float4 *)(xf.u + off) + 1);
+                        const float uv[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
+#pragma unroll
+                        for (int i = 0; i < 8; i++) {
+                            float gv = v[u][i], ui = uv[i];
+                            if (xf.limit > 0.f) {
+                                ui = fminf(fmaxf(ui, -xf.limit), xf.limit);
+                                gv = fminf(gv, xf.limit);
+                            }
+                            v[u][i] = round_bf16(MUL(MUL(gv, sigmoid_f(gv)), ui));
+                        }
+                    }
                 } else {
 #pragma unroll
                     for (int i = 0; i < 8; i++) v[u][i] = 0.0f;
@@ -791,7 +819,13 @@ __global__ void __launch_bounds__(128)
         const int64_t row = n0 + 16 * warp + g + ((i >> 1) & 1) * 8;
         const int64_t tok = m0 + 8 * (i >> 2) + 2 * t + (i & 1);
         if (row < n && tok < m) {
-            store_out1(out, out_bf16, tok * n + row, acc[i]);
+            if (XF) { /* k_add_bf16's sum with the output as it would be stored */
+                const int64_t o = tok * n + row;
+                const float y = out_bf16 == OUT_F32_BF16 ? round_bf16(acc[i]) : acc[i];
+                ((float *)out)[o] = round_bf16(ADD(xf.add[o], y));
+            } else {
+                store_out1(out, out_bf16, tok * n + row, acc[i]);
+            }
         }
     }
 }
@@ -872,24 +906,24 @@ struct WvLaunch {
     }
 };
 
-template <int KS, int NB, bool QX = false>
+template <int KS, int NB, bool QX = false, bool XF = false>
 static cudaError_t wv_launch(const CUtensorMap &mw, const CUtensorMap &ma, const CUtensorMap &ms,
                              const uint8_t *ws, int64_t m, int64_t k, int64_t n, void *out,
                              int out_bf16, cudaStream_t stream, const float *x = NULL,
                              const CUtensorMap *mw2 = NULL, const uint8_t *ws2 = NULL, void *out2 = NULL,
-                             int64_t n2 = 0) {
+                             int64_t n2 = 0, WvXf xf = WvXf{NULL, NULL, 0.f}) {
     const int kst = (int)((k / 128 + KS - 1) / KS);
     const int smem = QX ? WV_SMEM_QX(8 * NB, kst) : WV_SMEM(8 * NB, kst);
     static int attr = 0;
     if (smem > attr) {
-        cudaError_t e = cudaFuncSetAttribute(matvec_fp8_wg_kernel<KS, NB, QX>,
+        cudaError_t e = cudaFuncSetAttribute(matvec_fp8_wg_kernel<KS, NB, QX, XF>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         if (e != cudaSuccess) return e;
         attr = smem;
     }
     WvLaunch l(mw2 && n2 > n ? n2 : n, m, 8 * NB, mw2 ? 2 : 1, KS, smem, stream);
-    return l.launch(matvec_fp8_wg_kernel<KS, NB, QX>, mw, ma, ms, ws, m, k, n, out, out_bf16, kst,
-                    x, mw2 ? *mw2 : mw, ws2, out2, mw2 ? n2 : n);
+    return l.launch(matvec_fp8_wg_kernel<KS, NB, QX, XF>, mw, ma, ms, ws, m, k, n, out, out_bf16, kst,
+                    x, mw2 ? *mw2 : mw, ws2, out2, mw2 ? n2 : n, xf);
 }
 
 /* The wgmma path: whole 128-byte stages, the alignment the tensor maps need,
@@ -928,21 +962,34 @@ extern "C" void cuda_matvec_set_fused_quant(int on) { wv_qx_on = on; }
  * The cluster split is wv_try's (n and k only), so the sums are wv_try's and
  * so are the bits. Returns false (nothing launched) when it does not apply. */
 static bool wv_try_x(const float *x, int64_t m, int64_t k, const uint8_t *w, const uint8_t *ws,
-                     int64_t n, void *out, int out_bf16, cudaStream_t stream, cudaError_t *e) {
+                     int64_t n, void *out, int out_bf16, cudaStream_t stream, cudaError_t *e,
+                     WvXf xf = WvXf{NULL, NULL, 0.f}) {
     if (!wv_qx_on || k % 128 || m < 1 || m > 8 || (n + 63) / 64 * 8 > 0x7fffffffLL ||
-        (uintptr_t)x % 16 || (uintptr_t)w % 16)
+        (uintptr_t)x % 16 || (uintptr_t)w % 16 || (uintptr_t)xf.u % 16)
         return false;
     const int ks = wv_pick_ks(n, k);
     const int64_t kst = (k / 128 + ks - 1) / ks;
     if (WV_PANEL(8, kst) > WV_QX_MAX_PANEL) return false;
     CUtensorMap mw;
     if (!make_map(&mw, w, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, n, k, 128, 64, true)) return false;
-    switch (ks) {
-    case 1: *e = wv_launch<1, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x); break;
-    case 2: *e = wv_launch<2, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x); break;
-    case 4: *e = wv_launch<4, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x); break;
-    default: *e = wv_launch<8, 1, true>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x); break;
+#define WV_X_CASE(KSV, XFV) \
+    *e = wv_launch<KSV, 1, true, XFV>(mw, mw, mw, ws, m, k, n, out, out_bf16, stream, x, NULL, NULL, NULL, 0, xf)
+    if (xf.u) { /* its own instances: the plain products' code stays as it was */
+        switch (ks) {
+        case 1: WV_X_CASE(1, true); break;
+        case 2: WV_X_CASE(2, true); break;
+        case 4: WV_X_CASE(4, true); break;
+        default: WV_X_CASE(8, true); break;
+        }
+        return true;
     }
+    switch (ks) {
+    case 1: WV_X_CASE(1, false); break;
+    case 2: WV_X_CASE(2, false); break;
+    case 4: WV_X_CASE(4, false); break;
+    default: WV_X_CASE(8, false); break;
+    }
+#undef WV_X_CASE
     return true;
 }
 
@@ -1373,6 +1420,14 @@ di_status cuda_launch_matvec_fp8_x(const float *x, int64_t m, int64_t k, const u
     cudaError_t e = cudaSuccess;
     *done = wv_try_x(x, m, k, w, ws, n, out, out_bf16, stream, &e);
     return *done ? cuda_check(e, err, "gemm_fp8 (matvec, wgmma, quantizing)") : DI_OK;
+}
+
+di_status cuda_launch_matvec_fp8_x_swiglu_add(const float *g, const float *u, float limit, const float *add,
+                                              int64_t m, int64_t k, const uint8_t *w, const uint8_t *ws, int64_t n,
+                                              float *out, int out_bf16, cudaStream_t stream, int *done, di_err *err) {
+    cudaError_t e = cudaSuccess;
+    *done = wv_try_x(g, m, k, w, ws, n, out, out_bf16, stream, &e, WvXf{u, add, limit});
+    return *done ? cuda_check(e, err, "gemm_fp8 (matvec, wgmma, swiglu and add)") : DI_OK;
 }
 
 di_status cuda_launch_matvec_fp8_x_pair(const float *x, int64_t m, int64_t k, const uint8_t *w,

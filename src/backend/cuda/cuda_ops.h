@@ -87,6 +87,13 @@ di_status cuda_op_gemm_q_rounded(int fmt, const uint8_t *qa, const float *sa, in
 di_status cuda_op_gemm_fp8_x(const float *x, int64_t m, int64_t k, const uint8_t *w,
                              const uint8_t *ws, int64_t n, float *y, int out_bf16, int *done,
                              di_err *err);
+/* y = bf16(add + act_quant_fp8(swiglu(g, u; limit))·W^T) for FP8 W, g and u
+ * f32 [m, k]: the swiglu op (w = NULL), this product (its output rounded
+ * to bf16 first when out_bf16) and add_bf16 in one launch, their bits;
+ * *done = 0 and nothing launched where the decode kernel does not apply. */
+di_status cuda_op_gemm_fp8_x_swiglu_add(const float *g, const float *u, float limit, const float *add, int64_t m,
+                                       int64_t k, const uint8_t *w, const uint8_t *ws, int64_t n, float *y,
+                                       int out_bf16, int *done, di_err *err);
 /* y = ... for W [n x k] and y2 = ... for W2 [n2 x k] from the same x in one
  * launch, each the bits of cuda_op_gemm_fp8_x with the pair's k split
  * (which counts both matrices' blocks); *done = 0 and nothing launched
