@@ -2244,7 +2244,8 @@ di_status di_backend_cuda_create(int device, di_backend **out, di_err *err) {
     /* DI_CUDA_FUSE=0: the model's unfused op sequences in place of the
      * fused ops (matmul_pair, hc_collapse_norm, qkv_rope_pack, add_bf16, swiglu_matmul_add), the MoE's separate
      * launches (cuda_moe_set_fused) and zero-filled buffers in place of
-     * alloc_raw: the same bits, for timing */
+     * alloc_raw: for timing; the same bits but where a quantizing FP8
+     * pair's two products then split k differently (DI_CUDA_PAIR above) */
     if (env_is("DI_CUDA_FUSE", "0")) {
         c->ops.matmul_pair = NULL;
         c->ops.swiglu_matmul_add = NULL;
