@@ -44,6 +44,29 @@ __device__ __forceinline__ void pdl_enter() {
     grid_dep_launch();
 }
 
+/* L2 policy of a weight stream. At decode a product reads each weight
+ * once and a layer streams ~290 MB through a 50 MB L2, so with the default
+ * policy the weights push out what the next kernels need again: their own
+ * code (each kernel runs once a layer; at batch 1 its instructions were
+ * fetched cold every call, docs/gpu-notes.md run 95), the activations and
+ * the caches. Copies of weights read once per launch take evict_first, so
+ * that the weights make room for each other instead; where another block
+ * of the launch reads the same weights again (a second token tile) they
+ * keep the normal policy. A hint only: no value changes. Built with
+ * -DDI_CUDA_L2_HINT=0 every weight copy takes the normal policy (a
+ * measuring aid). */
+#ifndef DI_CUDA_L2_HINT
+#define DI_CUDA_L2_HINT 1
+#endif
+__device__ __forceinline__ uint64_t l2_weight_policy(bool once) {
+    uint64_t p;
+    if (DI_CUDA_L2_HINT && once)
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+    else
+        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
+
 /* Whether the decode step's small kernels are launched programmatically
  * (cuda_device.cu: DI_CUDA_PDL=0 turns it off, a measuring aid; a runtime
  * that refuses the attribute turns it off for good). */

@@ -437,6 +437,9 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
     const uint32_t ds = 16 * FM_ROWB + 4 * lane;
     const uint32_t row4 = (uint32_t)(4 * rowb);
     uint32_t islot = ring_s;
+    /* the weights are read once where the tokens fit one token tile (the
+     * plain product's m is known now, a group's count after the wait) */
+    uint64_t wpol = l2_weight_policy(m <= tr);
     auto point = [&](int64_t e) {
         wexp = w + e * n * rowb + (int64_t)(b0 + cq) * 16;
         sexp = ws + e * n * kbn + b0 + 4 * (lane & 1);
@@ -452,10 +455,11 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
         if (it_tile < ntl) {
 #pragma unroll
             for (int h = 0; h < 4; h++)
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(islot + d0 + 4 * h * FM_ROWB),
-                             "l"(ip + h * row4), "r"((iv >> h) & 1 ? 16 : 0)
+                asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(islot + d0 + 4 * h * FM_ROWB),
+                             "l"(ip + h * row4), "r"((iv >> h) & 1 ? 16 : 0), "l"(wpol)
                              : "memory");
-            asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(islot + ds), "l"(ips), "r"(ivs) : "memory");
+            asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 4, %2, %3;\n" ::"r"(islot + ds), "l"(ips), "r"(ivs),
+                         "l"(wpol) : "memory");
             ip += FM_NB * 16;
             ips += FM_NB;
             if (++it_bat == nbat) {
@@ -484,6 +488,7 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
     if (ids) {
         base = off[z];
         count = off[z + 1] - base;
+        wpol = l2_weight_policy(count <= tr);
         if (count > 0 && ntl > 0) {
             point(ids[z]);
             prologue();

@@ -679,13 +679,15 @@ __global__ void __launch_bounds__(128)
     const int nst = (int)(st0 >= nst_all ? 0 : (nst_all - st0 < kst ? nst_all - st0 : kst));
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
 
+    /* a weight tile is read once where one block row takes every token */
+    const uint64_t wpol = l2_weight_policy(gridDim.y == 1);
     /* a stage's barrier expects the weight tile, the activations and their
      * scales; the weights may arrive first (issue_w before issue_a) */
     auto issue_w = [&](int st) {
         const int slot = st % WV_ST;
         const uint32_t full = s_full + 8 * slot;
         mbar_arrive_expect_tx(full, QX ? WV_W_BYTES : WV_STAGE_TX(NT));
-        tma_load_2d(s_w + slot * WV_W_BYTES, mwp, (int)((st0 + st) * 128), (int)n0, full);
+        tma_load_2d_pol(s_w + slot * WV_W_BYTES, mwp, (int)((st0 + st) * 128), (int)n0, full, wpol);
     };
     auto issue_a = [&](int st) {
         if (QX) return;

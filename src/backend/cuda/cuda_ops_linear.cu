@@ -442,6 +442,17 @@ extern "C" void cuda_matmul_set_tiles(int t) { tc_forced_tiles = t; }
 
 enum { DEC_XBUDGET = 32 * 1024, DEC_RINGBUDGET = 64 * 1024 };
 
+/* the same with an L2 policy (l2_weight_policy): the decode form's weights */
+__device__ __forceinline__ void cp_async_wpol(uint32_t dst, const void *src, bool ok, int bytes, uint64_t pol) {
+    if (bytes == 16)
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+                     "r"(ok ? 16 : 0), "l"(pol)
+                     : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 8, %2, %3;\n" ::"r"(dst), "l"(src),
+                     "r"(ok ? 8 : 0), "l"(pol)
+                     : "memory");
+}
 __device__ __forceinline__ void cp_async_w(uint32_t dst, const void *src, bool ok, int bytes) {
     /* src-size 0 fills zeros: rows past the matrix, rounds past K */
     if (bytes == 16)
@@ -508,6 +519,8 @@ __global__ void __launch_bounds__(TC_KW * 32, 2) k_mm_dec(const void *w, const u
         wok[p] = j < nr;
         wp[p] = (const uint8_t *)w + ((gz * nr + (wok[p] ? j : 0)) * K + 8 * t + e * TC_CH) * ESZ;
     }
+    /* every weight is read by one warp of the launch, once */
+    const uint64_t wpol = l2_weight_policy(true);
     /* one copy group a round, empty past this chain's last chunk (that
      * round's products are skipped, so its slot is never read as an
      * operand): the waits count groups, and most rounds of a short K are
@@ -517,7 +530,7 @@ __global__ void __launch_bounds__(TC_KW * 32, 2) k_mm_dec(const void *w, const u
             const int64_t off = (int64_t)q * (TC_KW * TC_CH * ESZ);
 #pragma unroll
             for (int p = 0; p < NP; p++)
-                cp_async_w(ring + (uint32_t)(((slot * NP + p) * 32 + lane) * PB), wp[p] + off, wok[p], PB);
+                cp_async_wpol(ring + (uint32_t)(((slot * NP + p) * 32 + lane) * PB), wp[p] + off, wok[p], PB, wpol);
         }
         cp_async_commit();
     };

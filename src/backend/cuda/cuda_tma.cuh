@@ -77,6 +77,16 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
         : "memory");
 }
 
+/* the same with an L2 policy (l2_weight_policy) */
+__device__ __forceinline__ void tma_load_2d_pol(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                                uint32_t bar, uint64_t pol) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+        "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+        "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(bar), "l"(pol)
+        : "memory");
+}
+
 /* cuTensorMapEncodeTiled through the runtime (no link against the driver
  * library); NULL when the driver does not offer it. */
 static inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(void) {
