@@ -5,8 +5,10 @@
  *   tgN[@dD] B sequences generating N tokens each after a context of D
  *            tokens (1 when D = 0); t/s counts the tokens decoded after
  *            every sequence finished its prefill, over the time since then
- * for every batch size B of -b, each repeated -r times: mean ± standard
- * deviation. Times are wall-clock through the engine (scheduling and
+ * for every batch size B of -b, each run once untimed first (the warm-up:
+ * a first run pays one-time costs — weights uploaded to a device on first
+ * use, pages of mapped weights touched, buffers grown — that are not the
+ * engine's speed) and then -r times: mean ± standard deviation. Times are wall-clock through the engine (scheduling and
  * sampling included, which llama-bench leaves out). Output: a markdown
  * table or JSON, and optionally an SVG plot of throughput against batch
  * size and against context length. */
@@ -29,6 +31,7 @@ static void usage(FILE *out) {
             "  -b, --batch LIST      concurrent sequences (default 1)\n"
             "  -d, --n-depth LIST    context before the tg tests (default 0)\n"
             "  -r, --repetitions N   runs of each test (default 3)\n"
+            "  --no-warmup           leave out the untimed first run of each test\n"
             "  -o, --output md|json  table format (default md)\n"
             "  --svg FILE            plot: t/s against batch size and against context length\n"
             "  LIST: comma-separated values, or FIRST-LAST[*MULT] (e.g. 1-64*2)\n"
@@ -81,6 +84,7 @@ typedef struct bench_row {
     double samples[64];
     int n_samples;
     double mean, sd;
+    double warmup; /* the warm-up run's t/s; < 0 when left out */
 } bench_row;
 
 static uint64_t rng_next(uint64_t *s) {
@@ -200,7 +204,9 @@ static void print_json(const bench_row *rows, int n, const char *model, int thre
                threads, (long long)r->batch, (long long)r->n_prompt, (long long)r->n_gen, (long long)r->depth,
                r->test, r->mean, r->sd);
         for (int k = 0; k < r->n_samples; k++) printf(k ? ", %.6f" : "%.6f", r->samples[k]);
-        printf("]}%s\n", i + 1 < n ? "," : "");
+        printf("]");
+        if (r->warmup >= 0) printf(", \"warmup_ts\": %.6f", r->warmup);
+        printf("}%s\n", i + 1 < n ? "," : "");
     }
     printf("]\n");
 }
@@ -315,7 +321,7 @@ static int write_svg(const char *path, const bench_row *rows, int n, const char 
 int cli_bench(int argc, char **argv) {
     bench_list pl = {{512}, 1}, nl = {{128}, 1}, bl = {{1}, 1}, dl = {{0}, 1};
     int64_t reps = 3;
-    int as_json = 0;
+    int as_json = 0, warmup = 1;
     const char *svg = NULL;
     cli_engine_args ea = {0};
     for (int i = 1; i < argc; i++) {
@@ -346,6 +352,7 @@ int cli_bench(int argc, char **argv) {
                 return 2;
             }
         } else if (has && !strcmp(f, "--svg")) svg = argv[++i];
+        else if (!strcmp(f, "--no-warmup")) warmup = 0;
         else {
             fprintf(stderr, "deepinfer " CMD ": unexpected argument '%s'\n", f);
             usage(stderr);
@@ -388,13 +395,18 @@ int cli_bench(int argc, char **argv) {
                     (long long)r->batch, (long long)info.max_model_len);
             goto out;
         }
+        r->warmup = -1;
+        if (warmup && (r->warmup = run_once(e, &info, r, &rng)) < 0) goto out;
         for (int k = 0; k < reps; k++) {
             double t = run_once(e, &info, r, &rng);
             if (t < 0) goto out;
             r->samples[r->n_samples++] = t;
         }
         stats(r);
-        fprintf(stderr, "  %s, batch %lld: %.2f t/s\n", r->test, (long long)r->batch, r->mean);
+        if (r->warmup >= 0)
+            fprintf(stderr, "  %s, batch %lld: %.2f t/s (warm-up run %.2f t/s)\n", r->test, (long long)r->batch, r->mean,
+                    r->warmup);
+        else fprintf(stderr, "  %s, batch %lld: %.2f t/s\n", r->test, (long long)r->batch, r->mean);
     }
     if (as_json) print_json(rows, n_rows, model, info.n_threads);
     else print_md(rows, n_rows, model, info.n_threads);

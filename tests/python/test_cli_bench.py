@@ -20,6 +20,7 @@ def test_json_rows_and_svg(tmp_path):
         assert abs(r["avg_ts"] - statistics.mean(r["samples_ts"])) < 1e-3
         assert abs(r["stddev_ts"] - statistics.stdev(r["samples_ts"])) < 1e-3
         assert (r["n_prompt"] > 0) != (r["n_gen"] > 0)
+        assert r["warmup_ts"] > 0  # each test ran once untimed first
     root = ET.parse(svg).getroot()
     lines = [e for e in root.iter() if e.tag.endswith("polyline")]
     # by batch: pp8, pp16, tg3, tg3 @ d8; by context: pp B=1, tg B=1, pp B=2, tg B=2
@@ -43,3 +44,11 @@ def test_bad_lists():
     assert p.returncode == 2
     p = run("bench", "-o", "csv", check=False)
     assert p.returncode == 2 and "expected md or json" in p.stderr
+
+
+def test_no_warmup():
+    rows = json.loads(run("bench", "-p", "8", "-n", "2", "-r", "1", "--no-warmup", "-o", "json").stdout)
+    assert [r["test"] for r in rows] == ["pp8", "tg2"]
+    assert all("warmup_ts" not in r and len(r["samples_ts"]) == 1 for r in rows)
+    err = run("bench", "-p", "8", "-n", "0", "-r", "1").stderr
+    assert re.search(r"pp8, batch 1: [\d.]+ t/s \(warm-up run [\d.]+ t/s\)", err)
