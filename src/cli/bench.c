@@ -8,8 +8,9 @@
  * for every batch size B of -b, each run once untimed first (the warm-up:
  * a first run pays one-time costs — weights uploaded to a device on first
  * use, pages of mapped weights touched, buffers grown — that are not the
- * engine's speed) and then -r times: mean ± standard deviation. Times are wall-clock through the engine (scheduling and
- * sampling included, which llama-bench leaves out). Output: a markdown
+ * engine's speed) and then -r times: mean ± standard deviation. Times are
+ * wall-clock through the engine (scheduling and sampling included, which
+ * llama-bench leaves out). Output: a markdown
  * table or JSON, and optionally an SVG plot of throughput against batch
  * size and against context length. */
 #include <math.h>

@@ -217,6 +217,10 @@ di_status cuda_launch_matvec_fp8_x(const float *x, int64_t m, int64_t k, const u
                                    cudaStream_t stream, int *done, di_err *err);
 /* two of them on the same x (w [n x k], w2 [n2 x k]) in one launch, the
  * bits of two with the pair's k split (cuda_matvec_pair_ks) */
+di_status cuda_launch_matvec_fp8_x_pair(const float *x, int64_t m, int64_t k, const uint8_t *w,
+                                        const uint8_t *ws, const uint8_t *w2, const uint8_t *ws2, int64_t n,
+                                        int64_t n2, void *out, void *out2, int out_bf16, cudaStream_t stream,
+                                        int *done, di_err *err);
 /* cuda_launch_matvec_fp8_x on x = swiglu(g, u; limit) (k_swiglu's values,
  * w = NULL) with out = bf16(add + the product as out_bf16 stores it)
  * (k_add_bf16's), out f32 [m, n]: the shared expert's tail in one launch,
@@ -225,10 +229,6 @@ di_status cuda_launch_matvec_fp8_x(const float *x, int64_t m, int64_t k, const u
 di_status cuda_launch_matvec_fp8_x_swiglu_add(const float *g, const float *u, float limit, const float *add,
                                               int64_t m, int64_t k, const uint8_t *w, const uint8_t *ws, int64_t n,
                                               float *out, int out_bf16, cudaStream_t stream, int *done, di_err *err);
-di_status cuda_launch_matvec_fp8_x_pair(const float *x, int64_t m, int64_t k, const uint8_t *w,
-                                        const uint8_t *ws, const uint8_t *w2, const uint8_t *ws2, int64_t n,
-                                        int64_t n2, void *out, void *out2, int out_bf16, cudaStream_t stream,
-                                        int *done, di_err *err);
 di_status cuda_launch_matvec_mxfp4(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                    const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                    int out_bf16, cudaStream_t stream, di_err *err);

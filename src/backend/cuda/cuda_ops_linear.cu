@@ -442,6 +442,15 @@ extern "C" void cuda_matmul_set_tiles(int t) { tc_forced_tiles = t; }
 
 enum { DEC_XBUDGET = 32 * 1024, DEC_RINGBUDGET = 64 * 1024 };
 
+__device__ __forceinline__ void cp_async_w(uint32_t dst, const void *src, bool ok, int bytes) {
+    /* src-size 0 fills zeros: rows past the matrix, rounds past K */
+    if (bytes == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
+                     : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0)
+                     : "memory");
+}
 /* the same with an L2 policy (l2_weight_policy): the decode form's weights */
 __device__ __forceinline__ void cp_async_wpol(uint32_t dst, const void *src, bool ok, int bytes, uint64_t pol) {
     if (bytes == 16)
@@ -451,15 +460,6 @@ __device__ __forceinline__ void cp_async_wpol(uint32_t dst, const void *src, boo
     else
         asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 8, %2, %3;\n" ::"r"(dst), "l"(src),
                      "r"(ok ? 8 : 0), "l"(pol)
-                     : "memory");
-}
-__device__ __forceinline__ void cp_async_w(uint32_t dst, const void *src, bool ok, int bytes) {
-    /* src-size 0 fills zeros: rows past the matrix, rounds past K */
-    if (bytes == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
-                     : "memory");
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 8 : 0)
                      : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
