@@ -1577,6 +1577,9 @@ static void cu_swiglu_matmul_add(di_backend *be, const di_wmat *w, const float *
         cu_swiglu(be, g, u, NULL, m, K, limit, x);
         cu_matmul(be, w, x, m, z, flags);
         cu_add_bf16(be, y, a, z, m * N);
+    } else {
+        di_err err = {0};
+        note(be, di_err_set(&err, DI_ERR_NOMEM, "swiglu_matmul_add: buffers of %lld rows", (long long)m), &err);
     }
     cu_free(be, x);
     cu_free(be, z);
