@@ -7,8 +7,9 @@
  *   build/bench/bench_gemm --decode [--rounds R] [--quick] [--only WEIGHT]
  *   (either form: --half forces the FP8 route of CPUs with slow subnormals,
  *   E4M3 codes through F16C, which non-AMD CPUs take anyway; --narrow keeps
- *   a CPU with AVX-512 on the 256-bit kernels; --no-bias keeps their FP8
- *   decode rows on F16C rather than the exponent bias; --weights normal
+ *   a CPU with AVX-512 on the 256-bit kernels; --no-vnni keeps a CPU with
+ *   AVX-512 VNNI off the MXFP4 decode rows' VNNI sums; --no-bias keeps the
+ *   512-bit FP8 decode rows on F16C rather than the exponent bias; --weights normal
  *   draws the FP8 codes as a checkpoint's, see normal_codes, instead of
  *   random bytes)
  *   (--quick: shorter timing, skips the largest prefill)
@@ -414,8 +415,9 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
         memcpy(t, fma[all], sizeof t);
         fma_med[all] = median_of(t, rounds);
     }
-    printf("# CPU kernels, decode rows: path %s%s (%s), %d rounds; 1 thread = thread CPU time, %d threads = wall clock\n",
-           di_cpu_kernels_path(), di_cpu_kernels_wide() ? " with 512-bit vectors" : "", di_cpu_describe(), rounds,
+    printf("# CPU kernels, decode rows: path %s%s%s (%s), %d rounds; 1 thread = thread CPU time, %d threads = wall clock\n",
+           di_cpu_kernels_path(), di_cpu_kernels_wide() ? " with 512-bit vectors" : "",
+           di_cpu_kernels_vnni() ? " and VNNI sums" : "", di_cpu_describe(), rounds,
            di_threadpool_size(tp));
     printf("# FP8 weight codes: %s\n", normal_codes ? "normally distributed values, quantized (--weights normal)"
                                                     : "uniformly random bytes");
@@ -467,6 +469,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--half")) di_cpu_kernels_force_fp8_half(1);
         else if (!strcmp(argv[i], "--narrow")) di_cpu_kernels_force_no_avx512(1);
+        else if (!strcmp(argv[i], "--no-vnni")) di_cpu_kernels_force_no_vnni(1);
         else if (!strcmp(argv[i], "--no-bias")) di_cpu_kernels_force_no_bias(1);
         else if (!strcmp(argv[i], "--weights") && i + 1 < argc && !strcmp(argv[i + 1], "normal")) {
             normal_codes_init();

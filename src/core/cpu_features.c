@@ -45,6 +45,17 @@ int di_cpu_has_avx512(void) {
 #endif
 }
 
+int di_cpu_has_avx512_vnni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (!di_cpu_has_avx512()) return 0;
+    unsigned a, b, c, d;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (c >> 11) & 1u; /* AVX512_VNNI (ecx 11) */
+#else
+    return 0;
+#endif
+}
+
 int di_cpu_count(void) {
     cpu_set_t set;
     CPU_ZERO(&set);

@@ -8,6 +8,9 @@ int di_cpu_has_avx2(void);
 /* 1 when, on top of di_cpu_has_avx2(), AVX-512 F, DQ, BW and VL are usable:
  * the CPU has them and the OS saves the opmask and 512-bit register state. */
 int di_cpu_has_avx512(void);
+/* 1 when, on top of di_cpu_has_avx512(), AVX-512 VNNI is there (the 16-bit
+ * multiply-add that also accumulates, vpdpwssd). */
+int di_cpu_has_avx512_vnni(void);
 /* Online logical CPUs available to this process (at least 1). */
 int di_cpu_count(void);
 /* "avx2+fma+f16c+avx512", "avx2+fma+f16c" or "scalar": for `deepinfer info` and benchmark headers. */

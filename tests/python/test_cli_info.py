@@ -1,6 +1,7 @@
 """`deepinfer info`: the backends compiled in, the CPU's vector units and the
 kernels the CPU backend runs on them; DI_CPU_AVX512=0 keeps a CPU with
-AVX-512 on the 256-bit kernels."""
+AVX-512 on the 256-bit kernels, DI_CPU_VNNI=0 one with AVX-512 VNNI off
+its VNNI sums."""
 import os
 import re
 
@@ -14,14 +15,22 @@ def _cpu_line(env=None):
     assert "backends compiled: cpu" in p.stdout
     lines = [l for l in p.stdout.splitlines() if l.startswith("cpu:")]
     assert len(lines) == 1, p.stdout
-    m = re.match(r"cpu: avx2 (yes|no), fma (yes|no), avx512 (yes|no) \(kernels: (avx2|scalar)(, 512-bit vectors)?\)$",
-                 lines[0])
+    m = re.match(r"cpu: avx2 (yes|no), fma (yes|no), avx512 (yes|no) "
+                 r"\(kernels: (avx2|scalar)(, 512-bit vectors)?(, VNNI)?\)$", lines[0])
     assert m, lines[0]
     return m
 
 
 def _default_env():
-    return {k: v for k, v in os.environ.items() if k != "DI_CPU_AVX512"}
+    return {k: v for k, v in os.environ.items() if k not in ("DI_CPU_AVX512", "DI_CPU_VNNI")}
+
+
+def _cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
 
 
 def test_info_names_the_kernels():
@@ -30,6 +39,8 @@ def test_info_names_the_kernels():
     assert kernels == ("avx2" if avx2 == "yes" else "scalar")
     # 512-bit kernels exactly where the CPU has AVX-512 (F/DQ/BW/VL)
     assert (wide is not None) == (avx2 == "yes" and avx512 == "yes")
+    # VNNI sums exactly where those run and the CPU has AVX-512 VNNI
+    assert (m.group(6) is not None) == (wide is not None and "avx512_vnni" in _cpu_flags())
 
 
 def test_avx512_switch_off():
@@ -38,3 +49,11 @@ def test_avx512_switch_off():
         pytest.skip("this CPU runs no 512-bit kernels: nothing to switch off")
     off = _cpu_line(env=dict(_default_env(), DI_CPU_AVX512="0"))
     assert off.group(4) == "avx2" and off.group(5) is None
+
+
+def test_vnni_switch_off():
+    m = _cpu_line(env=_default_env())
+    if not m.group(6):
+        pytest.skip("this CPU runs no VNNI sums: nothing to switch off")
+    off = _cpu_line(env=dict(_default_env(), DI_CPU_VNNI="0"))
+    assert off.group(5) is not None and off.group(6) is None

@@ -770,6 +770,32 @@ static void test_narrow_route(void) {
 #endif
 }
 
+/* On a CPU with AVX-512 VNNI the MXFP4 decode rows on 512-bit vectors add
+ * their 16-bit products with vpdpwssd (every check above took them); the
+ * checks must have run them, and pass again with them off (vpmaddwd then
+ * vpaddd, what other AVX-512 CPUs run). */
+static void test_vnni_route(void) {
+#ifdef DI_HAVE_AVX2_KERNELS
+    if (!di_cpu_kernels_vnni()) SKIP("no AVX-512 VNNI (or not on the 512-bit kernels)");
+    long n0 = di_cpu_kernels_vnni_units();
+    check_format(FMT_FP4);
+    test_gemm_decode_rows();
+    test_gemm_mxfp4_small_codes();
+    test_gemm_mxfp4_scale_edges();
+    const long n1 = di_cpu_kernels_vnni_units();
+    CHECKF(n1 > n0, "the VNNI sums ran %ld units", n1 - n0);
+    di_cpu_kernels_force_no_vnni(1);
+    CHECK(!di_cpu_kernels_vnni());
+    check_format(FMT_FP4);
+    test_gemm_decode_rows();
+    test_gemm_mxfp4_small_codes();
+    test_gemm_mxfp4_scale_edges();
+    CHECKF(di_cpu_kernels_vnni_units() == n1, "forced off, the VNNI sums still ran");
+    di_cpu_kernels_force_no_vnni(0);
+    CHECK(di_cpu_kernels_vnni());
+#endif
+}
+
 /* On a CPU with AVX-512 the FP8 decode rows decode their codes by the
  * exponent bias (kernels_avx2_block.c, dec_bias_wide), the codes of
  * exponent 0 through a table where a chunk pair holds one, and products
@@ -941,6 +967,7 @@ int main(void) {
     RUN(test_half_route);
     RUN(test_narrow_route);
     RUN(test_bias_route);
+    RUN(test_vnni_route);
     RUN(test_dispatch);
     return test_summary();
 }

@@ -143,6 +143,27 @@ int di_cpu_kernels_wide(void) {
 
 void di_cpu_kernels_force_no_avx512(int on) { atomic_store(&forced_no_avx512, on != 0); }
 
+/* -1: not yet decided; else whether the CPU has AVX-512 VNNI and DI_CPU_VNNI
+ * is not 0 */
+static atomic_int has_vnni = -1;
+static atomic_int forced_no_vnni;
+
+int di_cpu_kernels_vnni(void) {
+    int v = atomic_load_explicit(&has_vnni, memory_order_relaxed);
+    if (v < 0) {
+#ifdef DI_HAVE_AVX2_KERNELS
+        const char *e = getenv("DI_CPU_VNNI");
+        v = di_cpu_has_avx512_vnni() && !(e && !strcmp(e, "0"));
+#else
+        v = 0;
+#endif
+        atomic_store(&has_vnni, v);
+    }
+    return v && di_cpu_kernels_wide() && !atomic_load_explicit(&forced_no_vnni, memory_order_relaxed);
+}
+
+void di_cpu_kernels_force_no_vnni(int on) { atomic_store(&forced_no_vnni, on != 0); }
+
 #ifdef DI_HAVE_AVX2_KERNELS
 #define DISPATCH(name, ...)                     \
     do {                                        \

@@ -190,6 +190,16 @@ const char *di_cpu_kernels_path(void);
  * restores the choice. Set it before running kernels. */
 int di_cpu_kernels_wide(void);
 void di_cpu_kernels_force_no_avx512(int on);
+/* Whether the MXFP4 decode rows on 512-bit vectors add their 16-bit
+ * products with AVX-512 VNNI (vpdpwssd: multiply, add pairs and accumulate
+ * in one instruction instead of vpmaddwd then vpaddd; integer sums, so the
+ * same bits): CPUs with it, on the 512-bit kernels, unless the environment
+ * has DI_CPU_VNNI=0. Forcing it off (1) is for tests and benchmarks; set it
+ * before running kernels. The count of weight-row units it ran is for
+ * tests. */
+int di_cpu_kernels_vnni(void);
+void di_cpu_kernels_force_no_vnni(int on);
+long di_cpu_kernels_vnni_units(void);
 /* The FP8 decode rows on 512-bit vectors decode E4M3 codes by their
  * exponent bias (kernels_avx2_block.c,
  * dec_bias_wide), or through F16C where a product's codes often have

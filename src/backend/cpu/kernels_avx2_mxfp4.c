@@ -53,6 +53,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -454,6 +455,19 @@ AVX512_INLINE __m512i madd4_w(__m512i v0, __m512i v1, __m512i v2, __m512i v3, co
     const __m512i s2 = _mm512_madd_epi16(v2, a[2]), s3 = _mm512_madd_epi16(v3, a[3]);
     return _mm512_add_epi32(_mm512_add_epi32(s0, s1), _mm512_add_epi32(s2, s3));
 }
+/* madd4_w with AVX-512 VNNI: acc + the pairs' products of a and b in one
+ * vpdpwssd (written in assembly so that only the kernels run on CPUs with
+ * VNNI need it: no compiler target for the whole file). The four sums
+ * are added in another order, but they are integers (each at most 2^27,
+ * the total below 2^31): the same lanes. */
+AVX512_INLINE __m512i dpwssd_w(__m512i acc, __m512i a, __m512i b) {
+    __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+    return acc;
+}
+AVX512_INLINE __m512i madd4_vnni(__m512i v0, __m512i v1, __m512i v2, __m512i v3, const __m512i a[4]) {
+    const __m512i s = dpwssd_w(_mm512_madd_epi16(v0, a[0]), v1, a[1]);
+    return dpwssd_w(dpwssd_w(s, v2, a[2]), v3, a[3]);
+}
 AVX512_INLINE __m512i pair_sh_w(__m512i a, __m512i b) {
     return _mm512_srai_epi32(_mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b)), 8);
 }
@@ -496,8 +510,9 @@ static inline void dec8_out(const float l[16], float *res) {
 }
 
 /* Groups lo and hi (the same activation rows) × mr (1 or 2) activation
- * rows; res[m·2R + r] (rows of lo, then of hi). */
-AVX512_INLINE void dec8_kernel(const int mr, const dec4_args *lo, const dec4_args *hi, float *res) {
+ * rows; res[m·2R + r] (rows of lo, then of hi). vnni: madd4_vnni for
+ * madd4_w (a constant in each instance). */
+AVX512_INLINE void dec8_kernel(const int mr, const int vnni, const dec4_args *lo, const dec4_args *hi, float *res) {
     const __m512i tab = _mm512_broadcast_i32x4(_mm256_castsi256_si128(e2m1_bytes()));
     const __m512i nib = _mm512_set1_epi8(0x0f), top = _mm512_set1_epi16((short)0xff00);
     const int64_t chunks = lo->chunks;
@@ -520,7 +535,7 @@ AVX512_INLINE void dec8_kernel(const int mr, const dec4_args *lo, const dec4_arg
             DEC8_WEIGHTS(r)
 #pragma GCC unroll 2
             for (int m = 0; m < 2; m++)
-                if (m < mr) sr[m][r] = madd4_w(v0, v1, v2, v3, av[m]);
+                if (m < mr) sr[m][r] = vnni ? madd4_vnni(v0, v1, v2, v3, av[m]) : madd4_w(v0, v1, v2, v3, av[m]);
         }
 #pragma GCC unroll 2
         for (int m = 0; m < 2; m++)
@@ -535,13 +550,15 @@ AVX512_INLINE void dec8_kernel(const int mr, const dec4_args *lo, const dec4_arg
     }
 }
 
-static AVX512 void dec8_1(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_kernel(1, lo, hi, res); }
-static AVX512 void dec8_2(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_kernel(2, lo, hi, res); }
+static AVX512 void dec8_1(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_kernel(1, 0, lo, hi, res); }
+static AVX512 void dec8_2(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_kernel(2, 0, lo, hi, res); }
+static AVX512 void dec8_1v(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_kernel(1, 1, lo, hi, res); }
+static AVX512 void dec8_2v(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_kernel(2, 1, lo, hi, res); }
 
 /* dec4_wide for groups lo and hi at once (mr up to MBLK activation rows):
  * a chunk's weights of both groups decoded once into wv, every activation
  * row's chains stepped from there; res[m·2R + r] (rows of lo, then hi). */
-static AVX512 void dec8_wide(const dec4_args *lo, const dec4_args *hi, int mr, float *res) {
+AVX512_INLINE void dec8_wide_kernel(const int vnni, const dec4_args *lo, const dec4_args *hi, int mr, float *res) {
     const __m512i tab = _mm512_broadcast_i32x4(_mm256_castsi256_si128(e2m1_bytes()));
     const __m512i nib = _mm512_set1_epi8(0x0f), top = _mm512_set1_epi16((short)0xff00);
     const int64_t chunks = lo->chunks;
@@ -568,14 +585,22 @@ static AVX512 void dec8_wide(const dec4_args *lo, const dec4_args *hi, int mr, f
             __m512i sr[R];
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++)
-                sr[r] = madd4_w(_mm512_load_si512(wv[r][0]), _mm512_load_si512(wv[r][1]), _mm512_load_si512(wv[r][2]),
-                                _mm512_load_si512(wv[r][3]), av);
+                sr[r] = vnni ? madd4_vnni(_mm512_load_si512(wv[r][0]), _mm512_load_si512(wv[r][1]),
+                                          _mm512_load_si512(wv[r][2]), _mm512_load_si512(wv[r][3]), av)
+                             : madd4_w(_mm512_load_si512(wv[r][0]), _mm512_load_si512(wv[r][1]),
+                                       _mm512_load_si512(wv[r][2]), _mm512_load_si512(wv[r][3]), av);
             _mm512_store_ps(lb[m], chain_step_w(lo, hi, m, c, half, ew,
                                                 quad_add_w(pair_sh_w(sr[0], sr[1]), pair_sh_w(sr[2], sr[3])),
                                                 _mm512_load_ps(lb[m])));
         }
     }
     for (int m = 0; m < mr; m++) dec8_out(lb[m], res + m * 2 * R);
+}
+static AVX512 void dec8_wide(const dec4_args *lo, const dec4_args *hi, int mr, float *res) {
+    dec8_wide_kernel(0, lo, hi, mr, res);
+}
+static AVX512 void dec8_wide_v(const dec4_args *lo, const dec4_args *hi, int mr, float *res) {
+    dec8_wide_kernel(1, lo, hi, mr, res);
 }
 
 typedef struct dec4_job {
@@ -653,7 +678,7 @@ static AVX2 void dec4_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t m
 /* Weight rows g0 .. g1-1 (at most 2R) for activation rows mlo .. mhi-1
  * (at most MBLK) on 512-bit vectors: the first R rows as group lo, the
  * rest as group hi (each prefetching its rows two such pairs ahead). */
-static void dec8_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t mlo, int64_t mhi) {
+static void dec8_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t mlo, int64_t mhi, int vnni) {
     const int64_t N = j->N, rb = j->K / 2;
     if (g1 - g0 <= R || !dec4_scales_ok(j, g0, g1)) {
         for (int64_t g = g0; g < g1; g += R) dec4_group(j, g, g + R < g1 ? g + R : g1, mlo, mhi);
@@ -667,11 +692,16 @@ static void dec8_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t mlo, i
     dec4_act(j->act, mlo, &lo);
     dec4_act(j->act, mlo, &hi);
     float res[MBLK * 2 * R];
-    if (mhi - mlo > MB) dec8_wide(&lo, &hi, (int)(mhi - mlo), res);
+    if (mhi - mlo > MB) (vnni ? dec8_wide_v : dec8_wide)(&lo, &hi, (int)(mhi - mlo), res);
+    else if (vnni) (mhi - mlo == 2 ? dec8_2v : dec8_1v)(&lo, &hi, res);
     else (mhi - mlo == 2 ? dec8_2 : dec8_1)(&lo, &hi, res);
     for (int64_t m = 0; m < mhi - mlo; m++)
         for (int64_t r = 0; r < g1 - g0; r++) j->out[(mlo + m) * N + g0 + r] = res[m * 2 * R + r];
 }
+
+/* Units the VNNI sums ran (di_cpu_kernels_vnni_units). */
+static atomic_long vnni_units;
+long di_cpu_kernels_vnni_units(void) { return atomic_load(&vnni_units); }
 
 /* Units [u0, u1) of UNIT weight rows: activation rows MBLK at a time (their
  * 16-bit lanes stay in L2 while the unit's weights stream past them). */
@@ -679,12 +709,15 @@ static void dec4_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const dec4_job *j = ctx;
     const int64_t M = j->M, N = j->N;
     const int wide = di_cpu_kernels_wide(); /* 8 weight rows a call */
+    const int vnni = wide && di_cpu_kernels_vnni();
+    if (vnni) atomic_fetch_add_explicit(&vnni_units, u1 - u0, memory_order_relaxed);
     for (int64_t u = u0; u < u1; u++) {
         const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
         for (int64_t m0 = 0; m0 < M; m0 += MBLK) {
             const int64_t m1 = m0 + MBLK < M ? m0 + MBLK : M;
             if (wide)
-                for (int64_t g0 = n0; g0 < n1; g0 += 2 * R) dec8_group(j, g0, g0 + 2 * R < n1 ? g0 + 2 * R : n1, m0, m1);
+                for (int64_t g0 = n0; g0 < n1; g0 += 2 * R)
+                    dec8_group(j, g0, g0 + 2 * R < n1 ? g0 + 2 * R : n1, m0, m1, vnni);
             else
                 for (int64_t g0 = n0; g0 < n1; g0 += R) dec4_group(j, g0, g0 + R < n1 ? g0 + R : n1, m0, m1);
         }
