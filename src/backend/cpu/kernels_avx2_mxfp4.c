@@ -699,7 +699,9 @@ static void dec8_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t mlo, i
         for (int64_t r = 0; r < g1 - g0; r++) j->out[(mlo + m) * N + g0 + r] = res[m * 2 * R + r];
 }
 
-/* Units the VNNI sums ran (di_cpu_kernels_vnni_units). */
+/* Weight-row units decoded with the VNNI sums chosen (di_cpu_kernels_vnni_units;
+ * a unit's groups of up to 4 rows, or with scales outside the 512-bit route,
+ * still take dec4_group). */
 static atomic_long vnni_units;
 long di_cpu_kernels_vnni_units(void) { return atomic_load(&vnni_units); }
 
