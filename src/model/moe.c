@@ -13,11 +13,15 @@
 
 #include "model/forward.h"
 
-/* y = W2·swiglu(W1x, W3x) for the n rows of x; w (per row) or NULL. */
+/* y = W2·swiglu(W1x, W3x) for the n rows of x; w (per row) or NULL. With
+ * acc (and w NULL: the shared expert, on a backend with swiglu_matmul_add)
+ * y = bf16(acc + that) instead: the SwiGLU, the down product and the MoE's
+ * final add_bf16 as one backend op, the same values in the same order. */
 static di_status expert_run(const di_lm *lm, const di_lm_expert *ex, const float *x, int64_t n,
-                            const float *w, float *y, di_err *err) {
+                            const float *w, const float *acc, float *y, di_err *err) {
     di_backend *be = lm->be;
     int64_t I = ex->w1.n_out;
+    const float limit = (float)lm->cfg->swiglu_limit;
     float *g = di_alloc_raw(be, (size_t)(n * I) * sizeof(float));
     float *u = di_alloc_raw(be, (size_t)(n * I) * sizeof(float));
     if (!g || !u) {
@@ -26,29 +30,12 @@ static di_status expert_run(const di_lm *lm, const di_lm_expert *ex, const float
         return di_err_set(err, DI_ERR_NOMEM, "expert: out of memory");
     }
     di_fwd_matmul_pair(be, &ex->w1, &ex->w3, x, n, g, u, lm->mm_q);
-    be->ops->swiglu(be, g, u, w, n, I, (float)lm->cfg->swiglu_limit, g);
-    be->ops->matmul(be, &ex->w2, g, n, y, lm->mm_q);
-    be->ops->free(be, g);
-    be->ops->free(be, u);
-    return DI_OK;
-}
-
-/* y = bf16(acc + the shared expert's output): expert_run's pair, then
- * its SwiGLU, down product and the MoE's final add_bf16 as one backend op
- * (swiglu_matmul_add), the same values in the same order. */
-static di_status shared_tail(const di_lm *lm, const di_lm_expert *ex, const float *x, int64_t n,
-                             const float *acc, float *y, di_err *err) {
-    di_backend *be = lm->be;
-    int64_t I = ex->w1.n_out;
-    float *g = di_alloc_raw(be, (size_t)(n * I) * sizeof(float));
-    float *u = di_alloc_raw(be, (size_t)(n * I) * sizeof(float));
-    if (!g || !u) {
-        be->ops->free(be, g);
-        be->ops->free(be, u);
-        return di_err_set(err, DI_ERR_NOMEM, "shared expert: out of memory");
+    if (acc) {
+        be->ops->swiglu_matmul_add(be, &ex->w2, g, u, n, limit, acc, y, lm->mm_q);
+    } else {
+        be->ops->swiglu(be, g, u, w, n, I, limit, g);
+        be->ops->matmul(be, &ex->w2, g, n, y, lm->mm_q);
     }
-    di_fwd_matmul_pair(be, &ex->w1, &ex->w3, x, n, g, u, lm->mm_q);
-    be->ops->swiglu_matmul_add(be, &ex->w2, g, u, n, (float)lm->cfg->swiglu_limit, acc, y, lm->mm_q);
     be->ops->free(be, g);
     be->ops->free(be, u);
     return DI_OK;
@@ -127,7 +114,7 @@ static di_status routed_loop(const di_lm *lm, int block, const float *logits, in
         if (n == 0) continue;
         be->ops->gather_rows(be, x, rows, n, d, xe);
         be->ops->upload(be, dw, rw, (size_t)n * sizeof(float));
-        if ((st = expert_run(lm, &lb->experts[e], xe, n, dw, ye, err))) goto out;
+        if ((st = expert_run(lm, &lb->experts[e], xe, n, dw, NULL, ye, err))) goto out;
         be->ops->scatter_add_rows(be, acc, rows, ye, n, d);
     }
 out:
@@ -176,10 +163,10 @@ di_status di_moe(di_fwd *f, int block, const float *x, float *y, di_err *err) {
                               : routed_loop(lm, block, logits, m, x, acc, err);
     if (st) goto out;
     if (be->ops->swiglu_matmul_add) { /* the shared expert's down product, the sum and its rounding in one */
-        st = shared_tail(lm, &lb->shared, x, m, acc, y, err);
+        st = expert_run(lm, &lb->shared, x, m, NULL, acc, y, err);
         goto out;
     }
-    if ((st = expert_run(lm, &lb->shared, x, m, NULL, ye, err))) goto out;
+    if ((st = expert_run(lm, &lb->shared, x, m, NULL, NULL, ye, err))) goto out;
     if (be->ops->add_bf16) { /* the three below in one op */
         be->ops->add_bf16(be, y, acc, ye, m * d);
     } else {

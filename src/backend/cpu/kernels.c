@@ -119,47 +119,45 @@ void di_cpu_kernels_force_scalar(int on) { atomic_store(&forced_scalar, on != 0)
 
 const char *di_cpu_kernels_path(void) { return pick_avx2() ? "avx2" : "scalar"; }
 
-/* -1: not yet decided; else whether the CPU has AVX-512 F/DQ/BW/VL and
- * DI_CPU_AVX512 is not 0 */
+/* A CPU feature the kernels may use: *cache is -1 until the first call,
+ * then whether the CPU has it (has()) and the environment variable env is
+ * not 0. */
+static int feature_on(atomic_int *cache, int (*has)(void), const char *env) {
+    int v = atomic_load_explicit(cache, memory_order_relaxed);
+    if (v < 0) {
+#ifdef DI_HAVE_AVX2_KERNELS
+        const char *e = getenv(env);
+        v = has() && !(e && !strcmp(e, "0"));
+#else
+        (void)has;
+        (void)env;
+        v = 0;
+#endif
+        atomic_store(cache, v);
+    }
+    return v;
+}
+
+/* AVX-512 F/DQ/BW/VL. DI_CPU_AVX512=0 keeps such a CPU on the 256-bit
+ * kernels (the same bits; for comparisons, and for older cores that lower
+ * their clock under 512-bit work). */
 static atomic_int has_avx512 = -1;
 static atomic_int forced_no_avx512;
 
-/* DI_CPU_AVX512=0 keeps a CPU with AVX-512 on the 256-bit kernels (the
- * same bits; for comparisons, and for older cores that lower their clock
- * under 512-bit work). */
 int di_cpu_kernels_wide(void) {
-    int v = atomic_load_explicit(&has_avx512, memory_order_relaxed);
-    if (v < 0) {
-#ifdef DI_HAVE_AVX2_KERNELS
-        const char *e = getenv("DI_CPU_AVX512");
-        v = di_cpu_has_avx512() && !(e && !strcmp(e, "0"));
-#else
-        v = 0;
-#endif
-        atomic_store(&has_avx512, v);
-    }
-    return v && pick_avx2() && !atomic_load_explicit(&forced_no_avx512, memory_order_relaxed);
+    return feature_on(&has_avx512, di_cpu_has_avx512, "DI_CPU_AVX512") && pick_avx2() &&
+           !atomic_load_explicit(&forced_no_avx512, memory_order_relaxed);
 }
 
 void di_cpu_kernels_force_no_avx512(int on) { atomic_store(&forced_no_avx512, on != 0); }
 
-/* -1: not yet decided; else whether the CPU has AVX-512 VNNI and DI_CPU_VNNI
- * is not 0 */
+/* AVX-512 VNNI (DI_CPU_VNNI=0: off) */
 static atomic_int has_vnni = -1;
 static atomic_int forced_no_vnni;
 
 int di_cpu_kernels_vnni(void) {
-    int v = atomic_load_explicit(&has_vnni, memory_order_relaxed);
-    if (v < 0) {
-#ifdef DI_HAVE_AVX2_KERNELS
-        const char *e = getenv("DI_CPU_VNNI");
-        v = di_cpu_has_avx512_vnni() && !(e && !strcmp(e, "0"));
-#else
-        v = 0;
-#endif
-        atomic_store(&has_vnni, v);
-    }
-    return v && di_cpu_kernels_wide() && !atomic_load_explicit(&forced_no_vnni, memory_order_relaxed);
+    return feature_on(&has_vnni, di_cpu_has_avx512_vnni, "DI_CPU_VNNI") && di_cpu_kernels_wide() &&
+           !atomic_load_explicit(&forced_no_vnni, memory_order_relaxed);
 }
 
 void di_cpu_kernels_force_no_vnni(int on) { atomic_store(&forced_no_vnni, on != 0); }
