@@ -276,6 +276,7 @@ extern "C" di_status cuda_op_index_scores_kv(const float *q, const float *w, int
 /* The CPU's walk along the ascending kept blocks, done per position. */
 __global__ void k_restrict_blocks(float *scores, const int32_t *blocks, int64_t m, int64_t width,
                                   int topk_blocks, int bs) {
+    pdl_enter();
     GRID_STRIDE(t, m * width) {
         int64_t i = t / width, blk = (t % width) / bs;
         const int32_t *b = blocks + i * topk_blocks;
@@ -300,6 +301,7 @@ enum { RB_THREADS = 256, RB_MAX_LIST = 4096 };
 
 __global__ void __launch_bounds__(RB_THREADS)
     k_restrict_blocks_row(float *scores, const int32_t *blocks, int64_t width, int topk_blocks, int bs) {
+    pdl_enter();
     __shared__ int32_t lst[RB_MAX_LIST], mx[RB_MAX_LIST];
     __shared__ int32_t wmax[RB_THREADS / 32];
     __shared__ int neg;
@@ -352,8 +354,8 @@ extern "C" di_status cuda_op_restrict_blocks(float *scores, const int32_t *block
                                              int64_t width, int topk_blocks, int bs, di_err *err) {
     if (m * width <= 0) return DI_OK;
     if (topk_blocks >= 1 && topk_blocks <= RB_MAX_LIST && bs >= 1 && m <= 0x7fffffffLL)
-        k_restrict_blocks_row<<<(unsigned)m, RB_THREADS>>>(scores, blocks, width, topk_blocks, bs);
+        cuda_launch_pdl(k_restrict_blocks_row, (unsigned)m, RB_THREADS, 0, 0, scores, blocks, width, topk_blocks, bs);
     else
-        k_restrict_blocks<<<grid_for(m * width), 256>>>(scores, blocks, m, width, topk_blocks, bs);
+        cuda_launch_pdl(k_restrict_blocks, grid_for(m * width), 256, 0, 0, scores, blocks, m, width, topk_blocks, bs);
     return cuda_check_launch(err, "restrict_blocks");
 }

@@ -397,13 +397,14 @@ extern "C" di_status cuda_op_swiglu(const float *g, const float *u, const float 
 
 __global__ void k_gather_rows(const float *src, const int32_t *rows, int64_t m, int64_t n,
                               float *dst) {
+    pdl_enter();
     GRID_STRIDE(t, m * n) dst[t] = src[(int64_t)rows[t / n] * n + t % n];
 }
 
 extern "C" di_status cuda_op_gather_rows(const float *src, const int32_t *rows, int64_t m,
                                          int64_t n, float *dst, di_err *err) {
     if (m * n <= 0) return DI_OK;
-    k_gather_rows<<<grid_for(m * n), 256>>>(src, rows, m, n, dst);
+    cuda_launch_pdl(k_gather_rows, grid_for(m * n), 256, 0, 0, src, rows, m, n, dst);
     return cuda_check_launch(err, "gather_rows");
 }
 

@@ -96,6 +96,7 @@ __device__ void topk_digit_pick(const unsigned *hist, int rem, int *warp_tot, in
  * queue on a few bins. */
 __global__ void k_topk(const float *sc, const int32_t *n_vis, int64_t width, int ksel, int kout,
                        int32_t *idx) {
+    pdl_enter();
     __shared__ unsigned hist[256];
     __shared__ int warp_tot[SEL_THREADS / 32];
     __shared__ int s_first, s_pick[2];
@@ -158,6 +159,7 @@ __global__ void k_topk(const float *sc, const int32_t *n_vis, int64_t width, int
  * when empty), the block of the row's newest visible entry set to +inf. */
 __global__ void k_block_max(const float *sc, const int32_t *n_vis, int64_t m, int64_t width, int bs,
                             int64_t nb, float *bsc) {
+    pdl_enter();
     GRID_STRIDE(t, m * nb) {
         int64_t i = t / nb, b = t % nb;
         const float *s = sc + i * width;
@@ -173,7 +175,7 @@ extern "C" di_status cuda_op_topk_select(const float *scores, const int32_t *n_v
                                          di_err *err) {
     if (m <= 0 || kout <= 0) return DI_OK;
     if (m > 0x7fffffff) return di_err_set(err, DI_ERR_UNSUPPORTED, "topk: %lld rows", (long long)m);
-    k_topk<<<(unsigned)m, SEL_THREADS>>>(scores, n_vis, width, ksel < 0 ? 0 : ksel, kout, idx);
+    cuda_launch_pdl(k_topk, (unsigned)m, SEL_THREADS, 0, 0, scores, n_vis, width, ksel < 0 ? 0 : ksel, kout, idx);
     return cuda_check_launch(err, "topk");
 }
 
@@ -181,7 +183,7 @@ extern "C" di_status cuda_op_block_max(const float *scores, const int32_t *n_vis
                                        int64_t width, int bs, float *bsc, di_err *err) {
     int64_t nb = (width + bs - 1) / bs;
     if (m * nb <= 0) return DI_OK;
-    k_block_max<<<grid_for(m * nb), 256>>>(scores, n_vis, m, width, bs, nb, bsc);
+    cuda_launch_pdl(k_block_max, grid_for(m * nb), 256, 0, 0, scores, n_vis, m, width, bs, nb, bsc);
     return cuda_check_launch(err, "candidate block scores");
 }
 
@@ -231,6 +233,7 @@ __global__ void __launch_bounds__(IX_THREADS)
     k_index_scores_tc(const float *__restrict__ q, const float *__restrict__ w, int64_t m, int hi,
                       int64_t width, const uint8_t *const *keys, const int32_t *n_vis,
                       float *out, int rows) {
+    pdl_enter();
     constexpr int DI = KS * 16, KB = DI / 2 + DI / 32; /* bytes of a packed key */
     __shared__ __align__(16) float part[2][IX_MAXH * IX_LD];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -360,9 +363,9 @@ extern "C" di_status cuda_op_index_scores_kv_fast(const float *q, const float *w
         return cuda_op_index_scores_kv(q, w, m, hi, di, keys, n_vis, width, out, err);
     const dim3 grid((unsigned)gx, (unsigned)gy);
     switch (di) {
-    case 32: k_index_scores_tc<2><<<grid, IX_THREADS>>>(q, w, m, hi, width, keys, n_vis, out, rows); break;
-    case 64: k_index_scores_tc<4><<<grid, IX_THREADS>>>(q, w, m, hi, width, keys, n_vis, out, rows); break;
-    default: k_index_scores_tc<8><<<grid, IX_THREADS>>>(q, w, m, hi, width, keys, n_vis, out, rows); break;
+    case 32: cuda_launch_pdl(k_index_scores_tc<2>, grid, IX_THREADS, 0, 0, q, w, m, hi, width, keys, n_vis, out, rows); break;
+    case 64: cuda_launch_pdl(k_index_scores_tc<4>, grid, IX_THREADS, 0, 0, q, w, m, hi, width, keys, n_vis, out, rows); break;
+    default: cuda_launch_pdl(k_index_scores_tc<8>, grid, IX_THREADS, 0, 0, q, w, m, hi, width, keys, n_vis, out, rows); break;
     }
     return cuda_check_launch(err, "index_scores_kv (tensor cores)");
 }
