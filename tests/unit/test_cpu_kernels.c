@@ -341,6 +341,38 @@ static void test_gemm_fp8_prefill_shapes(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C: only the scalar path checked");
 }
 
+/* The FP8 prefill lane by lane at up to 96 rows runs each group of panels
+ * from its first step to its tree in one unit (lg_fused_units; the shapes
+ * above check it on one thread): several runs of the lanes (K = 4160: 3,
+ * K = 8192: 4), weight rows past the last whole panel, one and two panels
+ * a unit (the 3-thread pool gets two where 300 rows give 10 panels or
+ * more), rows up to the 96 of one row block. On 3 and 12 threads the AVX2
+ * path must give the scalar bits. */
+static void test_gemm_fp8_prefill_threads(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+    static const int64_t shapes[][3] = {{40, 4160, 37}, {35, 96, 300}, {90, 8192, 70}, {96, 1056, 333}, {33, 64, 8}};
+    static const int sizes[2] = {3, 12};
+    di_err err;
+    for (int t = 0; t < 2; t++) {
+        di_threadpool *tp = NULL;
+        CHECK(di_threadpool_create(sizes[t], &tp, &err) == DI_OK);
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+            const int64_t M = shapes[i][0], K = shapes[i][1], N = shapes[i][2];
+            problem p;
+            problem_init(&p, FMT_FP8, M, K, N);
+            float *o_s = malloc(sizeof(float) * M * N), *o_v = malloc(sizeof(float) * M * N);
+            run_gemm(&p, 0, 0, M, o_s, NULL);
+            run_gemm(&p, 1, 0, M, o_v, tp);
+            const int d = count_diff_bits(o_s, o_v, M * N);
+            CHECKF(d == 0, "M=%lld K=%lld N=%lld on %d threads: %d outputs differ from scalar", (long long)M,
+                   (long long)K, (long long)N, sizes[t], d);
+            free(o_s), free(o_v);
+            problem_free(&p);
+        }
+        di_threadpool_destroy(tp);
+    }
+}
+
 /* MXFP4 prefill shapes (batches past the integer kernels' 128 rows, or 24
  * on 512-bit vectors: 40 and 97 rows take the integer kernels elsewhere):
  * weight rows past the last whole panel (N = 37, 45, 300: neither 16 nor 32
@@ -949,6 +981,7 @@ int main(void) {
     RUN(test_act_quant_avx2);
     RUN(test_gemm_fp8);
     RUN(test_gemm_fp8_prefill_shapes);
+    RUN(test_gemm_fp8_prefill_threads);
     RUN(test_gemm_mxfp4);
     RUN(test_gemm_mxfp4_prefill_shapes);
     RUN(test_gemm_bf16);

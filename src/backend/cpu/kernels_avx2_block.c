@@ -679,24 +679,29 @@ static void lg_decode_panels(void *ctx, int64_t i0, int64_t i1, int thread) {
  * kernels.h over the 8 lanes, 8 outputs at a time, into out. Called right
  * after a tile's last lane is final: the others were finished by the same
  * unit just before, and all sit in its cache. */
+/* The tree of kernels.h over 8 lanes of 8 outputs (lane j at p + j·ld, 32-byte
+ * aligned) into o[0 .. n) (n <= 8). */
+static AVX2 void lanes_tree8(const float *p, int64_t ld, float *o, int64_t n) {
+    __m256 v[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) v[j] = _mm256_load_ps(p + j * ld);
+    const __m256 t = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])),
+                                   _mm256_add_ps(_mm256_add_ps(v[4], v[5]), _mm256_add_ps(v[6], v[7])));
+    if (n >= 8) {
+        _mm256_storeu_ps(o, t);
+    } else {
+        _Alignas(32) float tv[8];
+        _mm256_store_ps(tv, t);
+        for (int64_t i = 0; i < n; i++) o[i] = tv[i];
+    }
+}
+
 static AVX2 void lg_tree(const lg_job *jb, int64_t m, int64_t q) {
     const int64_t N = jb->N, n1 = jb->n0 + jb->nc;
     for (int64_t r = m; r < m + LG_MR && jb->m0 + r < jb->M; r++)
-        for (int64_t c = q * jb->nr; c < (q + 1) * jb->nr && jb->n0 + c < n1; c += 8) {
-            __m256 v[8];
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) v[j] = _mm256_load_ps(jb->lb + (j * jb->lbr + r) * LG_NC + c);
-            const __m256 t = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])),
-                                           _mm256_add_ps(_mm256_add_ps(v[4], v[5]), _mm256_add_ps(v[6], v[7])));
-            float *o = jb->out + (jb->m0 + r) * N + jb->n0 + c;
-            if (jb->n0 + c + 8 <= n1) {
-                _mm256_storeu_ps(o, t);
-            } else {
-                _Alignas(32) float tv[8];
-                _mm256_store_ps(tv, t);
-                for (int64_t i = 0; i < n1 - jb->n0 - c; i++) o[i] = tv[i];
-            }
-        }
+        for (int64_t c = q * jb->nr; c < (q + 1) * jb->nr && jb->n0 + c < n1; c += 8)
+            lanes_tree8(jb->lb + r * LG_NC + c, jb->lbr * LG_NC, jb->out + (jb->m0 + r) * N + jb->n0 + c,
+                        n1 - jb->n0 - c);
 }
 
 /* Units [u0, u1) of the current run: unit u = (row block, group of pg
@@ -728,10 +733,100 @@ static void lg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     }
 }
 
+/* ---- the same, one unit a group of panels (few rows) ----
+ * lg_run's steps each end in a barrier of the pool: a decoding pass and a
+ * pass of units for every (column block, run), 30 of them for wq_a (5
+ * column blocks × 3 runs), ~50 µs of work apiece at 64 rows on 16 cores,
+ * where a barrier on a shared host can wait for a core that another
+ * process holds (the 16-core Xeon of docs/gpu-notes.md run 104: FP8 at 64
+ * rows 0.35-0.55 of OpenBLAS against MXFP4's 2.2-2.6, whose tiles take
+ * one pass). Where the rows fit one row block (Mp <= LG_MC) nothing is
+ * shared between panels but the activations, so a unit here is a group
+ * of pg panels from the first step to the tree: it decodes its own runs
+ * into its thread's scratch, runs the same micro-kernels over all rows,
+ * lane by lane, run after run, and adds the lanes by the same tree: each
+ * output the same chain of the same FMAs, so the same bits, in one pass
+ * of the pool. On the 2-vCPU VM at 64 rows it measured as fast as the
+ * passes on one thread and faster on two (bench/RESULTS.md). */
+enum { LG_FUSED_PG = 2 }; /* panels a unit at most: its runs, <= 0.5 MB a panel, stay in L2 */
+
+typedef struct lg_fused_job {
+    lg_job jb;          /* half, nr, ap, w, ws, M, K, N, Mp, out, run (n0 = m0 = 0) */
+    int64_t pg;         /* panels a unit */
+    float *scratch;     /* [threads][sf]: the unit's decoded runs [pg][8][run][nr], then its lanes [8][Mp][pg·nr] */
+    int64_t sf;
+} lg_fused_job;
+
+static void lg_fused_units(void *ctx, int64_t u0, int64_t u1, int thread) {
+    const lg_fused_job *fj = ctx;
+    const lg_job *jb = &fj->jb;
+    const int nr = jb->nr;
+    const int64_t S = jb->K / 8, L = jb->run, Mp = jb->Mp, N = jb->N, panels = (N + nr - 1) / nr;
+    const int64_t ldl = fj->pg * nr;
+    float *bp = fj->scratch + thread * fj->sf, *lb = bp + fj->pg * 8 * L * nr;
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t q0 = u * fj->pg, q1 = q0 + fj->pg < panels ? q0 + fj->pg : panels;
+        for (int64_t s0 = 0; s0 < S; s0 += L) {
+            const int64_t ns = S - s0 < L ? S - s0 : L;
+            for (int64_t q = q0; q < q1; q++) lg_decode(jb, q * nr, 0, nr / 8, s0, ns, bp + (q - q0) * 8 * L * nr);
+            for (int j = 0; j < 8; j++) {
+                const float *a = jb->ap + (j * S + s0) * Mp;
+                for (int64_t q = q0; q < q1; q++) {
+                    const float *b = bp + ((q - q0) * 8 + j) * L * nr;
+                    for (int64_t m = 0; m < Mp; m += LG_MR) {
+                        float *l = lb + (j * Mp + m) * ldl + (q - q0) * nr;
+                        if (nr == LG_NR_WIDE) lg_ukr_wide(ns, a + m * ns, b, l, ldl, s0 == 0);
+                        else lg_ukr(ns, a + m * ns, b, l, ldl, s0 == 0);
+                    }
+                }
+            }
+        }
+        /* lg_tree's sums, from this unit's lanes */
+        const int64_t c1 = q1 * nr < N ? q1 * nr : N;
+        for (int64_t r = 0; r < jb->M; r++)
+            for (int64_t c = q0 * nr; c < c1; c += 8)
+                lanes_tree8(lb + r * ldl + (c - q0 * nr), Mp * ldl, jb->out + r * N + c, c1 - c);
+    }
+}
+
+/* DI_CPU_LG_FUSED=0 keeps lg_run's passes at every row count (a
+ * measuring aid; the same bits either way). */
+static int lg_fused_on(void) {
+    static atomic_int on = -1;
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v < 0) {
+        const char *e = getenv("DI_CPU_LG_FUSED");
+        v = !(e && e[0] == '0');
+        atomic_store_explicit(&on, v, memory_order_relaxed);
+    }
+    return v;
+}
+
 static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                   const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     const int threads = di_threadpool_size(tp);
     const int64_t S = K / 8, L = lg_run_steps(S), Mp = (M + LG_MR - 1) / LG_MR * LG_MR;
+    const int nr0 = di_cpu_kernels_wide() ? LG_NR_WIDE : LG_NR;
+    if (Mp <= LG_MC && lg_fused_on()) {
+        const int64_t panels = (N + nr0 - 1) / nr0;
+        int64_t pg = panels / (4 * threads); /* ~4 units a thread where the panels allow */
+        pg = pg < 1 ? 1 : pg > LG_FUSED_PG ? LG_FUSED_PG : pg;
+        const int64_t apf = (Mp * K + 15) / 16 * 16;
+        const int64_t sf = (pg * 8 * L * nr0 + 8 * Mp * pg * nr0 + 15) / 16 * 16;
+        int own = 0;
+        float *buf = di_cpu_kept_buffer((size_t)(apf + threads * sf) * sizeof(float), &own);
+        float *ap = buf ? pack_lanes(qa, sa, M, K, K, 1.0f, NULL, half, 1, buf, tp) : NULL;
+        if (!ap) {
+            if (own) free(buf);
+            return 0;
+        }
+        lg_fused_job fj = {.jb = {.half = half, .nr = nr0, .ap = ap, .w = w, .ws = ws, .M = M, .K = K, .N = N,
+                                  .Mp = Mp, .out = out, .run = L},
+                           .pg = pg, .scratch = buf + apf, .sf = sf};
+        di_threadpool_for(tp, (panels + pg - 1) / pg, 1, lg_fused_units, &fj);
+        if (own) free(buf);
+        return 1;
+    }
     const int64_t lbr = Mp < LG_MO ? Mp : LG_MO, bpf = (int64_t)LG_NC * 8 * L, lbf = 8 * lbr * LG_NC;
     const int64_t apf = (Mp * K + 15) / 16 * 16; /* whole 64-byte lines: bp stays aligned */
     int own = 0;
