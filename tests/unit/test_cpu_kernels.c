@@ -341,16 +341,20 @@ static void test_gemm_fp8_prefill_shapes(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C: only the scalar path checked");
 }
 
-/* The FP8 prefill lane by lane at up to 96 rows runs each group of panels
- * from its first step to its tree in one unit (lg_fused_units; the shapes
- * above check it on one thread): several runs of the lanes (K = 4160: 3,
- * K = 8192: 4), weight rows past the last whole panel, one and two panels
- * a unit (the 3-thread pool gets two where 300 rows give 10 panels or
- * more), rows up to the 96 of one row block. On 3 and 12 threads the AVX2
- * path must give the scalar bits. */
+/* The FP8 prefill lane by lane on several threads. Up to 96 rows each
+ * group of panels runs from its first step to its tree in one unit
+ * (lg_fused_units; the shapes above check it on one thread): several runs
+ * of the lanes (K = 4160: 3, K = 8192: 4), weight rows past the last whole
+ * panel, one and two panels a unit (the 3-thread pool gets two where 300
+ * rows give 10 panels or more), rows up to the 96 of one row block. Past
+ * 96 rows, the passes of decoding and units: several runs and column
+ * blocks (200 × 4160 × 300), two passes of rows (1,040), one row past a
+ * row block (97). On 3 and 12 threads the AVX2 path must give the scalar
+ * bits. */
 static void test_gemm_fp8_prefill_threads(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
-    static const int64_t shapes[][3] = {{40, 4160, 37}, {35, 96, 300}, {90, 8192, 70}, {96, 1056, 333}, {33, 64, 8}};
+    static const int64_t shapes[][3] = {{40, 4160, 37}, {35, 96, 300}, {90, 8192, 70}, {96, 1056, 333}, {33, 64, 8},
+                                        {200, 4160, 300}, {1040, 64, 19}, {97, 96, 45}};
     static const int sizes[2] = {3, 12};
     di_err err;
     for (int t = 0; t < 2; t++) {
