@@ -162,6 +162,19 @@ int di_cpu_kernels_vnni(void) {
 
 void di_cpu_kernels_force_no_vnni(int on) { atomic_store(&forced_no_vnni, on != 0); }
 
+/* the FP8 prefill of few rows in one pass (DI_CPU_LG_FUSED=0: off); not a
+ * CPU feature, so every CPU "has" it */
+static int always(void) { return 1; }
+static atomic_int lg_fused = -1;
+static atomic_int forced_no_lg_fused;
+
+int di_cpu_kernels_lg_fused(void) {
+    return feature_on(&lg_fused, always, "DI_CPU_LG_FUSED") &&
+           !atomic_load_explicit(&forced_no_lg_fused, memory_order_relaxed);
+}
+
+void di_cpu_kernels_force_no_lg_fused(int on) { atomic_store(&forced_no_lg_fused, on != 0); }
+
 #ifdef DI_HAVE_AVX2_KERNELS
 #define DISPATCH(name, ...)                     \
     do {                                        \

@@ -675,10 +675,6 @@ static void lg_decode_panels(void *ctx, int64_t i0, int64_t i1, int thread) {
     }
 }
 
-/* Rows m .. m + 5 of the pass (those below M) × panel q: the tree of
- * kernels.h over the 8 lanes, 8 outputs at a time, into out. Called right
- * after a tile's last lane is final: the others were finished by the same
- * unit just before, and all sit in its cache. */
 /* The tree of kernels.h over 8 lanes of 8 outputs (lane j at p + j·ld, 32-byte
  * aligned) into o[0 .. n) (n <= 8). */
 static AVX2 void lanes_tree8(const float *p, int64_t ld, float *o, int64_t n) {
@@ -696,6 +692,10 @@ static AVX2 void lanes_tree8(const float *p, int64_t ld, float *o, int64_t n) {
     }
 }
 
+/* Rows m .. m + 5 of the pass (those below M) × panel q: the tree of
+ * kernels.h over the 8 lanes, 8 outputs at a time, into out. Called right
+ * after a tile's last lane is final: the others were finished by the same
+ * unit just before, and all sit in its cache. */
 static AVX2 void lg_tree(const lg_job *jb, int64_t m, int64_t q) {
     const int64_t N = jb->N, n1 = jb->n0 + jb->nc;
     for (int64_t r = m; r < m + LG_MR && jb->m0 + r < jb->M; r++)
@@ -789,25 +789,12 @@ static void lg_fused_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     }
 }
 
-/* DI_CPU_LG_FUSED=0 keeps lg_run's passes at every row count (a
- * measuring aid; the same bits either way). */
-static int lg_fused_on(void) {
-    static atomic_int on = -1;
-    int v = atomic_load_explicit(&on, memory_order_relaxed);
-    if (v < 0) {
-        const char *e = getenv("DI_CPU_LG_FUSED");
-        v = !(e && e[0] == '0');
-        atomic_store_explicit(&on, v, memory_order_relaxed);
-    }
-    return v;
-}
-
 static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                   const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     const int threads = di_threadpool_size(tp);
     const int64_t S = K / 8, L = lg_run_steps(S), Mp = (M + LG_MR - 1) / LG_MR * LG_MR;
     const int nr0 = di_cpu_kernels_wide() ? LG_NR_WIDE : LG_NR;
-    if (Mp <= LG_MC && lg_fused_on()) {
+    if (Mp <= LG_MC && di_cpu_kernels_lg_fused()) {
         const int64_t panels = (N + nr0 - 1) / nr0;
         int64_t pg = panels / (4 * threads); /* ~4 units a thread where the panels allow */
         pg = pg < 1 ? 1 : pg > LG_FUSED_PG ? LG_FUSED_PG : pg;
