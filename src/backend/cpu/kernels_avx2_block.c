@@ -793,39 +793,35 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
                   const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     const int threads = di_threadpool_size(tp);
     const int64_t S = K / 8, L = lg_run_steps(S), Mp = (M + LG_MR - 1) / LG_MR * LG_MR;
-    const int nr0 = di_cpu_kernels_wide() ? LG_NR_WIDE : LG_NR;
-    if (Mp <= LG_MC && di_cpu_kernels_lg_fused()) {
-        const int64_t panels = (N + nr0 - 1) / nr0;
-        int64_t pg = panels / (4 * threads); /* ~4 units a thread where the panels allow */
-        pg = pg < 1 ? 1 : pg > LG_FUSED_PG ? LG_FUSED_PG : pg;
-        const int64_t apf = (Mp * K + 15) / 16 * 16;
-        const int64_t sf = (pg * 8 * L * nr0 + 8 * Mp * pg * nr0 + 15) / 16 * 16;
-        int own = 0;
-        float *buf = di_cpu_kept_buffer((size_t)(apf + threads * sf) * sizeof(float), &own);
-        float *ap = buf ? pack_lanes(qa, sa, M, K, K, 1.0f, NULL, half, 1, buf, tp) : NULL;
-        if (!ap) {
-            if (own) free(buf);
-            return 0;
-        }
-        lg_fused_job fj = {.jb = {.half = half, .nr = nr0, .ap = ap, .w = w, .ws = ws, .M = M, .K = K, .N = N,
-                                  .Mp = Mp, .out = out, .run = L},
-                           .pg = pg, .scratch = buf + apf, .sf = sf};
-        di_threadpool_for(tp, (panels + pg - 1) / pg, 1, lg_fused_units, &fj);
-        if (own) free(buf);
-        return 1;
-    }
+    const int nr = di_cpu_kernels_wide() ? LG_NR_WIDE : LG_NR;
+    const int fused = Mp <= LG_MC && di_cpu_kernels_lg_fused();
+    /* the one-pass form: panels a unit (~4 units a thread where the panels
+     * allow), each thread's scratch */
+    const int64_t panels = (N + nr - 1) / nr;
+    int64_t pg = panels / (4 * threads);
+    pg = pg < 1 ? 1 : pg > LG_FUSED_PG ? LG_FUSED_PG : pg;
+    const int64_t sf = (pg * 8 * L * nr + 8 * Mp * pg * nr + 15) / 16 * 16;
+    /* the passes: a column block's decoded runs, the lanes of a pass */
     const int64_t lbr = Mp < LG_MO ? Mp : LG_MO, bpf = (int64_t)LG_NC * 8 * L, lbf = 8 * lbr * LG_NC;
-    const int64_t apf = (Mp * K + 15) / 16 * 16; /* whole 64-byte lines: bp stays aligned */
+    const int64_t apf = (Mp * K + 15) / 16 * 16; /* whole 64-byte lines: what follows stays aligned */
     int own = 0;
-    float *buf = di_cpu_kept_buffer((size_t)(apf + bpf + lbf) * sizeof(float), &own);
+    float *buf = di_cpu_kept_buffer((size_t)(apf + (fused ? threads * sf : bpf + lbf)) * sizeof(float), &own);
     float *ap = buf ? pack_lanes(qa, sa, M, K, K, 1.0f, NULL, half, 1, buf, tp) : NULL;
     if (!ap) {
         if (own) free(buf);
         return 0;
     }
-    float *bp = buf + apf;
-    lg_job jb = {.half = half, .nr = di_cpu_kernels_wide() ? LG_NR_WIDE : LG_NR, .ap = ap, .w = w, .ws = ws,
-                 .M = M, .K = K, .N = N, .Mp = Mp, .out = out, .run = L, .bp = bp, .lb = bp + bpf, .lbr = lbr};
+    lg_job jb = {.half = half, .nr = nr, .ap = ap, .w = w, .ws = ws, .M = M, .K = K, .N = N, .Mp = Mp,
+                 .out = out, .run = L};
+    if (fused) {
+        lg_fused_job fj = {.jb = jb, .pg = pg, .scratch = buf + apf, .sf = sf};
+        di_threadpool_for(tp, (panels + pg - 1) / pg, 1, lg_fused_units, &fj);
+        if (own) free(buf);
+        return 1;
+    }
+    jb.bp = buf + apf;
+    jb.lb = jb.bp + bpf;
+    jb.lbr = lbr;
     for (jb.m0 = 0; jb.m0 < Mp; jb.m0 += LG_MO) {
         jb.mo = Mp - jb.m0 < LG_MO ? Mp - jb.m0 : LG_MO;
         /* row blocks of LG_MC rows, or fewer where many threads would
