@@ -41,7 +41,8 @@
  * products of the scalar code). From LG_MIN_M rows on it takes each of the
  * eight lanes as a product of its own and runs an outer-product kernel
  * over it ("prefill, lane by lane"; on CPUs with AVX-512 that kernel runs
- * on 512-bit vectors, twice the outputs a step, the rest unchanged);
+ * on 512-bit vectors, twice the outputs a step, and the decoding moves
+ * codes rather than floats into the panels' order, lg_decode_wide);
  * below, where decoding weighs more than the products, chunks of 128
  * weight rows × 512 codes go through a register-blocked dot-product
  * kernel: 3 activation rows × 4 weight rows, 12 accumulators of 8 lanes,
@@ -146,6 +147,43 @@ AVX2_INLINE __m128 tree4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
 static float tree1(const float *l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
 
 
+
+/* E4M3 codes by the exponent bias, without F16C: out[p] lane l is the code
+ * in byte p of x's word l (the decode rows pass two rows' chunks, row 2i's
+ * code 4l + p for l < 8, row 2i + 1's for the rest: dec_half_wide's
+ * vectors; the wide prefill decoding words of 16 rows). Each code goes to
+ * the top byte of its lane by one in-lane byte shuffle a position,
+ * arithmetically back by 4 (sign at bit 31, the exponent's 4 bits at
+ * 23-26, the mantissa's 3 at 20-22), masked, and the exponent field raised
+ * by 112 (bits 27-29 set: e + 112 <= 127 carries into nothing): the fp32 of
+ * w·2^-8 for every code of exponent e >= 1, a normal number, as F16C gives
+ * it. A code of exponent 0 (its value m·2^-9) would read 2^-15·(1 + m/8):
+ * where the 64 codes hold one (6 in 1,000 chunk pairs of weights
+ * quantized as a checkpoint's, bench_gemm --weights normal), those lanes
+ * take m·2^-17 from a table, sign restored. 3 instructions a vector of 16
+ * codes instead of dec_half_wide's ~5 (its conversions take two each);
+ * returns whether the table was used. */
+static const float bias_sub_tab[16] = {0.0f, 0x1p-17f, 0x1p-16f, 0x1.8p-16f, 0x1p-15f, 0x1.4p-15f, 0x1.8p-15f, 0x1.cp-15f};
+AVX512_INLINE int dec_bias_wide(__m512i x, __m512 out[4]) {
+    const __m512i keep = _mm512_set1_epi32((int)0x87f00000), bias = _mm512_set1_epi32(0x38000000);
+    const int sub = _mm512_testn_epi8_mask(x, _mm512_set1_epi8(0x78)) != 0;
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        /* dword t of each 16-byte lane <- its byte 4t + p, in the top byte */
+        const __m512i pick = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, (char)p, -1, -1, -1, (char)(4 + p), -1,
+                                                                  -1, -1, (char)(8 + p), -1, -1, -1, (char)(12 + p)));
+        const __m512i s = _mm512_shuffle_epi8(x, pick);
+        __m512i w = _mm512_ternarylogic_epi32(_mm512_srai_epi32(s, 4), keep, bias, 0xea); /* (a & b) | c */
+        if (__builtin_expect(sub, 0)) {
+            const __mmask16 z = _mm512_testn_epi32_mask(s, _mm512_set1_epi32(0x78000000));
+            const __m512 tab = _mm512_loadu_ps(bias_sub_tab); /* index: the code's bits 0-3, its mantissa here */
+            w = _mm512_castps_si512(_mm512_mask_permutexvar_ps(_mm512_castsi512_ps(w), z, _mm512_srli_epi32(s, 24), tab));
+            w = _mm512_ternarylogic_epi32(w, s, _mm512_set1_epi32((int)0x80000000), 0xf8); /* a | (b & c): the sign */
+        }
+        out[p] = _mm512_castsi512_ps(w);
+    }
+    return sub;
+}
 
 /* ---- activations in lane order ---- */
 
@@ -572,8 +610,11 @@ typedef struct lg_job {
 /* Rows n0 + 8g .. n0 + 8g + 7 for g in [g0, g1) of the panel at n0 (one
  * scale row: n0 % nr == 0; zeros past N), steps s0 .. s0 + ns of every lane
  * (ns % 4 == 0) -> pt[j][s - s0][nr], lane j at j·run·nr. */
+static AVX512 void lg_decode_wide(const lg_job *jb, int64_t n0, int h, int64_t s0, int64_t ns, float *pt);
 static AVX2 void lg_decode(const lg_job *jb, int64_t n0, int g0, int g1, int64_t s0, int64_t ns, float *pt) {
     const int nr = jb->nr;
+    if (nr == LG_NR_WIDE) /* whole halves of the panel on 512-bit vectors */
+        for (; g0 % 2 == 0 && g0 + 1 < g1; g0 += 2) lg_decode_wide(jb, n0, g0 / 2, s0, ns, pt);
     const int64_t K = jb->K, KB = K / 32, c0 = s0 / 4, c1 = (s0 + ns) / 4;
     const float *e8m0 = di_cpu_e8m0_table();
     const uint8_t *st = jb->ws + (n0 / 32) * KB;
@@ -600,6 +641,66 @@ static AVX2 void lg_decode(const lg_job *jb, int64_t n0, int g0, int g1, int64_t
                 for (int j = 0; j < 8; j++) _mm256_store_ps(o + (j * jb->run + p) * nr, v[j]);
             }
         }
+}
+
+/* lg_decode on 512-bit vectors, 16 rows at a time (n0 + 16h .. n0 + 16h +
+ * 15 of the panel at n0, nr = LG_NR_WIDE): a panel's step of lane j needs
+ * word j of every row's chunk side by side, which lg_decode gets by
+ * decoding each row and transposing the floats (8 × 8 a position, through
+ * memory: ~1.3 instructions a code, a third of the time of a product of 64
+ * rows). Here the codes move instead, four to a word: rows i and i + 8 in
+ * the halves of one register, an 8 × 8 transpose of words within the
+ * halves (unpacks, then a two-register permute across their 128-bit
+ * lanes) gives word j of the 16 rows in one register, which
+ * dec_bias_wide turns into its four positions, the steps 4c .. 4c + 3 of
+ * lane j: ~0.4 instructions a code. The values are lg_decode's, w·sw
+ * rounded once by the half route's factors (w·2^-8 times sw·2^8, or
+ * times 2^8 and then sw where that factor would not be exact). Rows past
+ * N read zero codes (their outputs are never stored). */
+static AVX512 void lg_decode_wide(const lg_job *jb, int64_t n0, int h, int64_t s0, int64_t ns, float *pt) {
+    const int64_t K = jb->K, KB = K / 32, c0 = s0 / 4, c1 = (s0 + ns) / 4, run = jb->run;
+    const float *e8m0 = di_cpu_e8m0_table();
+    const uint8_t *st = jb->ws + (n0 / 32) * KB;
+    const uint8_t *rows[16];
+    for (int i = 0; i < 16; i++) rows[i] = n0 + 16 * h + i < jb->N ? jb->w + (n0 + 16 * h + i) * K : NULL;
+    /* 128-bit lanes {0, 2} of a and b interleaved, and lanes {1, 3} */
+    const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+    const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    const __m512 u8 = _mm512_set1_ps(0x1p8f);
+    float *o = pt + 16 * h;
+    for (int64_t c = c0; c < c1; c++, o += 4 * LG_NR_WIDE) {
+        const float s = e8m0[st[c]];
+        const int big = !(s <= 0x1p100f);
+        const __m512 f = _mm512_set1_ps(big ? s : s * 0x1p8f);
+        __m512i a[8], t[8], u[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            const __m256i r0 = rows[i] ? load_chunk(rows[i], c) : _mm256_setzero_si256();
+            const __m256i r1 = rows[i + 8] ? load_chunk(rows[i + 8], c) : _mm256_setzero_si256();
+            a[i] = _mm512_inserti64x4(_mm512_castsi256_si512(r0), r1, 1);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < 8; i += 2) {
+            t[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);
+            t[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
+        }
+#pragma GCC unroll 2
+        for (int i = 0; i < 8; i += 4) {
+            u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);     /* words 0 and 4 of rows i .. i + 3 */
+            u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]); /* words 1 and 5 */
+            u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]); /* 2 and 6 */
+            u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]); /* 3 and 7 */
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) {
+            const __m512i z = _mm512_permutex2var_epi32(u[j & 3], j < 4 ? lo : hi, u[4 + (j & 3)]);
+            __m512 d[4];
+            dec_bias_wide(z, d);
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++)
+                _mm512_storeu_ps(o + (j * run + p) * LG_NR_WIDE, _mm512_mul_ps(big ? _mm512_mul_ps(d[p], u8) : d[p], f));
+        }
+    }
 }
 
 /* 6 activation rows (a: a panel's [steps][6], one lane) × 16 weight rows
@@ -662,16 +763,19 @@ static AVX512 void lg_ukr_wide(int64_t steps, const float *a, const float *b, fl
     }
 }
 
+/* Weight rows a decoding item: 8, or 16 where lg_decode_wide takes them. */
+static int lg_item_rows(const lg_job *jb) { return jb->nr == LG_NR_WIDE ? 16 : 8; }
+
 /* The current run of the column block's panels, decoded: items [i0, i1)
- * of 8 weight rows each (panel i / (nr / 8)), so that many threads share a
- * column block's few panels. */
+ * of lg_item_rows() weight rows each (panel i / per), so that many threads
+ * share a column block's few panels. */
 static void lg_decode_panels(void *ctx, int64_t i0, int64_t i1, int thread) {
     const lg_job *jb = ctx;
-    const int per = jb->nr / 8;
+    const int gi = lg_item_rows(jb) / 8, per = jb->nr / 8 / gi;
     for (int64_t i = i0; i < i1; i++) {
         const int64_t q = i / per;
-        const int g = (int)(i - q * per);
-        lg_decode(jb, jb->n0 + q * jb->nr, g, g + 1, jb->s0, jb->ns, jb->bp + q * 8 * jb->run * jb->nr);
+        const int g = (int)(i - q * per) * gi;
+        lg_decode(jb, jb->n0 + q * jb->nr, g, g + gi, jb->s0, jb->ns, jb->bp + q * 8 * jb->run * jb->nr);
     }
 }
 
@@ -842,10 +946,10 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
             jb.pg = pg < 1 ? 1 : pg > panels ? panels : pg;
             const int64_t units = rblocks * ((panels + jb.pg - 1) / jb.pg);
             /* decoding items: whole panels unless threads outnumber them */
-            const int64_t dgrain = panels >= threads ? jb.nr / 8 : 1;
+            const int64_t per = jb.nr / lg_item_rows(&jb), dgrain = panels >= threads ? per : 1;
             for (jb.s0 = 0; jb.s0 < S; jb.s0 += L) {
                 jb.ns = S - jb.s0 < L ? S - jb.s0 : L;
-                di_threadpool_for(tp, panels * (jb.nr / 8), dgrain, lg_decode_panels, &jb);
+                di_threadpool_for(tp, panels * per, dgrain, lg_decode_panels, &jb);
                 di_threadpool_for(tp, units, 1, lg_units, &jb);
             }
         }
@@ -1053,41 +1157,6 @@ AVX512_INLINE void dec_wide_end(const int mr, const int R, __m512 acc[DEC_MB][4]
                 res[m * 8 + 2 * i] = tree1(l);
                 res[m * 8 + 2 * i + 1] = tree1(l + 8);
             }
-}
-
-/* The same four vectors by the exponent bias, without F16C: each code to
- * the top byte of its lane by one in-lane byte shuffle a position (lane l of
- * position p: row 2i's code 4l + p for l < 8, row 2i + 1's for the rest),
- * arithmetically back by 4 (sign at bit 31, the exponent's 4 bits at
- * 23-26, the mantissa's 3 at 20-22), masked, and the exponent field raised
- * by 112 (bits 27-29 set: e + 112 <= 127 carries into nothing): the fp32 of
- * w·2^-8 for every code of exponent e >= 1, a normal number, as F16C gives
- * it. A code of exponent 0 (its value m·2^-9) would read 2^-15·(1 + m/8):
- * where the 64 codes hold one (6 in 1,000 chunk pairs of weights
- * quantized as a checkpoint's, bench_gemm --weights normal), those lanes
- * take m·2^-17 from a table, sign restored. 3 instructions a vector of 16
- * codes instead of dec_half_wide's ~5 (its conversions take two each);
- * returns whether the table was used. */
-static const float bias_sub_tab[16] = {0.0f, 0x1p-17f, 0x1p-16f, 0x1.8p-16f, 0x1p-15f, 0x1.4p-15f, 0x1.8p-15f, 0x1.cp-15f};
-AVX512_INLINE int dec_bias_wide(__m512i x, __m512 out[4]) {
-    const __m512i keep = _mm512_set1_epi32((int)0x87f00000), bias = _mm512_set1_epi32(0x38000000);
-    const int sub = _mm512_testn_epi8_mask(x, _mm512_set1_epi8(0x78)) != 0;
-#pragma GCC unroll 4
-    for (int p = 0; p < 4; p++) {
-        /* dword t of each 16-byte lane <- its byte 4t + p, in the top byte */
-        const __m512i pick = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, (char)p, -1, -1, -1, (char)(4 + p), -1,
-                                                                  -1, -1, (char)(8 + p), -1, -1, -1, (char)(12 + p)));
-        const __m512i s = _mm512_shuffle_epi8(x, pick);
-        __m512i w = _mm512_ternarylogic_epi32(_mm512_srai_epi32(s, 4), keep, bias, 0xea); /* (a & b) | c */
-        if (__builtin_expect(sub, 0)) {
-            const __mmask16 z = _mm512_testn_epi32_mask(s, _mm512_set1_epi32(0x78000000));
-            const __m512 tab = _mm512_loadu_ps(bias_sub_tab); /* index: the code's bits 0-3, its mantissa here */
-            w = _mm512_castps_si512(_mm512_mask_permutexvar_ps(_mm512_castsi512_ps(w), z, _mm512_srli_epi32(s, 24), tab));
-            w = _mm512_ternarylogic_epi32(w, s, _mm512_set1_epi32((int)0x80000000), 0xf8); /* a | (b & c): the sign */
-        }
-        out[p] = _mm512_castsi512_ps(w);
-    }
-    return sub;
 }
 
 /* dec_kernel's F16C route for R = 8 weight rows and one activation row or
