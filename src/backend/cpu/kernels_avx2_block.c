@@ -152,36 +152,48 @@ static float tree1(const float *l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((
  * in byte p of x's word l (the decode rows pass two rows' chunks, row 2i's
  * code 4l + p for l < 8, row 2i + 1's for the rest: dec_half_wide's
  * vectors; the wide prefill decoding words of 16 rows). Each code goes to
- * the top byte of its lane by one in-lane byte shuffle a position,
- * arithmetically back by 4 (sign at bit 31, the exponent's 4 bits at
+ * the top byte of its lane (shifts, below), arithmetically back by 4
+ * (sign at bit 31, the exponent's 4 bits at
  * 23-26, the mantissa's 3 at 20-22), masked, and the exponent field raised
  * by 112 (bits 27-29 set: e + 112 <= 127 carries into nothing): the fp32 of
  * w·2^-8 for every code of exponent e >= 1, a normal number, as F16C gives
  * it. A code of exponent 0 (its value m·2^-9) would read 2^-15·(1 + m/8):
  * where the 64 codes hold one (6 in 1,000 chunk pairs of weights
  * quantized as a checkpoint's, bench_gemm --weights normal), those lanes
- * take m·2^-17 from a table, sign restored. 3 instructions a vector of 16
- * codes instead of dec_half_wide's ~5 (its conversions take two each);
+ * take m·2^-17 from a table, sign restored. ~2.3 instructions a vector of
+ * 16 codes instead of dec_half_wide's ~5 (its conversions take two each);
  * returns whether the table was used. */
 static const float bias_sub_tab[16] = {0.0f, 0x1p-17f, 0x1p-16f, 0x1.8p-16f, 0x1p-15f, 0x1.4p-15f, 0x1.8p-15f, 0x1.cp-15f};
 AVX512_INLINE int dec_bias_wide(__m512i x, __m512 out[4]) {
     const __m512i keep = _mm512_set1_epi32((int)0x87f00000), bias = _mm512_set1_epi32(0x38000000);
     const int sub = _mm512_testn_epi8_mask(x, _mm512_set1_epi8(0x78)) != 0;
+    /* positions 1 and 3 are the top bytes of their 16-bit halves, 0 and 2
+     * after a 16-bit shift by 8: one arithmetic 16-bit shift by 4 brings
+     * the upper half's code to bits 27..20 with its sign above, and the
+     * lower half's there after a 32-bit shift by 16 (9 instructions for the
+     * four positions instead of 12 with a byte shuffle each) */
+    const __m512i h13 = _mm512_srai_epi16(x, 4), h02 = _mm512_srai_epi16(_mm512_slli_epi16(x, 8), 4);
+    __m512i w[4];
+    w[0] = _mm512_ternarylogic_epi32(_mm512_slli_epi32(h02, 16), keep, bias, 0xea); /* (a & b) | c */
+    w[1] = _mm512_ternarylogic_epi32(_mm512_slli_epi32(h13, 16), keep, bias, 0xea);
+    w[2] = _mm512_ternarylogic_epi32(h02, keep, bias, 0xea);
+    w[3] = _mm512_ternarylogic_epi32(h13, keep, bias, 0xea);
+    if (__builtin_expect(sub, 0)) {
 #pragma GCC unroll 4
-    for (int p = 0; p < 4; p++) {
-        /* dword t of each 16-byte lane <- its byte 4t + p, in the top byte */
-        const __m512i pick = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, (char)p, -1, -1, -1, (char)(4 + p), -1,
-                                                                  -1, -1, (char)(8 + p), -1, -1, -1, (char)(12 + p)));
-        const __m512i s = _mm512_shuffle_epi8(x, pick);
-        __m512i w = _mm512_ternarylogic_epi32(_mm512_srai_epi32(s, 4), keep, bias, 0xea); /* (a & b) | c */
-        if (__builtin_expect(sub, 0)) {
+        for (int p = 0; p < 4; p++) {
+            /* dword t of each 16-byte lane <- its byte 4t + p, in the top byte */
+            const __m512i pick = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, (char)p, -1, -1, -1, (char)(4 + p),
+                                                                      -1, -1, -1, (char)(8 + p), -1, -1, -1, (char)(12 + p)));
+            const __m512i s = _mm512_shuffle_epi8(x, pick);
             const __mmask16 z = _mm512_testn_epi32_mask(s, _mm512_set1_epi32(0x78000000));
             const __m512 tab = _mm512_loadu_ps(bias_sub_tab); /* index: the code's bits 0-3, its mantissa here */
-            w = _mm512_castps_si512(_mm512_mask_permutexvar_ps(_mm512_castsi512_ps(w), z, _mm512_srli_epi32(s, 24), tab));
-            w = _mm512_ternarylogic_epi32(w, s, _mm512_set1_epi32((int)0x80000000), 0xf8); /* a | (b & c): the sign */
+            w[p] = _mm512_castps_si512(
+                _mm512_mask_permutexvar_ps(_mm512_castsi512_ps(w[p]), z, _mm512_srli_epi32(s, 24), tab));
+            w[p] = _mm512_ternarylogic_epi32(w[p], s, _mm512_set1_epi32((int)0x80000000), 0xf8); /* a | (b & c): the sign */
         }
-        out[p] = _mm512_castsi512_ps(w);
     }
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) out[p] = _mm512_castsi512_ps(w[p]);
     return sub;
 }
 
