@@ -523,7 +523,7 @@ int main(int argc, char **argv) {
     printf("%-14s %-5s %4s %9s %9s %9s %7s %8s %6s %8s\n", "weight", "fmt", "M", "ours_ms", "GFLOP/s",
            "sgemm", "vs_sg", "GB/s", "vs_bw", "hot");
 
-    const int64_t Ms[] = {1, 4, 8, 64, 512};
+    const int64_t Ms[] = {1, 4, 8, 24, 64, 512};
     for (size_t mi = 0; mi < sizeof mats / sizeof *mats; mi++) {
         const wmat *m = &mats[mi];
         if (only && strcmp(only, m->name) != 0) continue;

@@ -38,7 +38,7 @@
  * take at full speed; other CPUs decode through the F16C conversion (see
  * "CPUs with slow subnormals").
  * Prefill (M > 16) decodes the weights once into fp32 values w·sw (the very
- * products of the scalar code). From LG_MIN_M rows on it takes each of the
+ * products of the scalar code). From lg_min_m() rows on it takes each of the
  * eight lanes as a product of its own and runs an outer-product kernel
  * over it ("prefill, lane by lane"; on CPUs with AVX-512 that kernel runs
  * on 512-bit vectors, twice the outputs a step, and the decoding moves
@@ -415,7 +415,7 @@ static int use_half(void) {
 void di_cpu_kernels_force_fp8_half(int on) { atomic_store(&half_forced, on != 0); }
 int di_cpu_kernels_fp8_half(void) { return use_half(); }
 
-/* ---- prefill, dot products (M < LG_MIN_M) ---- */
+/* ---- prefill, dot products (M < lg_min_m()) ---- */
 
 typedef struct pf_job {
     int half;               /* decode through F16C (see use_half()) */
@@ -571,7 +571,7 @@ static int pf_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
     return 1;
 }
 
-/* ---- prefill, lane by lane (M >= LG_MIN_M) ----
+/* ---- prefill, lane by lane (M >= lg_min_m()) ----
  * kernels.h gives an output eight chains: lane j runs through the codes k =
  * 32c + 4j + p (p = 0..3) in increasing k, that is through its steps s = 4c
  * + p in order. Each lane is therefore a product of its own, over S = K/8
@@ -590,6 +590,13 @@ static int pf_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
  * sgemm's rate on a Zen 3 core at M = 512, this form 0.8-1.0
  * (bench/RESULTS.md). */
 enum { LG_MIN_M = 32 }; /* below, the dot products: the decoding here costs more */
+/* Rows from which the lane-by-lane form runs. On 512-bit vectors its
+ * panels are decoded from the codes (lg_decode_wide), ~3x cheaper, and it
+ * beats the dot products from the first row past the decode rows: 1.5-2.2x
+ * at 17 and 24 rows (K 5,120-8,192, N 512-5,120, one and two threads on a
+ * Xeon with AVX-512, bench/RESULTS.md); on 256-bit vectors the dot products
+ * stay ahead below LG_MIN_M (0.8-0.9x there). */
+static int64_t lg_min_m(void) { return di_cpu_kernels_wide() ? DEC_M + 1 : LG_MIN_M; }
 /* Blocking: LG_NR weight rows a panel (two vectors), LG_MC activation rows
  * a block (its run of one lane, LG_MC × run steps, <= 96 KB, stays in L2
  * while the block meets one panel after another), LG_NC weight rows a
@@ -1376,7 +1383,7 @@ static void fp8_linear(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
     if (M <= 0 || N <= 0) return;
     const int half = use_half();
     const int done = M <= DEC_M ? dec_run(half, qa, sa, M, K, w, ws, N, out, tp)
-                   : M < LG_MIN_M ? pf_run(half, qa, sa, M, K, w, ws, N, out, tp)
+                   : M < lg_min_m() ? pf_run(half, qa, sa, M, K, w, ws, N, out, tp)
                                   : lg_run(half, qa, sa, M, K, w, ws, N, out, tp);
     if (!done) di_gemm_fp8_scalar(qa, sa, M, K, w, ws, N, out, tp); /* out of memory: it needs none */
 }
