@@ -35,7 +35,7 @@
  * columns state it as a ratio to the same round's bandwidth (MXFP4 decode
  * rows sum by integers: no such ceiling).
  *
- * Times are medians of several runs. Decode (M <= 8) streams rotating copies
+ * Times are medians of several runs. Decode (M <= 16) streams rotating copies
  * of the weights, more than the last-level cache holds, so every call reads
  * its weights from DRAM as a real decode step does; prefill uses one copy.
  * GB/s counts the weight bytes (codes + scales) read per call. For M <= 4
@@ -523,7 +523,7 @@ int main(int argc, char **argv) {
     printf("%-14s %-5s %4s %9s %9s %9s %7s %8s %6s %8s\n", "weight", "fmt", "M", "ours_ms", "GFLOP/s",
            "sgemm", "vs_sg", "GB/s", "vs_bw", "hot");
 
-    const int64_t Ms[] = {1, 4, 8, 24, 64, 512};
+    const int64_t Ms[] = {1, 4, 8, 16, 24, 64, 512};
     for (size_t mi = 0; mi < sizeof mats / sizeof *mats; mi++) {
         const wmat *m = &mats[mi];
         if (only && strcmp(only, m->name) != 0) continue;
@@ -559,7 +559,7 @@ int main(int argc, char **argv) {
                 mh.N = nh;
                 hot = (double)(w_bytes(&mh) + ws_bytes(&mh)) / t_hot / 1e9;
             }
-            if (M <= 8) {
+            if (M <= 16) {
                 TIME_MEDIAN(t_ours, budget, {
                     wcopy *c = &cp[rot++ % ncopy];
                     if (m->fp4) di_gemm_mxfp4(qa, sa, M, K, c->w, c->ws, N, out, tp);
