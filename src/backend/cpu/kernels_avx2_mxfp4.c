@@ -69,7 +69,10 @@
  * thread; the tiles' panel decoding is then a large share), slower at 512.
  * The tiles on 512-bit vectors catch up sooner: equal at 24 rows, 1.05x
  * at 32, 1.3x at 64, 1.5x at 128 (one thread, a Xeon VM with AVX-512,
- * bench/RESULTS.md), so there the integer kernels stop at DEC_M_WIDE.
+ * bench/RESULTS.md), so there the integer kernels stop at DEC_M_WIDE;
+ * but with the VNNI sums they run ~150 GFLOP/s from 24 to 128 rows against
+ * the tiles' 90-135 (one thread, the same VM, the tiles' panels decoded
+ * from codes), so on CPUs with VNNI they take every batch up to DEC_M.
  * Weight rows per kernel call (R, the transpose-add's four), activation
  * rows per call at most (MB), per sweep of a unit's weights (MBLK); weight
  * rows per work unit (UNIT). */
@@ -887,6 +890,76 @@ static AVX2 void pf4_decode(const pf4_job *j, int64_t n0, int64_t k0, int64_t kc
         }
 }
 
+/* pf4_decode on 512-bit vectors, 16 rows at a time (n0 + 16h .. n0 + 16h +
+ * 15 of a panel of PN_WIDE rows): a step k of the tile needs code k of
+ * every row side by side, which pf4_decode gets by decoding each row and
+ * transposing the floats through memory (~1.5 instructions a code, a third
+ * of a product of 64 rows). Here the packed codes move instead, eight to a
+ * word: rows i and i + 8 in the halves of one register, an 8 × 8 transpose
+ * of words within the halves gives word j of the 16 rows in one register
+ * (codes 8j .. 8j + 7 of the chunk), and each of its nibbles is one shift
+ * and one lane permute of a 16-entry table (the permute reads the index's
+ * low four bits: the E2M1 code with its sign) away from its 16 values:
+ * ~0.3 instructions a code. Each value is pf4_decode's, w times the row's
+ * block scale (exact). Rows past N get the scale 0: zeros. */
+static AVX512 void pf4_decode_wide(const pf4_job *j, int64_t n0, int h, int64_t k0, int64_t kc, float *bp) {
+    const int64_t K = j->K, KB = K / 32, rb = K / 2;
+    const float *e8m0 = di_cpu_e8m0_table();
+    const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
+                                      -2.0f, -3.0f, -4.0f, -6.0f);
+    const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+    const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+    const uint8_t *rows[16];
+    for (int i = 0; i < 16; i++) rows[i] = n0 + 16 * h + i < j->N ? j->w + (n0 + 16 * h + i) * rb : NULL;
+    /* row order in a transposed word: lane l = row l (rows i, i + 8 in the halves, l = i + 8·half) */
+    for (int64_t c = k0 / 64; c < (k0 + kc) / 64; c++) {
+        const int half = 2 * c + 1 >= KB; /* the half chunk: 16 bytes */
+        _Alignas(64) float sc[2][16];
+        for (int i = 0; i < 16; i++) {
+            const int64_t n = n0 + 16 * h + i;
+            const uint8_t *st = j->ws + (n < j->N ? n : 0) * KB;
+            sc[0][i] = n < j->N ? e8m0[st[2 * c]] : 0.0f;
+            sc[1][i] = n < j->N && !half ? e8m0[st[2 * c + 1]] : sc[0][i];
+        }
+        __m512i a[8], t[8], u[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            __m256i r[2];
+#pragma GCC unroll 2
+            for (int e = 0; e < 2; e++) {
+                const uint8_t *row = rows[i + 8 * e];
+                r[e] = !row ? _mm256_setzero_si256()
+                       : half ? _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(row + c * 32)))
+                              : _mm256_loadu_si256((const __m256i *)(row + c * 32));
+            }
+            a[i] = _mm512_inserti64x4(_mm512_castsi256_si512(r[0]), r[1], 1);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < 8; i += 2) {
+            t[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);
+            t[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
+        }
+#pragma GCC unroll 2
+        for (int i = 0; i < 8; i += 4) {
+            u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);         /* words 0 and 4 of rows i .. i + 3 */
+            u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);     /* 1 and 5 */
+            u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]); /* 2 and 6 */
+            u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]); /* 3 and 7 */
+        }
+        const __m512 f0 = _mm512_load_ps(sc[0]), f1 = _mm512_load_ps(sc[1]);
+        float *o = bp + (c * 64 - k0) * PN_WIDE + 16 * h;
+#pragma GCC unroll 8
+        for (int w = 0; w < 8; w++) { /* word w: codes 8w .. 8w + 7, block 2c + (w >= 4) */
+            if (half && w >= 4) break;
+            const __m512i z = _mm512_permutex2var_epi32(u[w & 3], w < 4 ? lo : hi, u[4 + (w & 3)]);
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++)
+                _mm512_storeu_ps(o + (8 * w + q) * PN_WIDE,
+                                 _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(z, 4 * q), tab), w < 4 ? f0 : f1));
+        }
+    }
+}
+
 /* Block b of a k-chunk: whether one of the mr rows has small codes there
  * (sidx, rows KBp apart). */
 static inline int pf4_small(const int mr, const int32_t *sidx, int64_t KBp, int64_t b) {
@@ -1049,7 +1122,10 @@ static AVX2 void pf4_panels(void *ctx, int64_t p0, int64_t p1, int thread) {
     for (int64_t k0 = 0; k0 < Kp; k0 += PK) {
         const int64_t kc = Kp - k0 < PK ? Kp - k0 : PK;
         for (int64_t p = 0; p < np; p++)
-            if (ok[p]) pf4_decode(j, (p0 + p) * pn, k0, kc, tiles + p * PK * pn);
+            if (ok[p] && pn == PN_WIDE) {
+                pf4_decode_wide(j, (p0 + p) * pn, 0, k0, kc, tiles + p * PK * pn);
+                pf4_decode_wide(j, (p0 + p) * pn, 1, k0, kc, tiles + p * PK * pn);
+            } else if (ok[p]) pf4_decode(j, (p0 + p) * pn, k0, kc, tiles + p * PK * pn);
         for (int64_t b = 0; b < mb; b++) {
             const int mr = M - b * PM < PM ? (int)(M - b * PM) : PM;
             for (int64_t p = 0; p < np; p++) {
@@ -1139,7 +1215,7 @@ static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
 void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                         const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     if (M <= 0 || N <= 0) return;
-    const int64_t dec_m = di_cpu_kernels_wide() ? DEC_M_WIDE : DEC_M;
+    const int64_t dec_m = di_cpu_kernels_wide() && !di_cpu_kernels_vnni() ? DEC_M_WIDE : DEC_M;
     const int done = M <= dec_m ? dec4_run(qa, sa, M, K, w, ws, N, out, tp) : pf4_run(qa, sa, M, K, w, ws, N, out, tp);
     if (!done) di_gemm_mxfp4_scalar(qa, sa, M, K, w, ws, N, out, tp); /* out of memory: it needs none */
 }
