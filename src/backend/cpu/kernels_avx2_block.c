@@ -52,6 +52,7 @@
  * activation row and 4 for blocks of up to 4, "decode rows on 512-bit
  * vectors"), their codes decoded by the exponent bias rather than F16C. */
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_words.h"
 
 #ifdef DI_HAVE_AVX2_KERNELS
 
@@ -152,9 +153,9 @@ static float tree1(const float *l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((
  * in byte p of x's word l (the decode rows pass two rows' chunks, row 2i's
  * code 4l + p for l < 8, row 2i + 1's for the rest: dec_half_wide's
  * vectors; the wide prefill decoding words of 16 rows). Each code goes to
- * the top byte of its lane (shifts, below), arithmetically back by 4
- * (sign at bit 31, the exponent's 4 bits at
- * 23-26, the mantissa's 3 at 20-22), masked, and the exponent field raised
+ * the top byte of its lane (shifts, below), arithmetically back by 4 (sign
+ * at bit 31, the exponent's 4 bits at 23-26, the mantissa's 3 at 20-22),
+ * masked, and the exponent field raised
  * by 112 (bits 27-29 set: e + 112 <= 127 carries into nothing): the fp32 of
  * w·2^-8 for every code of exponent e >= 1, a normal number, as F16C gives
  * it. A code of exponent 0 (its value m·2^-9) would read 2^-15·(1 + m/8):
@@ -667,10 +668,8 @@ static AVX2 void lg_decode(const lg_job *jb, int64_t n0, int g0, int g1, int64_t
  * word j of every row's chunk side by side, which lg_decode gets by
  * decoding each row and transposing the floats (8 × 8 a position, through
  * memory: ~1.3 instructions a code, a third of the time of a product of 64
- * rows). Here the codes move instead, four to a word: rows i and i + 8 in
- * the halves of one register, an 8 × 8 transpose of words within the
- * halves (unpacks, then a two-register permute across their 128-bit
- * lanes) gives word j of the 16 rows in one register, which
+ * rows). Here the codes move instead, four to a word: chunk_words16
+ * (kernels_words.h) gives word j of the 16 rows in one register, which
  * dec_bias_wide turns into its four positions, the steps 4c .. 4c + 3 of
  * lane j: ~0.4 instructions a code. The values are lg_decode's, w·sw
  * rounded once by the half route's factors (w·2^-8 times sw·2^8, or
@@ -682,39 +681,21 @@ static AVX512 void lg_decode_wide(const lg_job *jb, int64_t n0, int h, int64_t s
     const uint8_t *st = jb->ws + (n0 / 32) * KB;
     const uint8_t *rows[16];
     for (int i = 0; i < 16; i++) rows[i] = n0 + 16 * h + i < jb->N ? jb->w + (n0 + 16 * h + i) * K : NULL;
-    /* 128-bit lanes {0, 2} of a and b interleaved, and lanes {1, 3} */
-    const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-    const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
     const __m512 u8 = _mm512_set1_ps(0x1p8f);
     float *o = pt + 16 * h;
     for (int64_t c = c0; c < c1; c++, o += 4 * LG_NR_WIDE) {
         const float s = e8m0[st[c]];
         const int big = !(s <= 0x1p100f);
         const __m512 f = _mm512_set1_ps(big ? s : s * 0x1p8f);
-        __m512i a[8], t[8], u[8];
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            const __m256i r0 = rows[i] ? load_chunk(rows[i], c) : _mm256_setzero_si256();
-            const __m256i r1 = rows[i + 8] ? load_chunk(rows[i + 8], c) : _mm256_setzero_si256();
-            a[i] = _mm512_inserti64x4(_mm512_castsi256_si512(r0), r1, 1);
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < 8; i += 2) {
-            t[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);
-            t[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
-        }
-#pragma GCC unroll 2
-        for (int i = 0; i < 8; i += 4) {
-            u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);     /* words 0 and 4 of rows i .. i + 3 */
-            u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]); /* words 1 and 5 */
-            u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]); /* 2 and 6 */
-            u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]); /* 3 and 7 */
-        }
+        __m256i r[16];
+        __m512i z[8];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) r[i] = rows[i] ? load_chunk(rows[i], c) : _mm256_setzero_si256();
+        chunk_words16(r, z);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++) {
-            const __m512i z = _mm512_permutex2var_epi32(u[j & 3], j < 4 ? lo : hi, u[4 + (j & 3)]);
             __m512 d[4];
-            dec_bias_wide(z, d);
+            dec_bias_wide(z[j], d);
 #pragma GCC unroll 4
             for (int p = 0; p < 4; p++)
                 _mm512_storeu_ps(o + (j * run + p) * LG_NR_WIDE, _mm512_mul_ps(big ? _mm512_mul_ps(d[p], u8) : d[p], f));

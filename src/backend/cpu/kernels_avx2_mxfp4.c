@@ -40,13 +40,15 @@
  * Prefill (M > DEC_M) decodes panels of 16 weight rows to fp32 w·sw (exact)
  * in tiles [k][16] and runs a 6-row × 16-column FMA kernel over each block
  * of 32 codes from zero (12 independent chains; on CPUs with AVX-512,
- * panels of 32 rows, 6 × 32 outputs on 512-bit vectors, and from
- * DEC_M_WIDE rows on), adding the block's sums to
+ * panels of 32 rows, 6 × 32 outputs on 512-bit vectors, decoded from the
+ * codes by pf4_decode_wide, and from DEC_M_WIDE rows on, or DEC_M with
+ * VNNI), adding the block's sums to
  * the output's even or odd chain in memory: one load-add-store per 32 FMAs
  * of a chain. Activations (qa·sa, exact) are laid out row by row; the
  * small codes of a row's block, where there are any, apart, and a block
  * where some row of the six has them runs a second pass on them. */
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_words.h"
 
 #ifdef DI_HAVE_AVX2_KERNELS
 
@@ -895,11 +897,11 @@ static AVX2 void pf4_decode(const pf4_job *j, int64_t n0, int64_t k0, int64_t kc
  * every row side by side, which pf4_decode gets by decoding each row and
  * transposing the floats through memory (~1.5 instructions a code, a third
  * of a product of 64 rows). Here the packed codes move instead, eight to a
- * word: rows i and i + 8 in the halves of one register, an 8 × 8 transpose
- * of words within the halves gives word j of the 16 rows in one register
- * (codes 8j .. 8j + 7 of the chunk), and each of its nibbles is one shift
- * and one lane permute of a 16-entry table (the permute reads the index's
- * low four bits: the E2M1 code with its sign) away from its 16 values:
+ * word: chunk_words16 (kernels_words.h) gives word j of the 16 rows in
+ * one register (codes 8j .. 8j + 7 of the chunk), and each of its nibbles
+ * is one shift and one lane permute of a 16-entry table (the permute reads
+ * the index's low four bits: the E2M1 code with its sign) away from its
+ * 16 values:
  * ~0.3 instructions a code. Each value is pf4_decode's, w times the row's
  * block scale (exact). Rows past N get the scale 0: zeros. */
 static AVX512 void pf4_decode_wide(const pf4_job *j, int64_t n0, int h, int64_t k0, int64_t kc, float *bp) {
@@ -907,11 +909,8 @@ static AVX512 void pf4_decode_wide(const pf4_job *j, int64_t n0, int h, int64_t 
     const float *e8m0 = di_cpu_e8m0_table();
     const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f, -0.5f, -1.0f, -1.5f,
                                       -2.0f, -3.0f, -4.0f, -6.0f);
-    const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
-    const __m512i hi = _mm512_setr_epi32(4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
     const uint8_t *rows[16];
     for (int i = 0; i < 16; i++) rows[i] = n0 + 16 * h + i < j->N ? j->w + (n0 + 16 * h + i) * rb : NULL;
-    /* row order in a transposed word: lane l = row l (rows i, i + 8 in the halves, l = i + 8·half) */
     for (int64_t c = k0 / 64; c < (k0 + kc) / 64; c++) {
         const int half = 2 * c + 1 >= KB; /* the half chunk: 16 bytes */
         _Alignas(64) float sc[2][16];
@@ -921,41 +920,23 @@ static AVX512 void pf4_decode_wide(const pf4_job *j, int64_t n0, int h, int64_t 
             sc[0][i] = n < j->N ? e8m0[st[2 * c]] : 0.0f;
             sc[1][i] = n < j->N && !half ? e8m0[st[2 * c + 1]] : sc[0][i];
         }
-        __m512i a[8], t[8], u[8];
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            __m256i r[2];
-#pragma GCC unroll 2
-            for (int e = 0; e < 2; e++) {
-                const uint8_t *row = rows[i + 8 * e];
-                r[e] = !row ? _mm256_setzero_si256()
-                       : half ? _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(row + c * 32)))
-                              : _mm256_loadu_si256((const __m256i *)(row + c * 32));
-            }
-            a[i] = _mm512_inserti64x4(_mm512_castsi256_si512(r[0]), r[1], 1);
-        }
-#pragma GCC unroll 4
-        for (int i = 0; i < 8; i += 2) {
-            t[i] = _mm512_unpacklo_epi32(a[i], a[i + 1]);
-            t[i + 1] = _mm512_unpackhi_epi32(a[i], a[i + 1]);
-        }
-#pragma GCC unroll 2
-        for (int i = 0; i < 8; i += 4) {
-            u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);         /* words 0 and 4 of rows i .. i + 3 */
-            u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);     /* 1 and 5 */
-            u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]); /* 2 and 6 */
-            u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]); /* 3 and 7 */
-        }
+        __m256i r[16];
+        __m512i z[8];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            r[i] = !rows[i] ? _mm256_setzero_si256()
+                   : half   ? _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(rows[i] + c * 32)))
+                            : _mm256_loadu_si256((const __m256i *)(rows[i] + c * 32));
+        chunk_words16(r, z);
         const __m512 f0 = _mm512_load_ps(sc[0]), f1 = _mm512_load_ps(sc[1]);
         float *o = bp + (c * 64 - k0) * PN_WIDE + 16 * h;
 #pragma GCC unroll 8
         for (int w = 0; w < 8; w++) { /* word w: codes 8w .. 8w + 7, block 2c + (w >= 4) */
             if (half && w >= 4) break;
-            const __m512i z = _mm512_permutex2var_epi32(u[w & 3], w < 4 ? lo : hi, u[4 + (w & 3)]);
 #pragma GCC unroll 8
             for (int q = 0; q < 8; q++)
                 _mm512_storeu_ps(o + (8 * w + q) * PN_WIDE,
-                                 _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(z, 4 * q), tab), w < 4 ? f0 : f1));
+                                 _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(z[w], 4 * q), tab), w < 4 ? f0 : f1));
         }
     }
 }
