@@ -4,8 +4,8 @@
  * register holds word j of every row and the decoding of its codes gives
  * the 16 rows' values of one step side by side. Moving the codes (1 or 2
  * bytes a step of a lane, 4 or 8 codes a word) costs a fraction of moving
- * the decoded floats. Include only after kernels.h, in files built with
- * the AVX-512 target attributes. */
+ * the decoded floats. The helper carries its own AVX-512 target
+ * attributes: call it only where di_cpu_kernels_wide() says so. */
 #ifndef DI_BACKEND_CPU_KERNELS_WORDS_H
 #define DI_BACKEND_CPU_KERNELS_WORDS_H
 
