@@ -629,12 +629,16 @@ typedef struct lg_job {
 
 /* Rows n0 + 8g .. n0 + 8g + 7 for g in [g0, g1) of the panel at n0 (one
  * scale row: n0 % nr == 0; zeros past N), steps s0 .. s0 + ns of every lane
- * (ns % 4 == 0) -> pt[j][s - s0][nr], lane j at j·run·nr. */
+ * (ns % 4 == 0) -> pt[j][s - s0][nr], lane j at j·run·nr. Panels of
+ * LG_NR_WIDE rows go to lg_decode_wide a half at a time (their callers
+ * pass whole halves: g0 and g1 even, lg_item_rows). */
 static AVX512 void lg_decode_wide(const lg_job *jb, int64_t n0, int h, int64_t s0, int64_t ns, float *pt);
 static AVX2 void lg_decode(const lg_job *jb, int64_t n0, int g0, int g1, int64_t s0, int64_t ns, float *pt) {
     const int nr = jb->nr;
-    if (nr == LG_NR_WIDE) /* whole halves of the panel on 512-bit vectors */
-        for (; g0 % 2 == 0 && g0 + 1 < g1; g0 += 2) lg_decode_wide(jb, n0, g0 / 2, s0, ns, pt);
+    if (nr == LG_NR_WIDE) {
+        for (int g = g0; g < g1; g += 2) lg_decode_wide(jb, n0, g / 2, s0, ns, pt);
+        return;
+    }
     const int64_t K = jb->K, KB = K / 32, c0 = s0 / 4, c1 = (s0 + ns) / 4;
     const float *e8m0 = di_cpu_e8m0_table();
     const uint8_t *st = jb->ws + (n0 / 32) * KB;
