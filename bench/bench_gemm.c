@@ -9,7 +9,9 @@
  *   E4M3 codes through F16C, which non-AMD CPUs take anyway; --narrow keeps
  *   a CPU with AVX-512 on the 256-bit kernels; --no-vnni keeps a CPU with
  *   AVX-512 VNNI off the MXFP4 decode rows' VNNI sums; --no-bias keeps the
- *   512-bit FP8 decode rows on F16C rather than the exponent bias; --weights normal
+ *   512-bit FP8 decode rows on F16C rather than the exponent bias; --no-seg
+ *   keeps their batches of 3-16 rows on blocks of 4 rows over all of K
+ *   rather than in K segments; --weights normal
  *   draws the FP8 codes as a checkpoint's, see normal_codes, instead of
  *   random bytes)
  *   (--quick: shorter timing, skips the largest prefill)
@@ -475,6 +477,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--narrow")) di_cpu_kernels_force_no_avx512(1);
         else if (!strcmp(argv[i], "--no-vnni")) di_cpu_kernels_force_no_vnni(1);
         else if (!strcmp(argv[i], "--no-bias")) di_cpu_kernels_force_no_bias(1);
+        else if (!strcmp(argv[i], "--no-seg")) di_cpu_kernels_force_no_seg(1);
         else if (!strcmp(argv[i], "--weights") && i + 1 < argc && !strcmp(argv[i + 1], "normal")) {
             normal_codes_init();
             i++;

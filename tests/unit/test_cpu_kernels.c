@@ -891,6 +891,66 @@ static void test_bias_route(void) {
 #endif
 }
 
+/* The FP8 decode rows of 3 to 16 activation rows go through K in segments,
+ * the chains paused in a buffer between them (kernels_avx2_block.c,
+ * seg_units: 4 weight rows × blocks of up to 8 rows on 512-bit vectors, 2 ×
+ * 4 on 256-bit ones). With activations of one magnitude (so no unit falls
+ * back to the scalar rows) and K = 4,160 (130 chunks: 3 to 33 segments, of
+ * unequal length where they do not divide it), 70 weight rows (a last unit
+ * of 6: a part group), one and three threads, codes of every exponent
+ * (with AVX-512: the bias's table, then F16C for the rest of the product)
+ * and of exponent 1 and up (the bias throughout): the scalar bits, and the
+ * same bits with the segments forced off; on the 256-bit kernels too where
+ * the CPU has AVX-512. */
+static void seg_checks(di_threadpool *tp, const char *route) {
+    static const int64_t ms[] = {3, 4, 5, 8, 9, 13, 16};
+    enum { K = 4160, N = 70 };
+    for (int kind = 0; kind < 2; kind++)
+        for (size_t mi = 0; mi < sizeof ms / sizeof *ms; mi++) {
+            const int64_t M = ms[mi];
+            problem p;
+            problem_init(&p, FMT_FP8, M, K, N);
+            for (int64_t i = 0; i < M * K; i++) p.x[i] = di_round_bf16(rnd_unit());
+            di_act_quant_fp8_scalar(p.x, M, K, p.qa, p.sa);
+            if (kind)
+                for (int64_t i = 0; i < N * K; i++)
+                    if (!(((uint8_t *)p.w)[i] & 0x78)) ((uint8_t *)p.w)[i] |= 0x08;
+            float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
+            run_gemm(&p, 0, 0, M, a, NULL);
+            for (int t = 0; t < 2; t++)
+                for (int off = 0; off < 2; off++) {
+                    di_cpu_kernels_force_no_seg(off);
+                    const long n0 = di_cpu_kernels_seg_units();
+                    run_gemm(&p, 1, 0, M, b, t ? tp : NULL);
+                    CHECKF(count_diff_bits(a, b, M * N) == 0,
+                           "%s, codes %d, M=%lld, %d thread(s)%s: outputs differ from scalar", route, kind,
+                           (long long)M, t ? 3 : 1, off ? ", no segments" : "");
+                    CHECKF(di_cpu_kernels_seg_units() - n0 == (off ? 0 : (N + 31) / 32),
+                           "%s, M=%lld: %ld units in segments", route, (long long)M, di_cpu_kernels_seg_units() - n0);
+                }
+            di_cpu_kernels_force_no_seg(0);
+            free(a), free(b);
+            problem_free(&p);
+        }
+}
+
+static void test_seg_route(void) {
+#ifdef DI_HAVE_AVX2_KERNELS
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+    di_threadpool *tp = NULL;
+    di_err err;
+    CHECK(di_threadpool_create(3, &tp, &err) == DI_OK);
+    const int wide = di_cpu_kernels_wide();
+    seg_checks(tp, wide ? "512-bit" : "256-bit");
+    if (wide) {
+        di_cpu_kernels_force_no_avx512(1);
+        seg_checks(tp, "256-bit");
+        di_cpu_kernels_force_no_avx512(0);
+    }
+    di_threadpool_destroy(tp);
+#endif
+}
+
 /* The checks above that reach the AVX2 kernels' forms, for the routes that
  * tests force. */
 static void check_all_paths(void) {
@@ -1008,6 +1068,7 @@ int main(void) {
     RUN(test_half_route);
     RUN(test_narrow_route);
     RUN(test_bias_route);
+    RUN(test_seg_route);
     RUN(test_vnni_route);
     RUN(test_dispatch);
     return test_summary();

@@ -208,6 +208,13 @@ long di_cpu_kernels_vnni_units(void);
  * count of weight-row units decoded by the bias is for tests. */
 void di_cpu_kernels_force_no_bias(int on);
 long di_cpu_kernels_bias_units(void);
+/* The FP8 decode rows of 3 to 16 activation rows go through K in
+ * segments whose activations stay in L1 (kernels_avx2_block.c, seg_units);
+ * forcing it off (1) keeps them on blocks of up to 4 rows over all of K,
+ * 0 restores. Same bits either way; for tests and benchmarks, set before
+ * running kernels. */
+void di_cpu_kernels_force_no_seg(int on);
+long di_cpu_kernels_seg_units(void); /* weight-row units it ran (tests) */
 /* Whether the FP8 prefill of up to 96 rows (from 17 on 512-bit vectors, 32
  * on 256-bit ones) runs each group of weight panels start to end in one
  * parallel pass (kernels_avx2_block.c, lg_fused_units) rather than in

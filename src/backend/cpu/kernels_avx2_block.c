@@ -19,7 +19,9 @@
  * the cost per weight must stay below what the memory delivers. They go
  * straight from the codes to FMAs, R weight rows × up to 4 activation rows
  * at a time (8 accumulators: M = 1 runs 8 weight rows, M = 2 four, larger
- * batches blocks of 4 activation rows over 2 weight rows). A whole 32-row
+ * batches blocks of 4 activation rows over 2 weight rows, or of up to 8
+ * over 4 on 512-bit vectors, and through K in segments whose activations
+ * stay in L1: "decode rows ... in segments" below). A whole 32-row
  * tile shares its block scales, so the activations are multiplied once per
  * tile by sw·2^120; the decoded w·2^-120 then times a·sw·2^120 is the real
  * product a·(w·sw) of the scalar chain, and the FMA rounds it the same way.
@@ -977,8 +979,9 @@ typedef struct dec_job {
     const uint8_t *w, *ws;
     int64_t M, K, Kp, N;
     float *out;             /* [M, N] */
-    float *scratch;         /* [threads][scratch_floats]: folded activations [M][Kp] */
+    float *scratch;         /* [threads][scratch_floats]: folded activations [M][Kp] (seg_units: see there) */
     int64_t scratch_floats;
+    int64_t ks;             /* the segmented form (seg_units): chunks a segment; else 0 */
 } dec_job;
 
 /* Weight rows at a time for M activation rows: R·mr accumulators for blocks
@@ -1231,6 +1234,158 @@ static dec_bias_fn dec_bias_for(int64_t M, int mr) {
     return M == 1 ? dec_kernel_1_8x : r4[mr];
 }
 
+/* ---- decode rows of 3 to 16 activation rows, in segments ----
+ * dec_kernel and dec_kernel_wide read a chunk's activations for every
+ * weight group: at 4 rows of K = 5,120 that is 80 KB, more than L1 holds,
+ * so each group of 2 or 4 weight rows streamed its activations from L2
+ * again (4 rows, weights in L2, one thread of the 2-vCPU Xeon: 9.1 GB/s at
+ * K 1,024, whose 16 KB stay in L1; 6.2 at K 5,120). Here a unit of 32
+ * weight rows goes through K in segments whose folded activations (all M
+ * rows, <= SEG_ACT floats) stay in L1 while the unit's groups meet them;
+ * each group's chains pause in a buffer between segments, so every output
+ * is the same sequence of FMAs (same bits). On 512-bit vectors blocks of
+ * up to SEG_MB rows share each decoded chunk (dec_kernel_wide: up to 4):
+ * the decoding, about a third of a chunk's vector work at 4 rows, weighs
+ * half as much at 8. The next unit's weights are prefetched into L2 as one
+ * linear stream while this one runs (a unit's rows are read in pieces of
+ * a segment, which the hardware prefetchers follow poorly). */
+enum { SEG_FROM = 3, SEG_MB = 8, SEG_ACT = 4096, SEG_MIN = 4 };
+/* 1: the decode rows keep to blocks over all of K (tests, benchmarks) */
+static atomic_int seg_forced_off;
+void di_cpu_kernels_force_no_seg(int on) { atomic_store(&seg_forced_off, on != 0); }
+static atomic_long seg_units_run;
+long di_cpu_kernels_seg_units(void) { return atomic_load(&seg_units_run); }
+
+/* Chunks a segment for M rows: activations <= SEG_ACT floats, at least
+ * SEG_MIN chunks, segments of even length. */
+static int64_t seg_chunks(int64_t M, int64_t chunks) {
+    int64_t ks = SEG_ACT / (32 * M);
+    ks = ks < SEG_MIN ? SEG_MIN : ks;
+    const int64_t nseg = (chunks + ks - 1) / ks;
+    return (chunks + nseg - 1) / nseg;
+}
+
+/* Weight rows rows[0..3] (two pairs; chunk 0 = the segment's first) ×
+ * mr <= SEG_MB activation rows (a, stride lda, the unit's scales folded
+ * in) over n chunks; the chains come from and go back to lanes ([mr][2]
+ * vectors of 16; first: from zero). ahead (or NULL): 128 bytes a chunk to
+ * prefetch into L2. Returns the pair chunks that took dec_bias_wide's
+ * table. */
+AVX512_INLINE int seg_kernel(const int mr, const int bias, int64_t n, const uint8_t *const *rowp,
+                             const uint8_t *ahead, const float *a, int64_t lda, float *lanes, int first) {
+    __m512 acc[SEG_MB][2];
+    const uint8_t *rows[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) rows[r] = rowp[r];
+#pragma GCC unroll 8
+    for (int m = 0; m < SEG_MB; m++)
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++)
+            if (m < mr) acc[m][i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(lanes + (2 * m + i) * 16);
+    int nsub = 0;
+    for (int64_t c = 0; c < n; c++) {
+        if (ahead) {
+            _mm_prefetch((const char *)ahead + c * 128, _MM_HINT_T1);
+            _mm_prefetch((const char *)ahead + c * 128 + 64, _MM_HINT_T1);
+        }
+        __m512 d[2][4];
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++) {
+            const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_chunk(rows[2 * i], c)),
+                                                 load_chunk(rows[2 * i + 1], c), 1);
+            if (bias) nsub += dec_bias_wide(x, d[i]);
+            else dec_half_wide(x, d[i]);
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++)
+#pragma GCC unroll 8
+            for (int m = 0; m < SEG_MB; m++)
+                if (m < mr) {
+                    const __m512 av = _mm512_broadcast_f32x8(_mm256_load_ps(a + m * lda + c * 32 + 8 * p));
+                    acc[m][0] = _mm512_fmadd_ps(av, d[0][p], acc[m][0]);
+                    acc[m][1] = _mm512_fmadd_ps(av, d[1][p], acc[m][1]);
+                }
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < SEG_MB; m++)
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++)
+            if (m < mr) _mm512_storeu_ps(lanes + (2 * m + i) * 16, acc[m][i]);
+    return nsub;
+}
+
+typedef int (*seg_kernel_fn)(int64_t n, const uint8_t *const *rows, const uint8_t *ahead, const float *a,
+                             int64_t lda, float *lanes, int first);
+#define SEG_KERNEL_FNS(mr)                                                                                \
+    static AVX512 int seg_kernel_##mr##x(int64_t n, const uint8_t *const *rows, const uint8_t *ahead,    \
+                                         const float *a, int64_t lda, float *lanes, int first) {         \
+        return seg_kernel(mr, 1, n, rows, ahead, a, lda, lanes, first);                                  \
+    }                                                                                                     \
+    static AVX512 int seg_kernel_##mr##w(int64_t n, const uint8_t *const *rows, const uint8_t *ahead,    \
+                                         const float *a, int64_t lda, float *lanes, int first) {         \
+        return seg_kernel(mr, 0, n, rows, ahead, a, lda, lanes, first);                                  \
+    }
+SEG_KERNEL_FNS(1)
+SEG_KERNEL_FNS(2)
+SEG_KERNEL_FNS(3)
+SEG_KERNEL_FNS(4)
+SEG_KERNEL_FNS(5)
+SEG_KERNEL_FNS(6)
+SEG_KERNEL_FNS(7)
+SEG_KERNEL_FNS(8)
+static seg_kernel_fn seg_kernel_for(int mr, int bias) {
+    static const seg_kernel_fn x[SEG_MB + 1] = {0, seg_kernel_1x, seg_kernel_2x, seg_kernel_3x, seg_kernel_4x,
+                                                seg_kernel_5x, seg_kernel_6x, seg_kernel_7x, seg_kernel_8x};
+    static const seg_kernel_fn w[SEG_MB + 1] = {0, seg_kernel_1w, seg_kernel_2w, seg_kernel_3w, seg_kernel_4w,
+                                                seg_kernel_5w, seg_kernel_6w, seg_kernel_7w, seg_kernel_8w};
+    return bias ? x[mr] : w[mr];
+}
+/* Rows of a block for M activation rows: M up to SEG_MB, else even halves. */
+static int seg_block_rows(int64_t M) { return M <= SEG_MB ? (int)M : (int)((M + 1) / 2); }
+
+/* The same on 256-bit vectors (dec_kernel's blocks: 2 weight rows × mr <=
+ * DEC_MB activation rows, either decoding; ahead: 64 bytes a chunk); the
+ * lanes [mr][2][8]. */
+AVX2_INLINE void seg_kernel_narrow(const int mr, const int half, int64_t n, const uint8_t *const *rowp,
+                                   const uint8_t *ahead, const float *a, int64_t lda, float *lanes, int first) {
+    __m256 acc[DEC_MB][8];
+    const uint8_t *rows[8] = {rowp[0], rowp[1]};
+#pragma GCC unroll 4
+    for (int m = 0; m < DEC_MB; m++)
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; r++)
+            if (m < mr) acc[m][r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(lanes + (2 * m + r) * 8);
+    for (int64_t c = 0; c < n; c++) {
+        if (ahead) _mm_prefetch((const char *)ahead + c * 64, _MM_HINT_T1);
+        dec_chunk(mr, 2, half, c, rows, a, lda, acc);
+    }
+#pragma GCC unroll 4
+    for (int m = 0; m < DEC_MB; m++)
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; r++)
+            if (m < mr) _mm256_storeu_ps(lanes + (2 * m + r) * 8, acc[m][r]);
+}
+#define SEG_NARROW_FNS(mr)                                                                                \
+    static AVX2 int seg_narrow_##mr(int64_t n, const uint8_t *const *rows, const uint8_t *ahead,          \
+                                    const float *a, int64_t lda, float *lanes, int first) {              \
+        seg_kernel_narrow(mr, 0, n, rows, ahead, a, lda, lanes, first);                                   \
+        return 0;                                                                                         \
+    }                                                                                                     \
+    static AVX2 int seg_narrow_##mr##h(int64_t n, const uint8_t *const *rows, const uint8_t *ahead,       \
+                                       const float *a, int64_t lda, float *lanes, int first) {           \
+        seg_kernel_narrow(mr, 1, n, rows, ahead, a, lda, lanes, first);                                   \
+        return 0;                                                                                         \
+    }
+SEG_NARROW_FNS(1)
+SEG_NARROW_FNS(2)
+SEG_NARROW_FNS(3)
+SEG_NARROW_FNS(4)
+static seg_kernel_fn seg_narrow_for(int mr, int half) {
+    static const seg_kernel_fn k[2][DEC_MB + 1] = {{0, seg_narrow_1, seg_narrow_2, seg_narrow_3, seg_narrow_4},
+                                                   {0, seg_narrow_1h, seg_narrow_2h, seg_narrow_3h, seg_narrow_4h}};
+    return k[half][mr];
+}
+
 /* Units the exponent-bias decoding ran (di_cpu_kernels_bias_units). */
 static atomic_long bias_units;
 long di_cpu_kernels_bias_units(void) { return atomic_load(&bias_units); }
@@ -1280,6 +1435,22 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float 
     return nsub;
 }
 
+/* Whether a unit's scale tile (st: its K/32 scales) can be folded into
+ * the activations exactly: sw·2^120 (shifts) or sw·2^8 (F16C, where a
+ * nonzero a·sw·2^8 must also stay a normal number: a >= 2^-9·sa, so sa·sw
+ * >= 2^-124 suffices) for every block; otherwise the unit runs the scalar
+ * code. */
+static int dec_fold_exact(const dec_job *j, const uint8_t *st) {
+    const float *e8m0 = di_cpu_e8m0_table();
+    for (int64_t kb = 0; kb < j->K / 32; kb++) {
+        const float s = e8m0[st[kb]];
+        if (!(s >= 0x1p-117f && s <= 0x1p7f && j->bmax[kb] * s < 0x1p7f &&
+              (!j->half || j->smin[kb] * s >= 0x1p-124f)))
+            return 0;
+    }
+    return 1;
+}
+
 /* Units [u0, u1) of UNIT weight rows (one scale tile): every activation row,
  * all of K. */
 static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
@@ -1290,18 +1461,10 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     float *sc = j->scratch + thread * j->scratch_floats;
     for (int64_t u = u0; u < u1; u++) {
         const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
-        /* fold the tile's scales into the activations, if exact: sw·2^120
-         * (shifts) or sw·2^8 (F16C, where a nonzero a·sw·2^8 must also stay
-         * a normal number: a >= 2^-9·sa, so sa·sw >= 2^-124 suffices) */
+        /* fold the tile's scales into the activations, if exact (dec_fold_exact) */
         const uint8_t *st = j->ws + (n0 / 32) * KB;
         const float fold = j->half ? 0x1p8f : 0x1p120f;
-        int ok = 1;
-        for (int64_t kb = 0; kb < KB && ok; kb++) {
-            const float s = e8m0[st[kb]];
-            ok = s >= 0x1p-117f && s <= 0x1p7f && j->bmax[kb] * s < 0x1p7f &&
-                 (!j->half || j->smin[kb] * s >= 0x1p-124f);
-        }
-        if (!ok) {
+        if (!dec_fold_exact(j, st)) {
             di_gemm_block_rows_scalar(0, j->qa, j->sa, M, K, j->w, j->ws, N, n0, n1, j->out);
             continue;
         }
@@ -1329,11 +1492,81 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     }
 }
 
+/* dec_units for the segmented form (M >= SEG_FROM, j->ks chunks a
+ * segment): per unit, segment after segment, the scales folded into the
+ * segment's activations, then each group of R weight rows in blocks of
+ * rows (on 512-bit vectors seg_kernel: R = 4, blocks of seg_block_rows(M);
+ * else seg_kernel_narrow: R = 2, blocks of DEC_MB); the trees at the
+ * unit's end. */
+static AVX2 void seg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
+    const dec_job *j = ctx;
+    const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N, KB = K / 32, chunks = Kp / 32, ks = j->ks;
+    const int R = j->R, wide = R == 4, mb = wide ? seg_block_rows(M) : dec_block_rows(M);
+    const float *e8m0 = di_cpu_e8m0_table();
+    const float fold = j->half ? 0x1p8f : 0x1p120f;
+    float *sc = j->scratch + thread * j->scratch_floats; /* [M][ks·32] */
+    float *lanes = sc + M * ks * 32;                    /* [UNIT / R groups][M][R][8] */
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
+        const uint8_t *st = j->ws + (n0 / 32) * KB;
+        if (!dec_fold_exact(j, st)) {
+            di_gemm_block_rows_scalar(0, j->qa, j->sa, M, K, j->w, j->ws, N, n0, n1, j->out);
+            continue;
+        }
+        const int bias = wide && j->bias && !atomic_load_explicit(j->bias_heavy, memory_order_relaxed);
+        /* the next unit's rows, R·32 bytes a chunk of each group's first
+         * block: 32 / R groups × chunks cover them */
+        const uint8_t *pf = n1 < N ? j->w + n1 * K : NULL;
+        int64_t nsub = 0;
+        for (int64_t c0 = 0; c0 < chunks; c0 += ks) {
+            const int64_t n = chunks - c0 < ks ? chunks - c0 : ks;
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t c = 0; c < n; c++) {
+                    const __m256 f = _mm256_set1_ps(e8m0[st[c0 + c]] * fold);
+                    const float *src = j->ap + m * Kp + (c0 + c) * 32;
+                    float *dst = sc + m * ks * 32 + c * 32;
+#pragma GCC unroll 4
+                    for (int p = 0; p < 4; p++) _mm256_store_ps(dst + 8 * p, _mm256_mul_ps(_mm256_load_ps(src + 8 * p), f));
+                }
+            for (int64_t g0 = n0; g0 < n1; g0 += R) {
+                /* the missing rows of the last group repeat its last row (results dropped) */
+                const int64_t nn = n1 - g0 < R ? n1 - g0 : R;
+                const uint8_t *rows[4];
+                for (int r = 0; r < R; r++) rows[r] = j->w + (g0 + (r < nn ? r : nn - 1)) * K + c0 * 32;
+                float *gl = lanes + (g0 - n0) / R * M * R * 8;
+                for (int64_t m0 = 0; m0 < M; m0 += mb) {
+                    const int mr = M - m0 < mb ? (int)(M - m0) : mb;
+                    const seg_kernel_fn kf = wide ? seg_kernel_for(mr, bias) : seg_narrow_for(mr, j->half);
+                    const int t = kf(n, rows, m0 ? NULL : pf, sc + m0 * ks * 32, ks * 32, gl + m0 * R * 8, c0 == 0);
+                    nsub += m0 ? 0 : t;
+                }
+                if (pf) pf += n * 32 * R;
+            }
+        }
+        atomic_fetch_add_explicit(&seg_units_run, 1, memory_order_relaxed);
+        /* kernels.h's tree over each output's eight lanes ([m][row pair][16] on
+         * 512-bit vectors: the same as [m][row][8]) */
+        for (int64_t g0 = n0; g0 < n1; g0 += R) {
+            const float *gl = lanes + (g0 - n0) / R * M * R * 8;
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t r = 0; r < R && g0 + r < n1; r++) j->out[m * N + g0 + r] = tree1(gl + (m * R + r) * 8);
+        }
+        if (bias) {
+            atomic_fetch_add_explicit(&bias_units, 1, memory_order_relaxed);
+            if (8 * nsub > (n1 - n0 + R - 1) / R * R * chunks) /* as dec_units */
+                atomic_store_explicit(j->bias_heavy, 1, memory_order_relaxed);
+        }
+    }
+}
+
 /* FP8 decode rows. */
 static int dec_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
                    const uint8_t *w, const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     const int threads = di_threadpool_size(tp);
-    const int64_t Kp = K, KB = K / 32, sf = M * Kp;
+    const int64_t Kp = K, KB = K / 32;
+    /* the segmented form where it runs (seg_units: a segment's activations and the unit's lanes) */
+    const int64_t ks = M >= SEG_FROM && !atomic_load(&seg_forced_off) ? seg_chunks(M, Kp / 32) : 0;
+    const int64_t sf = ks ? M * ks * 32 + UNIT * M * 8 : M * Kp;
     float *bmax = malloc(sizeof(float) * (size_t)(M * KB + KB));
     float *ap = bmax ? pack_lanes(qa, sa, M, K, Kp, 1.0f, bmax, half, 0, NULL, NULL) : NULL;
     float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
@@ -1353,11 +1586,11 @@ static int dec_run(int half, const uint8_t *qa, const float *sa, int64_t M, int6
                  .R = dec_rows(M, half), .bias = half && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
                  .bias_heavy = &heavy, .w = w,
                  .ws = ws, .M = M, .K = K, .Kp = Kp, .N = N, .out = out, .scratch = scratch,
-                 .scratch_floats = sf};
+                 .scratch_floats = sf, .ks = ks};
     const int64_t units = (N + UNIT - 1) / UNIT;
     /* several chunks per thread so a core slowed by other work takes fewer */
     const int64_t grain = units / (8 * threads);
-    di_threadpool_for(tp, units, grain < 1 ? 1 : grain, dec_units, &j);
+    di_threadpool_for(tp, units, grain < 1 ? 1 : grain, ks ? seg_units : dec_units, &j);
     free(ap), free(scratch), free(bmax);
     return 1;
 }
