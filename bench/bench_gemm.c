@@ -3,7 +3,7 @@
  * weights dequantized to fp32 (same thread count, same run), and the decode
  * path against the memory bandwidth measured in the same run.
  *
- *   build/bench/bench_gemm [--quick] [--threads N] [--only WEIGHT] [--cputime]
+ *   build/bench/bench_gemm [--quick] [--threads N] [--only WEIGHT] [--ms M,M,..] [--cputime]
  *   build/bench/bench_gemm --decode [--rounds R] [--quick] [--only WEIGHT]
  *   (either form: --half forces the FP8 route of CPUs with slow subnormals,
  *   E4M3 codes through F16C, which non-AMD CPUs take anyway; --narrow keeps
@@ -299,7 +299,7 @@ static float *dequant(const wmat *m, const wcopy *c) {
 
 /* ---- --decode: decode rows against the bandwidth, one thread and all ---- */
 
-enum { MAX_ROUNDS = 15 };
+enum { MAX_ROUNDS = 15, MAX_MS = 16 };
 
 typedef struct dec_row {
     const wmat *m;
@@ -465,7 +465,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
 
 int main(int argc, char **argv) {
     int quick = 0, threads = 0, decode_only = 0, rounds = 3;
-    const char *only = NULL;
+    const char *only = NULL, *ms_list = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--decode")) decode_only = 1;
@@ -478,6 +478,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-vnni")) di_cpu_kernels_force_no_vnni(1);
         else if (!strcmp(argv[i], "--no-bias")) di_cpu_kernels_force_no_bias(1);
         else if (!strcmp(argv[i], "--no-seg")) di_cpu_kernels_force_no_seg(1);
+        else if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms_list = argv[++i];
         else if (!strcmp(argv[i], "--weights") && i + 1 < argc && !strcmp(argv[i + 1], "normal")) {
             normal_codes_init();
             i++;
@@ -486,6 +487,25 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "bench_gemm: unknown argument %s (see the comment at the top of bench/bench_gemm.c)\n", argv[i]);
             return 1;
+        }
+    }
+    int64_t Ms[MAX_MS] = {1, 4, 8, 16, 24, 64, 512};
+    size_t nms = 7;
+    if (ms_list) { /* --ms: the batch sizes given instead */
+        nms = 0;
+        for (const char *q = ms_list; *q && nms < MAX_MS;) {
+            char *end;
+            const long v = strtol(q, &end, 10);
+            if (end == q || v < 1 || v > 4096) {
+                fprintf(stderr, "bench_gemm: --ms wants a comma-separated list of batch sizes 1..4096\n");
+                return 1;
+            }
+            Ms[nms++] = v;
+            q = *end == ',' ? end + 1 : end;
+            if (*end && *end != ',') {
+                fprintf(stderr, "bench_gemm: --ms wants a comma-separated list of batch sizes 1..4096\n");
+                return 1;
+            }
         }
     }
     openblas_best_core(argv);
@@ -526,7 +546,6 @@ int main(int argc, char **argv) {
     printf("%-14s %-5s %4s %9s %9s %9s %7s %8s %6s %8s\n", "weight", "fmt", "M", "ours_ms", "GFLOP/s",
            "sgemm", "vs_sg", "GB/s", "vs_bw", "hot");
 
-    const int64_t Ms[] = {1, 4, 8, 16, 24, 64, 512};
     for (size_t mi = 0; mi < sizeof mats / sizeof *mats; mi++) {
         const wmat *m = &mats[mi];
         if (only && strcmp(only, m->name) != 0) continue;
@@ -538,7 +557,7 @@ int main(int argc, char **argv) {
         wcopy *cp = calloc((size_t)ncopy, sizeof *cp);
         for (int c = 0; c < ncopy; c++) wcopy_fill(m, &cp[c]);
         float *wd = dequant(m, &cp[0]);
-        for (size_t xi = 0; xi < sizeof Ms / sizeof *Ms; xi++) {
+        for (size_t xi = 0; xi < nms; xi++) {
             int64_t M = Ms[xi], K = m->K, N = m->N;
             if (quick && M == 512 && N * K > 20000000) continue;
             float *x = malloc(sizeof(float) * M * K), *out = malloc(sizeof(float) * M * N);
