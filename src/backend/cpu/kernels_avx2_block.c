@@ -1246,9 +1246,10 @@ static dec_bias_fn dec_bias_for(int64_t M, int mr) {
  * is the same sequence of FMAs (same bits). On 512-bit vectors blocks of
  * up to SEG_MB rows share each decoded chunk (dec_kernel_wide: up to 4):
  * the decoding, about a third of a chunk's vector work at 4 rows, weighs
- * half as much at 8. The next unit's weights are prefetched into L2 as one
- * linear stream while this one runs (a unit's rows are read in pieces of
- * a segment, which the hardware prefetchers follow poorly). */
+ * half as much at 8. A unit's rows are read in pieces of a segment, which
+ * the hardware prefetchers follow poorly: each group prefetches its next
+ * segment into L2 (the unit's own rows: with many threads the next unit
+ * is usually another thread's). */
 enum { SEG_FROM = 3, SEG_MB = 8, SEG_ACT = 4096, SEG_MIN = 4 };
 /* 1: the decode rows keep to blocks over all of K (tests, benchmarks) */
 static atomic_int seg_forced_off;
@@ -1268,11 +1269,12 @@ static int64_t seg_chunks(int64_t M, int64_t chunks) {
 /* Weight rows rows[0..3] (two pairs; chunk 0 = the segment's first) ×
  * mr <= SEG_MB activation rows (a, stride lda, the unit's scales folded
  * in) over n chunks; the chains come from and go back to lanes ([mr][2]
- * vectors of 16; first: from zero). ahead (or NULL): 128 bytes a chunk to
- * prefetch into L2. Returns the pair chunks that took dec_bias_wide's
- * table. */
+ * vectors of 16; first: from zero). ahead (or 0): the distance in bytes
+ * at which each row is prefetched into L2, a line every other chunk (the
+ * next segment, which the hardware prefetchers do not foresee). Returns
+ * the pair chunks that took dec_bias_wide's table. */
 AVX512_INLINE int seg_kernel(const int mr, const int bias, int64_t n, const uint8_t *const *rowp,
-                             const uint8_t *ahead, const float *a, int64_t lda, float *lanes, int first) {
+                             int64_t ahead, const float *a, int64_t lda, float *lanes, int first) {
     __m512 acc[SEG_MB][2];
     const uint8_t *rows[4];
 #pragma GCC unroll 4
@@ -1284,10 +1286,9 @@ AVX512_INLINE int seg_kernel(const int mr, const int bias, int64_t n, const uint
             if (m < mr) acc[m][i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(lanes + (2 * m + i) * 16);
     int nsub = 0;
     for (int64_t c = 0; c < n; c++) {
-        if (ahead) {
-            _mm_prefetch((const char *)ahead + c * 128, _MM_HINT_T1);
-            _mm_prefetch((const char *)ahead + c * 128 + 64, _MM_HINT_T1);
-        }
+        if (ahead && !(c & 1))
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) _mm_prefetch((const char *)rows[r] + ahead + c * 32, _MM_HINT_T1);
         __m512 d[2][4];
 #pragma GCC unroll 2
         for (int i = 0; i < 2; i++) {
@@ -1314,14 +1315,14 @@ AVX512_INLINE int seg_kernel(const int mr, const int bias, int64_t n, const uint
     return nsub;
 }
 
-typedef int (*seg_kernel_fn)(int64_t n, const uint8_t *const *rows, const uint8_t *ahead, const float *a,
-                             int64_t lda, float *lanes, int first);
+typedef int (*seg_kernel_fn)(int64_t n, const uint8_t *const *rows, int64_t ahead, const float *a, int64_t lda,
+                             float *lanes, int first);
 #define SEG_KERNEL_FNS(mr)                                                                                \
-    static AVX512 int seg_kernel_##mr##x(int64_t n, const uint8_t *const *rows, const uint8_t *ahead,    \
+    static AVX512 int seg_kernel_##mr##x(int64_t n, const uint8_t *const *rows, int64_t ahead,            \
                                          const float *a, int64_t lda, float *lanes, int first) {         \
         return seg_kernel(mr, 1, n, rows, ahead, a, lda, lanes, first);                                  \
     }                                                                                                     \
-    static AVX512 int seg_kernel_##mr##w(int64_t n, const uint8_t *const *rows, const uint8_t *ahead,    \
+    static AVX512 int seg_kernel_##mr##w(int64_t n, const uint8_t *const *rows, int64_t ahead,            \
                                          const float *a, int64_t lda, float *lanes, int first) {         \
         return seg_kernel(mr, 0, n, rows, ahead, a, lda, lanes, first);                                  \
     }
@@ -1340,14 +1341,16 @@ static seg_kernel_fn seg_kernel_for(int mr, int bias) {
                                                 seg_kernel_5w, seg_kernel_6w, seg_kernel_7w, seg_kernel_8w};
     return bias ? x[mr] : w[mr];
 }
-/* Rows of a block for M activation rows: M up to SEG_MB, else even halves. */
+/* Rows of a block for M <= DEC_M activation rows: M up to SEG_MB, else
+ * even halves. */
+_Static_assert(DEC_M <= 2 * SEG_MB, "two blocks of at most SEG_MB rows cover a batch of decode rows");
 static int seg_block_rows(int64_t M) { return M <= SEG_MB ? (int)M : (int)((M + 1) / 2); }
 
 /* The same on 256-bit vectors (dec_kernel's blocks: 2 weight rows × mr <=
- * DEC_MB activation rows, either decoding; ahead: 64 bytes a chunk); the
- * lanes [mr][2][8]. */
+ * DEC_MB activation rows, either decoding; ahead as there); the lanes
+ * [mr][2][8]. */
 AVX2_INLINE void seg_kernel_narrow(const int mr, const int half, int64_t n, const uint8_t *const *rowp,
-                                   const uint8_t *ahead, const float *a, int64_t lda, float *lanes, int first) {
+                                   int64_t ahead, const float *a, int64_t lda, float *lanes, int first) {
     __m256 acc[DEC_MB][8];
     const uint8_t *rows[8] = {rowp[0], rowp[1]};
 #pragma GCC unroll 4
@@ -1356,7 +1359,9 @@ AVX2_INLINE void seg_kernel_narrow(const int mr, const int half, int64_t n, cons
         for (int r = 0; r < 2; r++)
             if (m < mr) acc[m][r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(lanes + (2 * m + r) * 8);
     for (int64_t c = 0; c < n; c++) {
-        if (ahead) _mm_prefetch((const char *)ahead + c * 64, _MM_HINT_T1);
+        if (ahead && !(c & 1))
+#pragma GCC unroll 2
+            for (int r = 0; r < 2; r++) _mm_prefetch((const char *)rows[r] + ahead + c * 32, _MM_HINT_T1);
         dec_chunk(mr, 2, half, c, rows, a, lda, acc);
     }
 #pragma GCC unroll 4
@@ -1366,12 +1371,12 @@ AVX2_INLINE void seg_kernel_narrow(const int mr, const int half, int64_t n, cons
             if (m < mr) _mm256_storeu_ps(lanes + (2 * m + r) * 8, acc[m][r]);
 }
 #define SEG_NARROW_FNS(mr)                                                                                \
-    static AVX2 int seg_narrow_##mr(int64_t n, const uint8_t *const *rows, const uint8_t *ahead,          \
+    static AVX2 int seg_narrow_##mr(int64_t n, const uint8_t *const *rows, int64_t ahead,                  \
                                     const float *a, int64_t lda, float *lanes, int first) {              \
         seg_kernel_narrow(mr, 0, n, rows, ahead, a, lda, lanes, first);                                   \
         return 0;                                                                                         \
     }                                                                                                     \
-    static AVX2 int seg_narrow_##mr##h(int64_t n, const uint8_t *const *rows, const uint8_t *ahead,       \
+    static AVX2 int seg_narrow_##mr##h(int64_t n, const uint8_t *const *rows, int64_t ahead,               \
                                        const float *a, int64_t lda, float *lanes, int first) {           \
         seg_kernel_narrow(mr, 1, n, rows, ahead, a, lda, lanes, first);                                   \
         return 0;                                                                                         \
@@ -1514,9 +1519,6 @@ static AVX2 void seg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
             continue;
         }
         const int bias = wide && j->bias && !atomic_load_explicit(j->bias_heavy, memory_order_relaxed);
-        /* the next unit's rows, R·32 bytes a chunk of each group's first
-         * block: 32 / R groups × chunks cover them */
-        const uint8_t *pf = n1 < N ? j->w + n1 * K : NULL;
         int64_t nsub = 0;
         for (int64_t c0 = 0; c0 < chunks; c0 += ks) {
             const int64_t n = chunks - c0 < ks ? chunks - c0 : ks;
@@ -1537,10 +1539,11 @@ static AVX2 void seg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
                 for (int64_t m0 = 0; m0 < M; m0 += mb) {
                     const int mr = M - m0 < mb ? (int)(M - m0) : mb;
                     const seg_kernel_fn kf = wide ? seg_kernel_for(mr, bias) : seg_narrow_for(mr, j->half);
-                    const int t = kf(n, rows, m0 ? NULL : pf, sc + m0 * ks * 32, ks * 32, gl + m0 * R * 8, c0 == 0);
+                    /* the first block prefetches the group's next segment */
+                    const int64_t ahead = m0 || c0 + n >= chunks ? 0 : n * 32;
+                    const int t = kf(n, rows, ahead, sc + m0 * ks * 32, ks * 32, gl + m0 * R * 8, c0 == 0);
                     nsub += m0 ? 0 : t;
                 }
-                if (pf) pf += n * 32 * R;
             }
         }
         atomic_fetch_add_explicit(&seg_units_run, 1, memory_order_relaxed);
