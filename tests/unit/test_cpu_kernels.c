@@ -895,7 +895,7 @@ static void test_bias_route(void) {
  * the chains paused in a buffer between them (kernels_avx2_block.c,
  * seg_units: 4 weight rows × blocks of up to 8 rows on 512-bit vectors, 2 ×
  * 4 on 256-bit ones). With activations of one magnitude (so no unit falls
- * back to the scalar rows) and K = 4,160 (130 chunks: 3 to 33 segments, of
+ * back to the scalar rows) and K = 4,160 (130 chunks: 4 to 17 segments, of
  * unequal length where they do not divide it), 70 weight rows (a last unit
  * of 6: a part group), one and three threads, codes of every exponent
  * (with AVX-512: the bias's table, then F16C for the rest of the product)

@@ -1258,7 +1258,8 @@ static atomic_long seg_units_run;
 long di_cpu_kernels_seg_units(void) { return atomic_load(&seg_units_run); }
 
 /* Chunks a segment for M rows: activations <= SEG_ACT floats, at least
- * SEG_MIN chunks, segments of even length. */
+ * SEG_MIN chunks, the segments of a row as equal as whole chunks allow
+ * (the last may be shorter). */
 static int64_t seg_chunks(int64_t M, int64_t chunks) {
     int64_t ks = SEG_ACT / (32 * M);
     ks = ks < SEG_MIN ? SEG_MIN : ks;
@@ -1506,6 +1507,7 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
 static AVX2 void seg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const dec_job *j = ctx;
     const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N, KB = K / 32, chunks = Kp / 32, ks = j->ks;
+    /* dec_rows gives 4 weight rows a group from 3 rows on only to the 512-bit kernels */
     const int R = j->R, wide = R == 4, mb = wide ? seg_block_rows(M) : dec_block_rows(M);
     const float *e8m0 = di_cpu_e8m0_table();
     const float fold = j->half ? 0x1p8f : 0x1p120f;
