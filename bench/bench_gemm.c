@@ -493,19 +493,15 @@ int main(int argc, char **argv) {
     size_t nms = 7;
     if (ms_list) { /* --ms: the batch sizes given instead */
         nms = 0;
-        for (const char *q = ms_list; *q && nms < MAX_MS;) {
+        for (const char *q = ms_list; *q;) {
             char *end;
             const long v = strtol(q, &end, 10);
-            if (end == q || v < 1 || v > 4096) {
-                fprintf(stderr, "bench_gemm: --ms wants a comma-separated list of batch sizes 1..4096\n");
+            if (end == q || v < 1 || v > 4096 || (*end && *end != ',') || nms == MAX_MS) {
+                fprintf(stderr, "bench_gemm: --ms wants up to %d comma-separated batch sizes 1..4096\n", MAX_MS);
                 return 1;
             }
             Ms[nms++] = v;
-            q = *end == ',' ? end + 1 : end;
-            if (*end && *end != ',') {
-                fprintf(stderr, "bench_gemm: --ms wants a comma-separated list of batch sizes 1..4096\n");
-                return 1;
-            }
+            q = *end ? end + 1 : end;
         }
     }
     openblas_best_core(argv);

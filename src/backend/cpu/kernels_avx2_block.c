@@ -1457,6 +1457,17 @@ static int dec_fold_exact(const dec_job *j, const uint8_t *st) {
     return 1;
 }
 
+/* A unit of rows weight rows decoded by the exponent bias, nsub of its
+ * groups' chunk pairs through the table: weights with codes of exponent 0
+ * in an eighth of the chunk pairs or more (uniformly random bytes: 19 in
+ * 20; a checkpoint's: 6 in 1,000) decode faster through F16C, so the rest
+ * of the product takes it (the same bits either way). */
+static void dec_bias_done(const dec_job *j, int64_t rows, int64_t nsub) {
+    atomic_fetch_add_explicit(&bias_units, 1, memory_order_relaxed);
+    if (8 * nsub > (rows + j->R - 1) / j->R * j->R * (j->Kp / 32))
+        atomic_store_explicit(j->bias_heavy, 1, memory_order_relaxed);
+}
+
 /* Units [u0, u1) of UNIT weight rows (one scale tile): every activation row,
  * all of K. */
 static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
@@ -1486,15 +1497,7 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
         const int bias = j->bias && !atomic_load_explicit(j->bias_heavy, memory_order_relaxed);
         int64_t nsub = 0;
         for (int64_t g0 = n0; g0 < n1; g0 += R) nsub += dec_group(j, g0, n1 - g0 < R ? n1 : g0 + R, sc, bias);
-        if (bias) {
-            atomic_fetch_add_explicit(&bias_units, 1, memory_order_relaxed);
-            /* weights with codes of exponent 0 in an eighth of the chunk
-             * pairs or more (uniformly random bytes: 19 in 20; a
-             * checkpoint's: 6 in 1,000) decode faster through F16C: the
-             * rest of the product takes it (the same bits either way) */
-            if (8 * nsub > (n1 - n0 + R - 1) / R * R * chunks)
-                atomic_store_explicit(j->bias_heavy, 1, memory_order_relaxed);
-        }
+        if (bias) dec_bias_done(j, n1 - n0, nsub);
     }
 }
 
@@ -1556,11 +1559,7 @@ static AVX2 void seg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
             for (int64_t m = 0; m < M; m++)
                 for (int64_t r = 0; r < R && g0 + r < n1; r++) j->out[m * N + g0 + r] = tree1(gl + (m * R + r) * 8);
         }
-        if (bias) {
-            atomic_fetch_add_explicit(&bias_units, 1, memory_order_relaxed);
-            if (8 * nsub > (n1 - n0 + R - 1) / R * R * chunks) /* as dec_units */
-                atomic_store_explicit(j->bias_heavy, 1, memory_order_relaxed);
-        }
+        if (bias) dec_bias_done(j, n1 - n0, nsub);
     }
 }
 
