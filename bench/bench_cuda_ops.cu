@@ -1165,6 +1165,25 @@ static void bench_fp4_st(void) {
     cuda_matvec_set_fp4_dec(-1);
 }
 
+/* --fp4a8: where the A8 activation form pays: the w1 + w3 pair and w1 as
+ * moe_experts calls them at batch 96 to 320, in the f16 form (w1: 5 token
+ * slots) and the A8 form (8), alternated three times, then as chosen */
+static void bench_fp4_a8(void) {
+    cuda_matvec_set_fp4_dec(1);
+    cuda_fp4_dec_set_mma(1);
+    for (int a8 : {0, 1, 0, 1, 0, 1, -1}) {
+        cuda_fp4_dec_set_a8(a8);
+        const char *sfx = a8 < 0 ? "_mma_chosen" : a8 ? "_mma_a8" : "_mma_f16";
+        for (int b : {96, 128, 160, 192, 224, 256, 320}) {
+            bench_moe_grouped(b, sfx, "w13pair", 2304, 5120, true, true);
+            bench_moe_grouped(b, sfx, "w1", 2304, 5120, true);
+        }
+    }
+    cuda_fp4_dec_set_a8(-1);
+    cuda_fp4_dec_set_mma(-1);
+    cuda_matvec_set_fp4_dec(-1);
+}
+
 /* --fp4aid [B]: the tensor-core decode kernel (f16 form) with its
  * measuring aids (cuda_fp4_dec.cu FM_F_*: 1 no conversion, 2 no scales, 3
  * neither, 4 copies only; 8 the chunk rule before), then as built, on the
@@ -1308,6 +1327,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--plaindec")) gemm = matvec = 0, plain = 2; /* bench_plain_dec only */
         else if (!strcmp(argv[i], "--fp4dec")) gemm = matvec = 0, plain = 3; /* bench_fp4_dec only */
         else if (!strcmp(argv[i], "--fp4st")) gemm = matvec = 0, plain = 5; /* bench_fp4_st only */
+        else if (!strcmp(argv[i], "--fp4a8")) gemm = matvec = 0, plain = 16; /* bench_fp4_a8 only */
         else if (!strcmp(argv[i], "--x16")) gemm = matvec = 0, plain = 6; /* bench_x16 only */
         else if (!strcmp(argv[i], "--pfshapes")) gemm = matvec = 0, plain = 7; /* bench_pf_shapes only */
         else if (!strcmp(argv[i], "--midm")) gemm = matvec = 0, plain = 9; /* bench_mid_m only */
@@ -1346,6 +1366,7 @@ int main(int argc, char **argv) {
     if (plain == 3) bench_fp4_dec();
     if (plain == 4) bench_gg(gg_list);
     if (plain == 5) bench_fp4_st();
+    if (plain == 16) bench_fp4_a8();
     if (plain == 6) bench_x16();
     if (plain == 7) bench_pf_shapes();
     if (plain == 8) bench_fp4_aid(aid_batch);

@@ -1521,10 +1521,10 @@ void cuda_fp4_dec_set_a8(int on); /* cuda_fp4_dec.cu: 1 the A8 form (e4m3 activa
  * loop with the scales times 64): a row's bits must not depend on either.
  * Groups of 12, 7, 0 and 5 tokens; slots 1 (the reference: every token a
  * pass of its own), 2, 4, 7 and 8 in each form (a group of 12 over two or
- * more tiles, the last partly full), and the chosen ones at max_rows 12
- * and 80 (past 16 times w1's f16 slots: the A8 form; the tiled GEMM kept
- * off, which groups of this size would take); outputs poisoned; the
- * reference within the exact result's bound. */
+ * more tiles, the last partly full), and the chosen ones at max_rows 12,
+ * 80 (the f16 form) and 240 (past FM_A8_ROWS = 32 times w1's f16 slots:
+ * the A8 form; the tiled GEMM kept off, which groups of this size would
+ * take); outputs poisoned; the reference within the exact result's bound. */
 static void test_fp4_dec_slots(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
 #if defined(DI_HAVE_CUDA)
@@ -1552,7 +1552,7 @@ static void test_fp4_dec_slots(void) {
         cuda_matvec_set_fp4_dec(1);
         const struct { int tr, a8, max_rows; } vs[] = {{1, 0, 12}, {2, 0, 12}, {4, 0, 12}, {7, 0, 12}, {8, 0, 12},
                                                        {1, 1, 12}, {2, 1, 12}, {4, 1, 12}, {7, 1, 12}, {8, 1, 12},
-                                                       {0, -1, 80}, {0, -1, 12}};
+                                                       {0, -1, 80}, {0, -1, 12}, {0, -1, 240}};
         for (size_t v = 0; v < sizeof vs / sizeof *vs; v++) {
             cuda_fp4_dec_set_tr(vs[v].tr);
             cuda_fp4_dec_set_a8(vs[v].a8);

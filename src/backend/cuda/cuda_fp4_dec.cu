@@ -229,6 +229,7 @@ enum {
     FM_TR_MAX = 8,  /* token slots of an mma */
     FM_NT_MAX = 8,  /* row tiles a block */
     FM_BLOCKS_SM = 2, /* blocks an SM: what the registers allow (126 a thread) */
+    FM_A8_ROWS = 32,  /* batch rows per f16 slot past which a grouped product takes the A8 form (fm_slots) */
 };
 
 /* d = A x B (+ c): m16n8k16, f16 operands, f32 accumulation */
@@ -706,12 +707,17 @@ static cudaError_t fd_go(dim3 grid, int64_t k, const uint8_t *qa, const float *s
  * plain one), up to FM_TR_MAX and as many as keep two blocks' shared memory
  * within an SM's: w1 (k 5120) 5, w2 (k 2304) 8 in the f16 form (with the
  * ring of FM_ST = 2 stages; 4 and 8 with 3). A grouped product whose batch
- * is more than 16 times the slots its f16 form fits takes the A8 form
- * where that fits more (w1: 8; 7 with 3 stages): the model's top-6 of 384
- * puts batch / 64 tokens in a group on average, so at batch 256 many
- * groups pass 4 tokens (pair run 2 in docs/gpu-notes.md: w1 b256 1351 ->
- * 1045 us, the same bits), while at batch 64 (a token a group) the A8
- * form's conversions only cost (617 -> 626 us). Up to 16 rows the f16 form
+ * is more than FM_A8_ROWS times the slots its f16 form fits takes the A8
+ * form where that fits more (w1: 8; 7 with 3 stages). The model's top-6 of
+ * 384 puts batch / 64 tokens in a group on average: a group streams its
+ * weights once more for every 5 tokens in w1's f16 form and every 8 in the
+ * A8 form, whose conversions cost ~7 % a pass, so the A8 form pays from ~3
+ * tokens a group on average. Measured (runs 112-113 in docs/gpu-notes.md,
+ * the w1 + w3 pair, uniform routing, f16 / A8): batch 96 -7 %, 128 -3 to
+ * -9 %, 160 -3 %, 192 +1-2 %, 224 +10 %, 256 +12 %, 320 +22 %; the model's
+ * own routing (less even) had batch 192 3 % faster with the A8 form. So
+ * the A8 form past 32 rows a slot (w1: batch > 160); with 16 (before run
+ * 113) batches 81-160 took it too. Up to 16 rows the f16 form
  * always, as for the plain products the grouped ones must equal. (Before:
  * ceil(max_rows / 16) slots up to 4, one at batch 8, where a group of two
  * tokens streamed its weights twice; pair run 1: w2 b8 146 -> 126 us, b256
@@ -739,6 +745,17 @@ static int fm_fit(int64_t kbn, int64_t want, bool a8, int st) {
     while (tr > 1 && FM_BLOCKS_SM * (fm_smem((int)tr, kbn, a8, st) + 1024) > cuda_sm_smem()) tr--;
     return (int)tr;
 }
+/* FM_A8_ROWS, or DI_CUDA_FP4_A8_ROWS (measuring aid: 16 is the rule before
+ * run 113; the form changes no bits) */
+static int fm_a8_rows(void) {
+    static int rows = -1;
+    if (rows < 0) {
+        const char *v = getenv("DI_CUDA_FP4_A8_ROWS");
+        const int r = v ? atoi(v) : 0;
+        rows = r > 0 ? r : FM_A8_ROWS;
+    }
+    return rows;
+}
 static int fm_st_forced = 0; /* measuring aid: ring stages a warp */
 extern "C" void cuda_fp4_dec_set_st(int st) { fm_st_forced = st >= 2 && st <= FM_ST_MAX ? st : 0; }
 struct fm_plan {
@@ -761,7 +778,7 @@ static fm_plan fm_slots(int64_t kbn, int64_t m, int64_t max_rows, int grouped) {
     const int st = fm_stages();
     fm_plan p = {fm_fit(kbn, want, false, st), false, st};
     if (fm_a8_forced >= 0) p.a8 = fm_a8_forced == 1;
-    else if (grouped && max_rows > 16 && max_rows > 16 * p.tr && p.tr < FM_TR_MAX &&
+    else if (grouped && max_rows > 16 && max_rows > (int64_t)fm_a8_rows() * p.tr && p.tr < FM_TR_MAX &&
              fm_fit(kbn, want, true, st) > p.tr)
         p.a8 = true;
     if (p.a8) p.tr = fm_fit(kbn, want, true, st);
