@@ -1184,6 +1184,25 @@ static void bench_fp4_a8(void) {
     cuda_matvec_set_fp4_dec(-1);
 }
 
+/* --xskip: the decode form of the bf16-numerics products (k_mm_dec) with x
+ * bf16-valued, as the step's inputs are: its second and third terms
+ * skipped for the whole phase (1) or loaded and voted on every round (0),
+ * alternated three times, m = 1 and 8 */
+extern "C" void cuda_matmul_set_xskip(int on); /* cuda_ops_linear.cu: measuring aid, -1 the default */
+static void bench_xskip(void) {
+    struct { int fmt; const char *name; int64_t n, k; int groups; } cs[] = {
+        {DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8}, {DI_WFMT_BF16, "gate", 384, 5120, 1},
+        {DI_WFMT_BF16, "cmp_wkv", 512, 5120, 1},  {DI_WFMT_BF16, "idx_wp", 32, 5120, 1},
+        {DI_WFMT_BF16, "idx_wk", 128, 512, 1}};
+    cuda_matmul_set_decode(1, 0);
+    for (int on : {0, 1, 0, 1, 0, 1}) {
+        cuda_matmul_set_xskip(on);
+        for (auto &c : cs)
+            for (int64_t m : {1, 8}) bench_plain_one(c.fmt, c.name, c.n, c.k, c.groups, m, 0, on ? "_xskip1" : "_xskip0");
+    }
+    cuda_matmul_set_xskip(-1);
+}
+
 /* --fp4aid [B]: the tensor-core decode kernel (f16 form) with its
  * measuring aids (cuda_fp4_dec.cu FM_F_*: 1 no conversion, 2 no scales, 3
  * neither, 4 copies only; 8 the chunk rule before), then as built, on the
@@ -1328,6 +1347,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--fp4dec")) gemm = matvec = 0, plain = 3; /* bench_fp4_dec only */
         else if (!strcmp(argv[i], "--fp4st")) gemm = matvec = 0, plain = 5; /* bench_fp4_st only */
         else if (!strcmp(argv[i], "--fp4a8")) gemm = matvec = 0, plain = 16; /* bench_fp4_a8 only */
+        else if (!strcmp(argv[i], "--xskip")) gemm = matvec = 0, plain = 17; /* bench_xskip only */
         else if (!strcmp(argv[i], "--x16")) gemm = matvec = 0, plain = 6; /* bench_x16 only */
         else if (!strcmp(argv[i], "--pfshapes")) gemm = matvec = 0, plain = 7; /* bench_pf_shapes only */
         else if (!strcmp(argv[i], "--midm")) gemm = matvec = 0, plain = 9; /* bench_mid_m only */
@@ -1367,6 +1387,7 @@ int main(int argc, char **argv) {
     if (plain == 4) bench_gg(gg_list);
     if (plain == 5) bench_fp4_st();
     if (plain == 16) bench_fp4_a8();
+    if (plain == 17) bench_xskip();
     if (plain == 6) bench_x16();
     if (plain == 7) bench_pf_shapes();
     if (plain == 8) bench_fp4_aid(aid_batch);

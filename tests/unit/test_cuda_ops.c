@@ -1000,7 +1000,9 @@ static int64_t plain_bound_check(int fmt, const uint8_t *w, const uint8_t *ws, c
  * outputs, and a product of more than 8 row tiles per SM at m <= 2 (the
  * head's case, in this form unless DI_CUDA_HEAD_DEC=0). The FP8 cases
  * also check the decode form's E4M3 conversion inside the kernel: k_mm_tc
- * keeps the reference form. Each is also checked against the exact sum in double within the
+ * keeps the reference form. bf16-valued x (the second and third terms
+ * neither loaded nor voted on where a whole phase has them zero), also with
+ * one value off the bf16 grid (its phase takes the second term). Each is also checked against the exact sum in double within the
  * kernel's bound (18·n_mma + 3)·2^-23·Σ|w·x|, n_mma = 6·ceil(K/256) (the
  * derivation is at the kernel). */
 #if defined(DI_HAVE_CUDA)
@@ -1021,6 +1023,10 @@ static void test_matmul_decode_form(void) {
         {DI_WFMT_FP8, 48, 160, 3, 1, 0, (const int64_t[]){2, 0}},            /* groups, nr % 32 */
         {DI_WFMT_BF16, 200, 1056, 1, 0, 1, (const int64_t[]){4, 0}},
         {DI_WFMT_BF16, 36000, 512, 1, 1, 1, (const int64_t[]){1, 2, 0}},    /* many waves (the head's form) */
+        /* bf16-valued x but one value (a second term, no third) three quarters into K: the phase that
+         * holds it loads and votes on the second term, the others on the first alone */
+        {DI_WFMT_BF16, 2048, 5120, 1, 2, 0, (const int64_t[]){3, 8, 0}},
+        {DI_WFMT_FP8, 1024, 4096, 8, 2, 1, (const int64_t[]){1, 5, 0}},
     };
     double worst = 0;
     for (size_t c = 0; c < sizeof sh / sizeof *sh; c++) {
@@ -1035,6 +1041,10 @@ static void test_matmul_decode_form(void) {
             float *x = malloc((size_t)(m * ldx) * 4), *ya = malloc((size_t)(m * N) * 4), *yb = malloc((size_t)(m * N) * 4);
             uint16_t *xb = sh[c].xbf16 ? malloc((size_t)(m * ldx) * 2) : NULL;
             fill_act(x, xb, m, ldx);
+            if (sh[c].xbf16 == 2) { /* one value off the bf16 grid by 2^-10 of itself: h + m exactly, l = 0 */
+                const int64_t at = (m - 1) * ldx + 3 * ldx / 4 + 5;
+                x[at] = x[at] != 0.0f ? x[at] * (1.0f + 0x1p-10f) : 0x1.004p0f;
+            }
             dbuf dx = dput(x, (size_t)(m * ldx) * 4), dy = dput(NULL, (size_t)(m * N) * 4);
             di_err err = {0};
             /* k_mm_tc, then the decode form with the automatic spread and each forced one */

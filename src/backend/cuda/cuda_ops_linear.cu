@@ -486,7 +486,7 @@ template <int FMT, int T, int RD>
 __global__ void __launch_bounds__(TC_KW * 32, 2) k_mm_dec(const void *w, const uint8_t *s, int64_t K,
                                                        const float *x, int64_t ldx, int m, int64_t nr,
                                                        float *y, int64_t ldy, int out_bf16, int cl, int ps,
-                                                       const void *w2, const uint8_t *s2, float *y2) {
+                                                       const void *w2, const uint8_t *s2, float *y2, int xskip) {
     extern __shared__ __align__(16) uint8_t dsm[];
     constexpr int ESZ = FMT == DI_WFMT_BF16 ? 2 : 1, PB = 8 * ESZ, NP = 2 * T, XB = T == 2 ? 2 : 4;
     if (blockIdx.z) { /* a pair's second matrix: same shape, same x, its own output */
@@ -551,14 +551,18 @@ __global__ void __launch_bounds__(TC_KW * 32, 2) k_mm_dec(const void *w, const u
         uint32_t wa[NP][4];
         int fl;
     };
+    int xt = 3; /* the phase's x terms that are nonzero somewhere in the block: bit 0 the second, bit 1 the third */
     auto load = [&](Ops &o, int q, int q0, int slot) {
         o.xh = o.xm = o.xl = make_uint4(0, 0, 0, 0);
         if (g < m) {
             const uint4 *xp = xs + ((((q - q0) * cw + warp) * m + g) * 4 + t) * 3;
-            o.xh = xp[0], o.xm = xp[1], o.xl = xp[2];
+            o.xh = xp[0];
+            if (xt & 1) o.xm = xp[1];
+            if (xt & 2) o.xl = xp[2];
         }
-        o.fl = (__any_sync(0xffffffffu, (o.xm.x | o.xm.y | o.xm.z | o.xm.w) != 0u) ? 1 : 0) |
-               (__any_sync(0xffffffffu, (o.xl.x | o.xl.y | o.xl.z | o.xl.w) != 0u) ? 2 : 0);
+        /* xt is block-uniform: every lane of the warp votes or none does */
+        o.fl = ((xt & 1) && __any_sync(0xffffffffu, (o.xm.x | o.xm.y | o.xm.z | o.xm.w) != 0u) ? 1 : 0) |
+               ((xt & 2) && __any_sync(0xffffffffu, (o.xl.x | o.xl.y | o.xl.z | o.xl.w) != 0u) ? 2 : 0);
         const int c = q * TC_KW + e;
         if (FMT == DI_WFMT_BF16) {
 #pragma unroll
@@ -587,6 +591,7 @@ __global__ void __launch_bounds__(TC_KW * 32, 2) k_mm_dec(const void *w, const u
          * values, XB items' loads in flight a thread */
         __syncthreads(); /* the last phase's terms are read */
         const int items = (q1 - q0) * cw * m * 4;
+        int ff = 0; /* this thread's items: a second / third term nonzero (bits 0 / 1) */
         for (int base = threadIdx.x; base < items; base += XB * nthr) {
             float v[XB][8];
 #pragma unroll
@@ -611,13 +616,17 @@ __global__ void __launch_bounds__(TC_KW * 32, 2) k_mm_dec(const void *w, const u
                 if (it >= items) break;
                 uint32_t h[4], md[4], l[4];
                 split_x8(h, md, l, v[u]);
+                ff |= ((md[0] | md[1] | md[2] | md[3]) != 0u ? 1 : 0) | ((l[0] | l[1] | l[2] | l[3]) != 0u ? 2 : 0);
                 uint4 *d = (uint4 *)(dsm + L.xs) + it * 3;
                 d[0] = make_uint4(h[0], h[1], h[2], h[3]);
                 d[1] = make_uint4(md[0], md[1], md[2], md[3]);
                 d[2] = make_uint4(l[0], l[1], l[2], l[3]);
             }
         }
-        __syncthreads();
+        /* the block's terms, with the barrier the rounds wait for anyway: a
+         * term that is zero in the whole phase is neither loaded nor voted
+         * on (the votes would find it zero in every warp: the same mma) */
+        xt = xskip ? (__syncthreads_or(ff & 1) ? 1 : 0) | (__syncthreads_or(ff & 2) ? 2 : 0) : (__syncthreads(), 3);
         /* one round ahead: the next round's loads and conversions go out
          * while this round's products run (two operand sets used in turn,
          * so nothing is copied between them) */
@@ -734,6 +743,16 @@ extern "C" void cuda_matmul_set_decode(int on, int cl) {
     dec_forced_cl = cl;
 }
 
+/* Whether k_mm_dec skips x's terms that are zero in a whole phase (on;
+ * DI_CUDA_MM_XSKIP=0 or cuda_matmul_set_xskip(0), measuring aids, load and
+ * vote on all three in every round as before; the same bits either way) */
+static int dec_xskip_forced = -1;
+extern "C" void cuda_matmul_set_xskip(int on) { dec_xskip_forced = on == 0 || on == 1 ? on : -1; }
+static int dec_xskip(void) {
+    static int env = -1;
+    return dec_xskip_forced >= 0 ? dec_xskip_forced : cuda_env_switch("DI_CUDA_MM_XSKIP", &env);
+}
+
 template <int FMT, int T, int RD>
 static cudaError_t dec_launch(dim3 grid, int cl, int smem, const void *w, const uint8_t *s, int64_t K,
                               const float *x, int64_t ldx, int m, int64_t nr, float *y, int64_t ldy,
@@ -764,12 +783,12 @@ static cudaError_t dec_launch(dim3 grid, int cl, int smem, const void *w, const 
         cfg.numAttrs++;
     }
     cudaError_t e = cudaLaunchKernelEx(&cfg, k_mm_dec<FMT, T, RD>, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, cl, ps,
-                                       w2, s2, y2);
+                                       w2, s2, y2, dec_xskip());
     if (e != cudaSuccess && pdl) { /* a runtime that refuses the attribute: the plain launch */
         (void)cudaGetLastError();
         cfg.numAttrs--;
         e = cudaLaunchKernelEx(&cfg, k_mm_dec<FMT, T, RD>, w, s, K, x, ldx, m, nr, y, ldy, out_bf16, cl, ps, w2,
-                               s2, y2);
+                               s2, y2, dec_xskip());
         if (e == cudaSuccess) cuda_pdl_refused();
     }
     return e;
