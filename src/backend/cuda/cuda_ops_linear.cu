@@ -430,6 +430,9 @@ extern "C" void cuda_matmul_set_tiles(int t) { tc_forced_tiles = t; }
  *   constants);
  * - x is split once per block into shared memory, for live rows only,
  *   in phases of ps rounds (one chunk per chain a round) when m·K is large;
+ *   a second or third term that is zero in a whole phase (x bf16-valued,
+ *   as at decode) is then neither loaded nor voted on (run 114 in
+ *   docs/gpu-notes.md: the bf16 products at one row −7 to −9 %);
  * - a round's shared loads and E4M3 conversion are issued while the round
  *   before it runs its mma (two operand sets used in turn);
  * - the eight chains of a row tile may sit in up to 8 blocks of a cluster
