@@ -1002,9 +1002,10 @@ static int64_t plain_bound_check(int fmt, const uint8_t *w, const uint8_t *ws, c
  * also check the decode form's E4M3 conversion inside the kernel: k_mm_tc
  * keeps the reference form. bf16-valued x (the second and third terms
  * neither loaded nor voted on where a whole phase has them zero), also with
- * one value off the bf16 grid (its phase takes the second term). Each is also checked against the exact sum in double within the
- * kernel's bound (18·n_mma + 3)·2^-23·Σ|w·x|, n_mma = 6·ceil(K/256) (the
- * derivation is at the kernel). */
+ * one value off the bf16 grid (its phase takes the second term). Each is
+ * also checked against the exact sum in double within the kernel's bound
+ * (18·n_mma + 3)·2^-23·Σ|w·x|, n_mma = 6·ceil(K/256) (the derivation is at
+ * the kernel). */
 #if defined(DI_HAVE_CUDA)
 di_status cuda_op_matmul_plain(int fmt, const void *w, const uint8_t *s, int64_t n_out, int64_t n_in,
                                const float *x, int64_t ldx, int64_t m, int groups, int64_t nr, float *y,
