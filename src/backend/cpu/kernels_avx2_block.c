@@ -1267,13 +1267,20 @@ static int64_t seg_chunks(int64_t M, int64_t chunks) {
     return (chunks + nseg - 1) / nseg;
 }
 
+/* Chunk c of a segment of nr weight rows: every other chunk, a line of each
+ * row ahead bytes on into L2 (the next segment, which the hardware
+ * prefetchers do not foresee; ahead 0: none). */
+AVX2_INLINE void seg_prefetch(const uint8_t *const *rows, const int nr, int64_t ahead, int64_t c) {
+    if (ahead && !(c & 1))
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) _mm_prefetch((const char *)rows[r] + ahead + c * 32, _MM_HINT_T1);
+}
+
 /* Weight rows rows[0..3] (two pairs; chunk 0 = the segment's first) ×
  * mr <= SEG_MB activation rows (a, stride lda, the unit's scales folded
  * in) over n chunks; the chains come from and go back to lanes ([mr][2]
- * vectors of 16; first: from zero). ahead (or 0): the distance in bytes
- * at which each row is prefetched into L2, a line every other chunk (the
- * next segment, which the hardware prefetchers do not foresee). Returns
- * the pair chunks that took dec_bias_wide's table. */
+ * vectors of 16; first: from zero); ahead as seg_prefetch. Returns the
+ * pair chunks that took dec_bias_wide's table. */
 AVX512_INLINE int seg_kernel(const int mr, const int bias, int64_t n, const uint8_t *const *rowp,
                              int64_t ahead, const float *a, int64_t lda, float *lanes, int first) {
     __m512 acc[SEG_MB][2];
@@ -1287,9 +1294,7 @@ AVX512_INLINE int seg_kernel(const int mr, const int bias, int64_t n, const uint
             if (m < mr) acc[m][i] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(lanes + (2 * m + i) * 16);
     int nsub = 0;
     for (int64_t c = 0; c < n; c++) {
-        if (ahead && !(c & 1))
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) _mm_prefetch((const char *)rows[r] + ahead + c * 32, _MM_HINT_T1);
+        seg_prefetch(rows, 4, ahead, c);
         __m512 d[2][4];
 #pragma GCC unroll 2
         for (int i = 0; i < 2; i++) {
@@ -1348,7 +1353,7 @@ _Static_assert(DEC_M <= 2 * SEG_MB, "two blocks of at most SEG_MB rows cover a b
 static int seg_block_rows(int64_t M) { return M <= SEG_MB ? (int)M : (int)((M + 1) / 2); }
 
 /* The same on 256-bit vectors (dec_kernel's blocks: 2 weight rows × mr <=
- * DEC_MB activation rows, either decoding; ahead as there); the lanes
+ * DEC_MB activation rows, either decoding; ahead as seg_prefetch); the lanes
  * [mr][2][8]. */
 AVX2_INLINE void seg_kernel_narrow(const int mr, const int half, int64_t n, const uint8_t *const *rowp,
                                    int64_t ahead, const float *a, int64_t lda, float *lanes, int first) {
@@ -1360,9 +1365,7 @@ AVX2_INLINE void seg_kernel_narrow(const int mr, const int half, int64_t n, cons
         for (int r = 0; r < 2; r++)
             if (m < mr) acc[m][r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(lanes + (2 * m + r) * 8);
     for (int64_t c = 0; c < n; c++) {
-        if (ahead && !(c & 1))
-#pragma GCC unroll 2
-            for (int r = 0; r < 2; r++) _mm_prefetch((const char *)rows[r] + ahead + c * 32, _MM_HINT_T1);
+        seg_prefetch(rows, 2, ahead, c);
         dec_chunk(mr, 2, half, c, rows, a, lda, acc);
     }
 #pragma GCC unroll 4
