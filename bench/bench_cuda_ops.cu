@@ -678,12 +678,15 @@ static void bench_plain(void) {
  * values (the attention output wo_a reads), the head with bf16-valued x,
  * then the spreads forced */
 extern "C" void cuda_matmul_set_decode(int on, int cl); /* cuda_ops_linear.cu: measuring aids */
+/* the decode form's products of a step: the grouped wo_a, the bf16 ones
+ * (router, compressor, indexer), then the head */
+static const struct plain_shape { int fmt; const char *name; int64_t n, k; int groups; } dec_shapes[] = {
+    {DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8}, {DI_WFMT_BF16, "gate", 384, 5120, 1},
+    {DI_WFMT_BF16, "cmp_wkv", 512, 5120, 1},  {DI_WFMT_BF16, "idx_wp", 32, 5120, 1},
+    {DI_WFMT_BF16, "idx_wk", 128, 512, 1},    {DI_WFMT_BF16, "head", 129280, 5120, 1}};
+static const int dec_shapes_small = 5; /* all but the head */
 static void bench_plain_dec(void) {
-    struct { int fmt; const char *name; int64_t n, k; int groups; } cs[] = {
-        {DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8}, {DI_WFMT_BF16, "gate", 384, 5120, 1},
-        {DI_WFMT_BF16, "cmp_wkv", 512, 5120, 1},  {DI_WFMT_BF16, "idx_wp", 32, 5120, 1},
-        {DI_WFMT_BF16, "idx_wk", 128, 512, 1},    {DI_WFMT_BF16, "head", 129280, 5120, 1}};
-    for (auto &c : cs)
+    for (auto &c : dec_shapes)
         for (int64_t m : {1, 8}) {
             cuda_matmul_set_decode(0, 0);
             bench_plain_one(c.fmt, c.name, c.n, c.k, c.groups, m, 1, "_mmtc");
@@ -1187,18 +1190,17 @@ static void bench_fp4_a8(void) {
 /* --xskip: the decode form of the bf16-numerics products (k_mm_dec) with x
  * bf16-valued, as the step's inputs are: its second and third terms
  * skipped for the whole phase (1) or loaded and voted on every round (0),
- * alternated three times, m = 1 and 8 */
+ * alternated three times, m = 1 and 8, dec_shapes but the head */
 extern "C" void cuda_matmul_set_xskip(int on); /* cuda_ops_linear.cu: measuring aid, -1 the default */
 static void bench_xskip(void) {
-    struct { int fmt; const char *name; int64_t n, k; int groups; } cs[] = {
-        {DI_WFMT_FP8, "wo_a", 8 * 1024, 4096, 8}, {DI_WFMT_BF16, "gate", 384, 5120, 1},
-        {DI_WFMT_BF16, "cmp_wkv", 512, 5120, 1},  {DI_WFMT_BF16, "idx_wp", 32, 5120, 1},
-        {DI_WFMT_BF16, "idx_wk", 128, 512, 1}};
     cuda_matmul_set_decode(1, 0);
     for (int on : {0, 1, 0, 1, 0, 1}) {
         cuda_matmul_set_xskip(on);
-        for (auto &c : cs)
-            for (int64_t m : {1, 8}) bench_plain_one(c.fmt, c.name, c.n, c.k, c.groups, m, 0, on ? "_xskip1" : "_xskip0");
+        for (int i = 0; i < dec_shapes_small; i++)
+            for (int64_t m : {1, 8}) {
+                const plain_shape &c = dec_shapes[i];
+                bench_plain_one(c.fmt, c.name, c.n, c.k, c.groups, m, 0, on ? "_xskip1" : "_xskip0");
+            }
     }
     cuda_matmul_set_xskip(-1);
 }
