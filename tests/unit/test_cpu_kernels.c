@@ -497,6 +497,46 @@ static void test_gemm_decode_all_scales(void) {
         }
 }
 
+/* The FP8 decode rows fold a tile's weight scales into the activations only
+ * where every block of it allows (sw in 2^-117 .. 2^7, |a|·sw < 2^7), the
+ * blocks checked eight at a time and the rest one by one. One tile has
+ * every scale 2^0 but one at an edge (E8M0 9, 10, 134, 135, 255, 0) in a
+ * block of the vectors or of the rest, the activations zero but in that
+ * block, ~4 or ~1/4 there: a block let through that should not be (135:
+ * sw·2^120 overflows; 134 with ~4: |a|·sw past 2^7, the folded activations
+ * overflow; 0: 2^-127 read as zero, the only terms of the sums) gives bits
+ * other than the scalar code's; the other tile is ordinary. */
+static void test_gemm_fp8_fold_edges(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+    enum { K = 32 * 20, N = 64, KB = K / 32 };
+    static const int edge[] = {9, 10, 134, 135, 255, 0};
+    static const int at[] = {3, 7, 17}; /* inside the first vector, its last lane, the rest */
+    static const int64_t Mv[] = {1, 2, 5}; /* 5: the segmented form */
+    for (size_t mi = 0; mi < sizeof Mv / sizeof *Mv; mi++)
+        for (size_t e = 0; e < sizeof edge / sizeof *edge; e++)
+            for (size_t ai = 0; ai < sizeof at / sizeof *at; ai++)
+                for (int big = 0; big <= 1; big++) {
+                    const int64_t M = Mv[mi];
+                    problem p;
+                    problem_init(&p, FMT_FP8, M, K, N);
+                    for (int64_t m = 0; m < M; m++)
+                        for (int64_t i = 0; i < K; i++)
+                            p.x[m * K + i] = i / 32 != at[ai] ? 0.0f
+                                                              : (i % 5 == 1 ? 4.0f : -3.0f) * (big ? 1.0f : 0.0625f);
+                    di_act_quant_fp8_scalar(p.x, M, K, p.qa, p.sa);
+                    for (int64_t i = 0; i < 2 * KB; i++) p.ws[i] = 127;
+                    p.ws[at[ai]] = (uint8_t)edge[e];
+                    float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
+                    run_gemm(&p, 0, 0, M, a, NULL);
+                    run_gemm(&p, 1, 0, M, b, NULL);
+                    const int d = count_diff_bits_nan(a, b, M * N);
+                    CHECKF(d == 0, "M=%lld scale %d at block %d, activations ~%s: %d outputs differ from scalar",
+                           (long long)M, edge[e], at[ai], big ? "4" : "1/4", d);
+                    free(a), free(b);
+                    problem_free(&p);
+                }
+}
+
 /* FP8 decode rows with the activation and weight scales' product near the
  * bottom of the fp32 range: the F16C route folds sw·2^8 into the
  * activations, which must stay normal numbers (a·sw·2^8 >= 2^-126, guarded
@@ -961,6 +1001,7 @@ static void check_all_paths(void) {
     test_gemm_extreme_scales();
     test_gemm_decode_rows();
     test_gemm_decode_all_scales();
+    test_gemm_fp8_fold_edges();
     test_gemm_fp8_tiny_scales();
     test_gemm_mxfp4_small_codes();
     test_gemm_mxfp4_scale_edges();
@@ -1057,6 +1098,7 @@ int main(void) {
     RUN(test_gemm_extreme_scales);
     RUN(test_gemm_decode_rows);
     RUN(test_gemm_decode_all_scales);
+    RUN(test_gemm_fp8_fold_edges);
     RUN(test_gemm_fp8_tiny_scales);
     RUN(test_mxfp4_group_sums_exact);
     RUN(test_gemm_mxfp4_small_codes);
