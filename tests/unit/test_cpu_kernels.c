@@ -834,6 +834,22 @@ static void test_half_route(void) {
 #endif
 }
 
+/* The shift route AMD cores take (E4M3 codes to fp32 subnormals by shifts;
+ * on AVX-512 its segmented decode rows on 512-bit vectors) gives the scalar
+ * bits too: the checks above forced onto it, so that other CPUs check it
+ * (slowly: their subnormal arithmetic takes assists). */
+static void test_shift_route(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+#ifdef DI_HAVE_AVX2_KERNELS
+    di_cpu_kernels_force_fp8_half(-1);
+    CHECK(!di_cpu_kernels_fp8_half());
+    const long s0 = di_cpu_kernels_seg_units();
+    check_all_paths();
+    CHECKF(di_cpu_kernels_seg_units() > s0, "the segmented decode rows ran %ld units", di_cpu_kernels_seg_units() - s0);
+    di_cpu_kernels_force_fp8_half(0);
+#endif
+}
+
 /* On a CPU with AVX-512 the prefill micro-kernels and the decode rows (FP8
  * on the F16C route, MXFP4) run on 512-bit vectors (every check above took
  * them); the 256-bit ones, which other CPUs take, must give the same
@@ -1108,6 +1124,7 @@ int main(void) {
     RUN(test_gemm_mxfp4_decode_act_limits);
     RUN(test_batch_and_thread_invariance);
     RUN(test_half_route);
+    RUN(test_shift_route);
     RUN(test_narrow_route);
     RUN(test_bias_route);
     RUN(test_seg_route);

@@ -151,9 +151,10 @@ void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int6
                       float *out, di_threadpool *tp);
 /* Forces (1) the FP8 AVX2 route that CPUs with slow subnormal
  * arithmetic take (E4M3 codes decoded through the F16C conversion, no fp32
- * subnormal on the way), or restores the choice by CPU vendor (0). Same
- * bits either way; for tests and benchmarks. Set it before running
- * kernels, not while they run. */
+ * subnormal on the way), forces the shift route of AMD cores (-1: correct
+ * anywhere, slow where subnormals are), or restores the choice by CPU
+ * vendor (0). Same bits either way; for tests and benchmarks. Set it
+ * before running kernels, not while they run. */
 void di_cpu_kernels_force_fp8_half(int on);
 /* Whether FP8 codes go through F16C right now (every CPU but AMD's, or
  * forced above); the CPU ops that decode FP8 weights follow it too. */

@@ -52,7 +52,9 @@
  * tree of kernels.h at the end. Decode rows on the F16C route also run on
  * 512-bit vectors there (two weight rows a register, 8 rows for one
  * activation row and 4 for blocks of up to 4, "decode rows on 512-bit
- * vectors"), their codes decoded by the exponent bias rather than F16C. */
+ * vectors"), their codes decoded by the exponent bias rather than F16C;
+ * on the shift route (AMD cores with AVX-512) the segmented form of 3-16
+ * rows does, by shifts (dec_shift_wide). */
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_words.h"
 
@@ -406,16 +408,18 @@ static atomic_int half_mode = -1; /* -1: not decided; 0: shifts; 1: F16C */
 static atomic_int half_forced;
 
 static int use_half(void) {
+    const int f = atomic_load_explicit(&half_forced, memory_order_relaxed);
+    if (f) return f > 0;
     int v = atomic_load_explicit(&half_mode, memory_order_relaxed);
     if (v < 0) {
         __builtin_cpu_init();
         v = !__builtin_cpu_is("amd");
         atomic_store(&half_mode, v);
     }
-    return v || atomic_load_explicit(&half_forced, memory_order_relaxed);
+    return v;
 }
 
-void di_cpu_kernels_force_fp8_half(int on) { atomic_store(&half_forced, on != 0); }
+void di_cpu_kernels_force_fp8_half(int on) { atomic_store(&half_forced, on > 0 ? 1 : on < 0 ? -1 : 0); }
 int di_cpu_kernels_fp8_half(void) { return use_half(); }
 
 /* ---- prefill, dot products (M < lg_min_m()) ---- */
@@ -973,7 +977,7 @@ typedef struct dec_job {
     const float *bmax;      /* [K/32] max |a| over the rows per block */
     const float *smin;      /* [K/32] min sa over the rows per block */
     int half;               /* decode through F16C (see use_half()) */
-    int R;                  /* weight rows a group: dec_rows(M, half) */
+    int R;                  /* weight rows a group: dec_rows(M, half, ks > 0) */
     int bias;               /* on 512-bit vectors, codes by the exponent bias (dec_bias_wide) */
     atomic_int *bias_heavy; /* set once a unit's codes took its table often: F16C for the rest */
     const uint8_t *w, *ws;
@@ -989,9 +993,12 @@ typedef struct dec_job {
  * activations of a few rows already exceed L1), every decoded weight vector
  * mr FMAs; R·mr <= 8 leaves registers for the decoding (12 spilled). */
 static int dec_rows_for(int64_t M) { return M == 1 ? 8 : M == 2 ? 4 : 2; }
-/* On 512-bit vectors (the F16C route's CPUs) two rows share a register:
- * 8 rows for one activation row, 4 for blocks of up to 4. */
-static int dec_rows(int64_t M, int half) { return half && di_cpu_kernels_wide() ? (M == 1 ? 8 : 4) : dec_rows_for(M); }
+/* On 512-bit vectors two rows share a register: on the F16C route 8 rows
+ * for one activation row, 4 for blocks of up to 4; on the shift route (AMD
+ * cores with AVX-512) the segmented form's 4 (seg: it runs). */
+static int dec_rows(int64_t M, int half, int seg) {
+    return di_cpu_kernels_wide() && (half || seg) ? (M == 1 ? 8 : 4) : dec_rows_for(M);
+}
 static int dec_block_rows(int64_t M) { return M <= 2 ? (int)M : 4; }
 
 /* One chunk of dec_kernel(). */
@@ -1140,6 +1147,19 @@ AVX512_INLINE void dec_half_wide(__m512i x, __m512 out[4]) {
     __asm__("vcvtph2ps %1, %0" : "=v"(out[3]) : "m"(h[3]));
 }
 
+/* The shift decoding (dec_pair) of two rows' chunks at once, x = [row 2i |
+ * row 2i+1]: out[p] holds position p of both, as dec_half_wide's, as fp32
+ * w·2^-120 (the segmented form on AMD cores with AVX-512). */
+AVX512_INLINE void dec_shift_wide(__m512i x, __m512 out[4]) {
+    const __m512i mask = _mm512_set1_epi32((int)0x87f00000u);
+#pragma GCC unroll 2
+    for (int p = 0; p < 2; p++) {
+        const __m512i v = _mm512_srai_epi16(p ? x : _mm512_slli_epi16(x, 8), 4);
+        out[p + 2] = _mm512_castsi512_ps(_mm512_and_si512(v, mask));
+        out[p] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 16), mask));
+    }
+}
+
 /* The decode rows on 512-bit vectors (dec_kernel_wide):
  * the row pointers in registers and the accumulators [m][row pair] at zero;
  * at the end each row's eight chains (a register's half) through the tree. */
@@ -1246,7 +1266,12 @@ static dec_bias_fn dec_bias_for(int64_t M, int mr) {
  * is the same sequence of FMAs (same bits). On 512-bit vectors blocks of
  * up to SEG_MB rows share each decoded chunk (dec_kernel_wide: up to 4):
  * the decoding, about a third of a chunk's vector work at 4 rows, weighs
- * half as much at 8. A unit's rows are read in pieces of a segment, which
+ * half as much at 8. AMD cores with AVX-512 (Zen 4: 512-bit work on 256-bit
+ * units) take these kernels too, decoding by shifts: their 16 chains an
+ * activation row pair, against the 256-bit kernels' 8, keep both FMA
+ * pipes fed (one Zen 4 core, shared.w1 and wq_a / wo_b: 3 rows 51-59
+ * GFLOP/s against 37-50, 6 rows 69-77 against 43-56, 8 rows 68-81 against
+ * 52-69, 16 rows the same). A unit's rows are read in pieces of a segment, which
  * the hardware prefetchers follow poorly: each group prefetches its next
  * segment into L2 (the unit's own rows: with many threads the next unit
  * is usually another thread's). */
@@ -1278,10 +1303,13 @@ AVX2_INLINE void seg_prefetch(const uint8_t *const *rows, const int nr, int64_t 
 
 /* Weight rows rows[0..3] (two pairs; chunk 0 = the segment's first) ×
  * mr <= SEG_MB activation rows (a, stride lda, the unit's scales folded
- * in) over n chunks; the chains come from and go back to lanes ([mr][2]
- * vectors of 16; first: from zero); ahead as seg_prefetch. Returns the
- * pair chunks that took dec_bias_wide's table. */
-AVX512_INLINE int seg_kernel(const int mr, const int bias, int64_t n, const uint8_t *const *rowp,
+ * in) over n chunks, the codes decoded by F16C (dm SEG_F16C), the exponent
+ * bias (SEG_BIAS) or shifts (SEG_SHIFT: the activations then carry
+ * sw·2^120); the chains come from and go back to lanes ([mr][2] vectors of
+ * 16; first: from zero); ahead as seg_prefetch. Returns the pair chunks
+ * that took dec_bias_wide's table. */
+enum { SEG_F16C, SEG_BIAS, SEG_SHIFT };
+AVX512_INLINE int seg_kernel(const int mr, const int dm, int64_t n, const uint8_t *const *rowp,
                              int64_t ahead, const float *a, int64_t lda, float *lanes, int first) {
     __m512 acc[SEG_MB][2];
     const uint8_t *rows[4];
@@ -1300,7 +1328,8 @@ AVX512_INLINE int seg_kernel(const int mr, const int bias, int64_t n, const uint
         for (int i = 0; i < 2; i++) {
             const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_chunk(rows[2 * i], c)),
                                                  load_chunk(rows[2 * i + 1], c), 1);
-            if (bias) nsub += dec_bias_wide(x, d[i]);
+            if (dm == SEG_BIAS) nsub += dec_bias_wide(x, d[i]);
+            else if (dm == SEG_SHIFT) dec_shift_wide(x, d[i]);
             else dec_half_wide(x, d[i]);
         }
 #pragma GCC unroll 4
@@ -1326,11 +1355,15 @@ typedef int (*seg_kernel_fn)(int64_t n, const uint8_t *const *rows, int64_t ahea
 #define SEG_KERNEL_FNS(mr)                                                                                \
     static AVX512 int seg_kernel_##mr##x(int64_t n, const uint8_t *const *rows, int64_t ahead,            \
                                          const float *a, int64_t lda, float *lanes, int first) {         \
-        return seg_kernel(mr, 1, n, rows, ahead, a, lda, lanes, first);                                  \
+        return seg_kernel(mr, SEG_BIAS, n, rows, ahead, a, lda, lanes, first);                           \
     }                                                                                                     \
     static AVX512 int seg_kernel_##mr##w(int64_t n, const uint8_t *const *rows, int64_t ahead,            \
                                          const float *a, int64_t lda, float *lanes, int first) {         \
-        return seg_kernel(mr, 0, n, rows, ahead, a, lda, lanes, first);                                  \
+        return seg_kernel(mr, SEG_F16C, n, rows, ahead, a, lda, lanes, first);                           \
+    }                                                                                                     \
+    static AVX512 int seg_kernel_##mr##s(int64_t n, const uint8_t *const *rows, int64_t ahead,            \
+                                         const float *a, int64_t lda, float *lanes, int first) {         \
+        return seg_kernel(mr, SEG_SHIFT, n, rows, ahead, a, lda, lanes, first);                          \
     }
 SEG_KERNEL_FNS(1)
 SEG_KERNEL_FNS(2)
@@ -1340,12 +1373,15 @@ SEG_KERNEL_FNS(5)
 SEG_KERNEL_FNS(6)
 SEG_KERNEL_FNS(7)
 SEG_KERNEL_FNS(8)
-static seg_kernel_fn seg_kernel_for(int mr, int bias) {
-    static const seg_kernel_fn x[SEG_MB + 1] = {0, seg_kernel_1x, seg_kernel_2x, seg_kernel_3x, seg_kernel_4x,
-                                                seg_kernel_5x, seg_kernel_6x, seg_kernel_7x, seg_kernel_8x};
-    static const seg_kernel_fn w[SEG_MB + 1] = {0, seg_kernel_1w, seg_kernel_2w, seg_kernel_3w, seg_kernel_4w,
-                                                seg_kernel_5w, seg_kernel_6w, seg_kernel_7w, seg_kernel_8w};
-    return bias ? x[mr] : w[mr];
+static seg_kernel_fn seg_kernel_for(int mr, int dm) {
+    static const seg_kernel_fn k[3][SEG_MB + 1] = {
+        {0, seg_kernel_1w, seg_kernel_2w, seg_kernel_3w, seg_kernel_4w, seg_kernel_5w, seg_kernel_6w, seg_kernel_7w,
+         seg_kernel_8w},
+        {0, seg_kernel_1x, seg_kernel_2x, seg_kernel_3x, seg_kernel_4x, seg_kernel_5x, seg_kernel_6x, seg_kernel_7x,
+         seg_kernel_8x},
+        {0, seg_kernel_1s, seg_kernel_2s, seg_kernel_3s, seg_kernel_4s, seg_kernel_5s, seg_kernel_6s, seg_kernel_7s,
+         seg_kernel_8s}};
+    return k[dm][mr];
 }
 /* Rows of a block for M <= DEC_M activation rows: M up to SEG_MB, else
  * even halves. */
@@ -1564,7 +1600,9 @@ static AVX2 void seg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
                 float *gl = lanes + (g0 - n0) / R * M * R * 8;
                 for (int64_t m0 = 0; m0 < M; m0 += mb) {
                     const int mr = M - m0 < mb ? (int)(M - m0) : mb;
-                    const seg_kernel_fn kf = wide ? seg_kernel_for(mr, bias) : seg_narrow_for(mr, j->half);
+                    const seg_kernel_fn kf = !wide       ? seg_narrow_for(mr, j->half)
+                                             : j->half ? seg_kernel_for(mr, bias ? SEG_BIAS : SEG_F16C)
+                                                       : seg_kernel_for(mr, SEG_SHIFT);
                     /* the first block prefetches the group's next segment */
                     const int64_t ahead = m0 || c0 + n >= chunks ? 0 : n * 32;
                     const int t = kf(n, rows, ahead, sc + m0 * ks * 32, ks * 32, gl + m0 * R * 8, c0 == 0);
@@ -1609,7 +1647,7 @@ static int dec_run(int half, const uint8_t *qa, const float *sa, int64_t M, int6
         }
     atomic_int heavy = 0;
     dec_job j = {.qa = qa, .sa = sa, .ap = ap, .bmax = bmax, .smin = smin, .half = half,
-                 .R = dec_rows(M, half), .bias = half && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
+                 .R = dec_rows(M, half, ks > 0), .bias = half && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
                  .bias_heavy = &heavy, .w = w,
                  .ws = ws, .M = M, .K = K, .Kp = Kp, .N = N, .out = out, .scratch = scratch,
                  .scratch_floats = sf, .ks = ks};
