@@ -851,7 +851,7 @@ static void test_shift_route(void) {
 }
 
 /* On a CPU with AVX-512 the prefill micro-kernels and the decode rows (FP8
- * on the F16C route, MXFP4) run on 512-bit vectors (every check above took
+ * on either route, MXFP4) run on 512-bit vectors (every check above took
  * them); the 256-bit ones, which other CPUs take, must give the same
  * scalar bits there too: the checks again with the wide kernels switched
  * off. */
@@ -902,7 +902,7 @@ static void test_vnni_route(void) {
 static void test_bias_route(void) {
 #ifdef DI_HAVE_AVX2_KERNELS
     if (!di_cpu_kernels_wide()) SKIP("no AVX-512 F/DQ/BW/VL: no decode rows on 512-bit vectors");
-    if (!di_cpu_kernels_fp8_half()) SKIP("the shift route's CPU: its decode rows are the 256-bit ones");
+    if (!di_cpu_kernels_fp8_half()) SKIP("the shift route's CPU: its decode rows decode by shifts (test_half_route takes this route)");
     long n0 = di_cpu_kernels_bias_units();
     test_gemm_decode_rows();
     test_gemm_fp8_tiny_scales();
