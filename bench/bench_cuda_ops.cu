@@ -1094,6 +1094,117 @@ static void bench_l2pf(void) {
     di_cuda_free(big);
 }
 
+/* --moepf: the routed experts at batch 1 as the step runs them, w1 + w3
+ * (one pair launch) then w2, with w2's weights of the step's experts sent
+ * to L2 by bulk prefetches issued before the pair (mode 1; mode 2 the same
+ * with an evict_last policy) or not (mode 0): the pair leaves HBM ~40 %
+ * idle at one row, which the prefetches could fill. Per step, six experts
+ * of 384 drawn anew (the weights cold), graph launches back to back, three
+ * alternations. */
+__global__ void k_moe_w2_prefetch(const int32_t *ids, int ng, const uint8_t *w, size_t wbytes, const uint8_t *ws,
+                                  size_t sbytes, int mode) {
+    uint64_t pol;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(pol));
+    const size_t chunk = 65536;
+    const int z = blockIdx.y;
+    if (z >= ng) return;
+    const size_t e = (size_t)ids[z];
+    const size_t per = wbytes + sbytes, nck = (per + chunk - 1) / chunk;
+    for (size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c < nck; c += (size_t)gridDim.x * blockDim.x) {
+        size_t off = c * chunk;
+        const uint8_t *p;
+        size_t n;
+        if (off < wbytes) {
+            p = w + e * wbytes + off;
+            n = wbytes - off < chunk ? wbytes - off : chunk;
+        } else {
+            p = ws + e * sbytes + (off - wbytes);
+            n = sbytes - (off - wbytes) < chunk ? sbytes - (off - wbytes) : chunk;
+        }
+        const uint32_t sz = (uint32_t)n & ~15u;
+        if (!sz) continue;
+        if (mode == 2)
+            asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;\n" ::"l"(p), "r"(sz), "l"(pol)
+                         : "memory");
+        else
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(sz) : "memory");
+    }
+}
+static void bench_moe_pf(void) {
+    const int64_t E = 384, D = 5120, I = 2304, topk = 6;
+    const size_t w13b = (size_t)(I * D / 2), s13b = (size_t)(I * (D / 32)), w2b = (size_t)(D * I / 2),
+                 s2b = (size_t)(D * (I / 32));
+    void *w1 = dalloc(w13b * E), *s1 = dalloc(s13b * E), *w3 = dalloc(w13b * E), *s3 = dalloc(s13b * E);
+    void *w2 = dalloc(w2b * E), *s2 = dalloc(s2b * E);
+    rnd(w1, w13b * E, 300); rnd(s1, s13b * E, 301, 2); rnd(w3, w13b * E, 302); rnd(s3, s13b * E, 303, 2);
+    rnd(w2, w2b * E, 304); rnd(s2, s2b * E, 305, 2);
+    void *qa = dalloc((size_t)D), *sa = dalloc((size_t)(D / 32) * 4);
+    void *qh = dalloc((size_t)(topk * I)), *sh = dalloc((size_t)(topk * (I / 32)) * 4);
+    rnd(qa, (size_t)D, 306, 1);
+    rnd(qh, (size_t)(topk * I), 307, 1);
+    fill_scales<<<256, 256>>>((float *)sa, (size_t)(D / 32), 308);
+    fill_scales<<<256, 256>>>((float *)sh, (size_t)(topk * (I / 32)), 309);
+    void *g = dalloc((size_t)(topk * I) * 4), *u = dalloc((size_t)(topk * I) * 4), *y = dalloc((size_t)(topk * D) * 4);
+    const int steps = 40;
+    uint32_t seed = 777;
+    auto next = [&]() { seed = seed * 1664525u + 1013904223u; return seed >> 8; };
+    std::vector<void *> idsv, offv;
+    std::vector<int32_t> off{0, 1, 2, 3, 4, 5, 6}, zero(6, 0), iota{0, 1, 2, 3, 4, 5};
+    void *rows0 = dalloc(6 * 4), *rowsi = dalloc(6 * 4), *offd = dalloc(7 * 4);
+    CK(cudaMemcpy(rows0, zero.data(), 24, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(rowsi, iota.data(), 24, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(offd, off.data(), 28, cudaMemcpyHostToDevice));
+    for (int i = 0; i < steps; i++) {
+        std::vector<int32_t> ids;
+        while ((int)ids.size() < topk) {
+            int32_t e = (int32_t)(next() % E);
+            if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
+        }
+        std::sort(ids.begin(), ids.end());
+        void *d = dalloc(24);
+        CK(cudaMemcpy(d, ids.data(), 24, cudaMemcpyHostToDevice));
+        idsv.push_back(d);
+    }
+    for (int rep = 0; rep < 3; rep++)
+        for (int mode : {0, 1, 2}) {
+            double t = time_ops([&](int i, cudaStream_t st) {
+                if (mode)
+                    k_moe_w2_prefetch<<<dim3(4, 6), 32, 0, st>>>((const int32_t *)idsv[i], 6, (const uint8_t *)w2, w2b,
+                                                               (const uint8_t *)s2, s2b, mode);
+                DK(di_cuda_gemm_mxfp4_grouped_pair((uint8_t *)qa, (float *)sa, D, (uint8_t *)w1, (uint8_t *)s1,
+                                                   (uint8_t *)w3, (uint8_t *)s3, I, (int32_t *)idsv[i],
+                                                   (int32_t *)offd, 6, (int32_t *)rows0, 1, g, u, DI_DTYPE_F32, st,
+                                                   err));
+                DK(di_cuda_gemm_mxfp4_grouped((uint8_t *)qh, (float *)sh, I, (uint8_t *)w2, (uint8_t *)s2, D,
+                                              (int32_t *)idsv[i], (int32_t *)offd, 6, (int32_t *)rowsi, 1, y,
+                                              DI_DTYPE_F32, st, err));
+            }, steps, 10);
+            const double bytes = 6.0 * (2 * (w13b + s13b) + w2b + s2b);
+            printf("RESULT moepf b1 pair+w2 mode %d (%s): %.2f us a step, %.0f%% of copy (floor %.2f us)\n", mode,
+                   mode == 0 ? "no prefetch" : mode == 1 ? "w2 prefetched" : "w2 prefetched, evict_last",
+                   t * 1e6, 100 * bytes / t / g_copy_bw, bytes / g_copy_bw * 1e6);
+            fflush(stdout);
+        }
+    /* the parts alone, cold: pair, w2, prefetch launch */
+    double tp = time_ops([&](int i, cudaStream_t st) {
+        DK(di_cuda_gemm_mxfp4_grouped_pair((uint8_t *)qa, (float *)sa, D, (uint8_t *)w1, (uint8_t *)s1, (uint8_t *)w3,
+                                           (uint8_t *)s3, I, (int32_t *)idsv[i], (int32_t *)offd, 6, (int32_t *)rows0,
+                                           1, g, u, DI_DTYPE_F32, st, err));
+    }, steps, 10);
+    double tw = time_ops([&](int i, cudaStream_t st) {
+        DK(di_cuda_gemm_mxfp4_grouped((uint8_t *)qh, (float *)sh, I, (uint8_t *)w2, (uint8_t *)s2, D,
+                                      (int32_t *)idsv[i], (int32_t *)offd, 6, (int32_t *)rowsi, 1, y, DI_DTYPE_F32, st,
+                                      err));
+    }, steps, 10);
+    double tf = time_ops([&](int i, cudaStream_t st) {
+        k_moe_w2_prefetch<<<dim3(4, 6), 32, 0, st>>>((const int32_t *)idsv[i], 6, (const uint8_t *)w2, w2b,
+                                                   (const uint8_t *)s2, s2b, 1);
+    }, steps, 10);
+    printf("RESULT moepf parts b1: pair %.2f us, w2 %.2f us, prefetch launch %.2f us\n", tp * 1e6, tw * 1e6, tf * 1e6);
+    for (void *d : idsv) di_cuda_free(d);
+    for (void *d : {w1, s1, w3, s3, w2, s2, qa, sa, qh, sh, g, u, y, rows0, rowsi, offd}) di_cuda_free(d);
+}
+
 /* --topk: the indexer's top-512 of one row (cuda_op_topk_select, as
  * topk_select runs it at decode) over widths from a ratio-1 layer at a
  * short context to the candidate pool's 16,384 and past it; scores of a
@@ -1357,6 +1468,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--greedy")) gemm = matvec = 0, plain = 12; /* bench_greedy only */
         else if (!strcmp(argv[i], "--pair")) gemm = matvec = 0, plain = 13; /* bench_pair only */
         else if (!strcmp(argv[i], "--l2pf")) gemm = matvec = 0, plain = 14; /* bench_l2pf only */
+        else if (!strcmp(argv[i], "--moepf")) gemm = matvec = 0, plain = 19; /* bench_moe_pf only */
         else if (!strcmp(argv[i], "--topk")) gemm = matvec = 0, plain = 15; /* bench_topk only */
         else if (!strcmp(argv[i], "--fp4bal")) { /* bench_fp4_bal only, a batch optional */
             gemm = matvec = 0, plain = 11;
@@ -1399,6 +1511,7 @@ int main(int argc, char **argv) {
     if (plain == 12) bench_greedy();
     if (plain == 13) bench_pair();
     if (plain == 14) bench_l2pf();
+    if (plain == 19) bench_moe_pf();
     if (plain == 15) bench_topk();
     if (matvec) {
         bench_act_quant();
