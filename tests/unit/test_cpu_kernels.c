@@ -845,7 +845,8 @@ static void test_shift_route(void) {
     CHECK(!di_cpu_kernels_fp8_half());
     const long s0 = di_cpu_kernels_seg_units();
     check_all_paths();
-    CHECKF(di_cpu_kernels_seg_units() > s0, "the segmented decode rows ran %ld units", di_cpu_kernels_seg_units() - s0);
+    CHECKF(di_cpu_kernels_seg_units() > s0, "the segmented decode rows ran %ld units",
+           di_cpu_kernels_seg_units() - s0);
     di_cpu_kernels_force_fp8_half(0);
 #endif
 }
@@ -902,7 +903,8 @@ static void test_vnni_route(void) {
 static void test_bias_route(void) {
 #ifdef DI_HAVE_AVX2_KERNELS
     if (!di_cpu_kernels_wide()) SKIP("no AVX-512 F/DQ/BW/VL: no decode rows on 512-bit vectors");
-    if (!di_cpu_kernels_fp8_half()) SKIP("the shift route's CPU: its decode rows decode by shifts (test_half_route takes this route)");
+    if (!di_cpu_kernels_fp8_half())
+        SKIP("the shift route's CPU: its decode rows decode by shifts (test_half_route takes this route)");
     long n0 = di_cpu_kernels_bias_units();
     test_gemm_decode_rows();
     test_gemm_fp8_tiny_scales();

@@ -1153,7 +1153,7 @@ AVX512_INLINE void dec_half_wide(__m512i x, __m512 out[4]) {
 
 /* The shift decoding (dec_pair) of two rows' chunks at once, x = [row 2i |
  * row 2i+1]: out[p] holds position p of both, as dec_half_wide's, as fp32
- * w·2^-120 (the segmented form on AMD cores with AVX-512). */
+ * w·2^-120 (the 512-bit decode rows of AMD cores with AVX-512). */
 AVX512_INLINE void dec_shift_wide(__m512i x, __m512 out[4]) {
     const __m512i mask = _mm512_set1_epi32((int)0x87f00000u);
 #pragma GCC unroll 2
@@ -1191,13 +1191,13 @@ AVX512_INLINE void dec_wide_end(const int mr, const int R, __m512 acc[DEC_MB][4]
 }
 
 /* how the 512-bit kernels decode E4M3 codes (see dec_kernel_wide) */
-enum { SEG_F16C, SEG_BIAS, SEG_SHIFT };
+enum { DEC_F16C, DEC_BIAS, DEC_SHIFT };
 /* dec_kernel on 512-bit vectors for R = 8 weight rows and one or two
  * activation rows or R = 4 (two registers) and mr <= 4 activation rows;
  * the activations of a chunk are loaded once for all the row pairs, each
  * 8-lane vector into both halves. The codes decode by the exponent bias
- * (dm SEG_BIAS, dec_bias_wide), through F16C (SEG_F16C, dec_half_wide) or
- * by shifts (SEG_SHIFT, dec_shift_wide: the activations carry sw·2^120,
+ * (dm DEC_BIAS, dec_bias_wide), through F16C (DEC_F16C, dec_half_wide) or
+ * by shifts (DEC_SHIFT, dec_shift_wide: the activations carry sw·2^120,
  * the others sw·2^8): the same products. Returns the row pairs' chunks
  * that took dec_bias_wide's table. On a Zen 4 core the shift form at one
  * and two rows runs 5-15 % ahead of the 256-bit dec_kernel, 20-23 GB/s
@@ -1224,8 +1224,8 @@ AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, int64
                 const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_chunk(rows[2 * i], c)),
                                                      load_chunk(rows[2 * i + 1], c), 1);
                 __m512 d[4];
-                if (dm == SEG_BIAS) nsub += dec_bias_wide(x, d);
-                else if (dm == SEG_SHIFT) dec_shift_wide(x, d);
+                if (dm == DEC_BIAS) nsub += dec_bias_wide(x, d);
+                else if (dm == DEC_SHIFT) dec_shift_wide(x, d);
                 else dec_half_wide(x, d);
 #pragma GCC unroll 4
                 for (int p = 0; p < 4; p++)
@@ -1245,12 +1245,12 @@ AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, int64
     static AVX512 void dec_kernel_##mr##_##R##w(int64_t chunks, const uint8_t *const *rows,             \
                                                 const uint8_t *ahead, const float *a, int64_t lda,       \
                                                 float *res) {                                            \
-        dec_kernel_wide(mr, R, SEG_F16C, chunks, rows, ahead, a, lda, res);                             \
+        dec_kernel_wide(mr, R, DEC_F16C, chunks, rows, ahead, a, lda, res);                             \
     }                                                                                                    \
     static AVX512 int dec_kernel_##mr##_##R##x(int64_t chunks, const uint8_t *const *rows,              \
                                                const uint8_t *ahead, const float *a, int64_t lda,        \
                                                float *res) {                                             \
-        return dec_kernel_wide(mr, R, SEG_BIAS, chunks, rows, ahead, a, lda, res);                      \
+        return dec_kernel_wide(mr, R, DEC_BIAS, chunks, rows, ahead, a, lda, res);                      \
     }
 DEC_WIDE_FNS(1, 8)
 /* the shift forms (s) of AMD cores with AVX-512: 8 rows for one or two
@@ -1260,7 +1260,7 @@ DEC_WIDE_FNS(1, 8)
     static AVX512 void dec_kernel_##mr##_8s(int64_t chunks, const uint8_t *const *rows,                 \
                                             const uint8_t *ahead, const float *a, int64_t lda,           \
                                             float *res) {                                                \
-        dec_kernel_wide(mr, 8, SEG_SHIFT, chunks, rows, ahead, a, lda, res);                            \
+        dec_kernel_wide(mr, 8, DEC_SHIFT, chunks, rows, ahead, a, lda, res);                            \
     }
 DEC_SHIFT_WIDE_FN(1)
 DEC_SHIFT_WIDE_FN(2)
@@ -1292,10 +1292,10 @@ static dec_bias_fn dec_bias_for(int64_t M, int mr) {
  * activation row pair, against the 256-bit kernels' 8, keep both FMA
  * pipes fed (one Zen 4 core, shared.w1 and wq_a / wo_b: 3 rows 51-59
  * GFLOP/s against 37-50, 6 rows 69-77 against 43-56, 8 rows 68-81 against
- * 52-69, 16 rows the same). A unit's rows are read in pieces of a segment, which
- * the hardware prefetchers follow poorly: each group prefetches its next
- * segment into L2 (the unit's own rows: with many threads the next unit
- * is usually another thread's). */
+ * 52-69, 16 rows the same). A unit's rows are read in pieces of a
+ * segment, which the hardware prefetchers follow poorly: each group
+ * prefetches its next segment into L2 (the unit's own rows: with many
+ * threads the next unit is usually another thread's). */
 enum { SEG_FROM = 3, SEG_MB = 8, SEG_ACT = 4096, SEG_MIN = 4 };
 /* 1: the decode rows keep to blocks over all of K (tests, benchmarks) */
 static atomic_int seg_forced_off;
@@ -1324,8 +1324,8 @@ AVX2_INLINE void seg_prefetch(const uint8_t *const *rows, const int nr, int64_t 
 
 /* Weight rows rows[0..3] (two pairs; chunk 0 = the segment's first) ×
  * mr <= SEG_MB activation rows (a, stride lda, the unit's scales folded
- * in) over n chunks, the codes decoded by F16C (dm SEG_F16C), the exponent
- * bias (SEG_BIAS) or shifts (SEG_SHIFT: the activations then carry
+ * in) over n chunks, the codes decoded by F16C (dm DEC_F16C), the exponent
+ * bias (DEC_BIAS) or shifts (DEC_SHIFT: the activations then carry
  * sw·2^120); the chains come from and go back to lanes ([mr][2] vectors of
  * 16; first: from zero); ahead as seg_prefetch. Returns the pair chunks
  * that took dec_bias_wide's table. */
@@ -1348,8 +1348,8 @@ AVX512_INLINE int seg_kernel(const int mr, const int dm, int64_t n, const uint8_
         for (int i = 0; i < 2; i++) {
             const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_chunk(rows[2 * i], c)),
                                                  load_chunk(rows[2 * i + 1], c), 1);
-            if (dm == SEG_BIAS) nsub += dec_bias_wide(x, d[i]);
-            else if (dm == SEG_SHIFT) dec_shift_wide(x, d[i]);
+            if (dm == DEC_BIAS) nsub += dec_bias_wide(x, d[i]);
+            else if (dm == DEC_SHIFT) dec_shift_wide(x, d[i]);
             else dec_half_wide(x, d[i]);
         }
 #pragma GCC unroll 4
@@ -1375,15 +1375,15 @@ typedef int (*seg_kernel_fn)(int64_t n, const uint8_t *const *rows, int64_t ahea
 #define SEG_KERNEL_FNS(mr)                                                                                \
     static AVX512 int seg_kernel_##mr##x(int64_t n, const uint8_t *const *rows, int64_t ahead,            \
                                          const float *a, int64_t lda, float *lanes, int first) {         \
-        return seg_kernel(mr, SEG_BIAS, n, rows, ahead, a, lda, lanes, first);                           \
+        return seg_kernel(mr, DEC_BIAS, n, rows, ahead, a, lda, lanes, first);                           \
     }                                                                                                     \
     static AVX512 int seg_kernel_##mr##w(int64_t n, const uint8_t *const *rows, int64_t ahead,            \
                                          const float *a, int64_t lda, float *lanes, int first) {         \
-        return seg_kernel(mr, SEG_F16C, n, rows, ahead, a, lda, lanes, first);                           \
+        return seg_kernel(mr, DEC_F16C, n, rows, ahead, a, lda, lanes, first);                           \
     }                                                                                                     \
     static AVX512 int seg_kernel_##mr##s(int64_t n, const uint8_t *const *rows, int64_t ahead,            \
                                          const float *a, int64_t lda, float *lanes, int first) {         \
-        return seg_kernel(mr, SEG_SHIFT, n, rows, ahead, a, lda, lanes, first);                          \
+        return seg_kernel(mr, DEC_SHIFT, n, rows, ahead, a, lda, lanes, first);                          \
     }
 SEG_KERNEL_FNS(1)
 SEG_KERNEL_FNS(2)
@@ -1508,9 +1508,9 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float 
  * code. If so, f[kb] gets the block's factor sw·fold. Eight blocks at a
  * time: an E8M0 byte e inside the range (2^-117 .. 2^7: e in 10 .. 134)
  * is the fp32 whose exponent field is e, so the factor is e << 23 times
- * fold (a power of two: exact, the table's value times fold). Per block
- * through the table, with a scalar multiply and broadcast per chunk in the
- * fold, this took ~9 % of a one-row product on a Zen 4 core. */
+ * fold (a power of two: exact, the table's value times fold). Block by
+ * block through the table the check took ~3 % of a one-row product on a
+ * Zen 4 core (now ~0.6 %), and the fold looked each factor up again. */
 static AVX2 int dec_fold_scales(const dec_job *j, const uint8_t *st, float *f) {
     const int64_t KB = j->K / 32;
     const float fold = j->half ? 0x1p8f : 0x1p120f;
@@ -1523,7 +1523,8 @@ static AVX2 int dec_fold_scales(const dec_job *j, const uint8_t *st, float *f) {
         const __m256 sv = _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
         __m256 ok = _mm256_and_ps(_mm256_castsi256_ps(in),
                                   _mm256_cmp_ps(_mm256_mul_ps(_mm256_loadu_ps(j->bmax + kb), sv), top, _CMP_LT_OQ));
-        if (j->half) ok = _mm256_and_ps(ok, _mm256_cmp_ps(_mm256_mul_ps(_mm256_loadu_ps(j->smin + kb), sv), low, _CMP_GE_OQ));
+        if (j->half)
+            ok = _mm256_and_ps(ok, _mm256_cmp_ps(_mm256_mul_ps(_mm256_loadu_ps(j->smin + kb), sv), low, _CMP_GE_OQ));
         if (_mm256_movemask_ps(ok) != 0xff) return 0;
         _mm256_storeu_ps(f + kb, _mm256_mul_ps(sv, vfold));
     }
@@ -1622,8 +1623,8 @@ static AVX2 void seg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
                 for (int64_t m0 = 0; m0 < M; m0 += mb) {
                     const int mr = M - m0 < mb ? (int)(M - m0) : mb;
                     const seg_kernel_fn kf = !wide       ? seg_narrow_for(mr, j->half)
-                                             : j->half ? seg_kernel_for(mr, bias ? SEG_BIAS : SEG_F16C)
-                                                       : seg_kernel_for(mr, SEG_SHIFT);
+                                             : j->half ? seg_kernel_for(mr, bias ? DEC_BIAS : DEC_F16C)
+                                                       : seg_kernel_for(mr, DEC_SHIFT);
                     /* the first block prefetches the group's next segment */
                     const int64_t ahead = m0 || c0 + n >= chunks ? 0 : n * 32;
                     const int t = kf(n, rows, ahead, sc + m0 * ks * 32, ks * 32, gl + m0 * R * 8, c0 == 0);
@@ -1668,7 +1669,8 @@ static int dec_run(int half, const uint8_t *qa, const float *sa, int64_t M, int6
         }
     atomic_int heavy = 0;
     dec_job j = {.qa = qa, .sa = sa, .ap = ap, .bmax = bmax, .smin = smin, .half = half,
-                 .R = dec_rows(M, half, ks > 0), .bias = half && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
+                 .R = dec_rows(M, half, ks > 0),
+                 .bias = half && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
                  .bias_heavy = &heavy, .w = w,
                  .ws = ws, .M = M, .K = K, .Kp = Kp, .N = N, .out = out, .scratch = scratch,
                  .scratch_floats = sf, .ks = ks};
