@@ -34,8 +34,8 @@
  * of the group two ahead, one linear stream at the rate the kernel reads
  * (+15-65 % from DRAM, bench/RESULTS.md). Per-row prefetches a fixed
  * distance ahead measured neutral to 25 % slower; 8 rows spaced by a
- * multiple of 4 KB (wo_b at M = 1) measured no faster with it, so they go
- * without.
+ * multiple of 4 KB (wo_b at M = 1) measured no faster with it, so they
+ * go without (but for the shift route's 512-bit kernels: dec_group).
  * The shift decoding hands fp32 subnormals to the FMAs, which only AMD cores
  * take at full speed; other CPUs decode through the F16C conversion (see
  * "CPUs with slow subnormals").
@@ -1483,8 +1483,12 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float 
     const uint8_t *rows[8];
     for (int r = 0; r < R; r++) rows[r] = j->w + (g0 + (r < nn ? r : nn - 1)) * K;
     /* the group two ahead, while it lies inside the weights (not for 8
-     * rows or more a multiple of 4 KB apart: measured slower) */
-    const uint8_t *ahead = (R >= 8 && K % 4096 == 0) || g0 + 3 * R > N ? NULL : j->w + (g0 + 2 * R) * K;
+     * rows or more a multiple of 4 KB apart: measured slower with the
+     * 256-bit kernels; but the shift route's 512-bit kernels on a Zen 4
+     * read such rows, wo_b's, at 0.81-0.84 of the bandwidth with it and
+     * 0.62-0.64 without) */
+    const int aliased = R >= 8 && K % 4096 == 0 && (j->half || !di_cpu_kernels_wide());
+    const uint8_t *ahead = aliased || g0 + 3 * R > N ? NULL : j->w + (g0 + 2 * R) * K;
     const int mb = dec_block_rows(M);
     int nsub = 0;
     for (int64_t m0 = 0; m0 < M; m0 += mb) {
