@@ -1202,6 +1202,7 @@ static void test_moe_experts_device(void) {
     const struct { int64_t m, D, I; int E, k; } cs[] = {
         {1, 256, 128, 9, 3}, {5, 256, 128, 9, 3}, {16, 512, 256, 12, 6}, {40, 256, 128, 7, 2},
         {700, 256, 128, 9, 3}, /* 2,100 pairs: the plan's rounds of 1,024, one partly full */
+        {3, 256, 128, 16, 10}, /* the combine's second batch of loads (more than 8 a row) */
     };
     for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
         int64_t m = cs[t].m, D = cs[t].D, I = cs[t].I;

@@ -498,7 +498,7 @@ static int moe_fused = 1;
 
 extern "C" void cuda_moe_set_fused(int on) { moe_fused = on != 0; }
 
-enum { COMBINE_THREADS = 256 };
+enum { COMBINE_THREADS = 256, COMBINE_BATCH = 8 };
 
 /* Blocks (row, COMBINE_THREADS columns): the row's pairs ordered by expert
  * id (insertion sort, ties in routing order, as the loop visits them), then
@@ -536,11 +536,17 @@ __global__ void k_moe_combine(const float *y, const int32_t *idx, const int32_t 
     }
     __syncthreads();
     for (int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; c < D; c += (int64_t)gridDim.y * blockDim.x) {
+        /* COMBINE_BATCH loads in flight, then their adds in order: the
+         * loop's four-way unrolling left k = 6 two or three dependent
+         * round trips to L2 */
         float acc = 0.0f;
-        for (int j = 0; j < ns; j++) {
-            float v = y[(int64_t)sp[j] * D + c];
-            if (out_bf16) v = round_bf16(v);
-            acc = ADD(acc, v);
+        for (int j0 = 0; j0 < ns; j0 += COMBINE_BATCH) {
+            float v[COMBINE_BATCH];
+#pragma unroll
+            for (int u = 0; u < COMBINE_BATCH; u++) v[u] = j0 + u < ns ? y[(int64_t)sp[j0 + u] * D + c] : 0.0f;
+#pragma unroll
+            for (int u = 0; u < COMBINE_BATCH; u++)
+                if (j0 + u < ns) acc = ADD(acc, out_bf16 ? round_bf16(v[u]) : v[u]);
         }
         out[i * D + c] = acc;
     }
