@@ -1543,6 +1543,18 @@ static AVX2 int dec_fold_scales(const dec_job *j, const uint8_t *st, float *f) {
     return 1;
 }
 
+/* n chunks of one activation row (src, 32-byte aligned) times their
+ * blocks' factors f (dec_fold_scales) into dst: the folded activations the
+ * decode kernels read. */
+AVX2_INLINE void dec_fold(const float *src, const float *f, int64_t n, float *dst) {
+    for (int64_t c = 0; c < n; c++) {
+        const __m256 fc = _mm256_broadcast_ss(f + c);
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++)
+            _mm256_store_ps(dst + c * 32 + 8 * p, _mm256_mul_ps(_mm256_load_ps(src + c * 32 + 8 * p), fc));
+    }
+}
+
 /* A unit of rows weight rows decoded by the exponent bias, nsub of its
  * groups' chunk pairs through the table: weights with codes of exponent 0
  * in an eighth of the chunk pairs or more (uniformly random bytes: 19 in
@@ -1569,15 +1581,7 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
             di_gemm_block_rows_scalar(0, j->qa, j->sa, M, K, j->w, j->ws, N, n0, n1, j->out);
             continue;
         }
-        for (int64_t m = 0; m < M; m++)
-            for (int64_t c = 0; c < chunks; c++) {
-                const __m256 f = _mm256_broadcast_ss(fs + c);
-#pragma GCC unroll 4
-                for (int p = 0; p < 4; p++) {
-                    const int64_t i = m * Kp + c * 32 + 8 * p;
-                    _mm256_store_ps(sc + i, _mm256_mul_ps(_mm256_load_ps(j->ap + i), f));
-                }
-            }
+        for (int64_t m = 0; m < M; m++) dec_fold(j->ap + m * Kp, fs, chunks, sc + m * Kp);
         const int bias = j->bias && !atomic_load_explicit(j->bias_heavy, memory_order_relaxed);
         int64_t nsub = 0;
         for (int64_t g0 = n0; g0 < n1; g0 += R) nsub += dec_group(j, g0, n1 - g0 < R ? n1 : g0 + R, sc, bias);
@@ -1610,14 +1614,7 @@ static AVX2 void seg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
         int64_t nsub = 0;
         for (int64_t c0 = 0; c0 < chunks; c0 += ks) {
             const int64_t n = chunks - c0 < ks ? chunks - c0 : ks;
-            for (int64_t m = 0; m < M; m++)
-                for (int64_t c = 0; c < n; c++) {
-                    const __m256 f = _mm256_broadcast_ss(fs + c0 + c);
-                    const float *src = j->ap + m * Kp + (c0 + c) * 32;
-                    float *dst = sc + m * ks * 32 + c * 32;
-#pragma GCC unroll 4
-                    for (int p = 0; p < 4; p++) _mm256_store_ps(dst + 8 * p, _mm256_mul_ps(_mm256_load_ps(src + 8 * p), f));
-                }
+            for (int64_t m = 0; m < M; m++) dec_fold(j->ap + m * Kp + c0 * 32, fs + c0, n, sc + m * ks * 32);
             for (int64_t g0 = n0; g0 < n1; g0 += R) {
                 /* the missing rows of the last group repeat its last row (results dropped) */
                 const int64_t nn = n1 - g0 < R ? n1 - g0 : R;
