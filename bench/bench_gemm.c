@@ -8,7 +8,8 @@
  *   (either form: --half forces the FP8 route of CPUs with slow subnormals,
  *   E4M3 codes through F16C, which non-AMD CPUs take anyway; --narrow keeps
  *   a CPU with AVX-512 on the 256-bit kernels; --no-vnni keeps a CPU with
- *   AVX-512 VNNI off the MXFP4 decode rows' VNNI sums; --no-bias keeps the
+ *   AVX-512 VNNI off the MXFP4 decode rows' VNNI sums; --no-bytes keeps its
+ *   one-row calls on the 16-bit sums rather than the byte form; --no-bias keeps the
  *   512-bit FP8 decode rows on F16C rather than the exponent bias; --no-seg
  *   keeps their batches of 3-16 rows on blocks of 4 rows over all of K
  *   rather than in K segments; --weights normal
@@ -476,6 +477,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--half")) di_cpu_kernels_force_fp8_half(1);
         else if (!strcmp(argv[i], "--narrow")) di_cpu_kernels_force_no_avx512(1);
         else if (!strcmp(argv[i], "--no-vnni")) di_cpu_kernels_force_no_vnni(1);
+        else if (!strcmp(argv[i], "--no-bytes")) di_cpu_kernels_force_no_vnni_bytes(1);
         else if (!strcmp(argv[i], "--no-bias")) di_cpu_kernels_force_no_bias(1);
         else if (!strcmp(argv[i], "--no-seg")) di_cpu_kernels_force_no_seg(1);
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms_list = argv[++i];

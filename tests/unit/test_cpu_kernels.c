@@ -867,27 +867,43 @@ static void test_narrow_route(void) {
 #endif
 }
 
+#ifdef DI_HAVE_AVX2_KERNELS
+/* The MXFP4 checks the VNNI route below runs under each of its settings. */
+static void check_mxfp4_decode(void) {
+    check_format(FMT_FP4);
+    test_gemm_decode_rows();
+    test_gemm_mxfp4_small_codes();
+    test_gemm_mxfp4_scale_edges();
+    test_gemm_mxfp4_largest_sums();
+    test_gemm_mxfp4_decode_act_limits();
+}
+#endif
+
 /* On a CPU with AVX-512 VNNI the MXFP4 decode rows on 512-bit vectors add
- * their 16-bit products with vpdpwssd (every check above took them); the
- * checks must have run them, and pass again with them off (vpmaddwd then
- * vpaddd, what other AVX-512 CPUs run). */
+ * their 16-bit products with vpdpwssd, and calls of one activation row
+ * their byte products with vpdpbusd (every check above took them); the
+ * checks must have run them, and pass again with the byte form off and
+ * with VNNI off (vpmaddwd then vpaddd, what other AVX-512 CPUs run). */
 static void test_vnni_route(void) {
 #ifdef DI_HAVE_AVX2_KERNELS
     if (!di_cpu_kernels_vnni()) SKIP("no AVX-512 VNNI (or not on the 512-bit kernels)");
-    long n0 = di_cpu_kernels_vnni_units();
-    check_format(FMT_FP4);
-    test_gemm_decode_rows();
-    test_gemm_mxfp4_small_codes();
-    test_gemm_mxfp4_scale_edges();
+    const long n0 = di_cpu_kernels_vnni_units(), b0 = di_cpu_kernels_vnni_byte_calls();
+    check_mxfp4_decode();
     const long n1 = di_cpu_kernels_vnni_units();
     CHECKF(n1 > n0, "the VNNI sums ran %ld units", n1 - n0);
+    /* one activation row's calls took the byte form (dec8_1b); the 16-bit
+     * sums, which two rows and more take, must give the same bits there */
+    const long b1 = di_cpu_kernels_vnni_byte_calls();
+    CHECKF(b1 > b0, "the byte form ran %ld calls", b1 - b0);
+    di_cpu_kernels_force_no_vnni_bytes(1);
+    check_mxfp4_decode();
+    CHECKF(di_cpu_kernels_vnni_byte_calls() == b1, "forced off, the byte form still ran");
+    di_cpu_kernels_force_no_vnni_bytes(0);
+    const long n2 = di_cpu_kernels_vnni_units();
     di_cpu_kernels_force_no_vnni(1);
     CHECK(!di_cpu_kernels_vnni());
-    check_format(FMT_FP4);
-    test_gemm_decode_rows();
-    test_gemm_mxfp4_small_codes();
-    test_gemm_mxfp4_scale_edges();
-    CHECKF(di_cpu_kernels_vnni_units() == n1, "forced off, the VNNI sums still ran");
+    check_mxfp4_decode();
+    CHECKF(di_cpu_kernels_vnni_units() == n2, "forced off, the VNNI sums still ran");
     di_cpu_kernels_force_no_vnni(0);
     CHECK(di_cpu_kernels_vnni());
 #endif

@@ -201,6 +201,12 @@ void di_cpu_kernels_force_no_avx512(int on);
 int di_cpu_kernels_vnni(void);
 void di_cpu_kernels_force_no_vnni(int on);
 long di_cpu_kernels_vnni_units(void);
+/* With VNNI, a call of one activation row meets the weights' decoded bytes
+ * with the activations' bytes (vpdpbusd) rather than 16-bit words; same
+ * bits. Forcing it off (1) keeps such calls on the 16-bit sums, 0
+ * restores; the count of calls that took it is for tests. */
+void di_cpu_kernels_force_no_vnni_bytes(int on);
+long di_cpu_kernels_vnni_byte_calls(void);
 /* The FP8 decode rows on 512-bit vectors decode E4M3 codes by their
  * exponent bias (kernels_avx2_block.c,
  * dec_bias_wide), or through F16C where a product's codes often have

@@ -30,7 +30,10 @@
  * rows, two groups of 4 in the halves of 512-bit vectors ("decode rows on
  * 512-bit vectors": the same lanes, half the instructions, which issue on
  * two ports there rather than three: +10-18 % for one or two activation
- * rows, +40-49 % for 4 to 16 on a Xeon). The scale vectors come from the
+ * rows, +40-49 % for 4 to 16 on a Xeon); with AVX-512 VNNI a call of one
+ * activation row meets the table's bytes with the activations' bytes
+ * instead of 16-bit words (dec8_1b: the same integers, 9 operations a
+ * vector against 14). The scale vectors come from the
  * E8M0 bytes by integer adds on exponents (4 rows × 8 blocks at a time,
  * transposed), which gives normal numbers only: row groups whose exponents
  * come near either end of the range, NaN scales, NaN activation codes or
@@ -108,6 +111,14 @@ typedef struct act16 {
     int32_t *eaw;         /* [M][chunks][8]: exponent of sa - 7, block 2c in lanes 0-3,
                              2c+1 in 4-7 (0 past K) */
     int ea_min, ea_max;   /* exponents of sa */
+    /* The byte form of the big codes (act16_bytes; NULL where not built):
+     * bytes [M][chunks][4][32], the low bytes of the codes the weights'
+     * low nibbles meet (byte b: element 2b of the chunk), of those the
+     * high nibbles meet (element 2b + 1), then the high bytes of both;
+     * corr [M][chunks][8], the bias's share of each block's sum (see
+     * dec8_1b), laid out as eaw. */
+    int8_t *bytes;
+    int32_t *corr;
 } act16;
 
 /* E4M3 code -> its value times 2^6 where that is at least 2^-3 (low 16
@@ -197,6 +208,40 @@ static int act16_build(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
     return 1;
 }
 
+/* The byte form of activation row m's big codes (act16's bytes and corr,
+ * for dec8_1b): each 16-bit value a = 256·h + l with l its low byte as a
+ * signed byte, so h = (a + 128) >> 8 (|h| <= 112 as |a| <= 28,672), in the
+ * order the weights' decoded bytes hold their codes: byte b of the first
+ * vector the low byte of element 2b of the chunk, which is word b / 2 of
+ * big's part k % 4 = 0 for even b and of part k % 4 = 2 for odd b; the
+ * second vector the same for elements 2b + 1 (parts 1 and 3). corr: per
+ * block twelve times the sum of its values (block 2c: words 0-7 of every
+ * part, 2c + 1: words 8-15). */
+static AVX2 void act16_bytes(act16 *a, int64_t m) {
+    const int64_t chunks = a->chunks;
+    const __m256i lo8 = _mm256_set1_epi16(0xff), h128 = _mm256_set1_epi16(128), one = _mm256_set1_epi16(1);
+    for (int64_t c = 0; c < chunks; c++) {
+        const __m256i *big = (const __m256i *)(a->big + (m * chunks + c) * 64);
+        __m256i *by = (__m256i *)(a->bytes + (m * chunks + c) * 128);
+        const __m256i p0 = _mm256_load_si256(big), p2 = _mm256_load_si256(big + 1); /* k % 4 = 0, 2 */
+        const __m256i p1 = _mm256_load_si256(big + 2), p3 = _mm256_load_si256(big + 3); /* k % 4 = 1, 3 */
+#define BYTES2(x, y) _mm256_or_si256(_mm256_and_si256(x, lo8), _mm256_slli_epi16(y, 8))
+#define HIGH(x) _mm256_srai_epi16(_mm256_add_epi16(x, h128), 8)
+        _mm256_store_si256(by, BYTES2(p0, p2));
+        _mm256_store_si256(by + 1, BYTES2(p1, p3));
+        _mm256_store_si256(by + 2, BYTES2(HIGH(p0), HIGH(p2)));
+        _mm256_store_si256(by + 3, BYTES2(HIGH(p1), HIGH(p3)));
+#undef BYTES2
+#undef HIGH
+        /* lanes 0-3: words 0-7 of the parts (block 2c), 4-7: words 8-15 */
+        __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(p0, one), _mm256_madd_epi16(p1, one)),
+                                     _mm256_add_epi32(_mm256_madd_epi16(p2, one), _mm256_madd_epi16(p3, one)));
+        s = _mm256_add_epi32(s, _mm256_shuffle_epi32(s, 0x4e));
+        s = _mm256_add_epi32(s, _mm256_shuffle_epi32(s, 0xb1));
+        _mm256_store_si256((__m256i *)(a->corr + (m * chunks + c) * 8), _mm256_mullo_epi32(s, _mm256_set1_epi32(12)));
+    }
+}
+
 /* The arguments of one kernel call: R weight rows, mr activation rows. */
 typedef struct dec4_args {
     int64_t chunks, KB;
@@ -207,6 +252,8 @@ typedef struct dec4_args {
     const int16_t *big, *small; /* activation row m0; rows chunks·64 apart */
     const uint8_t *has_small;   /* rows chunks apart */
     const int32_t *eaw;         /* rows chunks·8 apart */
+    const int8_t *bytes;        /* act16's byte form of row m0 (or NULL) */
+    const int32_t *corr;
 } dec4_args;
 
 /* 32 bytes of a row (16 for the half chunk, the rest zero codes). */
@@ -473,9 +520,11 @@ AVX512_INLINE __m512i madd4_vnni(__m512i v0, __m512i v1, __m512i v2, __m512i v3,
     const __m512i s = dpwssd_w(_mm512_madd_epi16(v0, a[0]), v1, a[1]);
     return dpwssd_w(dpwssd_w(s, v2, a[2]), v3, a[3]);
 }
-AVX512_INLINE __m512i pair_sh_w(__m512i a, __m512i b) {
-    return _mm512_srai_epi32(_mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b)), 8);
+/* pair_add and pair_sh on 512-bit vectors */
+AVX512_INLINE __m512i pair_add_w(__m512i a, __m512i b) {
+    return _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
 }
+AVX512_INLINE __m512i pair_sh_w(__m512i a, __m512i b) { return _mm512_srai_epi32(pair_add_w(a, b), 8); }
 AVX512_INLINE __m512i quad_add_w(__m512i u, __m512i v) {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(u, v), _mm512_unpackhi_epi64(u, v));
 }
@@ -559,6 +608,58 @@ static AVX512 void dec8_1(const dec4_args *lo, const dec4_args *hi, float *res) 
 static AVX512 void dec8_2(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_kernel(2, 0, lo, hi, res); }
 static AVX512 void dec8_1v(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_kernel(1, 1, lo, hi, res); }
 static AVX512 void dec8_2v(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_kernel(2, 1, lo, hi, res); }
+
+/* One activation row with AVX-512 VNNI: the weights' bytes meet the
+ * activations' bytes in vpdpbusd (unsigned by signed bytes, four products
+ * a lane), which takes them as they come out of the table, where the 16-bit
+ * form must first move each to the top of a word (four more operations a
+ * vector). vpdpbusd wants one side unsigned: the table gives 2·qw + 12
+ * (0 .. 24), and each 16-bit activation value a = 256·h + l is met as its
+ * two signed bytes (act16_bytes), so a row's lane sums are
+ * Σ (2·qw + 12)·l + 256·Σ (2·qw + 12)·h = Σ 2·qw·a + 12·Σ a, exactly (in
+ * int32: at most 8·24·128 + 256·8·24·112 a lane, below 2^25 for a block's
+ * four). After the transpose-add,
+ * a block's sum less 12 times its activations' sum (corr) is Σ 2·qw·a, the
+ * integer dec8_kernel's pair_sh_w gives: the same chains, the same bits.
+ * One zmm a weight-row pair takes 9 operations here against 14. */
+AVX512_INLINE __m512i dpbusd_w(__m512i acc, __m512i u, __m512i s) {
+    __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
+}
+static AVX512 void dec8_1b(const dec4_args *lo, const dec4_args *hi, float *res) {
+    /* E2M1 code -> 2·value + 12 */
+    const __m512i tab = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    const int64_t chunks = lo->chunks;
+    __attribute__((aligned(64))) int32_t ewb[2][4][8];
+    __m512 L = _mm512_setzero_ps();
+    for (int64_t c = 0; c < chunks; c++) {
+        const __m512i ew = dec8_exps(lo, hi, c, ewb);
+        const int half = lo->half_last && c == chunks - 1;
+        const int8_t *ab = lo->bytes + c * 128;
+        const __m512i l0 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)ab));
+        const __m512i l1 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 32)));
+        const __m512i h0 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 64)));
+        const __m512i h1 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 96)));
+        __m512i sr[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_codes(lo->rows[r], c, half)),
+                                                 load_codes(hi->rows[r], c, half), 1);
+            const __m512i wl = _mm512_shuffle_epi8(tab, _mm512_and_si512(x, nib));
+            const __m512i wh = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(x, 4), nib));
+            const __m512i sl = dpbusd_w(dpbusd_w(_mm512_setzero_si512(), wl, l0), wh, l1);
+            const __m512i sh = dpbusd_w(dpbusd_w(_mm512_setzero_si512(), wl, h0), wh, h1);
+            sr[r] = _mm512_add_epi32(sl, _mm512_slli_epi32(sh, 8));
+        }
+        const __m512i corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(lo->corr + c * 8)));
+        const __m512i z = _mm512_sub_epi32(quad_add_w(pair_add_w(sr[0], sr[1]), pair_add_w(sr[2], sr[3])), corr);
+        L = chain_step_w(lo, hi, 0, c, half, ew, z, L);
+    }
+    float l[16];
+    _mm512_storeu_ps(l, L);
+    dec8_out(l, res);
+}
 
 /* dec4_wide for groups lo and hi at once (mr up to MBLK activation rows):
  * a chunk's weights of both groups decoded once into wv, every activation
@@ -646,6 +747,8 @@ static void dec4_act(const act16 *a, int64_t m0, dec4_args *g) {
     g->small = a->small + m0 * a->chunks * 64;
     g->has_small = a->has_small + m0 * a->chunks;
     g->eaw = a->eaw + m0 * a->chunks * 8;
+    g->bytes = a->bytes ? a->bytes + m0 * a->chunks * 128 : NULL;
+    g->corr = a->corr ? a->corr + m0 * a->chunks * 8 : NULL;
 }
 
 /* Weight rows g0 .. g1-1 (at most R) for activation rows mlo .. mhi-1. */
@@ -698,7 +801,7 @@ static void dec8_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t mlo, i
     dec4_act(j->act, mlo, &hi);
     float res[MBLK * 2 * R];
     if (mhi - mlo > MB) (vnni ? dec8_wide_v : dec8_wide)(&lo, &hi, (int)(mhi - mlo), res);
-    else if (vnni) (mhi - mlo == 2 ? dec8_2v : dec8_1v)(&lo, &hi, res);
+    else if (vnni) (mhi - mlo == 2 ? dec8_2v : lo.bytes ? dec8_1b : dec8_1v)(&lo, &hi, res);
     else (mhi - mlo == 2 ? dec8_2 : dec8_1)(&lo, &hi, res);
     for (int64_t m = 0; m < mhi - mlo; m++)
         for (int64_t r = 0; r < g1 - g0; r++) j->out[(mlo + m) * N + g0 + r] = res[m * 2 * R + r];
@@ -731,6 +834,13 @@ static void dec4_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     }
 }
 
+/* dec8_1b switched off (di_cpu_kernels_force_no_vnni_bytes), and the calls
+ * that took it (di_cpu_kernels_vnni_byte_calls) */
+static atomic_int dec8_1b_forced_off;
+static atomic_long dec8_1b_calls;
+void di_cpu_kernels_force_no_vnni_bytes(int on) { atomic_store(&dec8_1b_forced_off, on != 0); }
+long di_cpu_kernels_vnni_byte_calls(void) { return atomic_load(&dec8_1b_calls); }
+
 /* Decode rows; 0 when out of memory. */
 static int dec4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                     const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
@@ -741,20 +851,28 @@ static int dec4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, co
     a.small = aligned_alloc(32, nact * sizeof(int16_t));
     a.has_small = malloc((size_t)(M * a.chunks));
     a.eaw = aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a.chunks * 8));
-    if (!a.big || !a.small || !a.has_small || !a.eaw) {
-        free(a.big), free(a.small), free(a.has_small), free(a.eaw);
+    /* the byte form where a call runs dec8_1b: one row, VNNI */
+    const int bytes = M == 1 && di_cpu_kernels_vnni() && !atomic_load(&dec8_1b_forced_off);
+    a.bytes = bytes ? aligned_alloc(32, (size_t)(M * a.chunks * 128)) : NULL;
+    a.corr = bytes ? aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a.chunks * 8)) : NULL;
+    if (!a.big || !a.small || !a.has_small || !a.eaw || (bytes && (!a.bytes || !a.corr))) {
+        free(a.big), free(a.small), free(a.has_small), free(a.eaw), free(a.bytes), free(a.corr);
         return 0;
     }
     if (!act16_build(qa, sa, M, K, &a)) {
         di_gemm_block_rows_scalar(1, qa, sa, M, K, w, ws, N, 0, N, out);
     } else {
+        if (bytes) {
+            act16_bytes(&a, 0);
+            atomic_fetch_add_explicit(&dec8_1b_calls, 1, memory_order_relaxed);
+        }
         dec4_job j = {qa, sa, &a, w, ws, M, K, N, out};
         const int64_t units = (N + UNIT - 1) / UNIT;
         /* several chunks per thread so a core slowed by other work takes fewer */
         const int64_t grain = units / (8 * di_threadpool_size(tp));
         di_threadpool_for(tp, units, grain < 1 ? 1 : grain, dec4_units, &j);
     }
-    free(a.big), free(a.small), free(a.has_small), free(a.eaw);
+    free(a.big), free(a.small), free(a.has_small), free(a.eaw), free(a.bytes), free(a.corr);
     return 1;
 }
 
