@@ -867,6 +867,48 @@ static void test_narrow_route(void) {
 #endif
 }
 
+/* Several MXFP4 products in one call (di_gemm_mxfp4_many, the routed
+ * experts of a decode step): every part's outputs equal its own
+ * di_gemm_mxfp4 call bit for bit, on one thread and on a pool: one part;
+ * six of one to 17 rows (decode rows), some sharing activations, one whose
+ * activations hold a NaN code (the scalar code for that part alone); and
+ * the seven with one of 130 rows (prefill tiles: each part on its own). */
+static void test_gemm_mxfp4_many(void) {
+    enum { K = 320, NP = 7 };
+    static const int64_t Mv[NP] = {1, 1, 2, 1, 17, 1, 130}, Nv[NP] = {96, 40, 70, 33, 64, 8, 50};
+    /* activations of parts 1 and 3 are part 0's; part 5's hold a NaN code */
+    problem pr[NP];
+    di_gemm_part parts[NP];
+    float *want[NP];
+    for (int i = 0; i < NP; i++) {
+        problem_init(&pr[i], FMT_FP4, Mv[i], K, Nv[i]);
+        if (i == 5) pr[i].qa[77] = 0x7f;
+        const problem *a = i == 1 || i == 3 ? &pr[0] : &pr[i];
+        const int64_t M = i == 1 || i == 3 ? Mv[0] : Mv[i];
+        parts[i] = (di_gemm_part){a->qa, a->sa, M, pr[i].w, pr[i].ws, Nv[i], malloc(sizeof(float) * M * Nv[i])};
+        want[i] = malloc(sizeof(float) * M * Nv[i]);
+        di_gemm_mxfp4(a->qa, a->sa, M, K, pr[i].w, pr[i].ws, Nv[i], want[i], NULL);
+    }
+    di_threadpool *tp = NULL;
+    di_err err;
+    CHECK(di_threadpool_create(3, &tp, &err) == DI_OK);
+    static const int counts[3] = {1, 6, 7};
+    for (int pool = 0; pool < 2; pool++)
+        for (int c = 0; c < 3; c++) {
+            const int n = counts[c];
+            for (int i = 0; i < n; i++) memset(parts[i].out, 0x55, sizeof(float) * parts[i].M * parts[i].N);
+            di_gemm_mxfp4_many(parts, n, K, pool ? tp : NULL);
+            for (int i = 0; i < n; i++)
+                CHECKF(count_diff_bits_nan(want[i], parts[i].out, parts[i].M * parts[i].N) == 0,
+                       "pool %d, %d parts: part %d differs from its own call", pool, n, i);
+        }
+    di_threadpool_destroy(tp);
+    for (int i = 0; i < NP; i++) {
+        free(parts[i].out), free(want[i]);
+        problem_free(&pr[i]);
+    }
+}
+
 #ifdef DI_HAVE_AVX2_KERNELS
 /* The MXFP4 checks the VNNI route below runs under each of its settings. */
 static void check_mxfp4_decode(void) {
@@ -876,6 +918,7 @@ static void check_mxfp4_decode(void) {
     test_gemm_mxfp4_scale_edges();
     test_gemm_mxfp4_largest_sums();
     test_gemm_mxfp4_decode_act_limits();
+    test_gemm_mxfp4_many();
 }
 #endif
 
@@ -1146,6 +1189,7 @@ int main(void) {
     RUN(test_narrow_route);
     RUN(test_bias_route);
     RUN(test_seg_route);
+    RUN(test_gemm_mxfp4_many);
     RUN(test_vnni_route);
     RUN(test_dispatch);
     return test_summary();

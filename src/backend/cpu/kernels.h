@@ -106,6 +106,20 @@ void di_gemm_fp8(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
  * even k), ws e8m0 [N, K/32]. K % 32 == 0. */
 void di_gemm_mxfp4(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
                    const uint8_t *w, const uint8_t *ws, int64_t N, float *out, di_threadpool *tp);
+/* Several FP4 expert linears of the same K in one pass over the thread
+ * pool (the routed experts of a decode step: one hand-off to the pool
+ * instead of one a product, and the work of all of them to balance): part
+ * i is di_gemm_mxfp4(qa, sa, M, K, w, ws, N, out) with its own operands,
+ * and its outputs have that call's bits. Parts may share activations. */
+typedef struct di_gemm_part {
+    const uint8_t *qa;
+    const float *sa;
+    int64_t M;
+    const uint8_t *w, *ws;
+    int64_t N;
+    float *out;
+} di_gemm_part;
+void di_gemm_mxfp4_many(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp);
 /* BF16 weights [N,K] (uint16 bits), fp32 activations, fp32 accumulate. Any K. */
 void di_gemm_bf16(const float *x, int64_t M, int64_t K, const uint16_t *w, int64_t N, float *out,
                   di_threadpool *tp);
@@ -142,6 +156,7 @@ void di_act_qdq_fp8_avx2(const float *x, int64_t n, float *out);
 void di_gemm_fp8_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
                       const uint8_t *w, const uint8_t *ws, int64_t N, float *out,
                       di_threadpool *tp);
+void di_gemm_mxfp4_many_avx2(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp);
 void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
                         const uint8_t *w, const uint8_t *ws, int64_t N, float *out,
                         di_threadpool *tp);

@@ -841,39 +841,115 @@ static atomic_long dec8_1b_calls;
 void di_cpu_kernels_force_no_vnni_bytes(int on) { atomic_store(&dec8_1b_forced_off, on != 0); }
 long di_cpu_kernels_vnni_byte_calls(void) { return atomic_load(&dec8_1b_calls); }
 
+static void act16_free(act16 *a) {
+    free(a->big), free(a->small), free(a->has_small), free(a->eaw), free(a->bytes), free(a->corr);
+}
+
+/* The activations of a call as the decode rows read them: 1 built, 0 out
+ * of memory, -1 where they hold what the kernels cannot (a NaN code, a
+ * scale that is not a power of two: the scalar code runs). Freed by
+ * act16_free in every case. */
+static int act16_make(const uint8_t *qa, const float *sa, int64_t M, int64_t K, act16 *a) {
+    a->chunks = (K + 63) / 64;
+    const size_t nact = (size_t)(M * a->chunks * 64);
+    a->big = aligned_alloc(32, nact * sizeof(int16_t));
+    a->small = aligned_alloc(32, nact * sizeof(int16_t));
+    a->has_small = malloc((size_t)(M * a->chunks));
+    a->eaw = aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a->chunks * 8));
+    /* the byte form where a call runs dec8_1b: one row, VNNI */
+    const int bytes = M == 1 && di_cpu_kernels_vnni() && !atomic_load(&dec8_1b_forced_off);
+    a->bytes = bytes ? aligned_alloc(32, (size_t)(M * a->chunks * 128)) : NULL;
+    a->corr = bytes ? aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a->chunks * 8)) : NULL;
+    if (!a->big || !a->small || !a->has_small || !a->eaw || (bytes && (!a->bytes || !a->corr))) return 0;
+    if (!act16_build(qa, sa, M, K, a)) return -1;
+    if (bytes) {
+        act16_bytes(a, 0);
+        atomic_fetch_add_explicit(&dec8_1b_calls, 1, memory_order_relaxed);
+    }
+    return 1;
+}
+
 /* Decode rows; 0 when out of memory. */
 static int dec4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                     const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     act16 a;
-    a.chunks = (K + 63) / 64;
-    const size_t nact = (size_t)(M * a.chunks * 64);
-    a.big = aligned_alloc(32, nact * sizeof(int16_t));
-    a.small = aligned_alloc(32, nact * sizeof(int16_t));
-    a.has_small = malloc((size_t)(M * a.chunks));
-    a.eaw = aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a.chunks * 8));
-    /* the byte form where a call runs dec8_1b: one row, VNNI */
-    const int bytes = M == 1 && di_cpu_kernels_vnni() && !atomic_load(&dec8_1b_forced_off);
-    a.bytes = bytes ? aligned_alloc(32, (size_t)(M * a.chunks * 128)) : NULL;
-    a.corr = bytes ? aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a.chunks * 8)) : NULL;
-    if (!a.big || !a.small || !a.has_small || !a.eaw || (bytes && (!a.bytes || !a.corr))) {
-        free(a.big), free(a.small), free(a.has_small), free(a.eaw), free(a.bytes), free(a.corr);
-        return 0;
-    }
-    if (!act16_build(qa, sa, M, K, &a)) {
+    const int r = act16_make(qa, sa, M, K, &a);
+    if (r < 0) {
         di_gemm_block_rows_scalar(1, qa, sa, M, K, w, ws, N, 0, N, out);
-    } else {
-        if (bytes) {
-            act16_bytes(&a, 0);
-            atomic_fetch_add_explicit(&dec8_1b_calls, 1, memory_order_relaxed);
-        }
+    } else if (r > 0) {
         dec4_job j = {qa, sa, &a, w, ws, M, K, N, out};
         const int64_t units = (N + UNIT - 1) / UNIT;
         /* several chunks per thread so a core slowed by other work takes fewer */
         const int64_t grain = units / (8 * di_threadpool_size(tp));
         di_threadpool_for(tp, units, grain < 1 ? 1 : grain, dec4_units, &j);
     }
-    free(a.big), free(a.small), free(a.has_small), free(a.eaw), free(a.bytes), free(a.corr);
-    return 1;
+    act16_free(&a);
+    return r != 0;
+}
+
+/* Several products' decode rows in one parallel pass (di_gemm_mxfp4_many):
+ * the units of every part, part after part; first[i] the first unit of
+ * part i (first[n] all of them). */
+typedef struct dec4_many {
+    const dec4_job *jobs;
+    const int64_t *first;
+    int n;
+} dec4_many;
+
+static void dec4_many_units(void *ctx, int64_t u0, int64_t u1, int thread) {
+    const dec4_many *mj = ctx;
+    int p = 0;
+    while (u0 < u1) {
+        while (mj->first[p + 1] <= u0) p++;
+        const int64_t e = u1 < mj->first[p + 1] ? u1 : mj->first[p + 1];
+        dec4_units((void *)&mj->jobs[p], u0 - mj->first[p], e - mj->first[p], thread);
+        u0 = e;
+    }
+}
+
+/* 0 when out of memory (nothing written: the caller runs the parts one by
+ * one); parts whose activations the kernels cannot hold run the scalar code
+ * first. Parts with the same activations share one layout of them. */
+static int dec4_run_many(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
+    act16 *acts = calloc((size_t)n, sizeof *acts);
+    int *src = malloc(sizeof(int) * (size_t)n); /* the part whose act16 part i reads; -1: scalar */
+    dec4_job *jobs = malloc(sizeof *jobs * (size_t)n);
+    int64_t *first = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    int ok = acts && src && jobs && first, made = 0;
+    for (int i = 0; ok && i < n; i++, made = i) {
+        src[i] = i;
+        for (int j = 0; j < i; j++)
+            if (parts[j].qa == parts[i].qa && parts[j].sa == parts[i].sa && parts[j].M == parts[i].M) {
+                src[i] = src[j];
+                break;
+            }
+        if (src[i] != i) continue;
+        const int r = act16_make(parts[i].qa, parts[i].sa, parts[i].M, K, &acts[i]);
+        if (!r) ok = 0;
+        if (r < 0) src[i] = -1;
+    }
+    if (ok) {
+        int64_t units = 0;
+        for (int i = 0; i < n; i++) {
+            const di_gemm_part *q = &parts[i];
+            first[i] = units;
+            if (src[i] < 0) { /* the scalar code, now (a part sharing such activations too) */
+                di_gemm_block_rows_scalar(1, q->qa, q->sa, q->M, K, q->w, q->ws, q->N, 0, q->N, q->out);
+                jobs[i] = (dec4_job){0};
+                continue;
+            }
+            jobs[i] = (dec4_job){q->qa, q->sa, &acts[src[i]], q->w, q->ws, q->M, K, q->N, q->out};
+            units += (q->N + UNIT - 1) / UNIT;
+        }
+        first[n] = units;
+        dec4_many mj = {jobs, first, n};
+        const int64_t grain = units / (8 * di_threadpool_size(tp));
+        if (units) di_threadpool_for(tp, units, grain < 1 ? 1 : grain, dec4_many_units, &mj);
+    }
+    for (int i = 0; acts && i < made; i++)
+        if (src[i] == i || src[i] < 0) act16_free(&acts[i]);
+    free(acts), free(src), free(jobs), free(first);
+    return ok;
 }
 
 /* ---- prefill ---- */
@@ -1309,6 +1385,16 @@ static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
     di_threadpool_for(tp, panels, grain, pf4_chunks, &j);
     if (own) free(buf);
     return 1;
+}
+
+void di_gemm_mxfp4_many_avx2(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
+    const int64_t dec_m = di_cpu_kernels_wide() && !di_cpu_kernels_vnni() ? DEC_M_WIDE : DEC_M;
+    int all_dec = n > 1;
+    for (int i = 0; i < n; i++) all_dec &= parts[i].M >= 1 && parts[i].M <= dec_m && parts[i].N >= 1;
+    if (all_dec && dec4_run_many(parts, n, K, tp)) return;
+    for (int i = 0; i < n; i++)
+        di_gemm_mxfp4_avx2(parts[i].qa, parts[i].sa, parts[i].M, K, parts[i].w, parts[i].ws, parts[i].N,
+                           parts[i].out, tp);
 }
 
 void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
