@@ -427,6 +427,9 @@ static inline void di_host_free(di_backend *be, void *p) {
  * scalar), the other ops in portable C, row-parallel on one thread pool.
  * n_threads <= 0: one per online core. */
 di_status di_backend_cpu_create(int n_threads, di_backend **out, di_err *err);
+/* Measuring aid: 1 keeps the CPU backend's routed experts on their
+ * per-expert loop at decode too (moe_experts; the same bits), 0 restores. */
+void di_backend_cpu_force_moe_loop(int on);
 void di_backend_destroy(di_backend *be);
 
 /* Views a weight tensor pair as a di_wmat (FP8 needs its scale, FP4 too). */

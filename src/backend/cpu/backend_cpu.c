@@ -4,6 +4,7 @@
  * fp32 and add the scaled block partials in K order, as the reference GEMMs
  * do. Work is split over rows (or output columns) across threads. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -1210,6 +1211,79 @@ static void cpu_gather_rows_from(di_backend *be, void *dst, size_t dst_stride, i
                base[i] + src_off + (size_t)slot[i] * src_stride, bytes);
 }
 
+/* The routed experts of a decode step (few rows an expert, MXFP4 weights
+ * of one shape, FP8 activations): the loop's ops on the same rows in the
+ * same order — gather, quantization and the products of every row as
+ * cpu_matmul does them, SwiGLU, the scatter-adds expert after expert —
+ * but the products of all the experts in two hand-offs to the thread pool
+ * (w1 and w3 of every expert, then w2 of every expert: di_gemm_mxfp4_many)
+ * instead of three an expert, whose parts each give their own call's bits.
+ * At one row a product is a few MB, which many threads read in tens of
+ * microseconds: each hand-off and the pool's wait for its last thread
+ * weighed as much as the work. Returns 0, having written nothing, where it
+ * does not apply or memory runs out (the loop then runs). */
+enum { MOE_BATCH_ROWS = 16, MOE_BATCH_P = 1024 };
+static atomic_int moe_loop_forced;
+void di_backend_cpu_force_moe_loop(int on) { atomic_store(&moe_loop_forced, on != 0); }
+static int moe_experts_batched(di_backend *be, const di_moe_experts *ex, const float *x, const int64_t *off,
+                               const int32_t *rows, const float *rw, unsigned mm, float limit, float *out) {
+    const int E = ex->n;
+    const int64_t D = ex->w1->n_in, np = off[E];
+    int64_t I = -1;
+    int ne = 0;
+    if (!(mm & DI_MM_ACT_FP8) || np <= 0 || np > MOE_BATCH_P || D % 32 || atomic_load(&moe_loop_forced)) return 0;
+    for (int e = 0; e < E; e++) {
+        const int64_t n = off[e + 1] - off[e];
+        if (!n) continue;
+        const di_wmat *w1 = di_moe_wmat(ex->w1, ex->stride, e), *w3 = di_moe_wmat(ex->w3, ex->stride, e);
+        const di_wmat *w2 = di_moe_wmat(ex->w2, ex->stride, e);
+        if (I < 0) I = w1->n_out;
+        if (n > MOE_BATCH_ROWS || w1->fmt != DI_WFMT_FP4 || w3->fmt != DI_WFMT_FP4 || w2->fmt != DI_WFMT_FP4 ||
+            w1->n_in != D || w3->n_in != D || w1->n_out != I || w3->n_out != I || w2->n_in != I || w2->n_out != D)
+            return 0;
+        ne++;
+    }
+    if (I <= 0 || I % 32) return 0;
+    float *xe = malloc((size_t)(np * D) * sizeof(float)), *ye = malloc((size_t)(np * D) * sizeof(float));
+    float *g = malloc((size_t)(np * I) * sizeof(float)), *u = malloc((size_t)(np * I) * sizeof(float));
+    uint8_t *qx = malloc((size_t)(np * D)), *qh = malloc((size_t)(np * I));
+    float *sx = malloc((size_t)(np * D / 32) * sizeof(float)), *sh = malloc((size_t)(np * I / 32) * sizeof(float));
+    di_gemm_part *parts = malloc(sizeof *parts * (size_t)(2 * ne));
+    const int ok = xe && ye && g && u && qx && qh && sx && sh && parts;
+    if (ok) {
+        /* waking the pool costs more than small products (cpu_matmul's rule, on the pass's whole work) */
+        di_threadpool *tp = (double)np * (double)I * (double)D * 2 >= 4e6 ? be->impl : NULL;
+        cpu_gather_rows(be, x, rows, np, D, xe);
+        di_act_quant_fp8(xe, np, D, qx, sx);
+        int j = 0;
+        for (int e = 0; e < E; e++) {
+            const int64_t n = off[e + 1] - off[e], r = off[e];
+            if (!n) continue;
+            const di_wmat *w1 = di_moe_wmat(ex->w1, ex->stride, e), *w3 = di_moe_wmat(ex->w3, ex->stride, e);
+            parts[j++] = (di_gemm_part){qx + r * D, sx + r * (D / 32), n, w1->w, w1->s, I, g + r * I};
+            parts[j++] = (di_gemm_part){qx + r * D, sx + r * (D / 32), n, w3->w, w3->s, I, u + r * I};
+        }
+        di_gemm_mxfp4_many(parts, j, D, tp);
+        if (mm & DI_MM_OUT_BF16)
+            for (int64_t i = 0; i < np * I; i++) g[i] = di_round_bf16(g[i]), u[i] = di_round_bf16(u[i]);
+        cpu_swiglu(be, g, u, rw, np, I, limit, g);
+        di_act_quant_fp8(g, np, I, qh, sh);
+        j = 0;
+        for (int e = 0; e < E; e++) {
+            const int64_t n = off[e + 1] - off[e], r = off[e];
+            if (!n) continue;
+            const di_wmat *w2 = di_moe_wmat(ex->w2, ex->stride, e);
+            parts[j++] = (di_gemm_part){qh + r * I, sh + r * (I / 32), n, w2->w, w2->s, D, ye + r * D};
+        }
+        di_gemm_mxfp4_many(parts, j, I, tp);
+        if (mm & DI_MM_OUT_BF16)
+            for (int64_t i = 0; i < np * D; i++) ye[i] = di_round_bf16(ye[i]);
+        cpu_scatter_add_rows(be, out, rows, ye, np, D); /* expert after expert, rows ascending in each */
+    }
+    free(xe), free(ye), free(g), free(u), free(qx), free(qh), free(sx), free(sh), free(parts);
+    return ok;
+}
+
 /* The routed experts of a layer (backend.h moe_experts): the model's
  * per-expert loop — gather the expert's rows, w1 and w3, SwiGLU with the
  * routing weights, w2, scatter-add — run here with the very same ops, so
@@ -1245,6 +1319,7 @@ static void cpu_moe_experts(di_backend *be, const di_moe_experts *ex, const floa
             rows[q] = (int32_t)(p / k);
             rw[q] = w[p];
         }
+    if (moe_experts_batched(be, ex, x, off, rows, rw, mm, limit, out)) goto out;
     xe = malloc((size_t)(nmax * D) * sizeof(float) + 1);
     ye = malloc((size_t)(nmax * D) * sizeof(float) + 1);
     g = malloc((size_t)(nmax * imax) * sizeof(float) + 1);

@@ -1,0 +1,137 @@
+/* The CPU backend's routed experts at decode (backend.h moe_experts; the
+ * real V4.1-Flash expert shape): all the experts' products in two passes
+ * over the thread pool (moe_experts_batched in backend_cpu.c) against the
+ * per-expert loop it replaced (three passes an expert), alternated in one
+ * process; same bits either way (test_moe_grouped).
+ *
+ *   build/bench/bench_moe_rows [THREADS] [ROUNDS]
+ *
+ * 24 experts of w1 / w3 2,304 x 5,120 and w2 5,120 x 2,304 MXFP4 (17.7 MB
+ * each, 425 MB in all), top-6 routing; batches of 1, 2 and 4 tokens, the
+ * calls cycling through four groups of six experts so that each reads its
+ * experts from DRAM (more than a 300 MB last-level cache holds). GB/s
+ * counts the weight bytes of the experts a call uses; the peer figure is the
+ * read bandwidth of the same threads over a 512 MB buffer, measured in the
+ * same run. Best and median of ROUNDS (default 15) calls of each form. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/threadpool.h"
+#include "bench_util.h"
+
+enum { E = 24, K = 6, GROUPS = E / K, D = 5120, I = 2304, MAXR = 31 };
+
+typedef struct expert {
+    di_wmat w1, w2, w3; /* the model's layout */
+} expert;
+
+static uint64_t rng = 88172645463325252ull;
+static uint64_t next(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+}
+
+static void fp4_mat(di_wmat *m, int64_t n, int64_t k) {
+    uint8_t *w = malloc((size_t)(n * k / 2)), *s = malloc((size_t)(n * k / 32));
+    if (!w || !s) {
+        fprintf(stderr, "bench_moe_rows: out of memory\n");
+        exit(1);
+    }
+    for (int64_t i = 0; i < n * k / 2; i++) w[i] = (uint8_t)next();
+    for (int64_t i = 0; i < n * k / 32; i++) s[i] = (uint8_t)(118 + next() % 6);
+    *m = (di_wmat){DI_WFMT_FP4, n, k, w, s};
+}
+
+/* the threads' read rate over a buffer larger than the caches */
+typedef struct rd_ctx {
+    const uint64_t *p;
+    int64_t n;
+    uint64_t sum[64];
+} rd_ctx;
+static void rd_part(void *ctx, int64_t i0, int64_t i1, int thread) {
+    rd_ctx *c = ctx;
+    const int64_t a = i0 * 4096, b = i1 * 4096 < c->n ? i1 * 4096 : c->n;
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0; /* independent sums: the loop vectorizes */
+    for (int64_t i = a; i + 4 <= b; i += 4) s0 += c->p[i], s1 += c->p[i + 1], s2 += c->p[i + 2], s3 += c->p[i + 3];
+    c->sum[thread & 63] += s0 + s1 + s2 + s3;
+}
+
+static int cmp_d(const void *a, const void *b) { return bench_cmp_double(a, b); }
+
+int main(int argc, char **argv) {
+    const int threads = argc > 1 ? atoi(argv[1]) : 0, rounds = argc > 2 ? atoi(argv[2]) : 15;
+    if (rounds < 1 || rounds > MAXR) {
+        fprintf(stderr, "bench_moe_rows: ROUNDS from 1 to %d\n", MAXR);
+        return 2;
+    }
+    di_err err;
+    di_backend *be = NULL;
+    if (di_backend_cpu_create(threads, &be, &err) != DI_OK) {
+        fprintf(stderr, "bench_moe_rows: %s\n", err.msg);
+        return 1;
+    }
+    expert ex[E];
+    for (int e = 0; e < E; e++) {
+        fp4_mat(&ex[e].w1, I, D);
+        fp4_mat(&ex[e].w3, I, D);
+        fp4_mat(&ex[e].w2, D, I);
+    }
+    const di_moe_experts me = {E, &ex[0].w1, &ex[0].w3, &ex[0].w2, sizeof *ex};
+    const double expert_bytes = 3.0 * (I * D / 2 + I * D / 32);
+
+    /* read bandwidth of the pool's threads */
+    di_threadpool *tp = NULL;
+    if (di_threadpool_create(threads, &tp, &err) != DI_OK) return 1;
+    const int64_t nw = (512ll << 20) / 8;
+    uint64_t *buf = malloc((size_t)nw * 8);
+    for (int64_t i = 0; i < nw; i++) buf[i] = (uint64_t)i;
+    rd_ctx rc = {buf, nw, {0}};
+    double bw = 0;
+    for (int r = 0; r < 5; r++) {
+        const double t0 = bench_now_s();
+        di_threadpool_for(tp, nw / 4096, 16, rd_part, &rc);
+        const double g = nw * 8 / (bench_now_s() - t0) / 1e9;
+        bw = g > bw ? g : bw;
+    }
+    printf("# routed experts at decode, %d threads: read bandwidth %.1f GB/s (best of 5, %llu)\n",
+           di_threadpool_size(tp), bw, (unsigned long long)(rc.sum[0] & 1));
+    printf("# batch  form             best ms   median ms   GB/s (best)   vs read bw\n");
+    free(buf);
+    di_threadpool_destroy(tp);
+
+    static const int batches[] = {1, 2, 4};
+    for (size_t bi = 0; bi < sizeof batches / sizeof *batches; bi++) {
+        const int m = batches[bi];
+        float *x = malloc(sizeof(float) * m * D), *out = malloc(sizeof(float) * m * D), *w = malloc(sizeof(float) * m * K);
+        int32_t *idx = malloc(sizeof(int32_t) * m * K);
+        for (int64_t i = 0; i < (int64_t)m * D; i++) x[i] = (float)((int64_t)(next() % 2001) - 1000) / 500.0f;
+        double t[2][MAXR];
+        for (int r = 0; r < rounds; r++)
+            for (int form = 0; form < 2; form++) {
+                /* token i of call c takes group (c·m + i) % 4 */
+                const int call = 2 * r + form;
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < K; j++) {
+                        idx[i * K + j] = ((call * m + i) % GROUPS) * K + j;
+                        w[i * K + j] = 0.1f + (float)(next() % 100) / 100.0f;
+                    }
+                di_backend_cpu_force_moe_loop(form);
+                const double t0 = bench_now_s();
+                be->ops->moe_experts(be, &me, x, m, idx, w, K, DI_MM_ACT_FP8 | DI_MM_OUT_BF16, 10.0f, out);
+                t[form][r] = bench_now_s() - t0;
+            }
+        di_backend_cpu_force_moe_loop(0);
+        const double bytes = expert_bytes * K * (m < GROUPS ? m : GROUPS);
+        for (int form = 0; form < 2; form++) {
+            qsort(t[form], (size_t)rounds, sizeof(double), cmp_d);
+            printf("%6d  %-15s %8.3f   %9.3f   %11.1f   %9.2f\n", m, form ? "per-expert loop" : "two passes",
+                   t[form][0] * 1e3, t[form][rounds / 2] * 1e3, bytes / t[form][0] / 1e9, bytes / t[form][0] / 1e9 / bw);
+        }
+        free(x), free(out), free(w), free(idx);
+    }
+    di_backend_destroy(be);
+    return 0;
+}
