@@ -1213,8 +1213,8 @@ static void cpu_gather_rows_from(di_backend *be, void *dst, size_t dst_stride, i
 
 /* The routed experts of a decode step (few rows an expert, MXFP4 weights
  * of one shape, FP8 activations): the loop's ops on the same rows in the
- * same order — gather, quantization and the products of every row as
- * cpu_matmul does them, SwiGLU, the scatter-adds expert after expert —
+ * same order — quantization and the products of every row as cpu_matmul
+ * does them, SwiGLU, the scatter-adds expert after expert —
  * but the products of all the experts in two hand-offs to the thread pool
  * (w1 and w3 of every expert, then w2 of every expert: di_gemm_mxfp4_many)
  * instead of three an expert, whose parts each give their own call's bits.
@@ -1225,7 +1225,7 @@ static void cpu_gather_rows_from(di_backend *be, void *dst, size_t dst_stride, i
 enum { MOE_BATCH_ROWS = 16, MOE_BATCH_P = 1024 };
 static atomic_int moe_loop_forced;
 void di_backend_cpu_force_moe_loop(int on) { atomic_store(&moe_loop_forced, on != 0); }
-static int moe_experts_batched(di_backend *be, const di_moe_experts *ex, const float *x, const int64_t *off,
+static int moe_experts_batched(di_backend *be, const di_moe_experts *ex, const float *x, int64_t m, const int64_t *off,
                                const int32_t *rows, const float *rw, unsigned mm, float limit, float *out) {
     const int E = ex->n;
     const int64_t D = ex->w1->n_in, np = off[E];
@@ -1244,24 +1244,38 @@ static int moe_experts_batched(di_backend *be, const di_moe_experts *ex, const f
         ne++;
     }
     if (I <= 0 || I % 32) return 0;
-    float *xe = malloc((size_t)(np * D) * sizeof(float)), *ye = malloc((size_t)(np * D) * sizeof(float));
+    float *ye = malloc((size_t)(np * D) * sizeof(float));
     float *g = malloc((size_t)(np * I) * sizeof(float)), *u = malloc((size_t)(np * I) * sizeof(float));
-    uint8_t *qx = malloc((size_t)(np * D)), *qh = malloc((size_t)(np * I));
-    float *sx = malloc((size_t)(np * D / 32) * sizeof(float)), *sh = malloc((size_t)(np * I / 32) * sizeof(float));
+    uint8_t *qt = malloc((size_t)(m * D)), *qx = malloc((size_t)(np * D)), *qh = malloc((size_t)(np * I));
+    float *st = malloc((size_t)(m * D / 32) * sizeof(float)), *sx = malloc((size_t)(np * D / 32) * sizeof(float));
+    float *sh = malloc((size_t)(np * I / 32) * sizeof(float));
     di_gemm_part *parts = malloc(sizeof *parts * (size_t)(2 * ne));
-    const int ok = xe && ye && g && u && qx && qh && sx && sh && parts;
+    const int ok = ye && g && u && qt && qx && qh && st && sx && sh && parts;
     if (ok) {
         /* waking the pool costs more than small products (cpu_matmul's rule, on the pass's whole work) */
         di_threadpool *tp = (double)np * (double)I * (double)D * 2 >= 4e6 ? be->impl : NULL;
-        cpu_gather_rows(be, x, rows, np, D, xe);
-        di_act_quant_fp8(xe, np, D, qx, sx);
+        /* each token quantized once (row by row, as the loop's gathered rows
+         * are): an expert of one row reads its token's codes where they are,
+         * so at batch 1 the six experts share one activation layout; one of
+         * several rows gets them gathered */
+        di_act_quant_fp8(x, m, D, qt, st);
         int j = 0;
         for (int e = 0; e < E; e++) {
             const int64_t n = off[e + 1] - off[e], r = off[e];
             if (!n) continue;
+            const uint8_t *qa = qt + (int64_t)rows[r] * D;
+            const float *sa = st + (int64_t)rows[r] * (D / 32);
+            if (n > 1) {
+                for (int64_t i = 0; i < n; i++) {
+                    memcpy(qx + (r + i) * D, qt + (int64_t)rows[r + i] * D, (size_t)D);
+                    memcpy(sx + (r + i) * (D / 32), st + (int64_t)rows[r + i] * (D / 32), sizeof(float) * (size_t)(D / 32));
+                }
+                qa = qx + r * D;
+                sa = sx + r * (D / 32);
+            }
             const di_wmat *w1 = di_moe_wmat(ex->w1, ex->stride, e), *w3 = di_moe_wmat(ex->w3, ex->stride, e);
-            parts[j++] = (di_gemm_part){qx + r * D, sx + r * (D / 32), n, w1->w, w1->s, I, g + r * I};
-            parts[j++] = (di_gemm_part){qx + r * D, sx + r * (D / 32), n, w3->w, w3->s, I, u + r * I};
+            parts[j++] = (di_gemm_part){qa, sa, n, w1->w, w1->s, I, g + r * I};
+            parts[j++] = (di_gemm_part){qa, sa, n, w3->w, w3->s, I, u + r * I};
         }
         di_gemm_mxfp4_many(parts, j, D, tp);
         if (mm & DI_MM_OUT_BF16)
@@ -1280,7 +1294,7 @@ static int moe_experts_batched(di_backend *be, const di_moe_experts *ex, const f
             for (int64_t i = 0; i < np * D; i++) ye[i] = di_round_bf16(ye[i]);
         cpu_scatter_add_rows(be, out, rows, ye, np, D); /* expert after expert, rows ascending in each */
     }
-    free(xe), free(ye), free(g), free(u), free(qx), free(qh), free(sx), free(sh), free(parts);
+    free(ye), free(g), free(u), free(qt), free(qx), free(qh), free(st), free(sx), free(sh), free(parts);
     return ok;
 }
 
@@ -1319,7 +1333,7 @@ static void cpu_moe_experts(di_backend *be, const di_moe_experts *ex, const floa
             rows[q] = (int32_t)(p / k);
             rw[q] = w[p];
         }
-    if (moe_experts_batched(be, ex, x, off, rows, rw, mm, limit, out)) goto out;
+    if (moe_experts_batched(be, ex, x, m, off, rows, rw, mm, limit, out)) goto out;
     xe = malloc((size_t)(nmax * D) * sizeof(float) + 1);
     ye = malloc((size_t)(nmax * D) * sizeof(float) + 1);
     g = malloc((size_t)(nmax * imax) * sizeof(float) + 1);

@@ -907,33 +907,55 @@ static void dec4_many_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     }
 }
 
+/* The activation layouts of dec4_run_many, built by the pool's threads:
+ * part i's where own[i] (res[i] act16_make's result). */
+typedef struct act16_set {
+    const di_gemm_part *parts;
+    int64_t K;
+    const int *own;
+    act16 *acts;
+    int *res;
+} act16_set;
+
+static void act16_make_parts(void *ctx, int64_t i0, int64_t i1, int thread) {
+    const act16_set *c = ctx;
+    (void)thread;
+    for (int64_t i = i0; i < i1; i++)
+        if (c->own[i]) c->res[i] = act16_make(c->parts[i].qa, c->parts[i].sa, c->parts[i].M, c->K, &c->acts[i]);
+}
+
 /* 0 when out of memory (nothing written: the caller runs the parts one by
  * one); parts whose activations the kernels cannot hold run the scalar code
- * first. Parts with the same activations share one layout of them. */
+ * first. Parts with the same activations share one layout of them; the
+ * layouts are built in parallel (at one row a w2 pass has six, each a few
+ * microseconds). */
 static int dec4_run_many(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
     act16 *acts = calloc((size_t)n, sizeof *acts);
-    int *src = malloc(sizeof(int) * (size_t)n); /* the part whose act16 part i reads; -1: scalar */
+    int *src = malloc(sizeof(int) * (size_t)n); /* the part whose layout part i reads */
+    int *own = calloc((size_t)n, sizeof(int)), *res = calloc((size_t)n, sizeof(int));
     dec4_job *jobs = malloc(sizeof *jobs * (size_t)n);
     int64_t *first = malloc(sizeof(int64_t) * (size_t)(n + 1));
-    int ok = acts && src && jobs && first, made = 0;
-    for (int i = 0; ok && i < n; i++, made = i) {
+    int ok = acts && src && own && res && jobs && first;
+    for (int i = 0; ok && i < n; i++) {
         src[i] = i;
         for (int j = 0; j < i; j++)
             if (parts[j].qa == parts[i].qa && parts[j].sa == parts[i].sa && parts[j].M == parts[i].M) {
                 src[i] = src[j];
                 break;
             }
-        if (src[i] != i) continue;
-        const int r = act16_make(parts[i].qa, parts[i].sa, parts[i].M, K, &acts[i]);
-        if (!r) ok = 0;
-        if (r < 0) src[i] = -1;
+        own[i] = src[i] == i;
+    }
+    if (ok) {
+        act16_set set = {parts, K, own, acts, res};
+        di_threadpool_for(tp, n, 1, act16_make_parts, &set);
+        for (int i = 0; i < n; i++) ok &= !own[i] || res[i] != 0;
     }
     if (ok) {
         int64_t units = 0;
         for (int i = 0; i < n; i++) {
             const di_gemm_part *q = &parts[i];
             first[i] = units;
-            if (src[i] < 0) { /* the scalar code, now (a part sharing such activations too) */
+            if (res[src[i]] < 0) { /* the scalar code, now (a part sharing such activations too) */
                 di_gemm_block_rows_scalar(1, q->qa, q->sa, q->M, K, q->w, q->ws, q->N, 0, q->N, q->out);
                 jobs[i] = (dec4_job){0};
                 continue;
@@ -946,9 +968,9 @@ static int dec4_run_many(const di_gemm_part *parts, int n, int64_t K, di_threadp
         const int64_t grain = units / (8 * di_threadpool_size(tp));
         if (units) di_threadpool_for(tp, units, grain < 1 ? 1 : grain, dec4_many_units, &mj);
     }
-    for (int i = 0; acts && i < made; i++)
-        if (src[i] == i || src[i] < 0) act16_free(&acts[i]);
-    free(acts), free(src), free(jobs), free(first);
+    for (int i = 0; acts && own && i < n; i++)
+        if (own[i]) act16_free(&acts[i]);
+    free(acts), free(src), free(own), free(res), free(jobs), free(first);
     return ok;
 }
 
