@@ -233,3 +233,30 @@ void di_threadpool_for(di_threadpool *tp, int64_t n, int64_t grain, di_parallel_
     }
     pthread_mutex_unlock(&tp->run);
 }
+
+/* di_threadpool_for_parts: the jobs' ranges, and the chunk's split by job */
+typedef struct parts_ctx {
+    int n;
+    const int64_t *first;
+    di_parallel_fn fn;
+    char *ctxs;
+    size_t ctx_size;
+} parts_ctx;
+
+static void parts_body(void *ctx, int64_t begin, int64_t end, int thread) {
+    const parts_ctx *c = ctx;
+    int j = 0;
+    while (begin < end) {
+        while (j < c->n - 1 && c->first[j + 1] <= begin) j++;
+        const int64_t stop = end < c->first[j + 1] ? end : c->first[j + 1];
+        c->fn(c->ctxs + (size_t)j * c->ctx_size, begin - c->first[j], stop - c->first[j], thread);
+        begin = stop;
+    }
+}
+
+void di_threadpool_for_parts(di_threadpool *tp, int n, const int64_t *first, int64_t grain, di_parallel_fn fn,
+                             void *ctxs, size_t ctx_size) {
+    if (n <= 0 || first[n] <= 0) return;
+    parts_ctx c = {n, first, fn, (char *)ctxs, ctx_size};
+    di_threadpool_for(tp, first[n], grain, parts_body, &c);
+}

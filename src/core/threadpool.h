@@ -35,5 +35,13 @@ int di_threadpool_size(const di_threadpool *tp);
  * handed out dynamically, and returns when all are done. tp == NULL runs
  * everything on the calling thread as one call fn(ctx, 0, n, 0). */
 void di_threadpool_for(di_threadpool *tp, int64_t n, int64_t grain, di_parallel_fn fn, void *ctx);
+/* One parallel for over the indices of n jobs laid end to end: job j owns
+ * [first[j], first[j + 1]) (first[0] = 0, first[n] the total) and its body
+ * gets them in its own numbering, as
+ * fn(ctxs + j·ctx_size, begin - first[j], end - first[j], thread); a chunk
+ * that spans jobs is split at their borders. Several small loops share one
+ * hand-off to the pool and one wait for its last thread this way. */
+void di_threadpool_for_parts(di_threadpool *tp, int n, const int64_t *first, int64_t grain, di_parallel_fn fn,
+                             void *ctxs, size_t ctx_size);
 
 #endif

@@ -909,6 +909,47 @@ static void test_gemm_mxfp4_many(void) {
     }
 }
 
+/* FP8 products on the same activations in one call (di_gemm_fp8_many:
+ * attention's wq_a and wkv, the shared expert's w1 and w3): each part's
+ * outputs equal its own di_gemm_fp8 call bit for bit, for decode rows of
+ * one to 16 activation rows (the segmented form from 3), for 24 rows
+ * (prefill: one call a part), and parts of other activations (one call a
+ * part), on one thread and on a pool. */
+static void test_gemm_fp8_many(void) {
+    enum { K = 320, NP = 3 };
+    static const int64_t Mv[] = {1, 2, 5, 16, 24}, Nv[NP] = {96, 40, 70};
+    di_threadpool *tp = NULL;
+    di_err err;
+    CHECK(di_threadpool_create(3, &tp, &err) == DI_OK);
+    for (size_t mi = 0; mi < sizeof Mv / sizeof *Mv; mi++)
+        for (int other = 0; other < 2; other++) {
+            const int64_t M = Mv[mi];
+            problem pr[NP];
+            di_gemm_part parts[NP];
+            float *want[NP];
+            for (int i = 0; i < NP; i++) {
+                problem_init(&pr[i], FMT_FP8, M, K, Nv[i]);
+                /* part 2 on its own activations when `other`, else all on part 0's */
+                const problem *a = other && i == 2 ? &pr[2] : &pr[0];
+                parts[i] = (di_gemm_part){a->qa, a->sa, M, pr[i].w, pr[i].ws, Nv[i], malloc(sizeof(float) * M * Nv[i])};
+                want[i] = malloc(sizeof(float) * M * Nv[i]);
+                di_gemm_fp8(a->qa, a->sa, M, K, pr[i].w, pr[i].ws, Nv[i], want[i], NULL);
+            }
+            for (int pool = 0; pool < 2; pool++) {
+                for (int i = 0; i < NP; i++) memset(parts[i].out, 0x55, sizeof(float) * M * Nv[i]);
+                di_gemm_fp8_many(parts, NP, K, pool ? tp : NULL);
+                for (int i = 0; i < NP; i++)
+                    CHECKF(count_diff_bits(want[i], parts[i].out, M * Nv[i]) == 0,
+                           "M=%lld other=%d pool %d: part %d differs from its own call", (long long)M, other, pool, i);
+            }
+            for (int i = 0; i < NP; i++) {
+                free(parts[i].out), free(want[i]);
+                problem_free(&pr[i]);
+            }
+        }
+    di_threadpool_destroy(tp);
+}
+
 #ifdef DI_HAVE_AVX2_KERNELS
 /* The MXFP4 checks the VNNI route below runs under each of its settings. */
 static void check_mxfp4_decode(void) {
@@ -1083,6 +1124,8 @@ static void check_all_paths(void) {
     test_gemm_mxfp4_small_codes();
     test_gemm_mxfp4_scale_edges();
     test_batch_and_thread_invariance();
+    test_gemm_fp8_many();
+    test_gemm_mxfp4_many();
 }
 
 /* The public entry points follow di_cpu_kernels_force_scalar. */
@@ -1157,6 +1200,29 @@ static void test_threadpool(void) {
         CHECK_EQ_INT(atomic_load(&c.calls), 1);
         CHECK_EQ_INT(atomic_load(&hits[N - 1]), 1);
     }
+    { /* jobs laid end to end (one empty): every index of every job once, in its own numbering */
+        enum { J = 4 };
+        static atomic_int jh[J][N];
+        static const int64_t len[J] = {300, 0, 1, 699}; /* 1,000 in all */
+        int64_t first[J + 1] = {0};
+        count_ctx cs[J];
+        for (int j = 0; j < J; j++) {
+            first[j + 1] = first[j] + len[j];
+            cs[j] = (count_ctx){jh[j], 0, tp, 0};
+            for (int i = 0; i < N; i++) atomic_store(&jh[j][i], 0);
+        }
+        for (int rep = 0; rep < 20; rep++) {
+            for (int j = 0; j < J; j++)
+                for (int i = 0; i < N; i++) atomic_store(&jh[j][i], 0);
+            di_threadpool_for_parts(rep % 2 ? tp : NULL, J, first, 1 + rep % 9, count_body, cs, sizeof *cs);
+            int bad = 0;
+            for (int j = 0; j < J; j++)
+                for (int i = 0; i < N; i++) bad += atomic_load(&jh[j][i]) != (i < len[j]);
+            CHECKF(bad == 0, "rep %d: %d indices of the jobs run other than once", rep, bad);
+        }
+        CHECK(!cs[0].bad_thread && !cs[3].bad_thread);
+        CHECK_EQ_INT(atomic_load(&cs[1].calls), 0);
+    }
     di_threadpool_destroy(tp);
     di_threadpool_destroy(NULL);
 }
@@ -1190,6 +1256,7 @@ int main(void) {
     RUN(test_bias_route);
     RUN(test_seg_route);
     RUN(test_gemm_mxfp4_many);
+    RUN(test_gemm_fp8_many);
     RUN(test_vnni_route);
     RUN(test_dispatch);
     return test_summary();

@@ -213,6 +213,18 @@ void di_gemm_mxfp4_many(const di_gemm_part *parts, int n, int64_t K, di_threadpo
                              parts[i].out, tp);
 }
 
+void di_gemm_fp8_many(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
+#ifdef DI_HAVE_AVX2_KERNELS
+    if (pick_avx2()) {
+        di_gemm_fp8_many_avx2(parts, n, K, tp);
+        return;
+    }
+#endif
+    for (int i = 0; i < n; i++)
+        di_gemm_fp8_scalar(parts[i].qa, parts[i].sa, parts[i].M, K, parts[i].w, parts[i].ws, parts[i].N,
+                           parts[i].out, tp);
+}
+
 void di_gemm_bf16(const float *x, int64_t M, int64_t K, const uint16_t *w, int64_t N, float *out,
                   di_threadpool *tp) {
     DISPATCH(di_gemm_bf16, x, M, K, w, N, out, tp);

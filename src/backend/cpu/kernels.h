@@ -120,6 +120,10 @@ typedef struct di_gemm_part {
     float *out;
 } di_gemm_part;
 void di_gemm_mxfp4_many(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp);
+/* The same for FP8 linears (di_gemm_fp8's operands); one pass where the
+ * parts share their activations (attention's wq_a and wkv, the shared
+ * expert's w1 and w3), else one call a part. */
+void di_gemm_fp8_many(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp);
 /* BF16 weights [N,K] (uint16 bits), fp32 activations, fp32 accumulate. Any K. */
 void di_gemm_bf16(const float *x, int64_t M, int64_t K, const uint16_t *w, int64_t N, float *out,
                   di_threadpool *tp);
@@ -157,6 +161,7 @@ void di_gemm_fp8_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
                       const uint8_t *w, const uint8_t *ws, int64_t N, float *out,
                       di_threadpool *tp);
 void di_gemm_mxfp4_many_avx2(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp);
+void di_gemm_fp8_many_avx2(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp);
 void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
                         const uint8_t *w, const uint8_t *ws, int64_t N, float *out,
                         di_threadpool *tp);

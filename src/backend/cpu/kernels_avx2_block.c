@@ -1645,9 +1645,14 @@ static AVX2 void seg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     }
 }
 
-/* FP8 decode rows. */
-static int dec_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64_t K,
-                   const uint8_t *w, const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
+/* FP8 decode rows of n products (parts) on the same activations (the
+ * first part's qa, sa, M), in one pass over the pool: one layout of the
+ * activations, one scratch, the units of all the parts dealt together
+ * (each part's outputs the bits of its own call). 0 when out of memory. */
+static int dec_run(int half, const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
+    const uint8_t *qa = parts[0].qa;
+    const float *sa = parts[0].sa;
+    const int64_t M = parts[0].M;
     const int threads = di_threadpool_size(tp);
     const int64_t Kp = K, KB = K / 32;
     /* the segmented form where it runs (seg_units: a segment's activations and the unit's lanes) */
@@ -1657,8 +1662,11 @@ static int dec_run(int half, const uint8_t *qa, const float *sa, int64_t M, int6
     float *bmax = malloc(sizeof(float) * (size_t)(M * KB + KB));
     float *ap = bmax ? pack_lanes(qa, sa, M, K, Kp, 1.0f, bmax, half, 0, NULL, NULL) : NULL;
     float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
-    if (!ap || !scratch || !bmax) {
-        free(ap), free(scratch), free(bmax);
+    dec_job *jobs = malloc(sizeof *jobs * (size_t)n);
+    atomic_int *heavy = malloc(sizeof *heavy * (size_t)n);
+    int64_t *first = malloc(sizeof(int64_t) * (size_t)(n + 1));
+    if (!ap || !scratch || !bmax || !jobs || !heavy || !first) {
+        free(ap), free(scratch), free(bmax), free(jobs), free(heavy), free(first);
         return 0;
     }
     float *smin = bmax + M * KB; /* (a NaN scale makes its block's bmax infinite) */
@@ -1668,18 +1676,23 @@ static int dec_run(int half, const uint8_t *qa, const float *sa, int64_t M, int6
             if (bmax[m * KB + kb] > bmax[kb]) bmax[kb] = bmax[m * KB + kb];
             if (!(sa[m * KB + kb] >= smin[kb])) smin[kb] = sa[m * KB + kb];
         }
-    atomic_int heavy = 0;
-    dec_job j = {.qa = qa, .sa = sa, .ap = ap, .bmax = bmax, .smin = smin, .half = half,
-                 .R = dec_rows(M, half, ks > 0),
-                 .bias = half && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
-                 .bias_heavy = &heavy, .w = w,
-                 .ws = ws, .M = M, .K = K, .Kp = Kp, .N = N, .out = out, .scratch = scratch,
-                 .scratch_floats = sf, .ks = ks};
-    const int64_t units = (N + UNIT - 1) / UNIT;
+    int64_t units = 0;
+    for (int i = 0; i < n; i++) {
+        atomic_init(&heavy[i], 0);
+        jobs[i] = (dec_job){.qa = qa, .sa = sa, .ap = ap, .bmax = bmax, .smin = smin, .half = half,
+                            .R = dec_rows(M, half, ks > 0),
+                            .bias = half && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
+                            .bias_heavy = &heavy[i], .w = parts[i].w, .ws = parts[i].ws, .M = M, .K = K,
+                            .Kp = Kp, .N = parts[i].N, .out = parts[i].out, .scratch = scratch,
+                            .scratch_floats = sf, .ks = ks};
+        first[i] = units;
+        units += (parts[i].N + UNIT - 1) / UNIT;
+    }
+    first[n] = units;
     /* several chunks per thread so a core slowed by other work takes fewer */
     const int64_t grain = units / (8 * threads);
-    di_threadpool_for(tp, units, grain < 1 ? 1 : grain, ks ? seg_units : dec_units, &j);
-    free(ap), free(scratch), free(bmax);
+    di_threadpool_for_parts(tp, n, first, grain < 1 ? 1 : grain, ks ? seg_units : dec_units, jobs, sizeof *jobs);
+    free(ap), free(scratch), free(bmax), free(jobs), free(heavy), free(first);
     return 1;
 }
 
@@ -1688,7 +1701,8 @@ static void fp8_linear(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
                        const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     if (M <= 0 || N <= 0) return;
     const int half = use_half();
-    const int done = M <= DEC_M ? dec_run(half, qa, sa, M, K, w, ws, N, out, tp)
+    const di_gemm_part part = {qa, sa, M, w, ws, N, out};
+    const int done = M <= DEC_M ? dec_run(half, &part, 1, K, tp)
                    : M < lg_min_m() ? pf_run(half, qa, sa, M, K, w, ws, N, out, tp)
                                   : lg_run(half, qa, sa, M, K, w, ws, N, out, tp);
     if (!done) di_gemm_fp8_scalar(qa, sa, M, K, w, ws, N, out, tp); /* out of memory: it needs none */
@@ -1697,6 +1711,17 @@ static void fp8_linear(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
 void di_gemm_fp8_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                       const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     fp8_linear(qa, sa, M, K, w, ws, N, out, tp);
+}
+
+void di_gemm_fp8_many_avx2(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
+    /* one pass where every part is a decode-rows product of the same activations */
+    int one = n > 1;
+    for (int i = 0; i < n; i++)
+        one &= parts[i].qa == parts[0].qa && parts[i].sa == parts[0].sa && parts[i].M == parts[0].M &&
+               parts[i].M >= 1 && parts[i].M <= DEC_M && parts[i].N >= 1;
+    if (one && dec_run(use_half(), parts, n, K, tp)) return;
+    for (int i = 0; i < n; i++)
+        fp8_linear(parts[i].qa, parts[i].sa, parts[i].M, K, parts[i].w, parts[i].ws, parts[i].N, parts[i].out, tp);
 }
 
 #endif

@@ -887,26 +887,6 @@ static int dec4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, co
     return r != 0;
 }
 
-/* Several products' decode rows in one parallel pass (di_gemm_mxfp4_many):
- * the units of every part, part after part; first[i] the first unit of
- * part i (first[n] all of them). */
-typedef struct dec4_many {
-    const dec4_job *jobs;
-    const int64_t *first;
-    int n;
-} dec4_many;
-
-static void dec4_many_units(void *ctx, int64_t u0, int64_t u1, int thread) {
-    const dec4_many *mj = ctx;
-    int p = 0;
-    while (u0 < u1) {
-        while (mj->first[p + 1] <= u0) p++;
-        const int64_t e = u1 < mj->first[p + 1] ? u1 : mj->first[p + 1];
-        dec4_units((void *)&mj->jobs[p], u0 - mj->first[p], e - mj->first[p], thread);
-        u0 = e;
-    }
-}
-
 /* The activation layouts of dec4_run_many, built by the pool's threads:
  * part i's where own[i] (res[i] act16_make's result). */
 typedef struct act16_set {
@@ -964,9 +944,8 @@ static int dec4_run_many(const di_gemm_part *parts, int n, int64_t K, di_threadp
             units += (q->N + UNIT - 1) / UNIT;
         }
         first[n] = units;
-        dec4_many mj = {jobs, first, n};
         const int64_t grain = units / (8 * di_threadpool_size(tp));
-        if (units) di_threadpool_for(tp, units, grain < 1 ? 1 : grain, dec4_many_units, &mj);
+        di_threadpool_for_parts(tp, n, first, grain < 1 ? 1 : grain, dec4_units, jobs, sizeof *jobs);
     }
     for (int i = 0; acts && own && i < n; i++)
         if (own[i]) act16_free(&acts[i]);
