@@ -2,7 +2,8 @@
  * give the bits of their scalar forms (the statement of each op's order,
  * docs/numerics.md), on 1 and 2 threads, for shapes with remainders: mHC
  * mixing (architecture.md §4) and the grouped wo_a projection (§5.6). The
- * scalar forms are also checked against a double-precision reference. */
+ * scalar forms are also checked against a double-precision reference. Its
+ * matmul_pair (two products in one pass) gives matmul's bits. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +191,63 @@ static void test_matmul_grouped(void) {
     check_grouped(DI_WFMT_FP8, 2, 60, 512, 62); /* partial panel, large enough for 2 threads */
     check_grouped(DI_WFMT_FP8, 4, 20, 64, 6);
     check_grouped(DI_WFMT_BF16, 2, 44, 72, 5);
+}
+
+/* matmul_pair (both products in one pass, x quantized once) gives the bits
+ * of matmul twice, for FP8 and MXFP4 weights of two sizes on one x, with
+ * and without bf16 outputs, at decode rows and past them (prefill), on 1
+ * and 3 threads; without FP8 activations (bf16 numerics) it is matmul
+ * twice. */
+static void check_pair(di_wfmt fmt, int64_t m, int64_t K, int64_t na, int64_t nb, unsigned flags, int threads) {
+    di_backend *be = backend(threads);
+    CHECK(be);
+    if (!be) return;
+    uint8_t *w[2], *sc[2];
+    di_wmat wm[2];
+    const int64_t n[2] = {na, nb};
+    for (int i = 0; i < 2; i++) {
+        const size_t wb = fmt == DI_WFMT_FP8 ? (size_t)(n[i] * K) : (size_t)(n[i] * K / 2);
+        const size_t sb = fmt == DI_WFMT_FP8 ? (size_t)(((n[i] + 31) / 32) * (K / 32)) : (size_t)(n[i] * (K / 32));
+        w[i] = malloc(wb), sc[i] = malloc(sb);
+        for (size_t j = 0; j < wb; j++) {
+            w[i][j] = (uint8_t)(frand() * 128.0f + 128.0f);
+            if (fmt == DI_WFMT_FP8 && (w[i][j] & 0x7f) == 0x7f) w[i][j] ^= 1; /* no NaN codes */
+        }
+        for (size_t j = 0; j < sb; j++) sc[i][j] = (uint8_t)(120 + (int)((frand() + 1.0f) * 3.0f));
+        wm[i] = (di_wmat){fmt, n[i], K, w[i], sc[i]};
+    }
+    float *x = malloc(sizeof(float) * (size_t)(m * K)), *y[4];
+    for (int64_t i = 0; i < m * K; i++) x[i] = 4.0f * frand();
+    for (int i = 0; i < 4; i++) {
+        y[i] = malloc(sizeof(float) * (size_t)(m * n[i % 2]));
+        memset(y[i], 0x55, sizeof(float) * (size_t)(m * n[i % 2]));
+    }
+    be->ops->matmul(be, &wm[0], x, m, y[0], flags);
+    be->ops->matmul(be, &wm[1], x, m, y[1], flags);
+    be->ops->matmul_pair(be, &wm[0], &wm[1], x, m, y[2], y[3], flags);
+    for (int i = 0; i < 2; i++)
+        CHECKF(!memcmp(y[i], y[i + 2], sizeof(float) * (size_t)(m * n[i])),
+               "matmul_pair fmt %d m=%lld K=%lld flags %u threads %d: product %d differs from matmul", (int)fmt,
+               (long long)m, (long long)K, flags, threads, i);
+    for (int i = 0; i < 4; i++) free(y[i]);
+    for (int i = 0; i < 2; i++) free(w[i]), free(sc[i]);
+    free(x);
+    di_backend_destroy(be);
+}
+
+static void test_matmul_pair(void) {
+    const unsigned q = DI_MM_ACT_FP8, qb = DI_MM_ACT_FP8 | DI_MM_OUT_BF16;
+    for (int threads = 1; threads <= 3; threads += 2) {
+        check_pair(DI_WFMT_FP8, 1, 512, 1280 / 4, 512 / 4, qb, threads);
+        check_pair(DI_WFMT_FP8, 3, 256, 100, 64, q, threads);
+        check_pair(DI_WFMT_FP8, 24, 256, 96, 40, qb, threads); /* prefill: one call each */
+        check_pair(DI_WFMT_FP4, 1, 512, 288, 288, qb, threads);
+        check_pair(DI_WFMT_FP4, 5, 256, 70, 33, q, threads);
+        check_pair(DI_WFMT_FP4, 140, 256, 64, 40, qb, threads); /* prefill */
+        check_pair(DI_WFMT_FP8, 2, 256, 64, 40, DI_MM_OUT_BF16, threads); /* bf16 numerics: matmul twice */
+        check_pair(DI_WFMT_FP8, 1, 2048, 1536, 512, qb, threads); /* work enough for the pool */
+        check_pair(DI_WFMT_FP4, 1, 2048, 1024, 1024, qb, threads);
+    }
 }
 
 /* collapse / expand (in place, as the forward calls it) / mean on both
@@ -573,6 +631,7 @@ int main(void) {
     RUN(test_hc_mix);
     RUN(test_hc_streams);
     RUN(test_matmul_grouped);
+    RUN(test_matmul_pair);
     RUN(test_attention);
     RUN(test_norm_rope);
     RUN(test_index);

@@ -170,6 +170,44 @@ static void cpu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t
         for (int64_t i = 0; i < m * N; i++) y[i] = di_round_bf16(y[i]);
 }
 
+/* backend.h matmul_pair: with FP8 activations on FP8 or MXFP4 weights, x
+ * quantized once and both products in one pass over the pool
+ * (di_gemm_fp8_many / di_gemm_mxfp4_many), each with matmul's bits; else
+ * matmul twice. At decode the pair (attention's wq_a and wkv, 6.5 and 2.6
+ * MB; the shared expert's w1 and w3) is two small products, each of which
+ * paid a hand-off to the pool and a wait for its slowest thread. */
+static void cpu_matmul_pair(di_backend *be, const di_wmat *wa, const di_wmat *wb, const float *x, int64_t m,
+                            float *ya, float *yb, unsigned flags) {
+    const int64_t K = wa->n_in;
+    const di_wfmt fmt = wa->fmt;
+    if (!(flags & DI_MM_ACT_FP8) || wb->fmt != fmt || wb->n_in != K || (fmt != DI_WFMT_FP8 && fmt != DI_WFMT_FP4) ||
+        m <= 0) {
+        cpu_matmul(be, wa, x, m, ya, flags);
+        cpu_matmul(be, wb, x, m, yb, flags);
+        return;
+    }
+    uint8_t *q = malloc((size_t)(m * K) + 1);
+    float *s = malloc((size_t)(m * (K / 32) + 1) * sizeof(float));
+    if (!q || !s) {
+        free(q), free(s);
+        cpu_matmul(be, wa, x, m, ya, flags);
+        cpu_matmul(be, wb, x, m, yb, flags);
+        return;
+    }
+    /* waking the pool costs more than small products (cpu_matmul's rule, on the pair's work) */
+    const double work = (double)m * (double)(wa->n_out + wb->n_out) * (double)K;
+    di_threadpool *tp = work >= 4e6 ? be->impl : NULL;
+    di_act_quant_fp8(x, m, K, q, s);
+    const di_gemm_part parts[2] = {{q, s, m, wa->w, wa->s, wa->n_out, ya}, {q, s, m, wb->w, wb->s, wb->n_out, yb}};
+    if (fmt == DI_WFMT_FP8) di_gemm_fp8_many(parts, 2, K, tp);
+    else di_gemm_mxfp4_many(parts, 2, K, tp);
+    free(q), free(s);
+    if (flags & DI_MM_OUT_BF16) {
+        for (int64_t i = 0; i < m * wa->n_out; i++) ya[i] = di_round_bf16(ya[i]);
+        for (int64_t i = 0; i < m * wb->n_out; i++) yb[i] = di_round_bf16(yb[i]);
+    }
+}
+
 #if defined(DI_HAVE_AVX2_OPS)
 /* AVX2 products over decoded weights: tasks of 8 weight rows, each decoded
  * once into a transposed panel [K, 8] and multiplied with every row of its
@@ -1413,6 +1451,7 @@ static const di_backend_ops cpu_ops = {
     .download = cpu_copy,
     .copy = cpu_copy,
     .matmul = cpu_matmul,
+    .matmul_pair = cpu_matmul_pair,
     .matmul_grouped = cpu_matmul_grouped,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
