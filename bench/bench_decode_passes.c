@@ -1,18 +1,24 @@
-/* The CPU backend's routed experts at decode (backend.h moe_experts; the
- * real V4.1-Flash expert shape): all the experts' products in two passes
- * over the thread pool (moe_experts_batched in backend_cpu.c) against the
- * per-expert loop it replaced (three passes an expert), alternated in one
- * process; same bits either way (test_moe_grouped).
+/* CPU decode products that share one pass over the thread pool, against
+ * the form before, alternated in one process (same bits either way):
+ * - the routed experts (backend.h moe_experts; the real V4.1-Flash expert
+ *   shape): all the experts' products in two passes (moe_experts_batched in
+ *   backend_cpu.c) against the per-expert loop (three passes an expert;
+ *   test_moe_grouped checks the bits);
+ * - matmul_pair (x quantized once, both products in one pass) against
+ *   matmul twice, on attention's wq_a + wkv (1,280 and 512 x 5,120 FP8) and
+ *   the shared expert's w1 + w3 (2 x 2,304 x 5,120 FP8) at one row
+ *   (test_cpu_ops checks the bits).
  *
- *   build/bench/bench_moe_rows [THREADS] [ROUNDS]
+ *   build/bench/bench_decode_passes [THREADS] [ROUNDS]
  *
- * 24 experts of w1 / w3 2,304 x 5,120 and w2 5,120 x 2,304 MXFP4 (17.7 MB
+ * Experts: 24 of w1 / w3 2,304 x 5,120 and w2 5,120 x 2,304 MXFP4 (17.7 MB
  * each, 425 MB in all), top-6 routing; batches of 1, 2 and 4 tokens, the
  * calls cycling through four groups of six experts so that each reads its
- * experts from DRAM (more than a 300 MB last-level cache holds). GB/s
- * counts the weight bytes of the experts a call uses; the peer figure is the
- * read bandwidth of the same threads over a 512 MB buffer, measured in the
- * same run. Best and median of ROUNDS (default 15) calls of each form. */
+ * experts from DRAM (more than a 300 MB last-level cache holds); pairs:
+ * copies cycled likewise (over 400 MB). GB/s counts the weight bytes a call
+ * reads; the peer figure is the read bandwidth of the same threads over a
+ * 512 MB buffer, measured in the same run. Best and median of ROUNDS
+ * (default 15) calls of each form. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +43,7 @@ static uint64_t next(void) {
 static void fp4_mat(di_wmat *m, int64_t n, int64_t k) {
     uint8_t *w = malloc((size_t)(n * k / 2)), *s = malloc((size_t)(n * k / 32));
     if (!w || !s) {
-        fprintf(stderr, "bench_moe_rows: out of memory\n");
+        fprintf(stderr, "bench_decode_passes: out of memory\n");
         exit(1);
     }
     for (int64_t i = 0; i < n * k / 2; i++) w[i] = (uint8_t)next();
@@ -61,16 +67,71 @@ static void rd_part(void *ctx, int64_t i0, int64_t i1, int thread) {
 
 static int cmp_d(const void *a, const void *b) { return bench_cmp_double(a, b); }
 
+/* FP8 [n, k] with random codes (no NaN) and scales around 2^-6 */
+static void fp8_mat(di_wmat *m, int64_t n, int64_t k) {
+    uint8_t *w = malloc((size_t)(n * k)), *s = malloc((size_t)(((n + 31) / 32) * (k / 32)));
+    if (!w || !s) {
+        fprintf(stderr, "bench_decode_passes: out of memory\n");
+        exit(1);
+    }
+    for (int64_t i = 0; i < n * k; i++) {
+        w[i] = (uint8_t)next();
+        if ((w[i] & 0x7f) == 0x7f) w[i] ^= 1;
+    }
+    for (int64_t i = 0; i < ((n + 31) / 32) * (k / 32); i++) s[i] = (uint8_t)(118 + next() % 6);
+    *m = (di_wmat){DI_WFMT_FP8, n, k, w, s};
+}
+
+/* matmul_pair against matmul twice at one row, copies cycled */
+static void pairs(di_backend *be, int rounds, double bw) {
+    static const struct { const char *name; int64_t na, nb; int copies; } P[] = {
+        {"wq_a + wkv", 1280, 512, 48}, {"shared w1 + w3", 2304, 2304, 20}};
+    printf("# pair at one row      form             best ms   median ms   GB/s (best)   vs read bw\n");
+    for (size_t pi = 0; pi < sizeof P / sizeof *P; pi++) {
+        const int nc = P[pi].copies;
+        di_wmat *wa = malloc(sizeof *wa * (size_t)nc), *wb = malloc(sizeof *wb * (size_t)nc);
+        for (int c = 0; c < nc; c++) {
+            fp8_mat(&wa[c], P[pi].na, D);
+            fp8_mat(&wb[c], P[pi].nb, D);
+        }
+        float *x = malloc(sizeof(float) * D), *ya = malloc(sizeof(float) * P[pi].na), *yb = malloc(sizeof(float) * P[pi].nb);
+        for (int64_t i = 0; i < D; i++) x[i] = (float)((int64_t)(next() % 2001) - 1000) / 500.0f;
+        double t[2][MAXR];
+        for (int r = 0; r < rounds; r++)
+            for (int form = 0; form < 2; form++) {
+                const int c = (2 * r + form) % nc;
+                const double t0 = bench_now_s();
+                if (form == 0) {
+                    be->ops->matmul_pair(be, &wa[c], &wb[c], x, 1, ya, yb, DI_MM_ACT_FP8);
+                } else {
+                    be->ops->matmul(be, &wa[c], x, 1, ya, DI_MM_ACT_FP8);
+                    be->ops->matmul(be, &wb[c], x, 1, yb, DI_MM_ACT_FP8);
+                }
+                t[form][r] = bench_now_s() - t0;
+            }
+        const double bytes = (double)(P[pi].na + P[pi].nb) * D * (1.0 + 1.0 / 1024);
+        for (int form = 0; form < 2; form++) {
+            qsort(t[form], (size_t)rounds, sizeof(double), cmp_d);
+            printf("%-22s %-15s %8.3f   %9.3f   %11.1f   %9.2f\n", P[pi].name, form ? "matmul twice" : "one pass",
+                   t[form][0] * 1e3, t[form][rounds / 2] * 1e3, bytes / t[form][0] / 1e9, bytes / t[form][0] / 1e9 / bw);
+        }
+        for (int c = 0; c < nc; c++) {
+            free((void *)wa[c].w), free((void *)wa[c].s), free((void *)wb[c].w), free((void *)wb[c].s);
+        }
+        free(wa), free(wb), free(x), free(ya), free(yb);
+    }
+}
+
 int main(int argc, char **argv) {
     const int threads = argc > 1 ? atoi(argv[1]) : 0, rounds = argc > 2 ? atoi(argv[2]) : 15;
     if (rounds < 1 || rounds > MAXR) {
-        fprintf(stderr, "bench_moe_rows: ROUNDS from 1 to %d\n", MAXR);
+        fprintf(stderr, "bench_decode_passes: ROUNDS from 1 to %d\n", MAXR);
         return 2;
     }
     di_err err;
     di_backend *be = NULL;
     if (di_backend_cpu_create(threads, &be, &err) != DI_OK) {
-        fprintf(stderr, "bench_moe_rows: %s\n", err.msg);
+        fprintf(stderr, "bench_decode_passes: %s\n", err.msg);
         return 1;
     }
     expert ex[E];
@@ -132,6 +193,7 @@ int main(int argc, char **argv) {
         }
         free(x), free(out), free(w), free(idx);
     }
+    pairs(be, rounds, bw);
     di_backend_destroy(be);
     return 0;
 }
