@@ -1306,7 +1306,8 @@ static int moe_experts_batched(di_backend *be, const di_moe_experts *ex, const f
             if (n > 1) {
                 for (int64_t i = 0; i < n; i++) {
                     memcpy(qx + (r + i) * D, qt + (int64_t)rows[r + i] * D, (size_t)D);
-                    memcpy(sx + (r + i) * (D / 32), st + (int64_t)rows[r + i] * (D / 32), sizeof(float) * (size_t)(D / 32));
+                    memcpy(sx + (r + i) * (D / 32), st + (int64_t)rows[r + i] * (D / 32),
+                           sizeof(float) * (size_t)(D / 32));
                 }
                 qa = qx + r * D;
                 sa = sx + r * (D / 32);

@@ -628,7 +628,8 @@ AVX512_INLINE __m512i dpbusd_w(__m512i acc, __m512i u, __m512i s) {
 }
 static AVX512 void dec8_1b(const dec4_args *lo, const dec4_args *hi, float *res) {
     /* E2M1 code -> 2·value + 12 */
-    const __m512i tab = _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i tab =
+        _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m512i nib = _mm512_set1_epi8(0x0f);
     const int64_t chunks = lo->chunks;
     __attribute__((aligned(64))) int32_t ewb[2][4][8];
