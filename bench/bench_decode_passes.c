@@ -7,7 +7,9 @@
  * - matmul_pair (x quantized once, both products in one pass) against
  *   matmul twice, on attention's wq_a + wkv (1,280 and 512 x 5,120 FP8) and
  *   the shared expert's w1 + w3 (2 x 2,304 x 5,120 FP8) at one row
- *   (test_cpu_ops checks the bits).
+ *   (test_cpu_ops checks the bits);
+ * - and, as a record, products of a few MB at one row (the router, wkv,
+ *   the compressor's projection), which take the pool by their bytes.
  *
  *   build/bench/bench_decode_passes [THREADS] [ROUNDS]
  *
@@ -80,6 +82,49 @@ static void fp8_mat(di_wmat *m, int64_t n, int64_t k) {
     }
     for (int64_t i = 0; i < ((n + 31) / 32) * (k / 32); i++) s[i] = (uint8_t)(118 + next() % 6);
     *m = (di_wmat){DI_WFMT_FP8, n, k, w, s};
+}
+
+/* BF16 [n, k], values around 0.05 */
+static void bf16_mat(di_wmat *m, int64_t n, int64_t k) {
+    uint16_t *w = malloc(sizeof(uint16_t) * (size_t)(n * k));
+    if (!w) {
+        fprintf(stderr, "bench_decode_passes: out of memory\n");
+        exit(1);
+    }
+    for (int64_t i = 0; i < n * k; i++) w[i] = (uint16_t)(0x3d00 + next() % 0x100 + (next() % 2) * 0x8000);
+    *m = (di_wmat){DI_WFMT_BF16, n, k, w, NULL};
+}
+
+/* Products of a few MB at one row (no form to alternate: a record of what
+ * the pool rule gives them), copies cycled */
+static void smalls(di_backend *be, int rounds, double bw) {
+    static const struct { const char *name; di_wfmt fmt; int64_t n; int copies; unsigned flags; } P[] = {
+        {"router (bf16 384)", DI_WFMT_BF16, 384, 100, DI_MM_OUT_BF16},
+        {"wkv (fp8 512)", DI_WFMT_FP8, 512, 150, DI_MM_ACT_FP8},
+        {"compressor (bf16 512)", DI_WFMT_BF16, 512, 80, 0}};
+    printf("# one product, one row   best ms   median ms   GB/s (best)   vs read bw\n");
+    for (size_t pi = 0; pi < sizeof P / sizeof *P; pi++) {
+        const int nc = P[pi].copies;
+        di_wmat *w = malloc(sizeof *w * (size_t)nc);
+        for (int c = 0; c < nc; c++) {
+            if (P[pi].fmt == DI_WFMT_BF16) bf16_mat(&w[c], P[pi].n, D);
+            else fp8_mat(&w[c], P[pi].n, D);
+        }
+        float *x = malloc(sizeof(float) * D), *y = malloc(sizeof(float) * P[pi].n);
+        for (int64_t i = 0; i < D; i++) x[i] = (float)((int64_t)(next() % 2001) - 1000) / 500.0f;
+        double t[MAXR];
+        for (int r = 0; r < rounds; r++) {
+            const double t0 = bench_now_s();
+            be->ops->matmul(be, &w[r % nc], x, 1, y, P[pi].flags);
+            t[r] = bench_now_s() - t0;
+        }
+        qsort(t, (size_t)rounds, sizeof(double), cmp_d);
+        const double bytes = (double)P[pi].n * D * (P[pi].fmt == DI_WFMT_BF16 ? 2.0 : 1.0 + 1.0 / 1024);
+        printf("%-24s %8.3f   %9.3f   %11.1f   %9.2f\n", P[pi].name, t[0] * 1e3, t[rounds / 2] * 1e3,
+               bytes / t[0] / 1e9, bytes / t[0] / 1e9 / bw);
+        for (int c = 0; c < nc; c++) free((void *)w[c].w), free((void *)w[c].s);
+        free(w), free(x), free(y);
+    }
 }
 
 /* matmul_pair against matmul twice at one row, copies cycled */
@@ -194,6 +239,7 @@ int main(int argc, char **argv) {
         free(x), free(out), free(w), free(idx);
     }
     pairs(be, rounds, bw);
+    smalls(be, rounds, bw);
     di_backend_destroy(be);
     return 0;
 }

@@ -141,11 +141,34 @@ static int mm_decoded(di_threadpool *tp, const di_wmat *w, int64_t r0, int64_t n
     return 0;
 }
 
+/* Bytes of a weight's codes (and scales) that a product reads. */
+static double wmat_bytes(const di_wmat *w) {
+    const double nk = (double)w->n_out * (double)w->n_in;
+    switch (w->fmt) {
+    case DI_WFMT_FP8: return nk * (1.0 + 1.0 / 1024);
+    case DI_WFMT_FP4: return nk * (0.5 + 1.0 / 32);
+    case DI_WFMT_BF16: return 2 * nk;
+    default: return 4 * nk;
+    }
+}
+
+/* The pool for a product of `macs` multiply-adds reading `bytes` of
+ * weights, or NULL (the calling thread alone). Handing work to the pool
+ * costs a few microseconds (its workers spin between a step's jobs), more
+ * than a small product; but a decode row's product is bound by reading its
+ * weights, ~40 µs a half MB on one core, whatever its MAC count: by MACs
+ * alone (4e6) the router (bf16 384 × 5,120: 3.9 MB, 2 M MACs), wkv (FP8,
+ * 2.6 MB) and the compressor's bf16 pair (5.2 MB each) ran on one thread at
+ * batch 1 (bench_decode_passes on 16 threads: wq_a and wkv as two calls,
+ * wkv on one thread, 0.34–0.42 ms; as one pass on the pool 0.12). */
+static di_threadpool *mm_pool(di_backend *be, double macs, double bytes) {
+    return macs >= 4e6 || bytes >= 512.0 * 1024 ? be->impl : NULL;
+}
+
 static void cpu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
                        unsigned flags) {
     int64_t K = w->n_in, N = w->n_out;
-    /* waking the pool costs more than a small product */
-    di_threadpool *tp = (double)m * (double)N * (double)K >= 4e6 ? be->impl : NULL;
+    di_threadpool *tp = mm_pool(be, (double)m * (double)N * (double)K, wmat_bytes(w));
     int quant = (flags & DI_MM_ACT_FP8) && (w->fmt == DI_WFMT_FP8 || w->fmt == DI_WFMT_FP4);
     if (quant) {
         uint8_t *q = malloc((size_t)(m * K) + 1);
@@ -194,9 +217,8 @@ static void cpu_matmul_pair(di_backend *be, const di_wmat *wa, const di_wmat *wb
         cpu_matmul(be, wb, x, m, yb, flags);
         return;
     }
-    /* waking the pool costs more than small products (cpu_matmul's rule, on the pair's work) */
-    const double work = (double)m * (double)(wa->n_out + wb->n_out) * (double)K;
-    di_threadpool *tp = work >= 4e6 ? be->impl : NULL;
+    di_threadpool *tp = mm_pool(be, (double)m * (double)(wa->n_out + wb->n_out) * (double)K,
+                                wmat_bytes(wa) + wmat_bytes(wb));
     di_act_quant_fp8(x, m, K, q, s);
     const di_gemm_part parts[2] = {{q, s, m, wa->w, wa->s, wa->n_out, ya}, {q, s, m, wb->w, wb->s, wb->n_out, yb}};
     if (fmt == DI_WFMT_FP8) di_gemm_fp8_many(parts, 2, K, tp);
@@ -273,7 +295,7 @@ static void mm_panels(di_backend *be, const di_wmat *w, int groups, const float 
     int64_t rpg = w->n_out / groups, tasks = groups * ((rpg + 7) / 8);
     panel_ctx c = {w, groups, rpg, x, m, y};
     double work = (double)(m + 8) * (double)w->n_out * (double)w->n_in;
-    if (work < 4e6) /* as cpu_matmul: waking the pool costs more than a small product */
+    if (!mm_pool(be, work, wmat_bytes(w))) /* as cpu_matmul */
         panel_range(&c, 0, tasks);
     else
         par_for(be, tasks, work, panel_range, &c);
@@ -291,7 +313,7 @@ static void cpu_matmul_grouped(di_backend *be, const di_wmat *w, int groups, con
         return;
     }
 #endif
-    di_threadpool *tp = (double)m * (double)N * (double)K >= 4e6 ? be->impl : NULL;
+    di_threadpool *tp = mm_pool(be, (double)m * (double)N * (double)K, wmat_bytes(w));
     float *xg = malloc((size_t)(m * K) * sizeof(float));
     if (!xg) {
         memset(y, 0, (size_t)(m * N) * sizeof(float));
@@ -1290,8 +1312,8 @@ static int moe_experts_batched(di_backend *be, const di_moe_experts *ex, const f
     di_gemm_part *parts = malloc(sizeof *parts * (size_t)(2 * ne));
     const int ok = ye && g && u && qt && qx && qh && st && sx && sh && parts;
     if (ok) {
-        /* waking the pool costs more than small products (cpu_matmul's rule, on the pass's whole work) */
-        di_threadpool *tp = (double)np * (double)I * (double)D * 2 >= 4e6 ? be->impl : NULL;
+        /* cpu_matmul's rule on the passes' whole work (the w1 / w3 pass: 2·ne·I·D codes) */
+        di_threadpool *tp = mm_pool(be, (double)np * (double)I * (double)D * 2, (double)ne * (double)I * (double)D);
         /* each token quantized once (row by row, as the loop's gathered rows
          * are): an expert of one row reads its token's codes where they are,
          * so at batch 1 the six experts share one activation layout; one of
