@@ -415,11 +415,62 @@ static void check_index(int hi, int64_t di, int64_t width, int64_t m) {
     free(n_vis);
 }
 
+/* Fewer query rows than threads: the attention split by heads (and, for
+ * packed rows, their decoding spread by slots) gives the bits of the row
+ * by row form on one thread, for fp32 rows and for packed FP8 window / FP4
+ * compressed rows, on the AVX2 form and the scalar one (forced). */
+static void check_attention_heads(int h, int64_t d, int n_slots, int n_win, int64_t m, int scalar) {
+    const int n_rows = 40;
+    float *pool = malloc((size_t)(n_rows * d) * sizeof(float)), *q = malloc((size_t)(m * h * d) * sizeof(float));
+    const size_t wb = di_kvq_row_bytes(DI_KVQ_FP8, d), cb = di_kvq_row_bytes(DI_KVQ_FP4_E4M3, d);
+    uint8_t *pw = malloc((size_t)n_rows * wb), *pc = malloc((size_t)n_rows * cb);
+    float sink[64], *out[4];
+    const float **rows = malloc((size_t)(m * n_slots) * sizeof(float *));
+    const uint8_t **prows = malloc((size_t)(m * n_slots) * sizeof(uint8_t *));
+    for (int64_t i = 0; i < n_rows * d; i++) pool[i] = frand();
+    for (int r = 0; r < n_rows; r++) {
+        di_kvq_pack(DI_KVQ_FP8, pool + r * d, d, pw + (size_t)r * wb);
+        di_kvq_pack(DI_KVQ_FP4_E4M3, pool + r * d, d, pc + (size_t)r * cb);
+    }
+    for (int64_t i = 0; i < m * h * d; i++) q[i] = 2.0f * frand();
+    for (int i = 0; i < h; i++) sink[i] = frand();
+    for (int64_t i = 0; i < m * n_slots; i++) {
+        rng = rng * 1664525u + 1013904223u;
+        const int r = (int)((rng >> 8) % (uint32_t)n_rows), j = (int)(i % n_slots);
+        const int empty = (rng >> 28) < 3;
+        rows[i] = empty ? NULL : pool + (int64_t)r * d;
+        prows[i] = empty ? NULL : j < n_win ? pw + (size_t)r * wb : pc + (size_t)r * cb;
+    }
+    di_backend *b1 = backend(1), *b3 = backend(3);
+    CHECK(b1 && b3);
+    di_cpu_kernels_force_scalar(scalar);
+    for (int k = 0; k < 4 && b1 && b3; k++) {
+        di_backend *be = k % 2 ? b3 : b1;
+        out[k] = malloc((size_t)(m * h * d) * sizeof(float));
+        if (k < 2) be->ops->sparse_attn(be, q, m, h, d, rows, n_slots, sink, 0.125f, out[k]);
+        else be->ops->sparse_attn_kv(be, q, m, h, d, prows, n_slots, n_win, sink, 0.125f, out[k]);
+    }
+    di_cpu_kernels_force_scalar(0);
+    if (b1 && b3) {
+        CHECKF(!memcmp(out[0], out[1], (size_t)(m * h * d) * sizeof(float)),
+               "sparse_attn h=%d d=%lld m=%lld: split by heads differs from rows", h, (long long)d, (long long)m);
+        CHECKF(!memcmp(out[2], out[3], (size_t)(m * h * d) * sizeof(float)),
+               "sparse_attn_kv h=%d d=%lld m=%lld: split by heads differs from rows", h, (long long)d, (long long)m);
+        for (int k = 0; k < 4; k++) free(out[k]);
+    }
+    di_backend_destroy(b1);
+    di_backend_destroy(b3);
+    free(pool), free(q), free(pw), free(pc), free(rows), free(prows);
+}
+
 static void test_attention(void) {
     check_attention(4, 64, 150, 5);
     check_attention(8, 32, 61, 17); /* 2 threads */
     check_attention(3, 24, 9, 2);
     check_attention(2, 20, 70, 3);  /* d % 8 != 0: the scalar form on both paths */
+    check_attention_heads(16, 128, 150, 64, 1, 0);
+    check_attention_heads(13, 64, 200, 100, 2, 0); /* heads not a multiple of the groups */
+    check_attention_heads(6, 64, 500, 128, 1, 1);  /* the scalar form */
 }
 
 static void test_index(void) {

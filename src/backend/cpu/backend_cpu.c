@@ -751,11 +751,11 @@ static size_t attn_scratch_bytes(const attn_ctx *c) {
  * slots for every head at once (one transposed tile of the rows), then
  * each head's softmax steps exactly as below, with P·V and the rescale in
  * AVX2 lanes over the d channels. */
-static void attn_row_avx2(const attn_ctx *c, int64_t i, const float *const *rows, float *scr) {
+static void attn_row_avx2(const attn_ctx *c, int64_t i, int h0, int h1, const float *const *rows, float *scr) {
     int64_t d = c->d;
-    int h = c->h;
+    const int h = h1 - h0; /* the heads of this call: h0 + hh */
     float *acc = scr, *sc = acc + h * d, *dots = sc + h * 64, *mx = dots + h * 8, *sum = mx + h;
-    const float *q = c->q + i * h * d;
+    const float *q = c->q + (i * c->h + h0) * d;
     memset(acc, 0, (size_t)(h * d) * sizeof(float));
     for (int hh = 0; hh < h; hh++) {
         mx[hh] = -1e30f;
@@ -792,24 +792,28 @@ static void attn_row_avx2(const attn_ctx *c, int64_t i, const float *const *rows
         }
     }
     for (int hh = 0; hh < h; hh++) {
-        float s = sum[hh] + expf(c->sink[hh] - mx[hh]);
-        di_cpu_div_bf16_avx2(acc + hh * d, s, d, c->out + (i * h + hh) * d);
+        float s = sum[hh] + expf(c->sink[h0 + hh] - mx[hh]);
+        di_cpu_div_bf16_avx2(acc + hh * d, s, d, c->out + (i * c->h + h0 + hh) * d);
     }
 }
 #endif
 
-/* Attention of one query row over its n_slots rows: online softmax over
- * blocks of 64 slots with the probabilities rounded to bf16 before P·V and
- * fp32 in the denominator (§5.5). acc (attn_scratch_bytes) is scratch. */
-static void attn_row(const attn_ctx *c, int64_t i, const float *const *rows, float *acc) {
+/* Attention of heads [h0, h1) of one query row over its n_slots rows:
+ * online softmax over blocks of 64 slots with the probabilities rounded to
+ * bf16 before P·V and fp32 in the denominator (§5.5). Each head's steps
+ * are its own (the AVX2 form's dot products of several heads at once add
+ * each head's terms in the same order whatever the heads beside it), so
+ * any split of the heads gives the same bits. acc (attn_scratch_bytes) is
+ * scratch. */
+static void attn_row(const attn_ctx *c, int64_t i, int h0, int h1, const float *const *rows, float *acc) {
     int64_t d = c->d;
 #if defined(DI_HAVE_AVX2_OPS)
     if (d % 8 == 0 && ops_avx2()) {
-        attn_row_avx2(c, i, rows, acc);
+        attn_row_avx2(c, i, h0, h1, rows, acc);
         return;
     }
 #endif
-    for (int hh = 0; hh < c->h; hh++) {
+    for (int hh = h0; hh < h1; hh++) {
         const float *q = c->q + (i * c->h + hh) * d;
         float mx = -1e30f, sum = 0.f;
         memset(acc, 0, (size_t)d * sizeof(float));
@@ -851,7 +855,7 @@ static void attn_range(void *p, int64_t lo, int64_t hi) {
     attn_ctx *c = p;
     float *acc = malloc(attn_scratch_bytes(c));
     if (!acc) return;
-    for (int64_t i = lo; i < hi; i++) attn_row(c, i, c->rows + i * c->n_slots, acc);
+    for (int64_t i = lo; i < hi; i++) attn_row(c, i, 0, c->h, c->rows + i * c->n_slots, acc);
     free(acc);
 }
 
@@ -886,7 +890,7 @@ static void attn_kv_range(void *p, int64_t lo, int64_t hi) {
                 rows[j] = pr[j] ? ws + j * d : NULL;
                 if (pr[j]) di_kvq_unpack(j < c->n_win ? DI_KVQ_FP8 : DI_KVQ_FP4_E4M3, pr[j], d, ws + j * d);
             }
-            attn_row(c, i, rows, acc);
+            attn_row(c, i, 0, c->h, rows, acc);
         }
     free(acc);
     free(ws);
@@ -894,18 +898,91 @@ static void attn_kv_range(void *p, int64_t lo, int64_t hi) {
     free(tab);
 }
 
+/* Fewer query rows than threads (a decode step of a few sequences): the
+ * rows of every query decoded once, slots spread over the pool, then tasks
+ * of (query, group of heads) spread over it; a row a thread would leave
+ * the others idle through the layer's largest op. */
+typedef struct attn_split {
+    const attn_ctx *c;
+    float *ws;                /* [m][n_slots][d] the decoded rows (packed forms) */
+    const float **rows;       /* [m][n_slots] each query's rows */
+    const uint8_t **tab;      /* [m][n_slots] packed row pointers (tables form) */
+    int groups, per;          /* head groups a query, heads a group */
+} attn_split;
+
+static void attn_unpack_range(void *p, int64_t lo, int64_t hi) {
+    const attn_split *a = p;
+    const attn_ctx *c = a->c;
+    for (int64_t t = lo; t < hi; t++) {
+        const int64_t i = t / c->n_slots;
+        const int j = (int)(t - i * c->n_slots);
+        const uint8_t *pr = c->tabs ? a->tab[i * c->n_slots + j] : c->prows[i * c->n_slots + j];
+        float *dst = a->ws + t * c->d;
+        a->rows[t] = pr ? dst : NULL;
+        if (pr) di_kvq_unpack(j < c->n_win ? DI_KVQ_FP8 : DI_KVQ_FP4_E4M3, pr, c->d, dst);
+    }
+}
+
+static void attn_heads_range(void *p, int64_t lo, int64_t hi) {
+    const attn_split *a = p;
+    const attn_ctx *c = a->c;
+    float *acc = malloc(attn_scratch_bytes(c));
+    if (!acc) return;
+    for (int64_t t = lo; t < hi; t++) {
+        const int64_t i = t / a->groups;
+        const int h0 = (int)(t - i * a->groups) * a->per, h1 = h0 + a->per < c->h ? h0 + a->per : c->h;
+        if (h0 < h1) attn_row(c, i, h0, h1, a->rows + i * c->n_slots, acc);
+    }
+    free(acc);
+}
+
+/* Runs the attention of m query rows: by rows (row_fn over the pool), or
+ * split by heads where there are fewer rows than threads; the same bits. */
+static void attn_run(di_backend *be, const attn_ctx *c, int64_t m, range_fn row_fn) {
+    const double work = (double)m * c->h * c->n_slots * (double)c->d * 2;
+    const int nt = be->impl ? di_threadpool_size(be->impl) : 1;
+    if (m >= nt || work < 2e5 || c->h < 2) {
+        par_for(be, m, work, row_fn, (void *)c);
+        return;
+    }
+    attn_split a = {c, NULL, NULL, NULL, 0, 0};
+    const int64_t ns = m * c->n_slots;
+    const int packed = !c->rows;
+    a.rows = malloc(sizeof(float *) * (size_t)(ns ? ns : 1));
+    a.ws = packed ? malloc(sizeof(float) * (size_t)(ns * c->d + 1)) : NULL;
+    a.tab = c->tabs ? malloc(sizeof(uint8_t *) * (size_t)(ns ? ns : 1)) : NULL;
+    if (!a.rows || (packed && !a.ws) || (c->tabs && !a.tab)) {
+        free(a.rows), free(a.ws), free(a.tab);
+        par_for(be, m, work, row_fn, (void *)c);
+        return;
+    }
+    if (packed) {
+        if (c->tabs)
+            for (int64_t i = 0; i < m; i++) attn_rows_of(c->tabs, i, a.tab + i * c->n_slots);
+        par_for(be, ns, (double)ns * (double)c->d * 4, attn_unpack_range, &a);
+    } else {
+        for (int64_t t = 0; t < ns; t++) a.rows[t] = c->rows[t];
+    }
+    /* about two tasks a thread */
+    const int64_t want = (2 * nt + m - 1) / m;
+    a.groups = (int)(want < c->h ? want : c->h);
+    a.per = (c->h + a.groups - 1) / a.groups;
+    par_for(be, m * a.groups, work, attn_heads_range, &a);
+    free(a.rows), free(a.ws), free(a.tab);
+}
+
 static void cpu_sparse_attn(di_backend *be, const float *q, int64_t m, int h, int64_t d,
                             const di_kvrow *rows, int n_slots, const float *sink, float scale,
                             float *out) {
     attn_ctx c = {q, h, d, rows, NULL, n_slots, n_slots, sink, scale, out, NULL};
-    par_for(be, m, (double)m * h * n_slots * (double)d * 2, attn_range, &c);
+    attn_run(be, &c, m, attn_range);
 }
 
 static void cpu_sparse_attn_kv(di_backend *be, const float *q, int64_t m, int h, int64_t d,
                                const uint8_t *const *rows, int n_slots, int n_win,
                                const float *sink, float scale, float *out) {
     attn_ctx c = {q, h, d, NULL, rows, n_slots, n_win, sink, scale, out, NULL};
-    par_for(be, m, (double)m * h * n_slots * (double)d * 2, attn_kv_range, &c);
+    attn_run(be, &c, m, attn_kv_range);
 }
 
 static void cpu_sparse_attn_rows(di_backend *be, const float *q, int64_t m, int h, int64_t d,
@@ -913,7 +990,7 @@ static void cpu_sparse_attn_rows(di_backend *be, const float *q, int64_t m, int 
                                  float *out) {
     int n_slots = rows->n_win + rows->n_sel;
     attn_ctx c = {q, h, d, NULL, NULL, n_slots, rows->n_win, sink, scale, out, rows};
-    par_for(be, m, (double)m * h * n_slots * (double)d * 2, attn_kv_range, &c);
+    attn_run(be, &c, m, attn_kv_range);
 }
 
 typedef struct idx_ctx {
