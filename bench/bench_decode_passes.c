@@ -9,7 +9,10 @@
  *   the shared expert's w1 + w3 (2 x 2,304 x 5,120 FP8) at one row
  *   (test_cpu_ops checks the bits);
  * - and, as a record, products of a few MB at one row (the router, wkv,
- *   the compressor's projection), which take the pool by their bytes.
+ *   the compressor's projection), which take the pool by their bytes;
+ * - the attention of one query row (64 heads of 512, 640 packed slots)
+ *   split by heads over the pool against one thread (a row a thread, as
+ *   it ran before; test_cpu_ops checks the bits).
  *
  *   build/bench/bench_decode_passes [THREADS] [ROUNDS]
  *
@@ -27,6 +30,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/kvstore.h"
 #include "core/threadpool.h"
 #include "bench_util.h"
 
@@ -125,6 +129,45 @@ static void smalls(di_backend *be, int rounds, double bw) {
         for (int c = 0; c < nc; c++) free((void *)w[c].w), free((void *)w[c].s);
         free(w), free(x), free(y);
     }
+}
+
+/* Decode attention of one query row (64 heads of 512 over 128 window slots
+ * of FP8 rows and 512 selected FP4 rows): split by heads over the pool
+ * against one thread, which is how one row ran before (a row a thread) */
+static void attention(di_backend *be, int rounds) {
+    enum { H = 64, HD = 512, NW = 128, NS = 640, NR = 1024 };
+    di_backend *one = NULL;
+    di_err err;
+    if (di_backend_cpu_create(1, &one, &err) != DI_OK) return;
+    const size_t wb = di_kvq_row_bytes(DI_KVQ_FP8, HD), cb = di_kvq_row_bytes(DI_KVQ_FP4_E4M3, HD);
+    uint8_t *pw = malloc((size_t)NR * wb), *pc = malloc((size_t)NR * cb);
+    float *row = malloc(sizeof(float) * HD), *q = malloc(sizeof(float) * H * HD), *out = malloc(sizeof(float) * H * HD);
+    const uint8_t **rows = malloc(sizeof(uint8_t *) * NS);
+    float sink[H];
+    for (int r = 0; r < NR; r++) {
+        for (int k = 0; k < HD; k++) row[k] = (float)((int64_t)(next() % 2001) - 1000) / 1000.0f;
+        di_kvq_pack(DI_KVQ_FP8, row, HD, pw + (size_t)r * wb);
+        di_kvq_pack(DI_KVQ_FP4_E4M3, row, HD, pc + (size_t)r * cb);
+    }
+    for (int i = 0; i < H * HD; i++) q[i] = (float)((int64_t)(next() % 2001) - 1000) / 1000.0f;
+    for (int i = 0; i < H; i++) sink[i] = 0.5f;
+    double t[2][MAXR];
+    for (int r = 0; r < rounds; r++) {
+        for (int j = 0; j < NS; j++) rows[j] = j < NW ? pw + (size_t)(next() % NR) * wb : pc + (size_t)(next() % NR) * cb;
+        for (int form = 0; form < 2; form++) {
+            di_backend *b = form ? one : be;
+            const double t0 = bench_now_s();
+            b->ops->sparse_attn_kv(b, q, 1, H, HD, rows, NS, NW, sink, 0.044f, out);
+            t[form][r] = bench_now_s() - t0;
+        }
+    }
+    printf("# attention, one row     best ms   median ms\n");
+    for (int form = 0; form < 2; form++) {
+        qsort(t[form], (size_t)rounds, sizeof(double), cmp_d);
+        printf("%-24s %8.3f   %9.3f\n", form ? "one thread" : "split by heads", t[form][0] * 1e3, t[form][rounds / 2] * 1e3);
+    }
+    free(pw), free(pc), free(row), free(q), free(out), free(rows);
+    di_backend_destroy(one);
 }
 
 /* matmul_pair against matmul twice at one row, copies cycled */
@@ -240,6 +283,7 @@ int main(int argc, char **argv) {
     }
     pairs(be, rounds, bw);
     smalls(be, rounds, bw);
+    attention(be, rounds);
     di_backend_destroy(be);
     return 0;
 }
