@@ -1,5 +1,6 @@
 /* A small fixed-size thread pool with one operation: a parallel for over an
- * index range. The calling thread takes part in the work, so a pool of n
+ * index range (or over several jobs' ranges laid end to end, one hand-off
+ * for all of them). The calling thread takes part in the work, so a pool of n
  * threads starts n-1 workers. Kernels use it to split output columns across
  * cores; the split never changes any result (see backend/cpu/kernels.h).
  *
