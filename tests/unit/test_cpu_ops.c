@@ -353,7 +353,7 @@ static void check_attention(int h, int64_t d, int n_slots, int64_t m) {
 
 static void check_index(int hi, int64_t di, int64_t width, int64_t m) {
     float *keys = malloc((size_t)(m * width * di) * sizeof(float)), *q = malloc((size_t)(m * hi * di) * sizeof(float));
-    float *w = malloc((size_t)(m * hi) * sizeof(float)), *out[6];
+    float *w = malloc((size_t)(m * hi) * sizeof(float)), *out[8];
     size_t kb = di_kvq_row_bytes(DI_KVQ_FP4_E8M0, di);
     uint8_t *packed = malloc((size_t)(m * width) * kb);
     const float **kp = malloc((size_t)m * sizeof(float *));
@@ -367,22 +367,26 @@ static void check_index(int hi, int64_t di, int64_t width, int64_t m) {
         pp[i] = packed + (size_t)(i * width) * kb;
         n_vis[i] = (int32_t)(i % 3 == 0 ? width : (i * 7 + 3) % width);
     }
-    di_backend *b1 = backend(1), *b2 = backend(2), *bs[3] = {b1, b1, b2};
+    /* scalar and AVX2 on one thread, AVX2 and scalar on three (fewer rows
+     * than threads: the keys split over the pool) */
+    di_backend *b1 = backend(1), *b2 = backend(3), *bs[4] = {b1, b1, b2, b2};
     CHECK(b1 && b2);
     if (b1 && b2) b1->ops->kv_pack(b1, DI_KVQ_FP4_E8M0, keys, m * width, di, packed);
-    for (int k = 0; k < 3 && b1 && b2; k++) {
+    for (int k = 0; k < 4 && b1 && b2; k++) {
         out[k] = malloc((size_t)(m * width) * sizeof(float));
-        out[k + 3] = malloc((size_t)(m * width) * sizeof(float));
-        di_cpu_kernels_force_scalar(k == 0);
+        out[k + 4] = malloc((size_t)(m * width) * sizeof(float));
+        di_cpu_kernels_force_scalar(k == 0 || k == 3);
         bs[k]->ops->index_scores(bs[k], q, w, m, hi, di, kp, n_vis, width, out[k]);
-        bs[k]->ops->index_scores_kv(bs[k], q, w, m, hi, di, pp, n_vis, width, out[k + 3]);
+        bs[k]->ops->index_scores_kv(bs[k], q, w, m, hi, di, pp, n_vis, width, out[k + 4]);
         di_cpu_kernels_force_scalar(0);
     }
-    for (int k = 1; k < 3 && b1 && b2; k++) {
+    for (int k = 1; k < 4 && b1 && b2; k++) {
         CHECKF(!memcmp(out[0], out[k], (size_t)(m * width) * sizeof(float)),
-               "index_scores hi=%d di=%lld run %d differs from the scalar bits", hi, (long long)di, k);
-        CHECKF(!memcmp(out[3], out[k + 3], (size_t)(m * width) * sizeof(float)),
-               "index_scores_kv hi=%d di=%lld run %d differs from the scalar bits", hi, (long long)di, k);
+               "index_scores hi=%d di=%lld m=%lld run %d differs from the scalar bits", hi, (long long)di,
+               (long long)m, k);
+        CHECKF(!memcmp(out[4], out[k + 4], (size_t)(m * width) * sizeof(float)),
+               "index_scores_kv hi=%d di=%lld m=%lld run %d differs from the scalar bits", hi, (long long)di,
+               (long long)m, k);
     }
     if (b1 && b2) { /* scalar scores against the definition, in double up to the bf16 steps */
         int bad = 0;
@@ -403,7 +407,7 @@ static void check_index(int hi, int64_t di, int64_t width, int64_t m) {
             }
         CHECKF(bad == 0, "index_scores: %d scores off the double reference", bad);
     }
-    for (int k = 0; k < 6 && b1 && b2; k++) free(out[k]);
+    for (int k = 0; k < 8 && b1 && b2; k++) free(out[k]);
     di_backend_destroy(b1);
     di_backend_destroy(b2);
     free(keys);
@@ -475,8 +479,10 @@ static void test_attention(void) {
 
 static void test_index(void) {
     check_index(4, 64, 77, 6);
-    check_index(8, 32, 130, 20); /* 2 threads */
+    check_index(8, 32, 130, 20); /* 3 threads */
     check_index(3, 64, 5, 2);
+    check_index(4, 64, 700, 1); /* fewer rows than threads: keys split */
+    check_index(5, 32, 1000, 2); /* the second row sees 10 keys */
 }
 
 /* RMSNorm (row-parallel, bf16 weight) and RoPE (angles shared by the

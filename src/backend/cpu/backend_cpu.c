@@ -1024,12 +1024,12 @@ static float idx_score(const idx_ctx *x, int64_t i, const float *k) {
 /* Row i's scores 8 keys at a time: every head's dots with one transposed
  * tile of the keys, then the bf16 steps of idx_score in lanes. Packed keys
  * are decoded 8 at a time into kbuf [8, di]. */
-static void idx_row_avx2(const idx_ctx *x, int64_t i, float *kbuf, float *dots) {
-    int64_t di = x->di, nv = x->n_vis[i] < x->width ? x->n_vis[i] : x->width;
+static void idx_row_avx2(const idx_ctx *x, int64_t i, int64_t ja, int64_t jb, float *kbuf, float *dots) {
+    int64_t di = x->di, nv = x->n_vis[i] < jb ? x->n_vis[i] : jb;
     size_t kb = di_kvq_row_bytes(DI_KVQ_FP4_E8M0, di);
     const float *q = x->q + i * x->hi * di;
     float *o = x->out + i * x->width, s8[8];
-    for (int64_t j0 = 0; j0 < nv; j0 += 8) {
+    for (int64_t j0 = ja; j0 < nv; j0 += 8) {
         int nk = nv - j0 < 8 ? (int)(nv - j0) : 8;
         const float *k8[8];
         for (int u = 0; u < 8; u++) {
@@ -1046,54 +1046,86 @@ static void idx_row_avx2(const idx_ctx *x, int64_t i, float *kbuf, float *dots) 
         di_cpu_index_combine8_avx2(dots, x->w + i * x->hi, x->hi, s8);
         memcpy(o + j0, s8, (size_t)nk * sizeof(float));
     }
-    for (int64_t j = nv; j < x->width; j++) o[j] = -INFINITY;
+    for (int64_t j = nv > ja ? nv : ja; j < jb; j++) o[j] = -INFINITY;
 }
 #endif
 
-static void idx_range(void *p, int64_t lo, int64_t hi_row) {
-    const idx_ctx *x = p;
+/* Scores of keys [ja, jb) of query row i (ja a multiple of 8); every key's
+ * score is its own, so any split of the keys gives the same bits. */
+static void idx_keys(const idx_ctx *x, int64_t i, int64_t ja, int64_t jb, float *buf) {
     int64_t di = x->di;
     size_t kb = di_kvq_row_bytes(DI_KVQ_FP4_E8M0, di);
 #if defined(DI_HAVE_AVX2_OPS)
     if (di % 8 == 0 && ops_avx2()) {
-        float *kbuf = malloc((size_t)(8 * di + 8 * x->hi) * sizeof(float));
-        for (int64_t i = lo; i < hi_row && kbuf; i++) idx_row_avx2(x, i, kbuf, kbuf + 8 * di);
-        free(kbuf);
+        idx_row_avx2(x, i, ja, jb, buf, buf + 8 * di);
         return;
     }
 #endif
-    float *key = x->pkeys ? malloc((size_t)di * sizeof(float)) : NULL;
-    if (x->pkeys && !key) return;
-    for (int64_t i = lo; i < hi_row; i++) {
-        float *o = x->out + i * x->width;
-        for (int64_t j = 0; j < x->width; j++) {
-            if (j >= x->n_vis[i]) {
-                o[j] = -INFINITY;
-                continue;
-            }
-            if (x->pkeys) { /* one key decoded, read by every head */
-                di_kvq_unpack(DI_KVQ_FP4_E8M0, x->pkeys[i] + (size_t)j * kb, di, key);
-                o[j] = idx_score(x, i, key);
-            } else {
-                o[j] = idx_score(x, i, x->keys[i] + j * di);
-            }
+    float *o = x->out + i * x->width;
+    for (int64_t j = ja; j < jb; j++) {
+        if (j >= x->n_vis[i]) {
+            o[j] = -INFINITY;
+            continue;
+        }
+        if (x->pkeys) { /* one key decoded, read by every head */
+            di_kvq_unpack(DI_KVQ_FP4_E8M0, x->pkeys[i] + (size_t)j * kb, di, buf);
+            o[j] = idx_score(x, i, buf);
+        } else {
+            o[j] = idx_score(x, i, x->keys[i] + j * di);
         }
     }
-    free(key);
+}
+
+static void idx_range(void *p, int64_t lo, int64_t hi_row) {
+    const idx_ctx *x = p;
+    float *buf = malloc((size_t)(8 * x->di + 8 * x->hi) * sizeof(float));
+    for (int64_t i = lo; i < hi_row && buf; i++) idx_keys(x, i, 0, x->width, buf);
+    free(buf);
+}
+
+/* Fewer query rows than threads (a decode step of a few sequences): tasks
+ * of (row, IDX_KEYS keys) over the pool; the keys of a long context are
+ * most of a ratio-1 layer's work, which a row a thread left on one core. */
+enum { IDX_KEYS = 256 };
+typedef struct idx_split {
+    const idx_ctx *x;
+    int64_t chunks; /* of IDX_KEYS keys a row */
+} idx_split;
+
+static void idx_chunk_range(void *p, int64_t lo, int64_t hi) {
+    const idx_split *a = p;
+    const idx_ctx *x = a->x;
+    float *buf = malloc((size_t)(8 * x->di + 8 * x->hi) * sizeof(float));
+    for (int64_t t = lo; t < hi && buf; t++) {
+        const int64_t i = t / a->chunks, ja = (t - i * a->chunks) * IDX_KEYS;
+        idx_keys(x, i, ja, ja + IDX_KEYS < x->width ? ja + IDX_KEYS : x->width, buf);
+    }
+    free(buf);
+}
+
+static void idx_run(di_backend *be, const idx_ctx *x, int64_t m) {
+    const double work = (double)m * (double)x->width * x->hi * (double)x->di;
+    const int nt = be->impl ? di_threadpool_size(be->impl) : 1;
+    if (m >= nt || x->width <= IDX_KEYS) {
+        par_for(be, m, work, idx_range, (void *)x);
+        return;
+    }
+    idx_split a = {x, (x->width + IDX_KEYS - 1) / IDX_KEYS};
+    par_for(be, m * a.chunks, work, idx_chunk_range, &a);
 }
 
 static void cpu_index_scores(di_backend *be, const float *q, const float *w, int64_t m, int hi,
                              int64_t di, const float *const *keys, const int32_t *n_vis,
                              int64_t width, float *out) {
     idx_ctx x = {q, w, hi, di, keys, NULL, n_vis, width, out};
-    par_for(be, m, (double)m * (double)width * hi * (double)di, idx_range, &x);
+    idx_run(be, &x, m);
 }
 
 static void cpu_index_scores_kv(di_backend *be, const float *q, const float *w, int64_t m,
                                 int hi, int64_t di, const uint8_t *const *keys,
                                 const int32_t *n_vis, int64_t width, float *out) {
     idx_ctx x = {q, w, hi, di, NULL, keys, n_vis, width, out};
-    par_for(be, m, (double)m * (double)width * hi * (double)di, idx_range, &x);
+    idx_run(be, &x, m);
 }
 
 typedef struct pack_ctx {
