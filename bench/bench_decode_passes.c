@@ -12,7 +12,8 @@
  *   the compressor's projection), which take the pool by their bytes;
  * - the attention of one query row (64 heads of 512, 640 packed slots)
  *   split by heads over the pool against one thread (a row a thread, as
- *   it ran before; test_cpu_ops checks the bits).
+ *   it ran before; test_cpu_ops checks the bits), and the indexer's scores
+ *   of one row over 4K and 16K keys split by keys likewise.
  *
  *   build/bench/bench_decode_passes [THREADS] [ROUNDS]
  *
@@ -170,6 +171,48 @@ static void attention(di_backend *be, int rounds) {
     di_backend_destroy(one);
 }
 
+/* The indexer's scores of one query row (32 heads of 128 over a context's
+ * packed FP4 keys): split by keys over the pool against one thread, which
+ * is how one row ran before */
+static void index_scores(di_backend *be, int rounds) {
+    enum { HI = 32, DI = 128 };
+    static const int64_t widths[] = {4096, 16384};
+    di_backend *one = NULL;
+    di_err err;
+    if (di_backend_cpu_create(1, &one, &err) != DI_OK) return;
+    printf("# index scores, one row  best ms   median ms\n");
+    for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
+        const int64_t W = widths[wi];
+        const size_t kb = di_kvq_row_bytes(DI_KVQ_FP4_E8M0, DI);
+        uint8_t *keys = malloc((size_t)W * kb);
+        float *row = malloc(sizeof(float) * DI), *q = malloc(sizeof(float) * HI * DI), *w = malloc(sizeof(float) * HI);
+        float *out = malloc(sizeof(float) * (size_t)W);
+        for (int64_t r = 0; r < W; r++) {
+            for (int k = 0; k < DI; k++) row[k] = (float)((int64_t)(next() % 2001) - 1000) / 1000.0f;
+            di_kvq_pack(DI_KVQ_FP4_E8M0, row, DI, keys + (size_t)r * kb);
+        }
+        for (int i = 0; i < HI * DI; i++) q[i] = (float)((int64_t)(next() % 2001) - 1000) / 1000.0f;
+        for (int i = 0; i < HI; i++) w[i] = 0.1f;
+        const uint8_t *kp[1] = {keys};
+        const int32_t nv[1] = {(int32_t)W};
+        double t[2][MAXR];
+        for (int r = 0; r < rounds; r++)
+            for (int form = 0; form < 2; form++) {
+                di_backend *b = form ? one : be;
+                const double t0 = bench_now_s();
+                b->ops->index_scores_kv(b, q, w, 1, HI, DI, kp, nv, W, out);
+                t[form][r] = bench_now_s() - t0;
+            }
+        for (int form = 0; form < 2; form++) {
+            qsort(t[form], (size_t)rounds, sizeof(double), cmp_d);
+            printf("%6lld keys, %-11s %8.3f   %9.3f\n", (long long)W, form ? "one thread" : "split",
+                   t[form][0] * 1e3, t[form][rounds / 2] * 1e3);
+        }
+        free(keys), free(row), free(q), free(w), free(out);
+    }
+    di_backend_destroy(one);
+}
+
 /* matmul_pair against matmul twice at one row, copies cycled */
 static void pairs(di_backend *be, int rounds, double bw) {
     static const struct { const char *name; int64_t na, nb; int copies; } P[] = {
@@ -284,6 +327,7 @@ int main(int argc, char **argv) {
     pairs(be, rounds, bw);
     smalls(be, rounds, bw);
     attention(be, rounds);
+    index_scores(be, rounds);
     di_backend_destroy(be);
     return 0;
 }
