@@ -1138,6 +1138,18 @@ static void test_dispatch(void) {
     di_gemm_fp8(p.qa, p.sa, 2, 64, p.w, p.ws, 40, a, NULL);
     di_gemm_fp8_scalar(p.qa, p.sa, 2, 64, p.w, p.ws, 40, b, NULL);
     CHECK(count_diff_bits(a, b, 80) == 0);
+    /* the many-part forms too: one scalar call a part */
+    problem p4;
+    problem_init(&p4, FMT_FP4, 2, 64, 40);
+    float c[80], d[80];
+    const di_gemm_part fp8[2] = {{p.qa, p.sa, 2, p.w, p.ws, 40, a}, {p.qa, p.sa, 1, p.w, p.ws, 40, c}};
+    di_gemm_fp8_many(fp8, 2, 64, NULL);
+    CHECK(count_diff_bits(a, b, 80) == 0 && count_diff_bits(c, b, 40) == 0);
+    const di_gemm_part fp4[2] = {{p4.qa, p4.sa, 2, p4.w, p4.ws, 40, a}, {p4.qa, p4.sa, 1, p4.w, p4.ws, 40, c}};
+    di_gemm_mxfp4_many(fp4, 2, 64, NULL);
+    di_gemm_mxfp4_scalar(p4.qa, p4.sa, 2, 64, p4.w, p4.ws, 40, d, NULL);
+    CHECK(count_diff_bits(a, d, 80) == 0 && count_diff_bits(c, d, 40) == 0);
+    problem_free(&p4);
     di_cpu_kernels_force_scalar(0);
     CHECK(strcmp(di_cpu_kernels_path(), di_cpu_has_avx2() ? "avx2" : "scalar") == 0);
     problem_free(&p);

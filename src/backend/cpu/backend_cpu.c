@@ -165,23 +165,38 @@ static di_threadpool *mm_pool(di_backend *be, double macs, double bytes) {
     return macs >= 4e6 || bytes >= 512.0 * 1024 ? be->impl : NULL;
 }
 
+/* Products of x on FP8 activations with n (1 or 2) weights of one format
+ * (FP8 or MXFP4) and input size: x quantized once, the products in one
+ * pass over the pool (di_gemm_fp8_many / di_gemm_mxfp4_many), each with
+ * the bits of its own call; zeros where memory runs out. */
+static void mm_quant(di_backend *be, const di_wmat *const w[2], float *const y[2], int n, const float *x,
+                     int64_t m) {
+    const int64_t K = w[0]->n_in;
+    double macs = 0, bytes = 0;
+    di_gemm_part parts[2];
+    uint8_t *q = malloc((size_t)(m * K) + 1);
+    float *s = malloc((size_t)(m * (K / 32) + 1) * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        macs += (double)m * (double)w[i]->n_out * (double)K;
+        bytes += wmat_bytes(w[i]);
+        parts[i] = (di_gemm_part){q, s, m, w[i]->w, w[i]->s, w[i]->n_out, y[i]};
+        if (!q || !s) memset(y[i], 0, (size_t)(m * w[i]->n_out) * sizeof(float));
+    }
+    if (q && s) {
+        di_act_quant_fp8(x, m, K, q, s);
+        if (w[0]->fmt == DI_WFMT_FP8) di_gemm_fp8_many(parts, n, K, mm_pool(be, macs, bytes));
+        else di_gemm_mxfp4_many(parts, n, K, mm_pool(be, macs, bytes));
+    }
+    free(q);
+    free(s);
+}
+
 static void cpu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
                        unsigned flags) {
     int64_t K = w->n_in, N = w->n_out;
     di_threadpool *tp = mm_pool(be, (double)m * (double)N * (double)K, wmat_bytes(w));
-    int quant = (flags & DI_MM_ACT_FP8) && (w->fmt == DI_WFMT_FP8 || w->fmt == DI_WFMT_FP4);
-    if (quant) {
-        uint8_t *q = malloc((size_t)(m * K) + 1);
-        float *s = malloc((size_t)(m * (K / 32) + 1) * sizeof(float));
-        if (q && s) {
-            di_act_quant_fp8(x, m, K, q, s);
-            if (w->fmt == DI_WFMT_FP8) di_gemm_fp8(q, s, m, K, w->w, w->s, N, y, tp);
-            else di_gemm_mxfp4(q, s, m, K, w->w, w->s, N, y, tp);
-        } else {
-            memset(y, 0, (size_t)(m * N) * sizeof(float));
-        }
-        free(q);
-        free(s);
+    if ((flags & DI_MM_ACT_FP8) && (w->fmt == DI_WFMT_FP8 || w->fmt == DI_WFMT_FP4)) {
+        mm_quant(be, (const di_wmat *const[2]){w, NULL}, (float *const[2]){y, NULL}, 1, x, m);
     } else if (w->fmt == DI_WFMT_BF16) {
         di_gemm_bf16(x, m, K, w->w, N, y, tp);
     } else if (w->fmt == DI_WFMT_F32) {
@@ -194,36 +209,21 @@ static void cpu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t
 }
 
 /* backend.h matmul_pair: with FP8 activations on FP8 or MXFP4 weights, x
- * quantized once and both products in one pass over the pool
- * (di_gemm_fp8_many / di_gemm_mxfp4_many), each with matmul's bits; else
- * matmul twice. At decode the pair (attention's wq_a and wkv, 6.5 and 2.6
- * MB; the shared expert's w1 and w3) is two small products, each of which
- * paid a hand-off to the pool and a wait for its slowest thread. */
+ * quantized once and both products in one pass over the pool (mm_quant),
+ * each with matmul's bits; else matmul twice. At decode the pair
+ * (attention's wq_a and wkv, 6.5 and 2.6 MB; the shared expert's w1 and
+ * w3) is two small products, each of which paid a hand-off to the pool and
+ * a wait for its slowest thread. */
 static void cpu_matmul_pair(di_backend *be, const di_wmat *wa, const di_wmat *wb, const float *x, int64_t m,
                             float *ya, float *yb, unsigned flags) {
-    const int64_t K = wa->n_in;
     const di_wfmt fmt = wa->fmt;
-    if (!(flags & DI_MM_ACT_FP8) || wb->fmt != fmt || wb->n_in != K || (fmt != DI_WFMT_FP8 && fmt != DI_WFMT_FP4) ||
-        m <= 0) {
+    if (!(flags & DI_MM_ACT_FP8) || wb->fmt != fmt || wb->n_in != wa->n_in ||
+        (fmt != DI_WFMT_FP8 && fmt != DI_WFMT_FP4) || m <= 0) {
         cpu_matmul(be, wa, x, m, ya, flags);
         cpu_matmul(be, wb, x, m, yb, flags);
         return;
     }
-    uint8_t *q = malloc((size_t)(m * K) + 1);
-    float *s = malloc((size_t)(m * (K / 32) + 1) * sizeof(float));
-    if (!q || !s) {
-        free(q), free(s);
-        cpu_matmul(be, wa, x, m, ya, flags);
-        cpu_matmul(be, wb, x, m, yb, flags);
-        return;
-    }
-    di_threadpool *tp = mm_pool(be, (double)m * (double)(wa->n_out + wb->n_out) * (double)K,
-                                wmat_bytes(wa) + wmat_bytes(wb));
-    di_act_quant_fp8(x, m, K, q, s);
-    const di_gemm_part parts[2] = {{q, s, m, wa->w, wa->s, wa->n_out, ya}, {q, s, m, wb->w, wb->s, wb->n_out, yb}};
-    if (fmt == DI_WFMT_FP8) di_gemm_fp8_many(parts, 2, K, tp);
-    else di_gemm_mxfp4_many(parts, 2, K, tp);
-    free(q), free(s);
+    mm_quant(be, (const di_wmat *const[2]){wa, wb}, (float *const[2]){ya, yb}, 2, x, m);
     if (flags & DI_MM_OUT_BF16) {
         for (int64_t i = 0; i < m * wa->n_out; i++) ya[i] = di_round_bf16(ya[i]);
         for (int64_t i = 0; i < m * wb->n_out; i++) yb[i] = di_round_bf16(yb[i]);

@@ -201,6 +201,13 @@ void di_gemm_mxfp4(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
     DISPATCH(di_gemm_mxfp4, qa, sa, M, K, w, ws, N, out, tp);
 }
 
+/* The scalar path of the _many calls: one call a part. */
+static void gemm_many_scalar(int fp4, const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
+    for (int i = 0; i < n; i++)
+        (fp4 ? di_gemm_mxfp4_scalar : di_gemm_fp8_scalar)(parts[i].qa, parts[i].sa, parts[i].M, K, parts[i].w,
+                                                          parts[i].ws, parts[i].N, parts[i].out, tp);
+}
+
 void di_gemm_mxfp4_many(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
 #ifdef DI_HAVE_AVX2_KERNELS
     if (pick_avx2()) {
@@ -208,9 +215,7 @@ void di_gemm_mxfp4_many(const di_gemm_part *parts, int n, int64_t K, di_threadpo
         return;
     }
 #endif
-    for (int i = 0; i < n; i++)
-        di_gemm_mxfp4_scalar(parts[i].qa, parts[i].sa, parts[i].M, K, parts[i].w, parts[i].ws, parts[i].N,
-                             parts[i].out, tp);
+    gemm_many_scalar(1, parts, n, K, tp);
 }
 
 void di_gemm_fp8_many(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
@@ -220,9 +225,7 @@ void di_gemm_fp8_many(const di_gemm_part *parts, int n, int64_t K, di_threadpool
         return;
     }
 #endif
-    for (int i = 0; i < n; i++)
-        di_gemm_fp8_scalar(parts[i].qa, parts[i].sa, parts[i].M, K, parts[i].w, parts[i].ws, parts[i].N,
-                           parts[i].out, tp);
+    gemm_many_scalar(0, parts, n, K, tp);
 }
 
 void di_gemm_bf16(const float *x, int64_t M, int64_t K, const uint16_t *w, int64_t N, float *out,

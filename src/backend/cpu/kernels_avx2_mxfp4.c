@@ -870,25 +870,7 @@ static int act16_make(const uint8_t *qa, const float *sa, int64_t M, int64_t K, 
     return 1;
 }
 
-/* Decode rows; 0 when out of memory. */
-static int dec4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
-                    const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
-    act16 a;
-    const int r = act16_make(qa, sa, M, K, &a);
-    if (r < 0) {
-        di_gemm_block_rows_scalar(1, qa, sa, M, K, w, ws, N, 0, N, out);
-    } else if (r > 0) {
-        dec4_job j = {qa, sa, &a, w, ws, M, K, N, out};
-        const int64_t units = (N + UNIT - 1) / UNIT;
-        /* several chunks per thread so a core slowed by other work takes fewer */
-        const int64_t grain = units / (8 * di_threadpool_size(tp));
-        di_threadpool_for(tp, units, grain < 1 ? 1 : grain, dec4_units, &j);
-    }
-    act16_free(&a);
-    return r != 0;
-}
-
-/* The activation layouts of dec4_run_many, built by the pool's threads:
+/* The activation layouts of dec4_run, built by the pool's threads:
  * part i's where own[i] (res[i] act16_make's result). */
 typedef struct act16_set {
     const di_gemm_part *parts;
@@ -905,12 +887,13 @@ static void act16_make_parts(void *ctx, int64_t i0, int64_t i1, int thread) {
         if (c->own[i]) c->res[i] = act16_make(c->parts[i].qa, c->parts[i].sa, c->parts[i].M, c->K, &c->acts[i]);
 }
 
-/* 0 when out of memory (nothing written: the caller runs the parts one by
- * one); parts whose activations the kernels cannot hold run the scalar code
- * first. Parts with the same activations share one layout of them; the
- * layouts are built in parallel (at one row a w2 pass has six, each a few
- * microseconds). */
-static int dec4_run_many(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
+/* Decode rows of n products (parts) in one pass over the pool
+ * (di_gemm_mxfp4_many; one part: di_gemm_mxfp4), the units of all the
+ * parts dealt together; 0 when out of memory (nothing written). Parts whose
+ * activations the kernels cannot hold run the scalar code first. Parts with
+ * the same activations share one layout of them; the layouts are built in
+ * parallel (at one row a w2 pass has six, each a few microseconds). */
+static int dec4_run(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
     act16 *acts = calloc((size_t)n, sizeof *acts);
     int *src = malloc(sizeof(int) * (size_t)n); /* the part whose layout part i reads */
     int *own = calloc((size_t)n, sizeof(int)), *res = calloc((size_t)n, sizeof(int));
@@ -1393,7 +1376,7 @@ void di_gemm_mxfp4_many_avx2(const di_gemm_part *parts, int n, int64_t K, di_thr
     const int64_t dec_m = di_cpu_kernels_wide() && !di_cpu_kernels_vnni() ? DEC_M_WIDE : DEC_M;
     int all_dec = n > 1;
     for (int i = 0; i < n; i++) all_dec &= parts[i].M >= 1 && parts[i].M <= dec_m && parts[i].N >= 1;
-    if (all_dec && dec4_run_many(parts, n, K, tp)) return;
+    if (all_dec && dec4_run(parts, n, K, tp)) return;
     for (int i = 0; i < n; i++)
         di_gemm_mxfp4_avx2(parts[i].qa, parts[i].sa, parts[i].M, K, parts[i].w, parts[i].ws, parts[i].N,
                            parts[i].out, tp);
@@ -1403,7 +1386,8 @@ void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K
                         const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     if (M <= 0 || N <= 0) return;
     const int64_t dec_m = di_cpu_kernels_wide() && !di_cpu_kernels_vnni() ? DEC_M_WIDE : DEC_M;
-    const int done = M <= dec_m ? dec4_run(qa, sa, M, K, w, ws, N, out, tp) : pf4_run(qa, sa, M, K, w, ws, N, out, tp);
+    const di_gemm_part part = {qa, sa, M, w, ws, N, out};
+    const int done = M <= dec_m ? dec4_run(&part, 1, K, tp) : pf4_run(qa, sa, M, K, w, ws, N, out, tp);
     if (!done) di_gemm_mxfp4_scalar(qa, sa, M, K, w, ws, N, out, tp); /* out of memory: it needs none */
 }
 
