@@ -430,6 +430,10 @@ di_status di_backend_cpu_create(int n_threads, di_backend **out, di_err *err);
 /* Measuring aid: 1 keeps the CPU backend's routed experts on their
  * per-expert loop at decode too (moe_experts; the same bits), 0 restores. */
 void di_backend_cpu_force_moe_loop(int on);
+/* Measuring aid: 1 keeps the CPU backend's FP8 products on fp32
+ * activations (wo_a) on their decoded panels at decode too, rather than
+ * the units straight from the codes (the same bits), 0 restores. */
+void di_backend_cpu_force_no_f32rows(int on);
 void di_backend_destroy(di_backend *be);
 
 /* Views a weight tensor pair as a di_wmat (FP8 needs its scale, FP4 too). */

@@ -111,6 +111,11 @@ static void test_hc_mix(void) {
  * ±4096 on top of its random part, so the fp32 partial sums stand far above
  * the result and their order shows through the bf16 output (with plain
  * random inputs it would only at a bf16 rounding boundary). */
+/* The scales' lowest E8M0 byte (8 values up from it) and a NaN code at
+ * (row, k) of the weight (row < 0: none), for the cases below. */
+static int grouped_sbase = 122;
+static int64_t grouped_nan_row = -1, grouped_nan_k = 0;
+
 static void check_grouped_x(di_wfmt fmt, int groups, int64_t R, int64_t K, int64_t m, int cancel) {
     int64_t N = groups * R, kb = K / 32;
     uint8_t *w8 = malloc((size_t)(N * K)), *s8 = malloc((size_t)(((N + 31) / 32) * kb));
@@ -118,7 +123,8 @@ static void check_grouped_x(di_wfmt fmt, int groups, int64_t R, int64_t K, int64
     float *x = malloc((size_t)(m * groups * K) * sizeof(float)), *y[3];
     double *wd = malloc((size_t)(N * K) * sizeof(double));
     for (int k = 0; k < 3; k++) y[k] = malloc((size_t)(m * N) * sizeof(float));
-    for (int64_t i = 0; i < ((N + 31) / 32) * kb; i++) s8[i] = (uint8_t)(122 + (rng = rng * 1664525u + 1013904223u) % 8);
+    for (int64_t i = 0; i < ((N + 31) / 32) * kb; i++)
+        s8[i] = (uint8_t)(grouped_sbase + (rng = rng * 1664525u + 1013904223u) % 8);
     for (int64_t i = 0; i < N * K; i++) {
         rng = rng * 1664525u + 1013904223u;
         uint8_t c = (uint8_t)(rng >> 24);
@@ -128,6 +134,7 @@ static void check_grouped_x(di_wfmt fmt, int groups, int64_t R, int64_t K, int64
     }
     if (cancel) /* one scale per row: the row's value constant along k */
         for (int64_t i = 0; i < ((N + 31) / 32) * kb; i++) s8[i] = s8[i - i % kb];
+    if (grouped_nan_row >= 0) w8[grouped_nan_row * K + grouped_nan_k] = 0xff;
     for (int64_t n = 0; n < N; n++)
         for (int64_t k = 0; k < K; k++)
             wd[n * K + k] = fmt == DI_WFMT_FP8
@@ -161,7 +168,7 @@ static void check_grouped_x(di_wfmt fmt, int groups, int64_t R, int64_t K, int64
                     mag += fabs(t);
                 }
                 double tol = fabs(acc) * 0x1p-8 + (double)K * 0x1p-24 * mag;
-                if (fabs(y[0][i * N + n] - acc) > tol) bad++;
+                if (n == grouped_nan_row ? !isnan(y[0][i * N + n]) : fabs(y[0][i * N + n] - acc) > tol) bad++;
             }
         CHECKF(bad == 0, "%d outputs off the double reference", bad);
     }
@@ -178,6 +185,34 @@ static void check_grouped_x(di_wfmt fmt, int groups, int64_t R, int64_t K, int64
 static void check_grouped(di_wfmt fmt, int groups, int64_t R, int64_t K, int64_t m) {
     check_grouped_x(fmt, groups, R, K, m, 0);
     check_grouped_x(fmt, groups, R, K, m, 1);
+}
+
+/* The FP8 units straight from the codes at 1-4 rows (AVX-512 CPUs,
+ * di_cpu_fp8_f32rows_wide): the cases above compare them with the scalar
+ * bits; here shapes of whole 32-row tiles, wo_a's K of 4,096 (rows one L1
+ * set apart), scales where w·sw needs the second factor, a NaN code (its
+ * unit redone by the panels) and the units' count. */
+static void test_matmul_grouped_units(void) {
+    const long before = di_cpu_fp8_f32rows_units();
+    check_grouped(DI_WFMT_FP8, 3, 32, 256, 2);
+    check_grouped(DI_WFMT_FP8, 2, 96, 192, 3);
+    check_grouped(DI_WFMT_FP8, 2, 64, 128, 4);
+    check_grouped(DI_WFMT_FP8, 2, 32, 4096, 1);
+    check_grouped(DI_WFMT_FP8, 2, 64, 160, 2); /* K % 64 == 32: the panels */
+    grouped_sbase = 226;                        /* 2^99 .. 2^106: sw·2^8 not exact past 2^100 */
+    check_grouped(DI_WFMT_FP8, 2, 32, 128, 1);
+    grouped_sbase = 122;
+    grouped_nan_row = 37, grouped_nan_k = 70; /* the second unit of group 0 */
+    check_grouped(DI_WFMT_FP8, 2, 64, 128, 2);
+    grouped_nan_row = -1;
+    if (di_cpu_kernels_wide() && !strcmp(di_cpu_kernels_path(), "avx2"))
+        CHECKF(di_cpu_fp8_f32rows_units() > before, "the units never ran (%ld)", di_cpu_fp8_f32rows_units() - before);
+    /* forced onto the panels: the same bits */
+    di_backend_cpu_force_no_f32rows(1);
+    const long off0 = di_cpu_fp8_f32rows_units();
+    check_grouped(DI_WFMT_FP8, 2, 64, 256, 1);
+    CHECK(di_cpu_fp8_f32rows_units() == off0);
+    di_backend_cpu_force_no_f32rows(0);
 }
 
 static void test_matmul_grouped(void) {
@@ -688,6 +723,7 @@ int main(void) {
     RUN(test_hc_mix);
     RUN(test_hc_streams);
     RUN(test_matmul_grouped);
+    RUN(test_matmul_grouped_units);
     RUN(test_matmul_pair);
     RUN(test_attention);
     RUN(test_norm_rope);

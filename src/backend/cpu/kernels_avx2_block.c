@@ -1696,6 +1696,130 @@ static int dec_run(int half, const di_gemm_part *parts, int n, int64_t K, di_thr
     return 1;
 }
 
+/* ---- FP8 rows on fp32 activations, the fused chain ----
+ * The bf16-numerics products (wo_a's grouped projection, architecture.md
+ * §5.6; every FP8 weight where the numerics are bf16) multiply the
+ * dequantized weights w·sw with fp32 activations as di_gemm_f32's chain:
+ * output j of activation row i is acc = fma(x[k], w[j][k]·sw, acc) for
+ * k = 0, 1, .., K - 1 from +0. The backend forms that from fp32 panels,
+ * each code decoded and transposed through memory (cpu_ops_avx2.c: ~2
+ * instructions a code, ~1 GB/s a core at one row, wo_a's 33.5 MB ~30 ms on
+ * one Zen 4 core; 1.7 ms on 16 Xeon cores, where this form takes 0.40:
+ * bench_decode_passes). A decode step reads each weight once, so here the codes
+ * go straight to the FMAs: chunk_words16 gives word j of 16 rows' chunks
+ * in one register, and dec_bias_wide's four positions of it are the steps
+ * k = 32c + 4j + p of those 16 rows side by side, which is the chain's own
+ * order; each value is w·sw formed as lg_decode_wide forms it (rounded
+ * once from the exact product, as the panels' w × sw), so every FMA takes
+ * the panels' operands in the panels' order: the same bits. 32 rows (one
+ * scale tile: one scale a chunk for all of them) in two chains an
+ * activation row, which keeps the FMAs' latency under the decoding's
+ * work. The NaN codes, which dec_bias_wide reads as numbers, are looked
+ * for on the way (~ANDN, then a byte minimum a word register): a unit with
+ * one returns -1 before storing anything, for the panels to redo it. */
+AVX512_INLINE int f32rows_kernel(const int mr, const uint8_t *w, const uint8_t *ws, int64_t K, const float *x,
+                                 int64_t ldx, float *y, int64_t ldy) {
+    const int64_t KB = K / 32;
+    const float *e8m0 = di_cpu_e8m0_table();
+    const __m512 u8 = _mm512_set1_ps(0x1p8f);
+    const __m512i low7 = _mm512_set1_epi8(0x7f);
+    __m512i nanmin = _mm512_set1_epi8(-1); /* a byte 0 where some code is a NaN */
+    __m512 acc[4][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    /* Two chunks a step: each row's 64-byte line in one load. wo_a's rows
+     * are 4,096 bytes apart, so all 32 lines of a step fall in one L1 set
+     * (8 ways): read 32 bytes at a time, a line was gone before its second
+     * half was read (0.09 against 0.04 ms for the same 512 KB from L2 at
+     * K = 4,160; 0.06 now). The words of both chunks and halves go through
+     * L1. (Software prefetches of the rows' next lines into L2 measured
+     * no faster from DRAM.) */
+    __attribute__((aligned(64))) __m512i zb[2][2][8]; /* [chunk][half][word] */
+    for (int64_t c = 0; c < KB; c += 2) {
+        const uint8_t *p = w + 32 * c;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512i l[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) l[i] = _mm512_loadu_si512((const void *)(p + (16 * h + i) * K));
+#pragma GCC unroll 2
+            for (int t = 0; t < 2; t++) {
+                __m256i r[16];
+                __m512i z[8];
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++) r[i] = t ? _mm512_extracti64x4_epi64(l[i], 1) : _mm512_castsi512_si256(l[i]);
+                chunk_words16(r, z);
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    nanmin = _mm512_min_epu8(nanmin, _mm512_andnot_si512(z[j], low7));
+                    _mm512_store_si512(&zb[t][h][j], z[j]);
+                }
+            }
+        }
+#pragma GCC unroll 1
+        for (int t = 0; t < 2; t++) {
+            const float s = e8m0[ws[c + t]];
+            const int big = !(s <= 0x1p100f);
+            const __m512 f = _mm512_set1_ps(big ? s : s * 0x1p8f);
+            const float *xc = x + 32 * (c + t);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                __m512 d0[4], d1[4];
+                dec_bias_wide(_mm512_load_si512(&zb[t][0][j]), d0);
+                dec_bias_wide(_mm512_load_si512(&zb[t][1][j]), d1);
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) {
+                    const __m512 v0 = _mm512_mul_ps(big ? _mm512_mul_ps(d0[q], u8) : d0[q], f);
+                    const __m512 v1 = _mm512_mul_ps(big ? _mm512_mul_ps(d1[q], u8) : d1[q], f);
+#pragma GCC unroll 4
+                    for (int i = 0; i < 4; i++)
+                        if (i < mr) {
+                            const __m512 xb = _mm512_set1_ps(xc[i * ldx + 4 * j + q]);
+                            acc[i][0] = _mm512_fmadd_ps(xb, v0, acc[i][0]);
+                            acc[i][1] = _mm512_fmadd_ps(xb, v1, acc[i][1]);
+                        }
+                }
+            }
+        }
+    }
+    if (_mm512_cmpeq_epi8_mask(nanmin, _mm512_setzero_si512())) return -1;
+    for (int i = 0; i < mr; i++) {
+        _mm512_storeu_ps(y + i * ldy, acc[i][0]);
+        _mm512_storeu_ps(y + i * ldy + 16, acc[i][1]);
+    }
+    return 0;
+}
+static AVX512 int f32rows_1(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, float *y,
+                            int64_t ldy) {
+    return f32rows_kernel(1, w, ws, K, x, ldx, y, ldy);
+}
+static AVX512 int f32rows_2(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, float *y,
+                            int64_t ldy) {
+    return f32rows_kernel(2, w, ws, K, x, ldx, y, ldy);
+}
+static AVX512 int f32rows_3(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, float *y,
+                            int64_t ldy) {
+    return f32rows_kernel(3, w, ws, K, x, ldx, y, ldy);
+}
+static AVX512 int f32rows_4(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, float *y,
+                            int64_t ldy) {
+    return f32rows_kernel(4, w, ws, K, x, ldx, y, ldy);
+}
+
+static atomic_long f32rows_units_run;
+long di_cpu_fp8_f32rows_units(void) { return atomic_load(&f32rows_units_run); }
+
+int di_cpu_fp8_f32rows_wide(const uint8_t *w, const uint8_t *ws, int64_t K, int64_t N, int64_t r0, const float *x,
+                            int64_t ldx, int64_t m, float *y, int64_t ldy) {
+    if (!di_cpu_kernels_wide() || m < 1 || m > DI_FP8_F32ROWS_M || K % 64 || r0 % 32 || r0 + 32 > N) return -1;
+    const uint8_t *wt = w + r0 * K, *st = ws + (r0 / 32) * (K / 32);
+    static int (*const fns[DI_FP8_F32ROWS_M])(const uint8_t *, const uint8_t *, int64_t, const float *, int64_t,
+                                              float *, int64_t) = {f32rows_1, f32rows_2, f32rows_3, f32rows_4};
+    const int rc = fns[m - 1](wt, st, K, x, ldx, y, ldy);
+    if (!rc) atomic_fetch_add_explicit(&f32rows_units_run, 1, memory_order_relaxed);
+    return rc;
+}
+
 /* Decode rows or prefill tiles. */
 static void fp8_linear(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                        const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
