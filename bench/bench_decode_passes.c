@@ -8,6 +8,9 @@
  *   matmul twice, on attention's wq_a + wkv (1,280 and 512 x 5,120 FP8) and
  *   the shared expert's w1 + w3 (2 x 2,304 x 5,120 FP8) at one row
  *   (test_cpu_ops checks the bits);
+ * - wo_a's grouped product at one row (FP8 weights on fp32 activations)
+ *   in 32-row units straight from the codes against the decoded panels
+ *   (test_cpu_ops checks the bits);
  * - and, as a record, products of a few MB at one row (the router, wkv,
  *   the compressor's projection), which take the pool by their bytes;
  * - the attention of one query row (64 heads of 512, 640 packed slots)
@@ -74,8 +77,10 @@ static void rd_part(void *ctx, int64_t i0, int64_t i1, int thread) {
 
 static int cmp_d(const void *a, const void *b) { return bench_cmp_double(a, b); }
 
-/* FP8 [n, k] with random codes (no NaN) and scales around 2^-6 */
-static void fp8_mat(di_wmat *m, int64_t n, int64_t k) {
+/* FP8 [n, k] with random codes (no NaN) and scales around 2^-6; normal:
+ * no codes of exponent 0 either (a checkpoint's weights rarely have them,
+ * and the 512-bit decoding takes a table for them) */
+static void fp8_mat(di_wmat *m, int64_t n, int64_t k, int normal) {
     uint8_t *w = malloc((size_t)(n * k)), *s = malloc((size_t)(((n + 31) / 32) * (k / 32)));
     if (!w || !s) {
         fprintf(stderr, "bench_decode_passes: out of memory\n");
@@ -84,6 +89,7 @@ static void fp8_mat(di_wmat *m, int64_t n, int64_t k) {
     for (int64_t i = 0; i < n * k; i++) {
         w[i] = (uint8_t)next();
         if ((w[i] & 0x7f) == 0x7f) w[i] ^= 1;
+        if (normal && !(w[i] & 0x78)) w[i] |= 0x08;
     }
     for (int64_t i = 0; i < ((n + 31) / 32) * (k / 32); i++) s[i] = (uint8_t)(118 + next() % 6);
     *m = (di_wmat){DI_WFMT_FP8, n, k, w, s};
@@ -113,7 +119,7 @@ static void smalls(di_backend *be, int rounds, double bw) {
         di_wmat *w = malloc(sizeof *w * (size_t)nc);
         for (int c = 0; c < nc; c++) {
             if (P[pi].fmt == DI_WFMT_BF16) bf16_mat(&w[c], P[pi].n, D);
-            else fp8_mat(&w[c], P[pi].n, D);
+            else fp8_mat(&w[c], P[pi].n, D, 0);
         }
         float *x = malloc(sizeof(float) * D), *y = malloc(sizeof(float) * P[pi].n);
         for (int64_t i = 0; i < D; i++) x[i] = (float)((int64_t)(next() % 2001) - 1000) / 500.0f;
@@ -222,8 +228,8 @@ static void pairs(di_backend *be, int rounds, double bw) {
         const int nc = P[pi].copies;
         di_wmat *wa = malloc(sizeof *wa * (size_t)nc), *wb = malloc(sizeof *wb * (size_t)nc);
         for (int c = 0; c < nc; c++) {
-            fp8_mat(&wa[c], P[pi].na, D);
-            fp8_mat(&wb[c], P[pi].nb, D);
+            fp8_mat(&wa[c], P[pi].na, D, 0);
+            fp8_mat(&wb[c], P[pi].nb, D, 0);
         }
         float *x = malloc(sizeof(float) * D), *ya = malloc(sizeof(float) * P[pi].na), *yb = malloc(sizeof(float) * P[pi].nb);
         for (int64_t i = 0; i < D; i++) x[i] = (float)((int64_t)(next() % 2001) - 1000) / 500.0f;
@@ -251,6 +257,36 @@ static void pairs(di_backend *be, int rounds, double bw) {
         }
         free(wa), free(wb), free(x), free(ya), free(yb);
     }
+}
+
+/* wo_a at one row (matmul_grouped: 8 groups of 1,024 rows x 4,096, FP8
+ * weights on fp32 activations, 33.5 MB): the 32-row units straight from
+ * the codes against the decoded panels (di_backend_cpu_force_no_f32rows;
+ * test_cpu_ops checks the bits), checkpoint-like codes, copies cycled */
+static void grouped(di_backend *be, int rounds, double bw) {
+    enum { G = 8, RG = 1024, KG = 4096, NC = 12 };
+    di_wmat *w = malloc(sizeof *w * NC);
+    for (int c = 0; c < NC; c++) fp8_mat(&w[c], G * RG, KG, 1);
+    float *x = malloc(sizeof(float) * G * KG), *y = malloc(sizeof(float) * G * RG);
+    for (int64_t i = 0; i < G * KG; i++) x[i] = (float)((int64_t)(next() % 2001) - 1000) / 500.0f;
+    double t[2][MAXR];
+    for (int r = 0; r < rounds; r++)
+        for (int form = 0; form < 2; form++) {
+            di_backend_cpu_force_no_f32rows(form);
+            const double t0 = bench_now_s();
+            be->ops->matmul_grouped(be, &w[(2 * r + form) % NC], G, x, 1, y);
+            t[form][r] = bench_now_s() - t0;
+        }
+    di_backend_cpu_force_no_f32rows(0);
+    const double bytes = (double)G * RG * KG * (1.0 + 1.0 / 1024);
+    printf("# wo_a at one row      form             best ms   median ms   GB/s (best)   vs read bw\n");
+    for (int form = 0; form < 2; form++) {
+        qsort(t[form], (size_t)rounds, sizeof(double), cmp_d);
+        printf("%-22s %-15s %8.3f   %9.3f   %11.1f   %9.2f\n", "wo_a (fp8 8 x 1024)", form ? "decoded panels" : "units",
+               t[form][0] * 1e3, t[form][rounds / 2] * 1e3, bytes / t[form][0] / 1e9, bytes / t[form][0] / 1e9 / bw);
+    }
+    for (int c = 0; c < NC; c++) free((void *)w[c].w), free((void *)w[c].s);
+    free(w), free(x), free(y);
 }
 
 int main(int argc, char **argv) {
@@ -324,6 +360,7 @@ int main(int argc, char **argv) {
         }
         free(x), free(out), free(w), free(idx);
     }
+    grouped(be, rounds, bw);
     pairs(be, rounds, bw);
     smalls(be, rounds, bw);
     attention(be, rounds);

@@ -2,7 +2,15 @@
  * (backend/backend.h; architecture.md §3–§10).
  *
  *   build/bench/bench_forward [SHARED_DIR] [REPS] [THREADS] [--narrow]
+ *   build/bench/bench_forward --config FILE [--depth N] [REPS] [THREADS]
  *   (--narrow: a CPU with AVX-512 runs the 256-bit kernels, for comparison)
+ *
+ * --config: one dummy-weight model of that config.json instead (say the
+ * real V4.1-Flash cut to a few layers), a prefill of N tokens (default
+ * 1,000) and 16 decode steps, without the scalar peer (it would take hours
+ * at real shapes); the routed experts run as one moe_experts call a layer,
+ * as a decode step does, timed as their own class. The op classes then
+ * tell where a real-shape step goes on a many-core machine.
  *
  * Models: the golden tiny V4.1 checkpoint and bench/configs/dummy-100m.json
  * (the tiny config widened to ~100M parameters, DI_LOAD_DUMMY weights).
@@ -25,7 +33,9 @@
 
 #include "bench_util.h"
 
-enum { PROMPT = 128, DECODE = 32, MAX_REPS = 15 };
+enum { PROMPT = 128, DECODE = 32, CONFIG_DECODE = 16, MAX_REPS = 15 };
+/* the prompt and decode lengths of a run (PROMPT / DECODE, or --config's) */
+static int n_prompt = PROMPT, n_decode = DECODE;
 
 static double median(const double *v, int n) {
     double t[MAX_REPS];
@@ -36,10 +46,10 @@ static double median(const double *v, int n) {
 
 /* ---- op classes and the timing op table ---- */
 
-enum { C_MATMUL, C_GROUPED, C_HC_MIX, C_HC_RW, C_NORM, C_ATTN, C_INDEX, C_ENGRAM, C_MOE_EW,
+enum { C_MATMUL, C_GROUPED, C_EXPERTS, C_HC_MIX, C_HC_RW, C_NORM, C_ATTN, C_INDEX, C_ENGRAM, C_MOE_EW,
        C_MISC, C_OTHER, N_CLASS };
 static const char *class_name[N_CLASS] = {
-    "matmul(_pair)", "matmul_grouped", "hc_mix", "hc_collapse(_norm)/expand/mean",
+    "matmul(_pair)", "matmul_grouped", "moe_experts (routed, one call)", "hc_mix", "hc_collapse(_norm)/expand/mean",
     "rmsnorm/rope/qdq", "sparse_attn(_kv/rows)+pool+pack", "index_scores(_kv)+topk",
     "engram gather/gate/rows", "moe route/swiglu/rows", "embed/add/round/greedy",
     "other (outside ops)"};
@@ -203,6 +213,14 @@ static void w_route(di_backend *be, const float *l, const float *b, int64_t m, i
                     int norm, float rs, int32_t *idx, float *w) {
     TIMED(C_MOE_EW, inner->moe_route(be, l, b, m, e, k, norm, rs, idx, w));
 }
+static void w_route_buf(di_backend *be, const float *l, const float *b, int64_t m, int e, int k, int norm,
+                        float rs, int32_t *idx, float *w) {
+    TIMED(C_MOE_EW, inner->moe_route_buf(be, l, b, m, e, k, norm, rs, idx, w));
+}
+static void w_experts(di_backend *be, const di_moe_experts *ex, const float *x, int64_t m, const int32_t *idx,
+                      const float *w, int k, unsigned mm, float limit, float *out) {
+    TIMED(C_EXPERTS, inner->moe_experts(be, ex, x, m, idx, w, k, mm, limit, out));
+}
 static void w_swiglu(di_backend *be, const float *g, const float *u, const float *w, int64_t m,
                      int64_t n, float lim, float *out) {
     TIMED(C_MOE_EW, inner->swiglu(be, g, u, w, m, n, lim, out));
@@ -218,7 +236,9 @@ static void w_scatter(di_backend *be, float *dst, const int32_t *rows, const flo
 
 static di_backend_ops timed_ops;
 
-static void timed_ops_init(const di_backend_ops *in) {
+/* experts: the routed experts as one moe_experts call (where the backend
+ * has it), else the model's per-expert loop, its ops timed by class */
+static void timed_ops_init(const di_backend_ops *in, int experts) {
     inner = in;
     timed_ops = *in; /* memory ops and the step metadata's copies stay as they are ("other") */
     timed_ops.matmul = w_matmul;
@@ -266,10 +286,10 @@ static void timed_ops_init(const di_backend_ops *in) {
     timed_ops.restrict_blocks = w_restrict;
     timed_ops.topk_select = w_topk;
     timed_ops.moe_route = w_route;
-    /* the model's per-expert loop (the grouped op gives the same bits), so the
-     * MoE's products and elementwise ops are timed by class */
-    timed_ops.moe_route_buf = NULL;
-    timed_ops.moe_experts = NULL;
+    /* by default the model's per-expert loop (the grouped op gives the same
+     * bits), so the MoE's products and elementwise ops are timed by class */
+    timed_ops.moe_route_buf = experts && in->moe_route_buf && in->moe_experts ? w_route_buf : NULL;
+    timed_ops.moe_experts = experts && in->moe_route_buf && in->moe_experts ? w_experts : NULL;
     timed_ops.swiglu = w_swiglu;
     timed_ops.gather_rows = w_gather;
     timed_ops.scatter_add_rows = w_scatter;
@@ -296,50 +316,66 @@ static void take(phase *p, int rep, double total, int calls) {
 static int run_model(const di_lm *lm, int rep, phase *pre, phase *dec) {
     di_err err = {0};
     int64_t V = lm->cfg->vocab_size;
-    int32_t ids[PROMPT + DECODE];
+    const int np = n_prompt, nd = n_decode;
+    int32_t *ids = malloc((size_t)(np + nd) * sizeof *ids);
+    if (!ids) return -1;
     uint32_t r = 12345;
-    for (int i = 0; i < PROMPT + DECODE; i++) {
+    for (int i = 0; i < np + nd; i++) {
         r = r * 1103515245u + 12345u;
         ids[i] = (int32_t)(3 + (r >> 8) % (uint32_t)(V - 3));
     }
     float *logits = malloc((size_t)V * sizeof(float));
     di_seqstate st;
-    if (!logits || di_seqstate_init(&st, lm, PROMPT + DECODE + 1, 0, &err)) {
-        fprintf(stderr, "bench_forward: %s\n", err.msg);
+    if (!logits || di_seqstate_init(&st, lm, np + nd + 1, 0, &err)) {
+        fprintf(stderr, "bench_forward: %s\n", logits ? err.msg : "out of memory");
         free(logits);
+        free(ids);
         return -1;
     }
     memset(t_class, 0, sizeof t_class);
-    di_fwd_seq q = {&st, ids, PROMPT};
+    di_fwd_seq q = {&st, ids, np};
     double t0 = bench_now_s();
     di_status rc = di_forward(lm, &q, 1, logits, 0, &err);
     take(pre, rep, bench_now_s() - t0, 1);
     t0 = bench_now_s();
-    for (int i = 0; i < DECODE && !rc; i++) {
-        di_fwd_seq d = {&st, ids + PROMPT + i, 1};
+    for (int i = 0; i < nd && !rc; i++) {
+        di_fwd_seq d = {&st, ids + np + i, 1};
         rc = di_forward(lm, &d, 1, logits, 0, &err);
     }
-    take(dec, rep, bench_now_s() - t0, DECODE);
+    take(dec, rep, bench_now_s() - t0, nd);
     if (rc) fprintf(stderr, "bench_forward: %s\n", err.msg);
     di_seqstate_free(&st);
     free(logits);
+    free(ids);
     return rc ? -1 : 0;
 }
 
+/* peer NULL: no scalar peer (--config) */
 static void report(const char *what, const phase *fast, const phase *peer, int reps, double unit,
                    const char *unit_name) {
-    double tf = median(fast->total, reps), tp = median(peer->total, reps);
-    printf("  %s: %.2f %s (scalar peer %.2f %s, ratio %.2fx)\n", what, tf * unit, unit_name,
-           tp * unit, unit_name, tp / tf);
-    printf("    %-30s %10s %6s %10s %7s\n", "op class", unit_name, "share", "scalar", "ratio");
+    double tf = median(fast->total, reps), tp = peer ? median(peer->total, reps) : 0;
+    if (peer) {
+        printf("  %s: %.2f %s (scalar peer %.2f %s, ratio %.2fx)\n", what, tf * unit, unit_name, tp * unit,
+               unit_name, tp / tf);
+        printf("    %-30s %10s %6s %10s %7s\n", "op class", unit_name, "share", "scalar", "ratio");
+    } else {
+        printf("  %s: %.2f %s\n", what, tf * unit, unit_name);
+        printf("    %-30s %10s %6s\n", "op class", unit_name, "share");
+    }
     for (int c = 0; c < N_CLASS; c++) {
-        double f = median(fast->cls[c], reps), p = median(peer->cls[c], reps);
-        printf("    %-30s %10.3f %5.1f%% %10.3f %6.2fx\n", class_name[c], f * unit, 100 * f / tf,
-               p * unit, f > 0 ? p / f : 0.0);
+        double f = median(fast->cls[c], reps), p = peer ? median(peer->cls[c], reps) : 0;
+        if (!peer && f == 0) continue;
+        if (peer)
+            printf("    %-30s %10.3f %5.1f%% %10.3f %6.2fx\n", class_name[c], f * unit, 100 * f / tf, p * unit,
+                   f > 0 ? p / f : 0.0);
+        else
+            printf("    %-30s %10.3f %5.1f%%\n", class_name[c], f * unit, 100 * f / tf);
     }
 }
 
-static int bench_model(const char *name, const char *path, int dummy, int reps, int threads) {
+/* peer: also the scalar path's run (and the model's per-expert loop, so
+ * its products are timed by class); else the routed experts in one call */
+static int bench_model(const char *name, const char *path, int dummy, int reps, int threads, int peer) {
     di_model_options o;
     di_model_options_default(&o);
     o.load_format = dummy ? DI_LOAD_DUMMY : DI_LOAD_AUTO;
@@ -355,7 +391,7 @@ static int bench_model(const char *name, const char *path, int dummy, int reps, 
         di_model_close(m);
         return -1;
     }
-    timed_ops_init(be->ops);
+    timed_ops_init(be->ops, !peer);
     be->ops = &timed_ops;
     /* any valid Engram token map will do for timings */
     int32_t *cmap = malloc((size_t)m->cfg.vocab_size * sizeof(int32_t));
@@ -375,15 +411,17 @@ static int bench_model(const char *name, const char *path, int dummy, int reps, 
     rc = 0;
     for (int i = 0; i < reps && !rc; i++) {
         rc |= run_model(&lm, i, &p[0], &p[1]);
+        if (!peer) continue;
         di_cpu_kernels_force_scalar(1);
         rc |= run_model(&lm, i, &p[2], &p[3]);
         di_cpu_kernels_force_scalar(0);
     }
     if (!rc) {
         char what[64];
-        snprintf(what, sizeof what, "prefill of %d tokens", PROMPT);
-        report(what, &p[0], &p[2], reps, 1e3, "ms");
-        report("decode, per token", &p[1], &p[3], reps, 1e3, "ms");
+        snprintf(what, sizeof what, "prefill of %d tokens", n_prompt);
+        report(what, &p[0], peer ? &p[2] : NULL, reps, 1e3, "ms");
+        snprintf(what, sizeof what, "decode at depth %d, per token (%d steps)", n_prompt, n_decode);
+        report(what, &p[1], peer ? &p[3] : NULL, reps, 1e3, "ms");
     }
     free(p);
 done:
@@ -400,6 +438,23 @@ int main(int argc, char **argv) {
         di_cpu_kernels_force_no_avx512(1);
         argc--;
     }
+    if (argc > 2 && !strcmp(argv[1], "--config")) {
+        const char *cfg = argv[2];
+        argv += 2, argc -= 2;
+        n_prompt = 1000, n_decode = CONFIG_DECODE;
+        if (argc > 2 && !strcmp(argv[1], "--depth")) {
+            n_prompt = atoi(argv[2]);
+            argv += 2, argc -= 2;
+            if (n_prompt < 1) {
+                fprintf(stderr, "bench_forward: --depth wants a positive token count\n");
+                return 2;
+            }
+        }
+        int reps = argc > 1 ? atoi(argv[1]) : 3, threads = argc > 2 ? atoi(argv[2]) : 0;
+        reps = reps < 1 ? 1 : reps > MAX_REPS ? MAX_REPS : reps;
+        printf("bench_forward: medians of %d runs, dummy weights of %s\n", reps, cfg);
+        return bench_model(cfg, cfg, 1, reps, threads, 0) ? 1 : 0;
+    }
     const char *shared = argc > 1 ? argv[1] : "../shared";
     int reps = argc > 2 ? atoi(argv[2]) : 5;
     int threads = argc > 3 ? atoi(argv[3]) : 0;
@@ -408,8 +463,8 @@ int main(int argc, char **argv) {
     char tiny[4200];
     snprintf(tiny, sizeof tiny, "%s/golden/v41-tiny", shared);
     printf("bench_forward: medians of %d runs (shared 2-core VM: timings are noisy)\n", reps);
-    int rc = bench_model("v41-tiny", tiny, 0, reps, threads);
+    int rc = bench_model("v41-tiny", tiny, 0, reps, threads, 1);
     rc |= bench_model("dummy-100m (bench/configs/dummy-100m.json)", "bench/configs/dummy-100m.json",
-                      1, reps, threads);
+                      1, reps, threads, 1);
     return rc ? 1 : 0;
 }
