@@ -11,6 +11,9 @@
  * - wo_a's grouped product at one row (FP8 weights on fp32 activations)
  *   in 32-row units straight from the codes against the decoded panels
  *   (test_cpu_ops checks the bits);
+ * - BF16 products at one row (the head, the router) in 32-row units
+ *   straight from the rows against the tiles (test_cpu_kernels checks the
+ *   bits);
  * - and, as a record, products of a few MB at one row (the router, wkv,
  *   the compressor's projection), which take the pool by their bytes;
  * - the attention of one query row (64 heads of 512, 640 packed slots)
@@ -34,6 +37,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 #include "backend/kvstore.h"
 #include "core/threadpool.h"
 #include "bench_util.h"
@@ -289,6 +293,40 @@ static void grouped(di_backend *be, int rounds, double bw) {
     free(w), free(x), free(y);
 }
 
+/* BF16 products at one row (the head, 129,280 x 5,120, 1.3 GB; the
+ * router, 384 x 5,120): 32-row units straight from the rows against the
+ * tiles they replaced, which are what the 256-bit path runs
+ * (di_cpu_kernels_force_no_avx512; test_cpu_kernels checks the bits) */
+static void bf16_rows(di_backend *be, int rounds, double bw) {
+    static const struct { const char *name; int64_t n; int copies; } P[] = {
+        {"head (bf16 129280)", 129280, 1}, {"router (bf16 384)", 384, 100}};
+    printf("# bf16 at one row      form             best ms   median ms   GB/s (best)   vs read bw\n");
+    for (size_t pi = 0; pi < sizeof P / sizeof *P; pi++) {
+        const int nc = P[pi].copies;
+        di_wmat *w = malloc(sizeof *w * (size_t)nc);
+        for (int c = 0; c < nc; c++) bf16_mat(&w[c], P[pi].n, D);
+        float *x = malloc(sizeof(float) * D), *y = malloc(sizeof(float) * P[pi].n);
+        for (int64_t i = 0; i < D; i++) x[i] = (float)((int64_t)(next() % 2001) - 1000) / 500.0f;
+        double t[2][MAXR];
+        for (int r = 0; r < rounds; r++)
+            for (int form = 0; form < 2; form++) {
+                di_cpu_kernels_force_no_avx512(form);
+                const double t0 = bench_now_s();
+                be->ops->matmul(be, &w[(2 * r + form) % nc], x, 1, y, 0);
+                t[form][r] = bench_now_s() - t0;
+            }
+        di_cpu_kernels_force_no_avx512(0);
+        const double bytes = 2.0 * (double)P[pi].n * D;
+        for (int form = 0; form < 2; form++) {
+            qsort(t[form], (size_t)rounds, sizeof(double), cmp_d);
+            printf("%-22s %-15s %8.3f   %9.3f   %11.1f   %9.2f\n", P[pi].name, form ? "tiles (256-bit)" : "units",
+                   t[form][0] * 1e3, t[form][rounds / 2] * 1e3, bytes / t[form][0] / 1e9, bytes / t[form][0] / 1e9 / bw);
+        }
+        for (int c = 0; c < nc; c++) free((void *)w[c].w);
+        free(w), free(x), free(y);
+    }
+}
+
 int main(int argc, char **argv) {
     const int threads = argc > 1 ? atoi(argv[1]) : 0, rounds = argc > 2 ? atoi(argv[2]) : 15;
     if (rounds < 1 || rounds > MAXR) {
@@ -361,6 +399,7 @@ int main(int argc, char **argv) {
         free(x), free(out), free(w), free(idx);
     }
     grouped(be, rounds, bw);
+    bf16_rows(be, rounds, bw);
     pairs(be, rounds, bw);
     smalls(be, rounds, bw);
     attention(be, rounds);

@@ -323,6 +323,16 @@ static void check_format(int fmt) {
 static void test_gemm_fp8(void) { check_format(FMT_FP8); }
 static void test_gemm_mxfp4(void) { check_format(FMT_FP4); }
 static void test_gemm_bf16(void) { check_format(FMT_BF16); }
+/* BF16 at 1-4 rows on AVX-512 CPUs: whole units of 32 rows, rows past the
+ * last unit, K of one and of many steps (the shapes above reach them at 1
+ * and 3 rows), and that the units ran */
+static void test_gemm_bf16_rows(void) {
+    const long before = di_cpu_bf16rows_units();
+    static const int64_t shapes[][3] = {{2, 64, 64}, {4, 160, 96}, {2, 5120, 40}, {4, 32, 33}, {1, 512, 256}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) check_shape(FMT_BF16, shapes[i][0], shapes[i][1], shapes[i][2]);
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C: only the scalar path checked");
+    if (di_cpu_kernels_wide()) CHECKF(di_cpu_bf16rows_units() > before, "the units never ran");
+}
 static void test_gemm_f32(void) { check_format(FMT_F32); }
 
 /* FP8 prefill shapes that the general table does not reach, on both prefill
@@ -1249,6 +1259,7 @@ int main(void) {
     RUN(test_gemm_mxfp4);
     RUN(test_gemm_mxfp4_prefill_shapes);
     RUN(test_gemm_bf16);
+    RUN(test_gemm_bf16_rows);
     RUN(test_gemm_f32);
     RUN(test_gemm_extreme_scales);
     RUN(test_gemm_decode_rows);

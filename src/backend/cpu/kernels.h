@@ -180,6 +180,10 @@ void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int6
  * the rows): the
  * caller's panels do those. The count of units it ran is for tests. */
 enum { DI_FP8_F32ROWS_M = 4 };
+/* BF16 weights at 1-4 activation rows on AVX-512 CPUs: units of 32 weight
+ * rows straight from the rows (kernels_avx2.c), the same chains as the
+ * tiles; the count of units run, for tests. */
+long di_cpu_bf16rows_units(void);
 int di_cpu_fp8_f32rows_wide(const uint8_t *w, const uint8_t *ws, int64_t K, int64_t N, int64_t r0, const float *x,
                             int64_t ldx, int64_t m, float *y, int64_t ldy);
 long di_cpu_fp8_f32rows_units(void);

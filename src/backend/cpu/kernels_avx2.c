@@ -15,20 +15,27 @@
  * - Prefill (M > 16): a chunk of KC = 256 inputs of up to 16 panels is
  *   decoded to fp32 once, then every 6-row block of activations sweeps it:
  *   the decode cost is shared by all rows and the FMAs dominate.
+ * - 1 to 4 BF16 rows on CPUs with AVX-512: no tiles, units of 32 weight
+ *   rows straight from the rows ("BF16 rows at decode" below).
  * - Small batches (M <= 16): 4 panels × 64 inputs at a time; four panels
  *   side by side give the 8 independent FMA chains one row needs. The rows
  *   of the next chunk are prefetched: 64 rows far apart are too many streams
  *   for the hardware prefetchers. */
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/kernels_words.h"
 
 #ifdef DI_HAVE_AVX2_KERNELS
 
 #include <immintrin.h>
+#include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
+#define AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
+#define AVX512_INLINE static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c")))
 
 enum { NR = 16, MR = 6, KC = 256, DECODE_ROWS = 16 };
 /* Panels per parallel-for chunk at most, and the per-thread scratch. */
@@ -308,8 +315,134 @@ static void run(job *j, di_threadpool *tp, const float *x) {
     free(ap), free(scratch), free(edge);
 }
 
+/* ---- BF16 rows at decode, straight from the weights ----
+ * One to four activation rows (the head, the router, the compressor's
+ * projections at decode) read every weight once, and the tiles above move
+ * each one twice more (decoded into Bp, then loaded by the kernel): the
+ * head (129,280 x 5,120, 1.3 GB) ran at ~12 GB/s on one Zen 4 core, half
+ * its read rate, and 10.5 GB/s from L2 (this form: 21); on 16 Xeon threads
+ * 19.2 ms, this form 11.3 (bench_decode_passes). On CPUs with AVX-512 units of 32 weight rows go from the
+ * rows to the FMAs instead: a row's 32 bytes hold 8 words of two values,
+ * chunk_words16 gives word j of 16 rows in one register, and its low and
+ * high halves moved to the top of each lane are the fp32 values of steps
+ * 2j and 2j + 1 of those rows side by side: each output's chain takes
+ * k = 0, 1, 2, .. in order, the tiles' FMAs with the tiles' operands, so
+ * the same bits. Two halves of 16 rows make two chains an activation row;
+ * each row's 64-byte line is read whole (a unit's rows are 2K bytes apart:
+ * at K = 5,120 the 32 lines of a step share two L1 sets). Rows past the
+ * last whole unit run the same chain one output at a time (fmaf). */
+AVX512_INLINE void bf16rows_kernel(const int mr, const uint16_t *w, int64_t K, const float *x, int64_t ldx,
+                                   float *y, int64_t ldy) {
+    const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
+    __m512 acc[4][2];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    __attribute__((aligned(64))) __m512i zb[2][2][8]; /* [16 values][half][word] */
+    for (int64_t k0 = 0; k0 < K; k0 += 32) {
+        const uint16_t *p = w + k0;
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m512i l[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) l[i] = _mm512_loadu_si512((const void *)(p + (16 * h + i) * K));
+#pragma GCC unroll 2
+            for (int t = 0; t < 2; t++) {
+                __m256i r[16];
+                __m512i z[8];
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++) r[i] = t ? _mm512_extracti64x4_epi64(l[i], 1) : _mm512_castsi512_si256(l[i]);
+                chunk_words16(r, z);
+#pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) _mm512_store_si512(&zb[t][h][j], z[j]);
+            }
+        }
+#pragma GCC unroll 1
+        for (int t = 0; t < 2; t++) {
+            const float *xc = x + k0 + 16 * t;
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                const __m512i z0 = _mm512_load_si512(&zb[t][0][j]), z1 = _mm512_load_si512(&zb[t][1][j]);
+                const __m512 v[2][2] = {
+                    {_mm512_castsi512_ps(_mm512_slli_epi32(z0, 16)), _mm512_castsi512_ps(_mm512_and_si512(z0, top))},
+                    {_mm512_castsi512_ps(_mm512_slli_epi32(z1, 16)), _mm512_castsi512_ps(_mm512_and_si512(z1, top))}};
+#pragma GCC unroll 2
+                for (int e = 0; e < 2; e++)
+#pragma GCC unroll 4
+                    for (int i = 0; i < 4; i++)
+                        if (i < mr) {
+                            const __m512 xb = _mm512_set1_ps(xc[i * ldx + 2 * j + e]);
+                            acc[i][0] = _mm512_fmadd_ps(xb, v[0][e], acc[i][0]);
+                            acc[i][1] = _mm512_fmadd_ps(xb, v[1][e], acc[i][1]);
+                        }
+            }
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        _mm512_storeu_ps(y + i * ldy, acc[i][0]);
+        _mm512_storeu_ps(y + i * ldy + 16, acc[i][1]);
+    }
+}
+static AVX512 void bf16rows_1(const uint16_t *w, int64_t K, const float *x, int64_t ldx, float *y, int64_t ldy) {
+    bf16rows_kernel(1, w, K, x, ldx, y, ldy);
+}
+static AVX512 void bf16rows_2(const uint16_t *w, int64_t K, const float *x, int64_t ldx, float *y, int64_t ldy) {
+    bf16rows_kernel(2, w, K, x, ldx, y, ldy);
+}
+static AVX512 void bf16rows_3(const uint16_t *w, int64_t K, const float *x, int64_t ldx, float *y, int64_t ldy) {
+    bf16rows_kernel(3, w, K, x, ldx, y, ldy);
+}
+static AVX512 void bf16rows_4(const uint16_t *w, int64_t K, const float *x, int64_t ldx, float *y, int64_t ldy) {
+    bf16rows_kernel(4, w, K, x, ldx, y, ldy);
+}
+
+enum { BF16ROWS_M = 4 };
+typedef struct bf16rows_job {
+    const float *x;
+    const uint16_t *w;
+    int64_t M, K, N;
+    float *out;
+} bf16rows_job;
+
+static atomic_long bf16rows_units_run;
+long di_cpu_bf16rows_units(void) { return atomic_load(&bf16rows_units_run); }
+
+/* Units [u0, u1) of 32 weight rows; the unit past N / 32 is the rows
+ * after the last whole one, one chain at a time. */
+static void bf16rows_units(void *ctx, int64_t u0, int64_t u1, int thread) {
+    static void (*const fns[BF16ROWS_M])(const uint16_t *, int64_t, const float *, int64_t, float *, int64_t) = {
+        bf16rows_1, bf16rows_2, bf16rows_3, bf16rows_4};
+    const bf16rows_job *j = ctx;
+    const int64_t K = j->K, N = j->N, whole = N / 32;
+    for (int64_t u = u0; u < u1; u++) {
+        if (u < whole) {
+            fns[j->M - 1](j->w + u * 32 * K, K, j->x, K, j->out + u * 32, N);
+            continue;
+        }
+        for (int64_t n = whole * 32; n < N; n++)
+            for (int64_t i = 0; i < j->M; i++) {
+                float acc = 0.0f;
+                for (int64_t k = 0; k < K; k++) {
+                    const uint32_t bits = (uint32_t)j->w[n * K + k] << 16;
+                    float wv;
+                    memcpy(&wv, &bits, 4);
+                    acc = fmaf(j->x[i * K + k], wv, acc);
+                }
+                j->out[i * N + n] = acc;
+            }
+    }
+    atomic_fetch_add_explicit(&bf16rows_units_run, u1 - u0, memory_order_relaxed);
+}
+
 void di_gemm_bf16_avx2(const float *x, int64_t M, int64_t K, const uint16_t *w, int64_t N,
                        float *out, di_threadpool *tp) {
+    if (M >= 1 && M <= BF16ROWS_M && N >= 32 && K % 32 == 0 && K > 0 && di_cpu_kernels_wide()) {
+        bf16rows_job j = {x, w, M, K, N, out};
+        const int64_t units = (N + 31) / 32, threads = di_threadpool_size(tp);
+        /* several units a thread's chunk, so a core slowed by other work takes fewer */
+        const int64_t grain = units / (8 * threads) < 1 ? 1 : units / (8 * threads);
+        di_threadpool_for(tp, units, grain, bf16rows_units, &j);
+        return;
+    }
     job j = {FMT_BF16, NULL, w, M, K, N, out, NULL, NULL};
     run(&j, tp, x);
 }
