@@ -41,6 +41,10 @@ static void run_mix(di_backend *be, int scalar, const float *s, int64_t m, int h
     di_cpu_kernels_force_scalar(0);
 }
 
+/* threads of the second backend: 16 puts a row's pieces on threads of
+ * their own (cpu_hc_mix's split, however many cores run them) */
+static int mix_threads = 2;
+
 static void check_mix(int hc, int64_t d, int64_t m) {
     int nmix = (2 + hc) * hc;
     int64_t n = hc * d;
@@ -55,7 +59,7 @@ static void check_mix(int hc, int64_t d, int64_t m) {
         o[k].post = malloc((size_t)(m * hc) * sizeof(float));
         o[k].comb = malloc((size_t)(m * hc * hc) * sizeof(float));
     }
-    di_backend *b1 = backend(1), *b2 = backend(2);
+    di_backend *b1 = backend(1), *b2 = backend(mix_threads);
     CHECK(b1 && b2);
     if (b1 && b2) {
         run_mix(b1, 1, s, m, hc, d, fn, base, scale, &o[0]);
@@ -104,6 +108,12 @@ static void test_hc_mix(void) {
     check_mix(4, 37, 6);   /* k remainder */
     check_mix(3, 24, 5);   /* 15 outputs: a partial vector */
     check_mix(8, 16, 7);   /* 80 outputs: several passes */
+    /* rows on 16 threads, large enough to split by outputs (cpu_hc_mix) */
+    mix_threads = 16;
+    check_mix(4, 4096, 1);
+    check_mix(3, 8192, 1); /* 15 outputs: a partial pair */
+    check_mix(2, 8192, 2); /* two rows of 5 tasks */
+    mix_threads = 2;
 }
 
 /* Grouped projection of x [m, g, K] with an FP8 or BF16 weight [g·R, K].
