@@ -14,6 +14,8 @@
  * - BF16 products at one row (the head, the router) in 32-row units
  *   straight from the rows against the tiles (test_cpu_kernels checks the
  *   bits);
+ * - hc_mix of one row split by outputs over the pool against one thread
+ *   (test_cpu_ops checks the bits);
  * - and, as a record, products of a few MB at one row (the router, wkv,
  *   the compressor's projection), which take the pool by their bytes;
  * - the attention of one query row (64 heads of 512, 640 packed slots)
@@ -327,6 +329,37 @@ static void bf16_rows(di_backend *be, int rounds, double bw) {
     }
 }
 
+/* hc_mix of one row at the real shape (hc 4, d 5,120: 24 projections
+ * over 20,480 inputs, then the gates and 20 Sinkhorn rounds): split by
+ * outputs over the pool against one thread, which is how one row ran
+ * before (a row a thread; test_cpu_ops checks the bits) */
+static void mix(di_backend *be, int rounds) {
+    enum { HC = 4, DM = 5120, NMIX = (2 + HC) * HC };
+    di_backend *one = NULL;
+    di_err err;
+    if (di_backend_cpu_create(1, &one, &err) != DI_OK) return;
+    float *s = malloc(sizeof(float) * HC * DM), *fn = malloc(sizeof(float) * NMIX * HC * DM);
+    for (int i = 0; i < HC * DM; i++) s[i] = (float)((int64_t)(next() % 2001) - 1000) / 1000.0f;
+    for (int i = 0; i < NMIX * HC * DM; i++) fn[i] = (float)((int64_t)(next() % 2001) - 1000) / 100000.0f;
+    float base[NMIX], scale[3] = {0.5f, 0.5f, 0.5f}, pre[HC], post[HC], comb[HC * HC];
+    for (int i = 0; i < NMIX; i++) base[i] = 0.1f;
+    double t[2][MAXR];
+    for (int r = 0; r < rounds; r++)
+        for (int form = 0; form < 2; form++) {
+            di_backend *b = form ? one : be;
+            const double t0 = bench_now_s();
+            b->ops->hc_mix(b, s, 1, HC, DM, fn, base, scale, 1e-6, 1e-6, 20, pre, post, comb);
+            t[form][r] = bench_now_s() - t0;
+        }
+    printf("# hc_mix, one row        best ms   median ms\n");
+    for (int form = 0; form < 2; form++) {
+        qsort(t[form], (size_t)rounds, sizeof(double), cmp_d);
+        printf("%-24s %8.3f   %9.3f\n", form ? "one thread" : "split by outputs", t[form][0] * 1e3, t[form][rounds / 2] * 1e3);
+    }
+    free(s), free(fn);
+    di_backend_destroy(one);
+}
+
 int main(int argc, char **argv) {
     const int threads = argc > 1 ? atoi(argv[1]) : 0, rounds = argc > 2 ? atoi(argv[2]) : 15;
     if (rounds < 1 || rounds > MAXR) {
@@ -400,6 +433,7 @@ int main(int argc, char **argv) {
     }
     grouped(be, rounds, bw);
     bf16_rows(be, rounds, bw);
+    mix(be, rounds);
     pairs(be, rounds, bw);
     smalls(be, rounds, bw);
     attention(be, rounds);

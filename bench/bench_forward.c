@@ -63,13 +63,44 @@ static const di_backend_ops *inner;
         t_class[cls] += bench_now_s() - t0_; \
     } while (0)
 
+/* --config: the decode steps' products by weight shape (format, rows of
+ * the first weight and of the pair's second, inputs), to tell which
+ * weights the matmul class spends its time on */
+enum { MAX_SHAPES = 48 };
+static struct shape_time {
+    int fmt;
+    int64_t n, n2, k, calls;
+    double t, bytes;
+} shapes[MAX_SHAPES];
+static int n_shapes, by_shape;
+
+static void shape_add(const di_wmat *w, const di_wmat *w2, double t) {
+    if (!by_shape) return;
+    const double per = w->fmt == DI_WFMT_FP8 ? 1.0 + 1.0 / 1024 : w->fmt == DI_WFMT_FP4 ? 0.5 + 1.0 / 32
+                     : w->fmt == DI_WFMT_BF16 ? 2.0 : 4.0;
+    const int64_t n2 = w2 ? w2->n_out : 0;
+    int i = 0;
+    while (i < n_shapes && !(shapes[i].fmt == (int)w->fmt && shapes[i].n == w->n_out && shapes[i].n2 == n2 &&
+                             shapes[i].k == w->n_in))
+        i++;
+    if (i == MAX_SHAPES) return;
+    if (i == n_shapes) shapes[n_shapes++] = (struct shape_time){(int)w->fmt, w->n_out, n2, w->n_in, 0, 0, 0};
+    shapes[i].calls++;
+    shapes[i].t += t;
+    shapes[i].bytes += per * (double)(w->n_out + n2) * (double)w->n_in;
+}
+
 static void w_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
                      unsigned f) {
+    const double t0 = bench_now_s();
     TIMED(C_MATMUL, inner->matmul(be, w, x, m, y, f));
+    shape_add(w, NULL, bench_now_s() - t0);
 }
 static void w_matmul_pair(di_backend *be, const di_wmat *wa, const di_wmat *wb, const float *x, int64_t m,
                           float *ya, float *yb, unsigned f) {
+    const double t0 = bench_now_s();
     TIMED(C_MATMUL, inner->matmul_pair(be, wa, wb, x, m, ya, yb, f));
+    shape_add(wa, wb, bench_now_s() - t0);
 }
 static void w_collapse_norm(di_backend *be, const float *s, const float *w, int64_t m, int hc, int64_t d,
                             const di_tensor *nw, double eps, float *y) {
@@ -338,11 +369,14 @@ static int run_model(const di_lm *lm, int rep, phase *pre, phase *dec) {
     di_status rc = di_forward(lm, &q, 1, logits, 0, &err);
     take(pre, rep, bench_now_s() - t0, 1);
     t0 = bench_now_s();
+    n_shapes = 0;
+    by_shape = 1;
     for (int i = 0; i < nd && !rc; i++) {
         di_fwd_seq d = {&st, ids + np + i, 1};
         rc = di_forward(lm, &d, 1, logits, 0, &err);
     }
     take(dec, rep, bench_now_s() - t0, nd);
+    by_shape = 0;
     if (rc) fprintf(stderr, "bench_forward: %s\n", err.msg);
     di_seqstate_free(&st);
     free(logits);
@@ -422,6 +456,21 @@ static int bench_model(const char *name, const char *path, int dummy, int reps, 
         report(what, &p[0], peer ? &p[2] : NULL, reps, 1e3, "ms");
         snprintf(what, sizeof what, "decode at depth %d, per token (%d steps)", n_prompt, n_decode);
         report(what, &p[1], peer ? &p[3] : NULL, reps, 1e3, "ms");
+        if (!peer) { /* the last run's decode products by shape */
+            static const char *fmts[] = {"?", "fp8", "fp4", "bf16", "f32"};
+            printf("    %-34s %8s %10s %8s\n", "products (last run), fmt rows x inputs", "calls", "ms/token", "GB/s");
+            for (int i = 0; i < n_shapes; i++) {
+                char nm[64];
+                if (shapes[i].n2)
+                    snprintf(nm, sizeof nm, "%s (%lld + %lld) x %lld", shapes[i].fmt >= 0 && shapes[i].fmt < 5 ? fmts[shapes[i].fmt] : "?",
+                             (long long)shapes[i].n, (long long)shapes[i].n2, (long long)shapes[i].k);
+                else
+                    snprintf(nm, sizeof nm, "%s %lld x %lld", shapes[i].fmt >= 0 && shapes[i].fmt < 5 ? fmts[shapes[i].fmt] : "?",
+                             (long long)shapes[i].n, (long long)shapes[i].k);
+                printf("    %-34s %8lld %10.3f %8.1f\n", nm, (long long)shapes[i].calls, shapes[i].t / n_decode * 1e3,
+                       shapes[i].bytes / shapes[i].t / 1e9);
+            }
+        }
     }
     free(p);
 done:
