@@ -363,6 +363,14 @@ static void test_hc_streams(void) {
 /* Sparse attention over fp32 rows (empty slots, a partial 64-slot block,
  * a partial 8-slot tile) and the index scores over fp32 and packed keys
  * (visible counts below and at the width): both paths, 1 and 2 threads. */
+/* attn_cancel: rows in pairs that agree in channel 0 (the only one q
+ * reads: equal scores within a pair, inexact bf16 probabilities) and are
+ * opposite in the others, in consecutive slots: P·V's separate products
+ * then cancel to exactly 0 in those channels, where a fused step would
+ * leave each product's rounding error (invisible through the bf16 output
+ * otherwise). */
+static int attn_cancel;
+
 static void check_attention(int h, int64_t d, int n_slots, int64_t m) {
     int n_rows = 50;
     float *pool = malloc((size_t)(n_rows * d) * sizeof(float)), *q = malloc((size_t)(m * h * d) * sizeof(float));
@@ -375,6 +383,14 @@ static void check_attention(int h, int64_t d, int n_slots, int64_t m) {
     for (int64_t i = 0; i < m * n_slots; i++) {
         rng = rng * 1664525u + 1013904223u;
         rows[i] = (rng >> 28) < 3 ? NULL : pool + (int64_t)((rng >> 8) % (uint32_t)n_rows) * d;
+    }
+    if (attn_cancel) {
+        for (int r = 0; r < n_rows; r += 2)
+            for (int64_t k = 0; k < d; k++)
+                pool[(r + 1) * d + k] = k == 0 ? pool[r * d] : -pool[r * d + k];
+        for (int64_t i = 0; i < m * h * d; i++)
+            if (i % d) q[i] = 0.0f;
+        for (int64_t i = 0; i < m * n_slots; i++) rows[i] = pool + (i % n_slots % n_rows) * d;
     }
     di_backend *b1 = backend(1), *b2 = backend(2), *bs[3] = {b1, b1, b2};
     CHECK(b1 && b2);
@@ -517,6 +533,10 @@ static void test_attention(void) {
     check_attention(8, 32, 61, 17); /* 2 threads */
     check_attention(3, 24, 9, 2);
     check_attention(2, 20, 70, 3);  /* d % 8 != 0: the scalar form on both paths */
+    attn_cancel = 1;
+    check_attention(4, 128, 100, 1); /* P·V's separate products, 64-channel blocks */
+    check_attention(4, 72, 40, 2);   /* and the 8-channel remainder */
+    attn_cancel = 0;
     check_attention_heads(16, 128, 150, 64, 1, 0);
     check_attention_heads(13, 64, 200, 100, 2, 0); /* heads not a multiple of the groups */
     check_attention_heads(6, 64, 500, 128, 1, 1);  /* the scalar form */
@@ -714,14 +734,26 @@ static void test_dots_kernel(void) {
             bad += memcmp(&acc, &out[v * 8 + j], sizeof acc) != 0;
         }
     CHECKF(bad == 0, "%d of %d dots differ from the scalar chains", bad, NQ * 8);
-    /* P·V step and rescale: acc + a·x and acc·a, lane by lane, with a tail */
-    static float acc[N - 3], want[N - 3];
-    for (int k = 0; k < N - 3; k++) acc[k] = want[k] = frand();
-    di_cpu_axpy_avx2(acc, 0.3779f, rows, N - 3);
-    di_cpu_scale_avx2(acc, 0.8125001f, N - 3);
-    for (int k = 0; k < N - 3; k++) {
-        volatile float p = 0.3779f * rows[k];
-        want[k] = (want[k] + p) * 0.8125001f;
+    /* the P·V step: acc·rescale, then acc + p[j]·rows[j] in j order (empty
+     * slots skipped), over a 64-channel block and an 8-channel remainder */
+    enum { PN = 72, PJ = 6 };
+    static float acc[PN], want[PN], prow[PJ][PN];
+    const float *pr[PJ];
+    float pp[PJ];
+    for (int j = 0; j < PJ; j++) {
+        for (int k = 0; k < PN; k++) prow[j][k] = frand();
+        pr[j] = j == 2 ? NULL : prow[j];
+        pp[j] = di_round_bf16(frand());
+    }
+    for (int k = 0; k < PN; k++) acc[k] = want[k] = frand();
+    di_cpu_pv_avx2(acc, 0.8125001f, pp, pr, PJ, PN);
+    for (int k = 0; k < PN; k++) {
+        want[k] *= 0.8125001f;
+        for (int j = 0; j < PJ; j++) {
+            if (!pr[j]) continue;
+            volatile float p = pp[j] * prow[j][k];
+            want[k] += p;
+        }
     }
     CHECK(!memcmp(acc, want, sizeof acc));
 #else

@@ -864,14 +864,14 @@ static void attn_row_avx2(const attn_ctx *c, int64_t i, int h0, int h1, const fl
                 if (rows[j]) bmax = fmaxf(bmax, sch[j - b0]);
             float nmx = fmaxf(mx[hh], bmax);
             float rescale = expf(mx[hh] - nmx);
-            float psum = 0.f;
-            di_cpu_scale_avx2(acch, rescale, d);
+            float psum = 0.f, pb[64];
             for (int j = b0; j < b1; j++) {
                 if (!rows[j]) continue;
                 float pj = expf(sch[j - b0] - nmx);
                 psum += pj;
-                di_cpu_axpy_avx2(acch, di_round_bf16(pj), rows[j], d);
+                pb[j - b0] = di_round_bf16(pj);
             }
+            di_cpu_pv_avx2(acch, rescale, pb, rows + b0, b1 - b0, d);
             sum[hh] = sum[hh] * rescale + psum;
             mx[hh] = nmx;
         }

@@ -246,24 +246,54 @@ AVX2 void di_cpu_hc_mean_avx2(const float *s, int hc, int64_t d, float *out) {
     }
 }
 
-/* Each 8x8 tile of the rows is transposed once and read by every q. */
-AVX2 void di_cpu_dots8_avx2(const float *q, int nq, int64_t n, const float *const rows[8], float *out) {
-    enum { QB = 8 }; /* q vectors per pass: their accumulators stay in registers */
-    for (int v0 = 0; v0 < nq; v0 += QB) {
-        int nv = nq - v0 < QB ? nq - v0 : QB;
-        __m256 acc[QB];
-        for (int v = 0; v < QB; v++) acc[v] = _mm256_setzero_ps();
-        for (int64_t t = 0; t < n; t += 8) {
-            __m256 col[8];
-            for (int j = 0; j < 8; j++) col[j] = _mm256_loadu_ps(rows[j] + t);
-            transpose8(col);
-            for (int v = 0; v < nv; v++) {
-                const float *qv = q + (int64_t)(v0 + v) * n + t;
+/* Each 8x8 tile of the rows is transposed once and read by every q. The
+ * accumulators must stay in registers: with the count of q vectors a
+ * run-time bound they went through memory, each add waiting on the last
+ * one's store (one head-pair task of a decode row's attention ~4x slower),
+ * so every count from 1 to QB is its own instance. */
+enum { DOTS_QB = 8 }; /* q vectors per pass */
+AVX2 static inline __attribute__((always_inline)) void dots8_pass(const int nv, const float *q, int64_t n, const float *const rows[8], float *out) {
+    __m256 acc[DOTS_QB];
+#pragma GCC unroll 8
+    for (int v = 0; v < DOTS_QB; v++) acc[v] = _mm256_setzero_ps();
+    for (int64_t t = 0; t < n; t += 8) {
+        __m256 col[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) col[j] = _mm256_loadu_ps(rows[j] + t);
+        transpose8(col);
+#pragma GCC unroll 8
+        for (int v = 0; v < DOTS_QB; v++)
+            if (v < nv) {
+                const float *qv = q + (int64_t)v * n + t;
+#pragma GCC unroll 8
                 for (int u = 0; u < 8; u++)
                     acc[v] = _mm256_add_ps(acc[v], _mm256_mul_ps(_mm256_broadcast_ss(qv + u), col[u]));
             }
-        }
-        for (int v = 0; v < nv; v++) _mm256_storeu_ps(out + (int64_t)(v0 + v) * 8, acc[v]);
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < DOTS_QB; v++)
+        if (v < nv) _mm256_storeu_ps(out + (int64_t)v * 8, acc[v]);
+}
+#define DOTS8_PASS(nv) \
+    AVX2 static void dots8_pass_##nv(const float *q, int64_t n, const float *const rows[8], float *out) { \
+        dots8_pass(nv, q, n, rows, out);                                                              \
+    }
+DOTS8_PASS(1)
+DOTS8_PASS(2)
+DOTS8_PASS(3)
+DOTS8_PASS(4)
+DOTS8_PASS(5)
+DOTS8_PASS(6)
+DOTS8_PASS(7)
+DOTS8_PASS(8)
+
+AVX2 void di_cpu_dots8_avx2(const float *q, int nq, int64_t n, const float *const rows[8], float *out) {
+    static void (*const pass[DOTS_QB + 1])(const float *, int64_t, const float *const[8], float *) = {
+        NULL, dots8_pass_1, dots8_pass_2, dots8_pass_3, dots8_pass_4,
+        dots8_pass_5, dots8_pass_6, dots8_pass_7, dots8_pass_8};
+    for (int v0 = 0; v0 < nq; v0 += DOTS_QB) {
+        const int nv = nq - v0 < DOTS_QB ? nq - v0 : DOTS_QB;
+        pass[nv](q + (int64_t)v0 * n, n, rows, out + (int64_t)v0 * 8);
     }
 }
 
@@ -277,15 +307,35 @@ AVX2 void di_cpu_index_combine8_avx2(const float *dots, const float *w, int hi, 
     _mm256_storeu_ps(out, round_bf16(total));
 }
 
-AVX2 void di_cpu_axpy_avx2(float *acc, float a, const float *x, int64_t n) {
-    __m256 va = _mm256_set1_ps(a);
-    for (int64_t k = 0; k < n; k += 8)
-        store8(acc, k, n, _mm256_add_ps(load8(acc, k, n), _mm256_mul_ps(va, load8(x, k, n))));
-}
-
-AVX2 void di_cpu_scale_avx2(float *acc, float a, int64_t n) {
-    __m256 va = _mm256_set1_ps(a);
-    for (int64_t k = 0; k < n; k += 8) store8(acc, k, n, _mm256_mul_ps(load8(acc, k, n), va));
+/* acc = acc·rescale, then acc += p[j]·rows[j] for j < nj with rows[j]
+ * set, in j order (multiply, then add), with 64 channels of acc held in
+ * registers across the rows: loaded and stored for every row as before
+ * (one call a slot), that step was a third of a decode row's attention.
+ * n % 8 == 0. */
+AVX2 void di_cpu_pv_avx2(float *acc, float rescale, const float *p, const float *const *rows, int nj, int64_t n) {
+    enum { V = 8 };
+    const __m256 rs = _mm256_set1_ps(rescale);
+    int64_t k0 = 0;
+    for (; k0 + 8 * V <= n; k0 += 8 * V) {
+        __m256 a[V];
+#pragma GCC unroll 8
+        for (int v = 0; v < V; v++) a[v] = _mm256_mul_ps(_mm256_loadu_ps(acc + k0 + 8 * v), rs);
+        for (int j = 0; j < nj; j++) {
+            if (!rows[j]) continue;
+            const __m256 pj = _mm256_set1_ps(p[j]);
+            const float *r = rows[j] + k0;
+#pragma GCC unroll 8
+            for (int v = 0; v < V; v++) a[v] = _mm256_add_ps(a[v], _mm256_mul_ps(pj, _mm256_loadu_ps(r + 8 * v)));
+        }
+#pragma GCC unroll 8
+        for (int v = 0; v < V; v++) _mm256_storeu_ps(acc + k0 + 8 * v, a[v]);
+    }
+    for (; k0 < n; k0 += 8) {
+        __m256 a = _mm256_mul_ps(_mm256_loadu_ps(acc + k0), rs);
+        for (int j = 0; j < nj; j++)
+            if (rows[j]) a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(rows[j] + k0)));
+        _mm256_storeu_ps(acc + k0, a);
+    }
 }
 
 AVX2 void di_cpu_div_bf16_avx2(const float *acc, float sum, int64_t n, float *out) {

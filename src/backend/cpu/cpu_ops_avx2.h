@@ -39,14 +39,14 @@ void di_cpu_hc_mean_avx2(const float *s, int hc, int64_t d, float *out);
  * attention and index-score loops compute them. n % 8 == 0; every rows[j]
  * must be readable (callers pass a stand-in row for empty lanes). */
 void di_cpu_dots8_avx2(const float *q, int nq, int64_t n, const float *const rows[8], float *out);
+/* The P·V step of one head over a block of nj slots: acc [n] times
+ * rescale, then acc += p[j]·rows[j] (separate multiply and add) for every
+ * j < nj whose rows[j] is set, in j order. n % 8 == 0. */
+void di_cpu_pv_avx2(float *acc, float rescale, const float *p, const float *const *rows, int nj, int64_t n);
 /* Index scores of 8 keys from their per-head dots [hi, 8] (above) and head
  * weights w [hi]: out[j] = bf16(Σ_h bf16(relu(bf16(dot[h, j]))·w[h])),
  * the sum sequential in h from +0 (relu keeps -0 and NaN, as `x < 0`). */
 void di_cpu_index_combine8_avx2(const float *dots, const float *w, int hi, float *out);
-/* acc[k] = acc[k] + a·x[k] (multiply, then add) and acc[k] = acc[k]·a,
- * k < n: the P·V and rescale steps of the attention's online softmax. */
-void di_cpu_axpy_avx2(float *acc, float a, const float *x, int64_t n);
-void di_cpu_scale_avx2(float *acc, float a, int64_t n);
 /* out[k] = bf16(acc[k] / sum), k < n. */
 void di_cpu_div_bf16_avx2(const float *acc, float sum, int64_t n, float *out);
 /* y[i, j] (row stride ldy) = Σ_k x[i, k]·pt[k, j] for j < nb <= 8 and rows
