@@ -339,23 +339,7 @@ AVX512_INLINE void bf16rows_kernel(const int mr, const uint16_t *w, int64_t K, c
     for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     __attribute__((aligned(64))) __m512i zb[2][2][8]; /* [16 values][half][word] */
     for (int64_t k0 = 0; k0 < K; k0 += 32) {
-        const uint16_t *p = w + k0;
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m512i l[16];
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) l[i] = _mm512_loadu_si512((const void *)(p + (16 * h + i) * K));
-#pragma GCC unroll 2
-            for (int t = 0; t < 2; t++) {
-                __m256i r[16];
-                __m512i z[8];
-#pragma GCC unroll 16
-                for (int i = 0; i < 16; i++) r[i] = t ? _mm512_extracti64x4_epi64(l[i], 1) : _mm512_castsi512_si256(l[i]);
-                chunk_words16(r, z);
-#pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) _mm512_store_si512(&zb[t][h][j], z[j]);
-            }
-        }
+        lines_words32((const uint8_t *)(w + k0), 2 * K, zb);
 #pragma GCC unroll 1
         for (int t = 0; t < 2; t++) {
             const float *xc = x + k0 + 16 * t;
@@ -382,18 +366,15 @@ AVX512_INLINE void bf16rows_kernel(const int mr, const uint16_t *w, int64_t K, c
         _mm512_storeu_ps(y + i * ldy + 16, acc[i][1]);
     }
 }
-static AVX512 void bf16rows_1(const uint16_t *w, int64_t K, const float *x, int64_t ldx, float *y, int64_t ldy) {
-    bf16rows_kernel(1, w, K, x, ldx, y, ldy);
-}
-static AVX512 void bf16rows_2(const uint16_t *w, int64_t K, const float *x, int64_t ldx, float *y, int64_t ldy) {
-    bf16rows_kernel(2, w, K, x, ldx, y, ldy);
-}
-static AVX512 void bf16rows_3(const uint16_t *w, int64_t K, const float *x, int64_t ldx, float *y, int64_t ldy) {
-    bf16rows_kernel(3, w, K, x, ldx, y, ldy);
-}
-static AVX512 void bf16rows_4(const uint16_t *w, int64_t K, const float *x, int64_t ldx, float *y, int64_t ldy) {
-    bf16rows_kernel(4, w, K, x, ldx, y, ldy);
-}
+#define BF16ROWS(mr)                                                                                        \
+    static AVX512 void bf16rows_##mr(const uint16_t *w, int64_t K, const float *x, int64_t ldx, float *y,    \
+                                     int64_t ldy) {                                                           \
+        bf16rows_kernel(mr, w, K, x, ldx, y, ldy);                                                            \
+    }
+BF16ROWS(1)
+BF16ROWS(2)
+BF16ROWS(3)
+BF16ROWS(4)
 
 enum { BF16ROWS_M = 4 };
 typedef struct bf16rows_job {

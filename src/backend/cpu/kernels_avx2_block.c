@@ -1727,35 +1727,19 @@ AVX512_INLINE int f32rows_kernel(const int mr, const uint8_t *w, const uint8_t *
     __m512 acc[4][2];
 #pragma GCC unroll 4
     for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-    /* Two chunks a step: each row's 64-byte line in one load. wo_a's rows
-     * are 4,096 bytes apart, so all 32 lines of a step fall in one L1 set
-     * (8 ways): read 32 bytes at a time, a line was gone before its second
-     * half was read (0.09 against 0.04 ms for the same 512 KB from L2 at
-     * K = 4,160; 0.06 now). The words of both chunks and halves go through
-     * L1. (Software prefetches of the rows' next lines into L2 measured
-     * no faster from DRAM.) */
+    /* two chunks a step, each row's line in one load (lines_words32: wo_a's
+     * rows are 4,096 bytes apart; 0.09 against 0.06 ms for 512 KB from L2
+     * a chunk at a time; software prefetches of the next lines measured
+     * no faster from DRAM); the words through L1 */
     __attribute__((aligned(64))) __m512i zb[2][2][8]; /* [chunk][half][word] */
     for (int64_t c = 0; c < KB; c += 2) {
-        const uint8_t *p = w + 32 * c;
+        lines_words32(w + 32 * c, K, zb);
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m512i l[16];
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++) l[i] = _mm512_loadu_si512((const void *)(p + (16 * h + i) * K));
+        for (int t = 0; t < 2; t++)
 #pragma GCC unroll 2
-            for (int t = 0; t < 2; t++) {
-                __m256i r[16];
-                __m512i z[8];
-#pragma GCC unroll 16
-                for (int i = 0; i < 16; i++) r[i] = t ? _mm512_extracti64x4_epi64(l[i], 1) : _mm512_castsi512_si256(l[i]);
-                chunk_words16(r, z);
+            for (int h = 0; h < 2; h++)
 #pragma GCC unroll 8
-                for (int j = 0; j < 8; j++) {
-                    nanmin = _mm512_min_epu8(nanmin, _mm512_andnot_si512(z[j], low7));
-                    _mm512_store_si512(&zb[t][h][j], z[j]);
-                }
-            }
-        }
+                for (int j = 0; j < 8; j++) nanmin = _mm512_min_epu8(nanmin, _mm512_andnot_si512(zb[t][h][j], low7));
 #pragma GCC unroll 1
         for (int t = 0; t < 2; t++) {
             const float s = e8m0[ws[c + t]];
@@ -1789,22 +1773,15 @@ AVX512_INLINE int f32rows_kernel(const int mr, const uint8_t *w, const uint8_t *
     }
     return 0;
 }
-static AVX512 int f32rows_1(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, float *y,
-                            int64_t ldy) {
-    return f32rows_kernel(1, w, ws, K, x, ldx, y, ldy);
-}
-static AVX512 int f32rows_2(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, float *y,
-                            int64_t ldy) {
-    return f32rows_kernel(2, w, ws, K, x, ldx, y, ldy);
-}
-static AVX512 int f32rows_3(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, float *y,
-                            int64_t ldy) {
-    return f32rows_kernel(3, w, ws, K, x, ldx, y, ldy);
-}
-static AVX512 int f32rows_4(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, float *y,
-                            int64_t ldy) {
-    return f32rows_kernel(4, w, ws, K, x, ldx, y, ldy);
-}
+#define F32ROWS(mr)                                                                                          \
+    static AVX512 int f32rows_##mr(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, \
+                                   float *y, int64_t ldy) {                                                   \
+        return f32rows_kernel(mr, w, ws, K, x, ldx, y, ldy);                                                  \
+    }
+F32ROWS(1)
+F32ROWS(2)
+F32ROWS(3)
+F32ROWS(4)
 
 static atomic_long f32rows_units_run;
 long di_cpu_fp8_f32rows_units(void) { return atomic_load(&f32rows_units_run); }

@@ -43,5 +43,27 @@ chunk_words16(const __m256i r[16], __m512i words[8]) {
     for (int j = 0; j < 8; j++) words[j] = _mm512_permutex2var_epi32(u[j & 3], j < 4 ? lo : hi, u[4 + (j & 3)]);
 }
 
+/* The 32 rows of a unit (row i at p + i·stride bytes), 64 bytes of each:
+ * zb[t][h][j] lane i holds word j of row 16h + i's 32-byte chunk t. Each
+ * row's line is read whole, in one load: rows a multiple of 4 KB apart
+ * (the FP8 wo_a's) put a unit's 32 lines in one L1 set, where reading a
+ * chunk at a time lost each line before its second half was read. */
+static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma,f16c"))) void
+lines_words32(const uint8_t *p, int64_t stride, __m512i zb[2][2][8]) {
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i l[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) l[i] = _mm512_loadu_si512((const void *)(p + (16 * h + i) * stride));
+#pragma GCC unroll 2
+        for (int t = 0; t < 2; t++) {
+            __m256i r[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) r[i] = t ? _mm512_extracti64x4_epi64(l[i], 1) : _mm512_castsi512_si256(l[i]);
+            chunk_words16(r, zb[t][h]);
+        }
+    }
+}
+
 #endif
 #endif
