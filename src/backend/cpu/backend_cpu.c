@@ -293,8 +293,9 @@ static void panel_range(void *p, int64_t lo, int64_t hi) {
 /* FP8 weights at up to DI_FP8_F32ROWS_M activation rows, on 512-bit
  * vectors: units of 32 weight rows (a scale tile) straight from the codes
  * (di_cpu_fp8_f32rows_wide: the panels' chains, the same bits, without
- * their decoding through memory: wo_a at one row ~30x faster a core); a
- * unit it declines (a NaN code) goes through the panels. */
+ * their decoding through memory: wo_a at one row ~5x faster on a Zen 4
+ * core, 4x on 16 Xeon threads); a unit it declines (a NaN code) goes
+ * through the panels. */
 static void unit_range(void *p, int64_t lo, int64_t hi) {
     const panel_ctx *c = p;
     const int64_t K = c->w->n_in, N = c->w->n_out, upg = c->rpg / 32;
