@@ -4,6 +4,7 @@
  * fp32 and add the scaled block partials in K order, as the reference GEMMs
  * do. Work is split over rows (or output columns) across threads. */
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,36 @@
 #include "core/route_score.h"
 #include "core/row_exp.h"
 #include "core/threadpool.h"
+
+/* ------------------------------------------------------------ the backend */
+
+/* Large buffers handed out (live) and freed ones kept for reuse. A prefill
+ * chunk's activations are tens to hundreds of MB (q and o of 1,000 tokens:
+ * 131 MB each), allocated and freed in every layer; from the C library
+ * each is a fresh mapping whose pages the kernel clears on first touch,
+ * then zeroed again: ~11 % of a 1,000-token prefill of two real-shape
+ * layers on two Zen 4 threads went there (perf: the kernel's page clearing
+ * under the attention's buffers). Freed blocks of at least KEEP_MIN bytes
+ * are kept, up to KEEP_N blocks and KEEP_BYTES in all, and handed out again
+ * for a request of at least half their size; pointers the backend did not
+ * hand out (or no longer tracks: more than LIVE_N large ones at once) are
+ * freed as before. Sanitizer builds keep nothing, so a use after free is
+ * still caught. */
+enum { KEEP_MIN = 1 << 20, KEEP_N = 16, LIVE_N = 256 };
+#define KEEP_BYTES ((size_t)1 << 30)
+typedef struct cpu_block {
+    void *p;
+    size_t n;
+} cpu_block;
+typedef struct cpu_impl {
+    di_threadpool *tp;
+    pthread_mutex_t mu;
+    cpu_block live[LIVE_N], keep[KEEP_N];
+    int n_live, n_keep;
+    size_t kept; /* bytes in keep */
+} cpu_impl;
+
+static di_threadpool *pool_of(const di_backend *be) { return be->impl ? ((cpu_impl *)be->impl)->tp : NULL; }
 
 /* ------------------------------------------------------------ threads */
 
@@ -38,13 +69,14 @@ static void par_body(void *p, int64_t begin, int64_t end, int thread) {
  * stay on the calling thread for small calls. Each index is handled by one
  * thread from start to end, so results never depend on the split. */
 static void par_for(di_backend *be, int64_t n, double work, range_fn fn, void *ctx) {
-    if (!be->impl || work < 2e5 || n < 2) {
+    di_threadpool *tp = pool_of(be);
+    if (!tp || work < 2e5 || n < 2) {
         fn(ctx, 0, n);
         return;
     }
     par_ctx c = {fn, ctx};
-    int64_t nt = di_threadpool_size(be->impl), grain = n / (4 * nt);
-    di_threadpool_for(be->impl, n, grain > 0 ? grain : 1, par_body, &c);
+    int64_t nt = di_threadpool_size(tp), grain = n / (4 * nt);
+    di_threadpool_for(tp, n, grain > 0 ? grain : 1, par_body, &c);
 }
 
 /* The AVX2 forms of this file's own ops follow the kernels' path, so forcing
@@ -62,15 +94,72 @@ static int ops_avx2(void) {
 
 /* ------------------------------------------------------------ memory */
 
-static void *cpu_alloc(di_backend *be, size_t bytes) {
-    (void)be;
-    void *p = NULL;
+/* A block of at least `bytes` (64-byte aligned), a kept one where one
+ * fits; large ones are tracked as live. */
+static void *cpu_alloc_block(di_backend *be, size_t bytes) {
+    cpu_impl *im = be ? be->impl : NULL;
     if (bytes == 0) bytes = 1;
-    if (posix_memalign(&p, 64, (bytes + 63) & ~(size_t)63)) return NULL;
-    memset(p, 0, bytes);
+    const size_t n = (bytes + 63) & ~(size_t)63;
+    void *p = NULL;
+    if (im && n >= KEEP_MIN) {
+        pthread_mutex_lock(&im->mu);
+        int best = -1;
+        for (int i = 0; i < im->n_keep; i++) /* the smallest that fits, at most twice the request */
+            if (im->keep[i].n >= n && im->keep[i].n / 2 <= n && (best < 0 || im->keep[i].n < im->keep[best].n))
+                best = i;
+        cpu_block b = {NULL, n};
+        if (best >= 0) {
+            b = im->keep[best];
+            im->keep[best] = im->keep[--im->n_keep];
+            im->kept -= b.n;
+        } else if (posix_memalign(&b.p, 64, n)) {
+            b.p = NULL;
+        }
+        if (b.p && im->n_live < LIVE_N) im->live[im->n_live++] = b;
+        pthread_mutex_unlock(&im->mu);
+        return b.p;
+    }
+    return posix_memalign(&p, 64, n) ? NULL : p;
+}
+static void *cpu_alloc(di_backend *be, size_t bytes) {
+    void *p = cpu_alloc_block(be, bytes);
+    if (p) memset(p, 0, bytes ? bytes : 1);
     return p;
 }
-static void cpu_free(di_backend *be, void *p) { (void)be; free(p); }
+/* backend.h's alloc_raw: the same without the zero fill (a kept block
+ * holds what its last user left). Sanitizer builds fill it with NaN bytes
+ * instead, so that reading what no op wrote shows in the tests. */
+static void *cpu_alloc_raw(di_backend *be, size_t bytes) {
+    void *p = cpu_alloc_block(be, bytes);
+#if defined(DI_SANITIZE)
+    if (p) memset(p, 0xff, bytes ? bytes : 1);
+#endif
+    return p;
+}
+static void cpu_free(di_backend *be, void *p) {
+    cpu_impl *im = be ? be->impl : NULL;
+    if (!p) return;
+    if (im) {
+        pthread_mutex_lock(&im->mu);
+        for (int i = im->n_live - 1; i >= 0; i--)
+            if (im->live[i].p == p) {
+                const cpu_block b = im->live[i];
+                im->live[i] = im->live[--im->n_live];
+#if defined(DI_SANITIZE)
+                (void)b;
+#else
+                if (im->n_keep < KEEP_N && im->kept + b.n <= KEEP_BYTES) {
+                    im->keep[im->n_keep++] = b;
+                    im->kept += b.n;
+                    p = NULL;
+                }
+#endif
+                break;
+            }
+        pthread_mutex_unlock(&im->mu);
+    }
+    free(p);
+}
 static void cpu_copy(di_backend *be, void *dst, const void *src, size_t n) {
     (void)be;
     if (n) memmove(dst, src, n);
@@ -162,7 +251,7 @@ static double wmat_bytes(const di_wmat *w) {
  * batch 1 (bench_decode_passes on 16 threads: wq_a and wkv as two calls,
  * wkv on one thread, 0.34–0.42 ms; as one pass on the pool 0.12). */
 static di_threadpool *mm_pool(di_backend *be, double macs, double bytes) {
-    return macs >= 4e6 || bytes >= 512.0 * 1024 ? be->impl : NULL;
+    return macs >= 4e6 || bytes >= 512.0 * 1024 ? pool_of(be) : NULL;
 }
 
 /* Products of x on FP8 activations with n (1 or 2) weights of one format
@@ -649,7 +738,7 @@ static void cpu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_
                        double hc_eps, int iters, float *pre, float *post, float *comb) {
     mix_ctx x = {s, fn, base, scale, hc, d, norm_eps, hc_eps, iters, pre, post, comb};
     const double work = (double)m * (2 + hc) * hc * hc * (double)d;
-    const int nmix = (2 + hc) * hc, threads = be->impl ? di_threadpool_size(be->impl) : 1;
+    const int nmix = (2 + hc) * hc, threads = pool_of(be) ? di_threadpool_size(pool_of(be)) : 1;
     const int tasks = 1 + (nmix + MIX_OUT - 1) / MIX_OUT;
     if (m >= 1 && m * tasks <= threads && work >= 2e5) {
         mix_split c = {&x, tasks, malloc(sizeof(float) * (size_t)(m * nmix)), malloc(sizeof(float) * (size_t)m)};
@@ -1026,7 +1115,7 @@ static void attn_heads_range(void *p, int64_t lo, int64_t hi) {
  * split by heads where there are fewer rows than threads; the same bits. */
 static void attn_run(di_backend *be, const attn_ctx *c, int64_t m, range_fn row_fn) {
     const double work = (double)m * c->h * c->n_slots * (double)c->d * 2;
-    const int nt = be->impl ? di_threadpool_size(be->impl) : 1;
+    const int nt = pool_of(be) ? di_threadpool_size(pool_of(be)) : 1;
     if (m >= nt || work < 2e5 || c->h < 2) {
         par_for(be, m, work, row_fn, (void *)c);
         return;
@@ -1191,7 +1280,7 @@ static void idx_chunk_range(void *p, int64_t lo, int64_t hi) {
 
 static void idx_run(di_backend *be, const idx_ctx *x, int64_t m) {
     const double work = (double)m * (double)x->width * x->hi * (double)x->di;
-    const int nt = be->impl ? di_threadpool_size(be->impl) : 1;
+    const int nt = pool_of(be) ? di_threadpool_size(pool_of(be)) : 1;
     if (m >= nt || x->width <= IDX_KEYS) {
         par_for(be, m, work, idx_range, (void *)x);
         return;
@@ -1664,6 +1753,7 @@ static void cpu_logits_greedy(di_backend *be, const float *x, int64_t m, int64_t
 static const di_backend_ops cpu_ops = {
     .name = "cpu",
     .alloc = cpu_alloc,
+    .alloc_raw = cpu_alloc_raw,
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
@@ -1734,7 +1824,15 @@ di_status di_backend_cpu_create(int n_threads, di_backend **out, di_err *err) {
         free(be);
         return st;
     }
-    be->impl = tp;
+    cpu_impl *im = calloc(1, sizeof *im);
+    if (!im || pthread_mutex_init(&im->mu, NULL)) {
+        free(im);
+        di_threadpool_destroy(tp);
+        free(be);
+        return di_err_set(err, DI_ERR_NOMEM, "cpu backend: out of memory");
+    }
+    im->tp = tp;
+    be->impl = im;
     *out = be;
     return DI_OK;
 }
@@ -1745,7 +1843,13 @@ void di_backend_destroy(di_backend *be) {
         be->ops->destroy(be);
         return;
     }
-    di_threadpool_destroy(be->impl);
+    cpu_impl *im = be->impl;
+    if (im) {
+        di_threadpool_destroy(im->tp);
+        for (int i = 0; i < im->n_keep; i++) free(im->keep[i].p);
+        pthread_mutex_destroy(&im->mu);
+        free(im);
+    }
     free(be);
 }
 
