@@ -198,12 +198,11 @@ static void check_grouped(di_wfmt fmt, int groups, int64_t R, int64_t K, int64_t
 }
 
 /* The FP8 units straight from the codes at 1-4 rows (AVX-512 CPUs,
- * di_cpu_fp8_f32rows_wide): the cases above compare them with the scalar
+ * di_cpu_fp8_f32rows): the cases above compare them with the scalar
  * bits; here shapes of whole 32-row tiles, wo_a's K of 4,096 (rows one L1
  * set apart), scales where w·sw needs the second factor, a NaN code (its
  * unit redone by the panels) and the units' count. */
-static void test_matmul_grouped_units(void) {
-    const long before = di_cpu_fp8_f32rows_units();
+static void grouped_units_cases(void) {
     check_grouped(DI_WFMT_FP8, 3, 32, 256, 2);
     check_grouped(DI_WFMT_FP8, 2, 96, 192, 3);
     check_grouped(DI_WFMT_FP8, 2, 64, 128, 4);
@@ -215,8 +214,22 @@ static void test_matmul_grouped_units(void) {
     grouped_nan_row = 37, grouped_nan_k = 70; /* the second unit of group 0 */
     check_grouped(DI_WFMT_FP8, 2, 64, 128, 2);
     grouped_nan_row = -1;
-    if (di_cpu_kernels_wide() && !strcmp(di_cpu_kernels_path(), "avx2"))
-        CHECKF(di_cpu_fp8_f32rows_units() > before, "the units never ran (%ld)", di_cpu_fp8_f32rows_units() - before);
+}
+
+static void test_matmul_grouped_units(void) {
+    long before = di_cpu_fp8_f32rows_units();
+    grouped_units_cases();
+    const int avx2 = !strcmp(di_cpu_kernels_path(), "avx2");
+    if (avx2) CHECKF(di_cpu_fp8_f32rows_units() > before, "the units never ran (%ld)", di_cpu_fp8_f32rows_units() - before);
+    /* the 256-bit units (one and two rows), where the CPU has the 512-bit ones */
+    if (di_cpu_kernels_wide()) {
+        di_cpu_kernels_force_no_avx512(1);
+        before = di_cpu_fp8_f32rows_units();
+        grouped_units_cases();
+        check_grouped(DI_WFMT_FP8, 3, 32, 128, 1);
+        CHECKF(di_cpu_fp8_f32rows_units() > before, "the 256-bit units never ran");
+        di_cpu_kernels_force_no_avx512(0);
+    }
     /* forced onto the panels: the same bits */
     di_backend_cpu_force_no_f32rows(1);
     const long off0 = di_cpu_fp8_f32rows_units();

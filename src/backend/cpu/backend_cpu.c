@@ -379,9 +379,9 @@ static void panel_range(void *p, int64_t lo, int64_t hi) {
     free(pt);
 }
 
-/* FP8 weights at up to DI_FP8_F32ROWS_M activation rows, on 512-bit
- * vectors: units of 32 weight rows (a scale tile) straight from the codes
- * (di_cpu_fp8_f32rows_wide: the panels' chains, the same bits, without
+/* FP8 weights at up to DI_FP8_F32ROWS_M activation rows (2 without
+ * AVX-512): units of 32 weight rows (a scale tile) straight from the codes
+ * (di_cpu_fp8_f32rows: the panels' chains, the same bits, without
  * their decoding through memory: wo_a at one row ~5x faster on a Zen 4
  * core, 4x on 16 Xeon threads); a unit it declines (a NaN code) goes
  * through the panels. */
@@ -390,7 +390,7 @@ static void unit_range(void *p, int64_t lo, int64_t hi) {
     const int64_t K = c->w->n_in, N = c->w->n_out, upg = c->rpg / 32;
     for (int64_t u = lo; u < hi; u++) {
         const int64_t g = u / upg, r0 = g * c->rpg + (u % upg) * 32;
-        if (di_cpu_fp8_f32rows_wide(c->w->w, c->w->s, K, N, r0, c->x + g * K, c->groups * K, c->m, c->y + r0, N)) {
+        if (di_cpu_fp8_f32rows(c->w->w, c->w->s, K, N, r0, c->x + g * K, c->groups * K, c->m, c->y + r0, N)) {
             const int64_t t0 = g * (c->rpg / 8) + (u % upg) * 4; /* its four panels of 8 rows */
             panel_range(p, t0, t0 + 4);
         }
@@ -406,8 +406,8 @@ static void mm_panels(di_backend *be, const di_wmat *w, int groups, const float 
     panel_ctx c = {w, groups, rpg, x, m, y};
     double work = (double)(m + 8) * (double)w->n_out * (double)w->n_in;
     void (*range)(void *, int64_t, int64_t) = panel_range;
-    if (w->fmt == DI_WFMT_FP8 && m >= 1 && m <= DI_FP8_F32ROWS_M && rpg % 32 == 0 && w->n_in % 64 == 0 &&
-        di_cpu_kernels_wide() && !atomic_load(&f32rows_forced_off)) {
+    if (w->fmt == DI_WFMT_FP8 && m >= 1 && m <= (di_cpu_kernels_wide() ? DI_FP8_F32ROWS_M : 2) && rpg % 32 == 0 &&
+        w->n_in % 64 == 0 && !atomic_load(&f32rows_forced_off)) {
         range = unit_range;
         tasks = groups * (rpg / 32);
     }

@@ -171,20 +171,20 @@ void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int6
                       float *out, di_threadpool *tp);
 /* FP8 weight rows r0 .. r0 + 31 (r0 % 32 == 0: one scale tile; all 32
  * inside the weight) of w [N, K] (ws its E8M0 scales) on m <= DI_FP8_F32ROWS_M fp32
- * activation rows x (row i at x + i·ldx), the fused chain of di_gemm_f32:
+ * (on CPUs without AVX-512: 2) activation rows x (row i at x + i·ldx), the fused chain of di_gemm_f32:
  * y[i·ldy + j] = fma chain over k = 0 .. K-1 from +0 of x[i][k] and the
  * exact w·sw of row r0 + j (rounded once), for the bf16-numerics products
- * at decode (kernels_avx2_block.c, "FP8 rows on fp32 activations"). On
- * 512-bit vectors only; returns -1 and stores nothing where it does not
- * run (no AVX-512, K % 64, m out of range, a partial tile, a NaN code in
- * the rows): the
+ * at decode (kernels_avx2_block.c, "FP8 rows on fp32 activations"; call
+ * it only on the AVX2 path). Returns -1 and stores nothing where it does
+ * not run (K % 64, m out of range, a partial tile, a NaN code in the
+ * rows): the
  * caller's panels do those. The count of units it ran is for tests. */
 enum { DI_FP8_F32ROWS_M = 4 };
 /* BF16 weights at 1-4 activation rows on AVX-512 CPUs: units of 32 weight
  * rows straight from the rows (kernels_avx2.c), the same chains as the
  * tiles; the count of units run, for tests. */
 long di_cpu_bf16rows_units(void);
-int di_cpu_fp8_f32rows_wide(const uint8_t *w, const uint8_t *ws, int64_t K, int64_t N, int64_t r0, const float *x,
+int di_cpu_fp8_f32rows(const uint8_t *w, const uint8_t *ws, int64_t K, int64_t N, int64_t r0, const float *x,
                             int64_t ldx, int64_t m, float *y, int64_t ldy);
 long di_cpu_fp8_f32rows_units(void);
 /* Forces (1) the FP8 AVX2 route that CPUs with slow subnormal

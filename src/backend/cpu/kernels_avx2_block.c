@@ -1783,13 +1783,99 @@ F32ROWS(2)
 F32ROWS(3)
 F32ROWS(4)
 
+/* The same on 256-bit vectors (CPUs without AVX-512): the unit's 32 rows
+ * as four groups of 8, each row's line in two loads back to back, a
+ * group's 32-byte chunks transposed by words (transpose8 on the code
+ * words: word j of the 8 rows in one register), the codes decoded through
+ * F16C (dec_half: w·2^-8, no subnormal reaches the arithmetic on any
+ * vendor's core) and scaled as above; four chains an activation row, so
+ * one or two rows only (16 registers). */
+enum { F32ROWS_M_NARROW = 2 };
+AVX2_INLINE int f32rows8_kernel(const int mr, const uint8_t *w, const uint8_t *ws, int64_t K, const float *x,
+                                int64_t ldx, float *y, int64_t ldy) {
+    const int64_t KB = K / 32;
+    const float *e8m0 = di_cpu_e8m0_table();
+    const __m256 u8 = _mm256_set1_ps(0x1p8f);
+    const __m256i low7 = _mm256_set1_epi8(0x7f);
+    __m256i nan = _mm256_setzero_si256(); /* a byte set where some code is a NaN */
+    __m256 acc[F32ROWS_M_NARROW][4];
+#pragma GCC unroll 2
+    for (int i = 0; i < F32ROWS_M_NARROW; i++)
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) acc[i][g] = _mm256_setzero_ps();
+    __attribute__((aligned(32))) __m256i zb[2][4][8]; /* [chunk][group][word] */
+    for (int64_t c = 0; c < KB; c += 2) {
+        const uint8_t *p = w + 32 * c;
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            __m256 lo[8], hi[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const uint8_t *r = p + (8 * g + i) * K;
+                lo[i] = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)r));
+                hi[i] = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(r + 32)));
+            }
+            transpose8(lo);
+            transpose8(hi);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                const __m256i a = _mm256_castps_si256(lo[j]), b = _mm256_castps_si256(hi[j]);
+                nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_and_si256(a, low7), low7));
+                nan = _mm256_or_si256(nan, _mm256_cmpeq_epi8(_mm256_and_si256(b, low7), low7));
+                _mm256_store_si256(&zb[0][g][j], a);
+                _mm256_store_si256(&zb[1][g][j], b);
+            }
+        }
+#pragma GCC unroll 1
+        for (int t = 0; t < 2; t++) {
+            const float s = e8m0[ws[c + t]];
+            const int big = !(s <= 0x1p100f);
+            const __m256 f = _mm256_set1_ps(big ? s : s * 0x1p8f);
+            const float *xc = x + 32 * (c + t);
+#pragma GCC unroll 1
+            for (int j = 0; j < 8; j++)
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; g++) {
+                    __m256 d[4];
+                    dec_half(_mm256_load_si256(&zb[t][g][j]), d);
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++) {
+                        const __m256 v = _mm256_mul_ps(big ? _mm256_mul_ps(d[q], u8) : d[q], f);
+#pragma GCC unroll 2
+                        for (int i = 0; i < F32ROWS_M_NARROW; i++)
+                            if (i < mr) acc[i][g] = _mm256_fmadd_ps(_mm256_set1_ps(xc[i * ldx + 4 * j + q]), v, acc[i][g]);
+                    }
+                }
+        }
+    }
+    if (!_mm256_testz_si256(nan, nan)) return -1;
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) _mm256_storeu_ps(y + i * ldy + 8 * g, acc[i][g]);
+    return 0;
+}
+static AVX2 int f32rows8_1(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, float *y,
+                           int64_t ldy) {
+    return f32rows8_kernel(1, w, ws, K, x, ldx, y, ldy);
+}
+static AVX2 int f32rows8_2(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, float *y,
+                           int64_t ldy) {
+    return f32rows8_kernel(2, w, ws, K, x, ldx, y, ldy);
+}
+
 static atomic_long f32rows_units_run;
 long di_cpu_fp8_f32rows_units(void) { return atomic_load(&f32rows_units_run); }
 
-int di_cpu_fp8_f32rows_wide(const uint8_t *w, const uint8_t *ws, int64_t K, int64_t N, int64_t r0, const float *x,
+int di_cpu_fp8_f32rows(const uint8_t *w, const uint8_t *ws, int64_t K, int64_t N, int64_t r0, const float *x,
                             int64_t ldx, int64_t m, float *y, int64_t ldy) {
-    if (!di_cpu_kernels_wide() || m < 1 || m > DI_FP8_F32ROWS_M || K % 64 || r0 % 32 || r0 + 32 > N) return -1;
+    const int wide = di_cpu_kernels_wide();
+    if (m < 1 || m > (wide ? DI_FP8_F32ROWS_M : F32ROWS_M_NARROW) || K % 64 || r0 % 32 || r0 + 32 > N) return -1;
     const uint8_t *wt = w + r0 * K, *st = ws + (r0 / 32) * (K / 32);
+    if (!wide) {
+        const int rc = (m == 1 ? f32rows8_1 : f32rows8_2)(wt, st, K, x, ldx, y, ldy);
+        if (!rc) atomic_fetch_add_explicit(&f32rows_units_run, 1, memory_order_relaxed);
+        return rc;
+    }
     static int (*const fns[DI_FP8_F32ROWS_M])(const uint8_t *, const uint8_t *, int64_t, const float *, int64_t,
                                               float *, int64_t) = {f32rows_1, f32rows_2, f32rows_3, f32rows_4};
     const int rc = fns[m - 1](wt, st, K, x, ldx, y, ldy);
