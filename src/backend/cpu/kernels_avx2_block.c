@@ -1717,6 +1717,13 @@ static int dec_run(int half, const di_gemm_part *parts, int n, int64_t K, di_thr
  * work. The NaN codes, which dec_bias_wide reads as numbers, are looked
  * for on the way (~ANDN, then a byte minimum a word register): a unit with
  * one returns -1 before storing anything, for the panels to redo it. */
+/* The factor a chunk's decoded w·2^-8 is multiplied by to give w·sw,
+ * rounded once: sw·2^8, or where that would not be exact (*big) 2^8 first
+ * and then sw (as lg_decode_wide forms the values). */
+static inline float chunk_factor(float sw, int *big) {
+    *big = !(sw <= 0x1p100f);
+    return *big ? sw : sw * 0x1p8f;
+}
 AVX512_INLINE int f32rows_kernel(const int mr, const uint8_t *w, const uint8_t *ws, int64_t K, const float *x,
                                  int64_t ldx, float *y, int64_t ldy) {
     const int64_t KB = K / 32;
@@ -1742,9 +1749,8 @@ AVX512_INLINE int f32rows_kernel(const int mr, const uint8_t *w, const uint8_t *
                 for (int j = 0; j < 8; j++) nanmin = _mm512_min_epu8(nanmin, _mm512_andnot_si512(zb[t][h][j], low7));
 #pragma GCC unroll 1
         for (int t = 0; t < 2; t++) {
-            const float s = e8m0[ws[c + t]];
-            const int big = !(s <= 0x1p100f);
-            const __m512 f = _mm512_set1_ps(big ? s : s * 0x1p8f);
+            int big;
+            const __m512 f = _mm512_set1_ps(chunk_factor(e8m0[ws[c + t]], &big));
             const float *xc = x + 32 * (c + t);
 #pragma GCC unroll 8
             for (int j = 0; j < 8; j++) {
@@ -1828,9 +1834,8 @@ AVX2_INLINE int f32rows8_kernel(const int mr, const uint8_t *w, const uint8_t *w
         }
 #pragma GCC unroll 1
         for (int t = 0; t < 2; t++) {
-            const float s = e8m0[ws[c + t]];
-            const int big = !(s <= 0x1p100f);
-            const __m256 f = _mm256_set1_ps(big ? s : s * 0x1p8f);
+            int big;
+            const __m256 f = _mm256_set1_ps(chunk_factor(e8m0[ws[c + t]], &big));
             const float *xc = x + 32 * (c + t);
 #pragma GCC unroll 1
             for (int j = 0; j < 8; j++)
