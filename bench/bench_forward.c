@@ -461,12 +461,12 @@ static int bench_model(const char *name, const char *path, int dummy, int reps, 
             printf("    %-34s %8s %10s %8s\n", "products (last run), fmt rows x inputs", "calls", "ms/token", "GB/s");
             for (int i = 0; i < n_shapes; i++) {
                 char nm[64];
+                const char *fn = shapes[i].fmt >= 0 && shapes[i].fmt < 5 ? fmts[shapes[i].fmt] : "?";
                 if (shapes[i].n2)
-                    snprintf(nm, sizeof nm, "%s (%lld + %lld) x %lld", shapes[i].fmt >= 0 && shapes[i].fmt < 5 ? fmts[shapes[i].fmt] : "?",
-                             (long long)shapes[i].n, (long long)shapes[i].n2, (long long)shapes[i].k);
+                    snprintf(nm, sizeof nm, "%s (%lld + %lld) x %lld", fn, (long long)shapes[i].n,
+                             (long long)shapes[i].n2, (long long)shapes[i].k);
                 else
-                    snprintf(nm, sizeof nm, "%s %lld x %lld", shapes[i].fmt >= 0 && shapes[i].fmt < 5 ? fmts[shapes[i].fmt] : "?",
-                             (long long)shapes[i].n, (long long)shapes[i].k);
+                    snprintf(nm, sizeof nm, "%s %lld x %lld", fn, (long long)shapes[i].n, (long long)shapes[i].k);
                 printf("    %-34s %8lld %10.3f %8.1f\n", nm, (long long)shapes[i].calls, shapes[i].t / n_decode * 1e3,
                        shapes[i].bytes / shapes[i].t / 1e9);
             }

@@ -379,8 +379,9 @@ static void panel_range(void *p, int64_t lo, int64_t hi) {
     free(pt);
 }
 
-/* FP8 weights at up to DI_FP8_F32ROWS_M activation rows (2 without
- * AVX-512): units of 32 weight rows (a scale tile) straight from the codes
+/* FP8 weights at up to DI_FP8_F32ROWS_M activation rows
+ * (DI_FP8_F32ROWS_M_NARROW without AVX-512): units of 32 weight rows (a
+ * scale tile) straight from the codes
  * (di_cpu_fp8_f32rows: the panels' chains, the same bits, without
  * their decoding through memory: wo_a at one row ~5x faster on a Zen 4
  * core, 4x on 16 Xeon threads); a unit it declines (a NaN code) goes
@@ -406,8 +407,9 @@ static void mm_panels(di_backend *be, const di_wmat *w, int groups, const float 
     panel_ctx c = {w, groups, rpg, x, m, y};
     double work = (double)(m + 8) * (double)w->n_out * (double)w->n_in;
     void (*range)(void *, int64_t, int64_t) = panel_range;
-    if (w->fmt == DI_WFMT_FP8 && m >= 1 && m <= (di_cpu_kernels_wide() ? DI_FP8_F32ROWS_M : 2) && rpg % 32 == 0 &&
-        w->n_in % 64 == 0 && !atomic_load(&f32rows_forced_off)) {
+    const int units_m = di_cpu_kernels_wide() ? DI_FP8_F32ROWS_M : DI_FP8_F32ROWS_M_NARROW;
+    if (w->fmt == DI_WFMT_FP8 && m >= 1 && m <= units_m && rpg % 32 == 0 && w->n_in % 64 == 0 &&
+        !atomic_load(&f32rows_forced_off)) {
         range = unit_range;
         tasks = groups * (rpg / 32);
     }

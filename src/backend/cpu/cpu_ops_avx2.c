@@ -252,7 +252,8 @@ AVX2 void di_cpu_hc_mean_avx2(const float *s, int hc, int64_t d, float *out) {
  * one's store (one head-pair task of a decode row's attention ~4x slower),
  * so every count from 1 to QB is its own instance. */
 enum { DOTS_QB = 8 }; /* q vectors per pass */
-AVX2 static inline __attribute__((always_inline)) void dots8_pass(const int nv, const float *q, int64_t n, const float *const rows[8], float *out) {
+AVX2 static inline __attribute__((always_inline)) void dots8_pass(const int nv, const float *q, int64_t n,
+                                                                const float *const rows[8], float *out) {
     __m256 acc[DOTS_QB];
 #pragma GCC unroll 8
     for (int v = 0; v < DOTS_QB; v++) acc[v] = _mm256_setzero_ps();

@@ -170,16 +170,17 @@ void di_gemm_bf16_avx2(const float *x, int64_t M, int64_t K, const uint16_t *w, 
 void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int64_t N,
                       float *out, di_threadpool *tp);
 /* FP8 weight rows r0 .. r0 + 31 (r0 % 32 == 0: one scale tile; all 32
- * inside the weight) of w [N, K] (ws its E8M0 scales) on m <= DI_FP8_F32ROWS_M fp32
- * (on CPUs without AVX-512: 2) activation rows x (row i at x + i·ldx), the fused chain of di_gemm_f32:
+ * inside the weight) of w [N, K] (ws its E8M0 scales) on m <=
+ * DI_FP8_F32ROWS_M (without AVX-512: DI_FP8_F32ROWS_M_NARROW) fp32
+ * activation rows x (row i at x + i·ldx), the fused chain of di_gemm_f32:
  * y[i·ldy + j] = fma chain over k = 0 .. K-1 from +0 of x[i][k] and the
  * exact w·sw of row r0 + j (rounded once), for the bf16-numerics products
  * at decode (kernels_avx2_block.c, "FP8 rows on fp32 activations"; call
  * it only on the AVX2 path). Returns -1 and stores nothing where it does
  * not run (K % 64, m out of range, a partial tile, a NaN code in the
- * rows): the
- * caller's panels do those. The count of units it ran is for tests. */
-enum { DI_FP8_F32ROWS_M = 4 };
+ * rows): the caller's panels do those. The count of units it ran is for
+ * tests. */
+enum { DI_FP8_F32ROWS_M = 4, DI_FP8_F32ROWS_M_NARROW = 2 };
 /* BF16 weights at 1-4 activation rows on AVX-512 CPUs: units of 32 weight
  * rows straight from the rows (kernels_avx2.c), the same chains as the
  * tiles; the count of units run, for tests. */

@@ -1796,7 +1796,6 @@ F32ROWS(4)
  * F16C (dec_half: w·2^-8, no subnormal reaches the arithmetic on any
  * vendor's core) and scaled as above; four chains an activation row, so
  * one or two rows only (16 registers). */
-enum { F32ROWS_M_NARROW = 2 };
 AVX2_INLINE int f32rows8_kernel(const int mr, const uint8_t *w, const uint8_t *ws, int64_t K, const float *x,
                                 int64_t ldx, float *y, int64_t ldy) {
     const int64_t KB = K / 32;
@@ -1804,9 +1803,9 @@ AVX2_INLINE int f32rows8_kernel(const int mr, const uint8_t *w, const uint8_t *w
     const __m256 u8 = _mm256_set1_ps(0x1p8f);
     const __m256i low7 = _mm256_set1_epi8(0x7f);
     __m256i nan = _mm256_setzero_si256(); /* a byte set where some code is a NaN */
-    __m256 acc[F32ROWS_M_NARROW][4];
+    __m256 acc[DI_FP8_F32ROWS_M_NARROW][4];
 #pragma GCC unroll 2
-    for (int i = 0; i < F32ROWS_M_NARROW; i++)
+    for (int i = 0; i < DI_FP8_F32ROWS_M_NARROW; i++)
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++) acc[i][g] = _mm256_setzero_ps();
     __attribute__((aligned(32))) __m256i zb[2][4][8]; /* [chunk][group][word] */
@@ -1847,8 +1846,9 @@ AVX2_INLINE int f32rows8_kernel(const int mr, const uint8_t *w, const uint8_t *w
                     for (int q = 0; q < 4; q++) {
                         const __m256 v = _mm256_mul_ps(big ? _mm256_mul_ps(d[q], u8) : d[q], f);
 #pragma GCC unroll 2
-                        for (int i = 0; i < F32ROWS_M_NARROW; i++)
-                            if (i < mr) acc[i][g] = _mm256_fmadd_ps(_mm256_set1_ps(xc[i * ldx + 4 * j + q]), v, acc[i][g]);
+                        for (int i = 0; i < DI_FP8_F32ROWS_M_NARROW; i++)
+                            if (i < mr)
+                                acc[i][g] = _mm256_fmadd_ps(_mm256_set1_ps(xc[i * ldx + 4 * j + q]), v, acc[i][g]);
                     }
                 }
         }
@@ -1874,7 +1874,7 @@ long di_cpu_fp8_f32rows_units(void) { return atomic_load(&f32rows_units_run); }
 int di_cpu_fp8_f32rows(const uint8_t *w, const uint8_t *ws, int64_t K, int64_t N, int64_t r0, const float *x,
                             int64_t ldx, int64_t m, float *y, int64_t ldy) {
     const int wide = di_cpu_kernels_wide();
-    if (m < 1 || m > (wide ? DI_FP8_F32ROWS_M : F32ROWS_M_NARROW) || K % 64 || r0 % 32 || r0 + 32 > N) return -1;
+    if (m < 1 || m > (wide ? DI_FP8_F32ROWS_M : DI_FP8_F32ROWS_M_NARROW) || K % 64 || r0 % 32 || r0 + 32 > N) return -1;
     const uint8_t *wt = w + r0 * K, *st = ws + (r0 / 32) * (K / 32);
     if (!wide) {
         const int rc = (m == 1 ? f32rows8_1 : f32rows8_2)(wt, st, K, x, ldx, y, ldy);
