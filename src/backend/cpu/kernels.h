@@ -186,7 +186,7 @@ enum { DI_FP8_F32ROWS_M = 4, DI_FP8_F32ROWS_M_NARROW = 2 };
  * tiles; the count of units run, for tests. */
 long di_cpu_bf16rows_units(void);
 int di_cpu_fp8_f32rows(const uint8_t *w, const uint8_t *ws, int64_t K, int64_t N, int64_t r0, const float *x,
-                            int64_t ldx, int64_t m, float *y, int64_t ldy);
+                       int64_t ldx, int64_t m, float *y, int64_t ldy);
 long di_cpu_fp8_f32rows_units(void);
 /* Forces (1) the FP8 AVX2 route that CPUs with slow subnormal
  * arithmetic take (E4M3 codes decoded through the F16C conversion, no fp32

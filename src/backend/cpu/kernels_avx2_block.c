@@ -1859,31 +1859,25 @@ AVX2_INLINE int f32rows8_kernel(const int mr, const uint8_t *w, const uint8_t *w
         for (int g = 0; g < 4; g++) _mm256_storeu_ps(y + i * ldy + 8 * g, acc[i][g]);
     return 0;
 }
-static AVX2 int f32rows8_1(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, float *y,
-                           int64_t ldy) {
-    return f32rows8_kernel(1, w, ws, K, x, ldx, y, ldy);
-}
-static AVX2 int f32rows8_2(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, float *y,
-                           int64_t ldy) {
-    return f32rows8_kernel(2, w, ws, K, x, ldx, y, ldy);
-}
+#define F32ROWS8(mr)                                                                                         \
+    static AVX2 int f32rows8_##mr(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx,   \
+                                  float *y, int64_t ldy) {                                                    \
+        return f32rows8_kernel(mr, w, ws, K, x, ldx, y, ldy);                                                 \
+    }
+F32ROWS8(1)
+F32ROWS8(2)
 
 static atomic_long f32rows_units_run;
 long di_cpu_fp8_f32rows_units(void) { return atomic_load(&f32rows_units_run); }
 
 int di_cpu_fp8_f32rows(const uint8_t *w, const uint8_t *ws, int64_t K, int64_t N, int64_t r0, const float *x,
-                            int64_t ldx, int64_t m, float *y, int64_t ldy) {
+                       int64_t ldx, int64_t m, float *y, int64_t ldy) {
+    typedef int (*unit_fn)(const uint8_t *, const uint8_t *, int64_t, const float *, int64_t, float *, int64_t);
+    static const unit_fn wide_fns[DI_FP8_F32ROWS_M] = {f32rows_1, f32rows_2, f32rows_3, f32rows_4};
+    static const unit_fn narrow_fns[DI_FP8_F32ROWS_M_NARROW] = {f32rows8_1, f32rows8_2};
     const int wide = di_cpu_kernels_wide();
     if (m < 1 || m > (wide ? DI_FP8_F32ROWS_M : DI_FP8_F32ROWS_M_NARROW) || K % 64 || r0 % 32 || r0 + 32 > N) return -1;
-    const uint8_t *wt = w + r0 * K, *st = ws + (r0 / 32) * (K / 32);
-    if (!wide) {
-        const int rc = (m == 1 ? f32rows8_1 : f32rows8_2)(wt, st, K, x, ldx, y, ldy);
-        if (!rc) atomic_fetch_add_explicit(&f32rows_units_run, 1, memory_order_relaxed);
-        return rc;
-    }
-    static int (*const fns[DI_FP8_F32ROWS_M])(const uint8_t *, const uint8_t *, int64_t, const float *, int64_t,
-                                              float *, int64_t) = {f32rows_1, f32rows_2, f32rows_3, f32rows_4};
-    const int rc = fns[m - 1](wt, st, K, x, ldx, y, ldy);
+    const int rc = (wide ? wide_fns : narrow_fns)[m - 1](w + r0 * K, ws + (r0 / 32) * (K / 32), K, x, ldx, y, ldy);
     if (!rc) atomic_fetch_add_explicit(&f32rows_units_run, 1, memory_order_relaxed);
     return rc;
 }
