@@ -39,10 +39,13 @@ static void shape(int64_t K, int64_t N, int rounds) {
         x[i] = (float)(u - 6.0);
     }
     di_act_quant_fp8_scalar(x, 1, K, qa, sa);
-    double best[2][2] = {{1e30, 1e30}, {1e30, 1e30}}; /* [form][hot, DRAM] */
+    /* forms: 0 the byte form as the CPU takes it (vpermb with VBMI), 1 the
+     * byte form on vpshufb, 2 the 16-bit sums */
+    double best[3][2] = {{1e30, 1e30}, {1e30, 1e30}, {1e30, 1e30}}; /* [form][hot, DRAM] */
     for (int r = 0; r < rounds; r++)
-        for (int form = 0; form < 2; form++) {
-            di_cpu_kernels_force_no_vnni_bytes(form);
+        for (int form = 0; form < 3; form++) {
+            di_cpu_kernels_force_no_vbmi(form == 1);
+            di_cpu_kernels_force_no_vnni_bytes(form == 2);
             double t0 = bench_now_s();
             for (int i = 0; i < 50; i++) di_gemm_mxfp4(qa, sa, 1, K, w, ws, HOT_ROWS, out, NULL);
             double t = (bench_now_s() - t0) / 50;
@@ -52,12 +55,15 @@ static void shape(int64_t K, int64_t N, int rounds) {
             t = (bench_now_s() - t0) / COPIES;
             best[form][1] = t < best[form][1] ? t : best[form][1];
         }
+    di_cpu_kernels_force_no_vbmi(0);
     di_cpu_kernels_force_no_vnni_bytes(0);
     const double row = (double)(K / 2 + K / 32);
-    printf("%6lld x %-6lld  hot %5.1f / %5.1f GB/s (%.3fx)   DRAM %5.1f / %5.1f GB/s (%.3fx)\n", (long long)N,
-           (long long)K, HOT_ROWS * row / best[0][0] / 1e9, HOT_ROWS * row / best[1][0] / 1e9,
-           best[1][0] / best[0][0], N * row / best[0][1] / 1e9, N * row / best[1][1] / 1e9,
-           best[1][1] / best[0][1]);
+    for (int c = 0; c < 2; c++) {
+        const double bytes = (c == 0 ? HOT_ROWS : (double)N) * row;
+        printf("%6lld x %-6lld %-4s %5.1f / %5.1f / %5.1f GB/s (%.3fx, %.3fx)\n", (long long)N, (long long)K,
+               c == 0 ? "hot" : "DRAM", bytes / best[0][c] / 1e9, bytes / best[1][c] / 1e9, bytes / best[2][c] / 1e9,
+               best[2][c] / best[0][c], best[2][c] / best[1][c]);
+    }
     free(w), free(ws), free(qa), free(x), free(sa), free(out);
 }
 
@@ -82,7 +88,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_fp4_rows: --rounds >= 1, --k a multiple of 64 and --n >= %d\n", HOT_ROWS);
         return 2;
     }
-    printf("# MXFP4 decode rows, one activation row, one thread: GB/s byte form / 16-bit sums (speed ratio), best of %d alternations\n",
+    printf("# MXFP4 decode rows, one activation row, one thread: GB/s byte form (vpermb where VBMI) / byte form on vpshufb / 16-bit sums (speed ratios of the byte forms to the 16-bit sums), best of %d alternations\n",
            rounds);
     if (k) {
         shape(k, n, rounds);

@@ -56,6 +56,17 @@ int di_cpu_has_avx512_vnni(void) {
 #endif
 }
 
+int di_cpu_has_avx512_vbmi(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (!di_cpu_has_avx512()) return 0;
+    unsigned a, b, c, d;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (c >> 1) & 1u; /* AVX512_VBMI (ecx 1) */
+#else
+    return 0;
+#endif
+}
+
 int di_cpu_count(void) {
     cpu_set_t set;
     CPU_ZERO(&set);

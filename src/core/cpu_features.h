@@ -11,6 +11,9 @@ int di_cpu_has_avx512(void);
 /* 1 when, on top of di_cpu_has_avx512(), AVX-512 VNNI is there (the 16-bit
  * multiply-add that also accumulates, vpdpwssd). */
 int di_cpu_has_avx512_vnni(void);
+/* 1 when, on top of di_cpu_has_avx512(), AVX-512 VBMI is there (vpermb:
+ * bytes picked from a 64-byte table). */
+int di_cpu_has_avx512_vbmi(void);
 /* Online logical CPUs available to this process (at least 1). */
 int di_cpu_count(void);
 /* "avx2+fma+f16c+avx512", "avx2+fma+f16c" or "scalar": for `deepinfer info` and benchmark headers. */

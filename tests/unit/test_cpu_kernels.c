@@ -975,13 +975,15 @@ static void check_mxfp4_decode(void) {
 
 /* On a CPU with AVX-512 VNNI the MXFP4 decode rows on 512-bit vectors add
  * their 16-bit products with vpdpwssd, and calls of one activation row
- * their byte products with vpdpbusd (every check above took them); the
- * checks must have run them, and pass again with the byte form off and
- * with VNNI off (vpmaddwd then vpaddd, what other AVX-512 CPUs run). */
+ * their byte products with vpdpbusd (every check above took them; with
+ * AVX-512 VBMI looking the codes up by vpermb); the checks must have run
+ * them, and pass again with vpermb off (vpshufb), with the byte form off
+ * and with VNNI off (vpmaddwd then vpaddd, what other AVX-512 CPUs run). */
 static void test_vnni_route(void) {
 #ifdef DI_HAVE_AVX2_KERNELS
     if (!di_cpu_kernels_vnni()) SKIP("no AVX-512 VNNI (or not on the 512-bit kernels)");
     const long n0 = di_cpu_kernels_vnni_units(), b0 = di_cpu_kernels_vnni_byte_calls();
+    const long v0 = di_cpu_kernels_vbmi_byte_calls();
     check_mxfp4_decode();
     const long n1 = di_cpu_kernels_vnni_units();
     CHECKF(n1 > n0, "the VNNI sums ran %ld units", n1 - n0);
@@ -989,9 +991,22 @@ static void test_vnni_route(void) {
      * sums, which two rows and more take, must give the same bits there */
     const long b1 = di_cpu_kernels_vnni_byte_calls();
     CHECKF(b1 > b0, "the byte form ran %ld calls", b1 - b0);
+    /* with VBMI those calls looked the codes up by vpermb; again on vpshufb */
+    if (di_cpu_kernels_vbmi()) {
+        CHECKF(di_cpu_kernels_vbmi_byte_calls() > v0, "vpermb ran %ld calls", di_cpu_kernels_vbmi_byte_calls() - v0);
+        const long v1 = di_cpu_kernels_vbmi_byte_calls();
+        di_cpu_kernels_force_no_vbmi(1);
+        CHECK(!di_cpu_kernels_vbmi());
+        check_mxfp4_decode();
+        CHECKF(di_cpu_kernels_vbmi_byte_calls() == v1, "forced off, vpermb still ran");
+        CHECKF(di_cpu_kernels_vnni_byte_calls() > b1, "the byte form on vpshufb ran %ld calls",
+               di_cpu_kernels_vnni_byte_calls() - b1);
+        di_cpu_kernels_force_no_vbmi(0);
+    }
+    const long b2 = di_cpu_kernels_vnni_byte_calls();
     di_cpu_kernels_force_no_vnni_bytes(1);
     check_mxfp4_decode();
-    CHECKF(di_cpu_kernels_vnni_byte_calls() == b1, "forced off, the byte form still ran");
+    CHECKF(di_cpu_kernels_vnni_byte_calls() == b2, "forced off, the byte form still ran");
     di_cpu_kernels_force_no_vnni_bytes(0);
     const long n2 = di_cpu_kernels_vnni_units();
     di_cpu_kernels_force_no_vnni(1);

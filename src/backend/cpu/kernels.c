@@ -162,6 +162,17 @@ int di_cpu_kernels_vnni(void) {
 
 void di_cpu_kernels_force_no_vnni(int on) { atomic_store(&forced_no_vnni, on != 0); }
 
+/* AVX-512 VBMI (DI_CPU_VBMI=0: off) */
+static atomic_int has_vbmi = -1;
+static atomic_int forced_no_vbmi;
+
+int di_cpu_kernels_vbmi(void) {
+    return feature_on(&has_vbmi, di_cpu_has_avx512_vbmi, "DI_CPU_VBMI") && di_cpu_kernels_wide() &&
+           !atomic_load_explicit(&forced_no_vbmi, memory_order_relaxed);
+}
+
+void di_cpu_kernels_force_no_vbmi(int on) { atomic_store(&forced_no_vbmi, on != 0); }
+
 /* the FP8 prefill of few rows in one pass (DI_CPU_LG_FUSED=0: off); not a
  * CPU feature, so every CPU "has" it */
 static int always(void) { return 1; }

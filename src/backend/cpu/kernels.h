@@ -246,6 +246,14 @@ long di_cpu_kernels_vnni_units(void);
  * restores; the count of calls that took it is for tests. */
 void di_cpu_kernels_force_no_vnni_bytes(int on);
 long di_cpu_kernels_vnni_byte_calls(void);
+/* Whether that byte form looks the weights' codes up with AVX-512 VBMI
+ * (vpermb: no masking of the nibbles) rather than vpshufb: CPUs with it,
+ * on the 512-bit kernels, unless the environment has DI_CPU_VBMI=0. Same
+ * bits; forcing it off (1) is for tests and benchmarks, set before running
+ * kernels. The count of calls that took it is for tests. */
+int di_cpu_kernels_vbmi(void);
+void di_cpu_kernels_force_no_vbmi(int on);
+long di_cpu_kernels_vbmi_byte_calls(void);
 /* The FP8 decode rows on 512-bit vectors decode E4M3 codes by their
  * exponent bias (kernels_avx2_block.c,
  * dec_bias_wide), or through F16C where a product's codes often have

@@ -32,8 +32,8 @@
  * two ports there rather than three: +10-18 % for one or two activation
  * rows, +40-49 % for 4 to 16 on a Xeon); with AVX-512 VNNI a call of one
  * activation row meets the table's bytes with the activations' bytes
- * instead of 16-bit words (dec8_1b: the same integers, 9 operations a
- * vector against 14). The scale vectors come from the
+ * instead of 16-bit words (dec8_1b: the same integers, 10 operations a
+ * vector against 14, 8 with AVX-512 VBMI). The scale vectors come from the
  * E8M0 bytes by integer adds on exponents (4 rows × 8 blocks at a time,
  * transposed), which gives normal numbers only: row groups whose exponents
  * come near either end of the range, NaN scales, NaN activation codes or
@@ -119,6 +119,7 @@ typedef struct act16 {
      * dec8_1b), laid out as eaw. */
     int8_t *bytes;
     int32_t *corr;
+    int vbmi;             /* the byte form's lookups by vpermb (dec8_1b_vbmi) */
 } act16;
 
 /* E4M3 code -> its value times 2^6 where that is at least 2^-3 (low 16
@@ -254,6 +255,7 @@ typedef struct dec4_args {
     const int32_t *eaw;         /* rows chunks·8 apart */
     const int8_t *bytes;        /* act16's byte form of row m0 (or NULL) */
     const int32_t *corr;
+    int vbmi;                   /* act16's vbmi */
 } dec4_args;
 
 /* 32 bytes of a row (16 for the half chunk, the rest zero codes). */
@@ -621,45 +623,69 @@ static AVX512 void dec8_2v(const dec4_args *lo, const dec4_args *hi, float *res)
  * four). After the transpose-add,
  * a block's sum less 12 times its activations' sum (corr) is Σ 2·qw·a, the
  * integer dec8_kernel's pair_sh_w gives: the same chains, the same bits.
- * One zmm a weight-row pair takes 9 operations here against 14. */
+ * One zmm a weight-row pair takes 10 operations here against 14 (the
+ * high bytes' sum, shifted, is where the low bytes' products start: no
+ * zeroed register, no add), 8 where vpermb looks the nibbles up without
+ * their masks: 1.11-1.17x the 16-bit sums' rate against the first byte
+ * form's 1.01-1.05x (bench_fp4_rows, a Zen 4 core, bench/RESULTS.md). */
 AVX512_INLINE __m512i dpbusd_w(__m512i acc, __m512i u, __m512i s) {
     __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(u), "v"(s));
     return acc;
 }
-static AVX512 void dec8_1b(const dec4_args *lo, const dec4_args *hi, float *res) {
+/* vpermb: the bytes of t picked by the low six bits of x's bytes */
+AVX512_INLINE __m512i permb_w(__m512i x, __m512i t) {
+    __m512i r;
+    __asm__("vpermb %2, %1, %0" : "=v"(r) : "v"(x), "v"(t));
+    return r;
+}
+/* One chunk of dec8_1b: row r's sums start from its high bytes' (times
+ * 256), which the low bytes' products then join in the same register:
+ * Σ (2·qw + 12)·(256·h + l) lane by lane, as the two separate sums gave.
+ * vbmi: the nibbles looked up by vpermb in a table repeated four times
+ * (bits 4-5 of the index pick a copy), which needs no mask. */
+AVX512_INLINE __m512 dec8_1b_chunk(const int half, const int vbmi, const dec4_args *lo, const dec4_args *hi,
+                                   const uint8_t *const rl[R], const uint8_t *const rh[R], int64_t c,
+                                   __m512i tab, __m512i nib, __m512i ew, __m512 L) {
+    const int8_t *ab = lo->bytes + c * 128;
+    const __m512i l0 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)ab));
+    const __m512i l1 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 32)));
+    const __m512i h0 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 64)));
+    const __m512i h1 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 96)));
+    __m512i sr[R];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_codes(rl[r], c, half)),
+                                             load_codes(rh[r], c, half), 1);
+        const __m512i xh = _mm512_srli_epi16(x, 4);
+        const __m512i wl = vbmi ? permb_w(x, tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(x, nib));
+        const __m512i wh = vbmi ? permb_w(xh, tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(xh, nib));
+        const __m512i sh = dpbusd_w(dpbusd_w(_mm512_setzero_si512(), wl, h0), wh, h1);
+        sr[r] = dpbusd_w(dpbusd_w(_mm512_slli_epi32(sh, 8), wl, l0), wh, l1);
+    }
+    const __m512i corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(lo->corr + c * 8)));
+    const __m512i z = _mm512_sub_epi32(quad_add_w(pair_add_w(sr[0], sr[1]), pair_add_w(sr[2], sr[3])), corr);
+    return chain_step_w(lo, hi, 0, c, half, ew, z, L);
+}
+AVX512_INLINE void dec8_1b_kernel(const int vbmi, const dec4_args *lo, const dec4_args *hi, float *res) {
     /* E2M1 code -> 2·value + 12 */
     const __m512i tab =
         _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
     const __m512i nib = _mm512_set1_epi8(0x0f);
-    const int64_t chunks = lo->chunks;
+    const int64_t chunks = lo->chunks, full = chunks - (lo->half_last ? 1 : 0);
+    const uint8_t *rl[R], *rh[R];
+    for (int r = 0; r < R; r++) rl[r] = lo->rows[r], rh[r] = hi->rows[r];
     __attribute__((aligned(64))) int32_t ewb[2][4][8];
     __m512 L = _mm512_setzero_ps();
-    for (int64_t c = 0; c < chunks; c++) {
-        const __m512i ew = dec8_exps(lo, hi, c, ewb);
-        const int half = lo->half_last && c == chunks - 1;
-        const int8_t *ab = lo->bytes + c * 128;
-        const __m512i l0 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)ab));
-        const __m512i l1 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 32)));
-        const __m512i h0 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 64)));
-        const __m512i h1 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 96)));
-        __m512i sr[R];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_codes(lo->rows[r], c, half)),
-                                                 load_codes(hi->rows[r], c, half), 1);
-            const __m512i wl = _mm512_shuffle_epi8(tab, _mm512_and_si512(x, nib));
-            const __m512i wh = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(x, 4), nib));
-            const __m512i sl = dpbusd_w(dpbusd_w(_mm512_setzero_si512(), wl, l0), wh, l1);
-            const __m512i sh = dpbusd_w(dpbusd_w(_mm512_setzero_si512(), wl, h0), wh, h1);
-            sr[r] = _mm512_add_epi32(sl, _mm512_slli_epi32(sh, 8));
-        }
-        const __m512i corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(lo->corr + c * 8)));
-        const __m512i z = _mm512_sub_epi32(quad_add_w(pair_add_w(sr[0], sr[1]), pair_add_w(sr[2], sr[3])), corr);
-        L = chain_step_w(lo, hi, 0, c, half, ew, z, L);
-    }
+    for (int64_t c = 0; c < full; c++)
+        L = dec8_1b_chunk(0, vbmi, lo, hi, rl, rh, c, tab, nib, dec8_exps(lo, hi, c, ewb), L);
+    if (full < chunks) L = dec8_1b_chunk(1, vbmi, lo, hi, rl, rh, full, tab, nib, dec8_exps(lo, hi, full, ewb), L);
     float l[16];
     _mm512_storeu_ps(l, L);
     dec8_out(l, res);
+}
+static AVX512 void dec8_1b(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_1b_kernel(0, lo, hi, res); }
+static AVX512 void dec8_1b_vbmi(const dec4_args *lo, const dec4_args *hi, float *res) {
+    dec8_1b_kernel(1, lo, hi, res);
 }
 
 /* dec4_wide for groups lo and hi at once (mr up to MBLK activation rows):
@@ -750,6 +776,7 @@ static void dec4_act(const act16 *a, int64_t m0, dec4_args *g) {
     g->eaw = a->eaw + m0 * a->chunks * 8;
     g->bytes = a->bytes ? a->bytes + m0 * a->chunks * 128 : NULL;
     g->corr = a->corr ? a->corr + m0 * a->chunks * 8 : NULL;
+    g->vbmi = a->vbmi;
 }
 
 /* Weight rows g0 .. g1-1 (at most R) for activation rows mlo .. mhi-1. */
@@ -802,7 +829,8 @@ static void dec8_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t mlo, i
     dec4_act(j->act, mlo, &hi);
     float res[MBLK * 2 * R];
     if (mhi - mlo > MB) (vnni ? dec8_wide_v : dec8_wide)(&lo, &hi, (int)(mhi - mlo), res);
-    else if (vnni) (mhi - mlo == 2 ? dec8_2v : lo.bytes ? dec8_1b : dec8_1v)(&lo, &hi, res);
+    else if (vnni)
+        (mhi - mlo == 2 ? dec8_2v : !lo.bytes ? dec8_1v : lo.vbmi ? dec8_1b_vbmi : dec8_1b)(&lo, &hi, res);
     else (mhi - mlo == 2 ? dec8_2 : dec8_1)(&lo, &hi, res);
     for (int64_t m = 0; m < mhi - mlo; m++)
         for (int64_t r = 0; r < g1 - g0; r++) j->out[(mlo + m) * N + g0 + r] = res[m * 2 * R + r];
@@ -836,11 +864,13 @@ static void dec4_units(void *ctx, int64_t u0, int64_t u1, int thread) {
 }
 
 /* dec8_1b switched off (di_cpu_kernels_force_no_vnni_bytes), and the calls
- * that took it (di_cpu_kernels_vnni_byte_calls) */
+ * that took it (di_cpu_kernels_vnni_byte_calls), those by vpermb among them
+ * (di_cpu_kernels_vbmi_byte_calls) */
 static atomic_int dec8_1b_forced_off;
-static atomic_long dec8_1b_calls;
+static atomic_long dec8_1b_calls, dec8_1b_vbmi_calls;
 void di_cpu_kernels_force_no_vnni_bytes(int on) { atomic_store(&dec8_1b_forced_off, on != 0); }
 long di_cpu_kernels_vnni_byte_calls(void) { return atomic_load(&dec8_1b_calls); }
+long di_cpu_kernels_vbmi_byte_calls(void) { return atomic_load(&dec8_1b_vbmi_calls); }
 
 static void act16_free(act16 *a) {
     free(a->big), free(a->small), free(a->has_small), free(a->eaw), free(a->bytes), free(a->corr);
@@ -865,7 +895,9 @@ static int act16_make(const uint8_t *qa, const float *sa, int64_t M, int64_t K, 
     if (!act16_build(qa, sa, M, K, a)) return -1;
     if (bytes) {
         act16_bytes(a, 0);
+        a->vbmi = di_cpu_kernels_vbmi();
         atomic_fetch_add_explicit(&dec8_1b_calls, 1, memory_order_relaxed);
+        if (a->vbmi) atomic_fetch_add_explicit(&dec8_1b_vbmi_calls, 1, memory_order_relaxed);
     }
     return 1;
 }
