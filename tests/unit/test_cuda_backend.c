@@ -1199,14 +1199,30 @@ static void test_moe_route_device(void) {
  * sharing experts. */
 static void test_moe_experts_device(void) {
     NEED_GPU();
-    const struct { int64_t m, D, I; int E, k; } cs[] = {
-        {1, 256, 128, 9, 3}, {5, 256, 128, 9, 3}, {16, 512, 256, 12, 6}, {40, 256, 128, 7, 2},
-        {700, 256, 128, 9, 3}, /* 2,100 pairs: the plan's rounds of 1,024, one partly full */
-        {3, 256, 128, 16, 10}, /* the combine's second batch of loads (more than 8 a row) */
+    const struct { int64_t m, D, I; int E, k, a8; } cs[] = {
+        {1, 256, 128, 9, 3, 0}, {5, 256, 128, 9, 3, 0}, {16, 512, 256, 12, 6, 0}, {40, 256, 128, 7, 2, 0},
+        {700, 256, 128, 9, 3, 0}, /* 2,100 pairs: the plan's rounds of 1,024, one partly full */
+        {3, 256, 128, 16, 10, 0}, /* the combine's second batch of loads (more than 8 a row) */
+        /* I % 256 == 0: w2 on the tensor-core decode kernel, which forms its
+         * SwiGLU input itself where the pair is one wave (the case of 16 rows
+         * above too): f16 slots, groups past a token tile (300 rows), the A8
+         * form (forced: the model's w2 never takes it); and a pair of several
+         * waves (I 5,120, 64 experts), where w2 reads the quantization's
+         * output */
+        {1, 512, 512, 16, 6, 0}, {8, 256, 768, 24, 6, 0}, {300, 256, 512, 96, 6, 0}, {8, 256, 512, 24, 6, 1},
+        {4, 256, 2304, 16, 6, 0}, /* the model's I: a fill of two rounds a thread */
+        {40, 256, 5120, 64, 6, 0},
     };
+    const long sw0 = cuda_moe_swiglu_w2_calls();
+#if defined(DI_HAVE_CUDA)
+    void cuda_fp4_dec_set_a8(int on); /* cuda_fp4_dec.cu: 1 the A8 form, 0 the f16 one, -1 chosen */
+#endif
     for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
         int64_t m = cs[t].m, D = cs[t].D, I = cs[t].I;
         int E = cs[t].E, k = cs[t].k;
+#if defined(DI_HAVE_CUDA)
+        cuda_fp4_dec_set_a8(cs[t].a8 ? 1 : -1);
+#endif
         const unsigned mm = DI_MM_ACT_FP8 | DI_MM_OUT_BF16;
         const float limit = 10.0f;
         size_t wb1 = (size_t)(I * D / 2), sb1 = (size_t)(I * (D / 32)), wb2 = (size_t)(D * I / 2),
@@ -1310,6 +1326,11 @@ static void test_moe_experts_device(void) {
         free(ex); free(x); free(lg); free(bias); free(idx); free(wt); free(got); free(loop);
         free(ref);
     }
+#if defined(DI_HAVE_CUDA)
+    cuda_fp4_dec_set_a8(-1);
+#endif
+    CHECKF(cuda_moe_swiglu_w2_calls() - sw0 >= 6, "w2 formed its own SwiGLU input in %ld calls (6 cases take it)",
+           cuda_moe_swiglu_w2_calls() - sw0);
 }
 
 /* moe_route_buf and moe_experts through the op table: the grouped op on

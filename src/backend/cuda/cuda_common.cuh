@@ -248,6 +248,19 @@ di_status cuda_launch_matvec_mxfp4_grouped_pair(const uint8_t *qa, const float *
                                                 const int32_t *off, int32_t ngroups, const int32_t *rows,
                                                 int32_t max_rows, void *out, void *out_b, int out_bf16,
                                                 cudaStream_t stream, di_err *err);
+/* The MoE's down product on its SwiGLU input (cuda_launch_fp4_dec_swiglu,
+ * cuda_fp4_dec.h): launched, *done = 1, where cuda_launch_matvec_mxfp4_grouped
+ * would run the decode form's tensor-core kernel on the quantized SwiGLU
+ * (its bits, one launch fewer) and the pair before it (pair_k inputs) was
+ * one wave (cuda_fp4_dec_swiglu_pays); else *done = 0 and nothing
+ * launched. The kernel choice reads the alignment of g where the separate
+ * launches read their quantized buffer's: both are scratch parts,
+ * 256-byte aligned. */
+di_status cuda_launch_matvec_mxfp4_grouped_swiglu(const float *g, const float *u, const float *pw, int in_bf16,
+                                                  float limit, int64_t pair_k, int64_t k, const uint8_t *w,
+                                                  const uint8_t *ws, int64_t n, const int32_t *ids, const int32_t *off,
+                                                  int32_t ngroups, const int32_t *rows, int32_t max_rows, void *out,
+                                                  int out_bf16, cudaStream_t stream, int *done, di_err *err);
 di_status cuda_launch_gemm_fp8_tiled(const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                                      const uint8_t *w, const uint8_t *ws, int64_t n, void *out,
                                      int out_bf16, cudaStream_t stream, di_err *err);

@@ -39,8 +39,10 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "backend/cuda/cuda_act_quant.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fp4_dec.h"
+#include "backend/cuda/cuda_ops_common.cuh"
 
 enum {
     FD_THREADS = 256,
@@ -361,14 +363,26 @@ struct fm_grid {
     int bp, base, ex, pieces, halves;          /* bp > 0 */
 };
 
-template <bool A8, int F>
+/* The SwiGLU input of a down product (k_fp4_mma's SW form): the pair's
+ * outputs g and u [pairs, k] (f32), the routing weights pw [pairs], and
+ * moe_swiglu_val's rounding and limit. */
+struct fm_swiglu {
+    const float *g, *u, *pw;
+    int in_bf16;
+    float limit;
+};
+
+/* SW: the activations are the MoE's SwiGLU of the pair's outputs, formed
+ * and quantized in the token tile's fill rather than read as codes (the
+ * down product's input; see cuda_launch_fp4_dec_swiglu). */
+template <bool A8, int F, bool SW = false>
 __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
     k_fp4_mma(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int64_t m, int64_t k,
               const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws, int64_t n,
               const int32_t *__restrict__ ids, const int32_t *__restrict__ off,
               const int32_t *__restrict__ rows, int tr, int cb, int kc, fm_grid gr, int st, void *__restrict__ out,
               int out_mode, const uint8_t *__restrict__ w_b, const uint8_t *__restrict__ ws_b,
-              void *__restrict__ out_b) {
+              void *__restrict__ out_b, fm_swiglu sw) {
     extern __shared__ uint4 fm_raw[];
     /* this block's piece (product of a pair, group) and row tiles; a pair
      * launch's second product has the same activations, routing and shape */
@@ -510,19 +524,53 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
         }
         for (int q = 0; q < tn; q++) {
             const int64_t arow = rows ? rows[base + t0 + q] : t0 + q;
-            const uint2 *src = (const uint2 *)(qa + arow * k);
             uint4 *dst = xs + (size_t)q * xstride;
-            for (int j = tid; j < kbn * 4; j += FM_THREADS) {
-                const uint2 v = __ldg(src + j); /* elements 8j .. 8j + 7 */
+            auto put = [&](int j, uint2 v) { /* elements 8j .. 8j + 7 as codes, byte 0 first */
                 const uint32_t ev = __byte_perm(v.x, v.y, 0x6420), od = __byte_perm(v.x, v.y, 0x7531);
                 if (A8)
                     ((uint2 *)dst)[j] = make_uint2(ev, od);
                 else
                     dst[j] = make_uint4(fm_h2x64(ev), fm_h2x64(ev >> 16), fm_h2x64(od), fm_h2x64(od >> 16));
+            };
+            if (SW) {
+                /* pair row arow's SwiGLU, quantized per 32 as k_moe_swiglu_quant
+                 * does it (the same functions: the same values, codes and
+                 * scales): four threads a block, whole warps a round (k % 256
+                 * == 0), as aq_quant8's shuffles need */
+                const float *gp = sw.g + arow * k, *up = sw.u + arow * k;
+                const float pwv = sw.pw[arow];
+                /* two rounds' loads issued before either's arithmetic (w2's
+                 * k = 2,304 is 288 items: one pass of the loop, one wait) */
+                for (int j0 = tid; j0 < kbn * 4; j0 += 2 * FM_THREADS) {
+                    const int j1 = j0 + FM_THREADS;
+                    const bool two = j1 < kbn * 4; /* alike in a warp */
+                    float v[2][8], uv[2][8];
+                    aq_load8(gp + 8 * j0, v[0]);
+                    aq_load8(up + 8 * j0, uv[0]);
+                    if (two) {
+                        aq_load8(gp + 8 * j1, v[1]);
+                        aq_load8(up + 8 * j1, uv[1]);
+                    }
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        if (h && !two) break;
+                        const int j = h ? j1 : j0;
+#pragma unroll
+                        for (int i = 0; i < 8; i++)
+                            v[h][i] = moe_swiglu_val(v[h][i], uv[h][i], pwv, sw.in_bf16, sw.limit);
+                        uint2 cv;
+                        const float s = aq_quant8(v[h], &cv);
+                        put(j, cv);
+                        if ((j & 3) == 0) sas[q * kbn + (j >> 2)] = A8 ? s * 64.f : s;
+                    }
+                }
+            } else {
+                const uint2 *src = (const uint2 *)(qa + arow * k);
+                for (int j = tid; j < kbn * 4; j += FM_THREADS) put(j, __ldg(src + j));
+                /* A8: times 64 (exact; an activation scale is at most FLT_MAX / 448) */
+                const float *ss = sa + arow * kbn;
+                for (int j = tid; j < kbn; j += FM_THREADS) sas[q * kbn + j] = A8 ? __ldg(ss + j) * 64.f : __ldg(ss + j);
             }
-            /* A8: times 64 (exact; an activation scale is at most FLT_MAX / 448) */
-            const float *ss = sa + arow * kbn;
-            for (int j = tid; j < kbn; j += FM_THREADS) sas[q * kbn + j] = A8 ? __ldg(ss + j) * 64.f : __ldg(ss + j);
         }
         __syncthreads();
 
@@ -800,24 +848,41 @@ int cuda_fp4_dec_applies(const uint8_t *qa, const uint8_t *w, const uint8_t *ws,
     return fd_smem(2, k) <= FD_SMEM_MAX;
 }
 
+/* Row tiles of a product of n rows (FM_WARPS / kc tiles of 16 side by side
+ * a block), block places of the device, and the waves of blocks a launch
+ * of pieces x tiles takes (fm_go). */
+static int64_t fm_tiles(int64_t kbn, int64_t n) {
+    const int cb = fm_cb(kbn), kc = (int)((kbn + cb - 1) / cb), rtn = FM_WARPS / kc;
+    return (n + 16 * rtn - 1) / (16 * rtn);
+}
+static int64_t fm_places(void) {
+    return (int64_t)FM_BLOCKS_SM * (fm_places_forced ? fm_places_forced : cuda_sm_count());
+}
+static int64_t fm_waves(int64_t tiles, int64_t pieces) {
+    const int64_t places = fm_places();
+    return (tiles * pieces + places * FM_NT_MAX - 1) / (places * FM_NT_MAX);
+}
+
 /* One launch of the tensor-core kernel; w_b != NULL adds the pair's second
  * product (blocks bx .. 2 bx - 1). */
 static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t m, int64_t k,
                          const uint8_t *w, const uint8_t *ws, int64_t n, const int32_t *ids,
                          const int32_t *off, int groups, const int32_t *rows, void *out, int out_mode,
-                         const uint8_t *w_b, const uint8_t *ws_b, void *out_b, cudaStream_t stream) {
+                         const uint8_t *w_b, const uint8_t *ws_b, void *out_b, cudaStream_t stream,
+                         const fm_swiglu *sw = NULL) {
     const int64_t kbn = k / 32;
     const int cb = fm_cb(kbn), kc = (int)((kbn + cb - 1) / cb), rtn = FM_WARPS / kc;
     int tr = pl.tr, st = pl.st;
     while (st > 2 && fm_smem(tr, kbn, pl.a8, st) > FD_SMEM_MAX) st--;
     while (tr > 1 && fm_smem(tr, kbn, pl.a8, st) > FD_SMEM_MAX) tr--;
     const size_t smem = fm_smem(tr, kbn, pl.a8, st);
-    /* the two forms, then the f16 form's measuring aids */
+    /* the two forms, the f16 form's measuring aids, the two forms on a
+     * SwiGLU input */
     decltype(&k_fp4_mma<false, 0>) const kerns[] = {
-        k_fp4_mma<false, 0>, k_fp4_mma<true, 0>, k_fp4_mma<false, 1>, k_fp4_mma<false, 2>, k_fp4_mma<false, 3>,
-        k_fp4_mma<false, 4>};
+        k_fp4_mma<false, 0>, k_fp4_mma<true, 0>,       k_fp4_mma<false, 1>,      k_fp4_mma<false, 2>,
+        k_fp4_mma<false, 3>, k_fp4_mma<false, 4>,      k_fp4_mma<false, 0, true>, k_fp4_mma<true, 0, true>};
     static size_t attr[sizeof kerns / sizeof *kerns]; /* the shared memory each is allowed so far */
-    const int ki = fm_aid ? (fm_aid & FM_F_NOMATH ? 5 : fm_aid + 1) : (int)pl.a8;
+    const int ki = sw ? 6 + (int)pl.a8 : fm_aid ? (fm_aid & FM_F_NOMATH ? 5 : fm_aid + 1) : (int)pl.a8;
     auto kern = kerns[ki];
     if (smem > 48 * 1024 && smem > attr[ki]) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -842,10 +907,10 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
      * time is its chain of tiles. Which block computes a tile does not
      * change its bits. */
     const int halves = w_b ? 2 : 1;
-    const int64_t tiles = (n + 16 * rtn - 1) / (16 * rtn);
-    const int64_t places = (int64_t)FM_BLOCKS_SM * (fm_places_forced ? fm_places_forced : cuda_sm_count());
+    const int64_t tiles = fm_tiles(kbn, n);
+    const int64_t places = fm_places();
     const int64_t pieces = (int64_t)groups * halves;
-    const int64_t waves = (tiles * pieces + places * FM_NT_MAX - 1) / (places * FM_NT_MAX);
+    const int64_t waves = fm_waves(tiles, pieces);
     fm_grid gr = {0, 0, 0, 0, 0, (int)pieces, halves};
     dim3 grid;
     if (fm_bal && !fm_nt_forced && waves > 1) {
@@ -866,8 +931,9 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
         gr.nt = (int)nt;
         grid = dim3((unsigned)(bx * halves), (unsigned)groups);
     }
+    const fm_swiglu swv = sw ? *sw : fm_swiglu{NULL, NULL, NULL, 0, 0.f};
     cuda_launch_pdl(kern, grid, dim3(FM_THREADS), smem, stream, qa, sa, m, k, w, ws, n, ids, off, rows, tr, cb, kc,
-                    gr, st, out, out_mode, w_b, ws_b, out_b);
+                    gr, st, out, out_mode, w_b, ws_b, out_b, swv);
     return cudaGetLastError();
 }
 
@@ -920,4 +986,28 @@ di_status cuda_launch_fp4_dec_pair(const uint8_t *qa, const float *sa, int64_t k
     return cuda_check(fm_go(fm_slots(k / 32, 0, max_rows, 1), qa, sa, 0, k, w, ws, n, ids, off, ngroups, rows, out,
                             out_mode, w_b, ws_b, out_b, stream),
                       err, "gemm_mxfp4 pair (decode form)");
+}
+
+int cuda_fp4_dec_swiglu_pays(int64_t pair_k, int64_t k, int32_t ngroups) {
+    return pair_k % 32 == 0 && pair_k > 0 && ngroups > 0 && fm_waves(fm_tiles(pair_k / 32, k), 2 * (int64_t)ngroups) == 1;
+}
+
+di_status cuda_launch_fp4_dec_swiglu(const float *g, const float *u, const float *pw, int in_bf16, float limit,
+                                     int64_t k, const uint8_t *w, const uint8_t *ws, int64_t n, const int32_t *ids,
+                                     const int32_t *off, int32_t ngroups, const int32_t *rows, int32_t max_rows,
+                                     void *out, int out_mode, cudaStream_t stream, di_err *err) {
+    if (!(ids && g && u && pw && (uintptr_t)g % 16 == 0 && (uintptr_t)u % 16 == 0 &&
+          cuda_fp4_dec_applies((const uint8_t *)g, w, ws, k) == 2))
+        return di_err_set(err, DI_ERR_UNSUPPORTED,
+                          "gemm_mxfp4 on SwiGLU (decode form): needs the tensor-core kernel (k = %lld a multiple "
+                          "of 256, aligned operands) and routing arrays",
+                          (long long)k);
+    if (ngroups <= 0 || n <= 0) return DI_OK;
+    if (ngroups > 65535)
+        return di_err_set(err, DI_ERR_LIMIT, "gemm_mxfp4 on SwiGLU (decode form): %d groups (at most 65535)",
+                          (int)ngroups);
+    const fm_swiglu sw = {g, u, pw, in_bf16, limit};
+    return cuda_check(fm_go(fm_slots(k / 32, 0, max_rows, 1), NULL, NULL, 0, k, w, ws, n, ids, off, ngroups, rows, out,
+                            out_mode, NULL, NULL, NULL, stream, &sw),
+                      err, "gemm_mxfp4 on SwiGLU (decode form)");
 }

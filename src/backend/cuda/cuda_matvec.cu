@@ -1561,6 +1561,24 @@ di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, i
     return cuda_check(e, err, "gemm_mxfp4_grouped launch");
 }
 
+di_status cuda_launch_matvec_mxfp4_grouped_swiglu(const float *g, const float *u, const float *pw, int in_bf16,
+                                                  float limit, int64_t pair_k, int64_t k, const uint8_t *w,
+                                                  const uint8_t *ws, int64_t n, const int32_t *ids, const int32_t *off,
+                                                  int32_t ngroups, const int32_t *rows, int32_t max_rows, void *out,
+                                                  int out_bf16, cudaStream_t stream, int *done, di_err *err) {
+    *done = 0;
+    const uint8_t *qa = (const uint8_t *)g; /* for the choice: alignment only */
+    if (!(ngroups > 0 && ngroups <= 65535 && max_rows > 0 && n > 0 && fast_ok(qa, w, k) &&
+          cuda_fp4_dec_swiglu_pays(pair_k, k, ngroups) &&
+          !grouped_takes_tiled(qa, max_rows, ngroups) && cuda_fp4_dec_applies(qa, w, ws, k) == 2 &&
+          fp4_dec_takes(max_rows, 2)))
+        return DI_OK;
+    di_status st = cuda_launch_fp4_dec_swiglu(g, u, pw, in_bf16, limit, k, w, ws, n, ids, off, ngroups, rows,
+                                              max_rows, out, out_bf16, stream, err);
+    if (!st) *done = 1;
+    return st;
+}
+
 di_status cuda_launch_matvec_mxfp4_grouped_pair(const uint8_t *qa, const float *sa, int64_t k,
                                                 const uint8_t *w, const uint8_t *ws, const uint8_t *w_b,
                                                 const uint8_t *ws_b, int64_t n, const int32_t *ids,

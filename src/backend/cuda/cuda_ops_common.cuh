@@ -27,6 +27,25 @@ __device__ __forceinline__ float vec_at(const void *p, int bf16, int64_t i) {
 
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / ADD(1.0f, expf(-x)); }
 
+/* The backend's swiglu (k_swiglu) on the grouped MoE products (k_moe_swiglu,
+ * k_moe_swiglu_quant, and the MXFP4 decode kernel's SwiGLU input), with the
+ * matmul's bf16 output rounding of g and u done here (the plain matmul
+ * rounds its fp32 output in place, k_scale_bf16 with c = 1); pairs past
+ * the planned count are left alone. */
+__device__ __forceinline__ float moe_swiglu_val(float gv, float uv, float pwv, int in_bf16, float limit) {
+    if (in_bf16) {
+        gv = round_bf16(gv);
+        uv = round_bf16(uv);
+    }
+    if (limit > 0.f) {
+        uv = fminf(fmaxf(uv, -limit), limit);
+        gv = fminf(gv, limit);
+    }
+    float v = MUL(MUL(gv, sigmoid_f(gv)), uv);
+    v = MUL(pwv, v);
+    return round_bf16(v);
+}
+
 /* E4M3 code -> value (exact); 0x7F / 0xFF are NaN. */
 __device__ __forceinline__ float e4m3_val(uint32_t b) {
     uint32_t e = (b >> 3) & 15u, mt = b & 7u;

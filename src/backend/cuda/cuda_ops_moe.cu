@@ -441,24 +441,6 @@ __global__ void __launch_bounds__(PLAN_THREADS)
     aq_store8(v, live, tid, qa, sa);
 }
 
-/* The backend's swiglu (k_swiglu) on the grouped products, with the
- * matmul's bf16 output rounding of g and u done here (the plain matmul
- * rounds its fp32 output in place, k_scale_bf16 with c = 1); pairs past
- * the planned count are left alone. */
-__device__ __forceinline__ float moe_swiglu_val(float gv, float uv, float pwv, int in_bf16, float limit) {
-    if (in_bf16) {
-        gv = round_bf16(gv);
-        uv = round_bf16(uv);
-    }
-    if (limit > 0.f) {
-        uv = fminf(fmaxf(uv, -limit), limit);
-        gv = fminf(gv, limit);
-    }
-    float v = MUL(MUL(gv, sigmoid_f(gv)), uv);
-    v = MUL(pwv, v);
-    return round_bf16(v);
-}
-
 __global__ void k_moe_swiglu(float *g, const float *u, const float *pw, const int32_t *total,
                              int64_t I, int in_bf16, float limit) {
     pdl_enter();
@@ -497,6 +479,9 @@ __global__ void k_moe_swiglu_quant(const float *g, const float *u, const float *
 static int moe_fused = 1;
 
 extern "C" void cuda_moe_set_fused(int on) { moe_fused = on != 0; }
+
+static long moe_swiglu_w2; /* calls whose w2 formed its own input (tests) */
+extern "C" long cuda_moe_swiglu_w2_calls(void) { return __atomic_load_n(&moe_swiglu_w2, __ATOMIC_RELAXED); }
 
 enum { COMBINE_THREADS = 256, COMBINE_BATCH = 8 };
 
@@ -604,19 +589,29 @@ extern "C" di_status cuda_op_moe_experts(const cuda_moe_weights *W, const float 
                                              (int32_t)m, s.u, F32, stream, err)))
             return di_err_prefix(err, "moe_experts w3: ");
     }
-    if (fuse) {
+    /* the fused form's down product forms its own input where its decode
+     * form runs behind a pair of one wave (no quantization launch, the
+     * same bits) */
+    static int sw2_env = -1; /* DI_CUDA_MOE_SW2=0: the quantization's own launch (measuring aid) */
+    int w2_done = 0;
+    if (fuse && cuda_env_switch("DI_CUDA_MOE_SW2", &sw2_env) && (rc = cuda_launch_matvec_mxfp4_grouped_swiglu(s.g, s.u, s.pw, out_bf16, limit, D, I, W->w2, W->s2, D,
+                                                             s.ids, s.off, (int32_t)G, s.iota, (int32_t)m, s.y, 0,
+                                                             st, &w2_done, err)))
+        return di_err_prefix(err, "moe_experts w2 on SwiGLU: ");
+    if (w2_done) __atomic_fetch_add(&moe_swiglu_w2, 1, __ATOMIC_RELAXED);
+    if (fuse && !w2_done) {
         const int64_t nqb = P * (I / 32), nb = (nqb * 4 + 255) / 256;
         if (nb > 0x7fffffffLL) return di_err_set(err, DI_ERR_LIMIT, "moe_experts: %lld routed rows", (long long)P);
         cuda_launch_pdl(k_moe_swiglu_quant, (unsigned)nb, 256, 0, st, s.g, s.u, s.pw, s.off + G, I, out_bf16, limit,
                         nqb, s.qh, s.sh);
         if ((rc = cuda_check_launch(err, "moe_experts: swiglu and quantization"))) return rc;
-    } else {
+    } else if (!fuse) {
         cuda_launch_pdl(k_moe_swiglu, grid_for(P * I), 256, 0, st, s.g, s.u, s.pw, s.off + G, I, out_bf16, limit);
         if ((rc = cuda_check_launch(err, "moe_experts: swiglu"))) return rc;
         if ((rc = di_cuda_act_quant_fp8(s.g, F32, P, I, s.qh, s.sh, stream, err))) return rc;
     }
-    if ((rc = di_cuda_gemm_mxfp4_grouped(s.qh, s.sh, I, W->w2, W->s2, D, s.ids, s.off,
-                                         (int32_t)G, s.iota, (int32_t)m, s.y, F32, stream, err)))
+    if (!w2_done && (rc = di_cuda_gemm_mxfp4_grouped(s.qh, s.sh, I, W->w2, W->s2, D, s.ids, s.off, (int32_t)G,
+                                                     s.iota, (int32_t)m, s.y, F32, stream, err)))
         return di_err_prefix(err, "moe_experts w2: ");
     const int64_t cb = (D + COMBINE_THREADS - 1) / COMBINE_THREADS;
     cuda_launch_pdl(k_moe_combine, dim3((unsigned)m, (unsigned)(cb < 65535 ? cb : 65535)), COMBINE_THREADS, 0, st, s.y, idx, s.slot, k, D, out_bf16, out);

@@ -62,7 +62,9 @@ size_t cuda_moe_experts_scratch(int64_t m, int k, int n_experts, int64_t dim, in
  * groups) with the FP8 quantization of x in the same launch, the grouped
  * w1 and w3 products (min(E, m·k) groups of at most m rows), SwiGLU with
  * the pair weights and the quantization of its output in one launch, the
- * grouped w2 product, and the combine (per row, its pairs in ascending
+ * grouped w2 product (where w2 runs on the decode form's tensor-core
+ * kernel, that kernel forms and quantizes its SwiGLU input itself: one
+ * launch fewer, the same bits), and the combine (per row, its pairs in ascending
  * expert id). Each product row equals the
  * plain di_cuda_gemm_mxfp4 row and SwiGLU is the backend's swiglu op
  * spelled the same way, so the result equals the CUDA backend's own
@@ -76,6 +78,9 @@ di_status cuda_op_moe_experts(const cuda_moe_weights *W, const float *x, int64_t
  * SwiGLU and the quantization of its output one by one instead of as two
  * fused launches (the same bits; a measuring and test aid, default 1). */
 void cuda_moe_set_fused(int on);
+/* Calls of cuda_op_moe_experts whose w2 formed its own SwiGLU input (for
+ * tests; 0 without CUDA). */
+long cuda_moe_swiglu_w2_calls(void);
 
 #ifdef __cplusplus
 }

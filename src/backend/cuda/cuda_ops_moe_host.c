@@ -34,6 +34,8 @@ di_status cuda_op_moe_route(const float *logits, const float *bias, int64_t m, i
 
 void cuda_moe_set_fused(int on) { (void)on; }
 
+long cuda_moe_swiglu_w2_calls(void) { return 0; }
+
 size_t cuda_moe_experts_scratch(int64_t m, int k, int n_experts, int64_t dim, int64_t inter) {
     return 0;
 }
