@@ -1285,6 +1285,19 @@ static void test_moe_experts_device(void) {
         float *sep = dev_down(dsep, (size_t)(m * D) * 4);
         CHECKF(st == DI_OK && same_bits(got, sep, m * D),
                "moe_experts m %lld: fused and separate launches differ", (long long)m);
+        /* and with f32 terms (out_bf16 = 0: SwiGLU's inputs and the combine's terms not rounded to bf16) */
+        float *df0 = dev_poison((size_t)(m * D) * 4);
+        if (!st) st = cuda_op_moe_experts(&W, dx, m, didx, dw, k, 0, limit, scr, sbytes, df0, NULL, &err);
+        cuda_moe_set_fused(0);
+        if (!st) st = cuda_op_moe_experts(&W, dx, m, didx, dw, k, 0, limit, scr, sbytes, dsep, NULL, &err);
+        cuda_moe_set_fused(1);
+        float *f0 = dev_down(df0, (size_t)(m * D) * 4), *s0 = dev_down(dsep, (size_t)(m * D) * 4);
+        CHECKF(st == DI_OK && same_bits(f0, s0, m * D) && !same_bits(f0, got, m * D),
+               "moe_experts m %lld, f32 terms: fused and separate launches differ (or equal the bf16 ones)",
+               (long long)m);
+        dev_free(df0);
+        free(f0);
+        free(s0);
         dev_free(dsep);
         free(sep);
         /* the backend's loop on the device */
