@@ -88,7 +88,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_fp4_rows: --rounds >= 1, --k a multiple of 64 and --n >= %d\n", HOT_ROWS);
         return 2;
     }
-    printf("# MXFP4 decode rows, one activation row, one thread: GB/s byte form (vpermb where VBMI) / byte form on vpshufb / 16-bit sums (speed ratios of the byte forms to the 16-bit sums), best of %d alternations\n",
+    printf("# MXFP4 decode rows, one activation row, one thread: GB/s byte form (vpermb where VBMI) / byte form on\n"
+           "# vpshufb / 16-bit sums (speed ratios of the byte forms to the 16-bit sums), best of %d alternations\n",
            rounds);
     if (k) {
         shape(k, n, rounds);

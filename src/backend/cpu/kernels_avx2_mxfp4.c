@@ -889,6 +889,7 @@ static int act16_make(const uint8_t *qa, const float *sa, int64_t M, int64_t K, 
     a->eaw = aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a->chunks * 8));
     /* the byte form where a call runs dec8_1b: one row, VNNI */
     const int bytes = M == 1 && di_cpu_kernels_vnni() && !atomic_load(&dec8_1b_forced_off);
+    a->vbmi = 0;
     a->bytes = bytes ? aligned_alloc(32, (size_t)(M * a->chunks * 128)) : NULL;
     a->corr = bytes ? aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a->chunks * 8)) : NULL;
     if (!a->big || !a->small || !a->has_small || !a->eaw || (bytes && (!a->bytes || !a->corr))) return 0;

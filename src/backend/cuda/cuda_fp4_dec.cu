@@ -871,7 +871,7 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
                          const uint8_t *w_b, const uint8_t *ws_b, void *out_b, cudaStream_t stream,
                          const fm_swiglu *sw = NULL) {
     const int64_t kbn = k / 32;
-    const int cb = fm_cb(kbn), kc = (int)((kbn + cb - 1) / cb), rtn = FM_WARPS / kc;
+    const int cb = fm_cb(kbn), kc = (int)((kbn + cb - 1) / cb);
     int tr = pl.tr, st = pl.st;
     while (st > 2 && fm_smem(tr, kbn, pl.a8, st) > FD_SMEM_MAX) st--;
     while (tr > 1 && fm_smem(tr, kbn, pl.a8, st) > FD_SMEM_MAX) tr--;
@@ -989,7 +989,8 @@ di_status cuda_launch_fp4_dec_pair(const uint8_t *qa, const float *sa, int64_t k
 }
 
 int cuda_fp4_dec_swiglu_pays(int64_t pair_k, int64_t k, int32_t ngroups) {
-    return pair_k % 32 == 0 && pair_k > 0 && ngroups > 0 && fm_waves(fm_tiles(pair_k / 32, k), 2 * (int64_t)ngroups) == 1;
+    return pair_k % 32 == 0 && pair_k > 0 && ngroups > 0 &&
+           fm_waves(fm_tiles(pair_k / 32, k), 2 * (int64_t)ngroups) == 1;
 }
 
 di_status cuda_launch_fp4_dec_swiglu(const float *g, const float *u, const float *pw, int in_bf16, float limit,
