@@ -1,7 +1,7 @@
 """`deepinfer info`: the backends compiled in, the CPU's vector units and the
 kernels the CPU backend runs on them; DI_CPU_AVX512=0 keeps a CPU with
 AVX-512 on the 256-bit kernels, DI_CPU_VNNI=0 one with AVX-512 VNNI off
-its VNNI sums."""
+its VNNI sums, DI_CPU_VBMI=0 one with AVX-512 VBMI off vpermb in them."""
 import os
 import re
 
@@ -16,13 +16,13 @@ def _cpu_line(env=None):
     lines = [l for l in p.stdout.splitlines() if l.startswith("cpu:")]
     assert len(lines) == 1, p.stdout
     m = re.match(r"cpu: avx2 (yes|no), fma (yes|no), avx512 (yes|no) "
-                 r"\(kernels: (avx2|scalar)(, 512-bit vectors)?(, VNNI)?\)$", lines[0])
+                 r"\(kernels: (avx2|scalar)(, 512-bit vectors)?(, VNNI)?(, VBMI)?\)$", lines[0])
     assert m, lines[0]
     return m
 
 
 def _default_env():
-    return {k: v for k, v in os.environ.items() if k not in ("DI_CPU_AVX512", "DI_CPU_VNNI")}
+    return {k: v for k, v in os.environ.items() if k not in ("DI_CPU_AVX512", "DI_CPU_VNNI", "DI_CPU_VBMI")}
 
 
 def _cpu_flags():
@@ -41,6 +41,9 @@ def test_info_names_the_kernels():
     assert (wide is not None) == (avx2 == "yes" and avx512 == "yes")
     # VNNI sums exactly where those run and the CPU has AVX-512 VNNI
     assert (m.group(6) is not None) == (wide is not None and "avx512_vnni" in _cpu_flags())
+    # vpermb in them exactly where they run and the CPU has AVX-512 VBMI
+    # (Linux names the flag without an underscore)
+    assert (m.group(7) is not None) == (m.group(6) is not None and "avx512vbmi" in _cpu_flags())
 
 
 def test_avx512_switch_off():
@@ -57,3 +60,12 @@ def test_vnni_switch_off():
         pytest.skip("this CPU runs no VNNI sums: nothing to switch off")
     off = _cpu_line(env=dict(_default_env(), DI_CPU_VNNI="0"))
     assert off.group(5) is not None and off.group(6) is None
+    assert off.group(7) is None
+
+
+def test_vbmi_switch_off():
+    m = _cpu_line(env=_default_env())
+    if not m.group(7):
+        pytest.skip("this CPU's VNNI sums take no vpermb: nothing to switch off")
+    off = _cpu_line(env=dict(_default_env(), DI_CPU_VBMI="0"))
+    assert off.group(6) is not None and off.group(7) is None
