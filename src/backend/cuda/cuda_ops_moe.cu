@@ -594,9 +594,10 @@ extern "C" di_status cuda_op_moe_experts(const cuda_moe_weights *W, const float 
      * same bits) */
     static int sw2_env = -1; /* DI_CUDA_MOE_SW2=0: the quantization's own launch (measuring aid) */
     int w2_done = 0;
-    if (fuse && cuda_env_switch("DI_CUDA_MOE_SW2", &sw2_env) && (rc = cuda_launch_matvec_mxfp4_grouped_swiglu(s.g, s.u, s.pw, out_bf16, limit, D, I, W->w2, W->s2, D,
-                                                             s.ids, s.off, (int32_t)G, s.iota, (int32_t)m, s.y, 0,
-                                                             st, &w2_done, err)))
+    if (fuse && cuda_env_switch("DI_CUDA_MOE_SW2", &sw2_env) &&
+        (rc = cuda_launch_matvec_mxfp4_grouped_swiglu(s.g, s.u, s.pw, out_bf16, limit, D, I, W->w2, W->s2, D, s.ids,
+                                                      s.off, (int32_t)G, s.iota, (int32_t)m, s.y, 0, st, &w2_done,
+                                                      err)))
         return di_err_prefix(err, "moe_experts w2 on SwiGLU: ");
     if (w2_done) __atomic_fetch_add(&moe_swiglu_w2, 1, __ATOMIC_RELAXED);
     if (fuse && !w2_done) {

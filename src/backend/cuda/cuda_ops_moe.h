@@ -63,9 +63,9 @@ size_t cuda_moe_experts_scratch(int64_t m, int k, int n_experts, int64_t dim, in
  * w1 and w3 products (min(E, m·k) groups of at most m rows), SwiGLU with
  * the pair weights and the quantization of its output in one launch, the
  * grouped w2 product (where w2 runs on the decode form's tensor-core
- * kernel, that kernel forms and quantizes its SwiGLU input itself: one
- * launch fewer, the same bits), and the combine (per row, its pairs in ascending
- * expert id). Each product row equals the
+ * kernel behind a pair of one wave, that kernel forms and quantizes its
+ * SwiGLU input itself: one launch fewer, the same bits), and the combine
+ * (per row, its pairs in ascending expert id). Each product row equals the
  * plain di_cuda_gemm_mxfp4 row and SwiGLU is the backend's swiglu op
  * spelled the same way, so the result equals the CUDA backend's own
  * per-expert loop bit for bit. Needs k % 32 == 0 for D and I; e <= 1024. */
