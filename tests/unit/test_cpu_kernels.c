@@ -339,13 +339,13 @@ static void test_gemm_f32(void) { check_format(FMT_F32); }
  * forms (dot products below 32 rows, lane by lane from 32): lanes of several
  * runs of the lane-by-lane kernel (K = 4160: 3 runs of 176 and 168 steps;
  * K = 8192: 4 of 256), rows past a pass of activation rows (M = 1040, with
- * a last panel of 2 rows) and weight rows past a column block (N = 300), a
+ * a last panel of 2 rows) and weight rows past a column block (N = 600), a
  * single output column, an M just past the decode rows. The AVX2 path must
  * give the scalar bits, and the scalar path stay within the rounding
  * bound. */
 static void test_gemm_fp8_prefill_shapes(void) {
     static const int64_t shapes[][3] = {{23, 4160, 37}, {40, 4160, 37}, {1040, 64, 19}, {17, 32, 1},
-                                        {30, 8192, 16}, {33, 8192, 16}, {35, 96, 300}};
+                                        {30, 8192, 16}, {33, 8192, 16}, {35, 96, 600}};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         check_shape(FMT_FP8, shapes[i][0], shapes[i][1], shapes[i][2]);
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C: only the scalar path checked");
@@ -358,13 +358,13 @@ static void test_gemm_fp8_prefill_shapes(void) {
  * panel, one and two panels a unit (the 3-thread pool gets two where 300
  * rows give 10 panels or more), rows up to the 96 of one row block. Past
  * 96 rows, the passes of decoding and units: several runs and column
- * blocks (200 × 4160 × 300), two passes of rows (1,040), one row past a
- * row block (97). On 3 and 12 threads the AVX2 path must give the scalar
- * bits. */
+ * blocks (200 × 4160 × 300, 200 × 1056 × 600), passes of rows (1,040), one
+ * row past a row block (97). On 3 and 12 threads the AVX2 path must give
+ * the scalar bits. */
 static void test_gemm_fp8_prefill_threads(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
     static const int64_t shapes[][3] = {{40, 4160, 37}, {35, 96, 300}, {90, 8192, 70}, {96, 1056, 333}, {33, 64, 8},
-                                        {200, 4160, 300}, {1040, 64, 19}, {97, 96, 45}};
+                                        {200, 4160, 300}, {200, 1056, 600}, {1040, 64, 19}, {97, 96, 45}};
     static const int sizes[2] = {3, 12};
     di_err err;
     for (int t = 0; t < 2; t++) {

@@ -608,10 +608,16 @@ static int64_t lg_min_m(void) { return di_cpu_kernels_wide() ? DEC_M + 1 : LG_MI
 /* Blocking: LG_NR weight rows a panel (two vectors), LG_MC activation rows
  * a block (its run of one lane, LG_MC × run steps, <= 96 KB, stays in L2
  * while the block meets one panel after another), LG_NC weight rows a
- * column block (its decoded runs, 8 lanes × run × LG_NC floats, <= 2 MB,
+ * column block (its decoded runs, 8 lanes × run × LG_NC floats, <= 4 MB,
  * and the lanes of its outputs live in L3), LG_MO activation rows a pass
- * (its lanes, 8 × LG_MO × LG_NC floats, <= 8.5 MB). */
-enum { LG_NR = 16, LG_MC = 96, LG_NC = 256, LG_MO = 1032 };
+ * (its lanes, 8 × LG_MO × LG_NC floats, <= 8.5 MB). Each (column block,
+ * run) is a decoding pass and a pass of units over the thread pool: column
+ * blocks of 512 rows rather than 256 halve those passes and double the
+ * units a pass; on the 16-core Xeon of docs/gpu-notes.md (run 139) the FP8
+ * products of 512 rows went from 0.73-0.76 to 0.96-1.09 of OpenBLAS on 16
+ * threads, one thread and a Zen 4 core's two the same within their spread
+ * (bench/RESULTS.md). */
+enum { LG_NR = 16, LG_MC = 96, LG_NC = 512, LG_MO = 516 };
 /* With 512-bit vectors a panel is LG_NR_WIDE rows (two zmm: 6 × 32 outputs,
  * 12 FMAs of 16 lanes a step, the same 8 loads; a run's panel, 32 KB at
  * most, still fits the 48 KB L1 of the cores that have them). Each output's
