@@ -1785,15 +1785,16 @@ AVX512_INLINE int f32rows_kernel(const int mr, const uint8_t *w, const uint8_t *
     }
     return 0;
 }
-#define F32ROWS(mr)                                                                                          \
-    static AVX512 int f32rows_##mr(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, \
-                                   float *y, int64_t ldy) {                                                   \
-        return f32rows_kernel(mr, w, ws, K, x, ldx, y, ldy);                                                  \
+/* An instance of a units kernel for mr activation rows (both widths) */
+#define F32ROWS_INST(target, kernel, mr)                                                                     \
+    static target int kernel##_##mr(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx, \
+                                    float *y, int64_t ldy) {                                                 \
+        return kernel##_kernel(mr, w, ws, K, x, ldx, y, ldy);                                                \
     }
-F32ROWS(1)
-F32ROWS(2)
-F32ROWS(3)
-F32ROWS(4)
+F32ROWS_INST(AVX512, f32rows, 1)
+F32ROWS_INST(AVX512, f32rows, 2)
+F32ROWS_INST(AVX512, f32rows, 3)
+F32ROWS_INST(AVX512, f32rows, 4)
 
 /* The same on 256-bit vectors (CPUs without AVX-512): the unit's 32 rows
  * as four groups of 8, each row's line in two loads back to back, a
@@ -1865,13 +1866,8 @@ AVX2_INLINE int f32rows8_kernel(const int mr, const uint8_t *w, const uint8_t *w
         for (int g = 0; g < 4; g++) _mm256_storeu_ps(y + i * ldy + 8 * g, acc[i][g]);
     return 0;
 }
-#define F32ROWS8(mr)                                                                                         \
-    static AVX2 int f32rows8_##mr(const uint8_t *w, const uint8_t *ws, int64_t K, const float *x, int64_t ldx,   \
-                                  float *y, int64_t ldy) {                                                    \
-        return f32rows8_kernel(mr, w, ws, K, x, ldx, y, ldy);                                                 \
-    }
-F32ROWS8(1)
-F32ROWS8(2)
+F32ROWS_INST(AVX2, f32rows8, 1)
+F32ROWS_INST(AVX2, f32rows8, 2)
 
 static atomic_long f32rows_units_run;
 long di_cpu_fp8_f32rows_units(void) { return atomic_load(&f32rows_units_run); }
