@@ -44,13 +44,18 @@ static void run_mix(di_backend *be, int scalar, const float *s, int64_t m, int h
 /* threads of the second backend: 16 puts a row's pieces on threads of
  * their own (cpu_hc_mix's split, however many cores run them) */
 static int mix_threads = 2;
+/* streams of any fp32 values rather than bf16 ones (the model's), whose
+ * squares are exact: the sums of squares then round at every step (a last
+ * bit of the sum rarely reaches the outputs through 1 / sqrt, so this
+ * mostly widens the inputs the chains are compared on) */
+static int mix_full = 0;
 
 static void check_mix(int hc, int64_t d, int64_t m) {
     int nmix = (2 + hc) * hc;
     int64_t n = hc * d;
     float *s = malloc((size_t)(m * n) * sizeof(float)), *fn = malloc((size_t)(nmix * n) * sizeof(float));
     float base[(2 + 16) * 16], scale[3] = {0.5f, 0.75f, 1.25f};
-    for (int64_t i = 0; i < m * n; i++) s[i] = di_round_bf16(4.0f * frand());
+    for (int64_t i = 0; i < m * n; i++) s[i] = mix_full ? 4.0f * frand() : di_round_bf16(4.0f * frand());
     for (int64_t i = 0; i < nmix * n; i++) fn[i] = 0.05f * frand();
     for (int i = 0; i < nmix; i++) base[i] = frand();
     mix_out o[3];
@@ -108,6 +113,10 @@ static void test_hc_mix(void) {
     check_mix(4, 37, 6);   /* k remainder */
     check_mix(3, 24, 5);   /* 15 outputs: a partial vector */
     check_mix(8, 16, 7);   /* 80 outputs: several passes */
+    mix_full = 1;
+    check_mix(4, 37, 6);
+    check_mix(4, 512, 1);
+    mix_full = 0;
     /* rows on 16 threads, large enough to split by outputs (cpu_hc_mix) */
     mix_threads = 16;
     check_mix(4, 4096, 1);

@@ -660,14 +660,15 @@ static void mix_range(void *p, int64_t lo, int64_t hi) {
         int R = hi - i0 < RB ? (int)(hi - i0) : RB;
         const float *u0 = x->s + i0 * n;
         float ss[RB] = {0};
-        for (int64_t k = 0; k < n; k++)
-            for (int r = 0; r < R; r++) ss[r] += u0[r * n + k] * u0[r * n + k];
+        if (!vec) /* the AVX2 projections run these chains beside theirs */
+            for (int64_t k = 0; k < n; k++)
+                for (int r = 0; r < R; r++) ss[r] += u0[r * n + k] * u0[r * n + k];
         for (int r0 = 0; r0 < R; r0 += 4) {
 #if defined(DI_HAVE_AVX2_OPS)
             if (vec) {
                 float tmp[4 * (2 + 16) * 16];
                 int rr = R - r0 < 4 ? R - r0 : 4;
-                di_cpu_hc_project_avx2(u0 + r0 * n, n, rr, n, x->fn, nmix, tmp);
+                di_cpu_hc_project_avx2(u0 + r0 * n, n, rr, n, x->fn, nmix, tmp, ss + r0);
                 for (int r = 0; r < rr; r++) memcpy(mix[r0 + r], tmp + r * nmix, (size_t)nmix * sizeof(float));
                 continue;
             }

@@ -14,9 +14,11 @@
 #define DI_HAVE_AVX2_OPS 1
 /* mix[r, o] = Σ_k u[r, k]·fn[o, k] for rows r < R (R <= 4, row stride ldu)
  * and outputs o < nmix, each a chain acc = acc + u·f (separate multiply and
- * add, fp32) in increasing k from +0. fn is [nmix, n]; mix is [R, nmix]. */
+ * add, fp32) in increasing k from +0. fn is [nmix, n]; mix is [R, nmix].
+ * ss (NULL: not wanted) gets each row's Σ_k u[r, k]·u[r, k], the same kind
+ * of chain. */
 void di_cpu_hc_project_avx2(const float *u, int64_t ldu, int R, int64_t n, const float *fn,
-                            int nmix, float *mix);
+                            int nmix, float *mix, float *ss);
 /* Sinkhorn rounds of R <= 8 comb matrices c [R, hc, hc] (hc <= 16), one
  * per lane: a column normalisation, then iters-1 rounds of row + column
  * normalisation, each sum sequential from +0 and each value divided by
