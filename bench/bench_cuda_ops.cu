@@ -1298,6 +1298,89 @@ static void bench_fp4_a8(void) {
     cuda_matvec_set_fp4_dec(-1);
 }
 
+/* --fp4wg: the tensor-core decode kernel's WG form (wgmma, weights from
+ * registers) against its mma.sync form, alternated three times, on the
+ * w1 + w3 pair and w2 as moe_experts calls them at batch 1, 8, 64 and 256;
+ * then --wgtiled's check */
+extern "C" void cuda_fp4_dec_set_wg(int on); /* cuda_fp4_dec.cu: 1 the WG form, 0 mma.sync, -1 env */
+extern "C" void cuda_matvec_set_grouped_tiled(int on); /* cuda_matvec.cu: 0 never the tiled grouped GEMM */
+static void bench_wg_tiled(void);
+static void bench_fp4_wg(void) {
+    cuda_matvec_set_fp4_dec(1);
+    cuda_fp4_dec_set_mma(1);
+    for (int wg : {0, 1, 0, 1, 0, 1}) {
+        cuda_fp4_dec_set_wg(wg);
+        const char *sfx = wg ? "_mma_wg" : "_mma_sync";
+        for (int b : {1, 8, 64, 256}) {
+            bench_moe_grouped(b, sfx, "w13pair", 2304, 5120, true, true);
+            bench_moe_grouped(b, sfx, "w2", 5120, 2304, true);
+        }
+    }
+    cuda_fp4_dec_set_wg(-1);
+    cuda_fp4_dec_set_mma(-1);
+    cuda_matvec_set_fp4_dec(-1);
+    bench_wg_tiled();
+}
+
+/* --wgtiled: whether the WG decode form and the tiled prefill form
+ * (cuda_gemm_grouped_wg.cu: the same FP8 tensor-core adder a 32-block, the
+ * same ascending promotion, but the block's elements in their own order
+ * there and even-then-odd here) give the same bits: one grouped product of
+ * 48 tokens over 8 experts at the expert shapes, both ways; prints the
+ * outputs that differ (a probe for the batch-invariant mode, which keeps
+ * the prefill on the decode form for its bits) */
+static void bench_wg_tiled(void) {
+    const int E = 8, T = 48, topk = 6;
+    for (int shape = 0; shape < 2; shape++) {
+        const int64_t n = shape ? 5120 : 2304, k = shape ? 2304 : 5120, kbn = k / 32;
+        const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
+        void *w = dalloc(wb * E), *ws = dalloc(sb * E), *qa = dalloc((size_t)(T * k)), *sa = dalloc((size_t)(T * kbn) * 4);
+        rnd(w, wb * E, 500);
+        rnd(ws, sb * E, 501, 2);
+        rnd(qa, (size_t)(T * k), 502, 1);
+        fill_scales<<<256, 256>>>((float *)sa, (size_t)(T * kbn), 503);
+        std::vector<int32_t> ids, off{0}, rows;
+        for (int e = 0; e < E; e++) {
+            ids.push_back(e);
+            for (int t = 0; t < T; t++)
+                if ((t + e) % E < topk) rows.push_back(t);
+            off.push_back((int32_t)rows.size());
+        }
+        const size_t np = rows.size();
+        void *dids = dalloc(ids.size() * 4), *doff = dalloc(off.size() * 4), *drows = dalloc(rows.size() * 4);
+        CK(cudaMemcpy(dids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(doff, off.data(), off.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(drows, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice));
+        void *o1 = dalloc(np * n * 4), *o2 = dalloc(np * n * 4);
+        cuda_fp4_dec_set_wg(1);
+        cuda_matvec_set_fp4_dec(1);
+        DK(di_cuda_gemm_mxfp4_grouped((const uint8_t *)qa, (const float *)sa, k, (const uint8_t *)w,
+                                      (const uint8_t *)ws, n, (const int32_t *)dids, (const int32_t *)doff, E,
+                                      (const int32_t *)drows, T, o1, DI_DTYPE_F32, NULL, err));
+        cuda_matvec_set_fp4_dec(0);
+        cuda_matvec_set_grouped_tiled(1);
+        DK(di_cuda_gemm_mxfp4_grouped((const uint8_t *)qa, (const float *)sa, k, (const uint8_t *)w,
+                                      (const uint8_t *)ws, n, (const int32_t *)dids, (const int32_t *)doff, E,
+                                      (const int32_t *)drows, T, o2, DI_DTYPE_F32, NULL, err));
+        CK(cudaDeviceSynchronize());
+        cuda_matvec_set_fp4_dec(-1);
+        cuda_fp4_dec_set_wg(-1);
+        std::vector<float> h1(np * n), h2(np * n);
+        CK(cudaMemcpy(h1.data(), o1, np * n * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h2.data(), o2, np * n * 4, cudaMemcpyDeviceToHost));
+        size_t differ = 0;
+        double worst = 0;
+        for (size_t i = 0; i < np * n; i++) {
+            if (memcmp(&h1[i], &h2[i], 4)) differ++;
+            const double d = fabs((double)h1[i] - h2[i]) / (fabs((double)h2[i]) + 1e-30);
+            if (d > worst && std::isfinite(d)) worst = d;
+        }
+        printf("RESULT wgtiled_%s_differ %zu of %zu (largest relative difference %.3g)\n", shape ? "w2" : "w1", differ,
+               np * n, worst);
+        for (void *p : {w, ws, qa, sa, dids, doff, drows, o1, o2}) CK(cudaFree(p));
+    }
+}
+
 /* --xskip: the decode form of the bf16-numerics products (k_mm_dec) with x
  * bf16-valued, as the step's inputs are: its second and third terms
  * skipped for the whole phase (1) or loaded and voted on every round (0),
@@ -1460,6 +1543,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--fp4dec")) gemm = matvec = 0, plain = 3; /* bench_fp4_dec only */
         else if (!strcmp(argv[i], "--fp4st")) gemm = matvec = 0, plain = 5; /* bench_fp4_st only */
         else if (!strcmp(argv[i], "--fp4a8")) gemm = matvec = 0, plain = 16; /* bench_fp4_a8 only */
+        else if (!strcmp(argv[i], "--fp4wg")) gemm = matvec = 0, plain = 20; /* bench_fp4_wg only */
+        else if (!strcmp(argv[i], "--wgtiled")) gemm = matvec = 0, plain = 21; /* bench_wg_tiled only */
         else if (!strcmp(argv[i], "--xskip")) gemm = matvec = 0, plain = 17; /* bench_xskip only */
         else if (!strcmp(argv[i], "--x16")) gemm = matvec = 0, plain = 6; /* bench_x16 only */
         else if (!strcmp(argv[i], "--pfshapes")) gemm = matvec = 0, plain = 7; /* bench_pf_shapes only */
@@ -1501,6 +1586,8 @@ int main(int argc, char **argv) {
     if (plain == 4) bench_gg(gg_list);
     if (plain == 5) bench_fp4_st();
     if (plain == 16) bench_fp4_a8();
+    if (plain == 20) bench_fp4_wg();
+    if (plain == 21) bench_wg_tiled();
     if (plain == 17) bench_xskip();
     if (plain == 6) bench_x16();
     if (plain == 7) bench_pf_shapes();

@@ -1291,6 +1291,8 @@ void cuda_matvec_set_fp4_dec(int mode); /* cuda_matvec.cu: MXFP4 decode form 0 n
 void cuda_fp4_dec_set_mma(int on);      /* cuda_fp4_dec.cu: 0 the CUDA-core kernel only, -1 the
                                           * environment's */
 void cuda_fp4_dec_set_places(int sms);  /* cuda_fp4_dec.cu: SMs the tensor-core kernel's blocks plan for, 0 the device's */
+void cuda_fp4_dec_set_wg(int on);       /* cuda_fp4_dec.cu: 1 the tensor-core kernel's WG form (wgmma), 0 its
+                                          * mma.sync form, -1 the environment's */
 #endif
 
 #if defined(DI_HAVE_CUDA)
@@ -1355,7 +1357,10 @@ static void fd_fixture_free(fd_fixture *f) {
  * of 32 products is at most 31 * 32 * 2^-24 max|p|), equal the plain
  * product of that row alone bit for bit (nothing in either kernel depends
  * on the other rows), and bf16 outputs must be that value rounded. The
- * wgmma kernel runs the same rows: within the same bound. */
+ * tensor-core kernel runs in both its forms (mma.sync, and the WG form on
+ * the warpgroup tensor cores: row tiles of 64 a warpgroup, k = 5120 and
+ * 1536 in 2 chunks, 2304 in one; k = 8192 where two blocks' memory fits);
+ * the wgmma kernel runs the same rows: within the same bound. */
 static void test_fp4_dec_form(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
 #if defined(DI_HAVE_CUDA)
@@ -1376,10 +1381,12 @@ static void test_fp4_dec_form(void) {
         uint16_t *ob = malloc((size_t)(np * n) * 2);
         double *ref = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8), *abs_sum = malloc((size_t)n * 8);
         di_err err = {0};
-        static const char *const fname[] = {"wgmma", "CUDA-core decode", "tensor-core decode"};
-        for (int form = 2; form >= 0; form--) {
+        static const char *const fname[] = {"wgmma", "CUDA-core decode", "tensor-core decode",
+                                            "tensor-core decode (WG)"};
+        for (int form = 3; form >= 0; form--) {
             cuda_matvec_set_fp4_dec(form ? 1 : 0);
-            cuda_fp4_dec_set_mma(form == 2);
+            cuda_fp4_dec_set_mma(form >= 2);
+            cuda_fp4_dec_set_wg(form == 3);
             for (int mr = 5; mr >= 1; mr -= 4) {
                 di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
                 if (!st) st = di_cuda_fill(dob.p, 0xff, dob.n, &err);
@@ -1421,7 +1428,7 @@ static void test_fp4_dec_form(void) {
                        fname[form], (long long)n, (long long)k, mr, (long long)differ);
                 CHECKF(bfbad == 0, "mxfp4 %s form n %lld k %lld: %lld bf16 outputs are not the f32 ones rounded",
                        fname[form], (long long)n, (long long)k, (long long)bfbad);
-                if (form == 2 && n >= 2304) { /* blocks dealt for 9 SMs: the same bits */
+                if (form >= 2 && n >= 2304) { /* blocks dealt for 9 SMs: the same bits */
                     cuda_fp4_dec_set_places(9);
                     st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
                     if (!st)
@@ -1442,6 +1449,7 @@ static void test_fp4_dec_form(void) {
         }
         cuda_matvec_set_fp4_dec(-1);
         cuda_fp4_dec_set_mma(-1);
+        cuda_fp4_dec_set_wg(-1);
         dbuf all[] = {dout, dob, d1};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
         fd_fixture_free(&f);
@@ -1480,13 +1488,17 @@ static void test_fp4_dec_pair(void) {
         float *a = malloc((size_t)(np * n) * 4), *b = malloc((size_t)(np * n) * 4),
               *pa = malloc((size_t)(np * n) * 4), *pb = malloc((size_t)(np * n) * 4);
         di_err err = {0};
-        for (int mode = 1; mode >= -1; mode -= 2) {
-            cuda_matvec_set_fp4_dec(mode);
+        for (int mode = 1; mode >= -2; mode--) {
+            /* 1 and 0: the decode form everywhere, its WG form and its
+             * mma.sync form; -1 the default, -2 with the mma.sync form */
+            if (mode == 0 || mode == -2) cuda_fp4_dec_set_wg(0);
+            else cuda_fp4_dec_set_wg(-1);
+            cuda_matvec_set_fp4_dec(mode == 0 ? 1 : mode == -2 ? -1 : mode);
             for (int mr = 5; mr >= 1; mr -= 4)
                 for (int bf = 0; bf < 2; bf++) {
                     const di_dtype dt = bf ? DI_DTYPE_BF16 : DI_DTYPE_F32;
                     const size_t nb = (size_t)(np * n) * (bf ? 2 : 4);
-                    if (mode < 0 && mr == 1) continue; /* the wgmma form needs the true max_rows */
+                    if (mode < 0 && mr == 1) continue; /* the wgmma kernel needs the true max_rows */
                     di_status st = DI_OK;
                     dbuf outs[] = {da, db, dpa, dpb};
                     for (int i = 0; i < 4 && !st; i++) st = di_cuda_fill(outs[i].p, 0xff, outs[i].n, &err);
@@ -1514,6 +1526,7 @@ static void test_fp4_dec_pair(void) {
                 }
         }
         cuda_matvec_set_fp4_dec(-1);
+        cuda_fp4_dec_set_wg(-1);
         dbuf all[] = {dw2, dws2, da, db, dpa, dpb};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
         fd_fixture_free(&f);
@@ -1564,37 +1577,43 @@ static void test_fp4_dec_slots(void) {
         const struct { int tr, a8, max_rows; } vs[] = {{1, 0, 12}, {2, 0, 12}, {4, 0, 12}, {7, 0, 12}, {8, 0, 12},
                                                        {1, 1, 12}, {2, 1, 12}, {4, 1, 12}, {7, 1, 12}, {8, 1, 12},
                                                        {0, -1, 80}, {0, -1, 12}, {0, -1, 240}};
-        for (size_t v = 0; v < sizeof vs / sizeof *vs; v++) {
-            cuda_fp4_dec_set_tr(vs[v].tr);
-            cuda_fp4_dec_set_a8(vs[v].a8);
-            cuda_matvec_set_grouped_tiled(vs[v].max_rows <= 16);
-            di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
-            if (!st)
-                st = di_cuda_gemm_mxfp4_grouped(dqa.p, dsa.p, k, dw.p, dws.p, n, dids.p, doff.p, 4, drows.p,
-                                                vs[v].max_rows, dout.p, DI_DTYPE_F32, NULL, &err);
-            if (!st) st = di_cuda_synchronize(&err);
-            CHECKF(st == DI_OK, "%s", err.msg);
-            dget(v ? out : ref, dout);
-            if (!v) {
-                int64_t bad = 0;
-                for (int p = 0; p < np; p++) {
-                    const int t = rows[p];
-                    ref_gemm(1, qa + (size_t)t * k, sa + (size_t)t * kbn, 1, k, w + (size_t)pexp[p] * wb,
-                             ws + (size_t)pexp[p] * sb, n, ex, bound, abs_sum);
-                    for (int64_t j = 0; j < n; j++)
-                        if (!(fabs(ref[(size_t)p * n + j] - ex[j]) <= bound[j])) bad++;
+        /* the mma.sync form, then the WG form (which has one layout: its
+         * A8 cases run it again) */
+        for (int wg = 0; wg < 2; wg++) {
+            cuda_fp4_dec_set_wg(wg);
+            for (size_t v = 0; v < sizeof vs / sizeof *vs; v++) {
+                cuda_fp4_dec_set_tr(vs[v].tr);
+                cuda_fp4_dec_set_a8(vs[v].a8);
+                cuda_matvec_set_grouped_tiled(vs[v].max_rows <= 16);
+                di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
+                if (!st)
+                    st = di_cuda_gemm_mxfp4_grouped(dqa.p, dsa.p, k, dw.p, dws.p, n, dids.p, doff.p, 4, drows.p,
+                                                    vs[v].max_rows, dout.p, DI_DTYPE_F32, NULL, &err);
+                if (!st) st = di_cuda_synchronize(&err);
+                CHECKF(st == DI_OK, "%s", err.msg);
+                dget(v ? out : ref, dout);
+                if (!v) {
+                    int64_t bad = 0;
+                    for (int p = 0; p < np; p++) {
+                        const int t = rows[p];
+                        ref_gemm(1, qa + (size_t)t * k, sa + (size_t)t * kbn, 1, k, w + (size_t)pexp[p] * wb,
+                                 ws + (size_t)pexp[p] * sb, n, ex, bound, abs_sum);
+                        for (int64_t j = 0; j < n; j++)
+                            if (!(fabs(ref[(size_t)p * n + j] - ex[j]) <= bound[j])) bad++;
+                    }
+                    CHECKF(bad == 0, "mxfp4 slots n %lld k %lld: %lld of %lld outputs off the exact result",
+                           (long long)n, (long long)k, (long long)bad, (long long)(np * n));
+                    continue;
                 }
-                CHECKF(bad == 0, "mxfp4 slots n %lld k %lld: %lld of %lld outputs off the exact result",
-                       (long long)n, (long long)k, (long long)bad, (long long)(np * n));
-                continue;
+                int64_t differ = 0;
+                for (int64_t i = 0; i < np * n; i++) differ += memcmp(&out[i], &ref[i], 4) != 0;
+                CHECKF(differ == 0, "mxfp4 n %lld k %lld, %d slots (0 chosen), %s form%s, max_rows %d: %lld of %lld "
+                       "outputs differ from one slot a tile",
+                       (long long)n, (long long)k, vs[v].tr, vs[v].a8 < 0 ? "chosen" : vs[v].a8 ? "A8" : "f16",
+                       wg ? " (WG)" : "", vs[v].max_rows, (long long)differ, (long long)(np * n));
             }
-            int64_t differ = 0;
-            for (int64_t i = 0; i < np * n; i++) differ += memcmp(&out[i], &ref[i], 4) != 0;
-            CHECKF(differ == 0, "mxfp4 n %lld k %lld, %d slots (0 chosen), %s form, max_rows %d: %lld of %lld "
-                   "outputs differ from one slot a tile",
-                   (long long)n, (long long)k, vs[v].tr, vs[v].a8 < 0 ? "chosen" : vs[v].a8 ? "A8" : "f16",
-                   vs[v].max_rows, (long long)differ, (long long)(np * n));
         }
+        cuda_fp4_dec_set_wg(-1);
         cuda_fp4_dec_set_tr(0);
         cuda_fp4_dec_set_a8(-1);
         cuda_matvec_set_grouped_tiled(1);
@@ -1602,6 +1621,79 @@ static void test_fp4_dec_slots(void) {
         dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
         free(x); free(sa); free(qa); free(w); free(ws); free(ref); free(out); free(ex); free(bound); free(abs_sum);
+    }
+#endif
+}
+
+/* The WG decode form against the tiled prefill kernel (cuda_gemm_grouped_wg.cu):
+ * the same FP8 tensor-core adder a 32-block (there the weight scale folded
+ * into the codes where it fits, the block's elements in their own order),
+ * the same promotion from zero in ascending block order, so the same bits
+ * row for row (cuda_fp4_dec_tiled_bits; batch-invariant mode then runs
+ * prefill batches on the tiles). Groups of 30 tokens (the tiles take
+ * them), f32 and bf16 outputs poisoned first, expert shapes k = 5120 and
+ * 2304; one expert's weight scales spread to 2^-27 .. 2^13, outside the
+ * tiled kernel's fold (its per-column factors then), and a zero block. */
+static void test_fp4_wg_tiled(void) {
+    if (!gpu_ready()) SKIP("%s", gpu_why);
+#if defined(DI_HAVE_CUDA)
+    const int64_t shapes[][2] = {{200, 5120}, {300, 2304}};
+    for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
+        const int64_t E = 4, T = 40, n = shapes[c][0], k = shapes[c][1], kbn = k / 32;
+        const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
+        float *x, *sa;
+        uint8_t *qa, *w, *ws;
+        moe_inputs(T, k, n, E, &x, &sa, &qa, &w, &ws);
+        for (size_t i = 0; i < sb; i++) /* expert 1: scales far from 2^0 in every third block */
+            if (i % 3 == 0) ws[sb + i] = (uint8_t)(i % 2 ? 100 : 140);
+        memset(w + 2 * wb, 0, 16); /* expert 2's first block of row 0: zero codes */
+        int32_t ids[4] = {3, 1, 0, 2}, off[5], rows[160];
+        int32_t np = 0;
+        off[0] = 0;
+        for (int g = 0; g < 4; g++) {
+            for (int t = 0; t < T; t++)
+                if ((t + g) % 4 != 0) rows[np++] = t;
+            off[g + 1] = np;
+        }
+        dbuf dqa = dput(qa, (size_t)(T * k)), dsa = dput(sa, (size_t)(T * kbn) * 4), dw = dput(w, wb * E),
+             dws = dput(ws, sb * E), dids = dput(ids, sizeof ids), doff = dput(off, sizeof off),
+             drows = dput(rows, (size_t)np * 4), dout = dput(NULL, (size_t)(np * n) * 4);
+        float *o[2] = {malloc((size_t)(np * n) * 4), malloc((size_t)(np * n) * 4)};
+        /* dget downloads the whole buffer: room for f32 outputs, bf16 ones read as the first half */
+        uint16_t *ob[2] = {malloc((size_t)(np * n) * 4), malloc((size_t)(np * n) * 4)};
+        di_err err = {0};
+        for (int form = 0; form < 2; form++) { /* 0: the WG decode form, 1: the tiles */
+            cuda_fp4_dec_set_wg(1);
+            cuda_matvec_set_fp4_dec(form ? 0 : 1);
+            cuda_matvec_set_grouped_tiled(form);
+            for (int bf = 0; bf < 2; bf++) {
+                di_status st = di_cuda_fill(dout.p, 0xff, dout.n, &err);
+                if (!st)
+                    st = di_cuda_gemm_mxfp4_grouped(dqa.p, dsa.p, k, dw.p, dws.p, n, dids.p, doff.p, 4, drows.p, 30,
+                                                    dout.p, bf ? DI_DTYPE_BF16 : DI_DTYPE_F32, NULL, &err);
+                if (!st) st = di_cuda_synchronize(&err);
+                CHECKF(st == DI_OK, "%s", err.msg);
+                if (bf) dget(ob[form], dout);
+                else dget(o[form], dout);
+            }
+        }
+        cuda_matvec_set_fp4_dec(-1);
+        cuda_matvec_set_grouped_tiled(1);
+        cuda_fp4_dec_set_wg(-1);
+        int64_t differ = 0, bdiffer = 0, bad = 0;
+        for (int64_t i = 0; i < np * n; i++) {
+            differ += memcmp(&o[0][i], &o[1][i], 4) != 0;
+            bdiffer += ob[0][i] != ob[1][i];
+            bad += !isfinite(o[0][i]);
+        }
+        CHECKF(bad == 0, "mxfp4 WG form n %lld k %lld: %lld outputs not finite (unwritten)", (long long)n, (long long)k,
+               (long long)bad);
+        CHECKF(differ == 0 && bdiffer == 0,
+               "mxfp4 n %lld k %lld: the WG decode form and the tiled kernel differ in %lld f32 / %lld bf16 of %lld outputs",
+               (long long)n, (long long)k, (long long)differ, (long long)bdiffer, (long long)(np * n));
+        dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);
+        free(x); free(sa); free(qa); free(w); free(ws); free(o[0]); free(o[1]); free(ob[0]); free(ob[1]);
     }
 #endif
 }
@@ -1628,6 +1720,7 @@ int main(void) {
     RUN(test_fp4_dec_form);
     RUN(test_fp4_dec_pair);
     RUN(test_fp4_dec_slots);
+    RUN(test_fp4_wg_tiled);
 #if defined(DI_HAVE_CUDA)
     /* the MXFP4 tests again with the decode form everywhere and with it
      * nowhere (the wgmma / mma.sync kernels); the default runs its

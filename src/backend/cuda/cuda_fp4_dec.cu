@@ -6,7 +6,9 @@
  * Two kernels. The tensor-core one (k_fp4_mma, below) takes k % 256 == 0
  * (the model's expert shapes): each block of 16 weight rows x 32 inputs is
  * two f16 mma.syncs, the weights streamed through shared memory by
- * cp.async several batches ahead, across the row tiles of a thread block.
+ * cp.async several batches ahead, across the row tiles of a thread block;
+ * in its WG form one wgmma a block for 64 rows (launches of many expert
+ * products, and batch-invariant mode: fm_wg_pick).
  * The CUDA-core one (k_fp4_dec, first) takes any k % 32 == 0: every lane
  * loads whole 32-blocks (16 bytes of codes and their scale byte) straight
  * into registers, four blocks in flight, decodes them to f32 and runs FMA
@@ -325,15 +327,42 @@ __device__ __forceinline__ void fm_ldsm4(uint32_t r[4], uint32_t addr) {
  * same promotions). Half the bytes a slot: w1 (k = 5120) fits 8 slots for
  * two blocks an SM where the f16 form fits 5 (7 and 4 with a ring of
  * three stages). */
-enum { FM_ST = 2, FM_ST_MAX = 6, FM_ROWB = FM_NB * 16 + 16, FM_SLOT = 16 * FM_ROWB + 16 * FM_NB };
-static size_t fm_smem(int tr, int64_t kbn, bool a8 = false, int st = FM_ST) {
-    return (size_t)FM_WARPS * st * FM_SLOT + (size_t)FM_WARPS * 16 * FM_NB * 4 + 2 * (size_t)FM_WARPS * 32 * 16 +
-           (size_t)tr * (size_t)((a8 ? kbn * 32 + 32 : kbn * 64 + 64) + kbn * 4) + 256 * 4;
+/* The WG form runs each 32-block on the warpgroup tensor cores instead:
+ * one wgmma m64n8k32 (e4m3) a block for the 64 rows of a warpgroup (four
+ * warps, each still streaming its own 16 rows through its ring), the
+ * weights as the A operand straight from registers — the ldmatrix words
+ * turned into e4m3 bytes by fd_lo / fd_hi and nothing more: no f16
+ * conversion and no activation loads a block — and the activations as B
+ * from shared memory. A thread's A registers hold rows g, g + 8 at k slots
+ * 4t .. 4t + 3 (the even elements 8t + 0, 2, 4, 6 of word t) and 16 + 4t ..
+ * 16 + 4t + 3 (the odd ones), so block b's activations sit as two 8 x 16
+ * byte core matrices, the eight token slots' even elements and then their
+ * odd ones, at xs + 256 b (no swizzle: LBO 128 between the two). Its
+ * result has mma.sync's layout (rows g, g + 8 x slots 2t, 2t + 1), and the
+ * promotion is the A8 form's (scales times 64). A block holds two
+ * warpgroups, two 64-row tiles over the whole row (fm_cb_wg). The
+ * tensor cores' FP8 adder sums a block's 32 products (the tiled kernels'
+ * adder, under the same bound), so the WG form's bits are its own: every
+ * decode-form launch takes the one form (cuda_fp4_dec_set_wg). */
+enum { FM_ST = 2, FM_ST_MAX = 6, FM_ROWB = FM_NB * 16 + 16, FM_SLOT = 16 * FM_ROWB + 16 * FM_NB, FM_WG_BLK = 256 };
+static size_t fm_smem(int tr, int64_t kbn, bool a8 = false, int st = FM_ST, bool wg = false) {
+    const size_t xs = wg ? (size_t)kbn * FM_WG_BLK : (size_t)tr * (size_t)(a8 ? kbn * 32 + 32 : kbn * 64 + 64);
+    return (size_t)FM_WARPS * st * FM_SLOT + (size_t)FM_WARPS * 16 * FM_NB * 4 + 2 * (size_t)FM_WARPS * 32 * 16 + xs +
+           (size_t)tr * (size_t)(kbn * 4) + 256 * 4;
 }
 __device__ __forceinline__ uint2 fm_lds2(uint32_t a) {
     uint2 v;
     asm("ld.shared.v2.b32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(a));
     return v;
+}
+/* d = A x B from zero: m64n8k32 e4m3, A (this thread's four words) from
+ * registers, B by its shared-memory descriptor (the WG form) */
+__device__ __forceinline__ void fm_wgmma(float d[4], const uint32_t a[4], uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
 }
 
 /* A block: the rows of nt row tiles (a tile: 16 rows x rtn = FM_WARPS / kc,
@@ -375,7 +404,7 @@ struct fm_swiglu {
 /* SW: the activations are the MoE's SwiGLU of the pair's outputs, formed
  * and quantized in the token tile's fill rather than read as codes (the
  * down product's input; see cuda_launch_fp4_dec_swiglu). */
-template <bool A8, int F, bool SW = false>
+template <bool A8, int F, bool SW = false, bool WG = false>
 __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
     k_fp4_mma(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int64_t m, int64_t k,
               const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws, int64_t n,
@@ -418,19 +447,23 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
         ws = ws_b;
         out = out_b;
     }
-    const int kbn = (int)(k / 32), xstride = A8 ? kbn * 2 + 2 : kbn * 4 + 4; /* uint4 a slot */
+    const int kbn = (int)(k / 32), xstride = WG ? 0 : A8 ? kbn * 2 + 2 : kbn * 4 + 4; /* uint4 a slot */
     const int64_t rowb = k / 2;
     uint8_t *ring_all = (uint8_t *)fm_raw;
     float *swb_all = (float *)(ring_all + (size_t)FM_WARPS * st * FM_SLOT);
     float4 *red = (float4 *)(swb_all + FM_WARPS * 16 * FM_NB);
     uint4 *xs = (uint4 *)(red + 2 * FM_WARPS * 32);
-    float *sas = (float *)(xs + (size_t)tr * xstride);
+    float *sas = WG ? (float *)((uint8_t *)xs + (size_t)kbn * FM_WG_BLK) : (float *)(xs + (size_t)tr * xstride);
     float *e8m0_tab = sas + (size_t)tr * kbn; /* [256] the E8M0 scales as f32 */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int rtn = FM_WARPS / kc, rt = warp / kc, c = warp - rt * kc;
+    /* units: warps (a 16-row tile each) or, in the WG form, warpgroups (a
+     * 64-row tile, each warp 16 of its rows at wrow) */
+    constexpr int UNITS = WG ? FM_WARPS / 4 : FM_WARPS, TH = WG ? 64 : 16;
+    const int unit = WG ? warp >> 2 : warp, wrow = WG ? (warp & 3) * 16 : 0;
+    const int rtn = UNITS / kc, rt = unit / kc, c = unit - rt * kc;
     e8m0_tab[tid & 255] = e8m0_to_f32(tid & 255); /* read after the fill's barrier */
     const bool live = rt < rtn; /* warps past rtn * kc only join the barriers */
-    const int64_t tiles = (n + 16 * rtn - 1) / (16 * rtn);
+    const int64_t tiles = (n + TH * rtn - 1) / (TH * rtn);
     const int ntl = (int)(tiles - tile0 < ntb ? tiles - tile0 : ntb); /* this block's tiles */
     const int b0 = c * cb, b1 = b0 + cb < kbn ? b0 + cb : kbn;
     const int nbat = live ? (b1 - b0) / FM_NB : 0, items = nbat * ntl;
@@ -460,7 +493,7 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
         sexp = ws + e * n * kbn + b0 + 4 * (lane & 1);
     };
     auto tile_rows = [&]() { /* the issue pointers of tile it_tile */
-        const int64_t r = ((tile0 + it_tile) * rtn + rt) * 16;
+        const int64_t r = ((tile0 + it_tile) * rtn + rt) * TH + wrow;
         ip = wexp + (r + cr) * rowb;
         ips = sexp + (r + (lane >> 1)) * kbn;
         iv = (r + cr < n) | (r + cr + 4 < n) << 1 | (r + cr + 8 < n) << 2 | (r + cr + 12 < n) << 3;
@@ -527,7 +560,11 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
             uint4 *dst = xs + (size_t)q * xstride;
             auto put = [&](int j, uint2 v) { /* elements 8j .. 8j + 7 as codes, byte 0 first */
                 const uint32_t ev = __byte_perm(v.x, v.y, 0x6420), od = __byte_perm(v.x, v.y, 0x7531);
-                if (A8)
+                if (WG) { /* block j / 4's two core matrices, slot q's row, k slots 4 (j % 4) .. */
+                    uint8_t *bb = (uint8_t *)xs + (size_t)(j >> 2) * FM_WG_BLK + q * 16 + 4 * (j & 3);
+                    *(uint32_t *)bb = ev;
+                    *(uint32_t *)(bb + 128) = od;
+                } else if (A8)
                     ((uint2 *)dst)[j] = make_uint2(ev, od);
                 else
                     dst[j] = make_uint4(fm_h2x64(ev), fm_h2x64(ev >> 16), fm_h2x64(od), fm_h2x64(od >> 16));
@@ -561,7 +598,7 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                         uint2 cv;
                         const float s = aq_quant8(v[h], &cv);
                         put(j, cv);
-                        if ((j & 3) == 0) sas[q * kbn + (j >> 2)] = A8 ? s * 64.f : s;
+                        if ((j & 3) == 0) sas[q * kbn + (j >> 2)] = A8 || WG ? s * 64.f : s;
                     }
                 }
             } else {
@@ -569,17 +606,20 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                 for (int j = tid; j < kbn * 4; j += FM_THREADS) put(j, __ldg(src + j));
                 /* A8: times 64 (exact; an activation scale is at most FLT_MAX / 448) */
                 const float *ss = sa + arow * kbn;
-                for (int j = tid; j < kbn; j += FM_THREADS) sas[q * kbn + j] = A8 ? __ldg(ss + j) * 64.f : __ldg(ss + j);
+                for (int j = tid; j < kbn; j += FM_THREADS)
+                    sas[q * kbn + j] = A8 || WG ? __ldg(ss + j) * 64.f : __ldg(ss + j);
             }
         }
+        if (WG) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); /* wgmma reads B */
         __syncthreads();
 
         /* shared addresses of this thread's activations and scales at the
          * chunk's start, advanced a batch at a time (slots past tn read slot
          * tn - 1: their sums are never stored) */
         const uint4 *xq = xs + (size_t)(g < tn ? g : tn - 1) * xstride;
-        const uint32_t xa0 = (uint32_t)__cvta_generic_to_shared(A8 ? (const void *)((const uint2 *)xq + t + 4 * b0)
-                                                                   : (const void *)(xq + t + 4 * b0));
+        const uint32_t xa0 = (uint32_t)__cvta_generic_to_shared(
+            WG ? (const void *)((const uint8_t *)xs + (size_t)b0 * FM_WG_BLK)
+               : A8 ? (const void *)((const uint2 *)xq + t + 4 * b0) : (const void *)(xq + t + 4 * b0));
         const uint32_t sa00 = (uint32_t)__cvta_generic_to_shared(sas + (2 * t < tn ? 2 * t : tn - 1) * kbn + b0);
         const uint32_t sa10 = (uint32_t)__cvta_generic_to_shared(sas + (2 * t + 1 < tn ? 2 * t + 1 : tn - 1) * kbn + b0);
         uint32_t xa = xa0, sa0 = sa00, sa1 = sa10;
@@ -607,41 +647,81 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                 const float4 wb4 = *(const float4 *)(swb + (g + 8) * FM_NB + 4 * hh);
                 const float fa[4] = {fa4.x, fa4.y, fa4.z, fa4.w}, fb[4] = {fb4.x, fb4.y, fb4.z, fb4.w};
                 const float sw0[4] = {wa4.x, wa4.y, wa4.z, wa4.w}, sw1[4] = {wb4.x, wb4.y, wb4.z, wb4.w};
+                if constexpr (WG) {
+                    /* four blocks on the warpgroup's tensor cores, then their
+                     * promotion (the A registers stay untouched, and live,
+                     * until the wait) */
+                    uint32_t a[4][4];
+                    float d[4][4];
 #pragma unroll
-                for (int jj = 0; jj < 4; jj++) {
-                    uint4 x;
-                    if (A8) {
-                        const uint2 x8 = fm_lds2(xa + (4 * hh + jj) * 32);
-                        x = make_uint4(fm_h2(x8.x), fm_h2_hi(x8.x), fm_h2(x8.y), fm_h2_hi(x8.y));
-                    } else {
-                        x = fm_lds4(xa + (4 * hh + jj) * 64);
+                    for (int jj = 0; jj < 4; jj++) {
+                        const uint32_t wa = qv[2 * jj], wb = qv[2 * jj + 1];
+                        a[jj][0] = fd_lo(wa);
+                        a[jj][1] = fd_lo(wb);
+                        a[jj][2] = fd_hi(wa);
+                        a[jj][3] = fd_hi(wb);
                     }
-                    const uint32_t wa = qv[2 * jj], wb = qv[2 * jj + 1];
-                    float d[4];
-                    if (F & FM_F_NOCONV) {
-                        fm_mma(d, wa, wb, wa ^ 1u, wb ^ 1u, x.x, x.y, 0.f, 0.f, 0.f, 0.f);
-                        fm_mma(d, wa ^ 2u, wb ^ 2u, wa ^ 3u, wb ^ 3u, x.z, x.w, d[0], d[1], d[2], d[3]);
-                    } else {
-                        const uint32_t la = fd_lo(wa), ha = fd_hi(wa), lb = fd_lo(wb), hb = fd_hi(wb);
-                        fm_mma(d, fm_h2(la), fm_h2(lb), fm_h2_hi(la), fm_h2_hi(lb), x.x, x.y, 0.f, 0.f, 0.f, 0.f);
-                        fm_mma(d, fm_h2(ha), fm_h2(hb), fm_h2_hi(ha), fm_h2_hi(hb), x.z, x.w, d[0], d[1], d[2],
-                               d[3]);
+                    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+                    for (int jj = 0; jj < 4; jj++) {
+                        const uint32_t ba = xa + (uint32_t)((4 * hh + jj) * FM_WG_BLK);
+                        /* descriptor: address / 16, LBO 128 / 16, SBO 256 / 16, no swizzle */
+                        const uint64_t db = (uint64_t)((ba & 0x3ffffu) >> 4) | ((uint64_t)(128 >> 4) << 16) |
+                                            ((uint64_t)(256 >> 4) << 32);
+                        fm_wgmma(d[jj], a[jj], db);
                     }
-                    if (F & FM_F_NOPROMO) {
-                        acc0 += d[0];
-                        acc1 += d[1];
-                        acc2 += d[2];
-                        acc3 += d[3];
-                    } else {
-                        acc0 = fmaf(d[0], fa[jj] * sw0[jj], acc0);
-                        acc1 = fmaf(d[1], fb[jj] * sw0[jj], acc1);
-                        acc2 = fmaf(d[2], fa[jj] * sw1[jj], acc2);
-                        acc3 = fmaf(d[3], fb[jj] * sw1[jj], acc3);
+                    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+                    for (int jj = 0; jj < 4; jj++)
+                        asm volatile("" : "+f"(d[jj][0]), "+f"(d[jj][1]), "+f"(d[jj][2]), "+f"(d[jj][3])
+                                     : "r"(a[jj][0]), "r"(a[jj][1]), "r"(a[jj][2]), "r"(a[jj][3])
+                                     : "memory");
+#pragma unroll
+                    for (int jj = 0; jj < 4; jj++) {
+                        acc0 = fmaf(d[jj][0], fa[jj] * sw0[jj], acc0);
+                        acc1 = fmaf(d[jj][1], fb[jj] * sw0[jj], acc1);
+                        acc2 = fmaf(d[jj][2], fa[jj] * sw1[jj], acc2);
+                        acc3 = fmaf(d[jj][3], fb[jj] * sw1[jj], acc3);
+                    }
+                } else {
+#pragma unroll
+                    for (int jj = 0; jj < 4; jj++) {
+                        uint4 x;
+                        if (A8) {
+                            const uint2 x8 = fm_lds2(xa + (4 * hh + jj) * 32);
+                            x = make_uint4(fm_h2(x8.x), fm_h2_hi(x8.x), fm_h2(x8.y), fm_h2_hi(x8.y));
+                        } else {
+                            x = fm_lds4(xa + (4 * hh + jj) * 64);
+                        }
+                        const uint32_t wa = qv[2 * jj], wb = qv[2 * jj + 1];
+                        float d[4];
+                        if (F & FM_F_NOCONV) {
+                            fm_mma(d, wa, wb, wa ^ 1u, wb ^ 1u, x.x, x.y, 0.f, 0.f, 0.f, 0.f);
+                            fm_mma(d, wa ^ 2u, wb ^ 2u, wa ^ 3u, wb ^ 3u, x.z, x.w, d[0], d[1], d[2], d[3]);
+                        } else {
+                            const uint32_t la = fd_lo(wa), ha = fd_hi(wa), lb = fd_lo(wb), hb = fd_hi(wb);
+                            fm_mma(d, fm_h2(la), fm_h2(lb), fm_h2_hi(la), fm_h2_hi(lb), x.x, x.y, 0.f, 0.f, 0.f,
+                                   0.f);
+                            fm_mma(d, fm_h2(ha), fm_h2(hb), fm_h2_hi(ha), fm_h2_hi(hb), x.z, x.w, d[0], d[1],
+                                   d[2], d[3]);
+                        }
+                        if (F & FM_F_NOPROMO) {
+                            acc0 += d[0];
+                            acc1 += d[1];
+                            acc2 += d[2];
+                            acc3 += d[3];
+                        } else {
+                            acc0 = fmaf(d[0], fa[jj] * sw0[jj], acc0);
+                            acc1 = fmaf(d[1], fb[jj] * sw0[jj], acc1);
+                            acc2 = fmaf(d[2], fa[jj] * sw1[jj], acc2);
+                            acc3 = fmaf(d[3], fb[jj] * sw1[jj], acc3);
+                        }
                     }
                 }
             }
             cslot = cslot + FM_SLOT == st * FM_SLOT ? 0 : cslot + FM_SLOT;
-            xa += FM_NB * (A8 ? 32 : 64);
+            xa += FM_NB * (WG ? FM_WG_BLK : A8 ? 32 : 64);
             sa0 += FM_NB * 4;
             sa1 += FM_NB * 4;
             if (++bi == nbat) { /* the tile's chunk is done */
@@ -655,13 +735,13 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                 }
                 if (c == 0) {
                     for (int h = 1; h < kc; h++) { /* chunk order */
-                        const float4 p = red[((tile & 1) * FM_WARPS + warp + h) * 32 + lane];
+                        const float4 p = red[((tile & 1) * FM_WARPS + warp + h * (FM_WARPS / UNITS)) * 32 + lane];
                         acc0 += p.x;
                         acc1 += p.y;
                         acc2 += p.z;
                         acc3 += p.w;
                     }
-                    const int64_t r = ((tile0 + tile) * rtn + rt) * 16 + g, o0 = base + t0 + 2 * t;
+                    const int64_t r = ((tile0 + tile) * rtn + rt) * TH + wrow + g, o0 = base + t0 + 2 * t;
                     if (2 * t < tn) {
                         if (r < n) store_out1(out, out_mode, o0 * n + r, acc0);
                         if (r + 8 < n) store_out1(out, out_mode, o0 * n + r + 8, acc2);
@@ -703,6 +783,20 @@ static int fm_cb(int64_t kbn) {
         if (nb % kc == 0 && nb / kc * FM_NB >= FM_CB_MIN) return (int)(kbn / kc);
     return (int)kbn;
 }
+
+/* The WG form (cuda_fp4_dec_set_wg; DI_CUDA_FP4_WG=0 in the environment
+ * keeps the mma.sync form): whether it runs, and its chunks — one, the
+ * whole row, every k: a row's blocks promoted in ascending order from zero,
+ * as the tiled prefill kernel (cuda_gemm_grouped_wg.cu) promotes them on
+ * the same tensor-core adder. */
+static int fm_wg_forced = -1;
+extern "C" void cuda_fp4_dec_set_wg(int on) { fm_wg_forced = on == 0 || on == 1 ? on : -1; }
+static bool fm_wg_on(void) {
+    static int env = -1;
+    return fm_wg_forced >= 0 ? fm_wg_forced != 0 : cuda_env_switch("DI_CUDA_FP4_WG", &env) != 0;
+}
+static int fm_cb_wg(int64_t kbn) { return (int)kbn; }
+static int fm_cb_of(int64_t kbn, bool wg) { return wg ? fm_cb_wg(kbn) : fm_cb(kbn); }
 
 /* measuring aid: 0 runs the CUDA-core kernel where the tensor-core one
  * would (cuda_fp4_dec_set_mma; DI_CUDA_FP4_MMA=0 in the environment), -1
@@ -788,9 +882,9 @@ extern "C" void cuda_fp4_dec_set_aid(int flags) {
 }
 /* the most slots up to want that two blocks an SM fit (each block's
  * dynamic memory plus the 1 KB the runtime reserves a block), at least 1 */
-static int fm_fit(int64_t kbn, int64_t want, bool a8, int st) {
+static int fm_fit(int64_t kbn, int64_t want, bool a8, int st, bool wg = false) {
     int64_t tr = want < 1 ? 1 : want > FM_TR_MAX ? FM_TR_MAX : want;
-    while (tr > 1 && FM_BLOCKS_SM * (fm_smem((int)tr, kbn, a8, st) + 1024) > cuda_sm_smem()) tr--;
+    while (tr > 1 && FM_BLOCKS_SM * (fm_smem((int)tr, kbn, a8, st, wg) + 1024) > cuda_sm_smem()) tr--;
     return (int)tr;
 }
 /* FM_A8_ROWS, or DI_CUDA_FP4_A8_ROWS (measuring aid: 16 is the rule before
@@ -810,6 +904,7 @@ struct fm_plan {
     int tr;
     bool a8;
     int st;
+    bool wg;
 };
 /* Ring stages a warp: FM_ST = 2, one batch in flight while the warp
  * multiplies the other. Deeper rings measured no faster: at batch 1 the
@@ -821,10 +916,35 @@ struct fm_plan {
  * form 8 instead of 7, so fewer groups of a large batch stream their
  * weights twice (bal run 1 and st run 1 in docs/gpu-notes.md). */
 static int fm_stages(void) { return fm_st_forced ? fm_st_forced : FM_ST; }
-static fm_plan fm_slots(int64_t kbn, int64_t m, int64_t max_rows, int grouped) {
+/* Whether the WG form can run at k: its eight slots leave two blocks an SM */
+static bool fm_wg_applies(int64_t kbn) {
+    return fm_wg_on() && FM_BLOCKS_SM * (fm_smem(FM_TR_MAX, kbn, true, fm_stages(), true) + 1024) <= cuda_sm_smem();
+}
+/* Which form a launch of `pieces` (groups x products of a pair) takes. Its
+ * work units are four times the mma.sync form's (64 rows over the whole row
+ * against 32 rows over a quarter of it at w1), so few pieces balance worse:
+ * measured (fp4wg run 1 in docs/gpu-notes.md, one H200, the w1 + w3 pair,
+ * mma.sync / WG) batch 1 33-41 / 32-34 us, 8 197-220 / 256-266 (94 pieces
+ * on 264 block places: a second partial wave), 64 987-1022 / 895-899, 256
+ * 1841-1853 / 1583-1597. So the WG form from as many pieces as block
+ * places; in batch-invariant mode wherever it applies (k alone then
+ * decides: a row's bits never depend on the batch), where its bits are
+ * those of the tiled prefill kernel (cuda_fp4_dec_tiled_bits). */
+static int64_t fm_places(void);
+static bool fm_wg_pick(int64_t kbn, int64_t pieces) {
+    if (!fm_wg_applies(kbn)) return false;
+    if (fm_wg_forced >= 0 || cuda_batch_invariant()) return true;
+    return pieces >= fm_places();
+}
+static fm_plan fm_slots(int64_t kbn, int64_t m, int64_t max_rows, int grouped, bool wg) {
     const int64_t want = grouped ? max_rows : m;
     const int st = fm_stages();
-    fm_plan p = {fm_fit(kbn, want, false, st), false, st};
+    if (wg) { /* eight slots whatever the count: they cost no memory */
+        fm_plan p = {(int)(want < 1 ? 1 : want > FM_TR_MAX ? FM_TR_MAX : want), false, st, true};
+        if (fm_tr_forced) p.tr = fm_tr_forced;
+        return p;
+    }
+    fm_plan p = {fm_fit(kbn, want, false, st), false, st, false};
     if (fm_a8_forced >= 0) p.a8 = fm_a8_forced == 1;
     else if (grouped && max_rows > 16 && max_rows > (int64_t)fm_a8_rows() * p.tr && p.tr < FM_TR_MAX &&
              fm_fit(kbn, want, true, st) > p.tr)
@@ -851,9 +971,10 @@ int cuda_fp4_dec_applies(const uint8_t *qa, const uint8_t *w, const uint8_t *ws,
 /* Row tiles of a product of n rows (FM_WARPS / kc tiles of 16 side by side
  * a block), block places of the device, and the waves of blocks a launch
  * of pieces x tiles takes (fm_go). */
-static int64_t fm_tiles(int64_t kbn, int64_t n) {
-    const int cb = fm_cb(kbn), kc = (int)((kbn + cb - 1) / cb), rtn = FM_WARPS / kc;
-    return (n + 16 * rtn - 1) / (16 * rtn);
+static int64_t fm_tiles(int64_t kbn, int64_t n, bool wg) {
+    const int cb = fm_cb_of(kbn, wg), kc = (int)((kbn + cb - 1) / cb), rtn = (wg ? FM_WARPS / 4 : FM_WARPS) / kc;
+    const int th = wg ? 64 : 16;
+    return (n + th * rtn - 1) / (th * rtn);
 }
 static int64_t fm_places(void) {
     return (int64_t)FM_BLOCKS_SM * (fm_places_forced ? fm_places_forced : cuda_sm_count());
@@ -871,18 +992,23 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
                          const uint8_t *w_b, const uint8_t *ws_b, void *out_b, cudaStream_t stream,
                          const fm_swiglu *sw = NULL) {
     const int64_t kbn = k / 32;
-    const int cb = fm_cb(kbn), kc = (int)((kbn + cb - 1) / cb);
+    const int cb = fm_cb_of(kbn, pl.wg), kc = (int)((kbn + cb - 1) / cb);
     int tr = pl.tr, st = pl.st;
-    while (st > 2 && fm_smem(tr, kbn, pl.a8, st) > FD_SMEM_MAX) st--;
-    while (tr > 1 && fm_smem(tr, kbn, pl.a8, st) > FD_SMEM_MAX) tr--;
-    const size_t smem = fm_smem(tr, kbn, pl.a8, st);
+    while (st > 2 && fm_smem(tr, kbn, pl.a8, st, pl.wg) > FD_SMEM_MAX) st--;
+    while (tr > 1 && fm_smem(tr, kbn, pl.a8, st, pl.wg) > FD_SMEM_MAX) tr--;
+    const size_t smem = fm_smem(tr, kbn, pl.a8, st, pl.wg);
     /* the two forms, the f16 form's measuring aids, the two forms on a
      * SwiGLU input */
     decltype(&k_fp4_mma<false, 0>) const kerns[] = {
-        k_fp4_mma<false, 0>, k_fp4_mma<true, 0>,       k_fp4_mma<false, 1>,      k_fp4_mma<false, 2>,
-        k_fp4_mma<false, 3>, k_fp4_mma<false, 4>,      k_fp4_mma<false, 0, true>, k_fp4_mma<true, 0, true>};
+        k_fp4_mma<false, 0>,      k_fp4_mma<true, 0>,       k_fp4_mma<false, 1>,
+        k_fp4_mma<false, 2>,      k_fp4_mma<false, 3>,      k_fp4_mma<false, 4>,
+        k_fp4_mma<false, 0, true>, k_fp4_mma<true, 0, true>, k_fp4_mma<true, 0, false, true>,
+        k_fp4_mma<true, 0, true, true>};
     static size_t attr[sizeof kerns / sizeof *kerns]; /* the shared memory each is allowed so far */
-    const int ki = sw ? 6 + (int)pl.a8 : fm_aid ? (fm_aid & FM_F_NOMATH ? 5 : fm_aid + 1) : (int)pl.a8;
+    const int ki = pl.wg ? 8 + (sw ? 1 : 0)
+                   : sw  ? 6 + (int)pl.a8
+                   : fm_aid ? (fm_aid & FM_F_NOMATH ? 5 : fm_aid + 1)
+                            : (int)pl.a8;
     auto kern = kerns[ki];
     if (smem > 48 * 1024 && smem > attr[ki]) {
         cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -907,7 +1033,7 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
      * time is its chain of tiles. Which block computes a tile does not
      * change its bits. */
     const int halves = w_b ? 2 : 1;
-    const int64_t tiles = fm_tiles(kbn, n);
+    const int64_t tiles = fm_tiles(kbn, n, pl.wg);
     const int64_t places = fm_places();
     const int64_t pieces = (int64_t)groups * halves;
     const int64_t waves = fm_waves(tiles, pieces);
@@ -953,7 +1079,8 @@ di_status cuda_launch_fp4_dec(const uint8_t *qa, const float *sa, int64_t m, int
         return di_err_set(err, DI_ERR_LIMIT, "gemm_mxfp4 (decode form): %d groups (at most 65535)",
                           (int)groups);
     if (fm_applies(k, ws))
-        return cuda_check(fm_go(fm_slots(k / 32, m, max_rows, ids != NULL), qa, sa, m, k, w, ws, n, ids, off, groups,
+        return cuda_check(fm_go(fm_slots(k / 32, m, max_rows, ids != NULL, fm_wg_pick(k / 32, groups)), qa, sa, m, k,
+                                w, ws, n, ids, off, groups,
                                 rows, out, out_mode, NULL, NULL, NULL, stream),
                           err, "gemm_mxfp4 (decode form)");
     const int lanes = fd_lanes(k / 32);
@@ -983,14 +1110,18 @@ di_status cuda_launch_fp4_dec_pair(const uint8_t *qa, const float *sa, int64_t k
     if (ngroups > 65535)
         return di_err_set(err, DI_ERR_LIMIT, "gemm_mxfp4 pair (decode form): %d groups (at most 65535)",
                           (int)ngroups);
-    return cuda_check(fm_go(fm_slots(k / 32, 0, max_rows, 1), qa, sa, 0, k, w, ws, n, ids, off, ngroups, rows, out,
-                            out_mode, w_b, ws_b, out_b, stream),
+    return cuda_check(fm_go(fm_slots(k / 32, 0, max_rows, 1, fm_wg_pick(k / 32, 2 * (int64_t)ngroups)), qa, sa, 0, k,
+                            w, ws, n, ids, off, ngroups, rows, out, out_mode, w_b, ws_b, out_b, stream),
                       err, "gemm_mxfp4 pair (decode form)");
+}
+
+int cuda_fp4_dec_tiled_bits(int64_t k, const uint8_t *ws) {
+    return fm_applies(k, ws) && fm_wg_applies(k / 32) && (fm_wg_forced == 1 || cuda_batch_invariant());
 }
 
 int cuda_fp4_dec_swiglu_pays(int64_t pair_k, int64_t k, int32_t ngroups) {
     return pair_k % 32 == 0 && pair_k > 0 && ngroups > 0 &&
-           fm_waves(fm_tiles(pair_k / 32, k), 2 * (int64_t)ngroups) == 1;
+           fm_waves(fm_tiles(pair_k / 32, k, fm_wg_pick(pair_k / 32, 2 * (int64_t)ngroups)), 2 * (int64_t)ngroups) == 1;
 }
 
 di_status cuda_launch_fp4_dec_swiglu(const float *g, const float *u, const float *pw, int in_bf16, float limit,
@@ -1008,7 +1139,7 @@ di_status cuda_launch_fp4_dec_swiglu(const float *g, const float *u, const float
         return di_err_set(err, DI_ERR_LIMIT, "gemm_mxfp4 on SwiGLU (decode form): %d groups (at most 65535)",
                           (int)ngroups);
     const fm_swiglu sw = {g, u, pw, in_bf16, limit};
-    return cuda_check(fm_go(fm_slots(k / 32, 0, max_rows, 1), NULL, NULL, 0, k, w, ws, n, ids, off, ngroups, rows, out,
-                            out_mode, NULL, NULL, NULL, stream, &sw),
+    return cuda_check(fm_go(fm_slots(k / 32, 0, max_rows, 1, fm_wg_pick(k / 32, ngroups)), NULL, NULL, 0, k, w, ws, n,
+                            ids, off, ngroups, rows, out, out_mode, NULL, NULL, NULL, stream, &sw),
                       err, "gemm_mxfp4 on SwiGLU (decode form)");
 }

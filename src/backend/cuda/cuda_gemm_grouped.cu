@@ -437,6 +437,12 @@ static const struct {
 };
 enum { GG_NFORMS = sizeof gg_forms / sizeof *gg_forms };
 
+bool cuda_gemm_grouped_takes_wg(const uint8_t *qa, const float *sa, int64_t k, const uint8_t *w, const uint8_t *ws,
+                                int64_t n) {
+    static int pipe_env = -1;
+    return gg_form < 0 && cuda_env_switch("DI_CUDA_GG_PIPE", &pipe_env) && cuda_gemm_grouped_wg_applies(qa, sa, k, w, ws, n);
+}
+
 di_status cuda_launch_gemm_mxfp4_grouped_tiled(const uint8_t *qa, const float *sa,
                                                          int64_t k, const uint8_t *w,
                                                          const uint8_t *ws, int64_t n,
