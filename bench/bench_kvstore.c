@@ -2,7 +2,9 @@
  * attention and index-score ops over packed rows (decoded on the fly)
  * against the same ops over fp32 rows, at the real V4.1 shapes (64 heads,
  * Dh 512, 128 window + 512 compressed slots; 32 index heads, Di 128),
- * median of several runs, and the bytes per cached row of each form.
+ * median of several runs, and the bytes per cached row of each form; and
+ * the rows' decoding itself, di_kvq_unpack's scalar loop against the CPU
+ * ops' 8-lane form (cpu_ops_avx2.h), alternated in one process.
  *
  *   build/bench/bench_kvstore [threads]                                  */
 #include <stdio.h>
@@ -11,6 +13,8 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_ops_avx2.h"
+#include "backend/cpu/kernels.h"
 
 #include "bench_util.h"
 
@@ -53,6 +57,29 @@ int main(int argc, char **argv) {
             prow[i * NS + j] = j < W ? pw + j * wb : pc + (j - W) * cb;
             frow[i * NS + j] = dec + j * D;
         }
+#if defined(DI_HAVE_AVX2_OPS)
+    if (!strcmp(di_cpu_kernels_path(), "avx2")) {
+        printf("row decoding, one thread (best of %d alternations, ns a row of %d values): scalar / 8 lanes\n", 15, D);
+        const struct { di_kvq f; const uint8_t *rows; size_t rb; int n; const char *name; } fs[] = {
+            {DI_KVQ_FP8, pw, wb, W, "window (FP8)"}, {DI_KVQ_FP4_E4M3, pc, cb, K, "compressed (FP4, E4M3 scales)"}};
+        for (int f = 0; f < 2; f++) {
+            double best[2] = {1e30, 1e30};
+            for (int r = 0; r < 15; r++)
+                for (int form = 0; form < 2; form++) {
+                    double t0 = bench_now_s();
+                    for (int j = 0; j < fs[f].n; j++) {
+                        if (form) di_cpu_kvq_unpack_avx2(fs[f].f, fs[f].rows + j * fs[f].rb, D, dec + j * D);
+                        else di_kvq_unpack(fs[f].f, fs[f].rows + j * fs[f].rb, D, dec + j * D);
+                    }
+                    double t = (bench_now_s() - t0) / fs[f].n;
+                    best[form] = t < best[form] ? t : best[form];
+                }
+            printf("  %-30s %8.0f / %6.0f  (%.1fx)\n", fs[f].name, best[0] * 1e9, best[1] * 1e9, best[0] / best[1]);
+        }
+        for (int j = 0; j < W; j++) di_kvq_unpack(DI_KVQ_FP8, pw + j * wb, D, dec + j * D);
+        for (int j = 0; j < K; j++) di_kvq_unpack(DI_KVQ_FP4_E4M3, pc + j * cb, D, dec + (W + j) * D);
+    }
+#endif
     printf("sparse attention, %d threads (median of %d, ms):\n", threads, RUNS);
     int64_t ms[] = {1, 16};
     for (int t = 0; t < 2; t++) {

@@ -125,6 +125,40 @@ static void test_hc_mix(void) {
     mix_threads = 2;
 }
 
+/* Packed cache rows decoded on 8 lanes (cpu_ops_avx2.h) give di_kvq_unpack's
+ * bits: every format, rows of random bytes (NaN codes, every scale byte:
+ * E8M0's 2^-127 .. 2^127 and NaN, E4M3 scales subnormal to 448 and NaN),
+ * 32 to 512 values; a NaN code under a NaN scale is NaN either way, its
+ * sign the one operand's or the other's. */
+static void test_kvq_unpack(void) {
+#if defined(DI_HAVE_AVX2_OPS)
+    if (strcmp(di_cpu_kernels_path(), "avx2") != 0) SKIP("no AVX2 path on this CPU");
+    const int64_t ns[] = {512, 64, 32};
+    for (int half = 0; half < 2; half++) { /* the FP8 rows' decoding by vendor, then through F16C */
+        di_cpu_kernels_force_fp8_half(half);
+        for (int f = 0; f < DI_KVQ_COUNT; f++)
+            for (size_t c = 0; c < sizeof ns / sizeof *ns; c++)
+                for (int rep = 0; rep < 40; rep++) {
+                    const int64_t n = ns[c];
+                    const size_t rb = di_kvq_row_bytes((di_kvq)f, n);
+                    uint8_t row[600];
+                    for (size_t i = 0; i < rb; i++) row[i] = (uint8_t)(frand() * 128.0f + 128.0f);
+                    float a[512], b[512];
+                    di_kvq_unpack((di_kvq)f, row, n, a);
+                    di_cpu_kvq_unpack_avx2((di_kvq)f, row, n, b);
+                    int64_t differ = 0;
+                    for (int64_t i = 0; i < n; i++) /* NaN times NaN: which operand's sign a NaN keeps is the compiler's */
+                        differ += memcmp(&a[i], &b[i], 4) && !(isnan(a[i]) && isnan(b[i]));
+                    CHECKF(differ == 0, "kvq format %d, n %lld, %s decoding: %lld of the 8-lane values differ", f,
+                           (long long)n, di_cpu_kernels_fp8_half() ? "F16C" : "shift", (long long)differ);
+                }
+    }
+    di_cpu_kernels_force_fp8_half(0);
+#else
+    SKIP("x86-64 only");
+#endif
+}
+
 /* Grouped projection of x [m, g, K] with an FP8 or BF16 weight [g·R, K].
  * cancel: each weight row one code (one value) along k and x alternating
  * ±4096 on top of its random part, so the fp32 partial sums stand far above
@@ -825,6 +859,7 @@ static void test_block_reuse(void) {
 int main(void) {
     RUN(test_block_reuse);
     RUN(test_hc_mix);
+    RUN(test_kvq_unpack);
     RUN(test_hc_streams);
     RUN(test_matmul_grouped);
     RUN(test_matmul_grouped_units);

@@ -89,6 +89,18 @@ static int ops_avx2(void) {
 #endif
 }
 
+/* One packed cache row decoded (di_kvq_unpack's values, on 8 lanes where
+ * the CPU's own ops run AVX2). */
+static void kvq_unpack(di_kvq f, const uint8_t *row, int64_t n, float *x) {
+#if defined(DI_HAVE_AVX2_OPS)
+    if (ops_avx2()) {
+        di_cpu_kvq_unpack_avx2(f, row, n, x);
+        return;
+    }
+#endif
+    di_kvq_unpack(f, row, n, x);
+}
+
 /* E4M3 / E8M0 byte values (tables shared with the kernels). */
 #define E8M0(b) (di_cpu_e8m0_table()[(b)])
 
@@ -1066,7 +1078,7 @@ static void attn_kv_range(void *p, int64_t lo, int64_t hi) {
             const uint8_t *const *pr = c->tabs ? attn_rows_of(c->tabs, i, tab) : c->prows + i * c->n_slots;
             for (int j = 0; j < c->n_slots; j++) {
                 rows[j] = pr[j] ? ws + j * d : NULL;
-                if (pr[j]) di_kvq_unpack(j < c->n_win ? DI_KVQ_FP8 : DI_KVQ_FP4_E4M3, pr[j], d, ws + j * d);
+                if (pr[j]) kvq_unpack(j < c->n_win ? DI_KVQ_FP8 : DI_KVQ_FP4_E4M3, pr[j], d, ws + j * d);
             }
             attn_row(c, i, 0, c->h, rows, acc);
         }
@@ -1097,7 +1109,7 @@ static void attn_unpack_range(void *p, int64_t lo, int64_t hi) {
         const uint8_t *pr = c->tabs ? a->tab[i * c->n_slots + j] : c->prows[i * c->n_slots + j];
         float *dst = a->ws + t * c->d;
         a->rows[t] = pr ? dst : NULL;
-        if (pr) di_kvq_unpack(j < c->n_win ? DI_KVQ_FP8 : DI_KVQ_FP4_E4M3, pr, c->d, dst);
+        if (pr) kvq_unpack(j < c->n_win ? DI_KVQ_FP8 : DI_KVQ_FP4_E4M3, pr, c->d, dst);
     }
 }
 
@@ -1214,7 +1226,7 @@ static void idx_row_avx2(const idx_ctx *x, int64_t i, int64_t ja, int64_t jb, fl
             if (u >= nk) {
                 k8[u] = k8[0]; /* a stand-in for the lanes past the end */
             } else if (x->pkeys) {
-                di_kvq_unpack(DI_KVQ_FP4_E8M0, x->pkeys[i] + (size_t)(j0 + u) * kb, di, kbuf + u * di);
+                kvq_unpack(DI_KVQ_FP4_E8M0, x->pkeys[i] + (size_t)(j0 + u) * kb, di, kbuf + u * di);
                 k8[u] = kbuf + u * di;
             } else {
                 k8[u] = x->keys[i] + (j0 + u) * di;
@@ -1246,7 +1258,7 @@ static void idx_keys(const idx_ctx *x, int64_t i, int64_t ja, int64_t jb, float 
             continue;
         }
         if (x->pkeys) { /* one key decoded, read by every head */
-            di_kvq_unpack(DI_KVQ_FP4_E8M0, x->pkeys[i] + (size_t)j * kb, di, buf);
+            kvq_unpack(DI_KVQ_FP4_E8M0, x->pkeys[i] + (size_t)j * kb, di, buf);
             o[j] = idx_score(x, i, buf);
         } else {
             o[j] = idx_score(x, i, x->keys[i] + j * di);

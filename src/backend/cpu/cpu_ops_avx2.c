@@ -203,6 +203,54 @@ __attribute__((target("avx2,fma,f16c"))) void di_cpu_fp8_panel8_avx2(const uint8
     }
 }
 
+/* Packed cache rows (backend/kvstore.h): an attention query decodes its
+ * 640 rows once for all heads, an index-score call every key it scores;
+ * the scalar loop's table reads and per-value multiply were ~12 % of a
+ * small model's prefill (the tiny fixture's few heads share each row less).
+ * FP8 rows take the panels' E4M3 decoding (fp8x8_*: e4m3 · scale with the
+ * scalar product's one rounding); FP4 rows pick each value's nibble with a
+ * variable shift and its E2M1 magnitude from an 8-entry table, the sign
+ * from the nibble's top bit, then times the block's scale (exact: at most 6
+ * significant bits), as di_e2m1_to_f32(c) · s. */
+AVX2 static inline __attribute__((always_inline)) __m256 e2m1x8(uint32_t codes, __m256 mag, __m256 sc) {
+    const __m256i nib = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)codes),
+                                                           _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                         _mm256_set1_epi32(15));
+    const __m256 v = _mm256_permutevar8x32_ps(mag, nib); /* the low 3 bits index */
+    const __m256 sgn = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_srli_epi32(nib, 3), 31));
+    return _mm256_mul_ps(_mm256_xor_ps(v, sgn), sc);
+}
+
+__attribute__((target("avx2,fma,f16c"))) void di_cpu_kvq_unpack_avx2(di_kvq f, const uint8_t *row, int64_t n,
+                                                                     float *x) {
+    const float *e4m3 = di_cpu_e4m3_table(), *e8m0 = di_cpu_e8m0_table();
+    if (f == DI_KVQ_FP8) {
+        const int half = di_cpu_kernels_fp8_half();
+        const uint8_t *sc = row + n;
+        for (int64_t b = 0; b < n; b += 32) {
+            const float s = e8m0[sc[b / 32]];
+            for (int64_t k = b; k < b + 32; k += 8) {
+                uint64_t b8;
+                memcpy(&b8, row + k, 8);
+                _mm256_storeu_ps(x + k, half ? fp8x8_half(b8, s) : fp8x8_shift(b8, s));
+            }
+        }
+        return;
+    }
+    const int64_t bl = di_kvq_block(f);
+    const uint8_t *sc = row + n / 2;
+    const float *stab = f == DI_KVQ_FP4_E4M3 ? e4m3 : e8m0;
+    const __m256 mag = _mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f);
+    for (int64_t b = 0; b < n; b += bl) {
+        const __m256 s = _mm256_set1_ps(stab[sc[b / bl]]);
+        for (int64_t k = b; k < b + bl; k += 8) {
+            uint32_t c4;
+            memcpy(&c4, row + k / 2, 4);
+            _mm256_storeu_ps(x + k, e2m1x8(c4, mag, s));
+        }
+    }
+}
+
 /* di_round_bf16 on 8 lanes: round to nearest even at bit 16, NaN kept
  * quiet (bit 22 set) and truncated, as di_f32_to_bf16 does. */
 AVX2 static inline __attribute__((always_inline)) __m256 round_bf16(__m256 x) {

@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "backend/kvstore.h"
+
 #if defined(__x86_64__)
 #define DI_HAVE_AVX2_OPS 1
 /* mix[r, o] = Σ_k u[r, k]·fn[o, k] for rows r < R (R <= 4, row stride ldu)
@@ -68,6 +70,10 @@ void di_cpu_panels8_f32_avx2(int np, const float *const *pt, int64_t K, const fl
  * (0 for j >= nb). w [*, K] E4M3 codes, s [*, K/32] E8M0; K % 32 == 0. */
 void di_cpu_fp8_panel8_avx2(const uint8_t *w, const uint8_t *s, int64_t K, int64_t r0, int nb,
                             float *pt);
+/* di_kvq_unpack (backend/kvstore.h) on 8 lanes: the same values, bit for
+ * bit (code · scale, one rounding), but for a NaN code under a NaN scale,
+ * NaN either way, whose sign may differ. */
+void di_cpu_kvq_unpack_avx2(di_kvq f, const uint8_t *row, int64_t n, float *x);
 #endif
 
 #endif
