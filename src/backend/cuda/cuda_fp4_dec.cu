@@ -45,6 +45,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_fp4_dec.h"
 #include "backend/cuda/cuda_ops_common.cuh"
+#include "backend/cuda/cuda_tma.cuh"
 
 enum {
     FD_THREADS = 256,
@@ -341,9 +342,10 @@ __device__ __forceinline__ void fm_ldsm4(uint32_t r[4], uint32_t addr) {
  * result has mma.sync's layout (rows g, g + 8 x slots 2t, 2t + 1), and the
  * promotion is the A8 form's (scales times 64). A block holds two
  * warpgroups, two 64-row tiles over the whole row (fm_cb_wg). The
- * tensor cores' FP8 adder sums a block's 32 products (the tiled kernels'
- * adder, under the same bound), so the WG form's bits are its own: every
- * decode-form launch takes the one form (cuda_fp4_dec_set_wg). */
+ * tensor cores' FP8 adder sums a block's 32 products, as in the tiled
+ * prefill kernel, under the same bound: the WG form's bits are that
+ * kernel's, not the mma.sync form's (fm_wg_pick says which form a launch
+ * takes; cuda_fp4_dec_tiled_bits where the bits are the tiles'). */
 enum { FM_ST = 2, FM_ST_MAX = 6, FM_ROWB = FM_NB * 16 + 16, FM_SLOT = 16 * FM_ROWB + 16 * FM_NB, FM_WG_BLK = 256 };
 static size_t fm_smem(int tr, int64_t kbn, bool a8 = false, int st = FM_ST, bool wg = false) {
     const size_t xs = wg ? (size_t)kbn * FM_WG_BLK : (size_t)tr * (size_t)(a8 ? kbn * 32 + 32 : kbn * 64 + 64);
@@ -604,7 +606,7 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
             } else {
                 const uint2 *src = (const uint2 *)(qa + arow * k);
                 for (int j = tid; j < kbn * 4; j += FM_THREADS) put(j, __ldg(src + j));
-                /* A8: times 64 (exact; an activation scale is at most FLT_MAX / 448) */
+                /* A8 and WG: times 64 (exact; an activation scale is at most FLT_MAX / 448) */
                 const float *ss = sa + arow * kbn;
                 for (int j = tid; j < kbn; j += FM_THREADS)
                     sas[q * kbn + j] = A8 || WG ? __ldg(ss + j) * 64.f : __ldg(ss + j);
@@ -664,11 +666,8 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
                     for (int jj = 0; jj < 4; jj++) {
-                        const uint32_t ba = xa + (uint32_t)((4 * hh + jj) * FM_WG_BLK);
-                        /* descriptor: address / 16, LBO 128 / 16, SBO 256 / 16, no swizzle */
-                        const uint64_t db = (uint64_t)((ba & 0x3ffffu) >> 4) | ((uint64_t)(128 >> 4) << 16) |
-                                            ((uint64_t)(256 >> 4) << 32);
-                        fm_wgmma(d[jj], a[jj], db);
+                        /* block 4hh + jj: its core matrices 128 bytes apart along k */
+                        fm_wgmma(d[jj], a[jj], make_desc(xa + (uint32_t)((4 * hh + jj) * FM_WG_BLK), 128, 256, 0));
                     }
                     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
                     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
