@@ -1334,7 +1334,8 @@ static void bench_wg_tiled(void) {
     for (int shape = 0; shape < 2; shape++) {
         const int64_t n = shape ? 5120 : 2304, k = shape ? 2304 : 5120, kbn = k / 32;
         const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
-        void *w = dalloc(wb * E), *ws = dalloc(sb * E), *qa = dalloc((size_t)(T * k)), *sa = dalloc((size_t)(T * kbn) * 4);
+        void *w = dalloc(wb * E), *ws = dalloc(sb * E);
+        void *qa = dalloc((size_t)(T * k)), *sa = dalloc((size_t)(T * kbn) * 4);
         rnd(w, wb * E, 500);
         rnd(ws, sb * E, 501, 2);
         rnd(qa, (size_t)(T * k), 502, 1);

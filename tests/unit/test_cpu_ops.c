@@ -147,7 +147,8 @@ static void test_kvq_unpack(void) {
                     di_kvq_unpack((di_kvq)f, row, n, a);
                     di_cpu_kvq_unpack_avx2((di_kvq)f, row, n, b);
                     int64_t differ = 0;
-                    for (int64_t i = 0; i < n; i++) /* NaN times NaN: which operand's sign a NaN keeps is the compiler's */
+                    /* NaN times NaN: which operand's sign the NaN keeps is the compiler's */
+                    for (int64_t i = 0; i < n; i++)
                         differ += memcmp(&a[i], &b[i], 4) && !(isnan(a[i]) && isnan(b[i]));
                     CHECKF(differ == 0, "kvq format %d, n %lld, %s decoding: %lld of the 8-lane values differ", f,
                            (long long)n, di_cpu_kernels_fp8_half() ? "F16C" : "shift", (long long)differ);

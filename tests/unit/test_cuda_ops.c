@@ -1689,7 +1689,8 @@ static void test_fp4_wg_tiled(void) {
         CHECKF(bad == 0, "mxfp4 WG form n %lld k %lld: %lld outputs not finite (unwritten)", (long long)n, (long long)k,
                (long long)bad);
         CHECKF(differ == 0 && bdiffer == 0,
-               "mxfp4 n %lld k %lld: the WG decode form and the tiled kernel differ in %lld f32 / %lld bf16 of %lld outputs",
+               "mxfp4 n %lld k %lld: the WG decode form and the tiled kernel differ in %lld f32 / %lld bf16 "
+               "of %lld outputs",
                (long long)n, (long long)k, (long long)differ, (long long)bdiffer, (long long)(np * n));
         dbuf all[] = {dqa, dsa, dw, dws, dids, doff, drows, dout};
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) di_cuda_free(all[i].p);

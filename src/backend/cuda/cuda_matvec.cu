@@ -1514,9 +1514,9 @@ extern "C" void cuda_matvec_set_grouped_tiled(int on) { grouped_tiled_on = on; }
 /* many rows per group (a prefill: max_rows is the batch, an upper bound of
  * every group's rows, and at least four per group on average): the tiled
  * GEMM, which reads a weight tile once per 64 rows instead of once per 8
- * (cuda_gemm_grouped.cu) */
-/* Batch-invariant mode keeps grouped products on the decode form for its
- * bits, except where the decode form's bits are the tiled wgmma kernel's
+ * (cuda_gemm_grouped.cu). Batch-invariant mode keeps grouped products on
+ * the decode form for its bits, except where the decode form's bits are the
+ * tiled wgmma kernel's
  * (cuda_fp4_dec_tiled_bits: its WG form at the experts' shapes): there the
  * tiles take the products they take outside the mode, the same bits for
  * every row (invariant run 3 in docs/gpu-notes.md: the 6 MoE layers of an
