@@ -7,8 +7,8 @@
  * (the model's expert shapes): each block of 16 weight rows x 32 inputs is
  * two f16 mma.syncs, the weights streamed through shared memory by
  * cp.async several batches ahead, across the row tiles of a thread block;
- * in its WG form one wgmma a block for 64 rows (launches of many expert
- * products, and batch-invariant mode: fm_wg_pick).
+ * in its WG form one wgmma a block for 64 rows (launches over many experts:
+ * fm_wg_pick).
  * The CUDA-core one (k_fp4_dec, first) takes any k % 32 == 0: every lane
  * loads whole 32-blocks (16 bytes of codes and their scale byte) straight
  * into registers, four blocks in flight, decodes them to f32 and runs FMA
@@ -342,10 +342,12 @@ __device__ __forceinline__ void fm_ldsm4(uint32_t r[4], uint32_t addr) {
  * result has mma.sync's layout (rows g, g + 8 x slots 2t, 2t + 1), and the
  * promotion is the A8 form's (scales times 64). A block holds two
  * warpgroups, two 64-row tiles over the whole row (fm_cb_wg). The
- * tensor cores' FP8 adder sums a block's 32 products, as in the tiled
- * prefill kernel, under the same bound: the WG form's bits are that
- * kernel's, not the mma.sync form's (fm_wg_pick says which form a launch
- * takes; cuda_fp4_dec_tiled_bits where the bits are the tiles'). */
+ * tensor cores' FP8 adder sums a block's 32 products, under the bound the
+ * tiled kernels' adder has; the bits are not the mma.sync form's
+ * (fm_wg_pick says which form a launch takes). Nor always the tiled
+ * prefill kernel's, although the adder and the promotion order are the
+ * same: 0 of 2.1 M outputs differed in one probe, 2 of 24,000 under
+ * another test's seed (runs 140 and 145 in docs/gpu-notes.md). */
 enum { FM_ST = 2, FM_ST_MAX = 6, FM_ROWB = FM_NB * 16 + 16, FM_SLOT = 16 * FM_ROWB + 16 * FM_NB, FM_WG_BLK = 256 };
 static size_t fm_smem(int tr, int64_t kbn, bool a8 = false, int st = FM_ST, bool wg = false) {
     const size_t xs = wg ? (size_t)kbn * FM_WG_BLK : (size_t)tr * (size_t)(a8 ? kbn * 32 + 32 : kbn * 64 + 64);
@@ -919,21 +921,24 @@ static int fm_stages(void) { return fm_st_forced ? fm_st_forced : FM_ST; }
 static bool fm_wg_applies(int64_t kbn) {
     return fm_wg_on() && FM_BLOCKS_SM * (fm_smem(FM_TR_MAX, kbn, true, fm_stages(), true) + 1024) <= cuda_sm_smem();
 }
-/* Which form a launch of `pieces` (groups x products of a pair) takes. Its
- * work units are four times the mma.sync form's (64 rows over the whole row
- * against 32 rows over a quarter of it at w1), so few pieces balance worse:
- * measured (fp4wg run 1 in docs/gpu-notes.md, one H200, the w1 + w3 pair,
- * mma.sync / WG) batch 1 33-41 / 32-34 us, 8 197-220 / 256-266 (94 pieces
- * on 264 block places: a second partial wave), 64 987-1022 / 895-899, 256
- * 1841-1853 / 1583-1597. So the WG form from as many pieces as block
- * places; in batch-invariant mode wherever it applies (k alone then
- * decides: a row's bits never depend on the batch), where its bits are
- * those of the tiled prefill kernel (cuda_fp4_dec_tiled_bits). */
+/* Which form a launch over `groups` experts takes. The WG form's work
+ * units are four times the mma.sync form's (64 rows over the whole row
+ * against 32 rows over a quarter of it at w1), so few pieces (groups x
+ * products of a pair) balance worse: measured (fp4wg run 1 in
+ * docs/gpu-notes.md, one H200, the w1 + w3 pair, mma.sync / WG) batch 1
+ * 33-41 / 32-34 us, 8 197-220 / 256-266 (94 pieces on 264 block places: a
+ * second partial wave), 64 987-1022 / 895-899, 256 1841-1853 / 1583-1597;
+ * w2 (one product a group) at 64 494-576 / 515-571, the same. So the WG form
+ * from as many groups as half the block places (where the pair's pieces
+ * fill them), by the group count alone so that a pair launch and its two
+ * single launches take the same form (the same bits). Batch-invariant mode
+ * keeps the mma.sync form at every batch (one form, whatever the batch: k
+ * alone decides there). */
 static int64_t fm_places(void);
-static bool fm_wg_pick(int64_t kbn, int64_t pieces) {
+static bool fm_wg_pick(int64_t kbn, int64_t groups) {
     if (!fm_wg_applies(kbn)) return false;
-    if (fm_wg_forced >= 0 || cuda_batch_invariant()) return true;
-    return pieces >= fm_places();
+    if (fm_wg_forced == 1) return true;
+    return !cuda_batch_invariant() && 2 * groups >= fm_places();
 }
 static fm_plan fm_slots(int64_t kbn, int64_t m, int64_t max_rows, int grouped, bool wg) {
     const int64_t want = grouped ? max_rows : m;
@@ -1109,18 +1114,14 @@ di_status cuda_launch_fp4_dec_pair(const uint8_t *qa, const float *sa, int64_t k
     if (ngroups > 65535)
         return di_err_set(err, DI_ERR_LIMIT, "gemm_mxfp4 pair (decode form): %d groups (at most 65535)",
                           (int)ngroups);
-    return cuda_check(fm_go(fm_slots(k / 32, 0, max_rows, 1, fm_wg_pick(k / 32, 2 * (int64_t)ngroups)), qa, sa, 0, k,
+    return cuda_check(fm_go(fm_slots(k / 32, 0, max_rows, 1, fm_wg_pick(k / 32, ngroups)), qa, sa, 0, k,
                             w, ws, n, ids, off, ngroups, rows, out, out_mode, w_b, ws_b, out_b, stream),
                       err, "gemm_mxfp4 pair (decode form)");
 }
 
-int cuda_fp4_dec_tiled_bits(int64_t k, const uint8_t *ws) {
-    return fm_applies(k, ws) && fm_wg_applies(k / 32) && (fm_wg_forced == 1 || cuda_batch_invariant());
-}
-
 int cuda_fp4_dec_swiglu_pays(int64_t pair_k, int64_t k, int32_t ngroups) {
     return pair_k % 32 == 0 && pair_k > 0 && ngroups > 0 &&
-           fm_waves(fm_tiles(pair_k / 32, k, fm_wg_pick(pair_k / 32, 2 * (int64_t)ngroups)), 2 * (int64_t)ngroups) == 1;
+           fm_waves(fm_tiles(pair_k / 32, k, fm_wg_pick(pair_k / 32, ngroups)), 2 * (int64_t)ngroups) == 1;
 }
 
 di_status cuda_launch_fp4_dec_swiglu(const float *g, const float *u, const float *pw, int in_bf16, float limit,

@@ -59,12 +59,5 @@ di_status cuda_launch_fp4_dec_swiglu(const float *g, const float *u, const float
  * the quantization's small launch between them spared (a b8 step measured
  * 1.7 % slower). */
 int cuda_fp4_dec_swiglu_pays(int64_t pair_k, int64_t k, int32_t ngroups);
-/* Whether the decode form's products at k give, row for row, the bits of
- * the tiled wgmma kernel (cuda_gemm_grouped_wg.cu): where every launch takes
- * the WG form (batch-invariant mode, or the form forced), whose 32-block
- * sums come from the same FP8 tensor-core adder and are promoted in the
- * same order (fp4wg run 1 in docs/gpu-notes.md; test_fp4_wg_tiled). */
-int cuda_fp4_dec_tiled_bits(int64_t k, const uint8_t *ws);
-
 
 #endif

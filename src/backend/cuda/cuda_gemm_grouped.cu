@@ -437,14 +437,6 @@ static const struct {
 };
 enum { GG_NFORMS = sizeof gg_forms / sizeof *gg_forms };
 
-static int gg_pipe_env = -1; /* DI_CUDA_GG_PIPE=0: the first form (a measuring aid) */
-
-bool cuda_gemm_grouped_takes_wg(const uint8_t *qa, const float *sa, int64_t k, const uint8_t *w, const uint8_t *ws,
-                                int64_t n) {
-    return gg_form < 0 && cuda_env_switch("DI_CUDA_GG_PIPE", &gg_pipe_env) &&
-           cuda_gemm_grouped_wg_applies(qa, sa, k, w, ws, n);
-}
-
 di_status cuda_launch_gemm_mxfp4_grouped_tiled(const uint8_t *qa, const float *sa,
                                                          int64_t k, const uint8_t *w,
                                                          const uint8_t *ws, int64_t n,
@@ -458,7 +450,8 @@ di_status cuda_launch_gemm_mxfp4_grouped_tiled(const uint8_t *qa, const float *s
                           "gemm_mxfp4_grouped (tiled): %d groups (at most %d), k = %lld (a multiple "
                           "of 32), 16-byte aligned codes needed", (int)ngroups, CUDA_GG_MAX_GROUPS,
                           (long long)k);
-    int flags = gg_form >= 0 ? gg_form : cuda_env_switch("DI_CUDA_GG_PIPE", &gg_pipe_env)
+    static int pipe_env = -1; /* DI_CUDA_GG_PIPE=0: the first form (a measuring aid) */
+    int flags = gg_form >= 0 ? gg_form : cuda_env_switch("DI_CUDA_GG_PIPE", &pipe_env)
                                      ? GG_F_WG + CUDA_GW_VARIANT_DEFAULT
                                      : 0;
     if (flags >= GG_F_WG) { /* forms 8 + v: the wgmma kernel's variant v (137 the default) */

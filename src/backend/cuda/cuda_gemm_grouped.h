@@ -33,10 +33,6 @@ di_status cuda_launch_gemm_mxfp4_grouped_tiled(const uint8_t *qa, const float *s
 enum { CUDA_GW_VARIANT_DEFAULT = 129 }; /* GW_F_ROWS | GW_F_TMAW */
 bool cuda_gemm_grouped_wg_applies(const uint8_t *qa, const float *sa, int64_t k, const uint8_t *w,
                                   const uint8_t *ws, int64_t n);
-/* Whether cuda_launch_gemm_mxfp4_grouped_tiled takes the wgmma form, its
- * default variant, for these operands. */
-bool cuda_gemm_grouped_takes_wg(const uint8_t *qa, const float *sa, int64_t k, const uint8_t *w, const uint8_t *ws,
-                                int64_t n);
 di_status cuda_launch_gemm_mxfp4_grouped_wg(const uint8_t *qa, const float *sa, int64_t k,
                                             const uint8_t *w, const uint8_t *ws, int64_t n,
                                             const int32_t *ids, const int32_t *off, int32_t ngroups,

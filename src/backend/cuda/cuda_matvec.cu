@@ -1475,13 +1475,12 @@ static int fp4_dec_mode(void) {
  * Batch-invariant mode: wherever it applies, at any number of rows (a row's
  * bits depend on nothing but its own inputs there); where it does not, the
  * mma.sync kernel at any number of rows, never the wgmma one of up to 16
- * rows. The grouped tiles at every m instead (DI_CUDA_BI_MOE=tiled, a
- * measuring aid) measured (docs/gpu-notes.md, invariant run 3; the model's
- * 6 MoE layers) 86 against 293 ms for a prefill of 8K tokens, but 4.5
- * against 1.5 ms a layer at batch 64 and 0.89 against 0.34 at batch 8:
- * decode, where offline batches spend their time, keeps the decode form,
- * and prefill batches take the tiles where their bits are the decode
- * form's (grouped_takes_tiled: the decode form's WG kernel). */
+ * rows or the grouped tiles. The grouped tiles at every m instead
+ * (DI_CUDA_BI_MOE=tiled, a measuring aid) measured (docs/gpu-notes.md,
+ * invariant run 3; the model's 6 MoE layers) 86 against 293 ms for a
+ * prefill of 8K tokens, but 4.5 against 1.5 ms a layer at batch 64 and
+ * 0.89 against 0.34 at batch 8: decode, where offline batches spend their
+ * time, keeps the decode form. */
 static bool fp4_dec_takes(int64_t rows, int applies) {
     const int mode = fp4_dec_mode();
     if (!applies) return false;
@@ -1514,29 +1513,18 @@ extern "C" void cuda_matvec_set_grouped_tiled(int on) { grouped_tiled_on = on; }
 /* many rows per group (a prefill: max_rows is the batch, an upper bound of
  * every group's rows, and at least four per group on average): the tiled
  * GEMM, which reads a weight tile once per 64 rows instead of once per 8
- * (cuda_gemm_grouped.cu). Batch-invariant mode keeps grouped products on
- * the decode form for its bits, except where the decode form's bits are the
- * tiled wgmma kernel's
- * (cuda_fp4_dec_tiled_bits: its WG form at the experts' shapes): there the
- * tiles take the products they take outside the mode, the same bits for
- * every row (invariant run 3 in docs/gpu-notes.md: the 6 MoE layers of an
- * 8K-token prefill 86 ms on the tiles against 293 on the decode form). sa
- * NULL: the product's scales are the op's aligned scratch (the SwiGLU form,
- * whose fallback quantizes into it). */
-static bool grouped_takes_tiled(const uint8_t *qa, const float *sa, int64_t k, const uint8_t *w, const uint8_t *ws,
-                                int64_t n, int32_t max_rows, int32_t ngroups) {
-    const bool rule = grouped_tiled_on && max_rows > 16 && max_rows >= 4 * (int64_t)ngroups &&
-                      ngroups <= CUDA_GG_MAX_GROUPS && (uintptr_t)qa % 16 == 0;
+ * (cuda_gemm_grouped.cu) */
+static bool grouped_takes_tiled(const uint8_t *qa, int32_t max_rows, int32_t ngroups) {
     if (cuda_batch_invariant()) { /* DI_CUDA_BI_MOE=tiled: the tiles at every m (measuring aid) */
         static int bi_tiled = -1;
         if (bi_tiled < 0) {
             const char *v = getenv("DI_CUDA_BI_MOE");
             bi_tiled = v && !strcmp(v, "tiled");
         }
-        if (bi_tiled) return grouped_tiled_on && ngroups <= CUDA_GG_MAX_GROUPS && (uintptr_t)qa % 16 == 0;
-        return rule && cuda_fp4_dec_tiled_bits(k, ws) && cuda_gemm_grouped_takes_wg(qa, sa, k, w, ws, n);
+        return bi_tiled && grouped_tiled_on && ngroups <= CUDA_GG_MAX_GROUPS && (uintptr_t)qa % 16 == 0;
     }
-    return rule;
+    return grouped_tiled_on && max_rows > 16 && max_rows >= 4 * (int64_t)ngroups &&
+           ngroups <= CUDA_GG_MAX_GROUPS && (uintptr_t)qa % 16 == 0;
 }
 
 di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, int64_t k,
@@ -1553,7 +1541,7 @@ di_status cuda_launch_matvec_mxfp4_grouped(const uint8_t *qa, const float *sa, i
         return di_err_set(err, DI_ERR_UNSUPPORTED,
                           "gemm_mxfp4_grouped: needs k %% 32 == 0 (k = %lld) and 16-byte aligned "
                           "weights", (long long)k);
-    if (grouped_takes_tiled(qa, sa, k, w, ws, n, max_rows, ngroups))
+    if (grouped_takes_tiled(qa, max_rows, ngroups))
         return cuda_launch_gemm_mxfp4_grouped_tiled(qa, sa, k, w, ws, n, ids, off, ngroups, rows,
                                                     out, out_bf16, stream, err);
     if (fp4_dec_takes(max_rows, cuda_fp4_dec_applies(qa, w, ws, k)))
@@ -1582,7 +1570,7 @@ di_status cuda_launch_matvec_mxfp4_grouped_swiglu(const float *g, const float *u
     const uint8_t *qa = (const uint8_t *)g; /* for the choice: alignment only */
     if (!(ngroups > 0 && ngroups <= 65535 && max_rows > 0 && n > 0 && fast_ok(qa, w, k) &&
           cuda_fp4_dec_swiglu_pays(pair_k, k, ngroups) &&
-          !grouped_takes_tiled(qa, NULL, k, w, ws, n, max_rows, ngroups) && cuda_fp4_dec_applies(qa, w, ws, k) == 2 &&
+          !grouped_takes_tiled(qa, max_rows, ngroups) && cuda_fp4_dec_applies(qa, w, ws, k) == 2 &&
           fp4_dec_takes(max_rows, 2)))
         return DI_OK;
     di_status st = cuda_launch_fp4_dec_swiglu(g, u, pw, in_bf16, limit, k, w, ws, n, ids, off, ngroups, rows,
@@ -1598,8 +1586,7 @@ di_status cuda_launch_matvec_mxfp4_grouped_pair(const uint8_t *qa, const float *
                                                 int32_t max_rows, void *out, void *out_b, int out_bf16,
                                                 cudaStream_t stream, di_err *err) {
     if (ngroups > 0 && ngroups <= 65535 && max_rows > 0 && n > 0 && fast_ok(qa, w, k) && fast_ok(qa, w_b, k) &&
-        !grouped_takes_tiled(qa, sa, k, w, ws, n, max_rows, ngroups) &&
-        !grouped_takes_tiled(qa, sa, k, w_b, ws_b, n, max_rows, ngroups) && cuda_fp4_dec_applies(qa, w, ws, k) == 2 &&
+        !grouped_takes_tiled(qa, max_rows, ngroups) && cuda_fp4_dec_applies(qa, w, ws, k) == 2 &&
         cuda_fp4_dec_applies(qa, w_b, ws_b, k) == 2 && fp4_dec_takes(max_rows, 2))
         return cuda_launch_fp4_dec_pair(qa, sa, k, w, ws, w_b, ws_b, n, ids, off, ngroups, rows, max_rows, out,
                                         out_b, out_bf16, stream, err);
