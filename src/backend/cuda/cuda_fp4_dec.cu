@@ -341,7 +341,7 @@ __device__ __forceinline__ void fm_ldsm4(uint32_t r[4], uint32_t addr) {
  * odd ones, at xs + 256 b (no swizzle: LBO 128 between the two). Its
  * result has mma.sync's layout (rows g, g + 8 x slots 2t, 2t + 1), and the
  * promotion is the A8 form's (scales times 64). A block holds two
- * warpgroups, two 64-row tiles over the whole row (fm_cb_wg). The
+ * warpgroups, two 64-row tiles over the whole row (fm_cb_of). The
  * tensor cores' FP8 adder sums a block's 32 products, under the bound the
  * tiled kernels' adder has; the bits are not the mma.sync form's
  * (fm_wg_pick says which form a launch takes). Nor always the tiled
@@ -786,18 +786,16 @@ static int fm_cb(int64_t kbn) {
 }
 
 /* The WG form (cuda_fp4_dec_set_wg; DI_CUDA_FP4_WG=0 in the environment
- * keeps the mma.sync form): whether it runs, and its chunks — one, the
- * whole row, every k: a row's blocks promoted in ascending order from zero,
- * as the tiled prefill kernel (cuda_gemm_grouped_wg.cu) promotes them on
- * the same tensor-core adder. */
+ * keeps the mma.sync form): whether it may run. Its chunk is the whole
+ * row at every k (a row's blocks promoted in ascending order from zero),
+ * the form runs 140-146 in docs/gpu-notes.md measured. */
 static int fm_wg_forced = -1;
 extern "C" void cuda_fp4_dec_set_wg(int on) { fm_wg_forced = on == 0 || on == 1 ? on : -1; }
 static bool fm_wg_on(void) {
     static int env = -1;
     return fm_wg_forced >= 0 ? fm_wg_forced != 0 : cuda_env_switch("DI_CUDA_FP4_WG", &env) != 0;
 }
-static int fm_cb_wg(int64_t kbn) { return (int)kbn; }
-static int fm_cb_of(int64_t kbn, bool wg) { return wg ? fm_cb_wg(kbn) : fm_cb(kbn); }
+static int fm_cb_of(int64_t kbn, bool wg) { return wg ? (int)kbn : fm_cb(kbn); }
 
 /* measuring aid: 0 runs the CUDA-core kernel where the tensor-core one
  * would (cuda_fp4_dec_set_mma; DI_CUDA_FP4_MMA=0 in the environment), -1
@@ -973,7 +971,7 @@ int cuda_fp4_dec_applies(const uint8_t *qa, const uint8_t *w, const uint8_t *ws,
 }
 
 /* Row tiles of a product of n rows (FM_WARPS / kc tiles of 16 side by side
- * a block), block places of the device, and the waves of blocks a launch
+ * a block; in the WG form two of 64), block places of the device, and the waves of blocks a launch
  * of pieces x tiles takes (fm_go). */
 static int64_t fm_tiles(int64_t kbn, int64_t n, bool wg) {
     const int cb = fm_cb_of(kbn, wg), kc = (int)((kbn + cb - 1) / cb), rtn = (wg ? FM_WARPS / 4 : FM_WARPS) / kc;
