@@ -21,12 +21,17 @@
  * DI_CUDA_PROFILE=events so the step's kernels are those of an unprofiled
  * one (the drained form runs the copy queue at every allocation).
  *
+ * With -g 1 the decode steps take the engine's greedy path instead
+ * (di_forward_rows with every row DI_ROW_GREEDY: the argmax formed on the
+ * device, only the summaries back; the engine does this for requests of
+ * plain greedy decoding): the step without the logits' download.
+ *
  * With -lp P also a prefill of P tokens split per layer, against its FLOP
  * floor at the FP8 GEMM rate of the backend's tiled kernel measured here
  * (scripts/gpu-e2e sets it beside torch's best FP8 GEMM).
  *
  *   bench_cuda_model CONFIG [-p PROMPT] [-b LIST] [-c CONTEXT] [-s STEPS] [-l LIST] [-lc CONTEXT] [-lp PROMPT]
- *                    [-n LIST]
+ *                    [-n LIST] [-g 1]
  *
  * DEEPINFER_BATCH_INVARIANT=1 times the backend in batch-invariant mode.
  *
@@ -45,6 +50,7 @@
 #include "bench_util.h"
 
 static const char *ncu_list = ""; /* -n: batch sizes whose passes a profiler records */
+static int greedy_rows = 0;       /* -g 1: decode through di_forward_rows' greedy summaries */
 
 static int list_has(const char *list, int B) {
     for (const char *p = list; *p;) {
@@ -132,23 +138,36 @@ static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int step
     int32_t *ids = malloc((size_t)(B * ctx) * sizeof *ids);
     int32_t *next = malloc((size_t)B * sizeof *next);
     float *logits = logits_alloc(be, (size_t)(B * V));
-    if (!st || !q || !ids || !next || !logits) die("out of memory", NULL);
+    di_row_want *want = malloc((size_t)B * sizeof *want);
+    di_row_greedy *summ = calloc((size_t)B, sizeof *summ);
+    if (!st || !q || !ids || !next || !logits || !want || !summ) die("out of memory", NULL);
+    for (int b = 0; b < B; b++) want[b] = (di_row_want){DI_ROW_GREEDY, -1};
+    const di_fwd_out rows_out = {want, V, summ};
     fill_ids(ids, B * ctx, V, 11);
     for (int b = 0; b < B; b++) {
         if (di_seqstate_init(&st[b], lm, ctx + steps + 8, 0, &err)) die("sequence state", &err);
         q[b] = (di_fwd_seq){&st[b], ids + b * ctx, ctx};
     }
-    /* the context: all B prompts in one prefill pass */
-    if (di_forward(lm, q, B, logits, 0, &err)) die("context prefill", &err);
+    /* the context: the B prompts in prefill passes of up to 16K tokens (the
+     * scheduler's budget bounds a step's tokens the same way; one pass of
+     * 2,048 x 64 tokens asked the MoE for 50 GB of scratch) */
+    const int per = ctx >= 16384 ? 1 : (int)(16384 / (ctx > 0 ? ctx : 1));
+    for (int b0 = 0; b0 < B; b0 += per)
+        if (di_forward(lm, q + b0, B - b0 < per ? B - b0 : per, logits + (int64_t)b0 * V, 0, &err))
+            die("context prefill", &err);
     double best = 1e30, sum = 0;
     int timed = 0;
     for (int s = 0; s < steps + 1; s++) {
         int prof = s == steps;
         for (int b = 0; b < B; b++) {
-            const float *l = logits + (int64_t)b * V; /* greedy, as a sampler would */
             int32_t arg = 0;
-            for (int64_t v = 1; v < V; v++)
-                if (l[v] > l[arg]) arg = (int32_t)v;
+            if (greedy_rows && s > 0) {
+                arg = summ[b].token < 0 ? 0 : summ[b].token;
+            } else {
+                const float *l = logits + (int64_t)b * V; /* greedy, as a sampler would */
+                for (int64_t v = 1; v < V; v++)
+                    if (l[v] > l[arg]) arg = (int32_t)v;
+            }
             next[b] = arg;
             q[b] = (di_fwd_seq){&st[b], &next[b], 1};
         }
@@ -159,7 +178,8 @@ static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int step
             di_cuda_mark(200);
         }
         double t0 = bench_now_s();
-        if (di_forward(lm, q, B, logits, 0, &err)) die("decode", &err);
+        if (greedy_rows ? di_forward_rows(lm, q, B, logits, &rows_out, &err) : di_forward(lm, q, B, logits, 0, &err))
+            die("decode", &err);
         double t = bench_now_s() - t0;
         if (ncu) {
             di_cuda_mark(201);
@@ -178,8 +198,8 @@ static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int step
     }
     check_backend(be, "decode");
     if (timed)
-        printf("RESULT decode_b%d_ctx%lld %.3f ms/step (best %.3f)  %.0f tokens/s\n", B, (long long)ctx,
-               1e3 * sum / timed, 1e3 * best, B / (sum / timed));
+        printf("RESULT decode%s_b%d_ctx%lld %.3f ms/step (best %.3f)  %.0f tokens/s\n", greedy_rows ? "_greedy" : "", B,
+               (long long)ctx, 1e3 * sum / timed, 1e3 * best, B / (sum / timed));
     if (be->ops->graph_replay) { /* DI_CUDA_GRAPH=1: how the steps ran, all batches so far */
         long rec = 0, rep = 0, fail = 0;
         di_backend_cuda_graph_stats(be, &rec, &rep, &fail);
@@ -190,6 +210,8 @@ static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int step
     free(q);
     free(ids);
     free(next);
+    free(want);
+    free(summ);
     logits_free(be, logits);
 }
 
@@ -439,7 +461,7 @@ static void bench_layers(di_model *model, di_lm *lm, di_backend *be, const char 
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_cuda_model CONFIG [-p PROMPT] [-b LIST] [-c CONTEXT] [-s STEPS] [-l LIST] [-lc CONTEXT] "
-                        "[-lp PROMPT] [-n LIST]\n");
+                        "[-lp PROMPT] [-n LIST] [-g 1]\n");
         return 2;
     }
     const char *cfg_path = argv[1], *blist = "1,8", *llist = NULL;
@@ -454,6 +476,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-lc")) lctx = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "-lp")) lP = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "-n")) ncu_list = argv[i + 1];
+        else if (!strcmp(argv[i], "-g")) greedy_rows = atoi(argv[i + 1]) != 0;
     }
     di_err err = {0};
     di_model_options mo;
