@@ -1212,6 +1212,11 @@ static void test_moe_experts_device(void) {
         {1, 512, 512, 16, 6, 0}, {8, 256, 768, 24, 6, 0}, {300, 256, 512, 96, 6, 0}, {8, 256, 512, 24, 6, 1},
         {4, 256, 2304, 16, 6, 0}, /* the model's I: a fill of two rounds a thread */
         {40, 256, 5120, 64, 6, 0},
+        /* 160 experts, at least half the H200's 264 block places: the
+         * decode kernel's WG form, with 16 token slots from 384 rows (groups
+         * of ~22 tokens: two tiles); at I 256 the pair is one wave, so w2
+         * forms its SwiGLU input on 16 slots too */
+        {600, 256, 512, 160, 6, 0}, {600, 256, 256, 160, 6, 0},
     };
     const long sw0 = cuda_moe_swiglu_w2_calls();
 #if defined(DI_HAVE_CUDA)

@@ -1543,29 +1543,32 @@ void cuda_fp4_dec_set_a8(int on); /* cuda_fp4_dec.cu: 1 the A8 form (e4m3 activa
 /* The tensor-core decode kernel's token slots and its two activation forms
  * (cuda_fp4_dec.cu: f16 of a * 64, or the e4m3 codes turned into f16 in the
  * loop with the scales times 64): a row's bits must not depend on either.
- * Groups of 12, 7, 0 and 5 tokens; slots 1 (the reference: every token a
- * pass of its own), 2, 4, 7 and 8 in each form (a group of 12 over two or
- * more tiles, the last partly full), and the chosen ones at max_rows 12,
+ * Groups of 20, 7, 0 and 5 tokens; slots 1 (the reference: every token a
+ * pass of its own), 2, 4, 7 and 8 in each form (a group of 20 over three or
+ * more tiles, the last partly full), and the chosen ones at max_rows 20,
  * 80 (the f16 form) and 240 (past FM_A8_ROWS = 32 times w1's f16 slots:
  * the A8 form; the tiled GEMM kept off, which groups of this size would
- * take); outputs poisoned; the reference within the exact result's bound. */
+ * take); in the WG form also 12 and 16 slots (its m64n16 wgmma: the group
+ * of 20 over two tiles) and the slots chosen at max_rows 600 (16, from
+ * FM_WG16_ROWS = 384); outputs poisoned; the reference within the exact
+ * result's bound. */
 static void test_fp4_dec_slots(void) {
     if (!gpu_ready()) SKIP("%s", gpu_why);
 #if defined(DI_HAVE_CUDA)
     const int64_t shapes[][2] = {{100, 5120}, {150, 2304}};
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
-        const int64_t E = 4, T = 12, n = shapes[c][0], k = shapes[c][1], kbn = k / 32;
+        const int64_t E = 4, T = 20, n = shapes[c][0], k = shapes[c][1], kbn = k / 32;
         const size_t wb = (size_t)(n * k / 2), sb = (size_t)(n * kbn);
         float *x, *sa;
         uint8_t *qa, *w, *ws;
         moe_inputs(T, k, n, E, &x, &sa, &qa, &w, &ws);
-        int32_t ids[4] = {2, 0, 3, 1}, off[5] = {0, 12, 19, 19, 24}, rows[24], pexp[24];
-        for (int i = 0; i < 12; i++) rows[i] = 11 - i;
-        for (int i = 0; i < 7; i++) rows[12 + i] = (3 * i + 1) % 12;
-        for (int i = 0; i < 5; i++) rows[19 + i] = 2 * i;
+        int32_t ids[4] = {2, 0, 3, 1}, off[5] = {0, 20, 27, 27, 32}, rows[32], pexp[32];
+        for (int i = 0; i < 20; i++) rows[i] = 19 - i;
+        for (int i = 0; i < 7; i++) rows[20 + i] = (3 * i + 1) % 20;
+        for (int i = 0; i < 5; i++) rows[27 + i] = 2 * i;
         for (int g = 0; g < 4; g++)
             for (int p = off[g]; p < off[g + 1]; p++) pexp[p] = ids[g];
-        const int np = 24;
+        const int np = 32;
         dbuf dqa = dput(qa, (size_t)(T * k)), dsa = dput(sa, (size_t)(T * kbn) * 4),
              dw = dput(w, wb * E), dws = dput(ws, sb * E), dids = dput(ids, sizeof ids),
              doff = dput(off, sizeof off), drows = dput(rows, sizeof rows),
@@ -1574,14 +1577,16 @@ static void test_fp4_dec_slots(void) {
         double *ex = malloc((size_t)n * 8), *bound = malloc((size_t)n * 8), *abs_sum = malloc((size_t)n * 8);
         di_err err = {0};
         cuda_matvec_set_fp4_dec(1);
-        const struct { int tr, a8, max_rows; } vs[] = {{1, 0, 12}, {2, 0, 12}, {4, 0, 12}, {7, 0, 12}, {8, 0, 12},
-                                                       {1, 1, 12}, {2, 1, 12}, {4, 1, 12}, {7, 1, 12}, {8, 1, 12},
-                                                       {0, -1, 80}, {0, -1, 12}, {0, -1, 240}};
+        const struct { int tr, a8, max_rows; } vs[] = {{1, 0, 20},  {2, 0, 20},  {4, 0, 20},  {7, 0, 20},
+                                                       {8, 0, 20},  {1, 1, 20},  {2, 1, 20},  {4, 1, 20},
+                                                       {7, 1, 20},  {8, 1, 20},  {0, -1, 80}, {0, -1, 20},
+                                                       {0, -1, 240}, {12, 1, 20}, {16, 1, 20}, {0, -1, 600}};
         /* the mma.sync form, then the WG form (which has one layout: its
-         * A8 cases run it again) */
+         * A8 cases run it again); past 8 slots the WG form only */
         for (int wg = 0; wg < 2; wg++) {
             cuda_fp4_dec_set_wg(wg);
             for (size_t v = 0; v < sizeof vs / sizeof *vs; v++) {
+                if (!wg && (vs[v].tr > 8 || vs[v].max_rows > 240)) continue;
                 cuda_fp4_dec_set_tr(vs[v].tr);
                 cuda_fp4_dec_set_a8(vs[v].a8);
                 cuda_matvec_set_grouped_tiled(vs[v].max_rows <= 16);

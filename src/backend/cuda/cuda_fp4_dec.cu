@@ -232,9 +232,12 @@ enum {
     FM_NB = 8,      /* 32-blocks a batch (one cp.async group, one ring slot) */
     FM_CB_MIN = 24, /* 32-blocks a chunk, at least, where the row is split (fm_cb) */
     FM_TR_MAX = 8,  /* token slots of an mma */
+    FM_WG_TR_MAX = 16, /* token slots of the WG form's wgmma (n8, or n16 past 8 slots) */
     FM_NT_MAX = 8,  /* row tiles a block */
     FM_BLOCKS_SM = 2, /* blocks an SM: what the registers allow (126 a thread) */
     FM_A8_ROWS = 32,  /* batch rows per f16 slot past which a grouped product takes the A8 form (fm_slots) */
+    FM_WG16_ROWS = 384, /* batch rows from which the WG form takes 16 token slots (fm_slots) */
+    FM_ST_WG16 = 2,     /* ring stages a warp in the WG form's 16 slots (fm_slots) */
 };
 
 /* d = A x B (+ c): m16n8k16, f16 operands, f32 accumulation */
@@ -307,7 +310,8 @@ __device__ __forceinline__ void fm_ldsm4(uint32_t r[4], uint32_t addr) {
                  : "memory");
 }
 
-/* Shared memory, in order: ring [FM_WARPS][FM_ST] slots of a batch (16
+/* Shared memory, in order (FM_WARPS: the block's warps, fm_warps): ring
+ * [FM_WARPS][FM_ST] slots of a batch (16
  * rows x 8 blocks of codes, rows FM_ROWB bytes apart: the 16-byte pad puts
  * the 8 rows an ldmatrix phase reads in distinct banks; then the 16 rows'
  * 8 scale bytes); swb [FM_WARPS][16][8] f32, the current batch's weight
@@ -341,7 +345,11 @@ __device__ __forceinline__ void fm_ldsm4(uint32_t r[4], uint32_t addr) {
  * odd ones, at xs + 256 b (no swizzle: LBO 128 between the two). Its
  * result has mma.sync's layout (rows g, g + 8 x slots 2t, 2t + 1), and the
  * promotion is the A8 form's (scales times 64). A block holds two
- * warpgroups, two 64-row tiles over the whole row (fm_cb_of). The
+ * warpgroups, two 64-row tiles over the whole row (fm_cb_of). With 16
+ * token slots (large batches, fm_slots) a block is an m64n16k32 wgmma: the
+ * second eight slots' two core matrices follow the first's (SBO 256, a
+ * block's activations 512 bytes), its results d[4..7] the same layout for
+ * slots 8 + 2t, 9 + 2t, and the block has four warpgroups. The
  * tensor cores' FP8 adder sums a block's 32 products, under the bound the
  * tiled kernels' adder has; the bits are not the mma.sync form's
  * (fm_wg_pick says which form a launch takes). Nor always the tiled
@@ -349,9 +357,16 @@ __device__ __forceinline__ void fm_ldsm4(uint32_t r[4], uint32_t addr) {
  * same: 0 of 2.1 M outputs differed in one probe, 2 of 24,000 under
  * another test's seed (runs 140 and 145 in docs/gpu-notes.md). */
 enum { FM_ST = 2, FM_ST_MAX = 6, FM_ROWB = FM_NB * 16 + 16, FM_SLOT = 16 * FM_ROWB + 16 * FM_NB, FM_WG_BLK = 256 };
+/* the WG form's slots a wgmma: 8, or 16 past 8 token slots (fm_slots);
+ * and the warps of a block: 8, or 16 with 16 slots (one block an SM, whose
+ * activations then serve four warpgroups) */
+static int fm_wn(int tr) { return tr > 8 ? 16 : 8; }
+static int fm_warps(bool wg, int tr) { return wg && fm_wn(tr) == 16 ? 2 * FM_WARPS : FM_WARPS; }
 static size_t fm_smem(int tr, int64_t kbn, bool a8 = false, int st = FM_ST, bool wg = false) {
-    const size_t xs = wg ? (size_t)kbn * FM_WG_BLK : (size_t)tr * (size_t)(a8 ? kbn * 32 + 32 : kbn * 64 + 64);
-    return (size_t)FM_WARPS * st * FM_SLOT + (size_t)FM_WARPS * 16 * FM_NB * 4 + 2 * (size_t)FM_WARPS * 32 * 16 + xs +
+    const size_t xs = wg ? (size_t)kbn * FM_WG_BLK * (size_t)(fm_wn(tr) / 8)
+                         : (size_t)tr * (size_t)(a8 ? kbn * 32 + 32 : kbn * 64 + 64);
+    const size_t nw = (size_t)fm_warps(wg, tr);
+    return nw * st * FM_SLOT + nw * 16 * FM_NB * 4 + 2 * nw * 32 * 16 + xs +
            (size_t)tr * (size_t)(kbn * 4) + 256 * 4;
 }
 __device__ __forceinline__ uint2 fm_lds2(uint32_t a) {
@@ -366,6 +381,16 @@ __device__ __forceinline__ void fm_wgmma(float d[4], const uint32_t a[4], uint64
         "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
+}
+
+/* the same with 16 slots: m64n16k32, B two 8-slot halves SBO bytes apart */
+__device__ __forceinline__ void fm_wgmma16(float d[8], const uint32_t a[4], uint64_t db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, "
+        "%12, p, 1, 1;\n}\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
 }
 
@@ -408,8 +433,8 @@ struct fm_swiglu {
 /* SW: the activations are the MoE's SwiGLU of the pair's outputs, formed
  * and quantized in the token tile's fill rather than read as codes (the
  * down product's input; see cuda_launch_fp4_dec_swiglu). */
-template <bool A8, int F, bool SW = false, bool WG = false>
-__global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
+template <bool A8, int F, bool SW = false, bool WG = false, int WN = 8>
+__global__ void __launch_bounds__(WN == 16 ? 2 * FM_THREADS : FM_THREADS, WN == 16 ? 1 : FM_BLOCKS_SM)
     k_fp4_mma(const uint8_t *__restrict__ qa, const float *__restrict__ sa, int64_t m, int64_t k,
               const uint8_t *__restrict__ w, const uint8_t *__restrict__ ws, int64_t n,
               const int32_t *__restrict__ ids, const int32_t *__restrict__ off,
@@ -417,6 +442,7 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
               int out_mode, const uint8_t *__restrict__ w_b, const uint8_t *__restrict__ ws_b,
               void *__restrict__ out_b, fm_swiglu sw) {
     extern __shared__ uint4 fm_raw[];
+    constexpr int NT = WN == 16 ? 2 * FM_THREADS : FM_THREADS, NW = NT / 32; /* fm_warps */
     /* this block's piece (product of a pair, group) and row tiles; a pair
      * launch's second product has the same activations, routing and shape */
     int half, z, ntb;
@@ -454,15 +480,16 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
     const int kbn = (int)(k / 32), xstride = WG ? 0 : A8 ? kbn * 2 + 2 : kbn * 4 + 4; /* uint4 a slot */
     const int64_t rowb = k / 2;
     uint8_t *ring_all = (uint8_t *)fm_raw;
-    float *swb_all = (float *)(ring_all + (size_t)FM_WARPS * st * FM_SLOT);
-    float4 *red = (float4 *)(swb_all + FM_WARPS * 16 * FM_NB);
-    uint4 *xs = (uint4 *)(red + 2 * FM_WARPS * 32);
-    float *sas = WG ? (float *)((uint8_t *)xs + (size_t)kbn * FM_WG_BLK) : (float *)(xs + (size_t)tr * xstride);
+    float *swb_all = (float *)(ring_all + (size_t)NW * st * FM_SLOT);
+    float4 *red = (float4 *)(swb_all + NW * 16 * FM_NB);
+    uint4 *xs = (uint4 *)(red + 2 * NW * 32);
+    constexpr int WBLK = FM_WG_BLK * (WN / 8); /* a 32-block's activations in the WG form */
+    float *sas = WG ? (float *)((uint8_t *)xs + (size_t)kbn * WBLK) : (float *)(xs + (size_t)tr * xstride);
     float *e8m0_tab = sas + (size_t)tr * kbn; /* [256] the E8M0 scales as f32 */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     /* units: warps (a 16-row tile each) or, in the WG form, warpgroups (a
      * 64-row tile, each warp 16 of its rows at wrow) */
-    constexpr int UNITS = WG ? FM_WARPS / 4 : FM_WARPS, TH = WG ? 64 : 16;
+    constexpr int UNITS = WG ? NW / 4 : NW, TH = WG ? 64 : 16;
     const int unit = WG ? warp >> 2 : warp, wrow = WG ? (warp & 3) * 16 : 0;
     const int rtn = UNITS / kc, rt = unit / kc, c = unit - rt * kc;
     e8m0_tab[tid & 255] = e8m0_to_f32(tid & 255); /* read after the fill's barrier */
@@ -564,8 +591,8 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
             uint4 *dst = xs + (size_t)q * xstride;
             auto put = [&](int j, uint2 v) { /* elements 8j .. 8j + 7 as codes, byte 0 first */
                 const uint32_t ev = __byte_perm(v.x, v.y, 0x6420), od = __byte_perm(v.x, v.y, 0x7531);
-                if (WG) { /* block j / 4's two core matrices, slot q's row, k slots 4 (j % 4) .. */
-                    uint8_t *bb = (uint8_t *)xs + (size_t)(j >> 2) * FM_WG_BLK + q * 16 + 4 * (j & 3);
+                if (WG) { /* block j / 4's two core matrices of slot q's half, its row q % 8, k slots 4 (j % 4) .. */
+                    uint8_t *bb = (uint8_t *)xs + (size_t)(j >> 2) * WBLK + (q >> 3) * FM_WG_BLK + (q & 7) * 16 + 4 * (j & 3);
                     *(uint32_t *)bb = ev;
                     *(uint32_t *)(bb + 128) = od;
                 } else if (A8)
@@ -582,8 +609,8 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                 const float pwv = sw.pw[arow];
                 /* two rounds' loads issued before either's arithmetic (w2's
                  * k = 2,304 is 288 items: one pass of the loop, one wait) */
-                for (int j0 = tid; j0 < kbn * 4; j0 += 2 * FM_THREADS) {
-                    const int j1 = j0 + FM_THREADS;
+                for (int j0 = tid; j0 < kbn * 4; j0 += 2 * NT) {
+                    const int j1 = j0 + NT;
                     const bool two = j1 < kbn * 4; /* alike in a warp */
                     float v[2][8], uv[2][8];
                     aq_load8(gp + 8 * j0, v[0]);
@@ -607,10 +634,10 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                 }
             } else {
                 const uint2 *src = (const uint2 *)(qa + arow * k);
-                for (int j = tid; j < kbn * 4; j += FM_THREADS) put(j, __ldg(src + j));
+                for (int j = tid; j < kbn * 4; j += NT) put(j, __ldg(src + j));
                 /* A8 and WG: times 64 (exact; an activation scale is at most FLT_MAX / 448) */
                 const float *ss = sa + arow * kbn;
-                for (int j = tid; j < kbn; j += FM_THREADS)
+                for (int j = tid; j < kbn; j += NT)
                     sas[q * kbn + j] = A8 || WG ? __ldg(ss + j) * 64.f : __ldg(ss + j);
             }
         }
@@ -622,12 +649,15 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
          * tn - 1: their sums are never stored) */
         const uint4 *xq = xs + (size_t)(g < tn ? g : tn - 1) * xstride;
         const uint32_t xa0 = (uint32_t)__cvta_generic_to_shared(
-            WG ? (const void *)((const uint8_t *)xs + (size_t)b0 * FM_WG_BLK)
+            WG ? (const void *)((const uint8_t *)xs + (size_t)b0 * WBLK)
                : A8 ? (const void *)((const uint2 *)xq + t + 4 * b0) : (const void *)(xq + t + 4 * b0));
         const uint32_t sa00 = (uint32_t)__cvta_generic_to_shared(sas + (2 * t < tn ? 2 * t : tn - 1) * kbn + b0);
         const uint32_t sa10 = (uint32_t)__cvta_generic_to_shared(sas + (2 * t + 1 < tn ? 2 * t + 1 : tn - 1) * kbn + b0);
-        uint32_t xa = xa0, sa0 = sa00, sa1 = sa10;
-        float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f;
+        /* the second half's slots 8 + 2t, 8 + 2t + 1 (WN = 16) */
+        const uint32_t sa20 = (uint32_t)__cvta_generic_to_shared(sas + (8 + 2 * t < tn ? 8 + 2 * t : tn - 1) * kbn + b0);
+        const uint32_t sa30 = (uint32_t)__cvta_generic_to_shared(sas + (9 + 2 * t < tn ? 9 + 2 * t : tn - 1) * kbn + b0);
+        uint32_t xa = xa0, sa0 = sa00, sa1 = sa10, sa2 = sa20, sa3 = sa30;
+        float acc0 = 0.f, acc1 = 0.f, acc2 = 0.f, acc3 = 0.f, acc4 = 0.f, acc5 = 0.f, acc6 = 0.f, acc7 = 0.f;
         int tile = 0, bi = 0;
         uint32_t cslot = 0; /* item j's slot, bytes past ring */
         for (int j = 0; j < items; j++) {
@@ -656,7 +686,7 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                      * promotion (the A registers stay untouched, and live,
                      * until the wait) */
                     uint32_t a[4][4];
-                    float d[4][4];
+                    float d[4][WN / 2];
 #pragma unroll
                     for (int jj = 0; jj < 4; jj++) {
                         const uint32_t wa = qv[2 * jj], wb = qv[2 * jj + 1];
@@ -668,22 +698,39 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
                     for (int jj = 0; jj < 4; jj++) {
-                        /* block 4hh + jj: its core matrices 128 bytes apart along k */
-                        fm_wgmma(d[jj], a[jj], make_desc(xa + (uint32_t)((4 * hh + jj) * FM_WG_BLK), 128, 256, 0));
+                        /* block 4hh + jj: its core matrices 128 bytes apart along k,
+                         * the 16-slot form's two halves 256 apart */
+                        const uint64_t db = make_desc(xa + (uint32_t)((4 * hh + jj) * WBLK), 128, 256, 0);
+                        if constexpr (WN == 16) fm_wgmma16(d[jj], a[jj], db);
+                        else fm_wgmma(d[jj], a[jj], db);
                     }
                     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
                     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
-                    for (int jj = 0; jj < 4; jj++)
+                    for (int jj = 0; jj < 4; jj++) {
                         asm volatile("" : "+f"(d[jj][0]), "+f"(d[jj][1]), "+f"(d[jj][2]), "+f"(d[jj][3])
                                      : "r"(a[jj][0]), "r"(a[jj][1]), "r"(a[jj][2]), "r"(a[jj][3])
                                      : "memory");
+                        if constexpr (WN == 16)
+                            asm volatile("" : "+f"(d[jj][4]), "+f"(d[jj][5]), "+f"(d[jj][6]), "+f"(d[jj][7])::"memory");
+                    }
 #pragma unroll
                     for (int jj = 0; jj < 4; jj++) {
                         acc0 = fmaf(d[jj][0], fa[jj] * sw0[jj], acc0);
                         acc1 = fmaf(d[jj][1], fb[jj] * sw0[jj], acc1);
                         acc2 = fmaf(d[jj][2], fa[jj] * sw1[jj], acc2);
                         acc3 = fmaf(d[jj][3], fb[jj] * sw1[jj], acc3);
+                    }
+                    if constexpr (WN == 16) { /* slots 8 + 2t, 9 + 2t: their columns d[4..7] */
+                        const float4 fc4 = fm_lds4f(sa2 + 16 * hh), fd4 = fm_lds4f(sa3 + 16 * hh);
+                        const float fc[4] = {fc4.x, fc4.y, fc4.z, fc4.w}, fd[4] = {fd4.x, fd4.y, fd4.z, fd4.w};
+#pragma unroll
+                        for (int jj = 0; jj < 4; jj++) {
+                            acc4 = fmaf(d[jj][4], fc[jj] * sw0[jj], acc4);
+                            acc5 = fmaf(d[jj][5], fd[jj] * sw0[jj], acc5);
+                            acc6 = fmaf(d[jj][6], fc[jj] * sw1[jj], acc6);
+                            acc7 = fmaf(d[jj][7], fd[jj] * sw1[jj], acc7);
+                        }
                     }
                 } else {
 #pragma unroll
@@ -722,21 +769,25 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                 }
             }
             cslot = cslot + FM_SLOT == st * FM_SLOT ? 0 : cslot + FM_SLOT;
-            xa += FM_NB * (WG ? FM_WG_BLK : A8 ? 32 : 64);
+            xa += FM_NB * (WG ? WBLK : A8 ? 32 : 64);
             sa0 += FM_NB * 4;
             sa1 += FM_NB * 4;
+            sa2 += FM_NB * 4;
+            sa3 += FM_NB * 4;
             if (++bi == nbat) { /* the tile's chunk is done */
                 bi = 0;
                 xa = xa0;
                 sa0 = sa00;
                 sa1 = sa10;
+                sa2 = sa20;
+                sa3 = sa30;
                 if (kc > 1) { /* the chunk sums to warp c = 0 (kc alike in the whole block) */
-                    if (c > 0) red[((tile & 1) * FM_WARPS + warp) * 32 + lane] = make_float4(acc0, acc1, acc2, acc3);
+                    if (c > 0) red[((tile & 1) * NW + warp) * 32 + lane] = make_float4(acc0, acc1, acc2, acc3);
                     __syncthreads();
                 }
                 if (c == 0) {
                     for (int h = 1; h < kc; h++) { /* chunk order */
-                        const float4 p = red[((tile & 1) * FM_WARPS + warp + h * (FM_WARPS / UNITS)) * 32 + lane];
+                        const float4 p = red[((tile & 1) * NW + warp + h * (NW / UNITS)) * 32 + lane];
                         acc0 += p.x;
                         acc1 += p.y;
                         acc2 += p.z;
@@ -751,8 +802,16 @@ __global__ void __launch_bounds__(FM_THREADS, FM_BLOCKS_SM)
                         if (r < n) store_out1(out, out_mode, (o0 + 1) * n + r, acc1);
                         if (r + 8 < n) store_out1(out, out_mode, (o0 + 1) * n + r + 8, acc3);
                     }
+                    if (WN == 16 && 8 + 2 * t < tn) {
+                        if (r < n) store_out1(out, out_mode, (o0 + 8) * n + r, acc4);
+                        if (r + 8 < n) store_out1(out, out_mode, (o0 + 8) * n + r + 8, acc6);
+                    }
+                    if (WN == 16 && 9 + 2 * t < tn) {
+                        if (r < n) store_out1(out, out_mode, (o0 + 9) * n + r, acc5);
+                        if (r + 8 < n) store_out1(out, out_mode, (o0 + 9) * n + r + 8, acc7);
+                    }
                 }
-                acc0 = acc1 = acc2 = acc3 = 0.f;
+                acc0 = acc1 = acc2 = acc3 = acc4 = acc5 = acc6 = acc7 = 0.f;
                 tile++;
             }
         }
@@ -869,8 +928,8 @@ static int fm_bal = 1; /* measuring aid: 0 blocks of ceil(tiles / places) tiles 
 extern "C" void cuda_fp4_dec_set_bal(int on) { fm_bal = on != 0; }
 static int fm_places_forced = 0; /* for tests: SMs the block count plans for (0: the device's) */
 extern "C" void cuda_fp4_dec_set_places(int sms) { fm_places_forced = sms > 0 ? sms : 0; }
-static int fm_tr_forced = 0; /* measuring aid: 1 .. FM_TR_MAX forces it */
-extern "C" void cuda_fp4_dec_set_tr(int tr) { fm_tr_forced = tr >= 1 && tr <= FM_TR_MAX ? tr : 0; }
+static int fm_tr_forced = 0; /* measuring aid: 1 .. FM_TR_MAX forces it (up to FM_WG_TR_MAX in the WG form) */
+extern "C" void cuda_fp4_dec_set_tr(int tr) { fm_tr_forced = tr >= 1 && tr <= FM_WG_TR_MAX ? tr : 0; }
 static int fm_a8_forced = -1; /* measuring aid: 0 the f16 form, 1 the A8 form, -1 chosen */
 extern "C" void cuda_fp4_dec_set_a8(int on) { fm_a8_forced = on == 0 || on == 1 ? on : -1; }
 static int fm_aid = 0; /* measuring aid: FM_F_* flags (the f16 form; wrong results) */
@@ -905,6 +964,17 @@ struct fm_plan {
     int st;
     bool wg;
 };
+/* FM_WG16_ROWS, or DI_CUDA_FP4_WG16_ROWS (measuring aid; 0 never): the
+ * batch rows from which the WG form takes 16 token slots (fm_slots) */
+static int64_t fm_wg16_rows(void) {
+    static int64_t rows = -2;
+    if (rows == -2) {
+        const char *v = getenv("DI_CUDA_FP4_WG16_ROWS");
+        rows = v && *v ? strtol(v, NULL, 10) : FM_WG16_ROWS;
+        if (rows <= 0) rows = -1;
+    }
+    return rows;
+}
 /* Ring stages a warp: FM_ST = 2, one batch in flight while the warp
  * multiplies the other. Deeper rings measured no faster: at batch 1 the
  * w1 + w3 pair took 36.4 / 36.7 / 37.9 us with 2 / 3 / 4 stages, w2 21.5 /
@@ -932,27 +1002,44 @@ static bool fm_wg_applies(int64_t kbn) {
  * single launches take the same form (the same bits). Batch-invariant mode
  * keeps the mma.sync form at every batch (one form, whatever the batch: k
  * alone decides there). */
-static int64_t fm_places(void);
+static int64_t fm_places(int bps);
 static bool fm_wg_pick(int64_t kbn, int64_t groups) {
     if (!fm_wg_applies(kbn)) return false;
     if (fm_wg_forced == 1) return true;
-    return !cuda_batch_invariant() && 2 * groups >= fm_places();
+    return !cuda_batch_invariant() && 2 * groups >= fm_places(FM_BLOCKS_SM);
 }
+/* The WG form's slots: eight whatever the count (they cost no memory), or
+ * 16 from FM_WG16_ROWS batch rows. A group of more tokens than slots
+ * streams its expert's weights once a token tile, and the model's top-6 of
+ * 384 puts batch / 64 tokens in a group on average: at batch 1,024 most
+ * groups took two or three 8-slot tiles. 16 slots are an m64n16k32 wgmma
+ * (twice the promotions a block) and 80 KB of activations a block at w1,
+ * so one block an SM, of 16 warps (four warpgroups sharing the copy; 8
+ * warps measured slower than the 8-slot form at every batch: a chain of
+ * batches a warp, no other block to hide it). Measured (runs 149-150 in
+ * docs/gpu-notes.md, the 6-layer dummy, ms a step, 8 slots / 16): batch
+ * 256 25.4-25.6 / 26.9, 384 32.7-32.8 / 32.1, 512 41.4-41.5 / 38.1-39.1,
+ * 768 57.3-58.3 / 51.1-52.9, 1,024 73.9-76.0 / 67.3-68.9. Which slots a
+ * tile has changes no bits (the tests compare 1, 8, 12 and 16). */
 static fm_plan fm_slots(int64_t kbn, int64_t m, int64_t max_rows, int grouped, bool wg) {
     const int64_t want = grouped ? max_rows : m;
     const int st = fm_stages();
-    if (wg) { /* eight slots whatever the count: they cost no memory */
-        fm_plan p = {(int)(want < 1 ? 1 : want > FM_TR_MAX ? FM_TR_MAX : want), false, st, true};
+    if (wg) {
+        const int64_t r16 = fm_wg16_rows();
+        const int most = r16 > 0 && want >= r16 ? FM_WG_TR_MAX : FM_TR_MAX;
+        fm_plan p = {(int)(want < 1 ? 1 : want > most ? most : want), false, st, true};
         if (fm_tr_forced) p.tr = fm_tr_forced;
+        if (p.tr > 8) p.st = fm_st_forced ? fm_st_forced : FM_ST_WG16;
         return p;
     }
     fm_plan p = {fm_fit(kbn, want, false, st), false, st, false};
+    const int trf = fm_tr_forced > FM_TR_MAX ? FM_TR_MAX : fm_tr_forced;
     if (fm_a8_forced >= 0) p.a8 = fm_a8_forced == 1;
     else if (grouped && max_rows > 16 && max_rows > (int64_t)fm_a8_rows() * p.tr && p.tr < FM_TR_MAX &&
              fm_fit(kbn, want, true, st) > p.tr)
         p.a8 = true;
     if (p.a8) p.tr = fm_fit(kbn, want, true, st);
-    if (fm_tr_forced) p.tr = fm_tr_forced;
+    if (trf) p.tr = trf;
     return p;
 }
 
@@ -973,17 +1060,25 @@ int cuda_fp4_dec_applies(const uint8_t *qa, const uint8_t *w, const uint8_t *ws,
 /* Row tiles of a product of n rows (FM_WARPS / kc tiles of 16 side by side
  * a block; in the WG form two of 64), block places of the device, and the waves of blocks a launch
  * of pieces x tiles takes (fm_go). */
-static int64_t fm_tiles(int64_t kbn, int64_t n, bool wg) {
-    const int cb = fm_cb_of(kbn, wg), kc = (int)((kbn + cb - 1) / cb), rtn = (wg ? FM_WARPS / 4 : FM_WARPS) / kc;
+static int64_t fm_tiles(int64_t kbn, int64_t n, bool wg, int warps = FM_WARPS) {
+    const int cb = fm_cb_of(kbn, wg), kc = (int)((kbn + cb - 1) / cb), rtn = (wg ? warps / 4 : warps) / kc;
     const int th = wg ? 64 : 16;
     return (n + th * rtn - 1) / (th * rtn);
 }
-static int64_t fm_places(void) {
-    return (int64_t)FM_BLOCKS_SM * (fm_places_forced ? fm_places_forced : cuda_sm_count());
+static int64_t fm_places(int bps) {
+    return (int64_t)bps * (fm_places_forced ? fm_places_forced : cuda_sm_count());
 }
-static int64_t fm_waves(int64_t tiles, int64_t pieces) {
-    const int64_t places = fm_places();
+static int64_t fm_waves(int64_t tiles, int64_t pieces, int bps = FM_BLOCKS_SM) {
+    const int64_t places = fm_places(bps);
     return (tiles * pieces + places * FM_NT_MAX - 1) / (places * FM_NT_MAX);
+}
+
+/* Blocks an SM a launch gets: FM_BLOCKS_SM where their memory fits (smem
+ * bytes a block plus the 1 KB the runtime reserves a block), else 1; the
+ * WG form's 16 slots always 1 (a block of 16 warps). */
+static int fm_bps(const fm_plan &pl, size_t smem) {
+    if (pl.wg && fm_wn(pl.tr) == 16) return 1;
+    return (size_t)FM_BLOCKS_SM * (smem + 1024) <= (size_t)cuda_sm_smem() ? FM_BLOCKS_SM : 1;
 }
 
 /* One launch of the tensor-core kernel; w_b != NULL adds the pair's second
@@ -999,15 +1094,16 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
     while (st > 2 && fm_smem(tr, kbn, pl.a8, st, pl.wg) > FD_SMEM_MAX) st--;
     while (tr > 1 && fm_smem(tr, kbn, pl.a8, st, pl.wg) > FD_SMEM_MAX) tr--;
     const size_t smem = fm_smem(tr, kbn, pl.a8, st, pl.wg);
+    const int bps = fm_bps(fm_plan{tr, pl.a8, st, pl.wg}, smem);
     /* the two forms, the f16 form's measuring aids, the two forms on a
      * SwiGLU input */
     decltype(&k_fp4_mma<false, 0>) const kerns[] = {
         k_fp4_mma<false, 0>,      k_fp4_mma<true, 0>,       k_fp4_mma<false, 1>,
         k_fp4_mma<false, 2>,      k_fp4_mma<false, 3>,      k_fp4_mma<false, 4>,
         k_fp4_mma<false, 0, true>, k_fp4_mma<true, 0, true>, k_fp4_mma<true, 0, false, true>,
-        k_fp4_mma<true, 0, true, true>};
+        k_fp4_mma<true, 0, true, true>, k_fp4_mma<true, 0, false, true, 16>, k_fp4_mma<true, 0, true, true, 16>};
     static size_t attr[sizeof kerns / sizeof *kerns]; /* the shared memory each is allowed so far */
-    const int ki = pl.wg ? 8 + (sw ? 1 : 0)
+    const int ki = pl.wg ? 8 + (sw ? 1 : 0) + (fm_wn(tr) == 16 ? 2 : 0)
                    : sw  ? 6 + (int)pl.a8
                    : fm_aid ? (fm_aid & FM_F_NOMATH ? 5 : fm_aid + 1)
                             : (int)pl.a8;
@@ -1035,10 +1131,10 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
      * time is its chain of tiles. Which block computes a tile does not
      * change its bits. */
     const int halves = w_b ? 2 : 1;
-    const int64_t tiles = fm_tiles(kbn, n, pl.wg);
-    const int64_t places = fm_places();
+    const int64_t tiles = fm_tiles(kbn, n, pl.wg, fm_warps(pl.wg, tr));
+    const int64_t places = fm_places(bps);
     const int64_t pieces = (int64_t)groups * halves;
-    const int64_t waves = fm_waves(tiles, pieces);
+    const int64_t waves = fm_waves(tiles, pieces, bps);
     fm_grid gr = {0, 0, 0, 0, 0, (int)pieces, halves};
     dim3 grid;
     if (fm_bal && !fm_nt_forced && waves > 1) {
@@ -1060,7 +1156,7 @@ static cudaError_t fm_go(fm_plan pl, const uint8_t *qa, const float *sa, int64_t
         grid = dim3((unsigned)(bx * halves), (unsigned)groups);
     }
     const fm_swiglu swv = sw ? *sw : fm_swiglu{NULL, NULL, NULL, 0, 0.f};
-    cuda_launch_pdl(kern, grid, dim3(FM_THREADS), smem, stream, qa, sa, m, k, w, ws, n, ids, off, rows, tr, cb, kc,
+    cuda_launch_pdl(kern, grid, dim3(32 * fm_warps(pl.wg, tr)), smem, stream, qa, sa, m, k, w, ws, n, ids, off, rows, tr, cb, kc,
                     gr, st, out, out_mode, w_b, ws_b, out_b, swv);
     return cudaGetLastError();
 }
@@ -1117,9 +1213,12 @@ di_status cuda_launch_fp4_dec_pair(const uint8_t *qa, const float *sa, int64_t k
                       err, "gemm_mxfp4 pair (decode form)");
 }
 
-int cuda_fp4_dec_swiglu_pays(int64_t pair_k, int64_t k, int32_t ngroups) {
-    return pair_k % 32 == 0 && pair_k > 0 && ngroups > 0 &&
-           fm_waves(fm_tiles(pair_k / 32, k, fm_wg_pick(pair_k / 32, ngroups)), 2 * (int64_t)ngroups) == 1;
+int cuda_fp4_dec_swiglu_pays(int64_t pair_k, int64_t k, int32_t ngroups, int32_t max_rows) {
+    if (!(pair_k % 32 == 0 && pair_k > 0 && ngroups > 0)) return 0;
+    const int64_t kbn = pair_k / 32;
+    const fm_plan pl = fm_slots(kbn, 0, max_rows, 1, fm_wg_pick(kbn, ngroups));
+    const int bps = fm_bps(pl, fm_smem(pl.tr, kbn, pl.a8, pl.st, pl.wg));
+    return fm_waves(fm_tiles(kbn, k, pl.wg, fm_warps(pl.wg, pl.tr)), 2 * (int64_t)ngroups, bps) == 1;
 }
 
 di_status cuda_launch_fp4_dec_swiglu(const float *g, const float *u, const float *pw, int in_bf16, float limit,

@@ -57,7 +57,8 @@ di_status cuda_launch_fp4_dec_swiglu(const float *g, const float *u, const float
  * start as the pair ends (programmatic launch); behind a pair of several
  * waves its blocks would take places from the pair's later waves, which
  * the quantization's small launch between them spared (a b8 step measured
- * 1.7 % slower). */
-int cuda_fp4_dec_swiglu_pays(int64_t pair_k, int64_t k, int32_t ngroups);
+ * 1.7 % slower). max_rows: the pair launch's (its slots, so its blocks an
+ * SM, depend on it). */
+int cuda_fp4_dec_swiglu_pays(int64_t pair_k, int64_t k, int32_t ngroups, int32_t max_rows);
 
 #endif

@@ -1513,7 +1513,17 @@ extern "C" void cuda_matvec_set_grouped_tiled(int on) { grouped_tiled_on = on; }
 /* many rows per group (a prefill: max_rows is the batch, an upper bound of
  * every group's rows, and at least four per group on average): the tiled
  * GEMM, which reads a weight tile once per 64 rows instead of once per 8
- * (cuda_gemm_grouped.cu) */
+ * (cuda_gemm_grouped.cu). DI_CUDA_GG_ROWS=r (measuring aid) moves the
+ * average from four to r rows a group. */
+static int64_t grouped_tiled_rows(void) {
+    static int64_t rows = -1;
+    if (rows < 0) {
+        const char *v = getenv("DI_CUDA_GG_ROWS");
+        const long r = v ? strtol(v, NULL, 10) : 0;
+        rows = r > 0 ? r : 4;
+    }
+    return rows;
+}
 static bool grouped_takes_tiled(const uint8_t *qa, int32_t max_rows, int32_t ngroups) {
     if (cuda_batch_invariant()) { /* DI_CUDA_BI_MOE=tiled: the tiles at every m (measuring aid) */
         static int bi_tiled = -1;
@@ -1523,7 +1533,7 @@ static bool grouped_takes_tiled(const uint8_t *qa, int32_t max_rows, int32_t ngr
         }
         return bi_tiled && grouped_tiled_on && ngroups <= CUDA_GG_MAX_GROUPS && (uintptr_t)qa % 16 == 0;
     }
-    return grouped_tiled_on && max_rows > 16 && max_rows >= 4 * (int64_t)ngroups &&
+    return grouped_tiled_on && max_rows > 16 && max_rows >= grouped_tiled_rows() * (int64_t)ngroups &&
            ngroups <= CUDA_GG_MAX_GROUPS && (uintptr_t)qa % 16 == 0;
 }
 
@@ -1569,7 +1579,7 @@ di_status cuda_launch_matvec_mxfp4_grouped_swiglu(const float *g, const float *u
     *done = 0;
     const uint8_t *qa = (const uint8_t *)g; /* for the choice: alignment only */
     if (!(ngroups > 0 && ngroups <= 65535 && max_rows > 0 && n > 0 && fast_ok(qa, w, k) &&
-          cuda_fp4_dec_swiglu_pays(pair_k, k, ngroups) &&
+          cuda_fp4_dec_swiglu_pays(pair_k, k, ngroups, max_rows) &&
           !grouped_takes_tiled(qa, max_rows, ngroups) && cuda_fp4_dec_applies(qa, w, ws, k) == 2 &&
           fp4_dec_takes(max_rows, 2)))
         return DI_OK;
