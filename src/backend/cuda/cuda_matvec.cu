@@ -1511,16 +1511,21 @@ static int grouped_tiled_on = 1;
 extern "C" void cuda_matvec_set_grouped_tiled(int on) { grouped_tiled_on = on; }
 
 /* many rows per group (a prefill: max_rows is the batch, an upper bound of
- * every group's rows, and at least four per group on average): the tiled
- * GEMM, which reads a weight tile once per 64 rows instead of once per 8
- * (cuda_gemm_grouped.cu). DI_CUDA_GG_ROWS=r (measuring aid) moves the
- * average from four to r rows a group. */
+ * every group's rows, and at least five per group on average): the tiled
+ * GEMM, which reads a weight tile once per 64 rows instead of once per
+ * token tile of the decode kernel (cuda_gemm_grouped.cu). Five, not four
+ * (the rule before), since the decode kernel's 16-slot tiles: measured
+ * (run 152 in docs/gpu-notes.md, the 6-layer dummy, greedy decode steps,
+ * the model's 384 experts) tiles / decode form at batch 1,536 (4 rows a
+ * group) 88.9-90.3 / 83.8-85.4 ms, 1,792 (4.7) 97.5-99.4 / 96.4-99.0, 2,048
+ * (5.3) 103.0-106.3 / 112.1-112.5. DI_CUDA_GG_ROWS=r (measuring aid) moves
+ * the average to r rows a group. */
 static int64_t grouped_tiled_rows(void) {
     static int64_t rows = -1;
     if (rows < 0) {
         const char *v = getenv("DI_CUDA_GG_ROWS");
         const long r = v ? strtol(v, NULL, 10) : 0;
-        rows = r > 0 ? r : 4;
+        rows = r > 0 ? r : 5;
     }
     return rows;
 }
