@@ -55,6 +55,11 @@ typedef struct di_wmat {
 /* matmul flags */
 #define DI_MM_ACT_FP8 1u  /* quantize each row per 32 inputs to FP8 first (§2) */
 #define DI_MM_OUT_BF16 2u /* round the fp32 result to bf16 */
+/* x holds bf16 values (a norm's output, as the head's input is): a
+ * backend may read x in bf16 without a loss. Without DI_MM_ACT_FP8 only;
+ * outside batch-invariant mode a backend may then sum in another order at
+ * many rows (the CUDA backend: cuBLAS), within fp32's bound. */
+#define DI_MM_ACT_BF16 4u
 
 /* One entry of a query's attention list: a pointer to a [head_dim] K=V row,
  * or NULL for an empty slot (empty slots still count for the 64-slot blocks

@@ -664,7 +664,7 @@ di_status di_fwd_head(di_fwd *f, const float *s, const float *pre, const int32_t
         be->ops->hc_collapse(be, ss, pp, n, hc, d, h);
         be->ops->rmsnorm(be, h, &lm->w->norm, n, d, c->eps, h);
     }
-    be->ops->matmul(be, &lm->head, h, n, lg, 0);
+    be->ops->matmul(be, &lm->head, h, n, lg, DI_MM_ACT_BF16); /* h: the norm's bf16 values */
     if (f->recording) {
         f->recording = 0;
         if (be->ops->graph_record_end(be, lg)) { /* nothing ran */

@@ -186,13 +186,14 @@ static double w_dec(const di_wmat *w, int64_t j, int64_t k) {
 /* The products without activation quantization (matmul without
  * DI_MM_ACT_FP8, matmul_grouped): GPU and CPU each within their bound of the
  * exact sum (cuda_ops_linear.cu): the CPU's chain K·2^-24·Σ|w·x|, the
- * tensor-core sums (18·n_mma + 3)·2^-23·Σ|w·x| with n_mma = 6·ceil(K/256),
- * a bf16 ulp when the outputs are rounded. Infinities and NaN must match. */
-static void cmp_plain(const char *what, const di_wmat *w, int groups, const float *x, int64_t m,
-                      const float *yg, const float *yc, int out_bf16) {
+ * tensor-core sums (18·n_mma + 3)·2^-23·Σ|w·x| with n_mma = 6·ceil(K/256)
+ * (cmp_plain; cmp_plain_rel takes the sum of both budgets, rel, as a
+ * fraction of Σ|w·x|), a bf16 ulp when the outputs are rounded.
+ * Infinities and NaN must match. */
+static void cmp_plain_rel(const char *what, const di_wmat *w, int groups, const float *x, int64_t m,
+                          const float *yg, const float *yc, int out_bf16, double rel) {
     int64_t N = w->n_out, K = w->n_in, nr = N / groups, bad = 0, first = -1;
-    double n_mma = 6.0 * (double)((K + 255) / 256), worst = 0;
-    double rel = ((double)K + 2.0 * (18.0 * n_mma + 3.0)) * 0x1p-24;
+    double worst = 0;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < N; j++) {
             const float *xi = x + (i * groups + j / nr) * K;
@@ -214,6 +215,12 @@ static void cmp_plain(const char *what, const di_wmat *w, int groups, const floa
            (long long)bad, (long long)(m * N), (long long)first, first >= 0 ? yg[first] : 0.0,
            first >= 0 ? yc[first] : 0.0);
     if (getenv("DI_TEST_VERBOSE")) fprintf(stderr, "  %-48s worst %.4f of the bound\n", what, worst);
+}
+static void cmp_plain(const char *what, const di_wmat *w, int groups, const float *x, int64_t m,
+                      const float *yg, const float *yc, int out_bf16) {
+    const int64_t K = w->n_in;
+    const double n_mma = 6.0 * (double)((K + 255) / 256);
+    cmp_plain_rel(what, w, groups, x, m, yg, yc, out_bf16, ((double)K + 2.0 * (18.0 * n_mma + 3.0)) * 0x1p-24);
 }
 
 static void test_matmul(void) {
@@ -332,6 +339,70 @@ static void test_matmul(void) {
         dev_free(dy);
         free(x); free(yc); free(yg); free(wbuf); free(sbuf);
     }
+}
+
+#if defined(DI_HAVE_CUDA)
+long cuda_blas_calls(void); /* cuda_ops_linear.cu: GEMMs of the cuBLAS path so far */
+#endif
+
+/* BF16 products on bf16 inputs (DI_MM_ACT_BF16: the head) from 64 rows
+ * (DI_CUDA_MM_BLAS) through cuBLAS: within 2K·2^-24·Σ|w·x| of the exact
+ * sum (fp32 sums in any order, adds that may truncate) plus the CPU chain's
+ * K·2^-24·Σ|w·x|, the GEMM counted (the path ran), bf16 outputs rounded;
+ * in batch-invariant mode the flag changes nothing (the prefill form's
+ * bits, which do not depend on m), nor below 64 rows. Shapes: 64 rows (the
+ * threshold), 200 x 520 -> 333 (ragged), 1,030 rows at the model's 5,120
+ * inputs, 63 rows (below). */
+static void test_matmul_blas(void) {
+    NEED_GPU();
+#if defined(DI_HAVE_CUDA)
+    const struct { int64_t m, k, n; unsigned out; int blas; } cs[] = {
+        {64, 256, 300, 0, 1}, {200, 520, 333, DI_MM_OUT_BF16, 1}, {1030, 5120, 96, 0, 1}, {63, 256, 100, 0, 0}};
+    for (size_t t = 0; t < sizeof cs / sizeof *cs; t++) {
+        const int64_t m = cs[t].m, K = cs[t].k, N = cs[t].n;
+        uint16_t *wb = malloc((size_t)(N * K) * 2);
+        for (int64_t i = 0; i < N * K; i++) wb[i] = di_f32_to_bf16(0.2f * rng_normal());
+        di_wmat w = {DI_WFMT_BF16, N, K, wb, NULL};
+        float *x = rnd(m * K, 1.0f); /* bf16 values */
+        float *yc = malloc((size_t)(m * N) * 4);
+        cpu->ops->matmul(cpu, &w, x, m, yc, cs[t].out);
+        float *dx = dev_up(x, (size_t)(m * K) * 4), *dy = dev_poison((size_t)(m * N) * 4);
+        const long c0 = cuda_blas_calls();
+        gpu->ops->matmul(gpu, &w, dx, m, dy, cs[t].out | DI_MM_ACT_BF16);
+        const long c1 = cuda_blas_calls();
+        float *yg = dev_down(dy, (size_t)(m * N) * 4);
+        char what[96];
+        snprintf(what, sizeof what, "matmul bf16 x (cuBLAS) m %lld k %lld n %lld%s", (long long)m, (long long)K,
+                 (long long)N, cs[t].out ? " bf16 out" : "");
+        if (status_ok(what)) {
+            CHECKF(c1 - c0 == cs[t].blas, "%s: %ld cuBLAS GEMMs, %d expected", what, c1 - c0, cs[t].blas);
+            cmp_plain_rel(what, &w, 1, x, m, yg, yc, cs[t].out != 0, 3.0 * (double)K * 0x1p-24);
+            if (cs[t].out) {
+                int64_t odd = 0;
+                for (int64_t i = 0; i < m * N; i++) odd += !isnan(yg[i]) && yg[i] != di_round_bf16(yg[i]);
+                CHECKF(odd == 0, "%s: %lld outputs not rounded to bf16", what, (long long)odd);
+            }
+            /* without the flag, and with it in batch-invariant mode: the same bits */
+            float *dz = dev_poison((size_t)(m * N) * 4), *dz2 = dev_poison((size_t)(m * N) * 4);
+            gpu->ops->matmul(gpu, &w, dx, m, dz, cs[t].out);
+            gpu->ops->set_batch_invariant(gpu, 1);
+            const long c2 = cuda_blas_calls();
+            gpu->ops->matmul(gpu, &w, dx, m, dz2, cs[t].out | DI_MM_ACT_BF16);
+            const long c3 = cuda_blas_calls();
+            gpu->ops->set_batch_invariant(gpu, 0);
+            float *y0 = dev_down(dz, (size_t)(m * N) * 4), *y1 = dev_down(dz2, (size_t)(m * N) * 4);
+            CHECKF(status_ok(what) && c3 == c2 && !memcmp(y0, y1, (size_t)(m * N) * 4),
+                   "%s: batch-invariant mode with the flag differs from the product without it", what);
+            if (!cs[t].blas)
+                CHECKF(!memcmp(yg, y0, (size_t)(m * N) * 4), "%s: below the cuBLAS rows the flag changed bits", what);
+            dev_free(dz); dev_free(dz2);
+            free(y0); free(y1);
+        }
+        di_backend_cuda_weights_drop(gpu);
+        dev_free(dx); dev_free(dy);
+        free(wb); free(x); free(yc); free(yg);
+    }
+#endif
 }
 
 static void test_matmul_grouped(void) {
@@ -2547,6 +2618,7 @@ int main(void) {
     RUN(test_dependent_chain);
     RUN(test_pool_fills);
     RUN(test_matmul);
+    RUN(test_matmul_blas);
     RUN(test_matmul_fused_quant);
     RUN(test_matmul_pair);
     RUN(test_swiglu_matmul_add);

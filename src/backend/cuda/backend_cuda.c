@@ -148,6 +148,7 @@ typedef struct cuda_impl {
     /* pool: live blocks (open addressing by pointer) and free blocks */
     int use_pool;
     int batch_invariant; /* set_batch_invariant: no kernel chosen by the number of rows */
+    void *blas;          /* cuBLAS handle of the bf16-input products (cu_matmul), made at the first */
     int alloc_raw;               /* cu_alloc hands the block out without its zero fill */
     pblock *live;
     size_t live_cap, live_count;
@@ -859,9 +860,47 @@ static size_t wmat_bytes(const di_wmat *w, size_t *sbytes) {
     }
 }
 
+/* Rows from which a BF16 product on bf16 inputs (DI_MM_ACT_BF16: the head)
+ * goes to cuBLAS outside batch-invariant mode and recordings:
+ * DI_CUDA_MM_BLAS=r (0: never; a measuring aid), by default 64, where the
+ * head's prefill form took 557 µs against torch's 360 (docs/gpu-notes.md,
+ * mid run 1) and at 1,024 rows ~8 ms of a 57 ms step (run 151). */
+static int64_t blas_rows(void) {
+    static int64_t rows = -2;
+    if (rows == -2) {
+        const char *v = getenv("DI_CUDA_MM_BLAS");
+        rows = v && *v ? strtol(v, NULL, 10) : 64;
+        if (rows <= 0) rows = -1;
+    }
+    return rows;
+}
+
 static void cu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t m, float *y,
                       unsigned flags) {
     int quant = (flags & DI_MM_ACT_FP8) && (w->fmt == DI_WFMT_FP8 || w->fmt == DI_WFMT_FP4);
+    cuda_impl *c = IM(be);
+    const int64_t br = blas_rows();
+    /* not with step graphs on (DI_CUDA_GRAPH=1): their steps record the
+     * prefill form, and a step's logits should not depend on whether it
+     * replayed */
+    if (!quant && (flags & DI_MM_ACT_BF16) && w->fmt == DI_WFMT_BF16 && br > 0 && m >= br && !c->batch_invariant &&
+        !c->rec && !c->ops.graph_replay) {
+        op_enter(be, "matmul (plain, cuBLAS)");
+        side_touch(be, x);
+        side_touch(be, y);
+        const int64_t K = w->n_in, N = w->n_out;
+        size_t sb = 0, wb = wmat_bytes(w, &sb);
+        const void *dw = wdev(be, w->w, wb);
+        uint16_t *x16 = cu_alloc_raw(be, (size_t)(m * K) * sizeof(uint16_t));
+        di_err err = {0};
+        if (dw && x16)
+            note(be, cuda_op_matmul_bf16_blas(&c->blas, dw, N, K, x, m, y, (flags & DI_MM_OUT_BF16) != 0, x16, &err),
+                 &err);
+        else if (dw)
+            note(be, di_err_set(&err, DI_ERR_NOMEM, "bf16 copy of x [%lld, %lld]", (long long)m, (long long)K), &err);
+        cu_free(be, x16);
+        return;
+    }
     int64_t K = w->n_in, N = w->n_out;
     /* a plain product's bf16 copy of x, as for wo_a (cu_matmul_grouped) */
     size_t xb = !quant && m > 0 && N > 0 ? cuda_op_matmul_scratch_bytes((int)w->fmt, K, m, 1, N) : 0;
@@ -2084,6 +2123,7 @@ static void cu_destroy(di_backend *be) {
         c->side = NULL;
         di_backend_cuda_weights_drop(be);
         graphs_free(c);
+        cuda_blas_free(c->blas);
         for (int i = 0; i < N_SCRATCH; i++) di_cuda_free(c->scr[i]);
         pool_trim(c);
         for (size_t i = 0; i < c->live_cap; i++) di_cuda_free(c->live[i].p);

@@ -154,6 +154,16 @@ di_status cuda_op_matmul_plain_s(int fmt, const void *w, const uint8_t *s, int64
                                  int64_t nr, float *y, int64_t ldy, int out_bf16, void *scratch,
                                  size_t scratch_bytes, di_err *err);
 size_t cuda_op_matmul_scratch_bytes(int fmt, int64_t n_in, int64_t m, int groups, int64_t nr);
+/* y [m, n] = x·Wᵀ for BF16 W [n, k] and x [m, k] holding bf16 values
+ * (DI_MM_ACT_BF16), through cuBLAS (bf16 products, fp32 sums in its own
+ * order, within 2k·2^-24·Σ|w·x| of the exact sum): x goes to x16 [m, k]
+ * as bf16 (exact), then one GEMM on the default stream. *blas is the
+ * caller's cuBLAS handle, made here at the first call (cuda_blas_free).
+ * The order of the sums may depend on m: not for batch-invariant mode. */
+di_status cuda_op_matmul_bf16_blas(void **blas, const void *w, int64_t n, int64_t k, const float *x, int64_t m,
+                                   float *y, int out_bf16, uint16_t *x16, di_err *err);
+void cuda_blas_free(void *blas);
+long cuda_blas_calls(void); /* GEMMs cuda_op_matmul_bf16_blas ran (tests) */
 /* y = x·Wᵀ and y2 = x·W2ᵀ (W, W2 [nr, n_in] of one format; x [m, n_in]) in
  * one launch of the decode form, each with the bits of
  * cuda_op_matmul_plain alone; *done = 0 and nothing launched where that

@@ -14,6 +14,8 @@
  * comment gives the order and the error bound against the chain). */
 #include "backend/cuda/cuda_ops_common.cuh"
 
+#include <cublas_v2.h>
+
 #include "backend/backend.h"
 
 template <int FMT>
@@ -1290,4 +1292,54 @@ extern "C" di_status cuda_op_matmul_plain(int fmt, const void *w, const uint8_t 
                                           int groups, int64_t nr, float *y, int64_t ldy,
                                           int out_bf16, di_err *err) {
     return cuda_op_matmul_plain_s(fmt, w, s, n_out, n_in, x, ldx, m, groups, nr, y, ldy, out_bf16, NULL, 0, err);
+}
+
+/* ---- many rows of a BF16 product on bf16 inputs: cuBLAS ----------------
+ *
+ * The head at a large decode batch (129,280 x 5,120 BF16 weights, x the
+ * final norm's bf16 rows) ran the prefill form above at ~165 TFLOP/s
+ * (its fixed-order mma.sync tiles, 8.3 ms a step at 1,024 rows: 12 % of
+ * it). Its inputs are bf16 already, so a bf16 copy of x loses nothing and a
+ * library GEMM on the tensor cores does the same products; only the order
+ * of the fp32 sums changes (and with it the last bits, which is why
+ * batch-invariant mode keeps the prefill form). */
+
+__global__ void k_f32_to_bf16(const float *__restrict__ x, int64_t n, uint16_t *__restrict__ y) {
+    GRID_STRIDE(i, n) y[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
+}
+
+static long blas_calls = 0;
+extern "C" long cuda_blas_calls(void) { return __atomic_load_n(&blas_calls, __ATOMIC_RELAXED); }
+
+extern "C" void cuda_blas_free(void *blas) {
+    if (blas) cublasDestroy((cublasHandle_t)blas);
+}
+
+extern "C" di_status cuda_op_matmul_bf16_blas(void **blas, const void *w, int64_t n, int64_t k, const float *x,
+                                              int64_t m, float *y, int out_bf16, uint16_t *x16, di_err *err) {
+    if (m <= 0 || n <= 0) return DI_OK;
+    if (n > 0x7fffffff || m > 0x7fffffff || k > 0x7fffffff || k <= 0)
+        return di_err_set(err, DI_ERR_UNSUPPORTED, "matmul (cuBLAS): %lld x %lld x %lld", (long long)m,
+                          (long long)n, (long long)k);
+    if (!*blas) {
+        cublasHandle_t h = NULL;
+        const cublasStatus_t cs = cublasCreate(&h);
+        if (cs != CUBLAS_STATUS_SUCCESS)
+            return di_err_set(err, DI_ERR_BACKEND, "cuBLAS: cublasCreate failed (status %d)", (int)cs);
+        *blas = h;
+    }
+    k_f32_to_bf16<<<grid_for(m * k), 256>>>(x, m * k, x16);
+    di_status st = cuda_check_launch(err, "matmul (cuBLAS): x to bf16");
+    if (st) return st;
+    const float one = 1.0f, zero = 0.0f;
+    /* column-major: y^T [n, m] = W [k, n]^T x16^T [k, m] */
+    const cublasStatus_t cs =
+        cublasGemmEx((cublasHandle_t)*blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, w, CUDA_R_16BF,
+                     (int)k, x16, CUDA_R_16BF, (int)k, &zero, y, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
+                     CUBLAS_GEMM_DEFAULT);
+    if (cs != CUBLAS_STATUS_SUCCESS)
+        return di_err_set(err, DI_ERR_BACKEND, "cuBLAS: GEMM of %lld x %lld x %lld failed (status %d)", (long long)m,
+                          (long long)n, (long long)k, (int)cs);
+    __atomic_fetch_add(&blas_calls, 1, __ATOMIC_RELAXED);
+    return out_bf16 ? cuda_op_scale_bf16(y, m * n, 1.0f, err) : DI_OK;
 }
