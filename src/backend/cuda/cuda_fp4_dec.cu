@@ -1014,9 +1014,9 @@ static bool fm_wg_pick(int64_t kbn, int64_t groups) {
  * 384 puts batch / 64 tokens in a group on average: at batch 1,024 most
  * groups took two or three 8-slot tiles. 16 slots are an m64n16k32 wgmma
  * (twice the promotions a block) and 80 KB of activations a block at w1,
- * so one block an SM, of 16 warps (four warpgroups sharing the copy; 8
- * warps measured slower than the 8-slot form at every batch: a chain of
- * batches a warp, no other block to hide it). Measured (runs 149-150 in
+ * so one block an SM, of 16 warps (four warpgroups sharing the copy; with
+ * 8 warps it was slower than the 8-slot form at 256-512 and ~2 % faster at
+ * 1,024: each warp's chain of batches, no other block to hide it). Measured (runs 149-150 in
  * docs/gpu-notes.md, the 6-layer dummy, ms a step, 8 slots / 16): batch
  * 256 25.4-25.6 / 26.9, 384 32.7-32.8 / 32.1, 512 41.4-41.5 / 38.1-39.1,
  * 768 57.3-58.3 / 51.1-52.9, 1,024 73.9-76.0 / 67.3-68.9. Which slots a
@@ -1058,7 +1058,8 @@ int cuda_fp4_dec_applies(const uint8_t *qa, const uint8_t *w, const uint8_t *ws,
 }
 
 /* Row tiles of a product of n rows (FM_WARPS / kc tiles of 16 side by side
- * a block; in the WG form two of 64), block places of the device, and the waves of blocks a launch
+ * a block; in the WG form two of 64, four with 16 slots: warps / 4), block
+ * places of the device (bps blocks an SM), and the waves of blocks a launch
  * of pieces x tiles takes (fm_go). */
 static int64_t fm_tiles(int64_t kbn, int64_t n, bool wg, int warps = FM_WARPS) {
     const int cb = fm_cb_of(kbn, wg), kc = (int)((kbn + cb - 1) / cb), rtn = (wg ? warps / 4 : warps) / kc;
