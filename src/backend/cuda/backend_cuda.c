@@ -864,7 +864,8 @@ static size_t wmat_bytes(const di_wmat *w, size_t *sbytes) {
  * goes to cuBLAS outside batch-invariant mode and recordings:
  * DI_CUDA_MM_BLAS=r (0: never; a measuring aid), by default 64, where the
  * head's prefill form took 557 µs against torch's 360 (docs/gpu-notes.md,
- * mid run 1) and at 1,024 rows ~8 ms of a 57 ms step (run 151). */
+ * mid run 1); run 153: a greedy step of 1,024 rows 57.9 -> 52.0-52.8 ms,
+ * 256 rows 23.1 -> 21.5-21.8, 64 rows 12.9-13.1 -> 12.7-12.8. */
 static int64_t blas_rows(void) {
     static int64_t rows = -2;
     if (rows == -2) {
