@@ -2599,7 +2599,7 @@ void cuda_matvec_set_fp4_dec(int mode); /* cuda_matvec.cu: MXFP4 decode form 0 n
 
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
-    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
+    rng_state = seed && *seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u; /* empty: the clock */
     printf("seed %llu\n", (unsigned long long)rng_state);
     di_err err = {0};
     if (di_backend_cuda_create(0, &gpu, &err)) {

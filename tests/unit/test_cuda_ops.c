@@ -1632,7 +1632,7 @@ static void test_fp4_dec_slots(void) {
 
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
-    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
+    rng_state = seed && *seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u; /* empty: the clock */
     printf("seed %llu\n", (unsigned long long)rng_state);
     RUN(test_bad_arguments);
     RUN(test_act_quant);

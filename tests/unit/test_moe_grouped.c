@@ -367,7 +367,7 @@ static void test_route_op(void) {
 
 int main(void) {
     const char *seed = getenv("DI_TEST_SEED");
-    rng_state = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
+    rng_state = seed && *seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u; /* empty: the clock */
     printf("seed %llu\n", (unsigned long long)rng_state);
     di_err err = {0};
     if (di_backend_cpu_create(2, &cpu, &err)) {
