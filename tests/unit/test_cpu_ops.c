@@ -15,6 +15,7 @@
 #include "core/dtype.h"
 #include "core/route_score.h"
 #include "test.h"
+#include "index_bound.h"
 
 static uint32_t rng = 2463534242u;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -506,24 +507,37 @@ static void check_index(int hi, int64_t di, int64_t width, int64_t m) {
                "index_scores_kv hi=%d di=%lld m=%lld run %d differs from the scalar bits", hi, (long long)di,
                (long long)m, k);
     }
-    if (b1 && b2) { /* scalar scores against the definition, in double up to the bf16 steps */
-        int bad = 0;
+    if (b1 && b2) {
+        /* the scalar scores against the definition: each within the interval
+         * its rounding points give over every fp32 form of its dots
+         * (index_bound.h), for the fp32 keys and for the packed ones (their
+         * decoded values); and a score moved one bf16 step up must fall
+         * outside some of those intervals (the check can fail) */
+        int bad = 0, bad_kv = 0, caught = 0, moved = 0;
+        float *kd = malloc((size_t)di * sizeof(float));
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < width; j++) {
-                float got = out[0][i * width + j];
+                const float got = out[0][i * width + j], got_kv = out[4][i * width + j];
                 if (j >= n_vis[i]) {
                     bad += got != -INFINITY;
+                    bad_kv += got_kv != -INFINITY;
                     continue;
                 }
-                double total = 0;
-                for (int h = 0; h < hi; h++) {
-                    double dot = 0;
-                    for (int64_t t = 0; t < di; t++) dot += (double)q[(i * hi + h) * di + t] * keys[(i * width + j) * di + t];
-                    total += (dot > 0 ? dot : 0) * w[i * hi + h];
-                }
-                bad += fabs(got - total) > 0.02 * fabs(total) + 0.05;
+                float lo, hv;
+                idx_admissible(q + i * hi * di, w + i * hi, hi, di, keys + (i * width + j) * di, &lo, &hv);
+                bad += !(got >= lo && got <= hv);
+                const float up = di_round_bf16(got + fmaxf(fabsf(got), 0x1p-100f) * 0x1p-7f);
+                moved++;
+                caught += !(up >= lo && up <= hv);
+                di_kvq_unpack(DI_KVQ_FP4_E8M0, packed + (size_t)(i * width + j) * kb, di, kd);
+                idx_admissible(q + i * hi * di, w + i * hi, hi, di, kd, &lo, &hv);
+                bad_kv += !(got_kv >= lo && got_kv <= hv);
             }
-        CHECKF(bad == 0, "index_scores: %d scores off the double reference", bad);
+        CHECKF(bad == 0 && bad_kv == 0, "index_scores hi=%d di=%lld: %d (fp32 keys) and %d (packed) scores outside "
+               "their interval", hi, (long long)di, bad, bad_kv);
+        CHECKF(moved == 0 || caught * 2 > moved, "index_scores hi=%d di=%lld: only %d of %d scores moved a bf16 step "
+               "left their interval", hi, (long long)di, caught, moved);
+        free(kd);
     }
     for (int k = 0; k < 8 && b1 && b2; k++) free(out[k]);
     di_backend_destroy(b1);

@@ -48,6 +48,7 @@
 #include "test.h"
 #include "test_rng.h"
 #include "attn_bound.h" /* after test.h: it counts through CHECKF */
+#include "index_bound.h"
 
 static di_backend *gpu, *cpu;
 static char gpu_why[DI_ERR_MSG_MAX];
@@ -2135,43 +2136,6 @@ static uint8_t *index_keys_packed(const float *src, int64_t W, int64_t di) {
     uint8_t *keys = malloc((size_t)W * kb);
     for (int64_t r = 0; r < W; r++) di_kvq_pack(DI_KVQ_FP4_E8M0, src + r * di, di, keys + (size_t)r * kb);
     return keys;
-}
-
-/* The scores an fp32 form of index_scores_kv may give for query row q [hi,
- * di] (weights w [hi]) and key k [di], as an interval: a dot computed in
- * fp32 in any order lies within (di - 1) fp32 units of rounding of the sum
- * of its terms' magnitudes from the exact one (the CPU's 8 lanes and the
- * tensor cores' 24 steps a head stay well inside that); 2^-17 of that sum
- * covers di <= 128. Every later step of idx_score (the CPU backend's
- * rounding points: bf16 of the dot, ReLU, bf16 of its product with w, the
- * heads summed in order from +0 in fp32, bf16 of the sum) is monotone in
- * each head's dot, so the ends of the dots' windows give the ends of the
- * score's: [*lo, *hi]. */
-static void idx_admissible(const float *q, const float *w, int hi, int64_t di, const float *k, float *lo, float *hi_s) {
-    float tl = 0.f, th = 0.f;
-    for (int h = 0; h < hi; h++) {
-        double d = 0, a = 0;
-        for (int64_t t = 0; t < di; t++) {
-            const double p = (double)q[h * di + t] * k[t];
-            d += p;
-            a += fabs(p);
-        }
-        const double del = a * 0x1p-17;
-        float dl = di_round_bf16(nextafterf((float)(d - del), -INFINITY));
-        float dh = di_round_bf16(nextafterf((float)(d + del), INFINITY));
-        dl = dl < 0.f ? 0.f : dl;
-        dh = dh < 0.f ? 0.f : dh;
-        float el = di_round_bf16(dl * w[h]), eh = di_round_bf16(dh * w[h]);
-        if (el > eh) {
-            const float x = el;
-            el = eh;
-            eh = x;
-        }
-        tl += el;
-        th += eh;
-    }
-    *lo = di_round_bf16(tl);
-    *hi_s = di_round_bf16(th);
 }
 
 /* Every visible score of both sides within its idx_admissible interval,
