@@ -395,6 +395,17 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
                 fma[all][round] = measure_fma_rate(p);
                 bench_clock = saved;
             }
+            /* A dropped warm-up of the first row: the first product timed
+             * after the two probes read low on one thread, whichever weight
+             * came first (the Zen 4 VM, 2026-12-04, --only: wkv first 0.53
+             * of the bandwidth, 0.98 after a warm-up; wq_a 0.50 and 0.96;
+             * in the whole table wq_a 0.50-0.54 first, 0.88 second). */
+            {
+                const wmat *m = rows[0].m;
+                quant_random_act(rows[0].M, m->K, qa[0], sa[0]);
+                (void)time_decode(m, copies[m - mats], ncopies[m - mats], qa[0], sa[0], rows[0].M, out, p, clk,
+                                  2 * budget);
+            }
             for (int r = 0; r < nrows; r++) {
                 const wmat *m = rows[r].m;
                 const int xi = rows[r].M == 1 ? 0 : rows[r].M == 2 ? 1 : 2;
