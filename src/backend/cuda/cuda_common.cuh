@@ -5,6 +5,7 @@
 #define DI_BACKEND_CUDA_COMMON_CUH
 
 #include <cuda_runtime.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <stdint.h>
 
@@ -141,6 +142,17 @@ static inline int cuda_env_switch(const char *name, int *cache) {
     if (*cache < 0) {
         const char *v = getenv(name);
         *cache = !(v && v[0] == '0');
+    }
+    return *cache;
+}
+
+/* A measuring aid's number: the environment variable's value as strtol
+ * reads it (0 for text that is no number), dflt where it is unset or
+ * empty; read once into *cache (LONG_MIN until then). */
+static inline long cuda_env_long(const char *name, long dflt, long *cache) {
+    if (*cache == LONG_MIN) {
+        const char *v = getenv(name);
+        *cache = v && *v ? strtol(v, NULL, 10) : dflt;
     }
     return *cache;
 }

@@ -948,13 +948,9 @@ static int fm_fit(int64_t kbn, int64_t want, bool a8, int st, bool wg = false) {
 /* FM_A8_ROWS, or DI_CUDA_FP4_A8_ROWS (measuring aid: 16 is the rule before
  * run 113; the form changes no bits) */
 static int fm_a8_rows(void) {
-    static int rows = -1;
-    if (rows < 0) {
-        const char *v = getenv("DI_CUDA_FP4_A8_ROWS");
-        const int r = v ? atoi(v) : 0;
-        rows = r > 0 ? r : FM_A8_ROWS;
-    }
-    return rows;
+    static long env = LONG_MIN;
+    const long r = cuda_env_long("DI_CUDA_FP4_A8_ROWS", 0, &env);
+    return r > 0 ? (int)r : FM_A8_ROWS;
 }
 static int fm_st_forced = 0; /* measuring aid: ring stages a warp */
 extern "C" void cuda_fp4_dec_set_st(int st) { fm_st_forced = st >= 2 && st <= FM_ST_MAX ? st : 0; }
@@ -967,13 +963,9 @@ struct fm_plan {
 /* FM_WG16_ROWS, or DI_CUDA_FP4_WG16_ROWS (measuring aid; 0 never): the
  * batch rows from which the WG form takes 16 token slots (fm_slots) */
 static int64_t fm_wg16_rows(void) {
-    static int64_t rows = -2;
-    if (rows == -2) {
-        const char *v = getenv("DI_CUDA_FP4_WG16_ROWS");
-        rows = v && *v ? strtol(v, NULL, 10) : FM_WG16_ROWS;
-        if (rows <= 0) rows = -1;
-    }
-    return rows;
+    static long env = LONG_MIN;
+    const long r = cuda_env_long("DI_CUDA_FP4_WG16_ROWS", FM_WG16_ROWS, &env);
+    return r > 0 ? r : -1;
 }
 /* Ring stages a warp: FM_ST = 2, one batch in flight while the warp
  * multiplies the other. Deeper rings measured no faster: at batch 1 the

@@ -1521,13 +1521,9 @@ extern "C" void cuda_matvec_set_grouped_tiled(int on) { grouped_tiled_on = on; }
  * (5.3) 103.0-106.3 / 112.1-112.5. DI_CUDA_GG_ROWS=r (measuring aid) moves
  * the average to r rows a group. */
 static int64_t grouped_tiled_rows(void) {
-    static int64_t rows = -1;
-    if (rows < 0) {
-        const char *v = getenv("DI_CUDA_GG_ROWS");
-        const long r = v ? strtol(v, NULL, 10) : 0;
-        rows = r > 0 ? r : 5;
-    }
-    return rows;
+    static long env = LONG_MIN;
+    const long r = cuda_env_long("DI_CUDA_GG_ROWS", 0, &env);
+    return r > 0 ? r : 5;
 }
 static bool grouped_takes_tiled(const uint8_t *qa, int32_t max_rows, int32_t ngroups) {
     if (cuda_batch_invariant()) { /* DI_CUDA_BI_MOE=tiled: the tiles at every m (measuring aid) */
