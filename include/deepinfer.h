@@ -371,10 +371,14 @@ typedef struct di_engine_options {
     const char *tokenizer;
     di_accelerator accelerator;
     int n_threads;               /* backend threads; 0 = all cores */
-    int max_batch;               /* sequences per step (default 64) */
-    int64_t max_tokens_per_step; /* token budget of one step (default 512) */
+    /* Per-step budgets and the state budget; 0 (the default) = the
+     * backend's: on the CPU 64 sequences, 512 tokens and 2 GiB; on a GPU
+     * 1,024 sequences, 16,384 tokens and half the device memory the
+     * weights leave (di_engine_info gives the values taken). */
+    int max_batch;               /* sequences per step, 1..4096 */
+    int64_t max_tokens_per_step; /* token budget of one step */
     int64_t max_prefill_chunk;   /* longest prefill chunk (default 0 = the budget) */
-    uint64_t memory_limit;       /* bytes for per-sequence state (default 0 = 2 GiB) */
+    uint64_t memory_limit;       /* bytes for per-sequence state */
     int64_t max_model_len;       /* prompt + output cap (default 0 = the config's
                                     max_position_embeddings, at most 65536) */
     int batch_invariant;         /* -1 (default): $DEEPINFER_BATCH_INVARIANT; 0 off; 1 on */
@@ -401,6 +405,9 @@ typedef struct di_engine_info {
     int n_threads;
     const char *accelerator; /* "cpu" / "nvidia" */
     const char *model_path;  /* the folder or config actually opened */
+    int max_batch;               /* the budgets in effect (options or the backend's defaults) */
+    int64_t max_tokens_per_step;
+    uint64_t memory_limit;
 } di_engine_info;
 
 DI_API di_status di_engine_get_info(const di_engine *e, di_engine_info *out);

@@ -63,6 +63,9 @@ class EngineInfo(ctypes.Structure):
         ("n_threads", ctypes.c_int),
         ("accelerator", ctypes.c_char_p),
         ("model_path", ctypes.c_char_p),
+        ("max_batch", ctypes.c_int),
+        ("max_tokens_per_step", ctypes.c_int64),
+        ("memory_limit", ctypes.c_uint64),
     ]
 
 

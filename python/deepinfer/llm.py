@@ -123,6 +123,11 @@ class LLM:
         self.model_path = _ffi.cstr(info.model_path)
         self.batch_invariant = bool(info.batch_invariant)
         self.num_threads = info.n_threads
+        self.accelerator = _ffi.cstr(info.accelerator)
+        # the budgets in effect: the arguments, or the backend's defaults
+        self.max_num_seqs = info.max_batch
+        self.max_num_batched_tokens = info.max_tokens_per_step
+        self.memory_limit = info.memory_limit
         tok = L.di_engine_tokenizer(self._e)
         self._tok = Tokenizer(tok, self) if tok else None
         self._n_req = 0

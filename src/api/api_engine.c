@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "model/planner.h"
 #include "recipe/chat.h"
 #include "recipe/openai.h"
 
@@ -21,8 +22,6 @@ void di_engine_options_default(di_engine_options *o) {
     o->load_format = DI_LOAD_AUTO;
     o->dummy_seed = 0x7e57c0deull;
     o->accelerator = DI_ACCEL_ENV;
-    o->max_batch = 64;
-    o->max_tokens_per_step = 512;
     o->batch_invariant = -1;
     o->async_scheduling = 1;
 }
@@ -69,10 +68,12 @@ static di_status open_engine(di_engine *e, const di_engine_options *o, di_err *e
     if (accel != DI_ACCEL_CPU && accel != DI_ACCEL_NVIDIA)
         return di_err_set(err, DI_ERR_INVALID_ARG, "accelerator %d (0 env, 1 cpu, 2 nvidia)", accel);
     e->accel_name = accel == DI_ACCEL_NVIDIA ? "nvidia" : "cpu";
-    if (o->max_batch < 1 || o->max_batch > 4096)
-        return di_err_set(err, DI_ERR_INVALID_ARG, "max_batch must be in 1..4096, got %d", o->max_batch);
-    if (o->max_tokens_per_step < 1)
-        return di_err_set(err, DI_ERR_INVALID_ARG, "max_tokens_per_step must be >= 1, got %lld",
+    if (o->max_batch < 0 || o->max_batch > 4096)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "max_batch must be in 1..4096 (0: the backend's default), got %d",
+                          o->max_batch);
+    if (o->max_tokens_per_step < 0)
+        return di_err_set(err, DI_ERR_INVALID_ARG,
+                          "max_tokens_per_step must be >= 1 (0: the backend's default), got %lld",
                           (long long)o->max_tokens_per_step);
     if (o->max_prefill_chunk < 0 || o->max_model_len < 0 || o->n_threads < 0)
         return di_err_set(err, DI_ERR_INVALID_ARG, "max_prefill_chunk, max_model_len and n_threads must be >= 0");
@@ -139,8 +140,15 @@ static di_status open_engine(di_engine *e, const di_engine_options *o, di_err *e
     if (max_len > c->max_position)
         return di_err_set(err, DI_ERR_INVALID_ARG, "max_model_len %lld exceeds the model's max_position_embeddings %lld",
                           (long long)max_len, (long long)c->max_position);
-    di_engine_cfg ec = {.max_model_len = max_len, .max_batch = o->max_batch, .budget = o->max_tokens_per_step,
-                        .max_chunk = o->max_prefill_chunk, .memory_limit = o->memory_limit ? o->memory_limit : (2ull << 30),
+    /* what the options leave at 0 comes from the backend, told what the
+     * weights will take of its memory (the Engram tables stay on the host) */
+    di_plan plan;
+    if (di_plan_compute(c, NULL, &plan, err)) return di_err_prefix(err, "sizing the engine's defaults: ");
+    di_backend_defaults d;
+    di_backend_engine_defaults(e->be, plan.weights_bytes - plan.weights_by_part[DI_PART_ENGRAM], &d);
+    di_engine_cfg ec = {.max_model_len = max_len, .max_batch = o->max_batch ? o->max_batch : d.max_batch,
+                        .budget = o->max_tokens_per_step ? o->max_tokens_per_step : d.step_tokens,
+                        .max_chunk = o->max_prefill_chunk, .memory_limit = o->memory_limit ? o->memory_limit : d.state_bytes,
                         .async = o->async_scheduling != 0, .seed = o->seed, .eos_id = c->eos_id, .bos_id = c->bos_id};
     return di_engine_init(e, &r, e->own_tok, &ec, err);
 }
@@ -193,6 +201,9 @@ di_status di_engine_get_info(const di_engine *e, di_engine_info *o) {
     o->n_threads = e->n_threads;
     o->accelerator = e->accel_name ? e->accel_name : "cpu";
     o->model_path = e->model_path ? e->model_path : "";
+    o->max_batch = e->cfg.max_batch;
+    o->max_tokens_per_step = e->cfg.budget;
+    o->memory_limit = e->cfg.memory_limit;
     return DI_OK;
 }
 

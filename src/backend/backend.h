@@ -105,6 +105,13 @@ typedef struct di_attn_rows {
 
 typedef struct di_backend di_backend;
 
+/* What an engine takes when its options leave these at 0 (engine_defaults). */
+typedef struct di_backend_defaults {
+    int max_batch;        /* sequences a step */
+    int64_t step_tokens;  /* token budget of a step */
+    uint64_t state_bytes; /* per-sequence state (the memory manager's limit) */
+} di_backend_defaults;
+
 typedef struct di_backend_ops {
     const char *name;
 
@@ -406,6 +413,14 @@ typedef struct di_backend_ops {
      * rows, at some cost in speed (docs/engine.md). NULL: the backend
      * always is (the CPU's fixed per-row reduction orders). */
     void (*set_batch_invariant)(di_backend *be, int on);
+
+    /* The engine's defaults on this backend, asked once when an engine
+     * opens: sequences a step, tokens a step, bytes of per-sequence state.
+     * weight_bytes: what the model's weights will take in backend memory
+     * (a device backend may upload them only at first use). The op changes
+     * only what it has a better value for; NULL: the CPU's values
+     * (di_backend_engine_defaults). */
+    void (*engine_defaults)(di_backend *be, uint64_t weight_bytes, di_backend_defaults *d);
 } di_backend_ops;
 
 struct di_backend {
@@ -413,6 +428,15 @@ struct di_backend {
     int n_threads;
     void *impl; /* backend private */
 };
+
+/* The CPU's: 64 sequences and 512 tokens a step, 2 GiB of per-sequence
+ * state; then the backend's own op, if any. */
+static inline void di_backend_engine_defaults(di_backend *be, uint64_t weight_bytes, di_backend_defaults *d) {
+    d->max_batch = 64;
+    d->step_tokens = 512;
+    d->state_bytes = 2ull << 30;
+    if (be && be->ops->engine_defaults) be->ops->engine_defaults(be, weight_bytes, d);
+}
 
 /* alloc_raw where the backend has it, else alloc. */
 static inline void *di_alloc_raw(di_backend *be, size_t bytes) {

@@ -28,7 +28,8 @@ static void usage(FILE *out) {
             "  --output FILE        results, one line per request (appended; rerun to resume)\n"
             "  --seed N             base of the seeds given to requests without one (default 0)\n"
             "  --fsync line|none    flush each line to disk (default line) or leave it to the OS\n"
-            "  --max-active N       requests in the engine at once (default 256)\n"
+            "  --max-active N       requests in the engine at once (default: twice the engine's\n"
+            "                       sequences a step, at least 256)\n"
             "  --quiet              no progress bar\n"
             "%s",
             cli_engine_args_usage);
@@ -259,7 +260,7 @@ static int job_run(batch_job *j, di_engine *e, batch_out *out, size_t max_active
 int cli_batch(int argc, char **argv) {
     const char *in = NULL, *outp = NULL;
     int sync_each = 1, quiet = 0;
-    int64_t seed = 0, max_active = 256;
+    int64_t seed = 0, max_active = 0;
     cli_engine_args ea = {0};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
@@ -311,6 +312,11 @@ int cli_batch(int argc, char **argv) {
         goto done;
     }
     if (!(e = cli_engine_open(CMD, &ea))) goto done;
+    if (!max_active) { /* enough waiting to refill the step as sequences finish */
+        di_engine_info info;
+        di_engine_get_info(e, &info);
+        max_active = 2 * (int64_t)info.max_batch > 256 ? 2 * (int64_t)info.max_batch : 256;
+    }
     rc = job_run(&job, e, &out, (size_t)max_active, quiet) ? 1 : 0;
 done:
     di_engine_close(e);

@@ -19,8 +19,11 @@ const char cli_engine_args_usage[] =
     "  --tokenizer FILE       tokenizer.json (default: the model folder's)\n"
     "  -t, --threads N        backend threads (default: all cores)\n"
     "  --max-model-len N      prompt + output cap (default: the model's, at most 65536)\n"
-    "  --max-batch N          sequences per step (default 64)\n"
-    "  --step-tokens N        token budget of one step (default 512)\n"
+    "  --max-batch N          sequences per step (default: the backend's, 64 on the CPU,\n"
+    "                         1024 on a GPU)\n"
+    "  --step-tokens N        token budget of one step (default: 512 on the CPU, 16384 on a GPU)\n"
+    "  --memory-limit N[KMG]  bytes of per-sequence state (default: 2G on the CPU, half of the\n"
+    "                         GPU memory the weights leave)\n"
     "  --engine-seed N        seed of requests that set none (default 0)\n";
 
 int cli_parse_i64(const char *cmd, const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out) {
@@ -33,6 +36,23 @@ int cli_parse_i64(const char *cmd, const char *flag, const char *s, int64_t lo, 
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+int cli_parse_bytes(const char *cmd, const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    int shift = 0;
+    if (*end == 'K' || *end == 'k') shift = 10, end++;
+    else if (*end == 'M' || *end == 'm') shift = 20, end++;
+    else if (*end == 'G' || *end == 'g') shift = 30, end++;
+    if (*s < '0' || *s > '9' || *end || errno || v == 0 || v > (UINT64_MAX >> shift)) {
+        fprintf(stderr, "deepinfer %s: %s: expected a positive byte count (suffix K, M or G: powers of 1024), got '%s'\n",
+                cmd, flag, s);
+        return -1;
+    }
+    *out = (uint64_t)v << shift;
     return 0;
 }
 
@@ -85,6 +105,9 @@ int cli_engine_arg(const char *cmd, int argc, char **argv, int *i, cli_engine_ar
     } else if (!strcmp(f, "--step-tokens")) {
         if (!has) goto missing;
         if (cli_parse_i64(cmd, f, argv[++*i], 1, INT64_C(1) << 30, &a->step_tokens)) return -1;
+    } else if (!strcmp(f, "--memory-limit")) {
+        if (!has) goto missing;
+        if (cli_parse_bytes(cmd, f, argv[++*i], &a->memory_limit)) return -1;
     } else if (!strcmp(f, "--engine-seed")) {
         if (!has) goto missing;
         if (cli_parse_i64(cmd, f, argv[++*i], 0, INT64_MAX, &v)) return -1;
@@ -116,6 +139,7 @@ di_engine *cli_engine_open(const char *cmd, const cli_engine_args *a) {
     o.max_model_len = a->max_model_len;
     if (a->max_batch) o.max_batch = a->max_batch;
     if (a->step_tokens) o.max_tokens_per_step = a->step_tokens;
+    o.memory_limit = a->memory_limit;
     o.seed = a->engine_seed;
     di_engine *e = NULL;
     if (di_engine_open(&o, &e)) {

@@ -19,6 +19,7 @@ typedef struct cli_engine_args {
     int64_t max_model_len;   /* --max-model-len N */
     int max_batch;           /* --max-batch N (0 = engine default) */
     int64_t step_tokens;     /* --step-tokens N: token budget of a step (0 = default) */
+    uint64_t memory_limit;   /* --memory-limit N[KMG]: per-sequence state bytes (0 = default) */
     uint64_t engine_seed;    /* --engine-seed N: seeds requests without a seed */
 } cli_engine_args;
 
@@ -36,6 +37,8 @@ di_engine *cli_engine_open(const char *cmd, const cli_engine_args *a);
 /* Strict number parsing: the whole string, within [lo, hi]. 0 = ok; prints
  * "<cmd>: <flag>: ..." and returns -1 otherwise. */
 int cli_parse_i64(const char *cmd, const char *flag, const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* A byte count > 0, optionally with K, M or G (powers of 1024). */
+int cli_parse_bytes(const char *cmd, const char *flag, const char *s, uint64_t *out);
 int cli_parse_f64(const char *cmd, const char *flag, const char *s, double lo, double hi, double *out);
 
 /* Whole file ('-' = standard input) into a NUL-terminated buffer (free()). */

@@ -217,6 +217,20 @@ def test_version_and_env_describe():
     assert "DEEPINFER_BATCH_INVARIANT" in deepinfer.env_describe()
 
 
+def test_step_budgets_are_the_backends_unless_given(llm):
+    # left out, the budgets are the backend's (include/deepinfer.h)
+    if llm.accelerator == "cpu":
+        assert (llm.max_num_seqs, llm.max_num_batched_tokens, llm.memory_limit) == (64, 512, 2 << 30)
+    else:
+        assert (llm.max_num_seqs, llm.max_num_batched_tokens) == (1024, 16384) and llm.memory_limit >= 256 << 20
+    ref = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, greedy(6), use_tqdm=False)]
+    # given, they are kept; small ones only change how the steps are cut
+    with LLM(max_num_seqs=2, max_num_batched_tokens=3, memory_limit=64 << 20) as m:
+        assert (m.max_num_seqs, m.max_num_batched_tokens, m.memory_limit) == (2, 3, 64 << 20)
+        if m.batch_invariant or m.accelerator == "cpu":
+            assert [o.outputs[0].token_ids for o in m.generate(PROMPTS, greedy(6), use_tqdm=False)] == ref
+
+
 def test_sglang_style_dict_params(llm):
     ref = llm.generate(PROMPTS[0], greedy(5), use_tqdm=False)[0].outputs[0].token_ids
     d = {"max_new_tokens": 5, "temperature": 0, "ignore_eos": True}

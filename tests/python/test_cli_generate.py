@@ -94,6 +94,11 @@ def test_structured_output_flags(tmp_path):
     (["-p", "x", "--model", "/nonexistent/model"], 1, "/nonexistent/model"),
     (["--temp", "0"], 2, "exactly one of -p TEXT"),
     (["-p", "x", "--bogus"], 2, "unexpected argument '--bogus'"),
+    (["-p", "x", "--memory-limit", "0"], 2, "--memory-limit: expected a positive byte count"),
+    (["-p", "x", "--memory-limit", "3T"], 2, "--memory-limit: expected a positive byte count"),
+    (["-p", "x", "--memory-limit", "-1G"], 2, "--memory-limit: expected a positive byte count"),
+    # the budget reaches the engine: 1 KiB holds no sequence state
+    (["-p", "x", "--memory-limit", "1K"], 1, "does not fit the memory budget (1024 bytes)"),
 ])
 def test_errors(args, code, msg):
     p = run("generate", *args, check=False)

@@ -105,3 +105,18 @@ def test_batch_invariant_gpu(tiny, monkeypatch):
     c = json.loads(cpu.stdout)
     k = cpu_margin_steps(c)
     assert alone.token_ids[:k] == c["token_ids"][:k], "gpu parts from cpu before the cpu's first near-tie"
+
+
+def test_gpu_engine_defaults(tiny, monkeypatch):
+    """Budgets left out are the CUDA backend's (1,024 sequences and 16,384
+    tokens a step, half the device memory the weights leave for state);
+    given ones are kept."""
+    model, _ = tiny
+    monkeypatch.setenv("DEEPINFER_ACCELERATOR", "nvidia")
+    with LLM(model=str(model)) as llm:
+        assert llm.accelerator == "nvidia"
+        assert (llm.max_num_seqs, llm.max_num_batched_tokens) == (1024, 16384)
+        # the tiny model leaves nearly all of a GPU's memory: far above the CPU's 2 GiB
+        assert 4 << 30 <= llm.memory_limit <= 1 << 40, llm.memory_limit
+    with LLM(model=str(model), max_num_seqs=7, max_num_batched_tokens=99, memory_limit=1 << 30) as llm:
+        assert (llm.max_num_seqs, llm.max_num_batched_tokens, llm.memory_limit) == (7, 99, 1 << 30)

@@ -233,6 +233,19 @@ static void test_n_logprobs_chat(void) {
     di_engine_close(e);
 }
 
+/* Opens an engine with o and checks the budgets it reports. */
+static void check_budgets(const di_engine_options *o, int max_batch, int64_t step_tokens, uint64_t memory_limit) {
+    di_engine *e = NULL;
+    di_engine_info in;
+    CHECKF(di_engine_open(o, &e) == DI_OK, "%s", di_last_error());
+    if (!e) return;
+    CHECK(di_engine_get_info(e, &in) == DI_OK);
+    CHECK_EQ_INT(in.max_batch, max_batch);
+    CHECK_EQ_INT(in.max_tokens_per_step, step_tokens);
+    CHECK(in.memory_limit == memory_limit);
+    di_engine_close(e);
+}
+
 static void test_bad_inputs(void) {
     if (!g_have) SKIP("../shared (golden fixtures) not found");
     di_engine *e = open_engine(256);
@@ -302,11 +315,28 @@ static void test_bad_inputs(void) {
     di_engine_options o;
     di_engine_options_default(&o);
     o.model = g_model;
-    o.max_batch = 0;
+    o.accelerator = DI_ACCEL_CPU;
     di_engine *e2 = NULL;
+    /* budgets left at 0 are the backend's (the CPU's: 64, 512, 2 GiB);
+     * set ones are kept */
+    CHECK_EQ_INT(o.max_batch, 0);
+    CHECK_EQ_INT(o.max_tokens_per_step, 0);
+    CHECK_EQ_INT(o.memory_limit, 0);
+    check_budgets(&o, 64, 512, 2ull << 30);
+    o.max_batch = 3, o.max_tokens_per_step = 77, o.memory_limit = 5u << 20;
+    check_budgets(&o, 3, 77, 5u << 20);
+    o.max_tokens_per_step = o.memory_limit = 0;
+    o.max_batch = -1;
+    CHECK(di_engine_open(&o, &e2) == DI_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(di_last_error(), "max_batch");
+    o.max_batch = 4097;
     CHECK(di_engine_open(&o, &e2) == DI_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(di_last_error(), "max_batch");
     o.max_batch = 4;
+    o.max_tokens_per_step = -5;
+    CHECK(di_engine_open(&o, &e2) == DI_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(di_last_error(), "max_tokens_per_step");
+    o.max_tokens_per_step = 0;
     o.accelerator = DI_ACCEL_NVIDIA; /* no GPU here: a CUDA error, never a silent CPU run */
     di_status nv = di_engine_open(&o, &e2);
     if (nv == DI_OK) di_engine_close(e2);

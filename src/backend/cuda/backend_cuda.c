@@ -2154,6 +2154,26 @@ static void cu_set_batch_invariant(di_backend *be, int on) {
     di_cuda_set_batch_invariant(on);
 }
 
+/* An offline job on a GPU wants large steps: the products stream their
+ * weights once a step whatever its rows, so a step of 1,024 sequences
+ * takes ~4x one of 64 on an H200 and makes 3.8x the tokens a second
+ * (bench/RESULTS.md, run 154: the engine at 64 and 1,024 sequences), and prefill
+ * chunks of 16,384 tokens run the FP8 products near their large-shape
+ * rate. Per-sequence state gets half of the device memory the weights
+ * leave; the other half is for the step's scratch, which grows with its
+ * tokens. */
+static void cu_engine_defaults(di_backend *be, uint64_t weight_bytes, di_backend_defaults *d) {
+    cuda_impl *c = IM(be);
+    di_cuda_device_info info;
+    di_err err = {0};
+    d->max_batch = 1024;
+    d->step_tokens = 16384;
+    if (di_cuda_device_info_get(c->device, &info, &err) || !info.free_mem) return; /* keep the CPU's */
+    uint64_t pending = weight_bytes > c->wbytes ? weight_bytes - c->wbytes : 0;
+    uint64_t avail = info.free_mem > pending ? info.free_mem - pending : 0;
+    d->state_bytes = avail / 2 > (256ull << 20) ? avail / 2 : 256ull << 20;
+}
+
 static const di_backend_ops cuda_ops = {
     .name = "cuda",
     .alloc = cu_alloc,
@@ -2216,6 +2236,7 @@ static const di_backend_ops cuda_ops = {
     .destroy = cu_destroy,
     .status = cu_status,
     .set_batch_invariant = cu_set_batch_invariant,
+    .engine_defaults = cu_engine_defaults,
 };
 
 /* Whether the environment variable name is set to exactly val (the
