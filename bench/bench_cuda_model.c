@@ -141,7 +141,7 @@ static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int step
     di_row_want *want = malloc((size_t)B * sizeof *want);
     di_row_greedy *summ = calloc((size_t)B, sizeof *summ);
     if (!st || !q || !ids || !next || !logits || !want || !summ) die("out of memory", NULL);
-    for (int b = 0; b < B; b++) want[b] = (di_row_want){DI_ROW_GREEDY, -1};
+    for (int b = 0; b < B; b++) want[b] = (di_row_want){.mode = DI_ROW_GREEDY, .ban = -1};
     const di_fwd_out rows_out = {want, V, summ};
     fill_ids(ids, B * ctx, V, 11);
     for (int b = 0; b < B; b++) {

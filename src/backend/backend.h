@@ -393,6 +393,15 @@ typedef struct di_backend_ops {
      * engine reads every row itself). */
     void (*logits_greedy)(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim,
                           const int32_t *ban, di_row_greedy *out);
+    /* Temperature draws next to the logits: out[i] (backend memory) for
+     * row x + i·V under draws[i] (host; core/row_exp.h di_row_draw) over ids
+     * [0, lim): token = what di_sampler_sample draws for the row (-1: none),
+     * max = the row's value at token, max_all and sum = its log-sum-exp's
+     * (as logits_greedy), pad = 0; or pad = 1 where the backend leaves the
+     * draw to the host (a near set too wide: the caller reads the row).
+     * Optional (NULL: such rows come to the host). */
+    void (*logits_draw)(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim,
+                        const di_row_draw *draws, di_row_greedy *out);
 
     /* Releases a backend with resources of its own (device memory, a
      * weight cache); NULL for the CPU backend. Called by di_backend_destroy. */

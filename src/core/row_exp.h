@@ -76,6 +76,37 @@ typedef struct di_row_greedy {
 void di_row_greedy_of(const float *x, int64_t V, int64_t lim, int32_t ban, di_row_greedy *g);
 double di_row_greedy_lse(const di_row_greedy *g);
 
+/* A term of a fixed-point sum: rint(t · 2^frac), ties to even, for t in
+ * [0, 1] (t · 2^frac is exact: a power-of-two scale; below 2^51 for frac
+ * <= 50). The sampler's sums of probabilities are such terms added as
+ * 64-bit integers, like di_row_sum_exp's, so a device adds them in any
+ * order and gets the host's bits. */
+static inline int64_t di_row_term_q(float t, int frac) {
+    union { double d; int64_t i; } a = {.d = (double)t * (double)(1ll << frac) + 0x1.8p52}, b = {.d = 0x1.8p52};
+    return a.i - b.i;
+}
+
+/* A temperature draw a device can make next to the logits: the settings of
+ * a row whose processing is at most one banned id (no bias, penalty, mask
+ * or forced token), as the sampler applies them (engine/sampler.h
+ * di_sampler_draw_spec). The layout is fixed (C and CUDA share it). */
+typedef struct di_row_draw {
+    float inv_t;   /* (float)(1 / temperature) */
+    float min_p;   /* (float)min_p, 0 when off */
+    double top_p;  /* 1: off */
+    double u;      /* the draw's uniform in [0, 1): 53 bits of di_rng_bits */
+    int32_t top_k; /* 0: off */
+    int32_t ban;   /* the one id set to -inf, -1 none */
+} di_row_draw;
+
+/* The sampler's cuts for top-k / top-p: it first sorts only the kept
+ * candidates with e = exp((w - max) / T) above a cut (e^-6, then e^-10,
+ * then e^-16), the first that holds the top k or the nucleus's mass. */
+#define DI_SAMPLER_CUTS 3
+#define DI_SAMPLER_CUT0 2.4787522e-03f /* e^-6 */
+#define DI_SAMPLER_CUT1 4.5399930e-05f /* e^-10 */
+#define DI_SAMPLER_CUT2 1.1253517e-07f /* e^-16 */
+
 /* Test aid: 1 runs the scalar mirror even where AVX2 + FMA are there. */
 void di_row_exp_force_scalar(int on);
 

@@ -80,6 +80,10 @@ di_status di_engine_init(di_engine *e, const di_runner *r, const di_tokenizer *t
      * tokens and logprobs, bit for bit: an A/B switch for measurements). */
     const char *rv = getenv("DI_ENGINE_ROWS");
     e->rows_on = r->ops->forward_rows != NULL && !(rv && strcmp(rv, "0") == 0);
+    /* and its temperature draws next to the logits where the runner can
+     * (the same tokens; DI_ENGINE_DRAW=0 reads those rows instead) */
+    const char *dv = getenv("DI_ENGINE_DRAW");
+    e->draws_on = e->rows_on && r->draws && !(dv && strcmp(dv, "0") == 0);
     /* Sampling threads: a row costs ~0.1-1 ms of host time (a pass or
      * three over the vocabulary), so a batch of 64 on one thread would
      * outlast a GPU's decode step. */
@@ -528,10 +532,11 @@ static void sample_rows(void *ctx, int64_t begin, int64_t end, int thread) {
     for (int64_t i = begin; i < end; i++) {
         di_sample_job *j = &e->jobs[i];
         const di_request *r = j->seq->req;
-        if (j->greedy) { /* no logits: the summary decides (row_want) */
+        if (j->greedy && !j->greedy->pad) { /* no logits: the summary decides (row_want) */
             di_sampler_from_greedy(j->greedy, &j->out);
             continue;
         }
+        /* the logits: read as they came, or a draw the backend left to the host */
         di_sampler_sample(&e->samplers[thread], &r->sp, &j->in, j->logits, &j->out);
         int32_t k = r->logprobs > 0 ? r->logprobs : 0;
         /* the sampler's lse: one pass of exponentials a row, not two */
@@ -643,12 +648,16 @@ static size_t active(const di_engine *e) { return (size_t)(e->n_total - e->n_fin
 static di_row_want row_want(const di_engine *e, const di_sched_item *it) {
     const di_seq *s = it->seq;
     const di_request *r = s->req;
-    if (!it->sample || s->phase != DI_SEQ_RUNNING || s->finish || r->max_tokens == 0)
-        return (di_row_want){DI_ROW_NONE, -1};
-    if (r->grammar || r->logprobs > 0 || (r->thinking_budget >= 0 && e->think_end_id >= 0))
-        return (di_row_want){DI_ROW_LOGITS, -1};
+    di_row_want w = {.mode = DI_ROW_NONE, .ban = -1};
+    if (!it->sample || s->phase != DI_SEQ_RUNNING || s->finish || r->max_tokens == 0) return w;
+    w.mode = DI_ROW_LOGITS;
+    if (r->grammar || r->logprobs > 0 || (r->thinking_budget >= 0 && e->think_end_id >= 0)) return w;
     const int32_t ban = di_sampler_greedy_ban(&r->sp, di_seq_n_output(s));
-    return ban < -1 ? (di_row_want){DI_ROW_LOGITS, -1} : (di_row_want){DI_ROW_GREEDY, ban};
+    if (ban >= -1) return (di_row_want){.mode = DI_ROW_GREEDY, .ban = ban};
+    /* a temperature draw without a mask or forced token (excluded above) */
+    const di_sample_in in = {.n_output = di_seq_n_output(s), .forced = -1, .stream = (uint64_t)s->index};
+    if (e->draws_on && di_sampler_draw_spec(&r->sp, &in, &w.draw)) w.mode = DI_ROW_DRAW;
+    return w;
 }
 
 di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
@@ -729,7 +738,8 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
             continue;
         }
         sample_prepare(e, &e->jobs[n_jobs], s, last);
-        e->jobs[n_jobs++].greedy = by_rows && e->want[i].mode == DI_ROW_GREEDY ? &e->greedy[i] : NULL;
+        const int32_t mode = by_rows ? e->want[i].mode : DI_ROW_LOGITS;
+        e->jobs[n_jobs++].greedy = mode == DI_ROW_GREEDY || mode == DI_ROW_DRAW ? &e->greedy[i] : NULL;
     }
     if (n_jobs) {
         di_threadpool_for(e->sample_pool, (int64_t)n_jobs, 1, sample_rows, e);

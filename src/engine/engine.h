@@ -83,6 +83,7 @@ struct di_engine {
     uint64_t n_total, n_finished;
     di_sched_item *items;      /* [max_batch] */
     int rows_on;               /* the runner delivers rows by want (forward_rows) */
+    int draws_on;              /* and draws temperature rows next to the logits (DI_ROW_DRAW) */
     di_row_want *want;         /* [max_batch] a step's rows: what each needs */
     di_row_greedy *greedy;     /* [max_batch] their summaries */
     di_seq **failed;           /* [max_batch] */

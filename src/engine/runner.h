@@ -46,6 +46,7 @@ typedef struct di_runner {
     const di_runner_ops *ops;
     void *ctx;
     int64_t vocab;        /* V */
+    int draws;            /* forward_rows also takes DI_ROW_DRAW rows */
 } di_runner;
 
 /* The real runner over a runtime model (lm must outlive it). */

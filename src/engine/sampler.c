@@ -222,6 +222,25 @@ static int is_banned(const di_sampler_params *p, const di_sample_in *in, int64_t
     return 0;
 }
 
+double di_sampler_uniform(const di_sampler_params *p, const di_sample_in *in) {
+    return (double)(di_rng_bits(p->seed, in->stream, (uint64_t)in->n_output, 0x5a3d) >> 11) * 0x1.0p-53;
+}
+
+int di_sampler_draw_spec(const di_sampler_params *p, const di_sample_in *in, di_row_draw *d) {
+    if (!(p->temperature > 0.0) || p->n_bias || p->repetition_penalty != 1.0 || p->frequency_penalty != 0.0 ||
+        p->presence_penalty != 0.0 || in->mask || in->forced >= 0)
+        return 0;
+    const int early = in->n_output < p->min_tokens;
+    if (early && p->n_stop_ids) return 0;
+    d->inv_t = (float)(1.0 / p->temperature);
+    d->min_p = p->min_p > 0.0 ? (float)p->min_p : 0.0f;
+    d->top_p = p->top_p;
+    d->u = di_sampler_uniform(p, in);
+    d->top_k = p->top_k > 0 ? p->top_k : 0;
+    d->ban = p->eos_id >= 0 && (p->ignore_eos || early) ? p->eos_id : -1;
+    return 1;
+}
+
 int di_sampler_plain_greedy(const di_sampler_params *p) {
     return p->temperature == 0.0 && !p->n_bias && p->repetition_penalty == 1.0 && p->frequency_penalty == 0.0 &&
            p->presence_penalty == 0.0;
@@ -342,9 +361,13 @@ processed:
         for (int64_t j = 1; j < n; j++)
             if (w[s->idx[j]] > w[tok]) tok = s->idx[j];
     } else {
-        /* e[t] = exp((w - max) / T), the unnormalised probabilities */
+        /* e[t] = exp((w - max) / T), the unnormalised probabilities. Their
+         * sums are of fixed-point terms q(e) = rint(e · 2^F) (di_row_term_q,
+         * F as the log-sum-exp's) added as integers: exact, so a device
+         * drawing the row adds them in its own order and gets these bits. */
         float inv_t = (float)(1.0 / p->temperature), *e = s->prob;
-        double sum = 0;
+        const int fq = di_row_sum_frac_bits(V);
+        uint64_t sum = 0;
         int64_t keep = 0;
         /* min-p: p_t >= min_p * p_max  <=>  e[t] >= min_p */
         float cut = p->min_p > 0.0 ? (float)p->min_p : 0.0f;
@@ -353,14 +376,14 @@ processed:
             for (int64_t t = 0; t < V; t++)
                 if (e[t] >= cut && e[t] > 0.0f) {
                     s->idx[keep++] = (int32_t)t;
-                    sum += e[t];
+                    sum += (uint64_t)di_row_term_q(e[t], fq);
                 }
         } else {
             for (int64_t j = 0; j < n; j++) {
                 int32_t t = s->idx[j];
                 if (e[t] >= cut && e[t] > 0.0f) {
                     s->idx[keep++] = t;
-                    sum += e[t];
+                    sum += (uint64_t)di_row_term_q(e[t], fq);
                 }
             }
         }
@@ -377,20 +400,19 @@ processed:
              * middle one serves a top k that the first leaves short (top_k
              * 50 on bench_sampler's rows: ~100K candidates to the heap at
              * e^-16, a few thousand at e^-10; 1.6 -> 0.8-1.2 ms a row) */
-            static const float cuts[3] = {2.4787522e-03f /* e^-6 */, 4.5399930e-05f /* e^-10 */,
-                                          1.1253517e-07f /* e^-16 */};
-            for (int c = 0; c < 3; c++) {
+            for (int c = 0; c < DI_SAMPLER_CUTS; c++) {
                 int64_t near = 0;
-                double near_sum = 0;
+                uint64_t near_sum = 0;
+                const float cut_c = c == 0 ? DI_SAMPLER_CUT0 : c == 1 ? DI_SAMPLER_CUT1 : DI_SAMPLER_CUT2;
                 for (int64_t j = 0; j < keep; j++) {
                     int32_t t = s->idx[j];
-                    if (e[t] > cuts[c]) {
+                    if (e[t] > cut_c) {
                         s->idx[j] = s->idx[near];
                         s->idx[near++] = t;
-                        near_sum += e[t];
+                        near_sum += (uint64_t)di_row_term_q(e[t], fq);
                     }
                 }
-                if (topk_on ? p->top_k <= near : near_sum >= p->top_p * sum) {
+                if (topk_on ? p->top_k <= near : (double)near_sum >= p->top_p * (double)sum) {
                     keep = near;
                     break;
                 }
@@ -406,36 +428,36 @@ processed:
                 /* the nucleus is a share of the mass of every kept candidate
                  * (of the top k where top-k applies first), not of the near
                  * ones alone: those only bound where it ends */
-                double tot = 0;
+                uint64_t tot = 0, acc = 0;
                 if (topk_on)
-                    for (int64_t j = 0; j < keep; j++) tot += e[s->idx[j]];
+                    for (int64_t j = 0; j < keep; j++) tot += (uint64_t)di_row_term_q(e[s->idx[j]], fq);
                 else
                     tot = sum;
-                double acc = 0, lim = p->top_p * tot;
+                const double lim = p->top_p * (double)tot;
                 int64_t j = 0;
                 while (j < keep) {
-                    acc += e[s->idx[j]];
+                    acc += (uint64_t)di_row_term_q(e[s->idx[j]], fq);
                     j++;
-                    if (acc >= lim) break;
+                    if ((double)acc >= lim) break;
                 }
                 keep = j;
             }
         }
         /* Inverse CDF with one counter-based uniform per (seed, completion,
          * position): the first kept candidate whose running sum passes
-         * u * total. Both sums run over the same order, so the last one
-         * equals the total exactly. */
-        double u = (double)(di_rng_bits(p->seed, in->stream, (uint64_t)in->n_output, 0x5a3d) >> 11) * 0x1.0p-53;
-        double tot = 0; /* unfiltered: sum, the very same additions */
+         * u * total. The sums are integers: the last running sum is the
+         * total, which passes u * total for any u < 1. */
+        const double u = di_sampler_uniform(p, in);
+        uint64_t tot = 0, acc = 0;
         if (filtered)
-            for (int64_t j = 0; j < keep; j++) tot += e[s->idx[j]];
+            for (int64_t j = 0; j < keep; j++) tot += (uint64_t)di_row_term_q(e[s->idx[j]], fq);
         else
             tot = sum;
-        double lim = u * tot, acc = 0;
+        const double lim = u * (double)tot;
         tok = s->idx[keep - 1];
         for (int64_t j = 0; j < keep; j++) {
-            acc += e[s->idx[j]];
-            if (acc > lim) {
+            acc += (uint64_t)di_row_term_q(e[s->idx[j]], fq);
+            if ((double)acc > lim) {
                 tok = s->idx[j];
                 break;
             }

@@ -84,8 +84,19 @@ int di_sampler_plain_greedy(const di_sampler_params *p);
  * With ban >= -1, di_sampler_from_greedy of di_row_greedy_of(row, V,
  * vocab_limit, ban) is what di_sampler_sample returns for the row. */
 int32_t di_sampler_greedy_ban(const di_sampler_params *p, int64_t n_output);
+/* The draw's uniform for in's position: 53 bits of di_rng_bits(seed,
+ * stream, n_output, ·) as a double in [0, 1). */
+double di_sampler_uniform(const di_sampler_params *p, const di_sample_in *in);
+/* For a temperature draw (temperature > 0) whose processing is at most one
+ * banned id (no bias, penalty, mask or forced token; EOS banned under
+ * ignore_eos or before min_tokens, no stop ids then): fills d and returns
+ * 1; 0 when the draw needs more (the row on the host). A backend that
+ * draws d on the row (logits_draw) gives the token di_sampler_sample
+ * gives, and the summary of di_sampler_from_greedy's logprob. */
+int di_sampler_draw_spec(const di_sampler_params *p, const di_sample_in *in, di_row_draw *d);
 /* The greedy token and its logprob from a row's summary (token -1 when
- * the summary has none). */
+ * the summary has none); a drawn row's summary the same way (its max is
+ * the drawn token's logit). */
 void di_sampler_from_greedy(const di_row_greedy *g, di_sample_out *out);
 
 int di_sampler_init(di_sampler *s, int64_t V); /* -1 when out of memory */

@@ -628,6 +628,12 @@ static void logits_to_host(const di_fwd *f, float *logits, const float *lg, int6
         } else if (mode == DI_ROW_GREEDY) {
             be->ops->logits_greedy(be, lg + k * V, j - k, V, o->lim, f->out_ban + i, f->out_dev + i);
             be->ops->download(be, o->greedy + i, f->out_dev + i, (size_t)(j - k) * sizeof *f->out_dev);
+        } else if (mode == DI_ROW_DRAW) {
+            be->ops->logits_draw(be, lg + k * V, j - k, V, o->lim, f->out_draw + i, f->out_dev + i);
+            be->ops->download(be, o->greedy + i, f->out_dev + i, (size_t)(j - k) * sizeof *f->out_dev);
+            for (int64_t x = 0; x < j - k; x++) /* the draws left to the host: their rows */
+                if (o->greedy[i + x].pad)
+                    be->ops->download(be, logits + (i + x) * V, lg + (k + x) * V, (size_t)V * sizeof(float));
         }
     }
 #undef SEQ_OF
@@ -703,23 +709,24 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
     if (st) return st;
     /* the delivery's buffers before anything runs: once the pass has run,
      * delivering its rows cannot fail */
-    int n_mode[3] = {0, 0, 0}; /* sequences by want: DI_ROW_NONE, _LOGITS, _GREEDY */
+    int n_mode[DI_ROW_MODES] = {0}; /* sequences by want: DI_ROW_NONE, _LOGITS, _GREEDY, _DRAW */
     for (int q = 0; fo && q < n_seqs; q++) n_mode[fo->want[q].mode]++;
     if (fo) {
-        const int greedy = n_mode[DI_ROW_GREEDY] > 0;
+        const int greedy = n_mode[DI_ROW_GREEDY] > 0, draw = n_mode[DI_ROW_DRAW] > 0;
         f.out_map = malloc((size_t)n_seqs * sizeof *f.out_map);
-        if (greedy) {
-            f.out_ban = malloc((size_t)n_seqs * sizeof *f.out_ban);
-            f.out_dev = di_alloc_raw(be, (size_t)n_seqs * sizeof *f.out_dev);
-        }
-        if (!f.out_map || (greedy && (!f.out_ban || !f.out_dev))) {
+        if (greedy) f.out_ban = malloc((size_t)n_seqs * sizeof *f.out_ban);
+        if (draw) f.out_draw = malloc((size_t)n_seqs * sizeof *f.out_draw);
+        if (greedy || draw) f.out_dev = di_alloc_raw(be, (size_t)n_seqs * sizeof *f.out_dev);
+        if (!f.out_map || (greedy && !f.out_ban) || (draw && !f.out_draw) || ((greedy || draw) && !f.out_dev)) {
             free(f.out_map);
             free(f.out_ban);
+            free(f.out_draw);
             be->ops->free(be, f.out_dev);
             fwd_release(&f);
             return di_err_set(err, DI_ERR_NOMEM, "rows of %d sequences: out of memory", n_seqs);
         }
         for (int j = 0; greedy && j < n_seqs; j++) f.out_ban[j] = fo->want[j].ban;
+        for (int j = 0; draw && j < n_seqs; j++) f.out_draw[j] = fo->want[j].draw;
     }
     f.out = fo;
     /* a pass whose rows nobody reads (prefill chunks that draw no token)
@@ -797,6 +804,7 @@ out:
     be->ops->free(be, pre);
     free(rows);
     free(f.out_ban);
+    free(f.out_draw);
     free(f.out_map);
     be->ops->free(be, f.out_dev);
     if (st) fwd_release(&f);
@@ -824,8 +832,12 @@ di_status di_forward_rows(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, f
                           lm->be->ops->name);
     if (!logits || !out || !out->want || !out->greedy)
         return di_err_set(err, DI_ERR_INVALID_ARG, "forward: rows wanted without their buffers");
-    for (int q = 0; q < n_seqs; q++)
-        if (out->want[q].mode < DI_ROW_NONE || out->want[q].mode > DI_ROW_GREEDY)
+    for (int q = 0; q < n_seqs; q++) {
+        if (out->want[q].mode < DI_ROW_NONE || out->want[q].mode >= DI_ROW_MODES)
             return di_err_set(err, DI_ERR_INVALID_ARG, "forward: sequence %d: row mode %d", q, (int)out->want[q].mode);
+        if (out->want[q].mode == DI_ROW_DRAW && !lm->be->ops->logits_draw)
+            return di_err_set(err, DI_ERR_UNSUPPORTED, "forward: backend %s has no draws (logits_draw)",
+                              lm->be->ops->name);
+    }
     return forward_run(lm, seqs, n_seqs, logits, 0, out, err);
 }

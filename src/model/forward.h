@@ -31,17 +31,18 @@ typedef struct di_fwd_trace {
 } di_fwd_trace;
 
 /* What a pass hands back for one sequence's last row (di_forward_rows). */
-enum { DI_ROW_NONE = 0, DI_ROW_LOGITS = 1, DI_ROW_GREEDY = 2 };
+enum { DI_ROW_NONE = 0, DI_ROW_LOGITS = 1, DI_ROW_GREEDY = 2, DI_ROW_DRAW = 3, DI_ROW_MODES = 4 };
 typedef struct di_row_want {
-    int32_t mode;        /* DI_ROW_*: nothing, the logits, or the greedy summary */
+    int32_t mode;        /* DI_ROW_*: nothing, the logits, the greedy summary, or a draw */
     int32_t ban;         /* DI_ROW_GREEDY: the id its search skips, -1 none */
+    di_row_draw draw;    /* DI_ROW_DRAW: the temperature draw (core/row_exp.h) */
 } di_row_want;
 
 /* Where di_forward_rows delivers the rows. */
 typedef struct di_fwd_out {
     const di_row_want *want; /* [n_seqs] */
     int64_t lim;             /* the greedy search covers ids [0, lim) */
-    di_row_greedy *greedy;   /* [n_seqs] host: the DI_ROW_GREEDY rows' summaries */
+    di_row_greedy *greedy;   /* [n_seqs] host: the DI_ROW_GREEDY and DI_ROW_DRAW rows' summaries */
 } di_fwd_out;
 
 /* One forward in progress. */
@@ -108,6 +109,7 @@ typedef struct di_fwd {
     int dspark_p;        /* DSpark draft: main position p, else -1 */
     const di_fwd_out *out; /* NULL: every logits row to the host */
     int32_t *out_ban;      /* [n_seqs] with out: want[i].ban (host) */
+    di_row_draw *out_draw; /* [n_seqs] with out: want[i].draw (host) */
     di_row_greedy *out_dev; /* [n_seqs] with out: the summaries (backend memory) */
     int32_t *out_map;      /* [n_seqs] with out: the sequence of each row the head computed */
     int out_compact;       /* the head left out rows nobody reads (out_map in use) */
@@ -178,10 +180,13 @@ di_status di_forward(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float 
 /* di_forward with all_rows = 0, each sequence's last row delivered as
  * out->want[i] says: its logits at logits + i·V, its greedy summary
  * (di_row_greedy_of over ids [0, out->lim) without want[i].ban) at
- * out->greedy[i], or nothing (a prefill chunk that samples no token). On a
- * device the summaries are formed next to the logits (backend.h
- * logits_greedy) and only they cross the bus. DI_ERR_UNSUPPORTED when the
- * backend has no logits_greedy (nothing run). */
+ * out->greedy[i], its temperature draw (want[i].draw, backend.h
+ * logits_draw) at out->greedy[i] — with pad 1 and the logits at logits +
+ * i·V where the backend left the draw to the host — or nothing (a prefill
+ * chunk that samples no token). On a device the summaries and draws are
+ * formed next to the logits and only they cross the bus. DI_ERR_UNSUPPORTED
+ * when the backend has no logits_greedy, or no logits_draw and a draw is
+ * asked for (nothing run). */
 di_status di_forward_rows(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float *logits,
                           const di_fwd_out *out, di_err *err);
 

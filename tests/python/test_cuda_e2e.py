@@ -120,3 +120,26 @@ def test_gpu_engine_defaults(tiny, monkeypatch):
         assert 4 << 30 <= llm.memory_limit <= 1 << 40, llm.memory_limit
     with LLM(model=str(model), max_num_seqs=7, max_num_batched_tokens=99, memory_limit=1 << 30) as llm:
         assert (llm.max_num_seqs, llm.max_num_batched_tokens, llm.memory_limit) == (7, 99, 1 << 30)
+
+
+def test_gpu_draws_equal_host_draws(tiny, monkeypatch):
+    """Temperature draws made on the device (logits_draw) give the host
+    sampler's tokens and logprobs bit for bit: the same requests with
+    DI_ENGINE_DRAW=1 (the default) and 0 (every such row read by the host),
+    several settings in one batch, EOS banned in some."""
+    model, golden = tiny
+    prompts = [short_prompt(golden), "A long time ago", "1 2 3 4 5", "def f(x):", "The capital of France"]
+    params = [SamplingParams(temperature=0.8, top_p=0.9, seed=11, max_tokens=N, ignore_eos=True),
+              SamplingParams(temperature=1.2, seed=12, max_tokens=N),
+              SamplingParams(temperature=0.7, top_k=5, min_p=0.05, seed=13, max_tokens=N, ignore_eos=True),
+              SamplingParams(temperature=1.0, top_p=0.5, top_k=40, seed=14, max_tokens=N),
+              SamplingParams(temperature=0.3, seed=15, max_tokens=N, min_tokens=4)]
+    monkeypatch.setenv("DEEPINFER_ACCELERATOR", "nvidia")
+    runs = []
+    for draw in ("1", "0"):
+        monkeypatch.setenv("DI_ENGINE_DRAW", draw)
+        with LLM(model=str(model)) as llm:
+            outs = llm.generate(prompts, params, use_tqdm=False)
+        runs.append([(o.outputs[0].token_ids, o.outputs[0].cumulative_logprob) for o in outs])
+    assert runs[0] == runs[1]
+    assert sum(len(t) for t, _ in runs[0]) > 3 * N

@@ -49,6 +49,7 @@
 #include "test_rng.h"
 #include "attn_bound.h" /* after test.h: it counts through CHECKF */
 #include "index_bound.h"
+#include "draw_ref.h"
 
 static di_backend *gpu, *cpu;
 static char gpu_why[DI_ERR_MSG_MAX];
@@ -1215,6 +1216,64 @@ static void test_logits_greedy(void) {
         free(ban);
     }
     CHECK_EQ_INT(rows, 3 * (5 + 64 + 3 + 4 + 4));
+}
+
+/* Temperature draws on the device (logits_draw) against the plain
+ * reference (draw_ref.h, the sampler's definition, which test_sampler.c
+ * holds to di_sampler_sample bit for bit) with the device's near-set limit
+ * of 4,096: the same rows left to the host, and elsewhere the same token,
+ * its logit and the row's log-sum-exp terms, bit for bit (without a token
+ * only the token is read). Rows of every draw_case shape, several to a
+ * call, odd widths and search bounds, outputs poisoned. */
+static void test_logits_draw(void) {
+    NEED_GPU();
+    const int64_t Vs[] = {129280, 1003, 50, 7, 129280};
+    const int64_t Ms[] = {24, 40, 30, 12, 3};
+    int rows = 0, drawn = 0, left = 0, filtered = 0;
+    for (int c = 0; c < 5; c++) {
+        const int64_t V = Vs[c], m = Ms[c];
+        const int64_t lim = c == 1 ? V - 17 : c == 3 ? V - 1 : V;
+        float *x = malloc((size_t)(m * V) * sizeof *x);
+        di_row_draw *d = malloc((size_t)m * sizeof *d);
+        di_row_greedy *ref = malloc((size_t)m * sizeof *ref), *got = malloc((size_t)m * sizeof *got);
+        for (int64_t r = 0; r < m; r++) {
+            di_sampler_params p;
+            di_sample_in in;
+            draw_case((int)(r + 7 * c), x + r * V, V, &p, &in);
+            if (c == 4) p.top_p = 0.95, p.top_k = 0, p.temperature = 1.0; /* wide nuclei: some left to the host */
+            CHECK(di_sampler_draw_spec(&p, &in, &d[r]));
+            CHECK(draw_ref(x + r * V, V, lim, &d[r], 4096, &ref[r]));
+        }
+        float *dx = dev_up(x, (size_t)(m * V) * sizeof *x);
+        di_row_greedy *dg = (di_row_greedy *)dev_poison((size_t)m * sizeof *dg);
+        gpu->ops->logits_draw(gpu, dx, m, V, lim, d, dg);
+        gpu->ops->download(gpu, got, dg, (size_t)m * sizeof *got);
+        if (status_ok("logits_draw"))
+            for (int64_t r = 0; r < m; r++) {
+                const di_row_greedy *a = &got[r], *b = &ref[r];
+                const int same = a->pad == b->pad &&
+                                 (b->pad || (a->token == b->token &&
+                                             (b->token < 0 || (!memcmp(&a->max, &b->max, sizeof a->max) &&
+                                                               !memcmp(&a->max_all, &b->max_all, sizeof a->max_all) &&
+                                                               !memcmp(&a->sum, &b->sum, sizeof a->sum)))));
+                CHECKF(same, "V %lld lim %lld row %lld (T %g top-k %d top-p %g min-p %g ban %d): device pad %d token %d "
+                       "max %g all %g sum %.17g, reference pad %d token %d max %g all %g sum %.17g", (long long)V,
+                       (long long)lim, (long long)r, 1.0 / d[r].inv_t, d[r].top_k, d[r].top_p, d[r].min_p, d[r].ban,
+                       a->pad, a->token, a->max, a->max_all, a->sum, b->pad, b->token, b->max, b->max_all, b->sum);
+                rows++;
+                drawn += !b->pad && b->token >= 0, left += b->pad;
+                filtered += !b->pad && b->token >= 0 && (d[r].top_k > 0 || d[r].top_p < 1);
+            }
+        dev_free(dx);
+        dev_free(dg);
+        free(x);
+        free(d);
+        free(ref);
+        free(got);
+    }
+    CHECK_EQ_INT(rows, 24 + 40 + 30 + 12 + 3);
+    CHECKF(drawn > 60 && left >= 1 && filtered > 25, "%d drawn (%d with top-k / top-p), %d left to the host", drawn,
+           filtered, left);
 }
 
 /* Device routing against the CPU op: the same experts and weights, bit for
@@ -2617,6 +2676,7 @@ int main(void) {
     RUN(test_fused_ops);
     RUN(test_qkv_rope_pack);
     RUN(test_logits_greedy);
+    RUN(test_logits_draw);
     di_backend_destroy(gpu);
     di_backend_destroy(cpu);
     return test_summary();

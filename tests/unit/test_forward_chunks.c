@@ -122,7 +122,7 @@ static void test_rows(void) {
             const int64_t n = LEN - t < chunk ? LEN - t : chunk;
             const int last = t + n == LEN;
             di_fwd_seq q = {&st, IDS + t, n};
-            di_row_want w = {last ? (form ? DI_ROW_GREEDY : DI_ROW_LOGITS) : DI_ROW_NONE, -1};
+            di_row_want w = {.mode = last ? (form ? DI_ROW_GREEDY : DI_ROW_LOGITS) : DI_ROW_NONE, .ban = -1};
             memset(&g, 0xff, sizeof g);
             for (int64_t i = 0; i < V; i++) lg[i] = -12345.0f;
             di_fwd_out o = {&w, V, &g};
@@ -156,7 +156,7 @@ static void test_rows(void) {
     di_row_greedy h0;
     di_row_greedy_of(REF + 99 * V, V, V, -1, &h0);
     di_fwd_seq two[2] = {{&a, IDS, 64}, {&b, IDS, 100}};
-    di_row_want w2[2] = {{DI_ROW_NONE, -1}, {DI_ROW_GREEDY, h0.token}};
+    di_row_want w2[2] = {{.mode = DI_ROW_NONE, .ban = -1}, {.mode = DI_ROW_GREEDY, .ban = h0.token}};
     di_row_greedy g2[2];
     memset(g2, 0xff, sizeof g2);
     di_fwd_out o2 = {w2, V, g2};
@@ -186,7 +186,7 @@ static void test_rows(void) {
         } else {
             di_row_want w[NS];
             di_row_greedy gs[NS];
-            for (int q = 0; q < NS; q++) w[q] = (di_row_want){modes[c][q], q == 3 ? 2 : -1};
+            for (int q = 0; q < NS; q++) w[q] = (di_row_want){.mode = modes[c][q], .ban = q == 3 ? 2 : -1};
             for (int64_t i = 0; i < NS * V; i++) got[i] = -12345.0f;
             di_fwd_out o = {w, V, gs};
             CHECK(di_forward_rows(&G.lm, qs, NS, got, &o, &err) == DI_OK);

@@ -9,6 +9,7 @@
 #include "engine/sampler.h"
 #include "core/row_exp.h"
 #include "test.h"
+#include "draw_ref.h"
 
 static void test_rng(void) {
     CHECK(di_rng_bits(1, 2, 3, 4) == di_rng_bits(1, 2, 3, 4));
@@ -782,8 +783,78 @@ static void test_topk_from_lse(void) {
     di_sampler_free(&s);
 }
 
+/* Draws a backend can make (di_sampler_draw_spec, logits_draw): the
+ * sampler's token, logprob and log-sum-exp equal the plain reference's
+ * (draw_ref.h, no near-set limit) bit for bit on rows of every shape; the
+ * settings that need more than the row are refused. */
+static void test_draw_spec(void) {
+    static const int64_t Vs[] = {50, 1000, 129280};
+    di_sampler s;
+    CHECK(di_sampler_init(&s, 129280) == 0);
+    float *x = malloc(129280 * sizeof *x);
+    rng_state = 0xd5a3;
+    int n_drawn = 0, n_none = 0, n_filtered = 0, n_banned = 0;
+    for (int k = 0; k < 240 && x; k++) {
+        const int64_t V = Vs[k % 3 == 2 && k % 4 ? 1 : k % 3];
+        s.V = V;
+        di_sampler_params p;
+        di_sample_in in;
+        draw_case(k, x, V, &p, &in);
+        di_row_draw d;
+        const int spec = di_sampler_draw_spec(&p, &in, &d);
+        const int early = in.n_output < p.min_tokens;
+        CHECK_EQ_INT(spec, 1); /* no stop ids: a ban of EOS at most */
+        CHECK_EQ_INT(d.ban, p.eos_id >= 0 && (p.ignore_eos || early) ? p.eos_id : -1);
+        CHECK(d.u == di_sampler_uniform(&p, &in) && d.u >= 0 && d.u < 1);
+        di_sample_out o, r;
+        di_sampler_sample(&s, &p, &in, x, &o);
+        di_row_greedy g;
+        const int64_t lim = in.vocab_limit > 0 ? in.vocab_limit : V;
+        CHECK(draw_ref(x, V, lim, &d, V, &g));
+        CHECK_EQ_INT(g.pad, 0);
+        di_sampler_from_greedy(&g, &r);
+        const int same = o.token == r.token && !memcmp(&o.lse, &r.lse, sizeof o.lse) &&
+                         (o.logprob == r.logprob || (isnan(o.logprob) && isnan(r.logprob)));
+        CHECKF(same, "case %d (V %lld, T %g, top-k %d, top-p %g, min-p %g, ban %d, lim %lld): sampler %d %.9g %.17g, "
+               "reference %d %.9g %.17g", k, (long long)V, p.temperature, p.top_k, p.top_p, p.min_p, d.ban,
+               (long long)lim, o.token, o.logprob, o.lse, r.token, r.logprob, r.lse);
+        n_drawn += o.token >= 0, n_none += o.token < 0, n_banned += d.ban >= 0;
+        n_filtered += o.token >= 0 && (p.top_k > 0 || p.top_p < 1);
+    }
+    CHECKF(n_drawn > 150 && n_none > 20 && n_filtered > 80 && n_banned > 50, "%d drawn, %d none, %d filtered, %d banned",
+           n_drawn, n_none, n_filtered, n_banned);
+    /* refused: what the row alone does not decide */
+    di_sampler_params p = plain(0.8);
+    di_sample_in in = {.forced = -1};
+    di_row_draw d;
+    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 1);
+    p.temperature = 0;
+    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 0);
+    p = plain(0.8), p.repetition_penalty = 1.1;
+    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 0);
+    p = plain(0.8), p.presence_penalty = 0.5;
+    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 0);
+    int32_t ids[1] = {3};
+    float vals[1] = {1};
+    p = plain(0.8), p.bias_ids = ids, p.bias_values = vals, p.n_bias = 1;
+    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 0);
+    p = plain(0.8), p.stop_ids = ids, p.n_stop_ids = 1, p.min_tokens = 2;
+    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 0);
+    in.n_output = 2; /* min_tokens reached: the stop ids are not banned any more */
+    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 1);
+    uint32_t mask[2] = {0xffffffffu, 0xffffffffu};
+    in.mask = mask;
+    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 0);
+    in.mask = NULL, in.forced = 4;
+    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 0);
+    s.V = 129280;
+    di_sampler_free(&s);
+    free(x);
+}
+
 int main(void) {
     RUN(test_rng);
+    RUN(test_draw_spec);
     RUN(test_distribution);
     RUN(test_greedy_and_processing);
     RUN(test_logprob_top);

@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "test.h"
+#include "draw_ref.h"
 
 #define FV 64 /* fake vocabulary */
 
@@ -84,7 +85,7 @@ static const di_runner_ops fake_ops = {.state_bytes = f_bytes, .state_new = f_ne
 /* forward_rows over the same logits: the wanted rows' logits or their
  * greedy summaries (core/row_exp.h), every other row NaN, so that an
  * engine reading a row it did not ask for goes wrong visibly. */
-static int64_t g_rows_greedy, g_rows_logits, g_rows_none, g_rows_banned;
+static int64_t g_rows_greedy, g_rows_logits, g_rows_none, g_rows_banned, g_rows_drawn, g_rows_left;
 static di_status f_forward_rows(void *ctx, const di_runner_seq *seqs, int n, float *logits, const di_fwd_out *out,
                                 di_err *err) {
     float *all = malloc((size_t)n * FV * sizeof *all);
@@ -107,6 +108,13 @@ static di_status f_forward_rows(void *ctx, const di_runner_seq *seqs, int n, flo
             di_row_greedy_of(all + (size_t)i * FV, FV, out->lim, w.ban, &out->greedy[i]);
             g_rows_greedy++;
             g_rows_banned += w.ban >= 0;
+        } else if (w.mode == DI_ROW_DRAW) {
+            /* the reference's draw; near sets wider than 6 left to the
+             * host, whose row then comes as the logits */
+            if (!draw_ref(all + (size_t)i * FV, FV, out->lim, &w.draw, 6, &out->greedy[i])) st = DI_ERR_NOMEM;
+            if (out->greedy[i].pad) memcpy(o, all + (size_t)i * FV, FV * sizeof *o);
+            g_rows_drawn++;
+            g_rows_left += out->greedy[i].pad;
         } else {
             g_rows_none++;
         }
@@ -137,7 +145,7 @@ static void make_prompt(int r, int32_t *ids, int *n) {
 
 static int run_all(outcome *out, int max_batch, int64_t budget, int64_t chunk, uint64_t mem, int async,
                    fake *f, uint64_t *preempt) {
-    di_runner r = {g_rows ? &fake_rows_ops : &fake_ops, f, FV};
+    di_runner r = {g_rows ? &fake_rows_ops : &fake_ops, f, FV, g_rows};
     di_engine_cfg cfg = {.max_model_len = 400, .max_batch = max_batch, .budget = budget, .max_chunk = chunk,
                          .memory_limit = mem, .async = async, .seed = 5, .eos_id = 1, .bos_id = 0,
                          .sample_threads = g_sample_threads};
@@ -255,7 +263,7 @@ static void test_invariance(void) {
      * in every case above; the greedy rows came as summaries (EOS banned
      * in some), the other rows' logits as NaN */
     g_rows = 1;
-    g_rows_greedy = g_rows_logits = g_rows_none = g_rows_banned = 0;
+    g_rows_greedy = g_rows_logits = g_rows_none = g_rows_banned = g_rows_drawn = g_rows_left = 0;
     for (size_t c = 0; c < sizeof cases / sizeof *cases + 1; c++) {
         fake f = {0};
         memset(&o, 0, sizeof o);
@@ -273,15 +281,17 @@ static void test_invariance(void) {
         CHECKF(same, "rows, case %zu: outputs differ from the reference", c);
     }
     g_rows = 0;
-    CHECKF(g_rows_greedy > 100 && g_rows_logits > 100 && g_rows_none > 10 && g_rows_banned > 10,
-           "rows: %lld greedy (%lld with a ban), %lld logits, %lld none", (long long)g_rows_greedy,
-           (long long)g_rows_banned, (long long)g_rows_logits, (long long)g_rows_none);
+    CHECKF(g_rows_greedy > 100 && g_rows_logits > 100 && g_rows_none > 10 && g_rows_banned > 10 &&
+               g_rows_drawn > 100 && g_rows_left > 10 && g_rows_left < g_rows_drawn,
+           "rows: %lld greedy (%lld with a ban), %lld drawn (%lld left to the host), %lld logits, %lld none",
+           (long long)g_rows_greedy, (long long)g_rows_banned, (long long)g_rows_drawn, (long long)g_rows_left,
+           (long long)g_rows_logits, (long long)g_rows_none);
 }
 
 /* A request whose state can never fit fails alone; the others finish. */
 static void test_too_big(void) {
     fake f = {0};
-    di_runner r = {&fake_ops, &f, FV};
+    di_runner r = {&fake_ops, &f, FV, 0};
     di_engine_cfg cfg = {.max_model_len = 4000, .max_batch = 8, .budget = 256, .memory_limit = 4096 + 64 * 200,
                          .async = 1, .seed = 1, .eos_id = 1};
     di_engine *e = calloc(1, sizeof *e);

@@ -1639,6 +1639,16 @@ static void cu_logits_greedy(di_backend *be, const float *x, int64_t m, int64_t 
     note(be, cuda_op_logits_greedy(x, m, V, lim, db, out, scr, &err), &err);
 }
 
+static void cu_logits_draw(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim,
+                           const di_row_draw *draws, di_row_greedy *out) {
+    op_enter(be, "logits_draw");
+    di_err err = {0};
+    if (m <= 0) return;
+    const di_row_draw *dd = scratch_up(be, SCR_A, draws, (size_t)m * sizeof *draws);
+    if (!dd) return;
+    note(be, cuda_op_logits_draw(x, m, V, lim, dd, out, &err), &err);
+}
+
 /* moe_route with its results left in device memory: the route kernel
  * (cuda_ops_moe.cu, the CPU op's arithmetic bit for bit); with more
  * active experts than experts (ranks past e pick -1) the host form's
@@ -2233,6 +2243,7 @@ static const di_backend_ops cuda_ops = {
     .add = cu_add,
     .add_bf16 = cu_add_bf16,
     .logits_greedy = cu_logits_greedy,
+    .logits_draw = cu_logits_draw,
     .destroy = cu_destroy,
     .status = cu_status,
     .set_batch_invariant = cu_set_batch_invariant,

@@ -123,6 +123,12 @@ di_status cuda_op_add(float *y, const float *x, int64_t n, di_err *err);
 size_t cuda_op_logits_greedy_scratch_bytes(int64_t m, int64_t V);
 di_status cuda_op_logits_greedy(const float *x, int64_t m, int64_t V, int64_t lim, const int32_t *ban,
                                 di_row_greedy *out, void *scratch, di_err *err);
+/* out[i]: the temperature draw draws[i] on row x + i·V over ids [0, lim)
+ * (backend.h logits_draw: the token di_sampler_sample draws, the drawn
+ * token's logit in max, the row's log-sum-exp terms; pad 1 where the row
+ * is left to the host); draws and out in device memory. */
+di_status cuda_op_logits_draw(const float *x, int64_t m, int64_t V, int64_t lim, const di_row_draw *draws,
+                              di_row_greedy *out, di_err *err);
 /* rope_cs of q [m, heads·hd] (stride heads·hd) and of kv [m, hd] after
  * rmsnorm (weight nw), then kv_pack FP8 of kv into out: the bits of those
  * four launches in one (hd <= 2048); cs [m, rd/2, 2] device. */

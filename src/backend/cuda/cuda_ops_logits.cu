@@ -225,3 +225,286 @@ extern "C" di_status cuda_op_logits_greedy(const float *x, int64_t m, int64_t V,
     }
     return cuda_check_launch(err, "logits_greedy");
 }
+
+/* ---- temperature draws (backend.h logits_draw, engine/sampler.c) ----
+ *
+ * One block a row draws what di_sampler_sample draws for a row whose
+ * processing is at most one banned id (core/row_exp.h di_row_draw), bit for
+ * bit: the same exponentials (core/route_score.h), sums of fixed-point
+ * terms added as integers (any order gives them), the same comparisons in
+ * double. Four passes over the row, each warp over a range of its own in
+ * steps of 32: the maxima; the terms, their sums (all kept, each cut's
+ * near set, each warp's) and the log-sum-exp's; then either the inverse
+ * CDF in id order (no top-k / top-p: the warp whose range holds the
+ * crossing walks it again with a running sum) or the near set of the first
+ * cut that holds the top k or the nucleus (every kept candidate when none
+ * does), gathered into shared memory, sorted by (value descending, id
+ * ascending) and walked there. A near set larger than LD_NEAR (a flat row's
+ * nucleus) is left to the host: the summary says so and the caller reads
+ * the row. */
+enum { LD_THREADS = 1024, LD_WARPS = LD_THREADS / 32, LD_NEAR = 4096, LD_PER = LD_NEAR / LD_THREADS };
+
+/* e^min(a, 0) with NaN kept: row_exp.c's exp1 */
+__device__ __forceinline__ float ld_exp(float a) { return a != a ? a : di_rs_exp_nonpos(a < 0.0f ? a : 0.0f); }
+
+/* (value descending, id ascending) as an ascending 64-bit key; a zero as +0 */
+__device__ __forceinline__ unsigned long long ld_key(float w, long long t) {
+    unsigned u = __float_as_uint(w == 0.0f ? 0.0f : w);
+    u = (u >> 31) ? ~u : (u | 0x80000000u); /* ascending with the value */
+    return ((unsigned long long)~u << 32) | (unsigned long long)(unsigned)t;
+}
+
+__device__ __forceinline__ unsigned long long ld_warp_sum(unsigned long long v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* The block's total of v (every thread gets it); red: [LD_WARPS] shared. */
+__device__ unsigned long long ld_block_sum(unsigned long long v, unsigned long long *red) {
+    v = ld_warp_sum(v);
+    __syncthreads(); /* red may still be read from a previous call */
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    unsigned long long t = 0;
+    for (int w = 0; w < LD_WARPS; w++) t += red[w];
+    return t;
+}
+
+/* The block's least of v (every thread gets it). */
+__device__ long long ld_block_min(long long v, unsigned long long *red) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const long long u = __shfl_xor_sync(0xffffffffu, v, o);
+        v = u < v ? u : v;
+    }
+    __syncthreads();
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = (unsigned long long)v;
+    __syncthreads();
+    long long t = v;
+    for (int w = 0; w < LD_WARPS; w++) t = (long long)red[w] < t ? (long long)red[w] : t;
+    return t;
+}
+
+__global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict__ x, int64_t V, int64_t lim,
+                                                        int frac, const di_row_draw *__restrict__ draws,
+                                                        di_row_greedy *__restrict__ out) {
+    __shared__ unsigned long long s_key[LD_NEAR];
+    __shared__ unsigned long long s_red[LD_WARPS], s_wq[LD_WARPS];
+    __shared__ float s_m[2][LD_WARPS];
+    __shared__ int s_nan[LD_WARPS];
+    __shared__ int s_n;
+    __shared__ long long s_tok;
+    const int64_t r = blockIdx.x;
+    const float *row = x + r * V;
+    const di_row_draw d = draws[r];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int64_t W = ((V + LD_WARPS - 1) / LD_WARPS + 31) & ~(int64_t)31; /* a warp's ids */
+    const int64_t w0 = warp * W, w1 = w0 + W < V ? w0 + W : V;
+    const int64_t ban = d.ban >= 0 && d.ban < lim ? d.ban : -1;
+#define LD_W(t, v) ((t) < lim && (t) != ban ? (v) : -INFINITY) /* the processed logit */
+    /* pass 1: the processed row's maximum, the raw row's, any NaN */
+    float wm = -INFINITY, am = -INFINITY;
+    int nan = 0;
+    for (int64_t t = w0 + lane; t < w1; t += 32) {
+        const float v = __ldg(row + t);
+        nan |= v != v;
+        am = lg_max(am, v);
+        wm = lg_max(wm, LD_W(t, v));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        wm = lg_max(wm, __shfl_xor_sync(0xffffffffu, wm, o));
+        am = lg_max(am, __shfl_xor_sync(0xffffffffu, am, o));
+    }
+    nan = __any_sync(0xffffffffu, nan);
+    if (lane == 0) s_m[0][warp] = wm, s_m[1][warp] = am, s_nan[warp] = nan;
+    __syncthreads();
+    wm = s_m[0][0], am = s_m[1][0], nan = s_nan[0];
+    for (int w = 1; w < LD_WARPS; w++) wm = lg_max(wm, s_m[0][w]), am = lg_max(am, s_m[1][w]), nan |= s_nan[w];
+    am = ADD(am, 0.0f); /* a zero as +0, as the host */
+    di_row_greedy g;
+    g.max_all = am;
+    g.pad = 0;
+    g.token = -1;
+    g.max = -INFINITY;
+    if (wm == -INFINITY) { /* nothing to draw */
+        if (tid == 0) g.sum = 0.0, out[r] = g;
+        return;
+    }
+    /* pass 2: the terms and their sums */
+    const float scale = __int_as_float((127 + frac) << 23);
+    const float cuts[DI_SAMPLER_CUTS] = {DI_SAMPLER_CUT0, DI_SAMPLER_CUT1, DI_SAMPLER_CUT2};
+    const int filt = d.top_k > 0 || d.top_p < 1.0;
+    unsigned long long q = 0, ql = 0, nq[DI_SAMPLER_CUTS] = {0, 0, 0}, nn[DI_SAMPLER_CUTS] = {0, 0, 0}, kc = 0;
+    long long last = -1;
+    for (int64_t t = w0 + lane; t < w1; t += 32) {
+        const float v = __ldg(row + t);
+        const float e = ld_exp(MUL(SUB(LD_W(t, v), wm), d.inv_t));
+        const int kept = e >= d.min_p && e > 0.0f;
+        const unsigned long long qt = kept ? (unsigned long long)__float2ll_rn(MUL(e, scale)) : 0ull;
+        q += qt;
+        kc += kept;
+        last = kept ? t : last;
+        ql += (unsigned long long)__float2ll_rn(MUL(lg_term(SUB(v, am)), scale));
+        if (filt)
+#pragma unroll
+            for (int c = 0; c < DI_SAMPLER_CUTS; c++)
+                if (kept && e > cuts[c]) nn[c]++, nq[c] += qt;
+    }
+    const unsigned long long wq = ld_warp_sum(q);
+    if (lane == 0) s_wq[warp] = wq;
+    const unsigned long long Q = ld_block_sum(q, s_red), keep = ld_block_sum(kc, s_red);
+    const unsigned long long QL = ld_block_sum(ql, s_red);
+    long long lastk = -ld_block_min(-last, s_red);
+    g.sum = nan ? __longlong_as_double(0x7ff8000000000000ll) : ldexp(__ull2double_rn(QL), -frac);
+    if (keep == 0) {
+        if (tid == 0) out[r] = g;
+        return;
+    }
+    const int topk_on = d.top_k > 0 && (unsigned long long)d.top_k < keep;
+    if (!topk_on && !(d.top_p < 1.0)) {
+        /* pass 3: the first kept id whose running sum passes u · Q */
+        const double lim_d = d.u * __ull2double_rn(Q);
+        unsigned long long ex = 0;
+        for (int w = 0; w < warp; w++) ex += s_wq[w];
+        if (tid == 0) s_tok = lastk; /* no crossing (u · Q rounded up to Q): the last, as the host */
+        __syncthreads();
+        if (__ull2double_rn(ex + wq) > lim_d && !(__ull2double_rn(ex) > lim_d)) {
+            unsigned long long run = ex;
+            for (int64_t b = w0; b < w1; b += 32) {
+                const int64_t t = b + lane;
+                unsigned long long qt = 0;
+                if (t < w1) {
+                    const float e = ld_exp(MUL(SUB(LD_W(t, __ldg(row + t)), wm), d.inv_t));
+                    qt = e >= d.min_p && e > 0.0f ? (unsigned long long)__float2ll_rn(MUL(e, scale)) : 0ull;
+                }
+                unsigned long long inc = qt;
+#pragma unroll
+                for (int o = 1; o < 32; o <<= 1) {
+                    const unsigned long long u = __shfl_up_sync(0xffffffffu, inc, o);
+                    if (lane >= o) inc += u;
+                }
+                const unsigned hit = __ballot_sync(0xffffffffu, __ull2double_rn(run + inc) > lim_d);
+                if (hit) {
+                    if (lane == 0) s_tok = b + __ffs(hit) - 1;
+                    break;
+                }
+                run += __shfl_sync(0xffffffffu, inc, 31);
+            }
+        }
+        __syncthreads();
+        if (tid == 0) g.token = (int32_t)s_tok, g.max = row[s_tok], out[r] = g;
+        return;
+    }
+    /* the near set of the first cut that holds the top k or the nucleus */
+    unsigned long long NN[DI_SAMPLER_CUTS], NQ[DI_SAMPLER_CUTS];
+#pragma unroll
+    for (int k = 0; k < DI_SAMPLER_CUTS; k++) NN[k] = ld_block_sum(nn[k], s_red), NQ[k] = ld_block_sum(nq[k], s_red);
+    int c = 0;
+    for (; c < DI_SAMPLER_CUTS; c++)
+        if (topk_on ? (unsigned long long)d.top_k <= NN[c] : __ull2double_rn(NQ[c]) >= d.top_p * __ull2double_rn(Q)) break;
+    /* no cut holds them: every kept candidate (e > 0 is part of kept) */
+    const unsigned long long near = c < DI_SAMPLER_CUTS ? NN[c] : keep;
+    if (near > LD_NEAR) { /* the host draws it */
+        if (tid == 0) g.pad = 1, out[r] = g;
+        return;
+    }
+    const float cut = c < DI_SAMPLER_CUTS ? cuts[c] : 0.0f;
+    if (tid == 0) s_n = 0;
+    __syncthreads();
+    /* pass 4: gather the near set */
+    for (int64_t t = w0 + lane; t < w1; t += 32) {
+        const float w = LD_W(t, __ldg(row + t));
+        const float e = ld_exp(MUL(SUB(w, wm), d.inv_t));
+        if (e >= d.min_p && e > 0.0f && e > cut) s_key[atomicAdd(&s_n, 1)] = ld_key(w, t);
+    }
+    __syncthreads();
+    const int n = s_n;
+    int n2 = 1;
+    while (n2 < n) n2 <<= 1;
+    for (int i = n + tid; i < n2; i += LD_THREADS) s_key[i] = ~0ull;
+    __syncthreads();
+    for (int k = 2; k <= n2; k <<= 1) /* bitonic sort, ascending */
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = tid; i < n2; i += LD_THREADS) {
+                const int p = i ^ j;
+                if (p > i) {
+                    const unsigned long long a = s_key[i], b = s_key[p];
+                    if ((a > b) == ((i & k) == 0)) s_key[i] = b, s_key[p] = a;
+                }
+            }
+            __syncthreads();
+        }
+    /* the kept list: the first L of the sorted set; thread tid holds
+     * places LD_PER·tid .. LD_PER·tid + LD_PER - 1 and their running sums */
+    const int L = topk_on ? d.top_k : n;
+    unsigned long long inc[LD_PER], own = 0;
+#pragma unroll
+    for (int k = 0; k < LD_PER; k++) {
+        const int j = tid * LD_PER + k;
+        unsigned long long qt = 0;
+        if (j < L) {
+            const float e = ld_exp(MUL(SUB(row[(unsigned)s_key[j]], wm), d.inv_t));
+            qt = (unsigned long long)__float2ll_rn(MUL(e, scale));
+        }
+        own += qt;
+        inc[k] = own;
+    }
+    /* exclusive prefix of the threads' sums */
+    unsigned long long pre = own;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const unsigned long long u = __shfl_up_sync(0xffffffffu, pre, o);
+        if (lane >= o) pre += u;
+    }
+    __syncthreads();
+    if (lane == 31) s_red[warp] = pre;
+    __syncthreads();
+    unsigned long long base = pre - own;
+    for (int w = 0; w < warp; w++) base += s_red[w];
+    unsigned long long listsum = 0;
+    for (int w = 0; w < LD_WARPS; w++) listsum += s_red[w];
+#pragma unroll
+    for (int k = 0; k < LD_PER; k++) inc[k] += base;
+    int keepn = L;
+    if (d.top_p < 1.0) { /* the nucleus: up to the first place whose running sum reaches top_p of the list's */
+        const double lim_p = d.top_p * __ull2double_rn(topk_on ? listsum : Q);
+        long long first = LD_NEAR;
+#pragma unroll
+        for (int k = LD_PER - 1; k >= 0; k--) {
+            const int j = tid * LD_PER + k;
+            if (j < L && __ull2double_rn(inc[k]) >= lim_p) first = j;
+        }
+        first = ld_block_min(first, s_red);
+        if (first < L) keepn = (int)first + 1;
+    }
+    /* the draw over the kept list: its total is the running sum at its end */
+    __syncthreads();
+    if (tid == (keepn - 1) / LD_PER) s_red[0] = inc[(keepn - 1) % LD_PER];
+    __syncthreads();
+    const double lim_d = d.u * __ull2double_rn(s_red[0]);
+    long long hit = LD_NEAR;
+#pragma unroll
+    for (int k = LD_PER - 1; k >= 0; k--) {
+        const int j = tid * LD_PER + k;
+        if (j < keepn && __ull2double_rn(inc[k]) > lim_d) hit = j;
+    }
+    hit = ld_block_min(hit, s_red);
+    if (tid == 0) {
+        const int j = hit < keepn ? (int)hit : keepn - 1;
+        const unsigned t = (unsigned)s_key[j];
+        g.token = (int32_t)t, g.max = row[t], out[r] = g;
+    }
+#undef LD_W
+}
+
+extern "C" di_status cuda_op_logits_draw(const float *x, int64_t m, int64_t V, int64_t lim, const di_row_draw *draws,
+                                         di_row_greedy *out, di_err *err) {
+    if (m <= 0) return DI_OK;
+    if (V <= 0 || V > INT32_MAX) return di_err_set(err, DI_ERR_INVALID_ARG, "logits_draw: rows of %lld logits", (long long)V);
+    if (lim > V) lim = V;
+    if (lim < 0) lim = 0;
+    k_lg_draw<<<(unsigned)m, LD_THREADS>>>(x, V, lim, di_row_sum_frac_bits(V), draws, out);
+    return cuda_check_launch(err, "logits_draw");
+}
