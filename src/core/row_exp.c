@@ -153,6 +153,61 @@ AVX2 static double sum_avx2(const float *x, int64_t n, float shift) {
     }
     return any_nan ? NAN : sum_of_q(q, f);
 }
+
+/* The kept terms of a sampler's row (e >= cut and e > 0; NaN never): a
+ * lane that is not kept is zeroed before it becomes a term (q(0) = 0), so
+ * every lane adds its raw bits and the offsets come off at the end. */
+AVX2 static inline __attribute__((always_inline)) __m256i kept_q8(__m256 v, __m256 cut, __m256d sc, __m256d magic,
+                                                                  int *bits) {
+    const __m256 m = _mm256_and_ps(_mm256_cmp_ps(v, cut, _CMP_GE_OQ), _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GT_OQ));
+    const __m256 k = _mm256_and_ps(v, m);
+    *bits = _mm256_movemask_ps(m);
+    const __m256d lo = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(k)), sc, magic);
+    const __m256d hi = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(k, 1)), sc, magic);
+    return _mm256_add_epi64(_mm256_castpd_si256(lo), _mm256_castpd_si256(hi)); /* two lanes' raw bits each */
+}
+
+AVX2 static uint64_t kept_sum_avx2(const float *e, int64_t n, float cut, int f, int64_t *count) {
+    const __m256 c = _mm256_set1_ps(cut);
+    const __m256d magic = _mm256_set1_pd(DI_ROW_MAGIC), sc = _mm256_set1_pd(ldexp(1.0, f));
+    __m256i q = _mm256_setzero_si256();
+    int64_t i = 0, k = 0;
+    for (; i + 8 <= n; i += 8) {
+        int bits;
+        q = _mm256_add_epi64(q, kept_q8(_mm256_loadu_ps(e + i), c, sc, magic, &bits));
+        k += __builtin_popcount((unsigned)bits);
+    }
+    uint64_t l[4];
+    _mm256_storeu_si256((__m256i *)l, q);
+    const union { double d; uint64_t u; } mb = {.d = DI_ROW_MAGIC};
+    uint64_t s = l[0] + l[1] + l[2] + l[3] - (uint64_t)i * mb.u;
+    for (; i < n; i++)
+        if (e[i] >= cut && e[i] > 0.0f) s += (uint64_t)di_row_term_q(e[i], f), k++;
+    *count = k;
+    return s;
+}
+
+AVX2 static int64_t kept_cross_avx2(const float *e, int64_t n, float cut, int f, double lim) {
+    const __m256 c = _mm256_set1_ps(cut);
+    const __m256d magic = _mm256_set1_pd(DI_ROW_MAGIC), sc = _mm256_set1_pd(ldexp(1.0, f));
+    const union { double d; uint64_t u; } mb = {.d = DI_ROW_MAGIC};
+    uint64_t acc = 0;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        int bits;
+        uint64_t l[4];
+        _mm256_storeu_si256((__m256i *)l, kept_q8(_mm256_loadu_ps(e + i), c, sc, magic, &bits));
+        const uint64_t b = l[0] + l[1] + l[2] + l[3] - 8 * mb.u;
+        if ((double)(acc + b) > lim) break; /* the crossing is in this block: by lanes below */
+        acc += b;
+    }
+    for (; i < n; i++)
+        if (e[i] >= cut && e[i] > 0.0f) {
+            acc += (uint64_t)di_row_term_q(e[i], f);
+            if ((double)acc > lim) return i;
+        }
+    return -1;
+}
 #endif
 
 /* read by every sampling thread: atomics, relaxed (any thread may be the
@@ -215,6 +270,31 @@ double di_row_sum_exp(const float *x, int64_t n, float shift) {
         q += term_q(exp_sum1(x[i] - shift), scale);
     }
     return any_nan ? NAN : sum_of_q(q, f);
+}
+
+uint64_t di_row_kept_sum(const float *e, int64_t n, float cut, int frac, int64_t *count) {
+#if defined(DI_SAMPLER_AVX2)
+    if (use_avx2()) return kept_sum_avx2(e, n, cut, frac, count);
+#endif
+    uint64_t s = 0;
+    int64_t k = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (e[i] >= cut && e[i] > 0.0f) s += (uint64_t)di_row_term_q(e[i], frac), k++;
+    *count = k;
+    return s;
+}
+
+int64_t di_row_kept_cross(const float *e, int64_t n, float cut, int frac, double lim) {
+#if defined(DI_SAMPLER_AVX2)
+    if (use_avx2()) return kept_cross_avx2(e, n, cut, frac, lim);
+#endif
+    uint64_t acc = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (e[i] >= cut && e[i] > 0.0f) {
+            acc += (uint64_t)di_row_term_q(e[i], frac);
+            if ((double)acc > lim) return i;
+        }
+    return -1;
 }
 
 void di_row_greedy_of(const float *x, int64_t V, int64_t lim, int32_t ban, di_row_greedy *g) {

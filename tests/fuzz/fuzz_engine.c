@@ -89,7 +89,7 @@ static const di_tokenizer *default_tokenizer(void) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     reader rd = {data, size};
     const di_tokenizer *tok = take(&rd, 1) & 1 ? default_tokenizer() : NULL;
-    di_runner runner = {&ops, NULL, FV};
+    di_runner runner = {&ops, NULL, FV, 0};
     di_engine_cfg cfg = {.max_model_len = 16 + take(&rd, 1), .max_batch = 1 + (int)take(&rd, 1) % 8,
                          .budget = 1 + take(&rd, 1) % 64, .max_chunk = take(&rd, 1) % 16,
                          .memory_limit = 256 + 64 * (uint64_t)take(&rd, 1), .async = (int)take(&rd, 1) & 1,

@@ -792,9 +792,10 @@ static void test_draw_spec(void) {
     di_sampler s;
     CHECK(di_sampler_init(&s, 129280) == 0);
     float *x = malloc(129280 * sizeof *x);
-    rng_state = 0xd5a3;
     int n_drawn = 0, n_none = 0, n_filtered = 0, n_banned = 0;
-    for (int k = 0; k < 240 && x; k++) {
+    for (int k = 0; k < 480 && x; k++) {
+        if (k % 240 == 0) rng_state = 0xd5a3; /* the same cases on the scalar mirror */
+        di_row_exp_force_scalar(k >= 240);
         const int64_t V = Vs[k % 3 == 2 && k % 4 ? 1 : k % 3];
         s.V = V;
         di_sampler_params p;
@@ -821,7 +822,8 @@ static void test_draw_spec(void) {
         n_drawn += o.token >= 0, n_none += o.token < 0, n_banned += d.ban >= 0;
         n_filtered += o.token >= 0 && (p.top_k > 0 || p.top_p < 1);
     }
-    CHECKF(n_drawn > 150 && n_none > 20 && n_filtered > 80 && n_banned > 50, "%d drawn, %d none, %d filtered, %d banned",
+    di_row_exp_force_scalar(0);
+    CHECKF(n_drawn > 300 && n_none > 40 && n_filtered > 160 && n_banned > 100, "%d drawn, %d none, %d filtered, %d banned",
            n_drawn, n_none, n_filtered, n_banned);
     /* refused: what the row alone does not decide */
     di_sampler_params p = plain(0.8);
@@ -852,8 +854,46 @@ static void test_draw_spec(void) {
     free(x);
 }
 
+/* di_row_kept_sum / di_row_kept_cross against a plain loop, on the vector
+ * path and the scalar mirror: every length mod 8, NaN and -inf entries,
+ * a cut, crossings in every lane and in the tail, none. */
+static void test_kept_sums(void) {
+    enum { N = 203 };
+    float e[N];
+    rng_state = 0x4b1d;
+    for (int rep = 0; rep < 400; rep++) {
+        const int n = 1 + rng_int(N);
+        for (int i = 0; i < n; i++) {
+            const int k = rng_int(10);
+            e[i] = k == 0 ? NAN : k == 1 ? 0.0f : k == 2 ? 1.0f : (float)rng_unit();
+        }
+        const float cut = rng_int(2) ? 0.0f : 0.3f;
+        const int f = di_row_sum_frac_bits(n);
+        uint64_t sum = 0;
+        int64_t cnt = 0;
+        for (int i = 0; i < n; i++)
+            if (e[i] >= cut && e[i] > 0.0f) sum += (uint64_t)di_row_term_q(e[i], f), cnt++;
+        const double u = rng_unit(), lim = rep % 7 == 0 ? (double)sum : u * (double)sum;
+        int64_t cross = -1;
+        uint64_t acc = 0;
+        for (int i = 0; i < n && cross < 0; i++)
+            if (e[i] >= cut && e[i] > 0.0f && (double)(acc += (uint64_t)di_row_term_q(e[i], f)) > lim) cross = i;
+        for (int sc = 0; sc < 2; sc++) {
+            di_row_exp_force_scalar(sc);
+            int64_t c2 = -7;
+            const uint64_t s2 = di_row_kept_sum(e, n, cut, f, &c2);
+            const int64_t x2 = di_row_kept_cross(e, n, cut, f, lim);
+            CHECKF(s2 == sum && c2 == cnt && x2 == cross, "n %d cut %g scalar %d: sum %llu / %llu, count %lld / %lld, "
+                   "crossing %lld / %lld", n, cut, sc, (unsigned long long)s2, (unsigned long long)sum, (long long)c2,
+                   (long long)cnt, (long long)x2, (long long)cross);
+        }
+        di_row_exp_force_scalar(0);
+    }
+}
+
 int main(void) {
     RUN(test_rng);
+    RUN(test_kept_sums);
     RUN(test_draw_spec);
     RUN(test_distribution);
     RUN(test_greedy_and_processing);
