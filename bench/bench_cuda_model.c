@@ -24,14 +24,17 @@
  * With -g 1 the decode steps take the engine's greedy path instead
  * (di_forward_rows with every row DI_ROW_GREEDY: the argmax formed on the
  * device, only the summaries back; the engine does this for requests of
- * plain greedy decoding): the step without the logits' download.
+ * plain greedy decoding): the step without the logits' download. -g 2 /
+ * -g 3 draw every row at temperature 0.8 / with top-p 0.95 the same way
+ * (DI_ROW_DRAW: the engine's temperature draws; a row the backend leaves
+ * to the host continues greedily here).
  *
  * With -lp P also a prefill of P tokens split per layer, against its FLOP
  * floor at the FP8 GEMM rate of the backend's tiled kernel measured here
  * (scripts/gpu-e2e sets it beside torch's best FP8 GEMM).
  *
  *   bench_cuda_model CONFIG [-p PROMPT] [-b LIST] [-c CONTEXT] [-s STEPS] [-l LIST] [-lc CONTEXT] [-lp PROMPT]
- *                    [-n LIST] [-g 1]
+ *                    [-n LIST] [-g 1|2|3]
  *
  * DEEPINFER_BATCH_INVARIANT=1 times the backend in batch-invariant mode.
  *
@@ -50,7 +53,7 @@
 #include "bench_util.h"
 
 static const char *ncu_list = ""; /* -n: batch sizes whose passes a profiler records */
-static int greedy_rows = 0;       /* -g 1: decode through di_forward_rows' greedy summaries */
+static int greedy_rows = 0;       /* -g 1: decode through di_forward_rows' greedy summaries; 2, 3: draws */
 
 static int list_has(const char *list, int B) {
     for (const char *p = list; *p;) {
@@ -141,7 +144,11 @@ static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int step
     di_row_want *want = malloc((size_t)B * sizeof *want);
     di_row_greedy *summ = calloc((size_t)B, sizeof *summ);
     if (!st || !q || !ids || !next || !logits || !want || !summ) die("out of memory", NULL);
-    for (int b = 0; b < B; b++) want[b] = (di_row_want){.mode = DI_ROW_GREEDY, .ban = -1};
+    for (int b = 0; b < B; b++) {
+        want[b] = (di_row_want){.mode = greedy_rows > 1 ? DI_ROW_DRAW : DI_ROW_GREEDY, .ban = -1};
+        want[b].draw = (di_row_draw){.inv_t = 1.25f, .top_p = greedy_rows == 3 ? 0.95 : 1.0, .ban = -1,
+                                     .u = (double)((uint64_t)(b * 2654435761u + 12345u) % 1000003u) / 1000003.0};
+    }
     const di_fwd_out rows_out = {want, V, summ};
     fill_ids(ids, B * ctx, V, 11);
     for (int b = 0; b < B; b++) {
@@ -161,10 +168,10 @@ static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int step
         int prof = s == steps;
         for (int b = 0; b < B; b++) {
             int32_t arg = 0;
-            if (greedy_rows && s > 0) {
+            if (greedy_rows && s > 0 && !summ[b].pad) {
                 arg = summ[b].token < 0 ? 0 : summ[b].token;
             } else {
-                const float *l = logits + (int64_t)b * V; /* greedy, as a sampler would */
+                const float *l = logits + (int64_t)b * V; /* greedy, as a sampler would (a row left to the host too) */
                 for (int64_t v = 1; v < V; v++)
                     if (l[v] > l[arg]) arg = (int32_t)v;
             }
@@ -198,7 +205,8 @@ static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int step
     }
     check_backend(be, "decode");
     if (timed)
-        printf("RESULT decode%s_b%d_ctx%lld %.3f ms/step (best %.3f)  %.0f tokens/s\n", greedy_rows ? "_greedy" : "", B,
+        printf("RESULT decode%s_b%d_ctx%lld %.3f ms/step (best %.3f)  %.0f tokens/s\n",
+               greedy_rows == 1 ? "_greedy" : greedy_rows == 2 ? "_draw" : greedy_rows == 3 ? "_draw_top_p" : "", B,
                (long long)ctx, 1e3 * sum / timed, 1e3 * best, B / (sum / timed));
     if (be->ops->graph_replay) { /* DI_CUDA_GRAPH=1: how the steps ran, all batches so far */
         long rec = 0, rep = 0, fail = 0;
@@ -461,7 +469,7 @@ static void bench_layers(di_model *model, di_lm *lm, di_backend *be, const char 
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: bench_cuda_model CONFIG [-p PROMPT] [-b LIST] [-c CONTEXT] [-s STEPS] [-l LIST] [-lc CONTEXT] "
-                        "[-lp PROMPT] [-n LIST] [-g 1]\n");
+                        "[-lp PROMPT] [-n LIST] [-g 1|2|3]\n");
         return 2;
     }
     const char *cfg_path = argv[1], *blist = "1,8", *llist = NULL;
@@ -476,8 +484,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-lc")) lctx = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "-lp")) lP = atoll(argv[i + 1]);
         else if (!strcmp(argv[i], "-n")) ncu_list = argv[i + 1];
-        else if (!strcmp(argv[i], "-g")) greedy_rows = atoi(argv[i + 1]) != 0;
+        else if (!strcmp(argv[i], "-g")) greedy_rows = atoi(argv[i + 1]);
     }
+    if (greedy_rows < 0 || greedy_rows > 3) die("-g: expected 0, 1 (greedy), 2 (draws) or 3 (draws with top-p)", NULL);
     di_err err = {0};
     di_model_options mo;
     di_model_options_default(&mo);

@@ -631,9 +631,14 @@ static void logits_to_host(const di_fwd *f, float *logits, const float *lg, int6
         } else if (mode == DI_ROW_DRAW) {
             be->ops->logits_draw(be, lg + k * V, j - k, V, o->lim, f->out_draw + i, f->out_dev + i);
             be->ops->download(be, o->greedy + i, f->out_dev + i, (size_t)(j - k) * sizeof *f->out_dev);
-            for (int64_t x = 0; x < j - k; x++) /* the draws left to the host: their rows */
-                if (o->greedy[i + x].pad)
-                    be->ops->download(be, logits + (i + x) * V, lg + (k + x) * V, (size_t)V * sizeof(float));
+            for (int64_t x = 0, y; x < j - k; x = y) { /* the draws left to the host: their rows, a run a copy */
+                for (y = x; y < j - k && o->greedy[i + y].pad; y++) {
+                }
+                if (y > x)
+                    be->ops->download(be, logits + (i + x) * V, lg + (k + x) * V, (size_t)((y - x) * V) * sizeof(float));
+                else
+                    y++;
+            }
         }
     }
 #undef SEQ_OF

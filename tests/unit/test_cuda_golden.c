@@ -20,6 +20,7 @@
 #include "golden_util.h"
 #include "test.h"
 #include "golden_bounds.h"
+#include "draw_ref.h"
 
 static float *prefill(gold_model *g, const int32_t *ids, int64_t S, di_err *err) {
     int64_t V = g->cfg.vocab_size;
@@ -190,8 +191,101 @@ static void test_golden_prefill_fp8(void) { fixture("v41-tiny", &GOLD_BOUNDS_FP8
  * to the CPU's, so the GPU/CPU distance shows the other ops alone */
 static void test_golden_prefill_bf16(void) { fixture("v41-tiny-bf16", &GOLD_BOUNDS_BF16); }
 
+/* di_forward_rows on the GPU with temperature draws among the other modes
+ * (model/forward.c's delivery): five sequences of the long prompt, each
+ * mix of modes against the plain forward of the same chunks — logits rows
+ * equal, greedy summaries di_row_greedy_of's, draws the plain reference's
+ * (draw_ref.h) with a near-set limit lowered to 6 (DI_CUDA_DRAW_NEAR), so
+ * that the draws the device leaves to the host come too: their rows must
+ * arrive as the logits, runs of them in one copy. */
+static void test_rows_draw(void) {
+    const char *shared = test_shared_dir();
+    if (!shared) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
+    setenv("DI_CUDA_DRAW_NEAR", "6", 1); /* read at the backend's first draw */
+    di_err err = {0};
+    di_backend *gpu = NULL;
+    if (di_backend_cuda_create(0, &gpu, &err)) SKIP("%s", err.msg);
+    gold_model g;
+    if (gold_open(&g, shared, "v41-tiny")) {
+        CHECK(0);
+        di_backend_destroy(gpu);
+        return;
+    }
+    int32_t *cmap = malloc((size_t)g.cfg.vocab_size * sizeof(int32_t));
+    memcpy(cmap, g.lm.cmap, (size_t)g.cfg.vocab_size * sizeof(int32_t));
+    di_numerics num = g.lm.numerics;
+    di_lm_free(&g.lm);
+    memset(&g.lm, 0, sizeof g.lm);
+    di_status rc = di_lm_init(&g.lm, &g.cfg, &g.w, gpu, num, cmap, &err);
+    free(cmap);
+    CHECKF(rc == DI_OK, "lm on the GPU: %s", err.msg);
+    int64_t S = 0;
+    const int32_t *ids = gold_i32(&g, "long.prompt_ids", &S);
+    enum { NS = 6 };
+    const int64_t V = g.cfg.vocab_size, lens[NS] = {64, 100, 37, 80, 1, 50};
+    const int32_t modes[3][NS] = {{DI_ROW_DRAW, DI_ROW_DRAW, DI_ROW_LOGITS, DI_ROW_GREEDY, DI_ROW_DRAW, DI_ROW_DRAW},
+                                  {DI_ROW_DRAW, DI_ROW_NONE, DI_ROW_DRAW, DI_ROW_DRAW, DI_ROW_GREEDY, DI_ROW_LOGITS},
+                                  {DI_ROW_GREEDY, DI_ROW_DRAW, DI_ROW_DRAW, DI_ROW_DRAW, DI_ROW_DRAW, DI_ROW_NONE}};
+    /* plain temperature (never left), top-k 2 / top-p 0.5 (narrow near sets),
+     * a flat top-p (wide ones: left to the host) */
+    const di_row_draw draws[4] = {{.inv_t = 1.25f, .top_p = 1.0, .u = 0.37, .ban = -1},
+                                  {.inv_t = 1.0f, .top_p = 1.0, .u = 0.81, .top_k = 2, .ban = 5},
+                                  {.inv_t = 2.0f, .top_p = 0.5, .u = 0.55, .ban = -1},
+                                  {.inv_t = 0.05f, .top_p = 0.99, .u = 0.12, .ban = -1}};
+    float *ref = malloc((size_t)(NS * V) * sizeof(float)), *got = malloc((size_t)(NS * V) * sizeof(float));
+    int n_drawn = 0, n_left = 0;
+    for (int c = -1; c < 3 && !rc && ids && S >= 150; c++) {
+        di_seqstate sts[NS];
+        di_fwd_seq qs[NS];
+        for (int q = 0; q < NS; q++) {
+            CHECK(di_seqstate_init(&sts[q], &g.lm, S + 16, 0, &err) == DI_OK);
+            qs[q] = (di_fwd_seq){&sts[q], ids + 3 * q, lens[q]};
+        }
+        if (c < 0) {
+            CHECKF(di_forward(&g.lm, qs, NS, ref, 0, &err) == DI_OK, "%s", err.msg);
+        } else {
+            di_row_want w[NS];
+            di_row_greedy gs[NS];
+            for (int q = 0; q < NS; q++)
+                w[q] = (di_row_want){.mode = modes[c][q], .ban = q == 3 ? 2 : -1, .draw = draws[(q + c) % 4]};
+            for (int64_t i = 0; i < NS * V; i++) got[i] = -12345.0f;
+            di_fwd_out o = {w, V, gs};
+            CHECKF(di_forward_rows(&g.lm, qs, NS, got, &o, &err) == DI_OK, "%s", err.msg);
+            for (int q = 0; q < NS; q++) {
+                int64_t bad = 0;
+                const int row = w[q].mode == DI_ROW_LOGITS || (w[q].mode == DI_ROW_DRAW && gs[q].pad);
+                for (int64_t i = 0; i < V; i++)
+                    bad += row ? got[q * V + i] != ref[q * V + i] : got[q * V + i] != -12345.0f;
+                di_row_greedy h;
+                if (w[q].mode == DI_ROW_GREEDY) {
+                    di_row_greedy_of(ref + q * V, V, V, w[q].ban, &h);
+                    bad += memcmp(&gs[q], &h, sizeof h) != 0;
+                } else if (w[q].mode == DI_ROW_DRAW) {
+                    CHECK(draw_ref(ref + q * V, V, V, &w[q].draw, 6, &h));
+                    bad += gs[q].pad != h.pad || (!h.pad && (gs[q].token != h.token || memcmp(&gs[q].max, &h.max, 4) ||
+                                                             memcmp(&gs[q].sum, &h.sum, 8) ||
+                                                             memcmp(&gs[q].max_all, &h.max_all, 4)));
+                    n_drawn += !h.pad, n_left += h.pad;
+                }
+                CHECKF(bad == 0, "mix %d, sequence %d (mode %d, pad %d): %lld values wrong", c, q, w[q].mode,
+                       w[q].mode == DI_ROW_DRAW ? gs[q].pad : -1, (long long)bad);
+            }
+        }
+        for (int q = 0; q < NS; q++) di_seqstate_free(&sts[q]);
+    }
+    CHECKF(n_drawn >= 3 && n_left >= 2, "%d draws made on the device, %d left to the host", n_drawn, n_left);
+    di_err be_err = {0};
+    CHECKF(di_backend_cuda_status(gpu, &be_err) == DI_OK, "gpu backend: %s", be_err.msg);
+    free(ref);
+    free(got);
+    gold_close(&g);
+    di_backend_destroy(gpu);
+    unsetenv("DI_CUDA_DRAW_NEAR");
+}
+
 int main(void) {
     RUN(test_golden_prefill_fp8);
     RUN(test_golden_prefill_bf16);
+    RUN(test_rows_draw);
     return test_summary();
 }

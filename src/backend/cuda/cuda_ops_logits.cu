@@ -241,7 +241,7 @@ extern "C" di_status cuda_op_logits_greedy(const float *x, int64_t m, int64_t V,
  * does), gathered into shared memory, sorted by (value descending, id
  * ascending) and walked there. A near set larger than LD_NEAR (a flat row's
  * nucleus) is left to the host: the summary says so and the caller reads
- * the row. */
+ * the row (DI_CUDA_DRAW_NEAR lowers the limit, for tests). */
 enum { LD_THREADS = 1024, LD_WARPS = LD_THREADS / 32, LD_NEAR = 4096, LD_PER = LD_NEAR / LD_THREADS };
 
 /* e^min(a, 0) with NaN kept: row_exp.c's exp1 */
@@ -287,7 +287,7 @@ __device__ long long ld_block_min(long long v, unsigned long long *red) {
 }
 
 __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict__ x, int64_t V, int64_t lim,
-                                                        int frac, const di_row_draw *__restrict__ draws,
+                                                        int frac, int cap, const di_row_draw *__restrict__ draws,
                                                         di_row_greedy *__restrict__ out) {
     __shared__ unsigned long long s_key[LD_NEAR];
     __shared__ unsigned long long s_red[LD_WARPS], s_wq[LD_WARPS];
@@ -406,7 +406,7 @@ __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict_
         if (topk_on ? (unsigned long long)d.top_k <= NN[c] : __ull2double_rn(NQ[c]) >= d.top_p * __ull2double_rn(Q)) break;
     /* no cut holds them: every kept candidate (e > 0 is part of kept) */
     const unsigned long long near = c < DI_SAMPLER_CUTS ? NN[c] : keep;
-    if (near > LD_NEAR) { /* the host draws it */
+    if (near > (unsigned long long)cap) { /* the host draws it */
         if (tid == 0) g.pad = 1, out[r] = g;
         return;
     }
@@ -505,6 +505,11 @@ extern "C" di_status cuda_op_logits_draw(const float *x, int64_t m, int64_t V, i
     if (V <= 0 || V > INT32_MAX) return di_err_set(err, DI_ERR_INVALID_ARG, "logits_draw: rows of %lld logits", (long long)V);
     if (lim > V) lim = V;
     if (lim < 0) lim = 0;
-    k_lg_draw<<<(unsigned)m, LD_THREADS>>>(x, V, lim, di_row_sum_frac_bits(V), draws, out);
+    /* DI_CUDA_DRAW_NEAR=n (a test aid): leave near sets wider than n (<=
+     * LD_NEAR) to the host, so small vocabularies take that path too */
+    static long near_env = LONG_MIN;
+    long cap = cuda_env_long("DI_CUDA_DRAW_NEAR", LD_NEAR, &near_env);
+    cap = cap < 1 ? 1 : cap > LD_NEAR ? LD_NEAR : cap;
+    k_lg_draw<<<(unsigned)m, LD_THREADS>>>(x, V, lim, di_row_sum_frac_bits(V), (int)cap, draws, out);
     return cuda_check_launch(err, "logits_draw");
 }
