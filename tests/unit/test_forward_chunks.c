@@ -296,6 +296,19 @@ static void test_errors(void) {
     CHECK(di_forward(&G.lm, &big, 1, NULL, 1, &err) == DI_ERR_LIMIT);
     di_fwd_seq twice[2] = {{&st, IDS, 1}, {&st, IDS, 1}};
     CHECK(di_forward(&G.lm, twice, 2, NULL, 1, &err) == DI_ERR_INVALID_ARG);
+    /* draws need a backend that makes them (the CPU's leaves them to the
+     * sampler); an unknown mode is refused; nothing runs either way */
+    float *lg = malloc((size_t)V * sizeof *lg);
+    di_row_greedy g;
+    di_row_want w = {.mode = DI_ROW_DRAW, .ban = -1, .draw = {.inv_t = 1.0f, .top_p = 1.0, .ban = -1}};
+    di_fwd_out o = {&w, V, &g};
+    const di_status want = G.lm.be->ops->logits_draw ? DI_ERR_INVALID_ARG : DI_ERR_UNSUPPORTED;
+    CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == want);
+    if (!G.lm.be->ops->logits_draw) CHECK_STR_CONTAINS(err.msg, "logits_draw");
+    w.mode = DI_ROW_MODES;
+    CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_ERR_INVALID_ARG);
+    CHECK_STR_CONTAINS(err.msg, "row mode");
+    free(lg);
     CHECK_EQ_INT(st.n_tokens, 0);
     di_seqstate_free(&st);
 }
