@@ -167,7 +167,7 @@ AVX2 static inline __attribute__((always_inline)) __m256i kept_q8(__m256 v, __m2
     return _mm256_add_epi64(_mm256_castpd_si256(lo), _mm256_castpd_si256(hi)); /* two lanes' raw bits each */
 }
 
-AVX2 static uint64_t kept_sum_avx2(const float *e, int64_t n, float cut, int f, int64_t *count) {
+AVX2 static uint64_t kept_sum_avx2(const float *e, int64_t n, float cut, int f, int64_t *count, int32_t *idx) {
     const __m256 c = _mm256_set1_ps(cut);
     const __m256d magic = _mm256_set1_pd(DI_ROW_MAGIC), sc = _mm256_set1_pd(ldexp(1.0, f));
     __m256i q = _mm256_setzero_si256();
@@ -175,14 +175,21 @@ AVX2 static uint64_t kept_sum_avx2(const float *e, int64_t n, float cut, int f, 
     for (; i + 8 <= n; i += 8) {
         int bits;
         q = _mm256_add_epi64(q, kept_q8(_mm256_loadu_ps(e + i), c, sc, magic, &bits));
-        k += __builtin_popcount((unsigned)bits);
+        if (idx)
+            for (unsigned b = (unsigned)bits; b; b &= b - 1) idx[k++] = (int32_t)(i + __builtin_ctz(b));
+        else
+            k += __builtin_popcount((unsigned)bits);
     }
     uint64_t l[4];
     _mm256_storeu_si256((__m256i *)l, q);
     const union { double d; uint64_t u; } mb = {.d = DI_ROW_MAGIC};
     uint64_t s = l[0] + l[1] + l[2] + l[3] - (uint64_t)i * mb.u;
     for (; i < n; i++)
-        if (e[i] >= cut && e[i] > 0.0f) s += (uint64_t)di_row_term_q(e[i], f), k++;
+        if (e[i] >= cut && e[i] > 0.0f) {
+            s += (uint64_t)di_row_term_q(e[i], f);
+            if (idx) idx[k] = (int32_t)i;
+            k++;
+        }
     *count = k;
     return s;
 }
@@ -272,14 +279,18 @@ double di_row_sum_exp(const float *x, int64_t n, float shift) {
     return any_nan ? NAN : sum_of_q(q, f);
 }
 
-uint64_t di_row_kept_sum(const float *e, int64_t n, float cut, int frac, int64_t *count) {
+uint64_t di_row_kept_sum(const float *e, int64_t n, float cut, int frac, int64_t *count, int32_t *idx) {
 #if defined(DI_SAMPLER_AVX2)
-    if (use_avx2()) return kept_sum_avx2(e, n, cut, frac, count);
+    if (use_avx2()) return kept_sum_avx2(e, n, cut, frac, count, idx);
 #endif
     uint64_t s = 0;
     int64_t k = 0;
     for (int64_t i = 0; i < n; i++)
-        if (e[i] >= cut && e[i] > 0.0f) s += (uint64_t)di_row_term_q(e[i], frac), k++;
+        if (e[i] >= cut && e[i] > 0.0f) {
+            s += (uint64_t)di_row_term_q(e[i], frac);
+            if (idx) idx[k] = (int32_t)i;
+            k++;
+        }
     *count = k;
     return s;
 }

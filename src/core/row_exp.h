@@ -87,12 +87,12 @@ static inline int64_t di_row_term_q(float t, int frac) {
 }
 
 /* The sampler's kept candidates of a row of probabilities e[0..n) (e >=
- * cut and e > 0; NaN never): the sum of their terms (frac as above) and
- * their number; and the first of them, in index order, whose running sum
- * passes lim ((double)sum > lim), -1 when none does. 8 lanes at a time
- * where AVX2 is there; the sums are integers, so every form gives the
- * same result. */
-uint64_t di_row_kept_sum(const float *e, int64_t n, float cut, int frac, int64_t *count);
+ * cut and e > 0; NaN never): the sum of their terms (frac as above), their
+ * number and (idx not NULL) their indices in increasing order; and the
+ * first of them, in index order, whose running sum passes lim ((double)sum
+ * > lim), -1 when none does. 8 lanes at a time where AVX2 is there; the
+ * sums are integers, so every form gives the same result. */
+uint64_t di_row_kept_sum(const float *e, int64_t n, float cut, int frac, int64_t *count, int32_t *idx);
 int64_t di_row_kept_cross(const float *e, int64_t n, float cut, int frac, double lim);
 
 /* A temperature draw a device can make next to the logits: the settings of

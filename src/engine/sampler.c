@@ -373,9 +373,10 @@ processed:
         float cut = p->min_p > 0.0 ? (float)p->min_p : 0.0f;
         di_row_exp(w, V, wmax, inv_t, e); /* the whole row: 8 lanes at a time beat a gather */
         if (whole_row) {
-            sum = di_row_kept_sum(e, V, cut, fq, &keep);
+            const int plain = !(p->top_k > 0) && !(p->top_p < 1.0); /* no list needed */
+            sum = di_row_kept_sum(e, V, cut, fq, &keep, plain ? NULL : s->idx);
             if (keep == 0) return;
-            if (!(p->top_k > 0 && p->top_k < keep) && !(p->top_p < 1.0)) {
+            if (plain || (!(p->top_k < keep) && !(p->top_p < 1.0))) {
                 /* no top-k / top-p: the draw over the kept in id order, found
                  * from the sums of 8 at a time (no list); without a crossing
                  * (u · sum rounded up to sum) the last kept, as below */
@@ -388,9 +389,6 @@ processed:
                 token_logprob(logits, V, out);
                 return;
             }
-            keep = 0;
-            for (int64_t t = 0; t < V; t++)
-                if (e[t] >= cut && e[t] > 0.0f) s->idx[keep++] = (int32_t)t;
         } else {
             for (int64_t j = 0; j < n; j++) {
                 int32_t t = s->idx[j];

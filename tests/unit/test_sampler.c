@@ -871,8 +871,9 @@ static void test_kept_sums(void) {
         const int f = di_row_sum_frac_bits(n);
         uint64_t sum = 0;
         int64_t cnt = 0;
+        int32_t ids[N], got[N];
         for (int i = 0; i < n; i++)
-            if (e[i] >= cut && e[i] > 0.0f) sum += (uint64_t)di_row_term_q(e[i], f), cnt++;
+            if (e[i] >= cut && e[i] > 0.0f) sum += (uint64_t)di_row_term_q(e[i], f), ids[cnt++] = i;
         const double u = rng_unit(), lim = rep % 7 == 0 ? (double)sum : u * (double)sum;
         int64_t cross = -1;
         uint64_t acc = 0;
@@ -880,9 +881,12 @@ static void test_kept_sums(void) {
             if (e[i] >= cut && e[i] > 0.0f && (double)(acc += (uint64_t)di_row_term_q(e[i], f)) > lim) cross = i;
         for (int sc = 0; sc < 2; sc++) {
             di_row_exp_force_scalar(sc);
-            int64_t c2 = -7;
-            const uint64_t s2 = di_row_kept_sum(e, n, cut, f, &c2);
+            int64_t c2 = -7, c3 = -7;
+            const uint64_t s2 = di_row_kept_sum(e, n, cut, f, &c2, NULL);
+            const uint64_t s3 = di_row_kept_sum(e, n, cut, f, &c3, got);
             const int64_t x2 = di_row_kept_cross(e, n, cut, f, lim);
+            CHECKF(s3 == sum && c3 == cnt && !memcmp(got, ids, (size_t)cnt * sizeof *ids), "n %d scalar %d: the list",
+                   n, sc);
             CHECKF(s2 == sum && c2 == cnt && x2 == cross, "n %d cut %g scalar %d: sum %llu / %llu, count %lld / %lld, "
                    "crossing %lld / %lld", n, cut, sc, (unsigned long long)s2, (unsigned long long)sum, (long long)c2,
                    (long long)cnt, (long long)x2, (long long)cross);
