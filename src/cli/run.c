@@ -35,8 +35,11 @@ static int generate(const char *model, long max_tokens, int random_weights) {
         fprintf(stderr, "deepinfer run: %s\n", di_last_error());
         return 1;
     }
-    printf("\ngeneration (engine opened in %.3f s; %ld tokens per prompt, temperature 0.7, seed 1)\n",
-           cli_now_s() - t0, max_tokens);
+    di_engine_info info;
+    di_engine_get_info(e, &info);
+    printf("\ngeneration (engine opened in %.3f s on %s: up to %d sequences and %lld tokens a step; %ld tokens per "
+           "prompt, temperature 0.7, seed 1)\n",
+           cli_now_s() - t0, info.accelerator, info.max_batch, (long long)info.max_tokens_per_step, max_tokens);
     if (random_weights)
         printf("(the default model's weights are random: the text is noise, the speed is real)\n");
     di_sampling_params p;

@@ -27,6 +27,9 @@ def test_run_generates_default_model_then_reuses_it(tmp_path):
     out = first.stdout
     assert "generating the default model" in out
     assert "memory plan" in out and "weights:" in out
+    # the backend and the budgets it took (the CPU's unless DEEPINFER_ACCELERATOR says otherwise)
+    m = re.search(r"engine opened in [0-9.]+ s on (cpu|nvidia): up to (\d+) sequences and (\d+) tokens a step", out)
+    assert m and (m.group(1), m.group(2), m.group(3)) in (("cpu", "64", "512"), ("nvidia", "1024", "16384"))
     # every prompt gets its continuation, and the run reports its speed
     assert len(re.findall(r"^> ", out, flags=re.M)) == 4
     assert len(re.findall(r"^\[4 tokens, length\]", out, flags=re.M)) == 4
