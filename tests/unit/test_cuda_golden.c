@@ -195,13 +195,15 @@ static void test_golden_prefill_bf16(void) { fixture("v41-tiny-bf16", &GOLD_BOUN
  * (model/forward.c's delivery): five sequences of the long prompt, each
  * mix of modes against the plain forward of the same chunks — logits rows
  * equal, greedy summaries di_row_greedy_of's, draws the plain reference's
- * (draw_ref.h) with a near-set limit lowered to 6 (DI_CUDA_DRAW_NEAR), so
- * that the draws the device leaves to the host come too: their rows must
- * arrive as the logits, runs of them in one copy. */
+ * (draw_ref.h) with a near-set limit lowered to 6 (DI_CUDA_DRAW_NEAR) and
+ * the wider ones left to the host (DI_CUDA_DRAW_WIDE=0), so that such
+ * draws come too: their rows must arrive as the logits, runs of them in
+ * one copy. */
 static void test_rows_draw(void) {
     const char *shared = test_shared_dir();
     if (!shared) SKIP("../shared not found (set DEEPINFER_SHARED_DIR)");
     setenv("DI_CUDA_DRAW_NEAR", "6", 1); /* read at the backend's first draw */
+    setenv("DI_CUDA_DRAW_WIDE", "0", 1);
     di_err err = {0};
     di_backend *gpu = NULL;
     if (di_backend_cuda_create(0, &gpu, &err)) SKIP("%s", err.msg);
@@ -281,6 +283,7 @@ static void test_rows_draw(void) {
     gold_close(&g);
     di_backend_destroy(gpu);
     unsetenv("DI_CUDA_DRAW_NEAR");
+    unsetenv("DI_CUDA_DRAW_WIDE");
 }
 
 int main(void) {

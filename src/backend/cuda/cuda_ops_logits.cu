@@ -240,8 +240,12 @@ extern "C" di_status cuda_op_logits_greedy(const float *x, int64_t m, int64_t V,
  * cut that holds the top k or the nucleus (every kept candidate when none
  * does), gathered into shared memory, sorted by (value descending, id
  * ascending) and walked there. A near set larger than LD_NEAR (a flat row's
- * nucleus) is left to the host: the summary says so and the caller reads
- * the row (DI_CUDA_DRAW_NEAR lowers the limit, for tests). */
+ * nucleus) goes by radix passes instead (ld_descend): the top k's last
+ * key, the nucleus's and the draw's crossing, each found a digit at a time
+ * from histograms of counts and integer masses, so no sort is needed and
+ * every sum is the one the sorted walk makes. (DI_CUDA_DRAW_NEAR lowers the
+ * limit and DI_CUDA_DRAW_WIDE=0 leaves the wider sets to the host, which
+ * then reads the row: test aids.) */
 enum { LD_THREADS = 1024, LD_WARPS = LD_THREADS / 32, LD_NEAR = 4096, LD_PER = LD_NEAR / LD_THREADS };
 
 /* e^min(a, 0) with NaN kept: row_exp.c's exp1 */
@@ -286,8 +290,103 @@ __device__ long long ld_block_min(long long v, unsigned long long *red) {
     return t;
 }
 
+/* The wide form: over the kept candidates in key order (ld_key: the
+ * sampler's sorted order), the first one at which a running statistic
+ * crosses — the count (LD_COUNT: >= target), or the terms' mass ((double)
+ * mass >= lim, LD_GE; > lim, LD_GT) — among keys <= bound; by radix passes
+ * over the row, 8 bits of the key a pass from the top, each a histogram of
+ * the next digit's counts and masses within the bucket chosen so far
+ * (integers: any order), until the chosen bucket holds one key; then a
+ * pass finds it. Gives its key and the mass up to it, inclusive; *key =
+ * ~0 when nothing crosses. hc / hm: shared [256]. */
+enum { LD_COUNT = 0, LD_GE = 1, LD_GT = 2 };
+
+struct ld_row_ctx {
+    const float *row;
+    int64_t w0, w1, lim, ban;
+    float wm, inv_t, min_p, scale;
+};
+
+__device__ __forceinline__ int ld_kept(const ld_row_ctx &c, int64_t t, float *w, float *e) {
+    const float v = __ldg(c.row + t);
+    *w = t < c.lim && t != c.ban ? v : -INFINITY;
+    *e = ld_exp(MUL(SUB(*w, c.wm), c.inv_t));
+    return *e >= c.min_p && *e > 0.0f;
+}
+
+__device__ void ld_descend(const ld_row_ctx &c, int mode, unsigned long long target, double lim,
+                           unsigned long long bound, unsigned int *hc, unsigned long long *hm,
+                           unsigned long long *key, unsigned long long *mass) {
+    __shared__ unsigned long long s_pre, s_acc_m, s_acc_c, s_found, s_found_q;
+    __shared__ int s_one, s_none;
+    const int tid = threadIdx.x, lane = tid & 31;
+    if (tid == 0) s_pre = 0, s_acc_m = 0, s_acc_c = 0, s_one = 0, s_none = 0;
+    int sh = 56;
+    for (;; sh -= 8) {
+        if (tid < 256) hc[tid] = 0, hm[tid] = 0;
+        __syncthreads();
+        const unsigned long long pre = s_pre;
+        /* a flat row puts most keys in a few digits: the lanes of a warp
+         * with the same digit add theirs first (a term is below 2^46, so
+         * its two halves of 23 bits and up sum in 32 bits over 32 lanes) */
+        for (int64_t b = c.w0; b < c.w1; b += 32) {
+            const int64_t t = b + lane;
+            int dg = -1;
+            unsigned long long qt = 0;
+            float w, e;
+            if (t < c.w1 && ld_kept(c, t, &w, &e)) {
+                const unsigned long long k = ld_key(w, t);
+                if (k <= bound && (sh == 56 || (k >> (sh + 8)) == (pre >> (sh + 8))))
+                    dg = (int)((k >> sh) & 255u), qt = (unsigned long long)__float2ll_rn(MUL(e, c.scale));
+            }
+            const unsigned peers = __match_any_sync(0xffffffffu, dg);
+            if (dg >= 0) {
+                const unsigned lo = __reduce_add_sync(peers, (unsigned)(qt & 0x7fffffu));
+                const unsigned hi = __reduce_add_sync(peers, (unsigned)(qt >> 23));
+                if (lane == __ffs(peers) - 1) {
+                    atomicAdd(&hc[dg], (unsigned)__popc(peers));
+                    atomicAdd(&hm[dg], ((unsigned long long)hi << 23) + lo);
+                }
+            }
+        }
+        __syncthreads();
+        if (tid == 0) {
+            unsigned long long ac = s_acc_c, am = s_acc_m;
+            int dg = 0;
+            for (; dg < 256; dg++) {
+                const unsigned long long c2 = ac + hc[dg], m2 = am + hm[dg];
+                if (mode == LD_COUNT ? c2 >= target
+                                     : mode == LD_GE ? __ull2double_rn(m2) >= lim : __ull2double_rn(m2) > lim)
+                    break;
+                ac = c2, am = m2;
+            }
+            if (dg == 256) s_none = 1;
+            else s_pre = pre | ((unsigned long long)dg << sh), s_acc_c = ac, s_acc_m = am, s_one = hc[dg] == 1;
+        }
+        __syncthreads();
+        if (s_none) {
+            *key = ~0ull, *mass = 0;
+            return;
+        }
+        if (s_one || sh == 0) break; /* one key in the bucket (keys are distinct: at the last digit always) */
+    }
+    /* the bucket's one key: digits sh and up are pre's */
+    const unsigned long long pre = s_pre;
+    for (int64_t t = c.w0 + lane; t < c.w1; t += 32) {
+        float w, e;
+        if (!ld_kept(c, t, &w, &e)) continue;
+        const unsigned long long k = ld_key(w, t);
+        if (k <= bound && (k >> sh) == (pre >> sh))
+            s_found = k, s_found_q = (unsigned long long)__float2ll_rn(MUL(e, c.scale));
+    }
+    __syncthreads();
+    *key = s_found, *mass = s_acc_m + s_found_q;
+    __syncthreads(); /* the shared values are read before the next call resets them */
+}
+
 __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict__ x, int64_t V, int64_t lim,
-                                                        int frac, int cap, const di_row_draw *__restrict__ draws,
+                                                        int frac, int cap, int wide,
+                                                        const di_row_draw *__restrict__ draws,
                                                         di_row_greedy *__restrict__ out) {
     __shared__ unsigned long long s_key[LD_NEAR];
     __shared__ unsigned long long s_red[LD_WARPS], s_wq[LD_WARPS];
@@ -406,8 +505,32 @@ __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict_
         if (topk_on ? (unsigned long long)d.top_k <= NN[c] : __ull2double_rn(NQ[c]) >= d.top_p * __ull2double_rn(Q)) break;
     /* no cut holds them: every kept candidate (e > 0 is part of kept) */
     const unsigned long long near = c < DI_SAMPLER_CUTS ? NN[c] : keep;
-    if (near > (unsigned long long)cap) { /* the host draws it */
-        if (tid == 0) g.pad = 1, out[r] = g;
+    if (near > (unsigned long long)cap) { /* too wide to sort here */
+        if (!wide) { /* the host draws it */
+            if (tid == 0) g.pad = 1, out[r] = g;
+            return;
+        }
+        /* the top k's last key, the nucleus's, then the draw's crossing, by
+         * radix passes (the running sums over the sorted order are those of
+         * the sort above: the same integers) */
+        const ld_row_ctx cx = {row, w0, w1, lim, ban, wm, d.inv_t, d.min_p, scale};
+        unsigned int *hc = (unsigned int *)s_key;
+        unsigned long long *hm = s_key + 128;
+        unsigned long long end = ~0ull, tot = Q, k, mk;
+        if (topk_on) {
+            ld_descend(cx, LD_COUNT, (unsigned long long)d.top_k, 0.0, end, hc, hm, &k, &mk);
+            end = k, tot = mk;
+        }
+        if (d.top_p < 1.0) {
+            ld_descend(cx, LD_GE, 0, d.top_p * __ull2double_rn(tot), end, hc, hm, &k, &mk);
+            end = k, tot = mk;
+        }
+        ld_descend(cx, LD_GT, 0, d.u * __ull2double_rn(tot), end, hc, hm, &k, &mk);
+        if (k == ~0ull) k = end; /* no crossing (u · total rounded up to it): the list's last */
+        if (tid == 0) {
+            const unsigned t = (unsigned)k;
+            g.token = (int32_t)t, g.max = row[t], out[r] = g;
+        }
         return;
     }
     const float cut = c < DI_SAMPLER_CUTS ? cuts[c] : 0.0f;
@@ -505,11 +628,14 @@ extern "C" di_status cuda_op_logits_draw(const float *x, int64_t m, int64_t V, i
     if (V <= 0 || V > INT32_MAX) return di_err_set(err, DI_ERR_INVALID_ARG, "logits_draw: rows of %lld logits", (long long)V);
     if (lim > V) lim = V;
     if (lim < 0) lim = 0;
-    /* DI_CUDA_DRAW_NEAR=n (a test aid): leave near sets wider than n (<=
-     * LD_NEAR) to the host, so small vocabularies take that path too */
-    static long near_env = LONG_MIN;
+    /* test aids: DI_CUDA_DRAW_NEAR=n sorts near sets of up to n (<= LD_NEAR)
+     * in shared memory and takes wider ones by radix passes, so small
+     * vocabularies take that form too; DI_CUDA_DRAW_WIDE=0 leaves the wider
+     * ones to the host instead */
+    static long near_env = LONG_MIN, wide_env = LONG_MIN;
     long cap = cuda_env_long("DI_CUDA_DRAW_NEAR", LD_NEAR, &near_env);
     cap = cap < 1 ? 1 : cap > LD_NEAR ? LD_NEAR : cap;
-    k_lg_draw<<<(unsigned)m, LD_THREADS>>>(x, V, lim, di_row_sum_frac_bits(V), (int)cap, draws, out);
+    const int wide = cuda_env_long("DI_CUDA_DRAW_WIDE", 1, &wide_env) != 0;
+    k_lg_draw<<<(unsigned)m, LD_THREADS>>>(x, V, lim, di_row_sum_frac_bits(V), (int)cap, wide, draws, out);
     return cuda_check_launch(err, "logits_draw");
 }
