@@ -104,15 +104,16 @@ out:
 
 /* A row and a draw for case k (needs test_rng.h's generator, seeded by the
  * caller): logits shaped like a model's (a normal tail and a few peaks),
- * flat ones (a nucleus of most of the row), few distinct values (ties),
- * -inf / NaN / +inf entries; temperature, top-k, top-p, min-p, a banned id
+ * flat ones (a nucleus of most of the row), few distinct values (ties), a
+ * constant row (every term the largest, 2^F), -inf / NaN / +inf entries;
+ * temperature, top-k, top-p, min-p, a banned id
  * and the search bound varied. Fills the sampler's settings p / in, which
  * di_sampler_draw_spec turns into the draw. */
 static inline void draw_case(int k, float *x, int64_t V, di_sampler_params *p, di_sample_in *in) {
-    const int kind = k % 6;
+    const int kind = k % 7;
     for (int64_t t = 0; t < V; t++) {
         const float z = rng_normal();
-        x[t] = kind == 1 ? 0.1f * z : kind == 2 ? (float)(rng_int(4) - 1) : 2.0f * z;
+        x[t] = kind == 1 ? 0.1f * z : kind == 2 ? (float)(rng_int(4) - 1) : kind == 6 ? 0.5f : 2.0f * z;
     }
     if (kind == 0 || kind == 3)
         for (int j = 0; j < 12; j++) x[rng_int((int)V)] += 8.0f + (float)(j % 7);

@@ -327,8 +327,9 @@ __device__ void ld_descend(const ld_row_ctx &c, int mode, unsigned long long tar
         __syncthreads();
         const unsigned long long pre = s_pre;
         /* a flat row puts most keys in a few digits: the lanes of a warp
-         * with the same digit add theirs first (a term is below 2^46, so
-         * its two halves of 23 bits and up sum in 32 bits over 32 lanes) */
+         * with the same digit add theirs first (a term is at most 2^50, so
+         * its low 26 bits and the rest, at most 2^24, each sum in 32 bits
+         * over 32 lanes) */
         for (int64_t b = c.w0; b < c.w1; b += 32) {
             const int64_t t = b + lane;
             int dg = -1;
@@ -341,11 +342,11 @@ __device__ void ld_descend(const ld_row_ctx &c, int mode, unsigned long long tar
             }
             const unsigned peers = __match_any_sync(0xffffffffu, dg);
             if (dg >= 0) {
-                const unsigned lo = __reduce_add_sync(peers, (unsigned)(qt & 0x7fffffu));
-                const unsigned hi = __reduce_add_sync(peers, (unsigned)(qt >> 23));
+                const unsigned lo = __reduce_add_sync(peers, (unsigned)(qt & 0x3ffffffu));
+                const unsigned hi = __reduce_add_sync(peers, (unsigned)(qt >> 26));
                 if (lane == __ffs(peers) - 1) {
                     atomicAdd(&hc[dg], (unsigned)__popc(peers));
-                    atomicAdd(&hm[dg], ((unsigned long long)hi << 23) + lo);
+                    atomicAdd(&hm[dg], ((unsigned long long)hi << 26) + lo);
                 }
             }
         }
