@@ -398,7 +398,8 @@ typedef struct di_backend_ops {
      * [0, lim): token = what di_sampler_sample draws for the row (-1: none),
      * max = the row's value at token, max_all and sum = its log-sum-exp's
      * (as logits_greedy), pad = 0; or pad = 1 where the backend leaves the
-     * draw to the host (a near set too wide: the caller reads the row).
+     * draw to the host (the caller then reads the row; the CUDA backend
+     * only under its DI_CUDA_DRAW_WIDE=0 test aid).
      * Optional (NULL: such rows come to the host). */
     void (*logits_draw)(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim,
                         const di_row_draw *draws, di_row_greedy *out);

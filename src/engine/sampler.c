@@ -457,7 +457,8 @@ processed:
         /* Inverse CDF with one counter-based uniform per (seed, completion,
          * position): the first kept candidate whose running sum passes
          * u * total. The sums are integers: the last running sum is the
-         * total, which passes u * total for any u < 1. */
+         * total, which passes u * total unless that product rounds up to
+         * it (then the last candidate, below). */
         const double u = di_sampler_uniform(p, in);
         uint64_t tot = 0, acc = 0;
         if (filtered)
