@@ -35,6 +35,8 @@ static void usage(FILE *out) {
             "  --no-warmup           leave out the untimed first run of each test\n"
             "  -o, --output md|json  table format (default md)\n"
             "  --svg FILE            plot: t/s against batch size and against context length\n"
+            "  --temp T, --top-p P, --top-k K\n"
+            "                        sampling of every request (default greedy: --temp 0); seeded\n"
             "  LIST: comma-separated values, or FIRST-LAST[*MULT] (e.g. 1-64*2)\n"
             "%s",
             cli_engine_args_usage);
@@ -93,6 +95,10 @@ static uint64_t rng_next(uint64_t *s) {
     return *s >> 33;
 }
 
+/* The requests' sampling (--temp, --top-p, --top-k; greedy by default). */
+static double g_temp = 0.0, g_top_p = 1.0;
+static int64_t g_top_k = 0;
+
 /* Submits b requests of n_prompt pseudo-random ids; ids into req. */
 static int submit(di_engine *e, int64_t vocab, int32_t eos, int64_t b, int64_t n_prompt, int64_t n_gen,
                   uint64_t *req, uint64_t *rng) {
@@ -100,7 +106,10 @@ static int submit(di_engine *e, int64_t vocab, int32_t eos, int64_t b, int64_t n
     if (!ids) return -1;
     di_sampling_params p;
     di_sampling_params_default(&p);
-    p.temperature = 0;
+    p.temperature = g_temp;
+    p.top_p = g_top_p;
+    p.top_k = (int32_t)g_top_k;
+    p.has_seq_seed = 1;
     p.ignore_eos = 1;
     p.max_tokens = n_gen;
     for (int64_t k = 0; k < b; k++) {
@@ -108,6 +117,7 @@ static int submit(di_engine *e, int64_t vocab, int32_t eos, int64_t b, int64_t n
             int32_t t = (int32_t)(rng_next(rng) % (uint64_t)vocab);
             ids[i] = t == eos ? (t + 1) % (int32_t)vocab : t;
         }
+        p.seq_seed = rng_next(rng);
         if (di_engine_submit_tokens(e, ids, (size_t)n_prompt, &p, &req[k])) {
             fprintf(stderr, "deepinfer " CMD ": %s\n", di_last_error());
             free(ids);
@@ -207,7 +217,8 @@ static void print_json(const bench_row *rows, int n, const char *model, int thre
         for (int k = 0; k < r->n_samples; k++) printf(k ? ", %.6f" : "%.6f", r->samples[k]);
         printf("]");
         if (r->warmup >= 0) printf(", \"warmup_ts\": %.6f", r->warmup);
-        printf("}%s\n", i + 1 < n ? "," : "");
+        printf(", \"temperature\": %.17g, \"top_p\": %.17g, \"top_k\": %lld}%s\n", g_temp, g_top_p, (long long)g_top_k,
+               i + 1 < n ? "," : "");
     }
     printf("]\n");
 }
@@ -352,7 +363,15 @@ int cli_bench(int argc, char **argv) {
                 fprintf(stderr, "deepinfer " CMD ": -o: expected md or json, got '%s'\n", o);
                 return 2;
             }
-        } else if (has && !strcmp(f, "--svg")) svg = argv[++i];
+        } else if (has && !strcmp(f, "--svg")) {
+            svg = argv[++i];
+        } else if (has && !strcmp(f, "--temp")) {
+            if (cli_parse_f64(CMD, f, argv[++i], 0.0, 100.0, &g_temp)) return 2;
+        } else if (has && !strcmp(f, "--top-p")) {
+            if (cli_parse_f64(CMD, f, argv[++i], 1e-9, 1.0, &g_top_p)) return 2;
+        } else if (has && !strcmp(f, "--top-k")) {
+            if (cli_parse_i64(CMD, f, argv[++i], 0, INT32_MAX, &g_top_k)) return 2;
+        }
         else if (!strcmp(f, "--no-warmup")) warmup = 0;
         else {
             fprintf(stderr, "deepinfer " CMD ": unexpected argument '%s'\n", f);

@@ -46,6 +46,18 @@ def test_bad_lists():
     assert p.returncode == 2 and "expected md or json" in p.stderr
 
 
+def test_sampling_flags():
+    rows = json.loads(run("bench", "-p", "0", "-n", "4", "-b", "1,3", "-r", "1", "-o", "json", "--temp", "0.8",
+                          "--top-p", "0.9", "--top-k", "20").stdout)
+    assert [r["test"] for r in rows] == ["tg4", "tg4"] and all(r["avg_ts"] > 0 for r in rows)
+    assert all((r["temperature"], r["top_p"], r["top_k"]) == (0.8, 0.9, 20) for r in rows)
+    greedy = json.loads(run("bench", "-p", "0", "-n", "2", "-r", "1", "-o", "json").stdout)
+    assert (greedy[0]["temperature"], greedy[0]["top_p"], greedy[0]["top_k"]) == (0, 1, 0)
+    for flag, val in (("--temp", "-1"), ("--top-p", "0"), ("--top-p", "1.5"), ("--top-k", "-2")):
+        p = run("bench", flag, val, check=False)
+        assert p.returncode == 2 and flag + ": expected" in p.stderr, (flag, val, p.stderr)
+
+
 def test_no_warmup():
     rows = json.loads(run("bench", "-p", "8", "-n", "2", "-r", "1", "--no-warmup", "-o", "json").stdout)
     assert [r["test"] for r in rows] == ["pp8", "tg2"]
