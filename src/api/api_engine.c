@@ -12,7 +12,6 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
 #include "engine/engine.h"
-#include "model/planner.h"
 #include "recipe/chat.h"
 #include "recipe/openai.h"
 
@@ -142,10 +141,8 @@ static di_status open_engine(di_engine *e, const di_engine_options *o, di_err *e
                           (long long)max_len, (long long)c->max_position);
     /* what the options leave at 0 comes from the backend, told what the
      * weights will take of its memory (the Engram tables stay on the host) */
-    di_plan plan;
-    if (di_plan_compute(c, NULL, &plan, err)) return di_err_prefix(err, "sizing the engine's defaults: ");
     di_backend_defaults d;
-    di_backend_engine_defaults(e->be, plan.weights_bytes - plan.weights_by_part[DI_PART_ENGRAM], &d);
+    di_backend_engine_defaults(e->be, e->model->weight_bytes - e->model->engram_table_bytes, &d);
     di_engine_cfg ec = {.max_model_len = max_len, .max_batch = o->max_batch ? o->max_batch : d.max_batch,
                         .budget = o->max_tokens_per_step ? o->max_tokens_per_step : d.step_tokens,
                         .max_chunk = o->max_prefill_chunk, .memory_limit = o->memory_limit ? o->memory_limit : d.state_bytes,

@@ -47,6 +47,8 @@ static void count_bound(di_model *m) {
         if (man.v[i].slot->dtype != DI_DTYPE_INVALID) {
             m->n_tensors++;
             m->weight_bytes += man.v[i].slot->nbytes;
+            if (man.v[i].role == DI_TR_ENGRAM_TABLE || man.v[i].role == DI_TR_ENGRAM_SCALE)
+                m->engram_table_bytes += man.v[i].slot->nbytes;
         }
     di_manifest_free(&man);
 }

@@ -18,6 +18,7 @@ struct di_model {
     di_dummy *dummy;      /* DI_LOAD_DUMMY */
     uint64_t n_tensors;
     uint64_t weight_bytes;
+    uint64_t engram_table_bytes; /* of weight_bytes: the Engram tables (kept in host memory by a device backend) */
 };
 
 #endif

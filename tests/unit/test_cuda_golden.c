@@ -22,6 +22,21 @@
 #include "golden_bounds.h"
 #include "draw_ref.h"
 
+/* Rebuilds g's runtime model (opened on the CPU) on the GPU backend: the
+ * same weights, numerics and Engram token map. */
+static di_status lm_to_gpu(gold_model *g, di_backend *gpu, di_err *err) {
+    const int64_t V = g->cfg.vocab_size;
+    int32_t *cmap = malloc((size_t)V * sizeof(int32_t));
+    if (!cmap) return di_err_set(err, DI_ERR_NOMEM, "out of memory");
+    memcpy(cmap, g->lm.cmap, (size_t)V * sizeof(int32_t));
+    di_numerics num = g->lm.numerics;
+    di_lm_free(&g->lm);
+    memset(&g->lm, 0, sizeof g->lm);
+    di_status rc = di_lm_init(&g->lm, &g->cfg, &g->w, gpu, num, cmap, err);
+    free(cmap);
+    return rc;
+}
+
 static float *prefill(gold_model *g, const int32_t *ids, int64_t S, di_err *err) {
     int64_t V = g->cfg.vocab_size;
     di_seqstate st;
@@ -109,13 +124,7 @@ static void golden_prompt(gold_model *g, di_backend *gpu, const char *p, const g
     int64_t nc = tc && mc ? greedy(g, ids, S, n, tc, mc, &err) : 0;
     CHECKF(nc == n, "cpu greedy: %s", err.msg);
     /* the same model on the GPU */
-    int32_t *cmap = malloc((size_t)V * sizeof(int32_t));
-    memcpy(cmap, g->lm.cmap, (size_t)V * sizeof(int32_t));
-    di_numerics num = g->lm.numerics;
-    di_lm_free(&g->lm);
-    memset(&g->lm, 0, sizeof g->lm);
-    di_status rc = di_lm_init(&g->lm, &g->cfg, &g->w, gpu, num, cmap, &err);
-    free(cmap);
+    di_status rc = lm_to_gpu(g, gpu, &err);
     CHECKF(rc == DI_OK, "lm on the GPU: %s", err.msg);
     float *lgpu = rc ? NULL : prefill(g, ids, S, &err);
     CHECKF(lgpu != NULL, "gpu prefill: %s", err.msg);
@@ -213,13 +222,7 @@ static void test_rows_draw(void) {
         di_backend_destroy(gpu);
         return;
     }
-    int32_t *cmap = malloc((size_t)g.cfg.vocab_size * sizeof(int32_t));
-    memcpy(cmap, g.lm.cmap, (size_t)g.cfg.vocab_size * sizeof(int32_t));
-    di_numerics num = g.lm.numerics;
-    di_lm_free(&g.lm);
-    memset(&g.lm, 0, sizeof g.lm);
-    di_status rc = di_lm_init(&g.lm, &g.cfg, &g.w, gpu, num, cmap, &err);
-    free(cmap);
+    di_status rc = lm_to_gpu(&g, gpu, &err);
     CHECKF(rc == DI_OK, "lm on the GPU: %s", err.msg);
     int64_t S = 0;
     const int32_t *ids = gold_i32(&g, "long.prompt_ids", &S);

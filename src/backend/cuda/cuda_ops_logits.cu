@@ -436,6 +436,7 @@ __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict_
     const float scale = __int_as_float((127 + frac) << 23);
     const float cuts[DI_SAMPLER_CUTS] = {DI_SAMPLER_CUT0, DI_SAMPLER_CUT1, DI_SAMPLER_CUT2};
     const int filt = d.top_k > 0 || d.top_p < 1.0;
+    const ld_row_ctx cx = {row, w0, w1, lim, ban, wm, d.inv_t, d.min_p, scale}; /* the later passes' */
     unsigned long long q = 0, ql = 0, nq[DI_SAMPLER_CUTS] = {0, 0, 0}, nn[DI_SAMPLER_CUTS] = {0, 0, 0}, kc = 0;
     long long last = -1;
     for (int64_t t = w0 + lane; t < w1; t += 32) {
@@ -475,10 +476,8 @@ __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict_
             for (int64_t b = w0; b < w1; b += 32) {
                 const int64_t t = b + lane;
                 unsigned long long qt = 0;
-                if (t < w1) {
-                    const float e = ld_exp(MUL(SUB(LD_W(t, __ldg(row + t)), wm), d.inv_t));
-                    qt = e >= d.min_p && e > 0.0f ? (unsigned long long)__float2ll_rn(MUL(e, scale)) : 0ull;
-                }
+                float w, e;
+                if (t < w1 && ld_kept(cx, t, &w, &e)) qt = (unsigned long long)__float2ll_rn(MUL(e, scale));
                 unsigned long long inc = qt;
 #pragma unroll
                 for (int o = 1; o < 32; o <<= 1) {
@@ -514,7 +513,6 @@ __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict_
         /* the top k's last key, the nucleus's, then the draw's crossing, by
          * radix passes (the running sums over the sorted order are those of
          * the sort above: the same integers) */
-        const ld_row_ctx cx = {row, w0, w1, lim, ban, wm, d.inv_t, d.min_p, scale};
         unsigned int *hc = (unsigned int *)s_key;
         unsigned long long *hm = s_key + 128;
         unsigned long long end = ~0ull, tot = Q, k, mk;
@@ -539,9 +537,8 @@ __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict_
     __syncthreads();
     /* pass 4: gather the near set */
     for (int64_t t = w0 + lane; t < w1; t += 32) {
-        const float w = LD_W(t, __ldg(row + t));
-        const float e = ld_exp(MUL(SUB(w, wm), d.inv_t));
-        if (e >= d.min_p && e > 0.0f && e > cut) s_key[atomicAdd(&s_n, 1)] = ld_key(w, t);
+        float w, e;
+        if (ld_kept(cx, t, &w, &e) && e > cut) s_key[atomicAdd(&s_n, 1)] = ld_key(w, t);
     }
     __syncthreads();
     const int n = s_n;
