@@ -393,16 +393,19 @@ typedef struct di_backend_ops {
      * engine reads every row itself). */
     void (*logits_greedy)(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim,
                           const int32_t *ban, di_row_greedy *out);
-    /* Temperature draws next to the logits: out[i] (backend memory) for
-     * row x + i·V under draws[i] (host; core/row_exp.h di_row_draw) over ids
-     * [0, lim): token = what di_sampler_sample draws for the row (-1: none),
+    /* Draws next to the logits: out[i] (backend memory) for row x + i·V
+     * under draws[i] (host; core/row_exp.h di_row_draw) and its edited ids
+     * edits[draws[i].e0 ..] (host; n_edit of them, ascending ids below V;
+     * edits may be NULL where no row has any; read until out is
+     * downloaded, the device's copy may be queued) over ids [0, lim): token =
+     * what di_sampler_sample draws for the row, or its greedy token (-1: none),
      * max = the row's value at token, max_all and sum = its log-sum-exp's
      * (as logits_greedy), pad = 0; or pad = 1 where the backend leaves the
      * draw to the host (the caller then reads the row; the CUDA backend
      * only under its DI_CUDA_DRAW_WIDE=0 test aid).
      * Optional (NULL: such rows come to the host). */
     void (*logits_draw)(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim,
-                        const di_row_draw *draws, di_row_greedy *out);
+                        const di_row_draw *draws, const di_row_edit *edits, di_row_greedy *out);
 
     /* Releases a backend with resources of its own (device memory, a
      * weight cache); NULL for the CPU backend. Called by di_backend_destroy. */

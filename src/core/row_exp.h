@@ -13,6 +13,7 @@
 #ifndef DI_CORE_ROW_EXP_H
 #define DI_CORE_ROW_EXP_H
 
+#include <math.h>
 #include <stdint.h>
 
 /* The largest value of x[0..n), NaN ignored; -inf when none (or n == 0). */
@@ -95,17 +96,51 @@ static inline int64_t di_row_term_q(float t, int frac) {
 uint64_t di_row_kept_sum(const float *e, int64_t n, float cut, int frac, int64_t *count, int32_t *idx);
 int64_t di_row_kept_cross(const float *e, int64_t n, float cut, int frac, double lim);
 
-/* A temperature draw a device can make next to the logits: the settings of
- * a row whose processing is at most one banned id (no bias, penalty, mask
- * or forced token), as the sampler applies them (engine/sampler.h
- * di_sampler_draw_spec). The layout is fixed (C and CUDA share it). */
+/* An id of a row whose logit the sampler's processing changes (logit
+ * bias, the stop ids banned before min_tokens, the repetition, frequency
+ * and presence penalties), with what it does to the logit, in the
+ * sampler's order (engine/sampler.c): the bias added, the ban, the
+ * repetition penalty (a seen id: a positive logit divided by it, any other
+ * multiplied), then sub subtracted (frequency · count + presence, rounded
+ * to float as the sampler rounds it). A row's edits come in ascending id
+ * order, each id once. The layout is fixed (C and CUDA share it). */
+enum { DI_EDIT_BIAS = 1, DI_EDIT_BAN = 2, DI_EDIT_SEEN = 4, DI_EDIT_SUB = 8 };
+typedef struct di_row_edit {
+    int32_t id;
+    uint32_t flags; /* DI_EDIT_* */
+    float bias;     /* DI_EDIT_BIAS: added first */
+    float sub;      /* DI_EDIT_SUB: subtracted last */
+} di_row_edit;
+
+/* The processed logit of an edited id whose raw logit is v (rep: the
+ * row's repetition penalty): the sampler's float operations, one at a
+ * time (no contraction: each is rounded). */
+static inline float di_row_edit_value(const di_row_edit *e, float rep, float v) {
+    volatile float w = v; /* one rounding an operation, whatever the compiler contracts */
+    if (e->flags & DI_EDIT_BIAS) w = w + e->bias;
+    if (e->flags & DI_EDIT_BAN) w = -(float)INFINITY;
+    if (e->flags & DI_EDIT_SEEN) w = w > 0 ? w / rep : w * rep;
+    if (e->flags & DI_EDIT_SUB) w = w - e->sub;
+    return w;
+}
+
+/* A draw a device can make next to the logits: the settings of a row
+ * whose processing is a banned id and a list of edited ids (no mask or
+ * forced token), as the sampler applies them (engine/sampler.h
+ * di_sampler_draw_spec): a temperature draw, or the greedy token of the
+ * processed row. The layout is fixed (C and CUDA share it). */
 typedef struct di_row_draw {
-    float inv_t;   /* (float)(1 / temperature) */
-    float min_p;   /* (float)min_p, 0 when off */
-    double top_p;  /* 1: off */
-    double u;      /* the draw's uniform in [0, 1): 53 bits of di_rng_bits */
-    int32_t top_k; /* 0: off */
-    int32_t ban;   /* the one id set to -inf, -1 none */
+    float inv_t;    /* (float)(1 / temperature); 0 when greedy */
+    float min_p;    /* (float)min_p, 0 when off */
+    double top_p;   /* 1: off */
+    double u;       /* the draw's uniform in [0, 1): 53 bits of di_rng_bits */
+    int32_t top_k;  /* 0: off */
+    int32_t ban;    /* the one id set to -inf, -1 none */
+    float rep;      /* the repetition penalty of DI_EDIT_SEEN ids */
+    int32_t n_edit; /* the row's edits: n_edit of the call's list from e0 */
+    int64_t e0;
+    int32_t greedy; /* 1: no draw, the first maximum of the processed row (temperature 0) */
+    int32_t pad_;   /* 0 */
 } di_row_draw;
 
 /* The sampler's cuts for top-k / top-p: it first sorts only the kept

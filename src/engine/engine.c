@@ -107,6 +107,16 @@ di_status di_engine_init(di_engine *e, const di_runner *r, const di_tokenizer *t
     return DI_OK;
 }
 
+/* The step's edit list (edits_reserve) given back */
+static void edits_release(di_engine *e) {
+    if (e->edits) {
+        if (e->runner.ops && e->runner.ops->host_free) e->runner.ops->host_free(e->runner.ctx, e->edits);
+        else free(e->edits);
+    }
+    e->edits = NULL;
+    e->cap_edits = 0;
+}
+
 static void logits_release(di_engine *e) {
     if (e->logits) {
         if (e->runner.ops && e->runner.ops->logits_free) e->runner.ops->logits_free(e->runner.ctx, e->logits);
@@ -126,6 +136,7 @@ void di_engine_fini(di_engine *e) {
     free(e->want);
     free(e->greedy);
     e->want = NULL;
+    edits_release(e);
     e->greedy = NULL;
     logits_release(e);
     di_threadpool_destroy(e->sample_pool);
@@ -644,7 +655,10 @@ static size_t active(const di_engine *e) { return (size_t)(e->n_total - e->n_fin
  * which are excluded here): nothing when no token is drawn, the greedy
  * summary for an unconstrained plain-greedy draw with no top logprobs and
  * no forced token (di_sampler_greedy_ban says which id its processing
- * would ban), the logits otherwise. */
+ * would ban), a draw next to the logits for any other unconstrained row
+ * without top logprobs (n_edit = -1 where its bias, stop ids or penalties
+ * need a list of edited ids: edits_build writes them), the logits
+ * otherwise. */
 static di_row_want row_want(const di_engine *e, const di_sched_item *it) {
     const di_seq *s = it->seq;
     const di_request *r = s->req;
@@ -654,10 +668,89 @@ static di_row_want row_want(const di_engine *e, const di_sched_item *it) {
     if (r->grammar || r->logprobs > 0 || (r->thinking_budget >= 0 && e->think_end_id >= 0)) return w;
     const int32_t ban = di_sampler_greedy_ban(&r->sp, di_seq_n_output(s));
     if (ban >= -1) return (di_row_want){.mode = DI_ROW_GREEDY, .ban = ban};
-    /* a temperature draw without a mask or forced token (excluded above) */
-    const di_sample_in in = {.n_output = di_seq_n_output(s), .forced = -1, .stream = (uint64_t)s->index};
-    if (e->draws_on && di_sampler_draw_spec(&r->sp, &in, &w.draw)) w.mode = DI_ROW_DRAW;
+    /* a draw without a mask or forced token (excluded above) */
+    const di_sample_in in = {.prompt = r->prompt, .n_prompt = r->n_prompt, .output = s->tokens + r->n_prompt,
+                             .n_output = di_seq_n_output(s), .forced = -1, .stream = (uint64_t)s->index};
+    if (!e->draws_on || !di_sampler_draw_spec(&r->sp, &in, &w.draw)) return w;
+    if (di_sampler_needs_edits(&r->sp, &in)) w.draw.n_edit = -1; /* its list: edits_build */
+    w.mode = DI_ROW_DRAW;
     return w;
+}
+
+/* The sampling input of item i's last row, for its edits */
+static di_sample_in edits_in(const di_engine *e, size_t i) {
+    const di_seq *s = e->items[i].seq;
+    const di_request *r = s->req;
+    return (di_sample_in){.prompt = r->prompt, .n_prompt = r->n_prompt, .output = s->tokens + r->n_prompt,
+                          .n_output = di_seq_n_output(s), .forced = -1, .stream = (uint64_t)s->index};
+}
+
+/* The draws' edit lists, on the sampling threads: each sequence's list
+ * brought up to its outputs (phase 0; its length, an upper bound of the
+ * row's, parked in e0; a row without a list form goes to the host), then
+ * the rows' lists written at their offsets (phase 1). */
+typedef struct edits_ctx {
+    di_engine *e;
+    int phase;
+} edits_ctx;
+
+static void edits_rows(void *ctx, int64_t begin, int64_t end, int thread) {
+    (void)thread;
+    const edits_ctx *c = ctx;
+    di_engine *e = c->e;
+    for (int64_t i = begin; i < end; i++) {
+        di_row_want *w = &e->want[i];
+        if (w->mode != DI_ROW_DRAW || w->draw.n_edit >= 0) continue;
+        di_seq *s = e->items[i].seq;
+        const di_sample_in in = edits_in(e, (size_t)i);
+        if (c->phase == 0) {
+            if (di_seq_edits_update(&s->edits, &s->req->sp, &in) == 1) w->draw.e0 = s->edits.n;
+            else w->mode = DI_ROW_LOGITS, w->draw.n_edit = 0; /* no list form, or no memory: the host's */
+        } else {
+            w->draw.n_edit = (int32_t)di_seq_edits_emit(&s->edits, &s->req->sp, &in, e->edits + w->draw.e0);
+        }
+    }
+}
+
+/* The step's list in the runner's memory (page-locked where a device
+ * backend gives it: its upload then needs no staging copy); 0, or -1 when
+ * out of memory (nothing kept) */
+static int edits_reserve(di_engine *e, int64_t n) {
+    if (n <= e->cap_edits) return 0;
+    const di_runner_ops *ro = e->runner.ops;
+    edits_release(e);
+    const int64_t cap = n + n / 2 + 1024;
+    const size_t bytes = (size_t)cap * sizeof *e->edits;
+    e->edits = ro->host_alloc ? ro->host_alloc(e->runner.ctx, bytes) : malloc(bytes);
+    if (!e->edits) return -1;
+    e->cap_edits = cap;
+    return 0;
+}
+
+static void edits_build(di_engine *e, size_t n) {
+    e->n_edits = 0;
+    int any = 0;
+    for (size_t i = 0; i < n && !any; i++) any = e->want[i].mode == DI_ROW_DRAW && e->want[i].draw.n_edit < 0;
+    if (!any) return;
+    edits_ctx c = {e, 0};
+    di_threadpool_for(e->sample_pool, (int64_t)n, 8, edits_rows, &c);
+    int64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        di_row_draw *d = &e->want[i].draw;
+        if (e->want[i].mode != DI_ROW_DRAW || d->n_edit >= 0) continue;
+        const int64_t len = d->e0;
+        d->e0 = total;
+        total += len;
+    }
+    if (edits_reserve(e, total)) { /* no memory: those rows to the host */
+        for (size_t i = 0; i < n; i++)
+            if (e->want[i].mode == DI_ROW_DRAW && e->want[i].draw.n_edit < 0)
+                e->want[i].mode = DI_ROW_LOGITS, e->want[i].draw.n_edit = 0;
+        return;
+    }
+    c.phase = 1;
+    di_threadpool_for(e->sample_pool, (int64_t)n, 8, edits_rows, &c);
+    e->n_edits = total;
 }
 
 di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
@@ -690,11 +783,15 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
         rs[i].n = e->items[i].n;
     }
     const int by_rows = e->rows_on && !all_rows;
-    if (by_rows)
+    if (by_rows) {
         for (size_t i = 0; i < n; i++) e->want[i] = row_want(e, &e->items[i]);
+        edits_build(e, n);
+    }
     double t_plan = di_now_s() - t_step;
     fwd_job job = {.runner = &e->runner, .seqs = rs, .n = (int)n, .logits = e->logits, .all_rows = all_rows};
-    if (by_rows) job.out = (di_fwd_out){e->want, e->text_vocab > 0 ? e->text_vocab : e->runner.vocab, e->greedy};
+    if (by_rows)
+        job.out = (di_fwd_out){e->want, e->text_vocab > 0 ? e->text_vocab : e->runner.vocab, e->greedy, e->edits,
+                               e->n_edits};
     job.by_rows = by_rows;
     pthread_t th;
     int threaded = 0;

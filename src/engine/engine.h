@@ -86,6 +86,8 @@ struct di_engine {
     int draws_on;              /* and draws temperature rows next to the logits (DI_ROW_DRAW) */
     di_row_want *want;         /* [max_batch] a step's rows: what each needs */
     di_row_greedy *greedy;     /* [max_batch] their summaries */
+    di_row_edit *edits;        /* [cap_edits] a step's edited ids, the rows' lists end to end */
+    int64_t n_edits, cap_edits;
     di_seq **failed;           /* [max_batch] */
     float *logits;
     size_t logits_cap;         /* floats */

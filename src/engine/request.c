@@ -18,6 +18,7 @@ static void seq_free(di_seq *s) {
     free(s->tool_calls);
     if (s->detok) di_detokenizer_free(s->detok);
     if (s->matcher) di_matcher_free(s->matcher);
+    di_seq_edits_free(&s->edits);
 }
 
 void di_request_free(di_request *r) {

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "deepinfer.h"
+#include "engine/row_edits.h"
 #include "engine/sampler.h"
 #include "engine/stop.h"
 
@@ -43,6 +44,7 @@ typedef struct di_seq {
     di_matcher *matcher;
     uint32_t *mask;            /* [(V+31)/32] allowed next tokens (matcher active) */
     int thinking;              /* inside the think block */
+    di_seq_edits edits;        /* the ids its processing edits (device draws) */
     int64_t n_think;           /* tokens generated inside it */
     /* end */
     di_finish_reason finish;

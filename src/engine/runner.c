@@ -73,14 +73,18 @@ static const di_runner_ops lm_ops = {.state_bytes = lm_state_bytes,
                                      .state_free = lm_state_free,
                                      .forward = lm_forward,
                                      .logits_alloc = lm_logits_alloc,
-                                     .logits_free = lm_logits_free};
+                                     .logits_free = lm_logits_free,
+                                     .host_alloc = lm_logits_alloc,
+                                     .host_free = lm_logits_free};
 static const di_runner_ops lm_ops_rows = {.state_bytes = lm_state_bytes,
                                           .state_new = lm_state_new,
                                           .state_free = lm_state_free,
                                           .forward = lm_forward,
                                           .forward_rows = lm_forward_rows,
                                           .logits_alloc = lm_logits_alloc,
-                                          .logits_free = lm_logits_free};
+                                          .logits_free = lm_logits_free,
+                                          .host_alloc = lm_logits_alloc,
+                                          .host_free = lm_logits_free};
 
 void di_runner_lm_init(di_runner *r, const di_lm *lm) {
     r->ops = lm->be->ops->logits_greedy ? &lm_ops_rows : &lm_ops;

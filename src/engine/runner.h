@@ -40,6 +40,10 @@ typedef struct di_runner_ops {
      * (NULL: malloc / free); NULL on failure. */
     void *(*logits_alloc)(void *ctx, size_t bytes);
     void (*logits_free)(void *ctx, void *p);
+    /* Host memory for what a step sends up in bulk (the draws' edit
+     * lists): page-locked on a device. Optional (NULL: malloc / free). */
+    void *(*host_alloc)(void *ctx, size_t bytes);
+    void (*host_free)(void *ctx, void *p);
 } di_runner_ops;
 
 typedef struct di_runner {

@@ -227,18 +227,24 @@ double di_sampler_uniform(const di_sampler_params *p, const di_sample_in *in) {
 }
 
 int di_sampler_draw_spec(const di_sampler_params *p, const di_sample_in *in, di_row_draw *d) {
-    if (!(p->temperature > 0.0) || p->n_bias || p->repetition_penalty != 1.0 || p->frequency_penalty != 0.0 ||
-        p->presence_penalty != 0.0 || in->mask || in->forced >= 0)
-        return 0;
+    if (!(p->temperature >= 0.0) || in->mask || in->forced >= 0) return 0;
+    if (p->repetition_penalty != 1.0 && !(p->repetition_penalty > 0.0)) return 0; /* the edits' sign rule needs r > 0 */
     const int early = in->n_output < p->min_tokens;
-    if (early && p->n_stop_ids) return 0;
-    d->inv_t = (float)(1.0 / p->temperature);
+    memset(d, 0, sizeof *d);
+    d->greedy = p->temperature == 0.0;
+    d->inv_t = d->greedy ? 0.0f : (float)(1.0 / p->temperature);
     d->min_p = p->min_p > 0.0 ? (float)p->min_p : 0.0f;
     d->top_p = p->top_p;
     d->u = di_sampler_uniform(p, in);
     d->top_k = p->top_k > 0 ? p->top_k : 0;
     d->ban = p->eos_id >= 0 && (p->ignore_eos || early) ? p->eos_id : -1;
+    d->rep = (float)p->repetition_penalty;
     return 1;
+}
+
+int di_sampler_needs_edits(const di_sampler_params *p, const di_sample_in *in) {
+    return p->n_bias || p->repetition_penalty != 1.0 || p->frequency_penalty != 0.0 || p->presence_penalty != 0.0 ||
+           (in->n_output < p->min_tokens && p->n_stop_ids);
 }
 
 int di_sampler_plain_greedy(const di_sampler_params *p) {

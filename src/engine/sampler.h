@@ -87,13 +87,20 @@ int32_t di_sampler_greedy_ban(const di_sampler_params *p, int64_t n_output);
 /* The draw's uniform for in's position: 53 bits of di_rng_bits(seed,
  * stream, n_output, ·) as a double in [0, 1). */
 double di_sampler_uniform(const di_sampler_params *p, const di_sample_in *in);
-/* For a temperature draw (temperature > 0) whose processing is at most one
- * banned id (no bias, penalty, mask or forced token; EOS banned under
- * ignore_eos or before min_tokens, no stop ids then): fills d and returns
- * 1; 0 when the draw needs more (the row on the host). A backend that
- * draws d on the row (logits_draw) gives the token di_sampler_sample
- * gives, and the summary of di_sampler_from_greedy's logprob. */
+/* For a row whose processing needs no mask and no forced token: fills d
+ * (d->n_edit = 0, d->e0 = 0) and returns 1; 0 when the row needs more (the
+ * row on the host). d covers the temperature and its filters, or greedy
+ * (temperature 0), the EOS ban (ignore_eos or before min_tokens) and the
+ * repetition penalty's factor; the rest of the processing — bias, the stop
+ * ids before min_tokens, the penalties — is the row's list of edited ids
+ * (engine/row_edits.h), needed where di_sampler_needs_edits says. A backend
+ * that draws d with those edits on the row (logits_draw) gives the token
+ * di_sampler_sample gives, and the summary of di_sampler_from_greedy's
+ * logprob. */
 int di_sampler_draw_spec(const di_sampler_params *p, const di_sample_in *in, di_row_draw *d);
+/* Whether the row at in's position has edited ids (bias, penalties, stop
+ * ids banned before min_tokens). */
+int di_sampler_needs_edits(const di_sampler_params *p, const di_sample_in *in);
 /* The greedy token and its logprob from a row's summary (token -1 when
  * the summary has none); a drawn row's summary the same way (its max is
  * the drawn token's logit). */

@@ -629,7 +629,7 @@ static void logits_to_host(const di_fwd *f, float *logits, const float *lg, int6
             be->ops->logits_greedy(be, lg + k * V, j - k, V, o->lim, f->out_ban + i, f->out_dev + i);
             be->ops->download(be, o->greedy + i, f->out_dev + i, (size_t)(j - k) * sizeof *f->out_dev);
         } else if (mode == DI_ROW_DRAW) {
-            be->ops->logits_draw(be, lg + k * V, j - k, V, o->lim, f->out_draw + i, f->out_dev + i);
+            be->ops->logits_draw(be, lg + k * V, j - k, V, o->lim, f->out_draw + i, o->edits, f->out_dev + i);
             be->ops->download(be, o->greedy + i, f->out_dev + i, (size_t)(j - k) * sizeof *f->out_dev);
             for (int64_t x = 0, y; x < j - k; x = y) { /* the draws left to the host: their rows, a run a copy */
                 for (y = x; y < j - k && o->greedy[i + y].pad; y++) {
@@ -840,6 +840,19 @@ di_status di_forward_rows(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, f
     for (int q = 0; q < n_seqs; q++) {
         if (out->want[q].mode < DI_ROW_NONE || out->want[q].mode >= DI_ROW_MODES)
             return di_err_set(err, DI_ERR_INVALID_ARG, "forward: sequence %d: row mode %d", q, (int)out->want[q].mode);
+        if (out->want[q].mode == DI_ROW_DRAW) { /* the row's edited ids: within the list, ascending */
+            const di_row_draw *d = &out->want[q].draw;
+            if (d->n_edit < 0 || d->e0 < 0 || (d->n_edit > 0 && (!out->edits || d->e0 > out->n_edits - d->n_edit)))
+                return di_err_set(err, DI_ERR_INVALID_ARG, "forward: sequence %d: edits %lld + %d outside a list of %lld",
+                                  q, (long long)d->e0, (int)d->n_edit, (long long)out->n_edits);
+            for (int32_t j = 0; j < d->n_edit; j++) {
+                const int32_t id = out->edits[d->e0 + j].id;
+                if (id < 0 || id >= lm->cfg->vocab_size || (j > 0 && id <= out->edits[d->e0 + j - 1].id))
+                    return di_err_set(err, DI_ERR_INVALID_ARG,
+                                      "forward: sequence %d: edited id %d (ids ascending, below %lld)", q, (int)id,
+                                      (long long)lm->cfg->vocab_size);
+            }
+        }
         if (out->want[q].mode == DI_ROW_DRAW && !lm->be->ops->logits_draw)
             return di_err_set(err, DI_ERR_UNSUPPORTED, "forward: backend %s has no draws (logits_draw)",
                               lm->be->ops->name);

@@ -43,6 +43,8 @@ typedef struct di_fwd_out {
     const di_row_want *want; /* [n_seqs] */
     int64_t lim;             /* the greedy search covers ids [0, lim) */
     di_row_greedy *greedy;   /* [n_seqs] host: the DI_ROW_GREEDY and DI_ROW_DRAW rows' summaries */
+    const di_row_edit *edits; /* [n_edits] host: the draws' edited ids (want[i].draw.e0 ..) */
+    int64_t n_edits;
 } di_fwd_out;
 
 /* One forward in progress. */

@@ -122,6 +122,19 @@ def test_gpu_engine_defaults(tiny, monkeypatch):
         assert (llm.max_num_seqs, llm.max_num_batched_tokens, llm.memory_limit) == (7, 99, 1 << 30)
 
 
+def draws_both_ways(model, prompts, params, monkeypatch):
+    """The tokens and cumulative logprobs of one batch on the GPU with its
+    draws made on the device (DI_ENGINE_DRAW=1) and by the host (0)."""
+    monkeypatch.setenv("DEEPINFER_ACCELERATOR", "nvidia")
+    runs = []
+    for draw in ("1", "0"):
+        monkeypatch.setenv("DI_ENGINE_DRAW", draw)
+        with LLM(model=str(model)) as llm:
+            outs = llm.generate(prompts, params, use_tqdm=False)
+        runs.append([(o.outputs[0].token_ids, o.outputs[0].cumulative_logprob) for o in outs])
+    return runs
+
+
 def test_gpu_draws_equal_host_draws(tiny, monkeypatch):
     """Temperature draws made on the device (logits_draw) give the host
     sampler's tokens and logprobs bit for bit: the same requests with
@@ -134,12 +147,27 @@ def test_gpu_draws_equal_host_draws(tiny, monkeypatch):
               SamplingParams(temperature=0.7, top_k=5, min_p=0.05, seed=13, max_tokens=N, ignore_eos=True),
               SamplingParams(temperature=1.0, top_p=0.5, top_k=40, seed=14, max_tokens=N),
               SamplingParams(temperature=0.3, seed=15, max_tokens=N, min_tokens=4)]
-    monkeypatch.setenv("DEEPINFER_ACCELERATOR", "nvidia")
-    runs = []
-    for draw in ("1", "0"):
-        monkeypatch.setenv("DI_ENGINE_DRAW", draw)
-        with LLM(model=str(model)) as llm:
-            outs = llm.generate(prompts, params, use_tqdm=False)
-        runs.append([(o.outputs[0].token_ids, o.outputs[0].cumulative_logprob) for o in outs])
+    runs = draws_both_ways(model, prompts, params, monkeypatch)
+    assert runs[0] == runs[1]
+    assert sum(len(t) for t, _ in runs[0]) > 3 * N
+
+
+def test_gpu_draws_with_edits_equal_host_draws(tiny, monkeypatch):
+    """Rows whose processing edits ids — repetition, frequency and presence
+    penalties, logit bias, stop ids banned before min_tokens, greedy with a
+    penalty — drawn on the device with their edit lists give the host
+    sampler's tokens and logprobs bit for bit (DI_ENGINE_DRAW=1 against 0)."""
+    model, golden = tiny
+    prompts = [short_prompt(golden), "A long time ago", "1 2 3 4 5", "def f(x):", "The capital of France",
+               "the the the the"]
+    params = [SamplingParams(temperature=0.8, top_p=0.9, seed=21, max_tokens=N, ignore_eos=True,
+                             repetition_penalty=1.3),
+              SamplingParams(temperature=1.1, seed=22, max_tokens=N, presence_penalty=0.6, frequency_penalty=0.4),
+              SamplingParams(temperature=0.7, top_k=5, seed=23, max_tokens=N, logit_bias={11: 4.0, 300: -100.0}),
+              SamplingParams(temperature=0.0, max_tokens=N, repetition_penalty=1.5, ignore_eos=True),
+              SamplingParams(temperature=0.9, seed=25, max_tokens=N, stop_token_ids=[13, 29], min_tokens=10,
+                             repetition_penalty=0.8),
+              SamplingParams(temperature=0.0, max_tokens=N, frequency_penalty=1.0, logit_bias={7: 2.5})]
+    runs = draws_both_ways(model, prompts, params, monkeypatch)
     assert runs[0] == runs[1]
     assert sum(len(t) for t, _ in runs[0]) > 3 * N

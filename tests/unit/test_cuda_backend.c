@@ -1218,9 +1218,10 @@ static void test_logits_greedy(void) {
     CHECK_EQ_INT(rows, 3 * (5 + 64 + 3 + 4 + 4));
 }
 
-/* Temperature draws on the device (logits_draw) against the plain
- * reference (draw_ref.h, the sampler's definition, which test_sampler.c
- * holds to di_sampler_sample bit for bit): the same token, its logit and
+/* Draws on the device (logits_draw) against the plain reference
+ * (draw_ref.h, the sampler's definition, which test_sampler.c holds to
+ * di_sampler_sample bit for bit), temperature draws and greedy ones, with
+ * and without edited ids (bias, stop ids, penalties): the same token, its logit and
  * the row's log-sum-exp terms, bit for bit (without a token only the token
  * is read), none left to the host — near sets of up to 4,096 sorted in
  * shared memory, wider ones (flat rows, ties) by radix passes. Rows of
@@ -1230,26 +1231,33 @@ static void test_logits_draw(void) {
     NEED_GPU();
     const int64_t Vs[] = {129280, 1003, 50, 7, 129280};
     const int64_t Ms[] = {24, 40, 30, 12, 3};
-    int rows = 0, drawn = 0, wide = 0, filtered = 0;
+    int rows = 0, drawn = 0, wide = 0, filtered = 0, edited = 0, greedy = 0;
     for (int c = 0; c < 5; c++) {
         const int64_t V = Vs[c], m = Ms[c];
         const int64_t lim = c == 1 ? V - 17 : c == 3 ? V - 1 : V;
         float *x = malloc((size_t)(m * V) * sizeof *x);
         di_row_draw *d = malloc((size_t)m * sizeof *d);
         di_row_greedy *ref = malloc((size_t)m * sizeof *ref), *got = malloc((size_t)m * sizeof *got);
+        di_row_edit *ed = malloc((size_t)m * 128 * sizeof *ed);
+        int64_t ne = 0;
         for (int64_t r = 0; r < m; r++) {
             di_sampler_params p;
             di_sample_in in;
             draw_case((int)(r + 7 * c), x + r * V, V, &p, &in);
             if (c == 4) p.top_p = 0.95, p.top_k = 0, p.temperature = 1.0; /* wide nuclei: some left to the host */
             CHECK(di_sampler_draw_spec(&p, &in, &d[r]));
-            CHECK(draw_ref(x + r * V, V, lim, &d[r], 4096, &ref[r]));
+            const int64_t n = di_sampler_needs_edits(&p, &in) ? draw_edits(&p, &in, ed + ne, 128) : 0;
+            d[r].e0 = ne, d[r].n_edit = n > 0 ? (int32_t)n : 0; /* no list form: the row unedited */
+            ne += d[r].n_edit;
+            edited += d[r].n_edit > 0;
+            greedy += d[r].greedy;
+            CHECK(draw_ref(x + r * V, V, lim, &d[r], ed, 4096, &ref[r]));
             wide += ref[r].pad; /* wider than shared memory sorts: the radix form */
-            CHECK(draw_ref(x + r * V, V, lim, &d[r], V, &ref[r]));
+            CHECK(draw_ref(x + r * V, V, lim, &d[r], ed, V, &ref[r]));
         }
         float *dx = dev_up(x, (size_t)(m * V) * sizeof *x);
         di_row_greedy *dg = (di_row_greedy *)dev_poison((size_t)m * sizeof *dg);
-        gpu->ops->logits_draw(gpu, dx, m, V, lim, d, dg);
+        gpu->ops->logits_draw(gpu, dx, m, V, lim, d, ed, dg);
         gpu->ops->download(gpu, got, dg, (size_t)m * sizeof *got);
         if (status_ok("logits_draw"))
             for (int64_t r = 0; r < m; r++) {
@@ -1265,18 +1273,20 @@ static void test_logits_draw(void) {
                        a->pad, a->token, a->max, a->max_all, a->sum, b->pad, b->token, b->max, b->max_all, b->sum);
                 rows++;
                 drawn += !b->pad && b->token >= 0;
-                filtered += !b->pad && b->token >= 0 && (d[r].top_k > 0 || d[r].top_p < 1);
+                filtered += !b->pad && b->token >= 0 && !d[r].greedy && (d[r].top_k > 0 || d[r].top_p < 1);
             }
         dev_free(dx);
         dev_free(dg);
         free(x);
+        free(ed);
         free(d);
         free(ref);
         free(got);
     }
     CHECK_EQ_INT(rows, 24 + 40 + 30 + 12 + 3);
-    CHECKF(drawn > 60 && wide >= 3 && filtered > 25, "%d drawn (%d with top-k / top-p, %d wider than 4,096)", drawn,
-           filtered, wide);
+    CHECKF(drawn > 60 && wide >= 3 && filtered > 20 && edited > 25 && greedy > 8,
+           "%d drawn (%d with top-k / top-p, %d wider than 4,096), %d with edited ids, %d greedy", drawn, filtered,
+           wide, edited, greedy);
 }
 
 /* Device routing against the CPU op: the same experts and weights, bit for

@@ -254,7 +254,7 @@ static void test_rows_draw(void) {
             for (int q = 0; q < NS; q++)
                 w[q] = (di_row_want){.mode = modes[c][q], .ban = q == 3 ? 2 : -1, .draw = draws[(q + c) % 4]};
             for (int64_t i = 0; i < NS * V; i++) got[i] = -12345.0f;
-            di_fwd_out o = {w, V, gs};
+            di_fwd_out o = {w, V, gs, NULL, 0};
             CHECKF(di_forward_rows(&g.lm, qs, NS, got, &o, &err) == DI_OK, "%s", err.msg);
             for (int q = 0; q < NS; q++) {
                 int64_t bad = 0;
@@ -266,7 +266,7 @@ static void test_rows_draw(void) {
                     di_row_greedy_of(ref + q * V, V, V, w[q].ban, &h);
                     bad += memcmp(&gs[q], &h, sizeof h) != 0;
                 } else if (w[q].mode == DI_ROW_DRAW) {
-                    CHECK(draw_ref(ref + q * V, V, V, &w[q].draw, 6, &h));
+                    CHECK(draw_ref(ref + q * V, V, V, &w[q].draw, NULL, 6, &h));
                     bad += gs[q].pad != h.pad || (!h.pad && (gs[q].token != h.token || memcmp(&gs[q].max, &h.max, 4) ||
                                                              memcmp(&gs[q].sum, &h.sum, 8) ||
                                                              memcmp(&gs[q].max_all, &h.max_all, 4)));

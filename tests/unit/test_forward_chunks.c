@@ -125,7 +125,7 @@ static void test_rows(void) {
             di_row_want w = {.mode = last ? (form ? DI_ROW_GREEDY : DI_ROW_LOGITS) : DI_ROW_NONE, .ban = -1};
             memset(&g, 0xff, sizeof g);
             for (int64_t i = 0; i < V; i++) lg[i] = -12345.0f;
-            di_fwd_out o = {&w, V, &g};
+            di_fwd_out o = {&w, V, &g, NULL, 0};
             CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_OK);
             if (!last || form) /* nothing written but what was asked */
                 for (int64_t i = 0; i < V; i++) untouched &= lg[i] == -12345.0f;
@@ -159,7 +159,7 @@ static void test_rows(void) {
     di_row_want w2[2] = {{.mode = DI_ROW_NONE, .ban = -1}, {.mode = DI_ROW_GREEDY, .ban = h0.token}};
     di_row_greedy g2[2];
     memset(g2, 0xff, sizeof g2);
-    di_fwd_out o2 = {w2, V, g2};
+    di_fwd_out o2 = {w2, V, g2, NULL, 0};
     CHECK(di_forward_rows(&G.lm, two, 2, lg, &o2, &err) == DI_OK);
     di_row_greedy h;
     di_row_greedy_of(REF + 99 * V, V, V, h0.token, &h);
@@ -188,7 +188,7 @@ static void test_rows(void) {
             di_row_greedy gs[NS];
             for (int q = 0; q < NS; q++) w[q] = (di_row_want){.mode = modes[c][q], .ban = q == 3 ? 2 : -1};
             for (int64_t i = 0; i < NS * V; i++) got[i] = -12345.0f;
-            di_fwd_out o = {w, V, gs};
+            di_fwd_out o = {w, V, gs, NULL, 0};
             CHECK(di_forward_rows(&G.lm, qs, NS, got, &o, &err) == DI_OK);
             for (int q = 0; q < NS; q++) {
                 int64_t bad = 0;
@@ -301,10 +301,27 @@ static void test_errors(void) {
     float *lg = malloc((size_t)V * sizeof *lg);
     di_row_greedy g;
     di_row_want w = {.mode = DI_ROW_DRAW, .ban = -1, .draw = {.inv_t = 1.0f, .top_p = 1.0, .ban = -1}};
-    di_fwd_out o = {&w, V, &g};
+    di_fwd_out o = {&w, V, &g, NULL, 0};
     const di_status want = G.lm.be->ops->logits_draw ? DI_ERR_INVALID_ARG : DI_ERR_UNSUPPORTED;
     CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == want);
     if (!G.lm.be->ops->logits_draw) CHECK_STR_CONTAINS(err.msg, "logits_draw");
+    /* a draw's edited ids: within the list, ascending, below V */
+    di_row_edit ed[3] = {{.id = 4, .flags = DI_EDIT_BAN}, {.id = 2, .flags = DI_EDIT_BAN}, {.id = (int32_t)V}};
+    w.draw.n_edit = 2, w.draw.e0 = 0;
+    CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_ERR_INVALID_ARG); /* no list */
+    CHECK_STR_CONTAINS(err.msg, "edits");
+    o.edits = ed, o.n_edits = 1;
+    CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_ERR_INVALID_ARG); /* past its end */
+    CHECK_STR_CONTAINS(err.msg, "outside a list of 1");
+    o.n_edits = 3;
+    CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_ERR_INVALID_ARG); /* descending */
+    CHECK_STR_CONTAINS(err.msg, "edited id 2");
+    w.draw.e0 = 2, w.draw.n_edit = 1;
+    CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_ERR_INVALID_ARG); /* id V */
+    w.draw.e0 = -1;
+    CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_ERR_INVALID_ARG);
+    w.draw.e0 = 1, w.draw.n_edit = 1; /* {2}: a good list, the backend decides */
+    CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == want);
     w.mode = DI_ROW_MODES;
     CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(err.msg, "row mode");

@@ -783,19 +783,21 @@ static void test_topk_from_lse(void) {
     di_sampler_free(&s);
 }
 
-/* Draws a backend can make (di_sampler_draw_spec, logits_draw): the
- * sampler's token, logprob and log-sum-exp equal the plain reference's
- * (draw_ref.h, no near-set limit) bit for bit on rows of every shape; the
- * settings that need more than the row are refused. */
+/* Draws a backend can make (di_sampler_draw_spec, the row's edits,
+ * logits_draw): the sampler's token, logprob and log-sum-exp equal the
+ * plain reference's (draw_ref.h, no near-set limit) bit for bit on rows of
+ * every shape, greedy and drawn, with and without edited ids (bias, stop
+ * ids, penalties); the settings that need more than the row are refused. */
 static void test_draw_spec(void) {
     static const int64_t Vs[] = {50, 1000, 129280};
     di_sampler s;
     CHECK(di_sampler_init(&s, 129280) == 0);
     float *x = malloc(129280 * sizeof *x);
-    int n_drawn = 0, n_none = 0, n_filtered = 0, n_banned = 0;
-    for (int k = 0; k < 480 && x; k++) {
-        if (k % 240 == 0) rng_state = 0xd5a3; /* the same cases on the scalar mirror */
-        di_row_exp_force_scalar(k >= 240);
+    di_row_edit *ed = malloc(128 * sizeof *ed);
+    int n_drawn = 0, n_none = 0, n_filtered = 0, n_banned = 0, n_greedy = 0, n_edited = 0, n_moved = 0, n_nolist = 0;
+    for (int k = 0; k < 960 && x && ed; k++) {
+        if (k % 480 == 0) rng_state = 0xd5a3; /* the same cases on the scalar mirror */
+        di_row_exp_force_scalar(k >= 480);
         const int64_t V = Vs[k % 3 == 2 && k % 4 ? 1 : k % 3];
         s.V = V;
         di_sampler_params p;
@@ -804,45 +806,68 @@ static void test_draw_spec(void) {
         di_row_draw d;
         const int spec = di_sampler_draw_spec(&p, &in, &d);
         const int early = in.n_output < p.min_tokens;
-        CHECK_EQ_INT(spec, 1); /* no stop ids: a ban of EOS at most */
+        CHECK_EQ_INT(spec, 1); /* no mask, no forced token */
         CHECK_EQ_INT(d.ban, p.eos_id >= 0 && (p.ignore_eos || early) ? p.eos_id : -1);
+        CHECK_EQ_INT(d.greedy, p.temperature == 0.0);
         CHECK(d.u == di_sampler_uniform(&p, &in) && d.u >= 0 && d.u < 1);
-        di_sample_out o, r;
+        CHECK(d.n_edit == 0 && d.e0 == 0);
+        if (di_sampler_needs_edits(&p, &in)) {
+            const int64_t n = draw_edits(&p, &in, ed, 128);
+            if (n < 0) { /* one id biased twice */
+                n_nolist++;
+                continue;
+            }
+            d.n_edit = (int32_t)n;
+            n_edited += n > 0;
+        }
+        di_sample_out o, r, plain_o;
         di_sampler_sample(&s, &p, &in, x, &o);
         di_row_greedy g;
         const int64_t lim = in.vocab_limit > 0 ? in.vocab_limit : V;
-        CHECK(draw_ref(x, V, lim, &d, V, &g));
+        CHECK(draw_ref(x, V, lim, &d, ed, V, &g));
         CHECK_EQ_INT(g.pad, 0);
         di_sampler_from_greedy(&g, &r);
         const int same = o.token == r.token && !memcmp(&o.lse, &r.lse, sizeof o.lse) &&
                          (o.logprob == r.logprob || (isnan(o.logprob) && isnan(r.logprob)));
-        CHECKF(same, "case %d (V %lld, T %g, top-k %d, top-p %g, min-p %g, ban %d, lim %lld): sampler %d %.9g %.17g, "
-               "reference %d %.9g %.17g", k, (long long)V, p.temperature, p.top_k, p.top_p, p.min_p, d.ban,
-               (long long)lim, o.token, o.logprob, o.lse, r.token, r.logprob, r.lse);
-        n_drawn += o.token >= 0, n_none += o.token < 0, n_banned += d.ban >= 0;
-        n_filtered += o.token >= 0 && (p.top_k > 0 || p.top_p < 1);
+        CHECKF(same, "case %d (V %lld, T %g, top-k %d, top-p %g, min-p %g, ban %d, lim %lld, %d edits): sampler %d %.9g "
+               "%.17g, reference %d %.9g %.17g", k, (long long)V, p.temperature, p.top_k, p.top_p, p.min_p, d.ban,
+               (long long)lim, (int)d.n_edit, o.token, o.logprob, o.lse, r.token, r.logprob, r.lse);
+        if (d.n_edit > 0) { /* the edits matter: the row without them draws otherwise, now and then */
+            di_row_draw d0 = d;
+            d0.n_edit = 0;
+            CHECK(draw_ref(x, V, lim, &d0, ed, V, &g));
+            di_sampler_from_greedy(&g, &plain_o);
+            n_moved += plain_o.token != o.token;
+        }
+        n_drawn += o.token >= 0, n_none += o.token < 0, n_banned += d.ban >= 0, n_greedy += d.greedy;
+        n_filtered += o.token >= 0 && !d.greedy && (p.top_k > 0 || p.top_p < 1);
     }
     di_row_exp_force_scalar(0);
-    CHECKF(n_drawn > 300 && n_none > 40 && n_filtered > 160 && n_banned > 100, "%d drawn, %d none, %d filtered, %d banned",
-           n_drawn, n_none, n_filtered, n_banned);
-    /* refused: what the row alone does not decide */
+    CHECKF(n_drawn > 600 && n_none > 80 && n_filtered > 250 && n_banned > 200 && n_greedy > 100 && n_edited > 250 &&
+               n_moved > 60 && n_nolist > 4,
+           "%d drawn, %d none, %d filtered, %d banned, %d greedy, %d edited (%d moved by the edits), %d without a list",
+           n_drawn, n_none, n_filtered, n_banned, n_greedy, n_edited, n_moved, n_nolist);
+    /* refused: what the row and its edits do not decide */
     di_sampler_params p = plain(0.8);
     di_sample_in in = {.forced = -1};
     di_row_draw d;
     CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 1);
+    CHECK_EQ_INT(di_sampler_needs_edits(&p, &in), 0);
     p.temperature = 0;
-    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 0);
+    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 1);
+    CHECK_EQ_INT(d.greedy, 1);
     p = plain(0.8), p.repetition_penalty = 1.1;
-    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 0);
+    CHECK_EQ_INT(di_sampler_needs_edits(&p, &in), 1);
     p = plain(0.8), p.presence_penalty = 0.5;
-    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 0);
+    CHECK_EQ_INT(di_sampler_needs_edits(&p, &in), 1);
     int32_t ids[1] = {3};
     float vals[1] = {1};
     p = plain(0.8), p.bias_ids = ids, p.bias_values = vals, p.n_bias = 1;
-    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 0);
+    CHECK_EQ_INT(di_sampler_needs_edits(&p, &in), 1);
     p = plain(0.8), p.stop_ids = ids, p.n_stop_ids = 1, p.min_tokens = 2;
-    CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 0);
+    CHECK_EQ_INT(di_sampler_needs_edits(&p, &in), 1);
     in.n_output = 2; /* min_tokens reached: the stop ids are not banned any more */
+    CHECK_EQ_INT(di_sampler_needs_edits(&p, &in), 0);
     CHECK_EQ_INT(di_sampler_draw_spec(&p, &in, &d), 1);
     uint32_t mask[2] = {0xffffffffu, 0xffffffffu};
     in.mask = mask;
@@ -852,6 +877,53 @@ static void test_draw_spec(void) {
     s.V = 129280;
     di_sampler_free(&s);
     free(x);
+    free(ed);
+}
+
+/* A sequence's edited ids brought up a few outputs at a time, as steps
+ * do, equal the list built at once from all of them (the same entries in
+ * the same order); fewer outputs than merged rebuild; a stop id stops
+ * being banned once min_tokens is reached. */
+static void test_row_edits_steps(void) {
+    rng_state = 0x5eed;
+    int32_t prompt[64], out[200];
+    di_row_edit a[300], b[300];
+    for (int k = 0; k < 200; k++) {
+        const int V = 10 + rng_int(300);
+        const int b0 = rng_int(V);
+        int32_t bias_ids[3] = {b0, (b0 + 7) % V, (b0 + 3) % V}, stop[2] = {rng_int(V), rng_int(V)};
+        const float bias_v[3] = {1.5f, -2.0f, 0.125f};
+        di_sampler_params p = plain(0.7);
+        p.repetition_penalty = k % 3 ? 1.2 : 1.0;
+        p.frequency_penalty = k % 2 ? 0.4 : 0.0;
+        p.presence_penalty = k % 5 ? 0.3 : 0.0;
+        p.bias_ids = bias_ids, p.bias_values = bias_v, p.n_bias = 3;
+        p.stop_ids = stop, p.n_stop_ids = 2, p.min_tokens = 1 + rng_int(60);
+        di_sample_in in = {.prompt = prompt, .n_prompt = rng_int(64), .output = out, .forced = -1};
+        for (int64_t i = 0; i < in.n_prompt; i++) prompt[i] = rng_int(V);
+        const int n_out = rng_int(200);
+        for (int i = 0; i < n_out; i++) out[i] = rng_int(V);
+        di_seq_edits c = {0};
+        int64_t na = 0, nb = 0;
+        for (int64_t n = 0; n <= n_out; n += 1 + rng_int(5)) { /* steps of 1 .. 5 tokens */
+            in.n_output = n;
+            CHECK_EQ_INT(di_seq_edits_update(&c, &p, &in), 1);
+            na = di_seq_edits_emit(&c, &p, &in, a);
+            nb = draw_edits(&p, &in, b, 300);
+            CHECKF(na == nb && !memcmp(a, b, (size_t)na * sizeof *a), "case %d at %lld outputs: %lld against %lld",
+                   k, (long long)n, (long long)na, (long long)nb);
+            for (int64_t j = 1; j < na; j++) CHECK(a[j].id > a[j - 1].id);
+            int stop_banned = 0;
+            for (int64_t j = 0; j < na; j++) stop_banned |= (a[j].flags & DI_EDIT_BAN) != 0;
+            CHECK_EQ_INT(stop_banned, n < p.min_tokens);
+        }
+        in.n_output = n_out / 2; /* fewer than merged: built again */
+        CHECK_EQ_INT(di_seq_edits_update(&c, &p, &in), 1);
+        na = di_seq_edits_emit(&c, &p, &in, a);
+        nb = draw_edits(&p, &in, b, 300);
+        CHECK(na == nb && !memcmp(a, b, (size_t)na * sizeof *a));
+        di_seq_edits_free(&c);
+    }
 }
 
 /* di_row_kept_sum / di_row_kept_cross against a plain loop, on the vector
@@ -899,6 +971,7 @@ int main(void) {
     RUN(test_rng);
     RUN(test_kept_sums);
     RUN(test_draw_spec);
+    RUN(test_row_edits_steps);
     RUN(test_distribution);
     RUN(test_greedy_and_processing);
     RUN(test_logprob_top);

@@ -85,7 +85,7 @@ static const di_runner_ops fake_ops = {.state_bytes = f_bytes, .state_new = f_ne
 /* forward_rows over the same logits: the wanted rows' logits or their
  * greedy summaries (core/row_exp.h), every other row NaN, so that an
  * engine reading a row it did not ask for goes wrong visibly. */
-static int64_t g_rows_greedy, g_rows_logits, g_rows_none, g_rows_banned, g_rows_drawn, g_rows_left;
+static int64_t g_rows_greedy, g_rows_logits, g_rows_none, g_rows_banned, g_rows_drawn, g_rows_left, g_rows_edited;
 static di_status f_forward_rows(void *ctx, const di_runner_seq *seqs, int n, float *logits, const di_fwd_out *out,
                                 di_err *err) {
     float *all = malloc((size_t)n * FV * sizeof *all);
@@ -111,7 +111,8 @@ static di_status f_forward_rows(void *ctx, const di_runner_seq *seqs, int n, flo
         } else if (w.mode == DI_ROW_DRAW) {
             /* the reference's draw; near sets wider than 6 left to the
              * host, whose row then comes as the logits */
-            if (!draw_ref(all + (size_t)i * FV, FV, out->lim, &w.draw, 6, &out->greedy[i])) st = DI_ERR_NOMEM;
+            if (!draw_ref(all + (size_t)i * FV, FV, out->lim, &w.draw, out->edits, 6, &out->greedy[i])) st = DI_ERR_NOMEM;
+            g_rows_edited += w.draw.n_edit > 0;
             if (out->greedy[i].pad) memcpy(o, all + (size_t)i * FV, FV * sizeof *o);
             g_rows_drawn++;
             g_rows_left += out->greedy[i].pad;
@@ -168,6 +169,15 @@ static int run_all(outcome *out, int max_batch, int64_t budget, int64_t chunk, u
         sp.ignore_eos = q % 7 == 0 || q % 6 == 3;
         sp.min_tokens = q % 11 == 0 && sp.max_tokens >= 4 ? 4 : 0; /* EOS banned for the first tokens */
         sp.logprobs = q % 13 == 0 ? 3 : -1;  /* top logprobs: the logits row */
+        /* processing that edits ids (drawn with the row's edits where the
+         * runner draws): penalties, bias (one id twice now and then: no
+         * list form, the host's), stop ids before min_tokens */
+        static const int32_t bias_ids[3] = {5, 9, 5}, stop_ids[2] = {7, 11};
+        static const float bias_v[3] = {2.5f, -1.5f, 1.0f};
+        if (q % 4 == 1) sp.repetition_penalty = 1.3;
+        if (q % 6 == 2) sp.presence_penalty = 0.5, sp.frequency_penalty = 0.2;
+        if (q % 9 == 4) sp.logit_bias_ids = bias_ids, sp.logit_bias_values = bias_v, sp.n_logit_bias = q % 2 ? 3 : 2;
+        if (q % 8 == 3 && sp.max_tokens >= 6) sp.stop_token_ids = stop_ids, sp.n_stop_token_ids = 2, sp.min_tokens = 6;
         if (di_engine_add(e, p, (size_t)n, &sp, 0, 0, &ids[q], &err)) return -2;
     }
     size_t active = 1;
@@ -263,13 +273,15 @@ static void test_invariance(void) {
      * in every case above; the greedy rows came as summaries (EOS banned
      * in some), the other rows' logits as NaN */
     g_rows = 1;
-    g_rows_greedy = g_rows_logits = g_rows_none = g_rows_banned = g_rows_drawn = g_rows_left = 0;
+    g_rows_greedy = g_rows_logits = g_rows_none = g_rows_banned = g_rows_drawn = g_rows_left = g_rows_edited = 0;
     for (size_t c = 0; c < sizeof cases / sizeof *cases + 1; c++) {
         fake f = {0};
         memset(&o, 0, sizeof o);
+        g_sample_threads = c % 2 ? 3 : 1; /* the edit lists built on one thread or three */
         int rc = c == 0 ? run_all(&o, 64, 512, 0, 1ull << 30, 0, &f, &pre)
                         : run_all(&o, cases[c - 1].mb, cases[c - 1].budget, cases[c - 1].chunk, cases[c - 1].mem,
                                   cases[c - 1].async, &f, &pre);
+        g_sample_threads = 0;
         CHECKF(rc == 0, "rows, case %zu: rc %d", c, rc);
         CHECKF(f.foreign == 0 && f.allocs == f.frees, "rows, case %zu: logits buffer misused", c);
         int same = 1;
@@ -282,10 +294,11 @@ static void test_invariance(void) {
     }
     g_rows = 0;
     CHECKF(g_rows_greedy > 100 && g_rows_logits > 100 && g_rows_none > 10 && g_rows_banned > 10 &&
-               g_rows_drawn > 100 && g_rows_left > 10 && g_rows_left < g_rows_drawn,
-           "rows: %lld greedy (%lld with a ban), %lld drawn (%lld left to the host), %lld logits, %lld none",
+               g_rows_drawn > 100 && g_rows_left > 10 && g_rows_left < g_rows_drawn && g_rows_edited > 100,
+           "rows: %lld greedy (%lld with a ban), %lld drawn (%lld left to the host, %lld with edited ids), %lld logits, "
+           "%lld none",
            (long long)g_rows_greedy, (long long)g_rows_banned, (long long)g_rows_drawn, (long long)g_rows_left,
-           (long long)g_rows_logits, (long long)g_rows_none);
+           (long long)g_rows_edited, (long long)g_rows_logits, (long long)g_rows_none);
 }
 
 /* A request whose state can never fit fails alone; the others finish. */

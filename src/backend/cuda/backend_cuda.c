@@ -1639,14 +1639,60 @@ static void cu_logits_greedy(di_backend *be, const float *x, int64_t m, int64_t 
     note(be, cuda_op_logits_greedy(x, m, V, lim, db, out, scr, &err), &err);
 }
 
+enum { EDITS_STAGED = 256 << 10 }; /* a longer edit list goes up from where it is (cu_logits_draw) */
+
 static void cu_logits_draw(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim,
-                           const di_row_draw *draws, di_row_greedy *out) {
+                           const di_row_draw *draws, const di_row_edit *edits, di_row_greedy *out) {
     op_enter(be, "logits_draw");
     di_err err = {0};
     if (m <= 0) return;
     const di_row_draw *dd = scratch_up(be, SCR_A, draws, (size_t)m * sizeof *draws);
     if (!dd) return;
-    note(be, cuda_op_logits_draw(x, m, V, lim, dd, out, &err), &err);
+    /* the rows' edits: the span of the list they index, uploaded once */
+    int64_t lo = INT64_MAX, hi = 0;
+    for (int64_t i = 0; i < m; i++)
+        if (draws[i].n_edit > 0) {
+            lo = draws[i].e0 < lo ? draws[i].e0 : lo;
+            hi = draws[i].e0 + draws[i].n_edit > hi ? draws[i].e0 + draws[i].n_edit : hi;
+        }
+    const di_row_edit *de = NULL;
+    if (hi > 0) {
+        if (!edits) {
+            note(be, di_err_set(&err, DI_ERR_INVALID_ARG, "logits_draw: rows with edits and no list"), &err);
+            return;
+        }
+        /* a long list (a prompt's ids under a repetition penalty: ~16 MB for
+         * 1,024 rows of 1,000 ids) straight from the caller's memory, which
+         * the engine keeps page-locked: staging it would copy it once more,
+         * and a list past the staging buffer's half was a waiting copy */
+        const size_t bytes = (size_t)(hi - lo) * sizeof *edits;
+        static int direct = -1; /* test aid: DI_CUDA_EDITS_DIRECT=1 sends every list the long way */
+        if (direct < 0) {
+            const char *v = getenv("DI_CUDA_EDITS_DIRECT");
+            direct = v && !strcmp(v, "1");
+        }
+        if (bytes <= EDITS_STAGED && !direct) {
+            de = scratch_up(be, SCR_B, edits + lo, bytes);
+        } else if (IM(be)->rec) {
+            note(be, di_err_set(&err, DI_ERR_UNSUPPORTED, "an edits upload in a recorded step"), &err);
+            return;
+        } else if ((de = scratch(be, SCR_B, bytes)) != NULL) {
+            di_status st = cuda_mem_upload_async((void *)de, edits + lo, bytes, &err);
+            if (st) {
+                note(be, st, &err);
+                return;
+            }
+        }
+        if (!de) return;
+    } else {
+        lo = 0;
+    }
+    static int use = -1; /* measuring aid: DI_CUDA_DRAW_EDITS=0 uploads the lists and draws without them (wrong draws) */
+    if (use < 0) {
+        const char *v = getenv("DI_CUDA_DRAW_EDITS");
+        use = !(v && !strcmp(v, "0"));
+    }
+    note(be, cuda_op_logits_draw(x, m, V, lim, dd, use ? de : NULL, lo, out, &err), &err);
 }
 
 /* moe_route with its results left in device memory: the route kernel

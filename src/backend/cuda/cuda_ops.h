@@ -31,6 +31,11 @@ int cuda_mem_is_device(const void *p);
 di_status cuda_mem_move(void *dst, const void *src, size_t bytes, di_err *err);
 /* Sets bytes to `byte` without waiting for the device (default stream). */
 di_status cuda_mem_fill_async(void *p, int byte, size_t bytes, di_err *err);
+/* Host to device on the default stream without draining it: from
+ * page-locked memory the copy is queued (src must stay as it is until the
+ * stream reaches it), from pageable memory it returns once the runtime
+ * has taken the bytes. */
+di_status cuda_mem_upload_async(void *dst, const void *src, size_t bytes, di_err *err);
 /* Queued device-to-device copies, run by one launch that takes them as its
  * argument (no upload, so queueing never waits for the device). Within a
  * batch no destination overlaps another copy's source or destination. */
@@ -128,6 +133,7 @@ di_status cuda_op_logits_greedy(const float *x, int64_t m, int64_t V, int64_t li
  * token's logit in max, the row's log-sum-exp terms; pad 1 where the row
  * is left to the host); draws and out in device memory. */
 di_status cuda_op_logits_draw(const float *x, int64_t m, int64_t V, int64_t lim, const di_row_draw *draws,
+                              const di_row_edit *edits, int64_t edit_base,
                               di_row_greedy *out, di_err *err);
 /* rope_cs of q [m, heads·hd] (stride heads·hd) and of kv [m, hd] after
  * rmsnorm (weight nw), then kv_pack FP8 of kv into out: the bits of those

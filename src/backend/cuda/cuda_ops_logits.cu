@@ -22,6 +22,8 @@
 #include "backend/cuda/cuda_ops_common.cuh"
 #include "core/route_score.h"
 
+#include <limits.h>
+
 enum {
     LG_THREADS = 256,
     LG_PER = 8,                        /* elements a thread, loaded at once */
@@ -301,17 +303,78 @@ __device__ long long ld_block_min(long long v, unsigned long long *red) {
  * ~0 when nothing crosses. hc / hm: shared [256]. */
 enum { LD_COUNT = 0, LD_GE = 1, LD_GT = 2 };
 
+/* A row's edited ids (core/row_exp.h di_row_edit: bias, stop-id bans,
+ * penalties), ascending. A lane walks its warp's range in steps of 32, so
+ * it meets the ids in ascending order: one cursor a thread, started at the
+ * range's first edit, passes each edit once, and a chunk without one costs
+ * a comparison with the next id (kept in a register). */
+struct ld_edits {
+    const di_row_edit *e;
+    int n;
+    float rep;
+};
+struct ld_walk {
+    const di_row_edit *p, *end;
+    long long nid; /* the next edit's id (LLONG_MAX past the last) */
+};
+__device__ __forceinline__ ld_walk ld_walk_at(const ld_edits &E, int64_t from) {
+    int lo = 0, hi = E.n;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (__ldg(&E.e[mid].id) < from) lo = mid + 1;
+        else hi = mid;
+    }
+    return ld_walk{E.e + lo, E.e + E.n, lo < E.n ? (long long)__ldg(&E.e[lo].id) : LLONG_MAX};
+}
+/* the sampler's processing of an edited id (row_exp.h di_row_edit_value:
+ * each operation rounded, none contracted) */
+__device__ __forceinline__ float ld_edit_value(const di_row_edit *ep, float rep, float v) {
+    const int4 raw = __ldg((const int4 *)ep);
+    const unsigned f = (unsigned)raw.y;
+    float w = v;
+    if (f & DI_EDIT_BIAS) w = __fadd_rn(w, __int_as_float(raw.z));
+    if (f & DI_EDIT_BAN) w = -INFINITY;
+    if (f & DI_EDIT_SEEN) w = w > 0.0f ? __fdiv_rn(w, rep) : __fmul_rn(w, rep);
+    if (f & DI_EDIT_SUB) w = __fsub_rn(w, __int_as_float(raw.w));
+    return w;
+}
+/* the edited value of id t (raw v): the edits of t's chunk of 32 passed */
+__device__ __forceinline__ float ld_edit(ld_walk &k, float rep, int64_t t, float v) {
+    const long long end = (long long)(t | 31) + 1;
+    float r = v;
+    while (k.nid < end) {
+        if (k.nid == t) r = ld_edit_value(k.p, rep, v);
+        ++k.p;
+        k.nid = k.p < k.end ? (long long)__ldg(&k.p->id) : LLONG_MAX;
+    }
+    return r;
+}
+
 struct ld_row_ctx {
     const float *row;
     int64_t w0, w1, lim, ban;
     float wm, inv_t, min_p, scale;
+    ld_edits E;
 };
 
-__device__ __forceinline__ int ld_kept(const ld_row_ctx &c, int64_t t, float *w, float *e) {
+/* The processed logit of id t (raw v): the edits, then the ban and the
+ * search bound (the sampler's order: every later step keeps a -inf) */
+__device__ __forceinline__ float ld_w(const ld_row_ctx &c, ld_walk &k, int64_t t, float v) {
+    const float w = c.E.n ? ld_edit(k, c.E.rep, t, v) : v;
+    return t < c.lim && t != c.ban ? w : -INFINITY;
+}
+
+__device__ __forceinline__ int ld_kept(const ld_row_ctx &c, ld_walk &k, int64_t t, float *w, float *e) {
     const float v = __ldg(c.row + t);
-    *w = t < c.lim && t != c.ban ? v : -INFINITY;
+    *w = ld_w(c, k, t, v);
     *e = ld_exp(MUL(SUB(*w, c.wm), c.inv_t));
     return *e >= c.min_p && *e > 0.0f;
+}
+
+/* the value a key was made of (ld_key's inverse; a zero comes back +0) */
+__device__ __forceinline__ float ld_key_value(unsigned long long key) {
+    const unsigned u = ~(unsigned)(key >> 32);
+    return __uint_as_float((u >> 31) ? (u & 0x7fffffffu) : ~u);
 }
 
 __device__ void ld_descend(const ld_row_ctx &c, int mode, unsigned long long target, double lim,
@@ -330,12 +393,13 @@ __device__ void ld_descend(const ld_row_ctx &c, int mode, unsigned long long tar
          * with the same digit add theirs first (a term is at most 2^50, so
          * its low 26 bits and the rest, at most 2^24, each sum in 32 bits
          * over 32 lanes) */
+        ld_walk wk = ld_walk_at(c.E, c.w0);
         for (int64_t b = c.w0; b < c.w1; b += 32) {
             const int64_t t = b + lane;
             int dg = -1;
             unsigned long long qt = 0;
             float w, e;
-            if (t < c.w1 && ld_kept(c, t, &w, &e)) {
+            if (t < c.w1 && ld_kept(c, wk, t, &w, &e)) {
                 const unsigned long long k = ld_key(w, t);
                 if (k <= bound && (sh == 56 || (k >> (sh + 8)) == (pre >> (sh + 8))))
                     dg = (int)((k >> sh) & 255u), qt = (unsigned long long)__float2ll_rn(MUL(e, c.scale));
@@ -373,9 +437,10 @@ __device__ void ld_descend(const ld_row_ctx &c, int mode, unsigned long long tar
     }
     /* the bucket's one key: digits sh and up are pre's */
     const unsigned long long pre = s_pre;
+    ld_walk wk = ld_walk_at(c.E, c.w0);
     for (int64_t t = c.w0 + lane; t < c.w1; t += 32) {
         float w, e;
-        if (!ld_kept(c, t, &w, &e)) continue;
+        if (!ld_kept(c, wk, t, &w, &e)) continue;
         const unsigned long long k = ld_key(w, t);
         if (k <= bound && (k >> sh) == (pre >> sh))
             s_found = k, s_found_q = (unsigned long long)__float2ll_rn(MUL(e, c.scale));
@@ -388,6 +453,7 @@ __device__ void ld_descend(const ld_row_ctx &c, int mode, unsigned long long tar
 __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict__ x, int64_t V, int64_t lim,
                                                         int frac, int cap, int wide,
                                                         const di_row_draw *__restrict__ draws,
+                                                        const di_row_edit *__restrict__ edits, long long edit_base,
                                                         di_row_greedy *__restrict__ out) {
     __shared__ unsigned long long s_key[LD_NEAR];
     __shared__ unsigned long long s_red[LD_WARPS], s_wq[LD_WARPS];
@@ -402,15 +468,20 @@ __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict_
     const int64_t W = ((V + LD_WARPS - 1) / LD_WARPS + 31) & ~(int64_t)31; /* a warp's ids */
     const int64_t w0 = warp * W, w1 = w0 + W < V ? w0 + W : V;
     const int64_t ban = d.ban >= 0 && d.ban < lim ? d.ban : -1;
-#define LD_W(t, v) ((t) < lim && (t) != ban ? (v) : -INFINITY) /* the processed logit */
+    const ld_edits E = {d.n_edit > 0 && edits ? edits + (d.e0 - edit_base) : NULL, d.n_edit > 0 && edits ? d.n_edit : 0,
+                        d.rep};
+    ld_row_ctx cx = {row, w0, w1, lim, ban, -INFINITY, d.inv_t, d.min_p, 0.0f, E}; /* wm and scale below */
     /* pass 1: the processed row's maximum, the raw row's, any NaN */
     float wm = -INFINITY, am = -INFINITY;
     int nan = 0;
-    for (int64_t t = w0 + lane; t < w1; t += 32) {
-        const float v = __ldg(row + t);
-        nan |= v != v;
-        am = lg_max(am, v);
-        wm = lg_max(wm, LD_W(t, v));
+    {
+        ld_walk wk = ld_walk_at(E, w0);
+        for (int64_t t = w0 + lane; t < w1; t += 32) {
+            const float v = __ldg(row + t);
+            nan |= v != v;
+            am = lg_max(am, v);
+            wm = lg_max(wm, ld_w(cx, wk, t, v));
+        }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -432,16 +503,36 @@ __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict_
         if (tid == 0) g.sum = 0.0, out[r] = g;
         return;
     }
-    /* pass 2: the terms and their sums */
     const float scale = __int_as_float((127 + frac) << 23);
+    cx.wm = wm, cx.scale = scale;
+    if (d.greedy) {
+        /* the processed row's first maximum (the sampler's di_row_find) and
+         * the raw row's log-sum-exp terms */
+        long long first = LLONG_MAX;
+        unsigned long long ql = 0;
+        ld_walk wk = ld_walk_at(E, w0);
+        for (int64_t t = w0 + lane; t < w1; t += 32) {
+            const float v = __ldg(row + t);
+            if (ld_w(cx, wk, t, v) == wm && t < first) first = t;
+            ql += (unsigned long long)__float2ll_rn(MUL(lg_term(SUB(v, am)), scale));
+        }
+        const unsigned long long QL = ld_block_sum(ql, s_red);
+        first = ld_block_min(first, s_red);
+        if (tid == 0) {
+            g.sum = nan ? __longlong_as_double(0x7ff8000000000000ll) : ldexp(__ull2double_rn(QL), -frac);
+            g.token = (int32_t)first, g.max = row[first], out[r] = g;
+        }
+        return;
+    }
+    /* pass 2: the terms and their sums */
     const float cuts[DI_SAMPLER_CUTS] = {DI_SAMPLER_CUT0, DI_SAMPLER_CUT1, DI_SAMPLER_CUT2};
     const int filt = d.top_k > 0 || d.top_p < 1.0;
-    const ld_row_ctx cx = {row, w0, w1, lim, ban, wm, d.inv_t, d.min_p, scale}; /* the later passes' */
     unsigned long long q = 0, ql = 0, nq[DI_SAMPLER_CUTS] = {0, 0, 0}, nn[DI_SAMPLER_CUTS] = {0, 0, 0}, kc = 0;
     long long last = -1;
+    ld_walk wk2 = ld_walk_at(E, w0);
     for (int64_t t = w0 + lane; t < w1; t += 32) {
         const float v = __ldg(row + t);
-        const float e = ld_exp(MUL(SUB(LD_W(t, v), wm), d.inv_t));
+        const float e = ld_exp(MUL(SUB(ld_w(cx, wk2, t, v), wm), d.inv_t));
         const int kept = e >= d.min_p && e > 0.0f;
         const unsigned long long qt = kept ? (unsigned long long)__float2ll_rn(MUL(e, scale)) : 0ull;
         q += qt;
@@ -473,11 +564,12 @@ __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict_
         __syncthreads();
         if (__ull2double_rn(ex + wq) > lim_d && !(__ull2double_rn(ex) > lim_d)) {
             unsigned long long run = ex;
+            ld_walk wk = ld_walk_at(E, w0);
             for (int64_t b = w0; b < w1; b += 32) {
                 const int64_t t = b + lane;
                 unsigned long long qt = 0;
                 float w, e;
-                if (t < w1 && ld_kept(cx, t, &w, &e)) qt = (unsigned long long)__float2ll_rn(MUL(e, scale));
+                if (t < w1 && ld_kept(cx, wk, t, &w, &e)) qt = (unsigned long long)__float2ll_rn(MUL(e, scale));
                 unsigned long long inc = qt;
 #pragma unroll
                 for (int o = 1; o < 32; o <<= 1) {
@@ -536,9 +628,12 @@ __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict_
     if (tid == 0) s_n = 0;
     __syncthreads();
     /* pass 4: gather the near set */
-    for (int64_t t = w0 + lane; t < w1; t += 32) {
-        float w, e;
-        if (ld_kept(cx, t, &w, &e) && e > cut) s_key[atomicAdd(&s_n, 1)] = ld_key(w, t);
+    {
+        ld_walk wk = ld_walk_at(E, w0);
+        for (int64_t t = w0 + lane; t < w1; t += 32) {
+            float w, e;
+            if (ld_kept(cx, wk, t, &w, &e) && e > cut) s_key[atomicAdd(&s_n, 1)] = ld_key(w, t);
+        }
     }
     __syncthreads();
     const int n = s_n;
@@ -566,7 +661,7 @@ __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict_
         const int j = tid * LD_PER + k;
         unsigned long long qt = 0;
         if (j < L) {
-            const float e = ld_exp(MUL(SUB(row[(unsigned)s_key[j]], wm), d.inv_t));
+            const float e = ld_exp(MUL(SUB(ld_key_value(s_key[j]), wm), d.inv_t)); /* the processed logit */
             qt = (unsigned long long)__float2ll_rn(MUL(e, scale));
         }
         own += qt;
@@ -617,11 +712,11 @@ __global__ void __launch_bounds__(LD_THREADS) k_lg_draw(const float *__restrict_
         const unsigned t = (unsigned)s_key[j];
         g.token = (int32_t)t, g.max = row[t], out[r] = g;
     }
-#undef LD_W
 }
 
 extern "C" di_status cuda_op_logits_draw(const float *x, int64_t m, int64_t V, int64_t lim, const di_row_draw *draws,
-                                         di_row_greedy *out, di_err *err) {
+                                         const di_row_edit *edits, int64_t edit_base, di_row_greedy *out,
+                                         di_err *err) {
     if (m <= 0) return DI_OK;
     if (V <= 0 || V > INT32_MAX) return di_err_set(err, DI_ERR_INVALID_ARG, "logits_draw: rows of %lld logits", (long long)V);
     if (lim > V) lim = V;
@@ -634,6 +729,7 @@ extern "C" di_status cuda_op_logits_draw(const float *x, int64_t m, int64_t V, i
     long cap = cuda_env_long("DI_CUDA_DRAW_NEAR", LD_NEAR, &near_env);
     cap = cap < 1 ? 1 : cap > LD_NEAR ? LD_NEAR : cap;
     const int wide = cuda_env_long("DI_CUDA_DRAW_WIDE", 1, &wide_env) != 0;
-    k_lg_draw<<<(unsigned)m, LD_THREADS>>>(x, V, lim, di_row_sum_frac_bits(V), (int)cap, wide, draws, out);
+    k_lg_draw<<<(unsigned)m, LD_THREADS>>>(x, V, lim, di_row_sum_frac_bits(V), (int)cap, wide, draws, edits,
+                                           (long long)edit_base, out);
     return cuda_check_launch(err, "logits_draw");
 }

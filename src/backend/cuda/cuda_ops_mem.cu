@@ -44,6 +44,10 @@ extern "C" di_status cuda_mem_fill_async(void *p, int byte, size_t bytes, di_err
     return cuda_check(cudaMemsetAsync(p, byte, bytes, 0), err, "cudaMemsetAsync");
 }
 
+extern "C" di_status cuda_mem_upload_async(void *dst, const void *src, size_t bytes, di_err *err) {
+    return cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, 0), err, "cudaMemcpyAsync (upload)");
+}
+
 /* One block per copy: 16-byte moves when both ends and the size allow
  * (rows of floats always do), bytes otherwise. A queued copy's ranges never
  * overlap (cu_copy runs such a copy at once), so a thread's 4 loads are
