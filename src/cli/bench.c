@@ -37,6 +37,8 @@ static void usage(FILE *out) {
             "  --svg FILE            plot: t/s against batch size and against context length\n"
             "  --temp T, --top-p P, --top-k K\n"
             "                        sampling of every request (default greedy: --temp 0); seeded\n"
+            "  --repetition-penalty R, --presence-penalty P, --frequency-penalty F\n"
+            "                        penalties of every request (default none)\n"
             "  LIST: comma-separated values, or FIRST-LAST[*MULT] (e.g. 1-64*2)\n"
             "%s",
             cli_engine_args_usage);
@@ -88,6 +90,8 @@ typedef struct bench_row {
     int n_samples;
     double mean, sd;
     double warmup; /* the warm-up run's t/s; < 0 when left out */
+    double fwd_ms, host_ms; /* tg: the last run's decode steps, ms a step in the backend's
+                               passes and in host work (di_engine_stats); < 0 for pp */
 } bench_row;
 
 static uint64_t rng_next(uint64_t *s) {
@@ -96,7 +100,7 @@ static uint64_t rng_next(uint64_t *s) {
 }
 
 /* The requests' sampling (--temp, --top-p, --top-k; greedy by default). */
-static double g_temp = 0.0, g_top_p = 1.0;
+static double g_temp = 0.0, g_top_p = 1.0, g_rep = 1.0, g_pres = 0.0, g_freq = 0.0;
 static int64_t g_top_k = 0;
 
 /* Submits b requests of n_prompt pseudo-random ids; ids into req. */
@@ -109,6 +113,9 @@ static int submit(di_engine *e, int64_t vocab, int32_t eos, int64_t b, int64_t n
     p.temperature = g_temp;
     p.top_p = g_top_p;
     p.top_k = (int32_t)g_top_k;
+    p.repetition_penalty = g_rep;
+    p.presence_penalty = g_pres;
+    p.frequency_penalty = g_freq;
     p.has_seq_seed = 1;
     p.ignore_eos = 1;
     p.max_tokens = n_gen;
@@ -129,7 +136,7 @@ static int submit(di_engine *e, int64_t vocab, int32_t eos, int64_t b, int64_t n
 }
 
 /* One run; returns tokens/s, or -1 on failure. */
-static double run_once(di_engine *e, const di_engine_info *info, const bench_row *r, uint64_t *rng) {
+static double run_once(di_engine *e, const di_engine_info *info, bench_row *r, uint64_t *rng) {
     uint64_t *req = calloc((size_t)r->batch, sizeof *req);
     if (!req) return -1;
     int is_pp = r->n_gen == 0;
@@ -139,6 +146,7 @@ static double run_once(di_engine *e, const di_engine_info *info, const bench_row
     if (submit(e, info->vocab_size, info->eos_id, r->batch, n_prompt, n_gen, req, rng)) goto out;
     double t0 = cli_now_s(), t1 = 0;
     uint64_t g1 = 0;
+    di_engine_stats s1 = {0}, s2 = {0};
     size_t active = 1;
     while (active) {
         if (di_engine_step(e, &active)) {
@@ -154,10 +162,16 @@ static double run_once(di_engine *e, const di_engine_info *info, const bench_row
                 all &= c.n_tokens >= 1;
                 g += c.n_tokens;
             }
-            if (all) t1 = cli_now_s(), g1 = g;
+            if (all) t1 = cli_now_s(), g1 = g, di_engine_get_stats(e, &s1);
         }
     }
     double t2 = cli_now_s();
+    di_engine_get_stats(e, &s2);
+    r->fwd_ms = r->host_ms = -1;
+    if (!is_pp && s2.steps > s1.steps) {
+        r->fwd_ms = 1e3 * (s2.forward_s - s1.forward_s) / (double)(s2.steps - s1.steps);
+        r->host_ms = 1e3 * (s2.host_s - s1.host_s) / (double)(s2.steps - s1.steps);
+    }
     /* the tokens made, counted (a failed sequence, or one cut at
      * max_model_len, ends early) */
     uint64_t made = 0;
@@ -217,8 +231,10 @@ static void print_json(const bench_row *rows, int n, const char *model, int thre
         for (int k = 0; k < r->n_samples; k++) printf(k ? ", %.6f" : "%.6f", r->samples[k]);
         printf("]");
         if (r->warmup >= 0) printf(", \"warmup_ts\": %.6f", r->warmup);
-        printf(", \"temperature\": %.17g, \"top_p\": %.17g, \"top_k\": %lld}%s\n", g_temp, g_top_p, (long long)g_top_k,
-               i + 1 < n ? "," : "");
+        if (r->fwd_ms >= 0) printf(", \"forward_ms_step\": %.4f, \"host_ms_step\": %.4f", r->fwd_ms, r->host_ms);
+        printf(", \"temperature\": %.17g, \"top_p\": %.17g, \"top_k\": %lld, \"repetition_penalty\": %.17g, "
+               "\"presence_penalty\": %.17g, \"frequency_penalty\": %.17g}%s\n",
+               g_temp, g_top_p, (long long)g_top_k, g_rep, g_pres, g_freq, i + 1 < n ? "," : "");
     }
     printf("]\n");
 }
@@ -371,6 +387,12 @@ int cli_bench(int argc, char **argv) {
             if (cli_parse_f64(CMD, f, argv[++i], 1e-9, 1.0, &g_top_p)) return 2;
         } else if (has && !strcmp(f, "--top-k")) {
             if (cli_parse_i64(CMD, f, argv[++i], 0, INT32_MAX, &g_top_k)) return 2;
+        } else if (has && !strcmp(f, "--repetition-penalty")) {
+            if (cli_parse_f64(CMD, f, argv[++i], 1e-9, 2.0, &g_rep)) return 2;
+        } else if (has && !strcmp(f, "--presence-penalty")) {
+            if (cli_parse_f64(CMD, f, argv[++i], -2.0, 2.0, &g_pres)) return 2;
+        } else if (has && !strcmp(f, "--frequency-penalty")) {
+            if (cli_parse_f64(CMD, f, argv[++i], -2.0, 2.0, &g_freq)) return 2;
         }
         else if (!strcmp(f, "--no-warmup")) warmup = 0;
         else {
@@ -423,10 +445,14 @@ int cli_bench(int argc, char **argv) {
             r->samples[r->n_samples++] = t;
         }
         stats(r);
+        char split[96] = "";
+        if (r->fwd_ms >= 0)
+            snprintf(split, sizeof split, "; a decode step %.2f ms in the forward, %.2f ms of host work", r->fwd_ms,
+                     r->host_ms);
         if (r->warmup >= 0)
-            fprintf(stderr, "  %s, batch %lld: %.2f t/s (warm-up run %.2f t/s)\n", r->test, (long long)r->batch, r->mean,
-                    r->warmup);
-        else fprintf(stderr, "  %s, batch %lld: %.2f t/s\n", r->test, (long long)r->batch, r->mean);
+            fprintf(stderr, "  %s, batch %lld: %.2f t/s (warm-up run %.2f t/s)%s\n", r->test, (long long)r->batch,
+                    r->mean, r->warmup, split);
+        else fprintf(stderr, "  %s, batch %lld: %.2f t/s%s\n", r->test, (long long)r->batch, r->mean, split);
     }
     if (as_json) print_json(rows, n_rows, model, info.n_threads);
     else print_md(rows, n_rows, model, info.n_threads);

@@ -51,9 +51,17 @@ def test_sampling_flags():
                           "--top-p", "0.9", "--top-k", "20").stdout)
     assert [r["test"] for r in rows] == ["tg4", "tg4"] and all(r["avg_ts"] > 0 for r in rows)
     assert all((r["temperature"], r["top_p"], r["top_k"]) == (0.8, 0.9, 20) for r in rows)
+    assert all(r["forward_ms_step"] > 0 and r["host_ms_step"] >= 0 for r in rows)  # where a decode step goes
     greedy = json.loads(run("bench", "-p", "0", "-n", "2", "-r", "1", "-o", "json").stdout)
     assert (greedy[0]["temperature"], greedy[0]["top_p"], greedy[0]["top_k"]) == (0, 1, 0)
-    for flag, val in (("--temp", "-1"), ("--top-p", "0"), ("--top-p", "1.5"), ("--top-k", "-2")):
+    pen = json.loads(run("bench", "-p", "0", "-n", "3", "-r", "1", "-o", "json", "--temp", "0.7",
+                         "--repetition-penalty", "1.2", "--presence-penalty", "0.5", "--frequency-penalty",
+                         "-0.25").stdout)
+    assert (pen[0]["repetition_penalty"], pen[0]["presence_penalty"], pen[0]["frequency_penalty"]) == (1.2, 0.5, -0.25)
+    assert (greedy[0]["repetition_penalty"], greedy[0]["presence_penalty"], greedy[0]["frequency_penalty"]) == (1, 0, 0)
+    for flag, val in (("--temp", "-1"), ("--top-p", "0"), ("--top-p", "1.5"), ("--top-k", "-2"),
+                      ("--repetition-penalty", "0"), ("--repetition-penalty", "2.5"), ("--presence-penalty", "3"),
+                      ("--frequency-penalty", "-2.5")):
         p = run("bench", flag, val, check=False)
         assert p.returncode == 2 and flag + ": expected" in p.stderr, (flag, val, p.stderr)
 
@@ -62,5 +70,6 @@ def test_no_warmup():
     rows = json.loads(run("bench", "-p", "8", "-n", "2", "-r", "1", "--no-warmup", "-o", "json").stdout)
     assert [r["test"] for r in rows] == ["pp8", "tg2"]
     assert all("warmup_ts" not in r and len(r["samples_ts"]) == 1 for r in rows)
+    assert "forward_ms_step" not in rows[0] and rows[1]["forward_ms_step"] > 0  # tg rows only
     err = run("bench", "-p", "8", "-n", "0", "-r", "1").stderr
     assert re.search(r"pp8, batch 1: [\d.]+ t/s \(warm-up run [\d.]+ t/s\)", err)
