@@ -92,6 +92,7 @@ typedef struct bench_row {
     double warmup; /* the warm-up run's t/s; < 0 when left out */
     double fwd_ms, host_ms; /* tg: the last run's decode steps, ms a step in the backend's
                                passes and in host work (di_engine_stats); < 0 for pp */
+    int64_t made;           /* tg: the tokens the last run's window counted; < 0 for pp */
 } bench_row;
 
 static uint64_t rng_next(uint64_t *s) {
@@ -135,17 +136,32 @@ static int submit(di_engine *e, int64_t vocab, int32_t eos, int64_t b, int64_t n
     return 0;
 }
 
-/* One run; returns tokens/s, or -1 on failure. */
+/* One run; returns tokens/s, or -1 on failure. A tg run measures the whole
+ * batch decoding: every sequence gets room for n_gen tokens past the step
+ * in which the last prefill is done (a long prefill of many sequences lets
+ * the first ones decode meanwhile: the steps it can take, capped by the
+ * model length, are added to their budget), the timed window runs from
+ * that step until each sequence has made n_gen more, and the sequences are
+ * then ended. Before, the window ran until the sequences finished their
+ * n_gen tokens, so a batch whose prefill outlasted them was timed
+ * shrinking. */
 static double run_once(di_engine *e, const di_engine_info *info, bench_row *r, uint64_t *rng) {
     uint64_t *req = calloc((size_t)r->batch, sizeof *req);
-    if (!req) return -1;
+    int64_t *c0 = calloc((size_t)r->batch, sizeof *c0); /* tg: each sequence's tokens when the window opens */
+    double tps = -1;
+    if (!req || !c0) goto out;
     int is_pp = r->n_gen == 0;
     int64_t n_prompt = is_pp ? r->n_prompt : (r->depth > 0 ? r->depth : 1);
-    int64_t n_gen = is_pp ? 1 : r->n_gen;
-    double tps = -1;
-    if (submit(e, info->vocab_size, info->eos_id, r->batch, n_prompt, n_gen, req, rng)) goto out;
-    double t0 = cli_now_s(), t1 = 0;
-    uint64_t g1 = 0;
+    int64_t n_gen = is_pp ? 1 : r->n_gen, room = n_gen;
+    if (!is_pp) {
+        const int64_t held = r->batch < info->max_batch ? r->batch : info->max_batch;
+        const int64_t per = info->max_tokens_per_step - held > 0 ? info->max_tokens_per_step - held : 1;
+        const int64_t slack = (r->batch * n_prompt + per - 1) / per + 8, cap = info->max_model_len - n_prompt - n_gen;
+        room = n_gen + (slack < cap ? slack : cap > 0 ? cap : 0);
+    }
+    if (submit(e, info->vocab_size, info->eos_id, r->batch, n_prompt, room, req, rng)) goto out;
+    double t0 = cli_now_s(), t1 = 0, t2 = 0;
+    uint64_t made = 0;
     di_engine_stats s1 = {0}, s2 = {0};
     size_t active = 1;
     while (active) {
@@ -153,43 +169,62 @@ static double run_once(di_engine *e, const di_engine_info *info, bench_row *r, u
             fprintf(stderr, "deepinfer " CMD ": %s\n", di_last_error());
             goto out;
         }
-        if (!is_pp && t1 == 0) { /* decode timing starts when every prefill is done */
-            uint64_t g = 0;
-            int all = 1;
-            for (int64_t k = 0; k < r->batch; k++) {
-                di_completion c;
-                di_engine_get_completion(e, req[k], 0, &c);
-                all &= c.n_tokens >= 1;
-                g += c.n_tokens;
+        if (is_pp || t2 > 0) continue;
+        int all = 1;
+        uint64_t got = 0;
+        for (int64_t k = 0; k < r->batch; k++) {
+            di_completion c;
+            di_engine_get_completion(e, req[k], 0, &c);
+            if (c.finish_reason == DI_FINISH_ERROR) {
+                fprintf(stderr, "deepinfer " CMD ": a sequence failed: %s\n", c.error ? c.error : "(no message)");
+                goto out;
             }
-            if (all) t1 = cli_now_s(), g1 = g, di_engine_get_stats(e, &s1);
+            const int64_t n = (int64_t)c.n_tokens;
+            if (t1 == 0) {
+                all &= n >= 1;
+                c0[k] = n;
+            } else {
+                const int64_t d = n - c0[k] < n_gen ? n - c0[k] : n_gen;
+                all &= d >= n_gen || c.finish_reason != DI_FINISH_NONE;
+                got += (uint64_t)d;
+            }
         }
+        if (!all) continue;
+        if (t1 == 0) { /* every prefill done: the window opens */
+            t1 = cli_now_s();
+            di_engine_get_stats(e, &s1);
+            continue;
+        }
+        t2 = cli_now_s(); /* n_gen more tokens each: the window closes, the rest is ended */
+        made = got;
+        di_engine_get_stats(e, &s2);
+        for (int64_t k = 0; k < r->batch; k++) di_engine_abort(e, req[k]);
     }
-    double t2 = cli_now_s();
-    di_engine_get_stats(e, &s2);
+    if (is_pp) {
+        tps = (double)(r->batch * r->n_prompt) / (cli_now_s() - t0);
+        for (int64_t k = 0; k < r->batch; k++) { /* a failed sequence fails the run */
+            di_completion c;
+            di_engine_get_completion(e, req[k], 0, &c);
+            if (c.finish_reason == DI_FINISH_ERROR) {
+                fprintf(stderr, "deepinfer " CMD ": a sequence failed: %s\n", c.error ? c.error : "(no message)");
+                tps = -1;
+                goto out;
+            }
+        }
+    } else {
+        tps = t2 > t1 && t1 > 0 ? (double)made / (t2 - t1) : 0;
+    }
+    r->made = is_pp ? -1 : (int64_t)made;
     r->fwd_ms = r->host_ms = -1;
     if (!is_pp && s2.steps > s1.steps) {
         r->fwd_ms = 1e3 * (s2.forward_s - s1.forward_s) / (double)(s2.steps - s1.steps);
         r->host_ms = 1e3 * (s2.host_s - s1.host_s) / (double)(s2.steps - s1.steps);
     }
-    /* the tokens made, counted (a failed sequence, or one cut at
-     * max_model_len, ends early) */
-    uint64_t made = 0;
-    for (int64_t k = 0; k < r->batch; k++) {
-        di_completion c;
-        di_engine_get_completion(e, req[k], 0, &c);
-        if (c.finish_reason == DI_FINISH_ERROR) {
-            fprintf(stderr, "deepinfer " CMD ": a sequence failed: %s\n", c.error ? c.error : "(no message)");
-            goto out;
-        }
-        made += c.n_tokens;
-    }
-    if (is_pp) tps = (double)(r->batch * r->n_prompt) / (t2 - t0);
-    else tps = t2 > t1 && t1 > 0 && made > g1 ? (double)(made - g1) / (t2 - t1) : 0;
 out:
-    for (int64_t k = 0; k < r->batch; k++)
+    for (int64_t k = 0; req && k < r->batch; k++)
         if (req[k]) di_engine_release(e, req[k]);
     free(req);
+    free(c0);
     return tps;
 }
 
@@ -232,6 +267,7 @@ static void print_json(const bench_row *rows, int n, const char *model, int thre
         printf("]");
         if (r->warmup >= 0) printf(", \"warmup_ts\": %.6f", r->warmup);
         if (r->fwd_ms >= 0) printf(", \"forward_ms_step\": %.4f, \"host_ms_step\": %.4f", r->fwd_ms, r->host_ms);
+        if (r->made >= 0) printf(", \"tokens_timed\": %lld", (long long)r->made);
         printf(", \"temperature\": %.17g, \"top_p\": %.17g, \"top_k\": %lld, \"repetition_penalty\": %.17g, "
                "\"presence_penalty\": %.17g, \"frequency_penalty\": %.17g}%s\n",
                g_temp, g_top_p, (long long)g_top_k, g_rep, g_pres, g_freq, i + 1 < n ? "," : "");

@@ -73,3 +73,17 @@ def test_no_warmup():
     assert "forward_ms_step" not in rows[0] and rows[1]["forward_ms_step"] > 0  # tg rows only
     err = run("bench", "-p", "8", "-n", "0", "-r", "1").stderr
     assert re.search(r"pp8, batch 1: [\d.]+ t/s \(warm-up run [\d.]+ t/s\)", err)
+
+
+def test_tg_window_holds_the_whole_batch():
+    """A tg test times the whole batch decoding: with a step budget that
+    makes the prefill of 6 sequences of 24 tokens outlast their 4 tokens,
+    every sequence still makes its 4 tokens inside the window (6 x 4
+    counted); pp rows count no window."""
+    for step_tokens in ("16", "512"):
+        rows = json.loads(run("bench", "-p", "8", "-n", "4", "-d", "24", "-b", "6", "-r", "1", "-o", "json",
+                              "--step-tokens", step_tokens).stdout)
+        pp, tg = rows
+        assert "tokens_timed" not in pp and tg["tokens_timed"] == 6 * 4, (step_tokens, tg)
+        assert tg["avg_ts"] > 0 and tg["forward_ms_step"] > 0
+
