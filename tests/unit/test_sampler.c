@@ -912,7 +912,9 @@ static void test_row_edits_steps(void) {
             nb = draw_edits(&p, &in, b, 300);
             CHECKF(na == nb && !memcmp(a, b, (size_t)na * sizeof *a), "case %d at %lld outputs: %lld against %lld",
                    k, (long long)n, (long long)na, (long long)nb);
-            for (int64_t j = 1; j < na; j++) CHECK(a[j].id > a[j - 1].id);
+            int asc = 1;
+            for (int64_t j = 1; j < na; j++) asc &= a[j].id > a[j - 1].id;
+            CHECK(asc);
             int stop_banned = 0;
             for (int64_t j = 0; j < na; j++) stop_banned |= (a[j].flags & DI_EDIT_BAN) != 0;
             CHECK_EQ_INT(stop_banned, n < p.min_tokens);
