@@ -2,7 +2,10 @@
  * fake runner (logits hashed from each sequence's tokens), so any sampling
  * settings, prompt ids, stop ids, logit biases and memory budgets are
  * tried; with the embedded default tokenizer (first byte odd) also stop
- * strings, constraints, think blocks and thinking budgets. A refused request must carry a message; an accepted one must
+ * strings, constraints, think blocks and thinking budgets; with the first
+ * byte's second bit the runner delivers rows by need, drawing rows itself
+ * (the plain reference, tests/unit/draw_ref.h) with their edit lists, which
+ * must be in range and ascending. A refused request must carry a message; an accepted one must
  * finish within its token limit with a known finish reason, and every
  * byte of state memory must come back. */
 #include <math.h>
@@ -12,6 +15,8 @@
 
 #include "engine/engine.h"
 #include "model/default_model.h"
+
+#include "../unit/draw_ref.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -49,6 +54,37 @@ static di_status f_forward(void *ctx, const di_runner_seq *seqs, int n, float *l
 }
 static const di_runner_ops ops = {.state_bytes = f_bytes, .state_new = f_new, .state_free = f_free,
                                   .forward = f_forward};
+
+/* Rows by need over the same logits: the wanted rows' logits, greedy
+ * summaries, or draws (near sets wider than 6 left to the host) */
+static di_status f_forward_rows(void *ctx, const di_runner_seq *seqs, int n, float *logits, const di_fwd_out *out,
+                                di_err *err) {
+    float *all = malloc((size_t)(n ? n : 1) * FV * sizeof *all);
+    if (!all) return di_err_set(err, DI_ERR_NOMEM, "oom");
+    di_status st = f_forward(ctx, seqs, n, all, 0, err);
+    for (int i = 0; i < n && !st; i++) {
+        const di_row_want *w = &out->want[i];
+        const float *x = all + (size_t)i * FV;
+        if (w->mode == DI_ROW_LOGITS) {
+            memcpy(logits + (size_t)i * FV, x, FV * sizeof *x);
+        } else if (w->mode == DI_ROW_GREEDY) {
+            di_row_greedy_of(x, FV, out->lim, w->ban, &out->greedy[i]);
+        } else if (w->mode == DI_ROW_DRAW) {
+            const di_row_draw *d = &w->draw;
+            if (d->n_edit < 0 || d->e0 < 0 || d->e0 + d->n_edit > out->n_edits || (d->n_edit && !out->edits)) abort();
+            for (int32_t j = 0; j < d->n_edit; j++) {
+                const int32_t id = out->edits[d->e0 + j].id;
+                if (id < 0 || id >= FV || (j && id <= out->edits[d->e0 + j - 1].id)) abort();
+            }
+            if (!draw_ref(x, FV, out->lim, d, out->edits, 6, &out->greedy[i])) st = DI_ERR_NOMEM;
+            if (out->greedy[i].pad) memcpy(logits + (size_t)i * FV, x, FV * sizeof *x);
+        }
+    }
+    free(all);
+    return st;
+}
+static const di_runner_ops ops_rows = {.state_bytes = f_bytes, .state_new = f_new, .state_free = f_free,
+                                       .forward = f_forward, .forward_rows = f_forward_rows};
 
 typedef struct reader {
     const uint8_t *p;
@@ -88,8 +124,10 @@ static const di_tokenizer *default_tokenizer(void) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     reader rd = {data, size};
-    const di_tokenizer *tok = take(&rd, 1) & 1 ? default_tokenizer() : NULL;
-    di_runner runner = {&ops, NULL, FV, 0};
+    const uint32_t first = take(&rd, 1);
+    const di_tokenizer *tok = first & 1 ? default_tokenizer() : NULL;
+    const int rows = (first >> 1) & 1; /* rows by need, draws by the runner */
+    di_runner runner = {rows ? &ops_rows : &ops, NULL, FV, rows};
     di_engine_cfg cfg = {.max_model_len = 16 + take(&rd, 1), .max_batch = 1 + (int)take(&rd, 1) % 8,
                          .budget = 1 + take(&rd, 1) % 64, .max_chunk = take(&rd, 1) % 16,
                          .memory_limit = 256 + 64 * (uint64_t)take(&rd, 1), .async = (int)take(&rd, 1) & 1,
