@@ -136,6 +136,14 @@ static int submit(di_engine *e, int64_t vocab, int32_t eos, int64_t b, int64_t n
     return 0;
 }
 
+/* Request id's completion into c; 1 (and the error printed) when it failed */
+static int get_done(di_engine *e, uint64_t id, di_completion *c) {
+    di_engine_get_completion(e, id, 0, c);
+    if (c->finish_reason != DI_FINISH_ERROR) return 0;
+    fprintf(stderr, "deepinfer " CMD ": a sequence failed: %s\n", c->error ? c->error : "(no message)");
+    return 1;
+}
+
 /* One run; returns tokens/s, or -1 on failure. A tg run measures the whole
  * batch decoding: every sequence gets room for n_gen tokens past the step
  * in which the last prefill is done (a long prefill of many sequences lets
@@ -174,11 +182,7 @@ static double run_once(di_engine *e, const di_engine_info *info, bench_row *r, u
         uint64_t got = 0;
         for (int64_t k = 0; k < r->batch; k++) {
             di_completion c;
-            di_engine_get_completion(e, req[k], 0, &c);
-            if (c.finish_reason == DI_FINISH_ERROR) {
-                fprintf(stderr, "deepinfer " CMD ": a sequence failed: %s\n", c.error ? c.error : "(no message)");
-                goto out;
-            }
+            if (get_done(e, req[k], &c)) goto out;
             const int64_t n = (int64_t)c.n_tokens;
             if (t1 == 0) {
                 all &= n >= 1;
@@ -201,16 +205,12 @@ static double run_once(di_engine *e, const di_engine_info *info, bench_row *r, u
         for (int64_t k = 0; k < r->batch; k++) di_engine_abort(e, req[k]);
     }
     if (is_pp) {
-        tps = (double)(r->batch * r->n_prompt) / (cli_now_s() - t0);
+        const double t = cli_now_s() - t0;
         for (int64_t k = 0; k < r->batch; k++) { /* a failed sequence fails the run */
             di_completion c;
-            di_engine_get_completion(e, req[k], 0, &c);
-            if (c.finish_reason == DI_FINISH_ERROR) {
-                fprintf(stderr, "deepinfer " CMD ": a sequence failed: %s\n", c.error ? c.error : "(no message)");
-                tps = -1;
-                goto out;
-            }
+            if (get_done(e, req[k], &c)) goto out;
         }
+        tps = (double)(r->batch * r->n_prompt) / t;
     } else {
         tps = t2 > t1 && t1 > 0 ? (double)made / (t2 - t1) : 0;
     }

@@ -107,21 +107,22 @@ di_status di_engine_init(di_engine *e, const di_runner *r, const di_tokenizer *t
     return DI_OK;
 }
 
+/* p (NULL allowed) given back through the runner's op free_op, or free() where it has none */
+static void runner_free(const di_engine *e, void (*free_op)(void *, void *), void *p) {
+    if (!p) return;
+    if (free_op) free_op(e->runner.ctx, p);
+    else free(p);
+}
+
 /* The step's edit list (edits_reserve) given back */
 static void edits_release(di_engine *e) {
-    if (e->edits) {
-        if (e->runner.ops && e->runner.ops->host_free) e->runner.ops->host_free(e->runner.ctx, e->edits);
-        else free(e->edits);
-    }
+    runner_free(e, e->runner.ops ? e->runner.ops->host_free : NULL, e->edits);
     e->edits = NULL;
     e->cap_edits = 0;
 }
 
 static void logits_release(di_engine *e) {
-    if (e->logits) {
-        if (e->runner.ops && e->runner.ops->logits_free) e->runner.ops->logits_free(e->runner.ctx, e->logits);
-        else free(e->logits);
-    }
+    runner_free(e, e->runner.ops ? e->runner.ops->logits_free : NULL, e->logits);
     e->logits = NULL;
     e->logits_cap = 0;
 }
@@ -649,6 +650,15 @@ static void retire_and_complete(di_engine *e) {
 
 static size_t active(const di_engine *e) { return (size_t)(e->n_total - e->n_finished); }
 
+/* The sampling input of item i's last row, as far as the row's want and
+ * edits need it (no mask or forced token: those rows take the logits) */
+static di_sample_in item_in(const di_engine *e, size_t i) {
+    const di_seq *s = e->items[i].seq;
+    const di_request *r = s->req;
+    return (di_sample_in){.prompt = r->prompt, .n_prompt = r->n_prompt, .output = s->tokens + r->n_prompt,
+                          .n_output = di_seq_n_output(s), .forced = -1, .stream = (uint64_t)s->index};
+}
+
 /* What the step's sampling will need of the item's last row, decided before
  * the forward from what the post-processing running beside it cannot change
  * (it only ends sequences, moves the thinking state and the constraint,
@@ -659,7 +669,8 @@ static size_t active(const di_engine *e) { return (size_t)(e->n_total - e->n_fin
  * without top logprobs (n_edit = -1 where its bias, stop ids or penalties
  * need a list of edited ids: edits_build writes them), the logits
  * otherwise. */
-static di_row_want row_want(const di_engine *e, const di_sched_item *it) {
+static di_row_want row_want(const di_engine *e, size_t i) {
+    const di_sched_item *it = &e->items[i];
     const di_seq *s = it->seq;
     const di_request *r = s->req;
     di_row_want w = {.mode = DI_ROW_NONE, .ban = -1};
@@ -669,20 +680,11 @@ static di_row_want row_want(const di_engine *e, const di_sched_item *it) {
     const int32_t ban = di_sampler_greedy_ban(&r->sp, di_seq_n_output(s));
     if (ban >= -1) return (di_row_want){.mode = DI_ROW_GREEDY, .ban = ban};
     /* a draw without a mask or forced token (excluded above) */
-    const di_sample_in in = {.prompt = r->prompt, .n_prompt = r->n_prompt, .output = s->tokens + r->n_prompt,
-                             .n_output = di_seq_n_output(s), .forced = -1, .stream = (uint64_t)s->index};
+    const di_sample_in in = item_in(e, i);
     if (!e->draws_on || !di_sampler_draw_spec(&r->sp, &in, &w.draw)) return w;
     if (di_sampler_needs_edits(&r->sp, &in)) w.draw.n_edit = -1; /* its list: edits_build */
     w.mode = DI_ROW_DRAW;
     return w;
-}
-
-/* The sampling input of item i's last row, for its edits */
-static di_sample_in edits_in(const di_engine *e, size_t i) {
-    const di_seq *s = e->items[i].seq;
-    const di_request *r = s->req;
-    return (di_sample_in){.prompt = r->prompt, .n_prompt = r->n_prompt, .output = s->tokens + r->n_prompt,
-                          .n_output = di_seq_n_output(s), .forced = -1, .stream = (uint64_t)s->index};
 }
 
 /* The draws' edit lists, on the sampling threads: each sequence's list
@@ -702,7 +704,7 @@ static void edits_rows(void *ctx, int64_t begin, int64_t end, int thread) {
         di_row_want *w = &e->want[i];
         if (w->mode != DI_ROW_DRAW || w->draw.n_edit >= 0) continue;
         di_seq *s = e->items[i].seq;
-        const di_sample_in in = edits_in(e, (size_t)i);
+        const di_sample_in in = item_in(e, (size_t)i);
         if (c->phase == 0) {
             if (di_seq_edits_update(&s->edits, &s->req->sp, &in) == 1) w->draw.e0 = s->edits.n;
             else w->mode = DI_ROW_LOGITS, w->draw.n_edit = 0; /* no list form, or no memory: the host's */
@@ -784,7 +786,7 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
     }
     const int by_rows = e->rows_on && !all_rows;
     if (by_rows) {
-        for (size_t i = 0; i < n; i++) e->want[i] = row_want(e, &e->items[i]);
+        for (size_t i = 0; i < n; i++) e->want[i] = row_want(e, i);
         edits_build(e, n);
     }
     double t_plan = di_now_s() - t_step;
