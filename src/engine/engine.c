@@ -811,6 +811,8 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
     }
     if (n && job.st) {
         *err = job.err;
+        /* a runner that fails without a message still fails the step */
+        if (err->code == DI_OK) di_err_set(err, job.st, "the runner gave no message");
         return di_err_prefix(err, "forward of a %lld-token batch: ", (long long)rows);
     }
     double t_samp = di_now_s();
