@@ -301,6 +301,34 @@ static void test_invariance(void) {
            (long long)g_rows_edited, (long long)g_rows_logits, (long long)g_rows_none);
 }
 
+/* A runner whose forward fails without a message still fails the step
+ * (with a message of the engine's), once, not a step that spins. */
+static di_status f_forward_mute(void *ctx, const di_runner_seq *seqs, int n, float *logits, int all_rows,
+                                di_err *err) {
+    return DI_ERR_BACKEND;
+}
+static void test_runner_mute_failure(void) {
+    static const di_runner_ops mute_ops = {.state_bytes = f_bytes, .state_new = f_new, .state_free = f_free,
+                                           .forward = f_forward_mute};
+    di_runner r = {&mute_ops, NULL, FV, 0};
+    di_engine_cfg cfg = {.max_model_len = 64, .max_batch = 4, .budget = 64, .memory_limit = 1 << 20, .seed = 1,
+                         .eos_id = 1};
+    di_engine *e = calloc(1, sizeof *e);
+    di_err err = {0};
+    CHECK(di_engine_init(e, &r, NULL, &cfg, &err) == DI_OK);
+    const int32_t p[3] = {5, 6, 7};
+    di_sampling_params sp;
+    di_sampling_params_default(&sp);
+    sp.max_tokens = 4;
+    uint64_t id;
+    CHECK(di_engine_add(e, p, 3, &sp, 0, 0, &id, &err) == DI_OK);
+    size_t active = 0;
+    CHECK(di_engine_do_step(e, &active, &err) == DI_ERR_BACKEND);
+    CHECK_STR_CONTAINS(err.msg, "no message");
+    di_engine_fini(e);
+    free(e);
+}
+
 /* A request whose state can never fit fails alone; the others finish. */
 static void test_too_big(void) {
     fake f = {0};
@@ -341,5 +369,6 @@ static void test_too_big(void) {
 int main(void) {
     RUN(test_invariance);
     RUN(test_too_big);
+    RUN(test_runner_mute_failure);
     return test_summary();
 }
