@@ -393,6 +393,11 @@ typedef struct di_backend_ops {
      * engine reads every row itself). */
     void (*logits_greedy)(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim,
                           const int32_t *ban, di_row_greedy *out);
+    /* Top lists of the rows x [m, V]: out[i·k .. i·k + k) = di_row_top_of(row
+     * i, V, k), bit for bit, k in 1 .. DI_ROW_TOP_MAX (and <= V); out in
+     * backend memory. A row's top logprobs without the row crossing the
+     * bus. Optional (NULL: rows with top logprobs come to the host). */
+    void (*logits_top)(di_backend *be, const float *x, int64_t m, int64_t V, int32_t k, di_row_top *out);
     /* Draws next to the logits: out[i] (backend memory) for row x + i·V
      * under draws[i] (host; core/row_exp.h di_row_draw) and its edited ids
      * edits[draws[i].e0 ..] (host; n_edit of them, ascending ids below V;

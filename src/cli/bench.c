@@ -39,6 +39,7 @@ static void usage(FILE *out) {
             "                        sampling of every request (default greedy: --temp 0); seeded\n"
             "  --repetition-penalty R, --presence-penalty P, --frequency-penalty F\n"
             "                        penalties of every request (default none)\n"
+            "  --logprobs K          top logprobs of every generated token (default none)\n"
             "  LIST: comma-separated values, or FIRST-LAST[*MULT] (e.g. 1-64*2)\n"
             "%s",
             cli_engine_args_usage);
@@ -103,6 +104,7 @@ static uint64_t rng_next(uint64_t *s) {
 /* The requests' sampling (--temp, --top-p, --top-k; greedy by default). */
 static double g_temp = 0.0, g_top_p = 1.0, g_rep = 1.0, g_pres = 0.0, g_freq = 0.0;
 static int64_t g_top_k = 0;
+static int64_t g_logprobs = -1; /* -1: none */
 
 /* Submits b requests of n_prompt pseudo-random ids; ids into req. */
 static int submit(di_engine *e, int64_t vocab, int32_t eos, int64_t b, int64_t n_prompt, int64_t n_gen,
@@ -117,6 +119,7 @@ static int submit(di_engine *e, int64_t vocab, int32_t eos, int64_t b, int64_t n
     p.repetition_penalty = g_rep;
     p.presence_penalty = g_pres;
     p.frequency_penalty = g_freq;
+    p.logprobs = (int32_t)g_logprobs;
     p.has_seq_seed = 1;
     p.ignore_eos = 1;
     p.max_tokens = n_gen;
@@ -269,8 +272,8 @@ static void print_json(const bench_row *rows, int n, const char *model, int thre
         if (r->fwd_ms >= 0) printf(", \"forward_ms_step\": %.4f, \"host_ms_step\": %.4f", r->fwd_ms, r->host_ms);
         if (r->made >= 0) printf(", \"tokens_timed\": %lld", (long long)r->made);
         printf(", \"temperature\": %.17g, \"top_p\": %.17g, \"top_k\": %lld, \"repetition_penalty\": %.17g, "
-               "\"presence_penalty\": %.17g, \"frequency_penalty\": %.17g}%s\n",
-               g_temp, g_top_p, (long long)g_top_k, g_rep, g_pres, g_freq, i + 1 < n ? "," : "");
+               "\"presence_penalty\": %.17g, \"frequency_penalty\": %.17g, \"logprobs\": %lld}%s\n",
+               g_temp, g_top_p, (long long)g_top_k, g_rep, g_pres, g_freq, (long long)g_logprobs, i + 1 < n ? "," : "");
     }
     printf("]\n");
 }
@@ -429,6 +432,8 @@ int cli_bench(int argc, char **argv) {
             if (cli_parse_f64(CMD, f, argv[++i], -2.0, 2.0, &g_pres)) return 2;
         } else if (has && !strcmp(f, "--frequency-penalty")) {
             if (cli_parse_f64(CMD, f, argv[++i], -2.0, 2.0, &g_freq)) return 2;
+        } else if (has && !strcmp(f, "--logprobs")) {
+            if (cli_parse_i64(CMD, f, argv[++i], 0, 20, &g_logprobs)) return 2; /* deepinfer.h: k <= 20 */
         }
         else if (!strcmp(f, "--no-warmup")) warmup = 0;
         else {

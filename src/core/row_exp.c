@@ -308,6 +308,28 @@ int64_t di_row_kept_cross(const float *e, int64_t n, float cut, int frac, double
     return -1;
 }
 
+/* whether (a, ia) comes before (b, ib) in di_row_top_of's order */
+static int top_before(float a, int32_t ia, float b, int32_t ib) {
+    if (isnan(a)) return isnan(b) && ia < ib;
+    if (isnan(b) || a > b) return 1;
+    return a == b && ia < ib;
+}
+
+void di_row_top_of(const float *x, int64_t V, int32_t k, di_row_top *out) {
+    if (k > V) k = (int32_t)V;
+    int32_t n = 0;
+    for (int64_t i = 0; i < V; i++) {
+        /* ids ascend, so an entry never goes before an equal one in the list */
+        if (n == k && !top_before(x[i], (int32_t)i, out[k - 1].x, out[k - 1].id)) continue;
+        int32_t j = n < k ? n++ : k - 1;
+        while (j > 0 && top_before(x[i], (int32_t)i, out[j - 1].x, out[j - 1].id)) {
+            out[j] = out[j - 1];
+            j--;
+        }
+        out[j] = (di_row_top){(int32_t)i, x[i]};
+    }
+}
+
 void di_row_greedy_of(const float *x, int64_t V, int64_t lim, int32_t ban, di_row_greedy *g) {
     if (lim > V) lim = V;
     if (lim < 0) lim = 0;

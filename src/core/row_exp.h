@@ -77,6 +77,22 @@ typedef struct di_row_greedy {
 void di_row_greedy_of(const float *x, int64_t V, int64_t lim, int32_t ban, di_row_greedy *g);
 double di_row_greedy_lse(const di_row_greedy *g);
 
+/* An entry of a row's top list: an id and its value as the row holds it. */
+typedef struct di_row_top {
+    int32_t id;
+    float x;
+} di_row_top;
+
+/* The row's k largest entries (k <= V), the largest first, in a total
+ * order: numbers by value (+0 and -0 alike), NaN below every number, equal
+ * ones by lower id. Where the row has no NaN these are the sampler's top
+ * logprob ids (di_logprob_topk), which takes this order where it has one;
+ * a device forms the same list (the backend's logits_top) so that a row's
+ * top logprobs need not bring the row to the host. */
+void di_row_top_of(const float *x, int64_t V, int32_t k, di_row_top *out);
+/* The longest top list a backend forms (logits_top). */
+#define DI_ROW_TOP_MAX 32
+
 /* A term of a fixed-point sum: rint(t · 2^frac), ties to even, for t in
  * [0, 1] (t · 2^frac is exact: a power-of-two scale; below 2^51 for frac
  * <= 50). The sampler's sums of probabilities are such terms added as

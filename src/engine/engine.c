@@ -73,7 +73,8 @@ di_status di_engine_init(di_engine *e, const di_runner *r, const di_tokenizer *t
     e->jobs = calloc((size_t)cfg->max_batch, sizeof *e->jobs);
     e->want = calloc((size_t)cfg->max_batch, sizeof *e->want);
     e->greedy = calloc((size_t)cfg->max_batch, sizeof *e->greedy);
-    if (!e->items || !e->failed || !e->jobs || !e->want || !e->greedy)
+    e->top = calloc((size_t)cfg->max_batch * DI_ENGINE_MAX_LOGPROBS, sizeof *e->top);
+    if (!e->items || !e->failed || !e->jobs || !e->want || !e->greedy || !e->top)
         return di_err_set(err, DI_ERR_NOMEM, "out of memory");
     /* Rows by need where the runner can (a device's greedy rows then never
      * cross the bus); DI_ENGINE_ROWS=0 takes every row's logits (the same
@@ -84,6 +85,10 @@ di_status di_engine_init(di_engine *e, const di_runner *r, const di_tokenizer *t
      * (the same tokens; DI_ENGINE_DRAW=0 reads those rows instead) */
     const char *dv = getenv("DI_ENGINE_DRAW");
     e->draws_on = e->rows_on && r->draws && !(dv && strcmp(dv, "0") == 0);
+    /* and the top logprobs' lists of those rows where the runner forms
+     * them (DI_ENGINE_TOPS=0 reads the rows of requests with logprobs) */
+    const char *tv = getenv("DI_ENGINE_TOPS");
+    e->tops_on = e->rows_on && r->tops && !(tv && strcmp(tv, "0") == 0);
     /* Sampling threads: a row costs ~0.1-1 ms of host time (a pass or
      * three over the vocabulary), so a batch of 64 on one thread would
      * outlast a GPU's decode step. */
@@ -136,6 +141,8 @@ void di_engine_fini(di_engine *e) {
     free(e->failed);
     free(e->want);
     free(e->greedy);
+    free(e->top);
+    e->top = NULL;
     e->want = NULL;
     edits_release(e);
     e->greedy = NULL;
@@ -546,6 +553,13 @@ static void sample_rows(void *ctx, int64_t begin, int64_t end, int thread) {
         const di_request *r = j->seq->req;
         if (j->greedy && !j->greedy->pad) { /* no logits: the summary decides (row_want) */
             di_sampler_from_greedy(j->greedy, &j->out);
+            /* and the row's top list its top logprobs: di_logprob_topk's
+             * ids and values, under the summary's lse (the sampler's) */
+            const int32_t k = r->logprobs > 0 ? r->logprobs : 0;
+            for (int32_t t = 0; k && j->top && j->out.token >= 0 && t < k; t++) {
+                j->top_ids[t] = j->top[t].id;
+                j->top_lp[t] = (float)((double)j->top[t].x - j->out.lse);
+            }
             continue;
         }
         /* the logits: read as they came, or a draw the backend left to the host */
@@ -663,12 +677,13 @@ static di_sample_in item_in(const di_engine *e, size_t i) {
  * the forward from what the post-processing running beside it cannot change
  * (it only ends sequences, moves the thinking state and the constraint,
  * which are excluded here): nothing when no token is drawn, the greedy
- * summary for an unconstrained plain-greedy draw with no top logprobs and
- * no forced token (di_sampler_greedy_ban says which id its processing
- * would ban), a draw next to the logits for any other unconstrained row
- * without top logprobs (n_edit = -1 where its bias, stop ids or penalties
- * need a list of edited ids: edits_build writes them), the logits
- * otherwise. */
+ * summary for an unconstrained plain-greedy draw with no forced token
+ * (di_sampler_greedy_ban says which id its processing would ban), a draw
+ * next to the logits for any other unconstrained row (n_edit = -1 where
+ * its bias, stop ids or penalties need a list of edited ids: edits_build
+ * writes them), either with the row's top list where the request wants
+ * top logprobs (top; without tops_on such rows take their logits), the
+ * logits otherwise. */
 static di_row_want row_want(const di_engine *e, size_t i) {
     const di_sched_item *it = &e->items[i];
     const di_seq *s = it->seq;
@@ -676,14 +691,17 @@ static di_row_want row_want(const di_engine *e, size_t i) {
     di_row_want w = {.mode = DI_ROW_NONE, .ban = -1};
     if (!it->sample || s->phase != DI_SEQ_RUNNING || s->finish || r->max_tokens == 0) return w;
     w.mode = DI_ROW_LOGITS;
-    if (r->grammar || r->logprobs > 0 || (r->thinking_budget >= 0 && e->think_end_id >= 0)) return w;
+    if (r->grammar || (r->logprobs > 0 && !e->tops_on) || (r->thinking_budget >= 0 && e->think_end_id >= 0))
+        return w;
+    const int32_t top = r->logprobs > 0 ? r->logprobs : 0; /* its list with the summary */
     const int32_t ban = di_sampler_greedy_ban(&r->sp, di_seq_n_output(s));
-    if (ban >= -1) return (di_row_want){.mode = DI_ROW_GREEDY, .ban = ban};
+    if (ban >= -1) return (di_row_want){.mode = DI_ROW_GREEDY, .ban = ban, .top = top};
     /* a draw without a mask or forced token (excluded above) */
     const di_sample_in in = item_in(e, i);
     if (!e->draws_on || !di_sampler_draw_spec(&r->sp, &in, &w.draw)) return w;
     if (di_sampler_needs_edits(&r->sp, &in)) w.draw.n_edit = -1; /* its list: edits_build */
     w.mode = DI_ROW_DRAW;
+    w.top = top;
     return w;
 }
 
@@ -696,6 +714,13 @@ typedef struct edits_ctx {
     int phase;
 } edits_ctx;
 
+/* A draw left to the host: its logits, nothing else from the runner. */
+static void want_logits(di_row_want *w) {
+    w->mode = DI_ROW_LOGITS;
+    w->draw.n_edit = 0;
+    w->top = 0;
+}
+
 static void edits_rows(void *ctx, int64_t begin, int64_t end, int thread) {
     (void)thread;
     const edits_ctx *c = ctx;
@@ -707,7 +732,7 @@ static void edits_rows(void *ctx, int64_t begin, int64_t end, int thread) {
         const di_sample_in in = item_in(e, (size_t)i);
         if (c->phase == 0) {
             if (di_seq_edits_update(&s->edits, &s->req->sp, &in) == 1) w->draw.e0 = s->edits.n;
-            else w->mode = DI_ROW_LOGITS, w->draw.n_edit = 0; /* no list form, or no memory: the host's */
+            else want_logits(w); /* no list form, or no memory: the host's */
         } else {
             w->draw.n_edit = (int32_t)di_seq_edits_emit(&s->edits, &s->req->sp, &in, e->edits + w->draw.e0);
         }
@@ -747,7 +772,7 @@ static void edits_build(di_engine *e, size_t n) {
     if (edits_reserve(e, total)) { /* no memory: those rows to the host */
         for (size_t i = 0; i < n; i++)
             if (e->want[i].mode == DI_ROW_DRAW && e->want[i].draw.n_edit < 0)
-                e->want[i].mode = DI_ROW_LOGITS, e->want[i].draw.n_edit = 0;
+                want_logits(&e->want[i]);
         return;
     }
     c.phase = 1;
@@ -791,9 +816,11 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
     }
     double t_plan = di_now_s() - t_step;
     fwd_job job = {.runner = &e->runner, .seqs = rs, .n = (int)n, .logits = e->logits, .all_rows = all_rows};
+    int32_t top_k = 0; /* the step's longest top list: every wanting row's length in e->top */
+    for (size_t i = 0; by_rows && i < n; i++) top_k = e->want[i].top > top_k ? e->want[i].top : top_k;
     if (by_rows)
         job.out = (di_fwd_out){e->want, e->text_vocab > 0 ? e->text_vocab : e->runner.vocab, e->greedy, e->edits,
-                               e->n_edits};
+                               e->n_edits, e->top, top_k};
     job.by_rows = by_rows;
     pthread_t th;
     int threaded = 0;
@@ -840,7 +867,9 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
         }
         sample_prepare(e, &e->jobs[n_jobs], s, last);
         const int32_t mode = by_rows ? e->want[i].mode : DI_ROW_LOGITS;
-        e->jobs[n_jobs++].greedy = mode == DI_ROW_GREEDY || mode == DI_ROW_DRAW ? &e->greedy[i] : NULL;
+        const int summary = mode == DI_ROW_GREEDY || mode == DI_ROW_DRAW;
+        e->jobs[n_jobs].top = summary && e->want[i].top > 0 ? e->top + i * (size_t)top_k : NULL;
+        e->jobs[n_jobs++].greedy = summary ? &e->greedy[i] : NULL;
     }
     if (n_jobs) {
         di_threadpool_for(e->sample_pool, (int64_t)n_jobs, 1, sample_rows, e);

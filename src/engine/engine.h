@@ -46,6 +46,7 @@ typedef struct di_sample_job {
     const float *logits;
     di_sample_in in;
     const di_row_greedy *greedy; /* the row's greedy summary instead of logits, or NULL */
+    const di_row_top *top;       /* with greedy: the row's top list (top logprobs), or NULL */
     di_sample_out out;
     int32_t top_ids[DI_ENGINE_MAX_LOGPROBS]; /* logprobs' top k */
     float top_lp[DI_ENGINE_MAX_LOGPROBS];
@@ -84,6 +85,8 @@ struct di_engine {
     di_sched_item *items;      /* [max_batch] */
     int rows_on;               /* the runner delivers rows by want (forward_rows) */
     int draws_on;              /* and draws temperature rows next to the logits (DI_ROW_DRAW) */
+    int tops_on;               /* and those rows' top logprobs' lists (want.top) */
+    di_row_top *top;           /* [max_batch, DI_ENGINE_MAX_LOGPROBS] a step's top lists (top_k a row) */
     di_row_want *want;         /* [max_batch] a step's rows: what each needs */
     di_row_greedy *greedy;     /* [max_batch] their summaries */
     di_row_edit *edits;        /* [cap_edits] a step's edited ids, the rows' lists end to end */

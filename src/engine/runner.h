@@ -51,6 +51,7 @@ typedef struct di_runner {
     void *ctx;
     int64_t vocab;        /* V */
     int draws;            /* forward_rows also takes DI_ROW_DRAW rows */
+    int tops;             /* and top lists of DI_ROW_GREEDY / _DRAW rows (want.top) */
 } di_runner;
 
 /* The real runner over a runtime model (lm must outlive it). */

@@ -181,7 +181,18 @@ float di_logprob_top(const float *logits, int64_t V, int32_t token, int32_t k, i
 
 void di_logprob_topk(const float *logits, int64_t V, double lse, int32_t k, int32_t *top_ids, float *top_lp) {
     if (k > V) k = (int32_t)V;
-    if (k > 0) {
+    di_row_top *t = k > 0 && isnan(lse) ? malloc((size_t)k * sizeof *t) : NULL;
+    if (t) {
+        /* a NaN or +inf in the row: di_row_top_of's total order (NaN last),
+         * which the comparisons below do not give with NaN; the list the
+         * devices form (the loop below gives it for every other row) */
+        di_row_top_of(logits, V, k, t);
+        for (int32_t j = 0; j < k; j++) {
+            top_ids[j] = t[j].id;
+            top_lp[j] = (float)((double)t[j].x - lse);
+        }
+        free(t);
+    } else if (k > 0) {
         /* insertion into a sorted list of k: one pass, O(V) when most
          * logits fall below the k-th; once the list is full the next logit
          * above its last is searched 8 at a time (the same insertions) */

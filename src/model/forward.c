@@ -640,6 +640,15 @@ static void logits_to_host(const di_fwd *f, float *logits, const float *lg, int6
                     y++;
             }
         }
+        /* the run's top lists where a row wants one (top logprobs): the
+         * run's rows at the step's length, top_k entries each */
+        int tops = 0;
+        for (int64_t x = 0; x < j - k && (mode == DI_ROW_GREEDY || mode == DI_ROW_DRAW); x++) tops |= o->want[i + x].top > 0;
+        if (tops) {
+            const int64_t K = o->top_k;
+            be->ops->logits_top(be, lg + k * V, j - k, V, o->top_k, f->out_top + i * K);
+            be->ops->download(be, o->top + i * K, f->out_top + i * K, (size_t)((j - k) * K) * sizeof *f->out_top);
+        }
     }
 #undef SEQ_OF
 }
@@ -718,15 +727,20 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
     for (int q = 0; fo && q < n_seqs; q++) n_mode[fo->want[q].mode]++;
     if (fo) {
         const int greedy = n_mode[DI_ROW_GREEDY] > 0, draw = n_mode[DI_ROW_DRAW] > 0;
+        int tops = 0;
+        for (int q = 0; q < n_seqs; q++) tops |= fo->want[q].top > 0;
         f.out_map = malloc((size_t)n_seqs * sizeof *f.out_map);
         if (greedy) f.out_ban = malloc((size_t)n_seqs * sizeof *f.out_ban);
         if (draw) f.out_draw = malloc((size_t)n_seqs * sizeof *f.out_draw);
         if (greedy || draw) f.out_dev = di_alloc_raw(be, (size_t)n_seqs * sizeof *f.out_dev);
-        if (!f.out_map || (greedy && !f.out_ban) || (draw && !f.out_draw) || ((greedy || draw) && !f.out_dev)) {
+        if (tops) f.out_top = di_alloc_raw(be, (size_t)n_seqs * (size_t)fo->top_k * sizeof *f.out_top);
+        if (!f.out_map || (greedy && !f.out_ban) || (draw && !f.out_draw) || ((greedy || draw) && !f.out_dev) ||
+            (tops && !f.out_top)) {
             free(f.out_map);
             free(f.out_ban);
             free(f.out_draw);
             be->ops->free(be, f.out_dev);
+            be->ops->free(be, f.out_top);
             fwd_release(&f);
             return di_err_set(err, DI_ERR_NOMEM, "rows of %d sequences: out of memory", n_seqs);
         }
@@ -812,6 +826,7 @@ out:
     free(f.out_draw);
     free(f.out_map);
     be->ops->free(be, f.out_dev);
+    be->ops->free(be, f.out_top);
     if (st) fwd_release(&f);
     else di_fwd_end(&f);
     return st;
@@ -837,6 +852,9 @@ di_status di_forward_rows(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, f
                           lm->be->ops->name);
     if (!logits || !out || !out->want || !out->greedy)
         return di_err_set(err, DI_ERR_INVALID_ARG, "forward: rows wanted without their buffers");
+    if (out->top_k < 0 || out->top_k > DI_ROW_TOP_MAX || out->top_k > lm->cfg->vocab_size)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "forward: top lists of %d (at most %d, and the vocabulary)",
+                          (int)out->top_k, DI_ROW_TOP_MAX);
     for (int q = 0; q < n_seqs; q++) {
         if (out->want[q].mode < DI_ROW_NONE || out->want[q].mode >= DI_ROW_MODES)
             return di_err_set(err, DI_ERR_INVALID_ARG, "forward: sequence %d: row mode %d", q, (int)out->want[q].mode);
@@ -855,6 +873,14 @@ di_status di_forward_rows(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, f
         }
         if (out->want[q].mode == DI_ROW_DRAW && !lm->be->ops->logits_draw)
             return di_err_set(err, DI_ERR_UNSUPPORTED, "forward: backend %s has no draws (logits_draw)",
+                              lm->be->ops->name);
+        const int32_t top = out->want[q].top, mode = out->want[q].mode;
+        if (top < 0 || top > out->top_k || (top > 0 && ((mode != DI_ROW_GREEDY && mode != DI_ROW_DRAW) || !out->top)))
+            return di_err_set(err, DI_ERR_INVALID_ARG,
+                              "forward: sequence %d: a top list of %d (a greedy or drawn row's, at most %d, and a buffer)",
+                              q, (int)top, (int)out->top_k);
+        if (top > 0 && !lm->be->ops->logits_top)
+            return di_err_set(err, DI_ERR_UNSUPPORTED, "forward: backend %s has no top lists (logits_top)",
                               lm->be->ops->name);
     }
     return forward_run(lm, seqs, n_seqs, logits, 0, out, err);

@@ -36,6 +36,9 @@ typedef struct di_row_want {
     int32_t mode;        /* DI_ROW_*: nothing, the logits, the greedy summary, or a draw */
     int32_t ban;         /* DI_ROW_GREEDY: the id its search skips, -1 none */
     di_row_draw draw;    /* DI_ROW_DRAW: the temperature draw (core/row_exp.h) */
+    int32_t top;         /* DI_ROW_GREEDY / _DRAW: the row's top list of this length too (top
+                            logprobs: di_row_top_of), 0 none; at most the delivery's top_k */
+    int32_t pad_;        /* 0 */
 } di_row_want;
 
 /* Where di_forward_rows delivers the rows. */
@@ -45,6 +48,8 @@ typedef struct di_fwd_out {
     di_row_greedy *greedy;   /* [n_seqs] host: the DI_ROW_GREEDY and DI_ROW_DRAW rows' summaries */
     const di_row_edit *edits; /* [n_edits] host: the draws' edited ids (want[i].draw.e0 ..) */
     int64_t n_edits;
+    di_row_top *top;          /* [n_seqs, top_k] host: the rows' top lists (want[i].top of them) */
+    int32_t top_k;            /* 0: no row wants one */
 } di_fwd_out;
 
 /* One forward in progress. */
@@ -113,6 +118,7 @@ typedef struct di_fwd {
     int32_t *out_ban;      /* [n_seqs] with out: want[i].ban (host) */
     di_row_draw *out_draw; /* [n_seqs] with out: want[i].draw (host) */
     di_row_greedy *out_dev; /* [n_seqs] with out: the summaries (backend memory) */
+    di_row_top *out_top;    /* [n_seqs, top_k] with out's top lists (backend memory) */
     int32_t *out_map;      /* [n_seqs] with out: the sequence of each row the head computed */
     int out_compact;       /* the head left out rows nobody reads (out_map in use) */
     di_fwd_trace *trace; /* NULL or where the next block writes its sublayer outputs */

@@ -79,6 +79,10 @@ static di_status f_forward_rows(void *ctx, const di_runner_seq *seqs, int n, flo
             if (!draw_ref(x, FV, out->lim, d, out->edits, 6, &out->greedy[i])) st = DI_ERR_NOMEM;
             if (out->greedy[i].pad) memcpy(logits + (size_t)i * FV, x, FV * sizeof *x);
         }
+        /* a top list (top logprobs): only with a summary, within the step's length */
+        if (w->top < 0 || w->top > out->top_k || (w->top && (!out->top || (w->mode != DI_ROW_GREEDY && w->mode != DI_ROW_DRAW))))
+            abort();
+        if (w->top) di_row_top_of(x, FV, out->top_k, out->top + (size_t)i * out->top_k);
     }
     free(all);
     return st;
@@ -127,7 +131,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint32_t first = take(&rd, 1);
     const di_tokenizer *tok = first & 1 ? default_tokenizer() : NULL;
     const int rows = (first >> 1) & 1; /* rows by need, draws by the runner */
-    di_runner runner = {rows ? &ops_rows : &ops, NULL, FV, rows};
+    di_runner runner = {rows ? &ops_rows : &ops, NULL, FV, rows, rows};
     di_engine_cfg cfg = {.max_model_len = 16 + take(&rd, 1), .max_batch = 1 + (int)take(&rd, 1) % 8,
                          .budget = 1 + take(&rd, 1) % 64, .max_chunk = take(&rd, 1) % 16,
                          .memory_limit = 256 + 64 * (uint64_t)take(&rd, 1), .async = (int)take(&rd, 1) & 1,

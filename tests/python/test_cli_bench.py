@@ -59,9 +59,11 @@ def test_sampling_flags():
                          "-0.25").stdout)
     assert (pen[0]["repetition_penalty"], pen[0]["presence_penalty"], pen[0]["frequency_penalty"]) == (1.2, 0.5, -0.25)
     assert (greedy[0]["repetition_penalty"], greedy[0]["presence_penalty"], greedy[0]["frequency_penalty"]) == (1, 0, 0)
+    lp = json.loads(run("bench", "-p", "0", "-n", "3", "-r", "1", "-o", "json", "--logprobs", "5").stdout)
+    assert lp[0]["logprobs"] == 5 and greedy[0]["logprobs"] == -1 and lp[0]["avg_ts"] > 0
     for flag, val in (("--temp", "-1"), ("--top-p", "0"), ("--top-p", "1.5"), ("--top-k", "-2"),
                       ("--repetition-penalty", "0"), ("--repetition-penalty", "2.5"), ("--presence-penalty", "3"),
-                      ("--frequency-penalty", "-2.5")):
+                      ("--frequency-penalty", "-2.5"), ("--logprobs", "21"), ("--logprobs", "-1")):
         p = run("bench", flag, val, check=False)
         assert p.returncode == 2 and flag + ": expected" in p.stderr, (flag, val, p.stderr)
 

@@ -171,3 +171,29 @@ def test_gpu_draws_with_edits_equal_host_draws(tiny, monkeypatch):
     runs = draws_both_ways(model, prompts, params, monkeypatch)
     assert runs[0] == runs[1]
     assert sum(len(t) for t, _ in runs[0]) > 3 * N
+
+
+def test_gpu_top_logprobs_equal_host(tiny, monkeypatch):
+    """Top logprobs of greedy and drawn rows formed on the device (the rows'
+    top lists, logits_top; DI_ENGINE_TOPS=1, the default) give what the host
+    forms from the rows (DI_ENGINE_TOPS=0) bit for bit: tokens, cumulative
+    logprobs, and at every position the sampled token's and the top k's ids,
+    logprobs and ranks."""
+    model, golden = tiny
+    monkeypatch.setenv("DEEPINFER_ACCELERATOR", "nvidia")
+    prompts = [short_prompt(golden), "A long time ago", "1 2 3 4 5", "def f(x):"]
+    params = [SamplingParams(temperature=0.0, max_tokens=N, logprobs=5, ignore_eos=True),
+              SamplingParams(temperature=0.8, top_p=0.9, seed=31, max_tokens=N, logprobs=1),
+              SamplingParams(temperature=1.1, seed=32, max_tokens=N, logprobs=20, repetition_penalty=1.2),
+              SamplingParams(temperature=0.0, max_tokens=N, logprobs=3, logit_bias={7: 2.5})]
+    runs = []
+    for tops in ("1", "0"):
+        monkeypatch.setenv("DI_ENGINE_TOPS", tops)
+        with LLM(model=str(model)) as llm:
+            outs = llm.generate(prompts, params, use_tqdm=False)
+        runs.append([(o.outputs[0].token_ids, o.outputs[0].cumulative_logprob,
+                      [[(t, lp.logprob, lp.rank) for t, lp in row.items()] for row in o.outputs[0].logprobs])
+                     for o in outs])
+    assert runs[0] == runs[1]
+    assert sum(len(t) for t, _, _ in runs[0]) > 3 * N
+    assert all(len(row) >= k for (_, _, rows), k in zip(runs[0], (5, 1, 20, 3)) for row in rows)

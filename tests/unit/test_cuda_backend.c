@@ -39,6 +39,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cuda/cuda_attn_tc.h"
+#include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_ops_moe.h"
 #include "backend/cuda/cuda_ops_select.h"
@@ -1216,6 +1217,74 @@ static void test_logits_greedy(void) {
         free(ban);
     }
     CHECK_EQ_INT(rows, 3 * (5 + 64 + 3 + 4 + 4));
+}
+
+/* Top lists on the device (logits_top) against di_row_top_of (the
+ * sampler's top logprobs' order, test_sampler.c), bit for bit, ids and
+ * values: rows of many ties, NaN, infinities, zeros of both signs, rows of
+ * fewer numbers than k, odd widths and the model's, k = 1, 5, 20 and 32,
+ * outputs poisoned; and a list longer than DI_ROW_TOP_MAX or the row, or
+ * of none, is an error. */
+static void test_logits_top(void) {
+    NEED_GPU();
+    CHECK(gpu->ops->logits_top != NULL);
+    if (!gpu->ops->logits_top) return;
+    const int64_t Vs[] = {129280, 1003, 33, 257};
+    const int64_t Ms[] = {5, 9, 4, 3};
+    const int32_t ks[] = {1, 5, 20, 32};
+    int rows = 0;
+    for (int c = 0; c < 4; c++) {
+        const int64_t V = Vs[c], m = Ms[c];
+        float *x = malloc((size_t)(m * V) * sizeof *x);
+        for (int64_t i = 0; i < m * V; i++) x[i] = (float)rng_int(48) / 8.0f - 3.0f; /* many ties */
+        for (int64_t r = 0; r < m; r++) {
+            float *row = x + r * V;
+            switch (r % 6) {
+            case 1: for (int q = 0; q < 9; q++) row[rng_int((int)V)] = NAN; break;
+            case 2: row[rng_int((int)V)] = INFINITY; row[V - 1] = INFINITY; row[0] = -INFINITY; break;
+            case 3: for (int64_t i = 0; i < V; i++) row[i] = i % 5 ? NAN : -INFINITY; break; /* few numbers */
+            case 4: for (int64_t i = 0; i < V; i++) row[i] = i % 2 ? 0.0f : -0.0f; break;
+            case 5: for (int64_t i = 0; i < V; i++) row[i] = -(float)(i % 97) / 4.0f; break;
+            default: break;
+            }
+        }
+        float *dx = dev_up(x, (size_t)(m * V) * sizeof *x);
+        for (int q = 0; q < 4; q++) {
+            const int32_t k = ks[q];
+            if (k > V) continue;
+            di_row_top *dt = (di_row_top *)dev_poison((size_t)(m * k) * sizeof *dt);
+            di_row_top *ht = malloc((size_t)(m * k) * sizeof *ht), *ref = malloc((size_t)k * sizeof *ref);
+            gpu->ops->logits_top(gpu, dx, m, V, k, dt);
+            gpu->ops->download(gpu, ht, dt, (size_t)(m * k) * sizeof *ht);
+            if (status_ok("logits_top"))
+                for (int64_t r = 0; r < m; r++) {
+                    di_row_top_of(x + r * V, V, k, ref);
+                    CHECKF(!memcmp(ht + r * k, ref, (size_t)k * sizeof *ref),
+                           "V %lld k %d row %lld: the device's top list differs (first: %d %g against %d %g)",
+                           (long long)V, (int)k, (long long)r, ht[r * k].id, ht[r * k].x, ref[0].id, ref[0].x);
+                    rows++;
+                }
+            dev_free(dt);
+            free(ht);
+            free(ref);
+        }
+        dev_free(dx);
+        free(x);
+    }
+    CHECK_EQ_INT(rows, 5 * 4 + 9 * 4 + 4 * 4 + 3 * 4); /* every k fits every width */
+#if defined(DI_HAVE_CUDA)
+    /* the launcher's refusals (the backend op would keep the error) */
+    float *dx = dev_up((float[40]){0}, 40 * sizeof(float));
+    di_row_top *dt = (di_row_top *)dev_poison(64 * sizeof *dt);
+    const int32_t bad[] = {0, DI_ROW_TOP_MAX + 1, 41};
+    for (int q = 0; q < 3; q++) {
+        di_err err = {0};
+        CHECKF(cuda_op_logits_top(dx, 1, 40, bad[q], dt, &err) == DI_ERR_INVALID_ARG && err.msg[0],
+               "logits_top: a list of %d accepted", (int)bad[q]);
+    }
+    dev_free(dx);
+    dev_free(dt);
+#endif
 }
 
 /* Draws on the device (logits_draw) against the plain reference
@@ -2690,6 +2759,7 @@ int main(void) {
     RUN(test_qkv_rope_pack);
     RUN(test_logits_greedy);
     RUN(test_logits_draw);
+    RUN(test_logits_top);
     di_backend_destroy(gpu);
     di_backend_destroy(cpu);
     return test_summary();

@@ -585,6 +585,19 @@ static void test_greedy_summary(void) {
  * reference: an insertion into a sorted list by the same rule. */
 static int ref_before(const float *v, int32_t a, int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); }
 
+/* all[0 .. V) = the ids of v sorted by a rule (insertion: the plain
+ * reference of the sorted lists below) */
+static void ref_sort(const float *v, int V, int (*before)(const float *, int32_t, int32_t), int32_t *all) {
+    for (int i = 0; i < V; i++) {
+        int j = i;
+        while (j > 0 && before(v, i, all[j - 1])) {
+            all[j] = all[j - 1];
+            j--;
+        }
+        all[j] = i;
+    }
+}
+
 static void test_sort_desc(void) {
     enum { V = 20000 };
     di_sampler s;
@@ -724,14 +737,7 @@ static void test_topk_sorted(void) {
     static float lp[V];
     for (int r = 0; r < 6; r++) {
         for (int i = 0; i < V; i++) lg[i] = (float)(di_rng_bits(23, (uint64_t)r, (uint64_t)i, 0) % (r < 3 ? 50 : 5000)) / 10.0f;
-        for (int i = 0; i < V; i++) { /* insertion by the rule */
-            int j = i;
-            while (j > 0 && ref_before(lg, i, all[j - 1])) {
-                all[j] = all[j - 1];
-                j--;
-            }
-            all[j] = i;
-        }
+        ref_sort(lg, V, ref_before, all);
         const double lse = di_logprob_lse(lg, V);
         const int32_t ks[] = {1, 5, 40, V + 3};
         for (size_t q = 0; q < sizeof ks / sizeof *ks; q++) {
@@ -742,6 +748,57 @@ static void test_topk_sorted(void) {
             CHECK(lp[0] == (float)((double)lg[all[0]] - lse));
         }
     }
+}
+
+/* di_row_top_of (the list a device forms for top logprobs) against a
+ * sort of the whole row by its order (NaN below every number, +0 and -0
+ * alike, ties by id) on rows of ties, zeros of both signs, infinities and
+ * NaN, for k = 1, 7, 32 and the whole row; and di_logprob_topk gives the
+ * same ids on every such row (NaN or +inf rows through di_row_top_of),
+ * each logprob the list's value less the row's lse. */
+static int top_ref_before(const float *x, int32_t a, int32_t b) {
+    if (isnan(x[a])) return isnan(x[b]) && a < b;
+    if (isnan(x[b])) return 1;
+    return x[a] > x[b] || (x[a] == x[b] && a < b);
+}
+static void test_row_top(void) {
+    enum { V = 700 };
+    static float lg[V];
+    static int32_t all[V], ids[V];
+    static float lp[V];
+    static di_row_top t[V];
+    int nan_rows = 0;
+    for (int r = 0; r < 40; r++) {
+        for (int i = 0; i < V; i++) {
+            const uint64_t b = di_rng_bits(29, (uint64_t)r, (uint64_t)i, 1);
+            lg[i] = (float)(b % (r % 4 == 0 ? 7 : 900)) / 8.0f - 40.0f;
+            const int special = (int)(b >> 40) % 64;
+            if (r % 3 == 1 && special == 0) lg[i] = -0.0f;
+            if (r % 3 == 1 && special == 1) lg[i] = 0.0f;
+            if (r % 5 == 2 && special == 2) lg[i] = -INFINITY;
+            if (r % 7 == 3 && special == 3) lg[i] = INFINITY;
+            if (r % 4 == 1 && special < 3) lg[i] = NAN;
+        }
+        if (r == 39) for (int i = 0; i < V; i++) lg[i] = i % 3 ? NAN : 1.0f; /* fewer numbers than k */
+        ref_sort(lg, V, top_ref_before, all);
+        const double lse = di_logprob_lse(lg, V);
+        nan_rows += isnan(lse);
+        const int32_t ks[] = {1, 7, 32, V};
+        for (size_t q = 0; q < sizeof ks / sizeof *ks; q++) {
+            const int32_t k = ks[q];
+            di_row_top_of(lg, V, k, t);
+            int ok = 1;
+            for (int32_t j = 0; j < k; j++) ok &= t[j].id == all[j] && !memcmp(&t[j].x, &lg[all[j]], 4);
+            CHECKF(ok, "row %d k %d: di_row_top_of is not the sorted head", r, (int)k);
+            di_logprob_topk(lg, V, lse, k, ids, lp);
+            for (int32_t j = 0; j < k; j++) {
+                const float want = (float)((double)lg[all[j]] - lse);
+                ok &= ids[j] == all[j] && !memcmp(&lp[j], &want, 4);
+            }
+            CHECKF(ok, "row %d k %d: di_logprob_topk's list is not di_row_top_of's", r, (int)k);
+        }
+    }
+    CHECKF(nan_rows >= 10, "only %d rows with a NaN or +inf", nan_rows);
 }
 
 /* A sampled row's lse (di_sample_out.lse) gives di_logprob_topk the top
@@ -985,6 +1042,7 @@ int main(void) {
     RUN(test_vocab_limit);
     RUN(test_topk_from_lse);
     RUN(test_topk_sorted);
+    RUN(test_row_top);
     RUN(test_top_p_share);
     return test_summary();
 }

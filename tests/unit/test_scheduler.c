@@ -85,7 +85,8 @@ static const di_runner_ops fake_ops = {.state_bytes = f_bytes, .state_new = f_ne
 /* forward_rows over the same logits: the wanted rows' logits or their
  * greedy summaries (core/row_exp.h), every other row NaN, so that an
  * engine reading a row it did not ask for goes wrong visibly. */
-static int64_t g_rows_greedy, g_rows_logits, g_rows_none, g_rows_banned, g_rows_drawn, g_rows_left, g_rows_edited;
+static int64_t g_rows_greedy, g_rows_logits, g_rows_none, g_rows_banned, g_rows_drawn, g_rows_left, g_rows_edited,
+    g_rows_tops;
 static di_status f_forward_rows(void *ctx, const di_runner_seq *seqs, int n, float *logits, const di_fwd_out *out,
                                 di_err *err) {
     float *all = malloc((size_t)n * FV * sizeof *all);
@@ -119,6 +120,14 @@ static di_status f_forward_rows(void *ctx, const di_runner_seq *seqs, int n, flo
         } else {
             g_rows_none++;
         }
+        /* a top list: the reference's, at the step's length */
+        if (w.top > 0 && (w.mode == DI_ROW_GREEDY || w.mode == DI_ROW_DRAW)) {
+            if (w.top > out->top_k || !out->top) st = di_err_set(err, DI_ERR_INVALID_ARG, "top %d of %d", (int)w.top, (int)out->top_k);
+            else di_row_top_of(all + (size_t)i * FV, FV, out->top_k, out->top + (size_t)i * out->top_k);
+            g_rows_tops++;
+        } else if (w.top != 0) {
+            st = di_err_set(err, DI_ERR_INVALID_ARG, "top %d in mode %d", (int)w.top, (int)w.mode);
+        }
     }
     free(all);
     return st;
@@ -127,6 +136,7 @@ static const di_runner_ops fake_rows_ops = {.state_bytes = f_bytes, .state_new =
                                             .forward = f_forward, .forward_rows = f_forward_rows,
                                             .logits_alloc = f_logits_alloc, .logits_free = f_logits_free};
 static int g_rows; /* run_all's runner offers forward_rows */
+static int g_tops; /* and top lists */
 
 #define NREQ 40
 
@@ -135,6 +145,9 @@ static int g_sample_threads; /* the engine's sampling threads (0: its default) *
 typedef struct outcome {
     int32_t toks[NREQ][2][256];
     double cum[NREQ][2]; /* cumulative logprob */
+    float lp[NREQ][2][256];      /* the sampled tokens' logprobs (requests with logprobs) */
+    int32_t top_ids[NREQ][2][256 * 3];
+    float top_lp[NREQ][2][256 * 3];
     int n[NREQ][2];
     int finish[NREQ][2];
 } outcome;
@@ -146,7 +159,7 @@ static void make_prompt(int r, int32_t *ids, int *n) {
 
 static int run_all(outcome *out, int max_batch, int64_t budget, int64_t chunk, uint64_t mem, int async,
                    fake *f, uint64_t *preempt) {
-    di_runner r = {g_rows ? &fake_rows_ops : &fake_ops, f, FV, g_rows};
+    di_runner r = {g_rows ? &fake_rows_ops : &fake_ops, f, FV, g_rows, g_rows && g_tops};
     di_engine_cfg cfg = {.max_model_len = 400, .max_batch = max_batch, .budget = budget, .max_chunk = chunk,
                          .memory_limit = mem, .async = async, .seed = 5, .eos_id = 1, .bos_id = 0,
                          .sample_threads = g_sample_threads};
@@ -194,6 +207,11 @@ static int run_all(outcome *out, int max_batch, int64_t budget, int64_t chunk, u
             out->finish[q][j] = c.finish_reason;
             out->cum[q][j] = c.cumulative_logprob;
             memcpy(out->toks[q][j], c.token_ids, c.n_tokens * sizeof(int32_t));
+            if (c.logprobs) memcpy(out->lp[q][j], c.logprobs, c.n_tokens * sizeof(float));
+            if (c.n_top == 3) {
+                memcpy(out->top_ids[q][j], c.top_ids, c.n_tokens * 3 * sizeof(int32_t));
+                memcpy(out->top_lp[q][j], c.top_logprobs, c.n_tokens * 3 * sizeof(float));
+            }
         }
     }
     *preempt = e->stats.preemptions;
@@ -274,10 +292,12 @@ static void test_invariance(void) {
      * in some), the other rows' logits as NaN */
     g_rows = 1;
     g_rows_greedy = g_rows_logits = g_rows_none = g_rows_banned = g_rows_drawn = g_rows_left = g_rows_edited = 0;
+    g_rows_tops = 0;
     for (size_t c = 0; c < sizeof cases / sizeof *cases + 1; c++) {
         fake f = {0};
         memset(&o, 0, sizeof o);
         g_sample_threads = c % 2 ? 3 : 1; /* the edit lists built on one thread or three */
+        g_tops = c % 3 != 2; /* the top logprobs' lists by the runner, or their rows' logits */
         int rc = c == 0 ? run_all(&o, 64, 512, 0, 1ull << 30, 0, &f, &pre)
                         : run_all(&o, cases[c - 1].mb, cases[c - 1].budget, cases[c - 1].chunk, cases[c - 1].mem,
                                   cases[c - 1].async, &f, &pre);
@@ -289,16 +309,21 @@ static void test_invariance(void) {
             for (int j = 0; j < (q % 5 == 0 ? 2 : 1); j++)
                 same &= o.n[q][j] == ref.n[q][j] && o.finish[q][j] == ref.finish[q][j] &&
                         !memcmp(o.toks[q][j], ref.toks[q][j], (size_t)ref.n[q][j] * sizeof(int32_t)) &&
-                        !memcmp(&o.cum[q][j], &ref.cum[q][j], sizeof(double));
+                        !memcmp(&o.cum[q][j], &ref.cum[q][j], sizeof(double)) &&
+                        !memcmp(o.lp[q][j], ref.lp[q][j], (size_t)ref.n[q][j] * sizeof(float)) &&
+                        !memcmp(o.top_ids[q][j], ref.top_ids[q][j], (size_t)ref.n[q][j] * 3 * sizeof(int32_t)) &&
+                        !memcmp(o.top_lp[q][j], ref.top_lp[q][j], (size_t)ref.n[q][j] * 3 * sizeof(float));
         CHECKF(same, "rows, case %zu: outputs differ from the reference", c);
     }
     g_rows = 0;
+    g_tops = 0;
     CHECKF(g_rows_greedy > 100 && g_rows_logits > 100 && g_rows_none > 10 && g_rows_banned > 10 &&
-               g_rows_drawn > 100 && g_rows_left > 10 && g_rows_left < g_rows_drawn && g_rows_edited > 100,
+               g_rows_drawn > 100 && g_rows_left > 10 && g_rows_left < g_rows_drawn && g_rows_edited > 100 &&
+               g_rows_tops > 100,
            "rows: %lld greedy (%lld with a ban), %lld drawn (%lld left to the host, %lld with edited ids), %lld logits, "
-           "%lld none",
+           "%lld none, %lld with top lists",
            (long long)g_rows_greedy, (long long)g_rows_banned, (long long)g_rows_drawn, (long long)g_rows_left,
-           (long long)g_rows_edited, (long long)g_rows_logits, (long long)g_rows_none);
+           (long long)g_rows_edited, (long long)g_rows_logits, (long long)g_rows_none, (long long)g_rows_tops);
 }
 
 /* A runner whose forward fails without a message still fails the step
@@ -310,7 +335,7 @@ static di_status f_forward_mute(void *ctx, const di_runner_seq *seqs, int n, flo
 static void test_runner_mute_failure(void) {
     static const di_runner_ops mute_ops = {.state_bytes = f_bytes, .state_new = f_new, .state_free = f_free,
                                            .forward = f_forward_mute};
-    di_runner r = {&mute_ops, NULL, FV, 0};
+    di_runner r = {&mute_ops, NULL, FV, 0, 0};
     di_engine_cfg cfg = {.max_model_len = 64, .max_batch = 4, .budget = 64, .memory_limit = 1 << 20, .seed = 1,
                          .eos_id = 1};
     di_engine *e = calloc(1, sizeof *e);
@@ -332,7 +357,7 @@ static void test_runner_mute_failure(void) {
 /* A request whose state can never fit fails alone; the others finish. */
 static void test_too_big(void) {
     fake f = {0};
-    di_runner r = {&fake_ops, &f, FV, 0};
+    di_runner r = {&fake_ops, &f, FV, 0, 0};
     di_engine_cfg cfg = {.max_model_len = 4000, .max_batch = 8, .budget = 256, .memory_limit = 4096 + 64 * 200,
                          .async = 1, .seed = 1, .eos_id = 1};
     di_engine *e = calloc(1, sizeof *e);

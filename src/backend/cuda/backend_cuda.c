@@ -1639,6 +1639,13 @@ static void cu_logits_greedy(di_backend *be, const float *x, int64_t m, int64_t 
     note(be, cuda_op_logits_greedy(x, m, V, lim, db, out, scr, &err), &err);
 }
 
+/* The rows' top lists on the device (cuda_ops_logits.cu). */
+static void cu_logits_top(di_backend *be, const float *x, int64_t m, int64_t V, int32_t k, di_row_top *out) {
+    op_enter(be, "logits_top");
+    di_err err = {0};
+    note(be, cuda_op_logits_top(x, m, V, k, out, &err), &err);
+}
+
 enum { EDITS_STAGED = 256 << 10 }; /* a longer edit list goes up from where it is (cu_logits_draw) */
 
 static void cu_logits_draw(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim,
@@ -2289,6 +2296,7 @@ static const di_backend_ops cuda_ops = {
     .add = cu_add,
     .add_bf16 = cu_add_bf16,
     .logits_greedy = cu_logits_greedy,
+    .logits_top = cu_logits_top,
     .logits_draw = cu_logits_draw,
     .destroy = cu_destroy,
     .status = cu_status,

@@ -733,3 +733,73 @@ extern "C" di_status cuda_op_logits_draw(const float *x, int64_t m, int64_t V, i
                                            (long long)edit_base, out);
     return cuda_check_launch(err, "logits_draw");
 }
+
+/* ---- top lists (backend.h logits_top, core/row_exp.h di_row_top_of) ----
+ *
+ * One block a row. An entry's key is its value's order bits (NaN 0, below
+ * every number; -0 as +0; negative values' bits complemented, positive ones'
+ * sign set) above its id's complement, so one unsigned comparison gives
+ * di_row_top_of's order and no two keys are equal. Each thread keeps the k
+ * largest keys of the ids it reads (stride LT_THREADS) in registers, sorted
+ * (an insertion only for a key above its k-th, rare once the list is full);
+ * then k rounds of a block-wide maximum over the threads' heads, the
+ * winner popping its head. Key 0 (an unfilled place) is below every entry's
+ * key, and the row holds at least k entries. */
+enum { LT_THREADS = 256, LT_WARPS = LT_THREADS / 32 };
+
+__device__ __forceinline__ unsigned long long lt_key(float v, int64_t id) {
+    const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+    const uint32_t o = isnan(v) ? 0u : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)o << 32) | (uint32_t)~(uint32_t)id;
+}
+
+__device__ __forceinline__ unsigned long long lt_max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+
+__global__ void __launch_bounds__(LT_THREADS) k_lg_top(const float *__restrict__ x, int64_t V, int k, di_row_top *out) {
+    __shared__ unsigned long long wm[2][LT_WARPS];
+    const float *row = x + (int64_t)blockIdx.x * V;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    unsigned long long l[DI_ROW_TOP_MAX];
+#pragma unroll
+    for (int j = 0; j < DI_ROW_TOP_MAX; j++) l[j] = 0ull;
+    unsigned long long kth = 0ull; /* l[k - 1] */
+    for (int64_t i = tid; i < V; i += LT_THREADS) {
+        const unsigned long long c = lt_key(__ldg(row + i), i);
+        if (c <= kth) continue;
+        /* insert c into the sorted l[0 .. k), the last one dropping out */
+#pragma unroll
+        for (int j = DI_ROW_TOP_MAX - 1; j > 0; j--)
+            if (j < k) l[j] = c > l[j - 1] ? l[j - 1] : (c > l[j] ? c : l[j]);
+        l[0] = lt_max(c, l[0]);
+#pragma unroll
+        for (int j = 0; j < DI_ROW_TOP_MAX; j++)
+            if (j == k - 1) kth = l[j];
+    }
+    for (int r = 0; r < k; r++) {
+        unsigned long long m = l[0];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = lt_max(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (lane == 0) wm[r & 1][warp] = m;
+        __syncthreads(); /* one barrier a round: the other half of wm was read a round ago */
+        m = wm[r & 1][0];
+#pragma unroll
+        for (int w = 1; w < LT_WARPS; w++) m = lt_max(m, wm[r & 1][w]);
+        if (l[0] == m) { /* the winner (keys are unique): its next entry comes up */
+#pragma unroll
+            for (int j = 0; j < DI_ROW_TOP_MAX - 1; j++) l[j] = l[j + 1];
+            l[DI_ROW_TOP_MAX - 1] = 0ull;
+            const int64_t id = (int64_t)(uint32_t)~(uint32_t)m;
+            out[(int64_t)blockIdx.x * k + r] = di_row_top{(int32_t)id, row[id]};
+        }
+    }
+}
+
+extern "C" di_status cuda_op_logits_top(const float *x, int64_t m, int64_t V, int32_t k, di_row_top *out, di_err *err) {
+    if (m <= 0) return DI_OK;
+    if (k < 1 || k > DI_ROW_TOP_MAX || k > V || V > INT32_MAX)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "logits_top: lists of %d over rows of %lld (1 .. %d, at most the row)",
+                          (int)k, (long long)V, DI_ROW_TOP_MAX);
+    if (m > INT32_MAX) return di_err_set(err, DI_ERR_LIMIT, "logits_top: %lld rows", (long long)m);
+    k_lg_top<<<(unsigned)m, LT_THREADS>>>(x, V, (int)k, out);
+    return cuda_check_launch(err, "logits_top");
+}
