@@ -755,25 +755,31 @@ __device__ __forceinline__ unsigned long long lt_key(float v, int64_t id) {
 
 __device__ __forceinline__ unsigned long long lt_max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
 
+/* KMAX >= k: the lists' room (a power of two up to DI_ROW_TOP_MAX: the
+ * smaller, the fewer registers) */
+template <int KMAX>
 __global__ void __launch_bounds__(LT_THREADS) k_lg_top(const float *__restrict__ x, int64_t V, int k, di_row_top *out) {
     __shared__ unsigned long long wm[2][LT_WARPS];
     const float *row = x + (int64_t)blockIdx.x * V;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    unsigned long long l[DI_ROW_TOP_MAX];
+    unsigned long long l[KMAX];
 #pragma unroll
-    for (int j = 0; j < DI_ROW_TOP_MAX; j++) l[j] = 0ull;
+    for (int j = 0; j < KMAX; j++) l[j] = 0ull;
     unsigned long long kth = 0ull; /* l[k - 1] */
     for (int64_t i = tid; i < V; i += LT_THREADS) {
         const unsigned long long c = lt_key(__ldg(row + i), i);
         if (c <= kth) continue;
         /* insert c into the sorted l[0 .. k), the last one dropping out */
 #pragma unroll
-        for (int j = DI_ROW_TOP_MAX - 1; j > 0; j--)
+        for (int j = KMAX - 1; j > 0; j--)
             if (j < k) l[j] = c > l[j - 1] ? l[j - 1] : (c > l[j] ? c : l[j]);
         l[0] = lt_max(c, l[0]);
+        /* l[k - 1], the least of the first k: as a minimum, since an
+         * index by k would put the list in local memory */
+        kth = ~0ull;
 #pragma unroll
-        for (int j = 0; j < DI_ROW_TOP_MAX; j++)
-            if (j == k - 1) kth = l[j];
+        for (int j = 0; j < KMAX; j++)
+            if (j < k) kth = l[j] < kth ? l[j] : kth;
     }
     for (int r = 0; r < k; r++) {
         unsigned long long m = l[0];
@@ -786,8 +792,8 @@ __global__ void __launch_bounds__(LT_THREADS) k_lg_top(const float *__restrict__
         for (int w = 1; w < LT_WARPS; w++) m = lt_max(m, wm[r & 1][w]);
         if (l[0] == m) { /* the winner (keys are unique): its next entry comes up */
 #pragma unroll
-            for (int j = 0; j < DI_ROW_TOP_MAX - 1; j++) l[j] = l[j + 1];
-            l[DI_ROW_TOP_MAX - 1] = 0ull;
+            for (int j = 0; j < KMAX - 1; j++) l[j] = l[j + 1];
+            l[KMAX - 1] = 0ull;
             const int64_t id = (int64_t)(uint32_t)~(uint32_t)m;
             out[(int64_t)blockIdx.x * k + r] = di_row_top{(int32_t)id, row[id]};
         }
@@ -800,6 +806,9 @@ extern "C" di_status cuda_op_logits_top(const float *x, int64_t m, int64_t V, in
         return di_err_set(err, DI_ERR_INVALID_ARG, "logits_top: lists of %d over rows of %lld (1 .. %d, at most the row)",
                           (int)k, (long long)V, DI_ROW_TOP_MAX);
     if (m > INT32_MAX) return di_err_set(err, DI_ERR_LIMIT, "logits_top: %lld rows", (long long)m);
-    k_lg_top<<<(unsigned)m, LT_THREADS>>>(x, V, (int)k, out);
+    if (k <= 4) k_lg_top<4><<<(unsigned)m, LT_THREADS>>>(x, V, (int)k, out);
+    else if (k <= 8) k_lg_top<8><<<(unsigned)m, LT_THREADS>>>(x, V, (int)k, out);
+    else if (k <= 16) k_lg_top<16><<<(unsigned)m, LT_THREADS>>>(x, V, (int)k, out);
+    else k_lg_top<DI_ROW_TOP_MAX><<<(unsigned)m, LT_THREADS>>>(x, V, (int)k, out);
     return cuda_check_launch(err, "logits_top");
 }
