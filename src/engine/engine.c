@@ -553,8 +553,8 @@ static void sample_rows(void *ctx, int64_t begin, int64_t end, int thread) {
         const di_request *r = j->seq->req;
         if (j->greedy && !j->greedy->pad) { /* no logits: the summary decides (row_want) */
             di_sampler_from_greedy(j->greedy, &j->out);
-            /* and the row's top list its top logprobs: di_logprob_topk's
-             * ids and values, under the summary's lse (the sampler's) */
+            /* and its top logprobs from the row's top list (di_logprob_topk's
+             * ids and values) under the summary's lse (the sampler's) */
             const int32_t k = r->logprobs > 0 ? r->logprobs : 0;
             for (int32_t t = 0; k && j->top && j->out.token >= 0 && t < k; t++) {
                 j->top_ids[t] = j->top[t].id;
