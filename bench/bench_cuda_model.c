@@ -149,7 +149,7 @@ static void bench_decode(di_lm *lm, di_backend *be, int B, int64_t ctx, int step
         want[b].draw = (di_row_draw){.inv_t = 1.25f, .top_p = greedy_rows == 3 ? 0.95 : 1.0, .ban = -1,
                                      .u = (double)((uint64_t)(b * 2654435761u + 12345u) % 1000003u) / 1000003.0};
     }
-    const di_fwd_out rows_out = {want, V, summ, NULL, 0, NULL, 0};
+    const di_fwd_out rows_out = {want, V, summ, NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL};
     fill_ids(ids, B * ctx, V, 11);
     for (int b = 0; b < B; b++) {
         if (di_seqstate_init(&st[b], lm, ctx + steps + 8, 0, &err)) die("sequence state", &err);

@@ -398,6 +398,10 @@ typedef struct di_backend_ops {
      * backend memory. A row's top logprobs without the row crossing the
      * bus. Optional (NULL: rows with top logprobs come to the host). */
     void (*logits_top)(di_backend *be, const float *x, int64_t m, int64_t V, int32_t k, di_row_top *out);
+    /* out[i] = x[i·V + cols[i]] for the rows x [m, V] (cols a host array of
+     * ids in [0, V)), out in backend memory: a row's value at one id (a
+     * prompt logprob's target). Optional (NULL: those rows come whole). */
+    void (*logits_pick)(di_backend *be, const float *x, int64_t m, int64_t V, const int32_t *cols, float *out);
     /* Draws next to the logits: out[i] (backend memory) for row x + i·V
      * under draws[i] (host; core/row_exp.h di_row_draw) and its edited ids
      * edits[draws[i].e0 ..] (host; n_edit of them, ascending ids below V;

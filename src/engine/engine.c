@@ -89,6 +89,9 @@ di_status di_engine_init(di_engine *e, const di_runner *r, const di_tokenizer *t
      * them (DI_ENGINE_TOPS=0 reads the rows of requests with logprobs) */
     const char *tv = getenv("DI_ENGINE_TOPS");
     e->tops_on = e->rows_on && r->tops && !(tv && strcmp(tv, "0") == 0);
+    /* and, the same way, the rows of prompt logprobs (by their targets:
+     * only summaries, values and top lists come back) */
+    e->prompt_on = e->tops_on && r->rows_all;
     /* Sampling threads: a row costs ~0.1-1 ms of host time (a pass or
      * three over the vocabulary), so a batch of 64 on one thread would
      * outlast a GPU's decode step. */
@@ -143,6 +146,12 @@ void di_engine_fini(di_engine *e) {
     free(e->greedy);
     free(e->top);
     e->top = NULL;
+    free(e->target);
+    free(e->row_sum);
+    free(e->row_x);
+    free(e->row_top);
+    e->target = NULL, e->row_sum = NULL, e->row_x = NULL, e->row_top = NULL;
+    e->cap_rows = 0;
     e->want = NULL;
     edits_release(e);
     e->greedy = NULL;
@@ -591,6 +600,41 @@ static void prompt_lp_rows(void *ctx, int64_t begin, int64_t end, int thread) {
     }
 }
 
+/* The same from an all-rows pass's target rows (the runner's summaries,
+ * values and top lists): di_logprob_top's bits, each logprob the value
+ * less the summary's lse (the sampler's). */
+static void prompt_lp_targets(const di_engine *e, di_request *r, int64_t row0, int64_t start, int64_t q1, int32_t K) {
+    const int32_t k = r->prompt_logprobs;
+    for (int64_t q = 0; q < q1; q++) {
+        const int64_t p = start + q + 1, row = row0 + q;
+        const double lse = di_row_greedy_lse(&e->row_sum[row]);
+        r->prompt_lp[p] = (float)((double)e->row_x[row] - lse);
+        const di_row_top *t = e->row_top + row * (int64_t)K; /* the step's list length */
+        for (int32_t j = 0; j < k; j++) {
+            r->prompt_top_ids[p * k + j] = t[j].id;
+            r->prompt_top_lp[p * k + j] = (float)((double)t[j].x - lse);
+        }
+    }
+}
+
+/* Room for a step's target rows (an all-rows pass); 0, or -1 when out of
+ * memory (the step then reads every row). */
+static int rows_reserve(di_engine *e, int64_t rows) {
+    if (rows <= e->cap_rows) return 0;
+    const int64_t cap = rows + rows / 2 + 64;
+    int32_t *t = realloc(e->target, (size_t)cap * sizeof *t);
+    if (t) e->target = t;
+    di_row_greedy *g = realloc(e->row_sum, (size_t)cap * sizeof *g);
+    if (g) e->row_sum = g;
+    float *x = realloc(e->row_x, (size_t)cap * sizeof *x);
+    if (x) e->row_x = x;
+    di_row_top *tp = realloc(e->row_top, (size_t)cap * DI_ENGINE_MAX_LOGPROBS * sizeof *tp);
+    if (tp) e->row_top = tp;
+    if (!t || !g || !x || !tp) return -1;
+    e->cap_rows = cap;
+    return 0;
+}
+
 static void sample_apply(di_engine *e, const di_sample_job *j) {
     di_seq *s = j->seq;
     di_request *r = s->req;
@@ -793,7 +837,11 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
         if (it->seq->index == 0 && it->seq->req->prompt_logprobs >= 0 && it->start < it->seq->req->n_prompt)
             all_rows = 1;
     }
-    size_t need = (size_t)(all_rows ? rows : (int64_t)n) * (size_t)e->runner.vocab;
+    /* a step with prompt logprobs by its target rows where the runner can
+     * (only the sequences' last rows' logits, where wanted, come whole) */
+    const int by_targets = all_rows && e->prompt_on && rows_reserve(e, rows) == 0;
+    const int whole = all_rows && !by_targets; /* every row's logits to the host */
+    size_t need = (size_t)(whole ? rows : (int64_t)n) * (size_t)e->runner.vocab;
     if (need > e->logits_cap) {
         /* the old rows are not kept: every step writes the rows it reads */
         logits_release(e);
@@ -809,18 +857,37 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
         rs[i].ids = e->items[i].seq->tokens + e->items[i].start;
         rs[i].n = e->items[i].n;
     }
-    const int by_rows = e->rows_on && !all_rows;
+    const int by_rows = e->rows_on && !whole;
     if (by_rows) {
         for (size_t i = 0; i < n; i++) e->want[i] = row_want(e, i);
         edits_build(e, n);
     }
     double t_plan = di_now_s() - t_step;
-    fwd_job job = {.runner = &e->runner, .seqs = rs, .n = (int)n, .logits = e->logits, .all_rows = all_rows};
+    fwd_job job = {.runner = &e->runner, .seqs = rs, .n = (int)n, .logits = e->logits, .all_rows = whole};
     int32_t top_k = 0; /* the step's longest top list: every wanting row's length in e->top */
     for (size_t i = 0; by_rows && i < n; i++) top_k = e->want[i].top > top_k ? e->want[i].top : top_k;
     if (by_rows)
         job.out = (di_fwd_out){e->want, e->text_vocab > 0 ? e->text_vocab : e->runner.vocab, e->greedy, e->edits,
-                               e->n_edits, e->top, top_k};
+                               e->n_edits, e->top, top_k, 0, 0, NULL, NULL, NULL, NULL};
+    int32_t row_k = 0; /* the step's longest prompt top list */
+    if (by_targets) { /* the rows of prompt logprobs: each predicts the prompt's next id */
+        for (size_t i = 0, row = 0; i < n; row += (size_t)e->items[i].n, i++) {
+            const di_sched_item *it = &e->items[i];
+            const di_request *r = it->seq->req;
+            int64_t q1 = 0;
+            if (it->seq->index == 0 && r->prompt_logprobs >= 0 && it->start < r->n_prompt) {
+                q1 = r->n_prompt - 1 - it->start < it->n ? r->n_prompt - 1 - it->start : it->n;
+                row_k = r->prompt_logprobs > row_k ? r->prompt_logprobs : row_k;
+            }
+            for (int64_t q = 0; q < it->n; q++) e->target[row + q] = q < q1 ? r->prompt[it->start + q + 1] : -1;
+        }
+        job.out.all_rows = 1;
+        job.out.row_k = row_k;
+        job.out.target = e->target;
+        job.out.row_sum = e->row_sum;
+        job.out.row_x = e->row_x;
+        job.out.row_top = e->row_top;
+    }
     job.by_rows = by_rows;
     pthread_t th;
     int threaded = 0;
@@ -851,12 +918,15 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
         di_request *r = s->req;
         s->n_computed = it->start + it->n;
         if (it->start < r->n_prompt) e->stats.prompt_tokens += (uint64_t)it->n;
-        const float *last = e->logits + (size_t)(all_rows ? row + it->n - 1 : (int64_t)i) * (size_t)e->runner.vocab;
+        const float *last = e->logits + (size_t)(whole ? row + it->n - 1 : (int64_t)i) * (size_t)e->runner.vocab;
         if (all_rows && s->index == 0 && r->prompt_logprobs >= 0) {
-            /* each row's log-softmax is a pass over the vocabulary: on the pool */
             int64_t q1 = r->n_prompt - 1 - it->start < it->n ? r->n_prompt - 1 - it->start : it->n;
-            prompt_lp_ctx pc = {e, r, row, it->start};
-            if (q1 > 0) di_threadpool_for(e->sample_pool, q1, 4, prompt_lp_rows, &pc);
+            if (by_targets && q1 > 0) {
+                prompt_lp_targets(e, r, row, it->start, q1, row_k);
+            } else if (q1 > 0) { /* each row's log-softmax is a pass over the vocabulary: on the pool */
+                prompt_lp_ctx pc = {e, r, row, it->start};
+                di_threadpool_for(e->sample_pool, q1, 4, prompt_lp_rows, &pc);
+            }
         }
         row += it->n;
         if (!it->sample || s->phase != DI_SEQ_RUNNING || s->finish) continue;

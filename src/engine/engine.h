@@ -86,6 +86,12 @@ struct di_engine {
     int rows_on;               /* the runner delivers rows by want (forward_rows) */
     int draws_on;              /* and draws temperature rows next to the logits (DI_ROW_DRAW) */
     int tops_on;               /* and those rows' top logprobs' lists (want.top) */
+    int prompt_on;             /* and a step with prompt logprobs by its target rows (out.all_rows) */
+    int32_t *target;           /* [cap_rows] such a step's rows' targets (-1: none) */
+    di_row_greedy *row_sum;    /* [cap_rows] their summaries */
+    float *row_x;              /* [cap_rows] their targets' values */
+    di_row_top *row_top;       /* [cap_rows, DI_ENGINE_MAX_LOGPROBS] their top lists */
+    int64_t cap_rows;
     di_row_top *top;           /* [max_batch, DI_ENGINE_MAX_LOGPROBS] a step's top lists (top_k a row) */
     di_row_want *want;         /* [max_batch] a step's rows: what each needs */
     di_row_greedy *greedy;     /* [max_batch] their summaries */

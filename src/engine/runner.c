@@ -92,4 +92,5 @@ void di_runner_lm_init(di_runner *r, const di_lm *lm) {
     r->vocab = lm->cfg->vocab_size;
     r->draws = lm->be->ops->logits_greedy && lm->be->ops->logits_draw;
     r->tops = lm->be->ops->logits_greedy && lm->be->ops->logits_top;
+    r->rows_all = r->tops && lm->be->ops->logits_pick;
 }

@@ -52,6 +52,7 @@ typedef struct di_runner {
     int64_t vocab;        /* V */
     int draws;            /* forward_rows also takes DI_ROW_DRAW rows */
     int tops;             /* and top lists of DI_ROW_GREEDY / _DRAW rows (want.top) */
+    int rows_all;         /* and all-rows passes with targets (di_fwd_out.all_rows: prompt logprobs) */
 } di_runner;
 
 /* The real runner over a runtime model (lm must outlive it). */

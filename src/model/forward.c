@@ -604,11 +604,12 @@ di_status di_fwd_embed(di_fwd *f, const int32_t *ids, float *s, float *pre) {
 }
 
 /* The head's rows lg [n, V] (backend memory) to the caller: all of them to
- * logits, or (f->out) each as its want says: runs of logits rows in one
- * download each, runs of greedy rows summarised by the backend and only
- * the summaries downloaded, the rest left where they are. Row k of lg is
- * sequence f->out_map[k]'s where the head left rows out (out_compact),
- * else sequence k's. */
+ * logits, or (f->out) each sequence's last row as its want says: runs of
+ * logits rows in one download each, runs of greedy rows summarised by the
+ * backend and only the summaries downloaded, the rest left where they are;
+ * with out->all_rows also the target rows' summaries, values and top
+ * lists (rows_to_host). Sequence q's last row is lg's row f->out_row[q]. */
+static void rows_to_host(const di_fwd *f, const float *lg, int64_t n);
 static void logits_to_host(const di_fwd *f, float *logits, const float *lg, int64_t n) {
     di_backend *be = f->lm->be;
     const int64_t V = f->lm->cfg->vocab_size;
@@ -617,12 +618,21 @@ static void logits_to_host(const di_fwd *f, float *logits, const float *lg, int6
         be->ops->download(be, logits, lg, (size_t)(n * V) * sizeof(float));
         return;
     }
-#define SEQ_OF(k) (f->out_compact ? (int64_t)f->out_map[k] : (k))
-    for (int64_t k = 0, j; k < n; k = j) {
-        const int64_t i = SEQ_OF(k); /* a run: consecutive sequences of one mode */
+    if (o->all_rows) rows_to_host(f, lg, n);
+    /* the delivered sequences in order and their rows: a run is consecutive
+     * sequences of one mode on consecutive rows */
+    int64_t nd = 0;
+    for (int q = 0; q < f->n_seqs; q++)
+        if (o->want[q].mode != DI_ROW_NONE && f->out_row[q] >= 0) f->out_seq[nd++] = q;
+    const int32_t *seq_at = f->out_seq;
+    for (int64_t x = 0, y; x < nd; x = y) {
+        const int64_t i = seq_at[x], k = f->out_row[i];
         const int32_t mode = o->want[i].mode;
-        for (j = k + 1; j < n && SEQ_OF(j) == i + (j - k) && o->want[SEQ_OF(j)].mode == mode; j++) {
+        for (y = x + 1; y < nd && seq_at[y] == i + (y - x) && f->out_row[seq_at[y]] == k + (y - x) &&
+                        o->want[seq_at[y]].mode == mode;
+             y++) {
         }
+        const int64_t j = k + (y - x); /* lg rows [k, j) are sequences [i, i + j - k) */
         if (mode == DI_ROW_LOGITS) {
             be->ops->download(be, logits + i * V, lg + k * V, (size_t)((j - k) * V) * sizeof(float));
         } else if (mode == DI_ROW_GREEDY) {
@@ -650,7 +660,32 @@ static void logits_to_host(const di_fwd *f, float *logits, const float *lg, int6
             be->ops->download(be, o->top + i * K, f->out_top + i * K, (size_t)((j - k) * K) * sizeof *f->out_top);
         }
     }
-#undef SEQ_OF
+}
+
+/* The target rows of an all-rows pass (out->all_rows): runs of consecutive
+ * rows summarised, their targets' values picked and their top lists formed
+ * by the backend, and only those downloaded. */
+static void rows_to_host(const di_fwd *f, const float *lg, int64_t n) {
+    di_backend *be = f->lm->be;
+    const int64_t V = f->lm->cfg->vocab_size;
+    const di_fwd_out *o = f->out;
+    const int64_t K = o->row_k;
+    for (int64_t k = 0, j; k < n; k = j) {
+        if (o->target[k] < 0) {
+            j = k + 1;
+            continue;
+        }
+        for (j = k + 1; j < n && o->target[j] >= 0; j++) {
+        }
+        be->ops->logits_greedy(be, lg + k * V, j - k, V, V, NULL, f->out_rsum + k);
+        be->ops->download(be, o->row_sum + k, f->out_rsum + k, (size_t)(j - k) * sizeof *f->out_rsum);
+        be->ops->logits_pick(be, lg + k * V, j - k, V, o->target + k, f->out_rx + k);
+        be->ops->download(be, o->row_x + k, f->out_rx + k, (size_t)(j - k) * sizeof *f->out_rx);
+        if (K > 0) {
+            be->ops->logits_top(be, lg + k * V, j - k, V, (int32_t)K, f->out_rtop + k * K);
+            be->ops->download(be, o->row_top + k * K, f->out_rtop + k * K, (size_t)((j - k) * K) * sizeof *f->out_rtop);
+        }
+    }
 }
 
 /* logits [n, V] of rows `rows` from the final streams: collapse with the
@@ -729,32 +764,48 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
         const int greedy = n_mode[DI_ROW_GREEDY] > 0, draw = n_mode[DI_ROW_DRAW] > 0;
         int tops = 0;
         for (int q = 0; q < n_seqs; q++) tops |= fo->want[q].top > 0;
+        const int allr = fo->all_rows != 0;
         f.out_map = malloc((size_t)n_seqs * sizeof *f.out_map);
+        f.out_row = malloc((size_t)n_seqs * sizeof *f.out_row);
+        f.out_seq = malloc((size_t)n_seqs * sizeof *f.out_seq);
+        if (allr) {
+            f.out_rsum = di_alloc_raw(be, (size_t)f.m * sizeof *f.out_rsum);
+            f.out_rx = di_alloc_raw(be, (size_t)f.m * sizeof *f.out_rx);
+            if (fo->row_k > 0) f.out_rtop = di_alloc_raw(be, (size_t)f.m * (size_t)fo->row_k * sizeof *f.out_rtop);
+        }
         if (greedy) f.out_ban = malloc((size_t)n_seqs * sizeof *f.out_ban);
         if (draw) f.out_draw = malloc((size_t)n_seqs * sizeof *f.out_draw);
         if (greedy || draw) f.out_dev = di_alloc_raw(be, (size_t)n_seqs * sizeof *f.out_dev);
         if (tops) f.out_top = di_alloc_raw(be, (size_t)n_seqs * (size_t)fo->top_k * sizeof *f.out_top);
-        if (!f.out_map || (greedy && !f.out_ban) || (draw && !f.out_draw) || ((greedy || draw) && !f.out_dev) ||
-            (tops && !f.out_top)) {
+        if (!f.out_map || !f.out_row || !f.out_seq || (greedy && !f.out_ban) || (draw && !f.out_draw) ||
+            ((greedy || draw) && !f.out_dev) || (tops && !f.out_top) ||
+            (allr && (!f.out_rsum || !f.out_rx || (fo->row_k > 0 && !f.out_rtop)))) {
             free(f.out_map);
+            free(f.out_row);
+            free(f.out_seq);
             free(f.out_ban);
             free(f.out_draw);
             be->ops->free(be, f.out_dev);
             be->ops->free(be, f.out_top);
+            be->ops->free(be, f.out_rsum);
+            be->ops->free(be, f.out_rx);
+            be->ops->free(be, f.out_rtop);
             fwd_release(&f);
             return di_err_set(err, DI_ERR_NOMEM, "rows of %d sequences: out of memory", n_seqs);
         }
+        for (int j = 0; j < n_seqs; j++) f.out_row[j] = j; /* the head's rows: one a sequence, all kept */
         for (int j = 0; greedy && j < n_seqs; j++) f.out_ban[j] = fo->want[j].ban;
         for (int j = 0; draw && j < n_seqs; j++) f.out_draw[j] = fo->want[j].draw;
     }
     f.out = fo;
     /* a pass whose rows nobody reads (prefill chunks that draw no token)
      * skips the head (the real model's head weights are over a gigabyte) */
-    const int head = logits != NULL && (!fo || n_mode[DI_ROW_NONE] < n_seqs);
+    const int head = logits != NULL && (!fo || fo->all_rows || n_mode[DI_ROW_NONE] < n_seqs);
     int64_t m = f.m, d = c->dim;
     int hc = c->hc_mult;
     float *s = NULL, *pre = NULL;
     int32_t *rows = NULL;
+    if (fo && fo->all_rows) graphs = 0; /* a recorded step's head reads the last rows */
     if (graphs && graph_step(&f, head ? logits : NULL)) {
         uint64_t key = f.step_key ^ (all_rows ? 0x9e3779b97f4a7c15ull : 0);
         const float *lg = be->ops->graph_replay(be, key, f.meta_host, f.meta_bytes);
@@ -796,14 +847,17 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
         /* rows nobody reads are left out of the head (out_map: the head's
          * row k is sequence out_map[k]'s), except in a recorded step, whose
          * head reads the metadata's rows (a decode step: every row read) */
-        f.out_compact = n_mode[DI_ROW_NONE] > 0 && !f.recording;
+        f.out_compact = !all_rows && n_mode[DI_ROW_NONE] > 0 && !f.recording;
         int64_t n = 0;
         for (int q = 0; q < n_seqs; q++) {
             if (all_rows) {
                 for (int64_t i = 0; i < seqs[q].n; i++) rows[n++] = (int32_t)(f.row0[q] + i);
+                if (fo) f.out_row[q] = n - 1;
             } else if (!f.out_compact || fo->want[q].mode != DI_ROW_NONE) {
-                if (f.out_compact) f.out_map[n] = q;
+                if (f.out_compact) f.out_map[n] = q, f.out_row[q] = n;
                 rows[n++] = (int32_t)(f.row0[q] + seqs[q].n - 1);
+            } else {
+                f.out_row[q] = -1;
             }
         }
         const int32_t *drows = f.meta && !f.out_compact ? (all_rows ? f.m_rows_all : f.m_rows_last) : NULL;
@@ -825,8 +879,13 @@ out:
     free(f.out_ban);
     free(f.out_draw);
     free(f.out_map);
+    free(f.out_row);
+    free(f.out_seq);
     be->ops->free(be, f.out_dev);
     be->ops->free(be, f.out_top);
+    be->ops->free(be, f.out_rsum);
+    be->ops->free(be, f.out_rx);
+    be->ops->free(be, f.out_rtop);
     if (st) fwd_release(&f);
     else di_fwd_end(&f);
     return st;
@@ -855,6 +914,21 @@ di_status di_forward_rows(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, f
     if (out->top_k < 0 || out->top_k > DI_ROW_TOP_MAX || out->top_k > lm->cfg->vocab_size)
         return di_err_set(err, DI_ERR_INVALID_ARG, "forward: top lists of %d (at most %d, and the vocabulary)",
                           (int)out->top_k, DI_ROW_TOP_MAX);
+    if (out->all_rows) { /* every row's targets: ids or -1, with their buffers */
+        if (!out->target || !out->row_sum || !out->row_x || out->row_k < 0 || out->row_k > DI_ROW_TOP_MAX ||
+            out->row_k > lm->cfg->vocab_size || (out->row_k > 0 && !out->row_top))
+            return di_err_set(err, DI_ERR_INVALID_ARG, "forward: all rows wanted without their targets, buffers "
+                                                       "or a top list length of 0 .. %d", DI_ROW_TOP_MAX);
+        if (!lm->be->ops->logits_pick || (out->row_k > 0 && !lm->be->ops->logits_top))
+            return di_err_set(err, DI_ERR_UNSUPPORTED, "forward: backend %s has no row values (logits_pick, logits_top)",
+                              lm->be->ops->name);
+        int64_t m = 0;
+        for (int q = 0; q < n_seqs; q++) m += seqs[q].n > 0 ? seqs[q].n : 0;
+        for (int64_t r = 0; r < m; r++)
+            if (out->target[r] < -1 || out->target[r] >= lm->cfg->vocab_size)
+                return di_err_set(err, DI_ERR_INVALID_ARG, "forward: row %lld: target %d outside the vocabulary",
+                                  (long long)r, (int)out->target[r]);
+    }
     for (int q = 0; q < n_seqs; q++) {
         if (out->want[q].mode < DI_ROW_NONE || out->want[q].mode >= DI_ROW_MODES)
             return di_err_set(err, DI_ERR_INVALID_ARG, "forward: sequence %d: row mode %d", q, (int)out->want[q].mode);
@@ -883,5 +957,5 @@ di_status di_forward_rows(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, f
             return di_err_set(err, DI_ERR_UNSUPPORTED, "forward: backend %s has no top lists (logits_top)",
                               lm->be->ops->name);
     }
-    return forward_run(lm, seqs, n_seqs, logits, 0, out, err);
+    return forward_run(lm, seqs, n_seqs, logits, out->all_rows != 0, out, err);
 }

@@ -50,6 +50,18 @@ typedef struct di_fwd_out {
     int64_t n_edits;
     di_row_top *top;          /* [n_seqs, top_k] host: the rows' top lists (want[i].top of them) */
     int32_t top_k;            /* 0: no row wants one */
+    /* all_rows = 1: the head runs over every row of the pass (prompt
+     * logprobs); the sequences' last rows come as above, and each row r
+     * (in the pass's order) with target[r] >= 0 as its summary (row_sum[r]
+     * = di_row_greedy_of(row, V, V, -1): its log-sum-exp), its value at
+     * the target (row_x[r]) and, with row_k > 0, its top list
+     * (row_top[r·row_k ..], di_row_top_of). Nothing else comes back. */
+    int32_t all_rows;
+    int32_t row_k;
+    const int32_t *target;    /* [m] ids, -1: the row is not wanted */
+    di_row_greedy *row_sum;   /* [m] host */
+    float *row_x;             /* [m] host */
+    di_row_top *row_top;      /* [m, row_k] host */
 } di_fwd_out;
 
 /* One forward in progress. */
@@ -120,6 +132,11 @@ typedef struct di_fwd {
     di_row_greedy *out_dev; /* [n_seqs] with out: the summaries (backend memory) */
     di_row_top *out_top;    /* [n_seqs, top_k] with out's top lists (backend memory) */
     int32_t *out_map;      /* [n_seqs] with out: the sequence of each row the head computed */
+    int64_t *out_row;      /* [n_seqs] with out: the head's row of each sequence's last row */
+    int32_t *out_seq;      /* [n_seqs] with out: logits_to_host's list of delivered sequences */
+    di_row_greedy *out_rsum; /* [m] with out->all_rows: the target rows' summaries (backend memory) */
+    float *out_rx;         /* [m] with out->all_rows: their targets' values (backend memory) */
+    di_row_top *out_rtop;  /* [m, row_k] with out->all_rows: their top lists (backend memory) */
     int out_compact;       /* the head left out rows nobody reads (out_map in use) */
     di_fwd_trace *trace; /* NULL or where the next block writes its sublayer outputs */
 } di_fwd;

@@ -59,12 +59,26 @@ static const di_runner_ops ops = {.state_bytes = f_bytes, .state_new = f_new, .s
  * summaries, or draws (near sets wider than 6 left to the host) */
 static di_status f_forward_rows(void *ctx, const di_runner_seq *seqs, int n, float *logits, const di_fwd_out *out,
                                 di_err *err) {
-    float *all = malloc((size_t)(n ? n : 1) * FV * sizeof *all);
+    int64_t m = 0; /* the pass's rows: one a sequence, or with all_rows every row */
+    for (int i = 0; i < n; i++) m += out->all_rows ? seqs[i].n : 1;
+    float *all = malloc((size_t)(m ? m : 1) * FV * sizeof *all);
     if (!all) return di_err_set(err, DI_ERR_NOMEM, "oom");
-    di_status st = f_forward(ctx, seqs, n, all, 0, err);
-    for (int i = 0; i < n && !st; i++) {
+    di_status st = f_forward(ctx, seqs, n, all, out->all_rows, err);
+    if (out->all_rows && (!out->target || !out->row_sum || !out->row_x || out->row_k < 0 || out->row_k > 20 ||
+                          (out->row_k && !out->row_top)))
+        abort();
+    for (int64_t r = 0; out->all_rows && r < m && !st; r++) { /* the target rows: ids or -1 */
+        const int32_t t = out->target[r];
+        if (t < -1 || t >= FV) abort();
+        if (t < 0) continue;
+        di_row_greedy_of(all + (size_t)r * FV, FV, FV, -1, &out->row_sum[r]);
+        out->row_x[r] = all[(size_t)r * FV + (size_t)t];
+        if (out->row_k) di_row_top_of(all + (size_t)r * FV, FV, out->row_k, out->row_top + (size_t)r * out->row_k);
+    }
+    for (int i = 0, end = 0; i < n && !st; i++) {
         const di_row_want *w = &out->want[i];
-        const float *x = all + (size_t)i * FV;
+        end += out->all_rows ? (int)seqs[i].n : 1;
+        const float *x = all + (size_t)(end - 1) * FV; /* the sequence's last row */
         if (w->mode == DI_ROW_LOGITS) {
             memcpy(logits + (size_t)i * FV, x, FV * sizeof *x);
         } else if (w->mode == DI_ROW_GREEDY) {
@@ -131,7 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint32_t first = take(&rd, 1);
     const di_tokenizer *tok = first & 1 ? default_tokenizer() : NULL;
     const int rows = (first >> 1) & 1; /* rows by need, draws by the runner */
-    di_runner runner = {rows ? &ops_rows : &ops, NULL, FV, rows, rows};
+    di_runner runner = {rows ? &ops_rows : &ops, NULL, FV, rows, rows, rows};
     di_engine_cfg cfg = {.max_model_len = 16 + take(&rd, 1), .max_batch = 1 + (int)take(&rd, 1) % 8,
                          .budget = 1 + take(&rd, 1) % 64, .max_chunk = take(&rd, 1) % 16,
                          .memory_limit = 256 + 64 * (uint64_t)take(&rd, 1), .async = (int)take(&rd, 1) & 1,

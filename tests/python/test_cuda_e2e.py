@@ -197,3 +197,31 @@ def test_gpu_top_logprobs_equal_host(tiny, monkeypatch):
     assert runs[0] == runs[1]
     assert sum(len(t) for t, _, _ in runs[0]) > 3 * N
     assert all(len(row) >= k for (_, _, rows), k in zip(runs[0], (5, 1, 20, 3)) for row in rows)
+
+
+def test_gpu_prompt_logprobs_equal_host(tiny, monkeypatch):
+    """Prompt logprobs through the rows' targets on the device (each prompt
+    row's summary, target value and top list; DI_ENGINE_TOPS=1, the default)
+    give what the host forms from every row's logits (DI_ENGINE_TOPS=0) bit
+    for bit, in a batch that also samples: prompt logprobs with and without
+    a top list, a request that only scores its prompt, sampled tokens."""
+    model, golden = tiny
+    monkeypatch.setenv("DEEPINFER_ACCELERATOR", "nvidia")
+    prompts = [short_prompt(golden), "A long time ago in a galaxy far away", "1 2 3 4 5 6 7 8", "def f(x):"]
+    params = [SamplingParams(temperature=0.0, max_tokens=N, prompt_logprobs=3),
+              SamplingParams(temperature=0.8, seed=41, max_tokens=N, prompt_logprobs=0, logprobs=2),
+              SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=20),
+              SamplingParams(temperature=0.9, seed=42, max_tokens=N)]
+
+    def rows(lps):
+        return None if lps is None else [None if r is None else [(t, p.logprob, p.rank) for t, p in r.items()]
+                                         for r in lps]
+    runs = []
+    for tops in ("1", "0"):
+        monkeypatch.setenv("DI_ENGINE_TOPS", tops)
+        with LLM(model=str(model)) as llm:
+            outs = llm.generate(prompts, params, use_tqdm=False)
+        runs.append([(o.outputs[0].token_ids, o.outputs[0].cumulative_logprob, rows(o.prompt_logprobs),
+                      rows(o.outputs[0].logprobs)) for o in outs])
+    assert runs[0] == runs[1]
+    assert all(runs[0][i][2] is not None and len(runs[0][i][2]) > 3 for i in range(3))

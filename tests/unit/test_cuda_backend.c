@@ -1219,7 +1219,8 @@ static void test_logits_greedy(void) {
     CHECK_EQ_INT(rows, 3 * (5 + 64 + 3 + 4 + 4));
 }
 
-/* Top lists on the device (logits_top) against di_row_top_of (the
+/* Top lists on the device (logits_top), and values at an id a row
+ * (logits_pick), against di_row_top_of (the
  * sampler's top logprobs' order, test_sampler.c), bit for bit, ids and
  * values: rows of many ties, NaN, infinities, zeros of both signs, rows of
  * fewer numbers than k, odd widths and the model's, k = 1, 5, 20 and 32,
@@ -1272,6 +1273,29 @@ static void test_logits_top(void) {
         free(x);
     }
     CHECK_EQ_INT(rows, 5 * 4 + 9 * 4 + 4 * 4 + 3 * 4); /* every k fits every width */
+    /* logits_pick: each row's value at its id, bits included (NaN, -0) */
+    {
+        const int64_t V = 1003, m = 37;
+        float *x = malloc((size_t)(m * V) * sizeof *x), got[37];
+        int32_t cols[37];
+        for (int64_t i = 0; i < m * V; i++) x[i] = (float)rng_int(4096) / 64.0f - 32.0f;
+        for (int64_t r = 0; r < m; r++) {
+            cols[r] = r == 0 ? 0 : r == 1 ? (int32_t)(V - 1) : rng_int((int)V);
+            if (r == 2) x[r * V + cols[r]] = NAN;
+            if (r == 3) x[r * V + cols[r]] = -0.0f;
+        }
+        float *dx = dev_up(x, (size_t)(m * V) * sizeof *x), *dp = dev_poison((size_t)m * sizeof(float));
+        gpu->ops->logits_pick(gpu, dx, m, V, cols, dp);
+        gpu->ops->download(gpu, got, dp, (size_t)m * sizeof(float));
+        if (status_ok("logits_pick")) {
+            int ok = 1;
+            for (int64_t r = 0; r < m; r++) ok &= !memcmp(&got[r], &x[r * V + cols[r]], 4);
+            CHECKF(ok, "logits_pick: a row's value differs");
+        }
+        dev_free(dx);
+        dev_free(dp);
+        free(x);
+    }
 #if defined(DI_HAVE_CUDA)
     /* the launcher's refusals (the backend op would keep the error) */
     float *dx = dev_up((float[40]){0}, 40 * sizeof(float));

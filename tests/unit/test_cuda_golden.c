@@ -254,7 +254,7 @@ static void test_rows_draw(void) {
             for (int q = 0; q < NS; q++)
                 w[q] = (di_row_want){.mode = modes[c][q], .ban = q == 3 ? 2 : -1, .draw = draws[(q + c) % 4]};
             for (int64_t i = 0; i < NS * V; i++) got[i] = -12345.0f;
-            di_fwd_out o = {w, V, gs, NULL, 0, NULL, 0};
+            di_fwd_out o = {w, V, gs, NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL};
             CHECKF(di_forward_rows(&g.lm, qs, NS, got, &o, &err) == DI_OK, "%s", err.msg);
             for (int q = 0; q < NS; q++) {
                 int64_t bad = 0;

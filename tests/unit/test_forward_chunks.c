@@ -125,7 +125,7 @@ static void test_rows(void) {
             di_row_want w = {.mode = last ? (form ? DI_ROW_GREEDY : DI_ROW_LOGITS) : DI_ROW_NONE, .ban = -1};
             memset(&g, 0xff, sizeof g);
             for (int64_t i = 0; i < V; i++) lg[i] = -12345.0f;
-            di_fwd_out o = {&w, V, &g, NULL, 0, NULL, 0};
+            di_fwd_out o = {&w, V, &g, NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL};
             CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_OK);
             if (!last || form) /* nothing written but what was asked */
                 for (int64_t i = 0; i < V; i++) untouched &= lg[i] == -12345.0f;
@@ -159,7 +159,7 @@ static void test_rows(void) {
     di_row_want w2[2] = {{.mode = DI_ROW_NONE, .ban = -1}, {.mode = DI_ROW_GREEDY, .ban = h0.token}};
     di_row_greedy g2[2];
     memset(g2, 0xff, sizeof g2);
-    di_fwd_out o2 = {w2, V, g2, NULL, 0, NULL, 0};
+    di_fwd_out o2 = {w2, V, g2, NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL};
     CHECK(di_forward_rows(&G.lm, two, 2, lg, &o2, &err) == DI_OK);
     di_row_greedy h;
     di_row_greedy_of(REF + 99 * V, V, V, h0.token, &h);
@@ -188,7 +188,7 @@ static void test_rows(void) {
             di_row_greedy gs[NS];
             for (int q = 0; q < NS; q++) w[q] = (di_row_want){.mode = modes[c][q], .ban = q == 3 ? 2 : -1};
             for (int64_t i = 0; i < NS * V; i++) got[i] = -12345.0f;
-            di_fwd_out o = {w, V, gs, NULL, 0, NULL, 0};
+            di_fwd_out o = {w, V, gs, NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL};
             CHECK(di_forward_rows(&G.lm, qs, NS, got, &o, &err) == DI_OK);
             for (int q = 0; q < NS; q++) {
                 int64_t bad = 0;
@@ -301,7 +301,7 @@ static void test_errors(void) {
     float *lg = malloc((size_t)V * sizeof *lg);
     di_row_greedy g;
     di_row_want w = {.mode = DI_ROW_DRAW, .ban = -1, .draw = {.inv_t = 1.0f, .top_p = 1.0, .ban = -1}};
-    di_fwd_out o = {&w, V, &g, NULL, 0, NULL, 0};
+    di_fwd_out o = {&w, V, &g, NULL, 0, NULL, 0, 0, 0, NULL, NULL, NULL, NULL};
     const di_status want = G.lm.be->ops->logits_draw ? DI_ERR_INVALID_ARG : DI_ERR_UNSUPPORTED;
     CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == want);
     if (!G.lm.be->ops->logits_draw) CHECK_STR_CONTAINS(err.msg, "logits_draw");
@@ -329,7 +329,7 @@ static void test_errors(void) {
      * DI_ROW_TOP_MAX, into a buffer, on a backend that forms them */
     di_row_top tops[4];
     w = (di_row_want){.mode = DI_ROW_GREEDY, .ban = -1, .top = 3};
-    o = (di_fwd_out){&w, V, &g, NULL, 0, NULL, 3};
+    o = (di_fwd_out){&w, V, &g, NULL, 0, NULL, 3, 0, 0, NULL, NULL, NULL, NULL};
     CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_ERR_INVALID_ARG); /* no buffer */
     CHECK_STR_CONTAINS(err.msg, "top list");
     o.top = tops;
@@ -344,6 +344,26 @@ static void test_errors(void) {
     w.mode = DI_ROW_GREEDY, o.top_k = DI_ROW_TOP_MAX + 1, w.top = 1;
     CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_ERR_INVALID_ARG);
     CHECK_STR_CONTAINS(err.msg, "top lists of 33");
+    /* all rows by targets: ids or -1 below V, their buffers, a list length
+     * within DI_ROW_TOP_MAX, on a backend that picks values */
+    w.top = 0, o.top_k = 0;
+    int32_t tg[1] = {3};
+    di_row_greedy rs[1];
+    float rx[1];
+    o.all_rows = 1;
+    CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_ERR_INVALID_ARG); /* no targets */
+    o.target = tg, o.row_sum = rs, o.row_x = rx, o.row_k = 2;
+    CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_ERR_INVALID_ARG); /* a list without its buffer */
+    o.row_top = tops, o.row_k = DI_ROW_TOP_MAX + 1;
+    CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_ERR_INVALID_ARG);
+    o.row_k = 2, tg[0] = (int32_t)V;
+    if (G.lm.be->ops->logits_pick) {
+        CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_ERR_INVALID_ARG);
+        CHECK_STR_CONTAINS(err.msg, "outside the vocabulary");
+    } else { /* the CPU's rows are where the sampler reads them */
+        CHECK(di_forward_rows(&G.lm, &q, 1, lg, &o, &err) == DI_ERR_UNSUPPORTED);
+        CHECK_STR_CONTAINS(err.msg, "logits_pick");
+    }
     free(lg);
     CHECK_EQ_INT(st.n_tokens, 0);
     di_seqstate_free(&st);

@@ -86,35 +86,50 @@ static const di_runner_ops fake_ops = {.state_bytes = f_bytes, .state_new = f_ne
  * greedy summaries (core/row_exp.h), every other row NaN, so that an
  * engine reading a row it did not ask for goes wrong visibly. */
 static int64_t g_rows_greedy, g_rows_logits, g_rows_none, g_rows_banned, g_rows_drawn, g_rows_left, g_rows_edited,
-    g_rows_tops;
+    g_rows_tops, g_rows_targets;
 static di_status f_forward_rows(void *ctx, const di_runner_seq *seqs, int n, float *logits, const di_fwd_out *out,
                                 di_err *err) {
-    float *all = malloc((size_t)n * FV * sizeof *all);
+    /* the pass's rows: one a sequence, or with all_rows every row (the
+     * sequences' last rows at the ends of their chunks) */
+    int64_t m = 0;
+    for (int i = 0; i < n; i++) m += out->all_rows ? seqs[i].n : 1;
+    float *all = malloc((size_t)m * FV * sizeof *all);
     if (!all) return di_err_set(err, DI_ERR_NOMEM, "oom");
     fake *f = ctx;
     void *live = f->live;
     size_t live_bytes = f->live_bytes;
-    f->live = all, f->live_bytes = (size_t)n * FV * sizeof *all; /* f_forward checks its buffer */
-    di_status st = f_forward(ctx, seqs, n, all, 0, err);
+    f->live = all, f->live_bytes = (size_t)m * FV * sizeof *all; /* f_forward checks its buffer */
+    di_status st = f_forward(ctx, seqs, n, all, out->all_rows, err);
     f->live = live, f->live_bytes = live_bytes;
     if ((void *)logits != f->live || (size_t)n * FV * sizeof(float) > f->live_bytes) f->foreign++;
-    for (int i = 0; i < n && !st; i++) {
+    for (int64_t r = 0; out->all_rows && r < m && !st; r++) { /* the target rows */
+        const int32_t t = out->target[r];
+        if (t < -1 || t >= FV) st = di_err_set(err, DI_ERR_INVALID_ARG, "target %d", (int)t);
+        if (t < 0) continue;
+        di_row_greedy_of(all + (size_t)r * FV, FV, FV, -1, &out->row_sum[r]);
+        out->row_x[r] = all[(size_t)r * FV + (size_t)t];
+        if (out->row_k > 0) di_row_top_of(all + (size_t)r * FV, FV, out->row_k, out->row_top + (size_t)r * out->row_k);
+        g_rows_targets++;
+    }
+    for (int i = 0, end = 0; i < n && !st; i++) {
         const di_row_want w = out->want[i];
         float *o = logits + (size_t)i * FV;
+        end += out->all_rows ? (int)seqs[i].n : 1;
+        const float *x = all + (size_t)(end - 1) * FV; /* the sequence's last row */
         for (int v = 0; v < FV; v++) o[v] = NAN;
         if (w.mode == DI_ROW_LOGITS) {
-            memcpy(o, all + (size_t)i * FV, FV * sizeof *o);
+            memcpy(o, x, FV * sizeof *o);
             g_rows_logits++;
         } else if (w.mode == DI_ROW_GREEDY) {
-            di_row_greedy_of(all + (size_t)i * FV, FV, out->lim, w.ban, &out->greedy[i]);
+            di_row_greedy_of(x, FV, out->lim, w.ban, &out->greedy[i]);
             g_rows_greedy++;
             g_rows_banned += w.ban >= 0;
         } else if (w.mode == DI_ROW_DRAW) {
             /* the reference's draw; near sets wider than 6 left to the
              * host, whose row then comes as the logits */
-            if (!draw_ref(all + (size_t)i * FV, FV, out->lim, &w.draw, out->edits, 6, &out->greedy[i])) st = DI_ERR_NOMEM;
+            if (!draw_ref(x, FV, out->lim, &w.draw, out->edits, 6, &out->greedy[i])) st = DI_ERR_NOMEM;
             g_rows_edited += w.draw.n_edit > 0;
-            if (out->greedy[i].pad) memcpy(o, all + (size_t)i * FV, FV * sizeof *o);
+            if (out->greedy[i].pad) memcpy(o, x, FV * sizeof *o);
             g_rows_drawn++;
             g_rows_left += out->greedy[i].pad;
         } else {
@@ -123,7 +138,7 @@ static di_status f_forward_rows(void *ctx, const di_runner_seq *seqs, int n, flo
         /* a top list: the reference's, at the step's length */
         if (w.top > 0 && (w.mode == DI_ROW_GREEDY || w.mode == DI_ROW_DRAW)) {
             if (w.top > out->top_k || !out->top) st = di_err_set(err, DI_ERR_INVALID_ARG, "top %d of %d", (int)w.top, (int)out->top_k);
-            else di_row_top_of(all + (size_t)i * FV, FV, out->top_k, out->top + (size_t)i * out->top_k);
+            else di_row_top_of(x, FV, out->top_k, out->top + (size_t)i * out->top_k);
             g_rows_tops++;
         } else if (w.top != 0) {
             st = di_err_set(err, DI_ERR_INVALID_ARG, "top %d in mode %d", (int)w.top, (int)w.mode);
@@ -148,6 +163,9 @@ typedef struct outcome {
     float lp[NREQ][2][256];      /* the sampled tokens' logprobs (requests with logprobs) */
     int32_t top_ids[NREQ][2][256 * 3];
     float top_lp[NREQ][2][256 * 3];
+    float plp[NREQ][200];         /* prompt logprobs (requests with prompt_logprobs) */
+    int32_t ptop_ids[NREQ][200 * 2];
+    float ptop_lp[NREQ][200 * 2];
     int n[NREQ][2];
     int finish[NREQ][2];
 } outcome;
@@ -159,7 +177,7 @@ static void make_prompt(int r, int32_t *ids, int *n) {
 
 static int run_all(outcome *out, int max_batch, int64_t budget, int64_t chunk, uint64_t mem, int async,
                    fake *f, uint64_t *preempt) {
-    di_runner r = {g_rows ? &fake_rows_ops : &fake_ops, f, FV, g_rows, g_rows && g_tops};
+    di_runner r = {g_rows ? &fake_rows_ops : &fake_ops, f, FV, g_rows, g_rows && g_tops, g_rows && g_tops};
     di_engine_cfg cfg = {.max_model_len = 400, .max_batch = max_batch, .budget = budget, .max_chunk = chunk,
                          .memory_limit = mem, .async = async, .seed = 5, .eos_id = 1, .bos_id = 0,
                          .sample_threads = g_sample_threads};
@@ -182,6 +200,7 @@ static int run_all(outcome *out, int max_batch, int64_t budget, int64_t chunk, u
         sp.ignore_eos = q % 7 == 0 || q % 6 == 3;
         sp.min_tokens = q % 11 == 0 && sp.max_tokens >= 4 ? 4 : 0; /* EOS banned for the first tokens */
         sp.logprobs = q % 13 == 0 ? 3 : -1;  /* top logprobs: the logits row */
+        if (q % 7 == 5) sp.prompt_logprobs = q % 2 ? 2 : 0; /* every prompt row: its target's logprob (+ a top list) */
         /* processing that edits ids (drawn with the row's edits where the
          * runner draws): penalties, bias (one id twice now and then: no
          * list form, the host's), stop ids before min_tokens */
@@ -200,6 +219,13 @@ static int run_all(outcome *out, int max_batch, int64_t budget, int64_t chunk, u
     for (int q = 0; q < NREQ; q++) {
         di_request_output ro;
         if (di_engine_get_output(e, ids[q], &ro) || !ro.finished) return -4;
+        if (ro.prompt_logprobs) {
+            memcpy(out->plp[q], ro.prompt_logprobs, ro.n_prompt * sizeof(float));
+            if (ro.n_prompt_top == 2) {
+                memcpy(out->ptop_ids[q], ro.prompt_top_ids, ro.n_prompt * 2 * sizeof(int32_t));
+                memcpy(out->ptop_lp[q], ro.prompt_top_logprobs, ro.n_prompt * 2 * sizeof(float));
+            }
+        }
         for (size_t j = 0; j < ro.n_completions; j++) {
             di_completion c;
             di_engine_get_completion(e, ids[q], j, &c);
@@ -292,7 +318,7 @@ static void test_invariance(void) {
      * in some), the other rows' logits as NaN */
     g_rows = 1;
     g_rows_greedy = g_rows_logits = g_rows_none = g_rows_banned = g_rows_drawn = g_rows_left = g_rows_edited = 0;
-    g_rows_tops = 0;
+    g_rows_tops = g_rows_targets = 0;
     for (size_t c = 0; c < sizeof cases / sizeof *cases + 1; c++) {
         fake f = {0};
         memset(&o, 0, sizeof o);
@@ -313,17 +339,21 @@ static void test_invariance(void) {
                         !memcmp(o.lp[q][j], ref.lp[q][j], (size_t)ref.n[q][j] * sizeof(float)) &&
                         !memcmp(o.top_ids[q][j], ref.top_ids[q][j], (size_t)ref.n[q][j] * 3 * sizeof(int32_t)) &&
                         !memcmp(o.top_lp[q][j], ref.top_lp[q][j], (size_t)ref.n[q][j] * 3 * sizeof(float));
+        /* prompt logprobs (NaN at position 0 in both: compared as bits) */
+        same &= !memcmp(o.plp, ref.plp, sizeof o.plp) && !memcmp(o.ptop_ids, ref.ptop_ids, sizeof o.ptop_ids) &&
+                !memcmp(o.ptop_lp, ref.ptop_lp, sizeof o.ptop_lp);
         CHECKF(same, "rows, case %zu: outputs differ from the reference", c);
     }
     g_rows = 0;
     g_tops = 0;
     CHECKF(g_rows_greedy > 100 && g_rows_logits > 100 && g_rows_none > 10 && g_rows_banned > 10 &&
                g_rows_drawn > 100 && g_rows_left > 10 && g_rows_left < g_rows_drawn && g_rows_edited > 100 &&
-               g_rows_tops > 100,
+               g_rows_tops > 100 && g_rows_targets > 100,
            "rows: %lld greedy (%lld with a ban), %lld drawn (%lld left to the host, %lld with edited ids), %lld logits, "
-           "%lld none, %lld with top lists",
+           "%lld none, %lld with top lists, %lld target rows",
            (long long)g_rows_greedy, (long long)g_rows_banned, (long long)g_rows_drawn, (long long)g_rows_left,
-           (long long)g_rows_edited, (long long)g_rows_logits, (long long)g_rows_none, (long long)g_rows_tops);
+           (long long)g_rows_edited, (long long)g_rows_logits, (long long)g_rows_none, (long long)g_rows_tops,
+           (long long)g_rows_targets);
 }
 
 /* A runner whose forward fails without a message still fails the step
@@ -335,7 +365,7 @@ static di_status f_forward_mute(void *ctx, const di_runner_seq *seqs, int n, flo
 static void test_runner_mute_failure(void) {
     static const di_runner_ops mute_ops = {.state_bytes = f_bytes, .state_new = f_new, .state_free = f_free,
                                            .forward = f_forward_mute};
-    di_runner r = {&mute_ops, NULL, FV, 0, 0};
+    di_runner r = {&mute_ops, NULL, FV, 0, 0, 0};
     di_engine_cfg cfg = {.max_model_len = 64, .max_batch = 4, .budget = 64, .memory_limit = 1 << 20, .seed = 1,
                          .eos_id = 1};
     di_engine *e = calloc(1, sizeof *e);
@@ -357,7 +387,7 @@ static void test_runner_mute_failure(void) {
 /* A request whose state can never fit fails alone; the others finish. */
 static void test_too_big(void) {
     fake f = {0};
-    di_runner r = {&fake_ops, &f, FV, 0, 0};
+    di_runner r = {&fake_ops, &f, FV, 0, 0, 0};
     di_engine_cfg cfg = {.max_model_len = 4000, .max_batch = 8, .budget = 256, .memory_limit = 4096 + 64 * 200,
                          .async = 1, .seed = 1, .eos_id = 1};
     di_engine *e = calloc(1, sizeof *e);

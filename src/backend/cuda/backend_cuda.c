@@ -1646,6 +1646,24 @@ static void cu_logits_top(di_backend *be, const float *x, int64_t m, int64_t V, 
     note(be, cuda_op_logits_top(x, m, V, k, out, &err), &err);
 }
 
+/* The rows' values at one id each (cuda_ops_logits.cu): the ids go up with
+ * the call, as the greedy bans do; an id outside the row is refused. */
+static void cu_logits_pick(di_backend *be, const float *x, int64_t m, int64_t V, const int32_t *cols, float *out) {
+    op_enter(be, "logits_pick");
+    di_err err = {0};
+    if (m <= 0) return;
+    for (int64_t i = 0; i < m; i++)
+        if (cols[i] < 0 || cols[i] >= V) {
+            note(be, di_err_set(&err, DI_ERR_INVALID_ARG, "logits_pick: row %lld: id %d outside [0, %lld)", (long long)i,
+                                (int)cols[i], (long long)V),
+                 &err);
+            return;
+        }
+    const int32_t *dc = scratch_up(be, SCR_A, cols, (size_t)m * sizeof *cols);
+    if (!dc) return;
+    note(be, cuda_op_logits_pick(x, m, V, dc, out, &err), &err);
+}
+
 enum { EDITS_STAGED = 256 << 10 }; /* a longer edit list goes up from where it is (cu_logits_draw) */
 
 static void cu_logits_draw(di_backend *be, const float *x, int64_t m, int64_t V, int64_t lim,
@@ -2297,6 +2315,7 @@ static const di_backend_ops cuda_ops = {
     .add_bf16 = cu_add_bf16,
     .logits_greedy = cu_logits_greedy,
     .logits_top = cu_logits_top,
+    .logits_pick = cu_logits_pick,
     .logits_draw = cu_logits_draw,
     .destroy = cu_destroy,
     .status = cu_status,

@@ -131,6 +131,9 @@ di_status cuda_op_logits_greedy(const float *x, int64_t m, int64_t V, int64_t li
 /* out[i·k .. i·k + k) = di_row_top_of(x + i·V, V, k) bit for bit for the m
  * rows (k in 1 .. DI_ROW_TOP_MAX, at most V); out in device memory. */
 di_status cuda_op_logits_top(const float *x, int64_t m, int64_t V, int32_t k, di_row_top *out, di_err *err);
+/* out[i] = x[i·V + cols[i]] for the m rows; cols (ids in [0, V)) and out in
+ * device memory. */
+di_status cuda_op_logits_pick(const float *x, int64_t m, int64_t V, const int32_t *cols, float *out, di_err *err);
 /* out[i]: the temperature draw draws[i] on row x + i·V over ids [0, lim)
  * (backend.h logits_draw: the token di_sampler_sample draws, the drawn
  * token's logit in max, the row's log-sum-exp terms; pad 1 where the row

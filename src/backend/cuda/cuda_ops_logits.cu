@@ -812,3 +812,18 @@ extern "C" di_status cuda_op_logits_top(const float *x, int64_t m, int64_t V, in
     else k_lg_top<DI_ROW_TOP_MAX><<<(unsigned)m, LT_THREADS>>>(x, V, (int)k, out);
     return cuda_check_launch(err, "logits_top");
 }
+
+/* out[i] = x[i·V + cols[i]] (backend.h logits_pick) */
+__global__ void k_lg_pick(const float *__restrict__ x, int64_t m, int64_t V, const int32_t *__restrict__ cols,
+                          float *__restrict__ out) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < m) out[i] = x[i * V + cols[i]];
+}
+
+extern "C" di_status cuda_op_logits_pick(const float *x, int64_t m, int64_t V, const int32_t *cols, float *out,
+                                         di_err *err) {
+    if (m <= 0) return DI_OK;
+    if (m > INT32_MAX / 2) return di_err_set(err, DI_ERR_LIMIT, "logits_pick: %lld rows", (long long)m);
+    k_lg_pick<<<(unsigned)((m + 255) / 256), 256>>>(x, m, V, cols, out);
+    return cuda_check_launch(err, "logits_pick");
+}
