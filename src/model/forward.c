@@ -765,7 +765,6 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
         int tops = 0;
         for (int q = 0; q < n_seqs; q++) tops |= fo->want[q].top > 0;
         const int allr = fo->all_rows != 0;
-        f.out_map = malloc((size_t)n_seqs * sizeof *f.out_map);
         f.out_row = malloc((size_t)n_seqs * sizeof *f.out_row);
         f.out_seq = malloc((size_t)n_seqs * sizeof *f.out_seq);
         if (allr) {
@@ -777,10 +776,9 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
         if (draw) f.out_draw = malloc((size_t)n_seqs * sizeof *f.out_draw);
         if (greedy || draw) f.out_dev = di_alloc_raw(be, (size_t)n_seqs * sizeof *f.out_dev);
         if (tops) f.out_top = di_alloc_raw(be, (size_t)n_seqs * (size_t)fo->top_k * sizeof *f.out_top);
-        if (!f.out_map || !f.out_row || !f.out_seq || (greedy && !f.out_ban) || (draw && !f.out_draw) ||
+        if (!f.out_row || !f.out_seq || (greedy && !f.out_ban) || (draw && !f.out_draw) ||
             ((greedy || draw) && !f.out_dev) || (tops && !f.out_top) ||
             (allr && (!f.out_rsum || !f.out_rx || (fo->row_k > 0 && !f.out_rtop)))) {
-            free(f.out_map);
             free(f.out_row);
             free(f.out_seq);
             free(f.out_ban);
@@ -844,8 +842,8 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
     /* the DSpark rings before the head: a recorded step ends with the logits */
     if (lm->has_dspark && (st = di_dspark_seed(&f, err))) goto out;
     if (head) {
-        /* rows nobody reads are left out of the head (out_map: the head's
-         * row k is sequence out_map[k]'s), except in a recorded step, whose
+        /* rows nobody reads are left out of the head (out_row: the head's
+         * row of each sequence), except in a recorded step, whose
          * head reads the metadata's rows (a decode step: every row read) */
         f.out_compact = !all_rows && n_mode[DI_ROW_NONE] > 0 && !f.recording;
         int64_t n = 0;
@@ -854,7 +852,7 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
                 for (int64_t i = 0; i < seqs[q].n; i++) rows[n++] = (int32_t)(f.row0[q] + i);
                 if (fo) f.out_row[q] = n - 1;
             } else if (!f.out_compact || fo->want[q].mode != DI_ROW_NONE) {
-                if (f.out_compact) f.out_map[n] = q, f.out_row[q] = n;
+                if (f.out_compact) f.out_row[q] = n;
                 rows[n++] = (int32_t)(f.row0[q] + seqs[q].n - 1);
             } else {
                 f.out_row[q] = -1;
@@ -878,7 +876,6 @@ out:
     free(rows);
     free(f.out_ban);
     free(f.out_draw);
-    free(f.out_map);
     free(f.out_row);
     free(f.out_seq);
     be->ops->free(be, f.out_dev);

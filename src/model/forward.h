@@ -131,13 +131,12 @@ typedef struct di_fwd {
     di_row_draw *out_draw; /* [n_seqs] with out: want[i].draw (host) */
     di_row_greedy *out_dev; /* [n_seqs] with out: the summaries (backend memory) */
     di_row_top *out_top;    /* [n_seqs, top_k] with out's top lists (backend memory) */
-    int32_t *out_map;      /* [n_seqs] with out: the sequence of each row the head computed */
     int64_t *out_row;      /* [n_seqs] with out: the head's row of each sequence's last row */
     int32_t *out_seq;      /* [n_seqs] with out: logits_to_host's list of delivered sequences */
     di_row_greedy *out_rsum; /* [m] with out->all_rows: the target rows' summaries (backend memory) */
     float *out_rx;         /* [m] with out->all_rows: their targets' values (backend memory) */
     di_row_top *out_rtop;  /* [m, row_k] with out->all_rows: their top lists (backend memory) */
-    int out_compact;       /* the head left out rows nobody reads (out_map in use) */
+    int out_compact;       /* the head left out rows nobody reads (out_row says which it kept) */
     di_fwd_trace *trace; /* NULL or where the next block writes its sublayer outputs */
 } di_fwd;
 
