@@ -600,6 +600,16 @@ static void prompt_lp_rows(void *ctx, int64_t begin, int64_t end, int thread) {
     }
 }
 
+/* How many of item it's rows predict a prompt id whose logprob its
+ * request wants (prompt_logprobs; completion 0 computes them): its first
+ * ones, up to the prompt's last id; 0 none. */
+static int64_t prompt_lp_count(const di_sched_item *it) {
+    const di_request *r = it->seq->req;
+    if (it->seq->index != 0 || r->prompt_logprobs < 0 || it->start >= r->n_prompt) return 0;
+    const int64_t left = r->n_prompt - 1 - it->start;
+    return left < it->n ? left : it->n;
+}
+
 /* The same from an all-rows pass's target rows (the runner's summaries,
  * values and top lists): di_logprob_top's bits, each logprob the value
  * less the summary's lse (the sampler's). */
@@ -874,11 +884,8 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
         for (size_t i = 0, row = 0; i < n; row += (size_t)e->items[i].n, i++) {
             const di_sched_item *it = &e->items[i];
             const di_request *r = it->seq->req;
-            int64_t q1 = 0;
-            if (it->seq->index == 0 && r->prompt_logprobs >= 0 && it->start < r->n_prompt) {
-                q1 = r->n_prompt - 1 - it->start < it->n ? r->n_prompt - 1 - it->start : it->n;
-                row_k = r->prompt_logprobs > row_k ? r->prompt_logprobs : row_k;
-            }
+            const int64_t q1 = prompt_lp_count(it);
+            if (q1 > 0) row_k = r->prompt_logprobs > row_k ? r->prompt_logprobs : row_k;
             for (int64_t q = 0; q < it->n; q++) e->target[row + q] = q < q1 ? r->prompt[it->start + q + 1] : -1;
         }
         job.out.all_rows = 1;
@@ -919,14 +926,12 @@ di_status di_engine_do_step(di_engine *e, size_t *n_active, di_err *err) {
         s->n_computed = it->start + it->n;
         if (it->start < r->n_prompt) e->stats.prompt_tokens += (uint64_t)it->n;
         const float *last = e->logits + (size_t)(whole ? row + it->n - 1 : (int64_t)i) * (size_t)e->runner.vocab;
-        if (all_rows && s->index == 0 && r->prompt_logprobs >= 0) {
-            int64_t q1 = r->n_prompt - 1 - it->start < it->n ? r->n_prompt - 1 - it->start : it->n;
-            if (by_targets && q1 > 0) {
-                prompt_lp_targets(e, r, row, it->start, q1, row_k);
-            } else if (q1 > 0) { /* each row's log-softmax is a pass over the vocabulary: on the pool */
-                prompt_lp_ctx pc = {e, r, row, it->start};
-                di_threadpool_for(e->sample_pool, q1, 4, prompt_lp_rows, &pc);
-            }
+        const int64_t q1 = all_rows ? prompt_lp_count(it) : 0;
+        if (q1 > 0 && by_targets) {
+            prompt_lp_targets(e, r, row, it->start, q1, row_k);
+        } else if (q1 > 0) { /* each row's log-softmax is a pass over the vocabulary: on the pool */
+            prompt_lp_ctx pc = {e, r, row, it->start};
+            di_threadpool_for(e->sample_pool, q1, 4, prompt_lp_rows, &pc);
         }
         row += it->n;
         if (!it->sample || s->phase != DI_SEQ_RUNNING || s->finish) continue;

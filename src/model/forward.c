@@ -641,22 +641,22 @@ static void logits_to_host(const di_fwd *f, float *logits, const float *lg, int6
         } else if (mode == DI_ROW_DRAW) {
             be->ops->logits_draw(be, lg + k * V, j - k, V, o->lim, f->out_draw + i, o->edits, f->out_dev + i);
             be->ops->download(be, o->greedy + i, f->out_dev + i, (size_t)(j - k) * sizeof *f->out_dev);
-            for (int64_t x = 0, y; x < j - k; x = y) { /* the draws left to the host: their rows, a run a copy */
-                for (y = x; y < j - k && o->greedy[i + y].pad; y++) {
+            for (int64_t a = 0, b; a < j - k; a = b) { /* the draws left to the host: their rows, a run a copy */
+                for (b = a; b < j - k && o->greedy[i + b].pad; b++) {
                 }
-                if (y > x)
-                    be->ops->download(be, logits + (i + x) * V, lg + (k + x) * V, (size_t)((y - x) * V) * sizeof(float));
+                if (b > a)
+                    be->ops->download(be, logits + (i + a) * V, lg + (k + a) * V, (size_t)((b - a) * V) * sizeof(float));
                 else
-                    y++;
+                    b++;
             }
         }
         /* the run's top lists where a row wants one (top logprobs): the
          * run's rows at the step's length, top_k entries each */
         int tops = 0;
-        for (int64_t x = 0; x < j - k && (mode == DI_ROW_GREEDY || mode == DI_ROW_DRAW); x++) tops |= o->want[i + x].top > 0;
+        for (int64_t a = 0; a < j - k && (mode == DI_ROW_GREEDY || mode == DI_ROW_DRAW); a++) tops |= o->want[i + a].top > 0;
         if (tops) {
             const int64_t K = o->top_k;
-            be->ops->logits_top(be, lg + k * V, j - k, V, o->top_k, f->out_top + i * K);
+            be->ops->logits_top(be, lg + k * V, j - k, V, (int32_t)K, f->out_top + i * K);
             be->ops->download(be, o->top + i * K, f->out_top + i * K, (size_t)((j - k) * K) * sizeof *f->out_top);
         }
     }
