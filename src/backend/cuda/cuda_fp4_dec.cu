@@ -682,54 +682,64 @@ __global__ void __launch_bounds__(WN == 16 ? 2 * FM_THREADS : FM_THREADS, WN == 
                 const float fa[4] = {fa4.x, fa4.y, fa4.z, fa4.w}, fb[4] = {fb4.x, fb4.y, fb4.z, fb4.w};
                 const float sw0[4] = {wa4.x, wa4.y, wa4.z, wa4.w}, sw1[4] = {wb4.x, wb4.y, wb4.z, wb4.w};
                 if constexpr (WG) {
-                    /* four blocks on the warpgroup's tensor cores, then their
-                     * promotion (the A registers stay untouched, and live,
-                     * until the wait) */
-                    uint32_t a[4][4];
-                    float d[4][WN / 2];
+                    /* the blocks on the warpgroup's tensor cores, GB at a time,
+                     * then their promotion (the A registers stay untouched, and
+                     * live, until the wait); every slot's blocks promoted in
+                     * ascending order either way. With 16 slots two at a time:
+                     * four blocks' 32 result registers, with the 16 of their A
+                     * operands, spilled at the 128 a thread that 16 warps
+                     * leave (ptxas: 40 bytes of stack; 0 with two) */
+                    constexpr int GB = WN == 16 ? 2 : 4;
 #pragma unroll
-                    for (int jj = 0; jj < 4; jj++) {
-                        const uint32_t wa = qv[2 * jj], wb = qv[2 * jj + 1];
-                        a[jj][0] = fd_lo(wa);
-                        a[jj][1] = fd_lo(wb);
-                        a[jj][2] = fd_hi(wa);
-                        a[jj][3] = fd_hi(wb);
-                    }
-                    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+                    for (int j0 = 0; j0 < 4; j0 += GB) {
+                        uint32_t a[GB][4];
+                        float d[GB][WN / 2];
 #pragma unroll
-                    for (int jj = 0; jj < 4; jj++) {
-                        /* block 4hh + jj: its core matrices 128 bytes apart along k,
-                         * the 16-slot form's two halves 256 apart */
-                        const uint64_t db = make_desc(xa + (uint32_t)((4 * hh + jj) * WBLK), 128, 256, 0);
-                        if constexpr (WN == 16) fm_wgmma16(d[jj], a[jj], db);
-                        else fm_wgmma(d[jj], a[jj], db);
-                    }
-                    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-                    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+                        for (int i = 0; i < GB; i++) {
+                            const uint32_t wa = qv[2 * (j0 + i)], wb = qv[2 * (j0 + i) + 1];
+                            a[i][0] = fd_lo(wa);
+                            a[i][1] = fd_lo(wb);
+                            a[i][2] = fd_hi(wa);
+                            a[i][3] = fd_hi(wb);
+                        }
+                        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-                    for (int jj = 0; jj < 4; jj++) {
-                        asm volatile("" : "+f"(d[jj][0]), "+f"(d[jj][1]), "+f"(d[jj][2]), "+f"(d[jj][3])
-                                     : "r"(a[jj][0]), "r"(a[jj][1]), "r"(a[jj][2]), "r"(a[jj][3])
-                                     : "memory");
-                        if constexpr (WN == 16)
-                            asm volatile("" : "+f"(d[jj][4]), "+f"(d[jj][5]), "+f"(d[jj][6]), "+f"(d[jj][7])::"memory");
-                    }
+                        for (int i = 0; i < GB; i++) {
+                            /* block 4hh + j0 + i: its core matrices 128 bytes apart
+                             * along k, the 16-slot form's two halves 256 apart */
+                            const uint64_t db = make_desc(xa + (uint32_t)((4 * hh + j0 + i) * WBLK), 128, 256, 0);
+                            if constexpr (WN == 16) fm_wgmma16(d[i], a[i], db);
+                            else fm_wgmma(d[i], a[i], db);
+                        }
+                        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #pragma unroll
-                    for (int jj = 0; jj < 4; jj++) {
-                        acc0 = fmaf(d[jj][0], fa[jj] * sw0[jj], acc0);
-                        acc1 = fmaf(d[jj][1], fb[jj] * sw0[jj], acc1);
-                        acc2 = fmaf(d[jj][2], fa[jj] * sw1[jj], acc2);
-                        acc3 = fmaf(d[jj][3], fb[jj] * sw1[jj], acc3);
-                    }
-                    if constexpr (WN == 16) { /* slots 8 + 2t, 9 + 2t: their columns d[4..7] */
-                        const float4 fc4 = fm_lds4f(sa2 + 16 * hh), fd4 = fm_lds4f(sa3 + 16 * hh);
-                        const float fc[4] = {fc4.x, fc4.y, fc4.z, fc4.w}, fd[4] = {fd4.x, fd4.y, fd4.z, fd4.w};
+                        for (int i = 0; i < GB; i++) {
+                            asm volatile("" : "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+                                         : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3])
+                                         : "memory");
+                            if constexpr (WN == 16)
+                                asm volatile("" : "+f"(d[i][4]), "+f"(d[i][5]), "+f"(d[i][6]), "+f"(d[i][7])::"memory");
+                        }
 #pragma unroll
-                        for (int jj = 0; jj < 4; jj++) {
-                            acc4 = fmaf(d[jj][4], fc[jj] * sw0[jj], acc4);
-                            acc5 = fmaf(d[jj][5], fd[jj] * sw0[jj], acc5);
-                            acc6 = fmaf(d[jj][6], fc[jj] * sw1[jj], acc6);
-                            acc7 = fmaf(d[jj][7], fd[jj] * sw1[jj], acc7);
+                        for (int i = 0; i < GB; i++) {
+                            const int jj = j0 + i;
+                            acc0 = fmaf(d[i][0], fa[jj] * sw0[jj], acc0);
+                            acc1 = fmaf(d[i][1], fb[jj] * sw0[jj], acc1);
+                            acc2 = fmaf(d[i][2], fa[jj] * sw1[jj], acc2);
+                            acc3 = fmaf(d[i][3], fb[jj] * sw1[jj], acc3);
+                        }
+                        if constexpr (WN == 16) { /* slots 8 + 2t, 9 + 2t: their columns d[4..7] */
+                            const float4 fc4 = fm_lds4f(sa2 + 16 * hh), fd4 = fm_lds4f(sa3 + 16 * hh);
+                            const float fc[4] = {fc4.x, fc4.y, fc4.z, fc4.w}, fd[4] = {fd4.x, fd4.y, fd4.z, fd4.w};
+#pragma unroll
+                            for (int i = 0; i < GB; i++) {
+                                const int jj = j0 + i;
+                                acc4 = fmaf(d[i][4], fc[jj] * sw0[jj], acc4);
+                                acc5 = fmaf(d[i][5], fd[jj] * sw0[jj], acc5);
+                                acc6 = fmaf(d[i][6], fc[jj] * sw1[jj], acc6);
+                                acc7 = fmaf(d[i][7], fd[jj] * sw1[jj], acc7);
+                            }
                         }
                     }
                 } else {
