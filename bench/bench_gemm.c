@@ -12,7 +12,9 @@
  *   one-row calls on the 16-bit sums rather than the byte form; --no-bias keeps the
  *   512-bit FP8 decode rows on F16C rather than the exponent bias; --no-seg
  *   keeps their batches of 3-16 rows on blocks of 4 rows over all of K
- *   rather than in K segments; --weights normal
+ *   rather than in K segments; --pf / --no-pf force the FP8 decode rows'
+ *   prefetch of the row group two ahead on or off (by vendor otherwise:
+ *   AMD cores prefetch); --weights normal
  *   draws the FP8 codes as a checkpoint's, see normal_codes, instead of
  *   random bytes)
  *   (--quick: shorter timing, skips the largest prefill)
@@ -491,6 +493,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-bytes")) di_cpu_kernels_force_no_vnni_bytes(1);
         else if (!strcmp(argv[i], "--no-bias")) di_cpu_kernels_force_no_bias(1);
         else if (!strcmp(argv[i], "--no-seg")) di_cpu_kernels_force_no_seg(1);
+        else if (!strcmp(argv[i], "--pf")) di_cpu_kernels_force_dec_prefetch(1);
+        else if (!strcmp(argv[i], "--no-pf")) di_cpu_kernels_force_dec_prefetch(-1);
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms_list = argv[++i];
         else if (!strcmp(argv[i], "--weights") && i + 1 < argc && !strcmp(argv[i + 1], "normal")) {
             normal_codes_init();

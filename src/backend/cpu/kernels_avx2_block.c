@@ -29,10 +29,11 @@
  * per block (all real checkpoints and activations); a tile outside runs the
  * scalar code.
  * The R rows of a group stream side by side, each only K bytes long, which
- * the hardware prefetchers follow poorly from DRAM; the groups are
- * contiguous, though, so each chunk prefetches into L2 the next R·32 bytes
- * of the group two ahead, one linear stream at the rate the kernel reads
- * (+15-65 % from DRAM, bench/RESULTS.md). Per-row prefetches a fixed
+ * the hardware prefetchers of AMD cores follow poorly from DRAM; the groups
+ * are contiguous, though, so there each chunk prefetches into L2 the next
+ * R·32 bytes of the group two ahead, one linear stream at the rate the
+ * kernel reads (+15-65 % from DRAM, bench/RESULTS.md). Intel cores follow
+ * the rows by themselves and lose 17-27 % with it (use_dec_prefetch). Per-row prefetches a fixed
  * distance ahead measured neutral to 25 % slower; 8 rows spaced by a
  * multiple of 4 KB (wo_b at M = 1) measured no faster with it, so they
  * go without (but for the shift route's 512-bit kernels: dec_group).
@@ -422,6 +423,33 @@ static int use_half(void) {
 
 void di_cpu_kernels_force_fp8_half(int on) { atomic_store(&half_forced, on > 0 ? 1 : on < 0 ? -1 : 0); }
 int di_cpu_kernels_fp8_half(void) { return use_half(); }
+
+/* Whether the decode rows prefetch the row group two ahead (dec_run). By
+ * vendor, not by route (a route forced for a test keeps the CPU's
+ * prefetch): on AMD cores it made one row's product read 15-65 % faster
+ * from DRAM (Zen 2-4: the hardware prefetchers follow R rows side by side
+ * poorly); on an Intel Xeon (Sapphire Rapids class, 2026-12-04) the same
+ * prefetch made it 17-27 % slower at one activation row (vs_bw 0.57-0.60
+ * against 0.70-0.77 without) and 20-30 % at two on wo_b, neutral elsewhere:
+ * there the L2 streamer follows the rows by itself, and the software
+ * prefetches only take line-fill buffers from the demand loads
+ * (bench/RESULTS.md). */
+static atomic_int dec_pf_mode = -1; /* -1: not decided; 0: none; 1: prefetch */
+static atomic_int dec_pf_forced;
+
+static int use_dec_prefetch(void) {
+    const int f = atomic_load_explicit(&dec_pf_forced, memory_order_relaxed);
+    if (f) return f > 0;
+    int v = atomic_load_explicit(&dec_pf_mode, memory_order_relaxed);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_is("amd");
+        atomic_store(&dec_pf_mode, v);
+    }
+    return v;
+}
+
+void di_cpu_kernels_force_dec_prefetch(int on) { atomic_store(&dec_pf_forced, on > 0 ? 1 : on < 0 ? -1 : 0); }
 
 /* ---- prefill, dot products (M < lg_min_m()) ---- */
 
@@ -986,6 +1014,7 @@ typedef struct dec_job {
     int half;               /* decode through F16C (see use_half()) */
     int R;                  /* weight rows a group: dec_rows(M, half, ks > 0) */
     int bias;               /* on 512-bit vectors, codes by the exponent bias (dec_bias_wide) */
+    int pf;                 /* prefetch the row group two ahead (use_dec_prefetch) */
     atomic_int *bias_heavy; /* set once a unit's codes took its table often: F16C for the rest */
     const uint8_t *w, *ws;
     int64_t M, K, Kp, N;
@@ -1494,7 +1523,7 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float 
      * read such rows, wo_b's, at 0.81-0.84 of the bandwidth with it and
      * 0.62-0.64 without) */
     const int aliased = R >= 8 && K % 4096 == 0 && (j->half || !di_cpu_kernels_wide());
-    const uint8_t *ahead = aliased || g0 + 3 * R > N ? NULL : j->w + (g0 + 2 * R) * K;
+    const uint8_t *ahead = aliased || g0 + 3 * R > N || !j->pf ? NULL : j->w + (g0 + 2 * R) * K;
     const int mb = dec_block_rows(M);
     int nsub = 0;
     for (int64_t m0 = 0; m0 < M; m0 += mb) {
@@ -1688,6 +1717,7 @@ static int dec_run(int half, const di_gemm_part *parts, int n, int64_t K, di_thr
         jobs[i] = (dec_job){.qa = qa, .sa = sa, .ap = ap, .bmax = bmax, .smin = smin, .half = half,
                             .R = dec_rows(M, half, ks > 0),
                             .bias = half && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
+                            .pf = use_dec_prefetch(),
                             .bias_heavy = &heavy[i], .w = parts[i].w, .ws = parts[i].ws, .M = M, .K = K,
                             .Kp = Kp, .N = parts[i].N, .out = parts[i].out, .scratch = scratch,
                             .scratch_floats = sf, .ks = ks};
