@@ -861,6 +861,22 @@ static void test_shift_route(void) {
 #endif
 }
 
+/* The FP8 decode rows prefetch the row group two ahead on AMD cores only
+ * (kernels_avx2_block.c, use_dec_prefetch), in a loop of its own: the
+ * checks above again with the other choice forced, so that every CPU
+ * checks both loops. */
+static void test_dec_prefetch_route(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+#ifdef DI_HAVE_AVX2_KERNELS
+    const int was = di_cpu_kernels_dec_prefetch();
+    di_cpu_kernels_force_dec_prefetch(was ? -1 : 1);
+    CHECK(di_cpu_kernels_dec_prefetch() == !was);
+    check_all_paths();
+    di_cpu_kernels_force_dec_prefetch(0);
+    CHECK(di_cpu_kernels_dec_prefetch() == was);
+#endif
+}
+
 /* On a CPU with AVX-512 the prefill micro-kernels and the decode rows (FP8
  * on either route, MXFP4) run on 512-bit vectors (every check above took
  * them); the 256-bit ones, which other CPUs take, must give the same
@@ -1290,6 +1306,7 @@ int main(void) {
     RUN(test_batch_and_thread_invariance);
     RUN(test_half_route);
     RUN(test_shift_route);
+    RUN(test_dec_prefetch_route);
     RUN(test_narrow_route);
     RUN(test_bias_route);
     RUN(test_seg_route);

@@ -203,6 +203,8 @@ int di_cpu_kernels_fp8_half(void);
  * prefetch, others leave the rows to the hardware prefetchers). Same bits
  * either way; for benchmarks. Set it before running kernels. */
 void di_cpu_kernels_force_dec_prefetch(int on);
+/* Whether the FP8 decode rows prefetch right now (by vendor or forced). */
+int di_cpu_kernels_dec_prefetch(void);
 #endif
 
 /* Decoding tables shared by both paths: E4M3 and E8M0 byte -> fp32 value

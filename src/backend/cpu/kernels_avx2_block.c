@@ -450,6 +450,7 @@ static int use_dec_prefetch(void) {
 }
 
 void di_cpu_kernels_force_dec_prefetch(int on) { atomic_store(&dec_pf_forced, on > 0 ? 1 : on < 0 ? -1 : 0); }
+int di_cpu_kernels_dec_prefetch(void) { return use_dec_prefetch(); }
 
 /* ---- prefill, dot products (M < lg_min_m()) ---- */
 
