@@ -13,8 +13,8 @@
  *   512-bit FP8 decode rows on F16C rather than the exponent bias; --no-seg
  *   keeps their batches of 3-16 rows on blocks of 4 rows over all of K
  *   rather than in K segments; --pf / --no-pf force the FP8 decode rows'
- *   prefetch of the row group two ahead on or off (by vendor otherwise:
- *   AMD cores prefetch); --weights normal
+ *   software prefetches on or off (on by default, off with
+ *   DI_CPU_PREFETCH=0); --weights normal
  *   draws the FP8 codes as a checkpoint's, see normal_codes, instead of
  *   random bytes)
  *   (--quick: shorter timing, skips the largest prefill)

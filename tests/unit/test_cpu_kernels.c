@@ -861,10 +861,10 @@ static void test_shift_route(void) {
 #endif
 }
 
-/* The FP8 decode rows prefetch the row group two ahead on AMD cores only
- * (kernels_avx2_block.c, use_dec_prefetch), in a loop of its own: the
- * checks above again with the other choice forced, so that every CPU
- * checks both loops. */
+/* The FP8 decode rows prefetch the row group two ahead unless
+ * DI_CPU_PREFETCH=0 (kernels_avx2_block.c, use_dec_prefetch), in a loop of
+ * its own: the checks above again with the other choice forced, so that
+ * both loops are checked whatever the environment. */
 static void test_dec_prefetch_route(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
 #ifdef DI_HAVE_AVX2_KERNELS

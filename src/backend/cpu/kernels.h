@@ -198,12 +198,13 @@ void di_cpu_kernels_force_fp8_half(int on);
 /* Whether FP8 codes go through F16C right now (every CPU but AMD's, or
  * forced above); the CPU ops that decode FP8 weights follow it too. */
 int di_cpu_kernels_fp8_half(void);
-/* Forces (1) or forbids (-1) the FP8 decode rows' software prefetch of the
- * row group two ahead, or restores the choice by CPU vendor (0: AMD cores
- * prefetch, others leave the rows to the hardware prefetchers). Same bits
- * either way; for benchmarks. Set it before running kernels. */
+/* Forces (1) or forbids (-1) the FP8 decode rows' software prefetches (the
+ * row group two ahead; the segmented rows' next segment), or restores the
+ * default (0: on unless the environment has DI_CPU_PREFETCH=0). Same bits
+ * either way; for tests and benchmarks. Set it before running kernels. */
 void di_cpu_kernels_force_dec_prefetch(int on);
-/* Whether the FP8 decode rows prefetch right now (by vendor or forced). */
+/* Whether the FP8 decode rows prefetch right now (by default, the
+ * environment or forced). */
 int di_cpu_kernels_dec_prefetch(void);
 #endif
 

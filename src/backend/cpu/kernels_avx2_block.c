@@ -30,10 +30,11 @@
  * scalar code.
  * The R rows of a group stream side by side, each only K bytes long, which
  * the hardware prefetchers of AMD cores follow poorly from DRAM; the groups
- * are contiguous, though, so there each chunk prefetches into L2 the next
+ * are contiguous, though, so each chunk prefetches into L2 the next
  * R·32 bytes of the group two ahead, one linear stream at the rate the
- * kernel reads (+15-65 % from DRAM, bench/RESULTS.md). Intel cores follow
- * the rows by themselves and lose 17-27 % with it (use_dec_prefetch). Per-row prefetches a fixed
+ * kernel reads (+15-65 % from DRAM, bench/RESULTS.md); some Intel machines
+ * follow the rows by themselves and lose 17-27 % with it
+ * (use_dec_prefetch: DI_CPU_PREFETCH=0). Per-row prefetches a fixed
  * distance ahead measured neutral to 25 % slower; 8 rows spaced by a
  * multiple of 4 KB (wo_b at M = 1) measured no faster with it, so they
  * go without (but for the shift route's 512-bit kernels: dec_group).
@@ -424,17 +425,19 @@ static int use_half(void) {
 void di_cpu_kernels_force_fp8_half(int on) { atomic_store(&half_forced, on > 0 ? 1 : on < 0 ? -1 : 0); }
 int di_cpu_kernels_fp8_half(void) { return use_half(); }
 
-/* Whether the decode rows prefetch the row group two ahead (dec_run). By
- * vendor, not by route (a route forced for a test keeps the CPU's
- * prefetch): on AMD cores it made one row's product read 15-65 % faster
- * from DRAM (Zen 2-4: the hardware prefetchers follow R rows side by side
- * poorly); on an Intel Xeon (Sapphire Rapids class, 2026-12-04) the same
- * prefetch made it 17-27 % slower at one activation row (vs_bw 0.57-0.60
- * against 0.70-0.77 without) and 20-30 % at two on wo_b, neutral elsewhere:
- * there the L2 streamer follows the rows by itself, and the software
- * prefetches only take line-fill buffers from the demand loads
- * (bench/RESULTS.md). */
-static atomic_int dec_pf_mode = -1; /* -1: not decided; 0: none; 1: prefetch */
+/* Whether the decode rows prefetch the row group two ahead (dec_run) and
+ * the segmented ones each group's next segment (seg_units): yes unless the
+ * environment has DI_CPU_PREFETCH=0. Which is faster depends on the
+ * machine, not only its vendor (bench/RESULTS.md, 2026-12-04): on AMD
+ * cores the prefetch made one row's product read 15-65 % faster from DRAM
+ * (Zen 2-4: the hardware prefetchers follow R rows side by side poorly);
+ * on the 2-vCPU Intel Xeon VM it made it 17-27 % slower at one activation
+ * row (vs_bw 0.57-0.60 against 0.70-0.77 without), 20-30 % at two on wo_b
+ * and 6-28 % at four (the segments); on the 16-vCPU Intel Xeon host of the
+ * GPU machine it was as fast at one row and 15-45 % faster at two. So on
+ * by default (it never lost much where it helps), and a switch for
+ * machines like the VM. */
+static atomic_int dec_pf_mode = -1; /* -1: not read; 0: none; 1: prefetch */
 static atomic_int dec_pf_forced;
 
 static int use_dec_prefetch(void) {
@@ -442,8 +445,8 @@ static int use_dec_prefetch(void) {
     if (f) return f > 0;
     int v = atomic_load_explicit(&dec_pf_mode, memory_order_relaxed);
     if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_is("amd");
+        const char *e = getenv("DI_CPU_PREFETCH");
+        v = !(e && e[0] == '0');
         atomic_store(&dec_pf_mode, v);
     }
     return v;
@@ -1663,7 +1666,7 @@ static AVX2 void seg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
                                              : j->half ? seg_kernel_for(mr, bias ? DEC_BIAS : DEC_F16C)
                                                        : seg_kernel_for(mr, DEC_SHIFT);
                     /* the first block prefetches the group's next segment */
-                    const int64_t ahead = m0 || c0 + n >= chunks ? 0 : n * 32;
+                    const int64_t ahead = m0 || c0 + n >= chunks || !j->pf ? 0 : n * 32;
                     const int t = kf(n, rows, ahead, sc + m0 * ks * 32, ks * 32, gl + m0 * R * 8, c0 == 0);
                     nsub += m0 ? 0 : t;
                 }
