@@ -1018,7 +1018,7 @@ typedef struct dec_job {
     int half;               /* decode through F16C (see use_half()) */
     int R;                  /* weight rows a group: dec_rows(M, half, ks > 0) */
     int bias;               /* on 512-bit vectors, codes by the exponent bias (dec_bias_wide) */
-    int pf;                 /* prefetch the row group two ahead (use_dec_prefetch) */
+    int pf;                 /* software prefetches: the group two ahead, the next segment (use_dec_prefetch) */
     atomic_int *bias_heavy; /* set once a unit's codes took its table often: F16C for the rest */
     const uint8_t *w, *ws;
     int64_t M, K, Kp, N;
