@@ -33,7 +33,7 @@
  * are contiguous, though, so each chunk prefetches into L2 the next
  * R·32 bytes of the group two ahead, one linear stream at the rate the
  * kernel reads (+15-65 % from DRAM, bench/RESULTS.md); some Intel machines
- * follow the rows by themselves and lose 17-27 % with it
+ * follow the rows by themselves and read 16-28 % faster without it
  * (use_dec_prefetch: DI_CPU_PREFETCH=0). Per-row prefetches a fixed
  * distance ahead measured neutral to 25 % slower; 8 rows spaced by a
  * multiple of 4 KB (wo_b at M = 1) measured no faster with it, so they
@@ -431,10 +431,10 @@ int di_cpu_kernels_fp8_half(void) { return use_half(); }
  * machine, not only its vendor (bench/RESULTS.md, 2026-12-04): on AMD
  * cores the prefetch made one row's product read 15-65 % faster from DRAM
  * (Zen 2-4: the hardware prefetchers follow R rows side by side poorly);
- * on the 2-vCPU Intel Xeon VM it made it 17-27 % slower at one activation
- * row (vs_bw 0.57-0.60 against 0.70-0.77 without), 20-30 % at two on wo_b
- * and 6-28 % at four (the segments); on the 16-vCPU Intel Xeon host of the
- * GPU machine it was as fast at one row and 15-45 % faster at two. So on
+ * on the 2-vCPU Intel Xeon VM one activation row's product read 16-28 %
+ * faster without it (vs_bw 0.70-0.77 against 0.57-0.60), wo_b's at two rows
+ * 24-31 %, the segments' at four rows 3-29 %; on the 16-vCPU Intel Xeon host of the
+ * GPU machine it was as fast at one row and 8-48 % faster at two. So on
  * by default (it never lost much where it helps), and a switch for
  * machines like the VM. */
 static atomic_int dec_pf_mode = -1; /* -1: not read; 0: none; 1: prefetch */
