@@ -1,7 +1,8 @@
 """`deepinfer info`: the backends compiled in, the CPU's vector units and the
 kernels the CPU backend runs on them; DI_CPU_AVX512=0 keeps a CPU with
 AVX-512 on the 256-bit kernels, DI_CPU_VNNI=0 one with AVX-512 VNNI off
-its VNNI sums, DI_CPU_VBMI=0 one with AVX-512 VBMI off vpermb in them."""
+its VNNI sums, DI_CPU_VBMI=0 one with AVX-512 VBMI off vpermb in them,
+DI_CPU_PREFETCH=0 the FP8 decode rows off their software prefetches."""
 import os
 import re
 
@@ -16,13 +17,13 @@ def _cpu_line(env=None):
     lines = [l for l in p.stdout.splitlines() if l.startswith("cpu:")]
     assert len(lines) == 1, p.stdout
     m = re.match(r"cpu: avx2 (yes|no), fma (yes|no), avx512 (yes|no) "
-                 r"\(kernels: (avx2|scalar)(, 512-bit vectors)?(, VNNI)?(, VBMI)?\)$", lines[0])
+                 r"\(kernels: (avx2|scalar)(, 512-bit vectors)?(, VNNI)?(, VBMI)?(, no prefetch)?\)$", lines[0])
     assert m, lines[0]
     return m
 
 
 def _default_env():
-    return {k: v for k, v in os.environ.items() if k not in ("DI_CPU_AVX512", "DI_CPU_VNNI", "DI_CPU_VBMI")}
+    return {k: v for k, v in os.environ.items() if k not in ("DI_CPU_AVX512", "DI_CPU_VNNI", "DI_CPU_VBMI", "DI_CPU_PREFETCH")}
 
 
 def _cpu_flags():
@@ -69,3 +70,13 @@ def test_vbmi_switch_off():
         pytest.skip("this CPU's VNNI sums take no vpermb: nothing to switch off")
     off = _cpu_line(env=dict(_default_env(), DI_CPU_VBMI="0"))
     assert off.group(6) is not None and off.group(7) is None
+
+
+def test_prefetch_switch_off():
+    m = _cpu_line(env=_default_env())
+    assert m.group(8) is None  # on by default
+    if m.group(4) != "avx2":
+        pytest.skip("the scalar kernels prefetch nothing: nothing to switch off")
+    off = _cpu_line(env=dict(_default_env(), DI_CPU_PREFETCH="0"))
+    assert off.group(8) is not None
+    assert off.group(4) == m.group(4) and off.group(5) == m.group(5) and off.group(6) == m.group(6)
