@@ -44,17 +44,14 @@ int cli_info(int argc, char **argv) {
            ""
 #endif
     );
-    int prefetch = 0; /* the FP8 decode rows' software prefetches (DI_CPU_PREFETCH=0: off) */
-#if defined(DI_HAVE_AVX2_KERNELS)
-    prefetch = di_cpu_kernels_dec_prefetch();
-#endif
-    const int avx2 = !strcmp(di_cpu_kernels_path(), "avx2");
+    /* the FP8 decode rows' software prefetches (DI_CPU_PREFETCH=0: off) */
+    const int no_prefetch = !strcmp(di_cpu_kernels_path(), "avx2") && !di_cpu_kernels_dec_prefetch();
     printf("cpu: avx2 %s, fma %s, avx512 %s (kernels: %s%s%s%s%s)\n",
            __builtin_cpu_supports("avx2") ? "yes" : "no", __builtin_cpu_supports("fma") ? "yes" : "no",
            di_cpu_has_avx512() ? "yes" : "no", di_cpu_kernels_path(),
            di_cpu_kernels_wide() ? ", 512-bit vectors" : "", di_cpu_kernels_vnni() ? ", VNNI" : "",
            di_cpu_kernels_vnni() && di_cpu_kernels_vbmi() ? ", VBMI" : "",
-           avx2 && !prefetch ? ", no prefetch" : "");
+           no_prefetch ? ", no prefetch" : "");
     print_cuda_devices(); /* without CUDA the stub says so */
     return 0;
 }

@@ -749,6 +749,21 @@ static int graph_step(const di_fwd *f, const float *logits) {
 
 /* One pass; graphs = 0 runs every op itself. A recording that failed
  * returns DI_ERR_UNSUPPORTED with nothing run and nothing advanced. */
+/* The delivery's buffers of a pass by want (f->out): host arrays and
+ * backend scratch, whichever were allocated (NULL ones are skipped). */
+static void out_bufs_free(di_fwd *f) {
+    di_backend *be = f->lm->be;
+    free(f->out_ban);
+    free(f->out_draw);
+    free(f->out_row);
+    free(f->out_seq);
+    be->ops->free(be, f->out_dev);
+    be->ops->free(be, f->out_top);
+    be->ops->free(be, f->out_rsum);
+    be->ops->free(be, f->out_rx);
+    be->ops->free(be, f->out_rtop);
+}
+
 static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float *logits,
                               int all_rows, const di_fwd_out *fo, int graphs, di_err *err) {
     const di_config *c = lm->cfg;
@@ -779,15 +794,7 @@ static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seq
         if (!f.out_row || !f.out_seq || (greedy && !f.out_ban) || (draw && !f.out_draw) ||
             ((greedy || draw) && !f.out_dev) || (tops && !f.out_top) ||
             (allr && (!f.out_rsum || !f.out_rx || (fo->row_k > 0 && !f.out_rtop)))) {
-            free(f.out_row);
-            free(f.out_seq);
-            free(f.out_ban);
-            free(f.out_draw);
-            be->ops->free(be, f.out_dev);
-            be->ops->free(be, f.out_top);
-            be->ops->free(be, f.out_rsum);
-            be->ops->free(be, f.out_rx);
-            be->ops->free(be, f.out_rtop);
+            out_bufs_free(&f);
             fwd_release(&f);
             return di_err_set(err, DI_ERR_NOMEM, "rows of %d sequences: out of memory", n_seqs);
         }
@@ -874,15 +881,7 @@ out:
     be->ops->free(be, s);
     be->ops->free(be, pre);
     free(rows);
-    free(f.out_ban);
-    free(f.out_draw);
-    free(f.out_row);
-    free(f.out_seq);
-    be->ops->free(be, f.out_dev);
-    be->ops->free(be, f.out_top);
-    be->ops->free(be, f.out_rsum);
-    be->ops->free(be, f.out_rx);
-    be->ops->free(be, f.out_rtop);
+    out_bufs_free(&f);
     if (st) fwd_release(&f);
     else di_fwd_end(&f);
     return st;

@@ -862,7 +862,7 @@ static void test_shift_route(void) {
 }
 
 /* The FP8 decode rows prefetch the row group two ahead unless
- * DI_CPU_PREFETCH=0 (kernels_avx2_block.c, use_dec_prefetch), in a loop of
+ * DI_CPU_PREFETCH=0 (kernels.c, di_cpu_kernels_dec_prefetch), in a loop of
  * its own: the checks above again with the other choice forced, so that
  * both loops are checked whatever the environment. */
 static void test_dec_prefetch_route(void) {

@@ -186,6 +186,18 @@ int di_cpu_kernels_lg_fused(void) {
 
 void di_cpu_kernels_force_no_lg_fused(int on) { atomic_store(&forced_no_lg_fused, on != 0); }
 
+/* the FP8 decode rows' software prefetches (DI_CPU_PREFETCH=0: off; why
+ * a switch: kernels_avx2_block.c, dec_group) */
+static atomic_int dec_prefetch = -1;
+static atomic_int forced_dec_prefetch; /* 1 on, -1 off, 0 as above */
+
+int di_cpu_kernels_dec_prefetch(void) {
+    const int f = atomic_load_explicit(&forced_dec_prefetch, memory_order_relaxed);
+    return f ? f > 0 : feature_on(&dec_prefetch, always, "DI_CPU_PREFETCH");
+}
+
+void di_cpu_kernels_force_dec_prefetch(int on) { atomic_store(&forced_dec_prefetch, on > 0 ? 1 : on < 0 ? -1 : 0); }
+
 #ifdef DI_HAVE_AVX2_KERNELS
 #define DISPATCH(name, ...)                     \
     do {                                        \

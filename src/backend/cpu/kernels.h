@@ -198,14 +198,6 @@ void di_cpu_kernels_force_fp8_half(int on);
 /* Whether FP8 codes go through F16C right now (every CPU but AMD's, or
  * forced above); the CPU ops that decode FP8 weights follow it too. */
 int di_cpu_kernels_fp8_half(void);
-/* Forces (1) or forbids (-1) the FP8 decode rows' software prefetches (the
- * row group two ahead; the segmented rows' next segment), or restores the
- * default (0: on unless the environment has DI_CPU_PREFETCH=0). Same bits
- * either way; for tests and benchmarks. Set it before running kernels. */
-void di_cpu_kernels_force_dec_prefetch(int on);
-/* Whether the FP8 decode rows prefetch right now (by default, the
- * environment or forced). */
-int di_cpu_kernels_dec_prefetch(void);
 #endif
 
 /* Decoding tables shared by both paths: E4M3 and E8M0 byte -> fp32 value
@@ -285,5 +277,13 @@ long di_cpu_kernels_seg_units(void); /* weight-row units it ran (tests) */
  * (1) is for tests and benchmarks, set before running kernels. */
 int di_cpu_kernels_lg_fused(void);
 void di_cpu_kernels_force_no_lg_fused(int on);
+/* Whether the FP8 decode rows prefetch their weights into L2 themselves
+ * (kernels_avx2_block.c: the row group two ahead, the segmented rows' next
+ * segment): yes unless the environment has DI_CPU_PREFETCH=0 (which is
+ * faster depends on the machine; bench/RESULTS.md). Forcing it on (1) or
+ * off (-1), or back to that (0), is for tests and benchmarks, set before
+ * running kernels. Same bits either way. */
+int di_cpu_kernels_dec_prefetch(void);
+void di_cpu_kernels_force_dec_prefetch(int on);
 
 #endif

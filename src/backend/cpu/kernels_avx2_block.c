@@ -34,7 +34,7 @@
  * R·32 bytes of the group two ahead, one linear stream at the rate the
  * kernel reads (+15-65 % from DRAM, bench/RESULTS.md); some Intel machines
  * follow the rows by themselves and read 16-28 % faster without it
- * (use_dec_prefetch: DI_CPU_PREFETCH=0). Per-row prefetches a fixed
+ * (dec_group: DI_CPU_PREFETCH=0). Per-row prefetches a fixed
  * distance ahead measured neutral to 25 % slower; 8 rows spaced by a
  * multiple of 4 KB (wo_b at M = 1) measured no faster with it, so they
  * go without (but for the shift route's 512-bit kernels: dec_group).
@@ -425,35 +425,6 @@ static int use_half(void) {
 void di_cpu_kernels_force_fp8_half(int on) { atomic_store(&half_forced, on > 0 ? 1 : on < 0 ? -1 : 0); }
 int di_cpu_kernels_fp8_half(void) { return use_half(); }
 
-/* Whether the decode rows prefetch the row group two ahead (dec_run) and
- * the segmented ones each group's next segment (seg_units): yes unless the
- * environment has DI_CPU_PREFETCH=0. Which is faster depends on the
- * machine, not only its vendor (bench/RESULTS.md, 2026-12-04): on AMD
- * cores the prefetch made one row's product read 15-65 % faster from DRAM
- * (Zen 2-4: the hardware prefetchers follow R rows side by side poorly);
- * on the 2-vCPU Intel Xeon VM one activation row's product read 16-28 %
- * faster without it (vs_bw 0.70-0.77 against 0.57-0.60), wo_b's at two rows
- * 24-31 %, the segments' at four rows 3-29 %; on the 16-vCPU Intel Xeon host of the
- * GPU machine it was as fast at one row and 8-48 % faster at two. So on
- * by default (it never lost much where it helps), and a switch for
- * machines like the VM. */
-static atomic_int dec_pf_mode = -1; /* -1: not read; 0: none; 1: prefetch */
-static atomic_int dec_pf_forced;
-
-static int use_dec_prefetch(void) {
-    const int f = atomic_load_explicit(&dec_pf_forced, memory_order_relaxed);
-    if (f) return f > 0;
-    int v = atomic_load_explicit(&dec_pf_mode, memory_order_relaxed);
-    if (v < 0) {
-        const char *e = getenv("DI_CPU_PREFETCH");
-        v = !(e && e[0] == '0');
-        atomic_store(&dec_pf_mode, v);
-    }
-    return v;
-}
-
-void di_cpu_kernels_force_dec_prefetch(int on) { atomic_store(&dec_pf_forced, on > 0 ? 1 : on < 0 ? -1 : 0); }
-int di_cpu_kernels_dec_prefetch(void) { return use_dec_prefetch(); }
 
 /* ---- prefill, dot products (M < lg_min_m()) ---- */
 
@@ -1018,7 +989,7 @@ typedef struct dec_job {
     int half;               /* decode through F16C (see use_half()) */
     int R;                  /* weight rows a group: dec_rows(M, half, ks > 0) */
     int bias;               /* on 512-bit vectors, codes by the exponent bias (dec_bias_wide) */
-    int pf;                 /* software prefetches: the group two ahead, the next segment (use_dec_prefetch) */
+    int pf;                 /* software prefetches: the group two ahead, the next segment (dec_group) */
     atomic_int *bias_heavy; /* set once a unit's codes took its table often: F16C for the rest */
     const uint8_t *w, *ws;
     int64_t M, K, Kp, N;
@@ -1521,7 +1492,16 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float 
     /* the missing rows of the last group repeat its last row (results dropped) */
     const uint8_t *rows[8];
     for (int r = 0; r < R; r++) rows[r] = j->w + (g0 + (r < nn ? r : nn - 1)) * K;
-    /* the group two ahead, while it lies inside the weights (not for 8
+    /* The software prefetches (j->pf) are a switch, DI_CPU_PREFETCH=0,
+     * because which is faster depends on the machine, not only its vendor
+     * (bench/RESULTS.md, 2026-12-04): on AMD cores they made one row's
+     * product read 15-65 % faster from DRAM (Zen 2-4: the hardware
+     * prefetchers follow R rows side by side poorly); on the 2-vCPU Intel
+     * Xeon VM one row read 16-28 % faster without them (vs_bw 0.70-0.77
+     * against 0.57-0.60), wo_b's two rows 24-31 %, the segments' four rows
+     * 3-29 %; on the 16-vCPU Intel Xeon host of the GPU machine they were as
+     * fast at one row and 8-48 % faster at two. So on by default.
+     * The group two ahead, while it lies inside the weights (not for 8
      * rows or more a multiple of 4 KB apart: measured slower with the
      * 256-bit kernels; but the shift route's 512-bit kernels on a Zen 4
      * read such rows, wo_b's, at 0.81-0.84 of the bandwidth with it and
@@ -1721,7 +1701,7 @@ static int dec_run(int half, const di_gemm_part *parts, int n, int64_t K, di_thr
         jobs[i] = (dec_job){.qa = qa, .sa = sa, .ap = ap, .bmax = bmax, .smin = smin, .half = half,
                             .R = dec_rows(M, half, ks > 0),
                             .bias = half && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
-                            .pf = use_dec_prefetch(),
+                            .pf = di_cpu_kernels_dec_prefetch(),
                             .bias_heavy = &heavy[i], .w = parts[i].w, .ws = parts[i].ws, .M = M, .K = K,
                             .Kp = Kp, .N = parts[i].N, .out = parts[i].out, .scratch = scratch,
                             .scratch_floats = sf, .ks = ks};
