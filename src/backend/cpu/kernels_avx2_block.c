@@ -753,34 +753,66 @@ static AVX2 void lg_ukr(int64_t steps, const float *a, const float *b, float *l,
     }
 }
 
-/* lg_ukr on 512-bit vectors: 6 rows × 32 weight rows (b: [steps][32]). */
-static AVX512 void lg_ukr_wide(int64_t steps, const float *a, const float *b, float *l, int64_t ldl, int first) {
-    __m512 c0[LG_MR], c1[LG_MR];
-#pragma GCC unroll 6
-    for (int m = 0; m < LG_MR; m++) {
-        _mm_prefetch((const char *)(l + (LG_MR + m) * ldl), _MM_HINT_T0);
-        _mm_prefetch((const char *)(l + (LG_MR + m) * ldl + 16), _MM_HINT_T0);
+/* lg_ukr on 512-bit vectors: 6·np rows (np panels of 6, a[i]: [steps][6]
+ * each, their lanes 6·i·ldl further) × 32 weight rows (b: [steps][32]).
+ * Two panels at once (24 accumulators; 12 broadcasts and the same two
+ * weight loads a step for 24 FMAs rather than 6 and two for 12) measured
+ * 2-13 % faster at 512 rows on one thread of a Xeon with AVX-512, 5-16 % on
+ * two (bench/RESULTS.md, 2026-12-04); a row block's odd panel takes one. */
+AVX512_INLINE void lg_ukr_wide(const int np, int64_t steps, const float *const *a, const float *b, float *l,
+                               int64_t ldl, int first) {
+    __m512 c0[2 * LG_MR], c1[2 * LG_MR];
+#pragma GCC unroll 12
+    for (int m = 0; m < np * LG_MR; m++) {
+        _mm_prefetch((const char *)(l + (np * LG_MR + m) * ldl), _MM_HINT_T0);
+        _mm_prefetch((const char *)(l + (np * LG_MR + m) * ldl + 16), _MM_HINT_T0);
     }
-#pragma GCC unroll 6
-    for (int m = 0; m < LG_MR; m++) {
+#pragma GCC unroll 12
+    for (int m = 0; m < np * LG_MR; m++) {
         c0[m] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(l + m * ldl);
         c1[m] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(l + m * ldl + 16);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 2
     for (int64_t s = 0; s < steps; s++) {
         const __m512 b0 = _mm512_loadu_ps(b + s * LG_NR_WIDE), b1 = _mm512_loadu_ps(b + s * LG_NR_WIDE + 16);
-#pragma GCC unroll 6
-        for (int m = 0; m < LG_MR; m++) {
-            const __m512 av = _mm512_set1_ps(a[s * LG_MR + m]);
+#pragma GCC unroll 12
+        for (int m = 0; m < np * LG_MR; m++) {
+            const __m512 av = _mm512_set1_ps(a[m / LG_MR][s * LG_MR + m % LG_MR]);
             c0[m] = _mm512_fmadd_ps(av, b0, c0[m]);
             c1[m] = _mm512_fmadd_ps(av, b1, c1[m]);
         }
     }
-#pragma GCC unroll 6
-    for (int m = 0; m < LG_MR; m++) {
+#pragma GCC unroll 12
+    for (int m = 0; m < np * LG_MR; m++) {
         _mm512_storeu_ps(l + m * ldl, c0[m]);
         _mm512_storeu_ps(l + m * ldl + 16, c1[m]);
     }
+}
+static AVX512 void lg_ukr_wide1(int64_t steps, const float *const *a, const float *b, float *l, int64_t ldl,
+                                int first) {
+    lg_ukr_wide(1, steps, a, b, l, ldl, first);
+}
+static AVX512 void lg_ukr_wide2(int64_t steps, const float *const *a, const float *b, float *l, int64_t ldl,
+                                int first) {
+    lg_ukr_wide(2, steps, a, b, l, ldl, first);
+}
+
+/* The micro-kernels over rows [m, m1) of a row block (a panel of 6 at
+ * am + i·ns for rows m + 6i; lanes at l, ldl apart): two panels at a time
+ * on 512-bit vectors. Returns the rows taken (6 or 12). */
+static int lg_ukr_rows(const lg_job *jb, int64_t m, int64_t m1, int64_t ns, const float *am, const float *b,
+                       float *l, int64_t ldl, int first) {
+    if (jb->nr != LG_NR_WIDE) {
+        lg_ukr(ns, am, b, l, ldl, first);
+        return LG_MR;
+    }
+    const float *a[2] = {am, am + LG_MR * ns};
+    if (m + 2 * LG_MR <= m1) {
+        lg_ukr_wide2(ns, a, b, l, ldl, first);
+        return 2 * LG_MR;
+    }
+    lg_ukr_wide1(ns, a, b, l, ldl, first);
+    return LG_MR;
 }
 
 /* Weight rows a decoding item: 8, or 16 where lg_decode_wide takes them. */
@@ -846,11 +878,11 @@ static void lg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
             float *lj = jb->lb + j * jb->lbr * LG_NC;
             for (int64_t q = q0; q < q1; q++) {
                 const float *b = jb->bp + (q * 8 + j) * L * nr;
-                for (int64_t m = r0; m < r1; m += LG_MR) {
+                for (int64_t m = r0, took; m < r1; m += took) {
                     float *l = lj + (m - jb->m0) * LG_NC + q * nr;
-                    if (nr == LG_NR_WIDE) lg_ukr_wide(ns, a + m * ns, b, l, LG_NC, jb->s0 == 0);
-                    else lg_ukr(ns, a + m * ns, b, l, LG_NC, jb->s0 == 0);
-                    if (last && j == 7) lg_tree(jb, m - jb->m0, q);
+                    took = lg_ukr_rows(jb, m, r1, ns, a + m * ns, b, l, LG_NC, jb->s0 == 0);
+                    if (last && j == 7)
+                        for (int64_t t = m; t < m + took; t += LG_MR) lg_tree(jb, t - jb->m0, q);
                 }
             }
         }
@@ -897,11 +929,9 @@ static void lg_fused_units(void *ctx, int64_t u0, int64_t u1, int thread) {
                 const float *a = jb->ap + (j * S + s0) * Mp;
                 for (int64_t q = q0; q < q1; q++) {
                     const float *b = bp + ((q - q0) * 8 + j) * L * nr;
-                    for (int64_t m = 0; m < Mp; m += LG_MR) {
-                        float *l = lb + (j * Mp + m) * ldl + (q - q0) * nr;
-                        if (nr == LG_NR_WIDE) lg_ukr_wide(ns, a + m * ns, b, l, ldl, s0 == 0);
-                        else lg_ukr(ns, a + m * ns, b, l, ldl, s0 == 0);
-                    }
+                    for (int64_t m = 0; m < Mp;)
+                        m += lg_ukr_rows(jb, m, Mp, ns, a + m * ns, b, lb + (j * Mp + m) * ldl + (q - q0) * nr, ldl,
+                                         s0 == 0);
                 }
             }
         }
