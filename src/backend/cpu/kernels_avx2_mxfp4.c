@@ -1157,8 +1157,8 @@ static AVX512 void pf4_decode_wide(const pf4_job *j, int64_t n0, int h, int64_t 
  * (sidx, rows KBp apart). */
 static inline int pf4_small(const int mr, const int32_t *sidx, int64_t KBp, int64_t b) {
     int small = 0;
-#pragma GCC unroll 6
-    for (int m = 0; m < PM; m++)
+#pragma GCC unroll 12
+    for (int m = 0; m < 2 * PM; m++)
         if (m < mr && sidx[m * KBp + b] >= 0) small = 1;
     return small;
 }
@@ -1166,11 +1166,11 @@ static inline int pf4_small(const int mr, const int32_t *sidx, int64_t KBp, int6
 /* The rows' 32 codes of block b for pass `part`: the codes (0) or the
  * small ones (1: their slot, or zeros). */
 static inline void pf4_sources(const int mr, int part, int64_t b, const float *a, int64_t Kp, const int32_t *sidx,
-                               const float *sp, const float *src[PM]) {
+                               const float *sp, const float *src[2 * PM]) {
     static const float zero32[32] __attribute__((aligned(64)));
     const int64_t KBp = Kp / 32;
-#pragma GCC unroll 6
-    for (int m = 0; m < PM; m++)
+#pragma GCC unroll 12
+    for (int m = 0; m < 2 * PM; m++)
         if (m < mr) {
             const int32_t slot = sidx[m * KBp + b];
             src[m] = part == 0 ? a + m * Kp + b * 32 : slot >= 0 ? sp + (int64_t)slot * 32 : zero32;
@@ -1187,7 +1187,7 @@ AVX2_INLINE void pf4_ukr(const int mr, int64_t nb, int64_t kb0, const float *a, 
     for (int64_t b = 0; b < nb; b++) {
         const int small = pf4_small(mr, sidx, Kp / 32, b);
         for (int part = 0; part <= small; part++) {
-            const float *src[PM];
+            const float *src[2 * PM];
             pf4_sources(mr, part, b, a, Kp, sidx, sp, src);
             const float *bb = bp + b * 32 * PN;
             __m256 acc[PM][2];
@@ -1233,24 +1233,26 @@ PF4_UKR_FN(6)
 static const pf4_ukr_fn pf4_ukrs[PM + 1] = {0, pf4_ukr_1, pf4_ukr_2, pf4_ukr_3, pf4_ukr_4, pf4_ukr_5, pf4_ukr_6};
 
 /* pf4_ukr on 512-bit vectors: 32 columns (bp [k][32], chains PN_WIDE
- * apart). */
+ * apart), and up to 2·PM rows: two row blocks at once where both are
+ * whole (24 accumulators, each step's two weight loads for 24 FMAs rather
+ * than 12), as the FP8 prefill's lg_ukr_wide. */
 AVX512_INLINE void pf4_ukr_w(const int mr, int64_t nb, int64_t kb0, const float *a, int64_t Kp,
                              const int32_t *sidx, const float *sp, const float *bp, float *const ch[2]) {
     for (int64_t b = 0; b < nb; b++) {
         const int small = pf4_small(mr, sidx, Kp / 32, b);
         for (int part = 0; part <= small; part++) {
-            const float *src[PM];
+            const float *src[2 * PM];
             pf4_sources(mr, part, b, a, Kp, sidx, sp, src);
             const float *bb = bp + b * 32 * PN_WIDE;
-            __m512 acc[PM][2];
-#pragma GCC unroll 6
-            for (int m = 0; m < PM; m++)
+            __m512 acc[2 * PM][2];
+#pragma GCC unroll 12
+            for (int m = 0; m < 2 * PM; m++)
                 if (m < mr) acc[m][0] = _mm512_setzero_ps(), acc[m][1] = _mm512_setzero_ps();
 #pragma GCC unroll 2
             for (int k = 0; k < 32; k++) {
                 const __m512 b0 = _mm512_loadu_ps(bb + k * PN_WIDE), b1 = _mm512_loadu_ps(bb + k * PN_WIDE + 16);
-#pragma GCC unroll 6
-                for (int m = 0; m < PM; m++)
+#pragma GCC unroll 12
+                for (int m = 0; m < 2 * PM; m++)
                     if (m < mr) {
                         const __m512 av = _mm512_set1_ps(src[m][k]);
                         acc[m][0] = _mm512_fmadd_ps(av, b0, acc[m][0]);
@@ -1258,8 +1260,8 @@ AVX512_INLINE void pf4_ukr_w(const int mr, int64_t nb, int64_t kb0, const float 
                     }
             }
             float *c = ch[(kb0 + b) % 2];
-#pragma GCC unroll 6
-            for (int m = 0; m < PM; m++)
+#pragma GCC unroll 12
+            for (int m = 0; m < 2 * PM; m++)
                 if (m < mr) {
                     _mm512_storeu_ps(c + m * PN_WIDE, _mm512_add_ps(_mm512_loadu_ps(c + m * PN_WIDE), acc[m][0]));
                     _mm512_storeu_ps(c + m * PN_WIDE + 16,
@@ -1281,6 +1283,7 @@ PF4_UKR_W_FN(3)
 PF4_UKR_W_FN(4)
 PF4_UKR_W_FN(5)
 PF4_UKR_W_FN(6)
+PF4_UKR_W_FN(12)
 static const pf4_ukr_fn pf4_ukrs_w[PM + 1] = {0,           pf4_ukr_w_1, pf4_ukr_w_2, pf4_ukr_w_3,
                                               pf4_ukr_w_4, pf4_ukr_w_5, pf4_ukr_w_6};
 
@@ -1319,13 +1322,16 @@ static AVX2 void pf4_panels(void *ctx, int64_t p0, int64_t p1, int thread) {
                 pf4_decode_wide(j, (p0 + p) * pn, 0, k0, kc, tiles + p * PK * pn);
                 pf4_decode_wide(j, (p0 + p) * pn, 1, k0, kc, tiles + p * PK * pn);
             } else if (ok[p]) pf4_decode(j, (p0 + p) * pn, k0, kc, tiles + p * PK * pn);
-        for (int64_t b = 0; b < mb; b++) {
+        for (int64_t b = 0, nblk; b < mb; b += nblk) {
             const int mr = M - b * PM < PM ? (int)(M - b * PM) : PM;
+            /* two whole row blocks at once on 512-bit vectors (pf4_ukr_w) */
+            const int two = pn == PN_WIDE && (b + 2) * PM <= M;
+            nblk = two ? 2 : 1;
             for (int64_t p = 0; p < np; p++) {
                 if (!ok[p]) continue;
                 float *const ch[2] = {chains + p * cs + b * PM * pn, chains + (np + p) * cs + b * PM * pn};
-                ukrs[mr](kc / 32, k0 / 32, j->ap + b * PM * Kp + k0, Kp, j->sidx + b * PM * KBp + k0 / 32, j->sp,
-                         tiles + p * PK * pn, ch);
+                (two ? pf4_ukr_w_12 : ukrs[mr])(kc / 32, k0 / 32, j->ap + b * PM * Kp + k0, Kp,
+                                                j->sidx + b * PM * KBp + k0 / 32, j->sp, tiles + p * PK * pn, ch);
             }
         }
     }
