@@ -3,6 +3,8 @@
 #   make                 library, CLI and unit tests in build/ (gcc by default)
 #   make CC=clang        the same with clang
 #   make SAN=1 BUILD=build-asan CC=clang   ASan + UBSan build of everything
+#   make SAN=thread BUILD=build-tsan DI_NO_CUDA=1   ThreadSanitizer build (the
+#                        thread pool, the engine's overlapped steps)
 #   make test            every test (see scripts/test)
 #   make fuzz            libFuzzer targets in build-fuzz/ (clang)
 #
@@ -22,6 +24,10 @@ ifeq ($(SAN),1)
 CFLAGS_COMMON += -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
                  -DDI_SANITIZE=1
 LDFLAGS_SAN := -fsanitize=address,undefined
+endif
+ifeq ($(SAN),thread)
+CFLAGS_COMMON += -fsanitize=thread -fno-omit-frame-pointer -DDI_SANITIZE=1
+LDFLAGS_SAN := -fsanitize=thread
 endif
 CFLAGS  += $(CFLAGS_COMMON)
 LDFLAGS += $(LDFLAGS_SAN) -pthread

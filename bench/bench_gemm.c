@@ -13,8 +13,9 @@
  *   512-bit FP8 decode rows on F16C rather than the exponent bias; --no-seg
  *   keeps their batches of 3-16 rows on blocks of 4 rows over all of K
  *   rather than in K segments; --pf / --no-pf force the FP8 decode rows'
- *   software prefetches on or off (on by default, off with
- *   DI_CPU_PREFETCH=0); --weights normal
+ *   software prefetches on or off (by default measured on the first large
+ *   calls of each batch class, or fixed by DI_CPU_PREFETCH=1 / 0; the
+ *   choice is printed after the table); --weights normal
  *   draws the FP8 codes as a checkpoint's, see normal_codes, instead of
  *   random bytes)
  *   (--quick: shorter timing, skips the largest prefill)
@@ -78,6 +79,24 @@ static void openblas_best_core(char **argv) {
     setenv("OPENBLAS_CORETYPE", want, 1);
     execv("/proc/self/exe", argv); /* returns only on failure: keep the generic core */
     unsetenv("OPENBLAS_CORETYPE");
+}
+
+/* How the FP8 decode rows ran their software prefetches (kernels.h:
+ * fixed, or measured per batch class on the first large calls). */
+static void print_prefetch_choice(void) {
+    const int fixed = di_cpu_kernels_dec_prefetch();
+    if (strcmp(di_cpu_kernels_path(), "avx2")) return;
+    if (fixed >= 0) {
+        printf("# FP8 decode rows' software prefetch: %s (fixed)\n", fixed ? "on" : "off");
+        return;
+    }
+    static const char *cls[3] = {"1 row", "2 rows", "3-16 rows"};
+    printf("# FP8 decode rows' software prefetch, measured on the first calls:");
+    for (int c = 0; c < 3; c++) {
+        const int d = di_cpu_kernels_dec_prefetch_measured(c);
+        printf("%s %s %s", c ? "," : "", cls[c], d < 0 ? "not decided" : d ? "on" : "off");
+    }
+    printf("\n");
 }
 
 /* CLOCK_THREAD_CPUTIME_ID with --cputime (one thread only): time this thread
@@ -468,6 +487,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
                rows[r].m->fp4 ? "mxfp4" : "fp8", (long long)rows[r].M, med[0][0], med[0][1], ceil1,
                med[1][0], med[1][1], ceiln, rows[r].hot);
     }
+    print_prefetch_choice();
     for (size_t mi = 0; mi < nmats; mi++) {
         for (int c = 0; c < ncopies[mi]; c++) free(copies[mi][c].w), free(copies[mi][c].ws);
         free(copies[mi]);
@@ -625,6 +645,7 @@ int main(int argc, char **argv) {
         for (int c = 0; c < ncopy; c++) free(cp[c].w), free(cp[c].ws);
         free(cp);
     }
+    print_prefetch_choice();
     di_threadpool_destroy(tp);
     return 0;
 }

@@ -489,7 +489,7 @@ static int parse_seq(rx_parser *p) {
         for (;;) {
             if (p->pos >= p->n) break;
             uint8_t q = p->s[p->pos];
-            int mn, mx;
+            int mn = 0, mx = 0; /* set by every branch that goes on (parse_braces when it returns 1) */
             if (q == '*') { mn = 0; mx = -1; p->pos++; }
             else if (q == '+') { mn = 1; mx = -1; p->pos++; }
             else if (q == '?') { mn = 0; mx = 1; p->pos++; }

@@ -861,19 +861,108 @@ static void test_shift_route(void) {
 #endif
 }
 
-/* The FP8 decode rows prefetch the row group two ahead unless
- * DI_CPU_PREFETCH=0 (kernels.c, di_cpu_kernels_dec_prefetch), in a loop of
- * its own: the checks above again with the other choice forced, so that
- * both loops are checked whatever the environment. */
+/* The FP8 decode rows prefetch the row group two ahead or not
+ * (kernels.c, di_cpu_kernels_dec_prefetch: fixed by DI_CPU_PREFETCH, else
+ * measured, and the tests' small calls, which never measure, take the
+ * prefetches), in a loop of its own: the checks above again with the other
+ * choice forced, so that both loops are checked whatever the environment. */
 static void test_dec_prefetch_route(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
 #ifdef DI_HAVE_AVX2_KERNELS
     const int was = di_cpu_kernels_dec_prefetch();
-    di_cpu_kernels_force_dec_prefetch(was ? -1 : 1);
-    CHECK(di_cpu_kernels_dec_prefetch() == !was);
+    di_cpu_kernels_force_dec_prefetch(was == 0 ? 1 : -1);
+    CHECK(di_cpu_kernels_dec_prefetch() == (was == 0));
     check_all_paths();
     di_cpu_kernels_force_dec_prefetch(0);
     CHECK(di_cpu_kernels_dec_prefetch() == was);
+#endif
+}
+
+/* The measured choice's decision (kernels.h, di_cpu_pf_decide): medians, a
+ * margin, and the prefetches where no clear difference shows. */
+static void test_pf_decide(void) {
+    double off[12], on[12];
+    for (int i = 0; i < 12; i++) off[i] = 1.0, on[i] = 1.2;
+    CHECK(di_cpu_pf_decide(off, on, 12) == 0); /* without: 17 % faster */
+    CHECK(di_cpu_pf_decide(on, off, 12) == 1); /* with: faster */
+    for (int i = 0; i < 12; i++) off[i] = 1.0, on[i] = 1.02;
+    CHECK(di_cpu_pf_decide(off, on, 12) == 1); /* within the margin: the prefetches */
+    for (int i = 0; i < 12; i++) off[i] = 1.0, on[i] = 1.0 / (1.0 - 2 * DI_PF_MARGIN);
+    CHECK(di_cpu_pf_decide(off, on, 12) == 0); /* past it */
+    /* medians: a few slow calls (another process, a page fault) do not decide */
+    for (int i = 0; i < 12; i++) off[i] = 1.0, on[i] = 1.2;
+    off[0] = off[5] = off[7] = 50.0;
+    CHECK(di_cpu_pf_decide(off, on, 12) == 0);
+    on[1] = on[2] = 0.01;
+    CHECK(di_cpu_pf_decide(off, on, 12) == 0);
+    /* even counts take the middle pair's mean (2.0 against 2.5); no samples: the prefetches */
+    const double a[2] = {1.0, 3.0}, b[2] = {2.5, 2.5};
+    CHECK(di_cpu_pf_decide(a, b, 2) == 0);
+    CHECK(di_cpu_pf_decide(b, a, 2) == 1);
+    CHECK(di_cpu_pf_decide(a, b, 0) == 1);
+}
+
+/* The measured choice per batch class (kernels.c, di_cpu_pf_for_call /
+ * di_cpu_pf_record): large calls alternate the two until each has its
+ * samples, small ones take the prefetches and are not timed, the decision
+ * then holds for that class only, and a reset measures again. Driven here
+ * with made-up times, then by real calls of 1 MiB of weights, which must
+ * give the same bits whichever way each ran. */
+static void test_pf_measured(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+#ifdef DI_HAVE_AVX2_KERNELS
+    if (di_cpu_kernels_dec_prefetch() >= 0) SKIP("DI_CPU_PREFETCH fixes the choice in this environment");
+    di_cpu_kernels_reset_dec_prefetch();
+    int timed, n[2] = {0, 0}, last = -1, alternated = 1;
+    for (int i = 0; i < 100 && di_cpu_kernels_dec_prefetch_measured(0) < 0; i++) {
+        CHECK(di_cpu_pf_for_call(0, 0, &timed) == 1 && !timed); /* small: never timed */
+        const int pf = di_cpu_pf_for_call(0, 1, &timed);
+        CHECK(timed);
+        if (pf == last) alternated = 0;
+        last = pf;
+        n[pf]++;
+        di_cpu_pf_record(0, pf, pf ? 2.0 : 1.0); /* without: twice as fast */
+    }
+    CHECKF(n[0] == 12 && n[1] == 12 && alternated, "timed calls without / with: %d / %d, alternated %d", n[0],
+           n[1], alternated);
+    CHECK(di_cpu_kernels_dec_prefetch_measured(0) == 0);
+    CHECK(di_cpu_pf_for_call(0, 1, &timed) == 0 && !timed);
+    CHECK(di_cpu_pf_for_call(0, 0, &timed) == 0 && !timed);
+    CHECK(di_cpu_kernels_dec_prefetch_measured(1) == -1 && di_cpu_kernels_dec_prefetch_measured(2) == -1);
+    di_cpu_pf_record(0, 1, 0.001); /* after the decision: ignored */
+    CHECK(di_cpu_kernels_dec_prefetch_measured(0) == 0);
+    /* the other way round in class 2 */
+    for (int i = 0; i < 24; i++) {
+        const int pf = di_cpu_pf_for_call(2, 1, &timed);
+        di_cpu_pf_record(2, pf, pf ? 1.0 : 2.0);
+    }
+    CHECK(di_cpu_kernels_dec_prefetch_measured(2) == 1);
+    /* forcing still wins over a measured choice */
+    di_cpu_kernels_force_dec_prefetch(1);
+    CHECK(di_cpu_pf_for_call(0, 1, &timed) == 1 && !timed);
+    di_cpu_kernels_force_dec_prefetch(0);
+    di_cpu_kernels_reset_dec_prefetch();
+    CHECK(di_cpu_kernels_dec_prefetch_measured(0) == -1 && di_cpu_kernels_dec_prefetch_measured(2) == -1);
+
+    /* real calls: one row, 1,024 × 1,024 codes (1 MiB, the least that measures) */
+    problem p;
+    problem_init(&p, FMT_FP8, 1, 1024, 1024);
+    float *first = malloc(sizeof(float) * 1024), *out = malloc(sizeof(float) * 1024);
+    di_gemm_fp8(p.qa, p.sa, 1, 1024, p.w, p.ws, 1024, first, NULL);
+    int calls = 1, same = 1;
+    for (; calls < 100 && di_cpu_kernels_dec_prefetch_measured(0) < 0; calls++) {
+        di_gemm_fp8(p.qa, p.sa, 1, 1024, p.w, p.ws, 1024, out, NULL);
+        same &= count_diff_bits(first, out, 1024) == 0;
+    }
+    CHECKF(calls == 24, "the choice took %d calls (24: 12 each way)", calls);
+    CHECK(same);
+    CHECK(di_cpu_kernels_dec_prefetch_measured(0) >= 0 && di_cpu_kernels_dec_prefetch_measured(1) == -1);
+    float ref[1024];
+    di_gemm_fp8_scalar(p.qa, p.sa, 1, 1024, p.w, p.ws, 1024, ref, NULL);
+    CHECK(count_diff_bits(first, ref, 1024) == 0);
+    di_cpu_kernels_reset_dec_prefetch();
+    free(first), free(out);
+    problem_free(&p);
 #endif
 }
 
@@ -1307,6 +1396,8 @@ int main(void) {
     RUN(test_half_route);
     RUN(test_shift_route);
     RUN(test_dec_prefetch_route);
+    RUN(test_pf_decide);
+    RUN(test_pf_measured);
     RUN(test_narrow_route);
     RUN(test_bias_route);
     RUN(test_seg_route);

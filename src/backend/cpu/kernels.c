@@ -186,14 +186,97 @@ int di_cpu_kernels_lg_fused(void) {
 
 void di_cpu_kernels_force_no_lg_fused(int on) { atomic_store(&forced_no_lg_fused, on != 0); }
 
-/* the FP8 decode rows' software prefetches (DI_CPU_PREFETCH=0: off; why
- * a switch: kernels_avx2_block.c, dec_group) */
-static atomic_int dec_prefetch = -1;
+/* the FP8 decode rows' software prefetches: DI_CPU_PREFETCH=1 / 0 fix
+ * them, otherwise measured (kernels.h; why: kernels_avx2_block.c,
+ * dec_group) */
+static atomic_int dec_prefetch = -2;   /* -2 not read yet, else what the environment says */
 static atomic_int forced_dec_prefetch; /* 1 on, -1 off, 0 as above */
 
 int di_cpu_kernels_dec_prefetch(void) {
     const int f = atomic_load_explicit(&forced_dec_prefetch, memory_order_relaxed);
-    return f ? f > 0 : feature_on(&dec_prefetch, always, "DI_CPU_PREFETCH");
+    if (f) return f > 0;
+    int v = atomic_load_explicit(&dec_prefetch, memory_order_relaxed);
+    if (v == -2) {
+#ifdef DI_HAVE_AVX2_KERNELS
+        const char *e = getenv("DI_CPU_PREFETCH");
+        v = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 1 : -1;
+#else
+        v = 0; /* the scalar kernels prefetch nothing */
+#endif
+        atomic_store(&dec_prefetch, v);
+    }
+    return v;
+}
+
+/* The median of n values (n <= 64; v is left sorted). */
+static double median_of(double *v, int n) {
+    for (int i = 1; i < n; i++) /* insertion sort: n is small */
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            const double t = v[j];
+            v[j] = v[j - 1], v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The measured choice: per batch class, the first PF_TRIALS timed calls
+ * of each kind, alternated (the kind with fewer samples runs next), then
+ * di_cpu_pf_decide once. A mutex: several engines may decode at once. */
+enum { PF_CLASSES = 3, PF_TRIALS = 12 };
+typedef struct pf_class {
+    int n[2];                /* timed calls without / with */
+    double t[2][PF_TRIALS];  /* their ns per weight byte */
+} pf_class;
+static pthread_mutex_t pf_mu = PTHREAD_MUTEX_INITIALIZER;
+static pf_class pf_classes[PF_CLASSES];
+static atomic_int pf_decided[PF_CLASSES] = {-1, -1, -1};
+
+int di_cpu_kernels_dec_prefetch_measured(int c) {
+    return c >= 0 && c < PF_CLASSES ? atomic_load(&pf_decided[c]) : -1;
+}
+
+void di_cpu_kernels_reset_dec_prefetch(void) {
+    pthread_mutex_lock(&pf_mu);
+    memset(pf_classes, 0, sizeof pf_classes);
+    for (int c = 0; c < PF_CLASSES; c++) atomic_store(&pf_decided[c], -1);
+    pthread_mutex_unlock(&pf_mu);
+}
+
+int di_cpu_pf_for_call(int c, int large, int *timed) {
+    *timed = 0;
+    const int fixed = di_cpu_kernels_dec_prefetch();
+    if (fixed >= 0 || c < 0 || c >= PF_CLASSES) return fixed != 0;
+    const int d = atomic_load(&pf_decided[c]);
+    if (d >= 0) return d;
+    if (!large) return 1;
+    pthread_mutex_lock(&pf_mu);
+    const pf_class *k = &pf_classes[c];
+    const int pf = k->n[1] <= k->n[0];
+    pthread_mutex_unlock(&pf_mu);
+    *timed = 1;
+    return pf;
+}
+
+void di_cpu_pf_record(int c, int pf, double ns_per_byte) {
+    if (c < 0 || c >= PF_CLASSES || !(ns_per_byte > 0)) return;
+    pthread_mutex_lock(&pf_mu);
+    pf_class *k = &pf_classes[c];
+    pf = pf != 0;
+    if (atomic_load(&pf_decided[c]) < 0 && k->n[pf] < PF_TRIALS) {
+        k->t[pf][k->n[pf]++] = ns_per_byte;
+        if (k->n[0] == PF_TRIALS && k->n[1] == PF_TRIALS)
+            atomic_store(&pf_decided[c], di_cpu_pf_decide(k->t[0], k->t[1], PF_TRIALS));
+    }
+    pthread_mutex_unlock(&pf_mu);
+}
+
+int di_cpu_pf_decide(const double *off, const double *on, int n) {
+    double a[64], b[64];
+    if (n < 1) return 1;
+    if (n > 64) n = 64;
+    memcpy(a, off, sizeof(double) * (size_t)n);
+    memcpy(b, on, sizeof(double) * (size_t)n);
+    const double m_off = median_of(a, n), m_on = median_of(b, n);
+    return !(m_off < m_on * (1.0 - DI_PF_MARGIN));
 }
 
 void di_cpu_kernels_force_dec_prefetch(int on) { atomic_store(&forced_dec_prefetch, on > 0 ? 1 : on < 0 ? -1 : 0); }

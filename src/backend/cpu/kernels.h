@@ -279,11 +279,33 @@ int di_cpu_kernels_lg_fused(void);
 void di_cpu_kernels_force_no_lg_fused(int on);
 /* Whether the FP8 decode rows prefetch their weights into L2 themselves
  * (kernels_avx2_block.c: the row group two ahead, the segmented rows' next
- * segment): yes unless the environment has DI_CPU_PREFETCH=0 (which is
- * faster depends on the machine; bench/RESULTS.md). Forcing it on (1) or
- * off (-1), or back to that (0), is for tests and benchmarks, set before
- * running kernels. Same bits either way. */
+ * segment). Which is faster depends on the machine (bench/RESULTS.md), so
+ * unless the environment fixes it (DI_CPU_PREFETCH=1: on, 0: off) each
+ * class of batch (1 row, 2 rows, 3-16 rows) measures: its first large
+ * calls alternate with and without, and it keeps the faster
+ * (kernels_avx2_block.c, "the prefetch choice"). Returns 1 (on), 0 (off)
+ * or -1 (measured). Forcing it on (1) or off (-1), or back to that (0), is
+ * for tests and benchmarks, set before running kernels. Same bits either
+ * way: only the speed depends on it. */
 int di_cpu_kernels_dec_prefetch(void);
 void di_cpu_kernels_force_dec_prefetch(int on);
+/* The measured choice of batch class c (0: 1 row, 1: 2 rows, 2: 3-16 rows):
+ * 1 on, 0 off, -1 still measuring (or never measured). */
+int di_cpu_kernels_dec_prefetch_measured(int c);
+/* Forget the measured choices: the next large calls measure again (tests,
+ * benchmarks). */
+void di_cpu_kernels_reset_dec_prefetch(void);
+/* For the decode rows of batch class c: whether this call prefetches, and
+ * in *timed whether it is one of the measuring calls (only calls with
+ * `large` weights measure), whose time the caller then reports with
+ * di_cpu_pf_record (ns per weight byte). */
+int di_cpu_pf_for_call(int c, int large, int *timed);
+void di_cpu_pf_record(int c, int pf, double ns_per_byte);
+/* The decision from n timed calls without (off[]) and with (on[]) the
+ * prefetches, each in ns per weight byte: 0 when the median without is
+ * lower than the median with by more than DI_PF_MARGIN of it, else 1 (the
+ * prefetches, where no clear difference shows). */
+#define DI_PF_MARGIN 0.03
+int di_cpu_pf_decide(const double *off, const double *on, int n);
 
 #endif

@@ -33,8 +33,9 @@
  * are contiguous, though, so each chunk prefetches into L2 the next
  * R·32 bytes of the group two ahead, one linear stream at the rate the
  * kernel reads (+15-65 % from DRAM, bench/RESULTS.md); some Intel machines
- * follow the rows by themselves and read 16-28 % faster without it
- * (dec_group: DI_CPU_PREFETCH=0). Per-row prefetches a fixed
+ * follow the rows by themselves and read 16-28 % faster without it, so
+ * each batch class measures which is faster on its first calls (dec_run;
+ * DI_CPU_PREFETCH=1 / 0 fix it). Per-row prefetches a fixed
  * distance ahead measured neutral to 25 % slower; 8 rows spaced by a
  * multiple of 4 KB (wo_b at M = 1) measured no faster with it, so they
  * go without (but for the shift route's 512-bit kernels: dec_group).
@@ -68,6 +69,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef __clang__
 /* The exactness arguments above need every multiply and add rounded where
@@ -1337,6 +1339,9 @@ static dec_bias_fn dec_bias_for(int64_t M, int mr) {
  * prefetches its next segment into L2 (the unit's own rows: with many
  * threads the next unit is usually another thread's). */
 enum { SEG_FROM = 3, SEG_MB = 8, SEG_ACT = 4096, SEG_MIN = 4 };
+/* The decode calls that measure the prefetch choice (dec_run): at least
+ * this many weight bytes, so that a call's time is mostly its reads. */
+enum { PF_MIN_BYTES = 1 << 20 };
 /* 1: the decode rows keep to blocks over all of K (tests, benchmarks) */
 static atomic_int seg_forced_off;
 void di_cpu_kernels_force_no_seg(int on) { atomic_store(&seg_forced_off, on != 0); }
@@ -1522,15 +1527,18 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float 
     /* the missing rows of the last group repeat its last row (results dropped) */
     const uint8_t *rows[8];
     for (int r = 0; r < R; r++) rows[r] = j->w + (g0 + (r < nn ? r : nn - 1)) * K;
-    /* The software prefetches (j->pf) are a switch, DI_CPU_PREFETCH=0,
-     * because which is faster depends on the machine, not only its vendor
+    /* The software prefetches (j->pf) are a choice, measured or fixed by
+     * DI_CPU_PREFETCH, because which is faster depends on the machine, not
+     * only its vendor
      * (bench/RESULTS.md, 2026-12-04): on AMD cores they made one row's
      * product read 15-65 % faster from DRAM (Zen 2-4: the hardware
      * prefetchers follow R rows side by side poorly); on the 2-vCPU Intel
      * Xeon VM one row read 16-28 % faster without them (vs_bw 0.70-0.77
      * against 0.57-0.60), wo_b's two rows 24-31 %, the segments' four rows
      * 3-29 %; on the 16-vCPU Intel Xeon host of the GPU machine they were as
-     * fast at one row and 8-48 % faster at two. So on by default.
+     * fast at one row and 8-48 % faster at two. So measured (dec_run): a
+ * batch class's first calls alternate with and without, and it keeps the
+ * faster; the prefetches where the two are within a few percent.
      * The group two ahead, while it lies inside the weights (not for 8
      * rows or more a multiple of 4 KB apart: measured slower with the
      * 256-bit kernels; but the shift route's 512-bit kernels on a Zen 4
@@ -1725,13 +1733,20 @@ static int dec_run(int half, const di_gemm_part *parts, int n, int64_t K, di_thr
             if (bmax[m * KB + kb] > bmax[kb]) bmax[kb] = bmax[m * KB + kb];
             if (!(sa[m * KB + kb] >= smin[kb])) smin[kb] = sa[m * KB + kb];
         }
+    /* the software prefetches: fixed, or measured per batch class on its
+     * first calls of at least PF_MIN_BYTES (kernels.h) */
+    int64_t bytes = 0;
+    for (int i = 0; i < n; i++) bytes += parts[i].N * K;
+    int timed;
+    const int pf_class = M == 1 ? 0 : M == 2 ? 1 : 2;
+    const int pf = di_cpu_pf_for_call(pf_class, bytes >= PF_MIN_BYTES, &timed);
     int64_t units = 0;
     for (int i = 0; i < n; i++) {
         atomic_init(&heavy[i], 0);
         jobs[i] = (dec_job){.qa = qa, .sa = sa, .ap = ap, .bmax = bmax, .smin = smin, .half = half,
                             .R = dec_rows(M, half, ks > 0),
                             .bias = half && di_cpu_kernels_wide() && !atomic_load(&bias_forced_off),
-                            .pf = di_cpu_kernels_dec_prefetch(),
+                            .pf = pf,
                             .bias_heavy = &heavy[i], .w = parts[i].w, .ws = parts[i].ws, .M = M, .K = K,
                             .Kp = Kp, .N = parts[i].N, .out = parts[i].out, .scratch = scratch,
                             .scratch_floats = sf, .ks = ks};
@@ -1741,7 +1756,14 @@ static int dec_run(int half, const di_gemm_part *parts, int n, int64_t K, di_thr
     first[n] = units;
     /* several chunks per thread so a core slowed by other work takes fewer */
     const int64_t grain = units / (8 * threads);
+    struct timespec t0, t1;
+    if (timed) clock_gettime(CLOCK_MONOTONIC, &t0);
     di_threadpool_for_parts(tp, n, first, grain < 1 ? 1 : grain, ks ? seg_units : dec_units, jobs, sizeof *jobs);
+    if (timed) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        di_cpu_pf_record(pf_class, pf, ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) /
+                                           (double)bytes);
+    }
     free(ap), free(scratch), free(bmax), free(jobs), free(heavy), free(first);
     return 1;
 }
