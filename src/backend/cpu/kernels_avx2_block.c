@@ -995,8 +995,13 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
             /* panels a unit: as many as keep ~4 units a thread, so the A
              * block is reused across several panels yet no thread idles */
             int64_t pg = rblocks * panels / (4 * threads);
-            jb.pg = pg < 1 ? 1 : pg > panels ? panels : pg;
-            const int64_t units = rblocks * ((panels + jb.pg - 1) / jb.pg);
+            pg = pg < 1 ? 1 : pg > panels ? panels : pg;
+            /* groups of equal size (16 panels in groups of at most 12: two
+             * of 8, not 12 and 4), so that no pass ends on a thread alone
+             * with a large unit */
+            const int64_t groups = (panels + pg - 1) / pg;
+            jb.pg = (panels + groups - 1) / groups;
+            const int64_t units = rblocks * groups;
             /* decoding items: whole panels unless threads outnumber them */
             const int64_t per = jb.nr / lg_item_rows(&jb), dgrain = panels >= threads ? per : 1;
             for (jb.s0 = 0; jb.s0 < S; jb.s0 += L) {
