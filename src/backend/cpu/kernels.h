@@ -281,9 +281,10 @@ void di_cpu_kernels_force_no_lg_fused(int on);
  * (kernels_avx2_block.c: the row group two ahead, the segmented rows' next
  * segment). Which is faster depends on the machine (bench/RESULTS.md), so
  * unless the environment fixes it (DI_CPU_PREFETCH=1: on, 0: off) each
- * class of batch (1 row, 2 rows, 3-16 rows) measures: its first large
- * calls alternate with and without, and it keeps the faster
- * (kernels_avx2_block.c, "the prefetch choice"). Returns 1 (on), 0 (off)
+ * class of batch (1 row, 2 rows, 3-16 rows) measures: its first 24 calls
+ * of at least 1 MiB of weights alternate with and without, and it keeps
+ * the faster (kernels.c, "the measured choice"; the calls are timed by
+ * kernels_avx2_block.c's dec_run). Returns 1 (on), 0 (off)
  * or -1 (measured). Forcing it on (1) or off (-1), or back to that (0), is
  * for tests and benchmarks, set before running kernels. Same bits either
  * way: only the speed depends on it. */
