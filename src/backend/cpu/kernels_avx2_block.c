@@ -1542,8 +1542,8 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float 
      * against 0.57-0.60), wo_b's two rows 24-31 %, the segments' four rows
      * 3-29 %; on the 16-vCPU Intel Xeon host of the GPU machine they were as
      * fast at one row and 8-48 % faster at two. So measured (dec_run): a
- * batch class's first calls alternate with and without, and it keeps the
- * faster; the prefetches where the two are within a few percent.
+     * batch class's first calls alternate with and without, and it keeps
+     * the faster; the prefetches where the two are within a few percent.
      * The group two ahead, while it lies inside the weights (not for 8
      * rows or more a multiple of 4 KB apart: measured slower with the
      * 256-bit kernels; but the shift route's 512-bit kernels on a Zen 4
