@@ -747,8 +747,6 @@ static int graph_step(const di_fwd *f, const float *logits) {
     return 1;
 }
 
-/* One pass; graphs = 0 runs every op itself. A recording that failed
- * returns DI_ERR_UNSUPPORTED with nothing run and nothing advanced. */
 /* The delivery's buffers of a pass by want (f->out): host arrays and
  * backend scratch, whichever were allocated (NULL ones are skipped). */
 static void out_bufs_free(di_fwd *f) {
@@ -764,6 +762,8 @@ static void out_bufs_free(di_fwd *f) {
     be->ops->free(be, f->out_rtop);
 }
 
+/* One pass; graphs = 0 runs every op itself. A recording that failed
+ * returns DI_ERR_UNSUPPORTED with nothing run and nothing advanced. */
 static di_status forward_pass(const di_lm *lm, const di_fwd_seq *seqs, int n_seqs, float *logits,
                               int all_rows, const di_fwd_out *fo, int graphs, di_err *err) {
     const di_config *c = lm->cfg;
