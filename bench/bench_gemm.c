@@ -33,8 +33,12 @@
  * bandwidth on all threads and every product on all threads; one-thread
  * timings use the thread's CPU-time clock, all-thread ones the wall clock.
  * The table gives, per weight, the medians over the rounds of GB/s and of
- * the per-round ratio GB/s / bandwidth (the machine is shared: a round's
- * ratio uses that round's bandwidth). Each round also times a loop of
+ * the per-round ratio GB/s / bandwidth. The machine is shared and its read
+ * bandwidth moves from minute to minute (12.5 to 17.5 GB/s on one thread
+ * of a 2-vCPU VM within an hour), so each product's ratio uses the mean of
+ * a shorter read probe taken just before it and one just after (the probe
+ * after one weight is the probe before the next); the header's bandwidth
+ * is the round's first, full probe. Each round also times a loop of
  * independent 8-lane FMAs on one thread and on all: kernels.h gives every
  * FP8 weight code one FMA lane per activation row, so fma/s · 8 / M codes
  * per second is as fast as any FP8 kernel can read weights; the `ceil`
@@ -145,27 +149,30 @@ static double median_of(double *t, int n) {
     return t[n / 2];
 }
 
-static double measure_read_bw(di_threadpool *tp) {
+/* Median read rate over reps passes of 512 MB (a fresh buffer each call). */
+static double measure_read_bw_reps(di_threadpool *tp, int reps) {
     const int64_t bytes = (int64_t)512 << 20;
     bw_ctx c = {.words = bytes / 8};
     uint64_t *buf = malloc((size_t)bytes);
     for (int64_t i = 0; i < c.words; i++) buf[i] = (uint64_t)i * 0x9e3779b97f4a7c15ull;
     c.buf = buf;
     double t[7];
-    for (int r = 0; r < 7; r++) {
+    if (reps > 7) reps = 7;
+    for (int r = 0; r < reps; r++) {
         double t0 = now();
         di_threadpool_for(tp, 64, 1, bw_read, &c);
         t[r] = now() - t0;
     }
     free(buf);
-    return bytes / median_of(t, 7) / 1e9;
+    return bytes / median_of(t, reps) / 1e9;
 }
+static double measure_read_bw(di_threadpool *tp) { return measure_read_bw_reps(tp, 7); }
 
 /* The same read with the clock chosen for it (CPU time needs tp == NULL). */
-static double measure_read_bw_clock(di_threadpool *tp, clockid_t clk) {
+static double measure_read_bw_clock(di_threadpool *tp, clockid_t clk, int reps) {
     clockid_t saved = bench_clock;
     bench_clock = clk;
-    double bw = measure_read_bw(tp);
+    double bw = measure_read_bw_reps(tp, reps);
     bench_clock = saved;
     return bw;
 }
@@ -409,7 +416,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
         for (int all = 0; all < 2; all++) {
             di_threadpool *p = all ? tp : NULL;
             clockid_t clk = all ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID;
-            bw[all][round] = measure_read_bw_clock(p, clk);
+            bw[all][round] = measure_read_bw_clock(p, clk, 7);
             {
                 clockid_t saved = bench_clock;
                 bench_clock = clk;
@@ -427,6 +434,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
                 (void)time_decode(m, copies[m - mats], ncopies[m - mats], qa[0], sa[0], rows[0].M, out, p, clk,
                                   2 * budget);
             }
+            double bw_before = measure_read_bw_clock(p, clk, 3);
             for (int r = 0; r < nrows; r++) {
                 const wmat *m = rows[r].m;
                 const int xi = rows[r].M == 1 ? 0 : rows[r].M == 2 ? 1 : 2;
@@ -434,8 +442,10 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
                 quant_random_act(rows[r].M, m->K, qa[xi], sa[xi]);
                 double g = time_decode(m, copies[m - mats], ncopies[m - mats], qa[xi], sa[xi], rows[r].M,
                                        out, p, clk, budget);
+                const double bw_after = measure_read_bw_clock(p, clk, 3);
                 rows[r].gbs[all][round] = g;
-                rows[r].ratio[all][round] = g / bw[all][round];
+                rows[r].ratio[all][round] = g / (0.5 * (bw_before + bw_after));
+                bw_before = bw_after;
                 /* FP8 codes + scales per code: 1 + 1/1024; MXFP4 rows sum by integers (no FMA lane
                  * per code, kernels.h), so no such ceiling */
                 rows[r].ceil_ratio[all][round] =
@@ -464,7 +474,8 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
            bw_med[0], bw_med[1], di_threadpool_size(tp));
     printf("# 8-lane FMAs, median of the rounds: %.2f G/s (1 thread), %.2f G/s (%d threads)\n",
            fma_med[0] / 1e9, fma_med[1] / 1e9, di_threadpool_size(tp));
-    printf("# GB/s = weight bytes (codes + scales) per call / t, from DRAM; vs_bw = median of per-round GB/s / read bw;\n"
+    printf("# GB/s = weight bytes (codes + scales) per call / t, from DRAM; vs_bw = median over the rounds of\n"
+           "# GB/s / the mean of the read probes just before and just after it;\n"
            "# ceil = FMA rate x 8 codes / M as weight GB/s over the read bw (kernels.h: one FMA lane per FP8\n"
            "# code and activation row), the most vs_bw can reach (MXFP4: none); hot = 1 thread, weights in L2\n");
     printf("%-14s %-5s %2s %8s %6s %6s %8s %6s %6s %8s\n", "weight", "fmt", "M", "1t_GB/s", "vs_bw",
