@@ -790,6 +790,32 @@ static void test_gemm_mxfp4_decode_act_limits(void) {
             }
 }
 
+/* Prefill products large enough (M·K >= 2^18) that the activations are
+ * packed by the thread pool too, on 2 and 3 threads against the scalar
+ * bits: M not a multiple of the 6-row panels, K / 32 odd (a padding block
+ * after the last), N past a whole panel. */
+static void test_prefill_threaded_pack(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+    enum { M = 131, K = 2080, N = 70 };
+    di_threadpool *pools[2] = {NULL, NULL};
+    di_err err;
+    for (int t = 0; t < 2; t++) CHECK(di_threadpool_create(t + 2, &pools[t], &err) == DI_OK);
+    for (int fmt = FMT_FP8; fmt <= FMT_FP4; fmt++) {
+        problem p;
+        problem_init(&p, fmt, M, K, N);
+        float *want = malloc(sizeof(float) * M * N), *got = malloc(sizeof(float) * M * N);
+        run_gemm(&p, 0, 0, M, want, NULL);
+        for (int t = 0; t < 2; t++) {
+            run_gemm(&p, 1, 0, M, got, pools[t]);
+            CHECKF(count_diff_bits(want, got, M * N) == 0, "%s on %d threads: %d outputs differ from scalar",
+                   fmt_name[fmt], t + 2, count_diff_bits(want, got, M * N));
+        }
+        free(want), free(got);
+        problem_free(&p);
+    }
+    for (int t = 0; t < 2; t++) di_threadpool_destroy(pools[t]);
+}
+
 /* Row m's bits do not depend on M, on the row's position in the batch, or on
  * the number of threads; checked on both paths for every format. */
 static void test_batch_and_thread_invariance(void) {
@@ -1370,6 +1396,9 @@ static void test_threadpool(void) {
 }
 
 int main(void) {
+    /* a kernel that reads scratch it did not write this call gives NaN,
+     * not the (often equal) values a previous call left there */
+    di_cpu_kernels_poison_buffers(1);
     RUN(test_threadpool);
     RUN(test_act_quant_scalar);
     RUN(test_act_quant_avx2);
@@ -1378,6 +1407,7 @@ int main(void) {
     RUN(test_gemm_fp8_prefill_threads);
     RUN(test_gemm_mxfp4);
     RUN(test_gemm_mxfp4_prefill_shapes);
+    RUN(test_prefill_threaded_pack);
     RUN(test_gemm_bf16);
     RUN(test_gemm_bf16_rows);
     RUN(test_gemm_f32);

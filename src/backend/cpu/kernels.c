@@ -80,7 +80,17 @@ static void kept_free(void *v) {
 }
 static void kept_key_make(void) { kept_key_made = pthread_key_create(&kept_key, kept_free) == 0; }
 
+static atomic_int poison_kept;
+void di_cpu_kernels_poison_buffers(int on) { atomic_store(&poison_kept, on != 0); }
+
+static float *kept_buffer(size_t bytes, int *own);
 float *di_cpu_kept_buffer(size_t bytes, int *own) {
+    float *p = kept_buffer(bytes, own);
+    if (p && atomic_load_explicit(&poison_kept, memory_order_relaxed)) memset(p, 0xff, bytes);
+    return p;
+}
+
+static float *kept_buffer(size_t bytes, int *own) {
     bytes = bytes ? (bytes + 63) & ~(size_t)63 : 64; /* aligned_alloc: a multiple of the alignment */
     *own = 1;
     pthread_once(&kept_once, kept_key_make);

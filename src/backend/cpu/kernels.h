@@ -215,6 +215,11 @@ float di_act_scale_fp8_amax(float amax);
  * calls past its limit or without thread-specific storage, a fresh one
  * (*own = 1: the caller frees it). NULL when out of memory. */
 float *di_cpu_kept_buffer(size_t bytes, int *own);
+/* Tests: 1 fills every buffer di_cpu_kept_buffer returns with NaN bytes
+ * (0xff) first, so that a kernel reading a part it did not write in this
+ * call gives NaN outputs instead of a previous call's (often identical)
+ * values; 0 (the default) leaves them as they are. */
+void di_cpu_kernels_poison_buffers(int on);
 
 /* Forces the scalar path (1) or restores run-time selection (0). Tests
  * compare the AVX2 path against it. Process-wide; set it before running

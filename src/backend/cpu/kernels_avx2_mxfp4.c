@@ -1317,6 +1317,10 @@ static AVX2 void pf4_panels(void *ctx, int64_t p0, int64_t p1, int thread) {
     memset(chains, 0, sizeof(float) * (size_t)(2 * np * cs));
     for (int64_t k0 = 0; k0 < Kp; k0 += PK) {
         const int64_t kc = Kp - k0 < PK ? Kp - k0 : PK;
+        /* the chunk's blocks inside K: the padding block past an odd K / 32
+         * adds nothing (zero codes; a chain plus +0 is the chain), and
+         * pf4_decode_wide leaves its tile unwritten */
+        const int64_t nbk = (kc < j->K - k0 ? kc : j->K - k0) / 32;
         for (int64_t p = 0; p < np; p++)
             if (ok[p] && pn == PN_WIDE) {
                 pf4_decode_wide(j, (p0 + p) * pn, 0, k0, kc, tiles + p * PK * pn);
@@ -1330,7 +1334,7 @@ static AVX2 void pf4_panels(void *ctx, int64_t p0, int64_t p1, int thread) {
             for (int64_t p = 0; p < np; p++) {
                 if (!ok[p]) continue;
                 float *const ch[2] = {chains + p * cs + b * PM * pn, chains + (np + p) * cs + b * PM * pn};
-                (two ? pf4_ukr_w_12 : ukrs[mr])(kc / 32, k0 / 32, j->ap + b * PM * Kp + k0, Kp,
+                (two ? pf4_ukr_w_12 : ukrs[mr])(nbk, k0 / 32, j->ap + b * PM * Kp + k0, Kp,
                                                 j->sidx + b * PM * KBp + k0 / 32, j->sp, tiles + p * PK * pn, ch);
             }
         }
