@@ -985,7 +985,7 @@ typedef struct pf4_job {
     const float *sa;
     const uint8_t *w, *ws;
     int64_t M, K, Kp, N;
-    const float *ap;     /* [M][Kp]: qa·sa, the small codes zeroed */
+    const float *ap;     /* [ceil(M/PM)][Kp][PM]: qa·sa, the small codes zeroed, in panels of PM rows */
     const int32_t *sidx; /* [M][Kp/32]: slot of a row's block's small codes, or -1 */
     const float *sp;     /* [slots][32]: the small codes (the others zero) */
     int ea_min, ea_max;
@@ -995,8 +995,14 @@ typedef struct pf4_job {
     int64_t scratch_floats;
 } pf4_job;
 
-/* Activation row m into ap[m][Kp] (qa·sa, exact: sa is a normal power of
- * two) with its small codes moved to slots of sp (sidx[m][kb]), the codes
+/* Activation row m into column m % PM of panel m / PM of ap ([Kp][PM]) as
+ * qa·sa (exact: sa is a normal power of two) with its small codes moved to
+ * slots of sp (sidx[m][kb]). Panels rather than rows: a micro-kernel step's
+ * broadcasts then come from one pointer a row block instead of one a row
+ * (with twelve row pointers beside 24 accumulators the compiler spilled
+ * and reloaded registers around every block of 32 steps; with the panels,
+ * and the small codes' pass in a call of its own, the MXFP4 prefill ran
+ * 3-12 % faster on a Xeon, bench/RESULTS.md 2026-12-05). The codes are
  * decoded 8 at a time: shifted to the top byte and arithmetically back by 4,
  * an E4M3 code's sign lands at bit 31 and its 7 magnitude bits at 26..20,
  * i.e. the fp32 of value·2^-120; times sa·2^120 (exact when sa <= 2^7,
@@ -1007,11 +1013,12 @@ static AVX2 void pf4_pack_row(const uint8_t *qa, const float *sa, int64_t K, int
     const int64_t KB = K / 32, KBp = Kp / 32;
     const __m256i mask = _mm256_set1_epi32((int)0x87f00000u), low7 = _mm256_set1_epi8(0x7f);
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    float *dst = ap + m * Kp;
+    float *dst = ap + (m / PM) * Kp * PM + m % PM; /* code k at dst[k·PM] */
+    _Alignas(32) float vals[32];
     for (int64_t kb = 0; kb < KBp; kb++) {
         sidx[m * KBp + kb] = -1;
         if (kb >= KB) {
-            memset(dst + kb * 32, 0, 32 * sizeof(float));
+            for (int t = 0; t < 32; t++) dst[(kb * 32 + t) * PM] = 0.0f;
             continue;
         }
         const float s = sa[m * KB + kb];
@@ -1031,15 +1038,16 @@ static AVX2 void pf4_pack_row(const uint8_t *qa, const float *sa, int64_t K, int
             any = _mm256_or_ps(any, sm[i]);
         }
         if (_mm256_testz_ps(any, any)) {
-            for (int i = 0; i < 4; i++) _mm256_store_ps(dst + kb * 32 + 8 * i, v[i]);
-            continue;
+            for (int i = 0; i < 4; i++) _mm256_store_ps(vals + 8 * i, v[i]);
+        } else {
+            const int32_t slot = __atomic_fetch_add(slots, 1, __ATOMIC_RELAXED);
+            sidx[m * KBp + kb] = slot;
+            for (int i = 0; i < 4; i++) {
+                _mm256_store_ps(vals + 8 * i, _mm256_andnot_ps(sm[i], v[i]));
+                _mm256_store_ps(sp + (int64_t)slot * 32 + 8 * i, _mm256_and_ps(sm[i], v[i]));
+            }
         }
-        const int32_t slot = __atomic_fetch_add(slots, 1, __ATOMIC_RELAXED);
-        sidx[m * KBp + kb] = slot;
-        for (int i = 0; i < 4; i++) {
-            _mm256_store_ps(dst + kb * 32 + 8 * i, _mm256_andnot_ps(sm[i], v[i]));
-            _mm256_store_ps(sp + (int64_t)slot * 32 + 8 * i, _mm256_and_ps(sm[i], v[i]));
-        }
+        for (int t = 0; t < 32; t++) dst[(kb * 32 + t) * PM] = vals[t];
     }
 }
 
@@ -1163,66 +1171,73 @@ static inline int pf4_small(const int mr, const int32_t *sidx, int64_t KBp, int6
     return small;
 }
 
-/* The rows' 32 codes of block b for pass `part`: the codes (0) or the
- * small ones (1: their slot, or zeros). */
-static inline void pf4_sources(const int mr, int part, int64_t b, const float *a, int64_t Kp, const int32_t *sidx,
-                               const float *sp, const float *src[2 * PM]) {
+/* The rows' small codes of block b: their slot, or zeros. */
+static inline void pf4_sources(const int mr, int64_t b, int64_t KBp, const int32_t *sidx, const float *sp,
+                               const float *src[2 * PM]) {
     static const float zero32[32] __attribute__((aligned(64)));
-    const int64_t KBp = Kp / 32;
 #pragma GCC unroll 12
     for (int m = 0; m < 2 * PM; m++)
         if (m < mr) {
             const int32_t slot = sidx[m * KBp + b];
-            src[m] = part == 0 ? a + m * Kp + b * 32 : slot >= 0 ? sp + (int64_t)slot * 32 : zero32;
+            src[m] = slot >= 0 ? sp + (int64_t)slot * 32 : zero32;
         }
 }
 
-/* mr (<= PM) activation rows (a, Kp apart) × 16 columns over the nb blocks
- * of a k-chunk (first block kb0): each block's sums from zero in 12 chains,
- * then added to the output's chain of the block's parity (ch[kb % 2], rows
- * PN apart); a block where a row has small codes runs again on them (sp,
- * slots per row in sidx, rows KBp apart; zeros for the others). */
-AVX2_INLINE void pf4_ukr(const int mr, int64_t nb, int64_t kb0, const float *a, int64_t Kp,
-                         const int32_t *sidx, const float *sp, const float *bp, float *const ch[2]) {
-    for (int64_t b = 0; b < nb; b++) {
-        const int small = pf4_small(mr, sidx, Kp / 32, b);
-        for (int part = 0; part <= small; part++) {
-            const float *src[2 * PM];
-            pf4_sources(mr, part, b, a, Kp, sidx, sp, src);
-            const float *bb = bp + b * 32 * PN;
-            __m256 acc[PM][2];
+/* One block of pf4_ukr: its sums from zero over the panel (pk; from_src =
+ * 0) or the small codes' rows (src; from_src = 1), added to the chains c. */
+AVX2_INLINE void pf4_block(const int mr, const int from_src, const float *pk, const float *const *src,
+                           const float *bb, float *c) {
+    __m256 acc[PM][2];
 #pragma GCC unroll 6
-            for (int m = 0; m < PM; m++)
-                if (m < mr) acc[m][0] = _mm256_setzero_ps(), acc[m][1] = _mm256_setzero_ps();
+    for (int m = 0; m < PM; m++)
+        if (m < mr) acc[m][0] = _mm256_setzero_ps(), acc[m][1] = _mm256_setzero_ps();
 #pragma GCC unroll 2
-            for (int k = 0; k < 32; k++) {
-                const __m256 b0 = _mm256_load_ps(bb + k * PN), b1 = _mm256_load_ps(bb + k * PN + 8);
+    for (int k = 0; k < 32; k++) {
+        const __m256 b0 = _mm256_load_ps(bb + k * PN), b1 = _mm256_load_ps(bb + k * PN + 8);
 #pragma GCC unroll 6
-                for (int m = 0; m < PM; m++)
-                    if (m < mr) {
-                        const __m256 av = _mm256_broadcast_ss(src[m] + k);
-                        acc[m][0] = _mm256_fmadd_ps(av, b0, acc[m][0]);
-                        acc[m][1] = _mm256_fmadd_ps(av, b1, acc[m][1]);
-                    }
+        for (int m = 0; m < PM; m++)
+            if (m < mr) {
+                const __m256 av = _mm256_broadcast_ss(from_src ? src[m] + k : pk + k * PM + m);
+                acc[m][0] = _mm256_fmadd_ps(av, b0, acc[m][0]);
+                acc[m][1] = _mm256_fmadd_ps(av, b1, acc[m][1]);
             }
-            float *c = ch[(kb0 + b) % 2];
+    }
 #pragma GCC unroll 6
-            for (int m = 0; m < PM; m++)
-                if (m < mr) {
-                    _mm256_store_ps(c + m * PN, _mm256_add_ps(_mm256_load_ps(c + m * PN), acc[m][0]));
-                    _mm256_store_ps(c + m * PN + 8, _mm256_add_ps(_mm256_load_ps(c + m * PN + 8), acc[m][1]));
-                }
+    for (int m = 0; m < PM; m++)
+        if (m < mr) {
+            _mm256_store_ps(c + m * PN, _mm256_add_ps(_mm256_load_ps(c + m * PN), acc[m][0]));
+            _mm256_store_ps(c + m * PN + 8, _mm256_add_ps(_mm256_load_ps(c + m * PN + 8), acc[m][1]));
+        }
+}
+
+/* mr (<= PM) activation rows (pa: their panel from the k-chunk's first
+ * code, [k][PM]) × 16 columns over the nb blocks of a k-chunk (first block
+ * kb0): each block's sums from zero in 12 chains, then added to the
+ * output's chain of the block's parity (ch[kb % 2], rows PN apart); a
+ * block where a row has small codes runs again on them (sp, slots per row
+ * in sidx, rows KBp apart; zeros for the others). */
+AVX2_INLINE void pf4_ukr(const int mr, int64_t nb, int64_t kb0, const float *pa, int64_t ps, int64_t KBp,
+                         const int32_t *sidx, const float *sp, const float *bp, float *const ch[2]) {
+    (void)ps; /* one row block */
+    for (int64_t b = 0; b < nb; b++) {
+        const float *bb = bp + b * 32 * PN;
+        float *c = ch[(kb0 + b) % 2];
+        pf4_block(mr, 0, pa + b * 32 * PM, NULL, bb, c);
+        if (pf4_small(mr, sidx, KBp, b)) {
+            const float *src[2 * PM];
+            pf4_sources(mr, b, KBp, sidx, sp, src);
+            pf4_block(mr, 1, NULL, src, bb, c);
         }
     }
 }
 
-typedef void (*pf4_ukr_fn)(int64_t, int64_t, const float *, int64_t, const int32_t *, const float *,
+typedef void (*pf4_ukr_fn)(int64_t, int64_t, const float *, int64_t, int64_t, const int32_t *, const float *,
                            const float *, float *const[2]);
 #define PF4_UKR_FN(mr)                                                                             \
-    static AVX2 void pf4_ukr_##mr(int64_t nb, int64_t kb0, const float *a, int64_t Kp,             \
+    static AVX2 void pf4_ukr_##mr(int64_t nb, int64_t kb0, const float *pa, int64_t ps, int64_t KBp, \
                                   const int32_t *sidx, const float *sp, const float *bp,            \
                                   float *const ch[2]) {                                             \
-        pf4_ukr(mr, nb, kb0, a, Kp, sidx, sp, bp, ch);                                              \
+        pf4_ukr(mr, nb, kb0, pa, ps, KBp, sidx, sp, bp, ch);                                        \
     }
 PF4_UKR_FN(1)
 PF4_UKR_FN(2)
@@ -1235,47 +1250,63 @@ static const pf4_ukr_fn pf4_ukrs[PM + 1] = {0, pf4_ukr_1, pf4_ukr_2, pf4_ukr_3, 
 /* pf4_ukr on 512-bit vectors: 32 columns (bp [k][32], chains PN_WIDE
  * apart), and up to 2·PM rows: two row blocks at once where both are
  * whole (24 accumulators, each step's two weight loads for 24 FMAs rather
- * than 12), as the FP8 prefill's lg_ukr_wide. */
-AVX512_INLINE void pf4_ukr_w(const int mr, int64_t nb, int64_t kb0, const float *a, int64_t Kp,
+ * than 12; the second block's panel ps floats after the first), as the
+ * FP8 prefill's lg_ukr_wide. */
+/* One block of pf4_ukr_w: its sums from zero over the panels (pk, the
+ * second row block's ps floats further; from_src = 0) or the small codes'
+ * rows (src; from_src = 1), added to the chains c. */
+AVX512_INLINE void pf4_block_w(const int mr, const int from_src, const float *pk, int64_t ps,
+                               const float *const *src, const float *bb, float *c) {
+    __m512 acc[2 * PM][2];
+#pragma GCC unroll 12
+    for (int m = 0; m < 2 * PM; m++)
+        if (m < mr) acc[m][0] = _mm512_setzero_ps(), acc[m][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+    for (int k = 0; k < 32; k++) {
+        const __m512 b0 = _mm512_loadu_ps(bb + k * PN_WIDE), b1 = _mm512_loadu_ps(bb + k * PN_WIDE + 16);
+#pragma GCC unroll 12
+        for (int m = 0; m < 2 * PM; m++)
+            if (m < mr) {
+                const __m512 av =
+                    _mm512_set1_ps(from_src ? src[m][k] : m < PM ? pk[k * PM + m] : pk[ps + k * PM + m - PM]);
+                acc[m][0] = _mm512_fmadd_ps(av, b0, acc[m][0]);
+                acc[m][1] = _mm512_fmadd_ps(av, b1, acc[m][1]);
+            }
+    }
+#pragma GCC unroll 12
+    for (int m = 0; m < 2 * PM; m++)
+        if (m < mr) {
+            _mm512_storeu_ps(c + m * PN_WIDE, _mm512_add_ps(_mm512_loadu_ps(c + m * PN_WIDE), acc[m][0]));
+            _mm512_storeu_ps(c + m * PN_WIDE + 16, _mm512_add_ps(_mm512_loadu_ps(c + m * PN_WIDE + 16), acc[m][1]));
+        }
+}
+
+/* The small codes' pass of a block (rare: a call of its own keeps the
+ * common path's registers free). */
+static AVX512 __attribute__((noinline)) void pf4_small_w(const int mr, int64_t b, int64_t KBp, const int32_t *sidx,
+                                                        const float *sp, const float *bb, float *c) {
+    const float *src[2 * PM];
+    pf4_sources(mr, b, KBp, sidx, sp, src);
+    if (mr == 2 * PM) pf4_block_w(2 * PM, 1, NULL, 0, src, bb, c);
+    else
+        for (int m = 0; m < mr; m++) pf4_block_w(1, 1, NULL, 0, src + m, bb, c + m * PN_WIDE);
+}
+
+AVX512_INLINE void pf4_ukr_w(const int mr, int64_t nb, int64_t kb0, const float *pa, int64_t ps, int64_t KBp,
                              const int32_t *sidx, const float *sp, const float *bp, float *const ch[2]) {
     for (int64_t b = 0; b < nb; b++) {
-        const int small = pf4_small(mr, sidx, Kp / 32, b);
-        for (int part = 0; part <= small; part++) {
-            const float *src[2 * PM];
-            pf4_sources(mr, part, b, a, Kp, sidx, sp, src);
-            const float *bb = bp + b * 32 * PN_WIDE;
-            __m512 acc[2 * PM][2];
-#pragma GCC unroll 12
-            for (int m = 0; m < 2 * PM; m++)
-                if (m < mr) acc[m][0] = _mm512_setzero_ps(), acc[m][1] = _mm512_setzero_ps();
-#pragma GCC unroll 2
-            for (int k = 0; k < 32; k++) {
-                const __m512 b0 = _mm512_loadu_ps(bb + k * PN_WIDE), b1 = _mm512_loadu_ps(bb + k * PN_WIDE + 16);
-#pragma GCC unroll 12
-                for (int m = 0; m < 2 * PM; m++)
-                    if (m < mr) {
-                        const __m512 av = _mm512_set1_ps(src[m][k]);
-                        acc[m][0] = _mm512_fmadd_ps(av, b0, acc[m][0]);
-                        acc[m][1] = _mm512_fmadd_ps(av, b1, acc[m][1]);
-                    }
-            }
-            float *c = ch[(kb0 + b) % 2];
-#pragma GCC unroll 12
-            for (int m = 0; m < 2 * PM; m++)
-                if (m < mr) {
-                    _mm512_storeu_ps(c + m * PN_WIDE, _mm512_add_ps(_mm512_loadu_ps(c + m * PN_WIDE), acc[m][0]));
-                    _mm512_storeu_ps(c + m * PN_WIDE + 16,
-                                     _mm512_add_ps(_mm512_loadu_ps(c + m * PN_WIDE + 16), acc[m][1]));
-                }
-        }
+        const float *bb = bp + b * 32 * PN_WIDE;
+        float *c = ch[(kb0 + b) % 2];
+        pf4_block_w(mr, 0, pa + b * 32 * PM, ps, NULL, bb, c);
+        if (pf4_small(mr, sidx, KBp, b)) pf4_small_w(mr, b, KBp, sidx, sp, bb, c);
     }
 }
 
 #define PF4_UKR_W_FN(mr)                                                                           \
-    static AVX512 void pf4_ukr_w_##mr(int64_t nb, int64_t kb0, const float *a, int64_t Kp,         \
+    static AVX512 void pf4_ukr_w_##mr(int64_t nb, int64_t kb0, const float *pa, int64_t ps, int64_t KBp, \
                                       const int32_t *sidx, const float *sp, const float *bp,        \
                                       float *const ch[2]) {                                         \
-        pf4_ukr_w(mr, nb, kb0, a, Kp, sidx, sp, bp, ch);                                            \
+        pf4_ukr_w(mr, nb, kb0, pa, ps, KBp, sidx, sp, bp, ch);                                      \
     }
 PF4_UKR_W_FN(1)
 PF4_UKR_W_FN(2)
@@ -1334,7 +1365,7 @@ static AVX2 void pf4_panels(void *ctx, int64_t p0, int64_t p1, int thread) {
             for (int64_t p = 0; p < np; p++) {
                 if (!ok[p]) continue;
                 float *const ch[2] = {chains + p * cs + b * PM * pn, chains + (np + p) * cs + b * PM * pn};
-                (two ? pf4_ukr_w_12 : ukrs[mr])(nbk, k0 / 32, j->ap + b * PM * Kp + k0, Kp,
+                (two ? pf4_ukr_w_12 : ukrs[mr])(nbk, k0 / 32, j->ap + (b * Kp + k0) * PM, Kp * PM, KBp,
                                                 j->sidx + b * PM * KBp + k0 / 32, j->sp, tiles + p * PK * pn, ch);
             }
         }
@@ -1365,9 +1396,10 @@ typedef struct pf4_pack_job {
     int *nan;
 } pf4_pack_job;
 
-static void pf4_pack_rows(void *ctx, int64_t m0, int64_t m1, int thread) {
+/* Row blocks [b0, b1): a panel is written by one thread. */
+static void pf4_pack_rows(void *ctx, int64_t b0, int64_t b1, int thread) {
     const pf4_pack_job *p = ctx;
-    for (int64_t m = m0; m < m1; m++)
+    for (int64_t m = b0 * PM; m < b1 * PM && m < p->M; m++)
         pf4_pack_row(p->qa, p->sa, p->K, p->Kp, m, p->ap, p->sidx, p->sp, p->slots, p->nan);
 }
 
@@ -1382,13 +1414,12 @@ static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
     }
     const int threads = di_threadpool_size(tp);
     const int64_t Kp = (K + 63) / 64 * 64, KBp = Kp / 32, mb = (M + PM - 1) / PM;
-    const int pn = di_cpu_kernels_wide() ? PN_WIDE : PN, pp = PP * PN / pn;
+    const int pn = di_cpu_kernels_wide() ? PN_WIDE : PN, pp = getenv("PF4PP") ? atoi(getenv("PF4PP")) : PP * PN / pn;
     const int64_t sf = (int64_t)pp * PK * pn + 2 * (int64_t)pp * mb * PM * pn;
-    (void)mb;
     /* one buffer the calling thread keeps (kernels.h): ap, sp (at most every
      * block of every row holds small codes), the threads' scratch, sidx;
      * each part a whole number of vectors */
-    const int64_t nap = (M * Kp + 15) / 16 * 16, nsp = M * KBp * 32, nsc = (int64_t)threads * sf;
+    const int64_t nap = (mb * PM * Kp + 15) / 16 * 16, nsp = M * KBp * 32, nsc = (int64_t)threads * sf;
     int own = 0;
     float *buf = di_cpu_kept_buffer(sizeof(float) * (size_t)(nap + nsp + nsc + M * KBp), &own);
     if (!buf) return 0;
@@ -1397,7 +1428,7 @@ static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
     int32_t slots = 0;
     int nan = 0;
     pf4_pack_job pk = {qa, sa, M, K, Kp, ap, sidx, sp, &slots, &nan};
-    di_threadpool_for(M * K >= (1 << 18) ? tp : NULL, M, 4, pf4_pack_rows, &pk);
+    di_threadpool_for(M * K >= (1 << 18) ? tp : NULL, mb, 1, pf4_pack_rows, &pk);
     if (nan) {
         if (own) free(buf);
         di_gemm_block_rows_scalar(1, qa, sa, M, K, w, ws, N, 0, N, out);
