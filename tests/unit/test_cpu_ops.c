@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/kvstore.h"
 #include "backend/cpu/cpu_ops_avx2.h"
+#include "backend/cpu/cpu_quant.h"
 #include "backend/cpu/kernels.h"
 #include "core/dtype.h"
 #include "core/route_score.h"
@@ -668,6 +669,10 @@ static void test_norm_rope(void) {
             memcpy(y1, x, M * N * sizeof(float));
             memcpy(want, x, M * N * sizeof(float));
             b1->ops->rope(b1, y1, M, stride, H, HD, RD, pos, freq, inv);
+            memcpy(y2, x, M * N * sizeof(float)); /* rows split over two threads (the larger heads) */
+            b2->ops->rope(b2, y2, M, stride, H, HD, RD, pos, freq, inv);
+            CHECKF(!memcmp(y1, y2, M * N * sizeof(float)), "rope %d/%d inverse=%d: 2 threads differ from 1", HD,
+                   RD, inv);
             for (int i = 0; i < M; i++)
                 for (int h = 0; h < H; h++)
                     for (int j = 0; j < RD / 2; j++) {
@@ -706,6 +711,61 @@ static void test_norm_rope(void) {
     free(y1);
     free(y2);
     free(want);
+}
+
+/* The FP4 quantize-dequantize ops (the indexer's per 32 with a power-of-two
+ * scale, the cache's per 16 with an E4M3 scale) on their AVX2 form and on 1
+ * and 2 threads give di_cpu_qdq_fp4's bits, block by block: random values,
+ * the grid's midpoints (ties to the even code), values past the clamp,
+ * zeros of both signs, NaN (clamped to -6), an infinity (the block's scale
+ * is not finite: the scalar code), blocks under the scale's floor. */
+static void test_qdq_fp4(void) {
+    enum { NB = 4096 };
+    float *x = malloc(NB * 32 * sizeof(float)), *want = malloc(NB * 32 * sizeof(float));
+    float *got = malloc(NB * 32 * sizeof(float));
+    static const float mids[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+    di_backend *b1 = backend(1), *b2 = backend(2);
+    CHECK(b1 && b2);
+    for (int e4m3 = 0; b1 && b2 && e4m3 <= 1; e4m3++) {
+        const int bl = e4m3 ? 16 : 32;
+        const int64_t n = (int64_t)NB * 32;
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t blk = i / bl, k = i % bl;
+            float v = 4.0f * frand();
+            switch (blk % 8) {
+            case 1: /* amax 6: scale 1, the midpoints exactly */
+                v = k == 0 ? 6.0f : (k % 2 ? -1.0f : 1.0f) * mids[k % 7];
+                break;
+            case 2: v = 100.0f * frand(); break; /* a wide block */
+            case 3: v = k % 3 == 0 ? 0.0f : k % 3 == 1 ? -0.0f : 1e-3f * frand(); break;
+            case 4: v = k == 5 ? NAN : v; break;
+            case 5: v = k == 7 ? (blk % 16 == 5 ? INFINITY : -INFINITY) : v; break;
+            case 6: v = 1e-38f * frand(); break; /* under the e8m0 scale's floor */
+            case 7: v = di_round_bf16(v * 0x1p-7f); break;
+            }
+            x[i] = v;
+        }
+        memcpy(want, x, n * sizeof(float));
+        for (int64_t b = 0; b < n / bl; b++) di_cpu_qdq_fp4(want + b * bl, bl, e4m3);
+        for (int t = 0; t < 2; t++) {
+            di_backend *be = t ? b2 : b1;
+            for (int scalar = 0; scalar <= 1; scalar++) {
+                memcpy(got, x, n * sizeof(float));
+                di_cpu_kernels_force_scalar(scalar);
+                if (e4m3) be->ops->qdq_fp4_e4m3(be, got, n);
+                else be->ops->qdq_fp4_e8m0(be, got, n);
+                di_cpu_kernels_force_scalar(0);
+                int bad = 0;
+                for (int64_t i = 0; i < n; i++)
+                    bad += !(isnan(got[i]) && isnan(want[i])) && memcmp(&got[i], &want[i], sizeof(float)) != 0;
+                CHECKF(bad == 0, "qdq_fp4 e4m3=%d on %d thread(s), scalar=%d: %d values differ", e4m3, t + 1, scalar,
+                       bad);
+            }
+        }
+    }
+    di_backend_destroy(b1);
+    di_backend_destroy(b2);
+    free(x), free(want), free(got);
 }
 
 /* The panel kernel itself, before any bf16 rounding: each output is the
@@ -881,6 +941,7 @@ int main(void) {
     RUN(test_matmul_pair);
     RUN(test_attention);
     RUN(test_norm_rope);
+    RUN(test_qdq_fp4);
     RUN(test_index);
     RUN(test_panel_kernel);
     RUN(test_panel_decode_scales);

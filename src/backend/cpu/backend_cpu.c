@@ -514,41 +514,86 @@ static void rope_rotate(float *row, int heads, int64_t hd, int64_t rd, int64_t j
     }
 }
 
-static void cpu_rope(di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd,
-                     int64_t rd, const int32_t *pos, const float *freq, int inverse) {
-    (void)be;
+/* Rows are rotated independently: the rope ops split them over the pool
+ * (each row's arithmetic unchanged, so any split gives the same bits). */
+typedef struct rope_ctx {
+    float *x;
+    int64_t stride, hd, rd;
+    int heads, inverse;
+    const int32_t *pos; /* rope: positions and frequencies */
+    const float *freq;
+    const float *cs;    /* rope_cs: each row's cosines and sines */
+} rope_ctx;
+
+static void rope_range(void *p, int64_t lo, int64_t hi) {
+    const rope_ctx *c = p;
     enum { CH = 128 };
     float cs[2 * CH]; /* cos, sin of pairs j0 .. j0+CH-1 */
-    for (int64_t i = 0; i < m; i++) {
-        for (int64_t j0 = 0; j0 < rd / 2; j0 += CH) {
-            int64_t nj = rd / 2 - j0 < CH ? rd / 2 - j0 : CH;
-            di_rope_angles(pos + i, 1, freq + j0, nj, cs);
-            rope_rotate(x + i * stride, heads, hd, rd, j0, nj, cs, inverse);
+    for (int64_t i = lo; i < hi; i++) {
+        for (int64_t j0 = 0; j0 < c->rd / 2; j0 += CH) {
+            int64_t nj = c->rd / 2 - j0 < CH ? c->rd / 2 - j0 : CH;
+            di_rope_angles(c->pos + i, 1, c->freq + j0, nj, cs);
+            rope_rotate(c->x + i * c->stride, c->heads, c->hd, c->rd, j0, nj, cs, c->inverse);
         }
     }
+}
+
+static void cpu_rope(di_backend *be, float *x, int64_t m, int64_t stride, int heads, int64_t hd,
+                     int64_t rd, const int32_t *pos, const float *freq, int inverse) {
+    rope_ctx c = {.x = x, .stride = stride, .hd = hd, .rd = rd, .heads = heads, .inverse = inverse,
+                  .pos = pos, .freq = freq};
+    par_for(be, m, (double)m * (double)(heads * rd + rd * 20), rope_range, &c);
+}
+
+static void rope_cs_range(void *p, int64_t lo, int64_t hi) {
+    const rope_ctx *c = p;
+    for (int64_t i = lo; i < hi; i++)
+        rope_rotate(c->x + i * c->stride, c->heads, c->hd, c->rd, 0, c->rd / 2, c->cs + i * c->rd, c->inverse);
 }
 
 /* rope with the angles' cosines and sines given (backend.h rope_cs). */
 static void cpu_rope_cs(di_backend *be, float *x, int64_t m, int64_t stride, int heads,
                         int64_t hd, int64_t rd, const float *cs, int inverse) {
-    (void)be;
-    for (int64_t i = 0; i < m; i++)
-        rope_rotate(x + i * stride, heads, hd, rd, 0, rd / 2, cs + i * rd, inverse);
+    rope_ctx c = {.x = x, .stride = stride, .hd = hd, .rd = rd, .heads = heads, .inverse = inverse, .cs = cs};
+    par_for(be, m, (double)m * (double)(heads * rd) * 2, rope_cs_range, &c);
+}
+
+/* The quantize-dequantize steps work block by block (32 values for FP8 and
+ * the indexer's FP4, 16 for the FP4 cache's): blocks split over the pool. */
+typedef struct qdq_ctx {
+    float *x;
+    int bl, e4m3;
+} qdq_ctx;
+
+static void qdq_fp8_range(void *p, int64_t lo, int64_t hi) {
+    const qdq_ctx *c = p;
+    di_act_qdq_fp8(c->x + lo * 32, (hi - lo) * 32, c->x + lo * 32);
 }
 
 static void cpu_qdq_fp8(di_backend *be, float *x, int64_t n) {
-    (void)be;
-    di_act_qdq_fp8(x, n, x);
+    qdq_ctx c = {.x = x, .bl = 32};
+    par_for(be, n / 32, (double)n * 8, qdq_fp8_range, &c);
+}
+
+static void qdq_fp4_range(void *p, int64_t lo, int64_t hi) {
+    const qdq_ctx *c = p;
+#if defined(DI_HAVE_AVX2_OPS)
+    if (ops_avx2()) {
+        di_cpu_qdq_fp4_avx2(c->x + lo * c->bl, hi - lo, c->bl, c->e4m3);
+        return;
+    }
+#endif
+    for (int64_t b = lo; b < hi; b++) di_cpu_qdq_fp4(c->x + b * c->bl, c->bl, c->e4m3);
 }
 
 static void cpu_qdq_fp4_e8m0(di_backend *be, float *x, int64_t n) {
-    (void)be;
-    for (int64_t b = 0; b < n; b += 32) di_cpu_qdq_fp4(x + b, 32, 0);
+    qdq_ctx c = {.x = x, .bl = 32, .e4m3 = 0};
+    par_for(be, n / 32, (double)n * 10, qdq_fp4_range, &c);
 }
 
 static void cpu_qdq_fp4_e4m3(di_backend *be, float *x, int64_t n) {
-    (void)be;
-    for (int64_t b = 0; b < n; b += 16) di_cpu_qdq_fp4(x + b, 16, 1);
+    qdq_ctx c = {.x = x, .bl = 16, .e4m3 = 1};
+    par_for(be, n / 16, (double)n * 10, qdq_fp4_range, &c);
 }
 
 static void cpu_round_bf16(di_backend *be, float *x, int64_t n) {

@@ -8,8 +8,10 @@
 
 #if defined(DI_HAVE_AVX2_OPS)
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_quant.h"
 #include "backend/cpu/kernels.h"
 
 #define AVX2 __attribute__((target("avx2,fma")))
@@ -506,5 +508,53 @@ AVX2 void di_cpu_panels8_f32_avx2(int np, const float *const *pt, int64_t K, con
     else if (np == 3) panels8_rows(3, pt, K, x, ldx, m, y, ldy, nb);
     else if (np == 2) panels8_rows(2, pt, K, x, ldx, m, y, ldy, nb);
     else if (np == 1) di_cpu_panel8_f32_avx2(pt[0], K, x[0], ldx, m, y[0], ldy, nb[0]);
+}
+
+/* The E2M1 grid value of |v| <= 6 (v not NaN) with v's sign: the scalar
+ * di_f32_to_e2m1's midpoints, ties to the even code (<= at 0.25, 1.25,
+ * 2.5, 5; < at 0.75, 1.75, 3.5), then its table's value. */
+AVX2 static inline __attribute__((always_inline)) __m256 e2m1_grid(__m256 v) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), a = _mm256_andnot_ps(sign, v);
+    __m256 r = _mm256_setzero_ps();
+    r = _mm256_blendv_ps(r, _mm256_set1_ps(0.5f), _mm256_cmp_ps(a, _mm256_set1_ps(0.25f), _CMP_GT_OQ));
+    r = _mm256_blendv_ps(r, _mm256_set1_ps(1.0f), _mm256_cmp_ps(a, _mm256_set1_ps(0.75f), _CMP_GE_OQ));
+    r = _mm256_blendv_ps(r, _mm256_set1_ps(1.5f), _mm256_cmp_ps(a, _mm256_set1_ps(1.25f), _CMP_GT_OQ));
+    r = _mm256_blendv_ps(r, _mm256_set1_ps(2.0f), _mm256_cmp_ps(a, _mm256_set1_ps(1.75f), _CMP_GE_OQ));
+    r = _mm256_blendv_ps(r, _mm256_set1_ps(3.0f), _mm256_cmp_ps(a, _mm256_set1_ps(2.5f), _CMP_GT_OQ));
+    r = _mm256_blendv_ps(r, _mm256_set1_ps(4.0f), _mm256_cmp_ps(a, _mm256_set1_ps(3.5f), _CMP_GE_OQ));
+    r = _mm256_blendv_ps(r, _mm256_set1_ps(6.0f), _mm256_cmp_ps(a, _mm256_set1_ps(5.0f), _CMP_GT_OQ));
+    return _mm256_or_ps(r, _mm256_and_ps(v, sign));
+}
+
+AVX2 void di_cpu_qdq_fp4_avx2(float *x, int64_t nb, int bl, int e4m3) {
+    const __m256 lo = _mm256_set1_ps(-6.0f), hi = _mm256_set1_ps(6.0f);
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t b = 0; b < nb; b++) {
+        float *xb = x + b * bl;
+        /* the scale from the block's max |x|: max_ps keeps its second
+         * operand where the first is NaN, as fmaxf skips a NaN; the lanes'
+         * maxima then hold no NaN, so their order does not matter */
+        __m256 m = _mm256_setzero_ps();
+        for (int i = 0; i < bl; i += 8) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xb + i), absm), m);
+        _Alignas(32) float lane[8];
+        _mm256_store_ps(lane, m);
+        float amax = lane[0];
+        for (int i = 1; i < 8; i++) amax = lane[i] > amax ? lane[i] : amax;
+        uint8_t code;
+        const float s = di_cpu_fp4_scale_amax(amax, e4m3, &code);
+        if (!(s < INFINITY)) {
+            di_cpu_qdq_fp4(xb, bl, e4m3);
+            continue;
+        }
+        const __m256 vs = _mm256_set1_ps(s);
+        for (int i = 0; i < bl; i += 8) {
+            /* fmaxf(NaN, -6) is -6: max_ps returns its second operand on a NaN */
+            const __m256 q = _mm256_min_ps(_mm256_max_ps(_mm256_div_ps(_mm256_loadu_ps(xb + i), vs), lo), hi);
+            /* grid × s has at most 6 significant bits (E4M3 scale) or is a
+             * power-of-two multiple of the grid: exact in fp32 and in bf16,
+             * so the scalar code's bf16 rounding leaves it as it is */
+            _mm256_storeu_ps(xb + i, _mm256_mul_ps(e2m1_grid(q), vs));
+        }
+    }
 }
 #endif

@@ -74,6 +74,12 @@ void di_cpu_fp8_panel8_avx2(const uint8_t *w, const uint8_t *s, int64_t K, int64
  * bit (code · scale, one rounding), but for a NaN code under a NaN scale,
  * NaN either way, whose sign may differ. */
 void di_cpu_kvq_unpack_avx2(di_kvq f, const uint8_t *row, int64_t n, float *x);
+/* di_cpu_qdq_fp4 (cpu_quant.h) over the nb blocks of bl values (16 or 32)
+ * at x, in place, with its bits: the same divisions by the block's scale,
+ * the same clamps (a NaN becomes -6, as fmaxf makes it), the E2M1 grid by
+ * the same midpoints and ties; a block whose scale is not finite (an
+ * infinite value in it) takes the scalar code. */
+void di_cpu_qdq_fp4_avx2(float *x, int64_t nb, int bl, int e4m3);
 #endif
 
 #endif

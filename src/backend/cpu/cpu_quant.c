@@ -16,6 +16,10 @@ static float pow2_ceil(float x) {
 float di_cpu_fp4_scale(const float *x, int n, int e4m3, uint8_t *code) {
     float amax = 0.f;
     for (int k = 0; k < n; k++) amax = fmaxf(amax, fabsf(x[k]));
+    return di_cpu_fp4_scale_amax(amax, e4m3, code);
+}
+
+float di_cpu_fp4_scale_amax(float amax, int e4m3, uint8_t *code) {
     if (e4m3) {
         if (amax < 6.f * 0x1p-9f) amax = 6.f * 0x1p-9f;
         *code = di_f32_to_e4m3(fminf(amax / 6.f, 448.f));

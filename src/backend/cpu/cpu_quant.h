@@ -15,5 +15,7 @@ void di_cpu_qdq_fp4(float *x, int n, int e4m3);
 /* The scale of that step for one block of n values, and its byte (E4M3 or
  * E8M0) in *code. */
 float di_cpu_fp4_scale(const float *x, int n, int e4m3, uint8_t *code);
+/* The same from the block's max |x| (its NaNs skipped, as fmaxf does). */
+float di_cpu_fp4_scale_amax(float amax, int e4m3, uint8_t *code);
 
 #endif
