@@ -49,8 +49,8 @@ enum { KEEP_MAX = 64 << 20 };
  * second-level TLB holds, and the micro-kernel stalled on page walks (a
  * `perf` profile had 4-7 % of its samples on one prefetch or load that
  * starts a call). On the 2-vCPU Xeon VM the FP8 products of 512 rows went
- * from 0.86-0.92 to 0.92-0.98 of OpenBLAS on one thread, MXFP4 from
- * 0.77-0.86 to 0.82-0.87 (bench/RESULTS.md, 2026-12-05). The advice is a
+ * from 0.87-0.93 to 0.93-1.02 of OpenBLAS on one thread, MXFP4 from
+ * 0.78-0.84 to 0.82-0.91 (bench/RESULTS.md, 2026-12-05). The advice is a
  * hint: where it fails the buffer works on small pages. */
 enum { HUGE_PAGE = 2 << 20 };
 
