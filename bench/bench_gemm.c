@@ -3,7 +3,7 @@
  * weights dequantized to fp32 (same thread count, same run), and the decode
  * path against the memory bandwidth measured in the same run.
  *
- *   build/bench/bench_gemm [--quick] [--threads N] [--only WEIGHT] [--ms M,M,..] [--cputime]
+ *   build/bench/bench_gemm [--quick] [--threads N] [--only WEIGHT] [--ms M,M,..] [--cputime] [--rounds R]
  *   build/bench/bench_gemm --decode [--rounds R] [--quick] [--only WEIGHT]
  *   (either form: --half forces the FP8 route of CPUs with slow subnormals,
  *   E4M3 codes through F16C, which non-AMD CPUs take anyway; --narrow keeps
@@ -45,7 +45,10 @@
  * columns state it as a ratio to the same round's bandwidth (MXFP4 decode
  * rows sum by integers: no such ceiling).
  *
- * Times are medians of several runs. Decode (M <= 16) streams rotating copies
+ * Times are medians of several runs. Prefill products (M > 16) alternate
+ * with OpenBLAS R times (--rounds, default 3), each with a third of the
+ * time budget: GFLOP/s are the medians over the rounds, vs_sg the median
+ * of the rounds' ratios. Decode (M <= 16) streams rotating copies
  * of the weights, more than the last-level cache holds, so every call reads
  * its weights from DRAM as a real decode step does; prefill uses one copy.
  * GB/s counts the weight bytes (codes + scales) read per call. For M <= 4
@@ -570,8 +573,8 @@ int main(int argc, char **argv) {
         {"wq_a", 0, 1280, 5120},      {"wkv", 0, 512, 5120},        {"wo_b", 0, 5120, 8192},
         {"shared.w1", 0, 2304, 5120}, {"expert.w1", 1, 2304, 5120}, {"expert.w2", 1, 5120, 2304},
     };
+    if (rounds < 1 || rounds > MAX_ROUNDS) rounds = 3;
     if (decode_only) {
-        if (rounds < 1 || rounds > MAX_ROUNDS) rounds = 3;
         int rc = run_decode_pairs(mats, sizeof mats / sizeof *mats, only, rounds, quick, tp);
         di_threadpool_destroy(tp);
         return rc;
@@ -631,22 +634,40 @@ int main(int argc, char **argv) {
                     if (m->fp4) di_gemm_mxfp4(qa, sa, M, K, c->w, c->ws, N, out, tp);
                     else di_gemm_fp8(qa, sa, M, K, c->w, c->ws, N, out, tp);
                 });
-            } else {
-                TIME_MEDIAN(t_ours, budget, {
-                    if (m->fp4) di_gemm_mxfp4(qa, sa, M, K, cp[0].w, cp[0].ws, N, out, tp);
-                    else di_gemm_fp8(qa, sa, M, K, cp[0].w, cp[0].ws, N, out, tp);
-                });
             }
             /* the peer multiplies the activations the kernel saw (QDQ values) */
             for (int64_t i = 0; i < M * K; i++) x[i] = di_e4m3_to_f32(qa[i]) * sa[i / 32];
-            TIME_MEDIAN(t_blas, budget,
-                        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K,
-                                    1.0f, x, (int)K, wd, (int)K, 0.0f, out, (int)N));
+            double vs_sg;
+            if (M <= 16) {
+                TIME_MEDIAN(t_blas, budget,
+                            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K,
+                                        1.0f, x, (int)K, wd, (int)K, 0.0f, out, (int)N));
+                vs_sg = t_blas / t_ours;
+            } else {
+                /* prefill: ours and the peer alternate `rounds` times, each
+                 * with a share of the budget, and vs_sg is the median of
+                 * the rounds' ratios (the machine's speed drifts between
+                 * the two timings otherwise) */
+                double to[MAX_ROUNDS], tb[MAX_ROUNDS], ratio[MAX_ROUNDS];
+                for (int r = 0; r < rounds; r++) {
+                    TIME_MEDIAN(to[r], budget / rounds, {
+                        if (m->fp4) di_gemm_mxfp4(qa, sa, M, K, cp[0].w, cp[0].ws, N, out, tp);
+                        else di_gemm_fp8(qa, sa, M, K, cp[0].w, cp[0].ws, N, out, tp);
+                    });
+                    TIME_MEDIAN(tb[r], budget / rounds,
+                                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K,
+                                            1.0f, x, (int)K, wd, (int)K, 0.0f, out, (int)N));
+                    ratio[r] = tb[r] / to[r];
+                }
+                t_ours = median_of(to, rounds);
+                t_blas = median_of(tb, rounds);
+                vs_sg = median_of(ratio, rounds);
+            }
             double flops = 2.0 * M * N * K;
             double gbs = bytes / t_ours / 1e9;
             printf("%-14s %-5s %4lld %9.3f %9.1f %9.1f %7.2f %8.1f %6.2f", m->name,
                    m->fp4 ? "mxfp4" : "fp8", (long long)M, t_ours * 1e3, flops / t_ours / 1e9,
-                   flops / t_blas / 1e9, t_blas / t_ours, gbs, gbs / bw);
+                   flops / t_blas / 1e9, vs_sg, gbs, gbs / bw);
             if (hot > 0) printf(" %8.1f\n", hot);
             else printf(" %8s\n", "-");
             fflush(stdout);
