@@ -993,6 +993,7 @@ typedef struct pf4_job {
     int pn, pp;          /* weight rows a panel (PN or PN_WIDE), panels a chunk at most */
     float *scratch;      /* [threads][scratch_floats]: tiles [pp][PK][pn], chains [2][pp][M][pn] */
     int64_t scratch_floats;
+    int64_t panels, chunks; /* the weight's panels, dealt in `chunks` runs of near-equal length */
 } pf4_job;
 
 /* Activation row m into column m % PM of panel m / PM of ap ([Kp][PM]) as
@@ -1380,9 +1381,11 @@ static AVX2 void pf4_panels(void *ctx, int64_t p0, int64_t p1, int thread) {
 }
 
 /* Panels [p0, p1) pp at a time. */
-static void pf4_chunks(void *ctx, int64_t p0, int64_t p1, int thread) {
-    const int64_t pp = ((const pf4_job *)ctx)->pp;
-    for (int64_t p = p0; p < p1; p += pp) pf4_panels(ctx, p, p1 - p < pp ? p1 : p + pp, thread);
+/* Chunks [c0, c1): chunk c is panels [c·P/C, (c+1)·P/C), at most pp. */
+static void pf4_chunks(void *ctx, int64_t c0, int64_t c1, int thread) {
+    const pf4_job *j = ctx;
+    for (int64_t c = c0; c < c1; c++)
+        pf4_panels(ctx, c * j->panels / j->chunks, (c + 1) * j->panels / j->chunks, thread);
 }
 
 typedef struct pf4_pack_job {
@@ -1438,10 +1441,19 @@ static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
                  .sidx = sidx, .sp = sp, .ea_min = ea_min, .ea_max = ea_max, .out = out, .pn = pn, .pp = pp,
                  .scratch = scratch, .scratch_floats = sf};
     const int64_t panels = (N + pn - 1) / pn;
-    /* several chunks per thread so a core slowed by other work takes fewer */
-    int64_t grain = panels / (4 * threads);
-    grain = grain < 1 ? 1 : grain > pp ? pp : grain;
-    di_threadpool_for(tp, panels, grain, pf4_chunks, &j);
+    /* Chunks of at most pp panels, several a thread where the panels allow
+     * (a core slowed by other work then takes fewer), their count a
+     * multiple of the threads and their lengths within one panel of each
+     * other: chunks of pp panels and a remainder left a thread alone with
+     * the last chunk (72 panels on 2 threads: 9 chunks of 8, 5 against 4). */
+    int64_t chunks = (panels + pp - 1) / pp;
+    const int64_t want = panels < 4 * threads ? panels : 4 * threads;
+    if (chunks < want) chunks = want;
+    chunks = (chunks + threads - 1) / threads * threads;
+    if (chunks > panels) chunks = panels;
+    j.panels = panels;
+    j.chunks = chunks;
+    di_threadpool_for(tp, chunks, 1, pf4_chunks, &j);
     if (own) free(buf);
     return 1;
 }
