@@ -1248,11 +1248,6 @@ PF4_UKR_FN(5)
 PF4_UKR_FN(6)
 static const pf4_ukr_fn pf4_ukrs[PM + 1] = {0, pf4_ukr_1, pf4_ukr_2, pf4_ukr_3, pf4_ukr_4, pf4_ukr_5, pf4_ukr_6};
 
-/* pf4_ukr on 512-bit vectors: 32 columns (bp [k][32], chains PN_WIDE
- * apart), and up to 2·PM rows: two row blocks at once where both are
- * whole (24 accumulators, each step's two weight loads for 24 FMAs rather
- * than 12; the second block's panel ps floats after the first), as the
- * FP8 prefill's lg_ukr_wide. */
 /* One block of pf4_ukr_w: its sums from zero over the panels (pk, the
  * second row block's ps floats further; from_src = 0) or the small codes'
  * rows (src; from_src = 1), added to the chains c. */
@@ -1283,7 +1278,8 @@ AVX512_INLINE void pf4_block_w(const int mr, const int from_src, const float *pk
 }
 
 /* The small codes' pass of a block (rare: a call of its own keeps the
- * common path's registers free). */
+ * common path's registers free; rows one at a time below 2·PM, so that
+ * one form serves every mr, each row's sums unchanged). */
 static AVX512 __attribute__((noinline)) void pf4_small_w(const int mr, int64_t b, int64_t KBp, const int32_t *sidx,
                                                         const float *sp, const float *bb, float *c) {
     const float *src[2 * PM];
@@ -1293,6 +1289,11 @@ static AVX512 __attribute__((noinline)) void pf4_small_w(const int mr, int64_t b
         for (int m = 0; m < mr; m++) pf4_block_w(1, 1, NULL, 0, src + m, bb, c + m * PN_WIDE);
 }
 
+/* pf4_ukr on 512-bit vectors: 32 columns (bp [k][32], chains PN_WIDE
+ * apart), and up to 2·PM rows: two row blocks at once where both are
+ * whole (24 accumulators, each step's two weight loads for 24 FMAs rather
+ * than 12; the second block's panel ps floats after the first), as the
+ * FP8 prefill's lg_ukr_wide. */
 AVX512_INLINE void pf4_ukr_w(const int mr, int64_t nb, int64_t kb0, const float *pa, int64_t ps, int64_t KBp,
                              const int32_t *sidx, const float *sp, const float *bp, float *const ch[2]) {
     for (int64_t b = 0; b < nb; b++) {
