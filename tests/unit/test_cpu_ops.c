@@ -718,7 +718,9 @@ static void test_norm_rope(void) {
  * and 2 threads give di_cpu_qdq_fp4's bits, block by block: random values,
  * the grid's midpoints (ties to the even code), values past the clamp,
  * zeros of both signs, NaN (clamped to -6), an infinity (the block's scale
- * is not finite: the scalar code), blocks under the scale's floor. */
+ * is then infinite and its outputs NaN or infinite, as the scalar code's;
+ * NaNs compare equal whatever their payload), blocks under the scale's
+ * floor. */
 static void test_qdq_fp4(void) {
     enum { NB = 4096 };
     float *x = malloc(NB * 32 * sizeof(float)), *want = malloc(NB * 32 * sizeof(float));
