@@ -934,6 +934,10 @@ static void test_block_reuse(void) {
 }
 
 int main(void) {
+    /* the CPU kernels' kept scratch filled with NaN before every use: a read
+     * of a part a call did not write shows as NaN, not as a previous call's
+     * values */
+    di_cpu_kernels_poison_buffers(1);
     RUN(test_block_reuse);
     RUN(test_hc_mix);
     RUN(test_kvq_unpack);

@@ -4,6 +4,7 @@
 
 #include "engine/env.h"
 #include "engine/stop.h"
+#include "backend/cpu/kernels.h"
 #include "test.h"
 
 typedef struct kv {
@@ -113,6 +114,10 @@ static void test_accelerator_nvidia(void) {
 }
 
 int main(void) {
+    /* the CPU kernels' kept scratch filled with NaN before every use: a read
+     * of a part a call did not write shows as NaN, not as a previous call's
+     * values */
+    di_cpu_kernels_poison_buffers(1);
     RUN(test_env);
     RUN(test_accelerator_nvidia);
     RUN(test_stop);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "golden_util.h"
+#include "backend/cpu/kernels.h"
 #include "test.h"
 #include "golden_bounds.h"
 
@@ -151,6 +152,10 @@ static void test_fp8(void) { fixture("v41-tiny", &GOLD_BOUNDS_FP8); }
 static void test_bf16(void) { fixture("v41-tiny-bf16", &GOLD_BOUNDS_BF16); }
 
 int main(void) {
+    /* the CPU kernels' kept scratch filled with NaN before every use: a read
+     * of a part a call did not write shows as NaN, not as a previous call's
+     * values */
+    di_cpu_kernels_poison_buffers(1);
     RUN(test_fp8);
     RUN(test_bf16);
     return test_summary();

@@ -22,6 +22,7 @@
 #include "core/route_score.h"
 #include "golden_util.h"
 #include "moe_ref.h"
+#include "backend/cpu/kernels.h"
 #include "test.h"
 #include "test_rng.h"
 
@@ -366,6 +367,10 @@ static void test_route_op(void) {
 }
 
 int main(void) {
+    /* the CPU kernels' kept scratch filled with NaN before every use: a read
+     * of a part a call did not write shows as NaN, not as a previous call's
+     * values */
+    di_cpu_kernels_poison_buffers(1);
     const char *seed = getenv("DI_TEST_SEED");
     rng_state = seed && *seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761u; /* empty: the clock */
     printf("seed %llu\n", (unsigned long long)rng_state);
