@@ -567,12 +567,12 @@ typedef struct qdq_ctx {
 
 static void qdq_fp8_range(void *p, int64_t lo, int64_t hi) {
     const qdq_ctx *c = p;
-    di_act_qdq_fp8(c->x + lo * 32, (hi - lo) * 32, c->x + lo * 32);
+    di_act_qdq_fp8(c->x + lo * c->bl, (hi - lo) * c->bl, c->x + lo * c->bl);
 }
 
 static void cpu_qdq_fp8(di_backend *be, float *x, int64_t n) {
     qdq_ctx c = {.x = x, .bl = 32};
-    par_for(be, n / 32, (double)n * 8, qdq_fp8_range, &c);
+    par_for(be, n / c.bl, (double)n * 8, qdq_fp8_range, &c);
 }
 
 static void qdq_fp4_range(void *p, int64_t lo, int64_t hi) {

@@ -1016,12 +1016,10 @@ static AVX2 void pf4_pack_row(const uint8_t *qa, const float *sa, int64_t K, int
     const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     float *dst = ap + (m / PM) * Kp * PM + m % PM; /* code k at dst[k·PM] */
     _Alignas(32) float vals[32];
-    for (int64_t kb = 0; kb < KBp; kb++) {
+    /* blocks past K (the padding to Kp) are never read: pf4_panels stops
+     * at K's last block */
+    for (int64_t kb = 0; kb < KB; kb++) {
         sidx[m * KBp + kb] = -1;
-        if (kb >= KB) {
-            for (int t = 0; t < 32; t++) dst[(kb * 32 + t) * PM] = 0.0f;
-            continue;
-        }
         const float s = sa[m * KB + kb];
         const int big = s > 0x1p7f;
         const __m256i q = _mm256_loadu_si256((const __m256i *)(qa + m * K + kb * 32));
