@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "core/dtype.h"
+#include "core/huge_alloc.h"
 #include "core/threadpool.h"
 
 #define ARENA_ALIGN 64
@@ -274,8 +275,9 @@ di_status di_dummy_build(di_dummy *d, const di_config *cfg, const di_dummy_optio
                           "(materialise a block range, or none)",
                           (double)total / 1e9, (double)pages * (double)page / 1e9);
     }
-    if (total && (total > SIZE_MAX || posix_memalign(&d->arena, ARENA_ALIGN, (size_t)total))) {
-        d->arena = NULL;
+    /* on 2 MB pages, as a checkpoint's weights copied into memory are
+     * (model/weights_memory.h) */
+    if (total && (total > SIZE_MAX || !(d->arena = di_huge_alloc((size_t)total)))) {
         di_dummy_free(d);
         return di_err_set(err, DI_ERR_NOMEM, "dummy weights: cannot allocate %llu bytes",
                           (unsigned long long)total);

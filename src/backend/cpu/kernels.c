@@ -4,12 +4,12 @@
 
 #include <pthread.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <string.h>
 #include <stdatomic.h>
 
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "core/huge_alloc.h"
 
 static float e4m3_table[256], e8m0_table[256];
 static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
@@ -41,28 +41,15 @@ const float *di_cpu_e8m0_table(void) {
  * the thread ends. */
 enum { KEEP_MAX = 64 << 20 };
 
-/* Buffers of 2 MB and more are 2 MB aligned, a whole number of 2 MB pages,
- * and advised as transparent huge pages (where the kernel has them: on
- * Linux with THP in "madvise" mode, the common default, nothing else asks
- * for them). The prefill products walk several MB of lanes and decoded
- * weights in steps 2 KB apart: on 4 KB pages that is more pages than the
- * second-level TLB holds, and the micro-kernel stalled on page walks (a
- * `perf` profile had 4-7 % of its samples on one prefetch or load that
- * starts a call). On the 2-vCPU Xeon VM the FP8 products of 512 rows went
- * from 0.87-0.93 to 0.93-1.02 of OpenBLAS on one thread, MXFP4 from
- * 0.78-0.84 to 0.82-0.91 (bench/RESULTS.md, 2026-12-05). The advice is a
- * hint: where it fails the buffer works on small pages. */
-enum { HUGE_PAGE = 2 << 20 };
-
-static float *big_alloc(size_t bytes) {
-    if (bytes < HUGE_PAGE) return aligned_alloc(64, bytes);
-    bytes = (bytes + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
-    float *p = aligned_alloc(HUGE_PAGE, bytes);
-#ifdef MADV_HUGEPAGE
-    if (p) (void)madvise(p, bytes, MADV_HUGEPAGE);
-#endif
-    return p;
-}
+/* Buffers of 2 MB and more are on 2 MB pages (di_huge_alloc). The prefill
+ * products walk several MB of lanes and decoded weights in steps 2 KB
+ * apart: on 4 KB pages that is more pages than the second-level TLB holds,
+ * and the micro-kernel stalled on page walks (a `perf` profile had 4-7 % of
+ * its samples on one prefetch or load that starts a call). On the 2-vCPU
+ * Xeon VM the FP8 products of 512 rows went from 0.87-0.93 to 0.93-1.02 of
+ * OpenBLAS on one thread, MXFP4 from 0.78-0.84 to 0.82-0.91
+ * (bench/RESULTS.md, 2026-12-05). */
+static float *big_alloc(size_t bytes) { return di_huge_alloc(bytes); }
 
 typedef struct kept {
     float *p;
