@@ -71,6 +71,15 @@ typedef struct di_model_options {
     int32_t dummy_block_begin, dummy_block_end;
     int dummy_lazy;
     uint64_t dummy_max_bytes;
+    /* Checkpoints: 0 = the weights stay mapped from the shard files (the
+     * default); 1 = copied into memory the model owns, each tensor 64-byte
+     * aligned, on 2 MB pages where the kernel grants them (the files' own
+     * layout leaves rows off cache lines: the CPU kernels read copied
+     * weights faster; same bytes, same results); -1 = copied when they take
+     * at most half of the memory available now, else mapped (an engine on
+     * the CPU asks for this). The environment's DI_WEIGHTS_IN_MEMORY=0 / 1
+     * turns -1 into 0 / 1. */
+    int weights_in_memory;
 } di_model_options;
 
 DI_API void di_model_options_default(di_model_options *opts);
@@ -93,6 +102,7 @@ typedef struct di_model_info {
     uint64_t weight_bytes; /* bytes of the bound tensors */
     uint64_t resident_bytes; /* of which in memory now (dummy) or mapped (checkpoint) */
     int is_dummy;
+    uint64_t in_memory_bytes; /* a checkpoint's weights copied into memory (weights_in_memory), else 0 */
 } di_model_info;
 
 DI_API di_status di_model_get_info(const di_model *model, di_model_info *out);
@@ -408,6 +418,8 @@ typedef struct di_engine_info {
     int max_batch;               /* the budgets in effect (options or the backend's defaults) */
     int64_t max_tokens_per_step;
     uint64_t memory_limit;
+    uint64_t weights_in_memory; /* bytes of the checkpoint's weights copied into memory
+                                   (di_model_options.weights_in_memory), 0 when mapped or dummy */
 } di_engine_info;
 
 DI_API di_status di_engine_get_info(const di_engine *e, di_engine_info *out);

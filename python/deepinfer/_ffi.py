@@ -66,6 +66,7 @@ class EngineInfo(ctypes.Structure):
         ("max_batch", ctypes.c_int),
         ("max_tokens_per_step", ctypes.c_int64),
         ("memory_limit", ctypes.c_uint64),
+        ("weights_in_memory", ctypes.c_uint64),
     ]
 
 

@@ -128,6 +128,9 @@ class LLM:
         self.max_num_seqs = info.max_batch
         self.max_num_batched_tokens = info.max_tokens_per_step
         self.memory_limit = info.memory_limit
+        # bytes of the checkpoint's weights copied into memory (the CPU's
+        # choice where they fit); 0 when they are mapped from the files
+        self.weights_in_memory = info.weights_in_memory
         tok = L.di_engine_tokenizer(self._e)
         self._tok = Tokenizer(tok, self) if tok else None
         self._n_req = 0

@@ -91,6 +91,9 @@ static di_status open_engine(di_engine *e, const di_engine_options *o, di_err *e
     di_model_options_default(&mo);
     mo.load_format = o->load_format;
     mo.seed = o->dummy_seed;
+    /* the CPU kernels read weights copied into memory faster than the
+     * files' rows (model/weights_memory.h); a device backend uploads them */
+    mo.weights_in_memory = accel == DI_ACCEL_CPU ? -1 : 0;
     if (di_model_open(model, &mo, &e->model)) return di_err_set(err, di_last_status(), "%s", di_last_error());
     const di_config *c = &e->model->cfg;
     /* tokenizer */
@@ -201,6 +204,7 @@ di_status di_engine_get_info(const di_engine *e, di_engine_info *o) {
     o->max_batch = e->cfg.max_batch;
     o->max_tokens_per_step = e->cfg.budget;
     o->memory_limit = e->cfg.memory_limit;
+    o->weights_in_memory = e->model && e->model->weights_mem ? e->model->weights_mem_bytes : 0;
     return DI_OK;
 }
 

@@ -10,6 +10,7 @@
 #include "model/default_model.h"
 #include "model/manifest.h"
 #include "model/planner.h"
+#include "model/weights_memory.h"
 
 void di_model_options_default(di_model_options *o) {
     if (!o) return;
@@ -38,6 +39,46 @@ static di_status locate(const char *path, int allow_file, char *cfg_path, size_t
         *dir = slash ? strndup(path, (size_t)(slash - path)) : strdup(".");
     }
     return *dir ? DI_OK : di_err_set(err, DI_ERR_NOMEM, "out of memory");
+}
+
+/* MemAvailable of /proc/meminfo in bytes (free memory plus what the kernel
+ * can reclaim at once, page cache included), 0 where it cannot be read. */
+static uint64_t mem_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+/* weights_in_memory (deepinfer.h): 1 copies the bound weights out of the
+ * shard mappings (model/weights_memory.h) or fails, 0 leaves them mapped,
+ * -1 copies them where they take at most half of the memory available (the
+ * rest is left to the sequences' state and the page cache), and otherwise,
+ * or where the block cannot be had, leaves them mapped. */
+static di_status weights_to_memory(di_model *m, int want, di_err *err) {
+    if (want < -1 || want > 1)
+        return di_err_set(err, DI_ERR_INVALID_ARG, "weights_in_memory %d (expected -1, 0 or 1)", want);
+    const char *env = getenv("DI_WEIGHTS_IN_MEMORY");
+    if (want < 0 && env && *env) {
+        if (strcmp(env, "0") && strcmp(env, "1"))
+            return di_err_set(err, DI_ERR_INVALID_ARG, "DI_WEIGHTS_IN_MEMORY=\"%.40s\": expected 0 or 1", env);
+        want = env[0] == '1';
+    }
+    if (want == 0) return DI_OK;
+    if (want < 0 && di_weights_memory_bytes(&m->weights, &m->cfg) > mem_available() / 2) return DI_OK;
+    di_err ignored = {0};
+    void *block = NULL;
+    size_t bytes = 0;
+    di_status st = di_weights_copy_to_memory(&m->weights, &m->cfg, 0, &block, &bytes, want > 0 ? err : &ignored);
+    if (st) return want > 0 ? di_err_prefix(err, "%s: ", m->dir) : DI_OK;
+    m->weights_mem = block;
+    m->weights_mem_bytes = bytes;
+    di_checkpoint_drop_pages(m->ck);
+    return DI_OK;
 }
 
 static void count_bound(di_model *m) {
@@ -99,6 +140,10 @@ static di_status open_model(di_model *m, const char *path, const di_model_option
         st = di_checkpoint_read_all(m->ck, &rs, err);
         if (st) return st;
     }
+    if (m->ck) {
+        st = weights_to_memory(m, o->weights_in_memory, err);
+        if (st) return st;
+    }
     count_bound(m);
     return DI_OK;
 }
@@ -130,6 +175,7 @@ void di_model_close(di_model *m) {
         di_dummy_free(m->dummy);
         free(m->dummy);
     }
+    free(m->weights_mem);
     di_checkpoint_close(m->ck);
     free(m->dir);
     free(m);
@@ -148,6 +194,7 @@ di_status di_model_get_info(const di_model *m, di_model_info *out) {
     out->weight_bytes = m->weight_bytes;
     out->resident_bytes = m->dummy ? m->dummy->arena_bytes : m->weight_bytes;
     out->is_dummy = m->dummy != NULL;
+    out->in_memory_bytes = m->weights_mem ? m->weights_mem_bytes : 0;
     return DI_OK;
 }
 
@@ -170,6 +217,7 @@ di_status di_model_describe(const di_model *m, char **out) {
     OUT("engram    %d layers, %d-grams x %d heads x %lld\n", c->n_engram, c->engram_max_ngram, c->engram_n_heads,
         (long long)c->engram_head_dim);
     OUT("weights   %llu tensors, %.3f MB", (unsigned long long)m->n_tensors, (double)m->weight_bytes / 1e6);
+    if (m->weights_mem) OUT(" (copied into memory: %.3f MB)", (double)m->weights_mem_bytes / 1e6);
     if (m->dummy) OUT(" (%.3f MB in memory, seed %llu)", (double)m->dummy->arena_bytes / 1e6, (unsigned long long)m->dummy->seed);
     OUT("\nlayers\n");
     for (int b = 0; b < c->n_blocks; b++) {

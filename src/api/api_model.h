@@ -19,6 +19,8 @@ struct di_model {
     uint64_t n_tensors;
     uint64_t weight_bytes;
     uint64_t engram_table_bytes; /* of weight_bytes: the Engram tables (kept in host memory by a device backend) */
+    void *weights_mem;           /* the checkpoint's weights copied into memory (weights_in_memory), or NULL */
+    size_t weights_mem_bytes;
 };
 
 #endif

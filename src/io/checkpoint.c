@@ -287,6 +287,13 @@ const di_ckpt_tensor *di_checkpoint_find(const di_checkpoint *ck, const char *na
     return di_name_table_find(&ck->by_name, name, &i) ? &ck->tensors[i] : NULL;
 }
 
+void di_checkpoint_drop_pages(const di_checkpoint *ck) {
+    for (size_t i = 0; ck && i < ck->n_files; i++) {
+        const di_safetensors *st = &ck->files[i];
+        if (st->mapped && st->size) (void)madvise((void *)st->bytes, st->size, MADV_DONTNEED);
+    }
+}
+
 size_t di_checkpoint_file_count(const di_checkpoint *ck) { return ck->n_files; }
 
 const char *di_checkpoint_file_name(const di_checkpoint *ck, size_t i) {

@@ -29,6 +29,11 @@ const di_ckpt_tensor *di_checkpoint_at(const di_checkpoint *ck, size_t i);
 /* NULL when absent. O(1) average (hash table). */
 const di_ckpt_tensor *di_checkpoint_find(const di_checkpoint *ck, const char *name);
 
+/* Tells the kernel this process is done with the shards' pages (their
+ * tensors were copied elsewhere): the mappings stay valid, and a later read
+ * faults the pages in again from the page cache or the disk. A hint. */
+void di_checkpoint_drop_pages(const di_checkpoint *ck);
+
 /* Shard files, in load order (each opened once). */
 size_t di_checkpoint_file_count(const di_checkpoint *ck);
 const char *di_checkpoint_file_name(const di_checkpoint *ck, size_t i); /* no directory */

@@ -4,6 +4,7 @@ for prompt ids and output text, `re` / `jsonschema` for structured output,
 and the engine's own single-request output for batching and seeding."""
 import json
 import math
+import os
 import re
 
 import pytest
@@ -231,6 +232,15 @@ def test_step_budgets_are_the_backends_unless_given(llm):
             assert [o.outputs[0].token_ids for o in m.generate(PROMPTS, greedy(6), use_tqdm=False)] == ref
 
 
+def test_weights_in_memory_on_the_cpu_only(llm):
+    # the default model is a checkpoint: on the CPU its weights are copied
+    # into memory (a few MB: well within the rule), on a GPU they stay mapped
+    if llm.accelerator == "cpu" and os.environ.get("DI_WEIGHTS_IN_MEMORY") != "0":
+        assert llm.weights_in_memory > 1 << 20
+    else:
+        assert llm.weights_in_memory == 0
+
+
 def test_sglang_style_dict_params(llm):
     ref = llm.generate(PROMPTS[0], greedy(5), use_tqdm=False)[0].outputs[0].token_ids
     d = {"max_new_tokens": 5, "temperature": 0, "ignore_eos": True}
@@ -269,7 +279,6 @@ def test_padded_vocabulary_draws_only_ids_with_text(llm, tmp_path):
     tokenizer, dummy weights): the padding ids have no text, so they are never
     drawn, greedy or sampled; before, such a draw ended the sequence with an
     error after its first token."""
-    import os
     cfg = json.load(open(os.path.join(llm.model_path, "config.json")))
     text = cfg.get("text_config", cfg)
     n_tok = 1024
