@@ -15,7 +15,10 @@
  *   rather than in K segments; --pf / --no-pf force the FP8 decode rows'
  *   software prefetches on or off (by default measured on the first large
  *   calls of each batch class, or fixed by DI_CPU_PREFETCH=1 / 0; the
- *   choice is printed after the table); --weights normal
+ *   choice is printed after the table); --layout mapped puts the weights
+ *   16 bytes past a cache line on 4 KB pages, as a checkpoint's mapping
+ *   holds them, rather than as the engine copies them on the CPU (64-byte
+ *   aligned, on 2 MB pages; model/weights_memory.h); --weights normal
  *   draws the FP8 codes as a checkpoint's, see normal_codes, instead of
  *   random bytes)
  *   (--quick: shorter timing, skips the largest prefill)
@@ -63,11 +66,13 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "backend/cpu/kernels.h"
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "core/huge_alloc.h"
 #include "core/threadpool.h"
 
 void openblas_set_num_threads(int);
@@ -152,12 +157,25 @@ static double median_of(double *t, int n) {
     return t[n / 2];
 }
 
-/* Median read rate over reps passes of 512 MB (a fresh buffer each call). */
+/* Median read rate over reps passes of a 512 MB buffer on 2 MB pages, as
+ * the weights are: on the 2-vCPU Xeon VM the same read of a buffer on 4 KB
+ * pages runs ~15 % slower (page walks), and measured so the probe would
+ * flatter every product read from huge pages. One buffer for the whole
+ * run: a fresh 512 MB of huge pages for every probe had the kernel
+ * compacting memory (moving the weights' pages too) while the products
+ * ran, some of them 2x slower. */
 static double measure_read_bw_reps(di_threadpool *tp, int reps) {
     const int64_t bytes = (int64_t)512 << 20;
     bw_ctx c = {.words = bytes / 8};
-    uint64_t *buf = malloc((size_t)bytes);
-    for (int64_t i = 0; i < c.words; i++) buf[i] = (uint64_t)i * 0x9e3779b97f4a7c15ull;
+    static uint64_t *buf;
+    if (!buf) {
+        buf = di_huge_alloc((size_t)bytes);
+        if (!buf) {
+            fprintf(stderr, "bench_gemm: out of memory for the read probe\n");
+            exit(1);
+        }
+        for (int64_t i = 0; i < c.words; i++) buf[i] = (uint64_t)i * 0x9e3779b97f4a7c15ull;
+    }
     c.buf = buf;
     double t[7];
     if (reps > 7) reps = 7;
@@ -166,7 +184,6 @@ static double measure_read_bw_reps(di_threadpool *tp, int reps) {
         di_threadpool_for(tp, 64, 1, bw_read, &c);
         t[r] = now() - t0;
     }
-    free(buf);
     return bytes / median_of(t, reps) / 1e9;
 }
 static double measure_read_bw(di_threadpool *tp) { return measure_read_bw_reps(tp, 7); }
@@ -254,6 +271,7 @@ typedef struct wmat {
 
 typedef struct wcopy {
     uint8_t *w, *ws;
+    void *wb, *wsb; /* the blocks w and ws lie in (free() them) */
 } wcopy;
 
 static size_t w_bytes(const wmat *m) { return (size_t)(m->fp4 ? m->N * m->K / 2 : m->N * m->K); }
@@ -285,9 +303,31 @@ static void normal_codes_init(void) {
     }
 }
 
+/* Where the weights lie (--layout): by default as the engine holds them on
+ * the CPU (a checkpoint's weights copied into memory, or dummy weights:
+ * 64-byte aligned, on 2 MB pages; model/weights_memory.h); `--layout
+ * mapped` as a checkpoint's mapping gives them: 16 bytes past a 64-byte
+ * line (a safetensors data section starts wherever its header's length
+ * leaves it; the golden fixtures' 16 and 56 bytes past one) on 4 KB pages. */
+static int layout_mapped;
+static uint8_t *weight_block(size_t n, void **block) {
+    if (!layout_mapped) return *block = di_huge_alloc(n);
+    uint8_t *p = NULL;
+    if (posix_memalign((void **)&p, 4096, n + 64)) return *block = NULL;
+#ifdef MADV_NOHUGEPAGE
+    (void)madvise(p, n + 64, MADV_NOHUGEPAGE);
+#endif
+    *block = p;
+    return p + 16;
+}
+
 static void wcopy_fill(const wmat *m, wcopy *c) {
-    c->w = malloc(w_bytes(m));
-    c->ws = malloc(ws_bytes(m));
+    c->w = weight_block(w_bytes(m), &c->wb);
+    c->ws = weight_block(ws_bytes(m), &c->wsb);
+    if (!c->w || !c->ws) {
+        fprintf(stderr, "bench_gemm: out of memory for the weights\n");
+        exit(1);
+    }
     for (size_t i = 0; i < w_bytes(m); i++) {
         uint8_t b = (uint8_t)rnd();
         if (!m->fp4 && normal_codes) b = normal_codes[rnd() & 0xffff];
@@ -473,6 +513,9 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
            di_threadpool_size(tp));
     printf("# FP8 weight codes: %s\n", normal_codes ? "normally distributed values, quantized (--weights normal)"
                                                     : "uniformly random bytes");
+    printf("# weights: %s\n", layout_mapped ? "16 bytes past a 64-byte line on 4 KB pages, as a mapped checkpoint "
+                                              "(--layout mapped)"
+                                            : "64-byte aligned on 2 MB pages, as the engine holds them on the CPU");
     printf("# read bandwidth, median of the rounds: %.1f GB/s (1 thread), %.1f GB/s (%d threads)\n",
            bw_med[0], bw_med[1], di_threadpool_size(tp));
     printf("# 8-lane FMAs, median of the rounds: %.2f G/s (1 thread), %.2f G/s (%d threads)\n",
@@ -503,7 +546,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
     }
     print_prefetch_choice();
     for (size_t mi = 0; mi < nmats; mi++) {
-        for (int c = 0; c < ncopies[mi]; c++) free(copies[mi][c].w), free(copies[mi][c].ws);
+        for (int c = 0; c < ncopies[mi]; c++) free(copies[mi][c].wb), free(copies[mi][c].wsb);
         free(copies[mi]);
     }
     for (int xi = 0; xi < NM; xi++) free(qa[xi]), free(sa[xi]);
@@ -530,6 +573,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--pf")) di_cpu_kernels_force_dec_prefetch(1);
         else if (!strcmp(argv[i], "--no-pf")) di_cpu_kernels_force_dec_prefetch(-1);
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms_list = argv[++i];
+        else if (!strcmp(argv[i], "--layout") && i + 1 < argc && !strcmp(argv[i + 1], "mapped")) layout_mapped = 1, i++;
+        else if (!strcmp(argv[i], "--layout") && i + 1 < argc && !strcmp(argv[i + 1], "memory")) layout_mapped = 0, i++;
         else if (!strcmp(argv[i], "--weights") && i + 1 < argc && !strcmp(argv[i + 1], "normal")) {
             normal_codes_init();
             i++;
@@ -587,6 +632,8 @@ int main(int argc, char **argv) {
            openblas_get_corename());
     printf("# memory: read %.1f GB/s (%d threads), memcpy %.1f GB/s (1 thread, read+write)\n", bw,
            threads, bw_cpy);
+    printf("# weights: %s\n", layout_mapped ? "16 bytes past a 64-byte line on 4 KB pages (--layout mapped)"
+                                            : "64-byte aligned on 2 MB pages");
     printf("# GFLOP/s = 2MNK/t; vs-sgemm = ours/OpenBLAS sgemm on fp32-dequantized weights;\n"
            "# GB/s = weight bytes per call / t (decode rows: weights from DRAM); vs-bw = GB/s / read bw;\n"
            "# hot = GB/s of decode rows (M <= 4) with their weights in L2\n");
@@ -674,7 +721,7 @@ int main(int argc, char **argv) {
             free(x), free(out), free(sa), free(qa);
         }
         free(wd);
-        for (int c = 0; c < ncopy; c++) free(cp[c].w), free(cp[c].ws);
+        for (int c = 0; c < ncopy; c++) free(cp[c].wb), free(cp[c].wsb);
         free(cp);
     }
     print_prefetch_choice();
