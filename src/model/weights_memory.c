@@ -16,10 +16,11 @@ enum { COPY_ALIGN = 64, COPY_MAX_THREADS = 8 };
 
 static uint64_t round_up(uint64_t n) { return (n + COPY_ALIGN - 1) / COPY_ALIGN * COPY_ALIGN; }
 
-/* A piece of one tensor's copy: chunks of COPY_CHUNK bytes handed to the
- * threads in file order, each asking the kernel for the one `ahead` places
- * further on (MADV_WILLNEED: its pages come from the disk while this one is
- * copied, as di_checkpoint_read_all does). */
+/* A piece of one tensor's copy: chunks of COPY_CHUNK bytes, the tensors in
+ * the manifest's order, handed to the threads in turn, each asking the
+ * kernel for the one `ahead` places further on (MADV_WILLNEED: its pages
+ * come from the disk while this one is copied, as di_checkpoint_read_all
+ * does). */
 typedef struct copy_chunk {
     const uint8_t *src;
     uint8_t *dst;
