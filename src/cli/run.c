@@ -40,6 +40,9 @@ static int generate(const char *model, long max_tokens, int random_weights) {
     printf("\ngeneration (engine opened in %.3f s on %s: up to %d sequences and %lld tokens a step; %ld tokens per "
            "prompt, temperature 0.7, seed 1)\n",
            cli_now_s() - t0, info.accelerator, info.max_batch, (long long)info.max_tokens_per_step, max_tokens);
+    if (info.weights_in_memory)
+        printf("(the checkpoint's weights copied into memory, %.1f MB: docs/cli.md, DI_WEIGHTS_IN_MEMORY)\n",
+               (double)info.weights_in_memory / 1e6);
     if (random_weights)
         printf("(the default model's weights are random: the text is noise, the speed is real)\n");
     di_sampling_params p;
