@@ -7,7 +7,7 @@
  *   bench_weights_memory [CONFIG] [TOKENIZER] [THREADS] [ROUNDS]
  *   defaults: bench/configs/dummy-1g.json ../shared/golden/v41-tiny/tokenizer.json 0 3
  *
- * The checkpoint goes to $DIR (default /tmp/deepinfer_bench_wm), written
+ * The checkpoint goes to $WM_DIR (default /tmp/deepinfer_bench_wm), written
  * once and kept. Each round opens the engine twice, with
  * DI_WEIGHTS_IN_MEMORY=0 (the weights stay mapped) and =1 (copied), and
  * decodes 32 tokens of one sequence after a 16-token prompt; it reports
@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
     const int threads = argc > 3 ? atoi(argv[3]) : 0;
     int rounds = argc > 4 ? atoi(argv[4]) : 3;
     if (rounds < 1 || rounds > MAX_ROUNDS) rounds = 3;
-    const char *dir = getenv("DIR") ? getenv("DIR") : "/tmp/deepinfer_bench_wm";
+    const char *dir = getenv("WM_DIR") ? getenv("WM_DIR") : "/tmp/deepinfer_bench_wm";
     char index[4300];
     snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
     struct stat sb;
