@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/mem_avail.h"
 #include "model/default_model.h"
 #include "model/manifest.h"
 #include "model/planner.h"
@@ -41,22 +42,10 @@ static di_status locate(const char *path, int allow_file, char *cfg_path, size_t
     return *dir ? DI_OK : di_err_set(err, DI_ERR_NOMEM, "out of memory");
 }
 
-/* MemAvailable of /proc/meminfo in bytes (free memory plus what the kernel
- * can reclaim at once, page cache included), 0 where it cannot be read. */
-static uint64_t mem_available(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[256];
-    unsigned long long kb = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
-}
-
 /* weights_in_memory (deepinfer.h): 1 copies the bound weights out of the
  * shard mappings (model/weights_memory.h) or fails, 0 leaves them mapped,
- * -1 copies them where they take at most half of the memory available (the
+ * -1 copies them where they take at most half of the memory available
+ * (core/mem_avail.h: the system's, or a container's limit where lower; the
  * rest is left to the sequences' state and the page cache), and otherwise,
  * or where the block cannot be had, leaves them mapped. */
 static di_status weights_to_memory(di_model *m, int want, di_err *err) {
@@ -69,7 +58,7 @@ static di_status weights_to_memory(di_model *m, int want, di_err *err) {
         want = env[0] == '1';
     }
     if (want == 0) return DI_OK;
-    if (want < 0 && di_weights_memory_bytes(&m->weights, &m->cfg) > mem_available() / 2) return DI_OK;
+    if (want < 0 && di_weights_memory_bytes(&m->weights, &m->cfg) > di_mem_available() / 2) return DI_OK;
     di_err ignored = {0};
     void *block = NULL;
     size_t bytes = 0;

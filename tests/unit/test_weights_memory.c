@@ -6,15 +6,81 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "api/api_model.h"
 #include "core/huge_alloc.h"
+#include "core/mem_avail.h"
 #include "deepinfer.h"
 #include "model/manifest.h"
 #include "model/weights_memory.h"
 #include "test.h"
 
 static char tiny[4200];
+
+/* ---- di_mem_available_at on fake /proc and /sys/fs/cgroup trees ---- */
+
+static char root[64];
+
+static void put(const char *rel, const char *text) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", root, rel);
+    for (char *s = p + strlen(root) + 1; (s = strchr(s, '/')); s++) { /* the folders on the way */
+        *s = 0;
+        mkdir(p, 0755);
+        *s = '/';
+    }
+    FILE *f = fopen(p, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static uint64_t avail(void) {
+    char proc[128], cg[128];
+    snprintf(proc, sizeof proc, "%s/proc", root);
+    snprintf(cg, sizeof cg, "%s/cg", root);
+    return di_mem_available_at(proc, cg);
+}
+
+static void test_mem_available(void) {
+    snprintf(root, sizeof root, "/tmp/di-memavail-XXXXXX");
+    if (!mkdtemp(root)) SKIP("mkdtemp failed");
+    const uint64_t G = 1ull << 30;
+    CHECK_EQ_INT(avail(), 0); /* nothing readable: unknown */
+    put("proc/meminfo", "MemTotal:       33554432 kB\nMemFree:         1000 kB\nMemAvailable:   16777216 kB\n");
+    CHECK_EQ_INT(avail(), 16 * G); /* no cgroup file: the system's */
+    /* v2: a limit on the leaf, then a lower one on its parent */
+    put("proc/self/cgroup", "0::/a/b\n");
+    put("cg/a/b/memory.max", "max\n");
+    put("cg/a/b/memory.current", "123\n");
+    CHECK_EQ_INT(avail(), 16 * G);
+    put("cg/a/b/memory.max", "8589934592\n");
+    put("cg/a/b/memory.current", "1073741824\n");
+    CHECK_EQ_INT(avail(), 7 * G);
+    put("cg/a/memory.max", "4294967296\n");
+    put("cg/a/memory.current", "3221225472\n");
+    CHECK_EQ_INT(avail(), 1 * G);
+    put("cg/a/memory.current", "5368709120\n"); /* over its limit: no room */
+    CHECK_EQ_INT(avail(), 0);
+    /* v1: the memory controller's line; "no limit" is a number near 2^63 */
+    put("proc/self/cgroup", "9:name=systemd:/\n4:memory:/job/x\n3:cpu,cpuacct:/\n0::/\n");
+    put("cg/memory/job/x/memory.limit_in_bytes", "9223372036854771712\n");
+    put("cg/memory/job/x/memory.usage_in_bytes", "100\n");
+    put("cg/memory/memory.limit_in_bytes", "9223372036854771712\n");
+    CHECK_EQ_INT(avail(), 16 * G);
+    put("cg/memory/job/memory.limit_in_bytes", "2147483648\n");
+    put("cg/memory/job/memory.usage_in_bytes", "1073741824\n");
+    CHECK_EQ_INT(avail(), 1 * G);
+    put("proc/self/cgroup", "4:cpuset,memory:/job/x\n");
+    CHECK_EQ_INT(avail(), 1 * G); /* memory among several controllers */
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    CHECK(system(cmd) == 0);
+    /* this machine: something, never more than MemAvailable */
+    CHECK(di_mem_available() > 0);
+}
 
 static void test_huge_alloc(void) {
     const size_t sizes[] = {1, 63, 64, 100, 4096, (size_t)DI_HUGE_PAGE - 1, DI_HUGE_PAGE,
@@ -185,6 +251,7 @@ int main(void) {
     const char *shared = test_shared_dir();
     if (shared) snprintf(tiny, sizeof tiny, "%s/golden/v41-tiny", shared);
     RUN(test_huge_alloc);
+    RUN(test_mem_available);
     RUN(test_copy_equals_mapped);
     RUN(test_auto_rule_and_env);
     RUN(test_engine_copies);
