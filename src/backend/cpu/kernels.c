@@ -41,7 +41,7 @@ const float *di_cpu_e8m0_table(void) {
  * the thread ends. */
 enum { KEEP_MAX = 64 << 20 };
 
-/* Buffers of 2 MB and more are on 2 MB pages (di_huge_alloc). The prefill
+/* The buffers come from di_huge_alloc: from 2 MB on 2 MB pages. The prefill
  * products walk several MB of lanes and decoded weights in steps 2 KB
  * apart: on 4 KB pages that is more pages than the second-level TLB holds,
  * and the micro-kernel stalled on page walks (a `perf` profile had 4-7 % of
@@ -49,7 +49,6 @@ enum { KEEP_MAX = 64 << 20 };
  * Xeon VM the FP8 products of 512 rows went from 0.87-0.93 to 0.93-1.02 of
  * OpenBLAS on one thread, MXFP4 from 0.78-0.84 to 0.82-0.91
  * (bench/RESULTS.md, 2026-12-05). */
-static float *big_alloc(size_t bytes) { return di_huge_alloc(bytes); }
 
 typedef struct kept {
     float *p;
@@ -78,20 +77,20 @@ float *di_cpu_kept_buffer(size_t bytes, int *own) {
 }
 
 static float *kept_buffer(size_t bytes, int *own) {
-    bytes = bytes ? (bytes + 63) & ~(size_t)63 : 64; /* aligned_alloc: a multiple of the alignment */
+    bytes = bytes ? (bytes + 63) & ~(size_t)63 : 64; /* whole lines, as di_huge_alloc hands them out */
     *own = 1;
     pthread_once(&kept_once, kept_key_make);
-    if (!kept_key_made || bytes > KEEP_MAX) return big_alloc(bytes);
+    if (!kept_key_made || bytes > KEEP_MAX) return di_huge_alloc(bytes);
     kept *k = pthread_getspecific(kept_key);
     if (!k) {
         if (!(k = calloc(1, sizeof *k)) || pthread_setspecific(kept_key, k)) {
             free(k);
-            return big_alloc(bytes);
+            return di_huge_alloc(bytes);
         }
     }
     if (k->bytes < bytes || !k->p) {
         free(k->p);
-        k->p = big_alloc(bytes);
+        k->p = di_huge_alloc(bytes);
         k->bytes = k->p ? bytes : 0;
     }
     if (k->p) *own = 0;
