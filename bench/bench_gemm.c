@@ -7,7 +7,11 @@
  *   build/bench/bench_gemm --decode [--rounds R] [--quick] [--only WEIGHT]
  *   (either form: --half forces the FP8 route of CPUs with slow subnormals,
  *   E4M3 codes through F16C, which non-AMD CPUs take anyway; --narrow keeps
- *   a CPU with AVX-512 on the 256-bit kernels; --no-vnni keeps a CPU with
+ *   a CPU with AVX-512 on the 256-bit kernels; --no-amx keeps a CPU with
+ *   AMX-BF16 off the MXFP4 prefill's tiles; --cold reads the prefill
+ *   products' weights from rotating copies (from DRAM, as the decode rows
+ *   always do, and as a model's experts do) rather than one copy that the
+ *   cache may hold; --no-vnni keeps a CPU with
  *   AVX-512 VNNI off the MXFP4 decode rows' VNNI sums; --no-bytes keeps its
  *   one-row calls on the 16-bit sums rather than the byte form; --no-bias keeps the
  *   512-bit FP8 decode rows on F16C rather than the exponent bias; --no-seg
@@ -555,7 +559,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, threads = 0, decode_only = 0, rounds = 3;
+    int quick = 0, threads = 0, decode_only = 0, rounds = 3, cold = 0;
     const char *only = NULL, *ms_list = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -567,6 +571,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--half")) di_cpu_kernels_force_fp8_half(1);
         else if (!strcmp(argv[i], "--narrow")) di_cpu_kernels_force_no_avx512(1);
         else if (!strcmp(argv[i], "--no-vnni")) di_cpu_kernels_force_no_vnni(1);
+        else if (!strcmp(argv[i], "--no-amx")) di_cpu_kernels_force_no_amx(1);
+        else if (!strcmp(argv[i], "--cold")) cold = 1;
         else if (!strcmp(argv[i], "--no-bytes")) di_cpu_kernels_force_no_vnni_bytes(1);
         else if (!strcmp(argv[i], "--no-bias")) di_cpu_kernels_force_no_bias(1);
         else if (!strcmp(argv[i], "--no-seg")) di_cpu_kernels_force_no_seg(1);
@@ -698,8 +704,9 @@ int main(int argc, char **argv) {
                 double to[MAX_ROUNDS], tb[MAX_ROUNDS], ratio[MAX_ROUNDS];
                 for (int r = 0; r < rounds; r++) {
                     TIME_MEDIAN(to[r], budget / rounds, {
-                        if (m->fp4) di_gemm_mxfp4(qa, sa, M, K, cp[0].w, cp[0].ws, N, out, tp);
-                        else di_gemm_fp8(qa, sa, M, K, cp[0].w, cp[0].ws, N, out, tp);
+                        wcopy *c = &cp[cold ? rot++ % ncopy : 0];
+                        if (m->fp4) di_gemm_mxfp4(qa, sa, M, K, c->w, c->ws, N, out, tp);
+                        else di_gemm_fp8(qa, sa, M, K, c->w, c->ws, N, out, tp);
                     });
                     TIME_MEDIAN(tb[r], budget / rounds,
                                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K,

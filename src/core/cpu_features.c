@@ -7,6 +7,9 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__x86_64__) && defined(__linux__)
+#include <sys/syscall.h>
+#endif
 
 int di_cpu_has_avx2(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -62,6 +65,25 @@ int di_cpu_has_avx512_vbmi(void) {
     unsigned a, b, c, d;
     __cpuid_count(7, 0, a, b, c, d);
     return (c >> 1) & 1u; /* AVX512_VBMI (ecx 1) */
+#else
+    return 0;
+#endif
+}
+
+int di_cpu_has_amx_bf16(void) {
+#if defined(__x86_64__) && defined(__linux__)
+    if (!di_cpu_has_avx512()) return 0;
+    unsigned a, b, c, d;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!((d >> 22) & 1u) || !((d >> 24) & 1u)) return 0; /* AMX-BF16 (edx 22), AMX-TILE (24) */
+    unsigned xlo, xhi;
+    __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+    if (((xlo >> 17) & 3u) != 3u) return 0; /* XTILECFG, XTILEDATA */
+    /* Linux traps the first tile instruction of a process that has not
+     * asked (ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA); it may refuse,
+     * e.g. where a thread's alternate signal stack is too small for the
+     * larger state. */
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 #else
     return 0;
 #endif

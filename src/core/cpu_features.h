@@ -14,6 +14,11 @@ int di_cpu_has_avx512_vnni(void);
 /* 1 when, on top of di_cpu_has_avx512(), AVX-512 VBMI is there (vpermb:
  * bytes picked from a 64-byte table). */
 int di_cpu_has_avx512_vbmi(void);
+/* 1 when, on top of di_cpu_has_avx512(), AMX tiles with bf16 products are
+ * usable: the CPU has AMX-TILE and AMX-BF16, the OS manages the tile state
+ * (XCR0 bits 17 and 18) and, on Linux, grants this process the tile data
+ * (asked for on the first call: the kernel hands it out on request only). */
+int di_cpu_has_amx_bf16(void);
 /* Online logical CPUs available to this process (at least 1). */
 int di_cpu_count(void);
 /* "avx2+fma+f16c+avx512", "avx2+fma+f16c" or "scalar": for `deepinfer info` and benchmark headers. */

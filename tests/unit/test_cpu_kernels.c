@@ -724,6 +724,36 @@ static void test_gemm_mxfp4_large_weight_scales(void) {
     }
 }
 
+/* Weight scales at the bottom of E8M0 (2^-127 .. 2^-124: a weight value
+ * 0.5·sw is then an fp32 subnormal for the first two) against activation
+ * scales of 2^60, so that every product sa·sw is ordinary: the prefill
+ * forms that decode w·sw into vectors or tiles (and the AMX tiles, which
+ * read subnormal operands as zero) must keep such rows on exact code; the
+ * results are the scalar bits, and not all zero. */
+static void test_gemm_mxfp4_tiny_weight_scales(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+    static const int ew[] = {0, 1, 2, 3};
+    static const int64_t Mv[] = {20, 40, 130};
+    for (size_t mi = 0; mi < sizeof Mv / sizeof *Mv; mi++)
+        for (size_t e = 0; e < sizeof ew / sizeof *ew; e++) {
+            const int64_t M = Mv[mi], K = 128, N = 40, KB = K / 32;
+            problem p;
+            problem_init(&p, FMT_FP4, M, K, N);
+            for (int64_t i = 0; i < M * KB; i++) p.sa[i] = 0x1p60f;
+            for (int64_t i = 0; i < N * KB; i++) p.ws[i] = (uint8_t)ew[e];
+            float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
+            run_gemm(&p, 0, 0, M, a, NULL);
+            run_gemm(&p, 1, 0, M, b, NULL);
+            int nonzero = 0;
+            for (int64_t i = 0; i < M * N; i++) nonzero += a[i] != 0.0f;
+            CHECKF(count_diff_bits(a, b, M * N) == 0, "M=%lld E8M0 %d: %d outputs differ from scalar", (long long)M,
+                   ew[e], count_diff_bits(a, b, M * N));
+            CHECKF(nonzero > M * N / 2, "M=%lld E8M0 %d: %d nonzero outputs", (long long)M, ew[e], nonzero);
+            free(a), free(b);
+            problem_free(&p);
+        }
+}
+
 /* The largest block sums the integer kernels can meet: every activation
  * code ±448, every weight code 6 of one sign, so a block's 32 products sum
  * to 86,016 (lanes of 2^15·8·2688 before the shift, two of them just below
@@ -1149,6 +1179,48 @@ static void test_vnni_route(void) {
 #endif
 }
 
+/* The MXFP4 checks that reach the prefill (above DEC_M rows: the shapes,
+ * small codes, scale edges, weight scales near the top, the largest sums,
+ * NaN and huge activations, several parts, many threads) run under each
+ * AMX setting below. */
+static void check_mxfp4_prefill(void) {
+    check_format(FMT_FP4);
+    test_gemm_mxfp4_prefill_shapes();
+    test_gemm_extreme_scales();
+    test_gemm_mxfp4_small_codes();
+    test_gemm_mxfp4_scale_edges();
+    test_gemm_mxfp4_large_weight_scales();
+    test_gemm_mxfp4_tiny_weight_scales();
+    test_gemm_mxfp4_largest_sums();
+    test_gemm_mxfp4_decode_act_limits();
+    test_gemm_mxfp4_many();
+    test_batch_and_thread_invariance();
+}
+
+/* On a CPU with AMX-BF16 the MXFP4 prefill runs on tiles
+ * (kernels_amx_mxfp4.c): its exact block sums must give the scalar bits in
+ * every check above (which must have run it: the count of panels), and the
+ * checks must pass again with it forced off (the AVX-512 tiles). Panels
+ * whose scales leave the tiles' range (test_gemm_mxfp4_scale_edges: weight
+ * scales of 2^-118 and below against activations of 2^-22) take the
+ * scalar code: the count must show some panels run and the checks still
+ * give the scalar bits there. */
+static void test_amx_route(void) {
+#ifdef DI_HAVE_AVX2_KERNELS
+    if (!di_cpu_kernels_amx()) SKIP("no AMX-BF16 (or not granted, or not on the 512-bit kernels)");
+    const long u0 = di_cpu_kernels_amx_units();
+    check_mxfp4_prefill();
+    const long u1 = di_cpu_kernels_amx_units();
+    CHECKF(u1 > u0, "the AMX tiles ran %ld panels", u1 - u0);
+    di_cpu_kernels_force_no_amx(1);
+    CHECK(!di_cpu_kernels_amx());
+    check_mxfp4_prefill();
+    CHECKF(di_cpu_kernels_amx_units() == u1, "forced off, the AMX tiles still ran");
+    di_cpu_kernels_force_no_amx(0);
+    CHECK(di_cpu_kernels_amx());
+#endif
+}
+
 /* On a CPU with AVX-512 the FP8 decode rows decode their codes by the
  * exponent bias (kernels_avx2_block.c, dec_bias_wide), the codes of
  * exponent 0 through a table where a chunk pair holds one, and products
@@ -1420,6 +1492,7 @@ int main(void) {
     RUN(test_gemm_mxfp4_small_codes);
     RUN(test_gemm_mxfp4_scale_edges);
     RUN(test_gemm_mxfp4_large_weight_scales);
+    RUN(test_gemm_mxfp4_tiny_weight_scales);
     RUN(test_gemm_mxfp4_largest_sums);
     RUN(test_gemm_mxfp4_decode_act_limits);
     RUN(test_batch_and_thread_invariance);
@@ -1434,6 +1507,7 @@ int main(void) {
     RUN(test_gemm_mxfp4_many);
     RUN(test_gemm_fp8_many);
     RUN(test_vnni_route);
+    RUN(test_amx_route);
     RUN(test_dispatch);
     return test_summary();
 }

@@ -193,6 +193,17 @@ int di_cpu_kernels_vbmi(void) {
 
 void di_cpu_kernels_force_no_vbmi(int on) { atomic_store(&forced_no_vbmi, on != 0); }
 
+/* AMX-BF16 (DI_CPU_AMX=0: off) */
+static atomic_int has_amx = -1;
+static atomic_int forced_no_amx;
+
+int di_cpu_kernels_amx(void) {
+    return feature_on(&has_amx, di_cpu_has_amx_bf16, "DI_CPU_AMX") && di_cpu_kernels_wide() &&
+           !atomic_load_explicit(&forced_no_amx, memory_order_relaxed);
+}
+
+void di_cpu_kernels_force_no_amx(int on) { atomic_store(&forced_no_amx, on != 0); }
+
 /* the FP8 prefill of few rows in one pass (DI_CPU_LG_FUSED=0: off); not a
  * CPU feature, so every CPU "has" it */
 static int always(void) { return 1; }

@@ -165,6 +165,20 @@ void di_gemm_fp8_many_avx2(const di_gemm_part *parts, int n, int64_t K, di_threa
 void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
                         const uint8_t *w, const uint8_t *ws, int64_t N, float *out,
                         di_threadpool *tp);
+/* What the MXFP4 kernel files share (kernels_avx2_mxfp4.c): the exponent
+ * range of activation scales (0 when one is not a normal positive power
+ * of two), the min and max of n bytes (AVX2: call it on the AVX2 path
+ * only), and how many pieces `panels` weight panels go to the pool in (at
+ * most `most` panels a piece, a multiple of the threads). */
+int di_cpu_scale_exps(const float *sa, int64_t n, int *lo, int *hi);
+void di_cpu_byte_range(const uint8_t *p, int64_t n, int *lo, int *hi);
+int64_t di_cpu_panel_pieces(int64_t panels, int64_t most, int threads);
+/* The MXFP4 prefill on AMX tiles (kernels_amx_mxfp4.c; only where
+ * di_cpu_kernels_amx()): 1 when it computed out, 0 when it did not take
+ * the call (activation scales outside its exact range, a NaN code, out of
+ * memory) and left out unwritten for the other kernels. */
+int di_gemm_mxfp4_amx(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
+                      const uint8_t *ws, int64_t N, float *out, di_threadpool *tp);
 void di_gemm_bf16_avx2(const float *x, int64_t M, int64_t K, const uint16_t *w, int64_t N,
                        float *out, di_threadpool *tp);
 void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int64_t N,
@@ -259,6 +273,15 @@ long di_cpu_kernels_vnni_byte_calls(void);
 int di_cpu_kernels_vbmi(void);
 void di_cpu_kernels_force_no_vbmi(int on);
 long di_cpu_kernels_vbmi_byte_calls(void);
+/* Whether the MXFP4 prefill runs on AMX tiles (kernels_amx_mxfp4.c): CPUs
+ * with AMX-BF16 (di_cpu_has_amx_bf16), on the 512-bit kernels, unless the
+ * environment has DI_CPU_AMX=0. The block sums of kernels.h are exact, so
+ * the tiles' bf16 products give the same bits as every other path.
+ * Forcing it off (1) is for tests and benchmarks; set it before running
+ * kernels. The count of weight panels it ran is for tests. */
+int di_cpu_kernels_amx(void);
+void di_cpu_kernels_force_no_amx(int on);
+long di_cpu_kernels_amx_units(void);
 /* The FP8 decode rows on 512-bit vectors decode E4M3 codes by their
  * exponent bias (kernels_avx2_block.c,
  * dec_bias_wide), or through F16C where a product's codes often have

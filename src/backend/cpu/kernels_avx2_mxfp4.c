@@ -82,14 +82,21 @@
  * rows per call at most (MB), per sweep of a unit's weights (MBLK); weight
  * rows per work unit (UNIT). */
 enum { DEC_M = 128, DEC_M_WIDE = 24, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
+/* On CPUs with AMX-BF16 the prefill's tiles (kernels_amx_mxfp4.c) take
+ * every batch from AMX_MIN_M rows: with the weights read from DRAM, as a
+ * model's experts are, they ran expert w1 (K 5,120, N 2,304) in 2.35 ms
+ * at 17 rows against the VNNI integer kernels' 2.70, and 3.4 against 8.9
+ * at 64 rows (one thread of the 2-vCPU Xeon VM, bench/RESULTS.md
+ * 2026-12-05); at 16 rows the integer kernels are as fast. */
+enum { AMX_MIN_M = 17 };
 /* Combined exponent e = E8M0 byte + exponent of sa (s = 2^(e-127)) the
  * decode rows take: s·2^-7 normal at the bottom, s normal at the top (as
  * the scalar code's fp32 product sa·sw must be). */
 enum { E_LO = 8, E_HI = 254 };
 
 /* Activation scales: their exponents' range; 0 when one is not a finite
- * positive power of two (normal). */
-static int scale_exps(const float *sa, int64_t n, int *lo, int *hi) {
+ * positive power of two (normal). (kernels.h: di_cpu_scale_exps) */
+int di_cpu_scale_exps(const float *sa, int64_t n, int *lo, int *hi) {
     *lo = 1000, *hi = -1000;
     for (int64_t i = 0; i < n; i++) {
         uint32_t bits;
@@ -186,7 +193,7 @@ static AVX2 unsigned act16_chunk(const uint8_t *q, int64_t n, int16_t *big, int1
 static int act16_build(const uint8_t *qa, const float *sa, int64_t M, int64_t K, act16 *a) {
     pthread_once(&code16_once, code16_init);
     const int64_t KB = K / 32, chunks = a->chunks;
-    if (!scale_exps(sa, M * KB, &a->ea_min, &a->ea_max)) return 0;
+    if (!di_cpu_scale_exps(sa, M * KB, &a->ea_min, &a->ea_max)) return 0;
     for (int64_t m = 0; m < M; m++) {
         for (int64_t c = 0; c < chunks; c++) {
             int32_t *ew = a->eaw + (m * chunks + c) * 8;
@@ -287,8 +294,9 @@ AVX2_INLINE int hmin_epu8(__m128i x) {
     return _mm_cvtsi128_si32(x) & 0xff;
 }
 
-/* min and max of n bytes (the max as 255 - the min of the complements). */
-static AVX2 void byte_range(const uint8_t *p, int64_t n, int *lo, int *hi) {
+/* min and max of n bytes (the max as 255 - the min of the complements).
+ * (kernels.h: di_cpu_byte_range) */
+AVX2 void di_cpu_byte_range(const uint8_t *p, int64_t n, int *lo, int *hi) {
     __m256i vmin = _mm256_set1_epi8(-1), vmax = _mm256_setzero_si256();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -750,7 +758,7 @@ typedef struct dec4_job {
 static AVX2 int dec4_scales_ok(const dec4_job *j, int64_t g0, int64_t g1) {
     const int64_t KB = j->K / 32;
     int lo, hi;
-    byte_range(j->ws + g0 * KB, (g1 - g0) * KB, &lo, &hi); /* the rows' scales are contiguous */
+    di_cpu_byte_range(j->ws + g0 * KB, (g1 - g0) * KB, &lo, &hi); /* the rows' scales are contiguous */
     return !(hi == 255 || lo + j->act->ea_min < E_LO || hi + j->act->ea_max > E_HI);
 }
 
@@ -1324,7 +1332,7 @@ static const pf4_ukr_fn pf4_ukrs_w[PM + 1] = {0,           pf4_ukr_w_1, pf4_ukr_
  * most 2^100 (w·sw finite: |w| <= 6). */
 static int pf4_scales_ok(const pf4_job *j, int64_t n0, int64_t n1) {
     int lo, hi;
-    byte_range(j->ws + n0 * (j->K / 32), (n1 - n0) * (j->K / 32), &lo, &hi);
+    di_cpu_byte_range(j->ws + n0 * (j->K / 32), (n1 - n0) * (j->K / 32), &lo, &hi);
     return hi <= 227 && lo + j->ea_min - 127 >= -139 && hi + j->ea_max - 127 <= 100;
 }
 
@@ -1410,13 +1418,13 @@ static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
                    const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     int ea_min, ea_max;
     /* qa·sa must stay finite (|qa| <= 448): sa <= 2^100 */
-    if (!scale_exps(sa, M * (K / 32), &ea_min, &ea_max) || ea_max > 100) {
+    if (!di_cpu_scale_exps(sa, M * (K / 32), &ea_min, &ea_max) || ea_max > 100) {
         di_gemm_block_rows_scalar(1, qa, sa, M, K, w, ws, N, 0, N, out);
         return 1;
     }
     const int threads = di_threadpool_size(tp);
     const int64_t Kp = (K + 63) / 64 * 64, KBp = Kp / 32, mb = (M + PM - 1) / PM;
-    const int pn = di_cpu_kernels_wide() ? PN_WIDE : PN, pp = getenv("PF4PP") ? atoi(getenv("PF4PP")) : PP * PN / pn;
+    const int pn = di_cpu_kernels_wide() ? PN_WIDE : PN, pp = PP * PN / pn;
     const int64_t sf = (int64_t)pp * PK * pn + 2 * (int64_t)pp * mb * PM * pn;
     /* one buffer the calling thread keeps (kernels.h): ap, sp (at most every
      * block of every row holds small codes), the threads' scratch, sidx;
@@ -1439,26 +1447,31 @@ static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
     pf4_job j = {.qa = qa, .sa = sa, .w = w, .ws = ws, .M = M, .K = K, .Kp = Kp, .N = N, .ap = ap,
                  .sidx = sidx, .sp = sp, .ea_min = ea_min, .ea_max = ea_max, .out = out, .pn = pn, .pp = pp,
                  .scratch = scratch, .scratch_floats = sf};
-    const int64_t panels = (N + pn - 1) / pn;
-    /* Chunks of at most pp panels, several a thread where the panels allow
-     * (a core slowed by other work then takes fewer), their count a
-     * multiple of the threads and their lengths within one panel of each
-     * other: chunks of pp panels and a remainder left a thread alone with
-     * the last chunk (72 panels on 2 threads: 9 chunks of 8, 5 against 4). */
-    int64_t chunks = (panels + pp - 1) / pp;
-    const int64_t want = panels < 4 * threads ? panels : 4 * threads;
-    if (chunks < want) chunks = want;
-    chunks = (chunks + threads - 1) / threads * threads;
-    if (chunks > panels) chunks = panels;
-    j.panels = panels;
-    j.chunks = chunks;
-    di_threadpool_for(tp, chunks, 1, pf4_chunks, &j);
+    j.panels = (N + pn - 1) / pn;
+    j.chunks = di_cpu_panel_pieces(j.panels, pp, threads);
+    di_threadpool_for(tp, j.chunks, 1, pf4_chunks, &j);
     if (own) free(buf);
     return 1;
 }
 
+/* Pieces of at most `most` panels, several a thread where the panels
+ * allow (a core slowed by other work then takes fewer), their count a
+ * multiple of the threads and their lengths within one panel of each
+ * other: pieces of `most` panels and a remainder left a thread alone with
+ * the last one (72 panels on 2 threads: 9 pieces of 8, 5 against 4).
+ * (kernels.h) */
+int64_t di_cpu_panel_pieces(int64_t panels, int64_t most, int threads) {
+    int64_t pieces = (panels + most - 1) / most;
+    const int64_t want = panels < 4 * threads ? panels : 4 * threads;
+    if (pieces < want) pieces = want;
+    pieces = (pieces + threads - 1) / threads * threads;
+    return pieces > panels ? panels : pieces;
+}
+
 void di_gemm_mxfp4_many_avx2(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
-    const int64_t dec_m = di_cpu_kernels_wide() && !di_cpu_kernels_vnni() ? DEC_M_WIDE : DEC_M;
+    const int64_t dec_m = di_cpu_kernels_amx()                            ? AMX_MIN_M - 1
+                          : di_cpu_kernels_wide() && !di_cpu_kernels_vnni() ? DEC_M_WIDE
+                                                                            : DEC_M;
     int all_dec = n > 1;
     for (int i = 0; i < n; i++) all_dec &= parts[i].M >= 1 && parts[i].M <= dec_m && parts[i].N >= 1;
     if (all_dec && dec4_run(parts, n, K, tp)) return;
@@ -1472,6 +1485,7 @@ void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K
     if (M <= 0 || N <= 0) return;
     const int64_t dec_m = di_cpu_kernels_wide() && !di_cpu_kernels_vnni() ? DEC_M_WIDE : DEC_M;
     const di_gemm_part part = {qa, sa, M, w, ws, N, out};
+    if (M >= AMX_MIN_M && di_cpu_kernels_amx() && di_gemm_mxfp4_amx(qa, sa, M, K, w, ws, N, out, tp)) return;
     const int done = M <= dec_m ? dec4_run(&part, 1, K, tp) : pf4_run(qa, sa, M, K, w, ws, N, out, tp);
     if (!done) di_gemm_mxfp4_scalar(qa, sa, M, K, w, ws, N, out, tp); /* out of memory: it needs none */
 }
