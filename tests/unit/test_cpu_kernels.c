@@ -724,34 +724,51 @@ static void test_gemm_mxfp4_large_weight_scales(void) {
     }
 }
 
-/* Weight scales at the bottom of E8M0 (2^-127 .. 2^-124: a weight value
- * 0.5·sw is then an fp32 subnormal for the first two) against activation
- * scales of 2^60, so that every product sa·sw is ordinary: the prefill
- * forms that decode w·sw into vectors or tiles (and the AMX tiles, which
- * read subnormal operands as zero) must keep such rows on exact code; the
- * results are the scalar bits, and not all zero. */
-static void test_gemm_mxfp4_tiny_weight_scales(void) {
+/* Scales near the bottom: weight scales at the bottom of E8M0 (2^-127 ..
+ * 2^-124: a weight value 0.5·sw is then an fp32 subnormal for the first
+ * two) against activation scales of 2^60; activation scales of 2^-121 ..
+ * 2^-114 (the small codes' products then below 2^-126 for the first ones)
+ * against weight scales of 2^-8; activation scales of 2^-110 against
+ * weight scales that put sa·sw at 2^-157 .. 2^-133 (below 2^-149 the
+ * scalar code's fp32 product is 0); and activation scales of 2^-126 ..
+ * 2^-118 (an activation value qa·sa then subnormal for the small codes)
+ * against weight scales of 2^50. The prefill forms that decode w·sw or
+ * qa·sa into vectors or tiles (and the AMX tiles, which read subnormal
+ * operands and sums as zero, and apply sw apart from sa) must keep what
+ * they cannot take exactly on exact code: the scalar bits everywhere, and
+ * outside the third case not all zero. */
+static void test_gemm_mxfp4_tiny_scales(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
     static const int ew[] = {0, 1, 2, 3};
+    static const int ea[] = {-121, -117, -116, -114};
+    static const int ew_low[] = {80, 88, 96, 104};
+    static const int ea_low[] = {-126, -122, -119, -118};
     static const int64_t Mv[] = {20, 40, 130};
-    for (size_t mi = 0; mi < sizeof Mv / sizeof *Mv; mi++)
-        for (size_t e = 0; e < sizeof ew / sizeof *ew; e++) {
-            const int64_t M = Mv[mi], K = 128, N = 40, KB = K / 32;
-            problem p;
-            problem_init(&p, FMT_FP4, M, K, N);
-            for (int64_t i = 0; i < M * KB; i++) p.sa[i] = 0x1p60f;
-            for (int64_t i = 0; i < N * KB; i++) p.ws[i] = (uint8_t)ew[e];
-            float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
-            run_gemm(&p, 0, 0, M, a, NULL);
-            run_gemm(&p, 1, 0, M, b, NULL);
-            int nonzero = 0;
-            for (int64_t i = 0; i < M * N; i++) nonzero += a[i] != 0.0f;
-            CHECKF(count_diff_bits(a, b, M * N) == 0, "M=%lld E8M0 %d: %d outputs differ from scalar", (long long)M,
-                   ew[e], count_diff_bits(a, b, M * N));
-            CHECKF(nonzero > M * N / 2, "M=%lld E8M0 %d: %d nonzero outputs", (long long)M, ew[e], nonzero);
-            free(a), free(b);
-            problem_free(&p);
-        }
+    for (int part = 0; part < 4; part++)
+        for (size_t mi = 0; mi < sizeof Mv / sizeof *Mv; mi++)
+            for (size_t e = 0; e < 4; e++) {
+                const int64_t M = Mv[mi], K = 128, N = 40, KB = K / 32;
+                problem p;
+                problem_init(&p, FMT_FP4, M, K, N);
+                if (part == 1) /* small codes in every block */
+                    for (int64_t i = 0; i < M * K; i++)
+                        p.qa[i] = i % 32 == 7 ? 0x70 : (uint8_t)((p.qa[i] & 0x80) | (p.qa[i] & 0x1f));
+                static const int ws_of[] = {0, 119, 0, 177};
+                for (int64_t i = 0; i < M * KB; i++)
+                    p.sa[i] = part == 3 ? ldexpf(1.0f, ea_low[e]) : part == 2 ? 0x1p-110f : part ? ldexpf(1.0f, ea[e]) : 0x1p60f;
+                for (int64_t i = 0; i < N * KB; i++) p.ws[i] = (uint8_t)(part == 2 ? ew_low[e] : part ? ws_of[part] : ew[e]);
+                float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
+                run_gemm(&p, 0, 0, M, a, NULL);
+                run_gemm(&p, 1, 0, M, b, NULL);
+                int nonzero = 0;
+                for (int64_t i = 0; i < M * N; i++) nonzero += a[i] != 0.0f;
+                const int d = count_diff_bits(a, b, M * N);
+                CHECKF(d == 0, "M=%lld part %d case %zu: %d outputs differ from scalar", (long long)M, part, e, d);
+                CHECKF(part == 2 || nonzero > M * N / 2, "M=%lld part %d case %zu: %d nonzero outputs", (long long)M,
+                       part, e, nonzero);
+                free(a), free(b);
+                problem_free(&p);
+            }
 }
 
 /* The largest block sums the integer kernels can meet: every activation
@@ -1190,7 +1207,7 @@ static void check_mxfp4_prefill(void) {
     test_gemm_mxfp4_small_codes();
     test_gemm_mxfp4_scale_edges();
     test_gemm_mxfp4_large_weight_scales();
-    test_gemm_mxfp4_tiny_weight_scales();
+    test_gemm_mxfp4_tiny_scales();
     test_gemm_mxfp4_largest_sums();
     test_gemm_mxfp4_decode_act_limits();
     test_gemm_mxfp4_many();
@@ -1492,7 +1509,7 @@ int main(void) {
     RUN(test_gemm_mxfp4_small_codes);
     RUN(test_gemm_mxfp4_scale_edges);
     RUN(test_gemm_mxfp4_large_weight_scales);
-    RUN(test_gemm_mxfp4_tiny_weight_scales);
+    RUN(test_gemm_mxfp4_tiny_scales);
     RUN(test_gemm_mxfp4_largest_sums);
     RUN(test_gemm_mxfp4_decode_act_limits);
     RUN(test_batch_and_thread_invariance);
