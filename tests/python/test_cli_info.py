@@ -2,6 +2,7 @@
 kernels the CPU backend runs on them; DI_CPU_AVX512=0 keeps a CPU with
 AVX-512 on the 256-bit kernels, DI_CPU_VNNI=0 one with AVX-512 VNNI off
 its VNNI sums, DI_CPU_VBMI=0 one with AVX-512 VBMI off vpermb in them,
+DI_CPU_AMX=0 one with AMX-BF16 off its tiles for the MXFP4 prefill,
 DI_CPU_PREFETCH=0 the FP8 decode rows off their software prefetches."""
 import os
 import re
@@ -17,13 +18,15 @@ def _cpu_line(env=None):
     lines = [l for l in p.stdout.splitlines() if l.startswith("cpu:")]
     assert len(lines) == 1, p.stdout
     m = re.match(r"cpu: avx2 (yes|no), fma (yes|no), avx512 (yes|no) "
-                 r"\(kernels: (avx2|scalar)(, 512-bit vectors)?(, VNNI)?(, VBMI)?(, no prefetch)?\)$", lines[0])
+                 r"\(kernels: (avx2|scalar)(, 512-bit vectors)?(, VNNI)?(, VBMI)?(, AMX tiles)?(, no prefetch)?\)$",
+                 lines[0])
     assert m, lines[0]
     return m
 
 
 def _default_env():
-    return {k: v for k, v in os.environ.items() if k not in ("DI_CPU_AVX512", "DI_CPU_VNNI", "DI_CPU_VBMI", "DI_CPU_PREFETCH")}
+    return {k: v for k, v in os.environ.items()
+            if k not in ("DI_CPU_AVX512", "DI_CPU_VNNI", "DI_CPU_VBMI", "DI_CPU_AMX", "DI_CPU_PREFETCH")}
 
 
 def _cpu_flags():
@@ -45,6 +48,10 @@ def test_info_names_the_kernels():
     # vpermb in them exactly where they run and the CPU has AVX-512 VBMI
     # (Linux names the flag without an underscore)
     assert (m.group(7) is not None) == (m.group(6) is not None and "avx512vbmi" in _cpu_flags())
+    # AMX tiles where the 512-bit kernels run and the CPU has AMX-TILE and
+    # AMX-BF16 (Linux grants the tile state on request unless a process's
+    # signal stacks are too small, which this CLI's are not)
+    assert (m.group(8) is not None) == (wide is not None and {"amx_tile", "amx_bf16"} <= _cpu_flags())
 
 
 def test_avx512_switch_off():
@@ -72,11 +79,20 @@ def test_vbmi_switch_off():
     assert off.group(6) is not None and off.group(7) is None
 
 
+def test_amx_switch_off():
+    m = _cpu_line(env=_default_env())
+    if not m.group(8):
+        pytest.skip("this CPU runs no AMX tiles: nothing to switch off")
+    off = _cpu_line(env=dict(_default_env(), DI_CPU_AMX="0"))
+    assert off.group(8) is None
+    assert off.group(5) == m.group(5) and off.group(6) == m.group(6) and off.group(7) == m.group(7)
+
+
 def test_prefetch_switch_off():
     m = _cpu_line(env=_default_env())
-    assert m.group(8) is None  # on by default
+    assert m.group(9) is None  # on by default
     if m.group(4) != "avx2":
         pytest.skip("the scalar kernels prefetch nothing: nothing to switch off")
     off = _cpu_line(env=dict(_default_env(), DI_CPU_PREFETCH="0"))
-    assert off.group(8) is not None
+    assert off.group(9) is not None
     assert off.group(4) == m.group(4) and off.group(5) == m.group(5) and off.group(6) == m.group(6)
