@@ -351,16 +351,19 @@ static void test_gemm_fp8_prefill_shapes(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C: only the scalar path checked");
 }
 
-/* The FP8 prefill lane by lane on several threads. Up to 96 rows each
- * group of panels runs from its first step to its tree in one unit
- * (lg_fused_units; the shapes above check it on one thread): several runs
- * of the lanes (K = 4160: 3, K = 8192: 4), weight rows past the last whole
- * panel, one and two panels a unit (the 3-thread pool gets two where 300
- * rows give 10 panels or more), rows up to the 96 of one row block. Past
- * 96 rows, the passes of decoding and units: several runs and column
- * blocks (200 × 4160 × 300, 200 × 1056 × 600), passes of rows (1,040), one
- * row past a row block (97). On 3 and 12 threads the AVX2 path must give
- * the scalar bits. */
+/* The FP8 prefill lane by lane on several threads, in both its forms.
+ * The one-pass form runs each unit (a group of panels and a block of
+ * rows) from its first step to its tree (lg_fused_units; the shapes above
+ * check it on one thread): several runs of the lanes (K = 4160: 3, K =
+ * 8192: 4), weight rows past the last whole panel, one and two panels a
+ * unit (the 3-thread pool gets two where 300 rows give 10 panels or
+ * more), one block of rows or several (1,040 rows: blocks of at most 516;
+ * on 12 threads few panels split the rows further, 200 and 1,040 rows
+ * down to blocks of 96-104), a last block shorter than the others. The
+ * passes of decoding and units (forced): several runs and column blocks
+ * (200 × 4160 × 300, 200 × 1056 × 600), passes of rows (1,040), one row
+ * past a row block (97). On 3 and 12 threads the AVX2 path must give the
+ * scalar bits. */
 static void test_gemm_fp8_prefill_threads(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
     static const int64_t shapes[][3] = {{40, 4160, 37}, {35, 96, 300}, {90, 8192, 70}, {96, 1056, 333}, {33, 64, 8},
@@ -376,7 +379,7 @@ static void test_gemm_fp8_prefill_threads(void) {
             problem_init(&p, FMT_FP8, M, K, N);
             float *o_s = malloc(sizeof(float) * M * N), *o_v = malloc(sizeof(float) * M * N);
             run_gemm(&p, 0, 0, M, o_s, NULL);
-            for (int passes = 0; passes < 2; passes++) { /* up to 96 rows: both forms */
+            for (int passes = 0; passes < 2; passes++) { /* both forms */
                 di_cpu_kernels_force_no_lg_fused(passes);
                 run_gemm(&p, 1, 0, M, o_v, tp);
                 const int d = count_diff_bits(o_s, o_v, M * N);

@@ -891,27 +891,37 @@ static void lg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     }
 }
 
-/* ---- the same, one unit a group of panels (few rows) ----
- * lg_run's steps each end in a barrier of the pool: a decoding pass and a
+/* ---- the same, one unit a group of panels and a block of rows ----
+ * lg_run's passes each end in a barrier of the pool: a decoding pass and a
  * pass of units for every (column block, run), 30 of them for wq_a (5
  * column blocks × 3 runs), ~50 µs of work apiece at 64 rows on 16 cores,
  * where a barrier on a shared host can wait for a core that another
  * process holds (the 16-core Xeon of docs/gpu-notes.md run 104: FP8 at 64
  * rows 0.35-0.55 of OpenBLAS against MXFP4's 2.2-2.6, whose tiles take
- * one pass). Where the rows fit one row block (Mp <= LG_MC) nothing is
- * shared between panels but the activations, so a unit here is a group
- * of pg panels from the first step to the tree: it decodes its own runs
- * into its thread's scratch, runs the same micro-kernels over all rows,
- * lane by lane, run after run, and adds the lanes by the same tree: each
- * output the same chain of the same FMAs, so the same bits, in one pass
- * of the pool. On the 2-vCPU VM at 64 rows it measured as fast as the
- * passes on one thread and faster on two (bench/RESULTS.md). */
-enum { LG_FUSED_PG = 2 }; /* panels a unit at most: its runs, <= 0.5 MB a panel, stay in L2 */
+ * one pass). Here a unit is a group of pg panels and a block of rows, from
+ * the first step to the tree: it decodes its own runs into its thread's
+ * scratch, runs the same micro-kernels over the block's rows, lane by
+ * lane, run after run, and adds the lanes by the same tree: each output
+ * the same chain of the same FMAs, so the same bits, in one pass of the
+ * pool. The unit's decoded runs (<= 0.5 MB a panel) and lanes (8 × the
+ * block's rows × pg·nr floats, <= 1 MB) stay in L2 from run to run, where
+ * the passes' lanes and decoded column blocks go out to L3 between
+ * passes: at 512 rows on the 2-vCPU Xeon VM this form ran the FP8
+ * products at 1.05-1.06 of OpenBLAS on one thread and 1.00-1.04 on two,
+ * the passes at 0.95-0.96 and 0.85-0.94 (bench/RESULTS.md, 2026-12-05).
+ * A block holds at most LG_FUSED_ROWS rows (at 2,048 rows in one block,
+ * its lanes out of L2, it ran at 0.76); where the panel groups are too
+ * few for the threads (~4 units a thread), rows are split into more
+ * blocks, each of which decodes its panels' runs again (a few % of the
+ * work at a few hundred rows a block), down to blocks of LG_MC rows. */
+enum { LG_FUSED_PG = 2, LG_FUSED_ROWS = 516 }; /* panels a unit at most; rows a block at most (a multiple of LG_MR) */
 
 typedef struct lg_fused_job {
     lg_job jb;          /* half, nr, ap, w, ws, M, K, N, Mp, out, run (n0 = m0 = 0) */
     int64_t pg;         /* panels a unit */
-    float *scratch;     /* [threads][sf]: the unit's decoded runs [pg][8][run][nr], then its lanes [8][Mp][pg·nr] */
+    int64_t fr;         /* rows a block (a multiple of LG_MR) */
+    int64_t groups;     /* panel groups: unit u is row block u / groups, group u % groups */
+    float *scratch;     /* [threads][sf]: the unit's decoded runs [pg][8][run][nr], then its lanes [8][fr][pg·nr] */
     int64_t sf;
 } lg_fused_job;
 
@@ -923,7 +933,9 @@ static void lg_fused_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const int64_t ldl = fj->pg * nr;
     float *bp = fj->scratch + thread * fj->sf, *lb = bp + fj->pg * 8 * L * nr;
     for (int64_t u = u0; u < u1; u++) {
-        const int64_t q0 = u * fj->pg, q1 = q0 + fj->pg < panels ? q0 + fj->pg : panels;
+        const int64_t rb = u / fj->groups, q0 = (u % fj->groups) * fj->pg;
+        const int64_t q1 = q0 + fj->pg < panels ? q0 + fj->pg : panels;
+        const int64_t r0 = rb * fj->fr, r1 = r0 + fj->fr < Mp ? r0 + fj->fr : Mp, nrows = r1 - r0;
         for (int64_t s0 = 0; s0 < S; s0 += L) {
             const int64_t ns = S - s0 < L ? S - s0 : L;
             for (int64_t q = q0; q < q1; q++) lg_decode(jb, q * nr, 0, nr / 8, s0, ns, bp + (q - q0) * 8 * L * nr);
@@ -931,17 +943,17 @@ static void lg_fused_units(void *ctx, int64_t u0, int64_t u1, int thread) {
                 const float *a = jb->ap + (j * S + s0) * Mp;
                 for (int64_t q = q0; q < q1; q++) {
                     const float *b = bp + ((q - q0) * 8 + j) * L * nr;
-                    for (int64_t m = 0; m < Mp;)
-                        m += lg_ukr_rows(jb, m, Mp, ns, a + m * ns, b, lb + (j * Mp + m) * ldl + (q - q0) * nr, ldl,
-                                         s0 == 0);
+                    for (int64_t m = r0; m < r1;)
+                        m += lg_ukr_rows(jb, m, r1, ns, a + m * ns, b,
+                                         lb + (j * nrows + m - r0) * ldl + (q - q0) * nr, ldl, s0 == 0);
                 }
             }
         }
         /* lg_tree's sums, from this unit's lanes */
         const int64_t c1 = q1 * nr < N ? q1 * nr : N;
-        for (int64_t r = 0; r < jb->M; r++)
+        for (int64_t r = r0; r < r1 && r < jb->M; r++)
             for (int64_t c = q0 * nr; c < c1; c += 8)
-                lanes_tree8(lb + r * ldl + (c - q0 * nr), Mp * ldl, jb->out + r * N + c, c1 - c);
+                lanes_tree8(lb + (r - r0) * ldl + (c - q0 * nr), nrows * ldl, jb->out + r * N + c, c1 - c);
     }
 }
 
@@ -950,13 +962,23 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
     const int threads = di_threadpool_size(tp);
     const int64_t S = K / 8, L = lg_run_steps(S), Mp = (M + LG_MR - 1) / LG_MR * LG_MR;
     const int nr = di_cpu_kernels_wide() ? LG_NR_WIDE : LG_NR;
-    const int fused = Mp <= LG_MC && di_cpu_kernels_lg_fused();
+    const int fused = di_cpu_kernels_lg_fused();
     /* the one-pass form: panels a unit (~4 units a thread where the panels
-     * allow), each thread's scratch */
+     * allow), rows a block (as few blocks as LG_FUSED_ROWS allows, more
+     * where the units would be fewer than ~4 a thread, none below LG_MC
+     * rows), each thread's scratch */
     const int64_t panels = (N + nr - 1) / nr;
     int64_t pg = panels / (4 * threads);
     pg = pg < 1 ? 1 : pg > LG_FUSED_PG ? LG_FUSED_PG : pg;
-    const int64_t sf = (pg * 8 * L * nr + 8 * Mp * pg * nr + 15) / 16 * 16;
+    const int64_t groups = (panels + pg - 1) / pg;
+    int64_t nrb = (Mp + LG_FUSED_ROWS - 1) / LG_FUSED_ROWS;
+    if (nrb * groups < 4 * threads) {
+        const int64_t most = Mp / LG_MC > 1 ? Mp / LG_MC : 1, want = (4 * threads + groups - 1) / groups;
+        const int64_t more = want < most ? want : most;
+        if (more > nrb) nrb = more;
+    }
+    const int64_t fr = ((Mp + nrb - 1) / nrb + LG_MR - 1) / LG_MR * LG_MR;
+    const int64_t sf = (pg * 8 * L * nr + 8 * fr * pg * nr + 15) / 16 * 16;
     /* the passes: a column block's decoded runs, the lanes of a pass */
     const int64_t lbr = Mp < LG_MO ? Mp : LG_MO, bpf = (int64_t)LG_NC * 8 * L, lbf = 8 * lbr * LG_NC;
     const int64_t apf = (Mp * K + 15) / 16 * 16; /* whole 64-byte lines: what follows stays aligned */
@@ -970,8 +992,8 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
     lg_job jb = {.half = half, .nr = nr, .ap = ap, .w = w, .ws = ws, .M = M, .K = K, .N = N, .Mp = Mp,
                  .out = out, .run = L};
     if (fused) {
-        lg_fused_job fj = {.jb = jb, .pg = pg, .scratch = buf + apf, .sf = sf};
-        di_threadpool_for(tp, (panels + pg - 1) / pg, 1, lg_fused_units, &fj);
+        lg_fused_job fj = {.jb = jb, .pg = pg, .fr = fr, .groups = groups, .scratch = buf + apf, .sf = sf};
+        di_threadpool_for(tp, (Mp + fr - 1) / fr * groups, 1, lg_fused_units, &fj);
         if (own) free(buf);
         return 1;
     }
