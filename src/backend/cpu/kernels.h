@@ -297,10 +297,11 @@ long di_cpu_kernels_bias_units(void);
  * running kernels. */
 void di_cpu_kernels_force_no_seg(int on);
 long di_cpu_kernels_seg_units(void); /* weight-row units it ran (tests) */
-/* Whether the FP8 prefill (from 17 rows on 512-bit vectors, 32 on 256-bit
- * ones) runs each group of weight panels and block of rows start to end
- * in one parallel pass (kernels_avx2_block.c, lg_fused_units) rather than
- * in passes per column block and run of steps: yes unless the
+/* Whether the FP8 prefill (on 512-bit vectors from 17 rows on; on 256-bit
+ * ones from 32 to 96 rows) runs each group of weight panels and block of
+ * rows start to end in one parallel pass (kernels_avx2_block.c,
+ * lg_fused_units) rather than in passes per column block and run of
+ * steps: yes unless the
  * environment has DI_CPU_LG_FUSED=0. Same bits either way; forcing it off
  * (1) is for tests and benchmarks, set before running kernels. */
 int di_cpu_kernels_lg_fused(void);

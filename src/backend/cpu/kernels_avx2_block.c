@@ -913,7 +913,8 @@ static void lg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
  * its lanes out of L2, it ran at 0.76); where the panel groups are too
  * few for the threads (~4 units a thread), rows are split into more
  * blocks, each of which decodes its panels' runs again (a few % of the
- * work at a few hundred rows a block), down to blocks of LG_MC rows. */
+ * work at a few hundred rows a block), down to blocks of LG_MC rows.
+ * Past LG_MC rows only on 512-bit vectors (lg_run). */
 enum { LG_FUSED_PG = 2, LG_FUSED_ROWS = 516 }; /* panels a unit at most; rows a block at most (a multiple of LG_MR) */
 
 typedef struct lg_fused_job {
@@ -962,7 +963,10 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
     const int threads = di_threadpool_size(tp);
     const int64_t S = K / 8, L = lg_run_steps(S), Mp = (M + LG_MR - 1) / LG_MR * LG_MR;
     const int nr = di_cpu_kernels_wide() ? LG_NR_WIDE : LG_NR;
-    const int fused = di_cpu_kernels_lg_fused();
+    /* the one-pass form up to LG_MC rows, and at every size on 512-bit
+     * vectors (measured there; on 256-bit ones the passes past LG_MC rows,
+     * as before: their cores' L2 is often 512 KB, less than a unit holds) */
+    const int fused = (Mp <= LG_MC || nr == LG_NR_WIDE) && di_cpu_kernels_lg_fused();
     /* the one-pass form: panels a unit (~4 units a thread where the panels
      * allow), rows a block (as few blocks as LG_FUSED_ROWS allows, more
      * where the units would be fewer than ~4 a thread, none below LG_MC

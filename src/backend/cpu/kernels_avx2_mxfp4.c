@@ -84,9 +84,9 @@
 enum { DEC_M = 128, DEC_M_WIDE = 24, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
 /* On CPUs with AMX-BF16 the prefill's tiles (kernels_amx_mxfp4.c) take
  * every batch from AMX_MIN_M rows: with the weights read from DRAM, as a
- * model's experts are, they ran expert w1 (K 5,120, N 2,304) in 2.35 ms
- * at 17 rows against the VNNI integer kernels' 2.70, and 3.4 against 8.9
- * at 64 rows (one thread of the 2-vCPU Xeon VM, bench/RESULTS.md
+ * model's experts are, they ran expert w1 (K 5,120, N 2,304) in 2.15 ms
+ * at 17 rows against the VNNI integer kernels' 2.60, and 3.38 against
+ * 9.82 at 64 rows (one thread of the 2-vCPU Xeon VM, bench/RESULTS.md
  * 2026-12-05); at 16 rows the integer kernels are as fast. */
 enum { AMX_MIN_M = 17 };
 /* Combined exponent e = E8M0 byte + exponent of sa (s = 2^(e-127)) the
