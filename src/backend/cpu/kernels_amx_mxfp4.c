@@ -13,9 +13,10 @@
  * in is that it flushes subnormal inputs and results to zero, so a call
  * takes this route only where no operand, product or partial sum can be
  * one: activation scales of at least 2^-117 (the smallest code, 2^-9,
- * times it is normal) and, per panel of weight rows, 2^-10·sa·sw >= 2^-126
- * for every pair of scales (the unit of the small codes' products); other
- * panels run the scalar code, other calls the AVX-512 tiles.
+ * times it is normal) and, per panel of weight rows, weight scales of at
+ * least 2^-125 (0.5·sw normal) and 2^-10·sa·sw >= 2^-126 for every pair
+ * of scales (the unit of the small codes' products); other panels run the
+ * scalar code, other calls the AVX-512 tiles.
  *
  * Layout. One tile is 16 rows of 64 bytes. The weights are the A operand:
  * 16 weight rows × one block's 32 codes as bf16 w·sw (a row's 16 bytes
