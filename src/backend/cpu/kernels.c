@@ -147,7 +147,7 @@ static int feature_on(atomic_int *cache, int (*has)(void), const char *env) {
     if (v < 0) {
 #ifdef DI_HAVE_AVX2_KERNELS
         const char *e = getenv(env);
-        v = has() && !(e && !strcmp(e, "0"));
+        v = !(e && !strcmp(e, "0")) && has(); /* the switch first: has() may ask the OS for state (AMX) */
 #else
         (void)has;
         (void)env;
