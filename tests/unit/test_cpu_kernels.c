@@ -737,9 +737,9 @@ static void test_gemm_mxfp4_large_weight_scales(void) {
  * 2^-118 (an activation value qa·sa then subnormal for the small codes)
  * against weight scales of 2^50. The prefill forms that decode w·sw or
  * qa·sa into vectors or tiles (and the AMX tiles, which read subnormal
- * operands and sums as zero, and apply sw apart from sa) must keep what
- * they cannot take exactly on exact code: the scalar bits everywhere, and
- * outside the third case not all zero. */
+ * operands and sums as zero) must keep what they cannot take exactly on
+ * exact code: the scalar bits everywhere, and outside the third case not
+ * all zero. */
 static void test_gemm_mxfp4_tiny_scales(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
     static const int ew[] = {0, 1, 2, 3};
@@ -757,8 +757,11 @@ static void test_gemm_mxfp4_tiny_scales(void) {
                     for (int64_t i = 0; i < M * K; i++)
                         p.qa[i] = i % 32 == 7 ? 0x70 : (uint8_t)((p.qa[i] & 0x80) | (p.qa[i] & 0x1f));
                 static const int ws_of[] = {0, 119, 0, 177};
-                for (int64_t i = 0; i < M * KB; i++)
-                    p.sa[i] = part == 3 ? ldexpf(1.0f, ea_low[e]) : part == 2 ? 0x1p-110f : part ? ldexpf(1.0f, ea[e]) : 0x1p60f;
+                const float sa = part == 3   ? ldexpf(1.0f, ea_low[e])
+                                 : part == 2 ? 0x1p-110f
+                                 : part      ? ldexpf(1.0f, ea[e])
+                                             : 0x1p60f;
+                for (int64_t i = 0; i < M * KB; i++) p.sa[i] = sa;
                 for (int64_t i = 0; i < N * KB; i++) p.ws[i] = (uint8_t)(part == 2 ? ew_low[e] : part ? ws_of[part] : ew[e]);
                 float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
                 run_gemm(&p, 0, 0, M, a, NULL);
@@ -1199,10 +1202,11 @@ static void test_vnni_route(void) {
 #endif
 }
 
-/* The MXFP4 checks that reach the prefill (above DEC_M rows: the shapes,
- * small codes, scale edges, weight scales near the top, the largest sums,
- * NaN and huge activations, several parts, many threads) run under each
- * AMX setting below. */
+/* The MXFP4 checks that reach the prefill (the AMX tiles from 17 rows, the
+ * AVX-512 tiles above DEC_M: the shapes, small codes, scale edges, weight
+ * scales near the top and the bottom, the largest sums, NaN and huge
+ * activations, several parts, many threads) run under each AMX setting
+ * below. */
 static void check_mxfp4_prefill(void) {
     check_format(FMT_FP4);
     test_gemm_mxfp4_prefill_shapes();
