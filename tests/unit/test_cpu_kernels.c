@@ -351,28 +351,30 @@ static void test_gemm_fp8_prefill_shapes(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C: only the scalar path checked");
 }
 
-/* The FP8 prefill lane by lane on several threads, in both its forms.
- * The one-pass form runs each unit (a group of panels and a block of
- * rows) from its first step to its tree (lg_fused_units; the shapes above
- * check it on one thread): several runs of the lanes (K = 4160: 3, K =
- * 8192: 4), weight rows past the last whole panel, one and two panels a
- * unit (the 3-thread pool gets two where 300 rows give 10 panels or
- * more), one block of rows or several (1,040 rows: blocks of at most 516;
- * on 12 threads few panels split the rows further, 200 and 1,040 rows
- * down to blocks of 96-104), a last block shorter than the others. The
- * passes of decoding and units (forced): several runs and column blocks
- * (200 × 4160 × 300, 200 × 1056 × 600), passes of rows (1,040), one row
- * past a row block (97). On 3 and 12 threads the AVX2 path must give the
- * scalar bits. */
+/* The FP8 prefill lane by lane on one and several threads, in both its
+ * forms. The one-pass form runs each unit (a group of panels and a block
+ * of rows) from its first step to its tree (lg_fused_units): several runs
+ * of the lanes (K = 4160: 3, K = 8192: 4), weight rows past the last whole
+ * panel, one and two panels a unit (the 3-thread pool gets two where 300
+ * rows give 10 panels or more; past 516 rows one), one block of rows or
+ * several (one thread: 1,032 rows in one block, 1,100 in two of 552; on
+ * 12 threads few panels split the rows further, 200 and 1,040 rows down to
+ * blocks of 96-104), a last block shorter than the others. The passes of
+ * decoding and units (forced): several runs and column blocks (200 × 4160
+ * × 300, 200 × 1056 × 600), passes of rows (1,040), one row past a row
+ * block (97). The AVX2 path must give the scalar bits. */
 static void test_gemm_fp8_prefill_threads(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
     static const int64_t shapes[][3] = {{40, 4160, 37}, {35, 96, 300}, {90, 8192, 70}, {96, 1056, 333}, {33, 64, 8},
-                                        {200, 4160, 300}, {200, 1056, 600}, {1040, 64, 19}, {97, 96, 45}};
-    static const int sizes[2] = {3, 12};
+                                        {200, 4160, 300}, {200, 1056, 600}, {1040, 64, 19}, {97, 96, 45},
+                                        {1032, 64, 130}, {1100, 96, 200}};
+    /* one thread: the blocks as rows alone choose them (one panel a unit past
+     * 516 rows: 1,032 rows in one block, 1,100 in two of 552) */
+    static const int sizes[3] = {1, 3, 12};
     di_err err;
-    for (int t = 0; t < 2; t++) {
+    for (int t = 0; t < 3; t++) {
         di_threadpool *tp = NULL;
-        CHECK(di_threadpool_create(sizes[t], &tp, &err) == DI_OK);
+        if (sizes[t] > 1) CHECK(di_threadpool_create(sizes[t], &tp, &err) == DI_OK);
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
             const int64_t M = shapes[i][0], K = shapes[i][1], N = shapes[i][2];
             problem p;
@@ -390,7 +392,7 @@ static void test_gemm_fp8_prefill_threads(void) {
             free(o_s), free(o_v);
             problem_free(&p);
         }
-        di_threadpool_destroy(tp);
+        if (tp) di_threadpool_destroy(tp);
     }
 }
 

@@ -909,13 +909,27 @@ static void lg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
  * passes: at 512 rows on the 2-vCPU Xeon VM this form ran the FP8
  * products at 1.05-1.06 of OpenBLAS on one thread and 1.00-1.04 on two,
  * the passes at 0.95-0.96 and 0.85-0.94 (bench/RESULTS.md, 2026-12-05).
- * A block holds at most LG_FUSED_ROWS rows (at 2,048 rows in one block,
- * its lanes out of L2, it ran at 0.76); where the panel groups are too
- * few for the threads (~4 units a thread), rows are split into more
- * blocks, each of which decodes its panels' runs again (a few % of the
- * work at a few hundred rows a block), down to blocks of LG_MC rows.
- * Past LG_MC rows only on 512-bit vectors (lg_run). */
-enum { LG_FUSED_PG = 2, LG_FUSED_ROWS = 516 }; /* panels a unit at most; rows a block at most (a multiple of LG_MR) */
+ * A unit's lanes hold at most LG_FUSED_LANES rows × panels (at 2,048
+ * rows in one block of two panels, its lanes out of L2, it ran at 0.76).
+ * Up to LG_FUSED_LANES / 2 rows a unit takes two panels (the block's run
+ * of a lane then meets the second from L2); past that, one panel, in one
+ * block of up to LG_FUSED_LANES rows where all the activations fit
+ * LG_FUSED_ACT bytes (every unit streams its block's activations again:
+ * from the last-level cache, which the 2-vCPU Xeon VM reads at 29-32
+ * GB/s up to 32 MB, against 14 from DRAM), else in blocks of
+ * LG_FUSED_LANES / 2. Each extra block decodes its panels' runs again,
+ * and two panels a unit gain nothing once the block is not alone: at
+ * 780-2,064 rows on one thread of that VM, these blocks of one panel ran
+ * the four FP8 shapes up to 17 % faster than two panels and blocks of
+ * 516 rows, the same within the spread on two (bench/RESULTS.md,
+ * 2026-12-05). Where the panel groups are too few for the threads (~4
+ * units a thread), rows are split into more blocks, down to blocks of
+ * LG_MC rows. Past LG_MC rows only on 512-bit vectors (lg_run). */
+enum {
+    LG_FUSED_PG = 2,       /* panels a unit at most */
+    LG_FUSED_LANES = 1032, /* a unit's rows × panels at most (a multiple of LG_MR) */
+};
+#define LG_FUSED_ACT ((int64_t)24 << 20) /* activation bytes for one block of more than LG_FUSED_LANES / 2 rows */
 
 typedef struct lg_fused_job {
     lg_job jb;          /* half, nr, ap, w, ws, M, K, N, Mp, out, run (n0 = m0 = 0) */
@@ -968,14 +982,17 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
      * as before: their cores' L2 is often 512 KB, less than a unit holds) */
     const int fused = (Mp <= LG_MC || nr == LG_NR_WIDE) && di_cpu_kernels_lg_fused();
     /* the one-pass form: panels a unit (~4 units a thread where the panels
-     * allow), rows a block (as few blocks as LG_FUSED_ROWS allows, more
-     * where the units would be fewer than ~4 a thread, none below LG_MC
-     * rows), each thread's scratch */
+     * allow; one past LG_FUSED_LANES / 2 rows), rows a block (as few blocks
+     * as the lanes and the activations' bytes allow, more where the units
+     * would be fewer than ~4 a thread, none below LG_MC rows), each
+     * thread's scratch */
     const int64_t panels = (N + nr - 1) / nr;
     int64_t pg = panels / (4 * threads);
-    pg = pg < 1 ? 1 : pg > LG_FUSED_PG ? LG_FUSED_PG : pg;
+    pg = pg < 1 || Mp > LG_FUSED_LANES / LG_FUSED_PG ? 1 : pg > LG_FUSED_PG ? LG_FUSED_PG : pg;
     const int64_t groups = (panels + pg - 1) / pg;
-    int64_t nrb = (Mp + LG_FUSED_ROWS - 1) / LG_FUSED_ROWS;
+    const int64_t act = Mp * K * (int64_t)sizeof(float);
+    const int64_t rows_max = pg == 1 && act <= LG_FUSED_ACT ? LG_FUSED_LANES : LG_FUSED_LANES / LG_FUSED_PG;
+    int64_t nrb = (Mp + rows_max - 1) / rows_max;
     if (nrb * groups < 4 * threads) {
         const int64_t most = Mp / LG_MC > 1 ? Mp / LG_MC : 1, want = (4 * threads + groups - 1) / groups;
         const int64_t more = want < most ? want : most;
