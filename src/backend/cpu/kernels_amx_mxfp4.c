@@ -30,10 +30,11 @@
  * a block for 32 weight rows × 32 activation rows: four products into four
  * zeroed result tiles, stored, and each result added to its chain (fp32,
  * rounded as the scalar code's fma(B, s, C): the product inside is exact);
- * then, where either row tile has small codes there, the same from their
- * tiles. The results are [weight row][activation row], so the chains are
- * too, and the two chains of an output are added and written out at the
- * end. */
+ * where a row tile has small codes there, their products come from their
+ * tile first, and each chain then adds its two results in kernels.h's
+ * order in one pass. The results are [weight row][activation row], so the
+ * chains are too, and the two chains of an output are added and written
+ * out at the end. */
 #include "backend/cpu/kernels.h"
 
 #ifdef DI_HAVE_AVX2_KERNELS
@@ -193,6 +194,14 @@ AMX_INLINE void chain_add(float *ch, const float *res) {
     for (int r = 0; r < TR; r++)
         _mm512_store_ps(ch + r * TR, _mm512_add_ps(_mm512_load_ps(ch + r * TR), _mm512_load_ps(res + r * TR)));
 }
+/* chain = (chain + big) + small: the block's two sums in kernels.h's order,
+ * each add rounded, the chain read and written once */
+AMX_INLINE void chain_add2(float *ch, const float *big, const float *small) {
+#pragma GCC unroll 16
+    for (int r = 0; r < TR; r++)
+        _mm512_store_ps(ch + r * TR, _mm512_add_ps(_mm512_add_ps(_mm512_load_ps(ch + r * TR), _mm512_load_ps(big + r * TR)),
+                                                   _mm512_load_ps(small + r * TR)));
+}
 
 /* The products of one step (tmm4-5: weights, tmm6-7: activations) into
  * res [4][TB]: (A0, B0), (A0, B1), (A1, B0), (A1, B1); with one row tile
@@ -217,11 +226,10 @@ AMX_INLINE void step_products(float *res, int two) {
 /* Panels [p0, p1) of TP weight rows (at most PPAN): every activation row,
  * all of K, k-chunk by k-chunk. */
 static AMX void amx_panels(amx_job *j, int64_t p0, int64_t p1, int thread) {
-    static const uint16_t zero_tile[2 * TB] __attribute__((aligned(64)));
     const int64_t M = j->M, N = j->N, KB = j->KB, RT = j->RT, np = p1 - p0;
-    float *res = j->scratch + thread * j->sf;          /* [4][TB] */
-    uint16_t *wt = (uint16_t *)(res + 4 * TB);        /* [np][CB][2][TR][32] */
-    float *chains = res + 4 * TB + 2 * PPAN * CB * TB; /* [2][np][RT][2][TB] */
+    float *res = j->scratch + thread * j->sf;          /* [2][4][TB]: a step's products, its small codes' */
+    uint16_t *wt = (uint16_t *)(res + 8 * TB);        /* [np][CB][2][TR][32] */
+    float *chains = res + 8 * TB + 2 * PPAN * CB * TB; /* [2][np][RT][2][TB] */
     const int64_t cs = RT * 2 * TB;                    /* one panel's chain of one parity */
     int ok[PPAN];
     for (int64_t p = 0; p < np; p++) {
@@ -250,19 +258,30 @@ static AMX void amx_panels(amx_job *j, int64_t p0, int64_t p1, int thread) {
                     const uint16_t *a = wt + (p * CB + b) * 2 * TB * 2;
                     _tile_loadd(4, a, 64);
                     _tile_loadd(5, a + TB * 2, 64);
+                    const int two = rt1 != rt;
                     _tile_loadd(6, j->xb + (rt * KB + kb) * (2 * TB), 64);
-                    if (rt1 != rt) _tile_loadd(7, j->xb + (rt1 * KB + kb) * (2 * TB), 64);
-                    step_products(res, rt1 != rt);
-                    chain_add(c00, res), chain_add(c10, res + 2 * TB);
-                    if (rt1 != rt) chain_add(c01, res + TB), chain_add(c11, res + 3 * TB);
-                    const int s0 = j->has_small[rt * KB + kb], s1 = rt1 != rt && j->has_small[rt1 * KB + kb];
-                    if (s0 || s1) { /* kernels.h: the small codes' sum after the block's other sum */
-                        _tile_loadd(6, s0 ? j->xs + (rt * KB + kb) * (2 * TB) : zero_tile, 64);
-                        if (rt1 != rt) _tile_loadd(7, s1 ? j->xs + (rt1 * KB + kb) * (2 * TB) : zero_tile, 64);
-                        step_products(res, rt1 != rt);
-                        if (s0) chain_add(c00, res), chain_add(c10, res + 2 * TB);
-                        if (s1) chain_add(c01, res + TB), chain_add(c11, res + 3 * TB);
+                    if (two) _tile_loadd(7, j->xb + (rt1 * KB + kb) * (2 * TB), 64);
+                    step_products(res, two);
+                    const int s0 = j->has_small[rt * KB + kb], s1 = two && j->has_small[rt1 * KB + kb];
+                    /* kernels.h: the small codes' sum after the block's other
+                     * sum; their products from the row tiles that have any
+                     * (one B tile where only one has), added with the
+                     * other's in one pass over the chain */
+                    float *sr = res + 4 * TB; /* [4][TB] as res; with one B tile, its products at 0 and 2·TB */
+                    if (s0 && s1) {
+                        _tile_loadd(6, j->xs + (rt * KB + kb) * (2 * TB), 64);
+                        _tile_loadd(7, j->xs + (rt1 * KB + kb) * (2 * TB), 64);
+                        step_products(sr, 1);
+                    } else if (s0 || s1) {
+                        _tile_loadd(6, j->xs + ((s0 ? rt : rt1) * KB + kb) * (2 * TB), 64);
+                        step_products(sr, 0);
                     }
+                    if (s0) chain_add2(c00, res, sr), chain_add2(c10, res + 2 * TB, sr + 2 * TB);
+                    else chain_add(c00, res), chain_add(c10, res + 2 * TB);
+                    if (s1)
+                        chain_add2(c01, res + TB, s0 ? sr + TB : sr),
+                            chain_add2(c11, res + 3 * TB, s0 ? sr + 3 * TB : sr + 2 * TB);
+                    else if (two) chain_add(c01, res + TB), chain_add(c11, res + 3 * TB);
                 }
             }
         }
@@ -308,7 +327,7 @@ int di_gemm_mxfp4_amx(const uint8_t *qa, const float *sa, int64_t M, int64_t K, 
     const int threads = di_threadpool_size(tp);
     const int64_t RT = (M + TR - 1) / TR, tiles = RT * KB;
     /* per thread: the results, the decoded weights, the chains */
-    const int64_t sf = 4 * TB + 2 * PPAN * CB * TB + 2 * PPAN * RT * 2 * TB;
+    const int64_t sf = 8 * TB + 2 * PPAN * CB * TB + 2 * PPAN * RT * 2 * TB;
     /* one buffer the calling thread keeps (kernels.h): the B tiles, the
      * small codes' tiles, the threads' scratch, the small-code flags */
     const int64_t nx = tiles * TB; /* floats: a B tile is TB·4 bytes */
