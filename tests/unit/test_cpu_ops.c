@@ -770,6 +770,53 @@ static void test_qdq_fp4(void) {
     free(x), free(want), free(got);
 }
 
+/* The backend's round_bf16 and scale_bf16 ops (whole outputs of the
+ * products and the mHC ops go through the same vector rounding) give
+ * di_round_bf16's bits on any fp32 pattern: NaN payloads (kept, quieted),
+ * infinities, signed zeros, subnormals, the largest finite values (which
+ * round to infinity), ties at bit 16 with either parity, random bit
+ * patterns; lengths with every remainder of 8 and unaligned starts. */
+static void test_round_bf16(void) {
+    enum { N = 1031 };
+    static const uint32_t special[] = {0x7fc00000u, 0x7f800001u, 0xffa5a5a5u, 0x7f800000u, 0xff800000u,
+                                       0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x7f7fffffu,
+                                       0xff7fffffu, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0xbf818000u,
+                                       0x00008000u, 0x00018000u, 0x7f7f8000u};
+    static const float cs[] = {1.0f, 0.5f, -3.0f, 0x1p100f, 0x1p-100f};
+    float *x = malloc((N + 1) * sizeof(float)), *got = malloc((N + 1) * sizeof(float));
+    di_backend *be = backend(2);
+    CHECK(be != NULL);
+    for (int i = 0; i <= N; i++) {
+        uint32_t u = i < (int)(sizeof special / sizeof *special) ? special[i] : (uint32_t)(frand() * 2147483648.0f);
+        if (i % 5 == 1) u = (u & 0xffff0000u) | 0x8000u; /* a tie */
+        if (i % 7 == 2) u ^= 0x80000000u;
+        memcpy(&x[i], &u, 4);
+    }
+    for (int scalar = 0; be && scalar <= 1; scalar++)
+        for (size_t ci = 0; ci <= sizeof cs / sizeof *cs; ci++) /* the last: round_bf16 */
+            for (int64_t n = 0; n <= N; n += n < 40 ? 1 : 991) {
+                const int64_t at = n % 3; /* unaligned starts */
+                if (at + n > N + 1) continue;
+                memcpy(got, x, (N + 1) * sizeof(float));
+                di_cpu_kernels_force_scalar(scalar);
+                if (ci < sizeof cs / sizeof *cs) be->ops->scale_bf16(be, got + at, n, cs[ci]);
+                else be->ops->round_bf16(be, got + at, n);
+                di_cpu_kernels_force_scalar(0);
+                int bad = 0;
+                for (int64_t i = 0; i <= N; i++) {
+                    const int in = i >= at && i < at + n;
+                    const float want = !in ? x[i] : ci < sizeof cs / sizeof *cs ? di_round_bf16(x[i] * cs[ci])
+                                                                                : di_round_bf16(x[i]);
+                    bad += memcmp(&got[i], &want, sizeof(float)) != 0;
+                }
+                CHECKF(bad == 0, "%s n=%lld at %lld (c #%zu), scalar=%d: %d values differ",
+                       ci < sizeof cs / sizeof *cs ? "scale_bf16" : "round_bf16", (long long)n, (long long)at, ci,
+                       scalar, bad);
+            }
+    di_backend_destroy(be);
+    free(x), free(got);
+}
+
 /* The panel kernel itself, before any bf16 rounding: each output is the
  * fmaf chain over k (a mul-then-add step would differ in the last bits). */
 static void test_panel_kernel(void) {
@@ -948,6 +995,7 @@ int main(void) {
     RUN(test_attention);
     RUN(test_norm_rope);
     RUN(test_qdq_fp4);
+    RUN(test_round_bf16);
     RUN(test_index);
     RUN(test_panel_kernel);
     RUN(test_panel_decode_scales);

@@ -410,6 +410,15 @@ AVX2 void di_cpu_pv_avx2(float *acc, float rescale, const float *p, const float 
     }
 }
 
+AVX2 void di_cpu_round_bf16_avx2(float *x, int64_t n) {
+    for (int64_t k = 0; k < n; k += 8) store8(x, k, n, round_bf16(load8(x, k, n)));
+}
+
+AVX2 void di_cpu_scale_bf16_avx2(float *x, int64_t n, float c) {
+    const __m256 vc = _mm256_set1_ps(c);
+    for (int64_t k = 0; k < n; k += 8) store8(x, k, n, round_bf16(_mm256_mul_ps(load8(x, k, n), vc)));
+}
+
 AVX2 void di_cpu_div_bf16_avx2(const float *acc, float sum, int64_t n, float *out) {
     __m256 vs = _mm256_set1_ps(sum);
     for (int64_t k = 0; k < n; k += 8) store8(out, k, n, round_bf16(_mm256_div_ps(load8(acc, k, n), vs)));

@@ -51,6 +51,10 @@ void di_cpu_pv_avx2(float *acc, float rescale, const float *p, const float *cons
  * weights w [hi]: out[j] = bf16(Σ_h bf16(relu(bf16(dot[h, j]))·w[h])),
  * the sum sequential in h from +0 (relu keeps -0 and NaN, as `x < 0`). */
 void di_cpu_index_combine8_avx2(const float *dots, const float *w, int hi, float *out);
+/* x[k] = bf16(x[k]) and x[k] = bf16(x[k]·c), k < n (di_round_bf16's
+ * rounding: nearest even, NaN kept and quieted), in place. */
+void di_cpu_round_bf16_avx2(float *x, int64_t n);
+void di_cpu_scale_bf16_avx2(float *x, int64_t n, float c);
 /* out[k] = bf16(acc[k] / sum), k < n. */
 void di_cpu_div_bf16_avx2(const float *acc, float sum, int64_t n, float *out);
 /* y[i, j] (row stride ldy) = Σ_k x[i, k]·pt[k, j] for j < nb <= 8 and rows
