@@ -823,6 +823,11 @@ static void edits_build(di_engine *e, size_t n) {
         d->e0 = total;
         total += len;
     }
+    if (total == 0) { /* none has an edit: no list (there may be no buffer yet) */
+        for (size_t i = 0; i < n; i++)
+            if (e->want[i].mode == DI_ROW_DRAW && e->want[i].draw.n_edit < 0) e->want[i].draw.n_edit = 0;
+        return;
+    }
     if (edits_reserve(e, total)) { /* no memory: those rows to the host */
         for (size_t i = 0; i < n; i++)
             if (e->want[i].mode == DI_ROW_DRAW && e->want[i].draw.n_edit < 0)
