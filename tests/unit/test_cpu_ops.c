@@ -19,11 +19,14 @@
 #include "index_bound.h"
 
 static uint32_t rng = 2463534242u;
-static float frand(void) { /* uniform in [-1, 1) */
+static uint32_t rbits(void) { /* 32 random bits */
     rng ^= rng << 13;
     rng ^= rng >> 17;
     rng ^= rng << 5;
-    return (float)(rng >> 8) / 8388608.0f - 1.0f;
+    return rng;
+}
+static float frand(void) { /* uniform in [-1, 1) */
+    return (float)(rbits() >> 8) / 8388608.0f - 1.0f;
 }
 
 static di_backend *backend(int threads) {
@@ -787,7 +790,7 @@ static void test_round_bf16(void) {
     di_backend *be = backend(2);
     CHECK(be != NULL);
     for (int i = 0; i <= N; i++) {
-        uint32_t u = i < (int)(sizeof special / sizeof *special) ? special[i] : (uint32_t)(frand() * 2147483648.0f);
+        uint32_t u = i < (int)(sizeof special / sizeof *special) ? special[i] : rbits();
         if (i % 5 == 1) u = (u & 0xffff0000u) | 0x8000u; /* a tie */
         if (i % 7 == 2) u ^= 0x80000000u;
         memcpy(&x[i], &u, 4);
