@@ -1269,7 +1269,7 @@ static void test_bias_route(void) {
      * codes of exponent 1 and up, and codes of exponent 0 in one chunk pair
      * of 36: both units by the bias */
     for (int64_t v = 0; v < 9; v++) {
-        static const int64_t ms[3] = {1, 2, 5}; /* 8 rows a group; 4; 4 in blocks of 4 and 1 */
+        static const int64_t ms[3] = {1, 2, 5}; /* 8 rows a group; 8; 4 in blocks of 4 and 1 */
         const int64_t M = ms[v % 3], kind = v / 3;
         enum { K = 32 * 9, N = 37 };
         problem p;

@@ -1084,14 +1084,16 @@ typedef struct dec_job {
  * activations of a few rows already exceed L1), every decoded weight vector
  * mr FMAs; R·mr <= 8 leaves registers for the decoding (12 spilled). */
 static int dec_rows_for(int64_t M) { return M == 1 ? 8 : M == 2 ? 4 : 2; }
-/* On 512-bit vectors two rows share a register: on the F16C route 8 rows
- * for one activation row, 4 for blocks of up to 4; on the shift route (AMD
- * cores with AVX-512) 8 for one or two activation rows and the segmented
- * form's 4 (seg: it runs). */
+/* On 512-bit vectors two rows share a register: 8 rows for one or two
+ * activation rows on every route (at two rows 8 streams read 16-20 %
+ * faster from DRAM than 4 on the 2-vCPU Xeon VM, bench/RESULTS.md
+ * 2026-12-05), 4 for blocks of up to 4 on the F16C route and in the
+ * segmented form (seg: it runs), 2 a block on the shift route (AMD cores
+ * with AVX-512) otherwise. */
 static int dec_rows(int64_t M, int half, int seg) {
     if (!di_cpu_kernels_wide()) return dec_rows_for(M);
-    if (!half && M <= 2) return 8;
-    return half || seg ? (M == 1 ? 8 : 4) : dec_rows_for(M);
+    if (M <= 2) return 8;
+    return half || seg ? 4 : dec_rows_for(M);
 }
 static int dec_block_rows(int64_t M) { return M <= 2 ? (int)M : 4; }
 
@@ -1329,8 +1331,8 @@ AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, int64
 }
 
 /* the F16C forms (w) and the exponent-bias forms (x, the count of chunks
- * that took the table): R = 8 rows for one activation row, 4 rows for
- * blocks of 1 to 4 of a larger batch */
+ * that took the table): R = 8 rows for one or two activation rows, 4 rows
+ * for blocks of 1 to 4 of a larger batch */
 #define DEC_WIDE_FNS(mr, R)                                                                              \
     static AVX512 void dec_kernel_##mr##_##R##w(int64_t chunks, const uint8_t *const *rows,             \
                                                 const uint8_t *ahead, const float *a, int64_t lda,       \
@@ -1343,6 +1345,7 @@ AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, int64
         return dec_kernel_wide(mr, R, DEC_BIAS, chunks, rows, ahead, a, lda, res);                      \
     }
 DEC_WIDE_FNS(1, 8)
+DEC_WIDE_FNS(2, 8)
 /* the shift forms (s) of AMD cores with AVX-512: 8 rows for one or two
  * activation rows (two: 8 accumulators of 16 chains, where the 256-bit
  * kernel's 4 rows had 8 of 8) */
@@ -1362,7 +1365,7 @@ typedef int (*dec_bias_fn)(int64_t chunks, const uint8_t *const *rows, const uin
                            int64_t lda, float *res);
 static dec_bias_fn dec_bias_for(int64_t M, int mr) {
     static const dec_bias_fn r4[5] = {0, dec_kernel_1_4x, dec_kernel_2_4x, dec_kernel_3_4x, dec_kernel_4_4x};
-    return M == 1 ? dec_kernel_1_8x : r4[mr];
+    return M == 1 ? dec_kernel_1_8x : M == 2 ? dec_kernel_2_8x : r4[mr];
 }
 
 /* ---- decode rows of 3 to 16 activation rows, in segments ----
@@ -1554,7 +1557,7 @@ void di_cpu_kernels_force_no_bias(int on) { atomic_store(&bias_forced_off, on !=
 /* The kernel for a block of mr rows of a batch of M (R = dec_job.R). */
 static dec_kernel_fn dec_kernel_for(int64_t M, int mr, int half) {
     static const dec_kernel_fn w4[5] = {0, dec_kernel_1_4w, dec_kernel_2_4w, dec_kernel_3_4w, dec_kernel_4_4w};
-    if (half && di_cpu_kernels_wide()) return M == 1 ? dec_kernel_1_8w : w4[mr];
+    if (half && di_cpu_kernels_wide()) return M == 1 ? dec_kernel_1_8w : M == 2 ? dec_kernel_2_8w : w4[mr];
     static const dec_kernel_fn r2[2][5] = {
         {0, dec_kernel_1_2, dec_kernel_2_2, dec_kernel_3_2, dec_kernel_4_2},
         {0, dec_kernel_1_2h, dec_kernel_2_2h, dec_kernel_3_2h, dec_kernel_4_2h}};
