@@ -336,6 +336,25 @@ static void check_pair(di_wfmt fmt, int64_t m, int64_t K, int64_t na, int64_t nb
         CHECKF(!memcmp(y[i], y[i + 2], sizeof(float) * (size_t)(m * n[i])),
                "matmul_pair fmt %d m=%lld K=%lld flags %u threads %d: product %d differs from matmul", (int)fmt,
                (long long)m, (long long)K, flags, threads, i);
+    if (flags & DI_MM_ACT_FP8) { /* and matmul's bits are the kernels' on the calling thread alone: the
+                                  * backend's quantization and rounding (over the pool where the work is
+                                  * large) change nothing */
+        uint8_t *qa = malloc((size_t)(m * K));
+        float *sa = malloc(sizeof(float) * (size_t)(m * K / 32));
+        for (int i = 0; i < 2; i++) {
+            float *ref = malloc(sizeof(float) * (size_t)(m * n[i]));
+            di_act_quant_fp8(x, m, K, qa, sa);
+            if (fmt == DI_WFMT_FP8) di_gemm_fp8(qa, sa, m, K, w[i], sc[i], n[i], ref, NULL);
+            else di_gemm_mxfp4(qa, sa, m, K, w[i], sc[i], n[i], ref, NULL);
+            if (flags & DI_MM_OUT_BF16)
+                for (int64_t j = 0; j < m * n[i]; j++) ref[j] = di_round_bf16(ref[j]);
+            CHECKF(!memcmp(y[i], ref, sizeof(float) * (size_t)(m * n[i])),
+                   "matmul fmt %d m=%lld K=%lld n=%lld flags %u threads %d: differs from the kernels' call", (int)fmt,
+                   (long long)m, (long long)K, (long long)n[i], flags, threads);
+            free(ref);
+        }
+        free(qa), free(sa);
+    }
     for (int i = 0; i < 4; i++) free(y[i]);
     for (int i = 0; i < 2; i++) free(w[i]), free(sc[i]);
     free(x);
@@ -354,6 +373,10 @@ static void test_matmul_pair(void) {
         check_pair(DI_WFMT_FP8, 2, 256, 64, 40, DI_MM_OUT_BF16, threads); /* bf16 numerics: matmul twice */
         check_pair(DI_WFMT_FP8, 1, 2048, 1536, 512, qb, threads); /* work enough for the pool */
         check_pair(DI_WFMT_FP4, 1, 2048, 1024, 1024, qb, threads);
+        /* prefill work enough for the quantization (m·K >= 2e5) and the
+         * rounding (m·N >= 8e5) to go over the pool */
+        check_pair(DI_WFMT_FP8, 300, 1024, 2688, 64, qb, threads);
+        check_pair(DI_WFMT_FP4, 300, 1024, 2688, 64, qb, threads);
     }
 }
 

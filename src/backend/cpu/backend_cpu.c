@@ -103,15 +103,45 @@ static void kvq_unpack(di_kvq f, const uint8_t *row, int64_t n, float *x) {
 
 /* x[i] = bf16(x[i]) for i < n: the products' and ops' whole outputs
  * (a 512-token prefill rounds ~10^8 values; the scalar loop, which the
- * compiler does not vectorize, took ~5 % of it on one thread). */
-static void round_bf16_n(float *x, int64_t n) {
+ * compiler does not vectorize, took ~5 % of it on one thread), in pieces
+ * of ROUND_PIECE values over the pool where there are many. */
+enum { ROUND_PIECE = 4096 };
+typedef struct round_ctx {
+    float *x;
+    int64_t n;
+} round_ctx;
+static void round_range(void *ctx, int64_t p0, int64_t p1) {
+    const round_ctx *c = ctx;
+    float *x = c->x;
+    const int64_t i0 = p0 * ROUND_PIECE, i1 = p1 * ROUND_PIECE < c->n ? p1 * ROUND_PIECE : c->n;
 #if defined(DI_HAVE_AVX2_OPS)
     if (ops_avx2()) {
-        di_cpu_round_bf16_avx2(x, n);
+        di_cpu_round_bf16_avx2(x + i0, i1 - i0);
         return;
     }
 #endif
-    for (int64_t i = 0; i < n; i++) x[i] = di_round_bf16(x[i]);
+    for (int64_t i = i0; i < i1; i++) x[i] = di_round_bf16(x[i]);
+}
+static void round_bf16_n(di_backend *be, float *x, int64_t n) {
+    round_ctx c = {x, n};
+    par_for(be, (n + ROUND_PIECE - 1) / ROUND_PIECE, (double)n / 4, round_range, &c);
+}
+
+/* di_act_quant_fp8 of m rows, over the pool where there are many (a row's
+ * codes and scale depend on that row alone) */
+typedef struct quant_ctx {
+    const float *x;
+    int64_t K;
+    uint8_t *q;
+    float *s;
+} quant_ctx;
+static void quant_range(void *ctx, int64_t i0, int64_t i1) {
+    const quant_ctx *c = ctx;
+    di_act_quant_fp8(c->x + i0 * c->K, i1 - i0, c->K, c->q + i0 * c->K, c->s + i0 * (c->K / 32));
+}
+static void act_quant(di_backend *be, const float *x, int64_t m, int64_t K, uint8_t *q, float *s) {
+    quant_ctx c = {x, K, q, s};
+    par_for(be, m, (double)m * (double)K, quant_range, &c);
 }
 
 /* E4M3 / E8M0 byte values (tables shared with the kernels). */
@@ -297,7 +327,7 @@ static void mm_quant(di_backend *be, const di_wmat *const w[2], float *const y[2
         if (!q || !s) memset(y[i], 0, (size_t)(m * w[i]->n_out) * sizeof(float));
     }
     if (q && s) {
-        di_act_quant_fp8(x, m, K, q, s);
+        act_quant(be, x, m, K, q, s);
         if (w[0]->fmt == DI_WFMT_FP8) di_gemm_fp8_many(parts, n, K, mm_pool(be, macs, bytes));
         else di_gemm_mxfp4_many(parts, n, K, mm_pool(be, macs, bytes));
     }
@@ -319,7 +349,7 @@ static void cpu_matmul(di_backend *be, const di_wmat *w, const float *x, int64_t
         memset(y, 0, (size_t)(m * N) * sizeof(float));
     }
     if (flags & DI_MM_OUT_BF16)
-        round_bf16_n(y, m * N);
+        round_bf16_n(be, y, m * N);
 }
 
 /* backend.h matmul_pair: with FP8 activations on FP8 or MXFP4 weights, x
@@ -339,8 +369,8 @@ static void cpu_matmul_pair(di_backend *be, const di_wmat *wa, const di_wmat *wb
     }
     mm_quant(be, (const di_wmat *const[2]){wa, wb}, (float *const[2]){ya, yb}, 2, x, m);
     if (flags & DI_MM_OUT_BF16) {
-        round_bf16_n(ya, m * wa->n_out);
-        round_bf16_n(yb, m * wb->n_out);
+        round_bf16_n(be, ya, m * wa->n_out);
+        round_bf16_n(be, yb, m * wb->n_out);
     }
 }
 
@@ -452,7 +482,7 @@ static void cpu_matmul_grouped(di_backend *be, const di_wmat *w, int groups, con
 #if defined(DI_HAVE_AVX2_OPS)
     if (ops_avx2()) {
         mm_panels(be, w, groups, x, m, y);
-        round_bf16_n(y, m * N);
+        round_bf16_n(be, y, m * N);
         return;
     }
 #endif
@@ -469,7 +499,7 @@ static void cpu_matmul_grouped(di_backend *be, const di_wmat *w, int groups, con
             for (int64_t i = 0; i < m; i++) memset(y + i * N + g * R, 0, (size_t)R * sizeof(float));
     }
     free(xg);
-    round_bf16_n(y, m * N);
+    round_bf16_n(be, y, m * N);
 }
 
 /* ------------------------------------------------------------ elementwise */
@@ -610,8 +640,7 @@ static void cpu_qdq_fp4_e4m3(di_backend *be, float *x, int64_t n) {
 }
 
 static void cpu_round_bf16(di_backend *be, float *x, int64_t n) {
-    (void)be;
-    round_bf16_n(x, n);
+    round_bf16_n(be, x, n);
 }
 
 static void cpu_scale_bf16(di_backend *be, float *x, int64_t n, float c) {
@@ -1681,7 +1710,7 @@ static int moe_experts_batched(di_backend *be, const di_moe_experts *ex, const f
          * are): an expert of one row reads its token's codes where they are,
          * so at batch 1 the six experts share one activation layout; one of
          * several rows gets them gathered */
-        di_act_quant_fp8(x, m, D, qt, st);
+        act_quant(be, x, m, D, qt, st);
         int j = 0;
         for (int e = 0; e < E; e++) {
             const int64_t n = off[e + 1] - off[e], r = off[e];
@@ -1703,9 +1732,9 @@ static int moe_experts_batched(di_backend *be, const di_moe_experts *ex, const f
         }
         di_gemm_mxfp4_many(parts, j, D, tp);
         if (mm & DI_MM_OUT_BF16)
-            round_bf16_n(g, np * I), round_bf16_n(u, np * I);
+            round_bf16_n(be, g, np * I), round_bf16_n(be, u, np * I);
         cpu_swiglu(be, g, u, rw, np, I, limit, g);
-        di_act_quant_fp8(g, np, I, qh, sh);
+        act_quant(be, g, np, I, qh, sh);
         j = 0;
         for (int e = 0; e < E; e++) {
             const int64_t n = off[e + 1] - off[e], r = off[e];
@@ -1715,7 +1744,7 @@ static int moe_experts_batched(di_backend *be, const di_moe_experts *ex, const f
         }
         di_gemm_mxfp4_many(parts, j, I, tp);
         if (mm & DI_MM_OUT_BF16)
-            round_bf16_n(ye, np * D);
+            round_bf16_n(be, ye, np * D);
         cpu_scatter_add_rows(be, out, rows, ye, np, D); /* expert after expert, rows ascending in each */
     }
     free(ye), free(g), free(u), free(qt), free(qx), free(qh), free(st), free(sx), free(sh), free(parts);
