@@ -124,7 +124,7 @@ static void round_range(void *ctx, int64_t p0, int64_t p1) {
 }
 static void round_bf16_n(di_backend *be, float *x, int64_t n) {
     round_ctx c = {x, n};
-    par_for(be, (n + ROUND_PIECE - 1) / ROUND_PIECE, (double)n / 4, round_range, &c);
+    par_for(be, (n + ROUND_PIECE - 1) / ROUND_PIECE, (double)n, round_range, &c);
 }
 
 /* di_act_quant_fp8 of m rows, over the pool where there are many (a row's
@@ -141,7 +141,7 @@ static void quant_range(void *ctx, int64_t i0, int64_t i1) {
 }
 static void act_quant(di_backend *be, const float *x, int64_t m, int64_t K, uint8_t *q, float *s) {
     quant_ctx c = {x, K, q, s};
-    par_for(be, m, (double)m * (double)K, quant_range, &c);
+    par_for(be, m, 4.0 * (double)m * (double)K, quant_range, &c);
 }
 
 /* E4M3 / E8M0 byte values (tables shared with the kernels). */
