@@ -70,6 +70,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef __clang__
 /* The exactness arguments above need every multiply and add rounded where
@@ -914,7 +915,7 @@ static void lg_units(void *ctx, int64_t u0, int64_t u1, int thread) {
  * Up to LG_FUSED_LANES / 2 rows a unit takes two panels (the block's run
  * of a lane then meets the second from L2); past that, one panel, in one
  * block of up to LG_FUSED_LANES rows where all the activations fit
- * LG_FUSED_ACT bytes (every unit streams its block's activations again:
+ * lg_act_budget() bytes (every unit streams its block's activations again:
  * from the last-level cache, which the 2-vCPU Xeon VM reads at 29-32
  * GB/s up to 32 MB, against 14 from DRAM), else in blocks of
  * LG_FUSED_LANES / 2. Each extra block decodes its panels' runs again,
@@ -929,7 +930,22 @@ enum {
     LG_FUSED_PG = 2,       /* panels a unit at most */
     LG_FUSED_LANES = 1032, /* a unit's rows × panels at most (a multiple of LG_MR) */
 };
-#define LG_FUSED_ACT ((int64_t)24 << 20) /* activation bytes for one block of more than LG_FUSED_LANES / 2 rows */
+/* Activation bytes for one block of more than LG_FUSED_LANES / 2 rows:
+ * 24 MB (measured on that VM, whose cores see far less of the 480 MB its
+ * CPUID reports), or half the last-level cache where that is smaller. */
+static int64_t lg_act_budget(void) {
+    static _Atomic int64_t budget;
+    int64_t b = atomic_load_explicit(&budget, memory_order_relaxed);
+    if (!b) {
+        b = (int64_t)24 << 20;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+        const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+        if (llc > 0 && llc / 2 < b) b = llc / 2;
+#endif
+        atomic_store_explicit(&budget, b, memory_order_relaxed);
+    }
+    return b;
+}
 
 typedef struct lg_fused_job {
     lg_job jb;          /* half, nr, ap, w, ws, M, K, N, Mp, out, run (n0 = m0 = 0) */
@@ -991,7 +1007,7 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
     pg = pg < 1 || Mp > LG_FUSED_LANES / LG_FUSED_PG ? 1 : pg > LG_FUSED_PG ? LG_FUSED_PG : pg;
     const int64_t groups = (panels + pg - 1) / pg;
     const int64_t act = Mp * K * (int64_t)sizeof(float);
-    const int64_t rows_max = pg == 1 && act <= LG_FUSED_ACT ? LG_FUSED_LANES : LG_FUSED_LANES / LG_FUSED_PG;
+    const int64_t rows_max = pg == 1 && act <= lg_act_budget() ? LG_FUSED_LANES : LG_FUSED_LANES / LG_FUSED_PG;
     int64_t nrb = (Mp + rows_max - 1) / rows_max;
     if (nrb * groups < 4 * threads) {
         const int64_t most = Mp / LG_MC > 1 ? Mp / LG_MC : 1, want = (4 * threads + groups - 1) / groups;
