@@ -127,6 +127,14 @@ static void test_hc_mix(void) {
     check_mix(4, 4096, 1);
     check_mix(3, 8192, 1); /* 15 outputs: a partial pair */
     check_mix(2, 8192, 2); /* two rows of 5 tasks */
+    /* one or two rows on 2-4 threads: each row's outputs in slices of the
+     * vector projections (cpu_hc_mix's mix_parts_range) */
+    mix_threads = 2;
+    check_mix(4, 2048, 1); /* 2 slices of 12 */
+    check_mix(8, 1024, 1); /* 80 outputs: 2 slices of 40 */
+    mix_threads = 4;
+    check_mix(4, 2048, 1); /* 3 slices of 8 */
+    check_mix(4, 2048, 2); /* two rows of 2 slices */
     mix_threads = 2;
 }
 

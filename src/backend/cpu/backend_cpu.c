@@ -807,7 +807,11 @@ static void mix_range(void *p, int64_t lo, int64_t hi) {
  * side), every chain the scalar one in k order; then the gates and the
  * Sinkhorn rounds of each row on the calling thread. The same bits
  * (test_cpu_ops). With fewer threads the rows' AVX2 form stays ahead
- * (one row on one Zen 4 core: 0.16 ms, split over two threads 0.22). */
+ * (one row on one Zen 4 core: 0.16 ms, split over two threads 0.22), so
+ * there a row's outputs go in slices of that form instead, one a thread
+ * (mix_parts_range: one row of 24 × 8,192 on two threads of the 2-vCPU
+ * Xeon VM 23 µs against 26 with the weights in cache; the 1 GB dummy's
+ * decode, weights from DRAM, 1.0 against 1.6 ms of hc_mix a token). */
 enum { MIX_OUT = 2 };
 typedef struct mix_split {
     const mix_ctx *x;
@@ -841,17 +845,42 @@ static void mix_split_range(void *p, int64_t lo, int64_t hi) {
     }
 }
 
+/* Fewer rows than threads, too few threads for mix_split: each row's
+ * outputs in `tasks` slices through the AVX2 projections (the first slice
+ * also the row's sum of squares), each output's chain the same. */
+static void mix_parts_range(void *p, int64_t lo, int64_t hi) {
+#if defined(DI_HAVE_AVX2_OPS)
+    const mix_split *c = p;
+    const mix_ctx *x = c->x;
+    const int hc = x->hc, nmix = (2 + hc) * hc, per = (nmix + c->tasks - 1) / c->tasks;
+    const int64_t n = (int64_t)hc * x->d;
+    for (int64_t t = lo; t < hi; t++) {
+        const int64_t i = t / c->tasks;
+        const int o0 = (int)(t % c->tasks) * per, no = nmix - o0 < per ? nmix - o0 : per;
+        if (no > 0)
+            di_cpu_hc_project_avx2(x->s + i * n, n, 1, n, x->fn + (int64_t)o0 * n, no, c->mix + i * nmix + o0,
+                                   o0 == 0 ? c->ss + i : NULL);
+    }
+#else
+    (void)p, (void)lo, (void)hi;
+#endif
+}
+
 static void cpu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_t d,
                        const float *fn, const float *base, const float *scale, double norm_eps,
                        double hc_eps, int iters, float *pre, float *post, float *comb) {
     mix_ctx x = {s, fn, base, scale, hc, d, norm_eps, hc_eps, iters, pre, post, comb};
     const double work = (double)m * (2 + hc) * hc * hc * (double)d;
     const int nmix = (2 + hc) * hc, threads = pool_of(be) ? di_threadpool_size(pool_of(be)) : 1;
-    const int tasks = 1 + (nmix + MIX_OUT - 1) / MIX_OUT;
-    if (m >= 1 && m * tasks <= threads && work >= 2e5) {
+    const int split = 1 + (nmix + MIX_OUT - 1) / MIX_OUT, vparts = ops_avx2() && m < threads ? (int)(threads / m) : 1;
+    const int tasks = m * split <= threads ? split : vparts < nmix / 8 ? vparts : nmix / 8;
+    /* the slices' time: ~1.2 ns a multiply-add on one core, transposing
+     * the weights as they go (26 µs for one row of 24 × 8,192) */
+    const double twork = tasks == split ? work : 4 * work;
+    if (m >= 1 && tasks > 1 && twork >= 2e5) {
         mix_split c = {&x, tasks, malloc(sizeof(float) * (size_t)(m * nmix)), malloc(sizeof(float) * (size_t)m)};
         if (c.mix && c.ss) {
-            par_for(be, m * c.tasks, work, mix_split_range, &c);
+            par_for(be, m * c.tasks, twork, tasks == split ? mix_split_range : mix_parts_range, &c);
             for (int64_t i = 0; i < m; i++) {
                 mix_gates(&x, i, c.mix + i * nmix, c.ss[i]);
                 sinkhorn(comb + i * hc * hc, hc, (float)hc_eps, iters);
