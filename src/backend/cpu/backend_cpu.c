@@ -874,8 +874,9 @@ static void cpu_hc_mix(di_backend *be, const float *s, int64_t m, int hc, int64_
     const int nmix = (2 + hc) * hc, threads = pool_of(be) ? di_threadpool_size(pool_of(be)) : 1;
     const int split = 1 + (nmix + MIX_OUT - 1) / MIX_OUT, vparts = ops_avx2() && m < threads ? (int)(threads / m) : 1;
     const int tasks = m * split <= threads ? split : vparts < nmix / 8 ? vparts : nmix / 8;
-    /* the slices' time: ~1.2 ns a multiply-add on one core, transposing
-     * the weights as they go (26 µs for one row of 24 × 8,192) */
+    /* the slices' work: four units a multiply-add, as they transpose the
+     * weights on the way (one row of 24 × 8,192 takes 26 µs on one core:
+     * worth two threads) */
     const double twork = tasks == split ? work : 4 * work;
     if (m >= 1 && tasks > 1 && twork >= 2e5) {
         mix_split c = {&x, tasks, malloc(sizeof(float) * (size_t)(m * nmix)), malloc(sizeof(float) * (size_t)m)};
