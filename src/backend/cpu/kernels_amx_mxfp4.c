@@ -339,7 +339,7 @@ int di_gemm_mxfp4_amx(const uint8_t *qa, const float *sa, int64_t M, int64_t K, 
                  .has_small = (uint8_t *)(buf + 2 * nx + threads * sf), .out = out, .scratch = buf + 2 * nx,
                  .sf = sf};
     atomic_init(&j.nan, 0);
-    di_threadpool_for(M * K >= (1 << 18) ? tp : NULL, tiles, 16, pack_tiles, &j);
+    di_threadpool_for(M * K >= (1 << 16) ? tp : NULL, tiles, 16, pack_tiles, &j);
     if (atomic_load(&j.nan)) {
         if (own) free(buf);
         return 0;
