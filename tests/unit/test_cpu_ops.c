@@ -850,6 +850,44 @@ static void test_round_bf16(void) {
     free(x), free(got);
 }
 
+/* The backend's add and add_bf16 (over the pool past ~200K values, on 8
+ * lanes): each value the scalar fp32 sum (rounded to bf16 for add_bf16),
+ * NaN and infinities included, x equal to y too, lengths short and long. */
+static void test_add(void) {
+    enum { N = 600011 };
+    float *y = malloc(N * sizeof(float)), *x = malloc(N * sizeof(float)), *y0 = malloc(N * sizeof(float));
+    di_backend *be = backend(2);
+    CHECK(be != NULL);
+    for (int i = 0; i < N; i++) {
+        uint32_t a = rbits(), b = rbits();
+        if (i % 3) a = (a & 0x807fffffu) | (uint32_t)(100 + i % 56) << 23; /* mostly ordinary magnitudes */
+        if (i % 5) b = (b & 0x807fffffu) | (uint32_t)(100 + i % 56) << 23;
+        memcpy(&y0[i], &a, 4), memcpy(&x[i], &b, 4);
+    }
+    static const int64_t ns[] = {1, 7, 8, 9, 4097, N};
+    for (int scalar = 0; be && scalar <= 1; scalar++)
+        for (size_t t = 0; t < sizeof ns / sizeof *ns; t++)
+            for (int op = 0; op < 3; op++) { /* add; add_bf16; add of y to itself */
+                const int64_t n = ns[t];
+                memcpy(y, y0, N * sizeof(float));
+                di_cpu_kernels_force_scalar(scalar);
+                if (op == 0) be->ops->add(be, y, x, n);
+                else if (op == 1) be->ops->add_bf16(be, y, y, x, n);
+                else be->ops->add(be, y, y, n);
+                di_cpu_kernels_force_scalar(0);
+                int bad = 0;
+                for (int64_t i = 0; i < N; i++) {
+                    float w = y0[i];
+                    if (i < n) w = op == 0 ? y0[i] + x[i] : op == 1 ? di_round_bf16(y0[i] + x[i]) : y0[i] + y0[i];
+                    bad += !(isnan(w) && isnan(y[i])) && memcmp(&w, &y[i], sizeof(float)) != 0;
+                }
+                CHECKF(bad == 0, "%s n=%lld scalar=%d: %d values differ", op == 1 ? "add_bf16" : "add",
+                       (long long)n, scalar, bad);
+            }
+    di_backend_destroy(be);
+    free(y), free(x), free(y0);
+}
+
 /* The panel kernel itself, before any bf16 rounding: each output is the
  * fmaf chain over k (a mul-then-add step would differ in the last bits). */
 static void test_panel_kernel(void) {
@@ -1029,6 +1067,7 @@ int main(void) {
     RUN(test_norm_rope);
     RUN(test_qdq_fp4);
     RUN(test_round_bf16);
+    RUN(test_add);
     RUN(test_index);
     RUN(test_panel_kernel);
     RUN(test_panel_decode_scales);

@@ -1845,9 +1845,28 @@ out:
     free(u);
 }
 
+/* y += x in pieces of ROUND_PIECE over the pool where there are many (the
+ * residual adds of a prefill: the scalar loop, which the compiler does not
+ * vectorize as x may alias y, ran on the calling thread alone) */
+typedef struct add_ctx {
+    float *y;
+    const float *x;
+    int64_t n;
+} add_ctx;
+static void add_range(void *ctx, int64_t p0, int64_t p1) {
+    const add_ctx *c = ctx;
+    const int64_t i0 = p0 * ROUND_PIECE, i1 = p1 * ROUND_PIECE < c->n ? p1 * ROUND_PIECE : c->n;
+#if defined(DI_HAVE_AVX2_OPS)
+    if (ops_avx2()) {
+        di_cpu_add_avx2(c->y + i0, c->x + i0, i1 - i0);
+        return;
+    }
+#endif
+    for (int64_t i = i0; i < i1; i++) c->y[i] += c->x[i];
+}
 static void cpu_add(di_backend *be, float *y, const float *x, int64_t n) {
-    (void)be;
-    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+    add_ctx c = {y, x, n};
+    par_for(be, (n + ROUND_PIECE - 1) / ROUND_PIECE, (double)n, add_range, &c);
 }
 
 static void cpu_qkv_rope_pack(di_backend *be, float *q, int heads, float *kv, int64_t m,

@@ -414,6 +414,10 @@ AVX2 void di_cpu_round_bf16_avx2(float *x, int64_t n) {
     for (int64_t k = 0; k < n; k += 8) store8(x, k, n, round_bf16(load8(x, k, n)));
 }
 
+AVX2 void di_cpu_add_avx2(float *y, const float *x, int64_t n) {
+    for (int64_t k = 0; k < n; k += 8) store8(y, k, n, _mm256_add_ps(load8(y, k, n), load8(x, k, n)));
+}
+
 AVX2 void di_cpu_scale_bf16_avx2(float *x, int64_t n, float c) {
     const __m256 vc = _mm256_set1_ps(c);
     for (int64_t k = 0; k < n; k += 8) store8(x, k, n, round_bf16(_mm256_mul_ps(load8(x, k, n), vc)));
