@@ -54,9 +54,9 @@ void di_cpu_index_combine8_avx2(const float *dots, const float *w, int hi, float
 /* x[k] = bf16(x[k]) and x[k] = bf16(x[k]·c), k < n (di_round_bf16's
  * rounding: nearest even, NaN kept and quieted), in place. */
 void di_cpu_round_bf16_avx2(float *x, int64_t n);
+void di_cpu_scale_bf16_avx2(float *x, int64_t n, float c);
 /* y[k] = y[k] + x[k], k < n (x may equal y). */
 void di_cpu_add_avx2(float *y, const float *x, int64_t n);
-void di_cpu_scale_bf16_avx2(float *x, int64_t n, float c);
 /* out[k] = bf16(acc[k] / sum), k < n. */
 void di_cpu_div_bf16_avx2(const float *acc, float sum, int64_t n, float *out);
 /* y[i, j] (row stride ldy) = Σ_k x[i, k]·pt[k, j] for j < nb <= 8 and rows
