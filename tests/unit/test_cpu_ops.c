@@ -888,6 +888,34 @@ static void test_add(void) {
     free(y), free(x), free(y0);
 }
 
+/* gather_rows and scatter_add_rows on two threads (past their pool
+ * thresholds) give the sequential loops' bits; the scatter-add's
+ * destination rows repeat (as the batched experts' call has them), so
+ * each row's sums must keep the rows' order. */
+static void test_rows(void) {
+    enum { M = 150, N = 2053, R = 40 };
+    float *src = malloc(sizeof(float) * M * N), *dst = malloc(sizeof(float) * R * N);
+    float *want = malloc(sizeof(float) * R * N), *g = malloc(sizeof(float) * M * N);
+    int32_t rows[M];
+    di_backend *be = backend(2);
+    CHECK(be != NULL);
+    for (int i = 0; i < M; i++) rows[i] = (int32_t)(rbits() % R);
+    for (int64_t i = 0; i < (int64_t)M * N; i++) src[i] = 4.0f * frand();
+    for (int64_t i = 0; i < (int64_t)R * N; i++) dst[i] = want[i] = frand();
+    for (int i = 0; i < M; i++)
+        for (int64_t k = 0; k < N; k++) want[rows[i] * N + k] += src[i * N + k];
+    if (be) {
+        be->ops->scatter_add_rows(be, dst, rows, src, M, N);
+        CHECK(!memcmp(dst, want, sizeof(float) * R * N));
+        be->ops->gather_rows(be, src, rows, M, N, g); /* rows < R index src's first R rows */
+        int bad = 0;
+        for (int i = 0; i < M; i++) bad += memcmp(g + (int64_t)i * N, src + (int64_t)rows[i] * N, sizeof(float) * N) != 0;
+        CHECKF(bad == 0, "gather_rows: %d rows differ", bad);
+    }
+    di_backend_destroy(be);
+    free(src), free(dst), free(want), free(g);
+}
+
 /* The panel kernel itself, before any bf16 rounding: each output is the
  * fmaf chain over k (a mul-then-add step would differ in the last bits). */
 static void test_panel_kernel(void) {
@@ -1068,6 +1096,7 @@ int main(void) {
     RUN(test_qdq_fp4);
     RUN(test_round_bf16);
     RUN(test_add);
+    RUN(test_rows);
     RUN(test_index);
     RUN(test_panel_kernel);
     RUN(test_panel_decode_scales);

@@ -1658,19 +1658,49 @@ static void cpu_swiglu(di_backend *be, const float *g, const float *u, const flo
     par_for(be, m, (double)m * (double)n * 20, swiglu_range, &c);
 }
 
+/* Row gathers and scatter-adds (a routed expert's rows at prefill: tens
+ * of rows of the model width each), over the pool where they are large:
+ * the gather by rows; the scatter-add by pieces of ROW_PIECE columns, every
+ * piece adding the rows in their order, as one destination row may come
+ * several times (the batched experts' call) and its sums must keep it. */
+enum { ROW_PIECE = 512 };
+typedef struct rows_ctx {
+    float *dst;
+    const float *src;
+    const int32_t *rows;
+    int64_t m, n;
+} rows_ctx;
+static void gather_range(void *ctx, int64_t i0, int64_t i1) {
+    const rows_ctx *c = ctx;
+    for (int64_t i = i0; i < i1; i++)
+        memcpy(c->dst + i * c->n, c->src + (int64_t)c->rows[i] * c->n, (size_t)c->n * sizeof(float));
+}
+static void scatter_add_range(void *ctx, int64_t p0, int64_t p1) {
+    const rows_ctx *c = ctx;
+    const int64_t k0 = p0 * ROW_PIECE, k1 = p1 * ROW_PIECE < c->n ? p1 * ROW_PIECE : c->n;
+    for (int64_t i = 0; i < c->m; i++) {
+        float *d = c->dst + (int64_t)c->rows[i] * c->n + k0;
+        const float *x = c->src + i * c->n + k0;
+#if defined(DI_HAVE_AVX2_OPS)
+        if (ops_avx2()) {
+            di_cpu_add_avx2(d, x, k1 - k0);
+            continue;
+        }
+#endif
+        for (int64_t k = 0; k < k1 - k0; k++) d[k] += x[k];
+    }
+}
+
 static void cpu_gather_rows(di_backend *be, const float *src, const int32_t *rows, int64_t m,
                             int64_t n, float *dst) {
-    (void)be;
-    for (int64_t i = 0; i < m; i++) memcpy(dst + i * n, src + (int64_t)rows[i] * n, (size_t)n * 4);
+    rows_ctx c = {dst, src, rows, m, n};
+    par_for(be, m, (double)m * (double)n, gather_range, &c);
 }
 
 static void cpu_scatter_add_rows(di_backend *be, float *dst, const int32_t *rows, const float *src,
                                  int64_t m, int64_t n) {
-    (void)be;
-    for (int64_t i = 0; i < m; i++) {
-        float *d = dst + (int64_t)rows[i] * n;
-        for (int64_t k = 0; k < n; k++) d[k] += src[i * n + k];
-    }
+    rows_ctx c = {dst, src, rows, m, n};
+    par_for(be, (n + ROW_PIECE - 1) / ROW_PIECE, 2.0 * (double)m * (double)n, scatter_add_range, &c);
 }
 
 /* backend.h scatter_rows_to: base and slot are host memory here. */
