@@ -381,8 +381,8 @@ static void test_matmul_pair(void) {
         check_pair(DI_WFMT_FP8, 2, 256, 64, 40, DI_MM_OUT_BF16, threads); /* bf16 numerics: matmul twice */
         check_pair(DI_WFMT_FP8, 1, 2048, 1536, 512, qb, threads); /* work enough for the pool */
         check_pair(DI_WFMT_FP4, 1, 2048, 1024, 1024, qb, threads);
-        /* prefill work enough for the quantization (m·K >= 2e5) and the
-         * rounding (m·N >= 8e5) to go over the pool */
+        /* prefill work enough for the quantization and the rounding to go
+         * over the pool (cpu_matmul's act_quant and round_bf16_n) */
         check_pair(DI_WFMT_FP8, 300, 1024, 2688, 64, qb, threads);
         check_pair(DI_WFMT_FP4, 300, 1024, 2688, 64, qb, threads);
     }
