@@ -817,6 +817,7 @@ static void test_round_bf16(void) {
                                        0xff7fffffu, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0xbf818000u,
                                        0x00008000u, 0x00018000u, 0x7f7f8000u};
     static const float cs[] = {1.0f, 0.5f, -3.0f, 0x1p100f, 0x1p-100f};
+    const size_t nc = sizeof cs / sizeof *cs; /* cs[ci] for ci < nc: scale_bf16; ci = nc: round_bf16 */
     float *x = malloc((N + 3) * sizeof(float)), *got = malloc((N + 3) * sizeof(float));
     di_backend *be = backend(2);
     CHECK(be != NULL);
@@ -827,23 +828,22 @@ static void test_round_bf16(void) {
         memcpy(&x[i], &u, 4);
     }
     for (int scalar = 0; be && scalar <= 1; scalar++)
-        for (size_t ci = 0; ci <= sizeof cs / sizeof *cs; ci++) /* the last: round_bf16 */
+        for (size_t ci = 0; ci <= nc; ci++)
             for (int64_t n = 0; n <= N; n += n < 40 ? 1 : 991) {
                 const int64_t at = n % 3; /* unaligned starts */
                 memcpy(got, x, (N + 3) * sizeof(float));
                 di_cpu_kernels_force_scalar(scalar);
-                if (ci < sizeof cs / sizeof *cs) be->ops->scale_bf16(be, got + at, n, cs[ci]);
+                if (ci < nc) be->ops->scale_bf16(be, got + at, n, cs[ci]);
                 else be->ops->round_bf16(be, got + at, n);
                 di_cpu_kernels_force_scalar(0);
                 int bad = 0;
                 for (int64_t i = 0; i < N + 3; i++) {
                     const int in = i >= at && i < at + n;
-                    const float want = !in ? x[i] : ci < sizeof cs / sizeof *cs ? di_round_bf16(x[i] * cs[ci])
-                                                                                : di_round_bf16(x[i]);
+                    const float want = !in ? x[i] : ci < nc ? di_round_bf16(x[i] * cs[ci]) : di_round_bf16(x[i]);
                     bad += memcmp(&got[i], &want, sizeof(float)) != 0;
                 }
                 CHECKF(bad == 0, "%s n=%lld at %lld (c #%zu), scalar=%d: %d values differ",
-                       ci < sizeof cs / sizeof *cs ? "scale_bf16" : "round_bf16", (long long)n, (long long)at, ci,
+                       ci < nc ? "scale_bf16" : "round_bf16", (long long)n, (long long)at, ci,
                        scalar, bad);
             }
     di_backend_destroy(be);

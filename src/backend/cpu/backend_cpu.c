@@ -107,6 +107,8 @@ static void kvq_unpack(di_kvq f, const uint8_t *row, int64_t n, float *x) {
  * calling thread alone), on 8 lanes, in pieces of ROUND_PIECE values over
  * the pool where there are many. */
 enum { ROUND_PIECE = 4096 };
+/* The end of pieces [.., p) of `piece` values each among n (n at most). */
+static inline int64_t piece_end(int64_t p, int64_t piece, int64_t n) { return p * piece < n ? p * piece : n; }
 typedef struct round_ctx {
     float *x;
     int64_t n;
@@ -114,7 +116,7 @@ typedef struct round_ctx {
 static void round_range(void *ctx, int64_t p0, int64_t p1) {
     const round_ctx *c = ctx;
     float *x = c->x;
-    const int64_t i0 = p0 * ROUND_PIECE, i1 = p1 * ROUND_PIECE < c->n ? p1 * ROUND_PIECE : c->n;
+    const int64_t i0 = p0 * ROUND_PIECE, i1 = piece_end(p1, ROUND_PIECE, c->n);
 #if defined(DI_HAVE_AVX2_OPS)
     if (ops_avx2()) {
         di_cpu_round_bf16_avx2(x + i0, i1 - i0);
@@ -1677,7 +1679,7 @@ static void gather_range(void *ctx, int64_t i0, int64_t i1) {
 }
 static void scatter_add_range(void *ctx, int64_t p0, int64_t p1) {
     const rows_ctx *c = ctx;
-    const int64_t k0 = p0 * ROW_PIECE, k1 = p1 * ROW_PIECE < c->n ? p1 * ROW_PIECE : c->n;
+    const int64_t k0 = p0 * ROW_PIECE, k1 = piece_end(p1, ROW_PIECE, c->n);
     for (int64_t i = 0; i < c->m; i++) {
         float *d = c->dst + (int64_t)c->rows[i] * c->n + k0;
         const float *x = c->src + i * c->n + k0;
@@ -1886,7 +1888,7 @@ typedef struct add_ctx {
 } add_ctx;
 static void add_range(void *ctx, int64_t p0, int64_t p1) {
     const add_ctx *c = ctx;
-    const int64_t i0 = p0 * ROUND_PIECE, i1 = p1 * ROUND_PIECE < c->n ? p1 * ROUND_PIECE : c->n;
+    const int64_t i0 = p0 * ROUND_PIECE, i1 = piece_end(p1, ROUND_PIECE, c->n);
 #if defined(DI_HAVE_AVX2_OPS)
     if (ops_avx2()) {
         di_cpu_add_avx2(c->y + i0, c->x + i0, i1 - i0);
