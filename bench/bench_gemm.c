@@ -22,9 +22,10 @@
  *   choice is printed after the table); --layout mapped puts the weights
  *   16 bytes past a cache line on 4 KB pages, as a checkpoint's mapping
  *   holds them, rather than as the engine copies them on the CPU (64-byte
- *   aligned, on 2 MB pages; model/weights_memory.h); --weights normal
- *   draws the FP8 codes as a checkpoint's, see normal_codes, instead of
- *   random bytes)
+ *   aligned, on 2 MB pages; model/weights_memory.h); the FP8 codes are
+ *   drawn as a checkpoint's (--weights normal, the default, see
+ *   normal_codes); --weights random draws uniformly random bytes instead,
+ *   whose many subnormal codes take the decode rows' slower table fix)
  *   (--quick: shorter timing, skips the largest prefill)
  *
  * The peer is OpenBLAS at its best on this CPU: a build that does not know
@@ -287,8 +288,12 @@ static size_t ws_bytes(const wmat *m) {
  * checkpoint's 32x32 blocks are (the block's largest, ~3.3 sigma of 1,024
  * values, at 448), through a table of 65,536 quantiles: codes of exponent 0
  * (below 2^-6 of 448) come up a few times in 10^4, where uniformly random
- * bytes (the default) give 7 in 128. What the FP8 decode rows' exponent-bias
- * decoding depends on (kernels_avx2_block.c); MXFP4 codes stay random. */
+ * bytes (--weights random) give 7 in 128: almost every 64-code chunk of a
+ * decode row then holds one and takes the exponent-bias decoding's table
+ * fix (kernels_avx2_block.c), which a checkpoint's rows take in ~6 chunk
+ * pairs of 1,000 (one FP8 row on the 2-vCPU Xeon VM: 0.66 of the read
+ * bandwidth on random bytes, 0.77 on these codes, 2026-12-05). MXFP4 codes
+ * stay random (every E2M1 code is as likely in a checkpoint). */
 static uint8_t *normal_codes;
 static void normal_codes_init(void) {
     normal_codes = malloc(65536);
@@ -515,7 +520,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
            di_cpu_kernels_path(), di_cpu_kernels_wide() ? " with 512-bit vectors" : "",
            di_cpu_kernels_vnni() ? " and VNNI sums" : "", di_cpu_describe(), rounds,
            di_threadpool_size(tp));
-    printf("# FP8 weight codes: %s\n", normal_codes ? "normally distributed values, quantized (--weights normal)"
+    printf("# FP8 weight codes: %s\n", normal_codes ? "normally distributed values, quantized as a checkpoint's"
                                                     : "uniformly random bytes");
     printf("# weights: %s\n", layout_mapped ? "16 bytes past a 64-byte line on 4 KB pages, as a mapped checkpoint "
                                               "(--layout mapped)"
@@ -559,7 +564,7 @@ static int run_decode_pairs(const wmat *mats, size_t nmats, const char *only, in
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, threads = 0, decode_only = 0, rounds = 3, cold = 0;
+    int quick = 0, threads = 0, decode_only = 0, rounds = 3, cold = 0, random_codes = 0;
     const char *only = NULL, *ms_list = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
@@ -581,16 +586,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms_list = argv[++i];
         else if (!strcmp(argv[i], "--layout") && i + 1 < argc && !strcmp(argv[i + 1], "mapped")) layout_mapped = 1, i++;
         else if (!strcmp(argv[i], "--layout") && i + 1 < argc && !strcmp(argv[i + 1], "memory")) layout_mapped = 0, i++;
-        else if (!strcmp(argv[i], "--weights") && i + 1 < argc && !strcmp(argv[i + 1], "normal")) {
-            normal_codes_init();
-            i++;
-        } else if (!strcmp(argv[i], "--weights") && i + 1 < argc && !strcmp(argv[i + 1], "random")) {
-            i++;
-        } else {
+        else if (!strcmp(argv[i], "--weights") && i + 1 < argc && !strcmp(argv[i + 1], "normal")) random_codes = 0, i++;
+        else if (!strcmp(argv[i], "--weights") && i + 1 < argc && !strcmp(argv[i + 1], "random")) random_codes = 1, i++;
+        else {
             fprintf(stderr, "bench_gemm: unknown argument %s (see the comment at the top of bench/bench_gemm.c)\n", argv[i]);
             return 1;
         }
     }
+    if (!random_codes) normal_codes_init();
     int64_t Ms[MAX_MS] = {1, 4, 8, 16, 24, 64, 512};
     size_t nms = 7;
     if (ms_list) { /* --ms: the batch sizes given instead */
@@ -638,8 +641,9 @@ int main(int argc, char **argv) {
            openblas_get_corename());
     printf("# memory: read %.1f GB/s (%d threads), memcpy %.1f GB/s (1 thread, read+write)\n", bw,
            threads, bw_cpy);
-    printf("# weights: %s\n", layout_mapped ? "16 bytes past a 64-byte line on 4 KB pages (--layout mapped)"
-                                            : "64-byte aligned on 2 MB pages");
+    printf("# weights: %s; FP8 codes %s\n",
+           layout_mapped ? "16 bytes past a 64-byte line on 4 KB pages (--layout mapped)" : "64-byte aligned on 2 MB pages",
+           normal_codes ? "as a checkpoint's" : "uniformly random bytes (--weights random)");
     printf("# GFLOP/s = 2MNK/t; vs-sgemm = ours/OpenBLAS sgemm on fp32-dequantized weights;\n"
            "# GB/s = weight bytes per call / t (decode rows: weights from DRAM); vs-bw = GB/s / read bw;\n"
            "# hot = GB/s of decode rows (M <= 4) with their weights in L2\n");
