@@ -365,16 +365,25 @@ small_sums(const dec4_args *g, int64_t c, int half, const int16_t *a) {
     return _mm256_cvtepi32_ps(quad_add(pair_add(s[0], s[1]), pair_add(s[2], s[3])));
 }
 
-/* At the start of group grp (4 chunks): the prefetch of the group two
- * ahead, and the R = 4 rows' E8M0 bytes of the group's 8 blocks, transposed
- * per chunk: ewb[i] = [rows 0-3 of block 2i | rows 0-3 of block 2i+1]. */
+/* The prefetch of the row group ahead (g->ahead, R rows, contiguous)
+ * that goes with chunk c: its lines from c·R·32 on, as many as a chunk of
+ * the R rows reads (two), so that the whole group has been asked for when
+ * the chunks end. Chunk by chunk rather than a group's 8 lines at the start
+ * of every 4 chunks: on the 2-vCPU Xeon VM one MXFP4 row read from DRAM
+ * 5-10 % faster so (512-bit kernels 11.4-12.2 -> 12.5-13.0 GB/s, 256-bit
+ * 9.4-9.5 -> 10.0-10.1; bench/RESULTS.md, 2026-12-05). */
+AVX2_INLINE void chunk_prefetch(const dec4_args *g, int64_t c) {
+    if (g->ahead) {
+        const char *p = (const char *)g->ahead + c * (R * 32);
+        _mm_prefetch(p, _MM_HINT_T1);
+        _mm_prefetch(p + 64, _MM_HINT_T1);
+    }
+}
+
+/* At the start of group grp (4 chunks): the R = 4 rows' E8M0 bytes of
+ * the group's 8 blocks, transposed per chunk: ewb[i] = [rows 0-3 of block
+ * 2i | rows 0-3 of block 2i+1]. */
 AVX2_INLINE void group_start(const dec4_args *g, int64_t grp, int32_t ewb[4][8]) {
-    if (g->ahead)
-        for (int r = 0; r < R; r++) {
-            const char *p = (const char *)g->ahead + (4 * grp * R + 4 * r) * 32;
-            _mm_prefetch(p, _MM_HINT_T1);
-            _mm_prefetch(p + 64, _MM_HINT_T1);
-        }
     const __m256i e0 = load_exps(g->srow[0], grp, g->KB), e1 = load_exps(g->srow[1], grp, g->KB);
     const __m256i e2 = load_exps(g->srow[2], grp, g->KB), e3 = load_exps(g->srow[3], grp, g->KB);
     const __m256i x0 = _mm256_unpacklo_epi32(e0, e1), x1 = _mm256_unpackhi_epi32(e0, e1);
@@ -425,6 +434,7 @@ AVX2_INLINE void dec4_kernel(const int mr, const dec4_args *g, float *res) {
     __attribute__((aligned(32))) int32_t ewb[4][8];
     __m256 L0 = _mm256_setzero_ps(), L1 = _mm256_setzero_ps();
     for (int64_t c = 0; c < chunks; c++) {
+        chunk_prefetch(g, c);
         if (c % 4 == 0) group_start(g, c / 4, ewb);
         const int half = g->half_last && c == chunks - 1;
         DEC4_ROW(0, a0, b0)
@@ -461,6 +471,7 @@ static AVX2 void dec4_wide(const dec4_args *g, int mr, float *res) {
     __attribute__((aligned(32))) float lb[MBLK][8];
     memset(lb, 0, sizeof lb);
     for (int64_t c = 0; c < chunks; c++) {
+        chunk_prefetch(g, c);
         if (c % 4 == 0) group_start(g, c / 4, ewb);
         const int half = g->half_last && c == chunks - 1;
 #pragma GCC unroll 4
@@ -555,8 +566,11 @@ AVX512_INLINE __m512 chain_step_w(const dec4_args *lo, const dec4_args *hi, int6
 }
 
 /* Both groups' E8M0 lanes for chunk c ([lo's | hi's], as group_start
- * transposes them), their bytes read at the start of each group of 4 chunks. */
+ * transposes them), their bytes read at the start of each group of 4
+ * chunks; and chunk c's prefetch of both groups' rows ahead. */
 AVX512_INLINE __m512i dec8_exps(const dec4_args *lo, const dec4_args *hi, int64_t c, int32_t ewb[2][4][8]) {
+    chunk_prefetch(lo, c);
+    chunk_prefetch(hi, c);
     if (c % 4 == 0) {
         group_start(lo, c / 4, ewb[0]);
         group_start(hi, c / 4, ewb[1]);
