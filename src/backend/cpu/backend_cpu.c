@@ -939,10 +939,21 @@ static void cpu_hc_collapse_norm(di_backend *be, const float *s, const float *w,
     cpu_rmsnorm(be, y, nw, m, d, eps, y);
 }
 
+/* The forward expands in place (out = s): the AVX2 form reads every
+ * stream's channels of a group before it writes theirs, so it writes out
+ * directly where hc allows; the loops and wider hc go through tmp. */
 static void expand_range(void *p, int64_t lo, int64_t hi) {
     const hc_ctx *c = p;
     int hc = c->hc;
     int64_t d = c->d;
+#if defined(DI_HAVE_AVX2_OPS)
+    if (ops_avx2() && hc <= DI_HC_EXPAND_INPLACE) {
+        for (int64_t i = lo; i < hi; i++)
+            di_cpu_hc_expand_avx2(c->y + i * d, c->s + i * hc * d, c->post + i * hc, c->comb + i * hc * hc, hc, d,
+                                  c->out + i * hc * d);
+        return;
+    }
+#endif
     float *tmp = malloc((size_t)(hc * d) * sizeof(float));
     if (!tmp) return;
     for (int64_t i = lo; i < hi; i++) {
