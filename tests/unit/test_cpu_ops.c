@@ -918,6 +918,65 @@ static void test_rows(void) {
     free(src), free(dst), free(want), free(g);
 }
 
+/* RMSNorm's sums of squares, 8 rows side by side, before the bf16 output
+ * hides their last bits: each row's one sequential chain (square rounded,
+ * then added), on full fp32 values whose sums round (squares of like size,
+ * or over 2^±24), at lengths with every tail; then the whole op on such
+ * rows, row counts that leave rows past the blocks of 8, in place, against
+ * the loops. */
+static void test_sum_squares(void) {
+#if defined(DI_HAVE_AVX2_OPS)
+    if (strcmp(di_cpu_kernels_path(), "avx2")) SKIP("no AVX2 on this machine");
+    enum { LD = 5128 };
+    static float x[8 * LD];
+    static const int ns[] = {1, 2, 7, 8, 9, 15, 16, 17, 100, 509, 2048, 5120};
+    for (size_t t = 0; t < 2 * sizeof ns / sizeof *ns; t++) {
+        const int n = ns[t % (sizeof ns / sizeof *ns)], wide = t >= sizeof ns / sizeof *ns;
+        for (int i = 0; i < 8 * LD; i++) x[i] = ldexpf(frand(), wide ? (int)(frand() * 12.0f) : 0);
+        float got[8];
+        di_cpu_sumsq_rows8_avx2(x, LD, n, got);
+        int bad = 0;
+        for (int r = 0; r < 8; r++) {
+            float want = 0.f;
+            for (int k = 0; k < n; k++) {
+                volatile float sq = x[r * LD + k] * x[r * LD + k];
+                want = want + sq;
+            }
+            bad += memcmp(&got[r], &want, sizeof want) != 0;
+        }
+        CHECKF(bad == 0, "n %d%s: %d of 8 rows differ", n, wide ? " (wide)" : "", bad);
+    }
+    static const int shapes[][2] = {{8, 512}, {19, 100}, {3, 7}, {17, 2048}};
+    static uint16_t wb[2048];
+    for (int k = 0; k < 2048; k++) wb[k] = di_f32_to_bf16(1.0f + frand());
+    di_backend *b1 = backend(1), *b2 = backend(2);
+    CHECK(b1 && b2);
+    for (size_t t = 0; t < sizeof shapes / sizeof *shapes && b1 && b2; t++) {
+        const int m = shapes[t][0], n = shapes[t][1];
+        di_tensor w = {0};
+        w.dtype = DI_DTYPE_BF16, w.ndim = 1, w.shape[0] = n, w.data = wb;
+        float *xs = malloc((size_t)(m * n) * sizeof(float)), *y[3];
+        for (int i = 0; i < m * n; i++) xs[i] = ldexpf(frand(), (int)(frand() * 8.0f));
+        for (int k = 0; k < 3; k++) {
+            y[k] = malloc((size_t)(m * n) * sizeof(float));
+            memcpy(y[k], xs, (size_t)(m * n) * sizeof(float));
+            di_cpu_kernels_force_scalar(k == 0);
+            di_backend *b = k == 2 ? b2 : b1;
+            b->ops->rmsnorm(b, y[k], &w, m, n, 1e-6, y[k]);
+            di_cpu_kernels_force_scalar(0);
+        }
+        for (int k = 1; k < 3; k++)
+            CHECKF(!memcmp(y[0], y[k], (size_t)(m * n) * sizeof(float)), "rmsnorm %dx%d: run %d differs from the loops", m, n, k);
+        for (int k = 0; k < 3; k++) free(y[k]);
+        free(xs);
+    }
+    di_backend_destroy(b1);
+    di_backend_destroy(b2);
+#else
+    SKIP("no AVX2 forms on this architecture");
+#endif
+}
+
 /* The panel kernel itself, before any bf16 rounding: each output is the
  * fmaf chain over k (a mul-then-add step would differ in the last bits). */
 static void test_panel_kernel(void) {
@@ -1095,6 +1154,7 @@ int main(void) {
     RUN(test_matmul_pair);
     RUN(test_attention);
     RUN(test_norm_rope);
+    RUN(test_sum_squares);
     RUN(test_qdq_fp4);
     RUN(test_round_bf16);
     RUN(test_add);

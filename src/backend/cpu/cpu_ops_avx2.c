@@ -285,6 +285,29 @@ AVX2 static inline __attribute__((always_inline)) void store8(float *p, int64_t 
     memcpy(p + k, b, (size_t)(n - k) * sizeof(float));
 }
 
+AVX2 void di_cpu_sumsq_rows8_avx2(const float *x, int64_t ldx, int64_t n, float ss[8]) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) { /* 8 values of each row, transposed: column j is step k + j of every chain */
+        __m256 c[8];
+        for (int r = 0; r < 8; r++) c[r] = _mm256_loadu_ps(x + r * ldx + k);
+        transpose8(c);
+        for (int j = 0; j < 8; j++) acc = _mm256_add_ps(acc, _mm256_mul_ps(c[j], c[j]));
+    }
+    _mm256_storeu_ps(ss, acc);
+    for (int r = 0; r < 8; r++) /* the tail, each chain on */
+        for (int64_t t = k; t < n; t++) {
+            const float q = x[r * ldx + t] * x[r * ldx + t];
+            ss[r] = ss[r] + q;
+        }
+}
+
+AVX2 void di_cpu_norm_scale_avx2(const float *x, const float *w, int64_t n, float r, float *y) {
+    const __m256 rv = _mm256_set1_ps(r);
+    for (int64_t k = 0; k < n; k += 8)
+        store8(y, k, n, round_bf16(_mm256_mul_ps(load8(w, k, n), _mm256_mul_ps(load8(x, k, n), rv))));
+}
+
 AVX2 void di_cpu_hc_collapse_avx2(const float *s, const float *w, int hc, int64_t d, float *y) {
     for (int64_t k = 0; k < d; k += 8) {
         __m256 acc = _mm256_setzero_ps();

@@ -54,6 +54,13 @@ void di_cpu_pv_avx2(float *acc, float rescale, const float *p, const float *cons
  * weights w [hi]: out[j] = bf16(Σ_h bf16(relu(bf16(dot[h, j]))·w[h])),
  * the sum sequential in h from +0 (relu keeps -0 and NaN, as `x < 0`). */
 void di_cpu_index_combine8_avx2(const float *dots, const float *w, int hi, float *out);
+/* RMSNorm's pieces (backend_cpu.c's norm_range states them): ss[r] = the
+ * sum of squares of row r < 8 (x + r·ldx, n values), each one sequential
+ * chain ss = ss + x[k]·x[k] (separate multiply and add) in increasing k
+ * from +0, the 8 rows' chains side by side in the lanes; and y[k] =
+ * bf16(w[k]·(x[k]·r)) for k < n (y may be x). */
+void di_cpu_sumsq_rows8_avx2(const float *x, int64_t ldx, int64_t n, float ss[8]);
+void di_cpu_norm_scale_avx2(const float *x, const float *w, int64_t n, float r, float *y);
 /* x[k] = bf16(x[k]) and x[k] = bf16(x[k]·c), k < n (di_round_bf16's
  * rounding: nearest even, NaN kept and quieted), in place. */
 void di_cpu_round_bf16_avx2(float *x, int64_t n);
