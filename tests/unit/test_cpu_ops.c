@@ -740,6 +740,23 @@ static void test_norm_rope(void) {
                 }
             CHECKF(bad == 0, "swiglu on %d thread(s): %d values differ from the formula", t + 1, bad);
         }
+        /* the vector form against the loops: with and without row weights
+         * and the clamp, a tail of 5 past the lanes, NaN and infinities */
+        enum { SM = 3, SN = 37 };
+        float gs[SM * SN], us[SM * SN], o[2][SM * SN];
+        for (int k = 0; k < SM * SN; k++) gs[k] = 4.0f * frand(), us[k] = 4.0f * frand();
+        gs[5] = NAN, us[7] = NAN, gs[9] = INFINITY, us[11] = -INFINITY, gs[13] = -INFINITY, us[40] = INFINITY;
+        for (int v = 0; v < 4; v++) {
+            for (int sc = 0; sc < 2; sc++) {
+                di_cpu_kernels_force_scalar(sc);
+                b1->ops->swiglu(b1, gs, us, v & 1 ? rw : NULL, SM, SN, v & 2 ? 2.5f : 0.0f, o[sc]);
+                di_cpu_kernels_force_scalar(0);
+            }
+            int bad = 0;
+            for (int k = 0; k < SM * SN; k++) bad += memcmp(&o[0][k], &o[1][k], sizeof(float)) != 0;
+            CHECKF(bad == 0, "swiglu weights %d clamp %d: %d values differ between the loops and the lanes", v & 1,
+                   v >> 1, bad);
+        }
     }
     di_backend_destroy(b1);
     di_backend_destroy(b2);

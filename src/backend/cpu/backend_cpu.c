@@ -1666,6 +1666,12 @@ static void swiglu_range(void *p, int64_t lo, int64_t hi) {
             }
             di_row_exp(t, kn, 0.0f, 1.0f, t);
             const float wi = w ? w[i] : 1.0f;
+#if defined(DI_HAVE_AVX2_OPS)
+            if (ops_avx2()) { /* the loop below on 8 lanes: the same operations */
+                di_cpu_swiglu_out_avx2(gb, t, ur, kn, limit, clamp, w ? &wi : NULL, o);
+                continue;
+            }
+#endif
             for (int64_t k = 0; k < kn; k++) {
                 float uv = ur[k];
                 if (clamp) {

@@ -308,6 +308,22 @@ AVX2 void di_cpu_norm_scale_avx2(const float *x, const float *w, int64_t n, floa
         store8(y, k, n, round_bf16(_mm256_mul_ps(load8(w, k, n), _mm256_mul_ps(load8(x, k, n), rv))));
 }
 
+AVX2 void di_cpu_swiglu_out_avx2(const float *g, const float *t, const float *u, int64_t n, float limit, int clamp,
+                                 const float *wi, float *o) {
+    const __m256 one = _mm256_set1_ps(1.0f), hi = _mm256_set1_ps(limit), lo = _mm256_set1_ps(-limit);
+    const __m256 zero = _mm256_setzero_ps(), wv = _mm256_set1_ps(wi ? *wi : 1.0f);
+    for (int64_t k = 0; k < n; k += 8) {
+        const __m256 gv = load8(g, k, n), tv = load8(t, k, n);
+        __m256 uv = load8(u, k, n);
+        if (clamp) /* max / min return their second operand on a NaN first: uv > -limit ? uv : -limit */
+            uv = _mm256_min_ps(_mm256_max_ps(uv, lo), hi);
+        const __m256 num = _mm256_blendv_ps(tv, one, _mm256_cmp_ps(gv, zero, _CMP_GE_OQ));
+        __m256 v = _mm256_mul_ps(_mm256_mul_ps(gv, _mm256_div_ps(num, _mm256_add_ps(one, tv))), uv);
+        if (wi) v = _mm256_mul_ps(wv, v);
+        store8(o, k, n, round_bf16(v));
+    }
+}
+
 AVX2 void di_cpu_hc_collapse_avx2(const float *s, const float *w, int hc, int64_t d, float *y) {
     for (int64_t k = 0; k < d; k += 8) {
         __m256 acc = _mm256_setzero_ps();

@@ -61,6 +61,12 @@ void di_cpu_index_combine8_avx2(const float *dots, const float *w, int hi, float
  * bf16(w[k]·(x[k]·r)) for k < n (y may be x). */
 void di_cpu_sumsq_rows8_avx2(const float *x, int64_t ldx, int64_t n, float ss[8]);
 void di_cpu_norm_scale_avx2(const float *x, const float *w, int64_t n, float r, float *y);
+/* SwiGLU's last step for k < n (backend_cpu.c's swiglu_range states it):
+ * u clamped to [-limit, limit] where clamp (a NaN u gives -limit), s =
+ * (g >= 0 ? 1 : t) / (1 + t), o[k] = bf16(wi·((g·s)·u)) with wi, else
+ * bf16((g·s)·u). g is the clamped gate, t = e^-|g|. */
+void di_cpu_swiglu_out_avx2(const float *g, const float *t, const float *u, int64_t n, float limit, int clamp,
+                            const float *wi, float *o);
 /* x[k] = bf16(x[k]) and x[k] = bf16(x[k]·c), k < n (di_round_bf16's
  * rounding: nearest even, NaN kept and quieted), in place. */
 void di_cpu_round_bf16_avx2(float *x, int64_t n);
