@@ -544,7 +544,10 @@ static void norm_range(void *p, int64_t lo, int64_t hi) {
     for (; i < hi; i++) {
         const float *xi = c->x + i * n;
         float ss = 0.f;
-        for (int64_t k = 0; k < n; k++) ss += xi[k] * xi[k];
+        for (int64_t k = 0; k < n; k++) { /* the square rounded, then added: no contraction into an FMA */
+            const float q = xi[k] * xi[k];
+            ss = ss + q;
+        }
         float r = 1.0f / sqrtf(ss / (float)n + (float)c->eps);
         for (int64_t k = 0; k < n; k++)
             c->y[i * n + k] = di_round_bf16((wf ? wf[k] : tensor_f32(c->w, k)) * (xi[k] * r));
