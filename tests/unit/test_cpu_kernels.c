@@ -396,6 +396,37 @@ static void test_gemm_fp8_prefill_threads(void) {
     }
 }
 
+/* BF16 / FP32 products of few panels and many rows (an indexer's head
+ * weights, a compressor's gates at prefill), which split rows as well as
+ * panels over the pool: 1-4 panels, a partial last panel, row counts that
+ * end inside a block of 6, on 2-4 threads. The AVX2 path must give the
+ * scalar bits. */
+static void test_gemm_plain_row_split(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+    static const int64_t shapes[][3] = {{200, 96, 16}, {97, 256, 40}, {130, 64, 8}, {50, 320, 33}, {512, 64, 64},
+                                        {101, 48, 1}};
+    di_err err;
+    for (int threads = 2; threads <= 4; threads++) {
+        di_threadpool *tp = NULL;
+        CHECK(di_threadpool_create(threads, &tp, &err) == DI_OK);
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+            for (int fmt = FMT_BF16; fmt <= FMT_F32; fmt++) {
+                const int64_t M = shapes[i][0], K = shapes[i][1], N = shapes[i][2];
+                problem p;
+                problem_init(&p, fmt, M, K, N);
+                float *o_s = malloc(sizeof(float) * M * N), *o_v = malloc(sizeof(float) * M * N);
+                run_gemm(&p, 0, 0, M, o_s, NULL);
+                run_gemm(&p, 1, 0, M, o_v, tp);
+                const int d = count_diff_bits(o_s, o_v, M * N);
+                CHECKF(d == 0, "%s M=%lld K=%lld N=%lld on %d threads: %d outputs differ from scalar",
+                       fmt == FMT_BF16 ? "bf16" : "f32", (long long)M, (long long)K, (long long)N, threads, d);
+                free(o_s), free(o_v);
+                problem_free(&p);
+            }
+        di_threadpool_destroy(tp);
+    }
+}
+
 /* MXFP4 prefill shapes (batches past the integer kernels' 128 rows, or 24
  * on 512-bit vectors: 40 and 97 rows take the integer kernels elsewhere):
  * weight rows past the last whole panel (N = 37, 45, 300: neither 16 nor 32
@@ -1503,6 +1534,7 @@ int main(void) {
     RUN(test_gemm_fp8);
     RUN(test_gemm_fp8_prefill_shapes);
     RUN(test_gemm_fp8_prefill_threads);
+    RUN(test_gemm_plain_row_split);
     RUN(test_gemm_mxfp4);
     RUN(test_gemm_mxfp4_prefill_shapes);
     RUN(test_prefill_threaded_pack);

@@ -50,6 +50,8 @@ typedef struct job {
     float *out;         /* [M, N] */
     float *scratch;     /* [threads][SCRATCH_FLOATS]: decoded tiles */
     float *edge;        /* [M, 16]: the last panel when N % 16 != 0 */
+    int64_t rows_unit;  /* rows split: rows a unit (a multiple of MR; 0: all rows) */
+    int64_t chunks;     /* rows split: panel chunks of MAX_CHUNK a row block */
 } job;
 
 /* ---- micro-kernels: mr rows × np panels of 16 columns ----
@@ -204,9 +206,10 @@ static AVX2 void decode_panel(const job *j, int64_t n0, int64_t nn, int64_t k0, 
     decode_plain_chunk(j->fmt, rows, kc, bp);
 }
 
-/* Panels [p0, p1) (at most MAX_CHUNK): see the top of the file for the
- * prefill and small-batch orders of the loops. */
-static AVX2 void panel_chunk(const job *j, int64_t p0, int64_t p1, int thread) {
+/* Panels [p0, p1) (at most MAX_CHUNK) for rows [r0, r1) (r0 a multiple
+ * of MR): see the top of the file for the prefill and small-batch orders
+ * of the loops. */
+static AVX2 void panel_chunk(const job *j, int64_t p0, int64_t p1, int64_t r0, int64_t r1, int thread) {
     const int64_t M = j->M, K = j->K, N = j->N, np = p1 - p0;
     /* small batches: per-call tiles small enough for L1 */
     const int small = M <= DECODE_ROWS;
@@ -218,7 +221,7 @@ static AVX2 void panel_chunk(const job *j, int64_t p0, int64_t p1, int thread) {
         int64_t n0 = (p0 + p) * NR;
         if (N - n0 >= NR) c[p] = j->out + n0, ldc[p] = N;
         else c[p] = j->edge, ldc[p] = NR; /* the one partial panel */
-        for (int64_t m = 0; m < M; m++) memset(c[p] + m * ldc[p], 0, NR * sizeof(float));
+        for (int64_t m = r0; m < r1; m++) memset(c[p] + m * ldc[p], 0, NR * sizeof(float));
     }
     /* Prefill decodes all panels of the chunk, then sweeps them with every
      * row block; small batches decode only the panels one kernel call uses. */
@@ -231,8 +234,8 @@ static AVX2 void panel_chunk(const job *j, int64_t p0, int64_t p1, int thread) {
                 int64_t n0 = (p0 + p) * NR;
                 decode_panel(j, n0, N - n0 < NR ? N - n0 : NR, k0, kc, bp + (p - g0) * KC * NR);
             }
-            for (int64_t m0 = 0; m0 < M; m0 += MR) {
-                const int mr = M - m0 < MR ? (int)(M - m0) : MR;
+            for (int64_t m0 = r0; m0 < r1; m0 += MR) {
+                const int mr = r1 - m0 < MR ? (int)(r1 - m0) : MR;
                 const float *ap = j->ap + m0 * K + k0 * MR;
                 float *cm[MAX_CHUNK];
                 for (int64_t p = g0; p < g1; p++) cm[p - g0] = c[p] + m0 * ldc[p];
@@ -249,14 +252,27 @@ static AVX2 void panel_chunk(const job *j, int64_t p0, int64_t p1, int thread) {
     for (int64_t p = 0; p < np; p++)
         if (c[p] == j->edge) {
             int64_t n0 = (p0 + p) * NR;
-            for (int64_t m = 0; m < M; m++)
+            for (int64_t m = r0; m < r1; m++)
                 memcpy(j->out + m * N + n0, j->edge + m * NR, (size_t)(N - n0) * sizeof(float));
         }
 }
 
 static void panels(void *ctx, int64_t p0, int64_t p1, int thread) {
+    const job *j = ctx;
     for (int64_t p = p0; p < p1; p += MAX_CHUNK)
-        panel_chunk(ctx, p, p1 - p < MAX_CHUNK ? p1 : p + MAX_CHUNK, thread);
+        panel_chunk(j, p, p1 - p < MAX_CHUNK ? p1 : p + MAX_CHUNK, 0, j->M, thread);
+}
+
+/* Units of (row block, chunk of MAX_CHUNK panels), for products of few
+ * panels and many rows: each output still one thread's chain. */
+static void row_units(void *ctx, int64_t u0, int64_t u1, int thread) {
+    const job *j = ctx;
+    const int64_t np = (j->N + NR - 1) / NR;
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t rb = u / j->chunks, p0 = (u % j->chunks) * MAX_CHUNK;
+        const int64_t r0 = rb * j->rows_unit, r1 = r0 + j->rows_unit < j->M ? r0 + j->rows_unit : j->M;
+        panel_chunk(j, p0, p0 + MAX_CHUNK < np ? p0 + MAX_CHUNK : np, r0, r1, thread);
+    }
 }
 
 /* Packs rows of activations as [ceil(M/MR)][K][MR] fp32 (missing rows zero). */
@@ -311,7 +327,19 @@ static void run(job *j, di_threadpool *tp, const float *x) {
      * a multiple of 4 panels so single rows can run 4 panels side by side */
     int64_t grain = np / (4 * threads);
     grain = grain < 4 ? 4 : (grain > MAX_CHUNK ? MAX_CHUNK : grain & ~(int64_t)3);
-    di_threadpool_for(tp, np, grain, panels, j);
+    const int64_t chunks = (np + MAX_CHUNK - 1) / MAX_CHUNK;
+    if (threads > 1 && j->M > DECODE_ROWS && (np + grain - 1) / grain < 2 * threads && j->M >= 4 * MR * threads) {
+        /* few panels (an indexer's head weights, a compressor's gates): the
+         * panel chunks alone would leave threads idle, so rows split too,
+         * ~4 units a thread, whole MR blocks */
+        const int64_t want = (4 * threads + chunks - 1) / chunks;
+        j->rows_unit = (j->M + want - 1) / want;
+        j->rows_unit = (j->rows_unit + MR - 1) / MR * MR;
+        j->chunks = chunks;
+        di_threadpool_for(tp, chunks * ((j->M + j->rows_unit - 1) / j->rows_unit), 1, row_units, j);
+    } else {
+        di_threadpool_for(tp, np, grain, panels, j);
+    }
     free(ap), free(scratch), free(edge);
 }
 
@@ -424,13 +452,13 @@ void di_gemm_bf16_avx2(const float *x, int64_t M, int64_t K, const uint16_t *w, 
         di_threadpool_for(tp, units, grain, bf16rows_units, &j);
         return;
     }
-    job j = {FMT_BF16, NULL, w, M, K, N, out, NULL, NULL};
+    job j = {FMT_BF16, NULL, w, M, K, N, out, NULL, NULL, 0, 0};
     run(&j, tp, x);
 }
 
 void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int64_t N,
                       float *out, di_threadpool *tp) {
-    job j = {FMT_F32, NULL, w, M, K, N, out, NULL, NULL};
+    job j = {FMT_F32, NULL, w, M, K, N, out, NULL, NULL, 0, 0};
     run(&j, tp, x);
 }
 
