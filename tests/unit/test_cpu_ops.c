@@ -907,6 +907,56 @@ static void test_add(void) {
     free(y), free(x), free(y0);
 }
 
+/* The Engram gate over the pool by rows (bf16 gate weights): one and two
+ * threads against the formula of backend.h, computed here as the op's loop
+ * states it, bit for bit. */
+static void test_engram_gate(void) {
+    enum { M = 21, HC = 4, D = 512 };
+    static float s0[M * HC * D], s1[M * HC * D], s2[M * HC * D], kv[M * (HC + 1) * D];
+    static uint16_t qb[HC * D], kb[HC * D];
+    for (int i = 0; i < M * HC * D; i++) s0[i] = di_round_bf16(2.0f * frand());
+    for (int i = 0; i < M * (HC + 1) * D; i++) kv[i] = di_round_bf16(2.0f * frand());
+    for (int i = 0; i < HC * D; i++) qb[i] = di_f32_to_bf16(1.0f + 0.5f * frand()), kb[i] = di_f32_to_bf16(1.0f + 0.5f * frand());
+    di_tensor qw = {0}, kw = {0};
+    qw.dtype = kw.dtype = DI_DTYPE_BF16, qw.ndim = kw.ndim = 2, qw.shape[0] = kw.shape[0] = HC,
+    qw.shape[1] = kw.shape[1] = D, qw.data = qb, kw.data = kb;
+    memcpy(s1, s0, sizeof s0), memcpy(s2, s0, sizeof s0);
+    di_backend *b1 = backend(1), *b2 = backend(2);
+    CHECK(b1 && b2);
+    if (b1 && b2) {
+        b1->ops->engram_gate(b1, s1, kv, &qw, &kw, M, HC, D, 1e-6);
+        b2->ops->engram_gate(b2, s2, kv, &qw, &kw, M, HC, D, 1e-6);
+        const float inv_sqrt_d = (float)(1.0 / sqrt((double)D));
+        int bad = 0;
+        for (int i = 0; i < M; i++)
+            for (int c = 0; c < HC; c++) {
+                const float *h = s0 + (i * HC + c) * D, *key = kv + (i * (HC + 1) + c) * D;
+                const float *value = kv + (i * (HC + 1) + HC) * D;
+                float sh = 0.f, sk = 0.f, dot = 0.f;
+                for (int k = 0; k < D; k++) {
+                    volatile float a = h[k] * h[k], b = key[k] * key[k];
+                    sh = sh + a, sk = sk + b;
+                    volatile float wgt = di_bf16_to_f32(qb[c * D + k]) * di_bf16_to_f32(kb[c * D + k]);
+                    volatile float hw = h[k] * wgt, t = hw * key[k];
+                    dot = dot + t;
+                }
+                volatile float r1 = 1.0f / sqrtf(sh / (float)D + 1e-6f), r2 = 1.0f / sqrtf(sk / (float)D + 1e-6f);
+                volatile float rstd = r1 * r2, d1 = dot * rstd, d2 = d1 * inv_sqrt_d;
+                const float a = sqrtf(fmaxf(fabsf(d2), 1e-6f));
+                const float gate = 1.0f / (1.0f + expf(-copysignf(a, d2)));
+                for (int k = 0; k < D; k++) {
+                    volatile float gv = gate * value[k];
+                    const float want = di_round_bf16(h[k] + gv);
+                    const int at = (i * HC + c) * D + k;
+                    bad += memcmp(&want, &s1[at], sizeof want) != 0 || memcmp(&want, &s2[at], sizeof want) != 0;
+                }
+            }
+        CHECKF(bad == 0, "engram_gate: %d values differ from the formula on 1 or 2 threads", bad);
+    }
+    di_backend_destroy(b1);
+    di_backend_destroy(b2);
+}
+
 /* gather_rows and scatter_add_rows on two threads (past their pool
  * thresholds) give the sequential loops' bits; the scatter-add's
  * destination rows repeat (as the batched experts' call has them), so
@@ -1176,6 +1226,7 @@ int main(void) {
     RUN(test_round_bf16);
     RUN(test_add);
     RUN(test_rows);
+    RUN(test_engram_gate);
     RUN(test_index);
     RUN(test_panel_kernel);
     RUN(test_panel_decode_scales);

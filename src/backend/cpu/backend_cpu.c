@@ -1030,11 +1030,29 @@ static void cpu_hc_mean(di_backend *be, const float *s, int64_t m, int hc, int64
 
 /* ------------------------------------------------------------ Engram */
 
-static void cpu_engram_gate(di_backend *be, float *s, const float *kv, const di_tensor *qw,
-                            const di_tensor *kw, int64_t m, int hc, int64_t d, double eps) {
-    (void)be;
+/* Rows are independent: over the pool by rows, the gate weights' products
+ * qw·kw widened once a range (the values tensor_f32 gives, multiplied as
+ * the loop did). */
+typedef struct engram_gate_ctx {
+    float *s;
+    const float *kv;
+    const di_tensor *qw, *kw;
+    int hc;
+    int64_t d;
+    double eps;
+} engram_gate_ctx;
+
+static void engram_gate_range(void *p, int64_t lo, int64_t hi) {
+    const engram_gate_ctx *g = p;
+    const int hc = g->hc;
+    const int64_t d = g->d;
+    float *s = g->s;
+    const float *kv = g->kv;
+    const double eps = g->eps;
     float inv_sqrt_d = (float)(1.0 / sqrt((double)d));
-    for (int64_t i = 0; i < m; i++) {
+    float *wgts = malloc((size_t)(hc * d) * sizeof(float));
+    for (int64_t k = 0; wgts && k < hc * d; k++) wgts[k] = tensor_f32(g->qw, k) * tensor_f32(g->kw, k);
+    for (int64_t i = lo; i < hi; i++) {
         const float *value = kv + (i * (hc + 1) + hc) * d;
         for (int c = 0; c < hc; c++) {
             float *h = s + (i * hc + c) * d;
@@ -1043,7 +1061,7 @@ static void cpu_engram_gate(di_backend *be, float *s, const float *kv, const di_
             for (int64_t k = 0; k < d; k++) {
                 sh += h[k] * h[k];
                 sk += key[k] * key[k];
-                float wgt = tensor_f32(qw, c * d + k) * tensor_f32(kw, c * d + k);
+                float wgt = wgts ? wgts[c * d + k] : tensor_f32(g->qw, c * d + k) * tensor_f32(g->kw, c * d + k);
                 dot += h[k] * wgt * key[k];
             }
             float rstd = (1.0f / sqrtf(sh / (float)d + (float)eps)) *
@@ -1054,6 +1072,13 @@ static void cpu_engram_gate(di_backend *be, float *s, const float *kv, const di_
             for (int64_t k = 0; k < d; k++) h[k] = di_round_bf16(h[k] + gate * value[k]);
         }
     }
+    free(wgts);
+}
+
+static void cpu_engram_gate(di_backend *be, float *s, const float *kv, const di_tensor *qw,
+                            const di_tensor *kw, int64_t m, int hc, int64_t d, double eps) {
+    engram_gate_ctx g = {s, kv, qw, kw, hc, d, eps};
+    par_for(be, m, (double)m * hc * (double)d * 12, engram_gate_range, &g);
 }
 
 /* ------------------------------------------------------------ attention */
