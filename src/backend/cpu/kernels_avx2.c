@@ -5,8 +5,9 @@
  * kernels_avx2_block.c.
  *
  * Layout of the work. The output is cut into panels of NR = 16 columns (16
- * weight rows); threads take chunks of panels from the pool, so a column is
- * computed by one thread from start to end (no split-K). Weights are decoded
+ * weight rows); threads take chunks of panels from the pool (and, where the
+ * panels are too few for the threads, blocks of rows of them), so an output
+ * is computed by one thread from start to end (no split-K). Weights are decoded
  * chunk by chunk into a small transposed tile Bp[k][16], and a
  * register-blocked micro-kernel runs MR = 6 activation rows at a time with
  * the 16 columns in the 8-float lanes of two registers. Each lane therefore
