@@ -451,8 +451,9 @@ static void test_hc_streams(void) {
     check_streams(4, 512, 9);
     check_streams(4, 37, 5); /* channel remainder */
     check_streams(3, 8, 2);
-    check_streams(8, 40, 3);  /* the widest hc the AVX2 expand takes in place */
-    check_streams(10, 24, 2); /* wider: through a copy */
+    check_streams(8, 40, 3);
+    check_streams(16, 24, 2); /* the widest hc the AVX2 expand takes */
+    check_streams(17, 16, 2); /* wider: the loops on every path */
 }
 
 /* Sparse attention over fp32 rows (empty slots, a partial 64-slot block,

@@ -959,13 +959,13 @@ static void cpu_hc_collapse_norm(di_backend *be, const float *s, const float *w,
 
 /* The forward expands in place (out = s): the AVX2 form reads every
  * stream's channels of a group before it writes theirs, so it writes out
- * directly where hc allows; the loops and wider hc go through tmp. */
+ * directly; the loops go through tmp. */
 static void expand_range(void *p, int64_t lo, int64_t hi) {
     const hc_ctx *c = p;
     int hc = c->hc;
     int64_t d = c->d;
 #if defined(DI_HAVE_AVX2_OPS)
-    if (ops_avx2() && hc <= DI_HC_EXPAND_INPLACE) {
+    if (ops_avx2() && hc <= DI_HC_EXPAND_MAX) {
         for (int64_t i = lo; i < hi; i++)
             di_cpu_hc_expand_avx2(c->y + i * d, c->s + i * hc * d, c->post + i * hc, c->comb + i * hc * hc, hc, d,
                                   c->out + i * hc * d);
@@ -977,13 +977,6 @@ static void expand_range(void *p, int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; i++) {
         const float *cb = c->comb + i * hc * hc, *s = c->s + i * hc * d, *y = c->y + i * d;
         const float *post = c->post + i * hc;
-#if defined(DI_HAVE_AVX2_OPS)
-        if (ops_avx2()) {
-            di_cpu_hc_expand_avx2(y, s, post, cb, hc, d, tmp);
-            memcpy(c->out + i * hc * d, tmp, (size_t)(hc * d) * sizeof(float));
-            continue;
-        }
-#endif
         for (int b = 0; b < hc; b++)
             for (int64_t k = 0; k < d; k++) {
                 float acc = 0.f;

@@ -335,28 +335,15 @@ AVX2 void di_cpu_hc_collapse_avx2(const float *s, const float *w, int hc, int64_
 
 AVX2 void di_cpu_hc_expand_avx2(const float *y, const float *s, const float *post, const float *comb,
                                 int hc, int64_t d, float *out) {
-    if (hc <= DI_HC_EXPAND_INPLACE) { /* the streams' 8 channels held, so out may be s */
-        for (int64_t k = 0; k < d; k += 8) {
-            const __m256 yk = load8(y, k, d);
-            __m256 sv[DI_HC_EXPAND_INPLACE];
-            for (int a = 0; a < hc; a++) sv[a] = load8(s + a * d, k, d);
-            for (int b = 0; b < hc; b++) {
-                __m256 acc = _mm256_setzero_ps();
-                for (int a = 0; a < hc; a++)
-                    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(comb[a * hc + b]), sv[a]));
-                const __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(post[b]), yk), acc);
-                store8(out + b * d, k, d, round_bf16(v));
-            }
-        }
-        return;
-    }
     for (int64_t k = 0; k < d; k += 8) {
-        __m256 yk = load8(y, k, d);
+        const __m256 yk = load8(y, k, d);
+        __m256 sv[DI_HC_EXPAND_MAX]; /* every stream's 8 channels held, so out may be s */
+        for (int a = 0; a < hc; a++) sv[a] = load8(s + a * d, k, d);
         for (int b = 0; b < hc; b++) {
             __m256 acc = _mm256_setzero_ps();
             for (int a = 0; a < hc; a++)
-                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(comb[a * hc + b]), load8(s + a * d, k, d)));
-            __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(post[b]), yk), acc);
+                acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(comb[a * hc + b]), sv[a]));
+            const __m256 v = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(post[b]), yk), acc);
             store8(out + b * d, k, d, round_bf16(v));
         }
     }

@@ -32,10 +32,10 @@ void di_cpu_hc_sinkhorn_avx2(float *c, int R, int hc, float eps, int iters);
  *   collapse: y[k] = bf16(Σ_c w[c]·s[c, k])
  *   expand:   out[b, k] = bf16(post[b]·y[k] + Σ_a comb[a, b]·s[a, k])
  *   mean:     out[k] = bf16((Σ_c s[c, k]) / hc)
- * s is [hc, d]. expand's out may be s itself where hc <= DI_HC_EXPAND_INPLACE
- * (each group of 8 channels of every stream is read before any is written),
- * must not alias it otherwise. */
-enum { DI_HC_EXPAND_INPLACE = 8 };
+ * s is [hc, d]. expand takes hc <= DI_HC_EXPAND_MAX, and its out may be s
+ * itself: each group of 8 channels of every stream is read before any is
+ * written. */
+enum { DI_HC_EXPAND_MAX = 16 };
 void di_cpu_hc_collapse_avx2(const float *s, const float *w, int hc, int64_t d, float *y);
 void di_cpu_hc_expand_avx2(const float *y, const float *s, const float *post, const float *comb,
                            int hc, int64_t d, float *out);
