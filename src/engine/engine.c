@@ -775,13 +775,16 @@ static void want_logits(di_row_want *w) {
     w->top = 0;
 }
 
+/* A draw whose edit list edits_build still has to make (row_want). */
+static int edits_pending(const di_row_want *w) { return w->mode == DI_ROW_DRAW && w->draw.n_edit < 0; }
+
 static void edits_rows(void *ctx, int64_t begin, int64_t end, int thread) {
     (void)thread;
     const edits_ctx *c = ctx;
     di_engine *e = c->e;
     for (int64_t i = begin; i < end; i++) {
         di_row_want *w = &e->want[i];
-        if (w->mode != DI_ROW_DRAW || w->draw.n_edit >= 0) continue;
+        if (!edits_pending(w)) continue;
         di_seq *s = e->items[i].seq;
         const di_sample_in in = item_in(e, (size_t)i);
         if (c->phase == 0) {
@@ -811,27 +814,26 @@ static int edits_reserve(di_engine *e, int64_t n) {
 static void edits_build(di_engine *e, size_t n) {
     e->n_edits = 0;
     int any = 0;
-    for (size_t i = 0; i < n && !any; i++) any = e->want[i].mode == DI_ROW_DRAW && e->want[i].draw.n_edit < 0;
+    for (size_t i = 0; i < n && !any; i++) any = edits_pending(&e->want[i]);
     if (!any) return;
     edits_ctx c = {e, 0};
     di_threadpool_for(e->sample_pool, (int64_t)n, 8, edits_rows, &c);
     int64_t total = 0;
     for (size_t i = 0; i < n; i++) {
         di_row_draw *d = &e->want[i].draw;
-        if (e->want[i].mode != DI_ROW_DRAW || d->n_edit >= 0) continue;
+        if (!edits_pending(&e->want[i])) continue;
         const int64_t len = d->e0;
         d->e0 = total;
         total += len;
     }
     if (total == 0) { /* none has an edit: no list (there may be no buffer yet) */
         for (size_t i = 0; i < n; i++)
-            if (e->want[i].mode == DI_ROW_DRAW && e->want[i].draw.n_edit < 0) e->want[i].draw.n_edit = 0;
+            if (edits_pending(&e->want[i])) e->want[i].draw.n_edit = 0;
         return;
     }
     if (edits_reserve(e, total)) { /* no memory: those rows to the host */
         for (size_t i = 0; i < n; i++)
-            if (e->want[i].mode == DI_ROW_DRAW && e->want[i].draw.n_edit < 0)
-                want_logits(&e->want[i]);
+            if (edits_pending(&e->want[i])) want_logits(&e->want[i]);
         return;
     }
     c.phase = 1;
