@@ -52,7 +52,6 @@ typedef struct job {
     float *scratch;     /* [threads][SCRATCH_FLOATS]: decoded tiles */
     float *edge;        /* [M, 16]: the last panel when N % 16 != 0 */
     int64_t rows_unit;  /* rows split: rows a unit (a multiple of MR; 0: all rows) */
-    int64_t chunks;     /* rows split: panel chunks of MAX_CHUNK a row block */
 } job;
 
 /* ---- micro-kernels: mr rows × np panels of 16 columns ----
@@ -268,9 +267,9 @@ static void panels(void *ctx, int64_t p0, int64_t p1, int thread) {
  * panels and many rows: each output still one thread's chain. */
 static void row_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const job *j = ctx;
-    const int64_t np = (j->N + NR - 1) / NR;
+    const int64_t np = (j->N + NR - 1) / NR, chunks = (np + MAX_CHUNK - 1) / MAX_CHUNK;
     for (int64_t u = u0; u < u1; u++) {
-        const int64_t rb = u / j->chunks, p0 = (u % j->chunks) * MAX_CHUNK;
+        const int64_t rb = u / chunks, p0 = (u % chunks) * MAX_CHUNK;
         const int64_t r0 = rb * j->rows_unit, r1 = r0 + j->rows_unit < j->M ? r0 + j->rows_unit : j->M;
         panel_chunk(j, p0, p0 + MAX_CHUNK < np ? p0 + MAX_CHUNK : np, r0, r1, thread);
     }
@@ -336,7 +335,6 @@ static void run(job *j, di_threadpool *tp, const float *x) {
         const int64_t want = (4 * threads + chunks - 1) / chunks;
         j->rows_unit = (j->M + want - 1) / want;
         j->rows_unit = (j->rows_unit + MR - 1) / MR * MR;
-        j->chunks = chunks;
         di_threadpool_for(tp, chunks * ((j->M + j->rows_unit - 1) / j->rows_unit), 1, row_units, j);
     } else {
         di_threadpool_for(tp, np, grain, panels, j);
@@ -453,13 +451,13 @@ void di_gemm_bf16_avx2(const float *x, int64_t M, int64_t K, const uint16_t *w, 
         di_threadpool_for(tp, units, grain, bf16rows_units, &j);
         return;
     }
-    job j = {FMT_BF16, NULL, w, M, K, N, out, NULL, NULL, 0, 0};
+    job j = {FMT_BF16, NULL, w, M, K, N, out, NULL, NULL, 0};
     run(&j, tp, x);
 }
 
 void di_gemm_f32_avx2(const float *x, int64_t M, int64_t K, const float *w, int64_t N,
                       float *out, di_threadpool *tp) {
-    job j = {FMT_F32, NULL, w, M, K, N, out, NULL, NULL, 0, 0};
+    job j = {FMT_F32, NULL, w, M, K, N, out, NULL, NULL, 0};
     run(&j, tp, x);
 }
 
