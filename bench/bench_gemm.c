@@ -99,7 +99,7 @@ static void openblas_best_core(char **argv) {
 }
 
 /* How the FP8 decode rows ran their software prefetches (kernels.h:
- * fixed, or measured per batch class on the first large calls). */
+ * fixed, or measured per batch and row class on the first large calls). */
 static void print_prefetch_choice(void) {
     const int fixed = di_cpu_kernels_dec_prefetch();
     if (strcmp(di_cpu_kernels_path(), "avx2")) return;
@@ -109,9 +109,10 @@ static void print_prefetch_choice(void) {
     }
     static const char *cls[3] = {"1 row", "2 rows", "3-16 rows"};
     printf("# FP8 decode rows' software prefetch, measured on the first calls:");
-    for (int c = 0; c < 3; c++) {
+    for (int c = 0; c < DI_PF_CLASSES; c++) {
         const int d = di_cpu_kernels_dec_prefetch_measured(c);
-        printf("%s %s %s", c ? "," : "", cls[c], d < 0 ? "not decided" : d ? "on" : "off");
+        printf("%s %s%s %s", c ? "," : "", cls[c % 3], c >= 3 ? " (short rows)" : "",
+               d < 0 ? "not decided" : d ? "on" : "off");
     }
     printf("\n");
 }

@@ -984,7 +984,11 @@ static void test_dec_prefetch_route(void) {
     const int was = di_cpu_kernels_dec_prefetch();
     di_cpu_kernels_force_dec_prefetch(was == 0 ? 1 : -1);
     CHECK(di_cpu_kernels_dec_prefetch() == (was == 0));
+    const long s0 = di_cpu_kernels_spread_units();
     check_all_paths();
+    /* without the prefetches whole units take their rows spread (dec_units) */
+    if (was != 0)
+        CHECKF(di_cpu_kernels_spread_units() > s0, "units with spread rows: %ld", di_cpu_kernels_spread_units() - s0);
     di_cpu_kernels_force_dec_prefetch(0);
     CHECK(di_cpu_kernels_dec_prefetch() == was);
 #endif
@@ -1074,6 +1078,26 @@ static void test_pf_measured(void) {
     CHECK(count_diff_bits(first, ref, 1024) == 0);
     di_cpu_kernels_reset_dec_prefetch();
     free(first), free(out);
+    problem_free(&p);
+
+    /* rows shorter than DI_DEC_LONG_ROW measure in their own class (3 for
+     * one row): 2,048 × 512 codes */
+    problem_init(&p, FMT_FP8, 1, 512, 2048);
+    first = malloc(sizeof(float) * 2048), out = malloc(sizeof(float) * 2048);
+    di_gemm_fp8(p.qa, p.sa, 1, 512, p.w, p.ws, 2048, first, NULL);
+    calls = 1, same = 1;
+    for (; calls < 100 && di_cpu_kernels_dec_prefetch_measured(3) < 0; calls++) {
+        di_gemm_fp8(p.qa, p.sa, 1, 512, p.w, p.ws, 2048, out, NULL);
+        same &= count_diff_bits(first, out, 2048) == 0;
+    }
+    CHECKF(calls == 24, "the short rows' choice took %d calls (24: 12 each way)", calls);
+    CHECK(same && di_cpu_kernels_dec_prefetch_measured(0) == -1);
+    float *ref2 = malloc(sizeof(float) * 2048);
+    di_gemm_fp8_scalar(p.qa, p.sa, 1, 512, p.w, p.ws, 2048, ref2, NULL);
+    CHECK(count_diff_bits(first, ref2, 2048) == 0);
+    di_cpu_kernels_reset_dec_prefetch();
+    CHECK(di_cpu_kernels_dec_prefetch_measured(3) == -1);
+    free(first), free(out), free(ref2);
     problem_free(&p);
 #endif
 }

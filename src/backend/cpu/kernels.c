@@ -249,17 +249,18 @@ static double median_of(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* The measured choice: per batch class, the first PF_TRIALS timed calls
- * of each kind, alternated (the kind with fewer samples runs next), then
- * di_cpu_pf_decide once. A mutex: several engines may decode at once. */
-enum { PF_CLASSES = 3, PF_TRIALS = 12 };
+/* The measured choice: per class (kernels.h), the first PF_TRIALS timed
+ * calls of each kind, alternated (the kind with fewer samples runs next),
+ * then di_cpu_pf_decide once. A mutex: several engines may decode at once. */
+enum { PF_CLASSES = DI_PF_CLASSES, PF_TRIALS = 12 };
 typedef struct pf_class {
     int n[2];                /* timed calls without / with */
     double t[2][PF_TRIALS];  /* their ns per weight byte */
 } pf_class;
 static pthread_mutex_t pf_mu = PTHREAD_MUTEX_INITIALIZER;
 static pf_class pf_classes[PF_CLASSES];
-static atomic_int pf_decided[PF_CLASSES] = {-1, -1, -1};
+static atomic_int pf_decided[PF_CLASSES] = {-1, -1, -1, -1, -1, -1};
+_Static_assert(PF_CLASSES == 6, "pf_decided starts every class at -1");
 
 int di_cpu_kernels_dec_prefetch_measured(int c) {
     return c >= 0 && c < PF_CLASSES ? atomic_load(&pf_decided[c]) : -1;

@@ -297,6 +297,11 @@ long di_cpu_kernels_bias_units(void);
  * running kernels. */
 void di_cpu_kernels_force_no_seg(int on);
 long di_cpu_kernels_seg_units(void); /* weight-row units it ran (tests) */
+/* Weight-row units of the FP8 decode rows (outside the segmented form)
+ * whose kernel calls took rows spread through the unit
+ * (kernels_avx2_block.c, dec_units: without the software prefetches; same
+ * bits; tests). */
+long di_cpu_kernels_spread_units(void);
 /* Whether the FP8 prefill (on 512-bit vectors from 17 rows on; on 256-bit
  * ones from 32 to 96 rows) runs each group of weight panels and block of
  * rows start to end in one parallel pass (kernels_avx2_block.c,
@@ -308,19 +313,27 @@ int di_cpu_kernels_lg_fused(void);
 void di_cpu_kernels_force_no_lg_fused(int on);
 /* Whether the FP8 decode rows prefetch their weights into L2 themselves
  * (kernels_avx2_block.c: the row group two ahead, the segmented rows' next
- * segment). Which is faster depends on the machine (bench/RESULTS.md), so
- * unless the environment fixes it (DI_CPU_PREFETCH=1: on, 0: off) each
- * class of batch (1 row, 2 rows, 3-16 rows) measures: its first 24 calls
- * of at least 1 MiB of weights alternate with and without, and it keeps
- * the faster (kernels.c, "the measured choice"; the calls are timed by
- * kernels_avx2_block.c's dec_run). Returns 1 (on), 0 (off)
- * or -1 (measured). Forcing it on (1) or off (-1), or back to that (0), is
- * for tests and benchmarks, set before running kernels. Same bits either
- * way: only the speed depends on it. */
+ * segment). Which is faster depends on the machine and on the rows'
+ * length (bench/RESULTS.md), so unless the environment fixes it
+ * (DI_CPU_PREFETCH=1: on, 0: off) each class of batch (1 row, 2 rows,
+ * 3-16 rows) and of row (at least DI_DEC_LONG_ROW codes or fewer)
+ * measures: its first 24 calls of at least 1 MiB of weights alternate with
+ * and without, and it keeps the faster (kernels.c, "the measured choice";
+ * the calls are timed by kernels_avx2_block.c's dec_run). Returns 1 (on),
+ * 0 (off) or -1 (measured). Forcing it on (1) or off (-1), or back to
+ * that (0), is for tests and benchmarks, set before running kernels. Same
+ * bits either way: only the speed depends on it. */
 int di_cpu_kernels_dec_prefetch(void);
 void di_cpu_kernels_force_dec_prefetch(int on);
-/* The measured choice of batch class c (0: 1 row, 1: 2 rows, 2: 3-16 rows):
+/* Rows of at least this many codes (1 KB of FP8) are long: without the
+ * prefetches their kernel calls take rows spread through a unit
+ * (kernels_avx2_block.c, dec_units), and their choice is measured apart
+ * from shorter rows'. */
+#define DI_DEC_LONG_ROW 1024
+/* The measured choice of class c = batch (0: 1 row, 1: 2 rows, 2: 3-16
+ * rows) + 3 for rows shorter than DI_DEC_LONG_ROW (DI_PF_CLASSES in all):
  * 1 on, 0 off, -1 still measuring (or never measured). */
+#define DI_PF_CLASSES 6
 int di_cpu_kernels_dec_prefetch_measured(int c);
 /* Forget the measured choices: the next large calls measure again (tests,
  * benchmarks). */

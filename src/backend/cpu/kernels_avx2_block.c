@@ -1583,17 +1583,16 @@ static dec_kernel_fn dec_kernel_for(int64_t M, int mr, int half) {
     return r2[half][mr];
 }
 
-/* Weight rows g0 .. g1-1 (at most one group of R) for every activation row,
- * a: the unit's folded activations; bias: by the exponent bias
- * (returns the chunks that took its table). */
-static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float *a, int bias) {
+/* Weight rows g0, g0 + step, .. (nn of them, at most one group of R) for
+ * every activation row, a: the unit's folded activations; bias: by the
+ * exponent bias (returns the chunks that took its table). */
+static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t nn, int64_t step, const float *a, int bias) {
     const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N;
     const int64_t chunks = Kp / 32;
     const int R = j->R;
-    const int64_t nn = g1 - g0;
     /* the missing rows of the last group repeat its last row (results dropped) */
     const uint8_t *rows[8];
-    for (int r = 0; r < R; r++) rows[r] = j->w + (g0 + (r < nn ? r : nn - 1)) * K;
+    for (int r = 0; r < R; r++) rows[r] = j->w + (g0 + (r < nn ? r : nn - 1) * step) * K;
     /* The software prefetches (j->pf) are a choice, measured or fixed by
      * DI_CPU_PREFETCH, because which is faster depends on the machine, not
      * only its vendor
@@ -1612,7 +1611,7 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float 
      * read such rows, wo_b's, at 0.81-0.84 of the bandwidth with it and
      * 0.62-0.64 without) */
     const int aliased = R >= 8 && K % 4096 == 0 && (j->half || !di_cpu_kernels_wide());
-    const uint8_t *ahead = aliased || g0 + 3 * R > N || !j->pf ? NULL : j->w + (g0 + 2 * R) * K;
+    const uint8_t *ahead = aliased || step > 1 || g0 + 3 * R > N || !j->pf ? NULL : j->w + (g0 + 2 * R) * K;
     const int mb = dec_block_rows(M);
     int nsub = 0;
     for (int64_t m0 = 0; m0 < M; m0 += mb) {
@@ -1624,7 +1623,7 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t g1, const float 
         }
         else dec_kernel_for(M, mr, j->half)(chunks, rows, m0 ? NULL : ahead, a + m0 * Kp, Kp, res);
         for (int64_t m = 0; m < mr; m++)
-            for (int64_t r = 0; r < nn; r++) j->out[(m0 + m) * N + g0 + r] = res[m * 8 + r];
+            for (int64_t r = 0; r < nn; r++) j->out[(m0 + m) * N + g0 + r * step] = res[m * 8 + r];
     }
     return nsub;
 }
@@ -1690,8 +1689,27 @@ static void dec_bias_done(const dec_job *j, int64_t rows, int64_t nsub) {
         atomic_store_explicit(j->bias_heavy, 1, memory_order_relaxed);
 }
 
+/* Units whose groups took rows spread through the unit (dec_units). */
+static atomic_long spread_units;
+long di_cpu_kernels_spread_units(void) { return atomic_load(&spread_units); }
+
 /* Units [u0, u1) of UNIT weight rows (one scale tile): every activation row,
- * all of K. */
+ * all of K. Without the software prefetches a whole unit of long rows
+ * (DI_DEC_LONG_ROW) has its groups take their rows spread through it:
+ * group t of the unit's R·S rows (S = UNIT / R) has rows t, t + S,
+ * t + 2S, .., so register slot r reads rows r·S .. r·S + S - 1 one after
+ * the other, S·K contiguous bytes, rather than a new row every K bytes.
+ * The hardware prefetchers follow streams within 4 KB pages, and rows
+ * shorter than two pages put two or three of the group's streams in one
+ * page: on the 2-vCPU Xeon VM one row of K = 2,048 read 10.7 GB/s from
+ * DRAM in groups of 8 consecutive rows and 13.1 spread (K 1,024: 10.4 ->
+ * 13.5; 3,072: 10.7 -> 13.8; 5,120: 13.2 -> 14.1; two threads at K 2,048:
+ * 18.5 -> 23.0). Shorter rows read slower spread (K 512: 11.9 -> 10.1),
+ * and faster still with the prefetches, which is why their choice is
+ * measured apart (bench/RESULTS.md 2026-12-05). Each output's chain is
+ * unchanged (same bits); only which rows share a kernel call moves. With
+ * the prefetches (the group two ahead, contiguous rows) the groups stay
+ * consecutive. */
 static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const dec_job *j = ctx;
     const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N, KB = K / 32, chunks = Kp / 32;
@@ -1708,7 +1726,12 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
         for (int64_t m = 0; m < M; m++) dec_fold(j->ap + m * Kp, fs, chunks, sc + m * Kp);
         const int bias = j->bias && !atomic_load_explicit(j->bias_heavy, memory_order_relaxed);
         int64_t nsub = 0;
-        for (int64_t g0 = n0; g0 < n1; g0 += R) nsub += dec_group(j, g0, n1 - g0 < R ? n1 : g0 + R, sc, bias);
+        const int64_t S = UNIT / R;
+        if (!j->pf && K >= DI_DEC_LONG_ROW && n1 - n0 == UNIT && S > 1 && S * R == UNIT) {
+            atomic_fetch_add_explicit(&spread_units, 1, memory_order_relaxed);
+            for (int64_t t = 0; t < S; t++) nsub += dec_group(j, n0 + t, R, S, sc, bias);
+        } else
+            for (int64_t g0 = n0; g0 < n1; g0 += R) nsub += dec_group(j, g0, n1 - g0 < R ? n1 - g0 : R, 1, sc, bias);
         if (bias) dec_bias_done(j, n1 - n0, nsub);
     }
 }
@@ -1805,7 +1828,7 @@ static int dec_run(int half, const di_gemm_part *parts, int n, int64_t K, di_thr
     int64_t bytes = 0;
     for (int i = 0; i < n; i++) bytes += parts[i].N * K;
     int timed;
-    const int pf_class = M == 1 ? 0 : M == 2 ? 1 : 2;
+    const int pf_class = (M == 1 ? 0 : M == 2 ? 1 : 2) + (K < DI_DEC_LONG_ROW ? 3 : 0);
     const int pf = di_cpu_pf_for_call(pf_class, bytes >= PF_MIN_BYTES, &timed);
     int64_t units = 0;
     for (int i = 0; i < n; i++) {
