@@ -513,6 +513,60 @@ static void test_gemm_decode_rows(void) {
     di_threadpool_destroy(tp);
 }
 
+/* FP8 decode rows of long rows without the prefetches (dec_units): at one
+ * activation row spans of 4 scale tiles, whose pairs of rows read their
+ * own tile's folded activations, then single tiles and a partial one; a tile whose scales cannot be folded (a NaN scale) inside a span
+ * sends the span's tiles one by one. Two activation rows: rows spread
+ * within each tile. One and two threads, each route, against the scalar
+ * bits; the weight scales differ tile by tile. */
+static void test_gemm_decode_spans(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+#ifdef DI_HAVE_AVX2_KERNELS
+    di_threadpool *tp = NULL;
+    di_err err;
+    CHECK(di_threadpool_create(2, &tp, &err) == DI_OK);
+    di_cpu_kernels_force_dec_prefetch(-1);
+    static const int64_t shapes[][2] = {{1024, 32 * 7 + 17}, {2048, 32 * 4}, {1056, 32 * 6}};
+    static const char *route_name[4] = {"default", "F16C", "shifts", "256-bit"};
+    const long s0 = di_cpu_kernels_span_units();
+    /* the routes: as chosen, F16C instead of the exponent bias, the shifts
+     * of AMD cores, the 256-bit kernels (spread in one unit, no spans) */
+    for (int route = 0; route < 4; route++) {
+    di_cpu_kernels_force_no_bias(route == 1);
+    di_cpu_kernels_force_fp8_half(route == 1 ? 1 : route == 2 ? -1 : 0);
+    di_cpu_kernels_force_no_avx512(route == 3);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+        for (int64_t M = 1; M <= 2; M++)
+            for (int nan_tile = 0; nan_tile < 2; nan_tile++) {
+                const int64_t K = shapes[si][0], N = shapes[si][1];
+                problem p;
+                problem_init(&p, FMT_FP8, M, K, N);
+                /* scales of 2^-15 .. 2^-7, which every tile can fold (fill_act's blocks
+                 * reach 2^14; dec_fold_scales) */
+                for (int64_t i = 0; i < (N + 31) / 32 * (K / 32); i++) p.ws[i] = (uint8_t)(112 + rnd() % 9);
+                if (nan_tile) p.ws[1 * (K / 32) + 3] = 0xff; /* tile 1, block 3 */
+                float *o_s = malloc(sizeof(float) * M * N), *o_v = malloc(sizeof(float) * M * N);
+                run_gemm(&p, 0, 0, M, o_s, NULL);
+                for (int t = 0; t < 2; t++) {
+                    run_gemm(&p, 1, 0, M, o_v, t ? tp : NULL);
+                    const int d = count_diff_bits(o_s, o_v, M * N);
+                    CHECKF(d == 0, "%s M=%lld K=%lld N=%lld NaN tile %d threads=%d: %d outputs differ from scalar",
+                           route_name[route], (long long)M, (long long)K, (long long)N, nan_tile, t + 1, d);
+                }
+                free(o_s), free(o_v);
+                problem_free(&p);
+            }
+    }
+    di_cpu_kernels_force_no_bias(0);
+    di_cpu_kernels_force_fp8_half(0);
+    di_cpu_kernels_force_no_avx512(0);
+    if (di_cpu_kernels_wide())
+        CHECKF(di_cpu_kernels_span_units() > s0, "units in spans: %ld", di_cpu_kernels_span_units() - s0);
+    di_cpu_kernels_force_dec_prefetch(0);
+    di_threadpool_destroy(tp);
+#endif
+}
+
 /* Every E8M0 weight scale, 0 (2^-127, subnormal) and 255 (NaN) included, on
  * enough blocks (K/32 >= 32) that decode rows convert them as vectors. */
 static void test_gemm_decode_all_scales(void) {
@@ -1583,6 +1637,7 @@ int main(void) {
     RUN(test_dec_prefetch_route);
     RUN(test_pf_decide);
     RUN(test_pf_measured);
+    RUN(test_gemm_decode_spans);
     RUN(test_narrow_route);
     RUN(test_bias_route);
     RUN(test_seg_route);

@@ -298,10 +298,11 @@ long di_cpu_kernels_bias_units(void);
 void di_cpu_kernels_force_no_seg(int on);
 long di_cpu_kernels_seg_units(void); /* weight-row units it ran (tests) */
 /* Weight-row units of the FP8 decode rows (outside the segmented form)
- * whose kernel calls took rows spread through the unit
- * (kernels_avx2_block.c, dec_units: without the software prefetches; same
- * bits; tests). */
+ * whose kernel calls took rows spread through the unit, and those of them
+ * that went in spans of 4 units (kernels_avx2_block.c, dec_units:
+ * without the software prefetches; same bits; tests). */
 long di_cpu_kernels_spread_units(void);
+long di_cpu_kernels_span_units(void);
 /* Whether the FP8 prefill (on 512-bit vectors from 17 rows on; on 256-bit
  * ones from 32 to 96 rows) runs each group of weight panels and block of
  * rows start to end in one parallel pass (kernels_avx2_block.c,

@@ -89,7 +89,7 @@
  * chunks of ROWS weight rows × KC codes. Decode rows: up to DEC_M rows, in
  * blocks of at most DEC_MB, and work units of 32 weight rows (one FP8 scale
  * tile). */
-enum { BM = 3, BN = 4, ROWS = 128, KC = 512, DEC_M = 16, DEC_MB = 4, UNIT = 32 };
+enum { BM = 3, BN = 4, ROWS = 128, KC = 512, DEC_M = 16, DEC_MB = 4, UNIT = 32, DEC_SPAN = 4 };
 /* Word position p of the 8 words x (one chunk of a row) as fp32 bits of
  * code·2^-120. */
 AVX2_INLINE __m256 dec_pos(__m256i x, const int p) {
@@ -1310,8 +1310,9 @@ enum { DEC_F16C, DEC_BIAS, DEC_SHIFT };
  * that took dec_bias_wide's table. On a Zen 4 core the shift form at one
  * and two rows runs 5-15 % ahead of the 256-bit dec_kernel, 20-23 GB/s
  * at one row with the weights in L2 (wo_b's rows 8 KB apart too). */
-AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, int64_t chunks, const uint8_t *const *rowp,
-                                  const uint8_t *ahead, const float *a, int64_t lda, float *res) {
+AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, const int X, int64_t chunks,
+                                  const uint8_t *const *rowp, const uint8_t *ahead, const float *a, int64_t lda,
+                                  int64_t ta, float *res) {
     int nsub = 0;
     __m512 acc[DEC_MB][4];
     const uint8_t *rows[8];
@@ -1322,13 +1323,16 @@ AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, int64
             for (int r = 0; r < R; r += 2) _mm_prefetch((const char *)ahead + (c * R + r) * 32, _MM_HINT_T1);
         __m512 av[DEC_MB][4];
 #pragma GCC unroll 4
-        for (int m = 0; m < DEC_MB; m++)
-#pragma GCC unroll 4
-            for (int p = 0; p < 4; p++)
-                if (m < mr) av[m][p] = _mm512_broadcast_f32x8(_mm256_load_ps(a + m * lda + c * 32 + 8 * p));
-#pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
             if (2 * i < R) {
+                if (i % (4 / X) == 0) /* a span of X tiles: pair i's rows lie in tile i·X/4 */
+#pragma GCC unroll 4
+                    for (int m = 0; m < DEC_MB; m++)
+#pragma GCC unroll 4
+                        for (int p = 0; p < 4; p++)
+                            if (m < mr)
+                                av[m][p] = _mm512_broadcast_f32x8(
+                                    _mm256_load_ps(a + i * X / 4 * ta + m * lda + c * 32 + 8 * p));
                 const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_chunk(rows[2 * i], c)),
                                                      load_chunk(rows[2 * i + 1], c), 1);
                 __m512 d[4];
@@ -1353,12 +1357,12 @@ AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, int64
     static AVX512 void dec_kernel_##mr##_##R##w(int64_t chunks, const uint8_t *const *rows,             \
                                                 const uint8_t *ahead, const float *a, int64_t lda,       \
                                                 float *res) {                                            \
-        dec_kernel_wide(mr, R, DEC_F16C, chunks, rows, ahead, a, lda, res);                             \
+        dec_kernel_wide(mr, R, DEC_F16C, 1, chunks, rows, ahead, a, lda, 0, res);                       \
     }                                                                                                    \
     static AVX512 int dec_kernel_##mr##_##R##x(int64_t chunks, const uint8_t *const *rows,              \
                                                const uint8_t *ahead, const float *a, int64_t lda,        \
                                                float *res) {                                             \
-        return dec_kernel_wide(mr, R, DEC_BIAS, chunks, rows, ahead, a, lda, res);                      \
+        return dec_kernel_wide(mr, R, DEC_BIAS, 1, chunks, rows, ahead, a, lda, 0, res);                \
     }
 DEC_WIDE_FNS(1, 8)
 DEC_WIDE_FNS(2, 8)
@@ -1369,7 +1373,7 @@ DEC_WIDE_FNS(2, 8)
     static AVX512 void dec_kernel_##mr##_8s(int64_t chunks, const uint8_t *const *rows,                 \
                                             const uint8_t *ahead, const float *a, int64_t lda,           \
                                             float *res) {                                                \
-        dec_kernel_wide(mr, 8, DEC_SHIFT, chunks, rows, ahead, a, lda, res);                            \
+        dec_kernel_wide(mr, 8, DEC_SHIFT, 1, chunks, rows, ahead, a, lda, 0, res);                      \
     }
 DEC_SHIFT_WIDE_FN(1)
 DEC_SHIFT_WIDE_FN(2)
@@ -1377,6 +1381,34 @@ DEC_WIDE_FNS(1, 4)
 DEC_WIDE_FNS(2, 4)
 DEC_WIDE_FNS(3, 4)
 DEC_WIDE_FNS(4, 4)
+/* The 8-row kernels for one activation row over a span of X = DEC_SPAN
+ * scale tiles (dec_span): pair i's rows lie in tile i·X/4, whose folded
+ * activations start ta floats after the previous tile's; by the exponent
+ * bias (x, returning dec_bias_wide's table count), through F16C (w) or by
+ * shifts (s). */
+typedef int (*dec_span_fn)(int64_t chunks, const uint8_t *const *rows, const float *a, int64_t lda, int64_t ta,
+                           float *res);
+#define DEC_SPAN_FNS(mr, X)                                                                                  \
+    static AVX512 int dec_span_##mr##x##X(int64_t chunks, const uint8_t *const *rows, const float *a,       \
+                                          int64_t lda, int64_t ta, float *res) {                            \
+        return dec_kernel_wide(mr, 8, DEC_BIAS, X, chunks, rows, NULL, a, lda, ta, res);                    \
+    }                                                                                                        \
+    static AVX512 int dec_span_##mr##w##X(int64_t chunks, const uint8_t *const *rows, const float *a,       \
+                                          int64_t lda, int64_t ta, float *res) {                            \
+        dec_kernel_wide(mr, 8, DEC_F16C, X, chunks, rows, NULL, a, lda, ta, res);                           \
+        return 0;                                                                                            \
+    }                                                                                                        \
+    static AVX512 int dec_span_##mr##s##X(int64_t chunks, const uint8_t *const *rows, const float *a,       \
+                                          int64_t lda, int64_t ta, float *res) {                            \
+        dec_kernel_wide(mr, 8, DEC_SHIFT, X, chunks, rows, NULL, a, lda, ta, res);                          \
+        return 0;                                                                                            \
+    }
+DEC_SPAN_FNS(1, 4)
+/* bias, F16C or shifts, as dec_kernel_for picks the routes */
+static dec_span_fn dec_span_for(int bias, int half) {
+    return bias ? dec_span_1x4 : half ? dec_span_1w4 : dec_span_1s4;
+}
+
 typedef int (*dec_bias_fn)(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead, const float *a,
                            int64_t lda, float *res);
 static dec_bias_fn dec_bias_for(int64_t M, int mr) {
@@ -1628,6 +1660,21 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t nn, int64_t step
     return nsub;
 }
 
+/* Group t of a span of DEC_SPAN scale tiles (dec_units: 8 weight rows,
+ * one activation row): rows g0 + r·S for r < 8, S = DEC_SPAN·UNIT/8, so
+ * pair i's two rows lie in tile i; a: the span's folded activations, tile
+ * after tile (Kp floats each). Returns the chunks that took the exponent
+ * bias's table. */
+static AVX2 int dec_span(const dec_job *j, int64_t g0, const float *a, int bias) {
+    const int64_t K = j->K, Kp = j->Kp, S = DEC_SPAN * UNIT / 8;
+    const uint8_t *rows[8];
+    for (int r = 0; r < 8; r++) rows[r] = j->w + (g0 + r * S) * K;
+    float res[8];
+    const int nsub = dec_span_for(bias, j->half)(Kp / 32, rows, a, Kp, Kp, res);
+    for (int64_t r = 0; r < 8; r++) j->out[g0 + r * S] = res[r];
+    return nsub;
+}
+
 /* Whether a unit's scale tile (st: its K/32 scales) can be folded into
  * the activations exactly: sw·2^120 (shifts) or sw·2^8 (F16C, where a
  * nonzero a·sw·2^8 must also stay a normal number: a >= 2^-9·sa, so sa·sw
@@ -1689,9 +1736,30 @@ static void dec_bias_done(const dec_job *j, int64_t rows, int64_t nsub) {
         atomic_store_explicit(j->bias_heavy, 1, memory_order_relaxed);
 }
 
-/* Units whose groups took rows spread through the unit (dec_units). */
-static atomic_long spread_units;
+/* Whether dec_units takes spans of DEC_SPAN scale tiles: where the rows
+ * spread (no prefetches, long rows) and the 8-row 512-bit kernels of one
+ * activation row run. */
+static int dec_spans(const dec_job *j) {
+    return !j->pf && j->K >= DI_DEC_LONG_ROW && j->M == 1 && j->R == 8 && di_cpu_kernels_wide();
+}
+
+/* The folded activations of the span's tiles from u on into sc, tile
+ * after tile (Kp floats each; fs: scratch for the factors); 0 where a
+ * tile's scales cannot be folded exactly (the tiles then go one by one). */
+static AVX2 int dec_fold_span(const dec_job *j, int64_t u, float *fs, float *sc) {
+    const int64_t Kp = j->Kp, KB = j->K / 32, chunks = Kp / 32;
+    for (int x = 0; x < DEC_SPAN; x++) {
+        if (!dec_fold_scales(j, j->ws + (u + x) * (UNIT / 32) * KB, fs)) return 0;
+        dec_fold(j->ap, fs, chunks, sc + x * Kp);
+    }
+    return 1;
+}
+
+/* Units whose groups took rows spread through the unit, and those of them
+ * in spans of several (dec_units). */
+static atomic_long spread_units, span_units;
 long di_cpu_kernels_spread_units(void) { return atomic_load(&spread_units); }
+long di_cpu_kernels_span_units(void) { return atomic_load(&span_units); }
 
 /* Units [u0, u1) of UNIT weight rows (one scale tile): every activation row,
  * all of K. Without the software prefetches a whole unit of long rows
@@ -1709,13 +1777,34 @@ long di_cpu_kernels_spread_units(void) { return atomic_load(&spread_units); }
  * measured apart (bench/RESULTS.md 2026-12-05). Each output's chain is
  * unchanged (same bits); only which rows share a kernel call moves. With
  * the prefetches (the group two ahead, contiguous rows) the groups stay
- * consecutive. */
+ * consecutive.
+ * At one activation row the streams go further: where DEC_SPAN whole
+ * units follow in the range, their 16 groups each take rows t + 16r, so
+ * a slot reads 16 rows (a pair's two slots lie in one unit, pair i in
+ * unit i of the span, and read that unit's folded activations: dec_span).
+ * One row from DRAM on the VM: K 2,048 13.1 -> 14.7 GB/s, 5,120 14.1 ->
+ * 14.2-14.5, 8,192 14.0 -> 14.5; spans of 2 units were no faster than
+ * none, and two activation rows read slower in spans (K 5,120 13.3 ->
+ * 12.4: the four units' activations, 160 KB, leave L1). */
 static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const dec_job *j = ctx;
     const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N, KB = K / 32, chunks = Kp / 32;
     const int R = j->R;
-    float *sc = j->scratch + thread * j->scratch_floats, *fs = sc + M * Kp; /* [K/32] the factors */
+    const int spans = dec_spans(j);
+    float *sc = j->scratch + thread * j->scratch_floats;
+    float *fs = sc + (spans ? DEC_SPAN : 1) * M * Kp; /* [K/32] the factors */
     for (int64_t u = u0; u < u1; u++) {
+        /* a span of whole tiles where the range holds one */
+        if (spans && u + DEC_SPAN <= u1 && (u + DEC_SPAN) * UNIT <= N && dec_fold_span(j, u, fs, sc)) {
+            const int bias = j->bias && !atomic_load_explicit(j->bias_heavy, memory_order_relaxed);
+            int64_t nsub = 0;
+            atomic_fetch_add_explicit(&spread_units, DEC_SPAN, memory_order_relaxed);
+            atomic_fetch_add_explicit(&span_units, DEC_SPAN, memory_order_relaxed);
+            for (int64_t t = 0; t < DEC_SPAN * UNIT / 8; t++) nsub += dec_span(j, u * UNIT + t, sc, bias);
+            if (bias) dec_bias_done(j, DEC_SPAN * UNIT, nsub);
+            u += DEC_SPAN - 1;
+            continue;
+        }
         const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
         /* fold the tile's scales into the activations, if exact (dec_fold_scales) */
         const uint8_t *st = j->ws + (n0 / 32) * KB;
@@ -1805,7 +1894,7 @@ static int dec_run(int half, const di_gemm_part *parts, int n, int64_t K, di_thr
     /* the segmented form where it runs (seg_units: a segment's activations and the unit's lanes) */
     const int64_t ks = M >= SEG_FROM && !atomic_load(&seg_forced_off) ? seg_chunks(M, Kp / 32) : 0;
     /* + the factors (dec_fold_scales), rounded so each thread's part stays 32-byte aligned */
-    const int64_t sf = (ks ? M * ks * 32 + UNIT * M * 8 : M * Kp) + (KB + 7) / 8 * 8;
+    const int64_t sf = (ks ? M * ks * 32 + UNIT * M * 8 : (M == 1 ? DEC_SPAN : 1) * M * Kp) + (KB + 7) / 8 * 8;
     float *bmax = malloc(sizeof(float) * (size_t)(M * KB + KB));
     float *ap = bmax ? pack_lanes(qa, sa, M, K, Kp, 1.0f, bmax, half, 0, NULL, NULL) : NULL;
     float *scratch = aligned_alloc(32, (size_t)threads * (size_t)sf * sizeof(float));
