@@ -567,6 +567,50 @@ static void test_gemm_decode_spans(void) {
 #endif
 }
 
+/* MXFP4 decode rows of one and two activation rows on 512-bit vectors in
+ * spans of 8 units (dec4_units: each register slot streams 32 consecutive
+ * rows): two spans, then units and a partial one; a NaN scale in a span's
+ * rows sends its units one by one; K with a half last chunk. The VNNI
+ * byte form, the 16-bit VNNI sums and the plain sums, one and two threads,
+ * against the scalar bits. */
+static void test_gemm_mxfp4_decode_spans(void) {
+    if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
+#ifdef DI_HAVE_AVX2_KERNELS
+    di_threadpool *tp = NULL;
+    di_err err;
+    CHECK(di_threadpool_create(2, &tp, &err) == DI_OK);
+    static const int64_t shapes[][2] = {{1024, 256 * 2 + 32 * 3 + 17}, {2336, 256 + 40}};
+    const long s0 = di_cpu_kernels_mxfp4_span_units();
+    for (int form = 0; form < 3; form++) {
+        di_cpu_kernels_force_no_vnni_bytes(form >= 1);
+        di_cpu_kernels_force_no_vnni(form == 2);
+        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
+            for (int64_t M = 1; M <= 2; M++)
+                for (int nan_row = 0; nan_row < 2; nan_row++) {
+                    const int64_t K = shapes[si][0], N = shapes[si][1];
+                    problem p;
+                    problem_init(&p, FMT_FP4, M, K, N);
+                    if (nan_row) p.ws[40 * (K / 32) + 2] = 0xff; /* row 40: the first span */
+                    float *o_s = malloc(sizeof(float) * M * N), *o_v = malloc(sizeof(float) * M * N);
+                    run_gemm(&p, 0, 0, M, o_s, NULL);
+                    for (int t = 0; t < 2; t++) {
+                        run_gemm(&p, 1, 0, M, o_v, t ? tp : NULL);
+                        const int d = count_diff_bits(o_s, o_v, M * N);
+                        CHECKF(d == 0, "form %d M=%lld K=%lld N=%lld NaN row %d threads=%d: %d outputs differ from scalar",
+                               form, (long long)M, (long long)K, (long long)N, nan_row, t + 1, d);
+                    }
+                    free(o_s), free(o_v);
+                    problem_free(&p);
+                }
+    }
+    di_cpu_kernels_force_no_vnni_bytes(0);
+    di_cpu_kernels_force_no_vnni(0);
+    if (di_cpu_kernels_wide())
+        CHECKF(di_cpu_kernels_mxfp4_span_units() > s0, "units in spans: %ld", di_cpu_kernels_mxfp4_span_units() - s0);
+    di_threadpool_destroy(tp);
+#endif
+}
+
 /* Every E8M0 weight scale, 0 (2^-127, subnormal) and 255 (NaN) included, on
  * enough blocks (K/32 >= 32) that decode rows convert them as vectors. */
 static void test_gemm_decode_all_scales(void) {
@@ -1638,6 +1682,7 @@ int main(void) {
     RUN(test_pf_decide);
     RUN(test_pf_measured);
     RUN(test_gemm_decode_spans);
+    RUN(test_gemm_mxfp4_decode_spans);
     RUN(test_narrow_route);
     RUN(test_bias_route);
     RUN(test_seg_route);

@@ -259,6 +259,11 @@ void di_cpu_kernels_force_no_avx512(int on);
 int di_cpu_kernels_vnni(void);
 void di_cpu_kernels_force_no_vnni(int on);
 long di_cpu_kernels_vnni_units(void);
+/* Weight-row units of the MXFP4 decode rows of one or two activation rows
+ * on 512-bit vectors that went in spans of 8 units, each register slot
+ * streaming 32 consecutive rows (kernels_avx2_mxfp4.c, dec4_units; same
+ * bits; tests). */
+long di_cpu_kernels_mxfp4_span_units(void);
 /* With VNNI, a call of one activation row meets the weights' decoded bytes
  * with the activations' bytes (vpdpbusd) rather than 16-bit words; same
  * bits. Forcing it off (1) keeps such calls on the 16-bit sums, 0
@@ -314,7 +319,10 @@ int di_cpu_kernels_lg_fused(void);
 void di_cpu_kernels_force_no_lg_fused(int on);
 /* Whether the FP8 decode rows prefetch their weights into L2 themselves
  * (kernels_avx2_block.c: the row group two ahead, the segmented rows' next
- * segment). Which is faster depends on the machine and on the rows'
+ * segment) or, without those, take long rows spread through their units
+ * (at one activation row in spans of units, which prefetch each row's
+ * own stream a few lines ahead instead). Which is faster depends on the
+ * machine and on the rows'
  * length (bench/RESULTS.md), so unless the environment fixes it
  * (DI_CPU_PREFETCH=1: on, 0: off) each class of batch (1 row, 2 rows,
  * 3-16 rows) and of row (at least DI_DEC_LONG_ROW codes or fewer)

@@ -82,6 +82,12 @@
  * rows per call at most (MB), per sweep of a unit's weights (MBLK); weight
  * rows per work unit (UNIT). */
 enum { DEC_M = 128, DEC_M_WIDE = 24, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
+/* Decode rows of one or two activation rows on 512-bit vectors go in spans
+ * of SPAN units where the range holds them (dec4_units): register slot r
+ * of group t reads rows t + r·SPAN·UNIT/8, so each slot streams
+ * SPAN·UNIT/8 = 32 consecutive rows, and prefetches its stream SPAN_PF
+ * bytes ahead. */
+enum { SPAN = 8, SPAN_PF = 512 };
 /* On CPUs with AMX-BF16 the prefill's tiles (kernels_amx_mxfp4.c) take
  * every batch from AMX_MIN_M rows: with the weights read from DRAM, as a
  * model's experts are, they ran expert w1 (K 5,120, N 2,304) in 2.15 ms
@@ -257,6 +263,7 @@ typedef struct dec4_args {
     const uint8_t *rows[R];     /* code rows */
     const uint8_t *srow[R];     /* E8M0 rows */
     const uint8_t *ahead;       /* the row group to prefetch (or NULL) */
+    int stream_pf;              /* prefetch each row's stream SPAN_PF bytes ahead (a span) */
     const int16_t *big, *small; /* activation row m0; rows chunks·64 apart */
     const uint8_t *has_small;   /* rows chunks apart */
     const int32_t *eaw;         /* rows chunks·8 apart */
@@ -373,6 +380,10 @@ small_sums(const dec4_args *g, int64_t c, int half, const int16_t *a) {
  * 5-10 % faster so (512-bit kernels 11.4-12.2 -> 12.5-13.0 GB/s, 256-bit
  * 9.4-9.5 -> 10.0-10.1; bench/RESULTS.md, 2026-12-05). */
 AVX2_INLINE void chunk_prefetch(const dec4_args *g, int64_t c) {
+    if (g->stream_pf) { /* a line a row every other chunk, rows 0-1 and 2-3 in turn */
+        _mm_prefetch((const char *)g->rows[2 * (c & 1)] + c * 32 + SPAN_PF, _MM_HINT_T1);
+        _mm_prefetch((const char *)g->rows[2 * (c & 1) + 1] + c * 32 + SPAN_PF, _MM_HINT_T1);
+    }
     if (g->ahead) {
         const char *p = (const char *)g->ahead + c * (R * 32);
         _mm_prefetch(p, _MM_HINT_T1);
@@ -790,6 +801,18 @@ static dec4_args dec4_rows(const dec4_job *j, int64_t g0, int64_t g1, const uint
     return g;
 }
 
+/* The weight side of a span's kernel call: rows g0 + r·S for r < R,
+ * each prefetching its stream (dec8_span). */
+static dec4_args dec4_rows_span(const dec4_job *j, int64_t g0, int64_t S) {
+    const int64_t K = j->K, KB = K / 32, rb = K / 2;
+    dec4_args g = {.chunks = j->act->chunks, .KB = KB, .half_last = K % 64 != 0, .stream_pf = 1};
+    for (int r = 0; r < R; r++) {
+        g.rows[r] = j->w + (g0 + r * S) * rb;
+        g.srow[r] = j->ws + (g0 + r * S) * KB;
+    }
+    return g;
+}
+
 /* The activation side: rows from m0 on. */
 static void dec4_act(const act16 *a, int64_t m0, dec4_args *g) {
     g->big = a->big + m0 * a->chunks * 64;
@@ -858,6 +881,26 @@ static void dec8_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t mlo, i
         for (int64_t r = 0; r < g1 - g0; r++) j->out[(mlo + m) * N + g0 + r] = res[m * 2 * R + r];
 }
 
+/* Group t of a span (dec4_units: SPAN units from g0 - t on, every
+ * activation row, M <= MB): rows g0 + r·S for r < 2R, S = SPAN·UNIT/8,
+ * groups lo (r < R) and hi as dec8_group's; the span's scales checked by
+ * the caller. */
+static void dec8_span(const dec4_job *j, int64_t g0, int vnni) {
+    const int64_t M = j->M, N = j->N, S = SPAN * UNIT / (2 * R);
+    dec4_args lo = dec4_rows_span(j, g0, S), hi = dec4_rows_span(j, g0 + R * S, S);
+    dec4_act(j->act, 0, &lo);
+    dec4_act(j->act, 0, &hi);
+    float res[MB * 2 * R];
+    if (vnni) (M == 2 ? dec8_2v : !lo.bytes ? dec8_1v : lo.vbmi ? dec8_1b_vbmi : dec8_1b)(&lo, &hi, res);
+    else (M == 2 ? dec8_2 : dec8_1)(&lo, &hi, res);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t r = 0; r < 2 * R; r++) j->out[m * N + g0 + r * S] = res[m * 2 * R + r];
+}
+
+/* Units that went in spans (di_cpu_kernels_mxfp4_span_units; tests). */
+static atomic_long span_units;
+long di_cpu_kernels_mxfp4_span_units(void) { return atomic_load(&span_units); }
+
 /* Weight-row units decoded with the VNNI sums chosen (di_cpu_kernels_vnni_units;
  * a unit's groups of up to 4 rows, or with scales outside the 512-bit route,
  * still take dec4_group). */
@@ -874,6 +917,12 @@ static void dec4_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     if (vnni) atomic_fetch_add_explicit(&vnni_units, u1 - u0, memory_order_relaxed);
     for (int64_t u = u0; u < u1; u++) {
         const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
+        if (wide && M <= MB && u + SPAN <= u1 && n0 + SPAN * UNIT <= N && dec4_scales_ok(j, n0, n0 + SPAN * UNIT)) {
+            atomic_fetch_add_explicit(&span_units, SPAN, memory_order_relaxed);
+            for (int64_t t = 0; t < SPAN * UNIT / (2 * R); t++) dec8_span(j, n0 + t, vnni);
+            u += SPAN - 1;
+            continue;
+        }
         for (int64_t m0 = 0; m0 < M; m0 += MBLK) {
             const int64_t m1 = m0 + MBLK < M ? m0 + MBLK : M;
             if (wide)
@@ -983,7 +1032,9 @@ static int dec4_run(const di_gemm_part *parts, int n, int64_t K, di_threadpool *
             units += (q->N + UNIT - 1) / UNIT;
         }
         first[n] = units;
-        const int64_t grain = units / (8 * di_threadpool_size(tp));
+        /* whole spans where dec4_units takes them */
+        int64_t grain = units / (8 * di_threadpool_size(tp));
+        if (di_cpu_kernels_wide() && parts[0].M <= MB) grain = (grain + SPAN - 1) / SPAN * SPAN;
         di_threadpool_for_parts(tp, n, first, grain < 1 ? 1 : grain, dec4_units, jobs, sizeof *jobs);
     }
     for (int i = 0; acts && own && i < n; i++)
