@@ -513,12 +513,53 @@ static void test_gemm_decode_rows(void) {
     di_threadpool_destroy(tp);
 }
 
+/* p on the vector path, on one thread and on tp's two, against the scalar
+ * bits: how many outputs differ (the larger count of the two). */
+static int vector_vs_scalar(const problem *p, di_threadpool *tp) {
+    const int64_t n = p->M * p->N;
+    float *o_s = malloc(sizeof(float) * n), *o_v = malloc(sizeof(float) * n);
+    run_gemm(p, 0, 0, p->M, o_s, NULL);
+    int worst = 0;
+    for (int t = 0; t < 2; t++) {
+        run_gemm(p, 1, 0, p->M, o_v, t ? tp : NULL);
+        const int d = count_diff_bits(o_s, o_v, n);
+        if (d > worst) worst = d;
+    }
+    free(o_s), free(o_v);
+    return worst;
+}
+
+/* The span checks of one route: each shape (K, N) at one and two
+ * activation rows, as drawn and with a NaN weight scale at byte bad of the
+ * scales (inside the first span), against the scalar bits. FP8 scales are
+ * drawn from 2^-15 .. 2^-7, which every tile can fold (fill_act's blocks
+ * reach 2^14; dec_fold_scales). */
+static void check_spans(int fmt, const int64_t (*shapes)[2], int nshapes, int64_t (*bad)(int64_t K),
+                        di_threadpool *tp, const char *route) {
+    for (int si = 0; si < nshapes; si++)
+        for (int64_t M = 1; M <= 2; M++)
+            for (int nan = 0; nan < 2; nan++) {
+                const int64_t K = shapes[si][0], N = shapes[si][1];
+                problem p;
+                problem_init(&p, fmt, M, K, N);
+                if (fmt == FMT_FP8)
+                    for (int64_t i = 0; i < (N + 31) / 32 * (K / 32); i++) p.ws[i] = (uint8_t)(112 + rnd() % 9);
+                if (nan) p.ws[bad(K)] = 0xff;
+                const int d = vector_vs_scalar(&p, tp);
+                CHECKF(d == 0, "%s %s M=%lld K=%lld N=%lld NaN scale %d: %d outputs differ from scalar",
+                       fmt_name[fmt], route, (long long)M, (long long)K, (long long)N, nan, d);
+                problem_free(&p);
+            }
+}
+static int64_t fp8_bad_scale(int64_t K) { return 1 * (K / 32) + 3; } /* tile 1, block 3 */
+static int64_t fp4_bad_scale(int64_t K) { return 40 * (K / 32) + 2; } /* row 40, block 2 */
+
 /* FP8 decode rows of long rows without the prefetches (dec_units): at one
  * activation row spans of 4 scale tiles, whose pairs of rows read their
- * own tile's folded activations, then single tiles and a partial one; a tile whose scales cannot be folded (a NaN scale) inside a span
- * sends the span's tiles one by one. Two activation rows: rows spread
- * within each tile. One and two threads, each route, against the scalar
- * bits; the weight scales differ tile by tile. */
+ * own tile's folded activations, then single tiles and a partial one; a
+ * tile whose scales cannot be folded (a NaN scale) inside a span sends the
+ * span's tiles one by one. Two activation rows: rows spread within each
+ * tile. Each route; the weight scales differ tile by tile. */
 static void test_gemm_decode_spans(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
 #ifdef DI_HAVE_AVX2_KERNELS
@@ -532,30 +573,10 @@ static void test_gemm_decode_spans(void) {
     /* the routes: as chosen, F16C instead of the exponent bias, the shifts
      * of AMD cores, the 256-bit kernels (spread in one unit, no spans) */
     for (int route = 0; route < 4; route++) {
-    di_cpu_kernels_force_no_bias(route == 1);
-    di_cpu_kernels_force_fp8_half(route == 1 ? 1 : route == 2 ? -1 : 0);
-    di_cpu_kernels_force_no_avx512(route == 3);
-    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
-        for (int64_t M = 1; M <= 2; M++)
-            for (int nan_tile = 0; nan_tile < 2; nan_tile++) {
-                const int64_t K = shapes[si][0], N = shapes[si][1];
-                problem p;
-                problem_init(&p, FMT_FP8, M, K, N);
-                /* scales of 2^-15 .. 2^-7, which every tile can fold (fill_act's blocks
-                 * reach 2^14; dec_fold_scales) */
-                for (int64_t i = 0; i < (N + 31) / 32 * (K / 32); i++) p.ws[i] = (uint8_t)(112 + rnd() % 9);
-                if (nan_tile) p.ws[1 * (K / 32) + 3] = 0xff; /* tile 1, block 3 */
-                float *o_s = malloc(sizeof(float) * M * N), *o_v = malloc(sizeof(float) * M * N);
-                run_gemm(&p, 0, 0, M, o_s, NULL);
-                for (int t = 0; t < 2; t++) {
-                    run_gemm(&p, 1, 0, M, o_v, t ? tp : NULL);
-                    const int d = count_diff_bits(o_s, o_v, M * N);
-                    CHECKF(d == 0, "%s M=%lld K=%lld N=%lld NaN tile %d threads=%d: %d outputs differ from scalar",
-                           route_name[route], (long long)M, (long long)K, (long long)N, nan_tile, t + 1, d);
-                }
-                free(o_s), free(o_v);
-                problem_free(&p);
-            }
+        di_cpu_kernels_force_no_bias(route == 1);
+        di_cpu_kernels_force_fp8_half(route == 1 ? 1 : route == 2 ? -1 : 0);
+        di_cpu_kernels_force_no_avx512(route == 3);
+        check_spans(FMT_FP8, shapes, 3, fp8_bad_scale, tp, route_name[route]);
     }
     di_cpu_kernels_force_no_bias(0);
     di_cpu_kernels_force_fp8_half(0);
@@ -571,8 +592,7 @@ static void test_gemm_decode_spans(void) {
  * spans of 8 units (dec4_units: each register slot streams 32 consecutive
  * rows): two spans, then units and a partial one; a NaN scale in a span's
  * rows sends its units one by one; K with a half last chunk. The VNNI
- * byte form, the 16-bit VNNI sums and the plain sums, one and two threads,
- * against the scalar bits. */
+ * byte form, the 16-bit VNNI sums and the plain sums. */
 static void test_gemm_mxfp4_decode_spans(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
 #ifdef DI_HAVE_AVX2_KERNELS
@@ -580,28 +600,12 @@ static void test_gemm_mxfp4_decode_spans(void) {
     di_err err;
     CHECK(di_threadpool_create(2, &tp, &err) == DI_OK);
     static const int64_t shapes[][2] = {{1024, 256 * 2 + 32 * 3 + 17}, {2336, 256 + 40}};
+    static const char *form_name[3] = {"VNNI bytes", "VNNI 16-bit", "plain sums"};
     const long s0 = di_cpu_kernels_mxfp4_span_units();
     for (int form = 0; form < 3; form++) {
         di_cpu_kernels_force_no_vnni_bytes(form >= 1);
         di_cpu_kernels_force_no_vnni(form == 2);
-        for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++)
-            for (int64_t M = 1; M <= 2; M++)
-                for (int nan_row = 0; nan_row < 2; nan_row++) {
-                    const int64_t K = shapes[si][0], N = shapes[si][1];
-                    problem p;
-                    problem_init(&p, FMT_FP4, M, K, N);
-                    if (nan_row) p.ws[40 * (K / 32) + 2] = 0xff; /* row 40: the first span */
-                    float *o_s = malloc(sizeof(float) * M * N), *o_v = malloc(sizeof(float) * M * N);
-                    run_gemm(&p, 0, 0, M, o_s, NULL);
-                    for (int t = 0; t < 2; t++) {
-                        run_gemm(&p, 1, 0, M, o_v, t ? tp : NULL);
-                        const int d = count_diff_bits(o_s, o_v, M * N);
-                        CHECKF(d == 0, "form %d M=%lld K=%lld N=%lld NaN row %d threads=%d: %d outputs differ from scalar",
-                               form, (long long)M, (long long)K, (long long)N, nan_row, t + 1, d);
-                    }
-                    free(o_s), free(o_v);
-                    problem_free(&p);
-                }
+        check_spans(FMT_FP4, shapes, 2, fp4_bad_scale, tp, form_name[form]);
     }
     di_cpu_kernels_force_no_vnni_bytes(0);
     di_cpu_kernels_force_no_vnni(0);
