@@ -1323,7 +1323,8 @@ AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, const
             for (int r = 0; r < R; r += 2) _mm_prefetch((const char *)ahead + (c * R + r) * 32, _MM_HINT_T1);
         if (X > 1) /* a span: each row's stream DEC_SPAN_PF bytes ahead, a line a row every other chunk */
 #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) _mm_prefetch((const char *)rows[r + 4 * !(c & 1)] + c * 32 + DEC_SPAN_PF, _MM_HINT_T1);
+            for (int r = 0; r < 4; r++)
+                _mm_prefetch((const char *)rows[r + 4 * !(c & 1)] + c * 32 + DEC_SPAN_PF, _MM_HINT_T1);
         __m512 av[DEC_MB][4];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)

@@ -86,7 +86,13 @@ enum { DEC_M = 128, DEC_M_WIDE = 24, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
  * of SPAN units where the range holds them (dec4_units): register slot r
  * of group t reads rows t + r·SPAN·UNIT/8, so each slot streams
  * SPAN·UNIT/8 = 32 consecutive rows, and prefetches its stream SPAN_PF
- * bytes ahead. */
+ * bytes ahead, where groups of 8 consecutive rows prefetched the group two
+ * ahead. The hardware prefetchers follow one stream a 4 KB page, and 8
+ * rows of 1-2.5 KB put several in one. One row from DRAM on the 2-vCPU
+ * Xeon VM, paired with the tree before: expert w1 (K 5,120) 11.8 -> 14.9
+ * GB/s, w2 (K 2,304) 11.5 -> 14.7, two threads +24 %, two activation rows
+ * +11-14 %; slots of 4 rows 13.7, 16 rows 14.0, 64-128 rows 14.2-15.0; no
+ * prefetch 12.4-13.1 (bench/RESULTS.md 2026-12-05). Same bits. */
 enum { SPAN = 8, SPAN_PF = 512 };
 /* On CPUs with AMX-BF16 the prefill's tiles (kernels_amx_mxfp4.c) take
  * every batch from AMX_MIN_M rows: with the weights read from DRAM, as a
