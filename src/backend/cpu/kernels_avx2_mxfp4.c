@@ -92,8 +92,10 @@ enum { DEC_M = 128, DEC_M_WIDE = 24, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
  * Xeon VM, paired with the tree before: expert w1 (K 5,120) 11.8 -> 14.9
  * GB/s, w2 (K 2,304) 11.5 -> 14.7, two threads +24 %, two activation rows
  * +11-14 %; slots of 4 rows 13.7, 16 rows 14.0, 64-128 rows 14.2-15.0; no
- * prefetch 12.4-13.1 (bench/RESULTS.md 2026-12-05). Same bits. */
-enum { SPAN = 8, SPAN_PF = 512 };
+ * prefetch 12.4-13.1; 768 bytes ahead 15.0-15.1 against 512's 14.6-14.9
+ * and 1,024's 15.0-15.2 (medians of 4 alternations; bench/RESULTS.md
+ * 2026-12-05). Same bits. */
+enum { SPAN = 8, SPAN_PF = 768 };
 /* On CPUs with AMX-BF16 the prefill's tiles (kernels_amx_mxfp4.c) take
  * every batch from AMX_MIN_M rows: with the weights read from DRAM, as a
  * model's experts are, they ran expert w1 (K 5,120, N 2,304) in 2.15 ms
