@@ -1740,11 +1740,12 @@ static void dec_bias_done(const dec_job *j, int64_t rows, int64_t nsub) {
         atomic_store_explicit(j->bias_heavy, 1, memory_order_relaxed);
 }
 
-/* Whether dec_units takes spans of DEC_SPAN scale tiles: where the rows
- * spread (no prefetches, long rows) and the 8-row 512-bit kernels of one
- * activation row run. */
+/* Whether dec_units spreads a whole unit's rows over its groups (no
+ * prefetches, long rows), and whether it takes spans of DEC_SPAN scale
+ * tiles (spread, and the 8-row 512-bit kernels of one activation row). */
+static int dec_spread(const dec_job *j) { return !j->pf && j->K >= DI_DEC_LONG_ROW; }
 static int dec_spans(const dec_job *j) {
-    return !j->pf && j->K >= DI_DEC_LONG_ROW && j->M == 1 && j->R == 8 && di_cpu_kernels_wide();
+    return dec_spread(j) && j->M == 1 && j->R == 8 && di_cpu_kernels_wide();
 }
 
 /* The folded activations of the span's tiles from u on into sc, tile
@@ -1824,7 +1825,7 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
         const int bias = j->bias && !atomic_load_explicit(j->bias_heavy, memory_order_relaxed);
         int64_t nsub = 0;
         const int64_t S = UNIT / R;
-        if (!j->pf && K >= DI_DEC_LONG_ROW && n1 - n0 == UNIT && S > 1 && S * R == UNIT) {
+        if (dec_spread(j) && n1 - n0 == UNIT && S > 1 && S * R == UNIT) {
             atomic_fetch_add_explicit(&spread_units, 1, memory_order_relaxed);
             for (int64_t t = 0; t < S; t++) nsub += dec_group(j, n0 + t, R, S, sc, bias);
         } else

@@ -795,28 +795,16 @@ static AVX2 int dec4_scales_ok(const dec4_job *j, int64_t g0, int64_t g1) {
     return !(hi == 255 || lo + j->act->ea_min < E_LO || hi + j->act->ea_max > E_HI);
 }
 
-/* The weight side of a kernel call for rows g0 .. g1-1 (1 to R): the
- * missing rows of the last group repeat its last row (results dropped);
- * ahead: the rows to prefetch (or NULL). */
-static dec4_args dec4_rows(const dec4_job *j, int64_t g0, int64_t g1, const uint8_t *ahead) {
-    const int64_t K = j->K, KB = K / 32, rb = K / 2, nn = g1 - g0;
+/* The weight side of a kernel call for rows g0, g0 + step, .. (nn of
+ * them, 1 to R): the missing rows of the last group repeat its last row
+ * (results dropped); ahead: the rows to prefetch (or NULL). */
+static dec4_args dec4_rows(const dec4_job *j, int64_t g0, int64_t nn, int64_t step, const uint8_t *ahead) {
+    const int64_t K = j->K, KB = K / 32, rb = K / 2;
     dec4_args g = {.chunks = j->act->chunks, .KB = KB, .half_last = K % 64 != 0, .ahead = ahead};
     for (int r = 0; r < R; r++) {
-        const int64_t n = g0 + (r < nn ? r : nn - 1);
+        const int64_t n = g0 + (r < nn ? r : nn - 1) * step;
         g.rows[r] = j->w + n * rb;
         g.srow[r] = j->ws + n * KB;
-    }
-    return g;
-}
-
-/* The weight side of a span's kernel call: rows g0 + r·S for r < R,
- * each prefetching its stream (dec8_span). */
-static dec4_args dec4_rows_span(const dec4_job *j, int64_t g0, int64_t S) {
-    const int64_t K = j->K, KB = K / 32, rb = K / 2;
-    dec4_args g = {.chunks = j->act->chunks, .KB = KB, .half_last = K % 64 != 0, .stream_pf = 1};
-    for (int r = 0; r < R; r++) {
-        g.rows[r] = j->w + (g0 + r * S) * rb;
-        g.srow[r] = j->ws + (g0 + r * S) * KB;
     }
     return g;
 }
@@ -843,7 +831,7 @@ static AVX2 void dec4_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t m
     }
     /* the group two ahead, while it lies inside the weights */
     const uint8_t *ahead = g0 + 3 * R > N ? NULL : j->w + (g0 + 2 * R) * rb;
-    dec4_args g = dec4_rows(j, g0, g1, NULL);
+    dec4_args g = dec4_rows(j, g0, nn, 1, NULL);
     if (mhi - mlo > MB) { /* every row of the sweep at once */
         float res[MBLK * R];
         g.ahead = mlo ? NULL : ahead;
@@ -864,6 +852,23 @@ static AVX2 void dec4_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t m
     }
 }
 
+/* The 8-row kernel call of groups lo and hi (rows g0 + r·step, r < nn:
+ * lo's first R, hi's the rest) for activation rows mlo .. mhi-1 (at most
+ * MBLK), and its outputs stored. */
+static void dec8_call(const dec4_job *j, dec4_args *lo, dec4_args *hi, int64_t g0, int64_t nn, int64_t step,
+                      int64_t mlo, int64_t mhi, int vnni) {
+    const int64_t N = j->N;
+    dec4_act(j->act, mlo, lo);
+    dec4_act(j->act, mlo, hi);
+    float res[MBLK * 2 * R];
+    if (mhi - mlo > MB) (vnni ? dec8_wide_v : dec8_wide)(lo, hi, (int)(mhi - mlo), res);
+    else if (vnni)
+        (mhi - mlo == 2 ? dec8_2v : !lo->bytes ? dec8_1v : lo->vbmi ? dec8_1b_vbmi : dec8_1b)(lo, hi, res);
+    else (mhi - mlo == 2 ? dec8_2 : dec8_1)(lo, hi, res);
+    for (int64_t m = 0; m < mhi - mlo; m++)
+        for (int64_t r = 0; r < nn; r++) j->out[(mlo + m) * N + g0 + r * step] = res[m * 2 * R + r];
+}
+
 /* Weight rows g0 .. g1-1 (at most 2R) for activation rows mlo .. mhi-1
  * (at most MBLK) on 512-bit vectors: the first R rows as group lo, the
  * rest as group hi (each prefetching its rows two such pairs ahead). */
@@ -876,33 +881,19 @@ static void dec8_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t mlo, i
     /* the pair of groups two ahead, while inside the weights, on the first sweep */
     const int64_t ah = g0 + 2 * 2 * R;
     const int pf = mlo == 0 && ah + 2 * R <= N;
-    dec4_args lo = dec4_rows(j, g0, g0 + R, pf ? j->w + ah * rb : NULL);
-    dec4_args hi = dec4_rows(j, g0 + R, g1, pf ? j->w + (ah + R) * rb : NULL);
-    dec4_act(j->act, mlo, &lo);
-    dec4_act(j->act, mlo, &hi);
-    float res[MBLK * 2 * R];
-    if (mhi - mlo > MB) (vnni ? dec8_wide_v : dec8_wide)(&lo, &hi, (int)(mhi - mlo), res);
-    else if (vnni)
-        (mhi - mlo == 2 ? dec8_2v : !lo.bytes ? dec8_1v : lo.vbmi ? dec8_1b_vbmi : dec8_1b)(&lo, &hi, res);
-    else (mhi - mlo == 2 ? dec8_2 : dec8_1)(&lo, &hi, res);
-    for (int64_t m = 0; m < mhi - mlo; m++)
-        for (int64_t r = 0; r < g1 - g0; r++) j->out[(mlo + m) * N + g0 + r] = res[m * 2 * R + r];
+    dec4_args lo = dec4_rows(j, g0, R, 1, pf ? j->w + ah * rb : NULL);
+    dec4_args hi = dec4_rows(j, g0 + R, g1 - g0 - R, 1, pf ? j->w + (ah + R) * rb : NULL);
+    dec8_call(j, &lo, &hi, g0, g1 - g0, 1, mlo, mhi, vnni);
 }
 
 /* Group t of a span (dec4_units: SPAN units from g0 - t on, every
  * activation row, M <= MB): rows g0 + r·S for r < 2R, S = SPAN·UNIT/8,
- * groups lo (r < R) and hi as dec8_group's; the span's scales checked by
- * the caller. */
+ * each prefetching its stream; the span's scales checked by the caller. */
 static void dec8_span(const dec4_job *j, int64_t g0, int vnni) {
-    const int64_t M = j->M, N = j->N, S = SPAN * UNIT / (2 * R);
-    dec4_args lo = dec4_rows_span(j, g0, S), hi = dec4_rows_span(j, g0 + R * S, S);
-    dec4_act(j->act, 0, &lo);
-    dec4_act(j->act, 0, &hi);
-    float res[MB * 2 * R];
-    if (vnni) (M == 2 ? dec8_2v : !lo.bytes ? dec8_1v : lo.vbmi ? dec8_1b_vbmi : dec8_1b)(&lo, &hi, res);
-    else (M == 2 ? dec8_2 : dec8_1)(&lo, &hi, res);
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t r = 0; r < 2 * R; r++) j->out[m * N + g0 + r * S] = res[m * 2 * R + r];
+    const int64_t S = SPAN * UNIT / (2 * R);
+    dec4_args lo = dec4_rows(j, g0, R, S, NULL), hi = dec4_rows(j, g0 + R * S, R, S, NULL);
+    lo.stream_pf = hi.stream_pf = 1;
+    dec8_call(j, &lo, &hi, g0, 2 * R, S, 0, j->M, vnni);
 }
 
 /* Units that went in spans (di_cpu_kernels_mxfp4_span_units; tests). */
