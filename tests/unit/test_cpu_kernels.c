@@ -590,27 +590,37 @@ static void test_gemm_decode_spans(void) {
 
 /* MXFP4 decode rows of one and two activation rows on 512-bit vectors in
  * spans of 8 units (dec4_units: each register slot streams 32 consecutive
- * rows): two spans, then units and a partial one; a NaN scale in a span's
- * rows sends its units one by one; K with a half last chunk. The VNNI
- * byte form, the 16-bit VNNI sums and the plain sums. */
+ * rows; one activation row in the byte form: 4 slots of 64 rows a line at
+ * a time): two spans, then units and a partial one; a NaN scale in a
+ * span's rows sends its units one by one; K with an odd chunk count and
+ * with a half last chunk. The VNNI byte form with and without vpermb, the
+ * 16-bit VNNI sums and the plain sums. */
 static void test_gemm_mxfp4_decode_spans(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
 #ifdef DI_HAVE_AVX2_KERNELS
     di_threadpool *tp = NULL;
     di_err err;
     CHECK(di_threadpool_create(2, &tp, &err) == DI_OK);
-    static const int64_t shapes[][2] = {{1024, 256 * 2 + 32 * 3 + 17}, {2336, 256 + 40}};
-    static const char *form_name[3] = {"VNNI bytes", "VNNI 16-bit", "plain sums"};
-    const long s0 = di_cpu_kernels_mxfp4_span_units();
-    for (int form = 0; form < 3; form++) {
-        di_cpu_kernels_force_no_vnni_bytes(form >= 1);
-        di_cpu_kernels_force_no_vnni(form == 2);
-        check_spans(FMT_FP4, shapes, 2, fp4_bad_scale, tp, form_name[form]);
+    /* K 1,024: whole steps of two chunks; 1,088: an odd chunk count (the
+     * last line half read); 2,336: a half chunk last (16 bytes of the
+     * last line) and a partial group of E8M0 bytes */
+    static const int64_t shapes[][2] = {{1024, 256 * 2 + 32 * 3 + 17}, {1088, 256 + 64 + 5}, {2336, 256 + 40}};
+    static const char *form_name[4] = {"VNNI bytes", "VNNI bytes, no vpermb", "VNNI 16-bit", "plain sums"};
+    const long s0 = di_cpu_kernels_mxfp4_span_units(), l0 = di_cpu_kernels_mxfp4_line_units();
+    for (int form = 0; form < 4; form++) {
+        di_cpu_kernels_force_no_vbmi(form == 1);
+        di_cpu_kernels_force_no_vnni_bytes(form >= 2);
+        di_cpu_kernels_force_no_vnni(form == 3);
+        check_spans(FMT_FP4, shapes, 3, fp4_bad_scale, tp, form_name[form]);
     }
+    di_cpu_kernels_force_no_vbmi(0);
     di_cpu_kernels_force_no_vnni_bytes(0);
     di_cpu_kernels_force_no_vnni(0);
     if (di_cpu_kernels_wide())
         CHECKF(di_cpu_kernels_mxfp4_span_units() > s0, "units in spans: %ld", di_cpu_kernels_mxfp4_span_units() - s0);
+    if (di_cpu_kernels_vnni())
+        CHECKF(di_cpu_kernels_mxfp4_line_units() > l0, "units in spans of lines: %ld",
+               di_cpu_kernels_mxfp4_line_units() - l0);
     di_threadpool_destroy(tp);
 #endif
 }

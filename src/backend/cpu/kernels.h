@@ -262,8 +262,11 @@ long di_cpu_kernels_vnni_units(void);
 /* Weight-row units of the MXFP4 decode rows of one or two activation rows
  * on 512-bit vectors that went in spans of 8 units, each register slot
  * streaming 32 consecutive rows (kernels_avx2_mxfp4.c, dec4_units; same
- * bits; tests). */
+ * bits; tests); and those of them that went in spans of whole lines (one
+ * activation row in the VNNI byte form: 4 slots of 64 rows, a 64-byte
+ * line of each a step). */
 long di_cpu_kernels_mxfp4_span_units(void);
+long di_cpu_kernels_mxfp4_line_units(void);
 /* With VNNI, a call of one activation row meets the weights' decoded bytes
  * with the activations' bytes (vpdpbusd) rather than 16-bit words; same
  * bits. Forcing it off (1) keeps such calls on the 16-bit sums, 0

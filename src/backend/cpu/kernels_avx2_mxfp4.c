@@ -130,14 +130,16 @@ typedef struct act16 {
     int16_t *big, *small; /* [M][chunks][4][16] */
     uint8_t *has_small;   /* [M][chunks] */
     int32_t *eaw;         /* [M][chunks][8]: exponent of sa - 7, block 2c in lanes 0-3,
-                             2c+1 in 4-7 (0 past K) */
+                             2c+1 in 4-7 (0 past K, and 8 zeros after the last row) */
     int ea_min, ea_max;   /* exponents of sa */
-    /* The byte form of the big codes (act16_bytes; NULL where not built):
-     * bytes [M][chunks][4][32], the low bytes of the codes the weights'
-     * low nibbles meet (byte b: element 2b of the chunk), of those the
-     * high nibbles meet (element 2b + 1), then the high bytes of both;
-     * corr [M][chunks][8], the bias's share of each block's sum (see
-     * dec8_1b), laid out as eaw. */
+    /* The byte form of the big codes (act16_bytes; NULL where not built),
+     * by steps of two chunks (128 codes, a 64-byte line of a weight row):
+     * bytes [M][steps][4][64], the low bytes of the codes the weights'
+     * low nibbles meet (byte b: element 2b of the step), of those the
+     * high nibbles meet (element 2b + 1), then the high bytes of both
+     * (chunk 2s in bytes 0-31 of each part, 2s + 1 in 32-63, zeros past
+     * the last chunk); corr [M][chunks][8] and 8 zeros, the bias's share
+     * of each block's sum (see dec8_1b), laid out as eaw. */
     int8_t *bytes;
     int32_t *corr;
     int vbmi;             /* the byte form's lookups by vpermb (dec8_1b_vbmi) */
@@ -230,6 +232,9 @@ static int act16_build(const uint8_t *qa, const float *sa, int64_t M, int64_t K,
     return 1;
 }
 
+/* Steps of two chunks in a row (act16's bytes). */
+static inline int64_t act16_steps(const act16 *a) { return (a->chunks + 1) / 2; }
+
 /* The byte form of activation row m's big codes (act16's bytes and corr,
  * for dec8_1b): each 16-bit value a = 256·h + l with l its low byte as a
  * signed byte, so h = (a + 128) >> 8 (|h| <= 112 as |a| <= 28,672), in the
@@ -244,15 +249,15 @@ static AVX2 void act16_bytes(act16 *a, int64_t m) {
     const __m256i lo8 = _mm256_set1_epi16(0xff), h128 = _mm256_set1_epi16(128), one = _mm256_set1_epi16(1);
     for (int64_t c = 0; c < chunks; c++) {
         const __m256i *big = (const __m256i *)(a->big + (m * chunks + c) * 64);
-        __m256i *by = (__m256i *)(a->bytes + (m * chunks + c) * 128);
+        __m256i *by = (__m256i *)(a->bytes + m * act16_steps(a) * 256 + (c >> 1) * 256 + (c & 1) * 32);
         const __m256i p0 = _mm256_load_si256(big), p2 = _mm256_load_si256(big + 1); /* k % 4 = 0, 2 */
         const __m256i p1 = _mm256_load_si256(big + 2), p3 = _mm256_load_si256(big + 3); /* k % 4 = 1, 3 */
 #define BYTES2(x, y) _mm256_or_si256(_mm256_and_si256(x, lo8), _mm256_slli_epi16(y, 8))
 #define HIGH(x) _mm256_srai_epi16(_mm256_add_epi16(x, h128), 8)
         _mm256_store_si256(by, BYTES2(p0, p2));
-        _mm256_store_si256(by + 1, BYTES2(p1, p3));
-        _mm256_store_si256(by + 2, BYTES2(HIGH(p0), HIGH(p2)));
-        _mm256_store_si256(by + 3, BYTES2(HIGH(p1), HIGH(p3)));
+        _mm256_store_si256(by + 2, BYTES2(p1, p3));
+        _mm256_store_si256(by + 4, BYTES2(HIGH(p0), HIGH(p2)));
+        _mm256_store_si256(by + 6, BYTES2(HIGH(p1), HIGH(p3)));
 #undef BYTES2
 #undef HIGH
         /* lanes 0-3: words 0-7 of the parts (block 2c), 4-7: words 8-15 */
@@ -687,11 +692,11 @@ AVX512_INLINE __m512i permb_w(__m512i x, __m512i t) {
 AVX512_INLINE __m512 dec8_1b_chunk(const int half, const int vbmi, const dec4_args *lo, const dec4_args *hi,
                                    const uint8_t *const rl[R], const uint8_t *const rh[R], int64_t c,
                                    __m512i tab, __m512i nib, __m512i ew, __m512 L) {
-    const int8_t *ab = lo->bytes + c * 128;
+    const int8_t *ab = lo->bytes + (c >> 1) * 256 + (c & 1) * 32;
     const __m512i l0 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)ab));
-    const __m512i l1 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 32)));
-    const __m512i h0 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 64)));
-    const __m512i h1 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 96)));
+    const __m512i l1 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 64)));
+    const __m512i h0 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 128)));
+    const __m512i h1 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 192)));
     __m512i sr[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
@@ -728,6 +733,98 @@ static AVX512 void dec8_1b(const dec4_args *lo, const dec4_args *hi, float *res)
 static AVX512 void dec8_1b_vbmi(const dec4_args *lo, const dec4_args *hi, float *res) {
     dec8_1b_kernel(1, lo, hi, res);
 }
+
+/* vpermb with zeroing: the bytes of t picked by x's where k's bit is set, else 0 */
+AVX512_INLINE __m512i permb_z(__mmask64 k, __m512i x, __m512i t) {
+    __m512i r;
+    __asm__("vpermb %2, %1, %0%{%3%}%{z%}" : "=v"(r) : "v"(x), "v"(t), "Yk"(k));
+    return r;
+}
+/* One activation row, R weight rows, a whole 64-byte line of each row a
+ * step (128 codes, blocks 4s .. 4s + 3): where dec8_1b reads half a line
+ * of 8 rows, here 4 streams read whole lines, which this VM's memory
+ * serves faster while the kernel computes (dec4q_span). A row's lane j
+ * sums codes 8j .. 8j + 7 (block j / 4 of the step); the transpose-add
+ * gives lane 4b + r the sum of row r's block b, so lanes 0-7 are chunk
+ * 2s's [rows of block 4s | rows of 4s + 1] and 8-15 chunk 2s + 1's, in
+ * the order dec4_kernel's chains take them: the same chains, the same bits.
+ * g->rows: the R rows (any places), g->srow their E8M0 rows; each row is
+ * followed by nt - 1 more (so a slot's stream goes on from call to call),
+ * res[t·R + r] row t after g->rows[r]. */
+enum { QPF = 1536 }; /* each row's stream prefetched so many bytes ahead (T0) */
+AVX512_INLINE void dec4_1q_kernel(const int vbmi, const dec4_args *g0, int64_t nt, float *res) {
+    const __m512i tab =
+        _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    const int64_t KB = g0->KB, rb = KB * 16, chunks = g0->chunks, steps = (chunks + 1) / 2;
+    /* step i of a group of 4: E holds row r's 16 E8M0 bytes in its 128-bit
+     * lane r; lane 4b + r of the step's exponents is byte 16r + 4i + b
+     * (e0 + 4i; without vpermb dword 4r + i, then its byte b: e0 + i) */
+    const __m512i e0 = vbmi ? _mm512_set_epi32(51, 35, 19, 3, 50, 34, 18, 2, 49, 33, 17, 1, 48, 32, 16, 0)
+                            : _mm512_set_epi32(12, 8, 4, 0, 12, 8, 4, 0, 12, 8, 4, 0, 12, 8, 4, 0);
+    const __m512i bsh = _mm512_set_epi32(24, 24, 24, 24, 16, 16, 16, 16, 8, 8, 8, 8, 0, 0, 0, 0);
+    const __mmask64 lowb = 0x1111111111111111ull;
+    dec4_args q = *g0, *const g = &q;
+    for (int64_t t = 0; t < nt; t++) {
+    __m512i E = _mm512_setzero_si512();
+    __m256 L = _mm256_setzero_ps(); /* [rows 0-3 of the even blocks | of the odd] */
+    for (int64_t s = 0; s < steps; s++) {
+        if (s % 4 == 0) { /* the group's 16 E8M0 bytes a row (zeros past the row's end) */
+            const int64_t b0 = 16 * (s / 4);
+            const __mmask16 k = b0 + 16 <= KB ? (__mmask16)0xffff : (__mmask16)((1u << (KB - b0)) - 1);
+            E = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(k, g->srow[0] + b0));
+            E = _mm512_inserti32x4(E, _mm_maskz_loadu_epi8(k, g->srow[1] + b0), 1);
+            E = _mm512_inserti32x4(E, _mm_maskz_loadu_epi8(k, g->srow[2] + b0), 2);
+            E = _mm512_inserti32x4(E, _mm_maskz_loadu_epi8(k, g->srow[3] + b0), 3);
+        }
+        const int64_t n = rb - 64 * s; /* the step's bytes a row: 64, or 16-48 at the end */
+        __m512i x[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            _mm_prefetch((const char *)g->rows[r] + 64 * s + QPF, _MM_HINT_T0);
+            x[r] = n >= 64 ? _mm512_loadu_si512(g->rows[r] + 64 * s)
+                           : _mm512_maskz_loadu_epi8((__mmask64)((1ull << n) - 1), g->rows[r] + 64 * s);
+        }
+        const int8_t *ab = g->bytes + s * 256;
+        const __m512i l0 = _mm512_load_si512(ab), l1 = _mm512_load_si512(ab + 64);
+        const __m512i h0 = _mm512_load_si512(ab + 128), h1 = _mm512_load_si512(ab + 192);
+        __m512i sr[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m512i xh = _mm512_srli_epi16(x[r], 4);
+            const __m512i wl = vbmi ? permb_w(x[r], tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(x[r], nib));
+            const __m512i wh = vbmi ? permb_w(xh, tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(xh, nib));
+            const __m512i sh = dpbusd_w(dpbusd_w(_mm512_setzero_si512(), wl, h0), wh, h1);
+            sr[r] = dpbusd_w(dpbusd_w(_mm512_slli_epi32(sh, 8), wl, l0), wh, l1);
+        }
+        const __m512i z = _mm512_sub_epi32(quad_add_w(pair_add_w(sr[0], sr[1]), pair_add_w(sr[2], sr[3])),
+                                           _mm512_loadu_si512(g->corr + 16 * s));
+        const __m512i ei = _mm512_add_epi32(e0, _mm512_set1_epi32(vbmi ? 4 * (int)(s % 4) : (int)(s % 4)));
+        const __m512i ew = vbmi ? permb_z(lowb, ei, E)
+                                : _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(ei, E), bsh),
+                                                   _mm512_set1_epi32(0xff));
+        const __m512 f = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_add_epi32(ew, _mm512_loadu_si512(g->eaw + 16 * s)), 23));
+        const __m512 zf = _mm512_cvtepi32_ps(z);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const int64_t c = 2 * s + h;
+            if (c >= chunks) break;
+            const __m256 fh = h ? _mm512_extractf32x8_ps(f, 1) : _mm512_castps512_ps256(f);
+            L = _mm256_fmadd_ps(h ? _mm512_extractf32x8_ps(zf, 1) : _mm512_castps512_ps256(zf), fh, L);
+            if (__builtin_expect(g->has_small[c], 0))
+                L = _mm256_fmadd_ps(small_sums(g, c, g->half_last && c == chunks - 1, g->small + c * 64),
+                                    _mm256_mul_ps(fh, _mm256_set1_ps(0x1p-11f)), L);
+        }
+    }
+    float l[8];
+    _mm256_storeu_ps(l, L);
+    for (int r = 0; r < R; r++) res[t * R + r] = l[r] + l[r + 4];
+    for (int r = 0; r < R; r++) q.rows[r] += rb, q.srow[r] += KB;
+    }
+}
+static AVX512 void dec4_1q(const dec4_args *g, int64_t nt, float *res) { dec4_1q_kernel(0, g, nt, res); }
+static AVX512 void dec4_1q_vbmi(const dec4_args *g, int64_t nt, float *res) { dec4_1q_kernel(1, g, nt, res); }
 
 /* dec4_wide for groups lo and hi at once (mr up to MBLK activation rows):
  * a chunk's weights of both groups decoded once into wv, every activation
@@ -815,7 +912,7 @@ static void dec4_act(const act16 *a, int64_t m0, dec4_args *g) {
     g->small = a->small + m0 * a->chunks * 64;
     g->has_small = a->has_small + m0 * a->chunks;
     g->eaw = a->eaw + m0 * a->chunks * 8;
-    g->bytes = a->bytes ? a->bytes + m0 * a->chunks * 128 : NULL;
+    g->bytes = a->bytes ? a->bytes + m0 * act16_steps(a) * 256 : NULL;
     g->corr = a->corr ? a->corr + m0 * a->chunks * 8 : NULL;
     g->vbmi = a->vbmi;
 }
@@ -896,9 +993,25 @@ static void dec8_span(const dec4_job *j, int64_t g0, int vnni) {
     dec8_call(j, &lo, &hi, g0, 2 * R, S, 0, j->M, vnni);
 }
 
-/* Units that went in spans (di_cpu_kernels_mxfp4_span_units; tests). */
-static atomic_long span_units;
+/* A span of whole lines (dec4_units: SPAN units from n0 on, one
+ * activation row in the byte form): slot r reads rows n0 + r·S .. + S - 1,
+ * S = SPAN·UNIT/R, one stream a line at a time, all R in one call; the
+ * span's scales checked by the caller. */
+static void dec4q_span(const dec4_job *j, int64_t n0) {
+    enum { S = SPAN * UNIT / R };
+    dec4_args g = dec4_rows(j, n0, R, S, NULL);
+    dec4_act(j->act, 0, &g);
+    float res[S * R];
+    (g.vbmi ? dec4_1q_vbmi : dec4_1q)(&g, S, res);
+    for (int t = 0; t < S; t++)
+        for (int r = 0; r < R; r++) j->out[n0 + t + r * S] = res[t * R + r];
+}
+
+/* Units that went in spans (di_cpu_kernels_mxfp4_span_units), those of
+ * them in spans of whole lines (di_cpu_kernels_mxfp4_line_units; tests). */
+static atomic_long span_units, line_units;
 long di_cpu_kernels_mxfp4_span_units(void) { return atomic_load(&span_units); }
+long di_cpu_kernels_mxfp4_line_units(void) { return atomic_load(&line_units); }
 
 /* Weight-row units decoded with the VNNI sums chosen (di_cpu_kernels_vnni_units;
  * a unit's groups of up to 4 rows, or with scales outside the 512-bit route,
@@ -918,7 +1031,11 @@ static void dec4_units(void *ctx, int64_t u0, int64_t u1, int thread) {
         const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
         if (wide && M <= MB && u + SPAN <= u1 && n0 + SPAN * UNIT <= N && dec4_scales_ok(j, n0, n0 + SPAN * UNIT)) {
             atomic_fetch_add_explicit(&span_units, SPAN, memory_order_relaxed);
-            for (int64_t t = 0; t < SPAN * UNIT / (2 * R); t++) dec8_span(j, n0 + t, vnni);
+            if (M == 1 && j->act->bytes) {
+                atomic_fetch_add_explicit(&line_units, SPAN, memory_order_relaxed);
+                dec4q_span(j, n0);
+            } else
+                for (int64_t t = 0; t < SPAN * UNIT / (2 * R); t++) dec8_span(j, n0 + t, vnni);
             u += SPAN - 1;
             continue;
         }
@@ -956,13 +1073,18 @@ static int act16_make(const uint8_t *qa, const float *sa, int64_t M, int64_t K, 
     a->big = aligned_alloc(32, nact * sizeof(int16_t));
     a->small = aligned_alloc(32, nact * sizeof(int16_t));
     a->has_small = malloc((size_t)(M * a->chunks));
-    a->eaw = aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a->chunks * 8));
+    a->eaw = aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a->chunks * 8 + 8));
     /* the byte form where a call runs dec8_1b: one row, VNNI */
     const int bytes = M == 1 && di_cpu_kernels_vnni() && !atomic_load(&dec8_1b_forced_off);
     a->vbmi = 0;
-    a->bytes = bytes ? aligned_alloc(32, (size_t)(M * a->chunks * 128)) : NULL;
-    a->corr = bytes ? aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a->chunks * 8)) : NULL;
+    a->bytes = bytes ? aligned_alloc(64, (size_t)(M * act16_steps(a) * 256)) : NULL;
+    a->corr = bytes ? aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a->chunks * 8 + 8)) : NULL;
     if (!a->big || !a->small || !a->has_small || !a->eaw || (bytes && (!a->bytes || !a->corr))) return 0;
+    memset(a->eaw + M * a->chunks * 8, 0, 8 * sizeof(int32_t));
+    if (bytes) { /* a last step's second chunk (odd chunk counts) and block sums past it */
+        memset(a->bytes, 0, (size_t)(M * act16_steps(a) * 256));
+        memset(a->corr + M * a->chunks * 8, 0, 8 * sizeof(int32_t));
+    }
     if (!act16_build(qa, sa, M, K, a)) return -1;
     if (bytes) {
         act16_bytes(a, 0);
