@@ -742,16 +742,26 @@ AVX512_INLINE __m512i permb_z(__mmask64 k, __m512i x, __m512i t) {
 }
 /* One activation row, R weight rows, a whole 64-byte line of each row a
  * step (128 codes, blocks 4s .. 4s + 3): where dec8_1b reads half a line
- * of 8 rows, here 4 streams read whole lines, which this VM's memory
- * serves faster while the kernel computes (dec4q_span). A row's lane j
- * sums codes 8j .. 8j + 7 (block j / 4 of the step); the transpose-add
- * gives lane 4b + r the sum of row r's block b, so lanes 0-7 are chunk
- * 2s's [rows of block 4s | rows of 4s + 1] and 8-15 chunk 2s + 1's, in
- * the order dec4_kernel's chains take them: the same chains, the same bits.
+ * of 8 rows, here 4 streams read whole lines (dec4q_span). While a loop
+ * computes, the 2-vCPU Xeon VM's memory serves few streams much better
+ * than many: a synthetic loop with this kernel's compute a byte read 8
+ * half-line streams at 14.4-14.8 GB/s, 8 whole-line streams 13.4-14.1, 4
+ * whole-line streams 16.7-18.6 (one thread's read probe ~18). Expert w1
+ * (K 5,120) one row from DRAM, paired in one process with dec8_1b's spans:
+ * 14.0-14.1 -> 16.8-16.9 GB/s, w2 (K 2,304) 14.1-14.3 -> 15.5-15.7; the
+ * whole row of 4 slots in one call (nt) rather than a call a row: w2 13.2
+ * -> 15.5 (bench/RESULTS.md, 2026-12-05). A row's lane j sums codes 8j ..
+ * 8j + 7 (block j / 4 of the step); the transpose-add gives lane 4b + r
+ * the sum of row r's block b, so lanes 0-7 are chunk 2s's [rows of block
+ * 4s | rows of 4s + 1] and 8-15 chunk 2s + 1's, in the order dec4_kernel's
+ * chains take them: the same chains, the same bits.
  * g->rows: the R rows (any places), g->srow their E8M0 rows; each row is
  * followed by nt - 1 more (so a slot's stream goes on from call to call),
- * res[t·R + r] row t after g->rows[r]. */
-enum { QPF = 1536 }; /* each row's stream prefetched so many bytes ahead (T0) */
+ * res[t·R + r] row t after g->rows[r]. Each row's stream is prefetched QPF
+ * bytes ahead into L1: T1 read 14.0-15.4 GB/s where T0 read 14.7-16.9,
+ * 1,536-3,072 bytes ahead the same within the spread, 4,096 and more
+ * slower, none 13.6. */
+enum { QPF = 2048 };
 AVX512_INLINE void dec4_1q_kernel(const int vbmi, const dec4_args *g0, int64_t nt, float *res) {
     const __m512i tab =
         _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
