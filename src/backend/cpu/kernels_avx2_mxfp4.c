@@ -33,7 +33,8 @@
  * rows, +40-49 % for 4 to 16 on a Xeon); with AVX-512 VNNI a call of one
  * activation row meets the table's bytes with the activations' bytes
  * instead of 16-bit words (dec8_1b: the same integers, 10 operations a
- * vector against 14, 8 with AVX-512 VBMI). The scale vectors come from the
+ * vector against 14, 8 with AVX-512 VBMI; in spans such calls take 4
+ * rows a 64-byte line at a time, dec4_1q_kernel). The scale vectors come from the
  * E8M0 bytes by integer adds on exponents (4 rows × 8 blocks at a time,
  * transposed), which gives normal numbers only: row groups whose exponents
  * come near either end of the range, NaN scales, NaN activation codes or
@@ -94,7 +95,8 @@ enum { DEC_M = 128, DEC_M_WIDE = 24, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
  * +11-14 %; slots of 4 rows 13.7, 16 rows 14.0, 64-128 rows 14.2-15.0; no
  * prefetch 12.4-13.1; 768 bytes ahead 15.0-15.1 against 512's 14.6-14.9
  * and 1,024's 15.0-15.2 (medians of 4 alternations; bench/RESULTS.md
- * 2026-12-05). Same bits. */
+ * 2026-12-05). Same bits. One activation row in the VNNI byte form goes
+ * further: 4 slots of 64 rows, each a whole line a step (dec4q_span). */
 enum { SPAN = 8, SPAN_PF = 768 };
 /* On CPUs with AMX-BF16 the prefill's tiles (kernels_amx_mxfp4.c) take
  * every batch from AMX_MIN_M rows: with the weights read from DRAM, as a
