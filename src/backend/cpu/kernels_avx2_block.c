@@ -757,7 +757,15 @@ static AVX2 void lg_ukr(int64_t steps, const float *a, const float *b, float *l,
 }
 
 /* lg_ukr on 512-bit vectors: 6·np rows (np panels of 6, a[i]: [steps][6]
- * each, their lanes 6·i·ldl further) × 32 weight rows (b: [steps][32]).
+ * each, contiguous: a[1] = a[0] + 6·steps; their lanes 6·i·ldl further) ×
+ * 32 weight rows (b: [steps][32]). The next call's panels, which follow,
+ * are prefetched into L2 step by step: a block's activations (8 lanes ×
+ * its rows × K/8 floats, megabytes) stream from the last-level cache, and
+ * the kernel alone read them at 175-179 GFLOP/s against 197-207 from L2
+ * (one thread of the 2-vCPU Xeon VM); prefetched one call ahead, whole FP8
+ * products of 2,064 rows ran 3-9 % faster (medians, alternated in one
+ * process: wq_a 165 -> 175, wkv 154 -> 168, wo_b 152 -> 157; 1,032 rows of
+ * shared.w1 165 -> 172; bench/RESULTS.md, 2026-12-05). Same bits.
  * Two panels at once (24 accumulators; 12 broadcasts and the same two
  * weight loads a step for 24 FMAs rather than 6 and two for 12) measured
  * 2-13 % faster at 512 rows on one thread of a Xeon with AVX-512, 5-16 % on
@@ -775,9 +783,14 @@ AVX512_INLINE void lg_ukr_wide(const int np, int64_t steps, const float *const *
         c0[m] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(l + m * ldl);
         c1[m] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(l + m * ldl + 16);
     }
+    /* the next call's panels (they follow these: np·6 rows further) */
+    const float *const next = a[0] + np * LG_MR * steps;
 #pragma GCC unroll 2
     for (int64_t s = 0; s < steps; s++) {
         const __m512 b0 = _mm512_loadu_ps(b + s * LG_NR_WIDE), b1 = _mm512_loadu_ps(b + s * LG_NR_WIDE + 16);
+        if (!(s & 1)) /* 48 bytes of each panel every other step: every line */
+#pragma GCC unroll 2
+            for (int i = 0; i < np; i++) _mm_prefetch((const char *)(next + i * LG_MR * steps + s * LG_MR), _MM_HINT_T1);
 #pragma GCC unroll 12
         for (int m = 0; m < np * LG_MR; m++) {
             const __m512 av = _mm512_set1_ps(a[m / LG_MR][s * LG_MR + m % LG_MR]);
