@@ -33,9 +33,9 @@
  * rows, +40-49 % for 4 to 16 on a Xeon); with AVX-512 VNNI a call of one
  * activation row meets the table's bytes with the activations' bytes
  * instead of 16-bit words (dec8_1b: the same integers, 10 operations a
- * vector against 14, 8 with AVX-512 VBMI; in spans such calls take 4
- * rows a 64-byte line at a time, dec4_1q_kernel). The scale vectors come from the
- * E8M0 bytes by integer adds on exponents (4 rows × 8 blocks at a time,
+ * vector against 14, 8 with AVX-512 VBMI; in spans such calls take 4 rows
+ * a 64-byte line at a time, dec4_1q_kernel). The scale vectors come from
+ * the E8M0 bytes by integer adds on exponents (4 rows × 8 blocks at a time,
  * transposed), which gives normal numbers only: row groups whose exponents
  * come near either end of the range, NaN scales, NaN activation codes or
  * activation scales that are not powers of two take the scalar code
@@ -778,61 +778,61 @@ AVX512_INLINE void dec4_1q_kernel(const int vbmi, const dec4_args *g0, int64_t n
     const __mmask64 lowb = 0x1111111111111111ull;
     dec4_args q = *g0, *const g = &q;
     for (int64_t t = 0; t < nt; t++) {
-    __m512i E = _mm512_setzero_si512();
-    __m256 L = _mm256_setzero_ps(); /* [rows 0-3 of the even blocks | of the odd] */
-    for (int64_t s = 0; s < steps; s++) {
-        if (s % 4 == 0) { /* the group's 16 E8M0 bytes a row (zeros past the row's end) */
-            const int64_t b0 = 16 * (s / 4);
-            const __mmask16 k = b0 + 16 <= KB ? (__mmask16)0xffff : (__mmask16)((1u << (KB - b0)) - 1);
-            E = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(k, g->srow[0] + b0));
-            E = _mm512_inserti32x4(E, _mm_maskz_loadu_epi8(k, g->srow[1] + b0), 1);
-            E = _mm512_inserti32x4(E, _mm_maskz_loadu_epi8(k, g->srow[2] + b0), 2);
-            E = _mm512_inserti32x4(E, _mm_maskz_loadu_epi8(k, g->srow[3] + b0), 3);
+        __m512i E = _mm512_setzero_si512();
+        __m256 L = _mm256_setzero_ps(); /* [rows 0-3 of the even blocks | of the odd] */
+        for (int64_t s = 0; s < steps; s++) {
+            if (s % 4 == 0) { /* the group's 16 E8M0 bytes a row (zeros past the row's end) */
+                const int64_t b0 = 16 * (s / 4);
+                const __mmask16 k = b0 + 16 <= KB ? (__mmask16)0xffff : (__mmask16)((1u << (KB - b0)) - 1);
+                E = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(k, g->srow[0] + b0));
+                E = _mm512_inserti32x4(E, _mm_maskz_loadu_epi8(k, g->srow[1] + b0), 1);
+                E = _mm512_inserti32x4(E, _mm_maskz_loadu_epi8(k, g->srow[2] + b0), 2);
+                E = _mm512_inserti32x4(E, _mm_maskz_loadu_epi8(k, g->srow[3] + b0), 3);
+            }
+            const int64_t n = rb - 64 * s; /* the step's bytes a row: 64, or 16-48 at the end */
+            __m512i x[R];
+    #pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                _mm_prefetch((const char *)g->rows[r] + 64 * s + QPF, _MM_HINT_T0);
+                x[r] = n >= 64 ? _mm512_loadu_si512(g->rows[r] + 64 * s)
+                               : _mm512_maskz_loadu_epi8((__mmask64)((1ull << n) - 1), g->rows[r] + 64 * s);
+            }
+            const int8_t *ab = g->bytes + s * 256;
+            const __m512i l0 = _mm512_load_si512(ab), l1 = _mm512_load_si512(ab + 64);
+            const __m512i h0 = _mm512_load_si512(ab + 128), h1 = _mm512_load_si512(ab + 192);
+            __m512i sr[R];
+    #pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const __m512i xh = _mm512_srli_epi16(x[r], 4);
+                const __m512i wl = vbmi ? permb_w(x[r], tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(x[r], nib));
+                const __m512i wh = vbmi ? permb_w(xh, tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(xh, nib));
+                const __m512i sh = dpbusd_w(dpbusd_w(_mm512_setzero_si512(), wl, h0), wh, h1);
+                sr[r] = dpbusd_w(dpbusd_w(_mm512_slli_epi32(sh, 8), wl, l0), wh, l1);
+            }
+            const __m512i z = _mm512_sub_epi32(quad_add_w(pair_add_w(sr[0], sr[1]), pair_add_w(sr[2], sr[3])),
+                                               _mm512_loadu_si512(g->corr + 16 * s));
+            const __m512i ei = _mm512_add_epi32(e0, _mm512_set1_epi32(vbmi ? 4 * (int)(s % 4) : (int)(s % 4)));
+            const __m512i ew = vbmi ? permb_z(lowb, ei, E)
+                                    : _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(ei, E), bsh),
+                                                       _mm512_set1_epi32(0xff));
+            const __m512 f = _mm512_castsi512_ps(
+                _mm512_slli_epi32(_mm512_add_epi32(ew, _mm512_loadu_si512(g->eaw + 16 * s)), 23));
+            const __m512 zf = _mm512_cvtepi32_ps(z);
+    #pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const int64_t c = 2 * s + h;
+                if (c >= chunks) break;
+                const __m256 fh = h ? _mm512_extractf32x8_ps(f, 1) : _mm512_castps512_ps256(f);
+                L = _mm256_fmadd_ps(h ? _mm512_extractf32x8_ps(zf, 1) : _mm512_castps512_ps256(zf), fh, L);
+                if (__builtin_expect(g->has_small[c], 0))
+                    L = _mm256_fmadd_ps(small_sums(g, c, g->half_last && c == chunks - 1, g->small + c * 64),
+                                        _mm256_mul_ps(fh, _mm256_set1_ps(0x1p-11f)), L);
+            }
         }
-        const int64_t n = rb - 64 * s; /* the step's bytes a row: 64, or 16-48 at the end */
-        __m512i x[R];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            _mm_prefetch((const char *)g->rows[r] + 64 * s + QPF, _MM_HINT_T0);
-            x[r] = n >= 64 ? _mm512_loadu_si512(g->rows[r] + 64 * s)
-                           : _mm512_maskz_loadu_epi8((__mmask64)((1ull << n) - 1), g->rows[r] + 64 * s);
-        }
-        const int8_t *ab = g->bytes + s * 256;
-        const __m512i l0 = _mm512_load_si512(ab), l1 = _mm512_load_si512(ab + 64);
-        const __m512i h0 = _mm512_load_si512(ab + 128), h1 = _mm512_load_si512(ab + 192);
-        __m512i sr[R];
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const __m512i xh = _mm512_srli_epi16(x[r], 4);
-            const __m512i wl = vbmi ? permb_w(x[r], tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(x[r], nib));
-            const __m512i wh = vbmi ? permb_w(xh, tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(xh, nib));
-            const __m512i sh = dpbusd_w(dpbusd_w(_mm512_setzero_si512(), wl, h0), wh, h1);
-            sr[r] = dpbusd_w(dpbusd_w(_mm512_slli_epi32(sh, 8), wl, l0), wh, l1);
-        }
-        const __m512i z = _mm512_sub_epi32(quad_add_w(pair_add_w(sr[0], sr[1]), pair_add_w(sr[2], sr[3])),
-                                           _mm512_loadu_si512(g->corr + 16 * s));
-        const __m512i ei = _mm512_add_epi32(e0, _mm512_set1_epi32(vbmi ? 4 * (int)(s % 4) : (int)(s % 4)));
-        const __m512i ew = vbmi ? permb_z(lowb, ei, E)
-                                : _mm512_and_si512(_mm512_srlv_epi32(_mm512_permutexvar_epi32(ei, E), bsh),
-                                                   _mm512_set1_epi32(0xff));
-        const __m512 f = _mm512_castsi512_ps(
-            _mm512_slli_epi32(_mm512_add_epi32(ew, _mm512_loadu_si512(g->eaw + 16 * s)), 23));
-        const __m512 zf = _mm512_cvtepi32_ps(z);
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const int64_t c = 2 * s + h;
-            if (c >= chunks) break;
-            const __m256 fh = h ? _mm512_extractf32x8_ps(f, 1) : _mm512_castps512_ps256(f);
-            L = _mm256_fmadd_ps(h ? _mm512_extractf32x8_ps(zf, 1) : _mm512_castps512_ps256(zf), fh, L);
-            if (__builtin_expect(g->has_small[c], 0))
-                L = _mm256_fmadd_ps(small_sums(g, c, g->half_last && c == chunks - 1, g->small + c * 64),
-                                    _mm256_mul_ps(fh, _mm256_set1_ps(0x1p-11f)), L);
-        }
-    }
-    float l[8];
-    _mm256_storeu_ps(l, L);
-    for (int r = 0; r < R; r++) res[t * R + r] = l[r] + l[r + 4];
-    for (int r = 0; r < R; r++) q.rows[r] += rb, q.srow[r] += KB;
+        float l[8];
+        _mm256_storeu_ps(l, L);
+        for (int r = 0; r < R; r++) res[t * R + r] = l[r] + l[r + 4];
+        for (int r = 0; r < R; r++) q.rows[r] += rb, q.srow[r] += KB;
     }
 }
 static AVX512 void dec4_1q(const dec4_args *g, int64_t nt, float *res) { dec4_1q_kernel(0, g, nt, res); }
