@@ -686,6 +686,18 @@ AVX512_INLINE __m512i permb_w(__m512i x, __m512i t) {
     __asm__("vpermb %2, %1, %0" : "=v"(r) : "v"(x), "v"(t));
     return r;
 }
+/* The lane sums of the weight bytes x (two codes a byte) with the
+ * activations' byte form: low nibbles meet l0 (low bytes) and h0 (high),
+ * high nibbles l1 and h1; the high bytes' sum, shifted, is where the low
+ * bytes' products start. vbmi: the nibbles looked up by vpermb. */
+AVX512_INLINE __m512i byte_sums(const int vbmi, __m512i x, __m512i tab, __m512i nib, __m512i l0, __m512i l1,
+                                __m512i h0, __m512i h1) {
+    const __m512i xh = _mm512_srli_epi16(x, 4);
+    const __m512i wl = vbmi ? permb_w(x, tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(x, nib));
+    const __m512i wh = vbmi ? permb_w(xh, tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(xh, nib));
+    const __m512i sh = dpbusd_w(dpbusd_w(_mm512_setzero_si512(), wl, h0), wh, h1);
+    return dpbusd_w(dpbusd_w(_mm512_slli_epi32(sh, 8), wl, l0), wh, l1);
+}
 /* One chunk of dec8_1b: row r's sums start from its high bytes' (times
  * 256), which the low bytes' products then join in the same register:
  * Σ (2·qw + 12)·(256·h + l) lane by lane, as the two separate sums gave.
@@ -704,11 +716,7 @@ AVX512_INLINE __m512 dec8_1b_chunk(const int half, const int vbmi, const dec4_ar
     for (int r = 0; r < R; r++) {
         const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_codes(rl[r], c, half)),
                                              load_codes(rh[r], c, half), 1);
-        const __m512i xh = _mm512_srli_epi16(x, 4);
-        const __m512i wl = vbmi ? permb_w(x, tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(x, nib));
-        const __m512i wh = vbmi ? permb_w(xh, tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(xh, nib));
-        const __m512i sh = dpbusd_w(dpbusd_w(_mm512_setzero_si512(), wl, h0), wh, h1);
-        sr[r] = dpbusd_w(dpbusd_w(_mm512_slli_epi32(sh, 8), wl, l0), wh, l1);
+        sr[r] = byte_sums(vbmi, x, tab, nib, l0, l1, h0, h1);
     }
     const __m512i corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(lo->corr + c * 8)));
     const __m512i z = _mm512_sub_epi32(quad_add_w(pair_add_w(sr[0], sr[1]), pair_add_w(sr[2], sr[3])), corr);
@@ -802,13 +810,7 @@ AVX512_INLINE void dec4_1q_kernel(const int vbmi, const dec4_args *g0, int64_t n
             const __m512i h0 = _mm512_load_si512(ab + 128), h1 = _mm512_load_si512(ab + 192);
             __m512i sr[R];
     #pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const __m512i xh = _mm512_srli_epi16(x[r], 4);
-                const __m512i wl = vbmi ? permb_w(x[r], tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(x[r], nib));
-                const __m512i wh = vbmi ? permb_w(xh, tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(xh, nib));
-                const __m512i sh = dpbusd_w(dpbusd_w(_mm512_setzero_si512(), wl, h0), wh, h1);
-                sr[r] = dpbusd_w(dpbusd_w(_mm512_slli_epi32(sh, 8), wl, l0), wh, l1);
-            }
+            for (int r = 0; r < R; r++) sr[r] = byte_sums(vbmi, x[r], tab, nib, l0, l1, h0, h1);
             const __m512i z = _mm512_sub_epi32(quad_add_w(pair_add_w(sr[0], sr[1]), pair_add_w(sr[2], sr[3])),
                                                _mm512_loadu_si512(g->corr + 16 * s));
             const __m512i ei = _mm512_add_epi32(e0, _mm512_set1_epi32(vbmi ? 4 * (int)(s % 4) : (int)(s % 4)));
