@@ -686,6 +686,11 @@ AVX512_INLINE __m512i permb_w(__m512i x, __m512i t) {
     __asm__("vpermb %2, %1, %0" : "=v"(r) : "v"(x), "v"(t));
     return r;
 }
+/* E2M1 code -> 2·value + 12 (unsigned, for vpdpbusd), in every 128-bit
+ * lane: byte_sums's table. */
+AVX512_INLINE __m512i byte_table(void) {
+    return _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+}
 /* The lane sums of the weight bytes x (two codes a byte) with the
  * activations' byte form: low nibbles meet l0 (low bytes) and h0 (high),
  * high nibbles l1 and h1; the high bytes' sum, shifted, is where the low
@@ -723,9 +728,7 @@ AVX512_INLINE __m512 dec8_1b_chunk(const int half, const int vbmi, const dec4_ar
     return chain_step_w(lo, hi, 0, c, half, ew, z, L);
 }
 AVX512_INLINE void dec8_1b_kernel(const int vbmi, const dec4_args *lo, const dec4_args *hi, float *res) {
-    /* E2M1 code -> 2·value + 12 */
-    const __m512i tab =
-        _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i tab = byte_table();
     const __m512i nib = _mm512_set1_epi8(0x0f);
     const int64_t chunks = lo->chunks, full = chunks - (lo->half_last ? 1 : 0);
     const uint8_t *rl[R], *rh[R];
@@ -773,8 +776,7 @@ AVX512_INLINE __m512i permb_z(__mmask64 k, __m512i x, __m512i t) {
  * slower, none 13.6. */
 enum { QPF = 2048 };
 AVX512_INLINE void dec4_1q_kernel(const int vbmi, const dec4_args *g0, int64_t nt, float *res) {
-    const __m512i tab =
-        _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    const __m512i tab = byte_table();
     const __m512i nib = _mm512_set1_epi8(0x0f);
     const int64_t KB = g0->KB, rb = KB * 16, chunks = g0->chunks, steps = (chunks + 1) / 2;
     /* step i of a group of 4: E holds row r's 16 E8M0 bytes in its 128-bit
@@ -1095,8 +1097,11 @@ static int act16_make(const uint8_t *qa, const float *sa, int64_t M, int64_t K, 
     a->corr = bytes ? aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a->chunks * 8 + 8)) : NULL;
     if (!a->big || !a->small || !a->has_small || !a->eaw || (bytes && (!a->bytes || !a->corr))) return 0;
     memset(a->eaw + M * a->chunks * 8, 0, 8 * sizeof(int32_t));
-    if (bytes) { /* a last step's second chunk (odd chunk counts) and block sums past it */
-        memset(a->bytes, 0, (size_t)(M * act16_steps(a) * 256));
+    if (bytes) { /* what a last step reads past the last chunk (lanes it leaves unused): defined, zero */
+        if (a->chunks & 1)
+            for (int64_t m = 0; m < M; m++)
+                for (int part = 0; part < 4; part++)
+                    memset(a->bytes + (m * act16_steps(a) + a->chunks / 2) * 256 + part * 64 + 32, 0, 32);
         memset(a->corr + M * a->chunks * 8, 0, 8 * sizeof(int32_t));
     }
     if (!act16_build(qa, sa, M, K, a)) return -1;
