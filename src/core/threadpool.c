@@ -54,6 +54,12 @@ struct di_threadpool {
     void *ctx;
     int64_t n_items, grain;
     atomic_llong next;
+    /* stretched jobs (di_threadpool_for_stretches): thread i's stretch as
+     * front << 32 | end, its owner taking chunks from the front and the
+     * others, once their own is done, from the end */
+    int stretched;
+    int64_t span, least;
+    atomic_ullong *stretch; /* [n] */
 };
 
 /* The pool this thread is executing a job for, and its index in it: lets a
@@ -81,12 +87,61 @@ static int spin_expired(uint64_t t0) {
     return dt > SPIN_NS;
 }
 
+/* Items left in stretch i. */
+static int64_t stretch_left(di_threadpool *tp, int i) {
+    const uint64_t v = atomic_load_explicit(&tp->stretch[i], memory_order_relaxed);
+    return (int64_t)(v & 0xffffffffu) - (int64_t)(v >> 32);
+}
+
+/* Claims a chunk of stretch i into [*b, *e): from its front (own) or its
+ * end; 0 when the stretch is done. The chunk is `span` items, or where
+ * fewer than two spans are left the largest of span/2, span/4, .. least of
+ * which two are left (or what is left): the threads' last chunks get
+ * short, so they finish together. */
+static int stretch_claim(di_threadpool *tp, int i, int own, int64_t *b, int64_t *e) {
+    uint64_t v = atomic_load_explicit(&tp->stretch[i], memory_order_relaxed);
+    for (;;) {
+        const int64_t f = (int64_t)(v >> 32), end = (int64_t)(v & 0xffffffffu), left = end - f;
+        if (left <= 0) return 0;
+        int64_t size = tp->span;
+        while (size > tp->least && left < 2 * size) size = size / 2 > tp->least ? size / 2 : tp->least;
+        if (size > left) size = left;
+        const uint64_t nv = own ? v + ((uint64_t)size << 32) : v - (uint64_t)size;
+        if (atomic_compare_exchange_weak_explicit(&tp->stretch[i], &v, nv, memory_order_relaxed,
+                                                  memory_order_relaxed)) {
+            *b = own ? f : end - size;
+            *e = *b + size;
+            return 1;
+        }
+    }
+}
+
+/* Thread index's chunks of a stretched job: its own stretch, then the ends
+ * of whichever has the most left. */
+static void run_stretches(di_threadpool *tp, int index) {
+    for (;;) {
+        int64_t b, e;
+        if (!stretch_claim(tp, index, 1, &b, &e)) {
+            int most = -1;
+            int64_t left = 0;
+            for (int i = 0; i < tp->n; i++) {
+                const int64_t l = stretch_left(tp, i);
+                if (l > left) left = l, most = i;
+            }
+            if (most < 0) return;
+            if (!stretch_claim(tp, most, 0, &b, &e)) continue;
+        }
+        tp->fn(tp->ctx, b, e, index);
+    }
+}
+
 static void run_chunks(di_threadpool *tp, int index) {
     di_threadpool *outer = tl_pool;
     int outer_index = tl_index;
     tl_pool = tp;
     tl_index = index;
-    for (;;) {
+    if (tp->stretched) run_stretches(tp, index);
+    else for (;;) {
         int64_t b = atomic_fetch_add_explicit(&tp->next, tp->grain, memory_order_relaxed);
         if (b >= tp->n_items) break;
         int64_t e = b + tp->grain < tp->n_items ? b + tp->grain : tp->n_items;
@@ -149,7 +204,8 @@ di_status di_threadpool_create(int n_threads, di_threadpool **out, di_err *err) 
     if (n_threads > 1) {
         tp->threads = calloc((size_t)n_threads - 1, sizeof *tp->threads);
         tp->workers = calloc((size_t)n_threads - 1, sizeof *tp->workers);
-        if (!tp->threads || !tp->workers) {
+        tp->stretch = calloc((size_t)n_threads, sizeof *tp->stretch);
+        if (!tp->threads || !tp->workers || !tp->stretch) {
             di_threadpool_destroy(tp);
             return di_err_set(err, DI_ERR_NOMEM, "thread pool of %d threads: out of memory",
                               n_threads);
@@ -182,6 +238,7 @@ void di_threadpool_destroy(di_threadpool *tp) {
     pthread_cond_destroy(&tp->wake);
     pthread_mutex_destroy(&tp->mu);
     pthread_mutex_destroy(&tp->run);
+    free(tp->stretch);
     free(tp->workers);
     free(tp->threads);
     free(tp);
@@ -189,7 +246,9 @@ void di_threadpool_destroy(di_threadpool *tp) {
 
 int di_threadpool_size(const di_threadpool *tp) { return tp ? tp->n : 1; }
 
-void di_threadpool_for(di_threadpool *tp, int64_t n, int64_t grain, di_parallel_fn fn, void *ctx) {
+/* di_threadpool_for, or with span > 0 stretched (di_threadpool_for_stretches) */
+static void pool_for(di_threadpool *tp, int64_t n, int64_t grain, int64_t span, int64_t least, di_parallel_fn fn,
+                     void *ctx) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
     if (!tp) {
@@ -201,7 +260,7 @@ void di_threadpool_for(di_threadpool *tp, int64_t n, int64_t grain, di_parallel_
         return;
     }
     pthread_mutex_lock(&tp->run);
-    if (tp->started == 0 || n <= grain) {
+    if (tp->started == 0 || (span ? n <= least : n <= grain)) {
         fn(ctx, 0, n, 0);
         pthread_mutex_unlock(&tp->run);
         return;
@@ -210,6 +269,15 @@ void di_threadpool_for(di_threadpool *tp, int64_t n, int64_t grain, di_parallel_
     tp->ctx = ctx;
     tp->n_items = n;
     tp->grain = grain;
+    tp->stretched = span > 0;
+    tp->span = span;
+    tp->least = least;
+    if (span) /* thread i's stretch: the i-th n-th of the range, cut at multiples of span */
+        for (int i = 0; i < tp->n; i++) {
+            const int64_t lo = i ? n * i / tp->n / span * span : 0;
+            const int64_t hi = i + 1 < tp->n ? n * (i + 1) / tp->n / span * span : n;
+            atomic_store_explicit(&tp->stretch[i], (uint64_t)lo << 32 | (uint64_t)hi, memory_order_relaxed);
+        }
     atomic_store_explicit(&tp->next, 0, memory_order_relaxed);
     atomic_store_explicit(&tp->pending, tp->started, memory_order_relaxed);
     pthread_mutex_lock(&tp->mu);
@@ -232,6 +300,10 @@ void di_threadpool_for(di_threadpool *tp, int64_t n, int64_t grain, di_parallel_
         pthread_mutex_unlock(&tp->mu);
     }
     pthread_mutex_unlock(&tp->run);
+}
+
+void di_threadpool_for(di_threadpool *tp, int64_t n, int64_t grain, di_parallel_fn fn, void *ctx) {
+    pool_for(tp, n, grain, 0, 0, fn, ctx);
 }
 
 /* di_threadpool_for_parts: the jobs' ranges, and the chunk's split by job */
@@ -259,4 +331,15 @@ void di_threadpool_for_parts(di_threadpool *tp, int n, const int64_t *first, int
     if (n <= 0 || first[n] <= 0) return;
     parts_ctx c = {n, first, fn, (char *)ctxs, ctx_size};
     di_threadpool_for(tp, first[n], grain, parts_body, &c);
+}
+
+void di_threadpool_for_stretches(di_threadpool *tp, int n, const int64_t *first, int64_t span, int64_t least,
+                                 di_parallel_fn fn, void *ctxs, size_t ctx_size) {
+    if (n <= 0 || first[n] <= 0) return;
+    if (least < 1) least = 1;
+    if (span < least) span = least;
+    parts_ctx c = {n, first, fn, (char *)ctxs, ctx_size};
+    /* the stretches' bounds travel in 32 bits; a longer range (never a
+     * kernel's) takes plain chunks of span */
+    pool_for(tp, first[n], span, first[n] < ((int64_t)1 << 31) ? span : 0, least, parts_body, &c);
 }

@@ -5,6 +5,7 @@
  * batch-invariance properties the engine relies on. Plus the thread pool. */
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "test.h"
 #include "backend/cpu/kernels.h"
@@ -1660,11 +1661,93 @@ static void test_threadpool(void) {
     di_threadpool_destroy(NULL);
 }
 
+/* di_threadpool_for_stretches: every index of every job once, in its own
+ * numbering, on pools of 1-5 threads, spans of 1-8 and shortest chunks of
+ * 1-4; no chunk longer than span (one thread: one call a job); and a
+ * thread slowed down (the caller,
+ * sleeping in each chunk) has the end of its stretch taken by the other. */
+typedef struct stretch_ctx {
+    atomic_int *hits, *by1; /* hits per index; indices run on thread 1 */
+    atomic_int calls, too_long, bad_thread;
+    int64_t span;
+    int threads, slow0;
+} stretch_ctx;
+
+static void stretch_body(void *ctx, int64_t b, int64_t e, int thread) {
+    stretch_ctx *c = ctx;
+    if (thread < 0 || thread >= c->threads) atomic_store(&c->bad_thread, 1);
+    if (e - b > c->span && c->threads > 1) atomic_store(&c->too_long, 1); /* one thread: one call */
+    for (int64_t i = b; i < e; i++) {
+        atomic_fetch_add(&c->hits[i], 1);
+        if (thread == 1) atomic_fetch_add(&c->by1[i], 1);
+    }
+    atomic_fetch_add(&c->calls, 1);
+    if (c->slow0 && thread == 0) {
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void test_threadpool_stretches(void) {
+    enum { N = 1000, J = 4 };
+    static atomic_int jh[J][N], j1[J][N];
+    static const int64_t len[][J] = {{300, 0, 1, 699}, {1, 0, 0, 0}, {7, 0, 0, 0}, {64, 8, 0, 1}, {999, 1, 0, 0}};
+    static const int sizes[] = {1, 2, 3, 5};
+    static const int64_t spans[][2] = {{8, 1}, {4, 1}, {1, 1}, {8, 2}, {4, 4}};
+    di_err err;
+    for (size_t t = 0; t < sizeof sizes / sizeof *sizes; t++) {
+        di_threadpool *tp = NULL;
+        if (sizes[t] > 1) CHECK(di_threadpool_create(sizes[t], &tp, &err) == DI_OK);
+        for (size_t l = 0; l < sizeof len / sizeof *len; l++)
+            for (size_t sp = 0; sp < sizeof spans / sizeof *spans; sp++)
+                for (int rep = 0; rep < 3; rep++) {
+                    int64_t first[J + 1] = {0};
+                    stretch_ctx cs[J];
+                    for (int j = 0; j < J; j++) {
+                        first[j + 1] = first[j] + len[l][j];
+                        cs[j] = (stretch_ctx){.hits = jh[j], .by1 = j1[j], .span = spans[sp][0], .threads = sizes[t]};
+                        for (int i = 0; i < N; i++) atomic_store(&jh[j][i], 0);
+                    }
+                    di_threadpool_for_stretches(tp, J, first, spans[sp][0], spans[sp][1], stretch_body, cs,
+                                                sizeof *cs);
+                    int bad = 0, odd = 0;
+                    for (int j = 0; j < J; j++) {
+                        for (int i = 0; i < N; i++) bad += atomic_load(&jh[j][i]) != (i < len[l][j]);
+                        odd += atomic_load(&cs[j].too_long) + atomic_load(&cs[j].bad_thread);
+                        if (!len[l][j] || sizes[t] == 1) odd += atomic_load(&cs[j].calls) != (len[l][j] > 0);
+                    }
+                    CHECKF(bad == 0 && odd == 0,
+                           "%d threads, jobs %lld+%lld+%lld+%lld, span %lld (least %lld): %d indices run other "
+                           "than once, %d chunks too long, on a bad thread or of an empty job",
+                           sizes[t], (long long)len[l][0], (long long)len[l][1], (long long)len[l][2],
+                           (long long)len[l][3], (long long)spans[sp][0], (long long)spans[sp][1], bad, odd);
+                }
+        if (tp) di_threadpool_destroy(tp);
+    }
+    /* the caller sleeps 2 ms in each chunk: its stretch's end goes to the worker */
+    di_threadpool *tp = NULL;
+    CHECK(di_threadpool_create(2, &tp, &err) == DI_OK);
+    for (int i = 0; i < 64; i++) atomic_store(&jh[0][i], 0), atomic_store(&j1[0][i], 0);
+    int64_t first[2] = {0, 64};
+    stretch_ctx c = {.hits = jh[0], .by1 = j1[0], .span = 4, .threads = 2, .slow0 = 1};
+    di_threadpool_for_stretches(tp, 1, first, 4, 1, stretch_body, &c, sizeof c);
+    int once = 0, taken = 0, own = 0;
+    for (int i = 0; i < 64; i++) {
+        once += atomic_load(&jh[0][i]) == 1;
+        if (i < 32) taken += atomic_load(&j1[0][i]);
+        else own += atomic_load(&j1[0][i]);
+    }
+    CHECK_EQ_INT(once, 64);
+    CHECKF(taken > 0 && own > 16, "worker ran %d of the caller's stretch and %d of its own", taken, own);
+    di_threadpool_destroy(tp);
+}
+
 int main(void) {
     /* a kernel that reads scratch it did not write this call gives NaN,
      * not the (often equal) values a previous call left there */
     di_cpu_kernels_poison_buffers(1);
     RUN(test_threadpool);
+    RUN(test_threadpool_stretches);
     RUN(test_act_quant_scalar);
     RUN(test_act_quant_avx2);
     RUN(test_gemm_fp8);
