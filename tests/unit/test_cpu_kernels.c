@@ -557,7 +557,8 @@ static int64_t fp4_bad_scale(int64_t K) { return 40 * (K / 32) + 2; } /* row 40,
 
 /* FP8 decode rows of long rows without the prefetches (dec_units): at one
  * activation row spans of 4 scale tiles, whose pairs of rows read their
- * own tile's folded activations, then single tiles and a partial one; a
+ * own tile's folded activations, spans of 2 and 1 where the range (or the
+ * pool's chunk) ends sooner, then a partial tile, on one and two threads; a
  * tile whose scales cannot be folded (a NaN scale) inside a span sends the
  * span's tiles one by one. Two activation rows: rows spread within each
  * tile. Each route; the weight scales differ tile by tile. */
@@ -570,7 +571,9 @@ static void test_gemm_decode_spans(void) {
     di_cpu_kernels_force_dec_prefetch(-1);
     static const int64_t shapes[][2] = {{1024, 32 * 7 + 17}, {2048, 32 * 4}, {1056, 32 * 6}};
     static const char *route_name[4] = {"default", "F16C", "shifts", "256-bit"};
-    const long s0 = di_cpu_kernels_span_units();
+    const long s0 = di_cpu_kernels_span_units(), h0 = di_cpu_kernels_short_span_units();
+    /* one thread: spans of 4, 2 and 1 tiles through the range */
+    check_spans(FMT_FP8, shapes, 3, fp8_bad_scale, NULL, "default, one thread");
     /* the routes: as chosen, F16C instead of the exponent bias, the shifts
      * of AMD cores, the 256-bit kernels (spread in one unit, no spans) */
     for (int route = 0; route < 4; route++) {
@@ -582,8 +585,11 @@ static void test_gemm_decode_spans(void) {
     di_cpu_kernels_force_no_bias(0);
     di_cpu_kernels_force_fp8_half(0);
     di_cpu_kernels_force_no_avx512(0);
-    if (di_cpu_kernels_wide())
+    if (di_cpu_kernels_wide()) {
         CHECKF(di_cpu_kernels_span_units() > s0, "units in spans: %ld", di_cpu_kernels_span_units() - s0);
+        CHECKF(di_cpu_kernels_short_span_units() > h0, "units in spans of 2 or 1 tiles: %ld",
+               di_cpu_kernels_short_span_units() - h0);
+    }
     di_cpu_kernels_force_dec_prefetch(0);
     di_threadpool_destroy(tp);
 #endif
@@ -592,7 +598,9 @@ static void test_gemm_decode_spans(void) {
 /* MXFP4 decode rows of one and two activation rows on 512-bit vectors in
  * spans of 8 units (dec4_units: each register slot streams 32 consecutive
  * rows; one activation row in the byte form: 4 slots of 64 rows a line at
- * a time): two spans, then units and a partial one; a NaN scale in a
+ * a time): two spans, then spans of 4, 2 and 1 units where the range (or
+ * the pool's chunk) ends sooner, and a partial unit, on one and two
+ * threads; a NaN scale in a
  * span's rows sends its units one by one; K with an odd chunk count and
  * with a half last chunk. The VNNI byte form with and without vpermb, the
  * 16-bit VNNI sums and the plain sums. */
@@ -608,6 +616,9 @@ static void test_gemm_mxfp4_decode_spans(void) {
     static const int64_t shapes[][2] = {{1024, 256 * 2 + 32 * 3 + 17}, {1088, 256 + 64 + 5}, {2336, 256 + 40}};
     static const char *form_name[4] = {"VNNI bytes", "VNNI bytes, no vpermb", "VNNI 16-bit", "plain sums"};
     const long s0 = di_cpu_kernels_mxfp4_span_units(), l0 = di_cpu_kernels_mxfp4_line_units();
+    const long h0 = di_cpu_kernels_mxfp4_short_span_units();
+    /* one thread: spans of 8, 4, 2 and 1 units through the range */
+    check_spans(FMT_FP4, shapes, 3, fp4_bad_scale, NULL, "VNNI bytes, one thread");
     for (int form = 0; form < 4; form++) {
         di_cpu_kernels_force_no_vbmi(form == 1);
         di_cpu_kernels_force_no_vnni_bytes(form >= 2);
@@ -617,8 +628,11 @@ static void test_gemm_mxfp4_decode_spans(void) {
     di_cpu_kernels_force_no_vbmi(0);
     di_cpu_kernels_force_no_vnni_bytes(0);
     di_cpu_kernels_force_no_vnni(0);
-    if (di_cpu_kernels_wide())
+    if (di_cpu_kernels_wide()) {
         CHECKF(di_cpu_kernels_mxfp4_span_units() > s0, "units in spans: %ld", di_cpu_kernels_mxfp4_span_units() - s0);
+        CHECKF(di_cpu_kernels_mxfp4_short_span_units() > h0, "units in spans of 4 or fewer: %ld",
+               di_cpu_kernels_mxfp4_short_span_units() - h0);
+    }
     if (di_cpu_kernels_vnni())
         CHECKF(di_cpu_kernels_mxfp4_line_units() > l0, "units in spans of lines: %ld",
                di_cpu_kernels_mxfp4_line_units() - l0);

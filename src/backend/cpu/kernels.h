@@ -260,13 +260,15 @@ int di_cpu_kernels_vnni(void);
 void di_cpu_kernels_force_no_vnni(int on);
 long di_cpu_kernels_vnni_units(void);
 /* Weight-row units of the MXFP4 decode rows of one or two activation rows
- * on 512-bit vectors that went in spans of 8 units, each register slot
- * streaming 32 consecutive rows (kernels_avx2_mxfp4.c, dec4_units; same
- * bits; tests); and those of them that went in spans of whole lines (one
- * activation row in the VNNI byte form: 4 slots of 64 rows, a 64-byte
- * line of each a step). */
+ * on 512-bit vectors that went in spans (of 8 units, each register slot
+ * streaming 32 consecutive rows, or of 4, 2 or 1 where the pool's chunks
+ * taper at the end of a call on several threads; kernels_avx2_mxfp4.c,
+ * dec4_units; same bits; tests); those of them that went in spans of whole
+ * lines (one activation row in the VNNI byte form: 4 slots of 64 rows, a
+ * 64-byte line of each a step); and those in spans shorter than 8 units. */
 long di_cpu_kernels_mxfp4_span_units(void);
 long di_cpu_kernels_mxfp4_line_units(void);
+long di_cpu_kernels_mxfp4_short_span_units(void);
 /* With VNNI, a call of one activation row meets the weights' decoded bytes
  * with the activations' bytes (vpdpbusd) rather than 16-bit words; same
  * bits. Forcing it off (1) keeps such calls on the 16-bit sums, 0
@@ -306,11 +308,14 @@ long di_cpu_kernels_bias_units(void);
 void di_cpu_kernels_force_no_seg(int on);
 long di_cpu_kernels_seg_units(void); /* weight-row units it ran (tests) */
 /* Weight-row units of the FP8 decode rows (outside the segmented form)
- * whose kernel calls took rows spread through the unit, and those of them
- * that went in spans of 4 units (kernels_avx2_block.c, dec_units:
- * without the software prefetches; same bits; tests). */
+ * whose kernel calls took rows spread through the unit, those of them
+ * that went in spans (of 4 units, or of 2 or 1 where the pool's chunks get
+ * shorter at the end of a call on several threads; kernels_avx2_block.c,
+ * dec_units: without the software prefetches; same bits; tests), and
+ * those in spans shorter than 4 units. */
 long di_cpu_kernels_spread_units(void);
 long di_cpu_kernels_span_units(void);
+long di_cpu_kernels_short_span_units(void);
 /* Whether the FP8 prefill (on 512-bit vectors from 17 rows on; on 256-bit
  * ones from 32 to 96 rows) runs each group of weight panels and block of
  * rows start to end in one parallel pass (kernels_avx2_block.c,

@@ -1326,6 +1326,7 @@ enum { DEC_F16C, DEC_BIAS, DEC_SHIFT };
 AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, const int X, int64_t chunks,
                                   const uint8_t *const *rowp, const uint8_t *ahead, const float *a, int64_t lda,
                                   int64_t ta, float *res) {
+    const int T = X ? X : 1; /* the tiles the rows lie in */
     int nsub = 0;
     __m512 acc[DEC_MB][4];
     const uint8_t *rows[8];
@@ -1334,7 +1335,7 @@ AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, const
         if (ahead)
 #pragma GCC unroll 4
             for (int r = 0; r < R; r += 2) _mm_prefetch((const char *)ahead + (c * R + r) * 32, _MM_HINT_T1);
-        if (X > 1) /* a span: each row's stream DEC_SPAN_PF bytes ahead, a line a row every other chunk */
+        if (X) /* a span: each row's stream DEC_SPAN_PF bytes ahead, a line a row every other chunk */
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++)
                 _mm_prefetch((const char *)rows[r + 4 * !(c & 1)] + c * 32 + DEC_SPAN_PF, _MM_HINT_T1);
@@ -1342,14 +1343,14 @@ AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, const
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
             if (2 * i < R) {
-                if (i % (4 / X) == 0) /* a span of X tiles: pair i's rows lie in tile i·X/4 */
+                if (i % (4 / T) == 0) /* a span of T tiles: pair i's rows lie in tile i·T/4 */
 #pragma GCC unroll 4
                     for (int m = 0; m < DEC_MB; m++)
 #pragma GCC unroll 4
                         for (int p = 0; p < 4; p++)
                             if (m < mr)
                                 av[m][p] = _mm512_broadcast_f32x8(
-                                    _mm256_load_ps(a + i * X / 4 * ta + m * lda + c * 32 + 8 * p));
+                                    _mm256_load_ps(a + i * T / 4 * ta + m * lda + c * 32 + 8 * p));
                 const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_chunk(rows[2 * i], c)),
                                                      load_chunk(rows[2 * i + 1], c), 1);
                 __m512 d[4];
@@ -1374,12 +1375,12 @@ AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, const
     static AVX512 void dec_kernel_##mr##_##R##w(int64_t chunks, const uint8_t *const *rows,             \
                                                 const uint8_t *ahead, const float *a, int64_t lda,       \
                                                 float *res) {                                            \
-        dec_kernel_wide(mr, R, DEC_F16C, 1, chunks, rows, ahead, a, lda, 0, res);                       \
+        dec_kernel_wide(mr, R, DEC_F16C, 0, chunks, rows, ahead, a, lda, 0, res);                       \
     }                                                                                                    \
     static AVX512 int dec_kernel_##mr##_##R##x(int64_t chunks, const uint8_t *const *rows,              \
                                                const uint8_t *ahead, const float *a, int64_t lda,        \
                                                float *res) {                                             \
-        return dec_kernel_wide(mr, R, DEC_BIAS, 1, chunks, rows, ahead, a, lda, 0, res);                \
+        return dec_kernel_wide(mr, R, DEC_BIAS, 0, chunks, rows, ahead, a, lda, 0, res);                \
     }
 DEC_WIDE_FNS(1, 8)
 DEC_WIDE_FNS(2, 8)
@@ -1390,7 +1391,7 @@ DEC_WIDE_FNS(2, 8)
     static AVX512 void dec_kernel_##mr##_8s(int64_t chunks, const uint8_t *const *rows,                 \
                                             const uint8_t *ahead, const float *a, int64_t lda,           \
                                             float *res) {                                                \
-        dec_kernel_wide(mr, 8, DEC_SHIFT, 1, chunks, rows, ahead, a, lda, 0, res);                      \
+        dec_kernel_wide(mr, 8, DEC_SHIFT, 0, chunks, rows, ahead, a, lda, 0, res);                      \
     }
 DEC_SHIFT_WIDE_FN(1)
 DEC_SHIFT_WIDE_FN(2)
@@ -1421,9 +1422,15 @@ typedef int (*dec_span_fn)(int64_t chunks, const uint8_t *const *rows, const flo
         return 0;                                                                                            \
     }
 DEC_SPAN_FNS(1, 4)
-/* bias, F16C or shifts, as dec_kernel_for picks the routes */
-static dec_span_fn dec_span_for(int bias, int half) {
-    return bias ? dec_span_1x4 : half ? dec_span_1w4 : dec_span_1s4;
+DEC_SPAN_FNS(1, 2)
+DEC_SPAN_FNS(1, 1)
+/* spans of x = 4, 2 or 1 tiles, by the bias, F16C or shifts, as
+ * dec_kernel_for picks the routes */
+static dec_span_fn dec_span_for(int bias, int half, int64_t x) {
+    static const dec_span_fn fns[3][3] = {{dec_span_1x1, dec_span_1x2, dec_span_1x4},
+                                          {dec_span_1w1, dec_span_1w2, dec_span_1w4},
+                                          {dec_span_1s1, dec_span_1s2, dec_span_1s4}};
+    return fns[bias ? 0 : half ? 1 : 2][x == 4 ? 2 : x == 2 ? 1 : 0];
 }
 
 typedef int (*dec_bias_fn)(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead, const float *a,
@@ -1682,12 +1689,12 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t nn, int64_t step
  * pair i's two rows lie in tile i; a: the span's folded activations, tile
  * after tile (Kp floats each). Returns the chunks that took the exponent
  * bias's table. */
-static AVX2 int dec_span(const dec_job *j, int64_t g0, const float *a, int bias) {
-    const int64_t K = j->K, Kp = j->Kp, S = DEC_SPAN * UNIT / 8;
+static AVX2 int dec_span(const dec_job *j, int64_t g0, int64_t x, const float *a, int bias) {
+    const int64_t K = j->K, Kp = j->Kp, S = x * UNIT / 8;
     const uint8_t *rows[8];
     for (int r = 0; r < 8; r++) rows[r] = j->w + (g0 + r * S) * K;
     float res[8];
-    const int nsub = dec_span_for(bias, j->half)(Kp / 32, rows, a, Kp, Kp, res);
+    const int nsub = dec_span_for(bias, j->half, x)(Kp / 32, rows, a, Kp, Kp, res);
     for (int64_t r = 0; r < 8; r++) j->out[g0 + r * S] = res[r];
     return nsub;
 }
@@ -1764,9 +1771,9 @@ static int dec_spans(const dec_job *j) {
 /* The folded activations of the span's tiles from u on into sc, tile
  * after tile (Kp floats each; fs: scratch for the factors); 0 where a
  * tile's scales cannot be folded exactly (the tiles then go one by one). */
-static AVX2 int dec_fold_span(const dec_job *j, int64_t u, float *fs, float *sc) {
+static AVX2 int dec_fold_span(const dec_job *j, int64_t u, int64_t nx, float *fs, float *sc) {
     const int64_t Kp = j->Kp, KB = j->K / 32, chunks = Kp / 32;
-    for (int x = 0; x < DEC_SPAN; x++) {
+    for (int64_t x = 0; x < nx; x++) {
         if (!dec_fold_scales(j, j->ws + (u + x) * (UNIT / 32) * KB, fs)) return 0;
         dec_fold(j->ap, fs, chunks, sc + x * Kp);
     }
@@ -1775,9 +1782,10 @@ static AVX2 int dec_fold_span(const dec_job *j, int64_t u, float *fs, float *sc)
 
 /* Units whose groups took rows spread through the unit, and those of them
  * in spans of several (dec_units). */
-static atomic_long spread_units, span_units;
+static atomic_long spread_units, span_units, short_span_units;
 long di_cpu_kernels_spread_units(void) { return atomic_load(&spread_units); }
 long di_cpu_kernels_span_units(void) { return atomic_load(&span_units); }
+long di_cpu_kernels_short_span_units(void) { return atomic_load(&short_span_units); }
 
 /* Units [u0, u1) of UNIT weight rows (one scale tile): every activation row,
  * all of K. Without the software prefetches a whole unit of long rows
@@ -1807,7 +1815,11 @@ long di_cpu_kernels_span_units(void) { return atomic_load(&span_units); }
  * also prefetches each row's stream DEC_SPAN_PF bytes ahead (a line a row
  * every other chunk; it runs on into the slot's next row): K 5,120 14.1 ->
  * 15.4-16.8, 2,048 14.1 -> 15.7-16.5 (256 bytes ahead 14.9-15.4, 768
- * 14.6-15.2, every row every chunk 14.0-14.5); K 8,192 unchanged. */
+ * 14.6-15.2, every row every chunk 14.0-14.5); K 8,192 unchanged. Where
+ * the range ends sooner (the pool's last chunks, di_threadpool_for_stretches,
+ * or the product's last units) spans of 2 tiles (slots of 8 rows) and 1
+ * (slots of 4) take the rest, the same kernel with its pairs' tiles
+ * mapped accordingly. */
 static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const dec_job *j = ctx;
     const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N, KB = K / 32, chunks = Kp / 32;
@@ -1816,15 +1828,19 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     float *sc = j->scratch + thread * j->scratch_floats;
     float *fs = sc + (spans ? DEC_SPAN : 1) * M * Kp; /* [K/32] the factors */
     for (int64_t u = u0; u < u1; u++) {
-        /* a span of whole tiles where the range holds one */
-        if (spans && u + DEC_SPAN <= u1 && (u + DEC_SPAN) * UNIT <= N && dec_fold_span(j, u, fs, sc)) {
+        /* the longest span of whole tiles (DEC_SPAN, DEC_SPAN/2, 1) the
+         * range holds: the pool's chunks get shorter at the end (dec_run) */
+        int64_t x = DEC_SPAN;
+        while (x > 1 && (u + x > u1 || (u + x) * UNIT > N)) x /= 2;
+        if (spans && (u + x) * UNIT <= N && dec_fold_span(j, u, x, fs, sc)) {
             const int bias = j->bias && !atomic_load_explicit(j->bias_heavy, memory_order_relaxed);
             int64_t nsub = 0;
-            atomic_fetch_add_explicit(&spread_units, DEC_SPAN, memory_order_relaxed);
-            atomic_fetch_add_explicit(&span_units, DEC_SPAN, memory_order_relaxed);
-            for (int64_t t = 0; t < DEC_SPAN * UNIT / 8; t++) nsub += dec_span(j, u * UNIT + t, sc, bias);
-            if (bias) dec_bias_done(j, DEC_SPAN * UNIT, nsub);
-            u += DEC_SPAN - 1;
+            atomic_fetch_add_explicit(&spread_units, x, memory_order_relaxed);
+            atomic_fetch_add_explicit(&span_units, x, memory_order_relaxed);
+            if (x < DEC_SPAN) atomic_fetch_add_explicit(&short_span_units, x, memory_order_relaxed);
+            for (int64_t t = 0; t < x * UNIT / 8; t++) nsub += dec_span(j, u * UNIT + t, x, sc, bias);
+            if (bias) dec_bias_done(j, x * UNIT, nsub);
+            u += x - 1;
             continue;
         }
         const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
@@ -1956,12 +1972,22 @@ static int dec_run(int half, const di_gemm_part *parts, int n, int64_t K, di_thr
     }
     first[n] = units;
     /* several chunks per thread so a core slowed by other work takes fewer;
-     * whole spans where dec_units takes them */
-    int64_t grain = units / (8 * threads);
-    if (dec_spans(&jobs[0])) grain = (grain + DEC_SPAN - 1) / DEC_SPAN * DEC_SPAN;
+     * where dec_units takes spans, a stretch of the range for each thread
+     * (di_threadpool_for_stretches, as the MXFP4 decode rows: spans of 4
+     * tiles, shorter ones at the stretches' ends). On two threads of the
+     * 2-vCPU Xeon VM as fast as whole spans dealt from one cursor
+     * (alternated call by call, GB/s: wq_a 27.9-28.8 -> 28.6-29.0, wkv
+     * 27.9-28.6 -> 27.8-27.9, wo_b 26.1-26.3 -> 26.0-26.3, shared.w1
+     * 28.2-30.0 -> 29.7-30.1); the stretches keep many threads busy to the
+     * end where a few chunks of 4 tiles would not (wo_b's 160 tiles are 40
+     * such chunks for 16 threads). */
+    const int64_t grain = units / (8 * threads);
     struct timespec t0, t1;
     if (timed) clock_gettime(CLOCK_MONOTONIC, &t0);
-    di_threadpool_for_parts(tp, n, first, grain < 1 ? 1 : grain, ks ? seg_units : dec_units, jobs, sizeof *jobs);
+    if (dec_spans(&jobs[0]))
+        di_threadpool_for_stretches(tp, n, first, DEC_SPAN, 1, dec_units, jobs, sizeof *jobs);
+    else
+        di_threadpool_for_parts(tp, n, first, grain < 1 ? 1 : grain, ks ? seg_units : dec_units, jobs, sizeof *jobs);
     if (timed) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         di_cpu_pf_record(pf_class, pf, ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) /

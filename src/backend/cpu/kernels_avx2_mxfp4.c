@@ -999,35 +999,37 @@ static void dec8_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t mlo, i
     dec8_call(j, &lo, &hi, g0, g1 - g0, 1, mlo, mhi, vnni);
 }
 
-/* Group t of a span (dec4_units: SPAN units from g0 - t on, every
- * activation row, M <= MB): rows g0 + r·S for r < 2R, S = SPAN·UNIT/8,
+/* Group t of a span (dec4_units: x units from g0 - t on, every
+ * activation row, M <= MB): rows g0 + r·S for r < 2R, S = x·UNIT/8,
  * each prefetching its stream; the span's scales checked by the caller. */
-static void dec8_span(const dec4_job *j, int64_t g0, int vnni) {
-    const int64_t S = SPAN * UNIT / (2 * R);
+static void dec8_span(const dec4_job *j, int64_t g0, int64_t x, int vnni) {
+    const int64_t S = x * UNIT / (2 * R);
     dec4_args lo = dec4_rows(j, g0, R, S, NULL), hi = dec4_rows(j, g0 + R * S, R, S, NULL);
     lo.stream_pf = hi.stream_pf = 1;
     dec8_call(j, &lo, &hi, g0, 2 * R, S, 0, j->M, vnni);
 }
 
-/* A span of whole lines (dec4_units: SPAN units from n0 on, one
- * activation row in the byte form): slot r reads rows n0 + r·S .. + S - 1,
- * S = SPAN·UNIT/R, one stream a line at a time, all R in one call; the
- * span's scales checked by the caller. */
-static void dec4q_span(const dec4_job *j, int64_t n0) {
-    enum { S = SPAN * UNIT / R };
+/* A span of whole lines (dec4_units: x units from n0 on, one activation
+ * row in the byte form): slot r reads rows n0 + r·S .. + S - 1, S =
+ * x·UNIT/R, one stream a line at a time, all R in one call; the span's
+ * scales checked by the caller. */
+static void dec4q_span(const dec4_job *j, int64_t n0, int64_t x) {
+    const int64_t S = x * UNIT / R;
     dec4_args g = dec4_rows(j, n0, R, S, NULL);
     dec4_act(j->act, 0, &g);
-    float res[S * R];
+    float res[SPAN * UNIT];
     (g.vbmi ? dec4_1q_vbmi : dec4_1q)(&g, S, res);
     for (int t = 0; t < S; t++)
         for (int r = 0; r < R; r++) j->out[n0 + t + r * S] = res[t * R + r];
 }
 
 /* Units that went in spans (di_cpu_kernels_mxfp4_span_units), those of
- * them in spans of whole lines (di_cpu_kernels_mxfp4_line_units; tests). */
-static atomic_long span_units, line_units;
+ * them in spans of whole lines (di_cpu_kernels_mxfp4_line_units) and in
+ * spans shorter than SPAN (di_cpu_kernels_mxfp4_short_span_units; tests). */
+static atomic_long span_units, line_units, short_units;
 long di_cpu_kernels_mxfp4_span_units(void) { return atomic_load(&span_units); }
 long di_cpu_kernels_mxfp4_line_units(void) { return atomic_load(&line_units); }
+long di_cpu_kernels_mxfp4_short_span_units(void) { return atomic_load(&short_units); }
 
 /* Weight-row units decoded with the VNNI sums chosen (di_cpu_kernels_vnni_units;
  * a unit's groups of up to 4 rows, or with scales outside the 512-bit route,
@@ -1045,14 +1047,19 @@ static void dec4_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     if (vnni) atomic_fetch_add_explicit(&vnni_units, u1 - u0, memory_order_relaxed);
     for (int64_t u = u0; u < u1; u++) {
         const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
-        if (wide && M <= MB && u + SPAN <= u1 && n0 + SPAN * UNIT <= N && dec4_scales_ok(j, n0, n0 + SPAN * UNIT)) {
-            atomic_fetch_add_explicit(&span_units, SPAN, memory_order_relaxed);
+        /* the longest span (SPAN, SPAN/2, .. 1 units) the range holds: the
+         * pool's chunks taper to single units at the end (dec4_run) */
+        int64_t x = SPAN;
+        while (x > 1 && (u + x > u1 || n0 + x * UNIT > N)) x /= 2;
+        if (wide && M <= MB && n0 + x * UNIT <= N && dec4_scales_ok(j, n0, n0 + x * UNIT)) {
+            atomic_fetch_add_explicit(&span_units, x, memory_order_relaxed);
+            if (x < SPAN) atomic_fetch_add_explicit(&short_units, x, memory_order_relaxed);
             if (M == 1 && j->act->bytes) {
-                atomic_fetch_add_explicit(&line_units, SPAN, memory_order_relaxed);
-                dec4q_span(j, n0);
+                atomic_fetch_add_explicit(&line_units, x, memory_order_relaxed);
+                dec4q_span(j, n0, x);
             } else
-                for (int64_t t = 0; t < SPAN * UNIT / (2 * R); t++) dec8_span(j, n0 + t, vnni);
-            u += SPAN - 1;
+                for (int64_t t = 0; t < x * UNIT / (2 * R); t++) dec8_span(j, n0 + t, x, vnni);
+            u += x - 1;
             continue;
         }
         for (int64_t m0 = 0; m0 < M; m0 += MBLK) {
@@ -1172,10 +1179,19 @@ static int dec4_run(const di_gemm_part *parts, int n, int64_t K, di_threadpool *
             units += (q->N + UNIT - 1) / UNIT;
         }
         first[n] = units;
-        /* whole spans where dec4_units takes them */
+        /* whole spans where dec4_units takes them, a stretch of the range
+         * for each thread (di_threadpool_for_stretches: its spans follow
+         * one another in memory, the threads' streams lie far apart, the
+         * last chunks get shorter so the threads finish together). Two
+         * threads of the 2-vCPU Xeon VM, one row from DRAM, alternated call
+         * by call with chunks of whole spans dealt from one cursor: expert
+         * w1 27.2-27.5 -> 29.5-29.9 GB/s, w2 27.4-27.9 -> 28.4-28.6
+         * (bench/RESULTS.md 2026-12-05). */
         int64_t grain = units / (8 * di_threadpool_size(tp));
-        if (di_cpu_kernels_wide() && parts[0].M <= MB) grain = (grain + SPAN - 1) / SPAN * SPAN;
-        di_threadpool_for_parts(tp, n, first, grain < 1 ? 1 : grain, dec4_units, jobs, sizeof *jobs);
+        if (di_cpu_kernels_wide() && parts[0].M <= MB)
+            di_threadpool_for_stretches(tp, n, first, SPAN, 1, dec4_units, jobs, sizeof *jobs);
+        else
+            di_threadpool_for_parts(tp, n, first, grain < 1 ? 1 : grain, dec4_units, jobs, sizeof *jobs);
     }
     for (int i = 0; acts && own && i < n; i++)
         if (own[i]) act16_free(&acts[i]);
