@@ -1449,8 +1449,10 @@ static void test_bias_route(void) {
      * pair, M = 1, 2 and 5: two units of 32 rows, the second through F16C (an
      * eighth of the first's chunk pairs and more took the table); then
      * codes of exponent 1 and up, and codes of exponent 0 in one chunk pair
-     * of 36: both units by the bias */
-    for (int64_t v = 0; v < 9; v++) {
+     * of 36 (rows 1, 5, ..: pairs 0 and 2 of a group), or in the last pair
+     * of each group only (rows 7, 15, ..: at one activation row the four
+     * pairs' codes are tested together): both units by the bias */
+    for (int64_t v = 0; v < 12; v++) {
         static const int64_t ms[3] = {1, 2, 5}; /* 8 rows a group; 8; 4 in blocks of 4 and 1 */
         const int64_t M = ms[v % 3], kind = v / 3;
         enum { K = 32 * 9, N = 37 };
@@ -1464,6 +1466,7 @@ static void test_bias_route(void) {
                 uint8_t b = (uint8_t)((n * 7 + k * 13) & 0xff);
                 if (kind && !(b & 0x78)) b |= 0x08;
                 if (kind == 2 && n % 4 == 1 && k / 32 == 3 && (k % 32) % 5 == 0) b &= 0x87; /* rows 1, 5, ..: one chunk */
+                if (kind == 3 && n % 8 == 7 && k / 32 == 3 && (k % 32) % 5 == 0) b &= 0x87; /* rows 7, 15, .. */
                 ((uint8_t *)p.w)[n * K + k] = (b & 0x7f) != 0x7f ? b : kind ? 0x08 : 0x00;
             }
         float *a = malloc(sizeof(float) * M * N), *b = malloc(sizeof(float) * M * N);
@@ -1474,6 +1477,32 @@ static void test_bias_route(void) {
                (long long)M);
         CHECKF(di_cpu_kernels_bias_units() == n0 + 1 + (kind > 0), "codes %lld, M=%lld: %ld units by the bias",
                (long long)kind, (long long)M, di_cpu_kernels_bias_units() - n0);
+        free(a), free(b);
+        problem_free(&p);
+    }
+    /* one span of 4 tiles (long rows, no prefetches): codes of exponent 0
+     * only in slot 7's rows (pair 3), the others' of exponent 1 and up */
+    {
+        enum { K = 1024, N = 128 };
+        problem p;
+        problem_init(&p, FMT_FP8, 1, K, N);
+        for (int64_t i = 0; i < K; i++) p.x[i] = di_round_bf16(rnd_unit());
+        di_act_quant_fp8_scalar(p.x, 1, K, p.qa, p.sa);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < K; k++) {
+                uint8_t b = (uint8_t)((n * 7 + k * 13) & 0xff);
+                if (!(b & 0x78)) b |= 0x08;
+                if (n >= 7 * 16 && k / 32 == 5 && k % 3 == 0) b &= 0x87;
+                ((uint8_t *)p.w)[n * K + k] = (b & 0x7f) != 0x7f ? b : 0x08;
+            }
+        float *a = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N);
+        di_cpu_kernels_force_dec_prefetch(-1);
+        const long s0 = di_cpu_kernels_span_units();
+        run_gemm(&p, 0, 0, 1, a, NULL);
+        run_gemm(&p, 1, 0, 1, b, NULL);
+        CHECKF(count_diff_bits(a, b, N) == 0, "a span with codes of exponent 0 in pair 3 only: outputs differ");
+        CHECKF(di_cpu_kernels_span_units() == s0 + 4, "%ld units in spans", di_cpu_kernels_span_units() - s0);
+        di_cpu_kernels_force_dec_prefetch(0);
         free(a), free(b);
         problem_free(&p);
     }

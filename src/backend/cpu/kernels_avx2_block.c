@@ -175,34 +175,42 @@ static float tree1(const float *l) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((
  * 16 codes instead of dec_half_wide's ~5 (its conversions take two each);
  * returns whether the table was used. */
 static const float bias_sub_tab[16] = {0.0f, 0x1p-17f, 0x1p-16f, 0x1.8p-16f, 0x1p-15f, 0x1.4p-15f, 0x1.8p-15f, 0x1.cp-15f};
-AVX512_INLINE int dec_bias_wide(__m512i x, __m512 out[4]) {
+/* The codes of exponent e >= 1 (every lane right but those of exponent 0). */
+AVX512_INLINE void dec_bias_normal(__m512i x, __m512i w[4]) {
     const __m512i keep = _mm512_set1_epi32((int)0x87f00000), bias = _mm512_set1_epi32(0x38000000);
-    const int sub = _mm512_testn_epi8_mask(x, _mm512_set1_epi8(0x78)) != 0;
     /* positions 1 and 3 are the top bytes of their 16-bit halves, 0 and 2
      * after a 16-bit shift by 8: one arithmetic 16-bit shift by 4 brings
      * the upper half's code to bits 27..20 with its sign above, and the
      * lower half's there after a 32-bit shift by 16 (9 instructions for the
      * four positions instead of 12 with a byte shuffle each) */
     const __m512i h13 = _mm512_srai_epi16(x, 4), h02 = _mm512_srai_epi16(_mm512_slli_epi16(x, 8), 4);
-    __m512i w[4];
     w[0] = _mm512_ternarylogic_epi32(_mm512_slli_epi32(h02, 16), keep, bias, 0xea); /* (a & b) | c */
     w[1] = _mm512_ternarylogic_epi32(_mm512_slli_epi32(h13, 16), keep, bias, 0xea);
     w[2] = _mm512_ternarylogic_epi32(h02, keep, bias, 0xea);
     w[3] = _mm512_ternarylogic_epi32(h13, keep, bias, 0xea);
-    if (__builtin_expect(sub, 0)) {
+}
+/* The lanes of exponent 0 from the table, sign restored. */
+AVX512_INLINE void dec_bias_sub(__m512i x, __m512i w[4]) {
 #pragma GCC unroll 4
-        for (int p = 0; p < 4; p++) {
-            /* dword t of each 16-byte lane <- its byte 4t + p, in the top byte */
-            const __m512i pick = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, (char)p, -1, -1, -1, (char)(4 + p),
-                                                                      -1, -1, -1, (char)(8 + p), -1, -1, -1, (char)(12 + p)));
-            const __m512i s = _mm512_shuffle_epi8(x, pick);
-            const __mmask16 z = _mm512_testn_epi32_mask(s, _mm512_set1_epi32(0x78000000));
-            const __m512 tab = _mm512_loadu_ps(bias_sub_tab); /* index: the code's bits 0-3, its mantissa here */
-            w[p] = _mm512_castps_si512(
-                _mm512_mask_permutexvar_ps(_mm512_castsi512_ps(w[p]), z, _mm512_srli_epi32(s, 24), tab));
-            w[p] = _mm512_ternarylogic_epi32(w[p], s, _mm512_set1_epi32((int)0x80000000), 0xf8); /* a | (b & c): the sign */
-        }
+    for (int p = 0; p < 4; p++) {
+        /* dword t of each 16-byte lane <- its byte 4t + p, in the top byte */
+        const __m512i pick = _mm512_broadcast_i32x4(_mm_setr_epi8(-1, -1, -1, (char)p, -1, -1, -1, (char)(4 + p),
+                                                                  -1, -1, -1, (char)(8 + p), -1, -1, -1, (char)(12 + p)));
+        const __m512i s = _mm512_shuffle_epi8(x, pick);
+        const __mmask16 z = _mm512_testn_epi32_mask(s, _mm512_set1_epi32(0x78000000));
+        const __m512 tab = _mm512_loadu_ps(bias_sub_tab); /* index: the code's bits 0-3, its mantissa here */
+        w[p] = _mm512_castps_si512(
+            _mm512_mask_permutexvar_ps(_mm512_castsi512_ps(w[p]), z, _mm512_srli_epi32(s, 24), tab));
+        w[p] = _mm512_ternarylogic_epi32(w[p], s, _mm512_set1_epi32((int)0x80000000), 0xf8); /* a | (b & c): the sign */
     }
+}
+/* Whether any of x's 64 codes has exponent 0. */
+AVX512_INLINE __mmask64 dec_bias_subs(__m512i x) { return _mm512_testn_epi8_mask(x, _mm512_set1_epi8(0x78)); }
+AVX512_INLINE int dec_bias_wide(__m512i x, __m512 out[4]) {
+    __m512i w[4];
+    dec_bias_normal(x, w);
+    const int sub = dec_bias_subs(x) != 0;
+    if (__builtin_expect(sub, 0)) dec_bias_sub(x, w);
 #pragma GCC unroll 4
     for (int p = 0; p < 4; p++) out[p] = _mm512_castsi512_ps(w[p]);
     return sub;
@@ -1323,6 +1331,10 @@ enum { DEC_F16C, DEC_BIAS, DEC_SHIFT };
  * that took dec_bias_wide's table. On a Zen 4 core the shift form at one
  * and two rows runs 5-15 % ahead of the 256-bit dec_kernel, 20-23 GB/s
  * at one row with the weights in L2 (wo_b's rows 8 KB apart too). */
+/* Pair i's chunk c: row 2i's codes in the low half, row 2i + 1's in the high. */
+AVX512_INLINE __m512i load_pair(const uint8_t *const *rows, int i, int64_t c) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(load_chunk(rows[2 * i], c)), load_chunk(rows[2 * i + 1], c), 1);
+}
 AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, const int X, int64_t chunks,
                                   const uint8_t *const *rowp, const uint8_t *ahead, const float *a, int64_t lda,
                                   int64_t ta, float *res) {
@@ -1331,39 +1343,69 @@ AVX512_INLINE int dec_kernel_wide(const int mr, const int R, const int dm, const
     __m512 acc[DEC_MB][4];
     const uint8_t *rows[8];
     dec_wide_begin(mr, R, rowp, rows, acc);
-    for (int64_t c = 0; c < chunks; c++) {
-        if (ahead)
+    /* two chunks a turn, so a span's prefetches (a line a row every other
+     * chunk) name their rows without arithmetic; at one activation row by
+     * the bias, one test of all the row pairs' codes for exponent 0 a chunk
+     * (the table's fix then pair by pair), not a test and a branch a pair:
+     * a span's 8 rows in L2 read 21.9-24.8 -> 24.9-26.0 GB/s, 8 rows of one
+     * activation row outside spans 2-3 % faster, 4 rows of 4 activation
+     * rows 5-9 % (bench/RESULTS.md 2026-12-05); two activation rows keep
+     * the test a pair (the early loads measured 2-3 % slower there) */
+    for (int64_t c0 = 0; c0 < chunks; c0 += 2)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const int64_t c = c0 + h;
+            if (h && c >= chunks) break;
+            if (ahead)
 #pragma GCC unroll 4
-            for (int r = 0; r < R; r += 2) _mm_prefetch((const char *)ahead + (c * R + r) * 32, _MM_HINT_T1);
-        if (X) /* a span: each row's stream DEC_SPAN_PF bytes ahead, a line a row every other chunk */
+                for (int r = 0; r < R; r += 2) _mm_prefetch((const char *)ahead + (c * R + r) * 32, _MM_HINT_T1);
+            if (X) /* a span: each row's stream DEC_SPAN_PF bytes ahead, a line a row every other chunk */
 #pragma GCC unroll 4
-            for (int r = 0; r < 4; r++)
-                _mm_prefetch((const char *)rows[r + 4 * !(c & 1)] + c * 32 + DEC_SPAN_PF, _MM_HINT_T1);
-        __m512 av[DEC_MB][4];
+                for (int r = 0; r < 4; r++) _mm_prefetch((const char *)rows[r + 4 * !h] + c * 32 + DEC_SPAN_PF, _MM_HINT_T1);
+            /* one activation row: every pair's codes loaded first, one test */
+            const int early = mr == 1;
+            __m512i x[4];
+            __mmask64 sub = 0;
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++)
-            if (2 * i < R) {
-                if (i % (4 / T) == 0) /* a span of T tiles: pair i's rows lie in tile i·T/4 */
+            for (int i = 0; i < 4; i++)
+                if (early && 2 * i < R) {
+                    x[i] = load_pair(rows, i, c);
+                    if (dm == DEC_BIAS) sub = _kor_mask64(sub, dec_bias_subs(x[i]));
+                }
+            __m512 av[DEC_MB][4];
 #pragma GCC unroll 4
-                    for (int m = 0; m < DEC_MB; m++)
+            for (int i = 0; i < 4; i++)
+                if (2 * i < R) {
+                    if (!early) {
+                        x[i] = load_pair(rows, i, c);
+                        if (dm == DEC_BIAS) sub = dec_bias_subs(x[i]);
+                    }
+                    if (i % (4 / T) == 0) /* a span of T tiles: pair i's rows lie in tile i·T/4 */
 #pragma GCC unroll 4
-                        for (int p = 0; p < 4; p++)
-                            if (m < mr)
-                                av[m][p] = _mm512_broadcast_f32x8(
-                                    _mm256_load_ps(a + i * T / 4 * ta + m * lda + c * 32 + 8 * p));
-                const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_chunk(rows[2 * i], c)),
-                                                     load_chunk(rows[2 * i + 1], c), 1);
-                __m512 d[4];
-                if (dm == DEC_BIAS) nsub += dec_bias_wide(x, d);
-                else if (dm == DEC_SHIFT) dec_shift_wide(x, d);
-                else dec_half_wide(x, d);
+                        for (int m = 0; m < DEC_MB; m++)
 #pragma GCC unroll 4
-                for (int p = 0; p < 4; p++)
+                            for (int p = 0; p < 4; p++)
+                                if (m < mr)
+                                    av[m][p] = _mm512_broadcast_f32x8(
+                                        _mm256_load_ps(a + i * T / 4 * ta + m * lda + c * 32 + 8 * p));
+                    __m512 d[4];
+                    if (dm == DEC_BIAS) {
+                        if (__builtin_expect(sub != 0, 0)) nsub += dec_bias_wide(x[i], d);
+                        else {
+                            __m512i w[4];
+                            dec_bias_normal(x[i], w);
 #pragma GCC unroll 4
-                    for (int m = 0; m < DEC_MB; m++)
-                        if (m < mr) acc[m][i] = _mm512_fmadd_ps(av[m][p], d[p], acc[m][i]);
-            }
-    }
+                            for (int p = 0; p < 4; p++) d[p] = _mm512_castsi512_ps(w[p]);
+                        }
+                    } else if (dm == DEC_SHIFT) dec_shift_wide(x[i], d);
+                    else dec_half_wide(x[i], d);
+#pragma GCC unroll 4
+                    for (int p = 0; p < 4; p++)
+#pragma GCC unroll 4
+                        for (int m = 0; m < DEC_MB; m++)
+                            if (m < mr) acc[m][i] = _mm512_fmadd_ps(av[m][p], d[p], acc[m][i]);
+                }
+        }
     dec_wide_end(mr, R, acc, res);
     return nsub;
 }
