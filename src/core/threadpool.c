@@ -89,7 +89,7 @@ static int spin_expired(uint64_t t0) {
 
 /* Items left in stretch i. */
 static int64_t stretch_left(di_threadpool *tp, int i) {
-    const uint64_t v = atomic_load_explicit(&tp->stretch[i], memory_order_relaxed);
+    const unsigned long long v = atomic_load_explicit(&tp->stretch[i], memory_order_relaxed);
     return (int64_t)(v & 0xffffffffu) - (int64_t)(v >> 32);
 }
 
@@ -99,14 +99,14 @@ static int64_t stretch_left(di_threadpool *tp, int i) {
  * which two are left (or what is left): the threads' last chunks get
  * short, so they finish together. */
 static int stretch_claim(di_threadpool *tp, int i, int own, int64_t *b, int64_t *e) {
-    uint64_t v = atomic_load_explicit(&tp->stretch[i], memory_order_relaxed);
+    unsigned long long v = atomic_load_explicit(&tp->stretch[i], memory_order_relaxed);
     for (;;) {
         const int64_t f = (int64_t)(v >> 32), end = (int64_t)(v & 0xffffffffu), left = end - f;
         if (left <= 0) return 0;
         int64_t size = tp->span;
         while (size > tp->least && left < 2 * size) size = size / 2 > tp->least ? size / 2 : tp->least;
         if (size > left) size = left;
-        const uint64_t nv = own ? v + ((uint64_t)size << 32) : v - (uint64_t)size;
+        const unsigned long long nv = own ? v + ((unsigned long long)size << 32) : v - (unsigned long long)size;
         if (atomic_compare_exchange_weak_explicit(&tp->stretch[i], &v, nv, memory_order_relaxed,
                                                   memory_order_relaxed)) {
             *b = own ? f : end - size;
@@ -276,7 +276,8 @@ static void pool_for(di_threadpool *tp, int64_t n, int64_t grain, int64_t span, 
         for (int i = 0; i < tp->n; i++) {
             const int64_t lo = i ? n * i / tp->n / span * span : 0;
             const int64_t hi = i + 1 < tp->n ? n * (i + 1) / tp->n / span * span : n;
-            atomic_store_explicit(&tp->stretch[i], (uint64_t)lo << 32 | (uint64_t)hi, memory_order_relaxed);
+            atomic_store_explicit(&tp->stretch[i], (unsigned long long)lo << 32 | (unsigned long long)hi,
+                                  memory_order_relaxed);
         }
     atomic_store_explicit(&tp->next, 0, memory_order_relaxed);
     atomic_store_explicit(&tp->pending, tp->started, memory_order_relaxed);
