@@ -1726,11 +1726,11 @@ static AVX2 int dec_group(const dec_job *j, int64_t g0, int64_t nn, int64_t step
     return nsub;
 }
 
-/* Group t of a span of DEC_SPAN scale tiles (dec_units: 8 weight rows,
- * one activation row): rows g0 + r·S for r < 8, S = DEC_SPAN·UNIT/8, so
- * pair i's two rows lie in tile i; a: the span's folded activations, tile
- * after tile (Kp floats each). Returns the chunks that took the exponent
- * bias's table. */
+/* Group t of a span of x = 4, 2 or 1 scale tiles (dec_units: 8 weight
+ * rows, one activation row): rows g0 + r·S for r < 8, S = x·UNIT/8, so
+ * pair i's two rows lie in tile i·x/4; a: the span's folded activations,
+ * tile after tile (Kp floats each). Returns the chunks that took the
+ * exponent bias's table. */
 static AVX2 int dec_span(const dec_job *j, int64_t g0, int64_t x, const float *a, int bias) {
     const int64_t K = j->K, Kp = j->Kp, S = x * UNIT / 8;
     const uint8_t *rows[8];

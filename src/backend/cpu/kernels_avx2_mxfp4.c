@@ -1185,8 +1185,10 @@ static int dec4_run(const di_gemm_part *parts, int n, int64_t K, di_threadpool *
          * last chunks get shorter so the threads finish together). Two
          * threads of the 2-vCPU Xeon VM, one row from DRAM, alternated call
          * by call with chunks of whole spans dealt from one cursor: expert
-         * w1 27.2-27.5 -> 29.5-29.9 GB/s, w2 27.4-27.9 -> 28.4-28.6
-         * (bench/RESULTS.md 2026-12-05). */
+         * w1 27.2-27.5 -> 29.5-29.9 GB/s, w2 27.4-27.9 -> 28.4-28.6; on
+         * 16 threads of the H100 host's Xeon w1 75-77 -> 95-101, w2 93-95
+         * -> 106 (its 9 and 20 spans had left most threads idle at the
+         * end; bench/RESULTS.md 2026-12-05). */
         int64_t grain = units / (8 * di_threadpool_size(tp));
         if (di_cpu_kernels_wide() && parts[0].M <= MB)
             di_threadpool_for_stretches(tp, n, first, SPAN, 1, dec4_units, jobs, sizeof *jobs);
