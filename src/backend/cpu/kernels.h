@@ -310,8 +310,9 @@ long di_cpu_kernels_seg_units(void); /* weight-row units it ran (tests) */
 /* Weight-row units of the FP8 decode rows (outside the segmented form)
  * whose kernel calls took rows spread through the unit, those of them
  * that went in spans (of 4 units, or of 2 or 1 where the range of a
- * kernels_avx2_block.c dec_units call ends sooner; without the software
- * prefetches; same bits; tests), and those in spans shorter than 4 units. */
+ * kernels_avx2_block.c dec_units call ends sooner: a product's last
+ * tiles; without the software prefetches; same bits; tests), and those in
+ * spans shorter than 4 units. */
 long di_cpu_kernels_spread_units(void);
 long di_cpu_kernels_span_units(void);
 long di_cpu_kernels_short_span_units(void);

@@ -1858,10 +1858,9 @@ long di_cpu_kernels_short_span_units(void) { return atomic_load(&short_span_unit
  * every other chunk; it runs on into the slot's next row): K 5,120 14.1 ->
  * 15.4-16.8, 2,048 14.1 -> 15.7-16.5 (256 bytes ahead 14.9-15.4, 768
  * 14.6-15.2, every row every chunk 14.0-14.5); K 8,192 unchanged. Where
- * the range ends sooner (a product's last tiles, or a chunk stolen from
- * a stretch's end, dec_run) spans of 2 tiles (slots of 8 rows) and 1
- * (slots of 4) take the rest, the same kernel with its pairs' tiles
- * mapped accordingly. */
+ * the range ends sooner (a product's last tiles) spans of 2 tiles (slots
+ * of 8 rows) and 1 (slots of 4) take the rest, the same kernel with its
+ * pairs' tiles mapped accordingly. */
 static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     const dec_job *j = ctx;
     const int64_t M = j->M, K = j->K, Kp = j->Kp, N = j->N, KB = K / 32, chunks = Kp / 32;
@@ -2014,23 +2013,19 @@ static int dec_run(int half, const di_gemm_part *parts, int n, int64_t K, di_thr
     }
     first[n] = units;
     /* several chunks per thread so a core slowed by other work takes fewer;
-     * where dec_units takes spans, a stretch of the range for each thread
-     * (di_threadpool_for_stretches, as the MXFP4 decode rows), in whole
-     * spans of 4 tiles: each chunk folds its tiles' activations (K floats
-     * a tile), which chunks of 1-2 tiles pay too often. On the 16-vCPU
-     * Xeon host, chunks tapering to single tiles took wkv (16 tiles) from
-     * 70 to 48-56 GB/s (run 192 of docs/gpu-notes.md); on two threads of
-     * the 2-vCPU Xeon VM stretches read as fast as whole spans dealt from
-     * one cursor (alternated call by call, GB/s: wq_a 27.9-28.8 -> 28.6-29.0,
-     * wkv 27.9-28.6 -> 27.8-27.9, wo_b 26.1-26.3 -> 26.0-26.3, shared.w1
-     * 28.2-30.0 -> 29.7-30.1). */
-    const int64_t grain = units / (8 * threads);
+     * whole spans where dec_units takes them, dealt from one cursor. Not
+     * a stretch of the range for each thread as the MXFP4 rows take
+     * (di_threadpool_for_stretches): on two threads of the 2-vCPU Xeon VM
+     * that read as fast, but on 16 threads of the H100 host's Xeon wq_a
+     * and shared.w1 (10 and 18 spans) read 79-94 and 100-107 GB/s in
+     * stretches of whole spans against 114-127 and 99-146 from the cursor
+     * (interleaved runs; runs 193-196 of docs/gpu-notes.md), wkv 38-59
+     * against 70-80; why, those runs did not tell. */
+    int64_t grain = units / (8 * threads);
+    if (dec_spans(&jobs[0])) grain = (grain + DEC_SPAN - 1) / DEC_SPAN * DEC_SPAN;
     struct timespec t0, t1;
     if (timed) clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (dec_spans(&jobs[0]))
-        di_threadpool_for_stretches(tp, n, first, DEC_SPAN, DEC_SPAN, dec_units, jobs, sizeof *jobs);
-    else
-        di_threadpool_for_parts(tp, n, first, grain < 1 ? 1 : grain, ks ? seg_units : dec_units, jobs, sizeof *jobs);
+    di_threadpool_for_parts(tp, n, first, grain < 1 ? 1 : grain, ks ? seg_units : dec_units, jobs, sizeof *jobs);
     if (timed) {
         clock_gettime(CLOCK_MONOTONIC, &t1);
         di_cpu_pf_record(pf_class, pf, ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) /
