@@ -600,9 +600,8 @@ static void test_gemm_decode_spans(void) {
  * rows; one activation row in the byte form: 4 slots of 64 rows a line at
  * a time): two spans, then spans of 4, 2 and 1 units where the range (or
  * the pool's chunk) ends sooner, and a partial unit, on one and two
- * threads; a NaN scale in a
- * span's rows sends its units one by one; K with an odd chunk count and
- * with a half last chunk. The VNNI byte form with and without vpermb, the
+ * threads; a NaN scale in a span's rows sends its units one by one; K
+ * with an odd chunk count and with a half last chunk. The VNNI byte form with and without vpermb, the
  * 16-bit VNNI sums and the plain sums. */
 static void test_gemm_mxfp4_decode_spans(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
@@ -1707,8 +1706,8 @@ static void test_threadpool(void) {
 /* di_threadpool_for_stretches: every index of every job once, in its own
  * numbering, on pools of 1-5 threads, spans of 1-8 and shortest chunks of
  * 1-4; no chunk longer than span (one thread: one call a job); and a
- * thread slowed down (the caller,
- * sleeping in each chunk) has the end of its stretch taken by the other. */
+ * thread slowed down (the caller, sleeping in each chunk) has the end of
+ * its stretch taken by the other. */
 typedef struct stretch_ctx {
     atomic_int *hits, *by1; /* hits per index; indices run on thread 1 */
     atomic_int calls, too_long, bad_thread;
