@@ -313,6 +313,13 @@ int di_cpu_pf_decide(const double *off, const double *on, int n) {
 
 void di_cpu_kernels_force_dec_prefetch(int on) { atomic_store(&forced_dec_prefetch, on > 0 ? 1 : on < 0 ? -1 : 0); }
 
+int64_t di_cpu_span_units(int64_t u, int64_t u1, int64_t whole, int64_t most) {
+    const int64_t end = u1 < whole ? u1 : whole;
+    int64_t x = most;
+    while (x > 0 && u + x > end) x /= 2;
+    return x;
+}
+
 #ifdef DI_HAVE_AVX2_KERNELS
 #define DISPATCH(name, ...)                     \
     do {                                        \

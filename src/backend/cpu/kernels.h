@@ -173,6 +173,11 @@ void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K
 int di_cpu_scale_exps(const float *sa, int64_t n, int *lo, int *hi);
 void di_cpu_byte_range(const uint8_t *p, int64_t n, int *lo, int *hi);
 int64_t di_cpu_panel_pieces(int64_t panels, int64_t most, int threads);
+/* The decode rows' span at unit u of a range ending at unit u1, of a
+ * product with `whole` whole units: the longest of most, most/2, .. 1
+ * units that ends by both (most a power of two); 0 where unit u is not
+ * whole (kernels_avx2_block.c dec_units, kernels_avx2_mxfp4.c dec4_units). */
+int64_t di_cpu_span_units(int64_t u, int64_t u1, int64_t whole, int64_t most);
 /* The MXFP4 prefill on AMX tiles (kernels_amx_mxfp4.c; only where
  * di_cpu_kernels_amx()): 1 when it computed out, 0 when it did not take
  * the call (activation scales outside its exact range, a NaN code, out of

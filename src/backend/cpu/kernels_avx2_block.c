@@ -1871,9 +1871,8 @@ static AVX2 void dec_units(void *ctx, int64_t u0, int64_t u1, int thread) {
     for (int64_t u = u0; u < u1; u++) {
         /* the longest span of whole tiles (DEC_SPAN, DEC_SPAN/2, 1) the
          * range holds */
-        int64_t x = DEC_SPAN;
-        while (x > 1 && (u + x > u1 || (u + x) * UNIT > N)) x /= 2;
-        if (spans && (u + x) * UNIT <= N && dec_fold_span(j, u, x, fs, sc)) {
+        const int64_t x = spans ? di_cpu_span_units(u, u1, N / UNIT, DEC_SPAN) : 0;
+        if (x && dec_fold_span(j, u, x, fs, sc)) {
             const int bias = j->bias && !atomic_load_explicit(j->bias_heavy, memory_order_relaxed);
             int64_t nsub = 0;
             atomic_fetch_add_explicit(&spread_units, x, memory_order_relaxed);

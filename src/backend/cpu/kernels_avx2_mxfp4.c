@@ -1049,9 +1049,8 @@ static void dec4_units(void *ctx, int64_t u0, int64_t u1, int thread) {
         const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
         /* the longest span (SPAN, SPAN/2, .. 1 units) the range holds: the
          * pool's chunks taper to single units at the end (dec4_run) */
-        int64_t x = SPAN;
-        while (x > 1 && (u + x > u1 || n0 + x * UNIT > N)) x /= 2;
-        if (wide && M <= MB && n0 + x * UNIT <= N && dec4_scales_ok(j, n0, n0 + x * UNIT)) {
+        const int64_t x = wide && M <= MB ? di_cpu_span_units(u, u1, N / UNIT, SPAN) : 0;
+        if (x && dec4_scales_ok(j, n0, n0 + x * UNIT)) {
             atomic_fetch_add_explicit(&span_units, x, memory_order_relaxed);
             if (x < SPAN) atomic_fetch_add_explicit(&short_units, x, memory_order_relaxed);
             if (M == 1 && j->act->bytes) {
@@ -1189,7 +1188,7 @@ static int dec4_run(const di_gemm_part *parts, int n, int64_t K, di_threadpool *
          * 16 threads of the H100 host's Xeon w1 75-77 -> 95-101, w2 93-95
          * -> 106 (its 9 and 20 spans had left most threads idle at the
          * end; bench/RESULTS.md 2026-12-05). */
-        int64_t grain = units / (8 * di_threadpool_size(tp));
+        const int64_t grain = units / (8 * di_threadpool_size(tp));
         if (di_cpu_kernels_wide() && parts[0].M <= MB)
             di_threadpool_for_stretches(tp, n, first, SPAN, 1, dec4_units, jobs, sizeof *jobs);
         else
