@@ -570,39 +570,41 @@ static void test_gemm_decode_spans(void) {
     CHECK(di_threadpool_create(2, &tp, &err) == DI_OK);
     di_cpu_kernels_force_dec_prefetch(-1);
     static const int64_t shapes[][2] = {{1024, 32 * 7 + 17}, {2048, 32 * 4}, {1056, 32 * 6}};
-    static const char *route_name[4] = {"default", "F16C", "shifts", "256-bit"};
-    const long s0 = di_cpu_kernels_span_units(), h0 = di_cpu_kernels_short_span_units();
+    static const char *route_name[5] = {"default", "F16C", "shifts", "256-bit F16C", "256-bit shifts"};
     /* one thread: spans of 4, 2 and 1 tiles through the range */
     check_spans(FMT_FP8, shapes, 3, fp8_bad_scale, NULL, "default, one thread");
     /* the routes: as chosen, F16C instead of the exponent bias, the shifts
-     * of AMD cores, the 256-bit kernels (spread in one unit, no spans) */
-    for (int route = 0; route < 4; route++) {
+     * of AMD cores, and the 256-bit kernels (CPUs without AVX-512) of
+     * either decoding; each must take spans, short ones included (on a CPU
+     * without AVX-512 the first three are the 256-bit F16C route again) */
+    for (int route = 0; route < 5; route++) {
+        const long s0 = di_cpu_kernels_span_units(), h0 = di_cpu_kernels_short_span_units();
         di_cpu_kernels_force_no_bias(route == 1);
-        di_cpu_kernels_force_fp8_half(route == 1 ? 1 : route == 2 ? -1 : 0);
-        di_cpu_kernels_force_no_avx512(route == 3);
+        di_cpu_kernels_force_fp8_half(route == 1 || route == 3 ? 1 : route == 2 || route == 4 ? -1 : 0);
+        di_cpu_kernels_force_no_avx512(route >= 3);
         check_spans(FMT_FP8, shapes, 3, fp8_bad_scale, tp, route_name[route]);
+        CHECKF(di_cpu_kernels_span_units() > s0, "%s: units in spans: %ld", route_name[route],
+               di_cpu_kernels_span_units() - s0);
+        CHECKF(di_cpu_kernels_short_span_units() > h0, "%s: units in spans of 2 or 1 tiles: %ld", route_name[route],
+               di_cpu_kernels_short_span_units() - h0);
     }
     di_cpu_kernels_force_no_bias(0);
     di_cpu_kernels_force_fp8_half(0);
     di_cpu_kernels_force_no_avx512(0);
-    if (di_cpu_kernels_wide()) {
-        CHECKF(di_cpu_kernels_span_units() > s0, "units in spans: %ld", di_cpu_kernels_span_units() - s0);
-        CHECKF(di_cpu_kernels_short_span_units() > h0, "units in spans of 2 or 1 tiles: %ld",
-               di_cpu_kernels_short_span_units() - h0);
-    }
     di_cpu_kernels_force_dec_prefetch(0);
     di_threadpool_destroy(tp);
 #endif
 }
 
-/* MXFP4 decode rows of one and two activation rows on 512-bit vectors in
- * spans of 8 units (dec4_units: each register slot streams 32 consecutive
- * rows; one activation row in the byte form: 4 slots of 64 rows a line at
- * a time): two spans, then spans of 4, 2 and 1 units where the range (or
+/* MXFP4 decode rows of one and two activation rows in spans of 8 units
+ * (dec4_units: on 512-bit vectors each register slot streams 32
+ * consecutive rows, on 256-bit ones 64; one activation row in the byte
+ * form: 4 slots of 64 rows a line at a time): two spans, then spans of 4, 2 and 1 units where the range (or
  * the pool's chunk) ends sooner, and a partial unit, on one and two
  * threads; a NaN scale in a span's rows sends its units one by one; K
- * with an odd chunk count and with a half last chunk. The VNNI byte form with and without vpermb, the
- * 16-bit VNNI sums and the plain sums. */
+ * with an odd chunk count and with a half last chunk. The VNNI byte form
+ * with and without vpermb, the 16-bit VNNI sums, the plain sums and the
+ * 256-bit kernels. */
 static void test_gemm_mxfp4_decode_spans(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
 #ifdef DI_HAVE_AVX2_KERNELS
@@ -613,25 +615,29 @@ static void test_gemm_mxfp4_decode_spans(void) {
      * last line half read); 2,336: a half chunk last (16 bytes of the
      * last line) and a partial group of E8M0 bytes */
     static const int64_t shapes[][2] = {{1024, 256 * 2 + 32 * 3 + 17}, {1088, 256 + 64 + 5}, {2336, 256 + 40}};
-    static const char *form_name[4] = {"VNNI bytes", "VNNI bytes, no vpermb", "VNNI 16-bit", "plain sums"};
-    const long s0 = di_cpu_kernels_mxfp4_span_units(), l0 = di_cpu_kernels_mxfp4_line_units();
-    const long h0 = di_cpu_kernels_mxfp4_short_span_units();
+    static const char *form_name[5] = {"VNNI bytes", "VNNI bytes, no vpermb", "VNNI 16-bit", "plain sums",
+                                       "256-bit"};
+    const long l0 = di_cpu_kernels_mxfp4_line_units();
     /* one thread: spans of 8, 4, 2 and 1 units through the range */
     check_spans(FMT_FP4, shapes, 3, fp4_bad_scale, NULL, "VNNI bytes, one thread");
-    for (int form = 0; form < 4; form++) {
+    /* each form must take spans, short ones included (the 256-bit one is
+     * what CPUs without AVX-512 run; on such a CPU every form is it) */
+    for (int form = 0; form < 5; form++) {
+        const long s0 = di_cpu_kernels_mxfp4_span_units(), h0 = di_cpu_kernels_mxfp4_short_span_units();
         di_cpu_kernels_force_no_vbmi(form == 1);
         di_cpu_kernels_force_no_vnni_bytes(form >= 2);
         di_cpu_kernels_force_no_vnni(form == 3);
+        di_cpu_kernels_force_no_avx512(form == 4);
         check_spans(FMT_FP4, shapes, 3, fp4_bad_scale, tp, form_name[form]);
+        CHECKF(di_cpu_kernels_mxfp4_span_units() > s0, "%s: units in spans: %ld", form_name[form],
+               di_cpu_kernels_mxfp4_span_units() - s0);
+        CHECKF(di_cpu_kernels_mxfp4_short_span_units() > h0, "%s: units in spans of 4 or fewer: %ld",
+               form_name[form], di_cpu_kernels_mxfp4_short_span_units() - h0);
     }
     di_cpu_kernels_force_no_vbmi(0);
     di_cpu_kernels_force_no_vnni_bytes(0);
     di_cpu_kernels_force_no_vnni(0);
-    if (di_cpu_kernels_wide()) {
-        CHECKF(di_cpu_kernels_mxfp4_span_units() > s0, "units in spans: %ld", di_cpu_kernels_mxfp4_span_units() - s0);
-        CHECKF(di_cpu_kernels_mxfp4_short_span_units() > h0, "units in spans of 4 or fewer: %ld",
-               di_cpu_kernels_mxfp4_short_span_units() - h0);
-    }
+    di_cpu_kernels_force_no_avx512(0);
     if (di_cpu_kernels_vnni())
         CHECKF(di_cpu_kernels_mxfp4_line_units() > l0, "units in spans of lines: %ld",
                di_cpu_kernels_mxfp4_line_units() - l0);

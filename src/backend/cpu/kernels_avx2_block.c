@@ -1134,9 +1134,12 @@ static int dec_rows(int64_t M, int half, int seg) {
 }
 static int dec_block_rows(int64_t M) { return M <= 2 ? (int)M : 4; }
 
-/* One chunk of dec_kernel(). */
-AVX2_INLINE void dec_chunk(const int mr, const int R, const int half, int64_t c,
-                           const uint8_t *const *rows, const float *a, int64_t lda,
+/* One chunk of dec_kernel(). X: 0, or a span of X scale tiles (dec_span:
+ * row r lies in tile r·X/8, whose folded activations start ta floats
+ * after the previous tile's). */
+#define DEC_TA(r) ((X) ? (r) * (X) / 8 * ta : 0)
+AVX2_INLINE void dec_chunk(const int mr, const int R, const int half, const int X, int64_t c,
+                           const uint8_t *const *rows, const float *a, int64_t lda, int64_t ta,
                            __m256 acc[DEC_MB][8]) {
     if (half) { /* a row's four positions at once (dec_half) */
 #pragma GCC unroll 8
@@ -1149,7 +1152,8 @@ AVX2_INLINE void dec_chunk(const int mr, const int R, const int half, int64_t c,
 #pragma GCC unroll 8
                     for (int m = 0; m < DEC_MB; m++)
                         if (m < mr)
-                            acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(a + m * lda + c * 32 + 8 * p), d[p], acc[m][r]);
+                            acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(a + DEC_TA(r) + m * lda + c * 32 + 8 * p),
+                                                        d[p], acc[m][r]);
             }
         return;
     }
@@ -1168,7 +1172,8 @@ AVX2_INLINE void dec_chunk(const int mr, const int R, const int half, int64_t c,
 #pragma GCC unroll 8
                     for (int m = 0; m < DEC_MB; m++)
                         if (m < mr)
-                            acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(a + m * lda + c * 32 + 8 * p), v, acc[m][r]);
+                            acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(a + DEC_TA(r) + m * lda + c * 32 + 8 * p), v,
+                                                        acc[m][r]);
                 }
             __asm__ volatile("" ::: "memory"); /* reload the chunks, see below */
         }
@@ -1180,7 +1185,7 @@ AVX2_INLINE void dec_chunk(const int mr, const int R, const int half, int64_t c,
 #pragma GCC unroll 8
                     for (int m = 0; m < DEC_MB; m++)
                         if (m < mr)
-                            acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(a + m * lda + c * 32 + 8 * p),
+                            acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(a + DEC_TA(r) + m * lda + c * 32 + 8 * p),
                                                         hold[p - 2][r], acc[m][r]);
         return;
     }
@@ -1193,9 +1198,11 @@ AVX2_INLINE void dec_chunk(const int mr, const int R, const int half, int64_t c,
 #pragma GCC unroll 8
                 for (int m = 0; m < DEC_MB; m++)
                     if (m < mr)
-                        acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(a + m * lda + c * 32 + 8 * p), v, acc[m][r]);
+                        acc[m][r] = _mm256_fmadd_ps(_mm256_load_ps(a + DEC_TA(r) + m * lda + c * 32 + 8 * p), v,
+                                                    acc[m][r]);
             }
 }
+#undef DEC_TA
 
 /* R weight rows (rowp[r]) × mr activation rows (a, stride lda, the tile's
  * scales folded in) over all chunks; res[m·8 + r] gets the outputs. ahead
@@ -1205,9 +1212,9 @@ AVX2_INLINE void dec_chunk(const int mr, const int R, const int half, int64_t c,
  * (copying the chunks to an aligned buffer first, against loads that split
  * cache lines on misaligned rows, measured slower); R <= 2 keeps them in
  * registers. */
-AVX2_INLINE void dec_kernel(const int mr, const int R, const int half, int64_t chunks,
+AVX2_INLINE void dec_kernel(const int mr, const int R, const int half, const int X, int64_t chunks,
                             const uint8_t *const *rowp, const uint8_t *ahead, const float *a,
-                            int64_t lda, float *res) {
+                            int64_t lda, int64_t ta, float *res) {
     __m256 acc[DEC_MB][8];
     const uint8_t *rows[8]; /* in registers: not reloaded after each barrier */
 #pragma GCC unroll 8
@@ -1217,14 +1224,25 @@ AVX2_INLINE void dec_kernel(const int mr, const int R, const int half, int64_t c
 #pragma GCC unroll 8
         for (int r = 0; r < 8; r++)
             if (m < mr && r < R) acc[m][r] = _mm256_setzero_ps();
-    if (ahead)
+    if (X) /* a span (dec_kernel_wide): each row's stream DEC_SPAN_PF bytes ahead, a line a row every other chunk */
+        for (int64_t c0 = 0; c0 < chunks; c0 += 2)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const int64_t c = c0 + h;
+                if (h && c >= chunks) break;
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++)
+                    _mm_prefetch((const char *)rows[r + 4 * !h] + c * 32 + DEC_SPAN_PF, _MM_HINT_T1);
+                dec_chunk(mr, R, half, X, c, rows, a, lda, ta, acc);
+            }
+    else if (ahead)
         for (int64_t c = 0; c < chunks; c++) {
 #pragma GCC unroll 4
             for (int r = 0; r < R; r += 2) _mm_prefetch((const char *)ahead + (c * R + r) * 32, _MM_HINT_T1);
-            dec_chunk(mr, R, half, c, rows, a, lda, acc);
+            dec_chunk(mr, R, half, 0, c, rows, a, lda, 0, acc);
         }
     else
-        for (int64_t c = 0; c < chunks; c++) dec_chunk(mr, R, half, c, rows, a, lda, acc);
+        for (int64_t c = 0; c < chunks; c++) dec_chunk(mr, R, half, 0, c, rows, a, lda, 0, acc);
 #pragma GCC unroll 8
     for (int m = 0; m < DEC_MB; m++)
 #pragma GCC unroll 8
@@ -1241,7 +1259,7 @@ typedef void (*dec_kernel_fn)(int64_t chunks, const uint8_t *const *rows, const 
 #define DEC_KERNEL_FN(mr, R, half, name)                                                       \
     static AVX2 void name(int64_t chunks, const uint8_t *const *rows, const uint8_t *ahead,    \
                           const float *a, int64_t lda, float *res) {                          \
-        dec_kernel(mr, R, half, chunks, rows, ahead, a, lda, res);                             \
+        dec_kernel(mr, R, half, 0, chunks, rows, ahead, a, lda, 0, res);                       \
     }
 /* both decodings: dec_kernel_<mr>_<R> (shifts) and dec_kernel_<mr>_<R>h (F16C) */
 #define DEC_KERNEL_FNS(mr, R)                                                                  \
@@ -1466,9 +1484,34 @@ typedef int (*dec_span_fn)(int64_t chunks, const uint8_t *const *rows, const flo
 DEC_SPAN_FNS(1, 4)
 DEC_SPAN_FNS(1, 2)
 DEC_SPAN_FNS(1, 1)
+/* The same on 256-bit vectors (dec_kernel's span form: 8 rows of one
+ * activation row, row r in tile r·X/8), through F16C (h) or by shifts
+ * (p): what CPUs without AVX-512 run. One row from DRAM on the 2-vCPU
+ * Xeon VM with the 512-bit kernels forced off, against the rows spread
+ * within each unit (alternated twice): one thread 12.2-13.3 -> 13.3-13.9
+ * GB/s, two 23.2-24.9 -> 25.0-27.2 (bench/RESULTS.md 2026-12-05). */
+#define DEC_SPAN_NARROW_FNS(X)                                                                               \
+    static AVX2 int dec_span_1h##X(int64_t chunks, const uint8_t *const *rows, const float *a, int64_t lda,   \
+                                   int64_t ta, float *res) {                                                 \
+        dec_kernel(1, 8, 1, X, chunks, rows, NULL, a, lda, ta, res);                                         \
+        return 0;                                                                                            \
+    }                                                                                                        \
+    static AVX2 int dec_span_1p##X(int64_t chunks, const uint8_t *const *rows, const float *a, int64_t lda,   \
+                                   int64_t ta, float *res) {                                                 \
+        dec_kernel(1, 8, 0, X, chunks, rows, NULL, a, lda, ta, res);                                         \
+        return 0;                                                                                            \
+    }
+DEC_SPAN_NARROW_FNS(4)
+DEC_SPAN_NARROW_FNS(2)
+DEC_SPAN_NARROW_FNS(1)
 /* spans of x = 4, 2 or 1 tiles, by the bias, F16C or shifts, as
  * dec_kernel_for picks the routes */
 static dec_span_fn dec_span_for(int bias, int half, int64_t x) {
+    if (!di_cpu_kernels_wide()) {
+        static const dec_span_fn narrow[2][3] = {{dec_span_1p1, dec_span_1p2, dec_span_1p4},
+                                                 {dec_span_1h1, dec_span_1h2, dec_span_1h4}};
+        return narrow[half != 0][x == 4 ? 2 : x == 2 ? 1 : 0];
+    }
     static const dec_span_fn fns[3][3] = {{dec_span_1x1, dec_span_1x2, dec_span_1x4},
                                           {dec_span_1w1, dec_span_1w2, dec_span_1w4},
                                           {dec_span_1s1, dec_span_1s2, dec_span_1s4}};
@@ -1632,7 +1675,7 @@ AVX2_INLINE void seg_kernel_narrow(const int mr, const int half, int64_t n, cons
             if (m < mr) acc[m][r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(lanes + (2 * m + r) * 8);
     for (int64_t c = 0; c < n; c++) {
         seg_prefetch(rows, 2, ahead, c);
-        dec_chunk(mr, 2, half, c, rows, a, lda, acc);
+        dec_chunk(mr, 2, half, 0, c, rows, a, lda, 0, acc);
     }
 #pragma GCC unroll 4
     for (int m = 0; m < DEC_MB; m++)
@@ -1804,10 +1847,11 @@ static void dec_bias_done(const dec_job *j, int64_t rows, int64_t nsub) {
 
 /* Whether dec_units spreads a whole unit's rows over its groups (no
  * prefetches, long rows), and whether it takes spans of DEC_SPAN scale
- * tiles (spread, and the 8-row 512-bit kernels of one activation row). */
+ * tiles (spread, and the 8-row kernels of one activation row: on 512-bit
+ * vectors, or on 256-bit ones, dec_kernel's span form). */
 static int dec_spread(const dec_job *j) { return !j->pf && j->K >= DI_DEC_LONG_ROW; }
 static int dec_spans(const dec_job *j) {
-    return dec_spread(j) && j->M == 1 && j->R == 8 && di_cpu_kernels_wide();
+    return dec_spread(j) && j->M == 1 && j->R == 8;
 }
 
 /* The folded activations of the span's tiles from u on into sc, tile

@@ -83,13 +83,14 @@
  * rows per call at most (MB), per sweep of a unit's weights (MBLK); weight
  * rows per work unit (UNIT). */
 enum { DEC_M = 128, DEC_M_WIDE = 24, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
-/* Decode rows of one or two activation rows on 512-bit vectors go in spans
- * of SPAN units where the range holds them (dec4_units): register slot r
- * of group t reads rows t + r·SPAN·UNIT/8, so each slot streams
- * SPAN·UNIT/8 = 32 consecutive rows, and prefetches its stream SPAN_PF
- * bytes ahead, where groups of 8 consecutive rows prefetched the group two
- * ahead. The hardware prefetchers follow one stream a 4 KB page, and 8
- * rows of 1-2.5 KB put several in one. One row from DRAM on the 2-vCPU
+/* Decode rows of one or two activation rows go in spans of SPAN units
+ * where the range holds them (dec4_units): on 512-bit vectors register
+ * slot r of group t reads rows t + r·SPAN·UNIT/8, so each slot streams
+ * SPAN·UNIT/8 = 32 consecutive rows (on 256-bit vectors 4 slots of 64:
+ * dec4_span), and prefetches its stream SPAN_PF bytes ahead, where
+ * groups of 8 consecutive rows prefetched the group two ahead. The
+ * hardware prefetchers follow one stream a 4 KB page, and 8 rows of
+ * 1-2.5 KB put several in one. One row from DRAM on the 2-vCPU
  * Xeon VM, paired with the tree before: expert w1 (K 5,120) 11.8 -> 14.9
  * GB/s, w2 (K 2,304) 11.5 -> 14.7, two threads +24 %, two activation rows
  * +11-14 %; slots of 4 rows 13.7, 16 rows 14.0, 64-128 rows 14.2-15.0; no
@@ -1009,6 +1010,26 @@ static void dec8_span(const dec4_job *j, int64_t g0, int64_t x, int vnni) {
     dec8_call(j, &lo, &hi, g0, 2 * R, S, 0, j->M, vnni);
 }
 
+/* Group t of a span on 256-bit vectors (dec4_units: x units from g0 - t
+ * on, every activation row, M <= MB): rows g0 + r·S for r < R, S =
+ * x·UNIT/R, so each of the kernel's 4 slots streams 64 consecutive rows,
+ * prefetched SPAN_PF bytes ahead; the span's scales checked by the
+ * caller. What CPUs without AVX-512 run; on the 2-vCPU Xeon VM with the
+ * 512-bit kernels forced off, against groups of 4 consecutive rows
+ * (alternated twice), one row from DRAM read 9.8-10.0 -> 11.8-12.6 GB/s on
+ * one thread and 18.2-18.7 -> 23.2-24.4 on two, two rows 7.9-8.3 -> 8.4-9.1
+ * and 14.8-15.7 -> 16.8-17.3 (bench/RESULTS.md 2026-12-05). Same bits. */
+static void dec4_span(const dec4_job *j, int64_t g0, int64_t x) {
+    const int64_t S = x * UNIT / R, N = j->N, M = j->M;
+    dec4_args g = dec4_rows(j, g0, R, S, NULL);
+    g.stream_pf = 1;
+    dec4_act(j->act, 0, &g);
+    float res[MB * R];
+    (M == 2 ? dec4_2 : dec4_1)(&g, res);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t r = 0; r < R; r++) j->out[m * N + g0 + r * S] = res[m * R + r];
+}
+
 /* A span of whole lines (dec4_units: x units from n0 on, one activation
  * row in the byte form): slot r reads rows n0 + r·S .. + S - 1, S =
  * x·UNIT/R, one stream a line at a time, all R in one call; the span's
@@ -1049,14 +1070,16 @@ static void dec4_units(void *ctx, int64_t u0, int64_t u1, int thread) {
         const int64_t n0 = u * UNIT, n1 = n0 + UNIT < N ? n0 + UNIT : N;
         /* the longest span (SPAN, SPAN/2, .. 1 units) the range holds: the
          * pool's chunks taper to single units at the end (dec4_run) */
-        const int64_t x = wide && M <= MB ? di_cpu_span_units(u, u1, N / UNIT, SPAN) : 0;
+        const int64_t x = M <= MB ? di_cpu_span_units(u, u1, N / UNIT, SPAN) : 0;
         if (x && dec4_scales_ok(j, n0, n0 + x * UNIT)) {
             atomic_fetch_add_explicit(&span_units, x, memory_order_relaxed);
             if (x < SPAN) atomic_fetch_add_explicit(&short_units, x, memory_order_relaxed);
             if (M == 1 && j->act->bytes) {
                 atomic_fetch_add_explicit(&line_units, x, memory_order_relaxed);
                 dec4q_span(j, n0, x);
-            } else
+            } else if (!wide)
+                for (int64_t t = 0; t < x * UNIT / R; t++) dec4_span(j, n0 + t, x);
+            else
                 for (int64_t t = 0; t < x * UNIT / (2 * R); t++) dec8_span(j, n0 + t, x, vnni);
             u += x - 1;
             continue;
@@ -1189,7 +1212,7 @@ static int dec4_run(const di_gemm_part *parts, int n, int64_t K, di_threadpool *
          * -> 106 (its 9 and 20 spans had left most threads idle at the
          * end; bench/RESULTS.md 2026-12-05). */
         const int64_t grain = units / (8 * di_threadpool_size(tp));
-        if (di_cpu_kernels_wide() && parts[0].M <= MB)
+        if (parts[0].M <= MB)
             di_threadpool_for_stretches(tp, n, first, SPAN, 1, dec4_units, jobs, sizeof *jobs);
         else
             di_threadpool_for_parts(tp, n, first, grain < 1 ? 1 : grain, dec4_units, jobs, sizeof *jobs);
