@@ -1245,6 +1245,9 @@ static void test_narrow_route(void) {
     di_cpu_kernels_force_no_avx512(1);
     CHECK(!di_cpu_kernels_wide());
     check_all_paths();
+    /* the prefill's one-pass form on 256-bit vectors past LG_MC rows
+     * (where the core's L2 holds a unit's scratch) and its passes */
+    test_gemm_fp8_prefill_threads();
     di_cpu_kernels_force_no_avx512(0);
     CHECK(di_cpu_kernels_wide());
 #endif

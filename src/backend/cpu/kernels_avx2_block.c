@@ -968,6 +968,21 @@ static int64_t lg_act_budget(void) {
     return b;
 }
 
+/* The L2 cache of a core in bytes (sysconf), 0 where not reported. */
+static int64_t lg_l2_bytes(void) {
+    static _Atomic int64_t l2 = -1;
+    int64_t b = atomic_load_explicit(&l2, memory_order_relaxed);
+    if (b < 0) {
+        b = 0;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+        const long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        if (v > 0) b = v;
+#endif
+        atomic_store_explicit(&l2, b, memory_order_relaxed);
+    }
+    return b;
+}
+
 typedef struct lg_fused_job {
     lg_job jb;          /* half, nr, ap, w, ws, M, K, N, Mp, out, run (n0 = m0 = 0) */
     int64_t pg;         /* panels a unit */
@@ -1014,10 +1029,6 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
     const int threads = di_threadpool_size(tp);
     const int64_t S = K / 8, L = lg_run_steps(S), Mp = (M + LG_MR - 1) / LG_MR * LG_MR;
     const int nr = di_cpu_kernels_wide() ? LG_NR_WIDE : LG_NR;
-    /* the one-pass form up to LG_MC rows, and at every size on 512-bit
-     * vectors (measured there; on 256-bit ones the passes past LG_MC rows,
-     * as before: their cores' L2 is often 512 KB, less than a unit holds) */
-    const int fused = (Mp <= LG_MC || nr == LG_NR_WIDE) && di_cpu_kernels_lg_fused();
     /* the one-pass form: panels a unit (~4 units a thread where the panels
      * allow; one past LG_FUSED_LANES / 2 rows), rows a block (as few blocks
      * as the lanes and the activations' bytes allow, more where the units
@@ -1037,6 +1048,19 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
     }
     const int64_t fr = ((Mp + nrb - 1) / nrb + LG_MR - 1) / LG_MR * LG_MR;
     const int64_t sf = (pg * 8 * L * nr + 8 * fr * pg * nr + 15) / 16 * 16;
+    /* the one-pass form up to LG_MC rows, at every size on 512-bit
+     * vectors, and on 256-bit ones where a unit's scratch (sf floats: its
+     * decoded runs and its lanes, ~0.8 MB at 512 rows) fits the core's L2;
+     * the passes elsewhere (AMD Zen 2-3 cores have 512 KB). On the 2-vCPU
+     * Xeon VM (2 MB of L2) with its 512-bit kernels forced off, against
+     * the passes, ours / OpenBLAS sgemm (Haswell kernels) alternated twice:
+     * one thread wq_a at 512 rows 0.91-0.92 -> 0.96-0.97, wkv 0.90-0.92 ->
+     * 0.97-0.99, 1,032 rows the same (0.90-0.91); two threads wq_a 256
+     * rows 0.86 -> 0.99-1.05, 512 rows 0.89-0.90 -> 0.97-1.00, 780 rows
+     * 0.86-0.88 -> 0.91-0.93, shared.w1 0.87-0.93 -> 0.96-0.98
+     * (bench/RESULTS.md, 2026-12-05). */
+    const int fused = (Mp <= LG_MC || nr == LG_NR_WIDE || sf * (int64_t)sizeof(float) <= lg_l2_bytes()) &&
+                      di_cpu_kernels_lg_fused();
     /* the passes: a column block's decoded runs, the lanes of a pass */
     const int64_t lbr = Mp < LG_MO ? Mp : LG_MO, bpf = (int64_t)LG_NC * 8 * L, lbf = 8 * lbr * LG_NC;
     const int64_t apf = (Mp * K + 15) / 16 * 16; /* whole 64-byte lines: what follows stays aligned */
