@@ -46,10 +46,13 @@ int cli_info(int argc, char **argv) {
     );
     /* the FP8 decode rows' software prefetches (DI_CPU_PREFETCH=0: off) */
     const int no_prefetch = !strcmp(di_cpu_kernels_path(), "avx2") && !di_cpu_kernels_dec_prefetch();
-    printf("cpu: avx2 %s, fma %s, avx512 %s (kernels: %s%s%s%s%s%s)\n",
+    /* AVX-VNNI serves the 256-bit kernels only (CPUs without AVX-512) */
+    const int avx_vnni = !strcmp(di_cpu_kernels_path(), "avx2") && !di_cpu_kernels_wide() && di_cpu_kernels_avx_vnni();
+    printf("cpu: avx2 %s, fma %s, avx512 %s (kernels: %s%s%s%s%s%s%s)\n",
            __builtin_cpu_supports("avx2") ? "yes" : "no", __builtin_cpu_supports("fma") ? "yes" : "no",
            di_cpu_has_avx512() ? "yes" : "no", di_cpu_kernels_path(),
-           di_cpu_kernels_wide() ? ", 512-bit vectors" : "", di_cpu_kernels_vnni() ? ", VNNI" : "",
+           di_cpu_kernels_wide() ? ", 512-bit vectors" : "", avx_vnni ? ", AVX-VNNI" : "",
+           di_cpu_kernels_vnni() ? ", VNNI" : "",
            di_cpu_kernels_vnni() && di_cpu_kernels_vbmi() ? ", VBMI" : "",
            di_cpu_kernels_amx() ? ", AMX tiles" : "", no_prefetch ? ", no prefetch" : "");
     print_cuda_devices(); /* without CUDA the stub says so */

@@ -70,6 +70,19 @@ int di_cpu_has_avx512_vbmi(void) {
 #endif
 }
 
+int di_cpu_has_avx_vnni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (!di_cpu_has_avx2()) return 0; /* also checks the YMM state and leaf 7 */
+    unsigned a, b, c, d;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (a < 1) return 0; /* no subleaf 1 */
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a >> 4) & 1u; /* AVX-VNNI (leaf 7 subleaf 1, eax 4) */
+#else
+    return 0;
+#endif
+}
+
 int di_cpu_has_amx_bf16(void) {
 #if defined(__x86_64__) && defined(__linux__)
     if (!di_cpu_has_avx512()) return 0;

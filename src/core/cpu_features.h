@@ -14,6 +14,10 @@ int di_cpu_has_avx512_vnni(void);
 /* 1 when, on top of di_cpu_has_avx512(), AVX-512 VBMI is there (vpermb:
  * bytes picked from a 64-byte table). */
 int di_cpu_has_avx512_vbmi(void);
+/* 1 when, on top of di_cpu_has_avx2(), AVX-VNNI is there: vpdpbusd and
+ * vpdpwssd on 256-bit vectors, VEX-encoded (Intel cores since Alder Lake
+ * and Sierra Forest, which lack AVX-512; AMD Zen 5). */
+int di_cpu_has_avx_vnni(void);
 /* 1 when, on top of di_cpu_has_avx512(), AMX tiles with bf16 products are
  * usable: the CPU has AMX-TILE and AMX-BF16, the OS manages the tile state
  * (XCR0 bits 17 and 18) and, on Linux, grants this process the tile data

@@ -615,24 +615,32 @@ static void test_gemm_mxfp4_decode_spans(void) {
      * last line half read); 2,336: a half chunk last (16 bytes of the
      * last line) and a partial group of E8M0 bytes */
     static const int64_t shapes[][2] = {{1024, 256 * 2 + 32 * 3 + 17}, {1088, 256 + 64 + 5}, {2336, 256 + 40}};
-    static const char *form_name[5] = {"VNNI bytes", "VNNI bytes, no vpermb", "VNNI 16-bit", "plain sums",
-                                       "256-bit"};
+    static const char *form_name[6] = {"VNNI bytes",  "VNNI bytes, no vpermb", "VNNI 16-bit",
+                                       "plain sums",  "256-bit (AVX-VNNI bytes where the CPU has them)",
+                                       "256-bit 16-bit sums"};
     const long l0 = di_cpu_kernels_mxfp4_line_units();
     /* one thread: spans of 8, 4, 2 and 1 units through the range */
     check_spans(FMT_FP4, shapes, 3, fp4_bad_scale, NULL, "VNNI bytes, one thread");
-    /* each form must take spans, short ones included (the 256-bit one is
-     * what CPUs without AVX-512 run; on such a CPU every form is it) */
-    for (int form = 0; form < 5; form++) {
+    /* each form must take spans, short ones included (the 256-bit ones are
+     * what CPUs without AVX-512 run; on such a CPU every form is one) */
+    for (int form = 0; form < 6; form++) {
         const long s0 = di_cpu_kernels_mxfp4_span_units(), h0 = di_cpu_kernels_mxfp4_short_span_units();
+        const long b0 = di_cpu_kernels_avx_vnni_byte_calls();
         di_cpu_kernels_force_no_vbmi(form == 1);
-        di_cpu_kernels_force_no_vnni_bytes(form >= 2);
+        di_cpu_kernels_force_no_vnni_bytes(form >= 2 && form != 4);
         di_cpu_kernels_force_no_vnni(form == 3);
-        di_cpu_kernels_force_no_avx512(form == 4);
+        di_cpu_kernels_force_no_avx512(form >= 4);
         check_spans(FMT_FP4, shapes, 3, fp4_bad_scale, tp, form_name[form]);
         CHECKF(di_cpu_kernels_mxfp4_span_units() > s0, "%s: units in spans: %ld", form_name[form],
                di_cpu_kernels_mxfp4_span_units() - s0);
         CHECKF(di_cpu_kernels_mxfp4_short_span_units() > h0, "%s: units in spans of 4 or fewer: %ld",
                form_name[form], di_cpu_kernels_mxfp4_short_span_units() - h0);
+        if (form == 4 && di_cpu_has_avx_vnni())
+            CHECKF(di_cpu_kernels_avx_vnni_byte_calls() > b0, "%s: calls in the AVX-VNNI byte form: %ld",
+                   form_name[form], di_cpu_kernels_avx_vnni_byte_calls() - b0);
+        if (form == 5)
+            CHECKF(di_cpu_kernels_avx_vnni_byte_calls() == b0, "%s: %ld calls in the AVX-VNNI byte form",
+                   form_name[form], di_cpu_kernels_avx_vnni_byte_calls() - b0);
     }
     di_cpu_kernels_force_no_vbmi(0);
     di_cpu_kernels_force_no_vnni_bytes(0);
@@ -1075,6 +1083,7 @@ static void test_batch_and_thread_invariance(void) {
 }
 
 static void check_all_paths(void);
+static void test_gemm_mxfp4_many(void);
 
 /* The route CPUs with slow subnormals take (E4M3 codes through F16C, in the
  * decode rows and the prefill tiles) gives the scalar bits too: the checks
@@ -1244,7 +1253,20 @@ static void test_narrow_route(void) {
 #ifdef DI_HAVE_AVX2_KERNELS
     di_cpu_kernels_force_no_avx512(1);
     CHECK(!di_cpu_kernels_wide());
+    const long b0 = di_cpu_kernels_avx_vnni_byte_calls();
     check_all_paths();
+    /* one MXFP4 activation row in the AVX-VNNI byte form where the CPU
+     * has it; the 16-bit sums (AMD Zen 2-3, older Intel cores) as well */
+    if (di_cpu_has_avx_vnni())
+        CHECKF(di_cpu_kernels_avx_vnni_byte_calls() > b0, "%ld calls in the AVX-VNNI byte form",
+               di_cpu_kernels_avx_vnni_byte_calls() - b0);
+    di_cpu_kernels_force_no_avx_vnni(1);
+    check_format(FMT_FP4);
+    test_gemm_decode_rows();
+    test_gemm_mxfp4_small_codes();
+    test_gemm_mxfp4_scale_edges();
+    test_gemm_mxfp4_many();
+    di_cpu_kernels_force_no_avx_vnni(0);
     /* the prefill's one-pass form on 256-bit vectors past LG_MC rows
      * (where the core's L2 holds a unit's scratch) and its passes */
     test_gemm_fp8_prefill_threads();

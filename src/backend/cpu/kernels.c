@@ -182,6 +182,18 @@ int di_cpu_kernels_vnni(void) {
 
 void di_cpu_kernels_force_no_vnni(int on) { atomic_store(&forced_no_vnni, on != 0); }
 
+/* AVX-VNNI (DI_CPU_AVX_VNNI=0: off): the 256-bit kernels' MXFP4 rows of
+ * one activation row in the byte form */
+static atomic_int has_avx_vnni = -1;
+static atomic_int forced_no_avx_vnni;
+
+int di_cpu_kernels_avx_vnni(void) {
+    return feature_on(&has_avx_vnni, di_cpu_has_avx_vnni, "DI_CPU_AVX_VNNI") && pick_avx2() &&
+           !atomic_load_explicit(&forced_no_avx_vnni, memory_order_relaxed);
+}
+
+void di_cpu_kernels_force_no_avx_vnni(int on) { atomic_store(&forced_no_avx_vnni, on != 0); }
+
 /* AVX-512 VBMI (DI_CPU_VBMI=0: off) */
 static atomic_int has_vbmi = -1;
 static atomic_int forced_no_vbmi;

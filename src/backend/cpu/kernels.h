@@ -280,6 +280,15 @@ long di_cpu_kernels_mxfp4_short_span_units(void);
  * restores; the count of calls that took it is for tests. */
 void di_cpu_kernels_force_no_vnni_bytes(int on);
 long di_cpu_kernels_vnni_byte_calls(void);
+/* Whether the 256-bit kernels (CPUs without AVX-512, or with it forced
+ * off) take that byte form for a call of one activation row too, with
+ * AVX-VNNI (vpdpbusd on 256-bit vectors, VEX-encoded: di_cpu_has_avx_vnni):
+ * CPUs with it, unless the environment has DI_CPU_AVX_VNNI=0. Same bits;
+ * forcing it off (1) is for tests and benchmarks, set before running
+ * kernels (di_cpu_kernels_force_no_vnni_bytes turns both forms off). */
+int di_cpu_kernels_avx_vnni(void);
+void di_cpu_kernels_force_no_avx_vnni(int on);
+long di_cpu_kernels_avx_vnni_byte_calls(void);
 /* Whether that byte form looks the weights' codes up with AVX-512 VBMI
  * (vpermb: no masking of the nibbles) rather than vpshufb: CPUs with it,
  * on the 512-bit kernels, unless the environment has DI_CPU_VBMI=0. Same

@@ -34,12 +34,13 @@
  * activation row meets the table's bytes with the activations' bytes
  * instead of 16-bit words (dec8_1b: the same integers, 10 operations a
  * vector against 14, 8 with AVX-512 VBMI; in spans such calls take 4 rows
- * a 64-byte line at a time, dec4_1q_kernel). The scale vectors come from
- * the E8M0 bytes by integer adds on exponents (4 rows × 8 blocks at a time,
- * transposed), which gives normal numbers only: row groups whose exponents
- * come near either end of the range, NaN scales, NaN activation codes or
- * activation scales that are not powers of two take the scalar code
- * instead.
+ * a 64-byte line at a time, dec4_1q_kernel), and so do the 256-bit
+ * kernels' calls of one row on CPUs with AVX-VNNI (dec4_1b). The scale
+ * vectors come from the E8M0 bytes by integer adds on exponents (4 rows ×
+ * 8 blocks at a time, transposed), which gives normal numbers only: row
+ * groups whose exponents come near either end of the range, NaN scales,
+ * NaN activation codes or activation scales that are not powers of two
+ * take the scalar code instead.
  *
  * Prefill (M > DEC_M) decodes panels of 16 weight rows to fp32 w·sw (exact)
  * in tiles [k][16] and runs a 6-row × 16-column FMA kernel over each block
@@ -534,6 +535,57 @@ static AVX2 void dec4_wide(const dec4_args *g, int mr, float *res) {
 static AVX2 void dec4_1(const dec4_args *g, float *res) { dec4_kernel(1, g, res); }
 static AVX2 void dec4_2(const dec4_args *g, float *res) { dec4_kernel(2, g, res); }
 
+/* dec4_kernel of one activation row in the byte form, with AVX-VNNI
+ * (256-bit vpdpbusd, VEX-encoded): what dec8_1b does for 8 rows on 512-bit
+ * vectors, for the R = 4 rows of the 256-bit kernels. The table gives
+ * each weight code 2·qw + 12 (unsigned), the activations come as the two
+ * signed bytes of each 16-bit value (act16_bytes), and a row's lane sums
+ * Σ (2·qw + 12)·(256·h + l) less 12 times the block's activations (corr)
+ * are the 16-bit form's Σ 2·qw·a after its shift: the same integers, the
+ * same chains. Per 32 bytes of a row 10 vector operations against the
+ * 16-bit form's 16 (the weights' bytes need no move to the top of a word,
+ * and one instruction multiplies, adds four products and accumulates).
+ * On the 2-vCPU Xeon VM with its 512-bit kernels forced off, against the
+ * 16-bit form (alternated twice, one row, in spans): weights in L2
+ * 13.6-15.2 -> 17.0-18.6 GB/s, from DRAM one thread 12.0-12.8 -> 13.7-14.1,
+ * two 23.7-24.5 -> 26.3-27.0 (bench/RESULTS.md 2026-12-05). */
+#define AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+static AVXVNNI void dec4_1b(const dec4_args *g, float *res) {
+    const __m256i tab = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15,
+                                         16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    const int64_t chunks = g->chunks;
+    const uint8_t *rows[R];
+    for (int r = 0; r < R; r++) rows[r] = g->rows[r];
+    __attribute__((aligned(32))) int32_t ewb[4][8];
+    __m256 L = _mm256_setzero_ps();
+#pragma GCC unroll 2
+    for (int64_t c = 0; c < chunks; c++) {
+        chunk_prefetch(g, c);
+        if (c % 4 == 0) group_start(g, c / 4, ewb);
+        const int half = g->half_last && c == chunks - 1;
+        const __m256i *ab = (const __m256i *)(g->bytes + (c >> 1) * 256 + (c & 1) * 32);
+        const __m256i l0 = _mm256_load_si256(ab), l1 = _mm256_load_si256(ab + 2);
+        const __m256i h0 = _mm256_load_si256(ab + 4), h1 = _mm256_load_si256(ab + 6);
+        __m256i sr[R];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const __m256i x = load_codes(rows[r], c, half);
+            const __m256i wl = _mm256_shuffle_epi8(tab, _mm256_and_si256(x, nib));
+            const __m256i wh = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(x, 4), nib));
+            const __m256i sh = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), wl, h0), wh, h1);
+            sr[r] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_slli_epi32(sh, 8), wl, l0), wh, l1);
+        }
+        const __m256i corr = _mm256_load_si256((const __m256i *)(g->corr + c * 8));
+        const __m256i z = _mm256_sub_epi32(quad_add(pair_add(sr[0], sr[1]), pair_add(sr[2], sr[3])), corr);
+        const __m256i ew = _mm256_load_si256((const __m256i *)ewb[c % 4]);
+        L = chain_step(g, 0, c, half, ew, z, L);
+    }
+    float l[8];
+    _mm256_storeu_ps(l, L);
+    for (int r = 0; r < R; r++) res[r] = l[r] + l[r + 4];
+}
+
 /* ---- decode rows on 512-bit vectors ----
  * dec4_kernel for two groups of R = 4 rows at once, group lo in the low
  * 256 bits of every vector and hi in the high ones: the weights of rows r
@@ -960,7 +1012,8 @@ static AVX2 void dec4_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t m
         float res[MB * R];
         g.ahead = m0 ? NULL : ahead;
         dec4_act(a, m0, &g);
-        (mr == 2 ? dec4_2 : dec4_1)(&g, res);
+        /* the byte form on 256-bit vectors (a wide call's last rows keep the 16-bit sums) */
+        (mr == 2 ? dec4_2 : g.bytes && !di_cpu_kernels_wide() ? dec4_1b : dec4_1)(&g, res);
         for (int64_t m = 0; m < mr; m++)
             for (int64_t r = 0; r < nn; r++) j->out[(m0 + m) * N + g0 + r] = res[m * R + r];
     }
@@ -1025,7 +1078,7 @@ static void dec4_span(const dec4_job *j, int64_t g0, int64_t x) {
     g.stream_pf = 1;
     dec4_act(j->act, 0, &g);
     float res[MB * R];
-    (M == 2 ? dec4_2 : dec4_1)(&g, res);
+    (M == 2 ? dec4_2 : g.bytes ? dec4_1b : dec4_1)(&g, res);
     for (int64_t m = 0; m < M; m++)
         for (int64_t r = 0; r < R; r++) j->out[m * N + g0 + r * S] = res[m * R + r];
 }
@@ -1074,7 +1127,7 @@ static void dec4_units(void *ctx, int64_t u0, int64_t u1, int thread) {
         if (x && dec4_scales_ok(j, n0, n0 + x * UNIT)) {
             atomic_fetch_add_explicit(&span_units, x, memory_order_relaxed);
             if (x < SPAN) atomic_fetch_add_explicit(&short_units, x, memory_order_relaxed);
-            if (M == 1 && j->act->bytes) {
+            if (M == 1 && j->act->bytes && wide) {
                 atomic_fetch_add_explicit(&line_units, x, memory_order_relaxed);
                 dec4q_span(j, n0, x);
             } else if (!wide)
@@ -1099,7 +1152,8 @@ static void dec4_units(void *ctx, int64_t u0, int64_t u1, int thread) {
  * that took it (di_cpu_kernels_vnni_byte_calls), those by vpermb among them
  * (di_cpu_kernels_vbmi_byte_calls) */
 static atomic_int dec8_1b_forced_off;
-static atomic_long dec8_1b_calls, dec8_1b_vbmi_calls;
+static atomic_long dec8_1b_calls, dec8_1b_vbmi_calls, dec4_1b_calls;
+long di_cpu_kernels_avx_vnni_byte_calls(void) { return atomic_load(&dec4_1b_calls); }
 void di_cpu_kernels_force_no_vnni_bytes(int on) { atomic_store(&dec8_1b_forced_off, on != 0); }
 long di_cpu_kernels_vnni_byte_calls(void) { return atomic_load(&dec8_1b_calls); }
 long di_cpu_kernels_vbmi_byte_calls(void) { return atomic_load(&dec8_1b_vbmi_calls); }
@@ -1119,8 +1173,10 @@ static int act16_make(const uint8_t *qa, const float *sa, int64_t M, int64_t K, 
     a->small = aligned_alloc(32, nact * sizeof(int16_t));
     a->has_small = malloc((size_t)(M * a->chunks));
     a->eaw = aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a->chunks * 8 + 8));
-    /* the byte form where a call runs dec8_1b: one row, VNNI */
-    const int bytes = M == 1 && di_cpu_kernels_vnni() && !atomic_load(&dec8_1b_forced_off);
+    /* the byte form where a call runs dec8_1b (one row, VNNI on 512-bit
+     * vectors) or dec4_1b (one row, AVX-VNNI on 256-bit ones) */
+    const int bytes = M == 1 && !atomic_load(&dec8_1b_forced_off) &&
+                      (di_cpu_kernels_wide() ? di_cpu_kernels_vnni() : di_cpu_kernels_avx_vnni());
     a->vbmi = 0;
     a->bytes = bytes ? aligned_alloc(64, (size_t)(M * act16_steps(a) * 256)) : NULL;
     a->corr = bytes ? aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a->chunks * 8 + 8)) : NULL;
@@ -1137,7 +1193,7 @@ static int act16_make(const uint8_t *qa, const float *sa, int64_t M, int64_t K, 
     if (bytes) {
         act16_bytes(a, 0);
         a->vbmi = di_cpu_kernels_vbmi();
-        atomic_fetch_add_explicit(&dec8_1b_calls, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(di_cpu_kernels_wide() ? &dec8_1b_calls : &dec4_1b_calls, 1, memory_order_relaxed);
         if (a->vbmi) atomic_fetch_add_explicit(&dec8_1b_vbmi_calls, 1, memory_order_relaxed);
     }
     return 1;
