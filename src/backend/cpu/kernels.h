@@ -274,15 +274,15 @@ long di_cpu_kernels_vnni_units(void);
 long di_cpu_kernels_mxfp4_span_units(void);
 long di_cpu_kernels_mxfp4_line_units(void);
 long di_cpu_kernels_mxfp4_short_span_units(void);
-/* With VNNI, a call of one activation row meets the weights' decoded bytes
- * with the activations' bytes (vpdpbusd) rather than 16-bit words; same
- * bits. Forcing it off (1) keeps such calls on the 16-bit sums, 0
- * restores; the count of calls that took it is for tests. */
+/* With VNNI, a call of one or two activation rows meets the weights'
+ * decoded bytes with the activations' bytes (vpdpbusd) rather than 16-bit
+ * words; same bits. Forcing it off (1) keeps such calls on the 16-bit
+ * sums, 0 restores; the count of calls that took it is for tests. */
 void di_cpu_kernels_force_no_vnni_bytes(int on);
 long di_cpu_kernels_vnni_byte_calls(void);
 /* Whether the 256-bit kernels (CPUs without AVX-512, or with it forced
- * off) take that byte form for a call of one activation row too, with
- * AVX-VNNI (vpdpbusd on 256-bit vectors, VEX-encoded: di_cpu_has_avx_vnni):
+ * off) take that byte form for calls of one or two activation rows too,
+ * with AVX-VNNI (vpdpbusd on 256-bit vectors, VEX-encoded: di_cpu_has_avx_vnni):
  * CPUs with it, unless the environment has DI_CPU_AVX_VNNI=0. Same bits;
  * forcing it off (1) is for tests and benchmarks, set before running
  * kernels (di_cpu_kernels_force_no_vnni_bytes turns both forms off). */

@@ -535,7 +535,7 @@ static AVX2 void dec4_wide(const dec4_args *g, int mr, float *res) {
 static AVX2 void dec4_1(const dec4_args *g, float *res) { dec4_kernel(1, g, res); }
 static AVX2 void dec4_2(const dec4_args *g, float *res) { dec4_kernel(2, g, res); }
 
-/* dec4_kernel of one activation row in the byte form, with AVX-VNNI
+/* dec4_kernel of one or two activation rows in the byte form, with AVX-VNNI
  * (256-bit vpdpbusd, VEX-encoded): what dec8_1b does for 8 rows on 512-bit
  * vectors, for the R = 4 rows of the 256-bit kernels. The table gives
  * each weight code 2·qw + 12 (unsigned), the activations come as the two
@@ -548,43 +548,65 @@ static AVX2 void dec4_2(const dec4_args *g, float *res) { dec4_kernel(2, g, res)
  * On the 2-vCPU Xeon VM with its 512-bit kernels forced off, against the
  * 16-bit form (alternated twice, one row, in spans): weights in L2
  * 13.6-15.2 -> 17.0-18.6 GB/s, from DRAM one thread 12.0-12.8 -> 13.7-14.1,
- * two 23.7-24.5 -> 26.3-27.0 (bench/RESULTS.md 2026-12-05). */
+ * two 23.7-24.5 -> 26.3-27.0; two activation rows (the table's bytes met
+ * by both rows' bytes) 8.9-9.5 -> 9.8-10.7 and 17.5-18.2 -> 19.1-20.2
+ * (bench/RESULTS.md 2026-12-05). */
 #define AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
-static AVXVNNI void dec4_1b(const dec4_args *g, float *res) {
+#define AVXVNNI_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c,avxvnni")))
+AVXVNNI_INLINE void dec4_b_kernel(const int mr, const dec4_args *g, float *res) {
     const __m256i tab = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15,
                                          16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
     const __m256i nib = _mm256_set1_epi8(0x0f);
-    const int64_t chunks = g->chunks;
+    const int64_t chunks = g->chunks, steps = (chunks + 1) / 2;
     const uint8_t *rows[R];
     for (int r = 0; r < R; r++) rows[r] = g->rows[r];
     __attribute__((aligned(32))) int32_t ewb[4][8];
-    __m256 L = _mm256_setzero_ps();
+    __m256 L[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
 #pragma GCC unroll 2
     for (int64_t c = 0; c < chunks; c++) {
         chunk_prefetch(g, c);
         if (c % 4 == 0) group_start(g, c / 4, ewb);
         const int half = g->half_last && c == chunks - 1;
-        const __m256i *ab = (const __m256i *)(g->bytes + (c >> 1) * 256 + (c & 1) * 32);
-        const __m256i l0 = _mm256_load_si256(ab), l1 = _mm256_load_si256(ab + 2);
-        const __m256i h0 = _mm256_load_si256(ab + 4), h1 = _mm256_load_si256(ab + 6);
-        __m256i sr[R];
+        /* activation row m's l0, l1, h0, h1: ab[m] + 0, 2, 4, 6 */
+        const __m256i *ab[2];
+#pragma GCC unroll 2
+        for (int m = 0; m < 2; m++)
+            ab[m] = (const __m256i *)(g->bytes + m * steps * 256 + (c >> 1) * 256 + (c & 1) * 32);
+        __m256i sr[2][R];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m256i x = load_codes(rows[r], c, half);
             const __m256i wl = _mm256_shuffle_epi8(tab, _mm256_and_si256(x, nib));
             const __m256i wh = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(x, 4), nib));
-            const __m256i sh = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), wl, h0), wh, h1);
-            sr[r] = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(_mm256_slli_epi32(sh, 8), wl, l0), wh, l1);
+#pragma GCC unroll 2
+            for (int m = 0; m < 2; m++)
+                if (m < mr) {
+                    const __m256i sh = _mm256_dpbusd_avx_epi32(
+                        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), wl, _mm256_load_si256(ab[m] + 4)), wh,
+                        _mm256_load_si256(ab[m] + 6));
+                    sr[m][r] = _mm256_dpbusd_avx_epi32(
+                        _mm256_dpbusd_avx_epi32(_mm256_slli_epi32(sh, 8), wl, _mm256_load_si256(ab[m])), wh,
+                        _mm256_load_si256(ab[m] + 2));
+                }
         }
-        const __m256i corr = _mm256_load_si256((const __m256i *)(g->corr + c * 8));
-        const __m256i z = _mm256_sub_epi32(quad_add(pair_add(sr[0], sr[1]), pair_add(sr[2], sr[3])), corr);
         const __m256i ew = _mm256_load_si256((const __m256i *)ewb[c % 4]);
-        L = chain_step(g, 0, c, half, ew, z, L);
+#pragma GCC unroll 2
+        for (int m = 0; m < 2; m++)
+            if (m < mr) {
+                const __m256i corr = _mm256_load_si256((const __m256i *)(g->corr + (m * chunks + c) * 8));
+                const __m256i z =
+                    _mm256_sub_epi32(quad_add(pair_add(sr[m][0], sr[m][1]), pair_add(sr[m][2], sr[m][3])), corr);
+                L[m] = chain_step(g, m, c, half, ew, z, L[m]);
+            }
     }
-    float l[8];
-    _mm256_storeu_ps(l, L);
-    for (int r = 0; r < R; r++) res[r] = l[r] + l[r + 4];
+    for (int m = 0; m < mr; m++) {
+        float l[8];
+        _mm256_storeu_ps(l, L[m]);
+        for (int r = 0; r < R; r++) res[m * R + r] = l[r] + l[r + 4];
+    }
 }
+static AVXVNNI void dec4_1b(const dec4_args *g, float *res) { dec4_b_kernel(1, g, res); }
+static AVXVNNI void dec4_2b(const dec4_args *g, float *res) { dec4_b_kernel(2, g, res); }
 
 /* ---- decode rows on 512-bit vectors ----
  * dec4_kernel for two groups of R = 4 rows at once, group lo in the low
@@ -748,56 +770,92 @@ AVX512_INLINE __m512i byte_table(void) {
  * activations' byte form: low nibbles meet l0 (low bytes) and h0 (high),
  * high nibbles l1 and h1; the high bytes' sum, shifted, is where the low
  * bytes' products start. vbmi: the nibbles looked up by vpermb. */
-AVX512_INLINE __m512i byte_sums(const int vbmi, __m512i x, __m512i tab, __m512i nib, __m512i l0, __m512i l1,
-                                __m512i h0, __m512i h1) {
+AVX512_INLINE void byte_codes(const int vbmi, __m512i x, __m512i tab, __m512i nib, __m512i *wl, __m512i *wh) {
     const __m512i xh = _mm512_srli_epi16(x, 4);
-    const __m512i wl = vbmi ? permb_w(x, tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(x, nib));
-    const __m512i wh = vbmi ? permb_w(xh, tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(xh, nib));
+    *wl = vbmi ? permb_w(x, tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(x, nib));
+    *wh = vbmi ? permb_w(xh, tab) : _mm512_shuffle_epi8(tab, _mm512_and_si512(xh, nib));
+}
+AVX512_INLINE __m512i byte_dot(__m512i wl, __m512i wh, __m512i l0, __m512i l1, __m512i h0, __m512i h1) {
     const __m512i sh = dpbusd_w(dpbusd_w(_mm512_setzero_si512(), wl, h0), wh, h1);
     return dpbusd_w(dpbusd_w(_mm512_slli_epi32(sh, 8), wl, l0), wh, l1);
 }
-/* One chunk of dec8_1b: row r's sums start from its high bytes' (times
- * 256), which the low bytes' products then join in the same register:
- * Σ (2·qw + 12)·(256·h + l) lane by lane, as the two separate sums gave.
- * vbmi: the nibbles looked up by vpermb in a table repeated four times
- * (bits 4-5 of the index pick a copy), which needs no mask. */
-AVX512_INLINE __m512 dec8_1b_chunk(const int half, const int vbmi, const dec4_args *lo, const dec4_args *hi,
-                                   const uint8_t *const rl[R], const uint8_t *const rh[R], int64_t c,
-                                   __m512i tab, __m512i nib, __m512i ew, __m512 L) {
-    const int8_t *ab = lo->bytes + (c >> 1) * 256 + (c & 1) * 32;
-    const __m512i l0 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)ab));
-    const __m512i l1 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 64)));
-    const __m512i h0 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 128)));
-    const __m512i h1 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 192)));
-    __m512i sr[R];
+AVX512_INLINE __m512i byte_sums(const int vbmi, __m512i x, __m512i tab, __m512i nib, __m512i l0, __m512i l1,
+                                __m512i h0, __m512i h1) {
+    __m512i wl, wh;
+    byte_codes(vbmi, x, tab, nib, &wl, &wh);
+    return byte_dot(wl, wh, l0, l1, h0, h1);
+}
+/* One chunk of dec8_1b for mr (1 or 2) activation rows: row r's sums
+ * start from its high bytes' (times 256), which the low bytes' products
+ * then join in the same register: Σ (2·qw + 12)·(256·h + l) lane by lane,
+ * as the two separate sums gave; the weights' bytes looked up once for
+ * both activation rows. vbmi: the nibbles looked up by vpermb in a table
+ * repeated four times (bits 4-5 of the index pick a copy), which needs no
+ * mask. */
+AVX512_INLINE void dec8_1b_chunk(const int mr, const int half, const int vbmi, const dec4_args *lo,
+                                 const dec4_args *hi, const uint8_t *const rl[R], const uint8_t *const rh[R],
+                                 int64_t c, __m512i tab, __m512i nib, __m512i ew, __m512 L[2]) {
+    const int64_t chunks = lo->chunks, steps = (chunks + 1) / 2;
+    __m512i a[2][4]; /* per activation row: l0, l1, h0, h1 */
+#pragma GCC unroll 2
+    for (int m = 0; m < 2; m++)
+        if (m < mr) {
+            const int8_t *ab = lo->bytes + m * steps * 256 + (c >> 1) * 256 + (c & 1) * 32;
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++)
+                a[m][t] = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(ab + 64 * t)));
+        }
+    __m512i sr[2][R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         const __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(load_codes(rl[r], c, half)),
                                              load_codes(rh[r], c, half), 1);
-        sr[r] = byte_sums(vbmi, x, tab, nib, l0, l1, h0, h1);
+        __m512i wl, wh;
+        byte_codes(vbmi, x, tab, nib, &wl, &wh);
+#pragma GCC unroll 2
+        for (int m = 0; m < 2; m++)
+            if (m < mr) sr[m][r] = byte_dot(wl, wh, a[m][0], a[m][1], a[m][2], a[m][3]);
     }
-    const __m512i corr = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(lo->corr + c * 8)));
-    const __m512i z = _mm512_sub_epi32(quad_add_w(pair_add_w(sr[0], sr[1]), pair_add_w(sr[2], sr[3])), corr);
-    return chain_step_w(lo, hi, 0, c, half, ew, z, L);
+#pragma GCC unroll 2
+    for (int m = 0; m < 2; m++)
+        if (m < mr) {
+            const __m512i corr =
+                _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(lo->corr + (m * chunks + c) * 8)));
+            const __m512i z =
+                _mm512_sub_epi32(quad_add_w(pair_add_w(sr[m][0], sr[m][1]), pair_add_w(sr[m][2], sr[m][3])), corr);
+            L[m] = chain_step_w(lo, hi, m, c, half, ew, z, L[m]);
+        }
 }
-AVX512_INLINE void dec8_1b_kernel(const int vbmi, const dec4_args *lo, const dec4_args *hi, float *res) {
+AVX512_INLINE void dec8_1b_kernel(const int mr, const int vbmi, const dec4_args *lo, const dec4_args *hi,
+                                  float *res) {
     const __m512i tab = byte_table();
     const __m512i nib = _mm512_set1_epi8(0x0f);
     const int64_t chunks = lo->chunks, full = chunks - (lo->half_last ? 1 : 0);
     const uint8_t *rl[R], *rh[R];
     for (int r = 0; r < R; r++) rl[r] = lo->rows[r], rh[r] = hi->rows[r];
     __attribute__((aligned(64))) int32_t ewb[2][4][8];
-    __m512 L = _mm512_setzero_ps();
+    __m512 L[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int64_t c = 0; c < full; c++)
-        L = dec8_1b_chunk(0, vbmi, lo, hi, rl, rh, c, tab, nib, dec8_exps(lo, hi, c, ewb), L);
-    if (full < chunks) L = dec8_1b_chunk(1, vbmi, lo, hi, rl, rh, full, tab, nib, dec8_exps(lo, hi, full, ewb), L);
-    float l[16];
-    _mm512_storeu_ps(l, L);
-    dec8_out(l, res);
+        dec8_1b_chunk(mr, 0, vbmi, lo, hi, rl, rh, c, tab, nib, dec8_exps(lo, hi, c, ewb), L);
+    if (full < chunks) dec8_1b_chunk(mr, 1, vbmi, lo, hi, rl, rh, full, tab, nib, dec8_exps(lo, hi, full, ewb), L);
+    for (int m = 0; m < mr; m++) {
+        float l[16];
+        _mm512_storeu_ps(l, L[m]);
+        dec8_out(l, res + m * 2 * R);
+    }
 }
-static AVX512 void dec8_1b(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_1b_kernel(0, lo, hi, res); }
+static AVX512 void dec8_1b(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_1b_kernel(1, 0, lo, hi, res); }
 static AVX512 void dec8_1b_vbmi(const dec4_args *lo, const dec4_args *hi, float *res) {
-    dec8_1b_kernel(1, lo, hi, res);
+    dec8_1b_kernel(1, 1, lo, hi, res);
+}
+/* two activation rows in the byte form (act16 built with bytes for both;
+ * the weights' bytes looked up once for both): against the 16-bit VNNI
+ * sums of dec8_2v, one thread of the 2-vCPU Xeon VM read 11.3-12.0 ->
+ * 12.4-13.0 GB/s from DRAM, two threads 22.2-22.9 -> 24.2-24.4
+ * (bench/RESULTS.md 2026-12-05) */
+static AVX512 void dec8_2b(const dec4_args *lo, const dec4_args *hi, float *res) { dec8_1b_kernel(2, 0, lo, hi, res); }
+static AVX512 void dec8_2b_vbmi(const dec4_args *lo, const dec4_args *hi, float *res) {
+    dec8_1b_kernel(2, 1, lo, hi, res);
 }
 
 /* vpermb with zeroing: the bytes of t picked by x's where k's bit is set, else 0 */
@@ -1013,7 +1071,8 @@ static AVX2 void dec4_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t m
         g.ahead = m0 ? NULL : ahead;
         dec4_act(a, m0, &g);
         /* the byte form on 256-bit vectors (a wide call's last rows keep the 16-bit sums) */
-        (mr == 2 ? dec4_2 : g.bytes && !di_cpu_kernels_wide() ? dec4_1b : dec4_1)(&g, res);
+        const int bytes = g.bytes && !di_cpu_kernels_wide();
+        (mr == 2 ? (bytes ? dec4_2b : dec4_2) : bytes ? dec4_1b : dec4_1)(&g, res);
         for (int64_t m = 0; m < mr; m++)
             for (int64_t r = 0; r < nn; r++) j->out[(m0 + m) * N + g0 + r] = res[m * R + r];
     }
@@ -1029,8 +1088,10 @@ static void dec8_call(const dec4_job *j, dec4_args *lo, dec4_args *hi, int64_t g
     dec4_act(j->act, mlo, hi);
     float res[MBLK * 2 * R];
     if (mhi - mlo > MB) (vnni ? dec8_wide_v : dec8_wide)(lo, hi, (int)(mhi - mlo), res);
+    else if (vnni && mhi - mlo == 2)
+        (!lo->bytes ? dec8_2v : lo->vbmi ? dec8_2b_vbmi : dec8_2b)(lo, hi, res);
     else if (vnni)
-        (mhi - mlo == 2 ? dec8_2v : !lo->bytes ? dec8_1v : lo->vbmi ? dec8_1b_vbmi : dec8_1b)(lo, hi, res);
+        (!lo->bytes ? dec8_1v : lo->vbmi ? dec8_1b_vbmi : dec8_1b)(lo, hi, res);
     else (mhi - mlo == 2 ? dec8_2 : dec8_1)(lo, hi, res);
     for (int64_t m = 0; m < mhi - mlo; m++)
         for (int64_t r = 0; r < nn; r++) j->out[(mlo + m) * N + g0 + r * step] = res[m * 2 * R + r];
@@ -1078,7 +1139,7 @@ static void dec4_span(const dec4_job *j, int64_t g0, int64_t x) {
     g.stream_pf = 1;
     dec4_act(j->act, 0, &g);
     float res[MB * R];
-    (M == 2 ? dec4_2 : g.bytes ? dec4_1b : dec4_1)(&g, res);
+    (M == 2 ? (g.bytes ? dec4_2b : dec4_2) : g.bytes ? dec4_1b : dec4_1)(&g, res);
     for (int64_t m = 0; m < M; m++)
         for (int64_t r = 0; r < R; r++) j->out[m * N + g0 + r * S] = res[m * R + r];
 }
@@ -1173,9 +1234,10 @@ static int act16_make(const uint8_t *qa, const float *sa, int64_t M, int64_t K, 
     a->small = aligned_alloc(32, nact * sizeof(int16_t));
     a->has_small = malloc((size_t)(M * a->chunks));
     a->eaw = aligned_alloc(32, sizeof(int32_t) * (size_t)(M * a->chunks * 8 + 8));
-    /* the byte form where a call runs dec8_1b (one row, VNNI on 512-bit
-     * vectors) or dec4_1b (one row, AVX-VNNI on 256-bit ones) */
-    const int bytes = M == 1 && !atomic_load(&dec8_1b_forced_off) &&
+    /* the byte form where calls run dec8_1b (one or two rows, VNNI on
+     * 512-bit vectors) or dec4_1b (one or two rows, AVX-VNNI on 256-bit
+     * ones) */
+    const int bytes = M <= MB && !atomic_load(&dec8_1b_forced_off) &&
                       (di_cpu_kernels_wide() ? di_cpu_kernels_vnni() : di_cpu_kernels_avx_vnni());
     a->vbmi = 0;
     a->bytes = bytes ? aligned_alloc(64, (size_t)(M * act16_steps(a) * 256)) : NULL;
@@ -1191,7 +1253,7 @@ static int act16_make(const uint8_t *qa, const float *sa, int64_t M, int64_t K, 
     }
     if (!act16_build(qa, sa, M, K, a)) return -1;
     if (bytes) {
-        act16_bytes(a, 0);
+        for (int64_t m = 0; m < M; m++) act16_bytes(a, m);
         a->vbmi = di_cpu_kernels_vbmi();
         atomic_fetch_add_explicit(di_cpu_kernels_wide() ? &dec8_1b_calls : &dec4_1b_calls, 1, memory_order_relaxed);
         if (a->vbmi) atomic_fetch_add_explicit(&dec8_1b_vbmi_calls, 1, memory_order_relaxed);
