@@ -1,6 +1,7 @@
 """`deepinfer info`: the backends compiled in, the CPU's vector units and the
 kernels the CPU backend runs on them; DI_CPU_AVX512=0 keeps a CPU with
-AVX-512 on the 256-bit kernels, DI_CPU_VNNI=0 one with AVX-512 VNNI off
+AVX-512 on the 256-bit kernels, DI_CPU_AVX_VNNI=0 one on them with
+AVX-VNNI off its byte sums, DI_CPU_VNNI=0 one with AVX-512 VNNI off
 its VNNI sums, DI_CPU_VBMI=0 one with AVX-512 VBMI off vpermb in them,
 DI_CPU_AMX=0 one with AMX-BF16 off its tiles for the MXFP4 prefill,
 DI_CPU_PREFETCH=0 the FP8 decode rows off their software prefetches."""
@@ -18,15 +19,31 @@ def _cpu_line(env=None):
     lines = [l for l in p.stdout.splitlines() if l.startswith("cpu:")]
     assert len(lines) == 1, p.stdout
     m = re.match(r"cpu: avx2 (yes|no), fma (yes|no), avx512 (yes|no) "
-                 r"\(kernels: (avx2|scalar)(, 512-bit vectors)?(, VNNI)?(, VBMI)?(, AMX tiles)?(, no prefetch)?\)$",
+                 r"\(kernels: (avx2|scalar)(, 512-bit vectors)?(?P<avx_vnni>, AVX-VNNI)?(, VNNI)?(, VBMI)?"
+                 r"(, AMX tiles)?(, no prefetch)?\)$",
                  lines[0])
     assert m, lines[0]
-    return m
+    return _Line(m)
+
+
+class _Line:
+    """The match with the groups numbered as before AVX-VNNI's (1-9), that
+    one by name."""
+
+    def __init__(self, m):
+        self.m = m
+
+    def group(self, i):
+        return self.m.group(i if i <= 5 else i + 1)
+
+    def avx_vnni(self):
+        return self.m.group("avx_vnni") is not None
 
 
 def _default_env():
     return {k: v for k, v in os.environ.items()
-            if k not in ("DI_CPU_AVX512", "DI_CPU_VNNI", "DI_CPU_VBMI", "DI_CPU_AMX", "DI_CPU_PREFETCH")}
+            if k not in ("DI_CPU_AVX512", "DI_CPU_AVX_VNNI", "DI_CPU_VNNI", "DI_CPU_VBMI", "DI_CPU_AMX",
+                         "DI_CPU_PREFETCH")}
 
 
 def _cpu_flags():
@@ -52,6 +69,18 @@ def test_info_names_the_kernels():
     # AMX-BF16 (Linux grants the tile state on request unless a process's
     # signal stacks are too small, which this CLI's are not)
     assert (m.group(8) is not None) == (wide is not None and {"amx_tile", "amx_bf16"} <= _cpu_flags())
+    # AVX-VNNI's byte sums exactly where the 256-bit kernels run and the
+    # CPU has it
+    assert m.avx_vnni() == (kernels == "avx2" and wide is None and "avx_vnni" in _cpu_flags())
+
+
+def test_avx_vnni_on_the_256bit_kernels():
+    narrow = _cpu_line(env=dict(_default_env(), DI_CPU_AVX512="0"))
+    if narrow.group(4) != "avx2" or "avx_vnni" not in _cpu_flags():
+        pytest.skip("this CPU has no AVX-VNNI for the 256-bit kernels")
+    assert narrow.avx_vnni() and narrow.group(5) is None and narrow.group(6) is None
+    off = _cpu_line(env=dict(_default_env(), DI_CPU_AVX512="0", DI_CPU_AVX_VNNI="0"))
+    assert not off.avx_vnni() and off.group(4) == "avx2"
 
 
 def test_avx512_switch_off():

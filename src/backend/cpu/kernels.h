@@ -265,10 +265,10 @@ int di_cpu_kernels_vnni(void);
 void di_cpu_kernels_force_no_vnni(int on);
 long di_cpu_kernels_vnni_units(void);
 /* Weight-row units of the MXFP4 decode rows of one or two activation rows
- * on 512-bit vectors that went in spans (of 8 units, each register slot
- * streaming 32 consecutive rows, or of 4, 2 or 1 where the pool's chunks
- * taper at the end of a call on several threads; kernels_avx2_mxfp4.c,
- * dec4_units; same bits; tests); those of them that went in spans of whole
+ * that went in spans (of 8 units, each register slot streaming 32
+ * consecutive rows on 512-bit vectors and 64 on 256-bit ones, or of 4, 2
+ * or 1 where the pool's chunks taper at the end of a call on several
+ * threads; kernels_avx2_mxfp4.c, dec4_units; same bits; tests); those of them that went in spans of whole
  * lines (one activation row in the VNNI byte form: 4 slots of 64 rows, a
  * 64-byte line of each a step); and those in spans shorter than 8 units. */
 long di_cpu_kernels_mxfp4_span_units(void);
@@ -331,8 +331,9 @@ long di_cpu_kernels_spread_units(void);
 long di_cpu_kernels_span_units(void);
 long di_cpu_kernels_short_span_units(void);
 /* Whether the FP8 prefill (on 512-bit vectors from 17 rows on; on 256-bit
- * ones from 32 to 96 rows) runs each group of weight panels and block of
- * rows start to end in one parallel pass (kernels_avx2_block.c,
+ * ones from 32 rows on, past 96 only where a unit's scratch fits the
+ * core's L2) runs each group of weight panels and block of rows start to
+ * end in one parallel pass (kernels_avx2_block.c,
  * lg_fused_units) rather than in passes per column block and run of
  * steps: yes unless the
  * environment has DI_CPU_LG_FUSED=0. Same bits either way; forcing it off
