@@ -599,12 +599,13 @@ static void test_gemm_decode_spans(void) {
 /* MXFP4 decode rows of one and two activation rows in spans of 8 units
  * (dec4_units: on 512-bit vectors each register slot streams 32
  * consecutive rows, on 256-bit ones 64; one activation row in the byte
- * form: 4 slots of 64 rows a line at a time): two spans, then spans of 4, 2 and 1 units where the range (or
- * the pool's chunk) ends sooner, and a partial unit, on one and two
- * threads; a NaN scale in a span's rows sends its units one by one; K
- * with an odd chunk count and with a half last chunk. The VNNI byte form
- * with and without vpermb, the 16-bit VNNI sums, the plain sums and the
- * 256-bit kernels. */
+ * form: 4 slots of 64 rows a line at a time): two spans, then spans of
+ * 4, 2 and 1 units where the range (or the pool's chunk) ends sooner, and
+ * a partial unit, on one and two threads; a NaN scale in a span's rows
+ * sends its units one by one; K with an odd chunk count and with a half
+ * last chunk. The VNNI byte form with and without vpermb, the 16-bit VNNI
+ * sums, the plain sums, and the 256-bit kernels with and without
+ * AVX-VNNI's byte sums. */
 static void test_gemm_mxfp4_decode_spans(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
 #ifdef DI_HAVE_AVX2_KERNELS
