@@ -12,8 +12,10 @@
  *   products' weights from rotating copies (from DRAM, as the decode rows
  *   always do, and as a model's experts do) rather than one copy that the
  *   cache may hold; --no-vnni keeps a CPU with
- *   AVX-512 VNNI off the MXFP4 decode rows' VNNI sums; --no-bytes keeps its
- *   one-row calls on the 16-bit sums rather than the byte form; --no-bias keeps the
+ *   AVX-512 VNNI off the MXFP4 decode rows' VNNI sums; --no-bytes keeps
+ *   their calls of one or two rows on the 16-bit sums rather than the byte
+ *   form (either width); --no-avx-vnni keeps the 256-bit kernels (a CPU
+ *   without AVX-512, or --narrow) off AVX-VNNI's byte sums; --no-bias keeps the
  *   512-bit FP8 decode rows on F16C rather than the exponent bias; --no-seg
  *   keeps their batches of 3-16 rows on blocks of 4 rows over all of K
  *   rather than in K segments; --pf / --no-pf force the FP8 decode rows'
@@ -580,6 +582,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-amx")) di_cpu_kernels_force_no_amx(1);
         else if (!strcmp(argv[i], "--cold")) cold = 1;
         else if (!strcmp(argv[i], "--no-bytes")) di_cpu_kernels_force_no_vnni_bytes(1);
+        else if (!strcmp(argv[i], "--no-avx-vnni")) di_cpu_kernels_force_no_avx_vnni(1);
         else if (!strcmp(argv[i], "--no-bias")) di_cpu_kernels_force_no_bias(1);
         else if (!strcmp(argv[i], "--no-seg")) di_cpu_kernels_force_no_seg(1);
         else if (!strcmp(argv[i], "--pf")) di_cpu_kernels_force_dec_prefetch(1);
