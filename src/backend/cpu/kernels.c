@@ -158,6 +158,11 @@ static int feature_on(atomic_int *cache, int (*has)(void), const char *env) {
     return v;
 }
 
+/* feature_on, unless a test or benchmark forced it off (*forced) */
+static int feature_gate(atomic_int *cache, int (*has)(void), const char *env, atomic_int *forced) {
+    return feature_on(cache, has, env) && !atomic_load_explicit(forced, memory_order_relaxed);
+}
+
 /* AVX-512 F/DQ/BW/VL. DI_CPU_AVX512=0 keeps such a CPU on the 256-bit
  * kernels (the same bits; for comparisons, and for older cores that lower
  * their clock under 512-bit work). */
@@ -165,8 +170,7 @@ static atomic_int has_avx512 = -1;
 static atomic_int forced_no_avx512;
 
 int di_cpu_kernels_wide(void) {
-    return feature_on(&has_avx512, di_cpu_has_avx512, "DI_CPU_AVX512") && pick_avx2() &&
-           !atomic_load_explicit(&forced_no_avx512, memory_order_relaxed);
+    return feature_gate(&has_avx512, di_cpu_has_avx512, "DI_CPU_AVX512", &forced_no_avx512) && pick_avx2();
 }
 
 void di_cpu_kernels_force_no_avx512(int on) { atomic_store(&forced_no_avx512, on != 0); }
@@ -176,8 +180,7 @@ static atomic_int has_vnni = -1;
 static atomic_int forced_no_vnni;
 
 int di_cpu_kernels_vnni(void) {
-    return feature_on(&has_vnni, di_cpu_has_avx512_vnni, "DI_CPU_VNNI") && di_cpu_kernels_wide() &&
-           !atomic_load_explicit(&forced_no_vnni, memory_order_relaxed);
+    return feature_gate(&has_vnni, di_cpu_has_avx512_vnni, "DI_CPU_VNNI", &forced_no_vnni) && di_cpu_kernels_wide();
 }
 
 void di_cpu_kernels_force_no_vnni(int on) { atomic_store(&forced_no_vnni, on != 0); }
@@ -188,8 +191,7 @@ static atomic_int has_avx_vnni = -1;
 static atomic_int forced_no_avx_vnni;
 
 int di_cpu_kernels_avx_vnni(void) {
-    return feature_on(&has_avx_vnni, di_cpu_has_avx_vnni, "DI_CPU_AVX_VNNI") && pick_avx2() &&
-           !atomic_load_explicit(&forced_no_avx_vnni, memory_order_relaxed);
+    return feature_gate(&has_avx_vnni, di_cpu_has_avx_vnni, "DI_CPU_AVX_VNNI", &forced_no_avx_vnni) && pick_avx2();
 }
 
 void di_cpu_kernels_force_no_avx_vnni(int on) { atomic_store(&forced_no_avx_vnni, on != 0); }
@@ -199,8 +201,7 @@ static atomic_int has_vbmi = -1;
 static atomic_int forced_no_vbmi;
 
 int di_cpu_kernels_vbmi(void) {
-    return feature_on(&has_vbmi, di_cpu_has_avx512_vbmi, "DI_CPU_VBMI") && di_cpu_kernels_wide() &&
-           !atomic_load_explicit(&forced_no_vbmi, memory_order_relaxed);
+    return feature_gate(&has_vbmi, di_cpu_has_avx512_vbmi, "DI_CPU_VBMI", &forced_no_vbmi) && di_cpu_kernels_wide();
 }
 
 void di_cpu_kernels_force_no_vbmi(int on) { atomic_store(&forced_no_vbmi, on != 0); }
@@ -210,8 +211,7 @@ static atomic_int has_amx = -1;
 static atomic_int forced_no_amx;
 
 int di_cpu_kernels_amx(void) {
-    return feature_on(&has_amx, di_cpu_has_amx_bf16, "DI_CPU_AMX") && di_cpu_kernels_wide() &&
-           !atomic_load_explicit(&forced_no_amx, memory_order_relaxed);
+    return feature_gate(&has_amx, di_cpu_has_amx_bf16, "DI_CPU_AMX", &forced_no_amx) && di_cpu_kernels_wide();
 }
 
 void di_cpu_kernels_force_no_amx(int on) { atomic_store(&forced_no_amx, on != 0); }
@@ -223,8 +223,7 @@ static atomic_int lg_fused = -1;
 static atomic_int forced_no_lg_fused;
 
 int di_cpu_kernels_lg_fused(void) {
-    return feature_on(&lg_fused, always, "DI_CPU_LG_FUSED") &&
-           !atomic_load_explicit(&forced_no_lg_fused, memory_order_relaxed);
+    return feature_gate(&lg_fused, always, "DI_CPU_LG_FUSED", &forced_no_lg_fused);
 }
 
 void di_cpu_kernels_force_no_lg_fused(int on) { atomic_store(&forced_no_lg_fused, on != 0); }

@@ -607,6 +607,12 @@ AVXVNNI_INLINE void dec4_b_kernel(const int mr, const dec4_args *g, float *res) 
 }
 static AVXVNNI void dec4_1b(const dec4_args *g, float *res) { dec4_b_kernel(1, g, res); }
 static AVXVNNI void dec4_2b(const dec4_args *g, float *res) { dec4_b_kernel(2, g, res); }
+/* The 4-row kernel of mr (1 or 2) activation rows: the byte form where
+ * the call's activations have it (bytes), else the 16-bit sums. */
+typedef void (*dec4_fn)(const dec4_args *g, float *res);
+static dec4_fn dec4_for(int mr, int bytes) {
+    return mr == 2 ? (bytes ? dec4_2b : dec4_2) : bytes ? dec4_1b : dec4_1;
+}
 
 /* ---- decode rows on 512-bit vectors ----
  * dec4_kernel for two groups of R = 4 rows at once, group lo in the low
@@ -1071,8 +1077,7 @@ static AVX2 void dec4_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t m
         g.ahead = m0 ? NULL : ahead;
         dec4_act(a, m0, &g);
         /* the byte form on 256-bit vectors (a wide call's last rows keep the 16-bit sums) */
-        const int bytes = g.bytes && !di_cpu_kernels_wide();
-        (mr == 2 ? (bytes ? dec4_2b : dec4_2) : bytes ? dec4_1b : dec4_1)(&g, res);
+        dec4_for(mr, g.bytes && !di_cpu_kernels_wide())(&g, res);
         for (int64_t m = 0; m < mr; m++)
             for (int64_t r = 0; r < nn; r++) j->out[(m0 + m) * N + g0 + r] = res[m * R + r];
     }
@@ -1139,7 +1144,7 @@ static void dec4_span(const dec4_job *j, int64_t g0, int64_t x) {
     g.stream_pf = 1;
     dec4_act(j->act, 0, &g);
     float res[MB * R];
-    (M == 2 ? (g.bytes ? dec4_2b : dec4_2) : g.bytes ? dec4_1b : dec4_1)(&g, res);
+    dec4_for((int)M, g.bytes != NULL)(&g, res);
     for (int64_t m = 0; m < M; m++)
         for (int64_t r = 0; r < R; r++) j->out[m * N + g0 + r * S] = res[m * R + r];
 }
