@@ -1201,6 +1201,36 @@ static void bench_moe_pf(void) {
                                                    (const uint8_t *)s2, s2b, 1);
     }, steps, 10);
     printf("RESULT moepf parts b1: pair %.2f us, w2 %.2f us, prefetch launch %.2f us\n", tp * 1e6, tw * 1e6, tf * 1e6);
+    /* The pair and w2 side by side (w2 of the step before on a second
+     * stream, forked and joined inside the graph): how far a step's two
+     * products can overlap at all, the bound of any form that runs w2's
+     * tiles while the pair's last ones finish (one persistent launch). */
+    cudaStream_t st2;
+    cudaEvent_t fork, join;
+    CK(cudaStreamCreateWithFlags(&st2, cudaStreamNonBlocking));
+    CK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    CK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    for (int rep = 0; rep < 3; rep++) {
+        const double ts = time_ops([&](int i, cudaStream_t st) {
+            CK(cudaEventRecord(fork, st));
+            CK(cudaStreamWaitEvent(st2, fork, 0));
+            DK(di_cuda_gemm_mxfp4_grouped((uint8_t *)qh, (float *)sh, I, (uint8_t *)w2, (uint8_t *)s2, D,
+                                          (int32_t *)idsv[(i + steps - 1) % steps], (int32_t *)offd, 6,
+                                          (int32_t *)rowsi, 1, y, DI_DTYPE_F32, st2, err));
+            DK(di_cuda_gemm_mxfp4_grouped_pair((uint8_t *)qa, (float *)sa, D, (uint8_t *)w1, (uint8_t *)s1,
+                                               (uint8_t *)w3, (uint8_t *)s3, I, (int32_t *)idsv[i], (int32_t *)offd,
+                                               6, (int32_t *)rows0, 1, g, u, DI_DTYPE_F32, st, err));
+            CK(cudaEventRecord(join, st2));
+            CK(cudaStreamWaitEvent(st, join, 0));
+        }, steps, 10);
+        const double bytes = 6.0 * (2 * (w13b + s13b) + w2b + s2b);
+        printf("RESULT moepf b1 pair || w2 (two streams): %.2f us a step, %.0f%% of copy (in series %.2f)\n",
+               ts * 1e6, 100 * bytes / ts / g_copy_bw, (tp + tw) * 1e6);
+        fflush(stdout);
+    }
+    CK(cudaEventDestroy(fork));
+    CK(cudaEventDestroy(join));
+    CK(cudaStreamDestroy(st2));
     for (void *d : idsv) di_cuda_free(d);
     for (void *d : {w1, s1, w3, s3, w2, s2, qa, sa, qh, sh, g, u, y, rows0, rowsi, offd}) di_cuda_free(d);
 }
