@@ -1100,7 +1100,8 @@ static void bench_l2pf(void) {
  * with an evict_last policy) or not (mode 0): the pair leaves HBM ~40 %
  * idle at one row, which the prefetches could fill. Per step, six experts
  * of 384 drawn anew (the weights cold), graph launches back to back, three
- * alternations. */
+ * alternations; then the parts alone, and the pair and w2 side by side on
+ * two streams. */
 __global__ void k_moe_w2_prefetch(const int32_t *ids, int ng, const uint8_t *w, size_t wbytes, const uint8_t *ws,
                                   size_t sbytes, int mode) {
     uint64_t pol;
