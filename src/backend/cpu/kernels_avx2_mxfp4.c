@@ -551,11 +551,15 @@ static AVX2 void dec4_2(const dec4_args *g, float *res) { dec4_kernel(2, g, res)
  * two 23.7-24.5 -> 26.3-27.0; two activation rows (the table's bytes met
  * by both rows' bytes) 8.9-9.5 -> 9.8-10.7 and 17.5-18.2 -> 19.1-20.2
  * (bench/RESULTS.md 2026-12-05). */
+/* E2M1 code (a nibble) -> 2·value + 12, unsigned, the byte form's weight
+ * operand (vpdpbusd); both widths repeat it in every 128-bit lane */
+static inline __attribute__((always_inline, target("avx2"))) __m128i byte_table16(void) {
+    return _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+}
 #define AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define AVXVNNI_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c,avxvnni")))
 AVXVNNI_INLINE void dec4_b_kernel(const int mr, const dec4_args *g, float *res) {
-    const __m256i tab = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0, 12, 13, 14, 15,
-                                         16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    const __m256i tab = _mm256_broadcastsi128_si256(byte_table16());
     const __m256i nib = _mm256_set1_epi8(0x0f);
     const int64_t chunks = g->chunks, steps = (chunks + 1) / 2;
     const uint8_t *rows[R];
@@ -770,7 +774,7 @@ AVX512_INLINE __m512i permb_w(__m512i x, __m512i t) {
 /* E2M1 code -> 2·value + 12 (unsigned, for vpdpbusd), in every 128-bit
  * lane: byte_sums's table. */
 AVX512_INLINE __m512i byte_table(void) {
-    return _mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+    return _mm512_broadcast_i32x4(byte_table16());
 }
 /* The lane sums of the weight bytes x (two codes a byte) with the
  * activations' byte form: low nibbles meet l0 (low bytes) and h0 (high),
@@ -1083,6 +1087,16 @@ static AVX2 void dec4_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t m
     }
 }
 
+/* The 8-row kernel of mr (1 or 2) activation rows: without VNNI the
+ * 16-bit sums, with it the byte form where the call's activations have it
+ * (by vpermb where they say so), else the VNNI 16-bit sums. */
+typedef void (*dec8_fn)(const dec4_args *lo, const dec4_args *hi, float *res);
+static dec8_fn dec8_for(int mr, int vnni, const dec4_args *lo) {
+    static const dec8_fn forms[2][4] = {{dec8_1, dec8_1v, dec8_1b, dec8_1b_vbmi},
+                                        {dec8_2, dec8_2v, dec8_2b, dec8_2b_vbmi}};
+    return forms[mr == 2][!vnni ? 0 : !lo->bytes ? 1 : lo->vbmi ? 3 : 2];
+}
+
 /* The 8-row kernel call of groups lo and hi (rows g0 + r·step, r < nn:
  * lo's first R, hi's the rest) for activation rows mlo .. mhi-1 (at most
  * MBLK), and its outputs stored. */
@@ -1093,11 +1107,7 @@ static void dec8_call(const dec4_job *j, dec4_args *lo, dec4_args *hi, int64_t g
     dec4_act(j->act, mlo, hi);
     float res[MBLK * 2 * R];
     if (mhi - mlo > MB) (vnni ? dec8_wide_v : dec8_wide)(lo, hi, (int)(mhi - mlo), res);
-    else if (vnni && mhi - mlo == 2)
-        (!lo->bytes ? dec8_2v : lo->vbmi ? dec8_2b_vbmi : dec8_2b)(lo, hi, res);
-    else if (vnni)
-        (!lo->bytes ? dec8_1v : lo->vbmi ? dec8_1b_vbmi : dec8_1b)(lo, hi, res);
-    else (mhi - mlo == 2 ? dec8_2 : dec8_1)(lo, hi, res);
+    else dec8_for((int)(mhi - mlo), vnni, lo)(lo, hi, res);
     for (int64_t m = 0; m < mhi - mlo; m++)
         for (int64_t r = 0; r < nn; r++) j->out[(mlo + m) * N + g0 + r * step] = res[m * 2 * R + r];
 }
