@@ -1166,37 +1166,35 @@ static void bench_moe_pf(void) {
         CK(cudaMemcpy(d, ids.data(), 24, cudaMemcpyHostToDevice));
         idsv.push_back(d);
     }
+    /* a step's launches: the pair (w1 + w3) and w2 of step i's experts */
+    auto pair = [&](int i, cudaStream_t st) {
+        DK(di_cuda_gemm_mxfp4_grouped_pair((uint8_t *)qa, (float *)sa, D, (uint8_t *)w1, (uint8_t *)s1, (uint8_t *)w3,
+                                           (uint8_t *)s3, I, (int32_t *)idsv[i], (int32_t *)offd, 6, (int32_t *)rows0,
+                                           1, g, u, DI_DTYPE_F32, st, err));
+    };
+    auto down = [&](int i, cudaStream_t st) {
+        DK(di_cuda_gemm_mxfp4_grouped((uint8_t *)qh, (float *)sh, I, (uint8_t *)w2, (uint8_t *)s2, D,
+                                      (int32_t *)idsv[i], (int32_t *)offd, 6, (int32_t *)rowsi, 1, y, DI_DTYPE_F32, st,
+                                      err));
+    };
+    const double bytes = 6.0 * (2 * (w13b + s13b) + w2b + s2b); /* a step's weights and scales */
     for (int rep = 0; rep < 3; rep++)
         for (int mode : {0, 1, 2}) {
             double t = time_ops([&](int i, cudaStream_t st) {
                 if (mode)
                     k_moe_w2_prefetch<<<dim3(4, 6), 32, 0, st>>>((const int32_t *)idsv[i], 6, (const uint8_t *)w2, w2b,
                                                                (const uint8_t *)s2, s2b, mode);
-                DK(di_cuda_gemm_mxfp4_grouped_pair((uint8_t *)qa, (float *)sa, D, (uint8_t *)w1, (uint8_t *)s1,
-                                                   (uint8_t *)w3, (uint8_t *)s3, I, (int32_t *)idsv[i],
-                                                   (int32_t *)offd, 6, (int32_t *)rows0, 1, g, u, DI_DTYPE_F32, st,
-                                                   err));
-                DK(di_cuda_gemm_mxfp4_grouped((uint8_t *)qh, (float *)sh, I, (uint8_t *)w2, (uint8_t *)s2, D,
-                                              (int32_t *)idsv[i], (int32_t *)offd, 6, (int32_t *)rowsi, 1, y,
-                                              DI_DTYPE_F32, st, err));
+                pair(i, st);
+                down(i, st);
             }, steps, 10);
-            const double bytes = 6.0 * (2 * (w13b + s13b) + w2b + s2b);
             printf("RESULT moepf b1 pair+w2 mode %d (%s): %.2f us a step, %.0f%% of copy (floor %.2f us)\n", mode,
                    mode == 0 ? "no prefetch" : mode == 1 ? "w2 prefetched" : "w2 prefetched, evict_last",
                    t * 1e6, 100 * bytes / t / g_copy_bw, bytes / g_copy_bw * 1e6);
             fflush(stdout);
         }
     /* the parts alone, cold: pair, w2, prefetch launch */
-    double tp = time_ops([&](int i, cudaStream_t st) {
-        DK(di_cuda_gemm_mxfp4_grouped_pair((uint8_t *)qa, (float *)sa, D, (uint8_t *)w1, (uint8_t *)s1, (uint8_t *)w3,
-                                           (uint8_t *)s3, I, (int32_t *)idsv[i], (int32_t *)offd, 6, (int32_t *)rows0,
-                                           1, g, u, DI_DTYPE_F32, st, err));
-    }, steps, 10);
-    double tw = time_ops([&](int i, cudaStream_t st) {
-        DK(di_cuda_gemm_mxfp4_grouped((uint8_t *)qh, (float *)sh, I, (uint8_t *)w2, (uint8_t *)s2, D,
-                                      (int32_t *)idsv[i], (int32_t *)offd, 6, (int32_t *)rowsi, 1, y, DI_DTYPE_F32, st,
-                                      err));
-    }, steps, 10);
+    double tp = time_ops(pair, steps, 10);
+    double tw = time_ops(down, steps, 10);
     double tf = time_ops([&](int i, cudaStream_t st) {
         k_moe_w2_prefetch<<<dim3(4, 6), 32, 0, st>>>((const int32_t *)idsv[i], 6, (const uint8_t *)w2, w2b,
                                                    (const uint8_t *)s2, s2b, 1);
@@ -1215,16 +1213,11 @@ static void bench_moe_pf(void) {
         const double ts = time_ops([&](int i, cudaStream_t st) {
             CK(cudaEventRecord(fork, st));
             CK(cudaStreamWaitEvent(st2, fork, 0));
-            DK(di_cuda_gemm_mxfp4_grouped((uint8_t *)qh, (float *)sh, I, (uint8_t *)w2, (uint8_t *)s2, D,
-                                          (int32_t *)idsv[(i + steps - 1) % steps], (int32_t *)offd, 6,
-                                          (int32_t *)rowsi, 1, y, DI_DTYPE_F32, st2, err));
-            DK(di_cuda_gemm_mxfp4_grouped_pair((uint8_t *)qa, (float *)sa, D, (uint8_t *)w1, (uint8_t *)s1,
-                                               (uint8_t *)w3, (uint8_t *)s3, I, (int32_t *)idsv[i], (int32_t *)offd,
-                                               6, (int32_t *)rows0, 1, g, u, DI_DTYPE_F32, st, err));
+            down((i + steps - 1) % steps, st2);
+            pair(i, st);
             CK(cudaEventRecord(join, st2));
             CK(cudaStreamWaitEvent(st, join, 0));
         }, steps, 10);
-        const double bytes = 6.0 * (2 * (w13b + s13b) + w2b + s2b);
         printf("RESULT moepf b1 pair || w2 (two streams): %.2f us a step, %.0f%% of copy (in series %.2f)\n",
                ts * 1e6, 100 * bytes / ts / g_copy_bw, (tp + tw) * 1e6);
         fflush(stdout);

@@ -535,6 +535,12 @@ static AVX2 void dec4_wide(const dec4_args *g, int mr, float *res) {
 static AVX2 void dec4_1(const dec4_args *g, float *res) { dec4_kernel(1, g, res); }
 static AVX2 void dec4_2(const dec4_args *g, float *res) { dec4_kernel(2, g, res); }
 
+/* E2M1 code (a nibble) -> 2·value + 12, unsigned, the byte form's weight
+ * operand (vpdpbusd); both widths repeat it in every 128-bit lane */
+static inline __attribute__((always_inline, target("avx2"))) __m128i byte_table16(void) {
+    return _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+}
+
 /* dec4_kernel of one or two activation rows in the byte form, with AVX-VNNI
  * (256-bit vpdpbusd, VEX-encoded): what dec8_1b does for 8 rows on 512-bit
  * vectors, for the R = 4 rows of the 256-bit kernels. The table gives
@@ -551,11 +557,6 @@ static AVX2 void dec4_2(const dec4_args *g, float *res) { dec4_kernel(2, g, res)
  * two 23.7-24.5 -> 26.3-27.0; two activation rows (the table's bytes met
  * by both rows' bytes) 8.9-9.5 -> 9.8-10.7 and 17.5-18.2 -> 19.1-20.2
  * (bench/RESULTS.md 2026-12-05). */
-/* E2M1 code (a nibble) -> 2·value + 12, unsigned, the byte form's weight
- * operand (vpdpbusd); both widths repeat it in every 128-bit lane */
-static inline __attribute__((always_inline, target("avx2"))) __m128i byte_table16(void) {
-    return _mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
-}
 #define AVXVNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define AVXVNNI_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c,avxvnni")))
 AVXVNNI_INLINE void dec4_b_kernel(const int mr, const dec4_args *g, float *res) {
