@@ -429,7 +429,9 @@ static void test_gemm_plain_row_split(void) {
 }
 
 /* MXFP4 prefill shapes (batches past the integer kernels' 128 rows, or 24
- * on 512-bit vectors: 40 and 97 rows take the integer kernels elsewhere):
+ * on 512-bit vectors without VNNI: 40 and 97 rows take the integer kernels
+ * elsewhere; with VNNI and no AMX the batches past 128 rows go to them in
+ * pieces of at most 64 rows, 129 as three of 43):
  * weight rows past the last whole panel (N = 37, 45, 300: neither 16 nor 32
  * divides them), K with a last half 64-code chunk (96, 4160) and of several
  * k-chunks, a last row block of 1-5 rows. The AVX2 path must give the
@@ -448,7 +450,7 @@ static void test_gemm_mxfp4_prefill_shapes(void) {
  * fall back from their shortcuts), NaN where the scalar path has NaN. */
 static void test_gemm_extreme_scales(void) {
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C on this CPU");
-    static const int Mv[] = {1, 40, 130}; /* MXFP4 above 128 rows: the prefill tiles */
+    static const int Mv[] = {1, 40, 130}; /* MXFP4 above 128 rows: the prefill tiles or pieces */
     for (int fmt = FMT_FP8; fmt <= FMT_FP4; fmt++) {
         for (size_t mi = 0; mi < sizeof Mv / sizeof *Mv; mi++) {
             const int M = Mv[mi];
@@ -1281,19 +1283,21 @@ static void test_narrow_route(void) {
  * di_gemm_mxfp4 call bit for bit, on one thread and on a pool: one part;
  * six of one to 17 rows (decode rows), some sharing activations, one whose
  * activations hold a NaN code (the scalar code for that part alone); and
- * the seven with one of 130 rows (prefill tiles: each part on its own). */
+ * the eight with two of 130 rows on the same activations (prefill: each
+ * part on its own, or with VNNI and no AMX all in pieces in one call). */
 static void test_gemm_mxfp4_many(void) {
-    enum { K = 320, NP = 7 };
-    static const int64_t Mv[NP] = {1, 1, 2, 1, 17, 1, 130}, Nv[NP] = {96, 40, 70, 33, 64, 8, 50};
-    /* activations of parts 1 and 3 are part 0's; part 5's hold a NaN code */
+    enum { K = 320, NP = 8 };
+    static const int64_t Mv[NP] = {1, 1, 2, 1, 17, 1, 130, 130}, Nv[NP] = {96, 40, 70, 33, 64, 8, 50, 24};
+    /* activations of parts 1 and 3 are part 0's, part 7's part 6's; part
+     * 5's hold a NaN code */
     problem pr[NP];
     di_gemm_part parts[NP];
     float *want[NP];
     for (int i = 0; i < NP; i++) {
         problem_init(&pr[i], FMT_FP4, Mv[i], K, Nv[i]);
         if (i == 5) pr[i].qa[77] = 0x7f;
-        const problem *a = i == 1 || i == 3 ? &pr[0] : &pr[i];
-        const int64_t M = i == 1 || i == 3 ? Mv[0] : Mv[i];
+        const problem *a = i == 1 || i == 3 ? &pr[0] : i == 7 ? &pr[6] : &pr[i];
+        const int64_t M = Mv[i];
         parts[i] = (di_gemm_part){a->qa, a->sa, M, pr[i].w, pr[i].ws, Nv[i], malloc(sizeof(float) * M * Nv[i])};
         want[i] = malloc(sizeof(float) * M * Nv[i]);
         di_gemm_mxfp4(a->qa, a->sa, M, K, pr[i].w, pr[i].ws, Nv[i], want[i], NULL);
@@ -1301,7 +1305,7 @@ static void test_gemm_mxfp4_many(void) {
     di_threadpool *tp = NULL;
     di_err err;
     CHECK(di_threadpool_create(3, &tp, &err) == DI_OK);
-    static const int counts[3] = {1, 6, 7};
+    static const int counts[3] = {1, 6, 8};
     for (int pool = 0; pool < 2; pool++)
         for (int c = 0; c < 3; c++) {
             const int n = counts[c];
@@ -1436,10 +1440,40 @@ static void check_mxfp4_prefill(void) {
     test_batch_and_thread_invariance();
 }
 
+/* Without AMX (a CPU without it, or test_amx_route's forced-off run): with
+ * AVX-512 VNNI the batches past 128 rows go to the integer kernels in
+ * pieces; the checks must have run them (the count of pieces) and none of
+ * the FMA tiles, and must pass again with VNNI off, on the tiles. Elsewhere
+ * the tiles take them. */
+static void check_no_amx_prefill(void) {
+#ifdef DI_HAVE_AVX2_KERNELS
+    const long p0 = di_cpu_kernels_mxfp4_pieces(), t0 = di_cpu_kernels_mxfp4_tile_calls();
+    check_mxfp4_prefill();
+    if (!di_cpu_kernels_vnni()) {
+        CHECKF(di_cpu_kernels_mxfp4_tile_calls() > t0, "the tiles ran %ld calls",
+               di_cpu_kernels_mxfp4_tile_calls() - t0);
+        return;
+    }
+    CHECKF(di_cpu_kernels_mxfp4_pieces() > p0, "the integer kernels ran %ld pieces",
+           di_cpu_kernels_mxfp4_pieces() - p0);
+    CHECKF(di_cpu_kernels_mxfp4_tile_calls() == t0, "with VNNI, the tiles still ran %ld calls",
+           di_cpu_kernels_mxfp4_tile_calls() - t0);
+    const long p1 = di_cpu_kernels_mxfp4_pieces();
+    di_cpu_kernels_force_no_vnni(1);
+    check_mxfp4_prefill();
+    CHECKF(di_cpu_kernels_mxfp4_tile_calls() > t0, "VNNI off: the tiles ran %ld calls",
+           di_cpu_kernels_mxfp4_tile_calls() - t0);
+    CHECKF(di_cpu_kernels_mxfp4_pieces() == p1, "VNNI off, the pieces still ran");
+    di_cpu_kernels_force_no_vnni(0);
+#endif
+}
+
 /* On a CPU with AMX-BF16 the MXFP4 prefill runs on tiles
  * (kernels_amx_mxfp4.c): its exact block sums must give the scalar bits in
  * every check above (which must have run it: the count of panels), and the
- * checks must pass again with it forced off (the AVX-512 tiles). Panels
+ * checks must pass again with it forced off (with AVX-512 VNNI the integer
+ * kernels in pieces of 64 rows, then with VNNI off too the AVX-512 tiles;
+ * the counts must show each ran). Panels
  * whose scales leave the tiles' range (test_gemm_mxfp4_scale_edges: weight
  * scales of 2^-118 and below against activations of 2^-22) take the
  * scalar code: the count must show some panels run and the checks still
@@ -1453,10 +1487,18 @@ static void test_amx_route(void) {
     CHECKF(u1 > u0, "the AMX tiles ran %ld panels", u1 - u0);
     di_cpu_kernels_force_no_amx(1);
     CHECK(!di_cpu_kernels_amx());
-    check_mxfp4_prefill();
+    check_no_amx_prefill();
     CHECKF(di_cpu_kernels_amx_units() == u1, "forced off, the AMX tiles still ran");
     di_cpu_kernels_force_no_amx(0);
     CHECK(di_cpu_kernels_amx());
+#endif
+}
+
+/* A CPU without AMX runs check_no_amx_prefill as it stands. */
+static void test_no_amx_route(void) {
+#ifdef DI_HAVE_AVX2_KERNELS
+    if (di_cpu_kernels_amx()) SKIP("AMX: test_amx_route runs these checks with it forced off");
+    check_no_amx_prefill();
 #endif
 }
 
@@ -1861,6 +1903,7 @@ int main(void) {
     RUN(test_gemm_fp8_many);
     RUN(test_vnni_route);
     RUN(test_amx_route);
+    RUN(test_no_amx_route);
     RUN(test_dispatch);
     return test_summary();
 }

@@ -274,6 +274,12 @@ long di_cpu_kernels_vnni_units(void);
 long di_cpu_kernels_mxfp4_span_units(void);
 long di_cpu_kernels_mxfp4_line_units(void);
 long di_cpu_kernels_mxfp4_short_span_units(void);
+/* Batches past 128 activation rows on the VNNI route without AMX go to
+ * the integer kernels in pieces of at most 64 rows (kernels_avx2_mxfp4.c,
+ * dec4_pieces); elsewhere, without AMX, to the FMA tiles. Same bits. The
+ * count of pieces run and of calls that ran the tiles are for tests. */
+long di_cpu_kernels_mxfp4_pieces(void);
+long di_cpu_kernels_mxfp4_tile_calls(void);
 /* With VNNI, a call of one or two activation rows meets the weights'
  * decoded bytes with the activations' bytes (vpdpbusd) rather than 16-bit
  * words; same bits. Forcing it off (1) keeps such calls on the 16-bit

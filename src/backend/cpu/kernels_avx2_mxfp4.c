@@ -42,16 +42,17 @@
  * NaN activation codes or activation scales that are not powers of two
  * take the scalar code instead.
  *
- * Prefill (M > DEC_M) decodes panels of 16 weight rows to fp32 w·sw (exact)
- * in tiles [k][16] and runs a 6-row × 16-column FMA kernel over each block
- * of 32 codes from zero (12 independent chains; on CPUs with AVX-512,
- * panels of 32 rows, 6 × 32 outputs on 512-bit vectors, decoded from the
- * codes by pf4_decode_wide, and from DEC_M_WIDE rows on, or DEC_M with
- * VNNI), adding the block's sums to
- * the output's even or odd chain in memory: one load-add-store per 32 FMAs
- * of a chain. Activations (qa·sa, exact) are laid out row by row; the
- * small codes of a row's block, where there are any, apart, and a block
- * where some row of the six has them runs a second pass on them. */
+ * Prefill (M > DEC_M; on CPUs with AVX-512 VNNI and no AMX the integer
+ * kernels above instead, in pieces of PIECE_M rows) decodes panels of 16
+ * weight rows to fp32 w·sw (exact) in tiles [k][16] and runs a 6-row ×
+ * 16-column FMA kernel over each block of 32 codes from zero (12
+ * independent chains; on CPUs with AVX-512, panels of 32 rows, 6 × 32
+ * outputs on 512-bit vectors, decoded from the codes by pf4_decode_wide,
+ * from DEC_M_WIDE rows on), adding the block's sums to the output's even
+ * or odd chain in memory: one load-add-store per 32 FMAs of a chain.
+ * Activations (qa·sa, exact) are laid out row by row; the small codes of
+ * a row's block, where there are any, apart, and a block where some row
+ * of the six has them runs a second pass on them. */
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/kernels_words.h"
 
@@ -79,11 +80,29 @@
  * bench/RESULTS.md), so there the integer kernels stop at DEC_M_WIDE;
  * but with the VNNI sums they run ~150 GFLOP/s from 24 to 128 rows against
  * the tiles' 90-135 (one thread, the same VM, the tiles' panels decoded
- * from codes), so on CPUs with VNNI they take every batch up to DEC_M.
+ * from codes), so on CPUs with VNNI they take every batch up to DEC_M
+ * (and past it in pieces, below).
  * Weight rows per kernel call (R, the transpose-add's four), activation
  * rows per call at most (MB), per sweep of a unit's weights (MBLK); weight
  * rows per work unit (UNIT). */
 enum { DEC_M = 128, DEC_M_WIDE = 24, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
+/* Past DEC_M rows, on CPUs with AVX-512 VNNI and without AMX, the integer
+ * kernels still take the batch, in pieces of at most PIECE_M rows
+ * (dec4_pieces): each piece's 16-bit activations (PIECE_M·K·2 bytes, 640 KB
+ * at K 5,120) stay in L2 while every weight unit streams past them, and
+ * the weights, read again for each piece, come from the last-level cache.
+ * vpdpwssd keeps the sums near its issue rate (~145 GFLOP/s a thread on the
+ * 2-vCPU Xeon VM) at any M, where the prefill tiles' FMAs ran 117-122
+ * (their block sums' chain steps and the tiles' and activations' sourcing,
+ * bench/RESULTS.md 2026-12-05): expert w1 against OpenBLAS at 256 / 512 /
+ * 1,032 rows on one thread 0.94 / 0.88 / 0.82 -> 1.08-1.15 / 1.01-1.08 /
+ * 0.98-1.03, on two 0.96 / 0.87 / 0.84 -> 1.08-1.35 / 0.96-1.06 /
+ * 0.95-1.05 (pieces of 32-64 rows alike; 96-256 rows 2-7 % slower: the
+ * activations leave L2). Without VNNI (vpmaddwd then vpaddd) the pieces
+ * ran as fast as the tiles (117 against 120), and on 256-bit vectors
+ * slower (73 against 80): the tiles stay there. Same bits
+ * (bench/RESULTS.md 2026-12-06). */
+enum { PIECE_M = 64 };
 /* Decode rows of one or two activation rows go in spans of SPAN units
  * where the range holds them (dec4_units): on 512-bit vectors register
  * slot r of group t reads rows t + r·SPAN·UNIT/8, so each slot streams
@@ -1357,6 +1376,36 @@ static int dec4_run(const di_gemm_part *parts, int n, int64_t K, di_threadpool *
     return ok;
 }
 
+/* dec4_run over the parts with every part of more than DEC_M rows cut
+ * into pieces of at most PIECE_M consecutive rows (near-equal; pieces of
+ * parts sharing activations share their layout, as whole parts do): one
+ * pool call for all of them. 0 when out of memory. */
+static atomic_long piece_count, tile_calls;
+long di_cpu_kernels_mxfp4_pieces(void) { return atomic_load(&piece_count); }
+long di_cpu_kernels_mxfp4_tile_calls(void) { return atomic_load(&tile_calls); }
+
+static int dec4_pieces(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
+    int64_t np = 0;
+    for (int i = 0; i < n; i++) np += parts[i].M > DEC_M ? (parts[i].M + PIECE_M - 1) / PIECE_M : 1;
+    if (np > INT32_MAX) return 0;
+    di_gemm_part *pc = malloc(sizeof *pc * (size_t)np);
+    if (!pc) return 0;
+    int64_t c = 0;
+    for (int i = 0; i < n; i++) {
+        const di_gemm_part *q = &parts[i];
+        const int64_t k = q->M > DEC_M ? (q->M + PIECE_M - 1) / PIECE_M : 1;
+        for (int64_t t = 0; t < k; t++) {
+            const int64_t m0 = t * q->M / k, m1 = (t + 1) * q->M / k;
+            pc[c++] = (di_gemm_part){q->qa + m0 * K, q->sa + m0 * (K / 32), m1 - m0, q->w, q->ws, q->N,
+                                     q->out + m0 * q->N};
+        }
+    }
+    const int ok = dec4_run(pc, (int)np, K, tp);
+    free(pc);
+    if (ok) atomic_fetch_add_explicit(&piece_count, np, memory_order_relaxed);
+    return ok;
+}
+
 /* ---- prefill ---- */
 
 /* Activation rows per micro-kernel (PM), weight rows per panel (PN), codes
@@ -1829,6 +1878,7 @@ static int pf4_run(const uint8_t *qa, const float *sa, int64_t M, int64_t K, con
     j.panels = (N + pn - 1) / pn;
     j.chunks = di_cpu_panel_pieces(j.panels, pp, threads);
     di_threadpool_for(tp, j.chunks, 1, pf4_chunks, &j);
+    atomic_fetch_add_explicit(&tile_calls, 1, memory_order_relaxed);
     if (own) free(buf);
     return 1;
 }
@@ -1848,12 +1898,15 @@ int64_t di_cpu_panel_pieces(int64_t panels, int64_t most, int threads) {
 }
 
 void di_gemm_mxfp4_many_avx2(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
+    /* without AMX, VNNI's integer kernels take every batch (dec4_pieces) */
+    const int pieces = !di_cpu_kernels_amx() && di_cpu_kernels_wide() && di_cpu_kernels_vnni();
     const int64_t dec_m = di_cpu_kernels_amx()                            ? AMX_MIN_M - 1
+                          : pieces                                        ? INT64_MAX
                           : di_cpu_kernels_wide() && !di_cpu_kernels_vnni() ? DEC_M_WIDE
                                                                             : DEC_M;
     int all_dec = n > 1;
     for (int i = 0; i < n; i++) all_dec &= parts[i].M >= 1 && parts[i].M <= dec_m && parts[i].N >= 1;
-    if (all_dec && dec4_run(parts, n, K, tp)) return;
+    if (all_dec && (pieces ? dec4_pieces(parts, n, K, tp) : dec4_run(parts, n, K, tp))) return;
     for (int i = 0; i < n; i++)
         di_gemm_mxfp4_avx2(parts[i].qa, parts[i].sa, parts[i].M, K, parts[i].w, parts[i].ws, parts[i].N,
                            parts[i].out, tp);
@@ -1865,7 +1918,9 @@ void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K
     const int64_t dec_m = di_cpu_kernels_wide() && !di_cpu_kernels_vnni() ? DEC_M_WIDE : DEC_M;
     const di_gemm_part part = {qa, sa, M, w, ws, N, out};
     if (M >= AMX_MIN_M && di_cpu_kernels_amx() && di_gemm_mxfp4_amx(qa, sa, M, K, w, ws, N, out, tp)) return;
-    const int done = M <= dec_m ? dec4_run(&part, 1, K, tp) : pf4_run(qa, sa, M, K, w, ws, N, out, tp);
+    const int done = M <= dec_m                                      ? dec4_run(&part, 1, K, tp)
+                     : di_cpu_kernels_wide() && di_cpu_kernels_vnni() ? dec4_pieces(&part, 1, K, tp)
+                                                                      : pf4_run(qa, sa, M, K, w, ws, N, out, tp);
     if (!done) di_gemm_mxfp4_scalar(qa, sa, M, K, w, ws, N, out, tp); /* out of memory: it needs none */
 }
 
