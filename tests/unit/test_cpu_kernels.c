@@ -1086,6 +1086,7 @@ static void test_batch_and_thread_invariance(void) {
 }
 
 static void check_all_paths(void);
+static void check_no_amx_prefill(void);
 static void test_gemm_mxfp4_many(void);
 
 /* The route CPUs with slow subnormals take (E4M3 codes through F16C, in the
@@ -1256,20 +1257,28 @@ static void test_narrow_route(void) {
 #ifdef DI_HAVE_AVX2_KERNELS
     di_cpu_kernels_force_no_avx512(1);
     CHECK(!di_cpu_kernels_wide());
-    const long b0 = di_cpu_kernels_avx_vnni_byte_calls();
+    const long b0 = di_cpu_kernels_avx_vnni_byte_calls(), v0 = di_cpu_kernels_avx_vnni_wide_calls();
     check_all_paths();
     /* one MXFP4 activation row in the AVX-VNNI byte form where the CPU
-     * has it; the 16-bit sums (AMD Zen 2-3, older Intel cores) as well */
-    if (di_cpu_has_avx_vnni())
+     * has it, batches of 3-16 rows with its vpdpwssd; the 16-bit sums
+     * without it (AMD Zen 2-3, older Intel cores) as well */
+    if (di_cpu_has_avx_vnni()) {
         CHECKF(di_cpu_kernels_avx_vnni_byte_calls() > b0, "%ld calls in the AVX-VNNI byte form",
                di_cpu_kernels_avx_vnni_byte_calls() - b0);
+        CHECKF(di_cpu_kernels_avx_vnni_wide_calls() > v0, "%ld calls of 3-16 rows by AVX-VNNI",
+               di_cpu_kernels_avx_vnni_wide_calls() - v0);
+    }
     di_cpu_kernels_force_no_avx_vnni(1);
+    const long v1 = di_cpu_kernels_avx_vnni_wide_calls();
     check_format(FMT_FP4);
     test_gemm_decode_rows();
     test_gemm_mxfp4_small_codes();
     test_gemm_mxfp4_scale_edges();
     test_gemm_mxfp4_many();
+    CHECKF(di_cpu_kernels_avx_vnni_wide_calls() == v1, "forced off, AVX-VNNI still ran");
     di_cpu_kernels_force_no_avx_vnni(0);
+    /* past 128 rows: pieces with AVX-VNNI, the tiles without */
+    check_no_amx_prefill();
     /* the prefill's one-pass form on 256-bit vectors past LG_MC rows
      * (where the core's L2 holds a unit's scratch) and its passes */
     test_gemm_fp8_prefill_threads();
@@ -1440,16 +1449,19 @@ static void check_mxfp4_prefill(void) {
     test_batch_and_thread_invariance();
 }
 
-/* Without AMX (a CPU without it, or test_amx_route's forced-off run): with
- * AVX-512 VNNI the batches past 128 rows go to the integer kernels in
+/* Without AMX (a CPU without it, or test_amx_route's forced-off run):
+ * with VNNI's sums (AVX-512 VNNI on the 512-bit kernels, AVX-VNNI on the
+ * 256-bit ones) the batches past 128 rows go to the integer kernels in
  * pieces; the checks must have run them (the count of pieces) and none of
- * the FMA tiles, and must pass again with VNNI off, on the tiles. Elsewhere
- * the tiles take them. */
+ * the FMA tiles, and must pass again with those sums off, on the tiles.
+ * Elsewhere the tiles take them. */
 static void check_no_amx_prefill(void) {
 #ifdef DI_HAVE_AVX2_KERNELS
+    const int wide = di_cpu_kernels_wide();
+    const int pieces = wide ? di_cpu_kernels_vnni() : di_cpu_kernels_avx_vnni();
     const long p0 = di_cpu_kernels_mxfp4_pieces(), t0 = di_cpu_kernels_mxfp4_tile_calls();
     check_mxfp4_prefill();
-    if (!di_cpu_kernels_vnni()) {
+    if (!pieces) {
         CHECKF(di_cpu_kernels_mxfp4_tile_calls() > t0, "the tiles ran %ld calls",
                di_cpu_kernels_mxfp4_tile_calls() - t0);
         return;
@@ -1459,12 +1471,12 @@ static void check_no_amx_prefill(void) {
     CHECKF(di_cpu_kernels_mxfp4_tile_calls() == t0, "with VNNI, the tiles still ran %ld calls",
            di_cpu_kernels_mxfp4_tile_calls() - t0);
     const long p1 = di_cpu_kernels_mxfp4_pieces();
-    di_cpu_kernels_force_no_vnni(1);
+    (wide ? di_cpu_kernels_force_no_vnni : di_cpu_kernels_force_no_avx_vnni)(1);
     check_mxfp4_prefill();
     CHECKF(di_cpu_kernels_mxfp4_tile_calls() > t0, "VNNI off: the tiles ran %ld calls",
            di_cpu_kernels_mxfp4_tile_calls() - t0);
     CHECKF(di_cpu_kernels_mxfp4_pieces() == p1, "VNNI off, the pieces still ran");
-    di_cpu_kernels_force_no_vnni(0);
+    (wide ? di_cpu_kernels_force_no_vnni : di_cpu_kernels_force_no_avx_vnni)(0);
 #endif
 }
 

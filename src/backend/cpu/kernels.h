@@ -274,10 +274,11 @@ long di_cpu_kernels_vnni_units(void);
 long di_cpu_kernels_mxfp4_span_units(void);
 long di_cpu_kernels_mxfp4_line_units(void);
 long di_cpu_kernels_mxfp4_short_span_units(void);
-/* Batches past 128 activation rows on the VNNI route without AMX go to
- * the integer kernels in pieces of at most 64 rows (kernels_avx2_mxfp4.c,
- * dec4_pieces); elsewhere, without AMX, to the FMA tiles. Same bits. The
- * count of pieces run and of calls that ran the tiles are for tests. */
+/* Batches past 128 activation rows without AMX go to the integer kernels
+ * in pieces of at most 64 rows (kernels_avx2_mxfp4.c, dec4_pieces) where
+ * they have VNNI's sums (AVX-512 VNNI on the 512-bit kernels, AVX-VNNI on
+ * the 256-bit ones), elsewhere to the FMA tiles. Same bits. The count of
+ * pieces run and of calls that ran the tiles are for tests. */
 long di_cpu_kernels_mxfp4_pieces(void);
 long di_cpu_kernels_mxfp4_tile_calls(void);
 /* With VNNI, a call of one or two activation rows meets the weights'
@@ -295,6 +296,11 @@ long di_cpu_kernels_vnni_byte_calls(void);
 int di_cpu_kernels_avx_vnni(void);
 void di_cpu_kernels_force_no_avx_vnni(int on);
 long di_cpu_kernels_avx_vnni_byte_calls(void);
+/* With it the 256-bit kernels' MXFP4 calls of 3-16 activation rows also
+ * sum their 16-bit products by vpdpwssd (VEX), and batches past 128 rows
+ * go to them in pieces (di_cpu_kernels_mxfp4_pieces); same bits. The
+ * count of such calls of 3-16 rows is for tests. */
+long di_cpu_kernels_avx_vnni_wide_calls(void);
 /* Whether that byte form looks the weights' codes up with AVX-512 VBMI
  * (vpermb: no masking of the nibbles) rather than vpshufb: CPUs with it,
  * on the 512-bit kernels, unless the environment has DI_CPU_VBMI=0. Same

@@ -42,9 +42,9 @@
  * NaN activation codes or activation scales that are not powers of two
  * take the scalar code instead.
  *
- * Prefill (M > DEC_M; on CPUs with AVX-512 VNNI and no AMX the integer
- * kernels above instead, in pieces of PIECE_M rows) decodes panels of 16
- * weight rows to fp32 w·sw (exact) in tiles [k][16] and runs a 6-row ×
+ * Prefill (M > DEC_M; where the integer kernels above sum by VNNI and
+ * there is no AMX, they instead, in pieces of PIECE_M rows) decodes panels
+ * of 16 weight rows to fp32 w·sw (exact) in tiles [k][16] and runs a 6-row ×
  * 16-column FMA kernel over each block of 32 codes from zero (12
  * independent chains; on CPUs with AVX-512, panels of 32 rows, 6 × 32
  * outputs on 512-bit vectors, decoded from the codes by pf4_decode_wide,
@@ -100,8 +100,11 @@ enum { DEC_M = 128, DEC_M_WIDE = 24, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
  * 0.95-1.05 (pieces of 32-64 rows alike; 96-256 rows 2-7 % slower: the
  * activations leave L2). Without VNNI (vpmaddwd then vpaddd) the pieces
  * ran as fast as the tiles (117 against 120), and on 256-bit vectors
- * slower (73 against 80): the tiles stay there. Same bits
- * (bench/RESULTS.md 2026-12-06). */
+ * slower (73 against 80): the tiles stay there. With AVX-VNNI the 256-bit
+ * integer kernels sum by vpdpwssd too (dec4_wide_v) and ran 94-101
+ * against those tiles' 85-90 past 128 rows (one thread, the same VM,
+ * OpenBLAS's AVX2 sgemm 89-106): pieces there as well (pieces_route). Same
+ * bits (bench/RESULTS.md 2026-12-06). */
 enum { PIECE_M = 64 };
 /* Decode rows of one or two activation rows go in spans of SPAN units
  * where the range holds them (dec4_units): on 512-bit vectors register
@@ -504,12 +507,22 @@ AVX2_INLINE void dec4_kernel(const int mr, const dec4_args *g, float *res) {
     }
 }
 
+/* vpdpwssd on 256-bit vectors, VEX-encoded (AVX-VNNI): by assembly, as
+ * dpwssd_w, so that no function needs the target; registers 0-15 only
+ * (VEX), the second factor may be a memory operand. */
+AVX2_INLINE __m256i dpwssd_avx(__m256i acc, __m256i a, __m256i b) {
+    __asm__("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "xm"(b));
+    return acc;
+}
+
 /* R = 4 weight rows × mr (up to MBLK) activation rows over all chunks, for
  * batches of 3 and more: a chunk's weights are decoded once into wv and
  * every activation row takes them from there (its four activation vectors
  * in registers, the weights as memory operands); the chains wait in lb.
- * res[m·R + r]. */
-static AVX2 void dec4_wide(const dec4_args *g, int mr, float *res) {
+ * res[m·R + r]. vnni: a row's four products summed by one vpmaddwd and
+ * three AVX-VNNI vpdpwssd instead of four vpmaddwd and three vpaddd (the
+ * same integers: each product pair at most 2^27, their sum below 2^31). */
+AVX2_INLINE void dec4_wide_kernel(const int vnni, const dec4_args *g, int mr, float *res) {
     const __m256i tab = e2m1_bytes();
     const __m256i nib = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi16((short)0xff00);
     const int64_t chunks = g->chunks;
@@ -538,10 +551,16 @@ static AVX2 void dec4_wide(const dec4_args *g, int mr, float *res) {
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 const __m256i *w = (const __m256i *)wv[r];
-                s[r] = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(a0, _mm256_load_si256(w)),
-                                                         _mm256_madd_epi16(a1, _mm256_load_si256(w + 1))),
-                                        _mm256_add_epi32(_mm256_madd_epi16(a2, _mm256_load_si256(w + 2)),
-                                                         _mm256_madd_epi16(a3, _mm256_load_si256(w + 3))));
+                if (vnni)
+                    s[r] = dpwssd_avx(dpwssd_avx(dpwssd_avx(_mm256_madd_epi16(a0, _mm256_load_si256(w)), a1,
+                                                            _mm256_load_si256(w + 1)),
+                                                 a2, _mm256_load_si256(w + 2)),
+                                      a3, _mm256_load_si256(w + 3));
+                else
+                    s[r] = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(a0, _mm256_load_si256(w)),
+                                                             _mm256_madd_epi16(a1, _mm256_load_si256(w + 1))),
+                                            _mm256_add_epi32(_mm256_madd_epi16(a2, _mm256_load_si256(w + 2)),
+                                                             _mm256_madd_epi16(a3, _mm256_load_si256(w + 3))));
             }
             _mm256_store_ps(lb[m], chain_step(g, m, c, half, ew, quad_add(pair_sh(s[0], s[1]), pair_sh(s[2], s[3])),
                                               _mm256_load_ps(lb[m])));
@@ -549,6 +568,14 @@ static AVX2 void dec4_wide(const dec4_args *g, int mr, float *res) {
     }
     for (int m = 0; m < mr; m++)
         for (int r = 0; r < R; r++) res[m * R + r] = lb[m][r] + lb[m][r + 4];
+}
+
+static AVX2 void dec4_wide(const dec4_args *g, int mr, float *res) { dec4_wide_kernel(0, g, mr, res); }
+static atomic_long wide_avx_vnni_calls;
+long di_cpu_kernels_avx_vnni_wide_calls(void) { return atomic_load(&wide_avx_vnni_calls); }
+static AVX2 void dec4_wide_v(const dec4_args *g, int mr, float *res) {
+    atomic_fetch_add_explicit(&wide_avx_vnni_calls, 1, memory_order_relaxed);
+    dec4_wide_kernel(1, g, mr, res);
 }
 
 static AVX2 void dec4_1(const dec4_args *g, float *res) { dec4_kernel(1, g, res); }
@@ -1090,7 +1117,7 @@ static AVX2 void dec4_group(const dec4_job *j, int64_t g0, int64_t g1, int64_t m
         float res[MBLK * R];
         g.ahead = mlo ? NULL : ahead;
         dec4_act(a, mlo, &g);
-        dec4_wide(&g, (int)(mhi - mlo), res);
+        (di_cpu_kernels_avx_vnni() ? dec4_wide_v : dec4_wide)(&g, (int)(mhi - mlo), res);
         for (int64_t m = 0; m < mhi - mlo; m++)
             for (int64_t r = 0; r < nn; r++) j->out[(mlo + m) * N + g0 + r] = res[m * R + r];
         return;
@@ -1383,6 +1410,10 @@ static int dec4_run(const di_gemm_part *parts, int n, int64_t K, di_threadpool *
 static atomic_long piece_count, tile_calls;
 long di_cpu_kernels_mxfp4_pieces(void) { return atomic_load(&piece_count); }
 long di_cpu_kernels_mxfp4_tile_calls(void) { return atomic_load(&tile_calls); }
+
+/* Whether batches past DEC_M rows go to dec4_pieces (without AMX): the
+ * integer kernels with VNNI's sums at either width. */
+static int pieces_route(void) { return di_cpu_kernels_wide() ? di_cpu_kernels_vnni() : di_cpu_kernels_avx_vnni(); }
 
 static int dec4_pieces(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
     int64_t np = 0;
@@ -1899,7 +1930,7 @@ int64_t di_cpu_panel_pieces(int64_t panels, int64_t most, int threads) {
 
 void di_gemm_mxfp4_many_avx2(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
     /* without AMX, VNNI's integer kernels take every batch (dec4_pieces) */
-    const int pieces = !di_cpu_kernels_amx() && di_cpu_kernels_wide() && di_cpu_kernels_vnni();
+    const int pieces = !di_cpu_kernels_amx() && pieces_route();
     const int64_t dec_m = di_cpu_kernels_amx()                            ? AMX_MIN_M - 1
                           : pieces                                        ? INT64_MAX
                           : di_cpu_kernels_wide() && !di_cpu_kernels_vnni() ? DEC_M_WIDE
@@ -1919,7 +1950,7 @@ void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K
     const di_gemm_part part = {qa, sa, M, w, ws, N, out};
     if (M >= AMX_MIN_M && di_cpu_kernels_amx() && di_gemm_mxfp4_amx(qa, sa, M, K, w, ws, N, out, tp)) return;
     const int done = M <= dec_m                                      ? dec4_run(&part, 1, K, tp)
-                     : di_cpu_kernels_wide() && di_cpu_kernels_vnni() ? dec4_pieces(&part, 1, K, tp)
+                     : pieces_route()                                 ? dec4_pieces(&part, 1, K, tp)
                                                                       : pf4_run(qa, sa, M, K, w, ws, N, out, tp);
     if (!done) di_gemm_mxfp4_scalar(qa, sa, M, K, w, ws, N, out, tp); /* out of memory: it needs none */
 }
