@@ -431,14 +431,16 @@ static void test_gemm_plain_row_split(void) {
 /* MXFP4 prefill shapes (batches past the integer kernels' 128 rows, or 24
  * on 512-bit vectors without VNNI: 40 and 97 rows take the integer kernels
  * elsewhere; with VNNI and no AMX the batches past 128 rows go to them in
- * pieces of at most 64 rows, 129 as three of 43):
+ * pieces of at most 64 rows, 129 as three of 43, and of fewer where a
+ * core's L2 holds less than 4·64·K bytes: at K 16,384 on a 2 MB L2 at
+ * most 32, 130 rows as five of 26):
  * weight rows past the last whole panel (N = 37, 45, 300: neither 16 nor 32
  * divides them), K with a last half 64-code chunk (96, 4160) and of several
  * k-chunks, a last row block of 1-5 rows. The AVX2 path must give the
  * scalar bits. */
 static void test_gemm_mxfp4_prefill_shapes(void) {
-    static const int64_t shapes[][3] = {{129, 96, 45}, {131, 4160, 37}, {200, 64, 300},
-                                        {134, 2112, 33}, {40, 96, 45},   {97, 4160, 37}};
+    static const int64_t shapes[][3] = {{129, 96, 45}, {131, 4160, 37}, {200, 64, 300}, {134, 2112, 33},
+                                        {40, 96, 45},  {97, 4160, 37},  {130, 16384, 9}};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         check_shape(FMT_FP4, shapes[i][0], shapes[i][1], shapes[i][2]);
     if (!di_cpu_has_avx2()) SKIP("no AVX2/FMA/F16C: only the scalar path checked");

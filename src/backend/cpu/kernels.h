@@ -173,6 +173,9 @@ void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K
 int di_cpu_scale_exps(const float *sa, int64_t n, int *lo, int *hi);
 void di_cpu_byte_range(const uint8_t *p, int64_t n, int *lo, int *hi);
 int64_t di_cpu_panel_pieces(int64_t panels, int64_t most, int threads);
+/* A core's L2 (level 2) or the last-level cache (3) in bytes as sysconf
+ * reports it, 0 where it does not (kernels_avx2_block.c). */
+int64_t di_cpu_cache_bytes(int level);
 /* The decode rows' span at unit u of a range ending at unit u1, of a
  * product with `whole` whole units: the longest of most, most/2, .. 1
  * units that ends by both (most a power of two); 0 where unit u is not

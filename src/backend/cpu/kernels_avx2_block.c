@@ -952,8 +952,8 @@ enum {
     LG_FUSED_LANES = 1032, /* a unit's rows × panels at most (a multiple of LG_MR) */
 };
 /* A core's L2 (level 2) or the last-level cache (3) in bytes, as sysconf
- * reports it, 0 where it does not; read once. */
-static int64_t cache_bytes(int level) {
+ * reports it, 0 where it does not; read once. (kernels.h) */
+int64_t di_cpu_cache_bytes(int level) {
     static _Atomic int64_t memo[2] = {-1, -1};
     int64_t b = atomic_load_explicit(&memo[level - 2], memory_order_relaxed);
     if (b < 0) {
@@ -970,7 +970,7 @@ static int64_t cache_bytes(int level) {
  * 24 MB (measured on that VM, whose cores see far less of the 480 MB its
  * CPUID reports), or half the last-level cache where that is smaller. */
 static int64_t lg_act_budget(void) {
-    const int64_t llc = cache_bytes(3), b = (int64_t)24 << 20;
+    const int64_t llc = di_cpu_cache_bytes(3), b = (int64_t)24 << 20;
     return llc > 0 && llc / 2 < b ? llc / 2 : b;
 }
 
@@ -1050,7 +1050,7 @@ static int lg_run(int half, const uint8_t *qa, const float *sa, int64_t M, int64
      * rows 0.86 -> 0.99-1.05, 512 rows 0.89-0.90 -> 0.97-1.00, 780 rows
      * 0.86-0.88 -> 0.91-0.93, shared.w1 0.87-0.93 -> 0.96-0.98
      * (bench/RESULTS.md, 2026-12-05). */
-    const int fused = (Mp <= LG_MC || nr == LG_NR_WIDE || sf * (int64_t)sizeof(float) <= cache_bytes(2)) &&
+    const int fused = (Mp <= LG_MC || nr == LG_NR_WIDE || sf * (int64_t)sizeof(float) <= di_cpu_cache_bytes(2)) &&
                       di_cpu_kernels_lg_fused();
     /* the passes: a column block's decoded runs, the lanes of a pass */
     const int64_t lbr = Mp < LG_MO ? Mp : LG_MO, bpf = (int64_t)LG_NC * 8 * L, lbf = 8 * lbr * LG_NC;

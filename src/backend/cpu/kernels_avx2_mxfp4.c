@@ -91,6 +91,8 @@ enum { DEC_M = 128, DEC_M_WIDE = 24, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
  * (dec4_pieces): each piece's 16-bit activations (PIECE_M·K·2 bytes, 640 KB
  * at K 5,120) stay in L2 while every weight unit streams past them, and
  * the weights, read again for each piece, come from the last-level cache.
+ * Where the core's L2 is smaller than 4·PIECE_M·K bytes, pieces of fewer
+ * rows (down to MBLK) keep them within half of it (piece_rows).
  * vpdpwssd keeps the sums near its issue rate (~145 GFLOP/s a thread on the
  * 2-vCPU Xeon VM) at any M, where the prefill tiles' FMAs ran 117-122
  * (their block sums' chain steps and the tiles' and activations' sourcing,
@@ -1415,16 +1417,24 @@ long di_cpu_kernels_mxfp4_tile_calls(void) { return atomic_load(&tile_calls); }
  * integer kernels with VNNI's sums at either width. */
 static int pieces_route(void) { return di_cpu_kernels_wide() ? di_cpu_kernels_vnni() : di_cpu_kernels_avx_vnni(); }
 
+/* Rows a piece at most: PIECE_M, or fewer where a core's L2 (sysconf)
+ * would not keep their 16-bit activations in half of it. */
+static int64_t piece_rows(int64_t K) {
+    const int64_t l2 = di_cpu_cache_bytes(2), fit = l2 / (4 * ((K + 63) / 64 * 64));
+    return l2 <= 0 || fit >= PIECE_M ? PIECE_M : fit < MBLK ? MBLK : fit;
+}
+
 static int dec4_pieces(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
+    const int64_t pr = piece_rows(K);
     int64_t np = 0;
-    for (int i = 0; i < n; i++) np += parts[i].M > DEC_M ? (parts[i].M + PIECE_M - 1) / PIECE_M : 1;
+    for (int i = 0; i < n; i++) np += parts[i].M > DEC_M ? (parts[i].M + pr - 1) / pr : 1;
     if (np > INT32_MAX) return 0;
     di_gemm_part *pc = malloc(sizeof *pc * (size_t)np);
     if (!pc) return 0;
     int64_t c = 0;
     for (int i = 0; i < n; i++) {
         const di_gemm_part *q = &parts[i];
-        const int64_t k = q->M > DEC_M ? (q->M + PIECE_M - 1) / PIECE_M : 1;
+        const int64_t k = q->M > DEC_M ? (q->M + pr - 1) / pr : 1;
         for (int64_t t = 0; t < k; t++) {
             const int64_t m0 = t * q->M / k, m1 = (t + 1) * q->M / k;
             pc[c++] = (di_gemm_part){q->qa + m0 * K, q->sa + m0 * (K / 32), m1 - m0, q->w, q->ws, q->N,
