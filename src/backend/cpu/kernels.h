@@ -281,7 +281,8 @@ long di_cpu_kernels_mxfp4_short_span_units(void);
  * in pieces of at most 64 rows (kernels_avx2_mxfp4.c, dec4_pieces) where
  * they have VNNI's sums (AVX-512 VNNI on the 512-bit kernels, AVX-VNNI on
  * the 256-bit ones), elsewhere to the FMA tiles. Same bits. The count of
- * pieces run and of calls that ran the tiles are for tests. */
+ * pieces cut (a part cut in k pieces counts k - 1) and of calls that ran
+ * the tiles are for tests. */
 long di_cpu_kernels_mxfp4_pieces(void);
 long di_cpu_kernels_mxfp4_tile_calls(void);
 /* With VNNI, a call of one or two activation rows meets the weights'

@@ -86,8 +86,9 @@
  * rows per call at most (MB), per sweep of a unit's weights (MBLK); weight
  * rows per work unit (UNIT). */
 enum { DEC_M = 128, DEC_M_WIDE = 24, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
-/* Past DEC_M rows, on CPUs with AVX-512 VNNI and without AMX, the integer
- * kernels still take the batch, in pieces of at most PIECE_M rows
+/* Past DEC_M rows, where the integer kernels sum by VNNI (AVX-512 VNNI,
+ * or AVX-VNNI on 256-bit vectors: pieces_route) and there is no AMX, they
+ * still take the batch, in pieces of at most PIECE_M rows
  * (dec4_pieces): each piece's 16-bit activations (PIECE_M·K·2 bytes, 640 KB
  * at K 5,120) stay in L2 while every weight unit streams past them, and
  * the weights, read again for each piece, come from the last-level cache.
@@ -1405,10 +1406,8 @@ static int dec4_run(const di_gemm_part *parts, int n, int64_t K, di_threadpool *
     return ok;
 }
 
-/* dec4_run over the parts with every part of more than DEC_M rows cut
- * into pieces of at most PIECE_M consecutive rows (near-equal; pieces of
- * parts sharing activations share their layout, as whole parts do): one
- * pool call for all of them. 0 when out of memory. */
+/* Pieces cut from parts past DEC_M rows (di_cpu_kernels_mxfp4_pieces), and
+ * calls that ran the FMA tiles (pf4_run); for tests. */
 static atomic_long piece_count, tile_calls;
 long di_cpu_kernels_mxfp4_pieces(void) { return atomic_load(&piece_count); }
 long di_cpu_kernels_mxfp4_tile_calls(void) { return atomic_load(&tile_calls); }
@@ -1424,10 +1423,15 @@ static int64_t piece_rows(int64_t K) {
     return l2 <= 0 || fit >= PIECE_M ? PIECE_M : fit < MBLK ? MBLK : fit;
 }
 
+/* dec4_run over the parts with every part of more than DEC_M rows cut
+ * into pieces of at most piece_rows consecutive rows (near-equal; pieces
+ * of parts sharing activations share their layout, as whole parts do):
+ * one pool call for all of them. 0 when out of memory. */
 static int dec4_pieces(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
     const int64_t pr = piece_rows(K);
     int64_t np = 0;
     for (int i = 0; i < n; i++) np += parts[i].M > DEC_M ? (parts[i].M + pr - 1) / pr : 1;
+    if (np == n) return dec4_run(parts, n, K, tp); /* nothing to cut (a decode step's experts) */
     if (np > INT32_MAX) return 0;
     di_gemm_part *pc = malloc(sizeof *pc * (size_t)np);
     if (!pc) return 0;
@@ -1443,7 +1447,7 @@ static int dec4_pieces(const di_gemm_part *parts, int n, int64_t K, di_threadpoo
     }
     const int ok = dec4_run(pc, (int)np, K, tp);
     free(pc);
-    if (ok) atomic_fetch_add_explicit(&piece_count, np, memory_order_relaxed);
+    if (ok) atomic_fetch_add_explicit(&piece_count, np - n, memory_order_relaxed);
     return ok;
 }
 
