@@ -100,7 +100,7 @@ enum { DEC_M = 128, DEC_M_WIDE = 24, R = 4, MB = 2, MBLK = 16, UNIT = 32 };
  * bench/RESULTS.md 2026-12-05): expert w1 against OpenBLAS at 256 / 512 /
  * 1,032 rows on one thread 0.94 / 0.88 / 0.82 -> 1.08-1.15 / 1.01-1.08 /
  * 0.98-1.03, on two 0.96 / 0.87 / 0.84 -> 1.08-1.35 / 0.96-1.06 /
- * 0.95-1.05 (pieces of 32-64 rows alike; 96-256 rows 2-7 % slower: the
+ * 0.95-1.05 (pieces of 32-64 rows alike; 96-256 rows 6-9 % slower: the
  * activations leave L2). Without VNNI (vpmaddwd then vpaddd) the pieces
  * ran as fast as the tiles (117 against 120), and on 256-bit vectors
  * slower (73 against 80): the tiles stay there. With AVX-VNNI the 256-bit
