@@ -370,6 +370,21 @@ AVX2_INLINE __m256i madd4(__m256i v0, __m256i v1, __m256i v2, __m256i v3, const 
     const __m256i s3 = _mm256_madd_epi16(v3, _mm256_load_si256(p + 3));
     return _mm256_add_epi32(_mm256_add_epi32(s0, s1), _mm256_add_epi32(s2, s3));
 }
+/* vpdpwssd on 256-bit vectors, VEX-encoded (AVX-VNNI): by assembly, as
+ * dpwssd_w, so that no function needs the target; registers 0-15 only
+ * (VEX), the second factor may be a memory operand. */
+AVX2_INLINE __m256i dpwssd_avx(__m256i acc, __m256i a, __m256i b) {
+    __asm__("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "xm"(b));
+    return acc;
+}
+/* madd4 with AVX-VNNI: one vpmaddwd and three vpdpwssd instead of four
+ * vpmaddwd and three vpaddd (the same integers: each product pair at most
+ * 2^27, their sum below 2^31). */
+AVX2_INLINE __m256i madd4_avx_vnni(__m256i v0, __m256i v1, __m256i v2, __m256i v3, const int16_t *a) {
+    const __m256i *p = (const __m256i *)a;
+    const __m256i s = dpwssd_avx(_mm256_madd_epi16(v0, _mm256_load_si256(p + 0)), v1, _mm256_load_si256(p + 1));
+    return dpwssd_avx(dpwssd_avx(s, v2, _mm256_load_si256(p + 2)), v3, _mm256_load_si256(p + 3));
+}
 
 /* E2M1 code -> 2·value as a signed byte, in both 128-bit halves (a
  * `vpshufb` table). */
@@ -510,21 +525,11 @@ AVX2_INLINE void dec4_kernel(const int mr, const dec4_args *g, float *res) {
     }
 }
 
-/* vpdpwssd on 256-bit vectors, VEX-encoded (AVX-VNNI): by assembly, as
- * dpwssd_w, so that no function needs the target; registers 0-15 only
- * (VEX), the second factor may be a memory operand. */
-AVX2_INLINE __m256i dpwssd_avx(__m256i acc, __m256i a, __m256i b) {
-    __asm__("%{vex%} vpdpwssd %2, %1, %0" : "+x"(acc) : "x"(a), "xm"(b));
-    return acc;
-}
-
 /* R = 4 weight rows × mr (up to MBLK) activation rows over all chunks, for
  * batches of 3 and more: a chunk's weights are decoded once into wv and
  * every activation row takes them from there (its four activation vectors
  * in registers, the weights as memory operands); the chains wait in lb.
- * res[m·R + r]. vnni: a row's four products summed by one vpmaddwd and
- * three AVX-VNNI vpdpwssd instead of four vpmaddwd and three vpaddd (the
- * same integers: each product pair at most 2^27, their sum below 2^31). */
+ * res[m·R + r]. vnni: the sums by madd4_avx_vnni. */
 AVX2_INLINE void dec4_wide_kernel(const int vnni, const dec4_args *g, int mr, float *res) {
     const __m256i tab = e2m1_bytes();
     const __m256i nib = _mm256_set1_epi8(0x0f), top = _mm256_set1_epi16((short)0xff00);
@@ -552,19 +557,8 @@ AVX2_INLINE void dec4_wide_kernel(const int vnni, const dec4_args *g, int mr, fl
             const __m256i a2 = _mm256_load_si256(a + 2), a3 = _mm256_load_si256(a + 3);
             __m256i s[R];
 #pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const __m256i *w = (const __m256i *)wv[r];
-                if (vnni)
-                    s[r] = dpwssd_avx(dpwssd_avx(dpwssd_avx(_mm256_madd_epi16(a0, _mm256_load_si256(w)), a1,
-                                                            _mm256_load_si256(w + 1)),
-                                                 a2, _mm256_load_si256(w + 2)),
-                                      a3, _mm256_load_si256(w + 3));
-                else
-                    s[r] = _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(a0, _mm256_load_si256(w)),
-                                                             _mm256_madd_epi16(a1, _mm256_load_si256(w + 1))),
-                                            _mm256_add_epi32(_mm256_madd_epi16(a2, _mm256_load_si256(w + 2)),
-                                                             _mm256_madd_epi16(a3, _mm256_load_si256(w + 3))));
-            }
+            for (int r = 0; r < R; r++)
+                s[r] = vnni ? madd4_avx_vnni(a0, a1, a2, a3, wv[r][0]) : madd4(a0, a1, a2, a3, wv[r][0]);
             _mm256_store_ps(lb[m], chain_step(g, m, c, half, ew, quad_add(pair_sh(s[0], s[1]), pair_sh(s[2], s[3])),
                                               _mm256_load_ps(lb[m])));
         }
