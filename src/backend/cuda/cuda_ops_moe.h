@@ -1,8 +1,9 @@
 /* The MoE path on the device (architecture.md §7), for decode steps that
  * stay on the GPU end to end: routing into device arrays and the routed
  * experts of a layer in a fixed number of launches whatever the routing,
- * so a step can be captured in a CUDA graph. Not yet in the backend's op
- * table (backend_cuda.c): see docs/gpu-notes.md, "Device MoE: next GPU run".
+ * so a step can be captured in a CUDA graph. backend_cuda.c's op table
+ * takes them as its moe_route_buf and moe_experts ops (DI_CUDA_MOE_GROUPED=0
+ * leaves both out, for comparisons).
  *
  * Every pointer is device memory unless its comment says host; launches go
  * to `stream` (NULL: the default stream) and never wait for the device.
