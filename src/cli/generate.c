@@ -71,7 +71,11 @@ static int sampling_arg(int argc, char **argv, int *i, di_sampling_params *p) {
     int r = 1;
     if (!strcmp(f, "-n") || !strcmp(f, "--n-predict") || !strcmp(f, "--max-tokens")) {
         r = cli_parse_i64(CMD, f, v, -1, INT64_C(1) << 40, &n) ? -1 : 1;
-        p->max_tokens = n == -1 ? 0 : n; /* 0: up to the model length, set once the engine is open */
+        if (r > 0 && n == 0) { /* 0 is the "up to the model length" mark below, not a count */
+            fprintf(stderr, "deepinfer %s: %s: expected -1 (up to the model length) or at least 1, got '0'\n", CMD, f);
+            r = -1;
+        }
+        if (r > 0) p->max_tokens = n == -1 ? 0 : n; /* 0: up to the model length, set once the engine is open */
     } else if (!strcmp(f, "--temp") || !strcmp(f, "--temperature")) {
         r = cli_parse_f64(CMD, f, v, 0, 100, &p->temperature) ? -1 : 1;
     } else if (!strcmp(f, "--top-p")) {

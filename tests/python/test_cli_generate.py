@@ -88,6 +88,8 @@ def test_structured_output_flags(tmp_path):
     (["-p", "x", "--temp", "-1"], 2, "--temp: expected a number in [0, 100]"),
     (["-p", "x", "--top-p", "1.5"], 2, "--top-p: expected a number"),
     (["-p", "x", "-n", "abc"], 2, "-n: expected an integer"),
+    (["-p", "x", "-n", "0"], 2, "-n: expected -1 (up to the model length) or at least 1"),
+    (["-p", "x", "--max-tokens", "0"], 2, "--max-tokens: expected -1"),
     (["-p", "x", "--regex", "a", "--json-object"], 2, "only one structured-output constraint"),
     (["-p", "x", "--regex", "(a"], 1, "regex"),
     (["-p", "x", "--load-format", "dummy"], 1, "needs --config FILE"),
