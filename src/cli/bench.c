@@ -462,6 +462,11 @@ int cli_bench(int argc, char **argv) {
                     else snprintf(r->test, sizeof r->test, "tg%lld", (long long)nl.v[k]);
                 }
     }
+    if (n_rows == 0) { /* every -p and -n value 0: nothing would be measured */
+        fprintf(stderr, "deepinfer " CMD ": nothing to measure: every -p and -n value is 0\n");
+        free(rows);
+        return 2;
+    }
     int rc = 1;
     di_engine *e = cli_engine_open(CMD, &ea);
     if (!e) goto out;

@@ -44,6 +44,8 @@ def test_bad_lists():
     assert p.returncode == 2
     p = run("bench", "-o", "csv", check=False)
     assert p.returncode == 2 and "expected md or json" in p.stderr
+    p = run("bench", "-p", "0", "-n", "0", check=False)
+    assert p.returncode == 2 and "nothing to measure" in p.stderr and "| test |" not in p.stdout
 
 
 def test_sampling_flags():
