@@ -67,11 +67,19 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     if args.dp > 1 and args.cp > 1:
         ap.error("--dp and --cp are alternatives (attention data parallel or context parallel): set one")
+    try:  # the sampling flags checked as the library checks them, before any model is opened
+        sampling_params(args)
+    except ValueError as e:
+        ap.error(str(e))
     return args
 
 
+def sampling_params(args):
+    return SamplingParams(temperature=args.temperature, top_p=0.95, max_tokens=args.max_tokens, seed=args.seed)
+
+
 def run_prompts(llm, args):
-    sp = SamplingParams(temperature=args.temperature, top_p=0.95, max_tokens=args.max_tokens, seed=args.seed)
+    sp = sampling_params(args)
     t0 = time.perf_counter()
     outs = llm.generate(PROMPTS, sp)
     dt = time.perf_counter() - t0

@@ -1,6 +1,6 @@
 """examples/offline_inference.py: the default run, the structured-output
 check (passes, and fails when its validator disagrees with the output), and
-the validation of --ep/--dp/--cp."""
+the validation of --ep/--dp/--cp and of the sampling flags."""
 import importlib.util
 import os
 import subprocess
@@ -48,7 +48,10 @@ def test_check_structured_output_can_fail(capsys):
     (["--ep", "0"], "expected a positive integer"),
     (["--dp", "x"], "expected a positive integer"),
     (["--dp", "2", "--cp", "2"], "--dp and --cp are alternatives"),
+    (["--temperature", "-1"], "temperature must be in [0, 100]"),
+    (["--temperature", "nan"], "temperature must be"),
+    (["--seed", "-3"], "seed"),
 ])
-def test_parallel_flags_are_validated(args, msg):
+def test_flags_are_validated(args, msg):
     p = run(*args)
     assert p.returncode == 2 and msg in p.stderr, p.stderr
