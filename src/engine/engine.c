@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "core/cpu_features.h"
@@ -264,7 +265,12 @@ static di_status compile_constraint(const di_engine *e, const di_sampling_params
     } else return DI_OK;
     di_status st = di_grammar_compile(e->vocab, kind, text, strlen(text), &go, g);
     free(owned);
-    if (st) return di_err_set(err, st, "%s: %s", what, di_last_error());
+    if (st) { /* named once: the regex and EBNF compilers' messages already start with their kind */
+        const char *m = di_last_error();
+        const size_t w = strlen(what);
+        if (!strncasecmp(m, what, w) && m[w] == ':') return di_err_set(err, st, "%s", m);
+        return di_err_set(err, st, "%s: %s", what, m);
+    }
     return DI_OK;
 }
 

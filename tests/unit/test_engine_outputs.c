@@ -276,7 +276,7 @@ static void test_bad_inputs(void) {
         di_sampling_params p;
     } bad[16];
     int nb = 0;
-    for (int i = 0; i < 14; i++) bad[i].p = good;
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) bad[i].p = good;
     bad[nb].what = "temperature", bad[nb++].p.temperature = -0.5;
     bad[nb].what = "temperature", bad[nb++].p.temperature = NAN;
     bad[nb].what = "top_p", bad[nb++].p.top_p = 0;
@@ -290,12 +290,24 @@ static void test_bad_inputs(void) {
     bad[nb].what = "only one structured-output constraint", bad[nb].p.regex = "a+";
     bad[nb++].p.json_object = 1;
     bad[nb].what = "regex", bad[nb++].p.regex = "(ab";
+    bad[nb].what = "EBNF", bad[nb++].p.ebnf = "root ::= \"a";
     bad[nb].what = "json_schema", bad[nb++].p.json_schema = "{\"type\": \"wat\"}";
     bad[nb].what = "min_tokens", bad[nb++].p.min_tokens = 9;
     for (int i = 0; i < nb; i++) {
         di_status st = di_engine_submit_tokens(e, ids, 4, &bad[i].p, &x);
         CHECKF(st != DI_OK, "bad %s accepted", bad[i].what);
         CHECK_STR_CONTAINS(di_last_error(), bad[i].what);
+    }
+    /* each constraint's error names it once: the regex and EBNF compilers'
+     * messages start with their kind, the JSON Schema one's gets the field */
+    for (int i = 0; i < nb; i++) {
+        const char *want = !strcmp(bad[i].what, "regex") ? "regex: missing ')'"
+                           : !strcmp(bad[i].what, "EBNF") ? "EBNF: unterminated"
+                           : !strcmp(bad[i].what, "json_schema") ? "json_schema: JSON Schema: "
+                                                                  : NULL;
+        if (!want) continue;
+        CHECK(di_engine_submit_tokens(e, ids, 4, &bad[i].p, &x) != DI_OK);
+        CHECKF(!strncmp(di_last_error(), want, strlen(want)), "%s", di_last_error());
     }
     CHECK(di_engine_submit_chat(e, "[{\"role\": \"wizard\"}]", 20, NULL, &good, &x) != DI_OK);
     CHECK(di_engine_submit_tokens(e, ids + 1, 3, &good, &b) == DI_OK);
