@@ -1409,6 +1409,12 @@ long di_cpu_kernels_mxfp4_tile_calls(void) { return atomic_load(&tile_calls); }
 /* Whether batches past DEC_M rows go to dec4_pieces (without AMX): the
  * integer kernels with VNNI's sums at either width. */
 static int pieces_route(void) { return di_cpu_kernels_wide() ? di_cpu_kernels_vnni() : di_cpu_kernels_avx_vnni(); }
+/* Rows of a part the integer kernels take where AMX does not: any number
+ * on the pieces route (dec4_pieces cuts those past DEC_M), else DEC_M, or
+ * DEC_M_WIDE on 512-bit vectors without VNNI; the FMA tiles take more. */
+static int64_t dec4_rows_max(void) {
+    return pieces_route() ? INT64_MAX : di_cpu_kernels_wide() && !di_cpu_kernels_vnni() ? DEC_M_WIDE : DEC_M;
+}
 
 /* Rows a piece at most: PIECE_M, or fewer where a core's L2 (sysconf)
  * would not keep their 16-bit activations in half of it. */
@@ -1420,7 +1426,8 @@ static int64_t piece_rows(int64_t K) {
 /* dec4_run over the parts with every part of more than DEC_M rows cut
  * into pieces of at most piece_rows consecutive rows (near-equal; pieces
  * of parts sharing activations share their layout, as whole parts do):
- * one pool call for all of them. 0 when out of memory. */
+ * one pool call for all of them; parts of at most DEC_M rows go straight
+ * to dec4_run. 0 when out of memory. */
 static int dec4_pieces(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
     const int64_t pr = piece_rows(K);
     int64_t np = 0;
@@ -1937,15 +1944,10 @@ int64_t di_cpu_panel_pieces(int64_t panels, int64_t most, int threads) {
 }
 
 void di_gemm_mxfp4_many_avx2(const di_gemm_part *parts, int n, int64_t K, di_threadpool *tp) {
-    /* without AMX, VNNI's integer kernels take every batch (dec4_pieces) */
-    const int pieces = !di_cpu_kernels_amx() && pieces_route();
-    const int64_t dec_m = di_cpu_kernels_amx()                            ? AMX_MIN_M - 1
-                          : pieces                                        ? INT64_MAX
-                          : di_cpu_kernels_wide() && !di_cpu_kernels_vnni() ? DEC_M_WIDE
-                                                                            : DEC_M;
+    const int64_t dec_m = di_cpu_kernels_amx() ? AMX_MIN_M - 1 : dec4_rows_max();
     int all_dec = n > 1;
     for (int i = 0; i < n; i++) all_dec &= parts[i].M >= 1 && parts[i].M <= dec_m && parts[i].N >= 1;
-    if (all_dec && (pieces ? dec4_pieces(parts, n, K, tp) : dec4_run(parts, n, K, tp))) return;
+    if (all_dec && dec4_pieces(parts, n, K, tp)) return;
     for (int i = 0; i < n; i++)
         di_gemm_mxfp4_avx2(parts[i].qa, parts[i].sa, parts[i].M, K, parts[i].w, parts[i].ws, parts[i].N,
                            parts[i].out, tp);
@@ -1954,12 +1956,9 @@ void di_gemm_mxfp4_many_avx2(const di_gemm_part *parts, int n, int64_t K, di_thr
 void di_gemm_mxfp4_avx2(const uint8_t *qa, const float *sa, int64_t M, int64_t K, const uint8_t *w,
                         const uint8_t *ws, int64_t N, float *out, di_threadpool *tp) {
     if (M <= 0 || N <= 0) return;
-    const int64_t dec_m = di_cpu_kernels_wide() && !di_cpu_kernels_vnni() ? DEC_M_WIDE : DEC_M;
     const di_gemm_part part = {qa, sa, M, w, ws, N, out};
     if (M >= AMX_MIN_M && di_cpu_kernels_amx() && di_gemm_mxfp4_amx(qa, sa, M, K, w, ws, N, out, tp)) return;
-    const int done = M <= dec_m                                      ? dec4_run(&part, 1, K, tp)
-                     : pieces_route()                                 ? dec4_pieces(&part, 1, K, tp)
-                                                                      : pf4_run(qa, sa, M, K, w, ws, N, out, tp);
+    const int done = M <= dec4_rows_max() ? dec4_pieces(&part, 1, K, tp) : pf4_run(qa, sa, M, K, w, ws, N, out, tp);
     if (!done) di_gemm_mxfp4_scalar(qa, sa, M, K, w, ws, N, out, tp); /* out of memory: it needs none */
 }
 
