@@ -640,7 +640,7 @@ static void test_gemm_mxfp4_decode_spans(void) {
                di_cpu_kernels_mxfp4_span_units() - s0);
         CHECKF(di_cpu_kernels_mxfp4_short_span_units() > h0, "%s: units in spans of 4 or fewer: %ld",
                form_name[form], di_cpu_kernels_mxfp4_short_span_units() - h0);
-        if (form == 4 && di_cpu_has_avx_vnni())
+        if (form == 4 && di_cpu_kernels_avx_vnni()) /* the gate: DI_CPU_AVX_VNNI=0 turns it off */
             CHECKF(di_cpu_kernels_avx_vnni_byte_calls() > b0, "%s: calls in the AVX-VNNI byte form: %ld",
                    form_name[form], di_cpu_kernels_avx_vnni_byte_calls() - b0);
         if (form == 5)
