@@ -1264,7 +1264,7 @@ static void test_narrow_route(void) {
     /* one MXFP4 activation row in the AVX-VNNI byte form where the CPU
      * has it, batches of 3-16 rows with its vpdpwssd; the 16-bit sums
      * without it (AMD Zen 2-3, older Intel cores) as well */
-    if (di_cpu_has_avx_vnni()) {
+    if (di_cpu_kernels_avx_vnni()) { /* the gate: DI_CPU_AVX_VNNI=0 turns it off */
         CHECKF(di_cpu_kernels_avx_vnni_byte_calls() > b0, "%ld calls in the AVX-VNNI byte form",
                di_cpu_kernels_avx_vnni_byte_calls() - b0);
         CHECKF(di_cpu_kernels_avx_vnni_wide_calls() > v0, "%ld calls of 3-16 rows by AVX-VNNI",
